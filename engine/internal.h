@@ -1,0 +1,25 @@
+/* internal.h: helpers shared by the library's modules, not installed. */
+#ifndef RA_INTERNAL_H
+#define RA_INTERNAL_H
+
+#include <stdint.h>
+
+#include "ringattn.h"
+
+/* Records a one-line message for ra_error_message() and returns st, so that
+ * a failing step reads: return ra_error_set(RA_ERR_INPUT, "%s: ...", path); */
+ra_status ra_error_set(ra_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Clears the message of this thread. */
+void ra_error_clear(void);
+
+/* a * b, or -1 when the product overflows int64 or an operand is negative. */
+int64_t ra_mul_checked(int64_t a, int64_t b);
+
+/* Fills out[0..count) with unit-normal floats that depend only on
+ * (seed, stream, first + i): the same values whatever the slicing. */
+void ra_random_normal(uint64_t seed, uint64_t stream, uint64_t first,
+                      int64_t count, float *out);
+
+#endif /* RA_INTERNAL_H */

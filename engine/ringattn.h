@@ -1,0 +1,179 @@
+/* ringattn.h: the one public header of the ringattn library.
+ *
+ * Exact softmax attention, softmax(s * Q K^T) V, computed by MPI ranks that
+ * each hold one slice of the sequence (blockwise ring attention). The command
+ * line `ringattn` is built on this header alone; an MPI program can call
+ * ra_forward() on its own in-memory slices.
+ *
+ * Shape letters, used the same way everywhere in the code:
+ *   B batch, N query length, M key/value length, H query heads,
+ *   G key/value heads (G divides H; query head h reads kv head h / (H/G)),
+ *   D head dim of q and k, Dv head dim of v, P ranks.
+ * Tensors are row-major with the sequence axis second:
+ *   q (B, N, H, D)  k (B, M, G, D)  v (B, M, G, Dv)  o (B, N, H, Dv)
+ *   lse (B, H, N): natural log of the sum of exp(score) over the keys a query
+ *   sees, -inf for a row that sees none (its o row is then 0).
+ *
+ * Causal convention (bottom-right aligned, as in flash-attention): query i
+ * sees key j when j <= i + (M - N). With N == M this is j <= i.
+ */
+#ifndef RINGATTN_H
+#define RINGATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RA_VERSION_STRING "0.1.0"
+#define RA_SCHEMA_VERSION 1
+
+typedef enum {
+    RA_OK = 0,
+    RA_ERR_ARG,       /* an invalid argument or option value */
+    RA_ERR_INPUT,     /* an input file or dataset is unusable */
+    RA_ERR_NOMEM,     /* an allocation failed */
+    RA_ERR_IO,        /* reading or writing a file failed */
+    RA_ERR_MPI,       /* an MPI call failed */
+    RA_ERR_EXISTS,    /* the output exists and replacing it was not asked */
+} ra_status;
+
+/* A static, human-readable name for a status. */
+const char *ra_status_str(ra_status st);
+
+/* How the sequence is cut over the ranks. Only contiguous exists today. */
+typedef enum {
+    RA_LAYOUT_CONTIGUOUS = 0,
+} ra_layout;
+
+const char *ra_layout_name(ra_layout layout);
+/* Parses "contiguous"; returns RA_ERR_ARG for anything else. */
+ra_status ra_layout_parse(const char *name, ra_layout *out);
+
+/* Global problem shape. */
+typedef struct {
+    int64_t B, N, M, H, G, D, Dv;
+} ra_shape;
+
+/* Checks that every size is positive (N and M may be >= 1), G divides H, and
+ * that byte counts of every tensor fit in int64. */
+ra_status ra_shape_check(const ra_shape *shape);
+
+/* Options of one forward pass: one home for the command line and the API. */
+typedef struct {
+    int causal;        /* 1: query i sees keys j <= i + (M - N) */
+    double scale;      /* score scale s; NAN means 1/sqrt(D) */
+    int64_t block_q;   /* query tile rows; 0 picks a default per D */
+    int64_t block_kv;  /* key tile rows; 0 picks a default per D */
+    ra_layout layout;
+    int threads;       /* OpenMP threads per rank; 0 uses OMP_NUM_THREADS */
+} ra_params;
+
+/* Fills the defaults: non-causal, scale 1/sqrt(D), automatic tiles,
+ * contiguous layout, threads from the environment. */
+void ra_params_default(ra_params *params);
+
+/* The scale actually used for a shape: params->scale, or 1/sqrt(D). */
+double ra_params_scale(const ra_params *params, const ra_shape *shape);
+
+/* The tile sizes actually used for a shape (defaults resolved). */
+void ra_params_tiles(const ra_params *params, const ra_shape *shape,
+                     int64_t *block_q, int64_t *block_kv);
+
+/* One rank's part of the sequence axis: [start, start + count). */
+typedef struct {
+    int64_t start, count;
+} ra_range;
+
+/* The contiguous slice of a length-`len` axis owned by `rank` of `nranks`:
+ * the first len % nranks ranks hold one extra token; ranks may be empty. */
+ra_range ra_shard_range(int64_t len, int rank, int nranks);
+
+/* Useful forward FLOPs of the whole problem: 4*B*H*D-weighted count of the
+ * (query, key) pairs that are visible (all N*M, or the causal part). */
+double ra_forward_flops(const ra_shape *shape, int causal);
+
+/* Ring attention forward on in-memory slices, collective over comm.
+ *
+ * Each rank passes its own slice of the sequence as given by
+ * ra_shard_range(N or M, rank, P):
+ *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv)   (read only)
+ *   o (B, n, H, Dv), lse (B, H, n)                     (written)
+ * where n and m are this rank's query and key counts (either may be 0).
+ * The caller owns every buffer. Memory used inside is O((n + max m) * width):
+ * two K/V ring buffers and per-thread tiles; no rank ever holds a full
+ * sequence. Every rank must pass the same shape and params. */
+ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
+                     const ra_params *params,
+                     const float *q, const float *k, const float *v,
+                     float *o, float *lse);
+
+/* Per-call measurements of ra_forward_timed(), all in seconds on this rank. */
+typedef struct {
+    double total;        /* wall time of the whole call */
+    double compute;      /* time inside the kernel */
+    double comm_wait;    /* time blocked waiting for ring transfers */
+    int64_t bytes_sent;  /* bytes this rank sent around the ring */
+} ra_timing;
+
+/* As ra_forward(), also reporting where this rank's time went. */
+ra_status ra_forward_timed(MPI_Comm comm, const ra_shape *shape,
+                           const ra_params *params,
+                           const float *q, const float *k, const float *v,
+                           float *o, float *lse, ra_timing *timing);
+
+/* ---- Errors ---------------------------------------------------------- */
+
+/* The message of the last error set on this thread by any ra_ function: one
+ * line naming the file, the dataset and what is wrong where they apply. */
+const char *ra_error_message(void);
+
+/* ---- HDF5 files (parallel, MPI-IO driver) ------------------------------ *
+ * Input file: /q (B, N, H, D), /k (B, M, G, D), /v (B, M, G, Dv), each
+ * float32 or float64 (converted to float32 on read).
+ * Output file: /o (B, N, H, Dv) float32, /lse (B, H, N) float32, and root
+ * attributes: engine_version, schema_version, causal, scale, layout, ranks,
+ * block_q, block_kv, command_line, seq_q, seq_kv.
+ * Every function here is collective over comm. */
+
+/* Reads the shape of an input file, checking ranks and consistency. */
+ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape);
+
+/* Reads this rank's contiguous slices (ra_shard_range over N for q, over M
+ * for k and v) into caller-owned buffers; each rank reads only its own
+ * hyperslab, with collective transfers. */
+ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
+                            const ra_shape *shape,
+                            float *q, float *k, float *v);
+
+/* What an output file records besides the tensors. */
+typedef struct {
+    const ra_params *params;   /* the options of the run */
+    double scale;              /* the scale actually used */
+    int64_t block_q, block_kv; /* the tiles actually used */
+    const char *command_line;  /* as the user typed it */
+} ra_run_meta;
+
+/* Writes this rank's slices of /o (B, n, H, Dv) and /lse (B, H, n) into a
+ * temporary file in the destination directory, then, once every rank has
+ * closed it, renames it to path (fsync of file and directory). Refuses an
+ * existing path unless force; on any failure no file is left behind. */
+ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
+                              const ra_shape *shape, const ra_run_meta *meta,
+                              const float *o, const float *lse);
+
+/* Writes an input file of unit-normal random tensors of the given shape,
+ * float32 (f64 == 0) or float64, atomically as above. Element values depend
+ * only on (seed, tensor, index), never on the number of ranks. */
+ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
+                    const ra_shape *shape, int f64, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RINGATTN_H */
