@@ -93,8 +93,9 @@ typedef struct {
  * the first len % nranks ranks hold one extra token; ranks may be empty. */
 ra_range ra_shard_range(int64_t len, int rank, int nranks);
 
-/* Useful forward FLOPs of the whole problem: 4*B*H*D-weighted count of the
- * (query, key) pairs that are visible (all N*M, or the causal part). */
+/* Useful forward FLOPs: 2 * (D + Dv) * B * H times the number of visible
+ * (query, key) pairs (all N*M, or the causal part); 4*B*H*N*M*D when
+ * Dv == D and non-causal. */
 double ra_forward_flops(const ra_shape *shape, int causal);
 
 /* Ring attention forward on in-memory slices, collective over comm.

@@ -1,0 +1,88 @@
+/* kernel.h: the compute kernels behind ra_forward (internal contract).
+ *
+ * Pure functions: raw pointers, sizes and strides; no MPI, no HDF5, and no
+ * allocation inside a call (scratch comes from an ra_workspace made once).
+ * Shape letters as in ringattn.h; n is the local query count, m the key
+ * count of one K/V block.
+ */
+#ifndef RA_KERNEL_H
+#define RA_KERNEL_H
+
+#include <stdint.h>
+
+#include "ringattn.h"
+
+/* Which (query, key) pairs are visible. Positions are global token indices,
+ * strictly increasing along each local array, so a tile's first and last
+ * entries bound it. Query i sees key j when !causal or
+ * kpos[j] <= qpos[i] + diag, with diag = M - N (bottom-right aligned). */
+typedef struct {
+    int causal;
+    int64_t diag;
+    const int64_t *qpos; /* n */
+    const int64_t *kpos; /* m */
+} ra_mask;
+
+/* One call folds one K/V block into the running (o, lse) of all local
+ * queries. Strides are those of the (B, len, heads, dim) layouts. */
+typedef struct {
+    int64_t B, n, m, H, G, D, Dv;
+    float alpha;     /* scale * log2(e): scores are made in base 2 */
+    int64_t block_q, block_kv;
+    ra_mask mask;
+} ra_block;
+
+/* Scratch for every thread of a kernel call: one allocation. */
+typedef struct ra_workspace ra_workspace;
+
+/* Makes scratch for `threads` threads and tiles up to block_q x block_kv with
+ * value dim Dv; NULL when out of memory. */
+ra_workspace *ra_workspace_create(int threads, int64_t block_q,
+                                  int64_t block_kv, int64_t Dv);
+void ra_workspace_free(ra_workspace *ws);
+int ra_workspace_threads(const ra_workspace *ws);
+
+/* Called by thread 0 between tiles so that the caller can progress
+ * communication; may be NULL. */
+typedef void (*ra_progress_fn)(void *ctx);
+
+/* Sets o = 0 and lse = -inf: the empty partial that every merge starts from.
+ * o (B, n, H, Dv), lse (B, H, n). */
+void ra_state_reset(int64_t B, int64_t n, int64_t H, int64_t Dv,
+                    float *o, float *lse);
+
+/* Folds block k (B, m, G, D), v (B, m, G, Dv) into o (B, n, H, Dv) and
+ * lse (B, H, n) for queries q (B, n, H, D): an online softmax over the key
+ * tiles of the block gives a normalised partial per query tile, merged into
+ * (o, lse) with the LSE merge. Tiles whose keys are all masked are skipped. */
+void ra_kernel_forward_block(const ra_block *blk, const float *q,
+                             const float *k, const float *v, float *o,
+                             float *lse, ra_workspace *ws,
+                             ra_progress_fn progress, void *progress_ctx);
+
+/* The fp64 reference: plain softmax(s * q k^T) v with the same visibility,
+ * materialising one query row of scores at a time (scores has m entries).
+ * q (nq, D) with row stride ldq, k (m, D) stride ldk, v (m, Dv) stride ldv,
+ * o (nq, Dv) stride ldo, lse (nq). Used by tests and `ringattn verify`. */
+void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
+                       double scale, const ra_mask *mask,
+                       const double *q, int64_t ldq, const double *k,
+                       int64_t ldk, const double *v, int64_t ldv, double *o,
+                       int64_t ldo, double *lse, double *scores);
+
+/* Vectorised base-2 exponentials for the softmax pass:
+ * x[j] = 2^(x[j] - shift) for j < len, returning the sum of the results.
+ * Inputs of -inf give 0. Picks AVX2/FMA at run time when the CPU has it. */
+float ra_exp2_shift_sum(float *x, int64_t len, float shift);
+
+/* The portable path of ra_exp2_shift_sum, exposed for tests. */
+float ra_exp2_shift_sum_scalar(float *x, int64_t len, float shift);
+
+/* The largest of x[0..len), -inf for len 0; same dispatch as above. */
+float ra_max(const float *x, int64_t len);
+float ra_max_scalar(const float *x, int64_t len);
+
+/* Name of the exp path in use: "avx2-fma" or "scalar" (RA_EXP=scalar forces the latter). */
+const char *ra_exp2_impl(void);
+
+#endif /* RA_KERNEL_H */

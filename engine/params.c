@@ -1,0 +1,97 @@
+/* params.c: shapes, options and their defaults: the one home of every knob
+ * that the command line and the API share. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+void ra_params_default(ra_params *params)
+{
+    memset(params, 0, sizeof *params);
+    params->causal = 0;
+    params->scale = NAN;
+    params->block_q = 0;
+    params->block_kv = 0;
+    params->layout = RA_LAYOUT_CONTIGUOUS;
+    params->threads = 0;
+}
+
+double ra_params_scale(const ra_params *params, const ra_shape *shape)
+{
+    if (isnan(params->scale))
+        return 1.0 / sqrt((double)shape->D);
+    return params->scale;
+}
+
+/* Default tiles, from measurements on AVX2 cores (docs/PERFORMANCE.md):
+ * 128 query rows; 256 keys for D <= 64, 512 beyond, where the longer
+ * inner GEMM dimension pays for the bigger score tile. */
+void ra_params_tiles(const ra_params *params, const ra_shape *shape,
+                     int64_t *block_q, int64_t *block_kv)
+{
+    *block_q = params->block_q > 0 ? params->block_q : 128;
+    *block_kv = params->block_kv > 0 ? params->block_kv
+                                     : (shape->D <= 64 ? 256 : 512);
+}
+
+const char *ra_layout_name(ra_layout layout)
+{
+    switch (layout) {
+    case RA_LAYOUT_CONTIGUOUS: return "contiguous";
+    }
+    return "unknown";
+}
+
+ra_status ra_layout_parse(const char *name, ra_layout *out)
+{
+    if (strcmp(name, "contiguous") == 0) {
+        *out = RA_LAYOUT_CONTIGUOUS;
+        return RA_OK;
+    }
+    return ra_error_set(RA_ERR_ARG, "unknown layout '%s' (expected contiguous)",
+                        name);
+}
+
+ra_status ra_shape_check(const ra_shape *s)
+{
+    const int64_t v[7] = {s->B, s->N, s->M, s->H, s->G, s->D, s->Dv};
+    const char *names[7] = {"B", "N", "M", "H", "G", "D", "Dv"};
+    for (int i = 0; i < 7; i++)
+        if (v[i] < 1)
+            return ra_error_set(RA_ERR_ARG, "shape: %s must be >= 1, got %lld",
+                                names[i], (long long)v[i]);
+    if (s->H % s->G != 0)
+        return ra_error_set(RA_ERR_ARG,
+                            "shape: kv heads G=%lld must divide heads H=%lld",
+                            (long long)s->G, (long long)s->H);
+    /* Every tensor's byte count must fit in int64. */
+    int64_t q = ra_mul_checked(ra_mul_checked(s->B, s->N),
+                               ra_mul_checked(s->H, ra_mul_checked(s->D, 8)));
+    int64_t o = ra_mul_checked(ra_mul_checked(s->B, s->N),
+                               ra_mul_checked(s->H, ra_mul_checked(s->Dv, 8)));
+    int64_t kv = ra_mul_checked(ra_mul_checked(s->B, s->M),
+                                ra_mul_checked(s->G, ra_mul_checked(
+                                                         s->D + s->Dv, 8)));
+    if (q < 0 || o < 0 || kv < 0)
+        return ra_error_set(RA_ERR_ARG, "shape: tensor sizes overflow 64 bits");
+    return RA_OK;
+}
+
+/* Visible (query, key) pairs of one (batch, head). */
+static double visible_pairs(int64_t N, int64_t M, int causal)
+{
+    if (!causal)
+        return (double)N * (double)M;
+    double pairs = 0.0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t seen = i + (M - N) + 1;
+        pairs += (double)(seen < 0 ? 0 : (seen > M ? M : seen));
+    }
+    return pairs;
+}
+
+double ra_forward_flops(const ra_shape *s, int causal)
+{
+    return 2.0 * (double)(s->D + s->Dv) * (double)s->B * (double)s->H *
+           visible_pairs(s->N, s->M, causal);
+}

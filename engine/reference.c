@@ -1,0 +1,52 @@
+/* reference.c: the naive fp64 attention that everything is checked against.
+ * Written for clarity, not speed: one query row at a time, every score
+ * materialised, exp and log from libm. */
+#include <math.h>
+
+#include "kernel.h"
+
+static int64_t pos_at(const int64_t *pos, int64_t i) { return pos ? pos[i] : i; }
+
+void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
+                       double scale, const ra_mask *mask, const double *q,
+                       int64_t ldq, const double *k, int64_t ldk,
+                       const double *v, int64_t ldv, double *o, int64_t ldo,
+                       double *lse, double *scores)
+{
+    for (int64_t i = 0; i < nq; i++) {
+        const double *qi = q + i * ldq;
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < m; j++) {
+            int visible = !mask || !mask->causal ||
+                          pos_at(mask->kpos, j) <=
+                              pos_at(mask->qpos, i) + mask->diag;
+            double s = -INFINITY;
+            if (visible) {
+                s = 0.0;
+                for (int64_t d = 0; d < D; d++)
+                    s += qi[d] * k[j * ldk + d];
+                s *= scale;
+            }
+            scores[j] = s;
+            if (s > mx)
+                mx = s;
+        }
+        double *oi = o + i * ldo;
+        for (int64_t d = 0; d < Dv; d++)
+            oi[d] = 0.0;
+        if (mx == -INFINITY) { /* sees no key: o = 0, lse = -inf */
+            lse[i] = -INFINITY;
+            continue;
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < m; j++) {
+            double p = exp(scores[j] - mx);
+            sum += p;
+            for (int64_t d = 0; d < Dv; d++)
+                oi[d] += p * v[j * ldv + d];
+        }
+        for (int64_t d = 0; d < Dv; d++)
+            oi[d] /= sum;
+        lse[i] = mx + log(sum);
+    }
+}

@@ -1,0 +1,173 @@
+/* vexp.c: 2^x for the softmax pass, AVX2/FMA with a portable fallback.
+ *
+ * Range reduction x = n + f with n = round(x), f in [-1/2, 1/2]; 2^f is the
+ * degree-7 Taylor polynomial of exp(f ln 2) (truncation below 1e-8 relative,
+ * so rounding dominates: about 1 ulp), 2^n goes straight into the exponent
+ * bits. Arguments below -126 (including -inf) give 0: the softmax only ever
+ * exponentiates x - max <= 0, where such terms are below fp32 resolution. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define RA_HAVE_X86 1
+#endif
+
+/* ln(2)^k / k! for k = 1..7 */
+#define C1 0.693147180559945309f
+#define C2 0.240226506959100712f
+#define C3 0.0555041086648215800f
+#define C4 0.00961812910762847716f
+#define C5 0.00133335581464284434f
+#define C6 0.000154035303933816099f
+#define C7 0.0000152527338040598403f
+
+static inline float exp2_one(float x)
+{
+    if (!(x >= -126.0f))
+        return 0.0f;
+    float n = nearbyintf(x);
+    float f = x - n;
+    float p = C7;
+    p = fmaf(p, f, C6);
+    p = fmaf(p, f, C5);
+    p = fmaf(p, f, C4);
+    p = fmaf(p, f, C3);
+    p = fmaf(p, f, C2);
+    p = fmaf(p, f, C1);
+    p = fmaf(p, f, 1.0f);
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return p * two_n;
+}
+
+float ra_exp2_shift_sum_scalar(float *x, int64_t len, float shift)
+{
+    float sum = 0.0f;
+    for (int64_t j = 0; j < len; j++) {
+        x[j] = exp2_one(x[j] - shift);
+        sum += x[j];
+    }
+    return sum;
+}
+
+#ifdef RA_HAVE_X86
+__attribute__((target("avx2,fma")))
+static float exp2_shift_sum_avx2(float *x, int64_t len, float shift)
+{
+    const __m256 vshift = _mm256_set1_ps(shift);
+    const __m256 lo = _mm256_set1_ps(-126.0f);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8) {
+        __m256 t = _mm256_sub_ps(_mm256_loadu_ps(x + j), vshift);
+        __m256 keep = _mm256_cmp_ps(t, lo, _CMP_GE_OQ); /* false for -inf */
+        t = _mm256_max_ps(t, lo);
+        __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT |
+                                          _MM_FROUND_NO_EXC);
+        __m256 f = _mm256_sub_ps(t, n);
+        __m256 p = _mm256_set1_ps(C7);
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C6));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C5));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C4));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C3));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C2));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C1));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+        __m256i e = _mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+            23);
+        __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+        r = _mm256_and_ps(r, keep);
+        _mm256_storeu_ps(x + j, r);
+        acc = _mm256_add_ps(acc, r);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
+                ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    return sum + ra_exp2_shift_sum_scalar(x + j, len - j, shift);
+}
+#endif
+
+float ra_max_scalar(const float *x, int64_t len)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+#ifdef RA_HAVE_X86
+__attribute__((target("avx2,fma")))
+static float max_avx2(const float *x, int64_t len)
+{
+    __m256 acc = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8)
+        acc = _mm256_max_ps(acc, _mm256_loadu_ps(x + j));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    float mx = ra_max_scalar(x + j, len - j);
+    for (int i = 0; i < 8; i++)
+        mx = lanes[i] > mx ? lanes[i] : mx;
+    return mx;
+}
+#endif
+
+typedef float (*exp2_fn)(float *, int64_t, float);
+typedef float (*max_fn)(const float *, int64_t);
+
+/* The table of paths, picked once: AVX2/FMA when the CPU has both, unless
+ * the environment sets RA_EXP=scalar (to test or compare the fallback). */
+typedef struct {
+    const char *name;
+    exp2_fn exp2;
+    max_fn max;
+} vec_impl;
+
+static const vec_impl scalar_impl = {"scalar", ra_exp2_shift_sum_scalar,
+                                     ra_max_scalar};
+#ifdef RA_HAVE_X86
+static const vec_impl avx2_impl = {"avx2-fma", exp2_shift_sum_avx2, max_avx2};
+#endif
+
+static const vec_impl *pick_impl(void)
+{
+    const char *env = getenv("RA_EXP");
+    if (env && strcmp(env, "scalar") == 0)
+        return &scalar_impl;
+#ifdef RA_HAVE_X86
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return &avx2_impl;
+#endif
+    return &scalar_impl;
+}
+
+static const vec_impl *active;
+
+static const vec_impl *impl(void)
+{
+    /* Every thread computes the same answer, so a racing first call only
+     * stores the same pointer twice. */
+    const vec_impl *p = __atomic_load_n(&active, __ATOMIC_ACQUIRE);
+    if (!p) {
+        p = pick_impl();
+        __atomic_store_n(&active, p, __ATOMIC_RELEASE);
+    }
+    return p;
+}
+
+float ra_exp2_shift_sum(float *x, int64_t len, float shift)
+{
+    return impl()->exp2(x, len, shift);
+}
+
+float ra_max(const float *x, int64_t len) { return impl()->max(x, len); }
+
+const char *ra_exp2_impl(void) { return impl()->name; }

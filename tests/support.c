@@ -1,0 +1,138 @@
+/* support.c: shared test helpers. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "support.h"
+
+void problem_make(problem *p, const ra_shape *s, uint64_t seed)
+{
+    p->s = *s;
+    size_t nq = (size_t)(s->B * s->N * s->H * s->D);
+    size_t nk = (size_t)(s->B * s->M * s->G * s->D);
+    size_t nv = (size_t)(s->B * s->M * s->G * s->Dv);
+    p->q = malloc(nq * sizeof(float) + 4);
+    p->k = malloc(nk * sizeof(float) + 4);
+    p->v = malloc(nv * sizeof(float) + 4);
+    ra_random_normal(seed, 0, 0, (int64_t)nq, p->q);
+    ra_random_normal(seed, 1, 0, (int64_t)nk, p->k);
+    ra_random_normal(seed, 2, 0, (int64_t)nv, p->v);
+}
+
+void problem_free(problem *p)
+{
+    free(p->q);
+    free(p->k);
+    free(p->v);
+}
+
+check_result check_rows(const problem *p, int causal, double scale,
+                        int64_t n0, int64_t n, const float *o,
+                        const float *lse)
+{
+    const ra_shape *s = &p->s;
+    check_result c = {0};
+    double *qd = malloc(sizeof(double) * (size_t)(s->D + 1));
+    double *kd = malloc(sizeof(double) * (size_t)(s->M * s->D + 1));
+    double *vd = malloc(sizeof(double) * (size_t)(s->M * s->Dv + 1));
+    double *od = malloc(sizeof(double) * (size_t)(s->Dv + 1));
+    double *sc = malloc(sizeof(double) * (size_t)(s->M + 1));
+    int64_t *kpos = malloc(sizeof(int64_t) * (size_t)(s->M + 1));
+    for (int64_t j = 0; j < s->M; j++)
+        kpos[j] = j;
+    double num = 0.0, den = 0.0;
+    for (int64_t b = 0; b < s->B; b++) {
+        for (int64_t h = 0; h < s->H; h++) {
+            int64_t g = h / (s->H / s->G);
+            for (int64_t j = 0; j < s->M; j++) {
+                for (int64_t d = 0; d < s->D; d++)
+                    kd[j * s->D + d] = p->k[((b * s->M + j) * s->G + g) * s->D + d];
+                for (int64_t d = 0; d < s->Dv; d++)
+                    vd[j * s->Dv + d] = p->v[((b * s->M + j) * s->G + g) * s->Dv + d];
+            }
+            for (int64_t i = 0; i < n; i++) {
+                int64_t gi = n0 + i;
+                for (int64_t d = 0; d < s->D; d++)
+                    qd[d] = p->q[((b * s->N + gi) * s->H + h) * s->D + d];
+                ra_mask mk = {.causal = causal, .diag = s->M - s->N,
+                              .qpos = &gi, .kpos = kpos};
+                double ld;
+                ra_reference_rows(1, s->M, s->D, s->Dv, scale, &mk, qd, s->D,
+                                  kd, s->D, vd, s->Dv, od, s->Dv, &ld, sc);
+                const float *oi = o + ((b * n + i) * s->H + h) * s->Dv;
+                float li = lse[(b * s->H + h) * n + i];
+                for (int64_t d = 0; d < s->Dv; d++) {
+                    double e = fabs((double)oi[d] - od[d]);
+                    if (isnan(oi[d]))
+                        c.bad_inf++;
+                    num += e * e;
+                    den += od[d] * od[d];
+                    if (e > c.max_abs_o)
+                        c.max_abs_o = e;
+                }
+                if (isinf(ld) || isinf(li) || isnan(li)) {
+                    if (!(isinf(ld) && isinf(li) && li < 0))
+                        c.bad_inf++;
+                } else {
+                    double e = fabs((double)li - ld) / fmax(1.0, fabs(ld));
+                    if (e > c.max_lse)
+                        c.max_lse = e;
+                }
+                c.rows++;
+            }
+        }
+    }
+    /* Reported as a relative error when the reference has any mass. */
+    c.err2 = num;
+    c.ref2 = den;
+    c.rel_o = den > 0.0 ? sqrt(num / den) : sqrt(num);
+    free(qd);
+    free(kd);
+    free(vd);
+    free(od);
+    free(sc);
+    free(kpos);
+    return c;
+}
+
+static double rel_of(double err2, double ref2)
+{
+    return ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2);
+}
+
+void check_merge(check_result *a, const check_result *b)
+{
+    a->err2 += b->err2;
+    a->ref2 += b->ref2;
+    a->rel_o = rel_of(a->err2, a->ref2);
+    a->max_abs_o = fmax(a->max_abs_o, b->max_abs_o);
+    a->max_lse = fmax(a->max_lse, b->max_lse);
+    a->bad_inf += b->bad_inf;
+    a->rows += b->rows;
+}
+
+int check_ok(const check_result *c)
+{
+    return c->rel_o < 1e-5 && c->max_lse < 1e-5 && c->bad_inf == 0;
+}
+
+check_result check_allreduce(MPI_Comm comm, const check_result *c)
+{
+    double sums[2] = {c->err2, c->ref2}, maxs[2] = {c->max_abs_o, c->max_lse};
+    int64_t counts[2] = {c->bad_inf, c->rows};
+    check_result g = {0};
+    double gs[2], gm[2];
+    int64_t gc[2];
+    MPI_Allreduce(sums, gs, 2, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Allreduce(maxs, gm, 2, MPI_DOUBLE, MPI_MAX, comm);
+    MPI_Allreduce(counts, gc, 2, MPI_INT64_T, MPI_SUM, comm);
+    g.err2 = gs[0];
+    g.ref2 = gs[1];
+    g.rel_o = rel_of(gs[0], gs[1]);
+    g.max_abs_o = gm[0];
+    g.max_lse = gm[1];
+    g.bad_inf = gc[0];
+    g.rows = gc[1];
+    return g;
+}

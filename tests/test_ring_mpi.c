@@ -1,0 +1,166 @@
+/* test_ring_mpi.c: ra_forward over P ranks against the fp64 reference.
+ * Run by ctest under mpiexec at P = 1..4. Every rank builds the same full
+ * problem from the seed, passes its slice, and checks its own rows; the
+ * verdict is reduced over the communicator before cmocka asserts, so every
+ * rank passes or fails together. Only rank 0 prints. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support.h"
+
+static int rank, nranks;
+
+/* Runs one case; returns the global check result. */
+static check_result run_case(const ra_shape *s, int causal, uint64_t seed,
+                             int64_t block_q, int64_t block_kv, int threads)
+{
+    problem p;
+    problem_make(&p, s, seed);
+    ra_range qr = ra_shard_range(s->N, rank, nranks);
+    ra_range kr = ra_shard_range(s->M, rank, nranks);
+    float *o = malloc(sizeof(float) * (size_t)(s->B * qr.count * s->H * s->Dv + 1));
+    float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * qr.count + 1));
+    float *q = malloc(sizeof(float) * (size_t)(s->B * qr.count * s->H * s->D + 1));
+    float *k = malloc(sizeof(float) * (size_t)(s->B * kr.count * s->G * s->D + 1));
+    float *v = malloc(sizeof(float) * (size_t)(s->B * kr.count * s->G * s->Dv + 1));
+    /* this rank's slices of the full tensors */
+    for (int64_t b = 0; b < s->B; b++) {
+        memcpy(q + b * qr.count * s->H * s->D,
+               p.q + (b * s->N + qr.start) * s->H * s->D,
+               sizeof(float) * (size_t)(qr.count * s->H * s->D));
+        memcpy(k + b * kr.count * s->G * s->D,
+               p.k + (b * s->M + kr.start) * s->G * s->D,
+               sizeof(float) * (size_t)(kr.count * s->G * s->D));
+        memcpy(v + b * kr.count * s->G * s->Dv,
+               p.v + (b * s->M + kr.start) * s->G * s->Dv,
+               sizeof(float) * (size_t)(kr.count * s->G * s->Dv));
+    }
+    ra_params prm;
+    ra_params_default(&prm);
+    prm.causal = causal;
+    prm.block_q = block_q;
+    prm.block_kv = block_kv;
+    prm.threads = threads;
+    ra_status st = ra_forward(MPI_COMM_WORLD, s, &prm, q, k, v, o, lse);
+    check_result c = {0};
+    if (st == RA_OK)
+        c = check_rows(&p, causal, ra_params_scale(&prm, s), qr.start,
+                       qr.count, o, lse);
+    else
+        c.bad_inf = 1;
+    check_result g = check_allreduce(MPI_COMM_WORLD, &c);
+    if (rank == 0)
+        printf("# P=%d B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld "
+               "causal=%d bq=%lld bkv=%lld threads=%d  rel_o=%.3e "
+               "lse=%.3e bad=%lld rows=%lld %s\n",
+               nranks, (long long)s->B, (long long)s->N, (long long)s->M,
+               (long long)s->H, (long long)s->G, (long long)s->D,
+               (long long)s->Dv, causal, (long long)block_q,
+               (long long)block_kv, threads, g.rel_o, g.max_lse,
+               (long long)g.bad_inf, (long long)g.rows,
+               check_ok(&g) ? "PASS" : "FAIL");
+    free(o);
+    free(lse);
+    free(q);
+    free(k);
+    free(v);
+    problem_free(&p);
+    return g;
+}
+
+static void expect_ok(ra_shape s, int causal, uint64_t seed)
+{
+    check_result g = run_case(&s, causal, seed, 0, 0, 1);
+    assert_true(g.rows == s.B * s.H * s.N);
+    assert_true(check_ok(&g));
+}
+
+static void test_long_self(void **state)
+{
+    (void)state;
+    ra_shape s = {1, 3816, 3816, 2, 1, 64, 64};
+    expect_ok(s, 0, 11);
+    expect_ok(s, 1, 12);
+}
+
+static void test_cross_gqa(void **state)
+{
+    (void)state;
+    ra_shape s = {1, 1001, 777, 8, 2, 64, 64};
+    expect_ok(s, 0, 21);
+    expect_ok(s, 1, 22);
+}
+
+static void test_d128(void **state)
+{
+    (void)state;
+    ra_shape s = {2, 1000, 1000, 2, 2, 128, 128};
+    expect_ok(s, 0, 31);
+    expect_ok(s, 1, 32);
+}
+
+static void test_fewer_tokens_than_ranks(void **state)
+{
+    (void)state;
+    ra_shape tiny = {2, 3, 2, 2, 1, 8, 8};
+    expect_ok(tiny, 0, 41);
+    expect_ok(tiny, 1, 42);
+    ra_shape one = {1, 1, 1, 1, 1, 1, 1};
+    expect_ok(one, 0, 43);
+    expect_ok(one, 1, 44);
+}
+
+static void test_cross_lengths_causal(void **state)
+{
+    (void)state;
+    /* M > N: bottom-right aligned, every query sees a prefix of keys. */
+    ra_shape wide = {1, 7, 1001, 4, 2, 80, 48};
+    expect_ok(wide, 1, 51);
+    /* N > M: the first N - M queries see no key: o = 0, lse = -inf. */
+    ra_shape tall = {1, 1001, 7, 4, 4, 8, 8};
+    expect_ok(tall, 1, 52);
+}
+
+static void test_odd_tiles_and_threads(void **state)
+{
+    (void)state;
+    ra_shape s = {1, 1001, 1001, 3, 1, 64, 32};
+    for (int threads = 1; threads <= 2; threads++) {
+        check_result g = run_case(&s, 1, 61, 7, 33, threads);
+        assert_true(check_ok(&g));
+        g = run_case(&s, 0, 62, 1, 1, threads);
+        assert_true(check_ok(&g));
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_long_self),
+        cmocka_unit_test(test_cross_gqa),
+        cmocka_unit_test(test_d128),
+        cmocka_unit_test(test_fewer_tokens_than_ranks),
+        cmocka_unit_test(test_cross_lengths_causal),
+        cmocka_unit_test(test_odd_tiles_and_threads),
+    };
+    /* The verdicts are reduced, so rank 0's report speaks for every rank. */
+    if (rank != 0) {
+        if (!freopen("/dev/null", "w", stdout) ||
+            !freopen("/dev/null", "w", stderr))
+            MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
