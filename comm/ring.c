@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <omp.h>
-
 #include "internal.h"
 #include "kernel.h"
 
@@ -87,8 +85,7 @@ ra_status ra_forward_timed(MPI_Comm user_comm, const ra_shape *shape,
 
     int64_t bq, bkv;
     ra_params_tiles(params, shape, &bq, &bkv);
-    const int threads = params->threads > 0 ? params->threads
-                                            : omp_get_max_threads();
+    const int threads = ra_params_threads(params);
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     /* Only the thread that called MPI may poll, and only if MPI allows it

@@ -22,4 +22,7 @@ int64_t ra_mul_checked(int64_t a, int64_t b);
 void ra_random_normal(uint64_t seed, uint64_t stream, uint64_t first,
                       int64_t count, float *out);
 
+/* 64 uniform random bits that depend only on (seed, stream, index). */
+uint64_t ra_random_u64(uint64_t seed, uint64_t stream, uint64_t index);
+
 #endif /* RA_INTERNAL_H */

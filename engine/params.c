@@ -1,7 +1,10 @@
 /* params.c: shapes, options and their defaults: the one home of every knob
  * that the command line and the API share. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <omp.h>
 
 #include "internal.h"
 
@@ -32,6 +35,15 @@ void ra_params_tiles(const ra_params *params, const ra_shape *shape,
     *block_q = params->block_q > 0 ? params->block_q : 128;
     *block_kv = params->block_kv > 0 ? params->block_kv
                                      : (shape->D <= 64 ? 256 : 512);
+}
+
+int ra_params_threads(const ra_params *params)
+{
+    if (params->threads > 0)
+        return params->threads;
+    /* One thread per rank unless the user asked for more: MPI launchers
+     * usually place one rank per core already. */
+    return getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
 }
 
 const char *ra_layout_name(ra_layout layout)

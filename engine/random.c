@@ -21,6 +21,12 @@ static double unit_open(uint64_t bits)
     return ((double)(bits >> 11) + 1.0) * 0x1.0p-53;
 }
 
+uint64_t ra_random_u64(uint64_t seed, uint64_t stream, uint64_t index)
+{
+    return mix64(mix64(seed ^ mix64(stream + 0x632be59bd9b4e019ull)) ^
+                 mix64(index));
+}
+
 void ra_random_normal(uint64_t seed, uint64_t stream, uint64_t first,
                       int64_t count, float *out)
 {

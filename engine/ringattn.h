@@ -70,7 +70,8 @@ typedef struct {
     int64_t block_q;   /* query tile rows; 0 picks a default per D */
     int64_t block_kv;  /* key tile rows; 0 picks a default per D */
     ra_layout layout;
-    int threads;       /* OpenMP threads per rank; 0 uses OMP_NUM_THREADS */
+    int threads;       /* OpenMP threads per rank; 0: OMP_NUM_THREADS if
+                          set, else 1 (MPI usually runs a rank per core) */
 } ra_params;
 
 /* Fills the defaults: non-causal, scale 1/sqrt(D), automatic tiles,
@@ -83,6 +84,9 @@ double ra_params_scale(const ra_params *params, const ra_shape *shape);
 /* The tile sizes actually used for a shape (defaults resolved). */
 void ra_params_tiles(const ra_params *params, const ra_shape *shape,
                      int64_t *block_q, int64_t *block_kv);
+
+/* The threads per rank actually used (0 resolved as above). */
+int ra_params_threads(const ra_params *params);
 
 /* One rank's part of the sequence axis: [start, start + count). */
 typedef struct {
@@ -169,7 +173,8 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
 
 /* Writes an input file of unit-normal random tensors of the given shape,
  * float32 (f64 == 0) or float64, atomically as above. Element values depend
- * only on (seed, tensor, index), never on the number of ranks. */
+ * only on (seed, tensor, index), never on the number of ranks; they are
+ * drawn in fp32, so a float64 file holds the same values widened. */
 ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
                     const ra_shape *shape, int f64, uint64_t seed);
 

@@ -1,0 +1,261 @@
+/* h5util.c: error silencing, rank agreement, property lists, and the checks
+ * and selections every reader and writer of io/ shares. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "h5util.h"
+#include "internal.h"
+
+void h5io_quiet_begin(h5io_quiet *saved)
+{
+    if (H5Eget_auto2(H5E_DEFAULT, &saved->func, &saved->data) < 0) {
+        saved->func = NULL;
+        saved->data = NULL;
+    }
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+void h5io_quiet_end(const h5io_quiet *saved)
+{
+    H5Eset_auto2(H5E_DEFAULT, saved->func, saved->data);
+}
+
+ra_status h5io_agree(MPI_Comm comm, ra_status st)
+{
+    int rank, nranks, first;
+    struct {
+        int status;
+        char message[512];
+    } verdict;
+
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "MPI_Comm_rank/size failed");
+    first = st != RA_OK ? rank : nranks;
+    if (MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm) !=
+        MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "MPI_Allreduce of a status failed");
+    if (first == nranks)
+        return RA_OK;
+
+    memset(&verdict, 0, sizeof verdict);
+    if (rank == first) {
+        verdict.status = (int)st;
+        snprintf(verdict.message, sizeof verdict.message, "%s",
+                 ra_error_message());
+    }
+    if (MPI_Bcast(&verdict, (int)sizeof verdict, MPI_BYTE, first, comm) !=
+        MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "MPI_Bcast of an error failed");
+    if (rank == first)
+        return st;
+    return ra_error_set((ra_status)verdict.status, "%s", verdict.message);
+}
+
+hid_t h5io_fapl_mpio(MPI_Comm comm)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0)
+        return H5I_INVALID_HID;
+    if (H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0) {
+        H5Pclose(fapl);
+        return H5I_INVALID_HID;
+    }
+    return fapl;
+}
+
+hid_t h5io_dxpl_collective(void)
+{
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    if (dxpl < 0)
+        return H5I_INVALID_HID;
+    if (H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0) {
+        H5Pclose(dxpl);
+        return H5I_INVALID_HID;
+    }
+    return dxpl;
+}
+
+ra_status h5io_file_open(const char *path, hid_t fapl, hid_t *file)
+{
+    *file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (*file >= 0)
+        return RA_OK;
+    if (access(path, R_OK) != 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: cannot open: %s", path,
+                            strerror(errno));
+    return ra_error_set(RA_ERR_INPUT,
+                        "%s: cannot open as HDF5 (not an HDF5 file?)", path);
+}
+
+/* The axis letters of the datasets ringattn knows, for messages. */
+static const char *const *dset_axes(const char *name, int rank)
+{
+    static const char *const q[] = {"B", "N", "H", "D"};
+    static const char *const k[] = {"B", "M", "G", "D"};
+    static const char *const v[] = {"B", "M", "G", "Dv"};
+    static const char *const o[] = {"B", "N", "H", "Dv"};
+    static const char *const lse[] = {"B", "H", "N"};
+    static const char *const any[] = {"d0", "d1", "d2", "d3", "d4", "d5"};
+
+    if (rank == 4 && strcmp(name, "/q") == 0) return q;
+    if (rank == 4 && strcmp(name, "/k") == 0) return k;
+    if (rank == 4 && strcmp(name, "/v") == 0) return v;
+    if (rank == 4 && strcmp(name, "/o") == 0) return o;
+    if (rank == 3 && strcmp(name, "/lse") == 0) return lse;
+    return any;
+}
+
+ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
+                         int rank, hsize_t *dims, hid_t *dset)
+{
+    ra_status st = RA_OK;
+    hid_t id = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    hid_t type = H5I_INVALID_HID;
+    const char *const *axes = dset_axes(name, rank);
+    char legend[64] = "(", tname[32];
+    htri_t exists;
+    int found;
+
+    for (int i = 0; i < rank; i++) {
+        size_t used = strlen(legend);
+        snprintf(legend + used, sizeof legend - used, "%s%s",
+                 i ? ", " : "", axes[i]);
+    }
+    strncat(legend, ")", sizeof legend - strlen(legend) - 1);
+
+    exists = H5Lexists(file, name, H5P_DEFAULT);
+    if (exists <= 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: not found "
+                          "(expected %s)", path, name, legend);
+        goto cleanup;
+    }
+    if ((id = H5Dopen2(file, name, H5P_DEFAULT)) < 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: %s: exists but is not a "
+                          "readable dataset", path, name);
+        goto cleanup;
+    }
+    if ((space = H5Dget_space(id)) < 0 || (type = H5Dget_type(id)) < 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: cannot read its "
+                          "dataspace or datatype", path, name);
+        goto cleanup;
+    }
+    found = H5Sget_simple_extent_ndims(space);
+    if (found != rank) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: expected rank %d %s, "
+                          "found rank %d", path, name, rank, legend, found);
+        goto cleanup;
+    }
+    if (H5Sget_simple_extent_dims(space, dims, NULL) < 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: cannot read its "
+                          "sizes", path, name);
+        goto cleanup;
+    }
+    if (H5Tget_class(type) != H5T_FLOAT ||
+        (H5Tget_size(type) != 4 && H5Tget_size(type) != 8)) {
+        h5io_type_name(type, tname, sizeof tname);
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: expected float32 or "
+                          "float64, found %s", path, name, tname);
+        goto cleanup;
+    }
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] == 0 || dims[i] > (hsize_t)INT64_MAX) {
+            st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: size %s = %llu; "
+                              "every size must be positive and fit in int64",
+                              path, name, axes[i],
+                              (unsigned long long)dims[i]);
+            goto cleanup;
+        }
+    }
+    if (dset) {
+        *dset = id;
+        id = H5I_INVALID_HID;
+    }
+
+cleanup:
+    if (type >= 0) H5Tclose(type);
+    if (space >= 0) H5Sclose(space);
+    if (id >= 0) H5Dclose(id);
+    return st;
+}
+
+void h5io_dims_format(const hsize_t *dims, int rank, char *buf, size_t len)
+{
+    size_t used;
+
+    snprintf(buf, len, "(");
+    for (int i = 0; i < rank; i++) {
+        used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%llu", i ? ", " : "",
+                 (unsigned long long)dims[i]);
+    }
+    used = strlen(buf);
+    snprintf(buf + used, len - used, rank == 1 ? ",)" : ")");
+}
+
+void h5io_type_name(hid_t type, char *buf, size_t len)
+{
+    size_t bits = H5Tget_size(type) * 8;
+
+    switch (H5Tget_class(type)) {
+    case H5T_FLOAT:
+        snprintf(buf, len, "float%zu", bits);
+        break;
+    case H5T_INTEGER:
+        snprintf(buf, len, "%sint%zu",
+                 H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "", bits);
+        break;
+    case H5T_STRING: snprintf(buf, len, "string"); break;
+    case H5T_BITFIELD: snprintf(buf, len, "bitfield"); break;
+    case H5T_OPAQUE: snprintf(buf, len, "opaque"); break;
+    case H5T_COMPOUND: snprintf(buf, len, "compound"); break;
+    case H5T_REFERENCE: snprintf(buf, len, "reference"); break;
+    case H5T_ENUM: snprintf(buf, len, "enum"); break;
+    case H5T_VLEN: snprintf(buf, len, "vlen"); break;
+    case H5T_ARRAY: snprintf(buf, len, "array"); break;
+    case H5T_TIME: snprintf(buf, len, "time"); break;
+    default: snprintf(buf, len, "unknown type"); break;
+    }
+}
+
+ra_status h5io_slab_select(const char *path, const char *name, hid_t fspace,
+                           int rank, const hsize_t *dims, int axis,
+                           ra_range rows, hid_t *mspace)
+{
+    hsize_t start[H5S_MAX_RANK], count[H5S_MAX_RANK];
+    static const hsize_t one = 1;
+    herr_t err;
+
+    *mspace = H5I_INVALID_HID;
+    if (rows.count == 0) {
+        *mspace = H5Screate_simple(1, &one, NULL);
+        err = *mspace < 0 ? -1 : H5Sselect_none(*mspace);
+        if (err >= 0)
+            err = H5Sselect_none(fspace);
+    } else {
+        for (int i = 0; i < rank; i++) {
+            start[i] = 0;
+            count[i] = dims[i];
+        }
+        start[axis] = (hsize_t)rows.start;
+        count[axis] = (hsize_t)rows.count;
+        err = H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count,
+                                  NULL);
+        if (err >= 0)
+            *mspace = H5Screate_simple(rank, count, NULL);
+        if (*mspace < 0)
+            err = -1;
+    }
+    if (err < 0) {
+        if (*mspace >= 0)
+            H5Sclose(*mspace);
+        *mspace = H5I_INVALID_HID;
+        return ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select rows "
+                            "[%lld, %lld)", path, name, (long long)rows.start,
+                            (long long)(rows.start + rows.count));
+    }
+    return RA_OK;
+}

@@ -1,0 +1,408 @@
+/* inspect.c: single-rank reading of ringattn files for the verify and info
+ * subcommands: boxes of a dataset as double, the run attributes, and a
+ * listing. Default (sec2) driver, independent I/O, never collective. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "h5io.h"
+#include "h5util.h"
+#include "internal.h"
+
+/* Reads the box start[i] .. start[i] + count[i] on the first nfixed axes,
+ * and the whole of the others, of dataset name (rank dimensions) into out
+ * as double, row-major. RA_ERR_ARG when the box sticks out of the dataset. */
+static ra_status box_read(const char *path, const char *name, int rank,
+                          int nfixed, const int64_t *start,
+                          const int64_t *count, double *out)
+{
+    hid_t file = H5I_INVALID_HID, dset = H5I_INVALID_HID;
+    hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
+    hsize_t dims[4], fstart[4], fcount[4];
+    h5io_quiet quiet;
+    ra_status st;
+    int empty = 0;
+
+    h5io_quiet_begin(&quiet);
+    if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
+        (st = h5io_dset_open(file, path, name, rank, dims, &dset)) != RA_OK)
+        goto cleanup;
+    for (int i = 0; i < rank; i++) {
+        fstart[i] = i < nfixed ? (hsize_t)start[i] : 0;
+        fcount[i] = i < nfixed ? (hsize_t)count[i] : dims[i];
+        if (i < nfixed && (start[i] < 0 || count[i] < 0 ||
+                           fstart[i] > dims[i] ||
+                           fcount[i] > dims[i] - fstart[i])) {
+            st = ra_error_set(RA_ERR_ARG, "%s: dataset %s: indices [%lld, "
+                              "%lld) on axis %d lie outside its size %llu",
+                              path, name, (long long)start[i],
+                              (long long)start[i] + (long long)count[i], i,
+                              (unsigned long long)dims[i]);
+            goto cleanup;
+        }
+        empty |= fcount[i] == 0;
+    }
+    if (empty)
+        goto cleanup;
+    if ((fspace = H5Dget_space(dset)) < 0 ||
+        H5Sselect_hyperslab(fspace, H5S_SELECT_SET, fstart, NULL, fcount,
+                            NULL) < 0 ||
+        (mspace = H5Screate_simple(rank, fcount, NULL)) < 0) {
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select the rows "
+                          "to read", path, name);
+        goto cleanup;
+    }
+    if (H5Dread(dset, H5T_NATIVE_DOUBLE, mspace, fspace, H5P_DEFAULT,
+                out) < 0)
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: reading failed", path,
+                          name);
+
+cleanup:
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    if (dset >= 0) H5Dclose(dset);
+    if (file >= 0) H5Fclose(file);
+    h5io_quiet_end(&quiet);
+    return st;
+}
+
+ra_status h5io_read_rows(const char *path, const char *dset, int64_t b,
+                         int64_t row0, int64_t nrows, double *out)
+{
+    const int64_t start[2] = {b, row0};
+    const int64_t count[2] = {1, nrows};
+
+    return box_read(path, dset, 4, 2, start, count, out);
+}
+
+ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
+                        int64_t n, double *out)
+{
+    const int64_t start[3] = {b, h, i0};
+    const int64_t count[3] = {1, 1, n};
+
+    return box_read(path, "/lse", 3, 3, start, count, out);
+}
+
+ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
+                              int64_t dims_lse[3])
+{
+    hid_t file = H5I_INVALID_HID;
+    hsize_t o[4], lse[3];
+    h5io_quiet quiet;
+    ra_status st;
+
+    h5io_quiet_begin(&quiet);
+    if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
+        (st = h5io_dset_open(file, path, "/o", 4, o, NULL)) != RA_OK ||
+        (st = h5io_dset_open(file, path, "/lse", 3, lse, NULL)) != RA_OK)
+        goto cleanup;
+    for (int i = 0; i < 4; i++)
+        dims_o[i] = (int64_t)o[i];
+    for (int i = 0; i < 3; i++)
+        dims_lse[i] = (int64_t)lse[i];
+
+cleanup:
+    if (file >= 0) H5Fclose(file);
+    h5io_quiet_end(&quiet);
+    return st;
+}
+
+/* Reads the single-valued root attribute name, of class cls, as mtype. */
+static ra_status attr_read(hid_t file, const char *path, const char *name,
+                           H5T_class_t cls, hid_t mtype, void *out)
+{
+    hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
+    hid_t space = H5I_INVALID_HID;
+    ra_status st = RA_OK;
+    char tname[32];
+
+    if (H5Aexists(file, name) <= 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute %s: missing (not a "
+                            "ringattn output file?)", path, name);
+    if ((attr = H5Aopen(file, name, H5P_DEFAULT)) < 0 ||
+        (type = H5Aget_type(attr)) < 0 || (space = H5Aget_space(attr)) < 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: cannot open it",
+                          path, name);
+        goto cleanup;
+    }
+    if (H5Tget_class(type) != cls ||
+        H5Sget_simple_extent_npoints(space) != 1) {
+        h5io_type_name(type, tname, sizeof tname);
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: expected one %s, "
+                          "found %lld of %s", path, name,
+                          cls == H5T_FLOAT ? "float" : "integer",
+                          (long long)H5Sget_simple_extent_npoints(space),
+                          tname);
+        goto cleanup;
+    }
+    if (H5Aread(attr, mtype, out) < 0)
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed",
+                          path, name);
+
+cleanup:
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (attr >= 0) H5Aclose(attr);
+    return st;
+}
+
+ra_status h5io_read_run_attrs(const char *path, int *causal, double *scale,
+                              int64_t *seq_q, int64_t *seq_kv)
+{
+    hid_t file = H5I_INVALID_HID;
+    h5io_quiet quiet;
+    ra_status st;
+
+    h5io_quiet_begin(&quiet);
+    if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
+        (st = attr_read(file, path, "causal", H5T_INTEGER, H5T_NATIVE_INT,
+                        causal)) != RA_OK ||
+        (st = attr_read(file, path, "scale", H5T_FLOAT, H5T_NATIVE_DOUBLE,
+                        scale)) != RA_OK ||
+        (st = attr_read(file, path, "seq_q", H5T_INTEGER, H5T_NATIVE_INT64,
+                        seq_q)) != RA_OK)
+        goto cleanup;
+    st = attr_read(file, path, "seq_kv", H5T_INTEGER, H5T_NATIVE_INT64,
+                   seq_kv);
+
+cleanup:
+    if (file >= 0) H5Fclose(file);
+    h5io_quiet_end(&quiet);
+    return st;
+}
+
+/* ---- info ------------------------------------------------------------ */
+
+#define INFO_MAX_VALUES 8 /* values of an array attribute shown */
+
+/* State of the two passes over a file: pass 0 measures columns, pass 1
+ * prints. */
+typedef struct {
+    FILE *out;
+    const char *path;
+    int pass;
+    int name_w, shape_w;
+    int count;
+    ra_status st;  /* the first failure inside a callback */
+} info_ctx;
+
+/* Prints x with the fewest digits that read back as x. */
+static void print_double(FILE *out, double x)
+{
+    char buf[40];
+
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    fputs(buf, out);
+}
+
+/* Prints the value of an attribute: a number, a quoted string, or a list
+ * of the first INFO_MAX_VALUES of them. */
+static ra_status attr_print(FILE *out, const char *path, const char *name,
+                            hid_t attr)
+{
+    hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    hid_t mtype = H5I_INVALID_HID;
+    H5T_class_t cls;
+    ra_status st = RA_OK;
+    hssize_t n;
+    size_t size, shown;
+    char tname[32];
+    void *buf = NULL;
+    int vstr;
+
+    if ((type = H5Aget_type(attr)) < 0 || (space = H5Aget_space(attr)) < 0 ||
+        (n = H5Sget_simple_extent_npoints(space)) < 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: cannot open it",
+                          path, name);
+        goto cleanup;
+    }
+    cls = H5Tget_class(type);
+    vstr = cls == H5T_STRING && H5Tis_variable_str(type) > 0;
+    if (cls == H5T_INTEGER)
+        mtype = H5Tcopy(H5Tget_sign(type) == H5T_SGN_NONE ?
+                        H5T_NATIVE_ULLONG : H5T_NATIVE_LLONG);
+    else if (cls == H5T_FLOAT)
+        mtype = H5Tcopy(H5T_NATIVE_DOUBLE);
+    else if (cls == H5T_STRING)
+        mtype = vstr ? H5Tcopy(H5T_C_S1) : H5Tcopy(type);
+    else {
+        h5io_type_name(type, tname, sizeof tname);
+        fprintf(out, "(%s)", tname);
+        goto cleanup;
+    }
+    if (mtype < 0 || (vstr && H5Tset_size(mtype, H5T_VARIABLE) < 0)) {
+        st = ra_error_set(RA_ERR_IO, "%s: attribute %s: cannot make a memory "
+                          "type", path, name);
+        goto cleanup;
+    }
+    size = H5Tget_size(mtype);
+    if (n == 0) {
+        fputs("[]", out);
+        goto cleanup;
+    }
+    if (!(buf = calloc((size_t)n, size))) {
+        st = ra_error_set(RA_ERR_NOMEM, "%s: attribute %s: out of memory",
+                          path, name);
+        goto cleanup;
+    }
+    if (H5Aread(attr, mtype, buf) < 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed",
+                          path, name);
+        goto cleanup;
+    }
+    shown = (size_t)n < INFO_MAX_VALUES ? (size_t)n : INFO_MAX_VALUES;
+    if (n > 1)
+        fputc('[', out);
+    for (size_t i = 0; i < shown; i++) {
+        const char *at = (const char *)buf + i * size;
+        if (i)
+            fputs(", ", out);
+        if (cls == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_NONE)
+            fprintf(out, "%llu", *(const unsigned long long *)at);
+        else if (cls == H5T_INTEGER)
+            fprintf(out, "%lld", *(const long long *)at);
+        else if (cls == H5T_FLOAT)
+            print_double(out, *(const double *)at);
+        else if (vstr)
+            fprintf(out, "\"%s\"", *(char *const *)at ? *(char *const *)at
+                                                        : "");
+        else
+            fprintf(out, "\"%.*s\"", (int)strnlen(at, size), at);
+    }
+    if ((size_t)n > shown)
+        fprintf(out, ", ... (%lld values)", (long long)n);
+    if (n > 1)
+        fputc(']', out);
+
+cleanup:
+    if (buf && vstr)
+        for (hssize_t i = 0; i < n; i++)
+            H5free_memory(((char **)buf)[i]);
+    free(buf);
+    if (mtype >= 0) H5Tclose(mtype);
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    return st;
+}
+
+/* H5Lvisit callback: measures or prints one dataset, skips other objects. */
+static herr_t info_dataset(hid_t group, const char *name,
+                           const H5L_info_t *link, void *arg)
+{
+    info_ctx *c = arg;
+    hid_t obj = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    hid_t type = H5I_INVALID_HID;
+    hsize_t dims[H5S_MAX_RANK];
+    char shape[256], tname[32];
+    herr_t rc = 0;
+    int rank, len;
+
+    if (link->type != H5L_TYPE_HARD)
+        return 0;
+    if ((obj = H5Oopen(group, name, H5P_DEFAULT)) < 0)
+        return -1;
+    if (H5Iget_type(obj) != H5I_DATASET)
+        goto cleanup;
+    if ((space = H5Dget_space(obj)) < 0 || (type = H5Dget_type(obj)) < 0 ||
+        (rank = H5Sget_simple_extent_ndims(space)) < 0 ||
+        H5Sget_simple_extent_dims(space, dims, NULL) < 0) {
+        rc = -1;
+        goto cleanup;
+    }
+    if (rank == 0)
+        snprintf(shape, sizeof shape, "scalar");
+    else
+        h5io_dims_format(dims, rank, shape, sizeof shape);
+    h5io_type_name(type, tname, sizeof tname);
+    len = (int)strlen(name) + 1;
+    if (c->pass == 0) {
+        c->name_w = len > c->name_w ? len : c->name_w;
+        c->shape_w = (int)strlen(shape) > c->shape_w ? (int)strlen(shape)
+                                                     : c->shape_w;
+    } else {
+        fprintf(c->out, "  /%-*s  %-*s  %s\n", c->name_w - 1, name,
+                c->shape_w, shape, tname);
+    }
+    c->count++;
+
+cleanup:
+    if (type >= 0) H5Tclose(type);
+    if (space >= 0) H5Sclose(space);
+    H5Oclose(obj);
+    return rc;
+}
+
+/* H5Aiterate2 callback: measures or prints one root attribute. */
+static herr_t info_attr(hid_t loc, const char *name, const H5A_info_t *ainfo,
+                        void *arg)
+{
+    info_ctx *c = arg;
+    hid_t attr;
+    ra_status st;
+
+    c->count++;
+    if (c->pass == 0) {
+        int len = (int)strlen(name);
+        c->name_w = len > c->name_w ? len : c->name_w;
+        return 0;
+    }
+    if ((attr = H5Aopen(loc, name, H5P_DEFAULT)) < 0)
+        return -1;
+    fprintf(c->out, "  %-*s = ", c->name_w, name);
+    st = attr_print(c->out, c->path, name, attr);
+    fputc('\n', c->out);
+    H5Aclose(attr);
+    if (st != RA_OK) {
+        c->st = st;
+        return -1;
+    }
+    return 0;
+}
+
+ra_status h5io_info(const char *path, FILE *out)
+{
+    hid_t file = H5I_INVALID_HID;
+    info_ctx c = {out, path, 0, 0, 0, 0, RA_OK};
+    h5io_quiet quiet;
+    ra_status st;
+
+    h5io_quiet_begin(&quiet);
+    if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK)
+        goto cleanup;
+
+    fprintf(out, "%s\ndatasets:\n", path);
+    for (c.pass = 0; c.pass < 2; c.pass++) {
+        c.count = 0;
+        if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, info_dataset, &c) < 0) {
+            st = ra_error_set(RA_ERR_INPUT, "%s: listing the datasets failed",
+                              path);
+            goto cleanup;
+        }
+    }
+    if (c.count == 0)
+        fprintf(out, "  (none)\n");
+
+    fprintf(out, "attributes:\n");
+    c.name_w = 0;
+    for (c.pass = 0; c.pass < 2; c.pass++) {
+        c.count = 0;
+        if (H5Aiterate2(file, H5_INDEX_NAME, H5_ITER_INC, NULL, info_attr,
+                        &c) < 0) {
+            st = c.st != RA_OK ? c.st
+                               : ra_error_set(RA_ERR_INPUT, "%s: listing the "
+                                              "root attributes failed", path);
+            goto cleanup;
+        }
+    }
+    if (c.count == 0)
+        fprintf(out, "  (none)\n");
+
+cleanup:
+    if (file >= 0) H5Fclose(file);
+    h5io_quiet_end(&quiet);
+    return st;
+}

@@ -1,0 +1,64 @@
+/* cli.h: what the subcommands of `ringattn` share. launch/ is the only part
+ * of the project that exits; everything below it returns a status. */
+#ifndef RA_CLI_H
+#define RA_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ringattn.h"
+
+/* Exit codes: usage and input errors, runtime failures. */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_RUNTIME = 1, CLI_EXIT_USAGE = 2 };
+
+/* The process as the subcommands see it. */
+typedef struct {
+    MPI_Comm comm;
+    int rank, nranks;
+    const char *command_line; /* argv joined, for output attributes */
+} cli_ctx;
+
+/* Shape flags common to gen and bench, with their defaults filled. */
+typedef struct {
+    ra_shape shape;
+    int seq_kv_set, kv_heads_set, dim_v_set;
+} cli_shape;
+
+void cli_shape_default(cli_shape *cs);
+/* Resolves unset flags: M = N, G = H, Dv = D. */
+void cli_shape_finish(cli_shape *cs);
+
+/* Tries to consume argv[*i] (and its value) as a shape flag. Returns 1 when
+ * taken, 0 when not a shape flag, -1 on a bad value (message set). */
+int cli_shape_flag(cli_shape *cs, int argc, char **argv, int *i);
+
+/* Tries to consume argv[*i] as a forward-pass option (--causal, --scale,
+ * --block-q, --block-kv, --layout, --threads). Same returns. */
+int cli_params_flag(ra_params *p, int argc, char **argv, int *i);
+
+/* Strict number parsing: the whole string, within [lo, hi]. Return 0 on
+ * success, -1 with a message naming the option otherwise. */
+int cli_parse_i64(const char *opt, const char *text, int64_t lo, int64_t hi,
+                  int64_t *out);
+int cli_parse_f64(const char *opt, const char *text, double *out);
+
+/* The value of an option that takes one: argv[*i + 1], advancing *i; NULL
+ * with a message when it is missing. */
+const char *cli_value(int argc, char **argv, int *i);
+
+/* Prints "ringattn: <message>" once, from rank 0, and returns code. */
+int cli_fail(const cli_ctx *ctx, int code, const char *what);
+
+/* Maps a library status to an exit code (input and argument errors: 2). */
+int cli_exit_code(ra_status st);
+
+/* Prints the parameter table of a forward pass from rank 0, '#'-commented. */
+void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
+                      const ra_params *p, const char *in, const char *out);
+
+int cmd_gen(const cli_ctx *ctx, int argc, char **argv);
+int cmd_run(const cli_ctx *ctx, int argc, char **argv);
+int cmd_verify(const cli_ctx *ctx, int argc, char **argv);
+int cmd_info(const cli_ctx *ctx, int argc, char **argv);
+
+#endif /* RA_CLI_H */

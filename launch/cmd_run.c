@@ -1,0 +1,149 @@
+/* cmd_run.c: `ringattn run`: HDF5 in, ring attention, HDF5 out. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "internal.h"
+
+static const char run_help[] =
+    "usage: mpirun -np P ringattn run --in IN.h5 --out OUT.h5 [options]\n"
+    "\n"
+    "Computes o = softmax(scale * q k^T) v and lse for /q /k /v of IN.h5 on P\n"
+    "ranks (blockwise ring attention) and writes /o and /lse to OUT.h5.\n"
+    "\n"
+    "  --in FILE        input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)\n"
+    "  --out FILE       output; written to a temporary file, renamed at the end\n"
+    "  --force          replace OUT.h5 if it exists (refused otherwise)\n"
+    "  --causal         query i sees keys j <= i + (M - N) (bottom-right aligned)\n"
+    "  --scale S        score scale (default 1/sqrt(D))\n"
+    "  --block-q N      query tile rows (default 128)\n"
+    "  --block-kv N     key tile rows (default 256 for D <= 64, else 512)\n"
+    "  --layout NAME    how the sequence is cut over ranks: contiguous\n"
+    "  --threads T      OpenMP threads per rank (default OMP_NUM_THREADS)\n"
+    "  --help           this text\n";
+
+/* Whether two paths name the same existing file. */
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* Checks of the output path that need no collective work, made on rank 0 and
+ * shared so that every rank takes the same branch. */
+static ra_status check_output_path(const cli_ctx *ctx, const char *in,
+                                   const char *out, int force)
+{
+    int verdict = RA_OK;
+    if (ctx->rank == 0) {
+        struct stat st;
+        if (same_file(in, out))
+            verdict = ra_error_set(RA_ERR_ARG,
+                                   "%s: the output is the input file", out);
+        else if (!force && stat(out, &st) == 0)
+            verdict = ra_error_set(RA_ERR_EXISTS,
+                                   "%s: output exists; pass --force to "
+                                   "replace it", out);
+    }
+    MPI_Bcast(&verdict, 1, MPI_INT, 0, ctx->comm);
+    return (ra_status)verdict;
+}
+
+int cmd_run(const cli_ctx *ctx, int argc, char **argv)
+{
+    ra_params p;
+    ra_params_default(&p);
+    const char *in = NULL, *out = NULL;
+    int force = 0;
+    for (int i = 1; i < argc; i++) {
+        int taken = cli_params_flag(&p, argc, argv, &i);
+        if (taken < 0)
+            return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
+        if (taken)
+            continue;
+        if (strcmp(argv[i], "--help") == 0) {
+            if (ctx->rank == 0)
+                fputs(run_help, stdout);
+            return CLI_EXIT_OK;
+        } else if (strcmp(argv[i], "--in") == 0) {
+            if (!(in = cli_value(argc, argv, &i)))
+                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
+        } else if (strcmp(argv[i], "--out") == 0) {
+            if (!(out = cli_value(argc, argv, &i)))
+                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
+        } else if (strcmp(argv[i], "--force") == 0) {
+            force = 1;
+        } else {
+            ra_error_set(RA_ERR_ARG, "run: unknown option '%s' (see ringattn "
+                                     "run --help)", argv[i]);
+            return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
+        }
+    }
+    if (!in || !out)
+        return cli_fail(ctx, CLI_EXIT_USAGE,
+                        "run: --in and --out are required (see ringattn run "
+                        "--help)");
+
+    ra_status st = check_output_path(ctx, in, out, force);
+    ra_shape s;
+    if (st == RA_OK)
+        st = ra_h5_read_shape(ctx->comm, in, &s);
+    if (st != RA_OK)
+        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+
+    const ra_range qr = ra_shard_range(s.N, ctx->rank, ctx->nranks);
+    const ra_range kr = ra_shard_range(s.M, ctx->rank, ctx->nranks);
+    const size_t nq = (size_t)(s.B * qr.count * s.H * s.D);
+    const size_t nk = (size_t)(s.B * kr.count * s.G * s.D);
+    const size_t nv = (size_t)(s.B * kr.count * s.G * s.Dv);
+    const size_t no = (size_t)(s.B * qr.count * s.H * s.Dv);
+    const size_t nl = (size_t)(s.B * s.H * qr.count);
+    /* One allocation for every local tensor: q | k | v | o | lse. */
+    float *mem = malloc((nq + nk + nv + no + nl + 1) * sizeof(float));
+    int fail = mem == NULL, any_fail;
+    MPI_Allreduce(&fail, &any_fail, 1, MPI_INT, MPI_MAX, ctx->comm);
+    if (any_fail) {
+        free(mem);
+        return cli_fail(ctx, CLI_EXIT_RUNTIME,
+                        "run: cannot allocate the local slices");
+    }
+    float *q = mem, *k = q + nq, *v = k + nk, *o = v + nv, *lse = o + no;
+
+    cli_print_params(ctx, &s, &p, in, out);
+    double t0 = MPI_Wtime();
+    ra_timing tm = {0};
+    st = ra_h5_read_inputs(ctx->comm, in, &s, q, k, v);
+    double t1 = MPI_Wtime();
+    if (st == RA_OK)
+        st = ra_forward_timed(ctx->comm, &s, &p, q, k, v, o, lse, &tm);
+    double t2 = MPI_Wtime();
+    if (st == RA_OK) {
+        int64_t bq, bkv;
+        ra_params_tiles(&p, &s, &bq, &bkv);
+        ra_run_meta meta = {.params = &p, .scale = ra_params_scale(&p, &s),
+                            .block_q = bq, .block_kv = bkv,
+                            .command_line = ctx->command_line};
+        st = ra_h5_write_outputs(ctx->comm, out, force, &s, &meta, o, lse);
+    }
+    double t3 = MPI_Wtime();
+    free(mem);
+    if (st != RA_OK)
+        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+
+    double mine[3] = {tm.total, tm.comm_wait, t3 - t0}, worst[3];
+    MPI_Reduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
+    if (ctx->rank == 0) {
+        double gflops = ra_forward_flops(&s, p.causal) / worst[0] * 1e-9;
+        printf("ringattn run: attention %.3f s, %.1f GFLOP/s%s on %d ranks x "
+               "%d threads (comm wait max %.3f s); read %.3f s, write %.3f s; "
+               "wrote %s\n",
+               worst[0], gflops, p.causal ? " (useful, causal)" : "",
+               ctx->nranks, ra_params_threads(&p),
+               worst[1], t1 - t0, t3 - t2, out);
+    }
+    return CLI_EXIT_OK;
+}

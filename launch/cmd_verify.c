@@ -1,0 +1,258 @@
+/* cmd_verify.c: `ringattn verify`: an output file against the fp64
+ * reference, on every query row or on a seeded random sample of rows. The
+ * checked rows are split over the ranks; each rank reads the whole K and V of
+ * the batches its rows belong to (a checking tool: O(M) memory per rank). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "h5io.h"
+#include "internal.h"
+#include "kernel.h"
+
+static const char verify_help[] =
+    "usage: [mpirun -np P] ringattn verify --in IN.h5 --out OUT.h5 [options]\n"
+    "\n"
+    "Recomputes attention in fp64 for the query rows of OUT.h5 (all of them\n"
+    "when that costs under 2^32 multiply-adds, else a random sample) with the\n"
+    "causal flag and scale recorded in OUT.h5, and compares /o and /lse.\n"
+    "Exit 0 when the relative error ||o - ref|| / ||ref|| and the LSE error\n"
+    "max |lse - ref| / max(1, |ref|) are both below the tolerance, 1 if not.\n"
+    "\n"
+    "  --in FILE     the input of the run\n"
+    "  --out FILE    the output to check\n"
+    "  --sample K    check K random query rows (all heads, all keys)\n"
+    "  --all         check every row, however long it takes\n"
+    "  --seed S      seed of the sample (default 1)\n"
+    "  --tol X       tolerance (default 1e-5)\n"
+    "  --help        this text\n";
+
+/* Running sums of the comparison on this rank. */
+typedef struct {
+    double err2, ref2, max_abs, max_lse;
+    double bad;  /* rows whose -inf status disagrees, or NaN */
+    double rows; /* (row, head) pairs checked */
+} tally;
+
+/* Query rows to check, as flat indices b * N + i, ascending. */
+static int64_t *pick_rows(const ra_shape *s, int64_t want, uint64_t seed,
+                          int64_t *count)
+{
+    const int64_t total = s->B * s->N;
+    if (want <= 0 || want >= total) {
+        int64_t *all = malloc(sizeof(int64_t) * (size_t)total);
+        for (int64_t r = 0; all && r < total; r++)
+            all[r] = r;
+        *count = total;
+        return all;
+    }
+    /* Selection sampling (Knuth's algorithm S): sorted, distinct, seeded. */
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)want);
+    int64_t taken = 0;
+    for (int64_t r = 0; rows && r < total && taken < want; r++) {
+        double u = (double)(ra_random_u64(seed, 99, (uint64_t)r) >> 11) *
+                   0x1.0p-53;
+        if ((double)(total - r) * u < (double)(want - taken))
+            rows[taken++] = r;
+    }
+    *count = taken;
+    return rows;
+}
+
+/* Compares one query row (all heads) of batch b: q (H, D), o (H, Dv),
+ * lse (H) against the reference with k (M, G, D), v (M, G, Dv). */
+static void check_row(const ra_shape *s, int causal, double scale, int64_t i,
+                      const double *q, const double *k, const double *v,
+                      const double *o, const double *lse, double *ref,
+                      double *scores, tally *t)
+{
+    const ra_mask mk = {.causal = causal, .diag = s->M - s->N, .qpos = &i,
+                        .kpos = NULL};
+    for (int64_t h = 0; h < s->H; h++) {
+        const int64_t g = h / (s->H / s->G);
+        double lref;
+        ra_reference_rows(1, s->M, s->D, s->Dv, scale, &mk, q + h * s->D,
+                          s->D, k + g * s->D, s->G * s->D, v + g * s->Dv,
+                          s->G * s->Dv, ref, s->Dv, &lref, scores);
+        for (int64_t d = 0; d < s->Dv; d++) {
+            double got = o[h * s->Dv + d], e = fabs(got - ref[d]);
+            if (isnan(got))
+                t->bad += 1;
+            t->err2 += e * e;
+            t->ref2 += ref[d] * ref[d];
+            t->max_abs = fmax(t->max_abs, e);
+        }
+        double l = lse[h];
+        if (isinf(lref) || !isfinite(l)) {
+            if (!(isinf(lref) && isinf(l) && l < 0))
+                t->bad += 1;
+        } else {
+            t->max_lse = fmax(t->max_lse, fabs(l - lref) / fmax(1.0, fabs(lref)));
+        }
+        t->rows += 1;
+    }
+}
+
+/* Checks this rank's share rows[0..n) (sorted flat indices). */
+static ra_status check_share(const char *in, const char *out,
+                             const ra_shape *s, int causal, double scale,
+                             const int64_t *rows, int64_t n, tally *t)
+{
+    enum { RUN_MAX = 256 }; /* rows read per request */
+    ra_status st = RA_OK;
+    const int64_t HD = s->H * s->D, HDv = s->H * s->Dv;
+    double *k = malloc(sizeof(double) * (size_t)(s->M * s->G * s->D));
+    double *v = malloc(sizeof(double) * (size_t)(s->M * s->G * s->Dv));
+    double *q = malloc(sizeof(double) * (size_t)(RUN_MAX * HD));
+    double *o = malloc(sizeof(double) * (size_t)(RUN_MAX * HDv));
+    double *lse = malloc(sizeof(double) * (size_t)(RUN_MAX * s->H));
+    double *lrow = malloc(sizeof(double) * (size_t)RUN_MAX);
+    double *ref = malloc(sizeof(double) * (size_t)s->Dv);
+    double *scores = malloc(sizeof(double) * (size_t)s->M);
+    if (!k || !v || !q || !o || !lse || !lrow || !ref || !scores) {
+        st = ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate K and V of "
+                                        "one batch");
+        goto cleanup;
+    }
+    int64_t loaded_b = -1;
+    for (int64_t a = 0; a < n && st == RA_OK;) {
+        /* a run of consecutive rows within one batch */
+        const int64_t b = rows[a] / s->N, i0 = rows[a] % s->N;
+        int64_t len = 1;
+        while (a + len < n && len < RUN_MAX && rows[a + len] == rows[a] + len &&
+               (rows[a] + len) / s->N == b)
+            len++;
+        if (b != loaded_b) {
+            if ((st = h5io_read_rows(in, "/k", b, 0, s->M, k)) != RA_OK ||
+                (st = h5io_read_rows(in, "/v", b, 0, s->M, v)) != RA_OK)
+                break;
+            loaded_b = b;
+        }
+        if ((st = h5io_read_rows(in, "/q", b, i0, len, q)) != RA_OK ||
+            (st = h5io_read_rows(out, "/o", b, i0, len, o)) != RA_OK)
+            break;
+        for (int64_t h = 0; h < s->H && st == RA_OK; h++) {
+            st = h5io_read_lse(out, b, h, i0, len, lrow);
+            for (int64_t r = 0; r < len; r++)
+                lse[r * s->H + h] = lrow[r];
+        }
+        for (int64_t r = 0; r < len && st == RA_OK; r++)
+            check_row(s, causal, scale, i0 + r, q + r * HD, k, v, o + r * HDv,
+                      lse + r * s->H, ref, scores, t);
+        a += len;
+    }
+cleanup:
+    free(k);
+    free(v);
+    free(q);
+    free(o);
+    free(lse);
+    free(lrow);
+    free(ref);
+    free(scores);
+    return st;
+}
+
+int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *val;
+    int64_t sample = 0, seed = 1;
+    int all = 0;
+    double tol = 1e-5;
+    for (int i = 1; i < argc; i++) {
+        int ok = 1;
+        if (strcmp(argv[i], "--help") == 0) {
+            if (ctx->rank == 0)
+                fputs(verify_help, stdout);
+            return CLI_EXIT_OK;
+        } else if (strcmp(argv[i], "--in") == 0) {
+            ok = (in = cli_value(argc, argv, &i)) != NULL;
+        } else if (strcmp(argv[i], "--out") == 0) {
+            ok = (out = cli_value(argc, argv, &i)) != NULL;
+        } else if (strcmp(argv[i], "--all") == 0) {
+            all = 1;
+        } else if (strcmp(argv[i], "--sample") == 0) {
+            ok = (val = cli_value(argc, argv, &i)) != NULL &&
+                 cli_parse_i64("--sample", val, 1, INT64_MAX, &sample) == 0;
+        } else if (strcmp(argv[i], "--seed") == 0) {
+            ok = (val = cli_value(argc, argv, &i)) != NULL &&
+                 cli_parse_i64("--seed", val, 0, INT64_MAX, &seed) == 0;
+        } else if (strcmp(argv[i], "--tol") == 0) {
+            ok = (val = cli_value(argc, argv, &i)) != NULL &&
+                 cli_parse_f64("--tol", val, &tol) == 0;
+            if (ok && !(tol > 0)) {
+                ra_error_set(RA_ERR_ARG, "--tol: must be > 0");
+                ok = 0;
+            }
+        } else {
+            ra_error_set(RA_ERR_ARG, "verify: unknown option '%s' (see "
+                                     "ringattn verify --help)", argv[i]);
+            ok = 0;
+        }
+        if (!ok)
+            return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
+    }
+    if (!in || !out)
+        return cli_fail(ctx, CLI_EXIT_USAGE, "verify: --in and --out are "
+                                             "required");
+    if (all && sample)
+        return cli_fail(ctx, CLI_EXIT_USAGE, "verify: --all and --sample "
+                                             "exclude each other");
+
+    ra_shape s;
+    int causal = 0;
+    double scale = 0;
+    int64_t dims_o[4], dims_l[3], seq_q, seq_kv;
+    ra_status st = ra_h5_read_shape(ctx->comm, in, &s);
+    if (st == RA_OK)
+        st = h5io_read_run_attrs(out, &causal, &scale, &seq_q, &seq_kv);
+    if (st == RA_OK)
+        st = h5io_read_out_shape(out, dims_o, dims_l);
+    if (st == RA_OK &&
+        (dims_o[0] != s.B || dims_o[1] != s.N || dims_o[2] != s.H ||
+         dims_o[3] != s.Dv || dims_l[0] != s.B || dims_l[1] != s.H ||
+         dims_l[2] != s.N))
+        st = ra_error_set(RA_ERR_INPUT, "%s: /o and /lse do not match the "
+                                        "shape of %s", out, in);
+    if (st != RA_OK)
+        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+
+    const double cost = (double)s.B * s.N * s.H * s.M * (s.D + s.Dv);
+    const int64_t want = all ? 0 : sample ? sample
+                                 : cost <= 4294967296.0 ? 0 : 1024;
+    int64_t nrows = 0;
+    int64_t *rows = pick_rows(&s, want, (uint64_t)seed, &nrows);
+    tally t = {0};
+    if (!rows) {
+        st = ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the row list");
+    } else {
+        ra_range mine = ra_shard_range(nrows, ctx->rank, ctx->nranks);
+        st = check_share(in, out, &s, causal, scale, rows + mine.start,
+                         mine.count, &t);
+    }
+    free(rows);
+    int failed = st != RA_OK, any_failed;
+    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, ctx->comm);
+    if (any_failed)
+        return cli_fail(ctx, failed ? cli_exit_code(st) : CLI_EXIT_RUNTIME,
+                        failed ? ra_error_message()
+                               : "verify: another rank failed");
+
+    double sums[4] = {t.err2, t.ref2, t.bad, t.rows}, maxs[2] = {t.max_abs,
+                                                                 t.max_lse};
+    double gs[4], gm[2];
+    MPI_Allreduce(sums, gs, 4, MPI_DOUBLE, MPI_SUM, ctx->comm);
+    MPI_Allreduce(maxs, gm, 2, MPI_DOUBLE, MPI_MAX, ctx->comm);
+    const double rel = gs[1] > 0 ? sqrt(gs[0] / gs[1]) : sqrt(gs[0]);
+    const int pass = rel < tol && gm[1] < tol && gs[2] == 0;
+    if (ctx->rank == 0)
+        printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
+               "scale %.6g: max abs err %.3e, rel err %.3e, lse err %.3e, "
+               "bad rows %.0f, tolerance %.1e: %s\n",
+               out, (long long)nrows, (long long)s.H,
+               nrows == s.B * s.N ? "all" : "sampled", causal ? "yes" : "no",
+               scale, gm[0], rel, gm[1], gs[2], tol, pass ? "PASS" : "FAIL");
+    return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
+}

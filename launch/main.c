@@ -1,0 +1,85 @@
+/* main.c: the `ringattn` command: MPI start-up, dispatch, exit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage[] =
+    "usage: ringattn <command> [options]   (launch with mpirun/srun for P ranks)\n"
+    "\n"
+    "commands:\n"
+    "  gen      write random inputs /q /k /v to an HDF5 file\n"
+    "  run      ring attention from an input file to an output file\n"
+    "  verify   check an output file against the fp64 reference\n"
+    "  info     show the datasets and attributes of a file\n"
+    "\n"
+    "`ringattn <command> --help` describes each one.\n";
+
+/* argv joined by spaces, arguments with spaces or quotes single-quoted. */
+static char *join_args(int argc, char **argv)
+{
+    size_t len = 1;
+    for (int i = 0; i < argc; i++)
+        len += strlen(argv[i]) * 4 + 3;
+    char *s = malloc(len), *p = s;
+    if (!s)
+        return NULL;
+    for (int i = 0; i < argc; i++) {
+        int quote = strpbrk(argv[i], " \t'\"") != NULL || argv[i][0] == '\0';
+        if (i)
+            *p++ = ' ';
+        if (quote)
+            *p++ = '\'';
+        for (const char *c = argv[i]; *c; c++) {
+            if (*c == '\'') { /* close, escaped quote, reopen */
+                memcpy(p, "'\\''", 4);
+                p += 4;
+            } else {
+                *p++ = *c;
+            }
+        }
+        if (quote)
+            *p++ = '\'';
+    }
+    *p = '\0';
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    cli_ctx ctx = {.comm = MPI_COMM_WORLD};
+    MPI_Comm_rank(ctx.comm, &ctx.rank);
+    MPI_Comm_size(ctx.comm, &ctx.nranks);
+    char *cmdline = join_args(argc, argv);
+    ctx.command_line = cmdline ? cmdline : "";
+
+    int code;
+    const char *cmd = argc > 1 ? argv[1] : "";
+    if (strcmp(cmd, "gen") == 0)
+        code = cmd_gen(&ctx, argc - 1, argv + 1);
+    else if (strcmp(cmd, "run") == 0)
+        code = cmd_run(&ctx, argc - 1, argv + 1);
+    else if (strcmp(cmd, "verify") == 0)
+        code = cmd_verify(&ctx, argc - 1, argv + 1);
+    else if (strcmp(cmd, "info") == 0)
+        code = cmd_info(&ctx, argc - 1, argv + 1);
+    else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
+             strcmp(cmd, "help") == 0) {
+        if (ctx.rank == 0)
+            fputs(usage, stdout);
+        code = CLI_EXIT_OK;
+    } else {
+        if (ctx.rank == 0) {
+            if (argc > 1)
+                fprintf(stderr, "ringattn: unknown command '%s'\n", cmd);
+            fputs(usage, stderr);
+        }
+        code = CLI_EXIT_USAGE;
+    }
+    free(cmdline);
+    MPI_Finalize();
+    return code;
+}

@@ -1,0 +1,191 @@
+/* options.c: strict option parsing shared by the subcommands. */
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "internal.h"
+
+int cli_parse_i64(const char *opt, const char *text, int64_t lo, int64_t hi,
+                  int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0') {
+        ra_error_set(RA_ERR_ARG, "%s: '%s' is not an integer", opt, text);
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        ra_error_set(RA_ERR_ARG, "%s: %lld is outside [%lld, %lld]", opt, v,
+                     (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_f64(const char *opt, const char *text, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno != 0 || end == text || *end != '\0' || !isfinite(v)) {
+        ra_error_set(RA_ERR_ARG, "%s: '%s' is not a finite number", opt, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+const char *cli_value(int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc) {
+        ra_error_set(RA_ERR_ARG, "%s needs a value", argv[*i]);
+        return NULL;
+    }
+    *i += 1;
+    return argv[*i];
+}
+
+void cli_shape_default(cli_shape *cs)
+{
+    memset(cs, 0, sizeof *cs);
+    cs->shape = (ra_shape){.B = 1, .N = 4096, .M = 4096, .H = 8, .G = 8,
+                           .D = 64, .Dv = 64};
+}
+
+void cli_shape_finish(cli_shape *cs)
+{
+    if (!cs->seq_kv_set)
+        cs->shape.M = cs->shape.N;
+    if (!cs->kv_heads_set)
+        cs->shape.G = cs->shape.H;
+    if (!cs->dim_v_set)
+        cs->shape.Dv = cs->shape.D;
+}
+
+/* Every size flag: its name, where it goes, and which "set" flag it marks. */
+typedef struct {
+    const char *name;
+    size_t offset;
+    size_t set_offset; /* 0: none */
+} size_flag;
+
+#define SHAPE_AT(f) offsetof(cli_shape, shape) + offsetof(ra_shape, f)
+static const size_flag size_flags[] = {
+    {"--batch", SHAPE_AT(B), 0},
+    {"--seq", SHAPE_AT(N), 0},
+    {"--seq-kv", SHAPE_AT(M), offsetof(cli_shape, seq_kv_set)},
+    {"--heads", SHAPE_AT(H), 0},
+    {"--kv-heads", SHAPE_AT(G), offsetof(cli_shape, kv_heads_set)},
+    {"--dim", SHAPE_AT(D), 0},
+    {"--dim-v", SHAPE_AT(Dv), offsetof(cli_shape, dim_v_set)},
+};
+
+int cli_shape_flag(cli_shape *cs, int argc, char **argv, int *i)
+{
+    for (size_t f = 0; f < sizeof size_flags / sizeof *size_flags; f++) {
+        if (strcmp(argv[*i], size_flags[f].name) != 0)
+            continue;
+        const char *val = cli_value(argc, argv, i);
+        int64_t v;
+        if (!val || cli_parse_i64(size_flags[f].name, val, 1,
+                                  (int64_t)1 << 40, &v) != 0)
+            return -1;
+        *(int64_t *)((char *)cs + size_flags[f].offset) = v;
+        if (size_flags[f].set_offset)
+            *(int *)((char *)cs + size_flags[f].set_offset) = 1;
+        return 1;
+    }
+    return 0;
+}
+
+int cli_params_flag(ra_params *p, int argc, char **argv, int *i)
+{
+    const char *opt = argv[*i];
+    const char *val;
+    int64_t v;
+    if (strcmp(opt, "--causal") == 0) {
+        p->causal = 1;
+        return 1;
+    }
+    if (strcmp(opt, "--scale") == 0) {
+        if (!(val = cli_value(argc, argv, i)) ||
+            cli_parse_f64(opt, val, &p->scale) != 0)
+            return -1;
+        return 1;
+    }
+    if (strcmp(opt, "--block-q") == 0 || strcmp(opt, "--block-kv") == 0) {
+        if (!(val = cli_value(argc, argv, i)) ||
+            cli_parse_i64(opt, val, 1, 1 << 16, &v) != 0)
+            return -1;
+        if (strcmp(opt, "--block-q") == 0)
+            p->block_q = v;
+        else
+            p->block_kv = v;
+        return 1;
+    }
+    if (strcmp(opt, "--layout") == 0) {
+        if (!(val = cli_value(argc, argv, i)))
+            return -1;
+        return ra_layout_parse(val, &p->layout) == RA_OK ? 1 : -1;
+    }
+    if (strcmp(opt, "--threads") == 0) {
+        if (!(val = cli_value(argc, argv, i)) ||
+            cli_parse_i64(opt, val, 1, 1024, &v) != 0)
+            return -1;
+        p->threads = (int)v;
+        return 1;
+    }
+    return 0;
+}
+
+int cli_fail(const cli_ctx *ctx, int code, const char *what)
+{
+    if (ctx->rank == 0)
+        fprintf(stderr, "ringattn: %s\n", what);
+    return code;
+}
+
+int cli_exit_code(ra_status st)
+{
+    switch (st) {
+    case RA_OK: return CLI_EXIT_OK;
+    case RA_ERR_ARG:
+    case RA_ERR_INPUT:
+    case RA_ERR_EXISTS: return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_RUNTIME;
+    }
+}
+
+void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
+                      const ra_params *p, const char *in, const char *out)
+{
+    if (ctx->rank != 0)
+        return;
+    int64_t bq, bkv;
+    ra_params_tiles(p, s, &bq, &bkv);
+    printf("# ringattn %s\n", RA_VERSION_STRING);
+    if (in)
+        printf("# %-10s %s\n", "input", in);
+    if (out)
+        printf("# %-10s %s\n", "output", out);
+    printf("# %-10s B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld\n",
+           "shape", (long long)s->B, (long long)s->N, (long long)s->M,
+           (long long)s->H, (long long)s->G, (long long)s->D,
+           (long long)s->Dv);
+    printf("# %-10s %s\n", "causal", p->causal ? "yes (j <= i + M - N)" : "no");
+    printf("# %-10s %.9g%s\n", "scale", ra_params_scale(p, s),
+           isnan(p->scale) ? " (1/sqrt(D))" : "");
+    printf("# %-10s %s\n", "layout", ra_layout_name(p->layout));
+    printf("# %-10s %lld x %lld%s\n", "tiles", (long long)bq, (long long)bkv,
+           p->block_q || p->block_kv ? "" : " (default for D)");
+    printf("# %-10s %d\n", "ranks", ctx->nranks);
+    printf("# %-10s %d per rank\n", "threads",
+           ra_params_threads(p));
+    fflush(stdout);
+}
