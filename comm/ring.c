@@ -90,7 +90,8 @@ ra_status ra_forward_timed(MPI_Comm user_comm, const ra_shape *shape,
     MPI_Query_thread(&level);
     /* Only the thread that called MPI may poll, and only if MPI allows it
      * while other threads run. */
-    const int may_poll = threads == 1 || level >= MPI_THREAD_FUNNELED;
+    const int may_poll = !params->no_poll &&
+                         (threads == 1 || level >= MPI_THREAD_FUNNELED);
 
     const ra_range qr = ra_shard_range(shape->N, r, P);
     const ra_range kr = ra_shard_range(shape->M, r, P);

@@ -22,6 +22,11 @@ int64_t ra_mul_checked(int64_t a, int64_t b);
 void ra_random_normal(uint64_t seed, uint64_t stream, uint64_t first,
                       int64_t count, float *out);
 
+/* The rows [rows.start, +count) of every batch of a (B, len, row) tensor
+ * filled by ra_random_normal: out is (B, rows.count, row). */
+void ra_random_slab(uint64_t seed, uint64_t stream, int64_t B, int64_t len,
+                    int64_t row, ra_range rows, float *out);
+
 /* 64 uniform random bits that depend only on (seed, stream, index). */
 uint64_t ra_random_u64(uint64_t seed, uint64_t stream, uint64_t index);
 

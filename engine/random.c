@@ -38,3 +38,12 @@ void ra_random_normal(uint64_t seed, uint64_t stream, uint64_t first,
         out[i] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
     }
 }
+
+void ra_random_slab(uint64_t seed, uint64_t stream, int64_t B, int64_t len,
+                    int64_t row, ra_range rows, float *out)
+{
+    const int64_t slab = rows.count * row;
+    for (int64_t b = 0; b < B; b++)
+        ra_random_normal(seed, stream, (uint64_t)((b * len + rows.start) * row),
+                         slab, out + b * slab);
+}

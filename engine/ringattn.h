@@ -72,6 +72,8 @@ typedef struct {
     ra_layout layout;
     int threads;       /* OpenMP threads per rank; 0: OMP_NUM_THREADS if
                           set, else 1 (MPI usually runs a rank per core) */
+    int no_poll;       /* 1: never progress transfers between tiles (only
+                          to measure how much overlap polling buys) */
 } ra_params;
 
 /* Fills the defaults: non-causal, scale 1/sqrt(D), automatic tiles,

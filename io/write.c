@@ -211,14 +211,10 @@ static ra_status gen_write(hid_t file, void *arg)
     for (int t = 0; t < 3; t++) {
         const ra_range rows = ra_shard_range(len[t], c->rank, c->nranks);
         const int64_t row = heads[t] * dim[t];
-        const int64_t slab = rows.count * row;
         const hsize_t dims[4] = {(hsize_t)s->B, (hsize_t)len[t],
                                  (hsize_t)heads[t], (hsize_t)dim[t]};
 
-        for (int64_t b = 0; b < s->B; b++)
-            ra_random_normal(c->seed, (uint64_t)t,
-                             (uint64_t)((b * len[t] + rows.start) * row),
-                             slab, c->buf + b * slab);
+        ra_random_slab(c->seed, (uint64_t)t, s->B, len[t], row, rows, c->buf);
         if ((st = slab_write(file, c->path, names[t], ftype, 4, dims, 1, rows,
                              c->buf)) != RA_OK)
             return st;

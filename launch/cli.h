@@ -60,5 +60,6 @@ int cmd_gen(const cli_ctx *ctx, int argc, char **argv);
 int cmd_run(const cli_ctx *ctx, int argc, char **argv);
 int cmd_verify(const cli_ctx *ctx, int argc, char **argv);
 int cmd_info(const cli_ctx *ctx, int argc, char **argv);
+int cmd_bench(const cli_ctx *ctx, int argc, char **argv);
 
 #endif /* RA_CLI_H */

@@ -13,6 +13,7 @@ static const char usage[] =
     "  run      ring attention from an input file to an output file\n"
     "  verify   check an output file against the fp64 reference\n"
     "  info     show the datasets and attributes of a file\n"
+    "  bench    measure the forward pass on in-memory inputs\n"
     "\n"
     "`ringattn <command> --help` describes each one.\n";
 
@@ -66,6 +67,8 @@ int main(int argc, char **argv)
         code = cmd_verify(&ctx, argc - 1, argv + 1);
     else if (strcmp(cmd, "info") == 0)
         code = cmd_info(&ctx, argc - 1, argv + 1);
+    else if (strcmp(cmd, "bench") == 0)
+        code = cmd_bench(&ctx, argc - 1, argv + 1);
     else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
              strcmp(cmd, "help") == 0) {
         if (ctx.rank == 0)

@@ -1,0 +1,94 @@
+/* baseline.c: gather everything, materialise everything (see baseline.h). */
+#include <limits.h>
+#include <stdlib.h>
+
+#include "baseline.h"
+#include "internal.h"
+#include "kernel.h"
+
+int openblas_get_num_threads(void);
+void openblas_set_num_threads(int num_threads);
+
+/* Gathers the (B, m_r, heads, dim) slices of every rank into the full
+ * (B, M, heads, dim) tensor, one batch at a time. */
+static int gather_seq(MPI_Comm comm, const ra_shape *s, int64_t row,
+                      const float *mine, float *full, int *counts, int *displs)
+{
+    int P, r;
+    MPI_Comm_size(comm, &P);
+    MPI_Comm_rank(comm, &r);
+    for (int i = 0; i < P; i++) {
+        ra_range kr = ra_shard_range(s->M, i, P);
+        counts[i] = (int)(kr.count * row);
+        displs[i] = (int)(kr.start * row);
+    }
+    const int64_t m = ra_shard_range(s->M, r, P).count;
+    for (int64_t b = 0; b < s->B; b++)
+        if (MPI_Allgatherv(mine + b * m * row, counts[r], MPI_FLOAT,
+                           full + b * s->M * row, counts, displs, MPI_FLOAT,
+                           comm) != MPI_SUCCESS)
+            return -1;
+    return 0;
+}
+
+ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *s,
+                              const ra_params *params, const float *q,
+                              const float *k, const float *v, float *o,
+                              float *lse, ra_timing *timing)
+{
+    double t0 = MPI_Wtime();
+    int P, r;
+    MPI_Comm_size(comm, &P);
+    MPI_Comm_rank(comm, &r);
+    const ra_range qr = ra_shard_range(s->N, r, P);
+    ra_status st = RA_OK;
+    if (s->M * s->G * (s->D > s->Dv ? s->D : s->Dv) > INT_MAX ||
+        qr.count * s->M > INT_MAX)
+        st = ra_error_set(RA_ERR_ARG, "baseline: problem too large for one "
+                                      "materialised score matrix");
+    float *kf = NULL, *vf = NULL, *scores = NULL;
+    int *counts = NULL, *displs = NULL;
+    if (st == RA_OK) {
+        kf = malloc(sizeof(float) * (size_t)(s->B * s->M * s->G * s->D));
+        vf = malloc(sizeof(float) * (size_t)(s->B * s->M * s->G * s->Dv));
+        scores = malloc(sizeof(float) * (size_t)(qr.count * s->M + 1));
+        counts = malloc(sizeof(int) * (size_t)P);
+        displs = malloc(sizeof(int) * (size_t)P);
+        if (!kf || !vf || !scores || !counts || !displs)
+            st = ra_error_set(RA_ERR_NOMEM, "baseline: cannot allocate the "
+                                            "full K, V and score matrix");
+    }
+    int bad = st != RA_OK, any_bad;
+    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+    double t1 = MPI_Wtime(), t2 = t1;
+    if (!any_bad) {
+        if (gather_seq(comm, s, s->G * s->D, k, kf, counts, displs) != 0 ||
+            gather_seq(comm, s, s->G * s->Dv, v, vf, counts, displs) != 0)
+            st = ra_error_set(RA_ERR_MPI, "baseline: MPI_Allgatherv failed");
+        t2 = MPI_Wtime();
+        const int blas_threads = openblas_get_num_threads();
+        openblas_set_num_threads(ra_params_threads(params));
+        ra_naive_args a = {.B = s->B, .n = qr.count, .N = s->N, .M = s->M,
+                           .H = s->H, .G = s->G, .D = s->D, .Dv = s->Dv,
+                           .q_start = qr.start, .causal = params->causal,
+                           .scale = (float)ra_params_scale(params, s)};
+        if (st == RA_OK && qr.count > 0)
+            ra_naive_forward(&a, q, kf, vf, o, lse, scores);
+        openblas_set_num_threads(blas_threads);
+    } else if (st == RA_OK) {
+        st = ra_error_set(RA_ERR_NOMEM, "baseline: another rank ran out of "
+                                        "memory");
+    }
+    free(kf);
+    free(vf);
+    free(scores);
+    free(counts);
+    free(displs);
+    if (timing) {
+        timing->total = MPI_Wtime() - t0;
+        timing->comm_wait = t2 - t1;
+        timing->compute = timing->total - timing->comm_wait;
+        timing->bytes_sent = 0;
+    }
+    return st;
+}

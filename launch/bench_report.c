@@ -1,0 +1,93 @@
+/* bench_report.c: the table, JSON and CSV of `ringattn bench`. */
+#include <math.h>
+
+#include "bench.h"
+
+void bench_print_header(FILE *out)
+{
+    fprintf(out, "#%7s %7s %2s %2s %6s %9s %9s %9s %8s %8s %6s %6s %9s %8s "
+                 "%8s %8s %9s %s\n",
+            "N", "M", "P", "T", "mode", "time_s", "rank_min", "rank_max",
+            "GFLOP/s", "sgemm", "ratio", "wait%", "MB_sent", "ring_GB/s",
+            "rss_MB", "model_MB", "rel_err", "verdict");
+}
+
+void bench_print_row(FILE *out, const bench_result *r)
+{
+    fprintf(out, " %7lld %7lld %2d %2d %6s %9.4f %9.4f %9.4f %8.1f %8.1f "
+                 "%6.3f %6.2f %9.1f %8.2f %8.1f %8.1f %9.2e %s\n",
+            (long long)r->s.N, (long long)r->s.M, r->ranks, r->threads,
+            r->mode, r->seconds_median, r->rank_seconds.min,
+            r->rank_seconds.max, r->gflops, r->sgemm_gflops,
+            r->gflops / r->sgemm_gflops, 100.0 * r->comm_wait_fraction,
+            r->bytes_sent / 1e6, r->ring_gbps, r->peak_rss.max / 1048576.0,
+            r->model_bytes / 1048576.0, r->max_rel_error,
+            r->pass ? "PASS" : "FAIL");
+    fflush(out);
+}
+
+/* JSON numbers must be finite. */
+static double finite_or_zero(double x) { return isfinite(x) ? x : 0.0; }
+
+void bench_json_write(FILE *out, const bench_result *rows, int count)
+{
+    fprintf(out, "[\n");
+    for (int i = 0; i < count; i++) {
+        const bench_result *r = &rows[i];
+        fprintf(out,
+                "  {\"ranks\": %d, \"threads\": %d, \"mode\": \"%s\", "
+                "\"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, "
+                "\"heads\": %lld, \"kv_heads\": %lld, \"dim\": %lld, "
+                "\"dim_v\": %lld, \"causal\": %s, \"layout\": \"%s\", "
+                "\"block_q\": %lld, \"block_kv\": %lld, "
+                "\"flops\": %.6e, \"seconds_median\": %.6e, "
+                "\"rank_seconds_min\": %.6e, \"rank_seconds_avg\": %.6e, "
+                "\"rank_seconds_max\": %.6e, \"busy_seconds_min\": %.6e, "
+                "\"busy_seconds_max\": %.6e, \"gflops\": %.4f, "
+                "\"sgemm_gflops\": %.4f, \"fraction_of_sgemm\": %.4f, "
+                "\"comm_wait_fraction\": %.6f, \"bytes_sent\": %.0f, "
+                "\"ring_gbps\": %.4f, \"peak_rss_bytes\": %.0f, "
+                "\"peak_rss_bytes_min\": %.0f, \"model_bytes\": %.0f, "
+                "\"max_rel_error\": %.3e, \"max_lse_error\": %.3e, "
+                "\"verdict\": \"%s\"}%s\n",
+                r->ranks, r->threads, r->mode, (long long)r->s.B,
+                (long long)r->s.N, (long long)r->s.M, (long long)r->s.H,
+                (long long)r->s.G, (long long)r->s.D, (long long)r->s.Dv,
+                r->p.causal ? "true" : "false", ra_layout_name(r->p.layout),
+                (long long)r->block_q, (long long)r->block_kv, r->flops,
+                r->seconds_median, r->rank_seconds.min, r->rank_seconds.avg,
+                r->rank_seconds.max, r->busy_seconds.min,
+                r->busy_seconds.max, finite_or_zero(r->gflops),
+                finite_or_zero(r->sgemm_gflops),
+                finite_or_zero(r->gflops / r->sgemm_gflops),
+                r->comm_wait_fraction, r->bytes_sent,
+                finite_or_zero(r->ring_gbps), r->peak_rss.max,
+                r->peak_rss.min, r->model_bytes,
+                finite_or_zero(r->max_rel_error),
+                finite_or_zero(r->max_lse_error), r->pass ? "PASS" : "FAIL",
+                i + 1 < count ? "," : "");
+    }
+    fprintf(out, "]\n");
+}
+
+void bench_csv_write(FILE *out, const bench_result *rows, int count)
+{
+    fprintf(out, "ranks,threads,mode,batch,seq_q,seq_kv,heads,kv_heads,dim,"
+                 "dim_v,causal,layout,block_q,block_kv,seconds_median,gflops,"
+                 "sgemm_gflops,comm_wait_fraction,bytes_sent,ring_gbps,"
+                 "peak_rss_bytes,model_bytes,max_rel_error,verdict\n");
+    for (int i = 0; i < count; i++) {
+        const bench_result *r = &rows[i];
+        fprintf(out, "%d,%d,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%lld,"
+                     "%lld,%.6e,%.4f,%.4f,%.6f,%.0f,%.4f,%.0f,%.0f,%.3e,%s\n",
+                r->ranks, r->threads, r->mode, (long long)r->s.B,
+                (long long)r->s.N, (long long)r->s.M, (long long)r->s.H,
+                (long long)r->s.G, (long long)r->s.D, (long long)r->s.Dv,
+                r->p.causal, ra_layout_name(r->p.layout),
+                (long long)r->block_q, (long long)r->block_kv,
+                r->seconds_median, r->gflops, r->sgemm_gflops,
+                r->comm_wait_fraction, r->bytes_sent, r->ring_gbps,
+                r->peak_rss.max, r->model_bytes, r->max_rel_error,
+                r->pass ? "PASS" : "FAIL");
+    }
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# setup.sh [BUILD_DIR] [CMAKE_ARGS...]: installs the Debian packages ringattn
+# needs (when missing) and builds it. Idempotent; safe to rerun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+shift || true
+
+packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
+          libopenblas-dev libhdf5-openmpi-dev hdf5-tools libcmocka-dev
+          python3-h5py python3-numpy)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  echo "setup.sh: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$build" -j "$(nproc)"
