@@ -76,16 +76,22 @@ ra_status ra_shape_check(const ra_shape *s)
         return ra_error_set(RA_ERR_ARG,
                             "shape: kv heads G=%lld must divide heads H=%lld",
                             (long long)s->G, (long long)s->H);
-    /* Every tensor's byte count must fit in int64. */
-    int64_t q = ra_mul_checked(ra_mul_checked(s->B, s->N),
-                               ra_mul_checked(s->H, ra_mul_checked(s->D, 8)));
-    int64_t o = ra_mul_checked(ra_mul_checked(s->B, s->N),
-                               ra_mul_checked(s->H, ra_mul_checked(s->Dv, 8)));
-    int64_t kv = ra_mul_checked(ra_mul_checked(s->B, s->M),
-                                ra_mul_checked(s->G, ra_mul_checked(
-                                                         s->D + s->Dv, 8)));
-    if (q < 0 || o < 0 || kv < 0)
-        return ra_error_set(RA_ERR_ARG, "shape: tensor sizes overflow 64 bits");
+    /* Every tensor's byte count (as float64) must fit in int64. */
+    const struct {
+        const char *name;
+        int64_t len, heads, dim;
+    } t[4] = {{"q (B, N, H, D)", s->N, s->H, s->D},
+              {"o (B, N, H, Dv)", s->N, s->H, s->Dv},
+              {"k (B, M, G, D)", s->M, s->G, s->D},
+              {"v (B, M, G, Dv)", s->M, s->G, s->Dv}};
+    for (int i = 0; i < 4; i++) {
+        int64_t bytes = ra_mul_checked(ra_mul_checked(s->B, t[i].len),
+                                       ra_mul_checked(t[i].heads,
+                                                      ra_mul_checked(t[i].dim, 8)));
+        if (bytes < 0)
+            return ra_error_set(RA_ERR_ARG, "shape: the byte count of %s "
+                                            "overflows 64 bits", t[i].name);
+    }
     return RA_OK;
 }
 

@@ -126,16 +126,18 @@ static void expect_sane(const problem *p, int causal, ra_range qr,
             }
 }
 
-/* Checks (o, lse) of the query slice qr against the reference, prints the
- * case line and records the worst errors. */
-static check_result expect_checked(const problem *p, int causal, double scale,
-                                   ra_range qr, tiles t, int threads,
-                                   uint64_t seed, const char *what,
-                                   const float *o, const float *lse)
+/* Checks (o, lse) of the query slice qr against the reference: rel_o below
+ * tol_o, lse error below 1e-5, no bad row. Prints the case line and records
+ * the worst errors. */
+static void expect_checked(const problem *p, int causal, double scale,
+                           ra_range qr, tiles t, int threads, uint64_t seed,
+                           const char *what, double tol_o, const float *o,
+                           const float *lse)
 {
     const ra_shape *s = &p->s;
     expect_sane(p, causal, qr, o, lse);
     check_result c = check_rows(p, causal, scale, qr.start, qr.count, o, lse);
+    int ok = c.rel_o < tol_o && c.max_lse < 1e-5 && c.bad_inf == 0;
     tiles r = tiles_resolve(t, s);
     printf("# B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld causal=%d "
            "bq=%lld bkv=%lld threads=%d seed=%llu %s rel_o=%.3e lse=%.3e "
@@ -144,11 +146,11 @@ static check_result expect_checked(const problem *p, int causal, double scale,
            (long long)s->G, (long long)s->D, (long long)s->Dv, causal,
            (long long)r.bq, (long long)r.bkv, threads,
            (unsigned long long)seed, what, c.rel_o, c.max_lse,
-           (long long)c.bad_inf, check_ok(&c) ? "PASS" : "FAIL");
+           (long long)c.bad_inf, ok ? "PASS" : "FAIL");
     assert_int_equal(c.rows, s->B * s->H * qr.count);
     worst_rel_o = fmax(worst_rel_o, c.rel_o);
     worst_lse = fmax(worst_lse, c.max_lse);
-    return c;
+    assert_true(ok);
 }
 
 /* The whole problem as one block from a reset state, checked within the
@@ -164,9 +166,8 @@ static void expect_case(ra_shape s, int causal, tiles t, int threads)
     float *lse = malloc(sizeof(float) * (size_t)(s.B * s.H * s.N));
     ra_state_reset(s.B, s.N, s.H, s.Dv, o, lse);
     fold(&p, causal, scale, qr, kr, t, threads, o, lse);
-    check_result c = expect_checked(&p, causal, scale, qr, t, threads, seed,
-                                    "one-block", o, lse);
-    assert_true(check_ok(&c));
+    expect_checked(&p, causal, scale, qr, t, threads, seed, "one-block",
+                   1e-5, o, lse);
     free(o);
     free(lse);
     problem_free(&p);
@@ -285,9 +286,7 @@ static void expect_split(ra_shape s, int causal, int64_t cut, tiles t)
         char what[64];
         snprintf(what, sizeof what, "split@%lld%s", (long long)cut,
                  order ? "-reversed" : "");
-        check_result c = expect_checked(&p, causal, scale, qr, t, 1, seed,
-                                        what, o2, l2);
-        assert_true(check_ok(&c));
+        expect_checked(&p, causal, scale, qr, t, 1, seed, what, 1e-5, o2, l2);
         double rel_o, d_lse;
         state_diff(no, nl, o2, l2, o1, l1, &rel_o, &d_lse);
         printf("#   split vs one block: rel_o=%.3e lse=%.3e\n", rel_o, d_lse);
@@ -390,9 +389,8 @@ static void test_kernel_empty_partial(void **state)
         assert_int_equal(kept, s.B * s.H * 50);
 
         fold(&p, 1, scale, qr, (ra_range){200, 50}, rot[x], 1, o, lse);
-        check_result c = expect_checked(&p, 1, scale, qr, rot[x], 1, seed,
-                                        "slice+empty-blocks", o, lse);
-        assert_true(check_ok(&c));
+        expect_checked(&p, 1, scale, qr, rot[x], 1, seed, "slice+empty-blocks",
+                       1e-5, o, lse);
         free(o);
         free(lse);
         free(o0);
@@ -403,7 +401,10 @@ static void test_kernel_empty_partial(void **state)
 }
 
 /* Two threads must give the same bits as one: each work item is computed by
- * one thread with the same arithmetic whichever thread it is. */
+ * one thread with the same arithmetic whichever thread it is. Only thread 0
+ * calls the progress hook, so fewer calls over all cases with two threads
+ * show that the second thread really took items (per case it may not: a
+ * small case can be over before the second thread wakes). */
 static void test_kernel_threads(void **state)
 {
     (void)state;
@@ -413,6 +414,7 @@ static void test_kernel_threads(void **state)
         {2, 517, 300, 2, 2, 8, 8},
     };
     static const tiles rot[3] = {{33, 7}, {0, 0}, {7, 33}};
+    int64_t total[2] = {0, 0};
     worst_reset();
     for (int si = 0; si < 3; si++)
         for (int causal = 0; causal <= 1; causal++) {
@@ -428,12 +430,11 @@ static void test_kernel_threads(void **state)
                 o[th] = malloc(sizeof(float) * (size_t)no);
                 lse[th] = malloc(sizeof(float) * (size_t)nl);
                 ra_state_reset(s.B, s.N, s.H, s.Dv, o[th], lse[th]);
-                fold(&p, causal, scale, qr, kr, rot[si], th + 1, o[th],
-                     lse[th]);
+                total[th] += fold(&p, causal, scale, qr, kr, rot[si], th + 1,
+                                  o[th], lse[th]);
             }
-            check_result c = expect_checked(&p, causal, scale, qr, rot[si], 2,
-                                            seed, "threads", o[1], lse[1]);
-            assert_true(check_ok(&c));
+            expect_checked(&p, causal, scale, qr, rot[si], 2, seed, "threads",
+                           1e-5, o[1], lse[1]);
             assert_memory_equal(o[0], o[1], sizeof(float) * (size_t)no);
             assert_memory_equal(lse[0], lse[1], sizeof(float) * (size_t)nl);
             for (int th = 0; th < 2; th++) {
@@ -442,6 +443,9 @@ static void test_kernel_threads(void **state)
             }
             problem_free(&p);
         }
+    printf("# threads: %lld progress calls with 1 thread, %lld on thread 0 "
+           "of 2\n", (long long)total[0], (long long)total[1]);
+    assert_true(total[1] < total[0]);
     worst_print("threads");
 }
 
@@ -500,16 +504,13 @@ static void expect_large(ra_shape s, int causal, tiles t, int split)
     char what[64];
     snprintf(what, sizeof what, "large max|s|=%.2e%s", smax,
              split ? " split" : "");
-    check_result r = expect_checked(&p, causal, scale, qr, t, 1, seed, what, o,
-                                    lse);
-    /* Scores near 1e4 carry an fp32 rounding of about 5e-4 (half an ulp of
-     * 1e4, and alpha = scale * log2 e is itself rounded), which becomes a
-     * relative error of that size in the weight of each non-dominant key;
-     * the norm of o therefore only holds to about 1e-4, not 1e-5. The lse
-     * check is relative to |lse| ~ 1e4 and keeps the usual bound. */
-    assert_true(r.rel_o < 1e-4);
-    assert_true(r.max_lse < 1e-5);
-    assert_int_equal(r.bad_inf, 0);
+    /* o holds to 1e-4 here, not 1e-5: an fp32 dot product of 64-128 terms
+     * of size ~3000 is off by ~1e-2 in the score, hence by ~1% in the
+     * weight of any key whose score is near the row max. A plain fp32 dot
+     * followed by an exact fp64 softmax gives the same 1e-5..5e-5 on these
+     * inputs, so this is the fp32 inputs' floor, not the kernel's. The lse
+     * error is relative to |lse| ~ 1e4 and keeps the usual bound. */
+    expect_checked(&p, causal, scale, qr, t, 1, seed, what, 1e-4, o, lse);
     free(o);
     free(lse);
     problem_free(&p);
@@ -583,7 +584,7 @@ static void test_shape_check(void **state)
     expect_rejected((ra_shape){1, 8, 8, 6, 4, 8, 8}, "H=6");
     const int64_t big = (int64_t)1 << 20;
     expect_rejected((ra_shape){big, big, 1, big, 1, big, 1}, "overflow");
-    expect_rejected((ra_shape){1, 1, big, 1, big, big, big}, "overflow");
+    expect_rejected((ra_shape){1, 1, big, big, big, big, big}, "overflow");
     expect_rejected((ra_shape){1, 1, 1, 1, 1, INT64_MAX / 8 + 1, 1},
                     "overflow");
 }

@@ -30,7 +30,7 @@ static path paths[2] = {
     {"scalar", ra_exp2_shift_sum_scalar, ra_max_scalar},
 };
 
-static const double ulp_bound = 2.0;
+static const double ulp_bound = 1.0;
 
 /* Error of y in fp32 ulps relative to the exact ref > 0. */
 static double ulps(float y, double ref)
@@ -129,8 +129,8 @@ static void test_exp2_shifted(void **state)
 
 /* Softmax-like rows as the kernel passes them (shift = row max, some -inf),
  * at lengths that leave a tail after the 8-wide loop: each result within
- * ulp_bound, the returned sum within 1e-6 of the exact sum, and nothing
- * written past len. */
+ * ulp_bound, the returned sum close to the exact one, and nothing written
+ * past len. */
 static void test_exp2_tails(void **state)
 {
     (void)state;
@@ -173,10 +173,19 @@ static void test_exp2_tails(void **state)
                 }
                 double rel = fabs((double)sum - exact) / exact;
                 worst_sum[pi] = fmax(worst_sum[pi], rel);
-                if (!(rel < 1e-6))
-                    fail_msg("%s len %lld seed %llu: sum rel error %.3e",
+                /* Recursive fp32 summation of positive terms, each within
+                 * ulp_bound: first-order bound for every input, widened by
+                 * 0.1% for the second-order terms. */
+                double bound = (ulp_bound * FLT_EPSILON +
+                                (double)(len - 1) * FLT_EPSILON / 2) * 1.001;
+                /* The 8-lane AVX2 sum has 8 short chains and stays far
+                 * tighter; the scalar chain of 1001 terms reaches ~1.6e-6. */
+                if (pi == 0 && strcmp(ra_exp2_impl(), "avx2-fma") == 0)
+                    bound = fmin(bound, 1e-6);
+                if (!(rel <= bound))
+                    fail_msg("%s len %lld seed %llu: sum rel error %.3e > %.3e",
                              paths[pi].name, (long long)len,
-                             (unsigned long long)seed, rel);
+                             (unsigned long long)seed, rel, bound);
             }
         }
     for (int pi = 0; pi < 2; pi++)

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""bench-plot.py: charts from `ringattn bench --json` rows (or a sweep).
+
+    python3 launch/bench-plot.py rows.json [--out-dir DIR]
+
+Writes, for whatever the rows contain:
+  bench-gflops.png   GFLOP/s and fraction of sgemm against N, one line per
+                     (ranks, threads, mode, causal, D)
+  bench-scaling.png  strong scaling efficiency against P at each fixed N
+                     (rate at P / (P * rate at the smallest P)), and weak
+                     scaling efficiency for rows where N/P is constant
+Needs python3-matplotlib (Debian package).
+"""
+import argparse
+import collections
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def series_key(r):
+    return (r["ranks"], r["threads"], r["mode"], r["causal"], r["dim"])
+
+
+def label(key):
+    ranks, threads, mode, causal, dim = key
+    return f"P={ranks} T={threads} {mode} D={dim}{' causal' if causal else ''}"
+
+
+def plot_gflops(rows, path):
+    groups = collections.defaultdict(list)
+    for r in rows:
+        groups[series_key(r)].append(r)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for key, rs in sorted(groups.items()):
+        rs.sort(key=lambda r: r["seq_q"])
+        n = [r["seq_q"] for r in rs]
+        ax1.plot(n, [r["gflops"] for r in rs], marker="o", label=label(key))
+        ax2.plot(n, [r["gflops"] / r["sgemm_gflops"] for r in rs], marker="o",
+                 label=label(key))
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length N (= M)")
+        ax.grid(True, alpha=0.3)
+    ax1.set_ylabel("useful GFLOP/s")
+    ax1.set_title("ring attention forward")
+    ax2.set_ylabel("fraction of same-run sgemm GFLOP/s")
+    ax2.set_ylim(0, 1.05)
+    ax2.set_title("efficiency against the BLAS yardstick")
+    ax2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_scaling(rows, path):
+    ring = [r for r in rows if r["mode"] == "ring"]
+    by_n = collections.defaultdict(dict)
+    for r in ring:
+        by_n[(r["seq_q"], r["dim"], r["causal"], r["threads"])][r["ranks"]] = r
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for (n, dim, causal, threads), byp in sorted(by_n.items()):
+        ps = sorted(byp)
+        if len(ps) < 2:
+            continue
+        base = byp[ps[0]]["gflops"] / ps[0]
+        ax1.plot(ps, [byp[p]["gflops"] / (p * base) for p in ps], marker="o",
+                 label=f"N={n} D={dim}{' causal' if causal else ''}")
+    weak = collections.defaultdict(dict)
+    for r in ring:
+        weak[(r["seq_q"] // r["ranks"], r["dim"], r["causal"])][r["ranks"]] = r
+    for (npp, dim, causal), byp in sorted(weak.items()):
+        ps = sorted(byp)
+        if len(ps) < 2:
+            continue
+        # work grows as N^2: per-rank rate against the smallest P's
+        base = byp[ps[0]]["gflops"] / ps[0]
+        ax2.plot(ps, [byp[p]["gflops"] / (p * base) for p in ps], marker="s",
+                 label=f"N/P={npp} D={dim}{' causal' if causal else ''}")
+    for ax, title in ((ax1, "strong scaling (fixed N)"),
+                      (ax2, "weak scaling (fixed N/P)")):
+        ax.set_xlabel("ranks P")
+        ax.set_ylabel("parallel efficiency")
+        ax.set_ylim(0, 1.15)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json")
+    ap.add_argument("--out-dir", default=".")
+    a = ap.parse_args()
+    with open(a.json) as f:
+        rows = json.load(f)
+    os.makedirs(a.out_dir, exist_ok=True)
+    g = os.path.join(a.out_dir, "bench-gflops.png")
+    s = os.path.join(a.out_dir, "bench-scaling.png")
+    plot_gflops(rows, g)
+    plot_scaling(rows, s)
+    print(f"bench-plot.py: wrote {g} and {s}")
+
+
+if __name__ == "__main__":
+    main()

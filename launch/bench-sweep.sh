@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench-sweep.sh: `ringattn bench` at several rank counts, one mpirun each,
+# merged into one JSON list (and optionally charts).
+#
+#   launch/bench-sweep.sh -r "1 2 4" -o sweep.json [-b BUILD] [-p] -- BENCH_OPTIONS...
+#
+#   -r LIST   rank counts (default "1 2")
+#   -o FILE   merged JSON (default bench-sweep.json)
+#   -b DIR    build directory (default build)
+#   -p        also draw the charts with launch/bench-plot.py next to FILE
+# MPIRUN_FLAGS adds site flags (e.g. "--mca btl self,tcp").
+set -euo pipefail
+ranks="1 2"
+out=bench-sweep.json
+build=build
+plot=0
+while getopts "r:o:b:ph" opt; do
+  case "$opt" in
+    r) ranks=$OPTARG ;;
+    o) out=$OPTARG ;;
+    b) build=$OPTARG ;;
+    p) plot=1 ;;
+    *) sed -n '2,12p' "$0"; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ "${1:-}" = "--" ] && shift
+
+if [ "$(id -u)" = 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+# shellcheck disable=SC2206
+site=(${MPIRUN_FLAGS:-})
+parts=()
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for p in $ranks; do
+  extra=()
+  [ "$p" -gt "$(nproc)" ] && extra+=(--oversubscribe)
+  echo "+ mpirun -np $p ${extra[*]} ${site[*]} $build/ringattn bench $* --json $tmp/p$p.json"
+  mpirun -np "$p" "${extra[@]}" "${site[@]}" "$build/ringattn" bench "$@" --json "$tmp/p$p.json"
+  parts+=("$tmp/p$p.json")
+done
+python3 - "$out" "${parts[@]}" <<'PY'
+import json, sys
+rows = []
+for part in sys.argv[2:]:
+    with open(part) as f:
+        rows.extend(json.load(f))
+with open(sys.argv[1], "w") as f:
+    json.dump(rows, f, indent=1)
+print(f"bench-sweep.sh: {len(rows)} rows -> {sys.argv[1]}")
+PY
+if [ "$plot" = 1 ]; then
+  python3 "$(dirname "$0")/bench-plot.py" "$out" --out-dir "$(dirname "$out")"
+fi
