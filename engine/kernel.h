@@ -86,7 +86,7 @@ void ra_naive_forward(const ra_naive_args *a, const float *q, const float *k,
 
 /* Vectorised base-2 exponentials for the softmax pass:
  * x[j] = 2^(x[j] - shift) for j < len, returning the sum of the results.
- * Inputs of -inf give 0. Picks AVX2/FMA at run time when the CPU has it. */
+ * Inputs of -inf give 0. Picks AVX-512 or AVX2/FMA at run time. */
 float ra_exp2_shift_sum(float *x, int64_t len, float shift);
 
 /* The portable path of ra_exp2_shift_sum, exposed for tests. */
@@ -96,7 +96,8 @@ float ra_exp2_shift_sum_scalar(float *x, int64_t len, float shift);
 float ra_max(const float *x, int64_t len);
 float ra_max_scalar(const float *x, int64_t len);
 
-/* Name of the exp path in use: "avx2-fma" or "scalar" (RA_EXP=scalar forces the latter). */
+/* Name of the exp path in use: "avx512f", "avx2-fma" or "scalar"
+ * (RA_EXP=avx2 or RA_EXP=scalar caps the choice). */
 const char *ra_exp2_impl(void);
 
 #endif /* RA_KERNEL_H */

@@ -26,13 +26,13 @@ double ra_params_scale(const ra_params *params, const ra_shape *shape)
     return params->scale;
 }
 
-/* Default tiles, from measurements on AVX2 cores (docs/PERFORMANCE.md):
- * 128 query rows; 256 keys for D <= 64, 512 beyond, where the longer
- * inner GEMM dimension pays for the bigger score tile. */
+/* Default tiles, from the sweep in docs/PERFORMANCE.md ("Tile sizes"):
+ * 256 query rows; 256 keys for D <= 64, 512 beyond. A 256 x 256 score tile
+ * (256 KiB) stays in L2 while P V reads it back. */
 void ra_params_tiles(const ra_params *params, const ra_shape *shape,
                      int64_t *block_q, int64_t *block_kv)
 {
-    *block_q = params->block_q > 0 ? params->block_q : 128;
+    *block_q = params->block_q > 0 ? params->block_q : 256;
     *block_kv = params->block_kv > 0 ? params->block_kv
                                      : (shape->D <= 64 ? 256 : 512);
 }

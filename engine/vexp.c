@@ -118,13 +118,59 @@ static float max_avx2(const float *x, int64_t len)
         mx = lanes[i] > mx ? lanes[i] : mx;
     return mx;
 }
+
+__attribute__((target("avx512f")))
+static float exp2_shift_sum_avx512(float *x, int64_t len, float shift)
+{
+    const __m512 vshift = _mm512_set1_ps(shift);
+    const __m512 lo = _mm512_set1_ps(-126.0f);
+    __m512 acc = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+        __m512 t = _mm512_sub_ps(_mm512_loadu_ps(x + j), vshift);
+        __mmask16 keep = _mm512_cmp_ps_mask(t, lo, _CMP_GE_OQ);
+        t = _mm512_max_ps(t, lo);
+        __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT |
+                                               _MM_FROUND_NO_EXC);
+        __m512 f = _mm512_sub_ps(t, n);
+        __m512 p = _mm512_set1_ps(C7);
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C6));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C5));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C4));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C3));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C2));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(C1));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+        __m512i e = _mm512_slli_epi32(
+            _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)),
+            23);
+        __m512 r = _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(e));
+        _mm512_storeu_ps(x + j, r);
+        acc = _mm512_add_ps(acc, r);
+    }
+    /* the tail (< 16) through the 8-wide path keeps the same arithmetic */
+    return _mm512_reduce_add_ps(acc) + exp2_shift_sum_avx2(x + j, len - j, shift);
+}
+
+__attribute__((target("avx512f")))
+static float max_avx512(const float *x, int64_t len)
+{
+    __m512 acc = _mm512_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16)
+        acc = _mm512_max_ps(acc, _mm512_loadu_ps(x + j));
+    float mx = _mm512_reduce_max_ps(acc), tail = max_avx2(x + j, len - j);
+    return tail > mx ? tail : mx;
+}
 #endif
 
 typedef float (*exp2_fn)(float *, int64_t, float);
 typedef float (*max_fn)(const float *, int64_t);
 
-/* The table of paths, picked once: AVX2/FMA when the CPU has both, unless
- * the environment sets RA_EXP=scalar (to test or compare the fallback). */
+/* The table of paths, picked once: AVX-512 when the CPU has it, else
+ * AVX2/FMA, else scalar; RA_EXP=avx2 or RA_EXP=scalar caps the choice (to
+ * test or compare the narrower paths). All three compute the same
+ * polynomial, so they agree to the last bit on each element. */
 typedef struct {
     const char *name;
     exp2_fn exp2;
@@ -135,6 +181,8 @@ static const vec_impl scalar_impl = {"scalar", ra_exp2_shift_sum_scalar,
                                      ra_max_scalar};
 #ifdef RA_HAVE_X86
 static const vec_impl avx2_impl = {"avx2-fma", exp2_shift_sum_avx2, max_avx2};
+static const vec_impl avx512_impl = {"avx512f", exp2_shift_sum_avx512,
+                                     max_avx512};
 #endif
 
 static const vec_impl *pick_impl(void)
@@ -143,7 +191,11 @@ static const vec_impl *pick_impl(void)
     if (env && strcmp(env, "scalar") == 0)
         return &scalar_impl;
 #ifdef RA_HAVE_X86
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2 && __builtin_cpu_supports("avx512f") &&
+        !(env && strcmp(env, "avx2") == 0))
+        return &avx512_impl;
+    if (avx2)
         return &avx2_impl;
 #endif
     return &scalar_impl;

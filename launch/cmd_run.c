@@ -19,7 +19,7 @@ static const char run_help[] =
     "  --force          replace OUT.h5 if it exists (refused otherwise)\n"
     "  --causal         query i sees keys j <= i + (M - N) (bottom-right aligned)\n"
     "  --scale S        score scale (default 1/sqrt(D))\n"
-    "  --block-q N      query tile rows (default 128)\n"
+    "  --block-q N      query tile rows (default 256)\n"
     "  --block-kv N     key tile rows (default 256 for D <= 64, else 512)\n"
     "  --layout NAME    how the sequence is cut over ranks: contiguous\n"
     "  --threads T      OpenMP threads per rank (default OMP_NUM_THREADS)\n"
