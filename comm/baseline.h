@@ -4,7 +4,7 @@
 
 #include "ringattn.h"
 
-/* Same contract as ra_forward_timed(), computed the naive way: every rank
+/* Same contract as ra_forward_ex() without masks, computed the naive way: every rank
  * gathers the full K and V (MPI_Allgatherv) and materialises the n x M
  * score matrix of each head. Memory O(M + n * M) per rank. */
 ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *shape,

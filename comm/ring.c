@@ -1,11 +1,13 @@
 /* ring.c: the ring of ranks around ra_forward.
  *
- * Rank r holds its query slice for the whole call and the K/V block that
- * originated at rank (r - t) mod P during step t. Before computing on that
- * block it posts the receive of the next block from r - 1 and the send of
- * the current one to r + 1 (K and V packed in one message, two buffers
- * alternating), and polls both requests between tiles so that the transfer
- * moves while the kernel runs: Open MPI has no progress thread. */
+ * Rank r holds its query slice for the whole call and, during step t, the
+ * part of the K/V block that originated at rank (r - t) mod P that it or a
+ * rank after it still needs (plan.h). Before computing on that block it
+ * posts the receive of the next block from r - 1 and the send of the part
+ * of the current one that r + 1 needs (K and V in one message, described by
+ * an MPI datatype, so nothing is copied), two buffers alternating; both
+ * requests are polled between tiles so that the transfer moves while the
+ * kernel runs: Open MPI has no progress thread. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -13,16 +15,17 @@
 
 #include "internal.h"
 #include "kernel.h"
+#include "plan.h"
 
 /* OpenBLAS's thread control; single-threaded BLAS inside our own threads. */
 int openblas_get_num_threads(void);
 void openblas_set_num_threads(int num_threads);
 
-enum { RING_TAG = 7301 };
+enum { TAG_KV = 7301, TAG_SEG = 7302 };
 
 /* Requests of one ring step, polled between tiles. */
 typedef struct {
-    MPI_Request req[2];
+    MPI_Request req[4]; /* receive K/V, send K/V, receive ids, send ids */
     int pending;
 } ring_step;
 
@@ -31,24 +34,61 @@ static void ring_poll(void *ctx)
     ring_step *st = ctx;
     if (st->pending) {
         int done = 0;
-        MPI_Testall(2, st->req, &done, MPI_STATUSES_IGNORE);
+        MPI_Testall(4, st->req, &done, MPI_STATUSES_IGNORE);
         st->pending = !done;
     }
 }
 
-/* Floats of the packed K/V block that originated at rank src. */
-static int64_t block_floats(const ra_shape *s, int src, int P)
+/* A held block: cnt rows of K (B, cnt, G, D) then V (B, cnt, G, Dv) in one
+ * float buffer, segment ids (B, cnt) in another. */
+typedef struct {
+    float *kv;
+    int64_t *seg;
+} ring_buf;
+
+/* Copies rows [a, b) of this rank's k, v (B, m, ...) and ids (B, m) into a
+ * held block of b - a rows. */
+static void pack_own(const ra_shape *s, int64_t m, ring_span sp,
+                     const float *k, const float *v, const int64_t *seg,
+                     ring_buf dst)
 {
-    return s->B * ra_shard_range(s->M, src, P).count * s->G * (s->D + s->Dv);
+    const int64_t cnt = sp.b - sp.a, rk = s->G * s->D, rv = s->G * s->Dv;
+    for (int64_t b = 0; b < s->B; b++) {
+        memcpy(dst.kv + b * cnt * rk, k + (b * m + sp.a) * rk,
+               sizeof(float) * (size_t)(cnt * rk));
+        memcpy(dst.kv + s->B * cnt * rk + b * cnt * rv,
+               v + (b * m + sp.a) * rv, sizeof(float) * (size_t)(cnt * rv));
+        if (seg)
+            memcpy(dst.seg + b * cnt, seg + b * m + sp.a,
+                   sizeof(int64_t) * (size_t)cnt);
+    }
 }
 
-/* Packs this rank's k (B, m, G, D) and v (B, m, G, Dv) into buf. */
-static void pack_kv(const ra_shape *s, int64_t m, const float *k,
-                    const float *v, float *buf)
+/* Datatype selecting rows [off, off + cnt) of a held block of `held` rows,
+ * laid out as the receiver's block of cnt rows: B pieces of K, then B of V
+ * (row = floats per row of each), or B pieces of ids. */
+static int rows_type(int64_t B, int64_t held, int64_t off, int64_t cnt,
+                     int64_t row_k, int64_t row_v, MPI_Datatype base,
+                     MPI_Datatype *type)
 {
-    size_t nk = (size_t)(s->B * m * s->G * s->D);
-    memcpy(buf, k, nk * sizeof *buf);
-    memcpy(buf + nk, v, (size_t)(s->B * m * s->G * s->Dv) * sizeof *buf);
+    const int parts = (int)(row_v ? 2 * B : B);
+    int *len = malloc(sizeof(int) * (size_t)parts * 2);
+    if (!len)
+        return -1;
+    int *disp = len + parts;
+    for (int64_t b = 0; b < B; b++) {
+        len[b] = (int)(cnt * row_k);
+        disp[b] = (int)((b * held + off) * row_k);
+        if (row_v) {
+            len[B + b] = (int)(cnt * row_v);
+            disp[B + b] = (int)(B * held * row_k + (b * held + off) * row_v);
+        }
+    }
+    int rc = MPI_Type_indexed(parts, len, disp, base, type);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Type_commit(type);
+    free(len);
+    return rc == MPI_SUCCESS ? 0 : -1;
 }
 
 /* Makes every rank agree on st: the worst (largest) status wins, so that a
@@ -64,16 +104,43 @@ static ra_status agree(MPI_Comm comm, ra_status st)
     return (ra_status)all;
 }
 
-ra_status ra_forward_timed(MPI_Comm user_comm, const ra_shape *shape,
-                           const ra_params *params, const float *q,
-                           const float *k, const float *v, float *o,
-                           float *lse, ra_timing *timing)
+static ra_status check_params(const ra_shape *s, const ra_params *p,
+                              const ra_masks *mk)
+{
+    ra_status st = ra_shape_check(s);
+    if (st != RA_OK)
+        return st;
+    if (p->window && (p->window_left < 0 || p->window_right < 0))
+        return ra_error_set(RA_ERR_ARG, "window: left and right must be >= 0");
+    if (p->block_q < 0 || p->block_kv < 0)
+        return ra_error_set(RA_ERR_ARG, "tiles: block sizes must be >= 0");
+    if (mk && (!mk->q_segments) != (!mk->kv_segments))
+        return ra_error_set(RA_ERR_ARG, "masks: q_segments and kv_segments "
+                                        "go together");
+    for (int64_t b = 0; mk && b < s->B; b++) {
+        if (mk->q_lens && (mk->q_lens[b] < 0 || mk->q_lens[b] > s->N))
+            return ra_error_set(RA_ERR_ARG, "masks: q_lens[%lld] = %lld is "
+                                "outside [0, N=%lld]", (long long)b,
+                                (long long)mk->q_lens[b], (long long)s->N);
+        if (mk->kv_lens && (mk->kv_lens[b] < 0 || mk->kv_lens[b] > s->M))
+            return ra_error_set(RA_ERR_ARG, "masks: kv_lens[%lld] = %lld is "
+                                "outside [0, M=%lld]", (long long)b,
+                                (long long)mk->kv_lens[b], (long long)s->M);
+    }
+    return RA_OK;
+}
+
+ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
+                        const ra_params *params, const ra_masks *masks,
+                        const float *q, const float *k, const float *v,
+                        float *o, float *lse, ra_timing *timing)
 {
     double t_start = MPI_Wtime();
     ra_timing tm = {0};
-    ra_status st = ra_shape_check(shape);
+    ra_status st = check_params(shape, params, masks);
     if (st != RA_OK)
         return st;
+    const int segs = masks && masks->q_segments;
 
     MPI_Comm comm;
     if (MPI_Comm_dup(user_comm, &comm) != MPI_SUCCESS)
@@ -93,13 +160,22 @@ ra_status ra_forward_timed(MPI_Comm user_comm, const ra_shape *shape,
     const int may_poll = !params->no_poll &&
                          (threads == 1 || level >= MPI_THREAD_FUNNELED);
 
-    const ra_range qr = ra_shard_range(shape->N, r, P);
-    const ra_range kr = ra_shard_range(shape->M, r, P);
-    const int64_t n = qr.count;
-    const int64_t mmax = ra_shard_range(shape->M, 0, P).count;
-    const int64_t buf_floats = block_floats(shape, 0, P);
+    const ra_layout lay = params->layout;
+    const ra_slice qs = ra_layout_slice(lay, shape->N, r, P);
+    const ra_slice ks = ra_layout_slice(lay, shape->M, r, P);
+    const int64_t n = qs.count, m_own = ks.count;
+    int64_t mmax = 0;
+    for (int i = 0; i < P; i++) {
+        int64_t c = ra_layout_slice(lay, shape->M, i, P).count;
+        mmax = c > mmax ? c : mmax;
+    }
+    const int64_t row_k = shape->G * shape->D, row_v = shape->G * shape->Dv;
+    const int64_t buf_floats = shape->B * mmax * (row_k + row_v);
 
-    float *buf[2] = {NULL, NULL};
+    const ring_plan plan = ring_plan_make(shape, params, masks, P);
+    const int last = ring_plan_last_step(&plan);
+
+    ring_buf buf[2] = {{NULL, NULL}, {NULL, NULL}};
     int64_t *qpos = NULL, *kpos = NULL;
     ra_workspace *ws = NULL;
     if (buf_floats > INT_MAX) {
@@ -108,12 +184,17 @@ ra_status ra_forward_timed(MPI_Comm user_comm, const ra_shape *shape,
                           "message (INT_MAX elements); use more ranks",
                           (long long)buf_floats);
     } else {
-        buf[0] = malloc((size_t)buf_floats * sizeof(float) + 64);
-        buf[1] = malloc((size_t)buf_floats * sizeof(float) + 64);
+        for (int i = 0; i < 2; i++) {
+            buf[i].kv = malloc(sizeof(float) * (size_t)(buf_floats + 1));
+            if (segs)
+                buf[i].seg = malloc(sizeof(int64_t) *
+                                    (size_t)(shape->B * mmax + 1));
+        }
         qpos = malloc((size_t)(n + 1) * sizeof *qpos);
         kpos = malloc((size_t)(mmax + 1) * sizeof *kpos);
         ws = ra_workspace_create(threads, bq, bkv, shape->Dv);
-        if (!buf[0] || !buf[1] || !qpos || !kpos || !ws)
+        if (!buf[0].kv || !buf[1].kv || (segs && (!buf[0].seg || !buf[1].seg)) ||
+            !qpos || !kpos || !ws)
             st = ra_error_set(RA_ERR_NOMEM,
                               "ring: cannot allocate the ring buffers");
     }
@@ -125,9 +206,10 @@ ra_status ra_forward_timed(MPI_Comm user_comm, const ra_shape *shape,
     openblas_set_num_threads(1);
 
     for (int64_t i = 0; i < n; i++)
-        qpos[i] = qr.start + i;
-    pack_kv(shape, kr.count, k, v, buf[0]);
+        qpos[i] = ra_slice_pos(&qs, i);
     ra_state_reset(shape->B, n, shape->H, shape->Dv, o, lse);
+    pack_own(shape, m_own, ring_plan_held(&plan, r, 0, last), k, v,
+             segs ? masks->kv_segments : NULL, buf[0]);
 
     ra_block blk = {
         .B = shape->B, .n = n, .H = shape->H, .G = shape->G,
@@ -135,49 +217,76 @@ ra_status ra_forward_timed(MPI_Comm user_comm, const ra_shape *shape,
         .alpha = (float)(ra_params_scale(params, shape) * M_LOG2E),
         .block_q = bq, .block_kv = bkv,
         .mask = {.causal = params->causal, .diag = shape->M - shape->N,
-                 .qpos = qpos, .kpos = kpos},
+                 .window = params->window, .left = params->window_left,
+                 .right = params->window_right, .qpos = qpos, .kpos = kpos,
+                 .q_lens = masks ? masks->q_lens : NULL,
+                 .kv_lens = masks ? masks->kv_lens : NULL,
+                 .q_seg = segs ? masks->q_segments : NULL},
     };
-    for (int t = 0; t < P && st == RA_OK; t++) {
+    for (int t = 0; t <= last && st == RA_OK; t++) {
         const int src = (r - t + P) % P, next = (r - t - 1 + P) % P;
-        const float *cur = buf[t & 1];
-        const ra_range blk_range = ra_shard_range(shape->M, src, P);
-        ring_step step = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL}, 0};
-        if (t + 1 < P) {
-            int rc = MPI_Irecv(buf[(t + 1) & 1], (int)block_floats(shape, next, P),
-                               MPI_FLOAT, left, RING_TAG, comm, &step.req[0]);
-            if (rc == MPI_SUCCESS)
-                rc = MPI_Isend(cur, (int)block_floats(shape, src, P), MPI_FLOAT,
-                               right, RING_TAG, comm, &step.req[1]);
-            if (rc != MPI_SUCCESS) {
+        const ring_buf cur = buf[t & 1], nxt = buf[(t + 1) & 1];
+        const ring_span held = ring_plan_held(&plan, src, t, last);
+        const int64_t cnt = held.b - held.a;
+        ring_step step = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
+                           MPI_REQUEST_NULL}, 0};
+        MPI_Datatype kv_type = MPI_DATATYPE_NULL, seg_type = MPI_DATATYPE_NULL;
+        if (t < last) {
+            const ring_span in = ring_plan_held(&plan, next, t + 1, last);
+            const ring_span out = ring_plan_held(&plan, src, t + 1, last);
+            const int64_t in_cnt = in.b - in.a, out_cnt = out.b - out.a;
+            int rc = rows_type(shape->B, cnt, out.a - held.a, out_cnt, row_k,
+                               row_v, MPI_FLOAT, &kv_type);
+            if (rc == 0 && segs)
+                rc = rows_type(shape->B, cnt, out.a - held.a, out_cnt, 1, 0,
+                               MPI_INT64_T, &seg_type);
+            if (rc == 0)
+                rc = MPI_Irecv(nxt.kv, (int)(shape->B * in_cnt * (row_k + row_v)),
+                               MPI_FLOAT, left, TAG_KV, comm, &step.req[0]) |
+                     MPI_Isend(cur.kv, 1, kv_type, right, TAG_KV, comm,
+                               &step.req[1]);
+            if (rc == 0 && segs)
+                rc = MPI_Irecv(nxt.seg, (int)(shape->B * in_cnt), MPI_INT64_T,
+                               left, TAG_SEG, comm, &step.req[2]) |
+                     MPI_Isend(cur.seg, 1, seg_type, right, TAG_SEG, comm,
+                               &step.req[3]);
+            if (rc != 0) {
                 st = ra_error_set(RA_ERR_MPI, "ring: posting step %d failed", t);
                 break;
             }
             step.pending = 1;
+            tm.bytes_sent += shape->B * out_cnt *
+                             ((row_k + row_v) * (int64_t)sizeof(float) +
+                              (segs ? (int64_t)sizeof(int64_t) : 0));
         }
-        blk.m = blk_range.count;
-        for (int64_t j = 0; j < blk.m; j++)
-            kpos[j] = blk_range.start + j;
-        const float *kb = cur;
-        const float *vb = cur + shape->B * blk.m * shape->G * shape->D;
+        const ra_slice src_keys = ra_layout_slice(lay, shape->M, src, P);
+        blk.m = cnt;
+        for (int64_t j = 0; j < cnt; j++)
+            kpos[j] = ra_slice_pos(&src_keys, held.a + j);
+        blk.mask.k_seg = segs ? cur.seg : NULL;
 
         double t0 = MPI_Wtime();
-        ra_kernel_forward_block(&blk, q, kb, vb, o, lse, ws,
-                                may_poll ? ring_poll : NULL, &step);
+        ra_kernel_forward_block(&blk, q, cur.kv, cur.kv + shape->B * cnt * row_k,
+                                o, lse, ws, may_poll ? ring_poll : NULL, &step);
         double t1 = MPI_Wtime();
         if (step.pending &&
-            MPI_Waitall(2, step.req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            MPI_Waitall(4, step.req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
             st = ra_error_set(RA_ERR_MPI, "ring: step %d transfer failed", t);
-        double t2 = MPI_Wtime();
         tm.compute += t1 - t0;
-        tm.comm_wait += t2 - t1;
-        if (t + 1 < P)
-            tm.bytes_sent += block_floats(shape, src, P) * (int64_t)sizeof(float);
+        tm.comm_wait += MPI_Wtime() - t1;
+        if (kv_type != MPI_DATATYPE_NULL)
+            MPI_Type_free(&kv_type);
+        if (seg_type != MPI_DATATYPE_NULL)
+            MPI_Type_free(&seg_type);
     }
+    tm.steps = last + 1;
     openblas_set_num_threads(blas_threads);
 
 cleanup:
-    free(buf[0]);
-    free(buf[1]);
+    for (int i = 0; i < 2; i++) {
+        free(buf[i].kv);
+        free(buf[i].seg);
+    }
     free(qpos);
     free(kpos);
     ra_workspace_free(ws);
@@ -192,5 +301,5 @@ ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
                      const ra_params *params, const float *q, const float *k,
                      const float *v, float *o, float *lse)
 {
-    return ra_forward_timed(comm, shape, params, q, k, v, o, lse, NULL);
+    return ra_forward_ex(comm, shape, params, NULL, q, k, v, o, lse, NULL);
 }

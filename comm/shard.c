@@ -9,3 +9,36 @@ ra_range ra_shard_range(int64_t len, int rank, int nranks)
     r.count = base + (rank < extra ? 1 : 0);
     return r;
 }
+
+ra_slice ra_layout_slice(ra_layout layout, int64_t len, int rank, int nranks)
+{
+    ra_slice s = {0};
+    switch (layout) {
+    case RA_LAYOUT_ZIGZAG: {
+        /* 2P chunks of near-equal size; rank r takes chunk r, then chunk
+         * 2P-1-r: an early and a late part of the causal triangle. */
+        ra_range a = ra_shard_range(len, rank, 2 * nranks);
+        ra_range b = ra_shard_range(len, 2 * nranks - 1 - rank, 2 * nranks);
+        s.nruns = 2;
+        s.run[0] = (ra_run){a.start, a.count, 1};
+        s.run[1] = (ra_run){b.start, b.count, 1};
+        break;
+    }
+    case RA_LAYOUT_STRIPED: {
+        int64_t count = len > rank ? (len - rank + nranks - 1) / nranks : 0;
+        s.nruns = 1;
+        s.run[0] = (ra_run){rank, count, nranks};
+        break;
+    }
+    case RA_LAYOUT_CONTIGUOUS:
+    default: {
+        ra_range a = ra_shard_range(len, rank, nranks);
+        s.nruns = 1;
+        s.run[0] = (ra_run){a.start, a.count, 1};
+        break;
+    }
+    }
+    for (int i = 0; i < s.nruns; i++)
+        s.count += s.run[i].count;
+    return s;
+}

@@ -27,7 +27,23 @@ void ra_random_normal(uint64_t seed, uint64_t stream, uint64_t first,
 void ra_random_slab(uint64_t seed, uint64_t stream, int64_t B, int64_t len,
                     int64_t row, ra_range rows, float *out);
 
+/* The same for the tokens of a layout slice: out is (B, slice->count, row). */
+void ra_random_slice(uint64_t seed, uint64_t stream, int64_t B, int64_t len,
+                     int64_t row, const ra_slice *slice, float *out);
+
 /* 64 uniform random bits that depend only on (seed, stream, index). */
 uint64_t ra_random_u64(uint64_t seed, uint64_t stream, uint64_t index);
+
+/* Random padding lengths in [0, len] for each of B batches. */
+void ra_random_lens(uint64_t seed, uint64_t stream, int64_t B, int64_t len,
+                    int64_t *out);
+
+/* Packed-sequence ids of the tokens of a slice, for B batches of a
+ * length-len axis: segments start at random positions (mean length avg >= 1)
+ * and are numbered 0, 1, 2... in token order; the id of a token depends only
+ * on (seed, stream, b, position). out is (B, slice->count). O(len) time. */
+void ra_random_segments(uint64_t seed, uint64_t stream, int64_t B,
+                        int64_t len, int64_t avg, const ra_slice *slice,
+                        int64_t *out);
 
 #endif /* RA_INTERNAL_H */

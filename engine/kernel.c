@@ -4,11 +4,13 @@
  * dynamically, largest causal tiles first, each calling single-threaded
  * sgemm per tile. Per item, pass 1 makes the base-2 scores of one key tile
  * with sgemm (alpha = scale * log2 e), pass 2 masks the tile if it straddles
- * the causal edge, pass 3 runs the online softmax (rescaling the accumulator
+ * an edge of the mask (tiles wholly invisible are never computed), pass 3
+ * runs the online softmax (rescaling the accumulator
  * only where the row max moved), pass 4 adds P V with sgemm; at the end of
  * the block the normalised partial is merged into (o, lse). */
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,22 +113,95 @@ static void merge_row(int64_t Dv, const float *acc, float mx, float sum,
     *lse = (float)l;
 }
 
-/* Sets s[r][c] = -inf where key c is beyond the causal edge of query r. */
-static void mask_causal(const ra_mask *mk, int64_t i0, int64_t bq, int64_t j0,
-                        int64_t bk, float *s, int64_t lds)
+/* "No bound" for band offsets and lengths: far from overflow when added
+ * to a position. */
+#define UNBOUNDED (INT64_MAX / 4)
+
+/* The rules of ra_mask for one (batch, query tile), resolved once: query
+ * at position p sees keys in [p + lo, p + hi], below kv_len, and none at all
+ * when p >= q_len. */
+typedef struct {
+    int64_t lo, hi, q_len, kv_len;
+    const int64_t *q_seg, *k_seg; /* this batch's ids, or NULL */
+} tile_rules;
+
+static tile_rules rules_of(const ra_block *blk, int64_t b)
 {
+    const ra_mask *mk = &blk->mask;
+    tile_rules t;
+    t.lo = mk->window ? mk->diag - mk->left : -UNBOUNDED;
+    t.hi = UNBOUNDED;
+    if (mk->causal)
+        t.hi = mk->diag;
+    if (mk->window && mk->diag + mk->right < t.hi)
+        t.hi = mk->diag + mk->right;
+    t.q_len = mk->q_lens ? mk->q_lens[b] : UNBOUNDED;
+    t.kv_len = mk->kv_lens ? mk->kv_lens[b] : UNBOUNDED;
+    const int segs = mk->q_seg && mk->k_seg;
+    t.q_seg = segs ? mk->q_seg + b * blk->n : NULL;
+    t.k_seg = segs ? mk->k_seg + b * blk->m : NULL;
+    return t;
+}
+
+/* First index in pos[0..len) whose value is >= x. */
+static int64_t lower_bound(const int64_t *pos, int64_t len, int64_t x)
+{
+    int64_t lo = 0, hi = len;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (pos[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx)
+{
+    *mn = INT64_MAX;
+    *mx = INT64_MIN;
+    for (int64_t i = 0; i < len; i++) {
+        *mn = x[i] < *mn ? x[i] : *mn;
+        *mx = x[i] > *mx ? x[i] : *mx;
+    }
+}
+
+/* Sets s[r][c] = -inf wherever query i0 + r may not see key j0 + c. */
+static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
+                      int64_t bq, int64_t j0, int64_t bk, float *s,
+                      int64_t lds)
+{
+    const int64_t *kp = mk->kpos + j0;
     for (int64_t r = 0; r < bq; r++) {
-        int64_t edge = mk->qpos[i0 + r] + mk->diag;
-        int64_t c = bk;
-        while (c > 0 && mk->kpos[j0 + c - 1] > edge)
-            c--;
-        for (float *p = s + r * lds + c; p < s + r * lds + bk; p++)
-            *p = -INFINITY;
+        float *row = s + r * lds;
+        const int64_t qp = mk->qpos[i0 + r];
+        int64_t first = bk, last = bk; /* visible keys: [first, last) */
+        if (qp < t->q_len) {
+            int64_t top = qp + t->hi < t->kv_len - 1 ? qp + t->hi
+                                                     : t->kv_len - 1;
+            first = 0;
+            while (first < bk && kp[first] < qp + t->lo)
+                first++;
+            last = bk;
+            while (last > first && kp[last - 1] > top)
+                last--;
+        }
+        for (int64_t c = 0; c < first; c++)
+            row[c] = -INFINITY;
+        for (int64_t c = last; c < bk; c++)
+            row[c] = -INFINITY;
+        if (t->q_seg) {
+            const int64_t seg = t->q_seg[i0 + r];
+            for (int64_t c = first; c < last; c++)
+                if (t->k_seg[j0 + c] != seg)
+                    row[c] = -INFINITY;
+        }
     }
 }
 
 /* One work item: query rows [i0, i0 + bq) of head h in batch b against every
- * key tile of the block. */
+ * key tile of the block that any of them may see. */
 static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
                          int64_t i0, int64_t bq, const float *q,
                          const float *k, const float *v, float *o, float *lse,
@@ -137,6 +212,13 @@ static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
     const int64_t D = blk->D, Dv = blk->Dv, bkv = blk->block_kv;
     const int64_t g = h / (H / G);
     const ra_mask *mk = &blk->mask;
+    const tile_rules rl = rules_of(blk, b);
+    const int64_t qmin = mk->qpos[i0], qmax = mk->qpos[i0 + bq - 1];
+    if (qmin >= rl.q_len)
+        return; /* padding rows: they keep o = 0, lse = -inf */
+    int64_t qs_min = 0, qs_max = 0;
+    if (rl.q_seg)
+        minmax(rl.q_seg + i0, bq, &qs_min, &qs_max);
     const float *qt = q + ((b * n + i0) * H + h) * D;  /* bq x D, ld H*D */
     const float *kb = k + (b * m * G + g) * D;         /* m x D, ld G*D */
     const float *vb = v + (b * m * G + g) * Dv;        /* m x Dv, ld G*Dv */
@@ -147,21 +229,31 @@ static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
     }
     memset(t.acc, 0, (size_t)(bq * Dv) * sizeof(float));
 
-    for (int64_t j0 = 0; j0 < m; j0 += bkv) {
-        int64_t bk = m - j0 < bkv ? m - j0 : bkv;
-        int need_mask = 0;
-        if (mk->causal) {
-            if (mk->kpos[j0] > mk->qpos[i0 + bq - 1] + mk->diag)
-                break; /* this and every later tile is above the diagonal */
-            need_mask = mk->kpos[j0 + bk - 1] > mk->qpos[i0] + mk->diag;
+    /* Key tiles start at the first key inside the band of the tile. */
+    const int64_t j_first = rl.lo > -UNBOUNDED
+                                ? lower_bound(mk->kpos, m, qmin + rl.lo) : 0;
+    for (int64_t j0 = j_first; j0 < m; j0 += bkv) {
+        const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
+        const int64_t kmin = mk->kpos[j0], kmax = mk->kpos[j0 + bk - 1];
+        if (kmin > qmax + rl.hi || kmin >= rl.kv_len)
+            break; /* this and every later tile is invisible */
+        int need_mask = kmax > qmin + rl.hi || kmin < qmax + rl.lo ||
+                        kmax >= rl.kv_len || qmax >= rl.q_len;
+        if (rl.q_seg) {
+            int64_t ks_min, ks_max;
+            minmax(rl.k_seg + j0, bk, &ks_min, &ks_max);
+            if (ks_max < qs_min || ks_min > qs_max)
+                continue; /* no segment in common */
+            need_mask |= !(qs_min == qs_max && ks_min == ks_max &&
+                           qs_min == ks_min);
         }
         /* pass 1: base-2 scores */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)bq, (int)bk,
                     (int)D, blk->alpha, qt, (int)(H * D), kb + j0 * G * D,
                     (int)(G * D), 0.0f, t.s, (int)bkv);
-        /* pass 2: the causal edge */
+        /* pass 2: the mask, only on tiles that straddle an edge */
         if (need_mask)
-            mask_causal(mk, i0, bq, j0, bk, t.s, bkv);
+            mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv);
         /* pass 3: online softmax */
         for (int64_t r = 0; r < bq; r++) {
             float *row = t.s + r * bkv;

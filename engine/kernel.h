@@ -14,13 +14,24 @@
 
 /* Which (query, key) pairs are visible. Positions are global token indices,
  * strictly increasing along each local array, so a tile's first and last
- * entries bound it. Query i sees key j when !causal or
- * kpos[j] <= qpos[i] + diag, with diag = M - N (bottom-right aligned). */
+ * entries bound it. Query i sees key j when every rule that is on holds:
+ *   causal:   kpos[j] <= qpos[i] + diag          (diag = M - N)
+ *   window:   qpos[i] + diag - left <= kpos[j] <= qpos[i] + diag + right
+ *   q_lens:   qpos[i] < q_lens[b]                (else the row sees nothing)
+ *   kv_lens:  kpos[j] < kv_lens[b]
+ *   segments: q_seg[b][i] == k_seg[b][j]
+ * In the kernel, q_lens and kv_lens are (B) and q_seg, k_seg are (B, n) and
+ * (B, m); in ra_reference_rows they are batch-local: one length each, and
+ * the ids of the rows and keys passed. NULL turns a rule off. */
 typedef struct {
     int causal;
     int64_t diag;
+    int window;
+    int64_t left, right;
     const int64_t *qpos; /* n */
     const int64_t *kpos; /* m */
+    const int64_t *q_lens, *kv_lens;
+    const int64_t *q_seg, *k_seg;
 } ra_mask;
 
 /* One call folds one K/V block into the running (o, lse) of all local
@@ -60,7 +71,8 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
                              float *lse, ra_workspace *ws,
                              ra_progress_fn progress, void *progress_ctx);
 
-/* The fp64 reference: plain softmax(s * q k^T) v with the same visibility,
+/* The fp64 reference: plain softmax(s * q k^T) v with the same visibility
+ * (mask batch-local, see ra_mask; NULL positions mean 0, 1, 2...),
  * materialising one query row of scores at a time (scores has m entries).
  * q (nq, D) with row stride ldq, k (m, D) stride ldk, v (m, Dv) stride ldv,
  * o (nq, Dv) stride ldo, lse (nq). Used by tests and `ringattn verify`. */

@@ -12,6 +12,9 @@ void ra_params_default(ra_params *params)
 {
     memset(params, 0, sizeof *params);
     params->causal = 0;
+    params->window = 0;
+    params->window_left = 0;
+    params->window_right = 0;
     params->scale = NAN;
     params->block_q = 0;
     params->block_kv = 0;
@@ -46,22 +49,26 @@ int ra_params_threads(const ra_params *params)
     return getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
 }
 
+static const char *const layout_names[] = {"contiguous", "zigzag",
+                                            "striped"};
+
 const char *ra_layout_name(ra_layout layout)
 {
-    switch (layout) {
-    case RA_LAYOUT_CONTIGUOUS: return "contiguous";
-    }
+    if ((unsigned)layout < sizeof layout_names / sizeof *layout_names)
+        return layout_names[layout];
     return "unknown";
 }
 
 ra_status ra_layout_parse(const char *name, ra_layout *out)
 {
-    if (strcmp(name, "contiguous") == 0) {
-        *out = RA_LAYOUT_CONTIGUOUS;
-        return RA_OK;
+    for (unsigned i = 0; i < sizeof layout_names / sizeof *layout_names; i++) {
+        if (strcmp(name, layout_names[i]) == 0) {
+            *out = (ra_layout)i;
+            return RA_OK;
+        }
     }
-    return ra_error_set(RA_ERR_ARG, "unknown layout '%s' (expected contiguous)",
-                        name);
+    return ra_error_set(RA_ERR_ARG, "--layout: unknown layout '%s' (expected "
+                                    "contiguous, zigzag or striped)", name);
 }
 
 ra_status ra_shape_check(const ra_shape *s)
@@ -95,21 +102,33 @@ ra_status ra_shape_check(const ra_shape *s)
     return RA_OK;
 }
 
-/* Visible (query, key) pairs of one (batch, head). */
-static double visible_pairs(int64_t N, int64_t M, int causal)
+/* Visible (query, key) pairs of one (batch, head): query i < q_len sees
+ * the keys of [i + lo, i + hi] that lie in [0, kv_len). */
+static double visible_pairs(int64_t N, int64_t lo, int64_t hi, int64_t q_len,
+                            int64_t kv_len)
 {
-    if (!causal)
-        return (double)N * (double)M;
     double pairs = 0.0;
-    for (int64_t i = 0; i < N; i++) {
-        int64_t seen = i + (M - N) + 1;
-        pairs += (double)(seen < 0 ? 0 : (seen > M ? M : seen));
+    for (int64_t i = 0; i < N && i < q_len; i++) {
+        int64_t first = i + lo > 0 ? i + lo : 0;
+        int64_t last = i + hi < kv_len - 1 ? i + hi : kv_len - 1;
+        if (last >= first)
+            pairs += (double)(last - first + 1);
     }
     return pairs;
 }
 
-double ra_forward_flops(const ra_shape *s, int causal)
+double ra_forward_flops(const ra_shape *s, const ra_params *p,
+                        const ra_masks *masks)
 {
-    return 2.0 * (double)(s->D + s->Dv) * (double)s->B * (double)s->H *
-           visible_pairs(s->N, s->M, causal);
+    const int64_t diag = s->M - s->N, wide = INT64_MAX / 4;
+    int64_t lo = p->window ? diag - p->window_left : -wide;
+    int64_t hi = p->causal ? diag : wide;
+    if (p->window && diag + p->window_right < hi)
+        hi = diag + p->window_right;
+    double pairs = 0.0;
+    for (int64_t b = 0; b < s->B; b++)
+        pairs += visible_pairs(s->N, lo, hi,
+                               masks && masks->q_lens ? masks->q_lens[b] : s->N,
+                               masks && masks->kv_lens ? masks->kv_lens[b] : s->M);
+    return 2.0 * (double)(s->D + s->Dv) * (double)s->H * pairs;
 }

@@ -7,6 +7,26 @@
 
 static int64_t pos_at(const int64_t *pos, int64_t i) { return pos ? pos[i] : i; }
 
+/* The visibility rules of ra_mask, one pair at a time, batch-local. */
+static int visible(const ra_mask *mk, int64_t i, int64_t j)
+{
+    if (!mk)
+        return 1;
+    const int64_t qp = pos_at(mk->qpos, i), kp = pos_at(mk->kpos, j);
+    if (mk->causal && kp > qp + mk->diag)
+        return 0;
+    if (mk->window &&
+        (kp < qp + mk->diag - mk->left || kp > qp + mk->diag + mk->right))
+        return 0;
+    if (mk->q_lens && qp >= mk->q_lens[0])
+        return 0;
+    if (mk->kv_lens && kp >= mk->kv_lens[0])
+        return 0;
+    if (mk->q_seg && mk->k_seg && mk->q_seg[i] != mk->k_seg[j])
+        return 0;
+    return 1;
+}
+
 void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
                        double scale, const ra_mask *mask, const double *q,
                        int64_t ldq, const double *k, int64_t ldk,
@@ -17,11 +37,8 @@ void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
         const double *qi = q + i * ldq;
         double mx = -INFINITY;
         for (int64_t j = 0; j < m; j++) {
-            int visible = !mask || !mask->causal ||
-                          pos_at(mask->kpos, j) <=
-                              pos_at(mask->qpos, i) + mask->diag;
             double s = -INFINITY;
-            if (visible) {
+            if (visible(mask, i, j)) {
                 s = 0.0;
                 for (int64_t d = 0; d < D; d++)
                     s += qi[d] * k[j * ldk + d];

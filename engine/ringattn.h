@@ -45,13 +45,17 @@ typedef enum {
 /* A static, human-readable name for a status. */
 const char *ra_status_str(ra_status st);
 
-/* How the sequence is cut over the ranks. Only contiguous exists today. */
+/* How the sequence is cut over the ranks (queries and keys alike). Files
+ * keep the natural token order; the layout only decides which tokens a
+ * rank holds, always in increasing order. See ra_layout_slice(). */
 typedef enum {
-    RA_LAYOUT_CONTIGUOUS = 0,
+    RA_LAYOUT_CONTIGUOUS = 0, /* rank r: one run of consecutive tokens */
+    RA_LAYOUT_ZIGZAG = 1,     /* 2P chunks; rank r: chunks r and 2P-1-r */
+    RA_LAYOUT_STRIPED = 2,    /* token i on rank i mod P */
 } ra_layout;
 
 const char *ra_layout_name(ra_layout layout);
-/* Parses "contiguous"; returns RA_ERR_ARG for anything else. */
+/* Parses "contiguous", "zigzag" or "striped"; RA_ERR_ARG otherwise. */
 ra_status ra_layout_parse(const char *name, ra_layout *out);
 
 /* Global problem shape. */
@@ -66,6 +70,10 @@ ra_status ra_shape_check(const ra_shape *shape);
 /* Options of one forward pass: one home for the command line and the API. */
 typedef struct {
     int causal;        /* 1: query i sees keys j <= i + (M - N) */
+    int window;        /* 1: query i sees only keys j with
+                          i' - window_left <= j <= i' + window_right,
+                          i' = i + (M - N) (aligned as causal) */
+    int64_t window_left, window_right; /* >= 0 when window is set */
     double scale;      /* score scale s; NAN means 1/sqrt(D) */
     int64_t block_q;   /* query tile rows; 0 picks a default per D */
     int64_t block_kv;  /* key tile rows; 0 picks a default per D */
@@ -76,8 +84,8 @@ typedef struct {
                           to measure how much overlap polling buys) */
 } ra_params;
 
-/* Fills the defaults: non-causal, scale 1/sqrt(D), automatic tiles,
- * contiguous layout, threads from the environment. */
+/* Fills the defaults: non-causal, no window, scale 1/sqrt(D), automatic
+ * tiles, contiguous layout, threads from the environment. */
 void ra_params_default(ra_params *params);
 
 /* The scale actually used for a shape: params->scale, or 1/sqrt(D). */
@@ -99,39 +107,80 @@ typedef struct {
  * the first len % nranks ranks hold one extra token; ranks may be empty. */
 ra_range ra_shard_range(int64_t len, int rank, int nranks);
 
-/* Useful forward FLOPs: 2 * (D + Dv) * B * H times the number of visible
- * (query, key) pairs (all N*M, or the causal part); 4*B*H*N*M*D when
- * Dv == D and non-causal. */
-double ra_forward_flops(const ra_shape *shape, int causal);
+/* The tokens a rank holds under a layout: up to two runs of global
+ * positions start + i * stride (i < count), in increasing order; a rank's
+ * local arrays hold exactly these tokens in this order. Any len >= 0 and
+ * any P work: chunks differ by at most one token, ranks may be empty. */
+typedef struct {
+    int64_t start, count, stride;
+} ra_run;
+
+typedef struct {
+    int nruns;
+    ra_run run[2];
+    int64_t count; /* tokens in all runs */
+} ra_slice;
+
+ra_slice ra_layout_slice(ra_layout layout, int64_t len, int rank, int nranks);
+
+/* The global position of local token idx (0 <= idx < slice->count). */
+static inline int64_t ra_slice_pos(const ra_slice *slice, int64_t idx)
+{
+    if (idx >= slice->run[0].count && slice->nruns > 1)
+        return slice->run[1].start +
+               (idx - slice->run[0].count) * slice->run[1].stride;
+    return slice->run[0].start + idx * slice->run[0].stride;
+}
+
+/* Optional masks of one forward pass (any pointer may be NULL):
+ *   q_lens (B), kv_lens (B): padding; key j of batch b is visible only when
+ *     j < kv_lens[b], query rows i >= q_lens[b] get o = 0 and lse = -inf.
+ *   q_segments (B, n), kv_segments (B, m): this rank's slices (in layout
+ *     order) of packed-sequence ids; a query sees a key only when their ids
+ *     are equal. Both or neither. */
+typedef struct {
+    const int64_t *q_lens, *kv_lens;
+    const int64_t *q_segments, *kv_segments;
+} ra_masks;
+
+/* Useful forward FLOPs: 2 * (D + Dv) * H times the number of visible
+ * (query, key) pairs over all batches under causal, window and lens (not
+ * segments, whose ids are spread over the ranks); 4*B*H*N*M*D when
+ * Dv == D and nothing is masked. masks may be NULL. */
+double ra_forward_flops(const ra_shape *shape, const ra_params *params,
+                        const ra_masks *masks);
 
 /* Ring attention forward on in-memory slices, collective over comm.
  *
- * Each rank passes its own slice of the sequence as given by
- * ra_shard_range(N or M, rank, P):
+ * Each rank passes the tokens that ra_layout_slice(params->layout, N or M,
+ * rank, P) gives it, in that order:
  *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv)   (read only)
  *   o (B, n, H, Dv), lse (B, H, n)                     (written)
  * where n and m are this rank's query and key counts (either may be 0).
  * The caller owns every buffer. Memory used inside is O((n + max m) * width):
  * two K/V ring buffers and per-thread tiles; no rank ever holds a full
- * sequence. Every rank must pass the same shape and params. */
+ * sequence. Every rank must pass the same shape and params. With more than
+ * one thread, MPI must be initialised with at least MPI_THREAD_FUNNELED
+ * (otherwise transfers are not polled between tiles). */
 ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
                      const ra_params *params,
                      const float *q, const float *k, const float *v,
                      float *o, float *lse);
 
-/* Per-call measurements of ra_forward_timed(), all in seconds on this rank. */
+/* Per-call measurements of ra_forward_ex(), all in seconds on this rank. */
 typedef struct {
     double total;        /* wall time of the whole call */
     double compute;      /* time inside the kernel */
     double comm_wait;    /* time blocked waiting for ring transfers */
     int64_t bytes_sent;  /* bytes this rank sent around the ring */
+    int steps;           /* ring steps run (P, or fewer with a window) */
 } ra_timing;
 
-/* As ra_forward(), also reporting where this rank's time went. */
-ra_status ra_forward_timed(MPI_Comm comm, const ra_shape *shape,
-                           const ra_params *params,
-                           const float *q, const float *k, const float *v,
-                           float *o, float *lse, ra_timing *timing);
+/* ra_forward() with masks (NULL: none) and timings (NULL: not wanted). */
+ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
+                        const ra_params *params, const ra_masks *masks,
+                        const float *q, const float *k, const float *v,
+                        float *o, float *lse, ra_timing *timing);
 
 /* ---- Errors ---------------------------------------------------------- */
 
@@ -143,19 +192,37 @@ const char *ra_error_message(void);
  * Input file: /q (B, N, H, D), /k (B, M, G, D), /v (B, M, G, Dv), each
  * float32 or float64 (converted to float32 on read).
  * Output file: /o (B, N, H, Dv) float32, /lse (B, H, N) float32, and root
- * attributes: engine_version, schema_version, causal, scale, layout, ranks,
- * block_q, block_kv, command_line, seq_q, seq_kv.
+ * attributes: engine_version, schema_version, causal, window (0/1),
+ * window_left, window_right, scale, layout, ranks, block_q, block_kv,
+ * command_line, seq_q, seq_kv, masks (the mask datasets used, e.g.
+ * "q_lens,kv_lens" or "").
  * Every function here is collective over comm. */
 
 /* Reads the shape of an input file, checking ranks and consistency. */
 ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape);
 
-/* Reads this rank's contiguous slices (ra_shard_range over N for q, over M
- * for k and v) into caller-owned buffers; each rank reads only its own
- * hyperslab, with collective transfers. */
+/* Reads this rank's slices under a layout (ra_layout_slice over N for q,
+ * over M for k and v) into caller-owned buffers; each rank reads only its
+ * own hyperslabs, with collective transfers. */
 ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
-                            const ra_shape *shape,
+                            const ra_shape *shape, ra_layout layout,
                             float *q, float *k, float *v);
+
+/* Mask data read from a file, owned by the struct (ra_h5_masks_free). */
+typedef struct {
+    int64_t *q_lens, *kv_lens;         /* (B) each, or NULL when absent */
+    int64_t *q_segments, *kv_segments; /* this rank's (B, n), (B, m) */
+    ra_masks view;                     /* the same pointers, for ra_forward_ex */
+} ra_h5_masks;
+
+/* Reads the optional datasets /q_lens, /kv_lens (B,) and /q_segments
+ * (B, N), /kv_segments (B, M), or /segments (B, N) for both when N == M,
+ * integer typed; lens must lie in [0, N] and [0, M]. Absent datasets leave
+ * NULL pointers. Segments are read as this rank's layout slices. */
+ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
+                           const ra_shape *shape, ra_layout layout,
+                           ra_h5_masks *masks);
+void ra_h5_masks_free(ra_h5_masks *masks);
 
 /* What an output file records besides the tensors. */
 typedef struct {
@@ -163,10 +230,11 @@ typedef struct {
     double scale;              /* the scale actually used */
     int64_t block_q, block_kv; /* the tiles actually used */
     const char *command_line;  /* as the user typed it */
+    const char *masks;         /* mask datasets used, comma separated */
 } ra_run_meta;
 
-/* Writes this rank's slices of /o (B, n, H, Dv) and /lse (B, H, n) into a
- * temporary file in the destination directory, then, once every rank has
+/* Writes this rank's slices (under meta->params->layout) of /o (B, n, H, Dv)
+ * and /lse (B, H, n) into a temporary file in the destination directory, then, once every rank has
  * closed it, renames it to path (fsync of file and directory). Refuses an
  * existing path unless force; on any failure no file is left behind. */
 ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,

@@ -28,6 +28,9 @@ typedef struct {
     double comm_wait_fraction; /* max over ranks of median wait / wall */
     double bytes_sent;         /* per rank, max over ranks, one pass */
     double ring_gbps;          /* comm-only ring bandwidth per rank, GB/s */
+    int steps;                 /* ring steps run (fewer than P: skipped) */
+    int lens;                  /* random padding was on */
+    int64_t segment_avg;       /* mean packed-segment length, 0: none */
     spread peak_rss;           /* bytes, VmHWM over the measured passes */
     double model_bytes;        /* max over ranks of slices + ring buffers */
     double max_rel_error;      /* sampled fp64 check of the last pass */

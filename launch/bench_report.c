@@ -5,20 +5,23 @@
 
 void bench_print_header(FILE *out)
 {
-    fprintf(out, "#%7s %7s %2s %2s %6s %9s %9s %9s %8s %8s %6s %6s %9s %8s "
-                 "%8s %8s %9s %s\n",
+    fprintf(out, "#%7s %7s %2s %2s %6s %9s %9s %9s %5s %8s %8s %6s %6s %9s "
+                 "%8s %8s %8s %9s %s\n",
             "N", "M", "P", "T", "mode", "time_s", "rank_min", "rank_max",
-            "GFLOP/s", "sgemm", "ratio", "wait%", "MB_sent", "ring_GB/s",
-            "rss_MB", "model_MB", "rel_err", "verdict");
+            "busy", "GFLOP/s", "sgemm", "ratio", "wait%", "MB_sent",
+            "ring_GB/s", "rss_MB", "model_MB", "rel_err", "verdict");
 }
 
 void bench_print_row(FILE *out, const bench_result *r)
 {
-    fprintf(out, " %7lld %7lld %2d %2d %6s %9.4f %9.4f %9.4f %8.1f %8.1f "
-                 "%6.3f %6.2f %9.1f %8.2f %8.1f %8.1f %9.2e %s\n",
+    fprintf(out, " %7lld %7lld %2d %2d %6s %9.4f %9.4f %9.4f %5.2f %8.1f "
+                 "%8.1f %6.3f %6.2f %9.2f %9.2f %8.1f %8.1f %9.2e %s\n",
             (long long)r->s.N, (long long)r->s.M, r->ranks, r->threads,
             r->mode, r->seconds_median, r->rank_seconds.min,
-            r->rank_seconds.max, r->gflops, r->sgemm_gflops,
+            r->rank_seconds.max,
+            r->busy_seconds.min > 0 ? r->busy_seconds.max / r->busy_seconds.min
+                                    : 0.0,
+            r->gflops, r->sgemm_gflops,
             r->gflops / r->sgemm_gflops, 100.0 * r->comm_wait_fraction,
             r->bytes_sent / 1e6, r->ring_gbps, r->peak_rss.max / 1048576.0,
             r->model_bytes / 1048576.0, r->max_rel_error,
@@ -38,7 +41,9 @@ void bench_json_write(FILE *out, const bench_result *rows, int count)
                 "  {\"ranks\": %d, \"threads\": %d, \"mode\": \"%s\", "
                 "\"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, "
                 "\"heads\": %lld, \"kv_heads\": %lld, \"dim\": %lld, "
-                "\"dim_v\": %lld, \"causal\": %s, \"layout\": \"%s\", "
+                "\"dim_v\": %lld, \"causal\": %s, \"window_left\": %lld, "
+                "\"window_right\": %lld, \"lens\": %s, \"segment_avg\": %lld, "
+                "\"layout\": \"%s\", \"steps\": %d, "
                 "\"block_q\": %lld, \"block_kv\": %lld, "
                 "\"flops\": %.6e, \"seconds_median\": %.6e, "
                 "\"rank_seconds_min\": %.6e, \"rank_seconds_avg\": %.6e, "
@@ -53,7 +58,11 @@ void bench_json_write(FILE *out, const bench_result *rows, int count)
                 r->ranks, r->threads, r->mode, (long long)r->s.B,
                 (long long)r->s.N, (long long)r->s.M, (long long)r->s.H,
                 (long long)r->s.G, (long long)r->s.D, (long long)r->s.Dv,
-                r->p.causal ? "true" : "false", ra_layout_name(r->p.layout),
+                r->p.causal ? "true" : "false",
+                (long long)(r->p.window ? r->p.window_left : -1),
+                (long long)(r->p.window ? r->p.window_right : -1),
+                r->lens ? "true" : "false", (long long)r->segment_avg,
+                ra_layout_name(r->p.layout), r->steps,
                 (long long)r->block_q, (long long)r->block_kv, r->flops,
                 r->seconds_median, r->rank_seconds.min, r->rank_seconds.avg,
                 r->rank_seconds.max, r->busy_seconds.min,

@@ -27,8 +27,10 @@ static const char bench_help[] =
     "  --batch B --heads H --kv-heads G --dim D --dim-v Dv   as in gen\n"
     "  --seq LIST       query lengths, comma separated (default 4096)\n"
     "  --seq-kv M       key length (default: each N)\n"
-    "  --causal --scale S --block-q N --block-kv N --layout NAME --threads T\n"
-    "                   as in run\n"
+    "  --causal --window L[,R] --scale S --block-q N --block-kv N\n"
+    "  --layout NAME --threads T     as in run\n"
+    "  --lens random    random padding lengths q_lens, kv_lens in [0, len]\n"
+    "  --segments AVG   random packed sequences of mean length AVG\n"
     "  --mode MODE      ring (default), naive (materialising baseline: gather\n"
     "                   K/V, full score matrix, libm expf), or both\n"
     "  --no-poll        do not progress transfers between tiles (shows what\n"
@@ -43,8 +45,9 @@ static const char bench_help[] =
     "\n"
     "Columns: time_s is the median over reps of the slowest rank's wall time;\n"
     "rank_min/max are the fastest and slowest ranks' medians; GFLOP/s counts\n"
-    "useful FLOPs (2*(D+Dv) per visible query-key pair, so causal counts only\n"
-    "the visible half); sgemm is the summed rate of a 2048^3 sgemm run by\n"
+    "useful FLOPs (2*(D+Dv) per visible query-key pair, counted exactly under\n"
+    "causal, window, lens and segments); busy is the slowest rank's compute\n"
+    "time over the fastest's (load balance); sgemm is the summed rate of a 2048^3 sgemm run by\n"
     "every rank at once on the same threads; ratio = GFLOP/s / sgemm; wait%\n"
     "is the exposed (not total) time blocked on ring transfers, worst rank;\n"
     "MB_sent is per rank per pass; ring_GB/s is a comm-only ring of the same\n"
@@ -60,6 +63,8 @@ typedef struct {
     int64_t seqs[MAX_SEQS];
     int nseq;
     int64_t warmup, reps, check_rows, seed;
+    int lens;             /* random padding lengths */
+    int64_t segment_avg;  /* random packed segments of this mean length */
     int ring, naive;
     const char *json, *csv;
 } bench_opts;
@@ -142,8 +147,9 @@ static double sgemm_rate(MPI_Comm comm, int threads)
     return 2.0 * (double)n * n * n / median(t, 3) * 1e-9;
 }
 
-/* Comm-only ring with the messages of one pass: GB/s per rank. */
-static double ring_bandwidth(MPI_Comm comm, const ra_shape *s)
+/* Comm-only ring of whole blocks, as an unmasked pass sends them: GB/s per
+ * rank, the link speed the ring's transfers can hide behind. */
+static double ring_bandwidth(MPI_Comm comm, const ra_shape *s, ra_layout lay)
 {
     int P, r;
     MPI_Comm_size(comm, &P);
@@ -151,7 +157,11 @@ static double ring_bandwidth(MPI_Comm comm, const ra_shape *s)
     if (P == 1)
         return 0.0;
     const int64_t row = s->G * (s->D + s->Dv);
-    const int64_t cap = s->B * ra_shard_range(s->M, 0, P).count * row;
+    int64_t cap = 0;
+    for (int i = 0; i < P; i++) {
+        int64_t c = s->B * ra_layout_slice(lay, s->M, i, P).count * row;
+        cap = c > cap ? c : cap;
+    }
     float *buf = calloc((size_t)(2 * cap + 2), sizeof(float));
     if (!buf)
         return 0.0;
@@ -162,8 +172,8 @@ static double ring_bandwidth(MPI_Comm comm, const ra_shape *s)
         bytes = 0;
         for (int step = 0; step + 1 < P; step++) {
             int src = (r - step + P) % P, next = (r - step - 1 + P) % P;
-            int sc = (int)(s->B * ra_shard_range(s->M, src, P).count * row);
-            int rc = (int)(s->B * ra_shard_range(s->M, next, P).count * row);
+            int sc = (int)(s->B * ra_layout_slice(lay, s->M, src, P).count * row);
+            int rc = (int)(s->B * ra_layout_slice(lay, s->M, next, P).count * row);
             float *out = buf + (step & 1) * cap, *in = buf + ((step + 1) & 1) * cap;
             MPI_Sendrecv(out, sc, MPI_FLOAT, (r + 1) % P, 11, in, rc,
                          MPI_FLOAT, (r - 1 + P) % P, 11, comm,
@@ -191,15 +201,129 @@ static void regen_row(const bench_opts *o, uint64_t stream, int64_t len,
         out[d] = tmp[d];
 }
 
-/* Checks up to check_rows local query rows of batch 0 and B - 1 (all heads)
- * against ra_reference_rows on regenerated inputs; sums into err. */
-static void check_output(const bench_opts *o, const ra_shape *s, int causal,
-                         double scale, ra_range qr, const float *out,
-                         const float *lse, double err[4])
+/* Mask data of one configuration, this rank's part. */
+typedef struct {
+    int64_t *q_lens, *kv_lens;   /* (B) or NULL */
+    int64_t *q_seg, *kv_seg;     /* (B, n), (B, m) or NULL */
+    ra_masks view;
+} bench_masks;
+
+static void bench_masks_free(bench_masks *bm)
 {
-    const int64_t n = qr.count;
+    free(bm->q_lens);
+    free(bm->kv_lens);
+    free(bm->q_seg);
+    free(bm->kv_seg);
+    memset(bm, 0, sizeof *bm);
+}
+
+/* Generates the masks the options ask for, as `ringattn gen` would write
+ * them (same streams), for this rank's slices. */
+static int bench_masks_make(const bench_opts *o, const ra_shape *s,
+                            const ra_slice *qs, const ra_slice *ks,
+                            bench_masks *bm)
+{
+    memset(bm, 0, sizeof *bm);
+    const uint64_t seed = (uint64_t)o->seed;
+    if (o->lens) {
+        bm->q_lens = malloc(sizeof(int64_t) * (size_t)s->B);
+        bm->kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
+        if (!bm->q_lens || !bm->kv_lens)
+            return -1;
+        ra_random_lens(seed, 3, s->B, s->N, bm->q_lens);
+        ra_random_lens(seed, 4, s->B, s->M, bm->kv_lens);
+    }
+    if (o->segment_avg > 0) {
+        bm->q_seg = malloc(sizeof(int64_t) * (size_t)(s->B * qs->count + 1));
+        bm->kv_seg = malloc(sizeof(int64_t) * (size_t)(s->B * ks->count + 1));
+        if (!bm->q_seg || !bm->kv_seg)
+            return -1;
+        ra_random_segments(seed, 5, s->B, s->N, o->segment_avg, qs, bm->q_seg);
+        ra_random_segments(seed, s->N == s->M ? 5 : 6, s->B, s->M,
+                           o->segment_avg, ks, bm->kv_seg);
+    }
+    bm->view = (ra_masks){bm->q_lens, bm->kv_lens, bm->q_seg, bm->kv_seg};
+    return 0;
+}
+
+/* Segment ids of all M keys of batch b (contiguous), for checks and
+ * counts; NULL without segments. */
+static int64_t *all_kv_segments(const bench_opts *o, const ra_shape *s,
+                                int64_t b)
+{
+    if (o->segment_avg <= 0)
+        return NULL;
+    const ra_slice all = {1, {{0, s->M, 1}}, s->M};
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
+    if (ids)
+        ra_random_segments((uint64_t)o->seed, s->N == s->M ? 5 : 6, s->B,
+                           s->M, o->segment_avg, &all, ids);
+    if (ids && b > 0)
+        memmove(ids, ids + b * s->M, sizeof(int64_t) * (size_t)s->M);
+    return ids;
+}
+
+/* Visible (query, key) pairs of this rank's queries, exactly, under every
+ * mask: segments are runs of equal ids (ra_random_segments numbers them in
+ * order), so each row's keys are an interval intersected with its run. */
+static double local_pairs(const bench_opts *o, const ra_shape *s,
+                          const ra_slice *qs, const bench_masks *bm)
+{
+    const ra_params *p = &o->p;
+    const int64_t diag = s->M - s->N, wide = INT64_MAX / 4;
+    int64_t lo = p->window ? diag - p->window_left : -wide;
+    int64_t hi = p->causal ? diag : wide;
+    if (p->window && diag + p->window_right < hi)
+        hi = diag + p->window_right;
+    double pairs = 0;
+    for (int64_t b = 0; b < s->B; b++) {
+        int64_t *kseg = all_kv_segments(o, s, b);
+        if (o->segment_avg > 0 && !kseg)
+            return NAN;
+        const int64_t q_len = bm->q_lens ? bm->q_lens[b] : s->N;
+        const int64_t kv_len = bm->kv_lens ? bm->kv_lens[b] : s->M;
+        int64_t run_a = 0, run_b = 0, run_id = -1; /* cached segment run */
+        for (int64_t i = 0; i < qs->count; i++) {
+            const int64_t qp = ra_slice_pos(qs, i);
+            if (qp >= q_len)
+                continue;
+            int64_t first = qp + lo > 0 ? qp + lo : 0;
+            int64_t last = qp + hi < kv_len - 1 ? qp + hi : kv_len - 1;
+            if (kseg) {
+                const int64_t id = bm->q_seg[b * qs->count + i];
+                if (id != run_id) { /* find the keys with this id */
+                    run_a = 0;
+                    while (run_a < s->M && kseg[run_a] < id)
+                        run_a++;
+                    run_b = run_a;
+                    while (run_b < s->M && kseg[run_b] == id)
+                        run_b++;
+                    run_id = id;
+                }
+                first = first > run_a ? first : run_a;
+                last = last < run_b - 1 ? last : run_b - 1;
+            }
+            if (last >= first)
+                pairs += (double)(last - first + 1);
+        }
+        free(kseg);
+    }
+    return pairs;
+}
+
+/* Checks up to check_rows local query rows of batch 0 and B - 1 (all heads)
+ * against ra_reference_rows on regenerated inputs and masks; sums into err:
+ * [0] |o - ref|^2, [1] |ref|^2, [2] max LSE error (inf: NaN or a -inf
+ * mismatch, or the check could not run). */
+static void check_output(const bench_opts *o, const ra_shape *s,
+                         const ra_slice *qs, const bench_masks *bm,
+                         const float *out, const float *lse, double err[3])
+{
+    const int64_t n = qs->count;
     if (n == 0 || o->check_rows == 0)
         return;
+    const ra_params *p = &o->p;
+    const double scale = ra_params_scale(p, s);
     const int64_t Dmax = s->D > s->Dv ? s->D : s->Dv;
     double *kd = malloc(sizeof(double) * (size_t)(s->M * s->D));
     double *vd = malloc(sizeof(double) * (size_t)(s->M * s->Dv));
@@ -207,6 +331,7 @@ static void check_output(const bench_opts *o, const ra_shape *s, int causal,
     double *ref = malloc(sizeof(double) * (size_t)s->Dv);
     double *sc = malloc(sizeof(double) * (size_t)s->M);
     float *tmp = malloc(sizeof(float) * (size_t)Dmax);
+    int64_t *kseg = NULL;
     if (!kd || !vd || !qd || !ref || !sc || !tmp) {
         err[2] = INFINITY; /* cannot check: fails the verdict */
         goto cleanup;
@@ -214,6 +339,12 @@ static void check_output(const bench_opts *o, const ra_shape *s, int causal,
     const int64_t batches[2] = {0, s->B - 1};
     for (int bi = 0; bi < (s->B > 1 ? 2 : 1); bi++) {
         const int64_t b = batches[bi];
+        free(kseg);
+        kseg = all_kv_segments(o, s, b);
+        if (o->segment_avg > 0 && !kseg) {
+            err[2] = INFINITY;
+            goto cleanup;
+        }
         for (int64_t g = 0; g < s->G; g++) {
             for (int64_t j = 0; j < s->M; j++) {
                 regen_row(o, 1, s->M, s->G, s->D, b, j, g, tmp, kd + j * s->D);
@@ -224,10 +355,15 @@ static void check_output(const bench_opts *o, const ra_shape *s, int causal,
                     /* spread the rows: first, last, then evenly between */
                     int64_t i = c == 0 ? 0 : c == 1 ? n - 1
                                                : (c * n) / (o->check_rows + 1);
-                    int64_t gi = qr.start + i;
+                    int64_t gi = ra_slice_pos(qs, i);
                     regen_row(o, 0, s->N, s->H, s->D, b, gi, h, tmp, qd);
-                    ra_mask mk = {.causal = causal, .diag = s->M - s->N,
-                                  .qpos = &gi, .kpos = NULL};
+                    ra_mask mk = {.causal = p->causal, .diag = s->M - s->N,
+                                  .window = p->window, .left = p->window_left,
+                                  .right = p->window_right, .qpos = &gi,
+                                  .q_lens = bm->q_lens ? bm->q_lens + b : NULL,
+                                  .kv_lens = bm->kv_lens ? bm->kv_lens + b : NULL,
+                                  .q_seg = kseg ? bm->q_seg + b * n + i : NULL,
+                                  .k_seg = kseg};
                     double lref;
                     ra_reference_rows(1, s->M, s->D, s->Dv, scale, &mk, qd,
                                       s->D, kd, s->D, vd, s->Dv, ref, s->Dv,
@@ -252,6 +388,7 @@ static void check_output(const bench_opts *o, const ra_shape *s, int causal,
         }
     }
 cleanup:
+    free(kseg);
     free(kd);
     free(vd);
     free(qd);
@@ -267,27 +404,31 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
                             bench_result *res)
 {
     MPI_Comm comm = ctx->comm;
-    const ra_range qr = ra_shard_range(s->N, ctx->rank, ctx->nranks);
-    const ra_range kr = ra_shard_range(s->M, ctx->rank, ctx->nranks);
-    const size_t nq = (size_t)(s->B * qr.count * s->H * s->D);
-    const size_t nk = (size_t)(s->B * kr.count * s->G * s->D);
-    const size_t nv = (size_t)(s->B * kr.count * s->G * s->Dv);
-    const size_t no = (size_t)(s->B * qr.count * s->H * s->Dv);
-    const size_t nl = (size_t)(s->B * s->H * qr.count);
+    const ra_layout lay = o->p.layout;
+    const ra_slice qs = ra_layout_slice(lay, s->N, ctx->rank, ctx->nranks);
+    const ra_slice ks = ra_layout_slice(lay, s->M, ctx->rank, ctx->nranks);
+    const size_t nq = (size_t)(s->B * qs.count * s->H * s->D);
+    const size_t nk = (size_t)(s->B * ks.count * s->G * s->D);
+    const size_t nv = (size_t)(s->B * ks.count * s->G * s->Dv);
+    const size_t no = (size_t)(s->B * qs.count * s->H * s->Dv);
+    const size_t nl = (size_t)(s->B * s->H * qs.count);
     float *mem = malloc((nq + nk + nv + no + nl + 1) * sizeof(float));
     double *wall = malloc(sizeof(double) * (size_t)o->reps * 3);
-    int bad = !mem || !wall, any_bad;
+    bench_masks bm;
+    int bad = !mem || !wall || bench_masks_make(o, s, &qs, &ks, &bm) != 0;
+    int any_bad;
     MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
     if (any_bad) {
         free(mem);
         free(wall);
+        bench_masks_free(&bm);
         return ra_error_set(RA_ERR_NOMEM, "bench: cannot allocate the slices "
                                           "for N=%lld", (long long)s->N);
     }
     float *q = mem, *k = q + nq, *v = k + nk, *out = v + nv, *lse = out + no;
-    ra_random_slab((uint64_t)o->seed, 0, s->B, s->N, s->H * s->D, qr, q);
-    ra_random_slab((uint64_t)o->seed, 1, s->B, s->M, s->G * s->D, kr, k);
-    ra_random_slab((uint64_t)o->seed, 2, s->B, s->M, s->G * s->Dv, kr, v);
+    ra_random_slice((uint64_t)o->seed, 0, s->B, s->N, s->H * s->D, &qs, q);
+    ra_random_slice((uint64_t)o->seed, 1, s->B, s->M, s->G * s->D, &ks, k);
+    ra_random_slice((uint64_t)o->seed, 2, s->B, s->M, s->G * s->Dv, &ks, v);
     double *busy = wall + o->reps, *wait = busy + o->reps;
 
     ra_status st = RA_OK;
@@ -296,7 +437,8 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     for (int64_t rep = -o->warmup; rep < o->reps && st == RA_OK; rep++) {
         MPI_Barrier(comm);
         st = naive ? ra_baseline_forward(comm, s, &o->p, q, k, v, out, lse, &tm)
-                   : ra_forward_timed(comm, s, &o->p, q, k, v, out, lse, &tm);
+                   : ra_forward_ex(comm, s, &o->p, &bm.view, q, k, v, out, lse,
+                                   &tm);
         if (rep >= 0) {
             wall[rep] = tm.total;
             busy[rep] = tm.compute;
@@ -307,6 +449,7 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     if (st != RA_OK) {
         free(mem);
         free(wall);
+        bench_masks_free(&bm);
         return st;
     }
 
@@ -317,7 +460,9 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     res->threads = ra_params_threads(&o->p);
     res->mode = naive ? "naive" : "ring";
     ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
-    res->flops = ra_forward_flops(s, o->p.causal);
+    double pairs = local_pairs(o, s, &qs, &bm), all_pairs = 0;
+    MPI_Allreduce(&pairs, &all_pairs, 1, MPI_DOUBLE, MPI_SUM, comm);
+    res->flops = 2.0 * (double)(s->D + s->Dv) * (double)s->H * all_pairs;
 
     /* the job's time of each rep is its slowest rank's */
     double *job = malloc(sizeof(double) * (size_t)o->reps);
@@ -332,21 +477,27 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     res->bytes_sent = spread_of(comm, (double)tm.bytes_sent).max;
     res->peak_rss = spread_of(comm, rss);
 
-    const int64_t mmax = ra_shard_range(s->M, 0, ctx->nranks).count;
+    int64_t mmax = 0;
+    for (int i = 0; i < ctx->nranks; i++) {
+        int64_t c = ra_layout_slice(lay, s->M, i, ctx->nranks).count;
+        mmax = c > mmax ? c : mmax;
+    }
     double model = (double)(nq + nk + nv + no + nl) * 4.0;
     if (naive)
         model += 4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv)) +
-                 4.0 * (double)(qr.count * s->M);
+                 4.0 * (double)(qs.count * s->M);
     else
         model += 2.0 * 4.0 * (double)(s->B * mmax * s->G * (s->D + s->Dv)) +
                  4.0 * res->threads *
                      (double)(res->block_q * (res->block_kv + s->Dv + 2));
     res->model_bytes = spread_of(comm, model).max;
-    res->ring_gbps = naive ? 0.0 : ring_bandwidth(comm, s);
+    res->ring_gbps = naive ? 0.0 : ring_bandwidth(comm, s, lay);
+    res->steps = naive ? 1 : tm.steps;
+    res->lens = o->lens;
+    res->segment_avg = o->segment_avg;
 
-    double err[4] = {0, 0, 0, 0}, gerr[3];
-    check_output(o, s, o->p.causal, ra_params_scale(&o->p, s), qr, out, lse,
-                 err);
+    double err[3] = {0, 0, 0}, gerr[3];
+    check_output(o, s, &qs, &bm, out, lse, err);
     MPI_Allreduce(err, gerr, 2, MPI_DOUBLE, MPI_SUM, comm);
     MPI_Allreduce(&err[2], &gerr[2], 1, MPI_DOUBLE, MPI_MAX, comm);
     res->max_rel_error = gerr[1] > 0 ? sqrt(gerr[0] / gerr[1]) : sqrt(gerr[0]);
@@ -354,6 +505,7 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     res->pass = res->max_rel_error < 1e-5 && res->max_lse_error < 1e-5;
     free(mem);
     free(wall);
+    bench_masks_free(&bm);
     return RA_OK;
 }
 
@@ -413,6 +565,19 @@ static int parse_bench(bench_opts *o, int argc, char **argv, int *help)
             }
         } else if (strcmp(argv[i], "--no-poll") == 0) {
             o->p.no_poll = 1;
+        } else if (strcmp(argv[i], "--lens") == 0) {
+            if (!(val = cli_value(argc, argv, &i)))
+                return -1;
+            if (strcmp(val, "random") != 0) {
+                ra_error_set(RA_ERR_ARG, "--lens: '%s' is not 'random'", val);
+                return -1;
+            }
+            o->lens = 1;
+        } else if (strcmp(argv[i], "--segments") == 0) {
+            if (!(val = cli_value(argc, argv, &i)) ||
+                cli_parse_i64("--segments", val, 1, (int64_t)1 << 40,
+                              &o->segment_avg) != 0)
+                return -1;
         } else if (strcmp(argv[i], "--warmup") == 0 ||
                    strcmp(argv[i], "--reps") == 0 ||
                    strcmp(argv[i], "--check-rows") == 0 ||
@@ -456,6 +621,15 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
     printf("\n# %-12s %s\n", "causal", o->p.causal ? "yes (GFLOP/s count the "
                                                     "visible half only)"
                                                   : "no");
+    if (o->p.window)
+        printf("# %-12s left %lld, right %lld\n", "window",
+               (long long)o->p.window_left, (long long)o->p.window_right);
+    if (o->lens || o->segment_avg)
+        printf("# %-12s%s%s\n", "masks", o->lens ? " random lens" : "",
+               o->segment_avg ? " random segments" : "");
+    if (o->segment_avg)
+        printf("# %-12s mean length %lld\n", "segments",
+               (long long)o->segment_avg);
     printf("# %-12s %s\n", "layout", ra_layout_name(o->p.layout));
     printf("# %-12s %s%s\n", "mode",
            o->ring && o->naive ? "ring and naive" : o->ring ? "ring" : "naive",
@@ -486,6 +660,12 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     if (parse_bench(&o, argc, argv, &help) != 0)
         return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
     cli_shape_finish(&o.cs);
+    if (o.naive && (o.p.layout != RA_LAYOUT_CONTIGUOUS || o.p.window ||
+                    o.lens || o.segment_avg)) {
+        return cli_fail(ctx, CLI_EXIT_USAGE, "bench: --mode naive/both takes "
+                                             "the contiguous layout and causal "
+                                             "masks only");
+    }
     if (help) {
         if (ctx->rank == 0)
             fputs(bench_help, stdout);

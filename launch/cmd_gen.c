@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "h5io.h"
 #include "internal.h"
 
 static const char gen_help[] =
@@ -22,6 +23,9 @@ static const char gen_help[] =
     "  --dim-v Dv        head dim of v, default D\n"
     "  --dtype T         float32 (default) or float64\n"
     "  --seed S          default 1\n"
+    "  --lens random     also write random padding lengths /q_lens, /kv_lens\n"
+    "  --segments AVG    also write random packed-sequence ids of mean length\n"
+    "                    AVG: /segments (N == M) or /q_segments, /kv_segments\n"
     "  --force           replace an existing file\n"
     "  --help            this text\n";
 
@@ -30,8 +34,8 @@ int cmd_gen(const cli_ctx *ctx, int argc, char **argv)
     cli_shape cs;
     cli_shape_default(&cs);
     const char *out = NULL;
-    int force = 0, f64 = 0;
-    int64_t seed = 1;
+    int force = 0, f64 = 0, lens = 0;
+    int64_t seed = 1, segment_avg = 0;
     for (int i = 1; i < argc; i++) {
         int taken = cli_shape_flag(&cs, argc, argv, &i);
         if (taken < 0)
@@ -57,6 +61,19 @@ int cmd_gen(const cli_ctx *ctx, int argc, char **argv)
                 return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
             }
             f64 = strcmp(val, "float64") == 0;
+        } else if (strcmp(argv[i], "--lens") == 0) {
+            if (!(val = cli_value(argc, argv, &i)))
+                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
+            if (strcmp(val, "random") != 0) {
+                ra_error_set(RA_ERR_ARG, "--lens: '%s' is not 'random'", val);
+                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
+            }
+            lens = 1;
+        } else if (strcmp(argv[i], "--segments") == 0) {
+            if (!(val = cli_value(argc, argv, &i)) ||
+                cli_parse_i64("--segments", val, 1, (int64_t)1 << 40,
+                              &segment_avg) != 0)
+                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
         } else if (strcmp(argv[i], "--seed") == 0) {
             if (!(val = cli_value(argc, argv, &i)) ||
                 cli_parse_i64("--seed", val, 0, INT64_MAX, &seed) != 0)
@@ -73,7 +90,8 @@ int cmd_gen(const cli_ctx *ctx, int argc, char **argv)
     cli_shape_finish(&cs);
     ra_status st = ra_shape_check(&cs.shape);
     if (st == RA_OK)
-        st = ra_h5_gen(ctx->comm, out, force, &cs.shape, f64, (uint64_t)seed);
+        st = h5io_gen_masks(ctx->comm, out, force, &cs.shape, f64,
+                            (uint64_t)seed, lens, segment_avg);
     if (st != RA_OK)
         return cli_fail(ctx, cli_exit_code(st), ra_error_message());
     if (ctx->rank == 0) {

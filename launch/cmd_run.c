@@ -12,16 +12,22 @@ static const char run_help[] =
     "usage: mpirun -np P ringattn run --in IN.h5 --out OUT.h5 [options]\n"
     "\n"
     "Computes o = softmax(scale * q k^T) v and lse for /q /k /v of IN.h5 on P\n"
-    "ranks (blockwise ring attention) and writes /o and /lse to OUT.h5.\n"
+    "ranks (blockwise ring attention) and writes /o and /lse to OUT.h5. The\n"
+    "optional datasets /q_lens /kv_lens (B,) (padding) and /q_segments (B,N)\n"
+    "/kv_segments (B,M) or /segments (packed sequences) of IN.h5 are applied.\n"
     "\n"
     "  --in FILE        input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)\n"
     "  --out FILE       output; written to a temporary file, renamed at the end\n"
     "  --force          replace OUT.h5 if it exists (refused otherwise)\n"
     "  --causal         query i sees keys j <= i + (M - N) (bottom-right aligned)\n"
+    "  --window L[,R]   sliding window: query i sees keys j with\n"
+    "                   i' - L <= j <= i' + R, i' = i + (M - N); R defaults to 0\n"
     "  --scale S        score scale (default 1/sqrt(D))\n"
     "  --block-q N      query tile rows (default 256)\n"
     "  --block-kv N     key tile rows (default 256 for D <= 64, else 512)\n"
-    "  --layout NAME    how the sequence is cut over ranks: contiguous\n"
+    "  --layout NAME    how the sequence is cut over ranks: contiguous (default),\n"
+    "                   zigzag or striped (balanced causal work); files keep\n"
+    "                   the natural token order either way\n"
     "  --threads T      OpenMP threads per rank (default OMP_NUM_THREADS)\n"
     "  --help           this text\n";
 
@@ -95,13 +101,13 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     if (st != RA_OK)
         return cli_fail(ctx, cli_exit_code(st), ra_error_message());
 
-    const ra_range qr = ra_shard_range(s.N, ctx->rank, ctx->nranks);
-    const ra_range kr = ra_shard_range(s.M, ctx->rank, ctx->nranks);
-    const size_t nq = (size_t)(s.B * qr.count * s.H * s.D);
-    const size_t nk = (size_t)(s.B * kr.count * s.G * s.D);
-    const size_t nv = (size_t)(s.B * kr.count * s.G * s.Dv);
-    const size_t no = (size_t)(s.B * qr.count * s.H * s.Dv);
-    const size_t nl = (size_t)(s.B * s.H * qr.count);
+    const ra_slice qs = ra_layout_slice(p.layout, s.N, ctx->rank, ctx->nranks);
+    const ra_slice ks = ra_layout_slice(p.layout, s.M, ctx->rank, ctx->nranks);
+    const size_t nq = (size_t)(s.B * qs.count * s.H * s.D);
+    const size_t nk = (size_t)(s.B * ks.count * s.G * s.D);
+    const size_t nv = (size_t)(s.B * ks.count * s.G * s.Dv);
+    const size_t no = (size_t)(s.B * qs.count * s.H * s.Dv);
+    const size_t nl = (size_t)(s.B * s.H * qs.count);
     /* One allocation for every local tensor: q | k | v | o | lse. */
     float *mem = malloc((nq + nk + nv + no + nl + 1) * sizeof(float));
     int fail = mem == NULL, any_fail;
@@ -112,24 +118,43 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
                         "run: cannot allocate the local slices");
     }
     float *q = mem, *k = q + nq, *v = k + nk, *o = v + nv, *lse = o + no;
+    ra_h5_masks masks = {0};
+    st = ra_h5_read_masks(ctx->comm, in, &s, p.layout, &masks);
+    if (st != RA_OK) {
+        free(mem);
+        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+    }
+    /* the mask datasets in use, for the output's "masks" attribute */
+    char mask_names[64] = "";
+    const char *names[3] = {masks.q_lens ? "q_lens" : NULL,
+                            masks.kv_lens ? "kv_lens" : NULL,
+                            masks.q_segments ? "segments" : NULL};
+    for (int i = 0; i < 3; i++)
+        if (names[i])
+            snprintf(mask_names + strlen(mask_names),
+                     sizeof mask_names - strlen(mask_names), "%s%s",
+                     mask_names[0] ? "," : "", names[i]);
 
     cli_print_params(ctx, &s, &p, in, out);
     double t0 = MPI_Wtime();
     ra_timing tm = {0};
-    st = ra_h5_read_inputs(ctx->comm, in, &s, q, k, v);
+    st = ra_h5_read_inputs(ctx->comm, in, &s, p.layout, q, k, v);
     double t1 = MPI_Wtime();
     if (st == RA_OK)
-        st = ra_forward_timed(ctx->comm, &s, &p, q, k, v, o, lse, &tm);
+        st = ra_forward_ex(ctx->comm, &s, &p, &masks.view, q, k, v, o, lse, &tm);
     double t2 = MPI_Wtime();
     if (st == RA_OK) {
         int64_t bq, bkv;
         ra_params_tiles(&p, &s, &bq, &bkv);
         ra_run_meta meta = {.params = &p, .scale = ra_params_scale(&p, &s),
                             .block_q = bq, .block_kv = bkv,
-                            .command_line = ctx->command_line};
+                            .command_line = ctx->command_line,
+                            .masks = mask_names};
         st = ra_h5_write_outputs(ctx->comm, out, force, &s, &meta, o, lse);
     }
     double t3 = MPI_Wtime();
+    const double flops = ra_forward_flops(&s, &p, &masks.view);
+    ra_h5_masks_free(&masks);
     free(mem);
     if (st != RA_OK)
         return cli_fail(ctx, cli_exit_code(st), ra_error_message());
@@ -137,12 +162,16 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     double mine[3] = {tm.total, tm.comm_wait, t3 - t0}, worst[3];
     MPI_Reduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
     if (ctx->rank == 0) {
-        double gflops = ra_forward_flops(&s, p.causal) / worst[0] * 1e-9;
+        const double gflops = flops / worst[0] * 1e-9;
+        const char *note = "";
+        if (strstr(mask_names, "segments"))
+            note = " (useful: visible pairs, segments not discounted)";
+        else if (p.causal || p.window || mask_names[0])
+            note = " (useful: visible pairs only)";
         printf("ringattn run: attention %.3f s, %.1f GFLOP/s%s on %d ranks x "
                "%d threads (comm wait max %.3f s); read %.3f s, write %.3f s; "
                "wrote %s\n",
-               worst[0], gflops, p.causal ? " (useful, causal)" : "",
-               ctx->nranks, ra_params_threads(&p),
+               worst[0], gflops, note, ctx->nranks, ra_params_threads(&p),
                worst[1], t1 - t0, t3 - t2, out);
     }
     return CLI_EXIT_OK;

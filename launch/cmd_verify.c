@@ -17,7 +17,8 @@ static const char verify_help[] =
     "\n"
     "Recomputes attention in fp64 for the query rows of OUT.h5 (all of them\n"
     "when that costs under 2^32 multiply-adds, else a random sample) with the\n"
-    "causal flag and scale recorded in OUT.h5, and compares /o and /lse.\n"
+    "causal flag, window and scale recorded in OUT.h5 and the mask datasets\n"
+    "of IN.h5 (lens, segments), and compares /o and /lse.\n"
     "Exit 0 when the relative error ||o - ref|| / ||ref|| and the LSE error\n"
     "max |lse - ref| / max(1, |ref|) are both below the tolerance, 1 if not.\n"
     "\n"
@@ -35,6 +36,14 @@ typedef struct {
     double bad;  /* rows whose -inf status disagrees, or NaN */
     double rows; /* (row, head) pairs checked */
 } tally;
+
+/* What one check needs besides the tensors: the run's rules and masks. */
+typedef struct {
+    const ra_shape *s;
+    h5io_run_attrs run;
+    int64_t *q_lens, *kv_lens;         /* (B) or NULL */
+    const char *q_seg_name, *kv_seg_name; /* datasets, or NULL */
+} check_ctx;
 
 /* Query rows to check, as flat indices b * N + i, ascending. */
 static int64_t *pick_rows(const ra_shape *s, int64_t want, uint64_t seed,
@@ -62,18 +71,25 @@ static int64_t *pick_rows(const ra_shape *s, int64_t want, uint64_t seed,
 }
 
 /* Compares one query row (all heads) of batch b: q (H, D), o (H, Dv),
- * lse (H) against the reference with k (M, G, D), v (M, G, Dv). */
-static void check_row(const ra_shape *s, int causal, double scale, int64_t i,
+ * lse (H) against the reference with k (M, G, D), v (M, G, Dv) and the
+ * segment ids of the row (q_seg, one) and of every key (k_seg, M). */
+static void check_row(const check_ctx *c, int64_t b, int64_t i,
                       const double *q, const double *k, const double *v,
-                      const double *o, const double *lse, double *ref,
+                      const double *o, const double *lse,
+                      const int64_t *q_seg, const int64_t *k_seg, double *ref,
                       double *scores, tally *t)
 {
-    const ra_mask mk = {.causal = causal, .diag = s->M - s->N, .qpos = &i,
-                        .kpos = NULL};
+    const ra_shape *s = c->s;
+    const ra_mask mk = {.causal = c->run.causal, .diag = s->M - s->N,
+                        .window = c->run.window, .left = c->run.window_left,
+                        .right = c->run.window_right, .qpos = &i,
+                        .q_lens = c->q_lens ? c->q_lens + b : NULL,
+                        .kv_lens = c->kv_lens ? c->kv_lens + b : NULL,
+                        .q_seg = q_seg, .k_seg = k_seg};
     for (int64_t h = 0; h < s->H; h++) {
         const int64_t g = h / (s->H / s->G);
         double lref;
-        ra_reference_rows(1, s->M, s->D, s->Dv, scale, &mk, q + h * s->D,
+        ra_reference_rows(1, s->M, s->D, s->Dv, c->run.scale, &mk, q + h * s->D,
                           s->D, k + g * s->D, s->G * s->D, v + g * s->Dv,
                           s->G * s->Dv, ref, s->Dv, &lref, scores);
         for (int64_t d = 0; d < s->Dv; d++) {
@@ -97,9 +113,10 @@ static void check_row(const ra_shape *s, int causal, double scale, int64_t i,
 
 /* Checks this rank's share rows[0..n) (sorted flat indices). */
 static ra_status check_share(const char *in, const char *out,
-                             const ra_shape *s, int causal, double scale,
-                             const int64_t *rows, int64_t n, tally *t)
+                             const check_ctx *c, const int64_t *rows,
+                             int64_t n, tally *t)
 {
+    const ra_shape *s = c->s;
     enum { RUN_MAX = 256 }; /* rows read per request */
     ra_status st = RA_OK;
     const int64_t HD = s->H * s->D, HDv = s->H * s->Dv;
@@ -111,7 +128,11 @@ static ra_status check_share(const char *in, const char *out,
     double *lrow = malloc(sizeof(double) * (size_t)RUN_MAX);
     double *ref = malloc(sizeof(double) * (size_t)s->Dv);
     double *scores = malloc(sizeof(double) * (size_t)s->M);
-    if (!k || !v || !q || !o || !lse || !lrow || !ref || !scores) {
+    int64_t *k_seg = c->kv_seg_name ? malloc(sizeof(int64_t) * (size_t)s->M)
+                                    : NULL;
+    int64_t *q_seg = c->q_seg_name ? malloc(sizeof(int64_t) * RUN_MAX) : NULL;
+    if (!k || !v || !q || !o || !lse || !lrow || !ref || !scores ||
+        (c->kv_seg_name && (!k_seg || !q_seg))) {
         st = ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate K and V of "
                                         "one batch");
         goto cleanup;
@@ -124,14 +145,20 @@ static ra_status check_share(const char *in, const char *out,
         while (a + len < n && len < RUN_MAX && rows[a + len] == rows[a] + len &&
                (rows[a] + len) / s->N == b)
             len++;
+        int present;
         if (b != loaded_b) {
             if ((st = h5io_read_rows(in, "/k", b, 0, s->M, k)) != RA_OK ||
-                (st = h5io_read_rows(in, "/v", b, 0, s->M, v)) != RA_OK)
+                (st = h5io_read_rows(in, "/v", b, 0, s->M, v)) != RA_OK ||
+                (k_seg && (st = h5io_read_segments(in, c->kv_seg_name, b, 0,
+                                                   s->M, k_seg, &present)) !=
+                              RA_OK))
                 break;
             loaded_b = b;
         }
         if ((st = h5io_read_rows(in, "/q", b, i0, len, q)) != RA_OK ||
-            (st = h5io_read_rows(out, "/o", b, i0, len, o)) != RA_OK)
+            (st = h5io_read_rows(out, "/o", b, i0, len, o)) != RA_OK ||
+            (q_seg && (st = h5io_read_segments(in, c->q_seg_name, b, i0, len,
+                                               q_seg, &present)) != RA_OK))
             break;
         for (int64_t h = 0; h < s->H && st == RA_OK; h++) {
             st = h5io_read_lse(out, b, h, i0, len, lrow);
@@ -139,8 +166,9 @@ static ra_status check_share(const char *in, const char *out,
                 lse[r * s->H + h] = lrow[r];
         }
         for (int64_t r = 0; r < len && st == RA_OK; r++)
-            check_row(s, causal, scale, i0 + r, q + r * HD, k, v, o + r * HDv,
-                      lse + r * s->H, ref, scores, t);
+            check_row(c, b, i0 + r, q + r * HD, k, v, o + r * HDv,
+                      lse + r * s->H, q_seg ? q_seg + r : NULL, k_seg, ref,
+                      scores, t);
         a += len;
     }
 cleanup:
@@ -152,7 +180,50 @@ cleanup:
     free(lrow);
     free(ref);
     free(scores);
+    free(k_seg);
+    free(q_seg);
     return st;
+}
+
+/* The mask datasets of the input file, as the run applied them. */
+static ra_status read_masks(const char *in, const ra_shape *s, check_ctx *c)
+{
+    int present;
+    ra_status st;
+    c->q_lens = malloc(sizeof(int64_t) * (size_t)s->B);
+    c->kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
+    if (!c->q_lens || !c->kv_lens)
+        return ra_error_set(RA_ERR_NOMEM, "verify: out of memory");
+    if ((st = h5io_read_lens(in, "/q_lens", s->B, c->q_lens, &present)) != RA_OK)
+        return st;
+    if (!present) {
+        free(c->q_lens);
+        c->q_lens = NULL;
+    }
+    if ((st = h5io_read_lens(in, "/kv_lens", s->B, c->kv_lens, &present)) !=
+        RA_OK)
+        return st;
+    if (!present) {
+        free(c->kv_lens);
+        c->kv_lens = NULL;
+    }
+    /* /segments serves both sides of self-attention */
+    int64_t probe;
+    if ((st = h5io_read_segments(in, "/segments", 0, 0, 1, &probe,
+                                 &present)) != RA_OK)
+        return st;
+    if (present) {
+        c->q_seg_name = c->kv_seg_name = "/segments";
+        return RA_OK;
+    }
+    if ((st = h5io_read_segments(in, "/q_segments", 0, 0, 1, &probe,
+                                 &present)) != RA_OK)
+        return st;
+    if (present) {
+        c->q_seg_name = "/q_segments";
+        c->kv_seg_name = "/kv_segments";
+    }
+    return RA_OK;
 }
 
 int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
@@ -202,14 +273,15 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
                                              "exclude each other");
 
     ra_shape s;
-    int causal = 0;
-    double scale = 0;
-    int64_t dims_o[4], dims_l[3], seq_q, seq_kv;
+    check_ctx c = {.s = &s};
+    int64_t dims_o[4], dims_l[3];
     ra_status st = ra_h5_read_shape(ctx->comm, in, &s);
     if (st == RA_OK)
-        st = h5io_read_run_attrs(out, &causal, &scale, &seq_q, &seq_kv);
+        st = h5io_read_run_attrs(out, &c.run);
     if (st == RA_OK)
         st = h5io_read_out_shape(out, dims_o, dims_l);
+    if (st == RA_OK)
+        st = read_masks(in, &s, &c);
     if (st == RA_OK &&
         (dims_o[0] != s.B || dims_o[1] != s.N || dims_o[2] != s.H ||
          dims_o[3] != s.Dv || dims_l[0] != s.B || dims_l[1] != s.H ||
@@ -229,10 +301,11 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
         st = ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the row list");
     } else {
         ra_range mine = ra_shard_range(nrows, ctx->rank, ctx->nranks);
-        st = check_share(in, out, &s, causal, scale, rows + mine.start,
-                         mine.count, &t);
+        st = check_share(in, out, &c, rows + mine.start, mine.count, &t);
     }
     free(rows);
+    free(c.q_lens);
+    free(c.kv_lens);
     int failed = st != RA_OK, any_failed;
     MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, ctx->comm);
     if (any_failed)
@@ -249,10 +322,12 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
     const int pass = rel < tol && gm[1] < tol && gs[2] == 0;
     if (ctx->rank == 0)
         printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
-               "scale %.6g: max abs err %.3e, rel err %.3e, lse err %.3e, "
-               "bad rows %.0f, tolerance %.1e: %s\n",
+               "window %s, masks %s, scale %.6g: max abs err %.3e, rel err "
+               "%.3e, lse err %.3e, bad rows %.0f, tolerance %.1e: %s\n",
                out, (long long)nrows, (long long)s.H,
-               nrows == s.B * s.N ? "all" : "sampled", causal ? "yes" : "no",
-               scale, gm[0], rel, gm[1], gs[2], tol, pass ? "PASS" : "FAIL");
+               nrows == s.B * s.N ? "all" : "sampled",
+               c.run.causal ? "yes" : "no", c.run.window ? "yes" : "no",
+               c.run.masks[0] ? c.run.masks : "none", c.run.scale, gm[0], rel,
+               gm[1], gs[2], tol, pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
 }

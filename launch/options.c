@@ -134,6 +134,29 @@ int cli_params_flag(ra_params *p, int argc, char **argv, int *i)
             return -1;
         return ra_layout_parse(val, &p->layout) == RA_OK ? 1 : -1;
     }
+    if (strcmp(opt, "--window") == 0) {
+        /* "L" or "L,R": keys within L before and R after the aligned
+         * diagonal */
+        if (!(val = cli_value(argc, argv, i)))
+            return -1;
+        char left[32];
+        const char *comma = strchr(val, ',');
+        size_t len = comma ? (size_t)(comma - val) : strlen(val);
+        if (len == 0 || len >= sizeof left) {
+            ra_error_set(RA_ERR_ARG, "--window: '%s' is not L or L,R", val);
+            return -1;
+        }
+        memcpy(left, val, len);
+        left[len] = '\0';
+        p->window = 1;
+        p->window_right = 0;
+        if (cli_parse_i64("--window", left, 0, (int64_t)1 << 40,
+                          &p->window_left) != 0 ||
+            (comma && cli_parse_i64("--window", comma + 1, 0,
+                                    (int64_t)1 << 40, &p->window_right) != 0))
+            return -1;
+        return 1;
+    }
     if (strcmp(opt, "--threads") == 0) {
         if (!(val = cli_value(argc, argv, i)) ||
             cli_parse_i64(opt, val, 1, 1024, &v) != 0)
@@ -179,6 +202,10 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
            (long long)s->H, (long long)s->G, (long long)s->D,
            (long long)s->Dv);
     printf("# %-10s %s\n", "causal", p->causal ? "yes (j <= i + M - N)" : "no");
+    if (p->window)
+        printf("# %-10s i' - %lld <= j <= i' + %lld (i' = i + M - N)\n",
+               "window", (long long)p->window_left,
+               (long long)p->window_right);
     printf("# %-10s %.9g%s\n", "scale", ra_params_scale(p, s),
            isnan(p->scale) ? " (1/sqrt(D))" : "");
     printf("# %-10s %s\n", "layout", ra_layout_name(p->layout));

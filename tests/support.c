@@ -27,20 +27,21 @@ void problem_free(problem *p)
     free(p->v);
 }
 
-check_result check_rows(const problem *p, int causal, double scale,
-                        int64_t n0, int64_t n, const float *o,
-                        const float *lse)
+check_result check_slice(const problem *p, const ra_params *params,
+                         const test_masks *masks, const ra_slice *qs,
+                         const float *o, const float *lse)
 {
     const ra_shape *s = &p->s;
+    const test_masks none = {0};
+    const test_masks *mk = masks ? masks : &none;
+    const double scale = ra_params_scale(params, s);
+    const int64_t n = qs->count;
     check_result c = {0};
     double *qd = malloc(sizeof(double) * (size_t)(s->D + 1));
     double *kd = malloc(sizeof(double) * (size_t)(s->M * s->D + 1));
     double *vd = malloc(sizeof(double) * (size_t)(s->M * s->Dv + 1));
     double *od = malloc(sizeof(double) * (size_t)(s->Dv + 1));
     double *sc = malloc(sizeof(double) * (size_t)(s->M + 1));
-    int64_t *kpos = malloc(sizeof(int64_t) * (size_t)(s->M + 1));
-    for (int64_t j = 0; j < s->M; j++)
-        kpos[j] = j;
     double num = 0.0, den = 0.0;
     for (int64_t b = 0; b < s->B; b++) {
         for (int64_t h = 0; h < s->H; h++) {
@@ -52,13 +53,19 @@ check_result check_rows(const problem *p, int causal, double scale,
                     vd[j * s->Dv + d] = p->v[((b * s->M + j) * s->G + g) * s->Dv + d];
             }
             for (int64_t i = 0; i < n; i++) {
-                int64_t gi = n0 + i;
+                int64_t gi = ra_slice_pos(qs, i);
                 for (int64_t d = 0; d < s->D; d++)
                     qd[d] = p->q[((b * s->N + gi) * s->H + h) * s->D + d];
-                ra_mask mk = {.causal = causal, .diag = s->M - s->N,
-                              .qpos = &gi, .kpos = kpos};
+                ra_mask m = {.causal = params->causal, .diag = s->M - s->N,
+                             .window = params->window,
+                             .left = params->window_left,
+                             .right = params->window_right, .qpos = &gi,
+                             .q_lens = mk->q_lens ? mk->q_lens + b : NULL,
+                             .kv_lens = mk->kv_lens ? mk->kv_lens + b : NULL,
+                             .q_seg = mk->q_seg ? mk->q_seg + b * s->N + gi : NULL,
+                             .k_seg = mk->kv_seg ? mk->kv_seg + b * s->M : NULL};
                 double ld;
-                ra_reference_rows(1, s->M, s->D, s->Dv, scale, &mk, qd, s->D,
+                ra_reference_rows(1, s->M, s->D, s->Dv, scale, &m, qd, s->D,
                                   kd, s->D, vd, s->Dv, od, s->Dv, &ld, sc);
                 const float *oi = o + ((b * n + i) * s->H + h) * s->Dv;
                 float li = lse[(b * s->H + h) * n + i];
@@ -83,7 +90,6 @@ check_result check_rows(const problem *p, int causal, double scale,
             }
         }
     }
-    /* Reported as a relative error when the reference has any mass. */
     c.err2 = num;
     c.ref2 = den;
     c.rel_o = den > 0.0 ? sqrt(num / den) : sqrt(num);
@@ -92,8 +98,33 @@ check_result check_rows(const problem *p, int causal, double scale,
     free(vd);
     free(od);
     free(sc);
-    free(kpos);
     return c;
+}
+
+check_result check_rows(const problem *p, int causal, double scale,
+                        int64_t n0, int64_t n, const float *o,
+                        const float *lse)
+{
+    ra_params prm;
+    ra_params_default(&prm);
+    prm.causal = causal;
+    prm.scale = scale;
+    const ra_slice qs = {1, {{n0, n, 1}}, n};
+    return check_slice(p, &prm, NULL, &qs, o, lse);
+}
+
+void slice_gather(const void *full, int64_t B, int64_t len, int64_t row,
+                  size_t elem, const ra_slice *sl, void *out)
+{
+    const char *src = full;
+    char *dst = out;
+    const size_t bytes = (size_t)row * elem;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < sl->count; i++) {
+            int64_t pos = ra_slice_pos(sl, i);
+            memcpy(dst + (size_t)(b * sl->count + i) * bytes,
+                   src + (size_t)(b * len + pos) * bytes, bytes);
+        }
 }
 
 static double rel_of(double err2, double ref2)

@@ -32,6 +32,24 @@ check_result check_rows(const problem *p, int causal, double scale,
                         int64_t n0, int64_t n, const float *o,
                         const float *lse);
 
+/* Global masks of a test problem (any pointer NULL: rule off):
+ * q_lens, kv_lens (B); q_seg (B, N); kv_seg (B, M). */
+typedef struct {
+    const int64_t *q_lens, *kv_lens, *q_seg, *kv_seg;
+} test_masks;
+
+/* Checks the local rows of a layout slice: o (B, n, H, Dv) and lse (B, H, n)
+ * in slice order, against the reference under params' causal and window
+ * rules and the global masks (NULL: none). */
+check_result check_slice(const problem *p, const ra_params *params,
+                         const test_masks *masks, const ra_slice *qs,
+                         const float *o, const float *lse);
+
+/* Copies the tokens of a slice out of a full (B, len, row) tensor into
+ * (B, slice->count, row); elem is the element size in bytes. */
+void slice_gather(const void *full, int64_t B, int64_t len, int64_t row,
+                  size_t elem, const ra_slice *sl, void *out);
+
 /* Accumulates b into a (for sums over ranks or cases); updates rel_o. */
 void check_merge(check_result *a, const check_result *b);
 

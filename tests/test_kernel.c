@@ -589,6 +589,14 @@ static void test_shape_check(void **state)
                     "overflow");
 }
 
+static double flops_of(const ra_shape *s, int causal)
+{
+    ra_params p;
+    ra_params_default(&p);
+    p.causal = causal;
+    return ra_forward_flops(s, &p, NULL);
+}
+
 static void test_forward_flops(void **state)
 {
     (void)state;
@@ -601,16 +609,32 @@ static void test_forward_flops(void **state)
     for (int i = 0; i < 4; i++) {
         const ra_shape *s = &shapes[i];
         double full = 4.0 * s->B * s->H * s->N * s->M * s->D;
-        assert_true(ra_forward_flops(s, 0) == full);
+        assert_true(flops_of(s, 0) == full);
         ra_shape sq = *s;
         sq.M = sq.N;
         sq.Dv = sq.D + 16;
         double tri = 2.0 * (sq.D + sq.Dv) * sq.B * sq.H * sq.N * (sq.N + 1) / 2;
-        assert_true(ra_forward_flops(&sq, 1) == tri);
+        assert_true(flops_of(&sq, 1) == tri);
     }
     /* N > M causal: row i sees max(0, i + M - N + 1) keys. */
     ra_shape tall = {1, 10, 4, 1, 1, 2, 2};
-    assert_true(ra_forward_flops(&tall, 1) == 2.0 * 4 * (1 + 2 + 3 + 4));
+    assert_true(flops_of(&tall, 1) == 2.0 * 4 * (1 + 2 + 3 + 4));
+    /* Window 2 to the left, causal, with lens 3 (queries) and 5 (keys):
+     * rows 0, 1, 2 see keys [max(0, i-2), i]: 1 + 2 + 3 pairs. */
+    ra_shape w = {1, 8, 8, 1, 1, 1, 1};
+    ra_params p;
+    ra_params_default(&p);
+    p.causal = 1;
+    p.window = 1;
+    p.window_left = 2;
+    int64_t ql = 3, kl = 5;
+    ra_masks mk = {.q_lens = &ql, .kv_lens = &kl};
+    assert_true(ra_forward_flops(&w, &p, &mk) == 2.0 * 2 * (1 + 2 + 3));
+    /* Window (1, 1), no lens: every row sees 3 keys but the two ends 2. */
+    p.causal = 0;
+    p.window_left = 1;
+    p.window_right = 1;
+    assert_true(ra_forward_flops(&w, &p, NULL) == 2.0 * 2 * (3 * 8 - 2));
 }
 
 int main(void)

@@ -1,0 +1,44 @@
+/* plan.h: which keys each ring step must carry (pure, no MPI).
+ *
+ * With a causal mask, a window or padding, most ranks never see most of the
+ * other ranks' keys. The plan gives, for every block (the keys that started
+ * at rank src) and ring step t, the index range of the block that rank
+ * src + t must hold: the hull of what it and every rank after it on the
+ * ring still need. Blocks shrink as they travel, and the ring stops after
+ * the last step at which anybody needs anything. */
+#ifndef RA_PLAN_H
+#define RA_PLAN_H
+
+#include <stdint.h>
+
+#include "ringattn.h"
+
+/* [a, b) in the index space of one block (0 .. block count) */
+typedef struct {
+    int64_t a, b;
+} ring_span;
+
+typedef struct {
+    ra_layout layout;
+    int64_t N, M;
+    int P;
+    int64_t lo, hi;        /* query at position p sees keys in [p+lo, p+hi] */
+    int64_t q_end, kv_end; /* no query at or after q_end sees anything; no
+                              key at or after kv_end is seen */
+} ring_plan;
+
+/* The plan of a forward pass; masks may be NULL. */
+ring_plan ring_plan_make(const ra_shape *shape, const ra_params *params,
+                         const ra_masks *masks, int P);
+
+/* The keys of block src that rank d's queries may see (a hull). */
+ring_span ring_plan_need(const ring_plan *pl, int d, int src);
+
+/* The keys of block src held at step t (by rank (src + t) mod P) when the
+ * ring runs steps 0 .. last. */
+ring_span ring_plan_held(const ring_plan *pl, int src, int t, int last);
+
+/* The last step anybody needs: 0 .. P-1. */
+int ring_plan_last_step(const ring_plan *pl);
+
+#endif

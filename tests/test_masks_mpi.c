@@ -1,0 +1,281 @@
+/* test_masks_mpi.c: every layout with causal masks, sliding windows,
+ * padding lengths and packed segments, against the fp64 reference with the
+ * same rules, at P = 1..4 (run by ctest under mpiexec). Every rank builds
+ * the same full problem and masks from the seed, passes its layout slices,
+ * checks its own rows; verdicts are reduced before asserting. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+#include "support.h"
+
+static int rank, nranks;
+
+static const ra_layout layouts[3] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
+                                     RA_LAYOUT_STRIPED};
+
+/* One case: runs every layout; returns the worst global result and the
+ * ring's own report (steps, bytes) of the contiguous run. */
+typedef struct {
+    ra_shape s;
+    ra_params p;
+    int lens;            /* 0: none, 1: random, 2: 0 and the full length */
+    int64_t segment_avg; /* 0: none */
+    uint64_t seed;
+} mask_case;
+
+/* Sorted segment ids of a length-len axis with mean run length avg; every
+ * third id is skipped on the key side (odd offset), so some query segments
+ * find no key at all. */
+static void make_segments(uint64_t seed, uint64_t stream, int64_t B,
+                          int64_t len, int64_t avg, int kv_side, int64_t *out)
+{
+    for (int64_t b = 0; b < B; b++) {
+        int64_t id = 0;
+        for (int64_t i = 0; i < len; i++) {
+            if (i > 0 && ra_random_u64(seed, stream, (uint64_t)(b * len + i)) %
+                                 (uint64_t)avg == 0)
+                id++;
+            out[b * len + i] = kv_side && id % 3 == 2 ? id + 1000 : id;
+        }
+    }
+}
+
+static check_result run_layout(const mask_case *mc, ra_layout layout,
+                               ra_timing *tm_out)
+{
+    const ra_shape *s = &mc->s;
+    problem p;
+    problem_make(&p, s, mc->seed);
+    int64_t *q_lens = NULL, *kv_lens = NULL, *q_seg = NULL, *kv_seg = NULL;
+    if (mc->lens) {
+        q_lens = malloc(sizeof(int64_t) * (size_t)s->B);
+        kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
+        ra_random_lens(mc->seed, 3, s->B, s->N, q_lens);
+        ra_random_lens(mc->seed, 4, s->B, s->M, kv_lens);
+        if (mc->lens == 2) { /* the edges: nothing, and everything */
+            q_lens[0] = 0;
+            kv_lens[0] = s->M;
+            if (s->B > 1) {
+                q_lens[1] = s->N;
+                kv_lens[1] = 0;
+            }
+        }
+    }
+    if (mc->segment_avg) {
+        q_seg = malloc(sizeof(int64_t) * (size_t)(s->B * s->N));
+        kv_seg = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
+        make_segments(mc->seed, 5, s->B, s->N, mc->segment_avg, 0, q_seg);
+        make_segments(mc->seed, 6, s->B, s->M, mc->segment_avg, 1, kv_seg);
+    }
+    const test_masks global = {q_lens, kv_lens, q_seg, kv_seg};
+
+    const ra_slice qs = ra_layout_slice(layout, s->N, rank, nranks);
+    const ra_slice ks = ra_layout_slice(layout, s->M, rank, nranks);
+    float *q = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->D + 1));
+    float *k = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->D + 1));
+    float *v = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->Dv + 1));
+    float *o = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->Dv + 1));
+    float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * qs.count + 1));
+    int64_t *qsl = malloc(sizeof(int64_t) * (size_t)(s->B * qs.count + 1));
+    int64_t *ksl = malloc(sizeof(int64_t) * (size_t)(s->B * ks.count + 1));
+    slice_gather(p.q, s->B, s->N, s->H * s->D, sizeof(float), &qs, q);
+    slice_gather(p.k, s->B, s->M, s->G * s->D, sizeof(float), &ks, k);
+    slice_gather(p.v, s->B, s->M, s->G * s->Dv, sizeof(float), &ks, v);
+    if (q_seg) {
+        slice_gather(q_seg, s->B, s->N, 1, sizeof(int64_t), &qs, qsl);
+        slice_gather(kv_seg, s->B, s->M, 1, sizeof(int64_t), &ks, ksl);
+    }
+    ra_masks local = {q_lens, kv_lens, q_seg ? qsl : NULL, q_seg ? ksl : NULL};
+    ra_params prm = mc->p;
+    prm.layout = layout;
+    ra_timing tm = {0};
+    ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, &local, q, k, v, o,
+                                 lse, &tm);
+    check_result c = {0};
+    if (st == RA_OK)
+        c = check_slice(&p, &prm, &global, &qs, o, lse);
+    else
+        c.bad_inf = 1;
+    check_result g = check_allreduce(MPI_COMM_WORLD, &c);
+    if (tm_out) {
+        /* the ring's report, the worst over ranks */
+        int64_t bytes = 0;
+        MPI_Allreduce(&tm.bytes_sent, &bytes, 1, MPI_INT64_T, MPI_MAX,
+                      MPI_COMM_WORLD);
+        *tm_out = tm;
+        tm_out->bytes_sent = bytes;
+    }
+    if (rank == 0)
+        printf("# P=%d %-10s B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld "
+               "causal=%d window=%s%lld,%lld lens=%d seg=%lld steps=%d "
+               "rel_o=%.2e lse=%.2e bad=%lld %s\n",
+               nranks, ra_layout_name(layout), (long long)s->B,
+               (long long)s->N, (long long)s->M, (long long)s->H,
+               (long long)s->G, (long long)s->D, prm.causal,
+               prm.window ? "" : "off:", (long long)prm.window_left,
+               (long long)prm.window_right, mc->lens,
+               (long long)mc->segment_avg, tm.steps, g.rel_o, g.max_lse,
+               (long long)g.bad_inf, check_ok(&g) ? "PASS" : "FAIL");
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(lse);
+    free(qsl);
+    free(ksl);
+    free(q_lens);
+    free(kv_lens);
+    free(q_seg);
+    free(kv_seg);
+    problem_free(&p);
+    return g;
+}
+
+/* Every layout must pass, with every row of every (b, h) checked. */
+static void expect_all_layouts(const mask_case *mc)
+{
+    for (int l = 0; l < 3; l++) {
+        check_result g = run_layout(mc, layouts[l], NULL);
+        assert_true(g.rows == mc->s.B * mc->s.H * mc->s.N);
+        assert_true(check_ok(&g));
+    }
+}
+
+static mask_case base_case(int64_t B, int64_t N, int64_t M, int64_t H,
+                           int64_t G, int64_t D, uint64_t seed)
+{
+    mask_case mc = {{B, N, M, H, G, D, D}, {0}, 0, 0, seed};
+    ra_params_default(&mc.p);
+    mc.p.block_q = 16; /* small tiles: many tile edges at test sizes */
+    mc.p.block_kv = 24;
+    return mc;
+}
+
+static void test_causal_layouts(void **state)
+{
+    (void)state;
+    mask_case mc = base_case(2, 1001, 1001, 4, 2, 32, 101);
+    mc.p.causal = 1;
+    expect_all_layouts(&mc);
+    mc = base_case(1, 7, 7, 2, 1, 8, 102); /* N < 2P */
+    mc.p.causal = 1;
+    expect_all_layouts(&mc);
+    mc = base_case(1, 333, 501, 2, 2, 16, 103); /* cross, M > N */
+    mc.p.causal = 1;
+    expect_all_layouts(&mc);
+    mc = base_case(1, 501, 333, 2, 2, 16, 104); /* cross, N > M */
+    mc.p.causal = 1;
+    expect_all_layouts(&mc);
+}
+
+static void test_windows(void **state)
+{
+    (void)state;
+    mask_case mc = base_case(1, 777, 777, 2, 1, 16, 201);
+    mc.p.window = 1;
+    mc.p.causal = 1;
+    const int64_t lefts[4] = {0, 1, 50, 5000}; /* 0 and wider than N */
+    for (int i = 0; i < 4; i++) {
+        mc.p.window_left = lefts[i];
+        expect_all_layouts(&mc);
+    }
+    mc.p.causal = 0; /* two-sided */
+    mc.p.window_left = 20;
+    mc.p.window_right = 30;
+    expect_all_layouts(&mc);
+    mc.p.window_left = 0;
+    mc.p.window_right = 0;
+    expect_all_layouts(&mc);
+    mc = base_case(1, 300, 451, 2, 2, 16, 202); /* cross lengths */
+    mc.p.window = 1;
+    mc.p.window_left = 40;
+    mc.p.window_right = 5;
+    expect_all_layouts(&mc);
+}
+
+static void test_window_skips_hops(void **state)
+{
+    (void)state;
+    /* With contiguous slices wider than the window, only the left
+     * neighbour's last L keys are ever needed: two steps, and about L rows
+     * sent per rank, not a whole slice. */
+    mask_case mc = base_case(1, 4000, 4000, 1, 1, 8, 301);
+    mc.p.causal = 1;
+    mc.p.window = 1;
+    mc.p.window_left = 10;
+    ra_timing tm;
+    check_result g = run_layout(&mc, RA_LAYOUT_CONTIGUOUS, &tm);
+    assert_true(check_ok(&g));
+    assert_int_equal(tm.steps, nranks > 1 ? 2 : 1);
+    const int64_t row_bytes = 4 * (mc.s.D + mc.s.Dv);
+    assert_true(tm.bytes_sent <= (nranks > 1 ? 10 : 0) * row_bytes);
+    /* Causal without a window: nobody needs the last rank's keys. */
+    mc.p.window = 0;
+    g = run_layout(&mc, RA_LAYOUT_CONTIGUOUS, &tm);
+    assert_true(check_ok(&g));
+    assert_int_equal(tm.steps, nranks);
+}
+
+static void test_lens(void **state)
+{
+    (void)state;
+    mask_case mc = base_case(3, 257, 301, 4, 2, 16, 401);
+    mc.lens = 1;
+    expect_all_layouts(&mc);
+    mc.p.causal = 1;
+    expect_all_layouts(&mc);
+    mc.lens = 2; /* q_lens 0 and N, kv_lens M and 0 */
+    expect_all_layouts(&mc);
+    mc.p.causal = 0;
+    expect_all_layouts(&mc);
+}
+
+static void test_segments(void **state)
+{
+    (void)state;
+    mask_case mc = base_case(2, 513, 513, 4, 2, 16, 501);
+    mc.segment_avg = 40;
+    expect_all_layouts(&mc);
+    mc.p.causal = 1; /* document masking */
+    expect_all_layouts(&mc);
+    mc.lens = 1;
+    mc.p.window = 1;
+    mc.p.window_left = 25;
+    expect_all_layouts(&mc); /* everything at once */
+    mc = base_case(1, 5, 9, 2, 1, 8, 502); /* tiny: N < P at P = 4... */
+    mc.segment_avg = 2;
+    mc.p.causal = 1;
+    expect_all_layouts(&mc);
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_causal_layouts),
+        cmocka_unit_test(test_windows),
+        cmocka_unit_test(test_window_skips_hops),
+        cmocka_unit_test(test_lens),
+        cmocka_unit_test(test_segments),
+    };
+    /* The verdicts are reduced, so rank 0's report speaks for every rank. */
+    if (rank != 0) {
+        if (!freopen("/dev/null", "w", stdout) ||
+            !freopen("/dev/null", "w", stderr))
+            MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
