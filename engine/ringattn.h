@@ -218,7 +218,8 @@ typedef struct {
 /* Reads the optional datasets /q_lens, /kv_lens (B,) and /q_segments
  * (B, N), /kv_segments (B, M), or /segments (B, N) for both when N == M,
  * integer typed; lens must lie in [0, N] and [0, M]. Absent datasets leave
- * NULL pointers. Segments are read as this rank's layout slices. */
+ * NULL pointers. Segments are read as this rank's layout slices. *masks is
+ * overwritten (free earlier contents first); on failure it is all NULL. */
 ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                            const ra_shape *shape, ra_layout layout,
                            ra_h5_masks *masks);

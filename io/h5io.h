@@ -1,10 +1,12 @@
-/* h5io.h: single-rank readers of ringattn files, for the command line's
- * verify and info subcommands (not part of the public header).
+/* h5io.h: io/ functions the command line needs beyond the public header
+ * (not installed).
  *
- * Every function here opens the file with the default (sec2) driver and
- * independent I/O, so it may run on one rank alone; none is collective.
- * Failures return a status and set ra_error_message() to one line naming
- * the file, the dataset or attribute, and the problem. */
+ * The readers, for the verify and info subcommands, open the file with the
+ * default (sec2) driver and independent I/O, so they may run on one rank
+ * alone; none is collective. h5io_gen_masks(), for the gen subcommand, is
+ * collective like the ra_h5_ functions. Failures return a status and set
+ * ra_error_message() to one line naming the file, the dataset or attribute,
+ * and the problem. */
 #ifndef RA_H5IO_H
 #define RA_H5IO_H
 
@@ -12,6 +14,16 @@
 #include <stdio.h>
 
 #include "ringattn.h"
+
+/* ra_h5_gen() plus optional masks, collective over comm. lens: also write
+ * /q_lens and /kv_lens (B,) int64, uniform in [0, N] and [0, M].
+ * segment_avg > 0: also write packed-sequence ids of that mean segment
+ * length, int64: /segments (B, N) when N == M, else /q_segments (B, N) and
+ * /kv_segments (B, M). Root attributes lens (0/1) and segment_avg record
+ * the request. Values depend only on the seed, never on P. */
+ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
+                         const ra_shape *shape, int f64, uint64_t seed,
+                         int lens, int64_t segment_avg);
 
 /* Reads dset[b, row0 : row0 + nrows, :, :] of a rank-4 float dataset (e.g.
  * "/o" or "/q") into out, converted to double; out holds nrows * dims[2] *
@@ -23,9 +35,31 @@ ra_status h5io_read_rows(const char *path, const char *dset, int64_t b,
 ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
                         int64_t n, double *out);
 
-/* Reads the root attributes of an output file that a check needs. */
-ra_status h5io_read_run_attrs(const char *path, int *causal, double *scale,
-                              int64_t *seq_q, int64_t *seq_kv);
+/* The root attributes of an output file that a check needs. Files written
+ * before windows, masks or layouts existed read as window = 0,
+ * window_left = window_right = 0, masks "" and layout "contiguous". */
+typedef struct {
+    int causal, window;
+    int64_t window_left, window_right;
+    double scale;
+    int64_t seq_q, seq_kv;
+    char layout[32];
+    char masks[128];
+} h5io_run_attrs;
+
+ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a);
+
+/* Reads the integer dataset dset (e.g. "/q_lens") of shape (B,) into
+ * out[B] as int64. When it is absent: *present = 0 and RA_OK; else
+ * *present = 1. Values are not range checked. */
+ra_status h5io_read_lens(const char *path, const char *dset, int64_t B,
+                         int64_t *out, int *present);
+
+/* Reads dset[b, start : start + count] of the rank-2 integer dataset dset
+ * (e.g. "/segments") into out as int64; *present as h5io_read_lens(). */
+ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
+                             int64_t start, int64_t count, int64_t *out,
+                             int *present);
 
 /* Reads the sizes of /o (B, N, H, Dv) and /lse (B, H, N). */
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],

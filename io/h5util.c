@@ -99,6 +99,8 @@ static const char *const *dset_axes(const char *name, int rank)
     static const char *const v[] = {"B", "M", "G", "Dv"};
     static const char *const o[] = {"B", "N", "H", "Dv"};
     static const char *const lse[] = {"B", "H", "N"};
+    static const char *const bn[] = {"B", "N"};
+    static const char *const bm[] = {"B", "M"};
     static const char *const any[] = {"d0", "d1", "d2", "d3", "d4", "d5"};
 
     if (rank == 4 && strcmp(name, "/q") == 0) return q;
@@ -106,11 +108,17 @@ static const char *const *dset_axes(const char *name, int rank)
     if (rank == 4 && strcmp(name, "/v") == 0) return v;
     if (rank == 4 && strcmp(name, "/o") == 0) return o;
     if (rank == 3 && strcmp(name, "/lse") == 0) return lse;
+    if (rank == 2 && (strcmp(name, "/q_segments") == 0 ||
+                      strcmp(name, "/segments") == 0)) return bn;
+    if (rank == 2 && strcmp(name, "/kv_segments") == 0) return bm;
+    if (rank == 1 && (strcmp(name, "/q_lens") == 0 ||
+                      strcmp(name, "/kv_lens") == 0)) return bn;
     return any;
 }
 
 ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
-                         int rank, hsize_t *dims, hid_t *dset)
+                         H5T_class_t cls, int rank, hsize_t *dims,
+                         hid_t *dset)
 {
     ra_status st = RA_OK;
     hid_t id = H5I_INVALID_HID, space = H5I_INVALID_HID;
@@ -154,11 +162,13 @@ ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
                           "sizes", path, name);
         goto cleanup;
     }
-    if (H5Tget_class(type) != H5T_FLOAT ||
-        (H5Tget_size(type) != 4 && H5Tget_size(type) != 8)) {
+    if (H5Tget_class(type) != cls ||
+        (cls == H5T_FLOAT && H5Tget_size(type) != 4 &&
+         H5Tget_size(type) != 8)) {
         h5io_type_name(type, tname, sizeof tname);
-        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: expected float32 or "
-                          "float64, found %s", path, name, tname);
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: expected %s, found "
+                          "%s", path, name, cls == H5T_FLOAT ?
+                          "float32 or float64" : "an integer type", tname);
         goto cleanup;
     }
     for (int i = 0; i < rank; i++) {
@@ -221,41 +231,104 @@ void h5io_type_name(hid_t type, char *buf, size_t len)
     }
 }
 
-ra_status h5io_slab_select(const char *path, const char *name, hid_t fspace,
-                           int rank, const hsize_t *dims, int axis,
-                           ra_range rows, hid_t *mspace)
+ra_slice h5io_slice_range(ra_range r)
 {
-    hsize_t start[H5S_MAX_RANK], count[H5S_MAX_RANK];
+    ra_slice s = {1, {{r.start, r.count, 1}}, r.count};
+    return s;
+}
+
+ra_status h5io_slice_select(const char *path, const char *name, hid_t fspace,
+                            int rank, const hsize_t *dims, int axis,
+                            const ra_slice *slice, hid_t *mspace)
+{
+    hsize_t start[H5S_MAX_RANK], stride[H5S_MAX_RANK];
+    hsize_t count[H5S_MAX_RANK], block[H5S_MAX_RANK], mdims[H5S_MAX_RANK];
+    H5S_seloper_t op = H5S_SELECT_SET;
     static const hsize_t one = 1;
-    herr_t err;
+    herr_t err = 0;
 
     *mspace = H5I_INVALID_HID;
-    if (rows.count == 0) {
+    if (slice->count == 0) {
         *mspace = H5Screate_simple(1, &one, NULL);
         err = *mspace < 0 ? -1 : H5Sselect_none(*mspace);
         if (err >= 0)
             err = H5Sselect_none(fspace);
-    } else {
-        for (int i = 0; i < rank; i++) {
-            start[i] = 0;
-            count[i] = dims[i];
-        }
-        start[axis] = (hsize_t)rows.start;
-        count[axis] = (hsize_t)rows.count;
-        err = H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count,
-                                  NULL);
-        if (err >= 0)
-            *mspace = H5Screate_simple(rank, count, NULL);
-        if (*mspace < 0)
-            err = -1;
+        goto done;
     }
+
+    /* The union of the runs. HDF5 visits a hyperslab selection in the
+     * row-major order of the file dataspace, whatever order the runs were
+     * added in, so within each index of the leading axes the tokens come in
+     * increasing position: the local order of the slice, which is also the
+     * order of the dense memory space. */
+    for (int i = 0; i < rank; i++) {
+        start[i] = 0;
+        stride[i] = 1;
+        count[i] = 1;
+        block[i] = dims[i];
+        mdims[i] = dims[i];
+    }
+    mdims[axis] = (hsize_t)slice->count;
+    for (int r = 0; r < slice->nruns && err >= 0; r++) {
+        const ra_run *run = &slice->run[r];
+        if (run->count == 0)
+            continue;
+        start[axis] = (hsize_t)run->start;
+        if (run->stride == 1 || run->count == 1) { /* one block */
+            stride[axis] = 1;
+            count[axis] = 1;
+            block[axis] = (hsize_t)run->count;
+        } else {
+            stride[axis] = (hsize_t)run->stride;
+            count[axis] = (hsize_t)run->count;
+            block[axis] = 1;
+        }
+        err = H5Sselect_hyperslab(fspace, op, start, stride, count, block);
+        op = H5S_SELECT_OR;
+    }
+    if (err >= 0)
+        *mspace = H5Screate_simple(rank, mdims, NULL);
+    if (*mspace < 0)
+        err = -1;
+
+done:
     if (err < 0) {
         if (*mspace >= 0)
             H5Sclose(*mspace);
         *mspace = H5I_INVALID_HID;
-        return ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select rows "
-                            "[%lld, %lld)", path, name, (long long)rows.start,
-                            (long long)(rows.start + rows.count));
+        return ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select this "
+                            "rank's %lld tokens on axis %d (%d runs from "
+                            "%lld)", path, name, (long long)slice->count, axis,
+                            slice->nruns, (long long)slice->run[0].start);
     }
     return RA_OK;
+}
+
+ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
+                         const char *name, hid_t mtype, int rank,
+                         const hsize_t *dims, int axis, const ra_slice *slice,
+                         void *buf)
+{
+    hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
+    int64_t dummy; /* a valid address for an empty selection */
+    ra_status st;
+
+    if ((fspace = H5Dget_space(dset)) < 0) {
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot get its "
+                          "dataspace", path, name);
+        goto cleanup;
+    }
+    if ((st = h5io_slice_select(path, name, fspace, rank, dims, axis, slice,
+                                &mspace)) != RA_OK)
+        goto cleanup;
+    if (H5Dread(dset, mtype, mspace, fspace, dxpl,
+                slice->count ? buf : (void *)&dummy) < 0)
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: reading this rank's "
+                          "%lld tokens failed", path, name,
+                          (long long)slice->count);
+
+cleanup:
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    return st;
 }

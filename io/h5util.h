@@ -7,6 +7,7 @@
 #define RA_H5UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <hdf5.h>
 #include <mpi.h>
@@ -37,11 +38,13 @@ hid_t h5io_dxpl_collective(void);
  * missing, unreadable or non-HDF5 file. */
 ra_status h5io_file_open(const char *path, hid_t fapl, hid_t *file);
 
-/* Opens dataset name (e.g. "/q") and checks that it is a float32 or
- * float64 dataset of the given rank with every size positive; fills dims
- * [rank]. On RA_OK, *dset is open (caller closes) unless dset is NULL. */
+/* Opens dataset name (e.g. "/q") and checks that it has the given rank,
+ * every size positive, and a datatype of class cls: H5T_FLOAT means float32
+ * or float64, H5T_INTEGER any integer. Fills dims[rank]. On RA_OK, *dset is
+ * open (caller closes) unless dset is NULL. */
 ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
-                         int rank, hsize_t *dims, hid_t *dset);
+                         H5T_class_t cls, int rank, hsize_t *dims,
+                         hid_t *dset);
 
 /* Formats dims as "(2, 128, 8, 64)" into buf. */
 void h5io_dims_format(const hsize_t *dims, int rank, char *buf, size_t len);
@@ -49,13 +52,48 @@ void h5io_dims_format(const hsize_t *dims, int rank, char *buf, size_t len);
 /* Names a datatype the way numpy would: float32, int64, uint8, string... */
 void h5io_type_name(hid_t type, char *buf, size_t len);
 
-/* Selects, in fspace of the given dims, indices [start, start + count) on
- * axis and all of every other axis; *mspace becomes a matching dense memory
- * space (caller closes). A count of 0 selects nothing in both, so that the
- * rank can still take part in a collective transfer. */
-ra_status h5io_slab_select(const char *path, const char *name, hid_t fspace,
-                           int rank, const hsize_t *dims, int axis,
-                           ra_range rows, hid_t *mspace);
+/* The slice of one contiguous range, [r.start, r.start + r.count). */
+ra_slice h5io_slice_range(ra_range r);
+
+/* Selects, in fspace of the given dims, the tokens of slice on axis (the
+ * union of its runs) and all of every other axis; *mspace becomes the
+ * matching dense memory space, dims with slice->count on axis (caller
+ * closes). An empty slice selects nothing in both, so that the rank can
+ * still take part in a collective transfer. */
+ra_status h5io_slice_select(const char *path, const char *name, hid_t fspace,
+                            int rank, const hsize_t *dims, int axis,
+                            const ra_slice *slice, hid_t *mspace);
+
+/* Reads this rank's slice on axis of the open dataset dset (of the given
+ * dims) into buf as mtype, dense as h5io_slice_select() describes, with
+ * transfer list dxpl (collective: every rank calls it, empty slices too).
+ * buf may be NULL when the slice is empty. */
+ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
+                         const char *name, hid_t mtype, int rank,
+                         const hsize_t *dims, int axis, const ra_slice *slice,
+                         void *buf);
+
+/* Creates dataset name of file type ftype and the given dims, and writes
+ * buf (memory type mtype), this rank's slice on axis, dense as
+ * h5io_slice_select() describes; collective. buf may be NULL when the
+ * slice is empty. */
+ra_status h5io_dset_write(hid_t file, const char *path, const char *name,
+                          hid_t ftype, hid_t mtype, int rank,
+                          const hsize_t *dims, int axis,
+                          const ra_slice *slice, const void *buf);
+
+/* Write a scalar root attribute; every rank must pass the same value. */
+ra_status h5io_attr_write_int(hid_t file, const char *path, const char *name,
+                              int value);
+ra_status h5io_attr_write_int64(hid_t file, const char *path,
+                                const char *name, int64_t value);
+ra_status h5io_attr_write_uint64(hid_t file, const char *path,
+                                 const char *name, uint64_t value);
+ra_status h5io_attr_write_double(hid_t file, const char *path,
+                                 const char *name, double value);
+/* A fixed-length, NUL-terminated ASCII string (value may be ""). */
+ra_status h5io_attr_write_string(hid_t file, const char *path,
+                                 const char *name, const char *value);
 
 /* Fills an open new file: this rank's part of every dataset, and the
  * attributes; returns this rank's status. */

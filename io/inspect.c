@@ -1,6 +1,8 @@
 /* inspect.c: single-rank reading of ringattn files for the verify and info
- * subcommands: boxes of a dataset as double, the run attributes, and a
- * listing. Default (sec2) driver, independent I/O, never collective. */
+ * subcommands: boxes of a dataset (as double, or int64 for masks), the run
+ * attributes, and a listing. Default (sec2) driver, independent I/O, never
+ * collective. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,29 +11,53 @@
 #include "internal.h"
 
 /* Reads the box start[i] .. start[i] + count[i] on the first nfixed axes,
- * and the whole of the others, of dataset name (rank dimensions) into out
- * as double, row-major. RA_ERR_ARG when the box sticks out of the dataset. */
-static ra_status box_read(const char *path, const char *name, int rank,
-                          int nfixed, const int64_t *start,
-                          const int64_t *count, double *out)
+ * and the whole of the others, of dataset name (rank dimensions, class cls
+ * as h5io_dset_open() checks) into out as mtype, row-major. RA_ERR_ARG when
+ * the box sticks out of the dataset; with exact, RA_ERR_INPUT unless the box
+ * is the whole dataset (a shape check). present NULL: the dataset must
+ * exist; else an absent one sets *present = 0 and returns RA_OK. */
+static ra_status box_read(const char *path, const char *name,
+                          H5T_class_t cls, hid_t mtype, int rank, int nfixed,
+                          const int64_t *start, const int64_t *count,
+                          int exact, void *out, int *present)
 {
     hid_t file = H5I_INVALID_HID, dset = H5I_INVALID_HID;
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
     hsize_t dims[4], fstart[4], fcount[4];
+    char found[96], expect[96];
     h5io_quiet quiet;
     ra_status st;
     int empty = 0;
 
     h5io_quiet_begin(&quiet);
-    if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
-        (st = h5io_dset_open(file, path, name, rank, dims, &dset)) != RA_OK)
+    if (present)
+        *present = 0;
+    if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK)
         goto cleanup;
+    if (present && H5Lexists(file, name, H5P_DEFAULT) <= 0)
+        goto cleanup;
+    if ((st = h5io_dset_open(file, path, name, cls, rank, dims,
+                             &dset)) != RA_OK)
+        goto cleanup;
+    if (present)
+        *present = 1;
     for (int i = 0; i < rank; i++) {
         fstart[i] = i < nfixed ? (hsize_t)start[i] : 0;
         fcount[i] = i < nfixed ? (hsize_t)count[i] : dims[i];
-        if (i < nfixed && (start[i] < 0 || count[i] < 0 ||
-                           fstart[i] > dims[i] ||
-                           fcount[i] > dims[i] - fstart[i])) {
+        empty |= fcount[i] == 0;
+    }
+    for (int i = 0; exact && i < rank; i++) {
+        if (fstart[i] != 0 || fcount[i] != dims[i]) {
+            h5io_dims_format(fcount, rank, expect, sizeof expect);
+            h5io_dims_format(dims, rank, found, sizeof found);
+            st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: expected shape "
+                              "%s, found %s", path, name, expect, found);
+            goto cleanup;
+        }
+    }
+    for (int i = 0; i < nfixed; i++) {
+        if (start[i] < 0 || count[i] < 0 || fstart[i] > dims[i] ||
+            fcount[i] > dims[i] - fstart[i]) {
             st = ra_error_set(RA_ERR_ARG, "%s: dataset %s: indices [%lld, "
                               "%lld) on axis %d lie outside its size %llu",
                               path, name, (long long)start[i],
@@ -39,7 +65,6 @@ static ra_status box_read(const char *path, const char *name, int rank,
                               (unsigned long long)dims[i]);
             goto cleanup;
         }
-        empty |= fcount[i] == 0;
     }
     if (empty)
         goto cleanup;
@@ -47,12 +72,11 @@ static ra_status box_read(const char *path, const char *name, int rank,
         H5Sselect_hyperslab(fspace, H5S_SELECT_SET, fstart, NULL, fcount,
                             NULL) < 0 ||
         (mspace = H5Screate_simple(rank, fcount, NULL)) < 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select the rows "
-                          "to read", path, name);
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select the "
+                          "elements to read", path, name);
         goto cleanup;
     }
-    if (H5Dread(dset, H5T_NATIVE_DOUBLE, mspace, fspace, H5P_DEFAULT,
-                out) < 0)
+    if (H5Dread(dset, mtype, mspace, fspace, H5P_DEFAULT, out) < 0)
         st = ra_error_set(RA_ERR_IO, "%s: dataset %s: reading failed", path,
                           name);
 
@@ -71,7 +95,8 @@ ra_status h5io_read_rows(const char *path, const char *dset, int64_t b,
     const int64_t start[2] = {b, row0};
     const int64_t count[2] = {1, nrows};
 
-    return box_read(path, dset, 4, 2, start, count, out);
+    return box_read(path, dset, H5T_FLOAT, H5T_NATIVE_DOUBLE, 4, 2, start,
+                    count, 0, out, NULL);
 }
 
 ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
@@ -80,7 +105,29 @@ ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
     const int64_t start[3] = {b, h, i0};
     const int64_t count[3] = {1, 1, n};
 
-    return box_read(path, "/lse", 3, 3, start, count, out);
+    return box_read(path, "/lse", H5T_FLOAT, H5T_NATIVE_DOUBLE, 3, 3, start,
+                    count, 0, out, NULL);
+}
+
+ra_status h5io_read_lens(const char *path, const char *dset, int64_t B,
+                         int64_t *out, int *present)
+{
+    const int64_t start[1] = {0};
+    const int64_t count[1] = {B};
+
+    return box_read(path, dset, H5T_INTEGER, H5T_NATIVE_INT64, 1, 1, start,
+                    count, 1, out, present);
+}
+
+ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
+                             int64_t start, int64_t count, int64_t *out,
+                             int *present)
+{
+    const int64_t first[2] = {b, start};
+    const int64_t n[2] = {1, count};
+
+    return box_read(path, dset, H5T_INTEGER, H5T_NATIVE_INT64, 2, 2, first,
+                    n, 0, out, present);
 }
 
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
@@ -93,8 +140,10 @@ ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
 
     h5io_quiet_begin(&quiet);
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/o", 4, o, NULL)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/lse", 3, lse, NULL)) != RA_OK)
+        (st = h5io_dset_open(file, path, "/o", H5T_FLOAT, 4, o,
+                             NULL)) != RA_OK ||
+        (st = h5io_dset_open(file, path, "/lse", H5T_FLOAT, 3, lse,
+                             NULL)) != RA_OK)
         goto cleanup;
     for (int i = 0; i < 4; i++)
         dims_o[i] = (int64_t)o[i];
@@ -107,18 +156,28 @@ cleanup:
     return st;
 }
 
-/* Reads the single-valued root attribute name, of class cls, as mtype. */
+/* Reads the single-valued root attribute name, of class cls, as mtype.
+ * present NULL: the attribute must exist; else an absent one sets
+ * *present = 0 and leaves out alone. */
 static ra_status attr_read(hid_t file, const char *path, const char *name,
-                           H5T_class_t cls, hid_t mtype, void *out)
+                           H5T_class_t cls, hid_t mtype, void *out,
+                           int *present)
 {
     hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
     hid_t space = H5I_INVALID_HID;
     ra_status st = RA_OK;
     char tname[32];
 
-    if (H5Aexists(file, name) <= 0)
+    if (H5Aexists(file, name) <= 0) {
+        if (present) {
+            *present = 0;
+            return RA_OK;
+        }
         return ra_error_set(RA_ERR_INPUT, "%s: attribute %s: missing (not a "
                             "ringattn output file?)", path, name);
+    }
+    if (present)
+        *present = 1;
     if ((attr = H5Aopen(file, name, H5P_DEFAULT)) < 0 ||
         (type = H5Aget_type(attr)) < 0 || (space = H5Aget_space(attr)) < 0) {
         st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: cannot open it",
@@ -146,24 +205,104 @@ cleanup:
     return st;
 }
 
-ra_status h5io_read_run_attrs(const char *path, int *causal, double *scale,
-                              int64_t *seq_q, int64_t *seq_kv)
+/* Reads the optional single string root attribute name (fixed or variable
+ * length) into out[len]; leaves out alone when it is absent. */
+static ra_status attr_read_string(hid_t file, const char *path,
+                                  const char *name, char *out, size_t len)
+{
+    hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
+    hid_t space = H5I_INVALID_HID, mtype = H5I_INVALID_HID;
+    ra_status st = RA_OK;
+    char *vstr = NULL, tname[32];
+    size_t size;
+    int variable;
+
+    if (H5Aexists(file, name) <= 0)
+        return RA_OK;
+    if ((attr = H5Aopen(file, name, H5P_DEFAULT)) < 0 ||
+        (type = H5Aget_type(attr)) < 0 || (space = H5Aget_space(attr)) < 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: cannot open it",
+                          path, name);
+        goto cleanup;
+    }
+    if (H5Tget_class(type) != H5T_STRING ||
+        H5Sget_simple_extent_npoints(space) != 1) {
+        h5io_type_name(type, tname, sizeof tname);
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: expected one "
+                          "string, found %lld of %s", path, name,
+                          (long long)H5Sget_simple_extent_npoints(space),
+                          tname);
+        goto cleanup;
+    }
+    variable = H5Tis_variable_str(type) > 0;
+    size = H5Tget_size(type);
+    /* the character set must match: h5py writes UTF-8 strings */
+    if ((mtype = H5Tcopy(H5T_C_S1)) < 0 ||
+        H5Tset_size(mtype, variable ? H5T_VARIABLE : len) < 0 ||
+        H5Tset_strpad(mtype, H5T_STR_NULLTERM) < 0 ||
+        H5Tset_cset(mtype, H5Tget_cset(type)) < 0) {
+        st = ra_error_set(RA_ERR_IO, "%s: attribute %s: cannot make a memory "
+                          "type", path, name);
+        goto cleanup;
+    }
+    if (!variable && size >= len) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: longer than %zu "
+                          "characters", path, name, len - 1);
+        goto cleanup;
+    }
+    if (H5Aread(attr, mtype, variable ? (void *)&vstr : (void *)out) < 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed",
+                          path, name);
+        goto cleanup;
+    }
+    if (variable) {
+        if (vstr && strlen(vstr) >= len)
+            st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: longer than "
+                              "%zu characters", path, name, len - 1);
+        else
+            snprintf(out, len, "%s", vstr ? vstr : "");
+    }
+
+cleanup:
+    if (vstr) H5free_memory(vstr);
+    if (mtype >= 0) H5Tclose(mtype);
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (attr >= 0) H5Aclose(attr);
+    return st;
+}
+
+ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
 {
     hid_t file = H5I_INVALID_HID;
     h5io_quiet quiet;
     ra_status st;
+    int present;
 
+    memset(a, 0, sizeof *a);
+    snprintf(a->layout, sizeof a->layout, "contiguous");
     h5io_quiet_begin(&quiet);
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
         (st = attr_read(file, path, "causal", H5T_INTEGER, H5T_NATIVE_INT,
-                        causal)) != RA_OK ||
+                        &a->causal, NULL)) != RA_OK ||
         (st = attr_read(file, path, "scale", H5T_FLOAT, H5T_NATIVE_DOUBLE,
-                        scale)) != RA_OK ||
+                        &a->scale, NULL)) != RA_OK ||
         (st = attr_read(file, path, "seq_q", H5T_INTEGER, H5T_NATIVE_INT64,
-                        seq_q)) != RA_OK)
+                        &a->seq_q, NULL)) != RA_OK ||
+        (st = attr_read(file, path, "seq_kv", H5T_INTEGER, H5T_NATIVE_INT64,
+                        &a->seq_kv, NULL)) != RA_OK ||
+        (st = attr_read(file, path, "window", H5T_INTEGER, H5T_NATIVE_INT,
+                        &a->window, &present)) != RA_OK ||
+        (st = attr_read(file, path, "window_left", H5T_INTEGER,
+                        H5T_NATIVE_INT64, &a->window_left,
+                        &present)) != RA_OK ||
+        (st = attr_read(file, path, "window_right", H5T_INTEGER,
+                        H5T_NATIVE_INT64, &a->window_right,
+                        &present)) != RA_OK ||
+        (st = attr_read_string(file, path, "layout", a->layout,
+                               sizeof a->layout)) != RA_OK)
         goto cleanup;
-    st = attr_read(file, path, "seq_kv", H5T_INTEGER, H5T_NATIVE_INT64,
-                   seq_kv);
+    st = attr_read_string(file, path, "masks", a->masks, sizeof a->masks);
 
 cleanup:
     if (file >= 0) H5Fclose(file);
@@ -234,7 +373,10 @@ static ra_status attr_print(FILE *out, const char *path, const char *name,
         fprintf(out, "(%s)", tname);
         goto cleanup;
     }
-    if (mtype < 0 || (vstr && H5Tset_size(mtype, H5T_VARIABLE) < 0)) {
+    /* a variable-length string keeps the character set of the file (h5py
+     * writes UTF-8) */
+    if (mtype < 0 || (vstr && (H5Tset_size(mtype, H5T_VARIABLE) < 0 ||
+                               H5Tset_cset(mtype, H5Tget_cset(type)) < 0))) {
         st = ra_error_set(RA_ERR_IO, "%s: attribute %s: cannot make a memory "
                           "type", path, name);
         goto cleanup;

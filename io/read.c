@@ -1,5 +1,6 @@
 /* read.c: parallel reading of input files, /q (B, N, H, D), /k (B, M, G, D)
- * and /v (B, M, G, Dv), each rank reading only its own sequence slice. */
+ * and /v (B, M, G, Dv), each rank reading only the tokens its layout slice
+ * names. */
 #include <string.h>
 
 #include "h5util.h"
@@ -66,9 +67,12 @@ static ra_status shape_read(MPI_Comm comm, const char *path, ra_shape *shape)
         goto cleanup;
     }
     if ((st = h5io_file_open(path, fapl, &file)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/q", 4, q, NULL)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/k", 4, k, NULL)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/v", 4, v, NULL)) != RA_OK)
+        (st = h5io_dset_open(file, path, "/q", H5T_FLOAT, 4, q,
+                             NULL)) != RA_OK ||
+        (st = h5io_dset_open(file, path, "/k", H5T_FLOAT, 4, k,
+                             NULL)) != RA_OK ||
+        (st = h5io_dset_open(file, path, "/v", H5T_FLOAT, 4, v,
+                             NULL)) != RA_OK)
         goto cleanup;
     st = shape_match(path, q, k, v, shape);
 
@@ -91,20 +95,20 @@ ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape)
     return st;
 }
 
-/* Reads rows of one input tensor (B, len, heads, dim) along axis 1 into buf
- * (B, rows.count, heads, dim), converting to float32; collective. */
-static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
-                           const char *name, const int64_t want[4],
-                           ra_range rows, float *buf)
+/* Reads this rank's slice of one input tensor (B, len, heads, dim) along
+ * axis 1 into buf (B, slice->count, heads, dim), converting to float32;
+ * collective. */
+static ra_status tensor_read(hid_t file, hid_t dxpl, const char *path,
+                             const char *name, const int64_t want[4],
+                             const ra_slice *slice, float *buf)
 {
-    hid_t dset = H5I_INVALID_HID, fspace = H5I_INVALID_HID;
-    hid_t mspace = H5I_INVALID_HID;
+    hid_t dset = H5I_INVALID_HID;
     hsize_t dims[4];
     char found[96], expect[96];
-    float dummy;
     ra_status st;
 
-    if ((st = h5io_dset_open(file, path, name, 4, dims, &dset)) != RA_OK)
+    if ((st = h5io_dset_open(file, path, name, H5T_FLOAT, 4, dims,
+                             &dset)) != RA_OK)
         goto cleanup;
     for (int i = 0; i < 4; i++) {
         if (dims[i] != (hsize_t)want[i]) {
@@ -118,44 +122,32 @@ static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
             goto cleanup;
         }
     }
-    if ((fspace = H5Dget_space(dset)) < 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot get its "
-                          "dataspace", path, name);
-        goto cleanup;
-    }
-    if ((st = h5io_slab_select(path, name, fspace, 4, dims, 1, rows,
-                               &mspace)) != RA_OK)
-        goto cleanup;
-    if (H5Dread(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl,
-                rows.count ? (void *)buf : (void *)&dummy) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: reading rows [%lld, "
-                          "%lld) failed", path, name, (long long)rows.start,
-                          (long long)(rows.start + rows.count));
+    st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, 4, dims, 1,
+                        slice, buf);
 
 cleanup:
-    if (mspace >= 0) H5Sclose(mspace);
-    if (fspace >= 0) H5Sclose(fspace);
     if (dset >= 0) H5Dclose(dset);
     return st;
 }
 
 static ra_status inputs_read(MPI_Comm comm, const char *path,
-                             const ra_shape *s, float *q, float *k, float *v)
+                             const ra_shape *s, ra_layout layout, float *q,
+                             float *k, float *v)
 {
     hid_t fapl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
     hid_t file = H5I_INVALID_HID;
     const int64_t qdims[4] = {s->B, s->N, s->H, s->D};
     const int64_t kdims[4] = {s->B, s->M, s->G, s->D};
     const int64_t vdims[4] = {s->B, s->M, s->G, s->Dv};
-    ra_range rq, rk;
+    ra_slice sq, sk;
     ra_status st;
     int rank, nranks;
 
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    rq = ra_shard_range(s->N, rank, nranks);
-    rk = ra_shard_range(s->M, rank, nranks);
+    sq = ra_layout_slice(layout, s->N, rank, nranks);
+    sk = ra_layout_slice(layout, s->M, rank, nranks);
 
     if ((fapl = h5io_fapl_mpio(comm)) < 0 ||
         (dxpl = h5io_dxpl_collective()) < 0) {
@@ -164,9 +156,9 @@ static ra_status inputs_read(MPI_Comm comm, const char *path,
         goto cleanup;
     }
     if ((st = h5io_file_open(path, fapl, &file)) == RA_OK &&
-        (st = slab_read(file, dxpl, path, "/q", qdims, rq, q)) == RA_OK &&
-        (st = slab_read(file, dxpl, path, "/k", kdims, rk, k)) == RA_OK)
-        st = slab_read(file, dxpl, path, "/v", vdims, rk, v);
+        (st = tensor_read(file, dxpl, path, "/q", qdims, &sq, q)) == RA_OK &&
+        (st = tensor_read(file, dxpl, path, "/k", kdims, &sk, k)) == RA_OK)
+        st = tensor_read(file, dxpl, path, "/v", vdims, &sk, v);
 
 cleanup:
     if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
@@ -177,7 +169,7 @@ cleanup:
 }
 
 ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
-                            const ra_shape *shape,
+                            const ra_shape *shape, ra_layout layout,
                             float *q, float *k, float *v)
 {
     h5io_quiet quiet;
@@ -185,8 +177,11 @@ ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
 
     if ((st = ra_shape_check(shape)) != RA_OK)
         return st;
+    if ((unsigned)layout > RA_LAYOUT_STRIPED)
+        return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
+                            (int)layout);
     h5io_quiet_begin(&quiet);
-    st = h5io_agree(comm, inputs_read(comm, path, shape, q, k, v));
+    st = h5io_agree(comm, inputs_read(comm, path, shape, layout, q, k, v));
     h5io_quiet_end(&quiet);
     return st;
 }

@@ -1,0 +1,182 @@
+/* gen.c: parallel writing of generated input files: unit-normal /q, /k, /v
+ * and, when asked, random padding lengths and packed-sequence ids. Each
+ * rank writes its contiguous slice (files do not depend on any layout);
+ * every value depends only on (seed, stream, index), never on P.
+ *
+ * Streams of the seed: 0 q, 1 k, 2 v, 3 q_lens, 4 kv_lens, 5 segments or
+ * q_segments, 6 kv_segments. */
+#include <stdlib.h>
+
+#include "h5io.h"
+#include "h5util.h"
+#include "internal.h"
+
+typedef struct {
+    const char *path;
+    const ra_shape *shape;
+    int f64;
+    uint64_t seed;
+    int lens;
+    int64_t segment_avg;
+    int rank, nranks;
+    float *buf;    /* room for this rank's largest slab of q, k or v */
+    int64_t *ids;  /* room for B lens, or this rank's (B, n) or (B, m) ids */
+} gen_ctx;
+
+/* Writes /q, /k and /v. Element (b, i, h, d) of tensor t has the flat index
+ * ((b * len + i) * heads + h) * dim + d in stream t. */
+static ra_status tensors_write(hid_t file, const gen_ctx *c)
+{
+    const ra_shape *s = c->shape;
+    const char *const names[3] = {"/q", "/k", "/v"};
+    const int64_t len[3] = {s->N, s->M, s->M};
+    const int64_t heads[3] = {s->H, s->G, s->G};
+    const int64_t dim[3] = {s->D, s->D, s->Dv};
+    hid_t ftype = c->f64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE;
+    ra_status st;
+
+    for (int t = 0; t < 3; t++) {
+        const ra_range rows = ra_shard_range(len[t], c->rank, c->nranks);
+        const ra_slice slice = h5io_slice_range(rows);
+        const hsize_t dims[4] = {(hsize_t)s->B, (hsize_t)len[t],
+                                 (hsize_t)heads[t], (hsize_t)dim[t]};
+
+        ra_random_slab(c->seed, (uint64_t)t, s->B, len[t],
+                       heads[t] * dim[t], rows, c->buf);
+        if ((st = h5io_dset_write(file, c->path, names[t], ftype,
+                                  H5T_NATIVE_FLOAT, 4, dims, 1, &slice,
+                                  c->buf)) != RA_OK)
+            return st;
+    }
+    return RA_OK;
+}
+
+/* Writes /q_lens and /kv_lens (B,) int64; rank 0 writes them whole. */
+static ra_status lens_write(hid_t file, const gen_ctx *c)
+{
+    const ra_shape *s = c->shape;
+    const char *const names[2] = {"/q_lens", "/kv_lens"};
+    const int64_t len[2] = {s->N, s->M};
+    const hsize_t dims[1] = {(hsize_t)s->B};
+    const ra_range all = {0, c->rank == 0 ? s->B : 0};
+    const ra_slice slice = h5io_slice_range(all);
+    ra_status st;
+
+    for (int t = 0; t < 2; t++) {
+        ra_random_lens(c->seed, 3 + (uint64_t)t, s->B, len[t], c->ids);
+        if ((st = h5io_dset_write(file, c->path, names[t], H5T_STD_I64LE,
+                                  H5T_NATIVE_INT64, 1, dims, 0, &slice,
+                                  c->ids)) != RA_OK)
+            return st;
+    }
+    return RA_OK;
+}
+
+/* Writes /segments (B, N) when N == M, else /q_segments (B, N) and
+ * /kv_segments (B, M), int64. */
+static ra_status segments_write(hid_t file, const gen_ctx *c)
+{
+    const ra_shape *s = c->shape;
+    const int both = s->N == s->M;
+    const char *const names[2] = {both ? "/segments" : "/q_segments",
+                                  "/kv_segments"};
+    const int64_t len[2] = {s->N, s->M};
+    ra_status st;
+
+    for (int t = 0; t < (both ? 1 : 2); t++) {
+        const ra_slice slice =
+            h5io_slice_range(ra_shard_range(len[t], c->rank, c->nranks));
+        const hsize_t dims[2] = {(hsize_t)s->B, (hsize_t)len[t]};
+
+        ra_random_segments(c->seed, 5 + (uint64_t)t, s->B, len[t],
+                           c->segment_avg, &slice, c->ids);
+        if ((st = h5io_dset_write(file, c->path, names[t], H5T_STD_I64LE,
+                                  H5T_NATIVE_INT64, 2, dims, 1, &slice,
+                                  c->ids)) != RA_OK)
+            return st;
+    }
+    return RA_OK;
+}
+
+static ra_status gen_write(hid_t file, void *arg)
+{
+    const gen_ctx *c = arg;
+    ra_status st;
+
+    if ((st = tensors_write(file, c)) != RA_OK ||
+        (c->lens && (st = lens_write(file, c)) != RA_OK) ||
+        (c->segment_avg > 0 && (st = segments_write(file, c)) != RA_OK) ||
+        (st = h5io_attr_write_string(file, c->path, "engine_version",
+                                     RA_VERSION_STRING)) != RA_OK ||
+        (st = h5io_attr_write_int(file, c->path, "schema_version",
+                                  RA_SCHEMA_VERSION)) != RA_OK ||
+        (st = h5io_attr_write_uint64(file, c->path, "seed",
+                                     c->seed)) != RA_OK ||
+        (st = h5io_attr_write_int(file, c->path, "lens",
+                                  c->lens ? 1 : 0)) != RA_OK ||
+        (st = h5io_attr_write_int64(file, c->path, "segment_avg",
+                                    c->segment_avg)) != RA_OK)
+        return st;
+    return h5io_attr_write_string(file, c->path, "generator",
+                                  "splitmix64-boxmuller");
+}
+
+static int64_t max3(int64_t a, int64_t b, int64_t c)
+{
+    int64_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
+                         const ra_shape *shape, int f64, uint64_t seed,
+                         int lens, int64_t segment_avg)
+{
+    gen_ctx c = {path, shape, f64, seed, lens, segment_avg, 0, 0, NULL, NULL};
+    int64_t n, m, nfloat, nids;
+    h5io_quiet quiet;
+    ra_status st;
+
+    if (!path)
+        return ra_error_set(RA_ERR_ARG, "generating an input file: a path "
+                            "is required");
+    if (segment_avg < 0)
+        return ra_error_set(RA_ERR_ARG, "%s: segment_avg %lld is negative "
+                            "(0: no segments)", path, (long long)segment_avg);
+    if ((st = ra_shape_check(shape)) != RA_OK)
+        return st;
+    if (MPI_Comm_rank(comm, &c.rank) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
+
+    /* these fit int64 because the whole tensors do (ra_shape_check) */
+    n = ra_shard_range(shape->N, c.rank, c.nranks).count;
+    m = ra_shard_range(shape->M, c.rank, c.nranks).count;
+    nfloat = max3(shape->B * n * shape->H * shape->D,
+                  shape->B * m * shape->G * shape->D,
+                  shape->B * m * shape->G * shape->Dv);
+    nids = max3(shape->B, shape->B * n, shape->B * m);
+    c.buf = malloc((size_t)(nfloat ? nfloat : 1) * sizeof *c.buf);
+    c.ids = malloc((size_t)nids * sizeof *c.ids);
+    st = c.buf && c.ids ? RA_OK
+                        : ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate "
+                                       "%lld bytes for the generated slices",
+                                       path, (long long)(nfloat * 4 +
+                                                         nids * 8));
+    if ((st = h5io_agree(comm, st)) != RA_OK)
+        goto cleanup;
+
+    h5io_quiet_begin(&quiet);
+    st = h5io_commit(comm, path, force, gen_write, &c);
+    h5io_quiet_end(&quiet);
+
+cleanup:
+    free(c.ids);
+    free(c.buf);
+    return st;
+}
+
+ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
+                    const ra_shape *shape, int f64, uint64_t seed)
+{
+    return h5io_gen_masks(comm, path, force, shape, f64, seed, 0, 0);
+}

@@ -1,0 +1,124 @@
+/* h5write.c: creating datasets and root attributes in a file open for
+ * parallel writing, shared by the output (write.c) and input (gen.c)
+ * writers. Every call here is collective over the file's communicator. */
+#include <string.h>
+
+#include "h5util.h"
+#include "internal.h"
+
+ra_status h5io_dset_write(hid_t file, const char *path, const char *name,
+                          hid_t ftype, hid_t mtype, int rank,
+                          const hsize_t *dims, int axis,
+                          const ra_slice *slice, const void *buf)
+{
+    hid_t space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
+    hid_t dset = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
+    hid_t dxpl = H5I_INVALID_HID;
+    const int64_t dummy = 0; /* a valid address for an empty selection */
+    ra_status st = RA_OK;
+
+    /* every element gets written, so no fill pass over the whole file */
+    if ((space = H5Screate_simple(rank, dims, NULL)) < 0 ||
+        (dcpl = H5Pcreate(H5P_DATASET_CREATE)) < 0 ||
+        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0 ||
+        (dxpl = h5io_dxpl_collective()) < 0) {
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot set up its "
+                          "dataspace or property lists", path, name);
+        goto cleanup;
+    }
+    dset = H5Dcreate2(file, name, ftype, space, H5P_DEFAULT, dcpl,
+                      H5P_DEFAULT);
+    if (dset < 0) {
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: creation failed", path,
+                          name);
+        goto cleanup;
+    }
+    if ((st = h5io_slice_select(path, name, space, rank, dims, axis, slice,
+                                &mspace)) != RA_OK)
+        goto cleanup;
+    if (H5Dwrite(dset, mtype, mspace, space, dxpl,
+                 slice->count ? buf : (const void *)&dummy) < 0)
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: writing this rank's "
+                          "%lld tokens failed", path, name,
+                          (long long)slice->count);
+
+cleanup:
+    if (mspace >= 0) H5Sclose(mspace);
+    if (dset >= 0 && H5Dclose(dset) < 0 && st == RA_OK)
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: closing failed", path,
+                          name);
+    if (dxpl >= 0) H5Pclose(dxpl);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (space >= 0) H5Sclose(space);
+    return st;
+}
+
+/* Writes a scalar root attribute of file type ftype from *value of memory
+ * type mtype. */
+static ra_status attr_write(hid_t file, const char *path, const char *name,
+                            hid_t ftype, hid_t mtype, const void *value)
+{
+    hid_t space = H5I_INVALID_HID, attr = H5I_INVALID_HID;
+    ra_status st = RA_OK;
+
+    if ((space = H5Screate(H5S_SCALAR)) < 0 ||
+        (attr = H5Acreate2(file, name, ftype, space, H5P_DEFAULT,
+                           H5P_DEFAULT)) < 0 ||
+        H5Awrite(attr, mtype, value) < 0)
+        st = ra_error_set(RA_ERR_IO, "%s: writing attribute %s failed", path,
+                          name);
+    if (attr >= 0 && H5Aclose(attr) < 0 && st == RA_OK)
+        st = ra_error_set(RA_ERR_IO, "%s: closing attribute %s failed", path,
+                          name);
+    if (space >= 0)
+        H5Sclose(space);
+    return st;
+}
+
+ra_status h5io_attr_write_int(hid_t file, const char *path, const char *name,
+                              int value)
+{
+    return attr_write(file, path, name, H5T_STD_I32LE, H5T_NATIVE_INT,
+                      &value);
+}
+
+ra_status h5io_attr_write_int64(hid_t file, const char *path,
+                                const char *name, int64_t value)
+{
+    return attr_write(file, path, name, H5T_STD_I64LE, H5T_NATIVE_INT64,
+                      &value);
+}
+
+ra_status h5io_attr_write_uint64(hid_t file, const char *path,
+                                 const char *name, uint64_t value)
+{
+    return attr_write(file, path, name, H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                      &value);
+}
+
+ra_status h5io_attr_write_double(hid_t file, const char *path,
+                                 const char *name, double value)
+{
+    return attr_write(file, path, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                      &value);
+}
+
+ra_status h5io_attr_write_string(hid_t file, const char *path,
+                                 const char *name, const char *value)
+{
+    hid_t type = H5Tcopy(H5T_C_S1);
+    ra_status st;
+
+    if (type < 0 || H5Tset_size(type, strlen(value) + 1) < 0 ||
+        H5Tset_strpad(type, H5T_STR_NULLTERM) < 0) {
+        st = ra_error_set(RA_ERR_IO, "%s: attribute %s: cannot make its "
+                          "string type", path, name);
+        goto cleanup;
+    }
+    st = attr_write(file, path, name, type, type, value);
+
+cleanup:
+    if (type >= 0)
+        H5Tclose(type);
+    return st;
+}

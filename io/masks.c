@@ -1,0 +1,234 @@
+/* masks.c: parallel reading of the optional mask datasets of an input file:
+ * padding lengths /q_lens, /kv_lens (B,), read whole by every rank, and
+ * packed-sequence ids /q_segments (B, N), /kv_segments (B, M) or /segments
+ * (B, N) for both when N == M, each rank reading only its layout slice. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "h5util.h"
+#include "internal.h"
+
+enum { Q_LENS, KV_LENS, Q_SEGMENTS, KV_SEGMENTS, SEGMENTS, NMASKS };
+
+static const char *const mask_names[NMASKS] = {
+    "/q_lens", "/kv_lens", "/q_segments", "/kv_segments", "/segments"};
+
+/* What one mask dataset must look like and where this rank's part goes. */
+typedef struct {
+    int present;
+    int rank;          /* 1 for lens, 2 for segments */
+    hsize_t want[2];   /* (B,) or (B, len) */
+    const char *legend;
+    ra_slice slice;    /* lens: the whole axis 0; segments: axis 1 */
+    hid_t dset;
+    int64_t *buf;      /* (B) or (B, slice.count) */
+} mask_spec;
+
+/* Room for B rows of count ids (at least one value, so that a present mask
+ * is never NULL on a rank with no tokens); NULL when out of memory. */
+static int64_t *mask_alloc(int64_t B, int64_t count)
+{
+    return malloc((size_t)(B * (count ? count : 1)) * sizeof(int64_t));
+}
+
+/* Checks which datasets are present and that they form an allowed set. */
+static ra_status masks_presence(hid_t file, const char *path,
+                                const ra_shape *s, mask_spec *m)
+{
+    for (int i = 0; i < NMASKS; i++)
+        m[i].present = H5Lexists(file, mask_names[i], H5P_DEFAULT) > 0;
+    if (m[SEGMENTS].present && (m[Q_SEGMENTS].present ||
+                                m[KV_SEGMENTS].present))
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset /segments: present "
+                            "together with %s; give /segments or both "
+                            "/q_segments and /kv_segments", path,
+                            m[Q_SEGMENTS].present ? "/q_segments"
+                                                  : "/kv_segments");
+    if (m[SEGMENTS].present && s->N != s->M)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset /segments: stands for "
+                            "both queries and keys, so needs N == M, found "
+                            "N = %lld, M = %lld; give /q_segments and "
+                            "/kv_segments instead", path, (long long)s->N,
+                            (long long)s->M);
+    if (m[Q_SEGMENTS].present != m[KV_SEGMENTS].present)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: present without "
+                            "%s; give both or neither", path,
+                            mask_names[m[Q_SEGMENTS].present ? Q_SEGMENTS
+                                                             : KV_SEGMENTS],
+                            mask_names[m[Q_SEGMENTS].present ? KV_SEGMENTS
+                                                             : Q_SEGMENTS]);
+    return RA_OK;
+}
+
+/* Opens a present dataset and checks its class and shape. */
+static ra_status mask_open(hid_t file, const char *path, const char *name,
+                           mask_spec *m)
+{
+    hsize_t dims[2];
+    char found[64], want[64];
+    ra_status st;
+
+    if ((st = h5io_dset_open(file, path, name, H5T_INTEGER, m->rank, dims,
+                             &m->dset)) != RA_OK)
+        return st;
+    for (int i = 0; i < m->rank; i++) {
+        if (dims[i] != m->want[i]) {
+            h5io_dims_format(dims, m->rank, found, sizeof found);
+            h5io_dims_format(m->want, m->rank, want, sizeof want);
+            return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: expected "
+                                "shape %s = %s, found %s", path, name,
+                                m->legend, want, found);
+        }
+    }
+    return RA_OK;
+}
+
+/* Checks that every length lies in [0, len]. */
+static ra_status lens_check(const char *path, const char *name,
+                            const char *letter, int64_t len,
+                            const int64_t *lens, int64_t B)
+{
+    for (int64_t b = 0; b < B; b++)
+        if (lens[b] < 0 || lens[b] > len)
+            return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: value %lld at "
+                                "index %lld is outside [0, %s=%lld]", path,
+                                name, (long long)lens[b], (long long)b, letter,
+                                (long long)len);
+    return RA_OK;
+}
+
+/* The collective body of ra_h5_read_masks(): every rank returns the same
+ * status. m[i].buf receives the present masks (with /segments, also
+ * m[KV_SEGMENTS].buf, a copy); the caller owns them, on failure too. */
+static ra_status masks_read(MPI_Comm comm, const char *path,
+                            const ra_shape *s, ra_layout layout,
+                            mask_spec *m)
+{
+    hid_t fapl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
+    hid_t file = H5I_INVALID_HID;
+    ra_slice sq, sk;
+    ra_status st = RA_OK;
+    int rank, nranks;
+
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
+    sq = ra_layout_slice(layout, s->N, rank, nranks);
+    sk = ra_layout_slice(layout, s->M, rank, nranks);
+    for (int i = 0; i < NMASKS; i++) {
+        const int seg = i >= Q_SEGMENTS, kv = i == KV_LENS || i == KV_SEGMENTS;
+        m[i].rank = seg ? 2 : 1;
+        m[i].want[0] = (hsize_t)s->B;
+        m[i].want[1] = (hsize_t)(kv ? s->M : s->N);
+        m[i].legend = !seg ? "(B,)" : kv ? "(B, M)" : "(B, N)";
+        m[i].slice = seg ? (kv ? sk : sq)
+                         : h5io_slice_range((ra_range){0, s->B});
+        m[i].dset = H5I_INVALID_HID;
+    }
+
+    /* step 1: open the file; which masks are there (same on every rank) */
+    if ((fapl = h5io_fapl_mpio(comm)) < 0 ||
+        (dxpl = h5io_dxpl_collective()) < 0)
+        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",
+                          path);
+    else
+        st = h5io_file_open(path, fapl, &file);
+    if ((st = h5io_agree(comm, st)) != RA_OK ||
+        (st = h5io_agree(comm, masks_presence(file, path, s, m))) != RA_OK)
+        goto cleanup;
+
+    /* step 2: open and check the present datasets, allocate their parts */
+    for (int i = 0; i < NMASKS && st == RA_OK; i++) {
+        if (!m[i].present)
+            continue;
+        if ((st = mask_open(file, path, mask_names[i], &m[i])) != RA_OK)
+            break;
+        m[i].buf = mask_alloc(s->B, m[i].slice.count);
+        /* /segments stands for both: the keys get a copy of the ids */
+        if (i == SEGMENTS && m[i].buf)
+            m[KV_SEGMENTS].buf = mask_alloc(s->B, m[i].slice.count);
+        if (!m[i].buf || (i == SEGMENTS && !m[KV_SEGMENTS].buf))
+            st = ra_error_set(RA_ERR_NOMEM, "%s: dataset %s: cannot allocate "
+                              "this rank's part", path, mask_names[i]);
+    }
+    if ((st = h5io_agree(comm, st)) != RA_OK)
+        goto cleanup;
+
+    /* step 3: collective reads, then the range of the lengths (every rank
+     * holds the same lengths, so reaches the same verdict) */
+    for (int i = 0; i < NMASKS && st == RA_OK; i++)
+        if (m[i].present)
+            st = h5io_dset_read(m[i].dset, dxpl, path, mask_names[i],
+                                H5T_NATIVE_INT64, m[i].rank, m[i].want,
+                                m[i].rank - 1, &m[i].slice, m[i].buf);
+    if ((st = h5io_agree(comm, st)) != RA_OK)
+        goto cleanup;
+    if (m[SEGMENTS].present) /* with N == M the q and kv slices are equal */
+        memcpy(m[KV_SEGMENTS].buf, m[SEGMENTS].buf,
+               (size_t)(s->B * sk.count) * sizeof *m[SEGMENTS].buf);
+    if (m[Q_LENS].present &&
+        (st = lens_check(path, "/q_lens", "N", s->N, m[Q_LENS].buf,
+                         s->B)) != RA_OK)
+        goto cleanup;
+    if (m[KV_LENS].present)
+        st = lens_check(path, "/kv_lens", "M", s->M, m[KV_LENS].buf, s->B);
+
+cleanup:
+    for (int i = 0; i < NMASKS; i++)
+        if (m[i].dset >= 0)
+            H5Dclose(m[i].dset);
+    if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
+        st = ra_error_set(RA_ERR_IO, "%s: closing the file failed", path);
+    if (dxpl >= 0) H5Pclose(dxpl);
+    if (fapl >= 0) H5Pclose(fapl);
+    return st;
+}
+
+ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
+                           const ra_shape *shape, ra_layout layout,
+                           ra_h5_masks *masks)
+{
+    mask_spec m[NMASKS];
+    h5io_quiet quiet;
+    ra_status st;
+
+    if (!path || !masks)
+        return ra_error_set(RA_ERR_ARG, "ra_h5_read_masks: path and masks "
+                            "are required");
+    memset(masks, 0, sizeof *masks);
+    memset(m, 0, sizeof m);
+    if ((st = ra_shape_check(shape)) != RA_OK)
+        return st;
+    if ((unsigned)layout > RA_LAYOUT_STRIPED)
+        return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
+                            (int)layout);
+
+    h5io_quiet_begin(&quiet);
+    st = h5io_agree(comm, masks_read(comm, path, shape, layout, m));
+    h5io_quiet_end(&quiet);
+    if (st != RA_OK) {
+        for (int i = 0; i < NMASKS; i++)
+            free(m[i].buf);
+        return st;
+    }
+    masks->q_lens = m[Q_LENS].buf;
+    masks->kv_lens = m[KV_LENS].buf;
+    masks->q_segments = m[SEGMENTS].buf ? m[SEGMENTS].buf : m[Q_SEGMENTS].buf;
+    masks->kv_segments = m[KV_SEGMENTS].buf;
+    masks->view.q_lens = masks->q_lens;
+    masks->view.kv_lens = masks->kv_lens;
+    masks->view.q_segments = masks->q_segments;
+    masks->view.kv_segments = masks->kv_segments;
+    return RA_OK;
+}
+
+void ra_h5_masks_free(ra_h5_masks *masks)
+{
+    if (!masks)
+        return;
+    free(masks->q_lens);
+    free(masks->kv_lens);
+    free(masks->q_segments);
+    free(masks->kv_segments);
+    memset(masks, 0, sizeof *masks);
+}
