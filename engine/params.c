@@ -18,7 +18,7 @@ void ra_params_default(ra_params *params)
     params->scale = NAN;
     params->block_q = 0;
     params->block_kv = 0;
-    params->layout = RA_LAYOUT_CONTIGUOUS;
+    params->layout = RA_LAYOUT_AUTO;
     params->threads = 0;
 }
 
@@ -50,7 +50,19 @@ int ra_params_threads(const ra_params *params)
 }
 
 static const char *const layout_names[] = {"contiguous", "zigzag",
-                                            "striped"};
+                                            "striped", "auto"};
+
+/* Zigzag for causal runs: contiguous slices leave rank 0 with a quarter of
+ * rank P-1's work (docs/PERFORMANCE.md, "Causal load balance"). A window
+ * makes every slice cost the same anyway, and contiguous slices let the
+ * ring skip the hops that the window cannot reach. */
+ra_layout ra_params_layout(const ra_params *params)
+{
+    if (params->layout != RA_LAYOUT_AUTO)
+        return params->layout;
+    return params->causal && !params->window ? RA_LAYOUT_ZIGZAG
+                                             : RA_LAYOUT_CONTIGUOUS;
+}
 
 const char *ra_layout_name(ra_layout layout)
 {
@@ -68,7 +80,7 @@ ra_status ra_layout_parse(const char *name, ra_layout *out)
         }
     }
     return ra_error_set(RA_ERR_ARG, "--layout: unknown layout '%s' (expected "
-                                    "contiguous, zigzag or striped)", name);
+                                    "contiguous, zigzag, striped or auto)", name);
 }
 
 ra_status ra_shape_check(const ra_shape *s)

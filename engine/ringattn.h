@@ -52,10 +52,13 @@ typedef enum {
     RA_LAYOUT_CONTIGUOUS = 0, /* rank r: one run of consecutive tokens */
     RA_LAYOUT_ZIGZAG = 1,     /* 2P chunks; rank r: chunks r and 2P-1-r */
     RA_LAYOUT_STRIPED = 2,    /* token i on rank i mod P */
+    RA_LAYOUT_AUTO = 3,       /* zigzag for causal runs without a window
+                                 (balanced work), else contiguous (windows
+                                 then skip ring hops); the default */
 } ra_layout;
 
 const char *ra_layout_name(ra_layout layout);
-/* Parses "contiguous", "zigzag" or "striped"; RA_ERR_ARG otherwise. */
+/* Parses "contiguous", "zigzag", "striped" or "auto"; RA_ERR_ARG otherwise. */
 ra_status ra_layout_parse(const char *name, ra_layout *out);
 
 /* Global problem shape. */
@@ -85,7 +88,7 @@ typedef struct {
 } ra_params;
 
 /* Fills the defaults: non-causal, no window, scale 1/sqrt(D), automatic
- * tiles, contiguous layout, threads from the environment. */
+ * tiles, automatic layout, threads from the environment. */
 void ra_params_default(ra_params *params);
 
 /* The scale actually used for a shape: params->scale, or 1/sqrt(D). */
@@ -94,6 +97,9 @@ double ra_params_scale(const ra_params *params, const ra_shape *shape);
 /* The tile sizes actually used for a shape (defaults resolved). */
 void ra_params_tiles(const ra_params *params, const ra_shape *shape,
                      int64_t *block_q, int64_t *block_kv);
+
+/* The layout actually used: params->layout with RA_LAYOUT_AUTO resolved. */
+ra_layout ra_params_layout(const ra_params *params);
 
 /* The threads per rank actually used (0 resolved as above). */
 int ra_params_threads(const ra_params *params);
@@ -152,8 +158,8 @@ double ra_forward_flops(const ra_shape *shape, const ra_params *params,
 
 /* Ring attention forward on in-memory slices, collective over comm.
  *
- * Each rank passes the tokens that ra_layout_slice(params->layout, N or M,
- * rank, P) gives it, in that order:
+ * Each rank passes the tokens that ra_layout_slice(ra_params_layout(params),
+ * N or M, rank, P) gives it, in that order:
  *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv)   (read only)
  *   o (B, n, H, Dv), lse (B, H, n)                     (written)
  * where n and m are this rank's query and key counts (either may be 0).
@@ -201,8 +207,8 @@ const char *ra_error_message(void);
 /* Reads the shape of an input file, checking ranks and consistency. */
 ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape);
 
-/* Reads this rank's slices under a layout (ra_layout_slice over N for q,
- * over M for k and v) into caller-owned buffers; each rank reads only its
+/* Reads this rank's slices under a resolved layout (ra_params_layout();
+ * ra_layout_slice over N for q, over M for k and v) into caller-owned buffers; each rank reads only its
  * own hyperslabs, with collective transfers. */
 ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
                             const ra_shape *shape, ra_layout layout,

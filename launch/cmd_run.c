@@ -25,9 +25,10 @@ static const char run_help[] =
     "  --scale S        score scale (default 1/sqrt(D))\n"
     "  --block-q N      query tile rows (default 256)\n"
     "  --block-kv N     key tile rows (default 256 for D <= 64, else 512)\n"
-    "  --layout NAME    how the sequence is cut over ranks: contiguous (default),\n"
-    "                   zigzag or striped (balanced causal work); files keep\n"
-    "                   the natural token order either way\n"
+    "  --layout NAME    how the sequence is cut over ranks: auto (default:\n"
+    "                   zigzag when causal without a window, else contiguous),\n"
+    "                   contiguous, zigzag or striped; files keep the natural\n"
+    "                   token order either way\n"
     "  --threads T      OpenMP threads per rank (default OMP_NUM_THREADS)\n"
     "  --help           this text\n";
 
@@ -101,8 +102,9 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     if (st != RA_OK)
         return cli_fail(ctx, cli_exit_code(st), ra_error_message());
 
-    const ra_slice qs = ra_layout_slice(p.layout, s.N, ctx->rank, ctx->nranks);
-    const ra_slice ks = ra_layout_slice(p.layout, s.M, ctx->rank, ctx->nranks);
+    const ra_layout lay = ra_params_layout(&p);
+    const ra_slice qs = ra_layout_slice(lay, s.N, ctx->rank, ctx->nranks);
+    const ra_slice ks = ra_layout_slice(lay, s.M, ctx->rank, ctx->nranks);
     const size_t nq = (size_t)(s.B * qs.count * s.H * s.D);
     const size_t nk = (size_t)(s.B * ks.count * s.G * s.D);
     const size_t nv = (size_t)(s.B * ks.count * s.G * s.Dv);
@@ -119,7 +121,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     }
     float *q = mem, *k = q + nq, *v = k + nk, *o = v + nv, *lse = o + no;
     ra_h5_masks masks = {0};
-    st = ra_h5_read_masks(ctx->comm, in, &s, p.layout, &masks);
+    st = ra_h5_read_masks(ctx->comm, in, &s, lay, &masks);
     if (st != RA_OK) {
         free(mem);
         return cli_fail(ctx, cli_exit_code(st), ra_error_message());
@@ -138,7 +140,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     cli_print_params(ctx, &s, &p, in, out);
     double t0 = MPI_Wtime();
     ra_timing tm = {0};
-    st = ra_h5_read_inputs(ctx->comm, in, &s, p.layout, q, k, v);
+    st = ra_h5_read_inputs(ctx->comm, in, &s, lay, q, k, v);
     double t1 = MPI_Wtime();
     if (st == RA_OK)
         st = ra_forward_ex(ctx->comm, &s, &p, &masks.view, q, k, v, o, lse, &tm);

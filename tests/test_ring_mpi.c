@@ -23,46 +23,38 @@ static check_result run_case(const ra_shape *s, int causal, uint64_t seed,
 {
     problem p;
     problem_make(&p, s, seed);
-    ra_range qr = ra_shard_range(s->N, rank, nranks);
-    ra_range kr = ra_shard_range(s->M, rank, nranks);
-    float *o = malloc(sizeof(float) * (size_t)(s->B * qr.count * s->H * s->Dv + 1));
-    float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * qr.count + 1));
-    float *q = malloc(sizeof(float) * (size_t)(s->B * qr.count * s->H * s->D + 1));
-    float *k = malloc(sizeof(float) * (size_t)(s->B * kr.count * s->G * s->D + 1));
-    float *v = malloc(sizeof(float) * (size_t)(s->B * kr.count * s->G * s->Dv + 1));
-    /* this rank's slices of the full tensors */
-    for (int64_t b = 0; b < s->B; b++) {
-        memcpy(q + b * qr.count * s->H * s->D,
-               p.q + (b * s->N + qr.start) * s->H * s->D,
-               sizeof(float) * (size_t)(qr.count * s->H * s->D));
-        memcpy(k + b * kr.count * s->G * s->D,
-               p.k + (b * s->M + kr.start) * s->G * s->D,
-               sizeof(float) * (size_t)(kr.count * s->G * s->D));
-        memcpy(v + b * kr.count * s->G * s->Dv,
-               p.v + (b * s->M + kr.start) * s->G * s->Dv,
-               sizeof(float) * (size_t)(kr.count * s->G * s->Dv));
-    }
     ra_params prm;
-    ra_params_default(&prm);
+    ra_params_default(&prm); /* the automatic layout: zigzag when causal */
     prm.causal = causal;
     prm.block_q = block_q;
     prm.block_kv = block_kv;
     prm.threads = threads;
+    const ra_layout lay = ra_params_layout(&prm);
+    const ra_slice qs = ra_layout_slice(lay, s->N, rank, nranks);
+    const ra_slice ks = ra_layout_slice(lay, s->M, rank, nranks);
+    float *o = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->Dv + 1));
+    float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * qs.count + 1));
+    float *q = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->D + 1));
+    float *k = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->D + 1));
+    float *v = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->Dv + 1));
+    /* this rank's slices of the full tensors */
+    slice_gather(p.q, s->B, s->N, s->H * s->D, sizeof(float), &qs, q);
+    slice_gather(p.k, s->B, s->M, s->G * s->D, sizeof(float), &ks, k);
+    slice_gather(p.v, s->B, s->M, s->G * s->Dv, sizeof(float), &ks, v);
     ra_status st = ra_forward(MPI_COMM_WORLD, s, &prm, q, k, v, o, lse);
     check_result c = {0};
     if (st == RA_OK)
-        c = check_rows(&p, causal, ra_params_scale(&prm, s), qr.start,
-                       qr.count, o, lse);
+        c = check_slice(&p, &prm, NULL, &qs, o, lse);
     else
         c.bad_inf = 1;
     check_result g = check_allreduce(MPI_COMM_WORLD, &c);
     if (rank == 0)
         printf("# P=%d B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld "
-               "causal=%d bq=%lld bkv=%lld threads=%d  rel_o=%.3e "
+               "causal=%d %s bq=%lld bkv=%lld threads=%d  rel_o=%.3e "
                "lse=%.3e bad=%lld rows=%lld %s\n",
                nranks, (long long)s->B, (long long)s->N, (long long)s->M,
                (long long)s->H, (long long)s->G, (long long)s->D,
-               (long long)s->Dv, causal, (long long)block_q,
+               (long long)s->Dv, causal, ra_layout_name(lay), (long long)block_q,
                (long long)block_kv, threads, g.rel_o, g.max_lse,
                (long long)g.bad_inf, (long long)g.rows,
                check_ok(&g) ? "PASS" : "FAIL");
