@@ -167,25 +167,29 @@ static void minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx)
     }
 }
 
-/* Sets s[r][c] = -inf wherever query i0 + r may not see key j0 + c. */
+/* Sets s[r][c] = -inf wherever query i0 + r may not see key j0 + c.
+ * Positions increase along rows and columns, so each row's visible keys
+ * [first, last) only move right: one sweep over the tile's keys in all. */
 static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
                       int64_t bq, int64_t j0, int64_t bk, float *s,
                       int64_t lds)
 {
     const int64_t *kp = mk->kpos + j0;
+    int64_t first = 0, last = 0;
     for (int64_t r = 0; r < bq; r++) {
         float *row = s + r * lds;
         const int64_t qp = mk->qpos[i0 + r];
-        int64_t first = bk, last = bk; /* visible keys: [first, last) */
         if (qp < t->q_len) {
-            int64_t top = qp + t->hi < t->kv_len - 1 ? qp + t->hi
-                                                     : t->kv_len - 1;
-            first = 0;
+            const int64_t top = qp + t->hi < t->kv_len - 1 ? qp + t->hi
+                                                           : t->kv_len - 1;
             while (first < bk && kp[first] < qp + t->lo)
                 first++;
-            last = bk;
-            while (last > first && kp[last - 1] > top)
-                last--;
+            if (last < first)
+                last = first;
+            while (last < bk && kp[last] <= top)
+                last++;
+        } else {
+            first = last = bk; /* padding rows, and all rows after them */
         }
         for (int64_t c = 0; c < first; c++)
             row[c] = -INFINITY;
@@ -229,14 +233,18 @@ static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
     }
     memset(t.acc, 0, (size_t)(bq * Dv) * sizeof(float));
 
-    /* Key tiles start at the first key inside the band of the tile. */
+    /* Key tiles cover exactly the keys inside the band of the query tile:
+     * from the first key that qmin may see to the last that qmax may see. */
     const int64_t j_first = rl.lo > -UNBOUNDED
                                 ? lower_bound(mk->kpos, m, qmin + rl.lo) : 0;
-    for (int64_t j0 = j_first; j0 < m; j0 += bkv) {
-        const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
+    int64_t k_end = rl.hi < UNBOUNDED ? qmax + rl.hi : UNBOUNDED;
+    if (k_end > rl.kv_len - 1)
+        k_end = rl.kv_len - 1;
+    const int64_t j_end = k_end < UNBOUNDED
+                              ? lower_bound(mk->kpos, m, k_end + 1) : m;
+    for (int64_t j0 = j_first; j0 < j_end; j0 += bkv) {
+        const int64_t bk = j_end - j0 < bkv ? j_end - j0 : bkv;
         const int64_t kmin = mk->kpos[j0], kmax = mk->kpos[j0 + bk - 1];
-        if (kmin > qmax + rl.hi || kmin >= rl.kv_len)
-            break; /* this and every later tile is invisible */
         int need_mask = kmax > qmin + rl.hi || kmin < qmax + rl.lo ||
                         kmax >= rl.kv_len || qmax >= rl.q_len;
         if (rl.q_seg) {

@@ -29,15 +29,24 @@ double ra_params_scale(const ra_params *params, const ra_shape *shape)
     return params->scale;
 }
 
-/* Default tiles, from the sweep in docs/PERFORMANCE.md ("Tile sizes"):
+/* Default tiles, from the sweeps in docs/PERFORMANCE.md ("Tile sizes"):
  * 256 query rows; 256 keys for D <= 64, 512 beyond. A 256 x 256 score tile
- * (256 KiB) stays in L2 while P V reads it back. */
+ * (256 KiB) stays in L2 while P V reads it back. With a sliding window of
+ * span w = left + right + 1 up to 1920 keys, 128 query rows see at most
+ * w + 127 keys: one key tile of that width holds the whole band, so each
+ * work item makes one score GEMM and wastes only the band's two corners. */
 void ra_params_tiles(const ra_params *params, const ra_shape *shape,
                      int64_t *block_q, int64_t *block_kv)
 {
-    *block_q = params->block_q > 0 ? params->block_q : 256;
-    *block_kv = params->block_kv > 0 ? params->block_kv
-                                     : (shape->D <= 64 ? 256 : 512);
+    int64_t bq = 256, bkv = shape->D <= 64 ? 256 : 512;
+    if (params->window &&
+        params->window_left + params->window_right + 1 <= 1920) {
+        bq = 128;
+        bkv = params->window_left + params->window_right + bq;
+        bkv = (bkv + 15) / 16 * 16;
+    }
+    *block_q = params->block_q > 0 ? params->block_q : bq;
+    *block_kv = params->block_kv > 0 ? params->block_kv : bkv;
 }
 
 int ra_params_threads(const ra_params *params)

@@ -27,6 +27,7 @@ typedef struct {
     double sgemm_gflops;       /* sum over ranks of large-sgemm GFLOP/s */
     double comm_wait_fraction; /* max over ranks of median wait / wall */
     double bytes_sent;         /* per rank, max over ranks, one pass */
+    double bytes_sent_avg;     /* per rank, mean over ranks, one pass */
     double ring_gbps;          /* comm-only ring bandwidth per rank, GB/s */
     int steps;                 /* ring steps run (fewer than P: skipped) */
     int lens;                  /* random padding was on */

@@ -51,6 +51,7 @@ void bench_json_write(FILE *out, const bench_result *rows, int count)
                 "\"busy_seconds_max\": %.6e, \"gflops\": %.4f, "
                 "\"sgemm_gflops\": %.4f, \"fraction_of_sgemm\": %.4f, "
                 "\"comm_wait_fraction\": %.6f, \"bytes_sent\": %.0f, "
+                "\"bytes_sent_avg\": %.0f, "
                 "\"ring_gbps\": %.4f, \"peak_rss_bytes\": %.0f, "
                 "\"peak_rss_bytes_min\": %.0f, \"model_bytes\": %.0f, "
                 "\"max_rel_error\": %.3e, \"max_lse_error\": %.3e, "
@@ -69,7 +70,7 @@ void bench_json_write(FILE *out, const bench_result *rows, int count)
                 r->busy_seconds.max, finite_or_zero(r->gflops),
                 finite_or_zero(r->sgemm_gflops),
                 finite_or_zero(r->gflops / r->sgemm_gflops),
-                r->comm_wait_fraction, r->bytes_sent,
+                r->comm_wait_fraction, r->bytes_sent, r->bytes_sent_avg,
                 finite_or_zero(r->ring_gbps), r->peak_rss.max,
                 r->peak_rss.min, r->model_bytes,
                 finite_or_zero(r->max_rel_error),

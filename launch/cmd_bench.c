@@ -50,7 +50,7 @@ static const char bench_help[] =
     "time over the fastest's (load balance); sgemm is the summed rate of a 2048^3 sgemm run by\n"
     "every rank at once on the same threads; ratio = GFLOP/s / sgemm; wait%\n"
     "is the exposed (not total) time blocked on ring transfers, worst rank;\n"
-    "MB_sent is per rank per pass; ring_GB/s is a comm-only ring of the same\n"
+    "MB_sent is the busiest rank's per pass (JSON: also the mean); ring_GB/s is a comm-only ring of the same\n"
     "messages; rss_MB is the worst rank's peak resident memory during the\n"
     "timed passes; model_MB is its slices + two ring buffers + tiles;\n"
     "rel_err is ||o - ref|| / ||ref|| on the checked rows, PASS below 1e-5.\n";
@@ -474,7 +474,9 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     res->comm_wait_fraction = spread_of(comm, median(wait, o->reps)).max;
     res->gflops = res->flops / res->seconds_median * 1e-9;
     res->sgemm_gflops = sgemm;
-    res->bytes_sent = spread_of(comm, (double)tm.bytes_sent).max;
+    const spread sent = spread_of(comm, (double)tm.bytes_sent);
+    res->bytes_sent = sent.max;
+    res->bytes_sent_avg = sent.avg;
     res->peak_rss = spread_of(comm, rss);
 
     int64_t mmax = 0;
