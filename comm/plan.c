@@ -9,7 +9,7 @@ ring_plan ring_plan_make(const ra_shape *s, const ra_params *p,
 {
     ring_plan pl;
     const int64_t diag = s->M - s->N;
-    pl.layout = ra_params_layout(p);
+    pl.layout = ra_params_layout(p, masks && masks->q_segments);
     pl.N = s->N;
     pl.M = s->M;
     pl.P = P;

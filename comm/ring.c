@@ -160,7 +160,7 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
     const int may_poll = !params->no_poll &&
                          (threads == 1 || level >= MPI_THREAD_FUNNELED);
 
-    const ra_layout lay = ra_params_layout(params);
+    const ra_layout lay = ra_params_layout(params, segs);
     const ra_slice qs = ra_layout_slice(lay, shape->N, r, P);
     const ra_slice ks = ra_layout_slice(lay, shape->M, r, P);
     const int64_t n = qs.count, m_own = ks.count;

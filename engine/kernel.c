@@ -143,7 +143,7 @@ static tile_rules rules_of(const ra_block *blk, int64_t b)
     return t;
 }
 
-/* First index in pos[0..len) whose value is >= x. */
+/* First index in the sorted pos[0..len) whose value is >= x. */
 static int64_t lower_bound(const int64_t *pos, int64_t len, int64_t x)
 {
     int64_t lo = 0, hi = len;
@@ -155,6 +155,14 @@ static int64_t lower_bound(const int64_t *pos, int64_t len, int64_t x)
             hi = mid;
     }
     return lo;
+}
+
+static int is_sorted(const int64_t *x, int64_t len)
+{
+    for (int64_t i = 1; i < len; i++)
+        if (x[i] < x[i - 1])
+            return 0;
+    return 1;
 }
 
 static void minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx)
@@ -204,19 +212,19 @@ static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
     }
 }
 
-/* One work item: query rows [i0, i0 + bq) of head h in batch b against every
- * key tile of the block that any of them may see. */
-static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
-                         int64_t i0, int64_t bq, const float *q,
-                         const float *k, const float *v, float *o, float *lse,
-                         tile_scratch t, int poll, ra_progress_fn progress,
-                         void *progress_ctx)
+/* Query rows [i0, i0 + bq) of head h in batch b against every key tile of
+ * the block that any of them may see. */
+static void rows_forward(const ra_block *blk, const tile_rules *rlp,
+                         int64_t b, int64_t h, int64_t i0, int64_t bq,
+                         const float *q, const float *k, const float *v,
+                         float *o, float *lse, tile_scratch t, int poll,
+                         ra_progress_fn progress, void *progress_ctx)
 {
     const int64_t n = blk->n, m = blk->m, H = blk->H, G = blk->G;
     const int64_t D = blk->D, Dv = blk->Dv, bkv = blk->block_kv;
     const int64_t g = h / (H / G);
     const ra_mask *mk = &blk->mask;
-    const tile_rules rl = rules_of(blk, b);
+    const tile_rules rl = *rlp;
     const int64_t qmin = mk->qpos[i0], qmax = mk->qpos[i0 + bq - 1];
     if (qmin >= rl.q_len)
         return; /* padding rows: they keep o = 0, lse = -inf */
@@ -235,13 +243,21 @@ static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
 
     /* Key tiles cover exactly the keys inside the band of the query tile:
      * from the first key that qmin may see to the last that qmax may see. */
-    const int64_t j_first = rl.lo > -UNBOUNDED
-                                ? lower_bound(mk->kpos, m, qmin + rl.lo) : 0;
+    int64_t j_first = rl.lo > -UNBOUNDED
+                          ? lower_bound(mk->kpos, m, qmin + rl.lo) : 0;
     int64_t k_end = rl.hi < UNBOUNDED ? qmax + rl.hi : UNBOUNDED;
     if (k_end > rl.kv_len - 1)
         k_end = rl.kv_len - 1;
-    const int64_t j_end = k_end < UNBOUNDED
-                              ? lower_bound(mk->kpos, m, k_end + 1) : m;
+    int64_t j_end = k_end < UNBOUNDED
+                        ? lower_bound(mk->kpos, m, k_end + 1) : m;
+    /* Packed sequences are usually numbered in order: then the keys of the
+     * tile's segments are one run, found by bisection. */
+    if (rl.k_seg && is_sorted(rl.k_seg, m)) {
+        int64_t a = lower_bound(rl.k_seg, m, qs_min);
+        int64_t z = lower_bound(rl.k_seg, m, qs_max + 1);
+        j_first = a > j_first ? a : j_first;
+        j_end = z < j_end ? z : j_end;
+    }
     for (int64_t j0 = j_first; j0 < j_end; j0 += bkv) {
         const int64_t bk = j_end - j0 < bkv ? j_end - j0 : bkv;
         const int64_t kmin = mk->kpos[j0], kmax = mk->kpos[j0 + bk - 1];
@@ -293,6 +309,29 @@ static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
         merge_row(Dv, t.acc + r * Dv, t.mx[r], t.sum[r],
                   o + ((b * n + i0 + r) * H + h) * Dv,
                   lse + (b * H + h) * n + i0 + r);
+}
+
+/* One work item: query rows [i0, i0 + bq) of head h in batch b. With
+ * packed sequences the rows are cut where the segment id changes, so that
+ * each piece meets only the keys of its own segment. */
+static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
+                         int64_t i0, int64_t bq, const float *q,
+                         const float *k, const float *v, float *o, float *lse,
+                         tile_scratch t, int poll, ra_progress_fn progress,
+                         void *progress_ctx)
+{
+    const tile_rules rl = rules_of(blk, b);
+    if (!rl.q_seg) {
+        rows_forward(blk, &rl, b, h, i0, bq, q, k, v, o, lse, t, poll,
+                     progress, progress_ctx);
+        return;
+    }
+    for (int64_t a = i0, z; a < i0 + bq; a = z) {
+        for (z = a + 1; z < i0 + bq && rl.q_seg[z] == rl.q_seg[a]; z++)
+            ;
+        rows_forward(blk, &rl, b, h, a, z - a, q, k, v, o, lse, t, poll,
+                     progress, progress_ctx);
+    }
 }
 
 void ra_kernel_forward_block(const ra_block *blk, const float *q,

@@ -61,16 +61,21 @@ int ra_params_threads(const ra_params *params)
 static const char *const layout_names[] = {"contiguous", "zigzag",
                                             "striped", "auto"};
 
-/* Zigzag for causal runs: contiguous slices leave rank 0 with a quarter of
- * rank P-1's work (docs/PERFORMANCE.md, "Causal load balance"). A window
- * makes every slice cost the same anyway, and contiguous slices let the
- * ring skip the hops that the window cannot reach. */
-ra_layout ra_params_layout(const ra_params *params)
+/* Measured in docs/PERFORMANCE.md ("Layouts"): a window makes every
+ * contiguous slice cost the same and lets the ring skip the hops it cannot
+ * reach; random segment lengths load contiguous slices unevenly (busy
+ * max/min 1.5 at P = 2) where striping spreads every segment over all
+ * ranks; causal contiguous slices leave rank 0 a fraction of rank P-1's
+ * work, which zigzag evens out. */
+ra_layout ra_params_layout(const ra_params *params, int segments)
 {
     if (params->layout != RA_LAYOUT_AUTO)
         return params->layout;
-    return params->causal && !params->window ? RA_LAYOUT_ZIGZAG
-                                             : RA_LAYOUT_CONTIGUOUS;
+    if (params->window)
+        return RA_LAYOUT_CONTIGUOUS;
+    if (segments)
+        return RA_LAYOUT_STRIPED;
+    return params->causal ? RA_LAYOUT_ZIGZAG : RA_LAYOUT_CONTIGUOUS;
 }
 
 const char *ra_layout_name(ra_layout layout)

@@ -52,9 +52,7 @@ typedef enum {
     RA_LAYOUT_CONTIGUOUS = 0, /* rank r: one run of consecutive tokens */
     RA_LAYOUT_ZIGZAG = 1,     /* 2P chunks; rank r: chunks r and 2P-1-r */
     RA_LAYOUT_STRIPED = 2,    /* token i on rank i mod P */
-    RA_LAYOUT_AUTO = 3,       /* zigzag for causal runs without a window
-                                 (balanced work), else contiguous (windows
-                                 then skip ring hops); the default */
+    RA_LAYOUT_AUTO = 3,       /* the default: see ra_params_layout() */
 } ra_layout;
 
 const char *ra_layout_name(ra_layout layout);
@@ -98,8 +96,12 @@ double ra_params_scale(const ra_params *params, const ra_shape *shape);
 void ra_params_tiles(const ra_params *params, const ra_shape *shape,
                      int64_t *block_q, int64_t *block_kv);
 
-/* The layout actually used: params->layout with RA_LAYOUT_AUTO resolved. */
-ra_layout ra_params_layout(const ra_params *params);
+/* The layout actually used: params->layout, or for RA_LAYOUT_AUTO the best
+ * measured choice (docs/PERFORMANCE.md): contiguous with a window (hops are
+ * skipped), else striped with packed segments (work follows segment
+ * sizes, which striping spreads evenly), else zigzag when causal, else
+ * contiguous. segments: whether segment masks are given. */
+ra_layout ra_params_layout(const ra_params *params, int segments);
 
 /* The threads per rank actually used (0 resolved as above). */
 int ra_params_threads(const ra_params *params);
@@ -158,8 +160,8 @@ double ra_forward_flops(const ra_shape *shape, const ra_params *params,
 
 /* Ring attention forward on in-memory slices, collective over comm.
  *
- * Each rank passes the tokens that ra_layout_slice(ra_params_layout(params),
- * N or M, rank, P) gives it, in that order:
+ * Each rank passes the tokens that ra_layout_slice(ra_params_layout(params,
+ * masks has segments), N or M, rank, P) gives it, in that order:
  *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv)   (read only)
  *   o (B, n, H, Dv), lse (B, H, n)                     (written)
  * where n and m are this rank's query and key counts (either may be 0).
@@ -207,7 +209,7 @@ const char *ra_error_message(void);
 /* Reads the shape of an input file, checking ranks and consistency. */
 ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape);
 
-/* Reads this rank's slices under a resolved layout (ra_params_layout();
+/* Reads this rank's slices under a resolved layout (not RA_LAYOUT_AUTO;
  * ra_layout_slice over N for q, over M for k and v) into caller-owned buffers; each rank reads only its
  * own hyperslabs, with collective transfers. */
 ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,

@@ -61,6 +61,11 @@ ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
                              int64_t start, int64_t count, int64_t *out,
                              int *present);
 
+/* The segment datasets of an input file: "/segments" for both sides, or
+ * "/q_segments" and "/kv_segments", or NULL and NULL when it has none. */
+ra_status h5io_segment_names(const char *path, const char **q_name,
+                             const char **kv_name);
+
 /* Reads the sizes of /o (B, N, H, Dv) and /lse (B, H, N). */
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
                               int64_t dims_lse[3]);

@@ -130,6 +130,31 @@ ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
                     n, 0, out, present);
 }
 
+ra_status h5io_segment_names(const char *path, const char **q_name,
+                             const char **kv_name)
+{
+    int64_t probe;
+    int present;
+    ra_status st;
+    *q_name = *kv_name = NULL;
+    /* /segments serves both sides of self-attention */
+    if ((st = h5io_read_segments(path, "/segments", 0, 0, 1, &probe,
+                                 &present)) != RA_OK)
+        return st;
+    if (present) {
+        *q_name = *kv_name = "/segments";
+        return RA_OK;
+    }
+    if ((st = h5io_read_segments(path, "/q_segments", 0, 0, 1, &probe,
+                                 &present)) != RA_OK)
+        return st;
+    if (present) {
+        *q_name = "/q_segments";
+        *kv_name = "/kv_segments";
+    }
+    return RA_OK;
+}
+
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
                               int64_t dims_lse[3])
 {

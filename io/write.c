@@ -46,7 +46,7 @@ static ra_status outputs_write(hid_t file, void *arg)
         (st = h5io_attr_write_double(file, path, "scale",
                                      m->scale)) != RA_OK ||
         (st = h5io_attr_write_string(file, path, "layout",
-                                     ra_layout_name(ra_params_layout(p)))) != RA_OK ||
+                                     ra_layout_name(ra_params_layout(p, 0)))) != RA_OK ||
         (st = h5io_attr_write_int(file, path, "ranks", c->nranks)) != RA_OK ||
         (st = h5io_attr_write_int64(file, path, "block_q",
                                     m->block_q)) != RA_OK ||
@@ -76,13 +76,13 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                             "meta->params are required");
     if ((st = ra_shape_check(shape)) != RA_OK)
         return st;
-    if ((unsigned)ra_params_layout(meta->params) > RA_LAYOUT_STRIPED)
+    if ((unsigned)ra_params_layout(meta->params, 0) > RA_LAYOUT_STRIPED)
         return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
-                            (int)ra_params_layout(meta->params));
+                            (int)ra_params_layout(meta->params, 0));
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    c.rows = ra_layout_slice(ra_params_layout(meta->params), shape->N, rank, c.nranks);
+    c.rows = ra_layout_slice(ra_params_layout(meta->params, 0), shape->N, rank, c.nranks);
 
     h5io_quiet_begin(&quiet);
     st = h5io_commit(comm, path, force, outputs_write, &c);

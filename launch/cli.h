@@ -52,9 +52,11 @@ int cli_fail(const cli_ctx *ctx, int code, const char *what);
 /* Maps a library status to an exit code (input and argument errors: 2). */
 int cli_exit_code(ra_status st);
 
-/* Prints the parameter table of a forward pass from rank 0, '#'-commented. */
+/* Prints the parameter table of a forward pass from rank 0, '#'-commented;
+ * p->layout is the resolved one, layout_auto says it was chosen. */
 void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
-                      const ra_params *p, const char *in, const char *out);
+                      const ra_params *p, int layout_auto, const char *in,
+                      const char *out);
 
 int cmd_gen(const cli_ctx *ctx, int argc, char **argv);
 int cmd_run(const cli_ctx *ctx, int argc, char **argv);

@@ -64,6 +64,7 @@ typedef struct {
     int nseq;
     int64_t warmup, reps, check_rows, seed;
     int lens;             /* random padding lengths */
+    int layout_auto;      /* the layout was chosen, not given */
     int64_t segment_avg;  /* random packed segments of this mean length */
     int ring, naive;
     const char *json, *csv;
@@ -404,7 +405,7 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
                             bench_result *res)
 {
     MPI_Comm comm = ctx->comm;
-    const ra_layout lay = ra_params_layout(&o->p);
+    const ra_layout lay = o->p.layout; /* resolved in cmd_bench */
     const ra_slice qs = ra_layout_slice(lay, s->N, ctx->rank, ctx->nranks);
     const ra_slice ks = ra_layout_slice(lay, s->M, ctx->rank, ctx->nranks);
     const size_t nq = (size_t)(s->B * qs.count * s->H * s->D);
@@ -632,8 +633,8 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
     if (o->segment_avg)
         printf("# %-12s mean length %lld\n", "segments",
                (long long)o->segment_avg);
-    printf("# %-12s %s%s\n", "layout", ra_layout_name(ra_params_layout(&o->p)),
-           o->p.layout == RA_LAYOUT_AUTO ? " (auto)" : "");
+    printf("# %-12s %s%s\n", "layout", ra_layout_name(o->p.layout),
+           o->layout_auto ? " (auto)" : "");
     printf("# %-12s %s%s\n", "mode",
            o->ring && o->naive ? "ring and naive" : o->ring ? "ring" : "naive",
            o->p.no_poll ? " (no polling)" : "");
@@ -663,7 +664,9 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     if (parse_bench(&o, argc, argv, &help) != 0)
         return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
     cli_shape_finish(&o.cs);
-    if (o.naive && (ra_params_layout(&o.p) != RA_LAYOUT_CONTIGUOUS ||
+    o.layout_auto = o.p.layout == RA_LAYOUT_AUTO;
+    o.p.layout = ra_params_layout(&o.p, o.segment_avg > 0);
+    if (o.naive && (o.p.layout != RA_LAYOUT_CONTIGUOUS ||
                     o.p.window ||
                     o.lens || o.segment_avg)) {
         return cli_fail(ctx, CLI_EXIT_USAGE, "bench: --mode naive/both takes "

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "h5io.h"
 #include "internal.h"
 
 static const char run_help[] =
@@ -103,7 +104,14 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     if (st != RA_OK)
         return cli_fail(ctx, cli_exit_code(st), ra_error_message());
 
-    const ra_layout lay = ra_params_layout(&p);
+    /* Resolve the layout once; everything below sees a concrete one. */
+    const char *q_seg_name, *kv_seg_name;
+    st = h5io_segment_names(in, &q_seg_name, &kv_seg_name);
+    if (st != RA_OK)
+        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+    const int layout_auto = p.layout == RA_LAYOUT_AUTO;
+    p.layout = ra_params_layout(&p, q_seg_name != NULL);
+    const ra_layout lay = p.layout;
     const ra_slice qs = ra_layout_slice(lay, s.N, ctx->rank, ctx->nranks);
     const ra_slice ks = ra_layout_slice(lay, s.M, ctx->rank, ctx->nranks);
     const size_t nq = (size_t)(s.B * qs.count * s.H * s.D);
@@ -138,7 +146,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
                      sizeof mask_names - strlen(mask_names), "%s%s",
                      mask_names[0] ? "," : "", names[i]);
 
-    cli_print_params(ctx, &s, &p, in, out);
+    cli_print_params(ctx, &s, &p, layout_auto, in, out);
     double t0 = MPI_Wtime();
     ra_timing tm = {0};
     st = ra_h5_read_inputs(ctx->comm, in, &s, lay, q, k, v);

@@ -207,23 +207,7 @@ static ra_status read_masks(const char *in, const ra_shape *s, check_ctx *c)
         free(c->kv_lens);
         c->kv_lens = NULL;
     }
-    /* /segments serves both sides of self-attention */
-    int64_t probe;
-    if ((st = h5io_read_segments(in, "/segments", 0, 0, 1, &probe,
-                                 &present)) != RA_OK)
-        return st;
-    if (present) {
-        c->q_seg_name = c->kv_seg_name = "/segments";
-        return RA_OK;
-    }
-    if ((st = h5io_read_segments(in, "/q_segments", 0, 0, 1, &probe,
-                                 &present)) != RA_OK)
-        return st;
-    if (present) {
-        c->q_seg_name = "/q_segments";
-        c->kv_seg_name = "/kv_segments";
-    }
-    return RA_OK;
+    return h5io_segment_names(in, &c->q_seg_name, &c->kv_seg_name);
 }
 
 int cmd_verify(const cli_ctx *ctx, int argc, char **argv)

@@ -186,7 +186,8 @@ int cli_exit_code(ra_status st)
 }
 
 void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
-                      const ra_params *p, const char *in, const char *out)
+                      const ra_params *p, int layout_auto, const char *in,
+                      const char *out)
 {
     if (ctx->rank != 0)
         return;
@@ -208,8 +209,8 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
                (long long)p->window_right);
     printf("# %-10s %.9g%s\n", "scale", ra_params_scale(p, s),
            isnan(p->scale) ? " (1/sqrt(D))" : "");
-    printf("# %-10s %s%s\n", "layout", ra_layout_name(ra_params_layout(p)),
-           p->layout == RA_LAYOUT_AUTO ? " (auto)" : "");
+    printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
+           layout_auto ? " (auto)" : "");
     printf("# %-10s %lld x %lld%s\n", "tiles", (long long)bq, (long long)bkv,
            p->block_q || p->block_kv ? "" : " (default for D)");
     printf("# %-10s %d\n", "ranks", ctx->nranks);

@@ -29,7 +29,7 @@ static check_result run_case(const ra_shape *s, int causal, uint64_t seed,
     prm.block_q = block_q;
     prm.block_kv = block_kv;
     prm.threads = threads;
-    const ra_layout lay = ra_params_layout(&prm);
+    const ra_layout lay = ra_params_layout(&prm, 0);
     const ra_slice qs = ra_layout_slice(lay, s->N, rank, nranks);
     const ra_slice ks = ra_layout_slice(lay, s->M, rank, nranks);
     float *o = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->Dv + 1));
