@@ -65,30 +65,48 @@ static void pack_own(const ra_shape *s, int64_t m, ring_span sp,
 }
 
 /* Datatype selecting rows [off, off + cnt) of a held block of `held` rows,
- * laid out as the receiver's block of cnt rows: B pieces of K, then B of V
- * (row = floats per row of each), or B pieces of ids. */
+ * laid out as the receiver's block of cnt rows: B pieces of K rows (row_k
+ * floats each), then B pieces of V rows (row_v floats; 0: none), or B
+ * pieces of ids (row_k = 1, base MPI_INT64_T). Counts are in rows and
+ * displacements in bytes, so a message may exceed 2^31 elements. */
 static int rows_type(int64_t B, int64_t held, int64_t off, int64_t cnt,
                      int64_t row_k, int64_t row_v, MPI_Datatype base,
                      MPI_Datatype *type)
 {
     const int parts = (int)(row_v ? 2 * B : B);
-    int *len = malloc(sizeof(int) * (size_t)parts * 2);
-    if (!len)
-        return -1;
-    int *disp = len + parts;
+    int *len = malloc(sizeof(int) * (size_t)parts);
+    MPI_Aint *disp = malloc(sizeof(MPI_Aint) * (size_t)parts);
+    MPI_Datatype *types = malloc(sizeof(MPI_Datatype) * (size_t)parts);
+    MPI_Datatype rk = MPI_DATATYPE_NULL, rv = MPI_DATATYPE_NULL;
+    int size, rc = -1;
+    if (!len || !disp || !types || cnt > INT_MAX ||
+        MPI_Type_size(base, &size) != MPI_SUCCESS ||
+        MPI_Type_contiguous((int)row_k, base, &rk) != MPI_SUCCESS ||
+        (row_v && MPI_Type_contiguous((int)row_v, base, &rv) != MPI_SUCCESS))
+        goto cleanup;
     for (int64_t b = 0; b < B; b++) {
-        len[b] = (int)(cnt * row_k);
-        disp[b] = (int)((b * held + off) * row_k);
+        len[b] = (int)cnt;
+        types[b] = rk;
+        disp[b] = (MPI_Aint)((b * held + off) * row_k) * size;
         if (row_v) {
-            len[B + b] = (int)(cnt * row_v);
-            disp[B + b] = (int)(B * held * row_k + (b * held + off) * row_v);
+            len[B + b] = (int)cnt;
+            types[B + b] = rv;
+            disp[B + b] = (MPI_Aint)(B * held * row_k + (b * held + off) * row_v) *
+                          size;
         }
     }
-    int rc = MPI_Type_indexed(parts, len, disp, base, type);
-    if (rc == MPI_SUCCESS)
-        rc = MPI_Type_commit(type);
+    if (MPI_Type_create_struct(parts, len, disp, types, type) == MPI_SUCCESS &&
+        MPI_Type_commit(type) == MPI_SUCCESS)
+        rc = 0;
+cleanup:
+    if (rk != MPI_DATATYPE_NULL)
+        MPI_Type_free(&rk);
+    if (rv != MPI_DATATYPE_NULL)
+        MPI_Type_free(&rv);
     free(len);
-    return rc == MPI_SUCCESS ? 0 : -1;
+    free(disp);
+    free(types);
+    return rc;
 }
 
 /* Makes every rank agree on st: the worst (largest) status wins, so that a
@@ -178,11 +196,12 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
     ring_buf buf[2] = {{NULL, NULL}, {NULL, NULL}};
     int64_t *qpos = NULL, *kpos = NULL;
     ra_workspace *ws = NULL;
-    if (buf_floats > INT_MAX) {
+    if (shape->B * mmax > INT_MAX || row_k + row_v > INT_MAX) {
         st = ra_error_set(RA_ERR_ARG,
-                          "ring: a K/V block of %lld floats exceeds one MPI "
-                          "message (INT_MAX elements); use more ranks",
-                          (long long)buf_floats);
+                          "ring: a K/V block of %lld rows of %lld floats "
+                          "cannot be described to MPI (counts are int); use "
+                          "more ranks", (long long)(shape->B * mmax),
+                          (long long)(row_k + row_v));
     } else {
         for (int i = 0; i < 2; i++) {
             buf[i].kv = malloc(sizeof(float) * (size_t)(buf_floats + 1));
@@ -231,23 +250,28 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
         ring_step step = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
                            MPI_REQUEST_NULL}, 0};
         MPI_Datatype kv_type = MPI_DATATYPE_NULL, seg_type = MPI_DATATYPE_NULL;
+        MPI_Datatype kv_in = MPI_DATATYPE_NULL, seg_in = MPI_DATATYPE_NULL;
         if (t < last) {
             const ring_span in = ring_plan_held(&plan, next, t + 1, last);
             const ring_span out = ring_plan_held(&plan, src, t + 1, last);
             const int64_t in_cnt = in.b - in.a, out_cnt = out.b - out.a;
             int rc = rows_type(shape->B, cnt, out.a - held.a, out_cnt, row_k,
-                               row_v, MPI_FLOAT, &kv_type);
+                               row_v, MPI_FLOAT, &kv_type) ||
+                     rows_type(shape->B, in_cnt, 0, in_cnt, row_k, row_v,
+                               MPI_FLOAT, &kv_in);
             if (rc == 0 && segs)
                 rc = rows_type(shape->B, cnt, out.a - held.a, out_cnt, 1, 0,
-                               MPI_INT64_T, &seg_type);
+                               MPI_INT64_T, &seg_type) ||
+                     rows_type(shape->B, in_cnt, 0, in_cnt, 1, 0, MPI_INT64_T,
+                               &seg_in);
             if (rc == 0)
-                rc = MPI_Irecv(nxt.kv, (int)(shape->B * in_cnt * (row_k + row_v)),
-                               MPI_FLOAT, left, TAG_KV, comm, &step.req[0]) |
+                rc = MPI_Irecv(nxt.kv, 1, kv_in, left, TAG_KV, comm,
+                               &step.req[0]) |
                      MPI_Isend(cur.kv, 1, kv_type, right, TAG_KV, comm,
                                &step.req[1]);
             if (rc == 0 && segs)
-                rc = MPI_Irecv(nxt.seg, (int)(shape->B * in_cnt), MPI_INT64_T,
-                               left, TAG_SEG, comm, &step.req[2]) |
+                rc = MPI_Irecv(nxt.seg, 1, seg_in, left, TAG_SEG, comm,
+                               &step.req[2]) |
                      MPI_Isend(cur.seg, 1, seg_type, right, TAG_SEG, comm,
                                &step.req[3]);
             if (rc != 0) {
@@ -274,10 +298,10 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
             st = ra_error_set(RA_ERR_MPI, "ring: step %d transfer failed", t);
         tm.compute += t1 - t0;
         tm.comm_wait += MPI_Wtime() - t1;
-        if (kv_type != MPI_DATATYPE_NULL)
-            MPI_Type_free(&kv_type);
-        if (seg_type != MPI_DATATYPE_NULL)
-            MPI_Type_free(&seg_type);
+        MPI_Datatype *types[4] = {&kv_type, &kv_in, &seg_type, &seg_in};
+        for (int i = 0; i < 4; i++)
+            if (*types[i] != MPI_DATATYPE_NULL)
+                MPI_Type_free(types[i]);
     }
     tm.steps = last + 1;
     openblas_set_num_threads(blas_threads);
