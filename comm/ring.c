@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
 #include "internal.h"
 #include "kernel.h"
 #include "plan.h"
@@ -46,13 +48,13 @@ typedef struct {
     int64_t *seg;
 } ring_buf;
 
-/* Copies rows [a, b) of this rank's k, v (B, m, ...) and ids (B, m) into a
- * held block of b - a rows. */
-static void pack_own(const ra_shape *s, int64_t m, ring_span sp,
+/* Copies rows [a, b) of this rank's k (B, m, rk floats per row), v
+ * (B, m, G, Dv) and ids (B, m) into a held block of b - a rows. */
+static void pack_own(const ra_shape *s, int64_t m, int64_t rk, ring_span sp,
                      const float *k, const float *v, const int64_t *seg,
                      ring_buf dst)
 {
-    const int64_t cnt = sp.b - sp.a, rk = s->G * s->D, rv = s->G * s->Dv;
+    const int64_t cnt = sp.b - sp.a, rv = s->G * s->Dv;
     for (int64_t b = 0; b < s->B; b++) {
         memcpy(dst.kv + b * cnt * rk, k + (b * m + sp.a) * rk,
                sizeof(float) * (size_t)(cnt * rk));
@@ -128,6 +130,19 @@ static ra_status check_params(const ra_shape *s, const ra_params *p,
     ra_status st = ra_shape_check(s);
     if (st != RA_OK)
         return st;
+    if (p->score == RA_SCORE_GAUSSIAN && !(p->sigma > 0 && isfinite(p->sigma)))
+        return ra_error_set(RA_ERR_ARG, "score gaussian: sigma must be a "
+                                        "finite number > 0");
+    if (p->score == RA_SCORE_ADDITIVE &&
+        (!p->additive || p->additive->A < 1 || !p->additive->w_q ||
+         !p->additive->w_k || !p->additive->w_v))
+        return ra_error_set(RA_ERR_ARG, "score additive: weights w_q (A, D), "
+                                        "w_k (A, Dk), w_v (A) are required");
+    if (p->score != RA_SCORE_ADDITIVE && ra_shape_dk(s) != s->D)
+        return ra_error_set(RA_ERR_ARG, "shape: keys of dim Dk=%lld differ "
+                            "from queries of dim D=%lld, which only the "
+                            "additive score allows", (long long)ra_shape_dk(s),
+                            (long long)s->D);
     if (p->window && (p->window_left < 0 || p->window_right < 0))
         return ra_error_set(RA_ERR_ARG, "window: left and right must be >= 0");
     if (p->block_q < 0 || p->block_kv < 0)
@@ -187,7 +202,12 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
         int64_t c = ra_layout_slice(lay, shape->M, i, P).count;
         mmax = c > mmax ? c : mmax;
     }
-    const int64_t row_k = shape->G * shape->D, row_v = shape->G * shape->Dv;
+    /* The additive score sends the keys' projections W_k k (A per head)
+     * around the ring instead of the keys, and works on W_q q. */
+    const int additive = params->score == RA_SCORE_ADDITIVE;
+    const int64_t A = additive ? params->additive->A : 0;
+    const int64_t row_k = shape->G * (additive ? A : shape->D);
+    const int64_t row_v = shape->G * shape->Dv;
     const int64_t buf_floats = shape->B * mmax * (row_k + row_v);
 
     const ring_plan plan = ring_plan_make(shape, params, masks, P);
@@ -195,6 +215,7 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
 
     ring_buf buf[2] = {{NULL, NULL}, {NULL, NULL}};
     int64_t *qpos = NULL, *kpos = NULL;
+    float *qp = NULL, *kp = NULL; /* additive: (B, n, H, A), (B, m, G, A) */
     ra_workspace *ws = NULL;
     if (shape->B * mmax > INT_MAX || row_k + row_v > INT_MAX) {
         st = ra_error_set(RA_ERR_ARG,
@@ -212,8 +233,12 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
         qpos = malloc((size_t)(n + 1) * sizeof *qpos);
         kpos = malloc((size_t)(mmax + 1) * sizeof *kpos);
         ws = ra_workspace_create(threads, bq, bkv, shape->Dv);
+        if (additive) {
+            qp = malloc(sizeof(float) * (size_t)(shape->B * n * shape->H * A + 1));
+            kp = malloc(sizeof(float) * (size_t)(shape->B * m_own * row_k + 1));
+        }
         if (!buf[0].kv || !buf[1].kv || (segs && (!buf[0].seg || !buf[1].seg)) ||
-            !qpos || !kpos || !ws)
+            !qpos || !kpos || !ws || (additive && (!qp || !kp)))
             st = ra_error_set(RA_ERR_NOMEM,
                               "ring: cannot allocate the ring buffers");
     }
@@ -227,14 +252,33 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
     for (int64_t i = 0; i < n; i++)
         qpos[i] = ra_slice_pos(&qs, i);
     ra_state_reset(shape->B, n, shape->H, shape->Dv, o, lse);
-    pack_own(shape, m_own, ring_plan_held(&plan, r, 0, last), k, v,
-             segs ? masks->kv_segments : NULL, buf[0]);
+    if (additive) { /* rows of q (B n H, D) and k (B m G, Dk) projected */
+        const ra_additive *ad = params->additive;
+        const int64_t Dk = ra_shape_dk(shape);
+        if (n > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+                        (int)(shape->B * n * shape->H), (int)A, (int)shape->D,
+                        1.0f, q, (int)shape->D, ad->w_q, (int)shape->D, 0.0f,
+                        qp, (int)A);
+        if (m_own > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+                        (int)(shape->B * m_own * shape->G), (int)A, (int)Dk,
+                        1.0f, k, (int)Dk, ad->w_k, (int)Dk, 0.0f, kp, (int)A);
+    }
+    pack_own(shape, m_own, row_k, ring_plan_held(&plan, r, 0, last),
+             additive ? kp : k, v, segs ? masks->kv_segments : NULL, buf[0]);
+
+    double alpha = ra_params_scale(params, shape) * M_LOG2E;
+    if (params->score == RA_SCORE_GAUSSIAN)
+        alpha = M_LOG2E / (params->sigma * params->sigma);
 
     ra_block blk = {
         .B = shape->B, .n = n, .H = shape->H, .G = shape->G,
-        .D = shape->D, .Dv = shape->Dv,
-        .alpha = (float)(ra_params_scale(params, shape) * M_LOG2E),
-        .block_q = bq, .block_kv = bkv,
+        .D = additive ? A : shape->D, .Dv = shape->Dv, .alpha = (float)alpha,
+        .block_q = bq, .block_kv = bkv, .score = params->score,
+        .half_inv_sigma2 = params->score == RA_SCORE_GAUSSIAN
+                               ? 0.5 / (params->sigma * params->sigma) : 0.0,
+        .w_v = additive ? params->additive->w_v : NULL,
         .mask = {.causal = params->causal, .diag = shape->M - shape->N,
                  .window = params->window, .left = params->window_left,
                  .right = params->window_right, .qpos = qpos, .kpos = kpos,
@@ -290,7 +334,8 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
         blk.mask.k_seg = segs ? cur.seg : NULL;
 
         double t0 = MPI_Wtime();
-        ra_kernel_forward_block(&blk, q, cur.kv, cur.kv + shape->B * cnt * row_k,
+        ra_kernel_forward_block(&blk, additive ? qp : q, cur.kv,
+                                cur.kv + shape->B * cnt * row_k,
                                 o, lse, ws, may_poll ? ring_poll : NULL, &step);
         double t1 = MPI_Wtime();
         if (step.pending &&
@@ -313,6 +358,8 @@ cleanup:
     }
     free(qpos);
     free(kpos);
+    free(qp);
+    free(kp);
     ra_workspace_free(ws);
     MPI_Comm_free(&comm);
     tm.total = MPI_Wtime() - t_start;

@@ -28,9 +28,10 @@ struct ra_workspace {
 };
 
 /* Scratch of one thread: scores (block_q x block_kv), accumulator
- * (block_q x Dv), running max and sum (block_q each). */
+ * (block_q x Dv), running max and sum (block_q each), a per-key term
+ * (block_kv). */
 typedef struct {
-    float *s, *acc, *mx, *sum;
+    float *s, *acc, *mx, *sum, *kterm;
 } tile_scratch;
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
@@ -49,7 +50,7 @@ ra_workspace *ra_workspace_create(int threads, int64_t block_q,
     ws->Dv = Dv;
     ws->per_thread = round16((size_t)(block_q * block_kv)) +
                      round16((size_t)(block_q * Dv)) +
-                     2 * round16((size_t)block_q);
+                     2 * round16((size_t)block_q) + round16((size_t)block_kv);
     size_t bytes = (size_t)threads * ws->per_thread * sizeof(float);
     if (posix_memalign((void **)&ws->mem, 64, bytes) != 0) {
         free(ws);
@@ -76,6 +77,7 @@ static tile_scratch scratch_of(const ra_workspace *ws, int tid)
     t.acc = t.s + round16((size_t)(ws->block_q * ws->block_kv));
     t.mx = t.acc + round16((size_t)(ws->block_q * ws->Dv));
     t.sum = t.mx + round16((size_t)ws->block_q);
+    t.kterm = t.sum + round16((size_t)ws->block_q);
     return t;
 }
 
@@ -88,14 +90,15 @@ void ra_state_reset(int64_t B, int64_t n, int64_t H, int64_t Dv, float *o,
 }
 
 /* Merges the partial acc / sum (log2 max mx) of one query row into the
- * running o row (Dv) and *lse with the LSE merge; sum == 0 is the empty
- * partial and changes nothing. */
+ * running o row (Dv) and *lse with the LSE merge; shift (natural log) is
+ * added to the partial's LSE. sum == 0 is the empty partial and changes
+ * nothing. */
 static void merge_row(int64_t Dv, const float *acc, float mx, float sum,
-                      float *o, float *lse)
+                      double shift, float *o, float *lse)
 {
     if (!(sum > 0.0f))
         return;
-    double lb = ((double)mx + log2((double)sum)) * LN2;
+    double lb = ((double)mx + log2((double)sum)) * LN2 + shift;
     double la = *lse;
     if (la == -INFINITY) {
         float inv = (float)(1.0 / sum);
@@ -212,6 +215,39 @@ static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
     }
 }
 
+/* Base-2 scores of a bq x bk tile into t.s (row stride block_kv): qt rows
+ * of stride H*D against kt rows of stride G*D. */
+static void score_tile(const ra_block *blk, const float *qt, const float *kt,
+                       int64_t bq, int64_t bk, tile_scratch t)
+{
+    const int64_t D = blk->D, ldq = blk->H * D, ldk = blk->G * D;
+    const int64_t lds = blk->block_kv;
+    if (blk->score == RA_SCORE_ADDITIVE) {
+        for (int64_t r = 0; r < bq; r++)
+            for (int64_t c = 0; c < bk; c++)
+                t.s[r * lds + c] = (float)M_LOG2E *
+                                   ra_additive_score(qt + r * ldq, kt + c * ldk,
+                                                     blk->w_v, D);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)bq, (int)bk,
+                (int)D, blk->alpha, qt, (int)ldq, kt, (int)ldk, 0.0f, t.s,
+                (int)lds);
+    if (blk->score == RA_SCORE_GAUSSIAN) {
+        /* the key term, log2(e) |k|^2 / (2 sigma^2), off every column */
+        const float coef = (float)(M_LOG2E * blk->half_inv_sigma2);
+        for (int64_t c = 0; c < bk; c++) {
+            float kk = 0.0f;
+            for (int64_t d = 0; d < D; d++)
+                kk += kt[c * ldk + d] * kt[c * ldk + d];
+            t.kterm[c] = coef * kk;
+        }
+        for (int64_t r = 0; r < bq; r++)
+            for (int64_t c = 0; c < bk; c++)
+                t.s[r * lds + c] -= t.kterm[c];
+    }
+}
+
 /* Query rows [i0, i0 + bq) of head h in batch b against every key tile of
  * the block that any of them may see. */
 static void rows_forward(const ra_block *blk, const tile_rules *rlp,
@@ -272,9 +308,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
                            qs_min == ks_min);
         }
         /* pass 1: base-2 scores */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)bq, (int)bk,
-                    (int)D, blk->alpha, qt, (int)(H * D), kb + j0 * G * D,
-                    (int)(G * D), 0.0f, t.s, (int)bkv);
+        score_tile(blk, qt, kb + j0 * G * D, bq, bk, t);
         /* pass 2: the mask, only on tiles that straddle an edge */
         if (need_mask)
             mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv);
@@ -305,10 +339,19 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         if (poll && progress)
             progress(progress_ctx);
     }
-    for (int64_t r = 0; r < bq; r++)
-        merge_row(Dv, t.acc + r * Dv, t.mx[r], t.sum[r],
+    for (int64_t r = 0; r < bq; r++) {
+        double shift = 0.0; /* gaussian: the query term -|q|^2 / (2 sigma^2) */
+        if (blk->score == RA_SCORE_GAUSSIAN) {
+            const float *qr = qt + r * H * D;
+            double qq = 0.0;
+            for (int64_t d = 0; d < D; d++)
+                qq += (double)qr[d] * qr[d];
+            shift = -qq * blk->half_inv_sigma2;
+        }
+        merge_row(Dv, t.acc + r * Dv, t.mx[r], t.sum[r], shift,
                   o + ((b * n + i0 + r) * H + h) * Dv,
                   lse + (b * H + h) * n + i0 + r);
+    }
 }
 
 /* One work item: query rows [i0, i0 + bq) of head h in batch b. With

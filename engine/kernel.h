@@ -38,9 +38,18 @@ typedef struct {
  * queries. Strides are those of the (B, len, heads, dim) layouts. */
 typedef struct {
     int64_t B, n, m, H, G, D, Dv;
-    float alpha;     /* scale * log2(e): scores are made in base 2 */
+    float alpha;     /* dot: scale * log2(e), gaussian: log2(e) / sigma^2;
+                        scores are made in base 2 */
     int64_t block_q, block_kv;
     ra_mask mask;
+    ra_score score;
+    /* gaussian: a = q.k / sigma^2 - |q|^2 / (2 sigma^2) - |k|^2 / (2 sigma^2):
+     * the key term is subtracted per column, the query term (constant per
+     * row, so it leaves the weights alone) only shifts the LSE. */
+    double half_inv_sigma2; /* 1 / (2 sigma^2) */
+    /* additive: q and k are the projections W_q q (B, n, H, A) and W_k k
+     * (B, m, G, A), D is A, and w_v (A) weighs the tanh terms. */
+    const float *w_v;
 } ra_block;
 
 /* Scratch for every thread of a kernel call: one allocation. */
@@ -70,6 +79,23 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
                              const float *k, const float *v, float *o,
                              float *lse, ra_workspace *ws,
                              ra_progress_fn progress, void *progress_ctx);
+
+/* The score of the fp64 reference, computed from its definition per pair:
+ * dot s * q.k, gaussian -||q - k||^2 / (2 sigma^2), additive
+ * w_v . tanh(W_q q + W_k k) with k of dim Dk. */
+typedef struct {
+    ra_score score;
+    double scale, sigma;
+    const ra_additive *additive;
+    int64_t Dk;
+} ra_ref_score;
+
+/* ra_reference_rows with any score; k rows have sc->Dk (or D) entries. */
+void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
+                         int64_t D, int64_t Dv, const ra_mask *mask,
+                         const double *q, int64_t ldq, const double *k,
+                         int64_t ldk, const double *v, int64_t ldv, double *o,
+                         int64_t ldo, double *lse, double *scores);
 
 /* The fp64 reference: plain softmax(s * q k^T) v with the same visibility
  * (mask batch-local, see ra_mask; NULL positions mean 0, 1, 2...),
@@ -103,6 +129,14 @@ float ra_exp2_shift_sum(float *x, int64_t len, float shift);
 
 /* The portable path of ra_exp2_shift_sum, exposed for tests. */
 float ra_exp2_shift_sum_scalar(float *x, int64_t len, float shift);
+
+/* The additive score of one (query, key) pair from their projections:
+ * sum over j < len of w[j] * tanh(a[j] + b[j]) (absolute error ~1e-7 per
+ * term); same dispatch as above. */
+float ra_additive_score(const float *a, const float *b, const float *w,
+                        int64_t len);
+float ra_additive_score_scalar(const float *a, const float *b,
+                               const float *w, int64_t len);
 
 /* The largest of x[0..len), -inf for len 0; same dispatch as above. */
 float ra_max(const float *x, int64_t len);

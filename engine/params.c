@@ -16,6 +16,9 @@ void ra_params_default(ra_params *params)
     params->window_left = 0;
     params->window_right = 0;
     params->scale = NAN;
+    params->score = RA_SCORE_DOT;
+    params->sigma = 1.0;
+    params->additive = NULL;
     params->block_q = 0;
     params->block_kv = 0;
     params->layout = RA_LAYOUT_AUTO;
@@ -56,6 +59,27 @@ int ra_params_threads(const ra_params *params)
     /* One thread per rank unless the user asked for more: MPI launchers
      * usually place one rank per core already. */
     return getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
+}
+
+static const char *const score_names[] = {"dot", "gaussian", "additive"};
+
+const char *ra_score_name(ra_score score)
+{
+    if ((unsigned)score < sizeof score_names / sizeof *score_names)
+        return score_names[score];
+    return "unknown";
+}
+
+ra_status ra_score_parse(const char *name, ra_score *out)
+{
+    for (unsigned i = 0; i < sizeof score_names / sizeof *score_names; i++) {
+        if (strcmp(name, score_names[i]) == 0) {
+            *out = (ra_score)i;
+            return RA_OK;
+        }
+    }
+    return ra_error_set(RA_ERR_ARG, "--score: unknown score '%s' (expected "
+                                    "dot, gaussian or additive)", name);
 }
 
 static const char *const layout_names[] = {"contiguous", "zigzag",
@@ -156,5 +180,10 @@ double ra_forward_flops(const ra_shape *s, const ra_params *p,
         pairs += visible_pairs(s->N, lo, hi,
                                masks && masks->q_lens ? masks->q_lens[b] : s->N,
                                masks && masks->kv_lens ? masks->kv_lens[b] : s->M);
-    return 2.0 * (double)(s->D + s->Dv) * (double)s->H * pairs;
+    /* per pair: the score (2 D for q.k; 4 A for the additive score, a tanh
+     * counted as one operation) and 2 Dv for the weighted values */
+    const double score_ops = p->score == RA_SCORE_ADDITIVE && p->additive
+                                 ? 4.0 * (double)p->additive->A
+                                 : 2.0 * (double)s->D;
+    return (score_ops + 2.0 * (double)s->Dv) * (double)s->H * pairs;
 }

@@ -27,23 +27,60 @@ static int visible(const ra_mask *mk, int64_t i, int64_t j)
     return 1;
 }
 
+/* One score from its definition, in fp64. */
+static double score_of(const ra_ref_score *sc, int64_t D, const double *q,
+                       const double *k)
+{
+    double s = 0.0;
+    switch (sc->score) {
+    case RA_SCORE_GAUSSIAN:
+        for (int64_t d = 0; d < D; d++)
+            s += (q[d] - k[d]) * (q[d] - k[d]);
+        return -s / (2.0 * sc->sigma * sc->sigma);
+    case RA_SCORE_ADDITIVE: {
+        const ra_additive *ad = sc->additive;
+        const int64_t Dk = sc->Dk > 0 ? sc->Dk : D;
+        for (int64_t a = 0; a < ad->A; a++) {
+            double h = 0.0;
+            for (int64_t d = 0; d < D; d++)
+                h += (double)ad->w_q[a * D + d] * q[d];
+            for (int64_t d = 0; d < Dk; d++)
+                h += (double)ad->w_k[a * Dk + d] * k[d];
+            s += (double)ad->w_v[a] * tanh(h);
+        }
+        return s;
+    }
+    case RA_SCORE_DOT:
+    default:
+        for (int64_t d = 0; d < D; d++)
+            s += q[d] * k[d];
+        return s * sc->scale;
+    }
+}
+
 void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
                        double scale, const ra_mask *mask, const double *q,
                        int64_t ldq, const double *k, int64_t ldk,
                        const double *v, int64_t ldv, double *o, int64_t ldo,
                        double *lse, double *scores)
 {
+    const ra_ref_score dot = {.score = RA_SCORE_DOT, .scale = scale};
+    ra_reference_scored(&dot, nq, m, D, Dv, mask, q, ldq, k, ldk, v, ldv, o,
+                        ldo, lse, scores);
+}
+
+void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
+                         int64_t D, int64_t Dv, const ra_mask *mask,
+                         const double *q, int64_t ldq, const double *k,
+                         int64_t ldk, const double *v, int64_t ldv, double *o,
+                         int64_t ldo, double *lse, double *scores)
+{
     for (int64_t i = 0; i < nq; i++) {
         const double *qi = q + i * ldq;
         double mx = -INFINITY;
         for (int64_t j = 0; j < m; j++) {
-            double s = -INFINITY;
-            if (visible(mask, i, j)) {
-                s = 0.0;
-                for (int64_t d = 0; d < D; d++)
-                    s += qi[d] * k[j * ldk + d];
-                s *= scale;
-            }
+            double s = visible(mask, i, j) ? score_of(sc, D, qi, k + j * ldk)
+                                           : -INFINITY;
             scores[j] = s;
             if (s > mx)
                 mx = s;

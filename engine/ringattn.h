@@ -8,9 +8,10 @@
  * Shape letters, used the same way everywhere in the code:
  *   B batch, N query length, M key/value length, H query heads,
  *   G key/value heads (G divides H; query head h reads kv head h / (H/G)),
- *   D head dim of q and k, Dv head dim of v, P ranks.
+ *   D head dim of q and k (Dk for k when it differs, additive score only),
+ *   Dv head dim of v, A hidden size of the additive score, P ranks.
  * Tensors are row-major with the sequence axis second:
- *   q (B, N, H, D)  k (B, M, G, D)  v (B, M, G, Dv)  o (B, N, H, Dv)
+ *   q (B, N, H, D)  k (B, M, G, Dk)  v (B, M, G, Dv)  o (B, N, H, Dv)
  *   lse (B, H, N): natural log of the sum of exp(score) over the keys a query
  *   sees, -inf for a row that sees none (its o row is then 0).
  *
@@ -62,11 +63,40 @@ ra_status ra_layout_parse(const char *name, ra_layout *out);
 /* Global problem shape. */
 typedef struct {
     int64_t B, N, M, H, G, D, Dv;
+    int64_t Dk; /* key head dim; 0 means D (only the additive score may
+                   differ) */
 } ra_shape;
+
+/* The key head dim of a shape: Dk, or D when Dk is 0. */
+static inline int64_t ra_shape_dk(const ra_shape *s)
+{
+    return s->Dk > 0 ? s->Dk : s->D;
+}
 
 /* Checks that every size is positive (N and M may be >= 1), G divides H, and
  * that byte counts of every tensor fit in int64. */
 ra_status ra_shape_check(const ra_shape *shape);
+
+/* The score a(q, k) whose softmax weighs the values (the textbook's three):
+ *   dot:       s * q.k                         (scaled dot product)
+ *   gaussian:  -||q - k||^2 / (2 sigma^2)      (Nadaraya-Watson kernel)
+ *   additive:  w_v . tanh(W_q q + W_k k)       (Bahdanau); q and k may have
+ *              different dims (D and Dk). */
+typedef enum {
+    RA_SCORE_DOT = 0,
+    RA_SCORE_GAUSSIAN = 1,
+    RA_SCORE_ADDITIVE = 2,
+} ra_score;
+
+const char *ra_score_name(ra_score score);
+ra_status ra_score_parse(const char *name, ra_score *out);
+
+/* Weights of the additive score, shared by all heads: w_q (A, D),
+ * w_k (A, Dk), w_v (A). Owned by the caller. */
+typedef struct {
+    int64_t A;
+    const float *w_q, *w_k, *w_v;
+} ra_additive;
 
 /* Options of one forward pass: one home for the command line and the API. */
 typedef struct {
@@ -75,7 +105,10 @@ typedef struct {
                           i' - window_left <= j <= i' + window_right,
                           i' = i + (M - N) (aligned as causal) */
     int64_t window_left, window_right; /* >= 0 when window is set */
-    double scale;      /* score scale s; NAN means 1/sqrt(D) */
+    double scale;      /* dot score scale s; NAN means 1/sqrt(D) */
+    ra_score score;    /* dot (default), gaussian or additive */
+    double sigma;      /* gaussian bandwidth, > 0 */
+    const ra_additive *additive; /* weights of the additive score */
     int64_t block_q;   /* query tile rows; 0 picks a default per D */
     int64_t block_kv;  /* key tile rows; 0 picks a default per D */
     ra_layout layout;
@@ -154,7 +187,8 @@ typedef struct {
 /* Useful forward FLOPs: 2 * (D + Dv) * H times the number of visible
  * (query, key) pairs over all batches under causal, window and lens (not
  * segments, whose ids are spread over the ranks); 4*B*H*N*M*D when
- * Dv == D and nothing is masked. masks may be NULL. */
+ * Dv == D and nothing is masked. The additive score counts 4 A + 2 Dv per
+ * pair (a tanh as one operation). masks may be NULL. */
 double ra_forward_flops(const ra_shape *shape, const ra_params *params,
                         const ra_masks *masks);
 

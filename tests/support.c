@@ -10,7 +10,7 @@ void problem_make(problem *p, const ra_shape *s, uint64_t seed)
 {
     p->s = *s;
     size_t nq = (size_t)(s->B * s->N * s->H * s->D);
-    size_t nk = (size_t)(s->B * s->M * s->G * s->D);
+    size_t nk = (size_t)(s->B * s->M * s->G * ra_shape_dk(s));
     size_t nv = (size_t)(s->B * s->M * s->G * s->Dv);
     p->q = malloc(nq * sizeof(float) + 4);
     p->k = malloc(nk * sizeof(float) + 4);
@@ -34,11 +34,14 @@ check_result check_slice(const problem *p, const ra_params *params,
     const ra_shape *s = &p->s;
     const test_masks none = {0};
     const test_masks *mk = masks ? masks : &none;
-    const double scale = ra_params_scale(params, s);
-    const int64_t n = qs->count;
+    const int64_t Dk = ra_shape_dk(s), n = qs->count;
+    const ra_ref_score score = {.score = params->score,
+                                .scale = ra_params_scale(params, s),
+                                .sigma = params->sigma,
+                                .additive = params->additive, .Dk = Dk};
     check_result c = {0};
     double *qd = malloc(sizeof(double) * (size_t)(s->D + 1));
-    double *kd = malloc(sizeof(double) * (size_t)(s->M * s->D + 1));
+    double *kd = malloc(sizeof(double) * (size_t)(s->M * Dk + 1));
     double *vd = malloc(sizeof(double) * (size_t)(s->M * s->Dv + 1));
     double *od = malloc(sizeof(double) * (size_t)(s->Dv + 1));
     double *sc = malloc(sizeof(double) * (size_t)(s->M + 1));
@@ -47,8 +50,8 @@ check_result check_slice(const problem *p, const ra_params *params,
         for (int64_t h = 0; h < s->H; h++) {
             int64_t g = h / (s->H / s->G);
             for (int64_t j = 0; j < s->M; j++) {
-                for (int64_t d = 0; d < s->D; d++)
-                    kd[j * s->D + d] = p->k[((b * s->M + j) * s->G + g) * s->D + d];
+                for (int64_t d = 0; d < Dk; d++)
+                    kd[j * Dk + d] = p->k[((b * s->M + j) * s->G + g) * Dk + d];
                 for (int64_t d = 0; d < s->Dv; d++)
                     vd[j * s->Dv + d] = p->v[((b * s->M + j) * s->G + g) * s->Dv + d];
             }
@@ -65,8 +68,8 @@ check_result check_slice(const problem *p, const ra_params *params,
                              .q_seg = mk->q_seg ? mk->q_seg + b * s->N + gi : NULL,
                              .k_seg = mk->kv_seg ? mk->kv_seg + b * s->M : NULL};
                 double ld;
-                ra_reference_rows(1, s->M, s->D, s->Dv, scale, &m, qd, s->D,
-                                  kd, s->D, vd, s->Dv, od, s->Dv, &ld, sc);
+                ra_reference_scored(&score, 1, s->M, s->D, s->Dv, &m, qd, s->D,
+                                    kd, Dk, vd, s->Dv, od, s->Dv, &ld, sc);
                 const float *oi = o + ((b * n + i) * s->H + h) * s->Dv;
                 float li = lse[(b * s->H + h) * n + i];
                 for (int64_t d = 0; d < s->Dv; d++) {
