@@ -163,10 +163,177 @@ static ra_status check_params(const ra_shape *s, const ra_params *p,
     return RA_OK;
 }
 
-ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
-                        const ra_params *params, const ra_masks *masks,
-                        const float *q, const float *k, const float *v,
-                        float *o, float *lse, ra_timing *timing)
+/* The local rows whose global positions lie in [map->i0, map->i1): one
+ * range of local indices, since positions increase along a slice. */
+static ra_range map_rows(const ra_slice *qs, const ra_attn_map *map)
+{
+    int64_t a = 0, z;
+    while (a < qs->count && ra_slice_pos(qs, a) < map->i0)
+        a++;
+    z = a;
+    while (z < qs->count && ra_slice_pos(qs, z) < map->i1)
+        z++;
+    return (ra_range){a, z - a};
+}
+
+ra_range ra_attn_map_rows(ra_layout layout, int64_t N, int rank, int nranks,
+                          const ra_attn_map *map)
+{
+    const ra_slice qs = ra_layout_slice(layout, N, rank, nranks);
+    return map_rows(&qs, map);
+}
+
+static ra_status check_map(const ra_shape *s, const ra_attn_map *map)
+{
+    if (!map || map->i0 < 0 || map->i1 > s->N || map->i0 >= map->i1)
+        return ra_error_set(RA_ERR_ARG, "attention map: rows [%lld, %lld) "
+                            "must lie within [0, N=%lld) and be non-empty",
+                            map ? (long long)map->i0 : 0LL,
+                            map ? (long long)map->i1 : 0LL, (long long)s->N);
+    if (map->nheads < 1 || !map->heads || !map->out)
+        return ra_error_set(RA_ERR_ARG, "attention map: heads and out are "
+                                        "required");
+    for (int64_t i = 0; i < map->nheads; i++)
+        if (map->heads[i] < 0 || map->heads[i] >= s->H)
+            return ra_error_set(RA_ERR_ARG, "attention map: head %lld is "
+                                "outside [0, H=%lld)",
+                                (long long)map->heads[i], (long long)s->H);
+    return RA_OK;
+}
+
+/* Everything one ring pass needs; set up once per call. */
+typedef struct {
+    MPI_Comm comm;
+    int P, r, last;
+    const ra_shape *shape;
+    ra_layout lay;
+    ring_plan plan;
+    int segs, may_poll;
+    int64_t row_k, row_v;
+    ring_buf buf[2];
+    ra_block blk;
+    int64_t *kpos;
+    ra_timing *tm;
+} ring_state;
+
+/* What a pass does with the block held at one step: kb holds blk.m key
+ * rows (B, m, row_k floats), vb their values (B, m, G, Dv). */
+typedef void (*block_visit)(ring_state *rs, const float *kb, const float *vb,
+                            ring_step *step, void *arg);
+
+/* Runs steps 0 .. last: posts the transfers of the next block, visits the
+ * current one, waits. buf[0] must hold this rank's own block. */
+static ra_status ring_pass(ring_state *rs, block_visit visit, void *arg)
+{
+    const ra_shape *S = rs->shape;
+    const int P = rs->P, r = rs->r, last = rs->last;
+    const int left = (r - 1 + P) % P, right = (r + 1) % P;
+    const int64_t row_k = rs->row_k, row_v = rs->row_v;
+    ra_status st = RA_OK;
+    for (int t = 0; t <= last && st == RA_OK; t++) {
+        const int src = (r - t + P) % P, next = (r - t - 1 + P) % P;
+        const ring_buf cur = rs->buf[t & 1], nxt = rs->buf[(t + 1) & 1];
+        const ring_span held = ring_plan_held(&rs->plan, src, t, last);
+        const int64_t cnt = held.b - held.a;
+        ring_step step = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
+                           MPI_REQUEST_NULL}, 0};
+        MPI_Datatype kv_type = MPI_DATATYPE_NULL, seg_type = MPI_DATATYPE_NULL;
+        MPI_Datatype kv_in = MPI_DATATYPE_NULL, seg_in = MPI_DATATYPE_NULL;
+        if (t < last) {
+            const ring_span in = ring_plan_held(&rs->plan, next, t + 1, last);
+            const ring_span out = ring_plan_held(&rs->plan, src, t + 1, last);
+            const int64_t in_cnt = in.b - in.a, out_cnt = out.b - out.a;
+            int rc = rows_type(S->B, cnt, out.a - held.a, out_cnt, row_k,
+                               row_v, MPI_FLOAT, &kv_type) ||
+                     rows_type(S->B, in_cnt, 0, in_cnt, row_k, row_v,
+                               MPI_FLOAT, &kv_in);
+            if (rc == 0 && rs->segs)
+                rc = rows_type(S->B, cnt, out.a - held.a, out_cnt, 1, 0,
+                               MPI_INT64_T, &seg_type) ||
+                     rows_type(S->B, in_cnt, 0, in_cnt, 1, 0, MPI_INT64_T,
+                               &seg_in);
+            if (rc == 0)
+                rc = MPI_Irecv(nxt.kv, 1, kv_in, left, TAG_KV, rs->comm,
+                               &step.req[0]) |
+                     MPI_Isend(cur.kv, 1, kv_type, right, TAG_KV, rs->comm,
+                               &step.req[1]);
+            if (rc == 0 && rs->segs)
+                rc = MPI_Irecv(nxt.seg, 1, seg_in, left, TAG_SEG, rs->comm,
+                               &step.req[2]) |
+                     MPI_Isend(cur.seg, 1, seg_type, right, TAG_SEG, rs->comm,
+                               &step.req[3]);
+            if (rc != 0) {
+                st = ra_error_set(RA_ERR_MPI, "ring: posting step %d failed", t);
+                break;
+            }
+            step.pending = 1;
+            rs->tm->bytes_sent += S->B * out_cnt *
+                             ((row_k + row_v) * (int64_t)sizeof(float) +
+                              (rs->segs ? (int64_t)sizeof(int64_t) : 0));
+        }
+        const ra_slice src_keys = ra_layout_slice(rs->lay, S->M, src, P);
+        rs->blk.m = cnt;
+        for (int64_t j = 0; j < cnt; j++)
+            rs->kpos[j] = ra_slice_pos(&src_keys, held.a + j);
+        rs->blk.mask.k_seg = rs->segs ? cur.seg : NULL;
+
+        double t0 = MPI_Wtime();
+        visit(rs, cur.kv, cur.kv + S->B * cnt * row_k, &step, arg);
+        double t1 = MPI_Wtime();
+        if (step.pending &&
+            MPI_Waitall(4, step.req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            st = ra_error_set(RA_ERR_MPI, "ring: step %d transfer failed", t);
+        rs->tm->compute += t1 - t0;
+        rs->tm->comm_wait += MPI_Wtime() - t1;
+        MPI_Datatype *types[4] = {&kv_type, &kv_in, &seg_type, &seg_in};
+        for (int i = 0; i < 4; i++)
+            if (*types[i] != MPI_DATATYPE_NULL)
+                MPI_Type_free(types[i]);
+    }
+    return st;
+}
+
+/* The forward pass: fold the block into (o, lse). */
+typedef struct {
+    const float *q; /* or its additive projection */
+    float *o, *lse;
+    ra_workspace *ws;
+} forward_arg;
+
+static void visit_forward(ring_state *rs, const float *kb, const float *vb,
+                          ring_step *step, void *arg)
+{
+    forward_arg *fa = arg;
+    ra_kernel_forward_block(&rs->blk, fa->q, kb, vb, fa->o, fa->lse, fa->ws,
+                            rs->may_poll ? ring_poll : NULL, step);
+}
+
+/* The attention-map pass: write the block's columns of the weights. */
+typedef struct {
+    const float *q;
+    const float *lse;
+    int64_t r0, nr;
+    const ra_attn_map *map;
+    ra_workspace *ws;
+} map_arg;
+
+static void visit_map(ring_state *rs, const float *kb, const float *vb,
+                      ring_step *step, void *arg)
+{
+    (void)vb;
+    map_arg *ma = arg;
+    ra_kernel_probs(&rs->blk, ma->r0, ma->nr, ma->map->heads,
+                    ma->map->nheads, ma->q, kb, ma->lse, ma->map->out,
+                    rs->shape->M, ma->ws, rs->may_poll ? ring_poll : NULL,
+                    step);
+}
+
+/* The forward pass and, when map is given, the attention map after it. */
+static ra_status ring_forward(MPI_Comm user_comm, const ra_shape *shape,
+                              const ra_params *params, const ra_masks *masks,
+                              const float *q, const float *k, const float *v,
+                              float *o, float *lse, ra_timing *timing,
+                              ra_attn_map *map)
 {
     double t_start = MPI_Wtime();
     ra_timing tm = {0};
@@ -181,7 +348,6 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
     int P, r;
     MPI_Comm_size(comm, &P);
     MPI_Comm_rank(comm, &r);
-    const int left = (r - 1 + P) % P, right = (r + 1) % P;
 
     int64_t bq, bkv;
     ra_params_tiles(params, shape, &bq, &bkv);
@@ -286,67 +452,24 @@ ra_status ra_forward_ex(MPI_Comm user_comm, const ra_shape *shape,
                  .kv_lens = masks ? masks->kv_lens : NULL,
                  .q_seg = segs ? masks->q_segments : NULL},
     };
-    for (int t = 0; t <= last && st == RA_OK; t++) {
-        const int src = (r - t + P) % P, next = (r - t - 1 + P) % P;
-        const ring_buf cur = buf[t & 1], nxt = buf[(t + 1) & 1];
-        const ring_span held = ring_plan_held(&plan, src, t, last);
-        const int64_t cnt = held.b - held.a;
-        ring_step step = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
-                           MPI_REQUEST_NULL}, 0};
-        MPI_Datatype kv_type = MPI_DATATYPE_NULL, seg_type = MPI_DATATYPE_NULL;
-        MPI_Datatype kv_in = MPI_DATATYPE_NULL, seg_in = MPI_DATATYPE_NULL;
-        if (t < last) {
-            const ring_span in = ring_plan_held(&plan, next, t + 1, last);
-            const ring_span out = ring_plan_held(&plan, src, t + 1, last);
-            const int64_t in_cnt = in.b - in.a, out_cnt = out.b - out.a;
-            int rc = rows_type(shape->B, cnt, out.a - held.a, out_cnt, row_k,
-                               row_v, MPI_FLOAT, &kv_type) ||
-                     rows_type(shape->B, in_cnt, 0, in_cnt, row_k, row_v,
-                               MPI_FLOAT, &kv_in);
-            if (rc == 0 && segs)
-                rc = rows_type(shape->B, cnt, out.a - held.a, out_cnt, 1, 0,
-                               MPI_INT64_T, &seg_type) ||
-                     rows_type(shape->B, in_cnt, 0, in_cnt, 1, 0, MPI_INT64_T,
-                               &seg_in);
-            if (rc == 0)
-                rc = MPI_Irecv(nxt.kv, 1, kv_in, left, TAG_KV, comm,
-                               &step.req[0]) |
-                     MPI_Isend(cur.kv, 1, kv_type, right, TAG_KV, comm,
-                               &step.req[1]);
-            if (rc == 0 && segs)
-                rc = MPI_Irecv(nxt.seg, 1, seg_in, left, TAG_SEG, comm,
-                               &step.req[2]) |
-                     MPI_Isend(cur.seg, 1, seg_type, right, TAG_SEG, comm,
-                               &step.req[3]);
-            if (rc != 0) {
-                st = ra_error_set(RA_ERR_MPI, "ring: posting step %d failed", t);
-                break;
-            }
-            step.pending = 1;
-            tm.bytes_sent += shape->B * out_cnt *
-                             ((row_k + row_v) * (int64_t)sizeof(float) +
-                              (segs ? (int64_t)sizeof(int64_t) : 0));
-        }
-        const ra_slice src_keys = ra_layout_slice(lay, shape->M, src, P);
-        blk.m = cnt;
-        for (int64_t j = 0; j < cnt; j++)
-            kpos[j] = ra_slice_pos(&src_keys, held.a + j);
-        blk.mask.k_seg = segs ? cur.seg : NULL;
-
-        double t0 = MPI_Wtime();
-        ra_kernel_forward_block(&blk, additive ? qp : q, cur.kv,
-                                cur.kv + shape->B * cnt * row_k,
-                                o, lse, ws, may_poll ? ring_poll : NULL, &step);
-        double t1 = MPI_Wtime();
-        if (step.pending &&
-            MPI_Waitall(4, step.req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            st = ra_error_set(RA_ERR_MPI, "ring: step %d transfer failed", t);
-        tm.compute += t1 - t0;
-        tm.comm_wait += MPI_Wtime() - t1;
-        MPI_Datatype *types[4] = {&kv_type, &kv_in, &seg_type, &seg_in};
-        for (int i = 0; i < 4; i++)
-            if (*types[i] != MPI_DATATYPE_NULL)
-                MPI_Type_free(types[i]);
+    ring_state rs = {.comm = comm, .P = P, .r = r, .last = last,
+                     .shape = shape, .lay = lay, .plan = plan, .segs = segs,
+                     .may_poll = may_poll, .row_k = row_k, .row_v = row_v,
+                     .buf = {buf[0], buf[1]}, .blk = blk, .kpos = kpos,
+                     .tm = &tm};
+    forward_arg fa = {additive ? qp : q, o, lse, ws};
+    st = ring_pass(&rs, visit_forward, &fa);
+    if (st == RA_OK && map) {
+        /* the final LSE is known: a second pass writes the exact weights
+         * of the chosen rows; the own block goes back to the front */
+        const ra_range rows = map_rows(&qs, map);
+        pack_own(shape, m_own, row_k, ring_plan_held(&plan, r, 0, last),
+                 additive ? kp : k, v, segs ? masks->kv_segments : NULL,
+                 buf[0]);
+        memset(map->out, 0, sizeof(float) * (size_t)(shape->B * map->nheads *
+                                                      rows.count * shape->M));
+        map_arg ma = {additive ? qp : q, lse, rows.start, rows.count, map, ws};
+        st = ring_pass(&rs, visit_map, &ma);
     }
     tm.steps = last + 1;
     openblas_set_num_threads(blas_threads);
@@ -366,6 +489,27 @@ cleanup:
     if (timing)
         *timing = tm;
     return st;
+}
+
+ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
+                        const ra_params *params, const ra_masks *masks,
+                        const float *q, const float *k, const float *v,
+                        float *o, float *lse, ra_timing *timing)
+{
+    return ring_forward(comm, shape, params, masks, q, k, v, o, lse, timing,
+                        NULL);
+}
+
+ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
+                         const ra_params *params, const ra_masks *masks,
+                         const float *q, const float *k, const float *v,
+                         float *o, float *lse, ra_attn_map *map)
+{
+    ra_status st = check_map(shape, map);
+    if (st != RA_OK)
+        return st;
+    return ring_forward(comm, shape, params, masks, q, k, v, o, lse, NULL,
+                        map);
 }
 
 ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,

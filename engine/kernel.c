@@ -400,3 +400,69 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
                      scratch_of(ws, tid), tid == 0, progress, progress_ctx);
     }
 }
+
+/* One work item of the map: rows [i0, i0 + bq) of head h in batch b. */
+static void probs_rows(const ra_block *blk, int64_t b, int64_t h, int64_t hi,
+                       int64_t nh, int64_t r0, int64_t nr, int64_t i0,
+                       int64_t bq, const float *q, const float *k,
+                       const float *lse, float *out, int64_t M,
+                       tile_scratch t, int poll, ra_progress_fn progress,
+                       void *progress_ctx)
+{
+    const int64_t n = blk->n, m = blk->m, H = blk->H, G = blk->G;
+    const int64_t D = blk->D, bkv = blk->block_kv;
+    const int64_t g = h / (H / G);
+    const tile_rules rl = rules_of(blk, b);
+    const float *qt = q + ((b * n + i0) * H + h) * D;
+    const float *kb = k + (b * m * G + g) * D;
+    /* per row, the base-2 offset that turns a tile score into log2(p) */
+    for (int64_t r = 0; r < bq; r++) {
+        double l = lse[(b * H + h) * n + i0 + r];
+        if (blk->score == RA_SCORE_GAUSSIAN) {
+            double qq = 0.0;
+            for (int64_t d = 0; d < D; d++)
+                qq += (double)qt[r * H * D + d] * qt[r * H * D + d];
+            l += qq * blk->half_inv_sigma2;
+        }
+        t.mx[r] = (float)(l * M_LOG2E);
+    }
+    for (int64_t j0 = 0; j0 < m; j0 += bkv) {
+        const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
+        score_tile(blk, qt, kb + j0 * G * D, bq, bk, t);
+        mask_tile(&blk->mask, &rl, i0, bq, j0, bk, t.s, bkv);
+        for (int64_t r = 0; r < bq; r++) {
+            float *dst = out + ((b * nh + hi) * nr + (i0 - r0 + r)) * M;
+            const float *row = t.s + r * bkv;
+            for (int64_t c = 0; c < bk; c++)
+                dst[blk->mask.kpos[j0 + c]] =
+                    t.mx[r] == -INFINITY ? 0.0f
+                                         : exp2f(row[c] - t.mx[r]);
+        }
+        if (poll && progress)
+            progress(progress_ctx);
+    }
+}
+
+void ra_kernel_probs(const ra_block *blk, int64_t r0, int64_t nr,
+                     const int64_t *heads, int64_t nh, const float *q,
+                     const float *k, const float *lse, float *out, int64_t M,
+                     ra_workspace *ws, ra_progress_fn progress,
+                     void *progress_ctx)
+{
+    const int64_t bq = blk->block_q;
+    if (nr == 0 || blk->m == 0)
+        return;
+    const int64_t tiles = (nr + bq - 1) / bq;
+    const int64_t items = blk->B * nh * tiles;
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ws->threads)
+    for (int64_t it = 0; it < items; it++) {
+        const int64_t qt = it % tiles, bh = it / tiles;
+        const int64_t b = bh / nh, hi = bh % nh;
+        const int64_t i0 = r0 + qt * bq;
+        const int64_t rows = r0 + nr - i0 < bq ? r0 + nr - i0 : bq;
+        const int tid = omp_get_thread_num();
+        probs_rows(blk, b, heads[hi], hi, nh, r0, nr, i0, rows, q, k, lse, out,
+                   M, scratch_of(ws, tid), tid == 0, progress, progress_ctx);
+    }
+}

@@ -97,6 +97,17 @@ void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
                          int64_t ldk, const double *v, int64_t ldv, double *o,
                          int64_t ldo, double *lse, double *scores);
 
+/* The attention weights of the local query rows [r0, r0 + nr) for query
+ * heads heads[0..nh) against one block, from their final lse (B, H, n):
+ * out[((b * nh + hi) * nr + r) * M + kpos[j]] = exp(score - lse), 0 where
+ * the mask hides the key or the row sees nothing. Same scores, masks and
+ * workspace as ra_kernel_forward_block. */
+void ra_kernel_probs(const ra_block *blk, int64_t r0, int64_t nr,
+                     const int64_t *heads, int64_t nh, const float *q,
+                     const float *k, const float *lse, float *out, int64_t M,
+                     ra_workspace *ws, ra_progress_fn progress,
+                     void *progress_ctx);
+
 /* The fp64 reference: plain softmax(s * q k^T) v with the same visibility
  * (mask batch-local, see ra_mask; NULL positions mean 0, 1, 2...),
  * materialising one query row of scores at a time (scores has m entries).

@@ -224,6 +224,29 @@ ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
                         const float *q, const float *k, const float *v,
                         float *o, float *lse, ra_timing *timing);
 
+/* Attention maps without the full matrix: the exact softmax weights of the
+ * query rows [i0, i1) over all M keys, for the chosen query heads, from the
+ * final LSE. Each rank fills the rows it holds: ra_attn_map_rows() gives
+ * their local index range [start, start + count), and out is
+ * (B, nheads, count, M) floats in natural key order. Rows sum to 1, or to 0
+ * when they see no key. */
+typedef struct {
+    int64_t i0, i1;
+    const int64_t *heads;
+    int64_t nheads;
+    float *out;
+} ra_attn_map;
+
+ra_range ra_attn_map_rows(ra_layout layout, int64_t N, int rank, int nranks,
+                          const ra_attn_map *map);
+
+/* ra_forward_ex() (no timings) followed by a second ring pass that writes
+ * the attention map; layout as resolved by ra_params_layout(). */
+ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
+                         const ra_params *params, const ra_masks *masks,
+                         const float *q, const float *k, const float *v,
+                         float *o, float *lse, ra_attn_map *map);
+
 /* ---- Errors ---------------------------------------------------------- */
 
 /* The message of the last error set on this thread by any ra_ function: one

@@ -1,0 +1,166 @@
+/* test_attnmap_mpi.c: attention maps (exact softmax weights of chosen query
+ * rows over all keys) at P = 1..4, every layout and score, with masks:
+ * each row sums to 1 (0 when it sees nothing) and matches the weights of
+ * the fp64 reference, exp(score - lse). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+#include "support.h"
+
+static int rank, nranks;
+
+/* Max |p - ref| and max |row sum - ref sum| over this rank's map rows. */
+static void check_map(const problem *p, const ra_params *prm,
+                      const int64_t *q_lens, const ra_slice *qs,
+                      ra_range rows, const ra_attn_map *map, double err[2])
+{
+    const ra_shape *s = &p->s;
+    const int64_t Dk = ra_shape_dk(s);
+    const ra_ref_score score = {prm->score, ra_params_scale(prm, s),
+                                prm->sigma, prm->additive, Dk};
+    double *qd = malloc(sizeof(double) * (size_t)s->D);
+    double *kd = malloc(sizeof(double) * (size_t)(s->M * Dk));
+    double *vd = calloc((size_t)s->M, sizeof(double)); /* Dv = 1 view */
+    double *sc = malloc(sizeof(double) * (size_t)s->M);
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t hi = 0; hi < map->nheads; hi++) {
+            const int64_t h = map->heads[hi], g = h / (s->H / s->G);
+            for (int64_t j = 0; j < s->M; j++)
+                for (int64_t d = 0; d < Dk; d++)
+                    kd[j * Dk + d] = p->k[((b * s->M + j) * s->G + g) * Dk + d];
+            for (int64_t r = 0; r < rows.count; r++) {
+                int64_t gi = ra_slice_pos(qs, rows.start + r);
+                for (int64_t d = 0; d < s->D; d++)
+                    qd[d] = p->q[((b * s->N + gi) * s->H + h) * s->D + d];
+                ra_mask mk = {.causal = prm->causal, .diag = s->M - s->N,
+                              .qpos = &gi,
+                              .q_lens = q_lens ? q_lens + b : NULL};
+                double o1, l;
+                ra_reference_scored(&score, 1, s->M, s->D, 1, &mk, qd, s->D,
+                                    kd, Dk, vd, 1, &o1, 1, &l, sc);
+                const float *row = map->out +
+                                   ((b * map->nheads + hi) * rows.count + r) * s->M;
+                double sum = 0, ref_sum = 0;
+                for (int64_t j = 0; j < s->M; j++) {
+                    double ref = isinf(l) ? 0.0 : exp(sc[j] - l);
+                    err[0] = fmax(err[0], fabs(row[j] - ref));
+                    sum += row[j];
+                    ref_sum += ref;
+                }
+                err[1] = fmax(err[1], fabs(sum - ref_sum));
+            }
+        }
+    free(qd);
+    free(kd);
+    free(vd);
+    free(sc);
+}
+
+static void run_map(const ra_shape *s, ra_params prm, int lens,
+                    int64_t i0, int64_t i1, uint64_t seed)
+{
+    problem p;
+    problem_make(&p, s, seed);
+    const int64_t Dk = ra_shape_dk(s);
+    int64_t q_lens[4];
+    ra_random_lens(seed, 3, s->B, s->N, q_lens);
+    const ra_masks local = {q_lens, NULL, NULL, NULL};
+    const ra_layout lay = ra_params_layout(&prm, 0);
+    const ra_slice qs = ra_layout_slice(lay, s->N, rank, nranks);
+    const ra_slice ks = ra_layout_slice(lay, s->M, rank, nranks);
+    float *q = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->D + 1));
+    float *k = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * Dk + 1));
+    float *v = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->Dv + 1));
+    float *o = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->Dv + 1));
+    float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * qs.count + 1));
+    slice_gather(p.q, s->B, s->N, s->H * s->D, sizeof(float), &qs, q);
+    slice_gather(p.k, s->B, s->M, s->G * Dk, sizeof(float), &ks, k);
+    slice_gather(p.v, s->B, s->M, s->G * s->Dv, sizeof(float), &ks, v);
+    const int64_t heads[2] = {0, s->H - 1};
+    ra_attn_map map = {i0, i1, heads, 2, NULL};
+    const ra_range rows = ra_attn_map_rows(lay, s->N, rank, nranks, &map);
+    map.out = malloc(sizeof(float) * (size_t)(s->B * 2 * rows.count * s->M + 1));
+    ra_status st = ra_forward_map(MPI_COMM_WORLD, s, &prm, lens ? &local : NULL,
+                                  q, k, v, o, lse, &map);
+    double err[2] = {0, 0}, gerr[2];
+    int64_t count = rows.count, all_rows = 0;
+    if (st == RA_OK)
+        check_map(&p, &prm, lens ? q_lens : NULL, &qs, rows, &map, err);
+    else
+        err[0] = INFINITY;
+    MPI_Allreduce(err, gerr, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&count, &all_rows, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("# P=%d %-8s %-10s rows [%lld, %lld) causal=%d lens=%d: max "
+               "|p - ref| %.2e, max |sum - ref sum| %.2e\n",
+               nranks, ra_score_name(prm.score), ra_layout_name(lay),
+               (long long)i0, (long long)i1, prm.causal, lens, gerr[0], gerr[1]);
+    assert_int_equal(all_rows, i1 - i0);
+    assert_true(gerr[0] < 1e-5 && gerr[1] < 1e-5);
+    free(q);
+    free(k);
+    free(v);
+    free(o);
+    free(lse);
+    free(map.out);
+    problem_free(&p);
+}
+
+static void test_maps(void **state)
+{
+    (void)state;
+    const ra_shape s = {2, 157, 203, 4, 2, 16, 8, 16};
+    ra_params prm;
+    ra_params_default(&prm);
+    prm.block_q = 16;
+    prm.block_kv = 32;
+    const ra_layout lays[3] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
+                               RA_LAYOUT_STRIPED};
+    float wq[8 * 16], wk[8 * 16], wv[8];
+    ra_random_normal(3, 20, 0, 8 * 16, wq);
+    ra_random_normal(3, 21, 0, 8 * 16, wk);
+    ra_random_normal(3, 22, 0, 8, wv);
+    const ra_additive ad = {8, wq, wk, wv};
+    for (int l = 0; l < 3; l++) {
+        prm.layout = lays[l];
+        prm.score = RA_SCORE_DOT;
+        prm.causal = 1;
+        run_map(&s, prm, 1, 0, 157, 800 + l);     /* every row */
+        prm.causal = 0;
+        run_map(&s, prm, 0, 40, 47, 810 + l);     /* a few rows */
+        prm.score = RA_SCORE_GAUSSIAN;
+        prm.sigma = 3.0;
+        run_map(&s, prm, 0, 100, 157, 820 + l);
+        prm.score = RA_SCORE_ADDITIVE;
+        prm.additive = &ad;
+        prm.causal = 1;
+        run_map(&s, prm, 1, 3, 30, 830 + l);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_maps),
+    };
+    if (rank != 0) {
+        if (!freopen("/dev/null", "w", stdout) ||
+            !freopen("/dev/null", "w", stderr))
+            MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
