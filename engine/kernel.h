@@ -108,6 +108,16 @@ void ra_kernel_probs(const ra_block *blk, int64_t r0, int64_t nr,
                      ra_workspace *ws, ra_progress_fn progress,
                      void *progress_ctx);
 
+/* y (rows, out) = x (rows, in) w^T + bias, w (out, in), bias (out) or NULL:
+ * the PyTorch Linear convention, one sgemm. */
+void ra_linear(const float *x, int64_t rows, int64_t in, const float *w,
+               const float *bias, int64_t out, float *y);
+
+/* Adds the sinusoidal encoding of global position pos[i] to token i of
+ * x (B, n, E): P(p, 2j) = sin(p / 10000^(2j/E)), P(p, 2j+1) = cos(...). */
+void ra_posenc_add(float *x, int64_t B, int64_t n, int64_t E,
+                   const int64_t *pos);
+
 /* The fp64 reference: plain softmax(s * q k^T) v with the same visibility
  * (mask batch-local, see ra_mask; NULL positions mean 0, 1, 2...),
  * materialising one query row of scores at a time (scores has m entries).

@@ -247,6 +247,33 @@ ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
                          const float *q, const float *k, const float *v,
                          float *o, float *lse, ra_attn_map *map);
 
+/* ---- The multi-head attention layer ---------------------------------- *
+ * y = concat_h(attention_h(x_q W_q^T + b_q, x_kv W_k^T + b_k,
+ *                          x_kv W_v^T + b_v)) W_o^T + b_o
+ * with weights in the PyTorch Linear convention (y = x W^T + b). Heads are
+ * split from the projections: query head h is columns [h D, (h+1) D) of
+ * x_q W_q^T; kv head g likewise. The scale is 1/sqrt(D), the per-head dim.
+ * With pos_encoding, sinusoidal encodings of the global token positions are
+ * added to x_q and x_kv first: P(i, 2j) = sin(i / 10000^(2j/E)),
+ * P(i, 2j+1) = cos(i / 10000^(2j/E)), E the input's width. */
+typedef struct {
+    int64_t Eq, Ekv, Eout;      /* widths of x_q, x_kv and y */
+    const float *w_q, *w_k, *w_v, *w_o; /* (H*D, Eq) (G*D, Ekv) (G*Dv, Ekv)
+                                           (Eout, H*Dv) */
+    const float *b_q, *b_k, *b_v, *b_o; /* (H*D) (G*D) (G*Dv) (Eout), or NULL */
+    int pos_encoding;
+} ra_mha;
+
+/* The layer on this rank's slices (layout as for ra_forward_ex): x_q
+ * (B, n, Eq), x_kv (B, m, Ekv) (the same as x_q for self-attention),
+ * y (B, n, Eout). Projections are token-wise (no communication); then the
+ * ring runs for all heads; then the output projection. shape gives B, N, M,
+ * H, G, D, Dv. timing may be NULL. */
+ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
+                         const ra_params *params, const ra_masks *masks,
+                         const ra_mha *layer, const float *x_q,
+                         const float *x_kv, float *y, ra_timing *timing);
+
 /* ---- Errors ---------------------------------------------------------- */
 
 /* The message of the last error set on this thread by any ra_ function: one
