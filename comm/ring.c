@@ -338,13 +338,17 @@ static ra_status ring_forward(MPI_Comm user_comm, const ra_shape *shape,
     double t_start = MPI_Wtime();
     ra_timing tm = {0};
     ra_status st = check_params(shape, params, masks);
-    if (st != RA_OK)
-        return st;
     const int segs = masks && masks->q_segments;
 
     MPI_Comm comm;
     if (MPI_Comm_dup(user_comm, &comm) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "ring: MPI_Comm_dup failed");
+    /* a rank whose arguments are refused must not leave the others in the
+     * ring: every rank returns the worst verdict */
+    if ((st = agree(comm, st)) != RA_OK) {
+        MPI_Comm_free(&comm);
+        return st;
+    }
     int P, r;
     MPI_Comm_size(comm, &P);
     MPI_Comm_rank(comm, &r);
@@ -442,6 +446,7 @@ static ra_status ring_forward(MPI_Comm user_comm, const ra_shape *shape,
         .B = shape->B, .n = n, .H = shape->H, .G = shape->G,
         .D = additive ? A : shape->D, .Dv = shape->Dv, .alpha = (float)alpha,
         .block_q = bq, .block_kv = bkv, .score = params->score,
+        .nan_check = params->nonfinite,
         .half_inv_sigma2 = params->score == RA_SCORE_GAUSSIAN
                                ? 0.5 / (params->sigma * params->sigma) : 0.0,
         .w_v = additive ? params->additive->w_v : NULL,

@@ -10,6 +10,24 @@ ra_range ra_shard_range(int64_t len, int rank, int nranks)
     return r;
 }
 
+ra_slice ra_slice_clip(const ra_slice *sl, int64_t i0, int64_t i1)
+{
+    ra_slice c = {0};
+    for (int i = 0; i < sl->nruns; i++) {
+        const ra_run *r = &sl->run[i];
+        /* t such that i0 <= start + t * stride < i1, within the run */
+        int64_t lo = i0 > r->start ? (i0 - r->start + r->stride - 1) / r->stride : 0;
+        int64_t hi = i1 > r->start ? (i1 - r->start + r->stride - 1) / r->stride : 0;
+        hi = hi < r->count ? hi : r->count;
+        if (hi > lo) {
+            c.run[c.nruns++] = (ra_run){r->start + lo * r->stride - i0, hi - lo,
+                                        r->stride};
+            c.count += hi - lo;
+        }
+    }
+    return c;
+}
+
 ra_slice ra_layout_slice(ra_layout layout, int64_t len, int rank, int nranks)
 {
     ra_slice s = {0};

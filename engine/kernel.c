@@ -96,6 +96,12 @@ void ra_state_reset(int64_t B, int64_t n, int64_t H, int64_t Dv, float *o,
 static void merge_row(int64_t Dv, const float *acc, float mx, float sum,
                       double shift, float *o, float *lse)
 {
+    if (isnan(sum)) { /* a NaN in q or k (--allow-nonfinite): show it */
+        for (int64_t d = 0; d < Dv; d++)
+            o[d] = NAN;
+        *lse = NAN;
+        return;
+    }
     if (!(sum > 0.0f))
         return;
     double lb = ((double)mx + log2((double)sum)) * LN2 + shift;
@@ -315,6 +321,10 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         /* pass 3: online softmax */
         for (int64_t r = 0; r < bq; r++) {
             float *row = t.s + r * bkv;
+            if (blk->nan_check)
+                for (int64_t c = 0; c < bk; c++)
+                    if (isnan(row[c]))
+                        t.sum[r] = NAN; /* sticks: merge_row passes it on */
             float mnew = ra_max(row, bk);
             if (mnew < t.mx[r])
                 mnew = t.mx[r];

@@ -43,6 +43,7 @@ typedef struct {
     int64_t block_q, block_kv;
     ra_mask mask;
     ra_score score;
+    int nan_check;   /* scan score rows for NaN and pass it on (nonfinite) */
     /* gaussian: a = q.k / sigma^2 - |q|^2 / (2 sigma^2) - |k|^2 / (2 sigma^2):
      * the key term is subtracted per column, the query term (constant per
      * row, so it leaves the weights alone) only shifts the LSE. */

@@ -114,6 +114,9 @@ typedef struct {
     ra_layout layout;
     int threads;       /* OpenMP threads per rank; 0: OMP_NUM_THREADS if
                           set, else 1 (MPI usually runs a rank per core) */
+    int nonfinite;     /* 1: inputs may hold NaN or inf; a NaN score then
+                          makes its query row NaN instead of being dropped
+                          (costs a scan of every score tile) */
     int no_poll;       /* 1: never progress transfers between tiles (only
                           to measure how much overlap polling buys) */
 } ra_params;
@@ -163,6 +166,10 @@ typedef struct {
 } ra_slice;
 
 ra_slice ra_layout_slice(ra_layout layout, int64_t len, int rank, int nranks);
+
+/* The tokens of a slice whose positions lie in [i0, i1), with positions
+ * counted from i0: the rows an attention map of those queries holds. */
+ra_slice ra_slice_clip(const ra_slice *slice, int64_t i0, int64_t i1);
 
 /* The global position of local token idx (0 <= idx < slice->count). */
 static inline int64_t ra_slice_pos(const ra_slice *slice, int64_t idx)
@@ -324,6 +331,8 @@ typedef struct {
     int64_t block_q, block_kv; /* the tiles actually used */
     const char *command_line;  /* as the user typed it */
     const char *masks;         /* mask datasets used, comma separated */
+    const ra_attn_map *map;    /* also write /attn_map (B, nheads, i1 - i0,
+                                  M) from map->out, or NULL */
 } ra_run_meta;
 
 /* Writes this rank's slices (under meta->params->layout) of /o (B, n, H, Dv)

@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
 
@@ -53,15 +55,12 @@ static uint64_t tmp_nonce(void)
     return z ^ (z >> 29);
 }
 
-/* Rank 0: checks the destination and creates an empty, unique temporary
- * file tmp (PATH_MAX bytes) in its directory. */
-static ra_status commit_prepare(const char *path, int force, char *tmp)
+ra_status h5io_output_check(const char *path, int force)
 {
     char dir[PATH_MAX];
     const char *base;
     struct stat sb;
     ra_status st;
-    int fd = -1;
 
     if ((st = path_split(path, dir, sizeof dir, &base)) != RA_OK)
         return st;
@@ -81,6 +80,21 @@ static ra_status commit_prepare(const char *path, int force, char *tmp)
             return ra_error_set(RA_ERR_EXISTS, "%s: output exists; pass "
                                 "--force to replace it", path);
     }
+    return RA_OK;
+}
+
+/* Rank 0: checks the destination and creates an empty, unique temporary
+ * file tmp (PATH_MAX bytes) in its directory, never following a symlink. */
+static ra_status commit_prepare(const char *path, int force, char *tmp)
+{
+    char dir[PATH_MAX];
+    const char *base;
+    ra_status st;
+    int fd = -1;
+
+    if ((st = h5io_output_check(path, force)) != RA_OK ||
+        (st = path_split(path, dir, sizeof dir, &base)) != RA_OK)
+        return st;
 
     for (int attempt = 0; fd < 0 && attempt < 16; attempt++) {
         int n = snprintf(tmp, PATH_MAX, "%s/.%s.tmp.%ld.%016llx", dir, base,
@@ -159,6 +173,27 @@ cleanup:
     return st;
 }
 
+/* Rank 0, after a failed write: removes tmp; for an I/O error, first adds
+ * to the message how much room the file system has left (HDF5 reports a
+ * full disk only as "file write failed"). */
+static void commit_abandon(const char *path, ra_status st, const char *tmp)
+{
+    char dir[PATH_MAX], why[512];
+    const char *base;
+    struct statvfs fs;
+
+    if (st == RA_ERR_IO && tmp[0] &&
+        path_split(path, dir, sizeof dir, &base) == RA_OK &&
+        statvfs(dir, &fs) == 0) {
+        snprintf(why, sizeof why, "%s", ra_error_message());
+        ra_error_set(st, "%s (%llu KiB free in %s)", why,
+                     (unsigned long long)fs.f_bavail * fs.f_frsize / 1024,
+                     dir);
+    }
+    if (tmp[0])
+        unlink(tmp);
+}
+
 ra_status h5io_commit(MPI_Comm comm, const char *path, int force,
                       h5io_writer writer, void *ctx)
 {
@@ -189,7 +224,7 @@ ra_status h5io_commit(MPI_Comm comm, const char *path, int force,
         st = ra_error_set(RA_ERR_IO, "%s: cannot create temporary HDF5 file "
                           "%s", path, tmp);
     if ((st = h5io_agree(comm, st)) == RA_OK)
-        st = writer(file, ctx);
+        st = writer(file, comm, ctx);
     if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
         st = ra_error_set(RA_ERR_IO, "%s: closing temporary file %s failed",
                           path, tmp);
@@ -203,7 +238,7 @@ cleanup:
         if (st == RA_OK)
             st = commit_publish(path, force, tmp);
         else
-            unlink(tmp);
+            commit_abandon(path, st, tmp);
     }
     return h5io_agree(comm, st);
 }

@@ -25,7 +25,7 @@ typedef struct {
 
 /* Writes /q, /k and /v. Element (b, i, h, d) of tensor t has the flat index
  * ((b * len + i) * heads + h) * dim + d in stream t. */
-static ra_status tensors_write(hid_t file, const gen_ctx *c)
+static ra_status tensors_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
 {
     const ra_shape *s = c->shape;
     const char *const names[3] = {"/q", "/k", "/v"};
@@ -43,7 +43,7 @@ static ra_status tensors_write(hid_t file, const gen_ctx *c)
 
         ra_random_slab(c->seed, (uint64_t)t, s->B, len[t],
                        heads[t] * dim[t], rows, c->buf);
-        if ((st = h5io_dset_write(file, c->path, names[t], ftype,
+        if ((st = h5io_dset_write(comm, file, c->path, names[t], ftype,
                                   H5T_NATIVE_FLOAT, 4, dims, 1, &slice,
                                   c->buf)) != RA_OK)
             return st;
@@ -52,7 +52,7 @@ static ra_status tensors_write(hid_t file, const gen_ctx *c)
 }
 
 /* Writes /q_lens and /kv_lens (B,) int64; rank 0 writes them whole. */
-static ra_status lens_write(hid_t file, const gen_ctx *c)
+static ra_status lens_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
 {
     const ra_shape *s = c->shape;
     const char *const names[2] = {"/q_lens", "/kv_lens"};
@@ -64,7 +64,7 @@ static ra_status lens_write(hid_t file, const gen_ctx *c)
 
     for (int t = 0; t < 2; t++) {
         ra_random_lens(c->seed, 3 + (uint64_t)t, s->B, len[t], c->ids);
-        if ((st = h5io_dset_write(file, c->path, names[t], H5T_STD_I64LE,
+        if ((st = h5io_dset_write(comm, file, c->path, names[t], H5T_STD_I64LE,
                                   H5T_NATIVE_INT64, 1, dims, 0, &slice,
                                   c->ids)) != RA_OK)
             return st;
@@ -74,7 +74,7 @@ static ra_status lens_write(hid_t file, const gen_ctx *c)
 
 /* Writes /segments (B, N) when N == M, else /q_segments (B, N) and
  * /kv_segments (B, M), int64. */
-static ra_status segments_write(hid_t file, const gen_ctx *c)
+static ra_status segments_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
 {
     const ra_shape *s = c->shape;
     const int both = s->N == s->M;
@@ -90,7 +90,7 @@ static ra_status segments_write(hid_t file, const gen_ctx *c)
 
         ra_random_segments(c->seed, 5 + (uint64_t)t, s->B, len[t],
                            c->segment_avg, &slice, c->ids);
-        if ((st = h5io_dset_write(file, c->path, names[t], H5T_STD_I64LE,
+        if ((st = h5io_dset_write(comm, file, c->path, names[t], H5T_STD_I64LE,
                                   H5T_NATIVE_INT64, 2, dims, 1, &slice,
                                   c->ids)) != RA_OK)
             return st;
@@ -98,26 +98,26 @@ static ra_status segments_write(hid_t file, const gen_ctx *c)
     return RA_OK;
 }
 
-static ra_status gen_write(hid_t file, void *arg)
+static ra_status gen_write(hid_t file, MPI_Comm comm, void *arg)
 {
     const gen_ctx *c = arg;
     ra_status st;
 
-    if ((st = tensors_write(file, c)) != RA_OK ||
-        (c->lens && (st = lens_write(file, c)) != RA_OK) ||
-        (c->segment_avg > 0 && (st = segments_write(file, c)) != RA_OK) ||
-        (st = h5io_attr_write_string(file, c->path, "engine_version",
+    if ((st = tensors_write(file, comm, c)) != RA_OK ||
+        (c->lens && (st = lens_write(file, comm, c)) != RA_OK) ||
+        (c->segment_avg > 0 && (st = segments_write(file, comm, c)) != RA_OK) ||
+        (st = h5io_attr_write_string(comm, file, c->path, "engine_version",
                                      RA_VERSION_STRING)) != RA_OK ||
-        (st = h5io_attr_write_int(file, c->path, "schema_version",
+        (st = h5io_attr_write_int(comm, file, c->path, "schema_version",
                                   RA_SCHEMA_VERSION)) != RA_OK ||
-        (st = h5io_attr_write_uint64(file, c->path, "seed",
+        (st = h5io_attr_write_uint64(comm, file, c->path, "seed",
                                      c->seed)) != RA_OK ||
-        (st = h5io_attr_write_int(file, c->path, "lens",
+        (st = h5io_attr_write_int(comm, file, c->path, "lens",
                                   c->lens ? 1 : 0)) != RA_OK ||
-        (st = h5io_attr_write_int64(file, c->path, "segment_avg",
+        (st = h5io_attr_write_int64(comm, file, c->path, "segment_avg",
                                     c->segment_avg)) != RA_OK)
         return st;
-    return h5io_attr_write_string(file, c->path, "generator",
+    return h5io_attr_write_string(comm, file, c->path, "generator",
                                   "splitmix64-boxmuller");
 }
 

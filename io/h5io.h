@@ -44,6 +44,8 @@ typedef struct {
     double scale;
     int64_t seq_q, seq_kv;
     char layout[32];
+    char score[16];  /* "dot" when absent */
+    double sigma;    /* 1 when absent */
     char masks[128];
 } h5io_run_attrs;
 
@@ -61,6 +63,44 @@ ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
                              int64_t start, int64_t count, int64_t *out,
                              int *present);
 
+/* Reads the whole float dataset name, which must have exactly the given
+ * rank and dims, into out (converted to float32); *present = 0 and RA_OK
+ * when it is absent. For weights (the additive score, the layer). */
+ra_status h5io_read_weights(const char *path, const char *name, int rank,
+                            const int64_t *dims, float *out, int *present);
+
+/* An integer root attribute; *present = 0 when it is absent. */
+ra_status h5io_read_int_attr(const char *path, const char *name,
+                             int64_t *out, int *present);
+
+/* The rank and dims of dataset name; *present = 0 when it is absent. */
+ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
+                            int64_t dims[4], int *present);
+
+/* ---- the attention layer (run --mha, gen --mha) ---- */
+
+/* Collective: this rank's tokens (a layout slice of axis 1) of the float
+ * dataset name, which must be (dims[0], dims[1], dims[2]). */
+ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
+                           const int64_t dims[3], const ra_slice *slice,
+                           float *out);
+
+/* Collective and atomic like ra_h5_write_outputs: /y (dims) from each
+ * rank's slice of tokens, and root attributes of the layer run. */
+ra_status h5io_write_layer_output(MPI_Comm comm, const char *path, int force,
+                                  const ra_shape *shape,
+                                  const ra_params *params, int pos_encoding,
+                                  const int64_t dims[3], const ra_slice *slice,
+                                  const float *y, const char *command_line);
+
+/* Collective: random layer inputs: /x (B, N, E) (or /x_q (B, N, E) and
+ * /x_kv (B, M, E) when cross), weights /w_q (H*D, E), /w_k (G*D, E),
+ * /w_v (G*Dv, E), /w_o (E, H*Dv) with entries N(0, 1/fan_in), biases
+ * /b_q /b_k /b_v /b_o, and root attributes heads, kv_heads. */
+ra_status h5io_gen_mha(MPI_Comm comm, const char *path, int force,
+                       const ra_shape *shape, int64_t E, int cross,
+                       uint64_t seed);
+
 /* The segment datasets of an input file: "/segments" for both sides, or
  * "/q_segments" and "/kv_segments", or NULL and NULL when it has none. */
 ra_status h5io_segment_names(const char *path, const char **q_name,
@@ -69,6 +109,30 @@ ra_status h5io_segment_names(const char *path, const char **q_name,
 /* Reads the sizes of /o (B, N, H, Dv) and /lse (B, H, N). */
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
                               int64_t dims_lse[3]);
+
+/* The first NaN or infinity of the input tensors, in file order of /q, then
+ * /k, then /v; dataset NULL when there is none. */
+typedef struct {
+    const char *dataset; /* "/q", "/k", "/v" or NULL */
+    int64_t index[4];    /* (b, i, h, d) of /q, (b, j, g, d) of /k and /v */
+    const char *kind;    /* "nan", "inf" or "-inf" */
+} h5io_nonfinite;
+
+/* Scans this rank's slices q, k, v (as ra_h5_read_inputs() filled them under
+ * the resolved layout) for values that are not finite; collective over
+ * comm. RA_ERR_INPUT naming the file, dataset, value and global index when
+ * any rank holds one (the same verdict on every rank), else RA_OK. A
+ * float64 file value beyond the float32 range reads as inf and is caught. */
+ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
+                              const ra_shape *s, ra_layout layout,
+                              const float *q, const float *k, const float *v,
+                              h5io_nonfinite *bad);
+
+/* The checks of an output path that need no writing, for a caller to make
+ * before any heavy work (h5io_commit() makes them again): the path names a
+ * file in an existing, writable directory; it is not a directory; it does
+ * not exist unless force. Not collective. */
+ra_status h5io_output_check(const char *path, int force);
 
 /* Prints every dataset (path, shape, dtype) and every root attribute
  * (name = value) of the file to out, in aligned columns. */

@@ -79,14 +79,55 @@ hid_t h5io_dxpl_collective(void)
     return dxpl;
 }
 
+/* H5Ewalk2 callback: keeps the description of the most specific error. */
+static herr_t error_innermost(unsigned n, const H5E_error2_t *err, void *buf)
+{
+    if (n == 0)
+        snprintf(buf, H5IO_DETAIL_LEN, "%s", err->desc ? err->desc : "");
+    return 0;
+}
+
+void h5io_error_detail(char *buf)
+{
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, error_innermost, buf);
+    if (!buf[0])
+        snprintf(buf, H5IO_DETAIL_LEN, "no detail");
+}
+
+/* Whether the file starts with the HDF5 signature (at 0 or after a user
+ * block of 512, 1024, ... bytes). */
+static int has_hdf5_signature(const char *path)
+{
+    static const char sig[8] = "\211HDF\r\n\032\n";
+    char head[8];
+    int found = 0;
+    FILE *f = fopen(path, "rb");
+
+    for (long at = 0; f && !found && at <= (1L << 20); at = at ? 2 * at : 512)
+        found = fseek(f, at, SEEK_SET) == 0 &&
+                fread(head, 1, sizeof head, f) == sizeof head &&
+                memcmp(head, sig, sizeof sig) == 0;
+    if (f)
+        fclose(f);
+    return found;
+}
+
 ra_status h5io_file_open(const char *path, hid_t fapl, hid_t *file)
 {
+    char why[H5IO_DETAIL_LEN];
+
     *file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (*file >= 0)
         return RA_OK;
+    h5io_error_detail(why);
     if (access(path, R_OK) != 0)
         return ra_error_set(RA_ERR_INPUT, "%s: cannot open: %s", path,
                             strerror(errno));
+    if (has_hdf5_signature(path))
+        return ra_error_set(RA_ERR_INPUT, "%s: an HDF5 file that cannot be "
+                            "opened (truncated or corrupted?): %s", path,
+                            why);
     return ra_error_set(RA_ERR_INPUT,
                         "%s: cannot open as HDF5 (not an HDF5 file?)", path);
 }

@@ -29,6 +29,12 @@ void h5io_quiet_end(const h5io_quiet *saved);
  * before any collective step a local failure would otherwise skip. */
 ra_status h5io_agree(MPI_Comm comm, ra_status st);
 
+/* The description of the most specific error on the HDF5 error stack of
+ * this thread (e.g. "truncated file: eof = ..."), into buf[H5IO_DETAIL_LEN];
+ * "no detail" when the stack is empty. Call right after the failing call. */
+#define H5IO_DETAIL_LEN 200
+void h5io_error_detail(char *buf);
+
 /* New property lists (caller closes): MPI-IO file access over comm, and
  * collective transfers. Negative on failure. */
 hid_t h5io_fapl_mpio(MPI_Comm comm);
@@ -75,29 +81,32 @@ ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
 
 /* Creates dataset name of file type ftype and the given dims, and writes
  * buf (memory type mtype), this rank's slice on axis, dense as
- * h5io_slice_select() describes; collective. buf may be NULL when the
- * slice is empty. */
-ra_status h5io_dset_write(hid_t file, const char *path, const char *name,
-                          hid_t ftype, hid_t mtype, int rank,
-                          const hsize_t *dims, int axis,
+ * h5io_slice_select() describes; collective over comm (the file's
+ * communicator), and every rank returns the same status (h5io_agree), so
+ * that a failure on one rank (a full disk) never leaves the others in the
+ * next collective call. buf may be NULL when the slice is empty. */
+ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
+                          const char *name, hid_t ftype, hid_t mtype,
+                          int rank, const hsize_t *dims, int axis,
                           const ra_slice *slice, const void *buf);
 
-/* Write a scalar root attribute; every rank must pass the same value. */
-ra_status h5io_attr_write_int(hid_t file, const char *path, const char *name,
-                              int value);
-ra_status h5io_attr_write_int64(hid_t file, const char *path,
+/* Write a scalar root attribute; every rank must pass the same value;
+ * collective over comm with an agreed status, as h5io_dset_write(). */
+ra_status h5io_attr_write_int(MPI_Comm comm, hid_t file, const char *path,
+                              const char *name, int value);
+ra_status h5io_attr_write_int64(MPI_Comm comm, hid_t file, const char *path,
                                 const char *name, int64_t value);
-ra_status h5io_attr_write_uint64(hid_t file, const char *path,
+ra_status h5io_attr_write_uint64(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, uint64_t value);
-ra_status h5io_attr_write_double(hid_t file, const char *path,
+ra_status h5io_attr_write_double(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, double value);
 /* A fixed-length, NUL-terminated ASCII string (value may be ""). */
-ra_status h5io_attr_write_string(hid_t file, const char *path,
+ra_status h5io_attr_write_string(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, const char *value);
 
 /* Fills an open new file: this rank's part of every dataset, and the
  * attributes; returns this rank's status. */
-typedef ra_status (*h5io_writer)(hid_t file, void *ctx);
+typedef ra_status (*h5io_writer)(hid_t file, MPI_Comm comm, void *ctx);
 
 /* Creates path atomically, collective over comm. Rank 0 refuses an existing
  * path unless force, and makes an empty temporary file next to it; every

@@ -6,15 +6,16 @@
 #include "h5util.h"
 #include "internal.h"
 
-ra_status h5io_dset_write(hid_t file, const char *path, const char *name,
-                          hid_t ftype, hid_t mtype, int rank,
-                          const hsize_t *dims, int axis,
+ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
+                          const char *name, hid_t ftype, hid_t mtype,
+                          int rank, const hsize_t *dims, int axis,
                           const ra_slice *slice, const void *buf)
 {
     hid_t space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
     hid_t dset = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
     hid_t dxpl = H5I_INVALID_HID;
     const int64_t dummy = 0; /* a valid address for an empty selection */
+    char why[H5IO_DETAIL_LEN];
     ra_status st = RA_OK;
 
     /* every element gets written, so no fill pass over the whole file */
@@ -37,10 +38,12 @@ ra_status h5io_dset_write(hid_t file, const char *path, const char *name,
                                 &mspace)) != RA_OK)
         goto cleanup;
     if (H5Dwrite(dset, mtype, mspace, space, dxpl,
-                 slice->count ? buf : (const void *)&dummy) < 0)
+                 slice->count ? buf : (const void *)&dummy) < 0) {
+        h5io_error_detail(why);
         st = ra_error_set(RA_ERR_IO, "%s: dataset %s: writing this rank's "
-                          "%lld tokens failed", path, name,
-                          (long long)slice->count);
+                          "%lld tokens failed: %s", path, name,
+                          (long long)slice->count, why);
+    }
 
 cleanup:
     if (mspace >= 0) H5Sclose(mspace);
@@ -50,13 +53,14 @@ cleanup:
     if (dxpl >= 0) H5Pclose(dxpl);
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);
-    return st;
+    return h5io_agree(comm, st);
 }
 
 /* Writes a scalar root attribute of file type ftype from *value of memory
  * type mtype. */
-static ra_status attr_write(hid_t file, const char *path, const char *name,
-                            hid_t ftype, hid_t mtype, const void *value)
+static ra_status attr_write(MPI_Comm comm, hid_t file, const char *path,
+                            const char *name, hid_t ftype, hid_t mtype,
+                            const void *value)
 {
     hid_t space = H5I_INVALID_HID, attr = H5I_INVALID_HID;
     ra_status st = RA_OK;
@@ -72,38 +76,38 @@ static ra_status attr_write(hid_t file, const char *path, const char *name,
                           name);
     if (space >= 0)
         H5Sclose(space);
-    return st;
+    return h5io_agree(comm, st);
 }
 
-ra_status h5io_attr_write_int(hid_t file, const char *path, const char *name,
-                              int value)
+ra_status h5io_attr_write_int(MPI_Comm comm, hid_t file, const char *path,
+                              const char *name, int value)
 {
-    return attr_write(file, path, name, H5T_STD_I32LE, H5T_NATIVE_INT,
+    return attr_write(comm, file, path, name, H5T_STD_I32LE, H5T_NATIVE_INT,
                       &value);
 }
 
-ra_status h5io_attr_write_int64(hid_t file, const char *path,
+ra_status h5io_attr_write_int64(MPI_Comm comm, hid_t file, const char *path,
                                 const char *name, int64_t value)
 {
-    return attr_write(file, path, name, H5T_STD_I64LE, H5T_NATIVE_INT64,
+    return attr_write(comm, file, path, name, H5T_STD_I64LE, H5T_NATIVE_INT64,
                       &value);
 }
 
-ra_status h5io_attr_write_uint64(hid_t file, const char *path,
+ra_status h5io_attr_write_uint64(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, uint64_t value)
 {
-    return attr_write(file, path, name, H5T_STD_U64LE, H5T_NATIVE_UINT64,
+    return attr_write(comm, file, path, name, H5T_STD_U64LE, H5T_NATIVE_UINT64,
                       &value);
 }
 
-ra_status h5io_attr_write_double(hid_t file, const char *path,
+ra_status h5io_attr_write_double(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, double value)
 {
-    return attr_write(file, path, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+    return attr_write(comm, file, path, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
                       &value);
 }
 
-ra_status h5io_attr_write_string(hid_t file, const char *path,
+ra_status h5io_attr_write_string(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, const char *value)
 {
     hid_t type = H5Tcopy(H5T_C_S1);
@@ -111,11 +115,12 @@ ra_status h5io_attr_write_string(hid_t file, const char *path,
 
     if (type < 0 || H5Tset_size(type, strlen(value) + 1) < 0 ||
         H5Tset_strpad(type, H5T_STR_NULLTERM) < 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: attribute %s: cannot make its "
-                          "string type", path, name);
+        st = h5io_agree(comm, ra_error_set(RA_ERR_IO, "%s: attribute %s: "
+                                           "cannot make its string type",
+                                           path, name));
         goto cleanup;
     }
-    st = attr_write(file, path, name, type, type, value);
+    st = attr_write(comm, file, path, name, type, type, value);
 
 cleanup:
     if (type >= 0)

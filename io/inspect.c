@@ -130,6 +130,68 @@ ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
                     n, 0, out, present);
 }
 
+ra_status h5io_read_weights(const char *path, const char *name, int rank,
+                            const int64_t *dims, float *out, int *present)
+{
+    const int64_t zero[4] = {0, 0, 0, 0};
+    return box_read(path, name, H5T_FLOAT, H5T_NATIVE_FLOAT, rank, rank, zero,
+                    dims, 1, out, present);
+}
+
+static ra_status attr_read(hid_t file, const char *path, const char *name,
+                           H5T_class_t cls, hid_t mtype, void *out,
+                           int *present);
+
+ra_status h5io_read_int_attr(const char *path, const char *name,
+                             int64_t *out, int *present)
+{
+    hid_t file = H5I_INVALID_HID;
+    h5io_quiet quiet;
+    ra_status st;
+    h5io_quiet_begin(&quiet);
+    *present = 0;
+    if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) == RA_OK)
+        st = attr_read(file, path, name, H5T_INTEGER, H5T_NATIVE_INT64, out,
+                       present);
+    if (file >= 0) H5Fclose(file);
+    h5io_quiet_end(&quiet);
+    return st;
+}
+
+ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
+                            int64_t dims[4], int *present)
+{
+    hid_t file = H5I_INVALID_HID, dset = H5I_INVALID_HID;
+    hid_t space = H5I_INVALID_HID;
+    hsize_t d[4];
+    h5io_quiet quiet;
+    ra_status st;
+
+    h5io_quiet_begin(&quiet);
+    *present = 0;
+    if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK)
+        goto cleanup;
+    if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
+        goto cleanup;
+    if ((dset = H5Dopen2(file, name, H5P_DEFAULT)) < 0 ||
+        (space = H5Dget_space(dset)) < 0 ||
+        (*rank = H5Sget_simple_extent_ndims(space)) < 0 || *rank > 4 ||
+        H5Sget_simple_extent_dims(space, d, NULL) < 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: cannot read its "
+                          "shape (rank must be at most 4)", path, name);
+        goto cleanup;
+    }
+    for (int i = 0; i < *rank; i++)
+        dims[i] = (int64_t)d[i];
+    *present = 1;
+cleanup:
+    if (space >= 0) H5Sclose(space);
+    if (dset >= 0) H5Dclose(dset);
+    if (file >= 0) H5Fclose(file);
+    h5io_quiet_end(&quiet);
+    return st;
+}
+
 ra_status h5io_segment_names(const char *path, const char **q_name,
                              const char **kv_name)
 {
@@ -306,6 +368,8 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
 
     memset(a, 0, sizeof *a);
     snprintf(a->layout, sizeof a->layout, "contiguous");
+    snprintf(a->score, sizeof a->score, "dot");
+    a->sigma = 1.0;
     h5io_quiet_begin(&quiet);
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
         (st = attr_read(file, path, "causal", H5T_INTEGER, H5T_NATIVE_INT,
@@ -325,7 +389,11 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
                         H5T_NATIVE_INT64, &a->window_right,
                         &present)) != RA_OK ||
         (st = attr_read_string(file, path, "layout", a->layout,
-                               sizeof a->layout)) != RA_OK)
+                               sizeof a->layout)) != RA_OK ||
+        (st = attr_read_string(file, path, "score", a->score,
+                               sizeof a->score)) != RA_OK ||
+        (st = attr_read(file, path, "sigma", H5T_FLOAT, H5T_NATIVE_DOUBLE,
+                        &a->sigma, &present)) != RA_OK)
         goto cleanup;
     st = attr_read_string(file, path, "masks", a->masks, sizeof a->masks);
 

@@ -1,4 +1,4 @@
-/* read.c: parallel reading of input files, /q (B, N, H, D), /k (B, M, G, D)
+/* read.c: parallel reading of input files, /q (B, N, H, D), /k (B, M, G, Dk)
  * and /v (B, M, G, Dv), each rank reading only the tokens its layout slice
  * names. */
 #include <string.h>
@@ -20,11 +20,6 @@ static ra_status shape_match(const char *path, const hsize_t *q,
                             k[0] != q[0] ? "/k" : "/v",
                             (unsigned long long)(k[0] != q[0] ? k[0] : v[0]),
                             (unsigned long long)q[0]);
-    if (k[3] != q[3])
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset /k: head dim D = %llu "
-                            "differs from /q (D = %llu)", path,
-                            (unsigned long long)k[3],
-                            (unsigned long long)q[3]);
     if (v[1] != k[1])
         return ra_error_set(RA_ERR_INPUT, "%s: dataset /v: length M = %llu "
                             "differs from /k (M = %llu)", path,
@@ -41,6 +36,7 @@ static ra_status shape_match(const char *path, const hsize_t *q,
                             path, (unsigned long long)k[2],
                             (unsigned long long)q[2]);
 
+    memset(shape, 0, sizeof *shape); /* fields not read here: defaults */
     shape->B = (int64_t)q[0];
     shape->N = (int64_t)q[1];
     shape->H = (int64_t)q[2];
@@ -48,6 +44,9 @@ static ra_status shape_match(const char *path, const hsize_t *q,
     shape->M = (int64_t)k[1];
     shape->G = (int64_t)k[2];
     shape->Dv = (int64_t)v[3];
+    /* keys of another dim than the queries: only the additive score takes
+     * them, which ra_forward_ex checks (and `ringattn run` explains) */
+    shape->Dk = k[3] != q[3] ? (int64_t)k[3] : 0;
     if ((st = ra_shape_check(shape)) != RA_OK) {
         snprintf(why, sizeof why, "%s", ra_error_message());
         return ra_error_set(RA_ERR_INPUT, "%s: %s", path, why);
@@ -137,7 +136,7 @@ static ra_status inputs_read(MPI_Comm comm, const char *path,
     hid_t fapl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
     hid_t file = H5I_INVALID_HID;
     const int64_t qdims[4] = {s->B, s->N, s->H, s->D};
-    const int64_t kdims[4] = {s->B, s->M, s->G, s->D};
+    const int64_t kdims[4] = {s->B, s->M, s->G, ra_shape_dk(s)};
     const int64_t vdims[4] = {s->B, s->M, s->G, s->Dv};
     ra_slice sq, sk;
     ra_status st;

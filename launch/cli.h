@@ -46,6 +46,23 @@ int cli_parse_f64(const char *opt, const char *text, double *out);
  * with a message when it is missing. */
 const char *cli_value(int argc, char **argv, int *i);
 
+/* The bytes of n arrays of counts[i] elements of elem bytes each, plus one
+ * element (so that empty slices still allocate); 0 when the total does not
+ * fit in size_t. For the single allocation of a rank's slices. */
+size_t cli_alloc_bytes(const size_t *counts, int n, size_t elem);
+
+/* The additive score's weights, read from an input file. */
+typedef struct {
+    float *mem; /* w_q (A, D) | w_k (A, Dk) | w_v (A) */
+    ra_additive additive;
+} cli_score_inputs;
+
+/* Checks the score against the input (keys of another dim need the
+ * additive score) and reads /additive/w_q, w_k, w_v into p->additive. */
+ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
+                          cli_score_inputs *si);
+void cli_score_free(cli_score_inputs *si);
+
 /* Prints "ringattn: <message>" once, from rank 0, and returns code. */
 int cli_fail(const cli_ctx *ctx, int code, const char *what);
 
@@ -63,5 +80,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv);
 int cmd_verify(const cli_ctx *ctx, int argc, char **argv);
 int cmd_info(const cli_ctx *ctx, int argc, char **argv);
 int cmd_bench(const cli_ctx *ctx, int argc, char **argv);
+int cmd_plot(const cli_ctx *ctx, int argc, char **argv);
+int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv);
 
 #endif /* RA_CLI_H */

@@ -3,6 +3,7 @@
  * pass, per-rank min/avg/max, the same processes' large-sgemm rate as the
  * yardstick, a comm-only ring for bandwidth, peak RSS, and a sampled fp64
  * check of every configuration's output. Rank 0 alone prints. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,8 @@ static const char bench_help[] =
     "  --layout NAME --threads T     as in run\n"
     "  --lens random    random padding lengths q_lens, kv_lens in [0, len]\n"
     "  --segments AVG   random packed sequences of mean length AVG\n"
+    "  --score NAME --sigma S   dot (default), gaussian or additive\n"
+    "  --additive-hidden A      hidden size of random additive weights (64)\n"
     "  --mode MODE      ring (default), naive (materialising baseline: gather\n"
     "                   K/V, full score matrix, libm expf), or both\n"
     "  --no-poll        do not progress transfers between tiles (shows what\n"
@@ -55,7 +58,7 @@ static const char bench_help[] =
     "timed passes; model_MB is its slices + two ring buffers + tiles;\n"
     "rel_err is ||o - ref|| / ||ref|| on the checked rows, PASS below 1e-5.\n";
 
-enum { MAX_SEQS = 64, SGEMM_N = 2048 };
+enum { MAX_SEQS = 64, SGEMM_N = 2048, RING_PART = 1 << 30 };
 
 typedef struct {
     cli_shape cs;
@@ -65,6 +68,9 @@ typedef struct {
     int64_t warmup, reps, check_rows, seed;
     int lens;             /* random padding lengths */
     int layout_auto;      /* the layout was chosen, not given */
+    int64_t additive_hidden; /* A of the random additive weights */
+    float *additive_mem;  /* w_q (A, D) | w_k (A, D) | w_v (A) */
+    ra_additive additive;
     int64_t segment_avg;  /* random packed segments of this mean length */
     int ring, naive;
     const char *json, *csv;
@@ -148,8 +154,16 @@ static double sgemm_rate(MPI_Comm comm, int threads)
     return 2.0 * (double)n * n * n / median(t, 3) * 1e-9;
 }
 
+/* The part of a count-long message starting at element at: at most
+ * RING_PART elements, 0 past its end. */
+static int64_t part_of(int64_t count, int64_t at)
+{
+    return count <= at ? 0 : count - at < RING_PART ? count - at : RING_PART;
+}
+
 /* Comm-only ring of whole blocks, as an unmasked pass sends them: GB/s per
- * rank, the link speed the ring's transfers can hide behind. */
+ * rank, the link speed the ring's transfers can hide behind. Blocks over
+ * RING_PART floats go in parts, MPI counts being int. */
 static double ring_bandwidth(MPI_Comm comm, const ra_shape *s, ra_layout lay)
 {
     int P, r;
@@ -173,13 +187,16 @@ static double ring_bandwidth(MPI_Comm comm, const ra_shape *s, ra_layout lay)
         bytes = 0;
         for (int step = 0; step + 1 < P; step++) {
             int src = (r - step + P) % P, next = (r - step - 1 + P) % P;
-            int sc = (int)(s->B * ra_layout_slice(lay, s->M, src, P).count * row);
-            int rc = (int)(s->B * ra_layout_slice(lay, s->M, next, P).count * row);
+            int64_t sc = s->B * ra_layout_slice(lay, s->M, src, P).count * row;
+            int64_t rc = s->B * ra_layout_slice(lay, s->M, next, P).count * row;
             float *out = buf + (step & 1) * cap, *in = buf + ((step + 1) & 1) * cap;
-            MPI_Sendrecv(out, sc, MPI_FLOAT, (r + 1) % P, 11, in, rc,
-                         MPI_FLOAT, (r - 1 + P) % P, 11, comm,
-                         MPI_STATUS_IGNORE);
-            bytes += 4.0 * sc;
+            for (int64_t at = 0; at < sc || at < rc; at += RING_PART) {
+                const int sn = (int)part_of(sc, at), rn = (int)part_of(rc, at);
+                MPI_Sendrecv(out + (sn ? at : 0), sn, MPI_FLOAT, (r + 1) % P,
+                             11, in + (rn ? at : 0), rn, MPI_FLOAT,
+                             (r - 1 + P) % P, 11, comm, MPI_STATUS_IGNORE);
+            }
+            bytes += 4.0 * (double)sc;
         }
         if (rep >= 0)
             t[rep] = MPI_Wtime() - t0;
@@ -324,7 +341,8 @@ static void check_output(const bench_opts *o, const ra_shape *s,
     if (n == 0 || o->check_rows == 0)
         return;
     const ra_params *p = &o->p;
-    const double scale = ra_params_scale(p, s);
+    const ra_ref_score score = {p->score, ra_params_scale(p, s), p->sigma,
+                                p->additive, s->D};
     const int64_t Dmax = s->D > s->Dv ? s->D : s->Dv;
     double *kd = malloc(sizeof(double) * (size_t)(s->M * s->D));
     double *vd = malloc(sizeof(double) * (size_t)(s->M * s->Dv));
@@ -366,7 +384,7 @@ static void check_output(const bench_opts *o, const ra_shape *s,
                                   .q_seg = kseg ? bm->q_seg + b * n + i : NULL,
                                   .k_seg = kseg};
                     double lref;
-                    ra_reference_rows(1, s->M, s->D, s->Dv, scale, &mk, qd,
+                    ra_reference_scored(&score, 1, s->M, s->D, s->Dv, &mk, qd,
                                       s->D, kd, s->D, vd, s->Dv, ref, s->Dv,
                                       &lref, sc);
                     const float *orow = out + ((b * n + i) * s->H + h) * s->Dv;
@@ -413,7 +431,9 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     const size_t nv = (size_t)(s->B * ks.count * s->G * s->Dv);
     const size_t no = (size_t)(s->B * qs.count * s->H * s->Dv);
     const size_t nl = (size_t)(s->B * s->H * qs.count);
-    float *mem = malloc((nq + nk + nv + no + nl + 1) * sizeof(float));
+    const size_t counts[5] = {nq, nk, nv, no, nl};
+    const size_t bytes = cli_alloc_bytes(counts, 5, sizeof(float));
+    float *mem = bytes ? malloc(bytes) : NULL;
     double *wall = malloc(sizeof(double) * (size_t)o->reps * 3);
     bench_masks bm;
     int bad = !mem || !wall || bench_masks_make(o, s, &qs, &ks, &bm) != 0;
@@ -463,7 +483,12 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
     double pairs = local_pairs(o, s, &qs, &bm), all_pairs = 0;
     MPI_Allreduce(&pairs, &all_pairs, 1, MPI_DOUBLE, MPI_SUM, comm);
-    res->flops = 2.0 * (double)(s->D + s->Dv) * (double)s->H * all_pairs;
+    /* per visible pair: the score (2 D, or 4 A for additive with a tanh as
+     * one operation) and 2 Dv for the values, as ra_forward_flops counts */
+    const double score_ops = o->p.score == RA_SCORE_ADDITIVE
+                                 ? 4.0 * (double)o->additive_hidden
+                                 : 2.0 * (double)s->D;
+    res->flops = (score_ops + 2.0 * (double)s->Dv) * (double)s->H * all_pairs;
 
     /* the job's time of each rep is its slowest rank's */
     double *job = malloc(sizeof(double) * (size_t)o->reps);
@@ -514,12 +539,13 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
 
 /* ---- options ---------------------------------------------------------------- */
 
-/* Parses "1024,2048,4096" into o->seqs. */
+/* Parses "1024,2048,4096" into o->seqs: no empty item, none after a
+ * trailing comma, at least one. */
 static int parse_seq_list(bench_opts *o, const char *text)
 {
     o->nseq = 0;
     const char *p = text;
-    while (*p) {
+    for (;;) {
         char item[32];
         size_t len = strcspn(p, ",");
         if (len == 0 || len >= sizeof item || o->nseq == MAX_SEQS) {
@@ -533,10 +559,10 @@ static int parse_seq_list(bench_opts *o, const char *text)
                           &o->seqs[o->nseq++]) != 0)
             return -1;
         p += len;
-        if (*p == ',')
-            p++;
+        if (*p == '\0')
+            return 0;
+        p++; /* the comma */
     }
-    return o->nseq > 0 ? 0 : -1;
 }
 
 static int parse_bench(bench_opts *o, int argc, char **argv, int *help)
@@ -576,6 +602,11 @@ static int parse_bench(bench_opts *o, int argc, char **argv, int *help)
                 return -1;
             }
             o->lens = 1;
+        } else if (strcmp(argv[i], "--additive-hidden") == 0) {
+            if (!(val = cli_value(argc, argv, &i)) ||
+                cli_parse_i64("--additive-hidden", val, 1, 1 << 16,
+                              &o->additive_hidden) != 0)
+                return -1;
         } else if (strcmp(argv[i], "--segments") == 0) {
             if (!(val = cli_value(argc, argv, &i)) ||
                 cli_parse_i64("--segments", val, 1, (int64_t)1 << 40,
@@ -658,12 +689,26 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     o.warmup = 1;
     o.reps = 5;
     o.check_rows = 3;
+    o.additive_hidden = 64;
     o.seed = 1;
     o.ring = 1;
     int help = 0;
     if (parse_bench(&o, argc, argv, &help) != 0)
         return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
     cli_shape_finish(&o.cs);
+    if (o.p.score == RA_SCORE_ADDITIVE) { /* seeded random weights */
+        const int64_t A = o.additive_hidden, D = o.cs.shape.D;
+        o.additive_mem = malloc(sizeof(float) * (size_t)(A * (2 * D + 1)));
+        if (!o.additive_mem)
+            return cli_fail(ctx, CLI_EXIT_RUNTIME, "bench: out of memory");
+        ra_random_normal((uint64_t)o.seed, 30, 0, A * (2 * D + 1),
+                         o.additive_mem);
+        for (int64_t i = 0; i < 2 * A * D; i++) /* keep tanh off its rails */
+            o.additive_mem[i] *= (float)(0.5 / sqrt((double)D));
+        o.additive = (ra_additive){A, o.additive_mem, o.additive_mem + A * D,
+                                   o.additive_mem + 2 * A * D};
+        o.p.additive = &o.additive;
+    }
     o.layout_auto = o.p.layout == RA_LAYOUT_AUTO;
     o.p.layout = ra_params_layout(&o.p, o.segment_avg > 0);
     if (o.naive && (o.p.layout != RA_LAYOUT_CONTIGUOUS ||
@@ -678,23 +723,39 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
             fputs(bench_help, stdout);
         return CLI_EXIT_OK;
     }
+    /* every shape is checked before any measurement */
+    for (int i = 0; i < o.nseq; i++) {
+        ra_shape s = o.cs.shape;
+        s.N = o.seqs[i];
+        if (!o.cs.seq_kv_set)
+            s.M = s.N;
+        if (ra_shape_check(&s) != RA_OK)
+            return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
+    }
 
     FILE *json = NULL, *csv = NULL;
     int open_fail = 0;
     if (ctx->rank == 0) {
+        const char *bad = NULL;
         if (o.json && !(json = fopen(o.json, "w")))
+            bad = o.json;
+        else if (o.csv && !(csv = fopen(o.csv, "w")))
+            bad = o.csv;
+        if (bad) {
+            ra_error_set(RA_ERR_ARG, "bench: cannot open --%s file %s: %s",
+                         bad == o.json ? "json" : "csv", bad, strerror(errno));
             open_fail = 1;
-        if (o.csv && !(csv = fopen(o.csv, "w")))
-            open_fail = 1;
+        }
     }
     MPI_Bcast(&open_fail, 1, MPI_INT, 0, ctx->comm);
     if (open_fail) {
-        if (json)
+        if (json) {
             fclose(json);
+            remove(o.json);
+        }
         if (csv)
             fclose(csv);
-        return cli_fail(ctx, CLI_EXIT_USAGE, "bench: cannot open the --json or "
-                                             "--csv file for writing");
+        return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
     }
 
     double sgemm = 0;
@@ -740,6 +801,7 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     if (csv)
         fclose(csv);
     free(rows);
+    free(o.additive_mem);
     if (st != RA_OK)
         return cli_fail(ctx, cli_exit_code(st), ra_error_message());
     return all_pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;

@@ -23,6 +23,10 @@ static const char gen_help[] =
     "  --dim-v Dv        head dim of v, default D\n"
     "  --dtype T         float32 (default) or float64\n"
     "  --seed S          default 1\n"
+    "  --mha             write layer inputs instead: /x (B,N,E) or, with\n"
+    "                    --seq-kv, /x_q and /x_kv; weights /w_q /w_k /w_v /w_o\n"
+    "                    and biases for --heads, --kv-heads, --dim, --dim-v\n"
+    "  --embed E         model width of the layer inputs (default 64)\n"
     "  --lens random     also write random padding lengths /q_lens, /kv_lens\n"
     "  --segments AVG    also write random packed-sequence ids of mean length\n"
     "                    AVG: /segments (N == M) or /q_segments, /kv_segments\n"
@@ -34,7 +38,8 @@ int cmd_gen(const cli_ctx *ctx, int argc, char **argv)
     cli_shape cs;
     cli_shape_default(&cs);
     const char *out = NULL;
-    int force = 0, f64 = 0, lens = 0;
+    int force = 0, f64 = 0, lens = 0, mha = 0;
+    int64_t embed = 64;
     int64_t seed = 1, segment_avg = 0;
     for (int i = 1; i < argc; i++) {
         int taken = cli_shape_flag(&cs, argc, argv, &i);
@@ -61,6 +66,12 @@ int cmd_gen(const cli_ctx *ctx, int argc, char **argv)
                 return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
             }
             f64 = strcmp(val, "float64") == 0;
+        } else if (strcmp(argv[i], "--mha") == 0) {
+            mha = 1;
+        } else if (strcmp(argv[i], "--embed") == 0) {
+            if (!(val = cli_value(argc, argv, &i)) ||
+                cli_parse_i64("--embed", val, 1, 1 << 20, &embed) != 0)
+                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
         } else if (strcmp(argv[i], "--lens") == 0) {
             if (!(val = cli_value(argc, argv, &i)))
                 return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
@@ -90,11 +101,21 @@ int cmd_gen(const cli_ctx *ctx, int argc, char **argv)
     cli_shape_finish(&cs);
     ra_status st = ra_shape_check(&cs.shape);
     if (st == RA_OK)
-        st = h5io_gen_masks(ctx->comm, out, force, &cs.shape, f64,
-                            (uint64_t)seed, lens, segment_avg);
+        st = mha ? h5io_gen_mha(ctx->comm, out, force, &cs.shape, embed,
+                                cs.seq_kv_set, (uint64_t)seed)
+                 : h5io_gen_masks(ctx->comm, out, force, &cs.shape, f64,
+                                  (uint64_t)seed, lens, segment_avg);
     if (st != RA_OK)
         return cli_fail(ctx, cli_exit_code(st), ra_error_message());
-    if (ctx->rank == 0) {
+    if (ctx->rank == 0 && mha) {
+        const ra_shape *s = &cs.shape;
+        printf("ringattn gen: wrote %s: layer inputs B=%lld N=%lld%s E=%lld, "
+               "weights for H=%lld G=%lld D=%lld Dv=%lld, seed %lld\n", out,
+               (long long)s->B, (long long)s->N,
+               cs.seq_kv_set ? " (cross, M given)" : "", (long long)embed,
+               (long long)s->H, (long long)s->G, (long long)s->D,
+               (long long)s->Dv, (long long)seed);
+    } else if (ctx->rank == 0) {
         const ra_shape *s = &cs.shape;
         printf("ringattn gen: wrote %s: q (%lld,%lld,%lld,%lld) k (%lld,%lld,"
                "%lld,%lld) v (%lld,%lld,%lld,%lld) %s seed %lld\n",

@@ -41,6 +41,8 @@ typedef struct {
 typedef struct {
     const ra_shape *s;
     h5io_run_attrs run;
+    ra_ref_score score;
+    cli_score_inputs weights;
     int64_t *q_lens, *kv_lens;         /* (B) or NULL */
     const char *q_seg_name, *kv_seg_name; /* datasets, or NULL */
 } check_ctx;
@@ -80,6 +82,7 @@ static void check_row(const check_ctx *c, int64_t b, int64_t i,
                       double *scores, tally *t)
 {
     const ra_shape *s = c->s;
+    const int64_t Dk = ra_shape_dk(s);
     const ra_mask mk = {.causal = c->run.causal, .diag = s->M - s->N,
                         .window = c->run.window, .left = c->run.window_left,
                         .right = c->run.window_right, .qpos = &i,
@@ -89,8 +92,8 @@ static void check_row(const check_ctx *c, int64_t b, int64_t i,
     for (int64_t h = 0; h < s->H; h++) {
         const int64_t g = h / (s->H / s->G);
         double lref;
-        ra_reference_rows(1, s->M, s->D, s->Dv, c->run.scale, &mk, q + h * s->D,
-                          s->D, k + g * s->D, s->G * s->D, v + g * s->Dv,
+        ra_reference_scored(&c->score, 1, s->M, s->D, s->Dv, &mk, q + h * s->D,
+                          s->D, k + g * Dk, s->G * Dk, v + g * s->Dv,
                           s->G * s->Dv, ref, s->Dv, &lref, scores);
         for (int64_t d = 0; d < s->Dv; d++) {
             double got = o[h * s->Dv + d], e = fabs(got - ref[d]);
@@ -120,7 +123,7 @@ static ra_status check_share(const char *in, const char *out,
     enum { RUN_MAX = 256 }; /* rows read per request */
     ra_status st = RA_OK;
     const int64_t HD = s->H * s->D, HDv = s->H * s->Dv;
-    double *k = malloc(sizeof(double) * (size_t)(s->M * s->G * s->D));
+    double *k = malloc(sizeof(double) * (size_t)(s->M * s->G * ra_shape_dk(s)));
     double *v = malloc(sizeof(double) * (size_t)(s->M * s->G * s->Dv));
     double *q = malloc(sizeof(double) * (size_t)(RUN_MAX * HD));
     double *o = malloc(sizeof(double) * (size_t)(RUN_MAX * HDv));
@@ -266,6 +269,16 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
         st = h5io_read_out_shape(out, dims_o, dims_l);
     if (st == RA_OK)
         st = read_masks(in, &s, &c);
+    if (st == RA_OK) { /* the score the run recorded, from its definition */
+        ra_params p;
+        ra_params_default(&p);
+        if ((st = ra_score_parse(c.run.score, &p.score)) == RA_OK)
+            st = cli_score_setup(in, &s, &p, &c.weights);
+        c.score = (ra_ref_score){p.score, c.run.scale, c.run.sigma,
+                                 p.score == RA_SCORE_ADDITIVE
+                                     ? &c.weights.additive : NULL,
+                                 ra_shape_dk(&s)};
+    }
     if (st == RA_OK &&
         (dims_o[0] != s.B || dims_o[1] != s.N || dims_o[2] != s.H ||
          dims_o[3] != s.Dv || dims_l[0] != s.B || dims_l[1] != s.H ||
@@ -290,6 +303,7 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
     free(rows);
     free(c.q_lens);
     free(c.kv_lens);
+    cli_score_free(&c.weights);
     int failed = st != RA_OK, any_failed;
     MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, ctx->comm);
     if (any_failed)
@@ -306,12 +320,13 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
     const int pass = rel < tol && gm[1] < tol && gs[2] == 0;
     if (ctx->rank == 0)
         printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
-               "window %s, masks %s, scale %.6g: max abs err %.3e, rel err "
+               "window %s, masks %s, score %s, scale %.6g: max abs err %.3e, rel err "
                "%.3e, lse err %.3e, bad rows %.0f, tolerance %.1e: %s\n",
                out, (long long)nrows, (long long)s.H,
                nrows == s.B * s.N ? "all" : "sampled",
                c.run.causal ? "yes" : "no", c.run.window ? "yes" : "no",
-               c.run.masks[0] ? c.run.masks : "none", c.run.scale, gm[0], rel,
+               c.run.masks[0] ? c.run.masks : "none", c.run.score, c.run.scale,
+               gm[0], rel,
                gm[1], gs[2], tol, pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
 }

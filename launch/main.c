@@ -14,6 +14,7 @@ static const char usage[] =
     "  verify   check an output file against the fp64 reference\n"
     "  info     show the datasets and attributes of a file\n"
     "  bench    measure the forward pass on in-memory inputs\n"
+    "  plot-map draw the attention map of an output file as a PNG\n"
     "\n"
     "`ringattn <command> --help` describes each one.\n";
 
@@ -69,6 +70,8 @@ int main(int argc, char **argv)
         code = cmd_info(&ctx, argc - 1, argv + 1);
     else if (strcmp(cmd, "bench") == 0)
         code = cmd_bench(&ctx, argc - 1, argv + 1);
+    else if (strcmp(cmd, "plot-map") == 0)
+        code = cmd_plot(&ctx, argc - 1, argv + 1);
     else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
              strcmp(cmd, "help") == 0) {
         if (ctx.rank == 0)

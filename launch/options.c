@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "h5io.h"
 #include "internal.h"
 
 int cli_parse_i64(const char *opt, const char *text, int64_t lo, int64_t hi,
@@ -157,6 +158,21 @@ int cli_params_flag(ra_params *p, int argc, char **argv, int *i)
             return -1;
         return 1;
     }
+    if (strcmp(opt, "--score") == 0) {
+        if (!(val = cli_value(argc, argv, i)))
+            return -1;
+        return ra_score_parse(val, &p->score) == RA_OK ? 1 : -1;
+    }
+    if (strcmp(opt, "--sigma") == 0) {
+        if (!(val = cli_value(argc, argv, i)) ||
+            cli_parse_f64(opt, val, &p->sigma) != 0)
+            return -1;
+        if (!(p->sigma > 0)) {
+            ra_error_set(RA_ERR_ARG, "--sigma: %s is not > 0", val);
+            return -1;
+        }
+        return 1;
+    }
     if (strcmp(opt, "--threads") == 0) {
         if (!(val = cli_value(argc, argv, i)) ||
             cli_parse_i64(opt, val, 1, 1024, &v) != 0)
@@ -165,6 +181,15 @@ int cli_params_flag(ra_params *p, int argc, char **argv, int *i)
         return 1;
     }
     return 0;
+}
+
+size_t cli_alloc_bytes(const size_t *counts, int n, size_t elem)
+{
+    size_t total = 1, bytes;
+    for (int i = 0; i < n; i++)
+        if (__builtin_add_overflow(total, counts[i], &total))
+            return 0;
+    return __builtin_mul_overflow(total, elem, &bytes) ? 0 : bytes;
 }
 
 int cli_fail(const cli_ctx *ctx, int code, const char *what)
@@ -207,8 +232,15 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
         printf("# %-10s i' - %lld <= j <= i' + %lld (i' = i + M - N)\n",
                "window", (long long)p->window_left,
                (long long)p->window_right);
-    printf("# %-10s %.9g%s\n", "scale", ra_params_scale(p, s),
-           isnan(p->scale) ? " (1/sqrt(D))" : "");
+    if (p->score == RA_SCORE_DOT)
+        printf("# %-10s dot, scale %.9g%s\n", "score", ra_params_scale(p, s),
+               isnan(p->scale) ? " (1/sqrt(D))" : "");
+    else if (p->score == RA_SCORE_GAUSSIAN)
+        printf("# %-10s gaussian, -||q - k||^2 / (2 sigma^2), sigma %.9g\n",
+               "score", p->sigma);
+    else
+        printf("# %-10s additive, w_v . tanh(W_q q + W_k k), A = %lld\n",
+               "score", (long long)(p->additive ? p->additive->A : 0));
     printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
            layout_auto ? " (auto)" : "");
     printf("# %-10s %lld x %lld%s\n", "tiles", (long long)bq, (long long)bkv,
@@ -218,3 +250,58 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
            ra_params_threads(p));
     fflush(stdout);
 }
+
+void cli_score_free(cli_score_inputs *si)
+{
+    free(si->mem);
+    si->mem = NULL;
+}
+
+ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
+                          cli_score_inputs *si)
+{
+    const int64_t Dk = ra_shape_dk(s);
+    if (Dk != s->D && p->score != RA_SCORE_ADDITIVE)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset /k: head dim Dk = %lld "
+                            "differs from /q (D = %lld); only --score "
+                            "additive takes keys of another dim", in,
+                            (long long)Dk, (long long)s->D);
+    if (p->score != RA_SCORE_ADDITIVE)
+        return RA_OK;
+    int rank, present;
+    int64_t dims[4];
+    ra_status st = h5io_dataset_dims(in, "/additive/w_v", &rank, dims, &present);
+    if (st != RA_OK)
+        return st;
+    if (!present || rank != 1)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset /additive/w_v: --score "
+                            "additive needs /additive/w_q (A, D), /additive/w_k "
+                            "(A, Dk) and /additive/w_v (A,)", in);
+    const int64_t A = dims[0];
+    si->mem = malloc(sizeof(float) * (size_t)(A * (s->D + Dk + 1)));
+    if (!si->mem)
+        return ra_error_set(RA_ERR_NOMEM, "run: out of memory for weights");
+    const int64_t dq[2] = {A, s->D}, dk[2] = {A, Dk}, dv[1] = {A};
+    float *wq = si->mem, *wk = wq + A * s->D, *wv = wk + A * Dk;
+    const struct {
+        const char *name;
+        int rank;
+        const int64_t *dims;
+        float *out;
+    } w[3] = {{"/additive/w_q", 2, dq, wq}, {"/additive/w_k", 2, dk, wk},
+              {"/additive/w_v", 1, dv, wv}};
+    for (int i = 0; i < 3; i++) {
+        if ((st = h5io_read_weights(in, w[i].name, w[i].rank, w[i].dims,
+                                    w[i].out, &present)) != RA_OK)
+            return st;
+        if (!present)
+            return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: missing; "
+                                "--score additive needs /additive/w_q (A, D), "
+                                "/additive/w_k (A, Dk) and /additive/w_v (A,)",
+                                in, w[i].name);
+    }
+    si->additive = (ra_additive){A, wq, wk, wv};
+    p->additive = &si->additive;
+    return RA_OK;
+}
+

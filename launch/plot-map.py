@@ -53,9 +53,13 @@ def main():
             sys.exit(f"plot-map.py: {a.h5}: /attn_map has shape {d.shape}; "
                      f"batch {a.batch} or head {a.head} is outside it")
         w = d[a.batch, a.head].astype(np.float64)
-        i0 = int(d.attrs.get("row_start", 0))
-        heads = d.attrs.get("heads", np.arange(d.shape[1]))
-        head = int(np.atleast_1d(heads)[a.head])
+
+        def text(name, default):
+            v = f.attrs.get(name, default)
+            return v.decode() if isinstance(v, bytes) else str(v)
+
+        i0 = int(text("attn_map_rows", "0:0").split(":")[0])
+        head = int(text("attn_map_heads", "0").split(",")[a.head])
     rows, m = w.shape
     img, group = downsample(w, a.width, a.reduce)
     fig, ax = plt.subplots(figsize=(10, max(3.0, min(8.0, 2 + rows / 40))))

@@ -1,0 +1,596 @@
+#!/usr/bin/python3
+"""reliability.py RINGATTN NP [cases|faults|determinism|table]
+
+Bad inputs, bad options and faults through the command line at NP ranks
+(docs/RELIABILITY.md lists every case; `table` prints that list as Markdown
+from a run of the cases).
+
+cases: each bad input or option of CASES must give exactly one stderr line
+  "ringattn: ..." that matches the case's pattern, the case's exit status
+  (2 usage/input, 1 runtime), no output file, no temporary file, and every
+  file that existed before byte-for-byte unchanged.
+faults: a rank killed mid-run ends the job within seconds with nothing at
+  the output path; a full file system (tmpfs of 2 MiB) gives exit 1, a clear
+  message and nothing left; |scores| of 1e4 still give finite, correct
+  results.
+determinism: the same run twice gives bit-identical /o and /lse, with 1 and
+  2 threads.
+
+Needs /usr/bin/python3 with h5py and numpy (python3-h5py).
+"""
+import glob
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+
+RINGATTN = os.path.abspath(sys.argv[1])
+NP = int(sys.argv[2])
+MODE = sys.argv[3] if len(sys.argv) > 3 else "cases"
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+           OPENBLAS_NUM_THREADS="1")
+
+
+def mpirun(args, np_=None, **kw):
+    cmd = ["mpirun", "-np", str(np_ or NP), "--oversubscribe", RINGATTN] + args
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, **kw)
+
+
+def rng_tensor(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def make(path, q=(2, 8, 2, 4), k=(2, 6, 1, 4), v=(2, 6, 1, 3),
+         dtypes=("f4", "f4", "f4"), omit=(), extra=None, edit=None):
+    """An input file of the given shapes; extra: more datasets; edit(f)."""
+    with h5py.File(path, "w") as f:
+        for name, shape, dt in zip("qkv", (q, k, v), dtypes):
+            if name in omit:
+                continue
+            if dt == "str":
+                f.create_dataset(name, data=np.full(shape, b"x", dtype="S4"))
+            else:
+                f.create_dataset(name, data=rng_tensor(shape).astype(dt))
+        for name, data in (extra or {}).items():
+            f[name] = data
+        if edit:
+            edit(f)
+
+
+def set_value(name, index, value, dtype=None):
+    def edit(f):
+        data = f[name][...]
+        if dtype:
+            data = data.astype(dtype)
+            del f[name]
+        data[index] = value
+        if dtype:
+            f[name] = data
+        else:
+            f[name][...] = data
+    return edit
+
+
+def group_q(f):
+    del f["q"]
+    f.create_group("q")
+
+
+def huge(f):
+    for name in "qkv":
+        del f[name]
+    f.create_dataset("q", shape=(1 << 24, 1 << 24, 1 << 8, 16), dtype="f4")
+    f.create_dataset("k", shape=(1 << 24, 1, 1, 16), dtype="f4")
+    f.create_dataset("v", shape=(1 << 24, 1, 1, 16), dtype="f4")
+
+
+# ---- the cases -------------------------------------------------------------
+# (id, what, files to build {name: builder}, argv, exit code, message regex)
+# Builders run in the work directory; "good.h5" (from `ringattn gen`) and
+# "out_old.h5" (an earlier output) always exist.
+RUN = ["run", "--out", "out.h5", "--in"]
+CASES = [
+    ("missing-input", "input file does not exist", {}, RUN + ["nope.h5"], 2,
+     r"nope\.h5: cannot open: No such file or directory"),
+    ("empty-input", "input file of 0 bytes", {"empty.h5": lambda p: open(p, "w").close()},
+     RUN + ["empty.h5"], 2, r"empty\.h5: cannot open as HDF5 \(not an HDF5 file\?\)"),
+    ("text-input", "input is a text file", {"text.h5": lambda p: open(p, "w").write("hello\n" * 100)},
+     RUN + ["text.h5"], 2, r"text\.h5: cannot open as HDF5"),
+    ("truncated-input", "HDF5 file cut at 2000 bytes",
+     {"trunc.h5": lambda p: open(p, "wb").write(open(os.path.join(os.path.dirname(p), "good.h5"), "rb").read()[:2000])},
+     RUN + ["trunc.h5"], 2, r"trunc\.h5: an HDF5 file that cannot be opened \(truncated or corrupted\?\): truncated file"),
+    ("corrupt-superblock", "HDF5 signature kept, superblock bytes 8..64 zeroed",
+     {"corrupt.h5": lambda p: open(p, "wb").write((lambda b: b[:8] + bytes(56) + b[64:])(open(os.path.join(os.path.dirname(p), "good.h5"), "rb").read()))},
+     RUN + ["corrupt.h5"], 2, r"corrupt\.h5: an HDF5 file that cannot be opened \(truncated or corrupted\?\)"),
+    ("corrupt-data-nan", "raw data of /k overwritten with 0xff bytes (reads as NaN)",
+     {"ffdata.h5": lambda p: make(p, edit=set_value("k", (0, 2, 0, 1), np.frombuffer(b"\xff\xff\xff\xff", "f4")[0]))},
+     RUN + ["ffdata.h5"], 2, r"ffdata\.h5: dataset /k: non-finite value \(nan\) at index \(b, j, g, d\) = \(0, 2, 0, 1\); pass --allow-nonfinite"),
+    ("missing-dataset", "/v absent", {"nov.h5": lambda p: make(p, omit="v")},
+     RUN + ["nov.h5"], 2, r"nov\.h5: dataset /v: not found \(expected \(B, M, G, Dv\)\)"),
+    ("dataset-is-group", "/q is a group", {"grp.h5": lambda p: make(p, edit=group_q)},
+     RUN + ["grp.h5"], 2, r"grp\.h5: /q: exists but is not a readable dataset"),
+    ("wrong-rank", "/q has rank 3", {"rank3.h5": lambda p: make(p, q=(2, 8, 8))},
+     RUN + ["rank3.h5"], 2, r"rank3\.h5: dataset /q: expected rank 4 \(B, N, H, D\), found rank 3"),
+    ("zero-length", "/q with N = 0", {"zero.h5": lambda p: make(p, q=(2, 0, 2, 4))},
+     RUN + ["zero.h5"], 2, r"zero\.h5: dataset /q: size N = 0; every size must be positive"),
+    ("batch-mismatch", "/k batch 3, /q batch 2", {"bmis.h5": lambda p: make(p, k=(3, 6, 1, 4))},
+     RUN + ["bmis.h5"], 2, r"bmis\.h5: dataset /k: batch B = 3 differs from /q \(B = 2\)"),
+    ("dim-mismatch", "/k head dim 5, /q 4", {"dmis.h5": lambda p: make(p, k=(2, 6, 1, 5))},
+     RUN + ["dmis.h5"], 2, r"dmis\.h5: dataset /k: head dim Dk? = 5 differs from /q \(D = 4\)"),
+    ("verify-dim-mismatch", "verify: /k head dim 5, /q 4", {"dmis.h5": lambda p: make(p, k=(2, 6, 1, 5))},
+     ["verify", "--in", "dmis.h5", "--out", "out_old.h5"], 2,
+     r"dmis\.h5: dataset /k: head dim Dk? = 5 differs from /q \(D = 4\)"),
+    ("length-mismatch", "/v length 7, /k 6", {"mmis.h5": lambda p: make(p, v=(2, 7, 1, 3))},
+     RUN + ["mmis.h5"], 2, r"mmis\.h5: dataset /v: length M = 7 differs from /k \(M = 6\)"),
+    ("kvheads-mismatch", "/v 2 kv heads, /k 1", {"gmis.h5": lambda p: make(p, v=(2, 6, 2, 3))},
+     RUN + ["gmis.h5"], 2, r"gmis\.h5: dataset /v: kv heads G = 2 differ from /k \(G = 1\)"),
+    ("g-not-dividing-h", "H = 3 query heads, G = 2", {"gdiv.h5": lambda p: make(p, q=(2, 8, 3, 4), k=(2, 6, 2, 4), v=(2, 6, 2, 3))},
+     RUN + ["gdiv.h5"], 2, r"gdiv\.h5: dataset /k: kv heads G = 2 do not divide the query heads H = 3"),
+    ("int-tensor", "/q is int32", {"intq.h5": lambda p: make(p, dtypes=("i4", "f4", "f4"))},
+     RUN + ["intq.h5"], 2, r"intq\.h5: dataset /q: expected float32 or float64, found int32"),
+    ("half-tensor", "/k is float16", {"halfk.h5": lambda p: make(p, dtypes=("f4", "f2", "f4"))},
+     RUN + ["halfk.h5"], 2, r"halfk\.h5: dataset /k: expected float32 or float64, found float16"),
+    ("string-tensor", "/v holds strings", {"strv.h5": lambda p: make(p, dtypes=("f4", "f4", "str"))},
+     RUN + ["strv.h5"], 2, r"strv\.h5: dataset /v: expected float32 or float64, found string"),
+    ("size-overflow", "/q of (2^24, 2^24, 256, 16): byte count over 2^63", {"huge.h5": lambda p: make(p, edit=huge)},
+     RUN + ["huge.h5"], 2, r"huge\.h5: shape: the byte count of q \(B, N, H, D\) overflows 64 bits"),
+    ("lens-shape", "/q_lens of shape (3,) with B = 2", {"lshape.h5": lambda p: make(p, extra={"q_lens": np.array([1, 2, 3])})},
+     RUN + ["lshape.h5"], 2, r"lshape\.h5: dataset /q_lens: expected shape \(B,\) = \(2,\), found \(3,\)"),
+    ("lens-float", "/kv_lens is float64", {"lfloat.h5": lambda p: make(p, extra={"kv_lens": np.array([1.0, 2.0])})},
+     RUN + ["lfloat.h5"], 2, r"lfloat\.h5: dataset /kv_lens: expected an integer type, found float64"),
+    ("lens-above", "/q_lens[1] = 9 > N = 8", {"lbig.h5": lambda p: make(p, extra={"q_lens": np.array([8, 9])})},
+     RUN + ["lbig.h5"], 2, r"lbig\.h5: dataset /q_lens: value 9 at index 1 is outside \[0, N=8\]"),
+    ("lens-negative", "/kv_lens[0] = -1", {"lneg.h5": lambda p: make(p, extra={"kv_lens": np.array([-1, 2])})},
+     RUN + ["lneg.h5"], 2, r"lneg\.h5: dataset /kv_lens: value -1 at index 0 is outside \[0, M=6\]"),
+    ("segments-shape", "/q_segments (2, 7) with N = 8", {"sshape.h5": lambda p: make(p, extra={"q_segments": np.zeros((2, 7), "i8"), "kv_segments": np.zeros((2, 6), "i8")})},
+     RUN + ["sshape.h5"], 2, r"sshape\.h5: dataset /q_segments: expected shape \(B, N\) = \(2, 8\), found \(2, 7\)"),
+    ("segments-n-ne-m", "/segments with N = 8, M = 6", {"sboth.h5": lambda p: make(p, extra={"segments": np.zeros((2, 8), "i8")})},
+     RUN + ["sboth.h5"], 2, r"sboth\.h5: dataset /segments: stands for both queries and keys, so needs N == M"),
+    ("segments-half", "/q_segments without /kv_segments", {"shalf.h5": lambda p: make(p, extra={"q_segments": np.zeros((2, 8), "i8")})},
+     RUN + ["shalf.h5"], 2, r"shalf\.h5: dataset /q_segments: present without /kv_segments; give both or neither"),
+    ("nan-input", "NaN at /k[1, 3, 0, 2]", {"nan.h5": lambda p: make(p, edit=set_value("k", (1, 3, 0, 2), np.nan))},
+     RUN + ["nan.h5"], 2, r"nan\.h5: dataset /k: non-finite value \(nan\) at index \(b, j, g, d\) = \(1, 3, 0, 2\); pass --allow-nonfinite to let it through"),
+    ("inf-input", "-inf at /q[0, 7, 1, 0] (last token: the last rank's slice)", {"inf.h5": lambda p: make(p, edit=set_value("q", (0, 7, 1, 0), -np.inf))},
+     RUN + ["inf.h5"], 2, r"inf\.h5: dataset /q: non-finite value \(-inf\) at index \(b, i, h, d\) = \(0, 7, 1, 0\)"),
+    ("f64-overflow", "float64 /v holding 1e39 (inf as float32)", {"big64.h5": lambda p: make(p, dtypes=("f4", "f4", "f8"), edit=set_value("v", (0, 0, 0, 0), 1e39))},
+     RUN + ["big64.h5"], 2, r"big64\.h5: dataset /v: non-finite value \(inf\) at index \(b, j, g, d\) = \(0, 0, 0, 0\)"),
+    ("outdir-missing", "output in a missing directory", {},
+     ["run", "--in", "good.h5", "--out", "nodir/out.h5"], 2,
+     r"nodir/out\.h5: output directory nodir: No such file or directory"),
+    ("outdir-readonly", "output in a read-only directory (tmpfs mounted ro)", {},
+     ["run", "--in", "good.h5", "--out", "ro/out.h5"], 2,
+     r"ro/out\.h5: output directory ro is not writable: Read-only file system"),
+    ("outdir-is-file", "output directory is a regular file", {},
+     ["run", "--in", "good.h5", "--out", "good.h5/out.h5"], 2,
+     r"good\.h5/out\.h5: output directory good\.h5: not a directory"),
+    ("output-is-input", "--out names the input", {},
+     ["run", "--in", "good.h5", "--out", "good.h5", "--force"], 2,
+     r"good\.h5: the output is the input file"),
+    ("output-is-input-link", "--out is a symlink to the input", {"link.h5": lambda p: os.symlink("good.h5", p)},
+     ["run", "--in", "./good.h5", "--out", "link.h5", "--force"], 2,
+     r"link\.h5: the output is the input file"),
+    ("output-exists", "--out exists, no --force", {},
+     ["run", "--in", "good.h5", "--out", "out_old.h5"], 2,
+     r"out_old\.h5: output exists; pass --force to replace it"),
+    ("output-is-dir", "--out is a directory", {"adir": lambda p: os.mkdir(p)},
+     ["run", "--in", "good.h5", "--out", "adir", "--force"], 2, r"adir: output is a directory"),
+    ("output-no-name", "--out ends with /", {},
+     ["run", "--in", "good.h5", "--out", "sub/"], 2, r"sub/: output path must name a file"),
+    ("block-negative", "--block-q -3", {}, RUN + ["good.h5", "--block-q", "-3"], 2,
+     r"--block-q: -3 is outside \[1, 65536\]"),
+    ("block-zero", "--block-kv 0", {}, RUN + ["good.h5", "--block-kv", "0"], 2,
+     r"--block-kv: 0 is outside \[1, 65536\]"),
+    ("block-text", "--block-q 12abc", {}, RUN + ["good.h5", "--block-q", "12abc"], 2,
+     r"--block-q: '12abc' is not an integer"),
+    ("window-trailing", "--window 5,", {}, RUN + ["good.h5", "--window", "5,"], 2,
+     r"--window: '' is not an integer"),
+    ("window-empty-left", "--window ,5", {}, RUN + ["good.h5", "--window", ",5"], 2,
+     r"--window: ',5' is not L or L,R"),
+    ("window-negative", "--window -1", {}, RUN + ["good.h5", "--window", "-1"], 2,
+     r"--window: -1 is outside \[0, 1099511627776\]"),
+    ("window-three", "--window 1,2,3", {}, RUN + ["good.h5", "--window", "1,2,3"], 2,
+     r"--window: '2,3' is not an integer"),
+    ("layout-unknown", "--layout diagonal", {}, RUN + ["good.h5", "--layout", "diagonal"], 2,
+     r"--layout: unknown layout 'diagonal' \(expected contiguous, zigzag, striped or auto\)"),
+    ("scale-nan", "--scale nan", {}, RUN + ["good.h5", "--scale", "nan"], 2,
+     r"--scale: 'nan' is not a finite number"),
+    ("scale-inf", "--scale inf", {}, RUN + ["good.h5", "--scale", "-inf"], 2,
+     r"--scale: '-inf' is not a finite number"),
+    ("scale-overflow", "--scale 1e999", {}, RUN + ["good.h5", "--scale", "1e999"], 2,
+     r"--scale: '1e999' is not a finite number"),
+    ("threads-zero", "--threads 0", {}, RUN + ["good.h5", "--threads", "0"], 2,
+     r"--threads: 0 is outside \[1, 1024\]"),
+    ("option-no-value", "--in without a value", {}, ["run", "--out", "out.h5", "--in"], 2,
+     r"--in needs a value"),
+    ("option-unknown", "run --fast", {}, RUN + ["good.h5", "--fast"], 2,
+     r"run: unknown option '--fast'"),
+    ("out-missing", "run without --out", {}, ["run", "--in", "good.h5"], 2,
+     r"run: --in and --out are required"),
+    ("verify-no-output", "verify: --out file missing", {},
+     ["verify", "--in", "good.h5", "--out", "none.h5"], 2, r"none\.h5: cannot open: No such file"),
+    ("verify-not-output", "verify: --out is an input file (no run attributes)", {},
+     ["verify", "--in", "good.h5", "--out", "good.h5"], 2,
+     r"good\.h5: attribute causal: missing \(not a ringattn output file\?\)"),
+    ("verify-shape", "verify: output of another problem", {"small.h5": lambda p: make(p)},
+     ["verify", "--in", "small.h5", "--out", "out_old.h5"], 2,
+     r"out_old\.h5: /o and /lse do not match the shape of small\.h5"),
+    ("verify-tol", "verify --tol -1", {}, ["verify", "--in", "good.h5", "--out", "out_old.h5", "--tol", "-1"], 2,
+     r"--tol: must be > 0"),
+    ("info-missing", "info on a missing file", {}, ["info", "nope.h5"], 2,
+     r"nope\.h5: cannot open: No such file or directory"),
+    ("info-text", "info on a text file", {"text2.h5": lambda p: open(p, "w").write("x")},
+     ["info", "text2.h5"], 2, r"text2\.h5: cannot open as HDF5"),
+    ("bench-seq-empty-item", "bench --seq 1,,2", {}, ["bench", "--seq", "1,,2"], 2,
+     r"--seq: bad list '1,,2'"),
+    ("bench-seq-empty", "bench --seq ''", {}, ["bench", "--seq", ""], 2,
+     r"--seq: bad list ''"),
+    ("bench-seq-trailing", "bench --seq 64,", {}, ["bench", "--seq", "64,"], 2,
+     r"--seq: bad list '64,'"),
+    ("bench-gqa", "bench --heads 8 --kv-heads 3", {}, ["bench", "--heads", "8", "--kv-heads", "3"], 2,
+     r"shape: kv heads G=3 must divide heads H=8"),
+    ("bench-overflow", "bench --batch 2^40 --seq 2^40", {},
+     ["bench", "--batch", "1099511627776", "--seq", "1099511627776"], 2,
+     r"shape: the byte count of q \(B, N, H, D\) overflows 64 bits"),
+    ("bench-reps", "bench --reps 0", {}, ["bench", "--reps", "0"], 2,
+     r"--reps: 0 is outside \[1, 2147483647\]"),
+    ("bench-mode", "bench --mode fast", {}, ["bench", "--mode", "fast"], 2,
+     r"--mode: 'fast' is not ring, naive or both"),
+    ("bench-json-dir", "bench --json into a missing directory", {},
+     ["bench", "--seq", "64", "--json", "nodir/b.json"], 2,
+     r"bench: cannot open --json file nodir/b\.json: No such file or directory"),
+    ("gen-outdir", "gen into a missing directory", {},
+     ["gen", "--out", "nodir/in.h5", "--seq", "16"], 2,
+     r"nodir/in\.h5: output directory nodir: No such file or directory"),
+    ("gen-overflow", "gen --seq 2^40 --heads 2^20 --dim 2^20", {},
+     ["gen", "--out", "gen.h5", "--seq", "1099511627776", "--heads", "1048576",
+      "--dim", "1048576"], 2, r"shape: the byte count of q \(B, N, H, D\) overflows 64 bits"),
+    ("gen-dtype", "gen --dtype float16", {}, ["gen", "--out", "gen.h5", "--dtype", "float16"], 2,
+     r"--dtype: 'float16' is not float32 or float64"),
+]
+
+
+def md5s(root):
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            if os.path.islink(p):
+                continue
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = hashlib.md5(f.read()).hexdigest()
+    return out
+
+
+def leftovers(root):
+    return [os.path.relpath(p, root) for p in
+            glob.glob(os.path.join(root, "**", ".*.tmp.*"), recursive=True)]
+
+
+def our_lines(stderr):
+    return [l for l in stderr.splitlines() if l.startswith("ringattn:")]
+
+
+def setup_common(work):
+    subprocess.run([RINGATTN, "gen", "--out", "good.h5", "--batch", "2",
+                    "--seq", "40", "--seq-kv", "24", "--heads", "4",
+                    "--kv-heads", "2", "--dim", "8"], env=ENV, cwd=work,
+                   check=True, capture_output=True)
+    subprocess.run([RINGATTN, "run", "--in", "good.h5", "--out", "out_old.h5"],
+                   env=ENV, cwd=work, check=True, capture_output=True)
+    os.mkdir(os.path.join(work, "ro"))
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs",
+                        os.path.join(work, "ro")], capture_output=True)
+    return r.returncode == 0
+
+
+def run_case(work, case):
+    """Runs one case in its own directory (hard links of the common files);
+    returns (problems, exit code, our stderr line, nothing left)."""
+    cid, what, files, argv, code, pattern = case
+    here = os.path.join(work, "case-" + cid)
+    os.mkdir(here)
+    for name in ("good.h5", "out_old.h5"):
+        os.link(os.path.join(work, name), os.path.join(here, name))
+    os.symlink(os.path.join(work, "ro"), os.path.join(here, "ro"))
+    for name, build in files.items():
+        build(os.path.join(here, name))
+    before = md5s(here)
+    t0 = time.time()
+    r = mpirun(argv, cwd=here, timeout=120)
+    secs = time.time() - t0
+    lines = our_lines(r.stderr)
+    problems = []
+    if r.returncode != code:
+        problems.append(f"exit {r.returncode}, expected {code}")
+    if len(lines) != 1:
+        problems.append(f"{len(lines)} 'ringattn:' lines")
+    elif not re.search(pattern, lines[0]):
+        problems.append(f"message does not match /{pattern}/")
+    after = md5s(here)
+    new = sorted(set(after) - set(before))
+    changed = sorted(n for n in before if after.get(n) != before[n])
+    if new:
+        problems.append(f"files left behind: {new}")
+    if changed:
+        problems.append(f"files changed: {changed}")
+    if leftovers(here) or leftovers(os.path.join(work, "ro")):
+        problems.append("temporary files left")
+    line = lines[0] if lines else r.stderr.strip()[:200]
+    print(f"{'FAIL' if problems else 'ok':4} {cid:22} exit {r.returncode} "
+          f"{secs:4.1f}s  {line}", flush=True)
+    if problems:
+        problems = [f"{cid}: {'; '.join(problems)}\n  stderr: "
+                    f"{r.stderr.strip()[:600]}"]
+    return problems, r.returncode, lines[0] if lines else ""
+
+
+def run_cases(table=False):
+    from concurrent.futures import ThreadPoolExecutor
+    work = tempfile.mkdtemp(prefix="ra_rel_")
+    ro_mounted = setup_common(work)
+    cases = [c for c in CASES if ro_mounted or c[0] != "outdir-readonly"]
+    if not ro_mounted:
+        print("SKIP outdir-readonly: mount -t tmpfs -o ro not permitted")
+    try:
+        # mpirun spends about a second in its error path: run 4 at once
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda c: run_case(work, c), cases))
+    finally:
+        if ro_mounted:
+            subprocess.run(["umount", os.path.join(work, "ro")])
+        shutil.rmtree(work, ignore_errors=True)
+    if table:
+        print("\n| # | case | input or fault | command (`ringattn ...`) | exit | message (stderr, rank 0) |")
+        print("|---|------|----------------|---------|------|---------|")
+        for i, (c, (_, rc, msg)) in enumerate(zip(cases, results), 1):
+            cmd = " ".join(c[3]).replace("|", "\\|")
+            print(f"| {i} | `{c[0]}` | {c[1]} | `{cmd}` | {rc} | `{msg}` |")
+    return [p for problems, _, _ in results for p in problems]
+
+
+# ---- faults ------------------------------------------------------------------
+
+def fault_kill(work, during_write=False):
+    """kill -9 one rank of a 4-rank run mid-way: while computing, or while
+    the temporary output file is being written."""
+    if not os.path.exists(os.path.join(work, "big.h5")):
+        subprocess.run([RINGATTN, "gen", "--out", "big.h5", "--seq", "16384",
+                        "--heads", "8", "--dim", "64"], env=ENV, cwd=work,
+                       check=True, capture_output=True)
+    cmd = ["mpirun", "-np", "4", "--oversubscribe", RINGATTN, "run", "--in",
+           "big.h5", "--out", "killed.h5", "--block-q", "64"]
+    p = subprocess.Popen(cmd, env=ENV, cwd=work, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    # wait until the ranks are computing (the parameter table is printed)
+    deadline = time.time() + 60
+    first = p.stdout.readline()
+    while time.time() < deadline and "threads" not in first:
+        first = p.stdout.readline()
+    if during_write:
+        while time.time() < deadline and not leftovers(work) and p.poll() is None:
+            time.sleep(0.002)
+    else:
+        time.sleep(0.5)
+    pids = subprocess.run(["pgrep", "-f", f"{RINGATTN} run --in big.h5"],
+                          capture_output=True, text=True).stdout.split()
+    ranks = [int(x) for x in pids if int(x) != p.pid]
+    # the mpirun itself matches too; rank processes are its children
+    kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                          text=True).stdout.split()
+    ranks = [r for r in ranks if str(r) in kids]
+    if len(ranks) != 4 or p.poll() is not None:
+        return [f"kill: expected 4 running ranks, found {ranks} (mpirun "
+                f"exited: {p.poll()})"]
+    victim = ranks[2]
+    t0 = time.time()
+    os.kill(victim, signal.SIGKILL)
+    try:
+        _, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return ["kill: mpirun still running 30 s after a rank was killed"]
+    secs = time.time() - t0
+    problems = []
+    if p.returncode == 0:
+        problems.append("kill: mpirun exited 0")
+    if secs > 10:
+        problems.append(f"kill: the job took {secs:.1f} s to end")
+    if os.path.exists(os.path.join(work, "killed.h5")):
+        problems.append("kill: killed.h5 exists")
+    stale = leftovers(work)
+    time.sleep(2)  # orphaned ranks are reaped by init
+
+    def running(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(")")[-1].split()[0] != "Z"
+        except OSError:
+            return False
+    alive = [r for r in ranks if running(r)]
+    if alive:
+        problems.append(f"kill: ranks still alive: {alive}")
+    print(f"{'FAIL' if problems else 'ok':4} kill-rank{'-write' if during_write else ''} killed pid {victim} "
+          f"(rank process 3 of 4): mpirun exit {p.returncode} after "
+          f"{secs:.1f} s; output absent; stale temporary files: {stale}")
+    for s in stale:
+        os.unlink(os.path.join(work, s))
+    return problems
+
+
+def fault_enospc(work):
+    """an output larger than a 2 MiB tmpfs."""
+    small = os.path.join(work, "small")
+    os.mkdir(small)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs",
+                        small], capture_output=True)
+    if r.returncode != 0:
+        print("SKIP enospc: mount -t tmpfs not permitted")
+        return []
+    try:
+        subprocess.run([RINGATTN, "gen", "--out", "mid.h5", "--seq", "4096",
+                        "--heads", "4", "--dim", "32"], env=ENV, cwd=work,
+                       check=True, capture_output=True)
+        # o is 4096 x 4 x 32 x 4 B = 2 MiB, more than the file system holds
+        res = mpirun(["run", "--in", "mid.h5", "--out", "small/out.h5"],
+                     cwd=work, timeout=120)
+        lines = our_lines(res.stderr)
+        problems = []
+        if res.returncode != 1:
+            problems.append(f"enospc: exit {res.returncode}, expected 1")
+        if len(lines) != 1 or "small/out.h5" not in lines[0]:
+            problems.append(f"enospc: message: {res.stderr.strip()[:400]}")
+        if os.listdir(small):
+            problems.append(f"enospc: left in the file system: {os.listdir(small)}")
+        print(f"{'FAIL' if problems else 'ok':4} enospc      exit "
+              f"{res.returncode}: {lines[0] if lines else ''}; left: "
+              f"{os.listdir(small)}")
+        return problems
+    finally:
+        subprocess.run(["umount", small])
+
+
+def fault_large_scores(work):
+    """inputs scaled so that |score| reaches 1e4: finite and correct."""
+    rng = np.random.default_rng(3)
+    B, N, H, D = 1, 96, 2, 16
+    q = rng.standard_normal((B, N, H, D))
+    k = rng.standard_normal((B, N, H, D))
+    v = rng.standard_normal((B, N, H, D))
+    s0 = np.einsum("bnhd,bmhd->bhnm", q, k) / np.sqrt(D)
+    c = np.sqrt(1e4 / np.abs(s0).max())
+    q, k = q * c, k * c
+    with h5py.File(os.path.join(work, "loud.h5"), "w") as f:
+        f["q"], f["k"], f["v"] = (x.astype(np.float32) for x in (q, k, v))
+    problems = []
+    for flags in ([], ["--causal"]):
+        if os.path.exists(os.path.join(work, "loud_out.h5")):
+            os.unlink(os.path.join(work, "loud_out.h5"))
+        r = mpirun(["run", "--in", "loud.h5", "--out", "loud_out.h5"] + flags,
+                   cwd=work, timeout=120)
+        if r.returncode != 0:
+            problems.append(f"large scores {flags}: exit {r.returncode}: {r.stderr[:300]}")
+            continue
+        with h5py.File(os.path.join(work, "loud.h5"), "r") as f:
+            q, k, v = (f[n][...].astype(np.float64) for n in "qkv")
+        with h5py.File(os.path.join(work, "loud_out.h5"), "r") as f:
+            o, lse = f["o"][...], f["lse"][...]
+        s = np.einsum("bnhd,bmhd->bhnm", q, k) / np.sqrt(D)
+        if flags:
+            s = np.where(np.arange(N)[None, :] <= np.arange(N)[:, None], s, -np.inf)
+        mx = s.max(-1, keepdims=True)
+        p = np.exp(s - mx)
+        ref_lse = (mx + np.log(p.sum(-1, keepdims=True)))[..., 0]
+        ref_o = np.einsum("bhnm,bmhd->bnhd", p / p.sum(-1, keepdims=True), v)
+        rel = np.linalg.norm(o - ref_o) / np.linalg.norm(ref_o)
+        lerr = np.max(np.abs(lse - ref_lse) / np.maximum(1, np.abs(ref_lse)))
+        ok = np.all(np.isfinite(o)) and np.all(np.isfinite(lse)) and rel < 1e-5 and lerr < 1e-5
+        print(f"{'ok' if ok else 'FAIL':4} large-scores {flags or ''} max |score| "
+              f"{np.abs(s[np.isfinite(s)]).max():.0f}: rel err {rel:.2e}, lse err {lerr:.2e}")
+        if not ok:
+            problems.append(f"large scores {flags}: rel {rel:.2e} lse {lerr:.2e}")
+    return problems
+
+
+def fault_allow_nonfinite(work):
+    """--allow-nonfinite lets non-finite inputs through: exit 0, and a NaN in
+    /q, /k or /v reaches /o (the rows whose scores or values it touches)."""
+    problems = []
+    for name, where in (("v", (0, 1, 0, 0)), ("k", (0, 1, 0, 0)),
+                        ("q", (0, 1, 0, 0))):
+        src = os.path.join(work, f"nan_{name}.h5")
+        make(src, edit=set_value(name, where, np.nan))
+        r = mpirun(["run", "--in", f"nan_{name}.h5", "--out",
+                    f"nan_{name}_out.h5", "--allow-nonfinite"], cwd=work,
+                   timeout=120)
+        if r.returncode != 0:
+            problems.append(f"allow-nonfinite /{name}: exit {r.returncode}: "
+                            f"{r.stderr[:300]}")
+            continue
+        with h5py.File(os.path.join(work, f"nan_{name}_out.h5"), "r") as f:
+            nan_rows = int(np.isnan(f["o"][0]).any(axis=(1, 2)).sum())
+            bad_lse = int((~np.isfinite(f["lse"][0])).sum())
+        verdict = "ok" if nan_rows > 0 else "FAIL"
+        print(f"{verdict:4} allow-nonfinite NaN in /{name}: exit 0, {nan_rows} "
+              f"query rows of /o with NaN, {bad_lse} non-finite lse")
+        if verdict == "FAIL":
+            problems.append(f"allow-nonfinite: a NaN in /{name} did not reach /o")
+    return problems
+
+
+def run_faults():
+    work = tempfile.mkdtemp(prefix="ra_fault_")
+    try:
+        return (fault_enospc(work) + fault_large_scores(work) +
+                fault_allow_nonfinite(work) + fault_kill(work) +
+                fault_kill(work, during_write=True))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---- determinism ---------------------------------------------------------------
+
+def run_determinism():
+    work = tempfile.mkdtemp(prefix="ra_det_")
+    problems = []
+    try:
+        subprocess.run([RINGATTN, "gen", "--out", "in.h5", "--batch", "2",
+                        "--seq", "1000", "--heads", "4", "--kv-heads", "2",
+                        "--dim", "32", "--lens", "random"], env=ENV, cwd=work,
+                       check=True, capture_output=True)
+        for flags in (["--causal"], ["--threads", "2", "--block-q", "64"],
+                      ["--window", "100,20", "--threads", "2"]):
+            outs = []
+            for rep in range(2):
+                name = f"o{rep}.h5"
+                r = mpirun(["run", "--in", "in.h5", "--out", name, "--force"] + flags,
+                           cwd=work, timeout=300)
+                if r.returncode != 0:
+                    problems.append(f"determinism {flags}: exit {r.returncode}")
+                    break
+                with h5py.File(os.path.join(work, name), "r") as f:
+                    outs.append((f["o"][...].tobytes(), f["lse"][...].tobytes()))
+            same = len(outs) == 2 and outs[0] == outs[1]
+            print(f"{'ok' if same else 'FAIL':4} P={NP} {' '.join(flags)}: two "
+                  f"runs {'bit-identical' if same else 'DIFFER'}")
+            if not same:
+                problems.append(f"determinism {flags}: outputs differ")
+        # the thread count never changes a bit
+        outs = []
+        for threads in ("1", "2"):
+            r = mpirun(["run", "--in", "in.h5", "--out", f"t{threads}.h5",
+                        "--causal", "--threads", threads], cwd=work,
+                       timeout=300)
+            with h5py.File(os.path.join(work, f"t{threads}.h5"), "r") as f:
+                outs.append((f["o"][...].tobytes(), f["lse"][...].tobytes()))
+        same = outs[0] == outs[1]
+        print(f"{'ok' if same else 'FAIL':4} P={NP} --causal: 1 and 2 threads "
+              f"{'bit-identical' if same else 'DIFFER'}")
+        if not same:
+            problems.append("determinism: 1 and 2 threads differ")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return problems
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    if MODE == "faults":
+        failures = run_faults()
+    elif MODE == "determinism":
+        failures = run_determinism()
+    else:
+        failures = run_cases(table=MODE == "table")
+    print(f"reliability {MODE} P={NP}: {len(failures)} failures, "
+          f"{time.time() - t0:.0f} s")
+    for f in failures:
+        print("FAIL", f)
+    sys.exit(1 if failures else 0)
