@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# test.sh: set up, build, and run the whole test suite (unit, MPI at
-# P = 1..4, end to end). Extra arguments go to ctest (e.g. -L unit).
+# test.sh [CTEST_ARGS...]: set up, build, and run the test suite: unit, MPI
+# at P = 1..4, end to end, reliability, valgrind of the quick kernel tests,
+# fuzz replays. Without arguments the 20-minute valgrind run of the whole
+# test_kernel (label valgrind_long) is left out; arguments go to ctest
+# instead (e.g. -L unit, or -L valgrind_long).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 launch/setup.sh build
+if [ "$#" -eq 0 ]; then
+  set -- -LE valgrind_long
+fi
 ctest --test-dir build --output-on-failure "$@"

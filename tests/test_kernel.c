@@ -637,8 +637,21 @@ static void test_forward_flops(void **state)
     assert_true(ra_forward_flops(&w, &p, NULL) == 2.0 * 2 * (3 * 8 - 2));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* `test_kernel quick`: the tests that finish in about a minute under
+     * valgrind memcheck (every kernel path: masks, tiles, merges, threads,
+     * exp), for CI; the size sweeps run natively. */
+    const struct CMUnitTest quick[] = {
+        cmocka_unit_test(test_kernel_empty_partial),
+        cmocka_unit_test(test_kernel_progress),
+        cmocka_unit_test(test_kernel_large_scores),
+        cmocka_unit_test(test_shard_range),
+        cmocka_unit_test(test_shape_check),
+        cmocka_unit_test(test_forward_flops),
+    };
+    if (argc > 1 && strcmp(argv[1], "quick") == 0)
+        return cmocka_run_group_tests(quick, NULL, NULL) ? 1 : 0;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_sizes),
         cmocka_unit_test(test_kernel_gqa_dv),
