@@ -41,7 +41,9 @@ for p in $ranks; do
   mpirun -np "$p" "${extra[@]}" "${site[@]}" "$build/ringattn" bench "$@" --json "$tmp/p$p.json"
   parts+=("$tmp/p$p.json")
 done
-python3 - "$out" "${parts[@]}" <<'PY'
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3 # Debian's, with matplotlib
+"$py" - "$out" "${parts[@]}" <<'PY'
 import json, sys
 rows = []
 for part in sys.argv[2:]:
@@ -52,5 +54,5 @@ with open(sys.argv[1], "w") as f:
 print(f"bench-sweep.sh: {len(rows)} rows -> {sys.argv[1]}")
 PY
 if [ "$plot" = 1 ]; then
-  python3 "$(dirname "$0")/bench-plot.py" "$out" --out-dir "$(dirname "$out")"
+  "$py" "$(dirname "$0")/bench-plot.py" "$out" --out-dir "$(dirname "$out")"
 fi
