@@ -57,6 +57,25 @@ float ra_exp2_shift_sum_scalar(float *x, int64_t len, float shift)
 }
 
 #ifdef RA_HAVE_X86
+/* 2^t for t >= -126 (8 lanes): the polynomial and the exponent bits. */
+__attribute__((target("avx2,fma")))
+static inline __m256 exp2_avx2(__m256 t)
+{
+    __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(t, n);
+    __m256 p = _mm256_set1_ps(C7);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C6));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C5));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C4));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C3));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C2));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C1));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
 __attribute__((target("avx2,fma")))
 static float exp2_shift_sum_avx2(float *x, int64_t len, float shift)
 {
@@ -67,23 +86,7 @@ static float exp2_shift_sum_avx2(float *x, int64_t len, float shift)
     for (; j + 8 <= len; j += 8) {
         __m256 t = _mm256_sub_ps(_mm256_loadu_ps(x + j), vshift);
         __m256 keep = _mm256_cmp_ps(t, lo, _CMP_GE_OQ); /* false for -inf */
-        t = _mm256_max_ps(t, lo);
-        __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT |
-                                          _MM_FROUND_NO_EXC);
-        __m256 f = _mm256_sub_ps(t, n);
-        __m256 p = _mm256_set1_ps(C7);
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C6));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C5));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C4));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C3));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C2));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C1));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-        __m256i e = _mm256_slli_epi32(
-            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
-            23);
-        __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-        r = _mm256_and_ps(r, keep);
+        __m256 r = _mm256_and_ps(exp2_avx2(_mm256_max_ps(t, lo)), keep);
         _mm256_storeu_ps(x + j, r);
         acc = _mm256_add_ps(acc, r);
     }
@@ -136,21 +139,7 @@ static float additive_score_avx2(const float *a, const float *b,
         __m256 sx = _mm256_and_ps(x, sign);
         __m256 t = _mm256_mul_ps(_mm256_min_ps(_mm256_andnot_ps(sign, x), cap),
                                  two_log2e); /* 2|x| log2 e, in [0, 26] */
-        __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT |
-                                          _MM_FROUND_NO_EXC);
-        __m256 f = _mm256_sub_ps(t, n);
-        __m256 p = _mm256_set1_ps(C7);
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C6));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C5));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C4));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C3));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C2));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(C1));
-        p = _mm256_fmadd_ps(p, f, one);
-        __m256i e = _mm256_slli_epi32(
-            _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
-            23);
-        __m256 ex = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+        __m256 ex = exp2_avx2(t);
         __m256 th = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(ex, one)));
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_or_ps(th, sx), acc);
     }

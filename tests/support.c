@@ -1,5 +1,6 @@
 /* support.c: shared test helpers. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,6 +129,25 @@ void slice_gather(const void *full, int64_t B, int64_t len, int64_t row,
             memcpy(dst + (size_t)(b * sl->count + i) * bytes,
                    src + (size_t)(b * len + pos) * bytes, bytes);
         }
+}
+
+void mpi_test_init(int *argc, char ***argv, int *rank, int *nranks)
+{
+    int provided;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, nranks);
+    if (*rank != 0) {
+        if (!freopen("/dev/null", "w", stdout) ||
+            !freopen("/dev/null", "w", stderr))
+            MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+int mpi_test_finish(int failed)
+{
+    MPI_Finalize();
+    return failed ? 1 : 0;
 }
 
 static double rel_of(double err2, double ref2)

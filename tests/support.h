@@ -50,6 +50,15 @@ check_result check_slice(const problem *p, const ra_params *params,
 void slice_gather(const void *full, int64_t B, int64_t len, int64_t row,
                   size_t elem, const ra_slice *sl, void *out);
 
+/* The start of every MPI test: MPI with MPI_THREAD_FUNNELED, this
+ * process's rank and the rank count; ranks other than 0 write their
+ * stdout and stderr to /dev/null, since verdicts are reduced over the
+ * communicator and rank 0's report speaks for every rank. */
+void mpi_test_init(int *argc, char ***argv, int *rank, int *nranks);
+
+/* The end: MPI_Finalize and the exit status of a cmocka group result. */
+int mpi_test_finish(int failed);
+
 /* Accumulates b into a (for sums over ranks or cases); updates rel_o. */
 void check_merge(check_result *a, const check_result *b);
 

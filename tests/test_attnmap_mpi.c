@@ -148,19 +148,9 @@ static void test_maps(void **state)
 
 int main(int argc, char **argv)
 {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    mpi_test_init(&argc, &argv, &rank, &nranks);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_maps),
     };
-    if (rank != 0) {
-        if (!freopen("/dev/null", "w", stdout) ||
-            !freopen("/dev/null", "w", stderr))
-            MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    MPI_Finalize();
-    return failed ? 1 : 0;
+    return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -134,10 +134,7 @@ static void test_odd_tiles_and_threads(void **state)
 
 int main(int argc, char **argv)
 {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    mpi_test_init(&argc, &argv, &rank, &nranks);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_long_self),
         cmocka_unit_test(test_cross_gqa),
@@ -146,13 +143,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cross_lengths_causal),
         cmocka_unit_test(test_odd_tiles_and_threads),
     };
-    /* The verdicts are reduced, so rank 0's report speaks for every rank. */
-    if (rank != 0) {
-        if (!freopen("/dev/null", "w", stdout) ||
-            !freopen("/dev/null", "w", stderr))
-            MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    MPI_Finalize();
-    return failed ? 1 : 0;
+    return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
