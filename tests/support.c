@@ -117,6 +117,33 @@ check_result check_rows(const problem *p, int causal, double scale,
     return check_slice(p, &prm, NULL, &qs, o, lse);
 }
 
+void local_part_make(local_part *lp, const problem *p, ra_layout layout,
+                     int rank, int nranks)
+{
+    const ra_shape *s = &p->s;
+    const int64_t Dk = ra_shape_dk(s);
+    lp->qs = ra_layout_slice(layout, s->N, rank, nranks);
+    lp->ks = ra_layout_slice(layout, s->M, rank, nranks);
+    const int64_t n = lp->qs.count, m = lp->ks.count;
+    lp->q = malloc(sizeof(float) * (size_t)(s->B * n * s->H * s->D + 1));
+    lp->k = malloc(sizeof(float) * (size_t)(s->B * m * s->G * Dk + 1));
+    lp->v = malloc(sizeof(float) * (size_t)(s->B * m * s->G * s->Dv + 1));
+    lp->o = malloc(sizeof(float) * (size_t)(s->B * n * s->H * s->Dv + 1));
+    lp->lse = malloc(sizeof(float) * (size_t)(s->B * s->H * n + 1));
+    slice_gather(p->q, s->B, s->N, s->H * s->D, sizeof(float), &lp->qs, lp->q);
+    slice_gather(p->k, s->B, s->M, s->G * Dk, sizeof(float), &lp->ks, lp->k);
+    slice_gather(p->v, s->B, s->M, s->G * s->Dv, sizeof(float), &lp->ks, lp->v);
+}
+
+void local_part_free(local_part *lp)
+{
+    free(lp->q);
+    free(lp->k);
+    free(lp->v);
+    free(lp->o);
+    free(lp->lse);
+}
+
 void slice_gather(const void *full, int64_t B, int64_t len, int64_t row,
                   size_t elem, const ra_slice *sl, void *out)
 {

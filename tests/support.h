@@ -59,6 +59,18 @@ void mpi_test_init(int *argc, char ***argv, int *rank, int *nranks);
 /* The end: MPI_Finalize and the exit status of a cmocka group result. */
 int mpi_test_finish(int failed);
 
+/* One rank's part of a problem under a layout: its token slices and the
+ * local q (B, n, H, D), k (B, m, G, Dk), v (B, m, G, Dv) gathered from the
+ * full tensors, with o (B, n, H, Dv) and lse (B, H, n) to fill. */
+typedef struct {
+    ra_slice qs, ks;
+    float *q, *k, *v, *o, *lse;
+} local_part;
+
+void local_part_make(local_part *lp, const problem *p, ra_layout layout,
+                     int rank, int nranks);
+void local_part_free(local_part *lp);
+
 /* Accumulates b into a (for sums over ranks or cases); updates rel_o. */
 void check_merge(check_result *a, const check_result *b);
 

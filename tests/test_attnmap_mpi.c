@@ -69,21 +69,14 @@ static void run_map(const ra_shape *s, ra_params prm, int lens,
 {
     problem p;
     problem_make(&p, s, seed);
-    const int64_t Dk = ra_shape_dk(s);
     int64_t q_lens[4];
     ra_random_lens(seed, 3, s->B, s->N, q_lens);
     const ra_masks local = {q_lens, NULL, NULL, NULL};
     const ra_layout lay = ra_params_layout(&prm, 0);
-    const ra_slice qs = ra_layout_slice(lay, s->N, rank, nranks);
-    const ra_slice ks = ra_layout_slice(lay, s->M, rank, nranks);
-    float *q = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->D + 1));
-    float *k = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * Dk + 1));
-    float *v = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->Dv + 1));
-    float *o = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->Dv + 1));
-    float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * qs.count + 1));
-    slice_gather(p.q, s->B, s->N, s->H * s->D, sizeof(float), &qs, q);
-    slice_gather(p.k, s->B, s->M, s->G * Dk, sizeof(float), &ks, k);
-    slice_gather(p.v, s->B, s->M, s->G * s->Dv, sizeof(float), &ks, v);
+    local_part lp;
+    local_part_make(&lp, &p, lay, rank, nranks);
+    const ra_slice qs = lp.qs;
+    float *q = lp.q, *k = lp.k, *v = lp.v, *o = lp.o, *lse = lp.lse;
     const int64_t heads[2] = {0, s->H - 1};
     ra_attn_map map = {i0, i1, heads, 2, NULL};
     const ra_range rows = ra_attn_map_rows(lay, s->N, rank, nranks, &map);
@@ -105,11 +98,7 @@ static void run_map(const ra_shape *s, ra_params prm, int lens,
                (long long)i0, (long long)i1, prm.causal, lens, gerr[0], gerr[1]);
     assert_int_equal(all_rows, i1 - i0);
     assert_true(gerr[0] < 1e-5 && gerr[1] < 1e-5);
-    free(q);
-    free(k);
-    free(v);
-    free(o);
-    free(lse);
+    local_part_free(&lp);
     free(map.out);
     problem_free(&p);
 }

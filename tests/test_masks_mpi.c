@@ -77,18 +77,12 @@ static check_result run_layout(const mask_case *mc, ra_layout layout,
     }
     const test_masks global = {q_lens, kv_lens, q_seg, kv_seg};
 
-    const ra_slice qs = ra_layout_slice(layout, s->N, rank, nranks);
-    const ra_slice ks = ra_layout_slice(layout, s->M, rank, nranks);
-    float *q = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->D + 1));
-    float *k = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->D + 1));
-    float *v = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->Dv + 1));
-    float *o = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->Dv + 1));
-    float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * qs.count + 1));
+    local_part lp;
+    local_part_make(&lp, &p, layout, rank, nranks);
+    const ra_slice qs = lp.qs, ks = lp.ks;
+    float *q = lp.q, *k = lp.k, *v = lp.v, *o = lp.o, *lse = lp.lse;
     int64_t *qsl = malloc(sizeof(int64_t) * (size_t)(s->B * qs.count + 1));
     int64_t *ksl = malloc(sizeof(int64_t) * (size_t)(s->B * ks.count + 1));
-    slice_gather(p.q, s->B, s->N, s->H * s->D, sizeof(float), &qs, q);
-    slice_gather(p.k, s->B, s->M, s->G * s->D, sizeof(float), &ks, k);
-    slice_gather(p.v, s->B, s->M, s->G * s->Dv, sizeof(float), &ks, v);
     if (q_seg) {
         slice_gather(q_seg, s->B, s->N, 1, sizeof(int64_t), &qs, qsl);
         slice_gather(kv_seg, s->B, s->M, 1, sizeof(int64_t), &ks, ksl);
@@ -124,11 +118,7 @@ static check_result run_layout(const mask_case *mc, ra_layout layout,
                (long long)prm.window_right, mc->lens,
                (long long)mc->segment_avg, tm.steps, g.rel_o, g.max_lse,
                (long long)g.bad_inf, check_ok(&g) ? "PASS" : "FAIL");
-    free(q);
-    free(k);
-    free(v);
-    free(o);
-    free(lse);
+    local_part_free(&lp);
     free(qsl);
     free(ksl);
     free(q_lens);

@@ -30,17 +30,10 @@ static check_result run_case(const ra_shape *s, int causal, uint64_t seed,
     prm.block_kv = block_kv;
     prm.threads = threads;
     const ra_layout lay = ra_params_layout(&prm, 0);
-    const ra_slice qs = ra_layout_slice(lay, s->N, rank, nranks);
-    const ra_slice ks = ra_layout_slice(lay, s->M, rank, nranks);
-    float *o = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->Dv + 1));
-    float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * qs.count + 1));
-    float *q = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->D + 1));
-    float *k = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->D + 1));
-    float *v = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->Dv + 1));
-    /* this rank's slices of the full tensors */
-    slice_gather(p.q, s->B, s->N, s->H * s->D, sizeof(float), &qs, q);
-    slice_gather(p.k, s->B, s->M, s->G * s->D, sizeof(float), &ks, k);
-    slice_gather(p.v, s->B, s->M, s->G * s->Dv, sizeof(float), &ks, v);
+    local_part lp;
+    local_part_make(&lp, &p, lay, rank, nranks);
+    const ra_slice qs = lp.qs;
+    float *q = lp.q, *k = lp.k, *v = lp.v, *o = lp.o, *lse = lp.lse;
     ra_status st = ra_forward(MPI_COMM_WORLD, s, &prm, q, k, v, o, lse);
     check_result c = {0};
     if (st == RA_OK)
@@ -58,11 +51,7 @@ static check_result run_case(const ra_shape *s, int causal, uint64_t seed,
                (long long)block_kv, threads, g.rel_o, g.max_lse,
                (long long)g.bad_inf, (long long)g.rows,
                check_ok(&g) ? "PASS" : "FAIL");
-    free(o);
-    free(lse);
-    free(q);
-    free(k);
-    free(v);
+    local_part_free(&lp);
     problem_free(&p);
     return g;
 }

@@ -30,16 +30,10 @@ static check_result run_scored(const ra_shape *s, const ra_params *prm_in,
     const test_masks global = {q_lens, kv_lens, NULL, NULL};
     const ra_masks local = {q_lens, kv_lens, NULL, NULL};
     const ra_layout lay = ra_params_layout(&prm, 0);
-    const ra_slice qs = ra_layout_slice(lay, s->N, rank, nranks);
-    const ra_slice ks = ra_layout_slice(lay, s->M, rank, nranks);
-    float *q = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->D + 1));
-    float *k = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * Dk + 1));
-    float *v = malloc(sizeof(float) * (size_t)(s->B * ks.count * s->G * s->Dv + 1));
-    float *o = malloc(sizeof(float) * (size_t)(s->B * qs.count * s->H * s->Dv + 1));
-    float *lse = malloc(sizeof(float) * (size_t)(s->B * s->H * qs.count + 1));
-    slice_gather(p.q, s->B, s->N, s->H * s->D, sizeof(float), &qs, q);
-    slice_gather(p.k, s->B, s->M, s->G * Dk, sizeof(float), &ks, k);
-    slice_gather(p.v, s->B, s->M, s->G * s->Dv, sizeof(float), &ks, v);
+    local_part lp;
+    local_part_make(&lp, &p, lay, rank, nranks);
+    const ra_slice qs = lp.qs;
+    float *q = lp.q, *k = lp.k, *v = lp.v, *o = lp.o, *lse = lp.lse;
     ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, lens ? &local : NULL,
                                  q, k, v, o, lse, NULL);
     check_result c = {0};
@@ -56,11 +50,7 @@ static check_result run_scored(const ra_shape *s, const ra_params *prm_in,
                (long long)s->G, (long long)s->D, (long long)Dk, prm.causal,
                lens, g.rel_o, g.max_lse, (long long)g.bad_inf,
                check_ok(&g) ? "PASS" : "FAIL");
-    free(q);
-    free(k);
-    free(v);
-    free(o);
-    free(lse);
+    local_part_free(&lp);
     problem_free(&p);
     return g;
 }
