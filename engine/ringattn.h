@@ -30,6 +30,14 @@
 extern "C" {
 #endif
 
+/* RA_API marks the exported functions: the shared library is built with
+ * hidden visibility, so these are its only symbols. */
+#if defined(RA_BUILDING_LIBRARY) && defined(__GNUC__)
+#define RA_API __attribute__((visibility("default")))
+#else
+#define RA_API
+#endif
+
 #define RA_VERSION_STRING "0.1.0"
 #define RA_SCHEMA_VERSION 1
 
@@ -44,7 +52,7 @@ typedef enum {
 } ra_status;
 
 /* A static, human-readable name for a status. */
-const char *ra_status_str(ra_status st);
+RA_API const char *ra_status_str(ra_status st);
 
 /* How the sequence is cut over the ranks (queries and keys alike). Files
  * keep the natural token order; the layout only decides which tokens a
@@ -56,9 +64,9 @@ typedef enum {
     RA_LAYOUT_AUTO = 3,       /* the default: see ra_params_layout() */
 } ra_layout;
 
-const char *ra_layout_name(ra_layout layout);
+RA_API const char *ra_layout_name(ra_layout layout);
 /* Parses "contiguous", "zigzag", "striped" or "auto"; RA_ERR_ARG otherwise. */
-ra_status ra_layout_parse(const char *name, ra_layout *out);
+RA_API ra_status ra_layout_parse(const char *name, ra_layout *out);
 
 /* Global problem shape. */
 typedef struct {
@@ -75,7 +83,7 @@ static inline int64_t ra_shape_dk(const ra_shape *s)
 
 /* Checks that every size is positive (N and M may be >= 1), G divides H, and
  * that byte counts of every tensor fit in int64. */
-ra_status ra_shape_check(const ra_shape *shape);
+RA_API ra_status ra_shape_check(const ra_shape *shape);
 
 /* The score a(q, k) whose softmax weighs the values (the textbook's three):
  *   dot:       s * q.k                         (scaled dot product)
@@ -88,8 +96,8 @@ typedef enum {
     RA_SCORE_ADDITIVE = 2,
 } ra_score;
 
-const char *ra_score_name(ra_score score);
-ra_status ra_score_parse(const char *name, ra_score *out);
+RA_API const char *ra_score_name(ra_score score);
+RA_API ra_status ra_score_parse(const char *name, ra_score *out);
 
 /* Weights of the additive score, shared by all heads: w_q (A, D),
  * w_k (A, Dk), w_v (A). Owned by the caller. */
@@ -123,13 +131,13 @@ typedef struct {
 
 /* Fills the defaults: non-causal, no window, scale 1/sqrt(D), automatic
  * tiles, automatic layout, threads from the environment. */
-void ra_params_default(ra_params *params);
+RA_API void ra_params_default(ra_params *params);
 
 /* The scale actually used for a shape: params->scale, or 1/sqrt(D). */
-double ra_params_scale(const ra_params *params, const ra_shape *shape);
+RA_API double ra_params_scale(const ra_params *params, const ra_shape *shape);
 
 /* The tile sizes actually used for a shape (defaults resolved). */
-void ra_params_tiles(const ra_params *params, const ra_shape *shape,
+RA_API void ra_params_tiles(const ra_params *params, const ra_shape *shape,
                      int64_t *block_q, int64_t *block_kv);
 
 /* The layout actually used: params->layout, or for RA_LAYOUT_AUTO the best
@@ -137,10 +145,10 @@ void ra_params_tiles(const ra_params *params, const ra_shape *shape,
  * skipped), else striped with packed segments (work follows segment
  * sizes, which striping spreads evenly), else zigzag when causal, else
  * contiguous. segments: whether segment masks are given. */
-ra_layout ra_params_layout(const ra_params *params, int segments);
+RA_API ra_layout ra_params_layout(const ra_params *params, int segments);
 
 /* The threads per rank actually used (0 resolved as above). */
-int ra_params_threads(const ra_params *params);
+RA_API int ra_params_threads(const ra_params *params);
 
 /* One rank's part of the sequence axis: [start, start + count). */
 typedef struct {
@@ -149,7 +157,7 @@ typedef struct {
 
 /* The contiguous slice of a length-`len` axis owned by `rank` of `nranks`:
  * the first len % nranks ranks hold one extra token; ranks may be empty. */
-ra_range ra_shard_range(int64_t len, int rank, int nranks);
+RA_API ra_range ra_shard_range(int64_t len, int rank, int nranks);
 
 /* The tokens a rank holds under a layout: up to two runs of global
  * positions start + i * stride (i < count), in increasing order; a rank's
@@ -165,11 +173,11 @@ typedef struct {
     int64_t count; /* tokens in all runs */
 } ra_slice;
 
-ra_slice ra_layout_slice(ra_layout layout, int64_t len, int rank, int nranks);
+RA_API ra_slice ra_layout_slice(ra_layout layout, int64_t len, int rank, int nranks);
 
 /* The tokens of a slice whose positions lie in [i0, i1), with positions
  * counted from i0: the rows an attention map of those queries holds. */
-ra_slice ra_slice_clip(const ra_slice *slice, int64_t i0, int64_t i1);
+RA_API ra_slice ra_slice_clip(const ra_slice *slice, int64_t i0, int64_t i1);
 
 /* The global position of local token idx (0 <= idx < slice->count). */
 static inline int64_t ra_slice_pos(const ra_slice *slice, int64_t idx)
@@ -196,7 +204,7 @@ typedef struct {
  * segments, whose ids are spread over the ranks); 4*B*H*N*M*D when
  * Dv == D and nothing is masked. The additive score counts 4 A + 2 Dv per
  * pair (a tanh as one operation). masks may be NULL. */
-double ra_forward_flops(const ra_shape *shape, const ra_params *params,
+RA_API double ra_forward_flops(const ra_shape *shape, const ra_params *params,
                         const ra_masks *masks);
 
 /* Ring attention forward on in-memory slices, collective over comm.
@@ -211,7 +219,7 @@ double ra_forward_flops(const ra_shape *shape, const ra_params *params,
  * sequence. Every rank must pass the same shape and params. With more than
  * one thread, MPI must be initialised with at least MPI_THREAD_FUNNELED
  * (otherwise transfers are not polled between tiles). */
-ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
+RA_API ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
                      const ra_params *params,
                      const float *q, const float *k, const float *v,
                      float *o, float *lse);
@@ -226,7 +234,7 @@ typedef struct {
 } ra_timing;
 
 /* ra_forward() with masks (NULL: none) and timings (NULL: not wanted). */
-ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
+RA_API ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
                         const ra_params *params, const ra_masks *masks,
                         const float *q, const float *k, const float *v,
                         float *o, float *lse, ra_timing *timing);
@@ -244,12 +252,12 @@ typedef struct {
     float *out;
 } ra_attn_map;
 
-ra_range ra_attn_map_rows(ra_layout layout, int64_t N, int rank, int nranks,
+RA_API ra_range ra_attn_map_rows(ra_layout layout, int64_t N, int rank, int nranks,
                           const ra_attn_map *map);
 
 /* ra_forward_ex() (no timings) followed by a second ring pass that writes
  * the attention map; layout as resolved by ra_params_layout(). */
-ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
+RA_API ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
                          const ra_params *params, const ra_masks *masks,
                          const float *q, const float *k, const float *v,
                          float *o, float *lse, ra_attn_map *map);
@@ -276,7 +284,7 @@ typedef struct {
  * y (B, n, Eout). Projections are token-wise (no communication); then the
  * ring runs for all heads; then the output projection. shape gives B, N, M,
  * H, G, D, Dv. timing may be NULL. */
-ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
+RA_API ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
                          const ra_params *params, const ra_masks *masks,
                          const ra_mha *layer, const float *x_q,
                          const float *x_kv, float *y, ra_timing *timing);
@@ -285,7 +293,7 @@ ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
 
 /* The message of the last error set on this thread by any ra_ function: one
  * line naming the file, the dataset and what is wrong where they apply. */
-const char *ra_error_message(void);
+RA_API const char *ra_error_message(void);
 
 /* ---- HDF5 files (parallel, MPI-IO driver) ------------------------------ *
  * Input file: /q (B, N, H, D), /k (B, M, G, D), /v (B, M, G, Dv), each
@@ -298,12 +306,12 @@ const char *ra_error_message(void);
  * Every function here is collective over comm. */
 
 /* Reads the shape of an input file, checking ranks and consistency. */
-ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape);
+RA_API ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape);
 
 /* Reads this rank's slices under a resolved layout (not RA_LAYOUT_AUTO;
  * ra_layout_slice over N for q, over M for k and v) into caller-owned buffers; each rank reads only its
  * own hyperslabs, with collective transfers. */
-ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
+RA_API ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
                             const ra_shape *shape, ra_layout layout,
                             float *q, float *k, float *v);
 
@@ -319,10 +327,10 @@ typedef struct {
  * integer typed; lens must lie in [0, N] and [0, M]. Absent datasets leave
  * NULL pointers. Segments are read as this rank's layout slices. *masks is
  * overwritten (free earlier contents first); on failure it is all NULL. */
-ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
+RA_API ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                            const ra_shape *shape, ra_layout layout,
                            ra_h5_masks *masks);
-void ra_h5_masks_free(ra_h5_masks *masks);
+RA_API void ra_h5_masks_free(ra_h5_masks *masks);
 
 /* What an output file records besides the tensors. */
 typedef struct {
@@ -339,7 +347,7 @@ typedef struct {
  * and /lse (B, H, n) into a temporary file in the destination directory, then, once every rank has
  * closed it, renames it to path (fsync of file and directory). Refuses an
  * existing path unless force; on any failure no file is left behind. */
-ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
+RA_API ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                               const ra_shape *shape, const ra_run_meta *meta,
                               const float *o, const float *lse);
 
@@ -347,7 +355,7 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
  * float32 (f64 == 0) or float64, atomically as above. Element values depend
  * only on (seed, tensor, index), never on the number of ranks; they are
  * drawn in fp32, so a float64 file holds the same values widened. */
-ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
+RA_API ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
                     const ra_shape *shape, int f64, uint64_t seed);
 
 #ifdef __cplusplus

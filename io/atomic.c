@@ -55,7 +55,16 @@ static uint64_t tmp_nonce(void)
     return z ^ (z >> 29);
 }
 
-ra_status h5io_output_check(const char *path, int force)
+/* Whether a and b name the same existing file (after symlinks). */
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+ra_status h5io_output_check(const char *path, int force,
+                            const char *const *inputs)
 {
     char dir[PATH_MAX];
     const char *base;
@@ -73,6 +82,10 @@ ra_status h5io_output_check(const char *path, int force)
     if (access(dir, W_OK | X_OK) != 0)
         return ra_error_set(RA_ERR_ARG, "%s: output directory %s is not "
                             "writable: %s", path, dir, strerror(errno));
+    for (int i = 0; inputs && inputs[i]; i++)
+        if (same_file(inputs[i], path))
+            return ra_error_set(RA_ERR_ARG, "%s: the output is the input "
+                                "file %s", path, inputs[i]);
     if (lstat(path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode))
             return ra_error_set(RA_ERR_ARG, "%s: output is a directory", path);
@@ -92,7 +105,7 @@ static ra_status commit_prepare(const char *path, int force, char *tmp)
     ra_status st;
     int fd = -1;
 
-    if ((st = h5io_output_check(path, force)) != RA_OK ||
+    if ((st = h5io_output_check(path, force, NULL)) != RA_OK ||
         (st = path_split(path, dir, sizeof dir, &base)) != RA_OK)
         return st;
 
@@ -208,7 +221,7 @@ ra_status h5io_commit(MPI_Comm comm, const char *path, int force,
     /* step 1: rank 0 checks the destination and reserves a temporary name */
     if (rank == 0)
         st = commit_prepare(path, force, tmp);
-    if ((st = h5io_agree(comm, st)) != RA_OK)
+    if ((st = ra_agree(comm, st)) != RA_OK)
         return st;
     if (MPI_Bcast(tmp, PATH_MAX, MPI_CHAR, 0, comm) != MPI_SUCCESS) {
         st = ra_error_set(RA_ERR_MPI, "%s: MPI_Bcast of the temporary name "
@@ -223,12 +236,12 @@ ra_status h5io_commit(MPI_Comm comm, const char *path, int force,
     else if ((file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
         st = ra_error_set(RA_ERR_IO, "%s: cannot create temporary HDF5 file "
                           "%s", path, tmp);
-    if ((st = h5io_agree(comm, st)) == RA_OK)
+    if ((st = ra_agree(comm, st)) == RA_OK)
         st = writer(file, comm, ctx);
     if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
         st = ra_error_set(RA_ERR_IO, "%s: closing temporary file %s failed",
                           path, tmp);
-    st = h5io_agree(comm, st);
+    st = ra_agree(comm, st);
 
     /* step 3: rank 0 publishes the file, or removes it */
 cleanup:
@@ -240,5 +253,5 @@ cleanup:
         else
             commit_abandon(path, st, tmp);
     }
-    return h5io_agree(comm, st);
+    return ra_agree(comm, st);
 }

@@ -162,7 +162,7 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
                                        "%lld bytes for the generated slices",
                                        path, (long long)(nfloat * 4 +
                                                          nids * 8));
-    if ((st = h5io_agree(comm, st)) != RA_OK)
+    if ((st = ra_agree(comm, st)) != RA_OK)
         goto cleanup;
 
     h5io_quiet_begin(&quiet);

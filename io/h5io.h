@@ -128,11 +128,14 @@ ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
                               const float *q, const float *k, const float *v,
                               h5io_nonfinite *bad);
 
-/* The checks of an output path that need no writing, for a caller to make
- * before any heavy work (h5io_commit() makes them again): the path names a
+/* The one check of an output path, for every subcommand that writes, made
+ * before any heavy work (h5io_commit() makes it again): the path names a
  * file in an existing, writable directory; it is not a directory; it does
- * not exist unless force. Not collective. */
-ra_status h5io_output_check(const char *path, int force);
+ * not exist unless force; and it is none of the files the run reads.
+ * inputs: NULL-terminated list of the files the run reads (or NULL); each
+ * counts with every file it depends on. Not collective. */
+ra_status h5io_output_check(const char *path, int force,
+                            const char *const *inputs);
 
 /* Prints every dataset (path, shape, dtype) and every root attribute
  * (name = value) of the file to out, in aligned columns. */

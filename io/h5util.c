@@ -1,4 +1,4 @@
-/* h5util.c: error silencing, rank agreement, property lists, and the checks
+/* h5util.c: error silencing, property lists, and the checks
  * and selections every reader and writer of io/ shares. */
 #include <errno.h>
 #include <stdint.h>
@@ -23,37 +23,6 @@ void h5io_quiet_end(const h5io_quiet *saved)
     H5Eset_auto2(H5E_DEFAULT, saved->func, saved->data);
 }
 
-ra_status h5io_agree(MPI_Comm comm, ra_status st)
-{
-    int rank, nranks, first;
-    struct {
-        int status;
-        char message[512];
-    } verdict;
-
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "MPI_Comm_rank/size failed");
-    first = st != RA_OK ? rank : nranks;
-    if (MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm) !=
-        MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "MPI_Allreduce of a status failed");
-    if (first == nranks)
-        return RA_OK;
-
-    memset(&verdict, 0, sizeof verdict);
-    if (rank == first) {
-        verdict.status = (int)st;
-        snprintf(verdict.message, sizeof verdict.message, "%s",
-                 ra_error_message());
-    }
-    if (MPI_Bcast(&verdict, (int)sizeof verdict, MPI_BYTE, first, comm) !=
-        MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "MPI_Bcast of an error failed");
-    if (rank == first)
-        return st;
-    return ra_error_set((ra_status)verdict.status, "%s", verdict.message);
-}
 
 hid_t h5io_fapl_mpio(MPI_Comm comm)
 {

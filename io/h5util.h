@@ -12,6 +12,7 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include "agree.h"
 #include "ringattn.h"
 
 /* The HDF5 error printer of the caller, saved while io/ silences it so that
@@ -23,11 +24,6 @@ typedef struct {
 
 void h5io_quiet_begin(h5io_quiet *saved);
 void h5io_quiet_end(const h5io_quiet *saved);
-
-/* Collective over comm: returns RA_OK when st is RA_OK on every rank, else
- * the status and message of the lowest failing rank, on every rank. Call it
- * before any collective step a local failure would otherwise skip. */
-ra_status h5io_agree(MPI_Comm comm, ra_status st);
 
 /* The description of the most specific error on the HDF5 error stack of
  * this thread (e.g. "truncated file: eof = ..."), into buf[H5IO_DETAIL_LEN];
@@ -82,7 +78,7 @@ ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
 /* Creates dataset name of file type ftype and the given dims, and writes
  * buf (memory type mtype), this rank's slice on axis, dense as
  * h5io_slice_select() describes; collective over comm (the file's
- * communicator), and every rank returns the same status (h5io_agree), so
+ * communicator), and every rank returns the same status (ra_agree), so
  * that a failure on one rank (a full disk) never leaves the others in the
  * next collective call. buf may be NULL when the slice is empty. */
 ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,

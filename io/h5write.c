@@ -53,7 +53,7 @@ cleanup:
     if (dxpl >= 0) H5Pclose(dxpl);
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);
-    return h5io_agree(comm, st);
+    return ra_agree(comm, st);
 }
 
 /* Writes a scalar root attribute of file type ftype from *value of memory
@@ -76,7 +76,7 @@ static ra_status attr_write(MPI_Comm comm, hid_t file, const char *path,
                           name);
     if (space >= 0)
         H5Sclose(space);
-    return h5io_agree(comm, st);
+    return ra_agree(comm, st);
 }
 
 ra_status h5io_attr_write_int(MPI_Comm comm, hid_t file, const char *path,
@@ -115,7 +115,7 @@ ra_status h5io_attr_write_string(MPI_Comm comm, hid_t file, const char *path,
 
     if (type < 0 || H5Tset_size(type, strlen(value) + 1) < 0 ||
         H5Tset_strpad(type, H5T_STR_NULLTERM) < 0) {
-        st = h5io_agree(comm, ra_error_set(RA_ERR_IO, "%s: attribute %s: "
+        st = ra_agree(comm, ra_error_set(RA_ERR_IO, "%s: attribute %s: "
                                            "cannot make its string type",
                                            path, name));
         goto cleanup;

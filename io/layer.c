@@ -37,10 +37,10 @@ ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
                           (unsigned long long)found[1],
                           (unsigned long long)found[2]);
     /* every rank checked the same metadata; agree before the collective */
-    if ((st = h5io_agree(comm, st)) == RA_OK)
+    if ((st = ra_agree(comm, st)) == RA_OK)
         st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, 3, want,
                             1, slice, out);
-    st = h5io_agree(comm, st);
+    st = ra_agree(comm, st);
     if (dset >= 0) H5Dclose(dset);
     if (file >= 0) H5Fclose(file);
     if (dxpl >= 0) H5Pclose(dxpl);

@@ -133,8 +133,8 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
                           path);
     else
         st = h5io_file_open(path, fapl, &file);
-    if ((st = h5io_agree(comm, st)) != RA_OK ||
-        (st = h5io_agree(comm, masks_presence(file, path, s, m))) != RA_OK)
+    if ((st = ra_agree(comm, st)) != RA_OK ||
+        (st = ra_agree(comm, masks_presence(file, path, s, m))) != RA_OK)
         goto cleanup;
 
     /* step 2: open and check the present datasets, allocate their parts */
@@ -151,7 +151,7 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
             st = ra_error_set(RA_ERR_NOMEM, "%s: dataset %s: cannot allocate "
                               "this rank's part", path, mask_names[i]);
     }
-    if ((st = h5io_agree(comm, st)) != RA_OK)
+    if ((st = ra_agree(comm, st)) != RA_OK)
         goto cleanup;
 
     /* step 3: collective reads, then the range of the lengths (every rank
@@ -161,7 +161,7 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
             st = h5io_dset_read(m[i].dset, dxpl, path, mask_names[i],
                                 H5T_NATIVE_INT64, m[i].rank, m[i].want,
                                 m[i].rank - 1, &m[i].slice, m[i].buf);
-    if ((st = h5io_agree(comm, st)) != RA_OK)
+    if ((st = ra_agree(comm, st)) != RA_OK)
         goto cleanup;
     if (m[SEGMENTS].present) /* with N == M the q and kv slices are equal */
         memcpy(m[KV_SEGMENTS].buf, m[SEGMENTS].buf,
@@ -204,7 +204,7 @@ ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                             (int)layout);
 
     h5io_quiet_begin(&quiet);
-    st = h5io_agree(comm, masks_read(comm, path, shape, layout, m));
+    st = ra_agree(comm, masks_read(comm, path, shape, layout, m));
     h5io_quiet_end(&quiet);
     if (st != RA_OK) {
         for (int i = 0; i < NMASKS; i++)

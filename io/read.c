@@ -89,7 +89,7 @@ ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape)
     ra_status st;
 
     h5io_quiet_begin(&quiet);
-    st = h5io_agree(comm, shape_read(comm, path, shape));
+    st = ra_agree(comm, shape_read(comm, path, shape));
     h5io_quiet_end(&quiet);
     return st;
 }
@@ -180,7 +180,7 @@ ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
         return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
                             (int)layout);
     h5io_quiet_begin(&quiet);
-    st = h5io_agree(comm, inputs_read(comm, path, shape, layout, q, k, v));
+    st = ra_agree(comm, inputs_read(comm, path, shape, layout, q, k, v));
     h5io_quiet_end(&quiet);
     return st;
 }

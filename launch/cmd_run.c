@@ -46,14 +46,6 @@ static const char run_help[] =
     "                   default, naming the first one)\n"
     "  --help           this text\n";
 
-/* Whether two paths name the same existing file. */
-static int same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-           sa.st_ino == sb.st_ino;
-}
-
 /* Checks of the output path that need no collective work (not the input,
  * an existing writable directory, no existing file unless force), made on
  * rank 0 before any reading and shared so that every rank takes the same
@@ -62,18 +54,8 @@ static ra_status check_output_path(const cli_ctx *ctx, const char *in,
                                    const char *out, int force)
 {
     int verdict = RA_OK;
-    if (ctx->rank == 0) {
-        struct stat st;
-        if (same_file(in, out))
-            verdict = ra_error_set(RA_ERR_ARG,
-                                   "%s: the output is the input file", out);
-        else if (!force && stat(out, &st) == 0)
-            verdict = ra_error_set(RA_ERR_EXISTS,
-                                   "%s: output exists; pass --force to "
-                                   "replace it", out);
-        else
-            verdict = h5io_output_check(out, force);
-    }
+    if (ctx->rank == 0)
+        verdict = h5io_output_check(out, force, (const char *const[]){in, NULL});
     MPI_Bcast(&verdict, 1, MPI_INT, 0, ctx->comm);
     return (ra_status)verdict;
 }
