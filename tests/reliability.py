@@ -257,6 +257,21 @@ CASES = [
      r"--dtype: 'float16' is not float32 or float64"),
 ]
 
+# Output safety: outputs that would destroy an input, checks made before the
+# work, full disks, temporary files, errors that name their cause.
+CASES_OUTPUT = [
+]
+
+# The tools beside run: options, bench, verify, plot-map.
+CASES_TOOLS = [
+]
+
+# The compute: scores out of float32 range, hangs, non-finite inputs.
+CASES_COMPUTE = [
+]
+
+CASES += CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE
+
 
 def md5s(root):
     out = {}
