@@ -23,6 +23,7 @@ void ra_params_default(ra_params *params)
     params->block_kv = 0;
     params->layout = RA_LAYOUT_AUTO;
     params->threads = 0;
+    params->stall_timeout = 0.0; /* the watchdog sets its default */
 }
 
 double ra_params_scale(const ra_params *params, const ra_shape *shape)

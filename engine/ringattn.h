@@ -127,6 +127,9 @@ typedef struct {
                           (costs a scan of every score tile) */
     int no_poll;       /* 1: never progress transfers between tiles (only
                           to measure how much overlap polling buys) */
+    double stall_timeout; /* seconds a rank may wait for a ring transfer
+                          with no progress before the call fails naming the
+                          step and the rank it waits for; 0: wait forever */
 } ra_params;
 
 /* Fills the defaults: non-causal, no window, scale 1/sqrt(D), automatic
