@@ -130,20 +130,6 @@ void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
                        int64_t ldk, const double *v, int64_t ldv, double *o,
                        int64_t ldo, double *lse, double *scores);
 
-/* The materialising baseline: local queries (n rows starting at global
- * q_start) against all M keys and values, non-causal or causal. */
-typedef struct {
-    int64_t B, n, N, M, H, G, D, Dv;
-    int64_t q_start;
-    int causal;
-    float scale;
-} ra_naive_args;
-
-/* q (B, n, H, D), full k (B, M, G, D) and v (B, M, G, Dv), o (B, n, H, Dv),
- * lse (B, H, n); scores is scratch of n * M floats. */
-void ra_naive_forward(const ra_naive_args *a, const float *q, const float *k,
-                      const float *v, float *o, float *lse, float *scores);
-
 /* Vectorised base-2 exponentials for the softmax pass:
  * x[j] = 2^(x[j] - shift) for j < len, returning the sum of the results.
  * Inputs of -inf give 0. Picks AVX-512 or AVX2/FMA at run time. */

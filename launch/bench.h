@@ -7,6 +7,28 @@
 
 #include "cli.h"
 
+/* The options of one `bench` invocation. */
+enum { MAX_SEQS = 64 };
+typedef struct {
+    cli_shape cs;
+    ra_params p;
+    int64_t seqs[MAX_SEQS];
+    int nseq;
+    int64_t warmup, reps, check_rows, seed;
+    int lens;             /* random padding lengths */
+    int layout_auto;      /* the layout was chosen, not given */
+    int64_t additive_hidden; /* A of the random additive weights */
+    float *additive_mem;  /* w_q (A, D) | w_k (A, D) | w_v (A) */
+    ra_additive additive;
+    int64_t segment_avg;  /* random packed segments of this mean length */
+    int ring, naive;
+    const char *json, *csv;
+} bench_opts;
+
+/* Fills o from argv[1..argc) (o holds the defaults); *help is set by
+ * --help. Returns 0, or -1 with a message set. */
+int parse_bench(bench_opts *o, int argc, char **argv, int *help);
+
 /* min / avg / max of one quantity over the ranks */
 typedef struct {
     double min, avg, max;

@@ -58,23 +58,7 @@ static const char bench_help[] =
     "timed passes; model_MB is its slices + two ring buffers + tiles;\n"
     "rel_err is ||o - ref|| / ||ref|| on the checked rows, PASS below 1e-5.\n";
 
-enum { MAX_SEQS = 64, SGEMM_N = 2048, RING_PART = 1 << 30 };
-
-typedef struct {
-    cli_shape cs;
-    ra_params p;
-    int64_t seqs[MAX_SEQS];
-    int nseq;
-    int64_t warmup, reps, check_rows, seed;
-    int lens;             /* random padding lengths */
-    int layout_auto;      /* the layout was chosen, not given */
-    int64_t additive_hidden; /* A of the random additive weights */
-    float *additive_mem;  /* w_q (A, D) | w_k (A, D) | w_v (A) */
-    ra_additive additive;
-    int64_t segment_avg;  /* random packed segments of this mean length */
-    int ring, naive;
-    const char *json, *csv;
-} bench_opts;
+enum { SGEMM_N = 2048, RING_PART = 1 << 30 };
 
 /* ---- small measurement helpers ---------------------------------------- */
 
@@ -565,7 +549,7 @@ static int parse_seq_list(bench_opts *o, const char *text)
     }
 }
 
-static int parse_bench(bench_opts *o, int argc, char **argv, int *help)
+int parse_bench(bench_opts *o, int argc, char **argv, int *help)
 {
     for (int i = 1; i < argc; i++) {
         const char *val;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e.sh RINGATTN NP: the user's path end to end on files, at NP ranks:
+# e2e.sh RINGATTN NP [PYTHON]: the user's path end to end on files, at NP ranks:
 # gen -> mpirun run -> verify, then independent readers of the output:
 # h5dump for the shapes and attributes, and numpy (python3-h5py) recomputing
 # attention in fp64 from the input file. Also the refusals a user meets
@@ -7,6 +7,7 @@
 set -euo pipefail
 ringattn=$1
 np=$2
+python=${3:-python3} # with h5py and numpy
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -27,7 +28,7 @@ grep -q '( 2, 4, 301 )' header.txt || fail "/lse has the wrong shape"
 grep -q 'ATTRIBUTE "command_line"' header.txt || fail "no command_line attribute"
 h5dump -a ranks out.h5 | grep -q "(0): $np" || fail "ranks attribute is not $np"
 
-/usr/bin/python3 - <<'PY' || fail "numpy reference disagrees"
+"$python" - <<'PY' || fail "numpy reference disagrees"
 import h5py, numpy as np
 with h5py.File("in.h5", "r") as f:
     q, k, v = (f[n][...].astype(np.float64) for n in ("q", "k", "v"))

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* parse_bench() is static in cmd_bench.c: the harness compiles that file in. */
-#include "../../launch/cmd_bench.c"
+#include "bench.h"
+#include "internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -4,7 +4,6 @@
 
 #include "baseline.h"
 #include "internal.h"
-#include "kernel.h"
 
 int openblas_get_num_threads(void);
 void openblas_set_num_threads(int num_threads);
