@@ -1,9 +1,9 @@
 /* ringattn.h: the one public header of the ringattn library.
  *
  * Exact softmax attention, softmax(s * Q K^T) V, computed by MPI ranks that
- * each hold one slice of the sequence (blockwise ring attention). The command
- * line `ringattn` is built on this header alone; an MPI program can call
- * ra_forward() on its own in-memory slices.
+ * each hold one slice of the sequence (blockwise ring attention). An MPI
+ * program calls ra_forward() on its own in-memory slices
+ * (docs/examples/api_forward.c).
  *
  * Shape letters, used the same way everywhere in the code:
  *   B batch, N query length, M key/value length, H query heads,
