@@ -2,7 +2,8 @@
 """check_exports.py NM LIBRARY HEADER: the shared library exports exactly the
 functions that HEADER declares with RA_API, no more and no fewer.
 
-The symbols come from `NM -D --defined-only LIBRARY`; the API from the header
+The symbols come from `NM -D --defined-only LIBRARY` (less the few that
+linkers add to every shared object); the API from the header
 itself (comments and preprocessor lines dropped, then every declaration that
 starts with RA_API gives the name before its parameter list). Exit 0 when
 the two sets are equal, 1 with both differences listed otherwise, 2 when a
@@ -10,6 +11,9 @@ file cannot be read."""
 import re
 import subprocess
 import sys
+
+# Symbols some linkers define in every shared object; not the library's code.
+LINKER_SYMBOLS = {"_init", "_fini", "_edata", "_end", "__bss_start"}
 
 
 def header_api(path):
@@ -32,7 +36,7 @@ def library_exports(nm, path):
         fields = line.split()
         if len(fields) >= 3:
             names.add(fields[2].split("@")[0])
-    return names
+    return names - LINKER_SYMBOLS
 
 
 def main(argv):
