@@ -3,9 +3,9 @@
 functions that HEADER declares with RA_API, no more and no fewer.
 
 The symbols come from `NM -D --defined-only LIBRARY` (less the few that
-linkers add to every shared object); the API from the header
-itself (comments and preprocessor lines dropped, then every declaration that
-starts with RA_API gives the name before its parameter list). Exit 0 when
+linkers add to every shared object); the API from the header itself
+(comments and preprocessor lines dropped, then every declaration that starts
+with RA_API gives the name before its parameter list). Exit 0 when
 the two sets are equal, 1 with both differences listed otherwise, 2 when a
 file cannot be read."""
 import re
