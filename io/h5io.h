@@ -137,6 +137,14 @@ ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
 ra_status h5io_output_check(const char *path, int force,
                             const char *const *inputs);
 
+/* The temporary file this process is writing now, or NULL; async-signal
+ * safe, for a signal handler that removes it before the process dies. */
+const char *h5io_tmp_active(void);
+
+/* Lists the stale temporary files (owner gone, see io/tmpfile.c) of the
+ * directory of path to out. */
+void h5io_tmp_list(const char *path, FILE *out);
+
 /* Prints every dataset (path, shape, dtype) and every root attribute
  * (name = value) of the file to out, in aligned columns. */
 ra_status h5io_info(const char *path, FILE *out);

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "h5util.h"
@@ -82,17 +83,41 @@ static int has_hdf5_signature(const char *path)
     return found;
 }
 
+/* H5Ewalk2 callback: whether the stack holds a failed file lock. */
+static herr_t error_lock(unsigned n, const H5E_error2_t *err, void *found)
+{
+    (void)n;
+    if (err->desc && strstr(err->desc, "unable to lock"))
+        *(int *)found = 1;
+    return 0;
+}
+
 ra_status h5io_file_open(const char *path, hid_t fapl, hid_t *file)
 {
     char why[H5IO_DETAIL_LEN];
+    struct stat sb;
+    int locked = 0;
 
+    /* opening a FIFO blocks until a writer comes; a device never ends */
+    *file = H5I_INVALID_HID;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return ra_error_set(RA_ERR_INPUT, "%s: not a regular file (%s)", path,
+                            S_ISFIFO(sb.st_mode) ? "a FIFO" :
+                            S_ISDIR(sb.st_mode) ? "a directory" :
+                            S_ISCHR(sb.st_mode) ? "a character device" :
+                            S_ISBLK(sb.st_mode) ? "a block device" :
+                            S_ISSOCK(sb.st_mode) ? "a socket" : "special");
     *file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (*file >= 0)
         return RA_OK;
     h5io_error_detail(why);
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, error_lock, &locked);
     if (access(path, R_OK) != 0)
         return ra_error_set(RA_ERR_INPUT, "%s: cannot open: %s", path,
                             strerror(errno));
+    if (locked)
+        return ra_error_set(RA_ERR_INPUT, "%s: locked by another process that "
+                            "has it open for writing: %s", path, why);
     if (has_hdf5_signature(path))
         return ra_error_set(RA_ERR_INPUT, "%s: an HDF5 file that cannot be "
                             "opened (truncated or corrupted?): %s", path,
@@ -145,6 +170,8 @@ ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
     }
     strncat(legend, ")", sizeof legend - strlen(legend) - 1);
 
+    if ((st = h5io_link_check(file, path, name)) != RA_OK)
+        goto cleanup;
     exists = H5Lexists(file, name, H5P_DEFAULT);
     if (exists <= 0) {
         st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: not found "
@@ -156,6 +183,8 @@ ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
                           "readable dataset", path, name);
         goto cleanup;
     }
+    if ((st = h5io_dset_deps_check(id, path, name)) != RA_OK)
+        goto cleanup;
     if ((space = H5Dget_space(id)) < 0 || (type = H5Dget_type(id)) < 0) {
         st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: cannot read its "
                           "dataspace or datatype", path, name);

@@ -34,7 +34,8 @@ static ra_status box_read(const char *path, const char *name,
         *present = 0;
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK)
         goto cleanup;
-    if (present && H5Lexists(file, name, H5P_DEFAULT) <= 0)
+    if ((st = h5io_link_check(file, path, name)) != RA_OK ||
+        (present && H5Lexists(file, name, H5P_DEFAULT) <= 0))
         goto cleanup;
     if ((st = h5io_dset_open(file, path, name, cls, rank, dims,
                              &dset)) != RA_OK)
@@ -171,7 +172,8 @@ ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
     *present = 0;
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK)
         goto cleanup;
-    if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
+    if ((st = h5io_link_check(file, path, name)) != RA_OK ||
+        H5Lexists(file, name, H5P_DEFAULT) <= 0)
         goto cleanup;
     if ((dset = H5Dopen2(file, name, H5P_DEFAULT)) < 0 ||
         (space = H5Dget_space(dset)) < 0 ||
