@@ -142,11 +142,12 @@ ra_status h5io_output_check(const char *path, int force,
 const char *h5io_tmp_active(void);
 
 /* Lists the stale temporary files (owner gone, see io/tmpfile.c) of the
- * directory of path to out. */
+ * directory of path to out, under a heading; prints nothing when none. */
 void h5io_tmp_list(const char *path, FILE *out);
 
 /* Prints every dataset (path, shape, dtype) and every root attribute
- * (name = value) of the file to out, in aligned columns. */
+ * (name = value) of the file to out, in aligned columns, then the stale
+ * temporary files of its directory (h5io_tmp_list). */
 ra_status h5io_info(const char *path, FILE *out);
 
 #endif /* RA_H5IO_H */

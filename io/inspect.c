@@ -637,6 +637,7 @@ ra_status h5io_info(const char *path, FILE *out)
     }
     if (c.count == 0)
         fprintf(out, "  (none)\n");
+    h5io_tmp_list(path, out);
 
 cleanup:
     if (file >= 0) H5Fclose(file);

@@ -211,8 +211,10 @@ static void list_one(const char *dir, const char *entry, int alive,
     list_ctx *c = arg;
     if (alive != 0)
         return;
-    fprintf(c->out, "  %s/%s  (its writer is gone)\n", dir, entry);
-    c->stale++;
+    if (c->stale++ == 0)
+        fprintf(c->out, "stale temporary files (their writer is gone; the "
+                "next write into %s removes them):\n", dir);
+    fprintf(c->out, "  %s/%s\n", dir, entry);
 }
 
 void h5io_tmp_list(const char *path, FILE *out)
@@ -226,10 +228,7 @@ void h5io_tmp_list(const char *path, FILE *out)
     else
         snprintf(dir, sizeof dir, "%.*s",
                  slash == path ? 1 : (int)(slash - path), path);
-    fprintf(out, "stale temporary files in %s:\n", dir);
     tmp_scan(dir, list_one, &c);
-    if (c.stale == 0)
-        fprintf(out, "  (none)\n");
 }
 
 /* ---- the temporary file being written, for the signal handler ---- */

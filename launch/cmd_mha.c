@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
@@ -190,8 +191,13 @@ int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
     if (!in || !out)
         return cli_fail(ctx, CLI_EXIT_USAGE, "run --mha: --in and --out are "
                                              "required");
-    int present;
+    /* the output path first, before any reading (rank 0 checks, all agree) */
     ra_status st = RA_OK;
+    if (ctx->rank == 0)
+        st = h5io_output_check(out, force, (const char *const[]){in, NULL});
+    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
+        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+    int present;
     if (!H && (st = h5io_read_int_attr(in, "heads", &H, &present)) == RA_OK &&
         !present)
         st = ra_error_set(RA_ERR_ARG, "%s: no root attribute heads; pass "
