@@ -135,6 +135,10 @@ ra_status h5io_read_weights(const char *path, const char *name, int rank,
                             const int64_t *dims, float *out, int *present)
 {
     const int64_t zero[4] = {0, 0, 0, 0};
+    if (rank < 1 || rank > 4 ||
+        ra_mul_checked(ra_count_checked(rank, dims), 4) < 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: its size "
+                            "overflows 64 bits", path, name);
     return box_read(path, name, H5T_FLOAT, H5T_NATIVE_FLOAT, rank, rank, zero,
                     dims, 1, out, present);
 }

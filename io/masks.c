@@ -28,7 +28,9 @@ typedef struct {
  * is never NULL on a rank with no tokens); NULL when out of memory. */
 static int64_t *mask_alloc(int64_t B, int64_t count)
 {
-    return malloc((size_t)(B * (count ? count : 1)) * sizeof(int64_t));
+    const int64_t f[3] = {B, count ? count : 1, (int64_t)sizeof(int64_t)};
+    const int64_t bytes = ra_count_checked(3, f);
+    return bytes < 0 ? NULL : malloc((size_t)bytes);
 }
 
 /* Checks which datasets are present and that they form an allowed set. */

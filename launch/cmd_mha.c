@@ -119,9 +119,18 @@ static ra_status weights_read(const char *in, const ra_shape *s,
 {
     ra_mha *L = &lw->layer;
     const int64_t HD = s->H * s->D, GD = s->G * s->D, GDv = s->G * s->Dv;
-    const int64_t total = HD * L->Eq + GD * L->Ekv + GDv * L->Ekv +
-                          L->Eout * s->H * s->Dv + HD + GD + GDv + L->Eout;
-    lw->mem = malloc(sizeof(float) * (size_t)(total + 1));
+    /* sizes from the file: every product and sum checked */
+    const int64_t part[5] = {ra_mul_checked(HD, L->Eq),
+                             ra_mul_checked(GD + GDv, L->Ekv),
+                             ra_mul_checked(L->Eout, s->H * s->Dv),
+                             HD + GD + GDv, ra_add_checked(L->Eout, 1)};
+    int64_t total = 0;
+    for (int i = 0; i < 5; i++)
+        total = ra_add_checked(total, part[i]);
+    if ((total = ra_mul_checked(total, (int64_t)sizeof(float))) < 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: the weights' byte count "
+                            "overflows 64 bits", in);
+    lw->mem = malloc((size_t)total);
     if (!lw->mem)
         return ra_error_set(RA_ERR_NOMEM, "run --mha: out of memory for the "
                                           "weights");
