@@ -49,11 +49,16 @@ hid_t h5io_dxpl_collective(void)
     return dxpl;
 }
 
-/* H5Ewalk2 callback: keeps the description of the most specific error. */
+/* H5Ewalk2 callback: keeps the description of the most specific error,
+ * skipping the plugin search's own errors (a missing filter fails in the
+ * search of the plugin directory, which says nothing about the filter). */
 static herr_t error_innermost(unsigned n, const H5E_error2_t *err, void *buf)
 {
-    if (n == 0)
-        snprintf(buf, H5IO_DETAIL_LEN, "%s", err->desc ? err->desc : "");
+    char *out = buf;
+
+    (void)n;
+    if (!out[0] && err->desc && err->desc[0] && err->maj_num != H5E_PLUGIN)
+        snprintf(out, H5IO_DETAIL_LEN, "%s", err->desc);
     return 0;
 }
 
@@ -159,7 +164,7 @@ ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
     hid_t id = H5I_INVALID_HID, space = H5I_INVALID_HID;
     hid_t type = H5I_INVALID_HID;
     const char *const *axes = dset_axes(name, rank);
-    char legend[64] = "(", tname[32];
+    char legend[64] = "(", tname[32], why[H5IO_DETAIL_LEN];
     htri_t exists;
     int found;
 
@@ -179,8 +184,9 @@ ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
         goto cleanup;
     }
     if ((id = H5Dopen2(file, name, H5P_DEFAULT)) < 0) {
+        h5io_error_detail(why);
         st = ra_error_set(RA_ERR_INPUT, "%s: %s: exists but is not a "
-                          "readable dataset", path, name);
+                          "readable dataset: %s", path, name, why);
         goto cleanup;
     }
     if ((st = h5io_dset_deps_check(id, path, name)) != RA_OK)
@@ -350,6 +356,7 @@ ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
 {
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
     int64_t dummy; /* a valid address for an empty selection */
+    char why[H5IO_DETAIL_LEN];
     ra_status st;
 
     if ((fspace = H5Dget_space(dset)) < 0) {
@@ -361,10 +368,12 @@ ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
                                 &mspace)) != RA_OK)
         goto cleanup;
     if (H5Dread(dset, mtype, mspace, fspace, dxpl,
-                slice->count ? buf : (void *)&dummy) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: reading this rank's "
-                          "%lld tokens failed", path, name,
-                          (long long)slice->count);
+                slice->count ? buf : (void *)&dummy) < 0) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: reading this rank's "
+                          "%lld tokens failed: %s", path, name,
+                          (long long)slice->count, why);
+    }
 
 cleanup:
     if (mspace >= 0) H5Sclose(mspace);

@@ -24,7 +24,7 @@ static ra_status box_read(const char *path, const char *name,
     hid_t file = H5I_INVALID_HID, dset = H5I_INVALID_HID;
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
     hsize_t dims[4], fstart[4], fcount[4];
-    char found[96], expect[96];
+    char found[96], expect[96], why[H5IO_DETAIL_LEN];
     h5io_quiet quiet;
     ra_status st;
     int empty = 0;
@@ -77,9 +77,11 @@ static ra_status box_read(const char *path, const char *name,
                           "elements to read", path, name);
         goto cleanup;
     }
-    if (H5Dread(dset, mtype, mspace, fspace, H5P_DEFAULT, out) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: reading failed", path,
-                          name);
+    if (H5Dread(dset, mtype, mspace, fspace, H5P_DEFAULT, out) < 0) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: reading failed: %s",
+                          path, name, why);
+    }
 
 cleanup:
     if (mspace >= 0) H5Sclose(mspace);
@@ -287,9 +289,12 @@ static ra_status attr_read(hid_t file, const char *path, const char *name,
                           tname);
         goto cleanup;
     }
-    if (H5Aread(attr, mtype, out) < 0)
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed",
-                          path, name);
+    if (H5Aread(attr, mtype, out) < 0) {
+        char why[H5IO_DETAIL_LEN];
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
+                          "%s", path, name, why);
+    }
 
 cleanup:
     if (space >= 0) H5Sclose(space);
@@ -306,7 +311,7 @@ static ra_status attr_read_string(hid_t file, const char *path,
     hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
     hid_t space = H5I_INVALID_HID, mtype = H5I_INVALID_HID;
     ra_status st = RA_OK;
-    char *vstr = NULL, tname[32];
+    char *vstr = NULL, tname[32], why[H5IO_DETAIL_LEN];
     size_t size;
     int variable;
 
@@ -344,8 +349,9 @@ static ra_status attr_read_string(hid_t file, const char *path,
         goto cleanup;
     }
     if (H5Aread(attr, mtype, variable ? (void *)&vstr : (void *)out) < 0) {
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed",
-                          path, name);
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
+                          "%s", path, name, why);
         goto cleanup;
     }
     if (variable) {
@@ -491,8 +497,10 @@ static ra_status attr_print(FILE *out, const char *path, const char *name,
         goto cleanup;
     }
     if (H5Aread(attr, mtype, buf) < 0) {
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed",
-                          path, name);
+        char why[H5IO_DETAIL_LEN];
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
+                          "%s", path, name, why);
         goto cleanup;
     }
     shown = (size_t)n < INFO_MAX_VALUES ? (size_t)n : INFO_MAX_VALUES;
