@@ -65,7 +65,8 @@ ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
 
 /* Reads the whole float dataset name, which must have exactly the given
  * rank and dims, into out (converted to float32); *present = 0 and RA_OK
- * when it is absent. For weights (the additive score, the layer). */
+ * when it is absent. For weights (the additive score, the layer): a NaN or
+ * an infinity is refused as h5io_scan_array() does. */
 ra_status h5io_read_weights(const char *path, const char *name, int rank,
                             const int64_t *dims, float *out, int *present);
 
@@ -80,7 +81,8 @@ ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
 /* ---- the attention layer (run --mha, gen --mha) ---- */
 
 /* Collective: this rank's tokens (a layout slice of axis 1) of the float
- * dataset name, which must be (dims[0], dims[1], dims[2]). */
+ * dataset name, which must be (dims[0], dims[1], dims[2]); a NaN or an
+ * infinity is refused as h5io_scan_tokens() does. */
 ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
                            const int64_t dims[3], const ra_slice *slice,
                            float *out);
@@ -127,6 +129,18 @@ ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
                               const ra_shape *s, ra_layout layout,
                               const float *q, const float *k, const float *v,
                               h5io_nonfinite *bad);
+
+/* The same scan for the token tensors of the layer, /x or /x_q and /x_kv
+ * (B, len, E), this rank holding slice of axis 1; collective, the same
+ * verdict on every rank; index legend (b, i, e). */
+ra_status h5io_scan_tokens(MPI_Comm comm, const char *path, const char *name,
+                           const int64_t dims[3], const ra_slice *slice,
+                           const float *x);
+
+/* The same scan for an array every rank holds whole (weights, biases);
+ * rank at most 4, index legend (i, j, ...); not collective. */
+ra_status h5io_scan_array(const char *path, const char *name, int rank,
+                          const int64_t *dims, const float *x);
 
 /* The one check of an output path, for every subcommand that writes, made
  * before any heavy work (h5io_commit() makes it again): the path names a

@@ -141,8 +141,11 @@ ra_status h5io_read_weights(const char *path, const char *name, int rank,
         ra_mul_checked(ra_count_checked(rank, dims), 4) < 0)
         return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: its size "
                             "overflows 64 bits", path, name);
-    return box_read(path, name, H5T_FLOAT, H5T_NATIVE_FLOAT, rank, rank, zero,
-                    dims, 1, out, present);
+    ra_status st = box_read(path, name, H5T_FLOAT, H5T_NATIVE_FLOAT, rank,
+                            rank, zero, dims, 1, out, present);
+    if (st != RA_OK || !*present)
+        return st;
+    return h5io_scan_array(path, name, rank, dims, out);
 }
 
 static ra_status attr_read(hid_t file, const char *path, const char *name,

@@ -40,7 +40,8 @@ ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
     if ((st = ra_agree(comm, st)) == RA_OK)
         st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, 3, want,
                             1, slice, out);
-    st = ra_agree(comm, st);
+    if ((st = ra_agree(comm, st)) == RA_OK)
+        st = h5io_scan_tokens(comm, path, name, dims, slice, out);
     if (dset >= 0) H5Dclose(dset);
     if (file >= 0) H5Fclose(file);
     if (dxpl >= 0) H5Pclose(dxpl);
