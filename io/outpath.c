@@ -120,10 +120,12 @@ static ra_status dir_check(const char *path, const char *dir,
                             "characters, over the %ld of this file system",
                             path, strlen(base), name_max);
     if ((long)strlen(tbase) > name_max)
-        return ra_error_set(RA_ERR_ARG, "%s: the temporary file name %s would "
+        return ra_error_set(RA_ERR_ARG, "%s: the temporary file name (the "
+                            "output name and %zu characters of owner) would "
                             "be %zu characters, over the %ld of this file "
-                            "system; use a shorter output name", path, tbase,
-                            strlen(tbase), name_max);
+                            "system; use a shorter output name", path,
+                            strlen(tbase) - strlen(base), strlen(tbase),
+                            name_max);
     return RA_OK;
 }
 

@@ -33,7 +33,8 @@ typedef struct {
     long pid;
 } tmp_owner;
 
-/* Field 22 (starttime) of /proc/PID/stat; 0 when the process is gone. */
+/* Field 22 (starttime) of /proc/PID/stat; 0 when the process is gone or a
+ * zombie (dead, not yet reaped). */
 static unsigned long long proc_start(long pid)
 {
     char path[64], buf[1024];
@@ -49,6 +50,8 @@ static unsigned long long proc_start(long pid)
     buf[n] = '\0';
     /* the command name (field 2) may hold spaces: count after its ')' */
     char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X')
+        return 0;
     for (int field = 2; p && field < 22; field++)
         p = strchr(p + 1, ' ');
     if (p)
