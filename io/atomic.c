@@ -169,8 +169,12 @@ static ra_status commit_close(MPI_Comm comm, hid_t file, const char *path,
     if (left > 0) {
         hid_t ids[64];
         ssize_t n = H5Fget_obj_ids(file, kinds, 64, ids);
-        for (ssize_t i = 0; i < n; i++)
-            H5Oclose(ids[i]);
+        for (ssize_t i = 0; i < n; i++) {
+            if (H5Iget_type(ids[i]) == H5I_ATTR)
+                H5Aclose(ids[i]);
+            else
+                H5Oclose(ids[i]);
+        }
         if (st == RA_OK)
             st = ra_error_set(RA_ERR_IO, "%s: %zd HDF5 objects of the "
                               "temporary file were left open", path, left);
