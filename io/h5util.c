@@ -156,6 +156,44 @@ static const char *const *dset_axes(const char *name, int rank)
     return any;
 }
 
+/* Formats the axis letters as "(B, N, H, D)" into legend[len]. */
+static void dset_legend(const char *const *axes, int rank, char *legend,
+                        size_t len)
+{
+    size_t used = (size_t)snprintf(legend, len, "(");
+    for (int i = 0; i < rank && used < len; i++)
+        used += (size_t)snprintf(legend + used, len - used, "%s%s",
+                                 i ? ", " : "", axes[i]);
+    if (used < len)
+        snprintf(legend + used, len - used, ")");
+}
+
+/* Opens dataset name into *id after the checks of what it depends on; the
+ * caller closes it. */
+static ra_status dset_find(hid_t file, const char *path, const char *name,
+                           const char *legend, hid_t *id)
+{
+    char why[H5IO_DETAIL_LEN];
+    ra_status st;
+
+    *id = H5I_INVALID_HID;
+    if ((st = h5io_link_check(file, path, name)) != RA_OK)
+        return st;
+    if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: not found "
+                            "(expected %s)", path, name, legend);
+    if ((*id = H5Dopen2(file, name, H5P_DEFAULT)) < 0) {
+        h5io_error_detail(why);
+        return ra_error_set(RA_ERR_INPUT, "%s: %s: exists but is not a "
+                            "readable dataset: %s", path, name, why);
+    }
+    if ((st = h5io_dset_deps_check(*id, path, name)) != RA_OK) {
+        H5Dclose(*id);
+        *id = H5I_INVALID_HID;
+    }
+    return st;
+}
+
 ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
                          H5T_class_t cls, int rank, hsize_t *dims,
                          hid_t *dset)
@@ -164,32 +202,11 @@ ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
     hid_t id = H5I_INVALID_HID, space = H5I_INVALID_HID;
     hid_t type = H5I_INVALID_HID;
     const char *const *axes = dset_axes(name, rank);
-    char legend[64] = "(", tname[32], why[H5IO_DETAIL_LEN];
-    htri_t exists;
+    char legend[64], tname[32];
     int found;
 
-    for (int i = 0; i < rank; i++) {
-        size_t used = strlen(legend);
-        snprintf(legend + used, sizeof legend - used, "%s%s",
-                 i ? ", " : "", axes[i]);
-    }
-    strncat(legend, ")", sizeof legend - strlen(legend) - 1);
-
-    if ((st = h5io_link_check(file, path, name)) != RA_OK)
-        goto cleanup;
-    exists = H5Lexists(file, name, H5P_DEFAULT);
-    if (exists <= 0) {
-        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: not found "
-                          "(expected %s)", path, name, legend);
-        goto cleanup;
-    }
-    if ((id = H5Dopen2(file, name, H5P_DEFAULT)) < 0) {
-        h5io_error_detail(why);
-        st = ra_error_set(RA_ERR_INPUT, "%s: %s: exists but is not a "
-                          "readable dataset: %s", path, name, why);
-        goto cleanup;
-    }
-    if ((st = h5io_dset_deps_check(id, path, name)) != RA_OK)
+    dset_legend(axes, rank, legend, sizeof legend);
+    if ((st = dset_find(file, path, name, legend, &id)) != RA_OK)
         goto cleanup;
     if ((space = H5Dget_space(id)) < 0 || (type = H5Dget_type(id)) < 0) {
         st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: cannot read its "
