@@ -48,9 +48,11 @@ ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
 
 cleanup:
     if (mspace >= 0) H5Sclose(mspace);
-    if (dset >= 0 && H5Dclose(dset) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: closing failed", path,
-                          name);
+    if (dset >= 0 && H5Dclose(dset) < 0 && st == RA_OK) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: closing failed: %s",
+                          path, name, why);
+    }
     if (dxpl >= 0) H5Pclose(dxpl);
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);
@@ -75,9 +77,11 @@ static ra_status attr_write(MPI_Comm comm, hid_t file, const char *path,
         st = ra_error_set(RA_ERR_IO, "%s: writing attribute %s failed: %s",
                           path, name, why);
     }
-    if (attr >= 0 && H5Aclose(attr) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: closing attribute %s failed", path,
-                          name);
+    if (attr >= 0 && H5Aclose(attr) < 0 && st == RA_OK) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_IO, "%s: closing attribute %s failed: %s",
+                          path, name, why);
+    }
     if (space >= 0)
         H5Sclose(space);
     return ra_agree(comm, st);

@@ -630,8 +630,10 @@ ra_status h5io_info(const char *path, FILE *out)
     for (c.pass = 0; c.pass < 2; c.pass++) {
         c.count = 0;
         if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, info_dataset, &c) < 0) {
-            st = ra_error_set(RA_ERR_INPUT, "%s: listing the datasets failed",
-                              path);
+            char why[H5IO_DETAIL_LEN];
+            h5io_error_detail(why);
+            st = ra_error_set(RA_ERR_INPUT, "%s: listing the datasets failed: "
+                              "%s", path, why);
             goto cleanup;
         }
     }
