@@ -167,7 +167,8 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
         goto cleanup;
     if (m[SEGMENTS].present) /* with N == M the q and kv slices are equal */
         memcpy(m[KV_SEGMENTS].buf, m[SEGMENTS].buf,
-               (size_t)(s->B * sk.count) * sizeof *m[SEGMENTS].buf);
+               (size_t)ra_mul_checked(s->B, sk.count) *
+                   sizeof *m[SEGMENTS].buf);
     if (m[Q_LENS].present &&
         (st = lens_check(path, "/q_lens", "N", s->N, m[Q_LENS].buf,
                          s->B)) != RA_OK)
