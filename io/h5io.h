@@ -142,12 +142,20 @@ ra_status h5io_scan_tokens(MPI_Comm comm, const char *path, const char *name,
 ra_status h5io_scan_array(const char *path, const char *name, int rank,
                           const int64_t *dims, const float *x);
 
-/* The one check of an output path, for every subcommand that writes, made
- * before any heavy work (h5io_commit() makes it again): the path names a
- * file in an existing, writable directory; it is not a directory; it does
- * not exist unless force; and it is none of the files the run reads.
- * inputs: NULL-terminated list of the files the run reads (or NULL); each
- * counts with every file it depends on. Not collective. */
+/* The one check of an output path, for every subcommand that writes
+ * (HDF5 or not), made on one rank before any heavy work and before the
+ * first collective of the compute (h5io_commit() makes it again): the path
+ * names a file whose name, and the temporary name h5io_commit() would use,
+ * fit the file system's NAME_MAX, in an existing, writable directory that
+ * is not on a kernel file system (proc, sysfs, devtmpfs, cgroup...); an
+ * existing path is a regular file (not a directory, device, FIFO or
+ * socket, also behind a symlink) and is replaced only with force; and the
+ * path is none of the files the run reads. inputs: NULL-terminated list of
+ * the files the run reads (or NULL); each counts with every file it
+ * depends on (external link targets, external raw-data files, virtual
+ * dataset sources; io/deps.c), compared by device and inode. RA_ERR_ARG or
+ * RA_ERR_EXISTS with one line naming the path and the problem. Not
+ * collective. */
 ra_status h5io_output_check(const char *path, int force,
                             const char *const *inputs);
 
