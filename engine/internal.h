@@ -17,6 +17,15 @@ void ra_error_clear(void);
 /* a * b, or -1 when the product overflows int64 or an operand is negative. */
 int64_t ra_mul_checked(int64_t a, int64_t b);
 
+/* The product of the n sizes f[0..n), or -1 when one is negative or the
+ * product overflows int64 (also when a -1 from an earlier check is among
+ * them). Every element or byte count that comes from a file or an option
+ * goes through it (or ra_mul_checked) before it sizes an allocation. */
+int64_t ra_count_checked(int n, const int64_t *f);
+
+/* a + b, or -1 when an operand is negative or the sum overflows int64. */
+int64_t ra_add_checked(int64_t a, int64_t b);
+
 /* Fills out[0..count) with unit-normal floats that depend only on
  * (seed, stream, first + i): the same values whatever the slicing. */
 void ra_random_normal(uint64_t seed, uint64_t stream, uint64_t first,

@@ -43,3 +43,19 @@ int64_t ra_mul_checked(int64_t a, int64_t b)
         return -1;
     return r;
 }
+
+int64_t ra_count_checked(int n, const int64_t *f)
+{
+    int64_t r = 1;
+    for (int i = 0; i < n && r >= 0; i++)
+        r = ra_mul_checked(r, f[i]);
+    return r;
+}
+
+int64_t ra_add_checked(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_add_overflow(a, b, &r))
+        return -1;
+    return r;
+}

@@ -17,85 +17,6 @@
 #include "h5util.h"
 #include "internal.h"
 
-/* Splits path into its directory ("." when none) and its last component. */
-static ra_status path_split(const char *path, char *dir, size_t dirlen,
-                            const char **base)
-{
-    const char *slash = strrchr(path, '/');
-    size_t n;
-
-    *base = slash ? slash + 1 : path;
-    if (**base == '\0' || strcmp(*base, ".") == 0 || strcmp(*base, "..") == 0)
-        return ra_error_set(RA_ERR_ARG, "%s: output path must name a file",
-                            path);
-    n = slash ? (size_t)(slash - path) : 0;
-    if (slash && n == 0)
-        n = 1; /* the root directory */
-    if (n >= dirlen)
-        return ra_error_set(RA_ERR_ARG, "%s: output path is too long", path);
-    if (slash)
-        memcpy(dir, path, n);
-    else
-        dir[n++] = '.';
-    dir[n] = '\0';
-    return RA_OK;
-}
-
-/* A different value on every call of every process. */
-static uint64_t tmp_nonce(void)
-{
-    static uint64_t calls;
-    struct timespec ts;
-    uint64_t z;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    z = (uint64_t)ts.tv_sec * 1000000007ull + (uint64_t)ts.tv_nsec;
-    z ^= ((uint64_t)getpid() << 32) ^ ++calls * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
-    return z ^ (z >> 29);
-}
-
-/* Whether a and b name the same existing file (after symlinks). */
-static int same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-           sa.st_ino == sb.st_ino;
-}
-
-ra_status h5io_output_check(const char *path, int force,
-                            const char *const *inputs)
-{
-    char dir[PATH_MAX];
-    const char *base;
-    struct stat sb;
-    ra_status st;
-
-    if ((st = path_split(path, dir, sizeof dir, &base)) != RA_OK)
-        return st;
-    if (stat(dir, &sb) != 0)
-        return ra_error_set(RA_ERR_ARG, "%s: output directory %s: %s", path,
-                            dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return ra_error_set(RA_ERR_ARG, "%s: output directory %s: not a "
-                            "directory", path, dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return ra_error_set(RA_ERR_ARG, "%s: output directory %s is not "
-                            "writable: %s", path, dir, strerror(errno));
-    for (int i = 0; inputs && inputs[i]; i++)
-        if (same_file(inputs[i], path))
-            return ra_error_set(RA_ERR_ARG, "%s: the output is the input "
-                                "file %s", path, inputs[i]);
-    if (lstat(path, &sb) == 0) {
-        if (S_ISDIR(sb.st_mode))
-            return ra_error_set(RA_ERR_ARG, "%s: output is a directory", path);
-        if (!force)
-            return ra_error_set(RA_ERR_EXISTS, "%s: output exists; pass "
-                                "--force to replace it", path);
-    }
-    return RA_OK;
-}
-
 /* Rank 0: checks the destination and creates an empty, unique temporary
  * file tmp (PATH_MAX bytes) in its directory, never following a symlink. */
 static ra_status commit_prepare(const char *path, int force, char *tmp)
@@ -106,15 +27,14 @@ static ra_status commit_prepare(const char *path, int force, char *tmp)
     int fd = -1;
 
     if ((st = h5io_output_check(path, force, NULL)) != RA_OK ||
-        (st = path_split(path, dir, sizeof dir, &base)) != RA_OK)
+        (st = h5io_path_split(path, dir, sizeof dir, &base)) != RA_OK)
         return st;
 
+    /* stale files of writers killed here before (see tmpfile.c) */
+    h5io_tmp_sweep(dir);
     for (int attempt = 0; fd < 0 && attempt < 16; attempt++) {
-        int n = snprintf(tmp, PATH_MAX, "%s/.%s.tmp.%ld.%016llx", dir, base,
-                         (long)getpid(), (unsigned long long)tmp_nonce());
-        if (n < 0 || n >= PATH_MAX)
-            return ra_error_set(RA_ERR_ARG, "%s: output path is too long",
-                                path);
+        if ((st = h5io_tmp_name(dir, base, tmp)) != RA_OK)
+            return st;
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666);
         if (fd < 0 && errno != EEXIST)
             break;
@@ -158,7 +78,7 @@ static ra_status commit_publish(const char *path, int force, const char *tmp)
     struct stat sb;
     ra_status st;
 
-    if ((st = path_split(path, dir, sizeof dir, &base)) != RA_OK)
+    if ((st = h5io_path_split(path, dir, sizeof dir, &base)) != RA_OK)
         goto cleanup;
     if (fsync_path(tmp, 0, 0) != 0) {
         st = ra_error_set(RA_ERR_IO, "%s: fsync of temporary file %s failed: "
@@ -186,72 +106,134 @@ cleanup:
     return st;
 }
 
-/* Rank 0, after a failed write: removes tmp; for an I/O error, first adds
- * to the message how much room the file system has left (HDF5 reports a
- * full disk only as "file write failed"). */
-static void commit_abandon(const char *path, ra_status st, const char *tmp)
+/* Rank 0, after a failed write: for an I/O error, adds to the message how
+ * much room the file system has left (HDF5 reports a full disk only as
+ * "file write failed"). */
+static void note_room(const char *path, ra_status st)
 {
     char dir[PATH_MAX], why[512];
     const char *base;
     struct statvfs fs;
 
-    if (st == RA_ERR_IO && tmp[0] &&
-        path_split(path, dir, sizeof dir, &base) == RA_OK &&
+    if (st == RA_ERR_IO &&
+        h5io_path_split(path, dir, sizeof dir, &base) == RA_OK &&
         statvfs(dir, &fs) == 0) {
         snprintf(why, sizeof why, "%s", ra_error_message());
         ra_error_set(st, "%s (%llu KiB free in %s)", why,
                      (unsigned long long)fs.f_bavail * fs.f_frsize / 1024,
                      dir);
     }
-    if (tmp[0])
-        unlink(tmp);
+}
+
+/* Every rank: creates the temporary file tmp as HDF5 over comm. The root
+ * group keeps its attributes in dense storage (file format 1.8), where an
+ * attribute of any size fits; the default compact storage refuses one over
+ * 64 KiB (a long command line) only when it is written. */
+static ra_status commit_create(MPI_Comm comm, const char *path,
+                               const char *tmp, hid_t *file)
+{
+    hid_t fapl = h5io_fapl_mpio(comm), fcpl = H5Pcreate(H5P_FILE_CREATE);
+    char why[H5IO_DETAIL_LEN];
+    ra_status st = RA_OK;
+
+    *file = H5I_INVALID_HID;
+    if (fapl < 0 || fcpl < 0 ||
+        H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) < 0 ||
+        H5Pset_attr_phase_change(fcpl, 0, 0) < 0) {
+        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file "
+                          "creation", path);
+    } else if ((*file = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl)) < 0) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_IO, "%s: cannot create temporary HDF5 file "
+                          "%s: %s", path, tmp, why);
+    }
+    if (fcpl >= 0) H5Pclose(fcpl);
+    if (fapl >= 0) H5Pclose(fapl);
+    return st;
+}
+
+/* Every rank, after the writer (st agreed): closes the file, leaving no
+ * HDF5 object of it open. A close that fails leaves libhdf5 in a state
+ * that crashes at MPI_Finalize, and after a failed write on a full disk
+ * the close fails when the metadata it flushes does not fit: so rank 0
+ * first empties the temporary file (it is removed anyway), and every rank
+ * waits for that before the collective close. */
+static ra_status commit_close(MPI_Comm comm, hid_t file, const char *path,
+                              const char *tmp, int rank, ra_status st)
+{
+    const unsigned kinds = H5F_OBJ_DATASET | H5F_OBJ_GROUP | H5F_OBJ_DATATYPE |
+                           H5F_OBJ_ATTR;
+    ssize_t left = H5Fget_obj_count(file, kinds);
+    char why[H5IO_DETAIL_LEN];
+
+    if (left > 0) {
+        hid_t ids[64];
+        ssize_t n = H5Fget_obj_ids(file, kinds, 64, ids);
+        for (ssize_t i = 0; i < n; i++) {
+            if (H5Iget_type(ids[i]) == H5I_ATTR)
+                H5Aclose(ids[i]);
+            else
+                H5Oclose(ids[i]);
+        }
+        if (st == RA_OK)
+            st = ra_error_set(RA_ERR_IO, "%s: %zd HDF5 objects of the "
+                              "temporary file were left open", path, left);
+    }
+    if (st != RA_OK && rank == 0) {
+        note_room(path, st);
+        int emptied = truncate(tmp, 0) == 0;
+        (void)emptied; /* the close may fit without it */
+    }
+    st = ra_agree(comm, st);
+    if (H5Fclose(file) < 0 && st == RA_OK) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_IO, "%s: closing temporary file %s failed: "
+                          "%s", path, tmp, why);
+    }
+    return st;
 }
 
 ra_status h5io_commit(MPI_Comm comm, const char *path, int force,
                       h5io_writer writer, void *ctx)
 {
     char tmp[PATH_MAX] = "";
-    hid_t fapl = H5I_INVALID_HID, file = H5I_INVALID_HID;
+    hid_t file = H5I_INVALID_HID;
     ra_status st = RA_OK;
     int rank;
 
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank failed", path);
 
-    /* step 1: rank 0 checks the destination and reserves a temporary name */
+    /* step 1: rank 0 checks the destination and reserves a temporary name,
+     * which every rank publishes for its signal handler */
     if (rank == 0)
         st = commit_prepare(path, force, tmp);
     if ((st = ra_agree(comm, st)) != RA_OK)
         return st;
-    if (MPI_Bcast(tmp, PATH_MAX, MPI_CHAR, 0, comm) != MPI_SUCCESS) {
+    if (MPI_Bcast(tmp, PATH_MAX, MPI_CHAR, 0, comm) != MPI_SUCCESS)
         st = ra_error_set(RA_ERR_MPI, "%s: MPI_Bcast of the temporary name "
                           "failed", path);
+    if ((st = ra_agree(comm, st)) != RA_OK)
         goto cleanup;
-    }
+    h5io_tmp_publish(tmp);
 
-    /* step 2: every rank creates the file and writes its part */
-    if ((fapl = h5io_fapl_mpio(comm)) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",
-                          path);
-    else if ((file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: cannot create temporary HDF5 file "
-                          "%s", path, tmp);
-    if ((st = ra_agree(comm, st)) == RA_OK)
-        st = writer(file, comm, ctx);
-    if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: closing temporary file %s failed",
-                          path, tmp);
+    /* step 2: every rank creates the file, writes its part, closes it */
+    st = ra_agree(comm, commit_create(comm, path, tmp, &file));
+    if (st == RA_OK)
+        st = ra_agree(comm, writer(file, comm, ctx));
+    if (file >= 0)
+        st = commit_close(comm, file, path, tmp, rank, st);
     st = ra_agree(comm, st);
 
     /* step 3: rank 0 publishes the file, or removes it */
 cleanup:
-    if (fapl >= 0)
-        H5Pclose(fapl);
     if (rank == 0) {
         if (st == RA_OK)
             st = commit_publish(path, force, tmp);
-        else
-            commit_abandon(path, st, tmp);
+        else if (tmp[0])
+            unlink(tmp);
     }
-    return ra_agree(comm, st);
+    st = ra_agree(comm, st);
+    h5io_tmp_unpublish();
+    return st;
 }

@@ -151,10 +151,13 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
     /* these fit int64 because the whole tensors do (ra_shape_check) */
     n = ra_shard_range(shape->N, c.rank, c.nranks).count;
     m = ra_shard_range(shape->M, c.rank, c.nranks).count;
-    nfloat = max3(shape->B * n * shape->H * shape->D,
-                  shape->B * m * shape->G * shape->D,
-                  shape->B * m * shape->G * shape->Dv);
-    nids = max3(shape->B, shape->B * n, shape->B * m);
+    const int64_t fq[4] = {shape->B, n, shape->H, shape->D};
+    const int64_t fk[4] = {shape->B, m, shape->G, shape->D};
+    const int64_t fv[4] = {shape->B, m, shape->G, shape->Dv};
+    nfloat = max3(ra_count_checked(4, fq), ra_count_checked(4, fk),
+                  ra_count_checked(4, fv));
+    nids = max3(shape->B, ra_mul_checked(shape->B, n),
+                ra_mul_checked(shape->B, m));
     c.buf = malloc((size_t)(nfloat ? nfloat : 1) * sizeof *c.buf);
     c.ids = malloc((size_t)nids * sizeof *c.ids);
     st = c.buf && c.ids ? RA_OK

@@ -65,7 +65,8 @@ ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
 
 /* Reads the whole float dataset name, which must have exactly the given
  * rank and dims, into out (converted to float32); *present = 0 and RA_OK
- * when it is absent. For weights (the additive score, the layer). */
+ * when it is absent. For weights (the additive score, the layer): a NaN or
+ * an infinity is refused as h5io_scan_array() does. */
 ra_status h5io_read_weights(const char *path, const char *name, int rank,
                             const int64_t *dims, float *out, int *present);
 
@@ -80,7 +81,8 @@ ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
 /* ---- the attention layer (run --mha, gen --mha) ---- */
 
 /* Collective: this rank's tokens (a layout slice of axis 1) of the float
- * dataset name, which must be (dims[0], dims[1], dims[2]). */
+ * dataset name, which must be (dims[0], dims[1], dims[2]); a NaN or an
+ * infinity is refused as h5io_scan_tokens() does. */
 ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
                            const int64_t dims[3], const ra_slice *slice,
                            float *out);
@@ -128,17 +130,46 @@ ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
                               const float *q, const float *k, const float *v,
                               h5io_nonfinite *bad);
 
-/* The one check of an output path, for every subcommand that writes, made
- * before any heavy work (h5io_commit() makes it again): the path names a
- * file in an existing, writable directory; it is not a directory; it does
- * not exist unless force; and it is none of the files the run reads.
- * inputs: NULL-terminated list of the files the run reads (or NULL); each
- * counts with every file it depends on. Not collective. */
+/* The same scan for the token tensors of the layer, /x or /x_q and /x_kv
+ * (B, len, E), this rank holding slice of axis 1; collective, the same
+ * verdict on every rank; index legend (b, i, e). */
+ra_status h5io_scan_tokens(MPI_Comm comm, const char *path, const char *name,
+                           const int64_t dims[3], const ra_slice *slice,
+                           const float *x);
+
+/* The same scan for an array every rank holds whole (weights, biases);
+ * rank at most 4, index legend (i, j, ...); not collective. */
+ra_status h5io_scan_array(const char *path, const char *name, int rank,
+                          const int64_t *dims, const float *x);
+
+/* The one check of an output path, for every subcommand that writes
+ * (HDF5 or not), made on one rank before any heavy work and before the
+ * first collective of the compute (h5io_commit() makes it again): the path
+ * names a file whose name, and the temporary name h5io_commit() would use,
+ * fit the file system's NAME_MAX, in an existing, writable directory that
+ * is not on a kernel file system (proc, sysfs, devtmpfs, cgroup...); an
+ * existing path is a regular file (not a directory, device, FIFO or
+ * socket, also behind a symlink) and is replaced only with force; and the
+ * path is none of the files the run reads. inputs: NULL-terminated list of
+ * the files the run reads (or NULL); each counts with every file it
+ * depends on (external link targets, external raw-data files, virtual
+ * dataset sources; io/deps.c), compared by device and inode. RA_ERR_ARG or
+ * RA_ERR_EXISTS with one line naming the path and the problem. Not
+ * collective. */
 ra_status h5io_output_check(const char *path, int force,
                             const char *const *inputs);
 
+/* The temporary file this process is writing now, or NULL; async-signal
+ * safe, for a signal handler that removes it before the process dies. */
+const char *h5io_tmp_active(void);
+
+/* Lists the stale temporary files (owner gone, see io/tmpfile.c) of the
+ * directory of path to out, under a heading; prints nothing when none. */
+void h5io_tmp_list(const char *path, FILE *out);
+
 /* Prints every dataset (path, shape, dtype) and every root attribute
- * (name = value) of the file to out, in aligned columns. */
+ * (name = value) of the file to out, in aligned columns, then the stale
+ * temporary files of its directory (h5io_tmp_list). */
 ra_status h5io_info(const char *path, FILE *out);
 
 #endif /* RA_H5IO_H */

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "h5util.h"
@@ -48,11 +49,16 @@ hid_t h5io_dxpl_collective(void)
     return dxpl;
 }
 
-/* H5Ewalk2 callback: keeps the description of the most specific error. */
+/* H5Ewalk2 callback: keeps the description of the most specific error,
+ * skipping the plugin search's own errors (a missing filter fails in the
+ * search of the plugin directory, which says nothing about the filter). */
 static herr_t error_innermost(unsigned n, const H5E_error2_t *err, void *buf)
 {
-    if (n == 0)
-        snprintf(buf, H5IO_DETAIL_LEN, "%s", err->desc ? err->desc : "");
+    char *out = buf;
+
+    (void)n;
+    if (!out[0] && err->desc && err->desc[0] && err->maj_num != H5E_PLUGIN)
+        snprintf(out, H5IO_DETAIL_LEN, "%s", err->desc);
     return 0;
 }
 
@@ -82,17 +88,41 @@ static int has_hdf5_signature(const char *path)
     return found;
 }
 
+/* H5Ewalk2 callback: whether the stack holds a failed file lock. */
+static herr_t error_lock(unsigned n, const H5E_error2_t *err, void *found)
+{
+    (void)n;
+    if (err->desc && strstr(err->desc, "unable to lock"))
+        *(int *)found = 1;
+    return 0;
+}
+
 ra_status h5io_file_open(const char *path, hid_t fapl, hid_t *file)
 {
     char why[H5IO_DETAIL_LEN];
+    struct stat sb;
+    int locked = 0;
 
+    /* opening a FIFO blocks until a writer comes; a device never ends */
+    *file = H5I_INVALID_HID;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return ra_error_set(RA_ERR_INPUT, "%s: not a regular file (%s)", path,
+                            S_ISFIFO(sb.st_mode) ? "a FIFO" :
+                            S_ISDIR(sb.st_mode) ? "a directory" :
+                            S_ISCHR(sb.st_mode) ? "a character device" :
+                            S_ISBLK(sb.st_mode) ? "a block device" :
+                            S_ISSOCK(sb.st_mode) ? "a socket" : "special");
     *file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     if (*file >= 0)
         return RA_OK;
     h5io_error_detail(why);
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, error_lock, &locked);
     if (access(path, R_OK) != 0)
         return ra_error_set(RA_ERR_INPUT, "%s: cannot open: %s", path,
                             strerror(errno));
+    if (locked)
+        return ra_error_set(RA_ERR_INPUT, "%s: locked by another process that "
+                            "has it open for writing: %s", path, why);
     if (has_hdf5_signature(path))
         return ra_error_set(RA_ERR_INPUT, "%s: an HDF5 file that cannot be "
                             "opened (truncated or corrupted?): %s", path,
@@ -126,6 +156,44 @@ static const char *const *dset_axes(const char *name, int rank)
     return any;
 }
 
+/* Formats the axis letters as "(B, N, H, D)" into legend[len]. */
+static void dset_legend(const char *const *axes, int rank, char *legend,
+                        size_t len)
+{
+    size_t used = (size_t)snprintf(legend, len, "(");
+    for (int i = 0; i < rank && used < len; i++)
+        used += (size_t)snprintf(legend + used, len - used, "%s%s",
+                                 i ? ", " : "", axes[i]);
+    if (used < len)
+        snprintf(legend + used, len - used, ")");
+}
+
+/* Opens dataset name into *id after the checks of what it depends on; the
+ * caller closes it. */
+static ra_status dset_find(hid_t file, const char *path, const char *name,
+                           const char *legend, hid_t *id)
+{
+    char why[H5IO_DETAIL_LEN];
+    ra_status st;
+
+    *id = H5I_INVALID_HID;
+    if ((st = h5io_link_check(file, path, name)) != RA_OK)
+        return st;
+    if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: not found "
+                            "(expected %s)", path, name, legend);
+    if ((*id = H5Dopen2(file, name, H5P_DEFAULT)) < 0) {
+        h5io_error_detail(why);
+        return ra_error_set(RA_ERR_INPUT, "%s: %s: exists but is not a "
+                            "readable dataset: %s", path, name, why);
+    }
+    if ((st = h5io_dset_deps_check(*id, path, name)) != RA_OK) {
+        H5Dclose(*id);
+        *id = H5I_INVALID_HID;
+    }
+    return st;
+}
+
 ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
                          H5T_class_t cls, int rank, hsize_t *dims,
                          hid_t *dset)
@@ -134,28 +202,12 @@ ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
     hid_t id = H5I_INVALID_HID, space = H5I_INVALID_HID;
     hid_t type = H5I_INVALID_HID;
     const char *const *axes = dset_axes(name, rank);
-    char legend[64] = "(", tname[32];
-    htri_t exists;
+    char legend[64], tname[32];
     int found;
 
-    for (int i = 0; i < rank; i++) {
-        size_t used = strlen(legend);
-        snprintf(legend + used, sizeof legend - used, "%s%s",
-                 i ? ", " : "", axes[i]);
-    }
-    strncat(legend, ")", sizeof legend - strlen(legend) - 1);
-
-    exists = H5Lexists(file, name, H5P_DEFAULT);
-    if (exists <= 0) {
-        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: not found "
-                          "(expected %s)", path, name, legend);
+    dset_legend(axes, rank, legend, sizeof legend);
+    if ((st = dset_find(file, path, name, legend, &id)) != RA_OK)
         goto cleanup;
-    }
-    if ((id = H5Dopen2(file, name, H5P_DEFAULT)) < 0) {
-        st = ra_error_set(RA_ERR_INPUT, "%s: %s: exists but is not a "
-                          "readable dataset", path, name);
-        goto cleanup;
-    }
     if ((space = H5Dget_space(id)) < 0 || (type = H5Dget_type(id)) < 0) {
         st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: cannot read its "
                           "dataspace or datatype", path, name);
@@ -321,6 +373,7 @@ ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
 {
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
     int64_t dummy; /* a valid address for an empty selection */
+    char why[H5IO_DETAIL_LEN];
     ra_status st;
 
     if ((fspace = H5Dget_space(dset)) < 0) {
@@ -332,10 +385,12 @@ ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
                                 &mspace)) != RA_OK)
         goto cleanup;
     if (H5Dread(dset, mtype, mspace, fspace, dxpl,
-                slice->count ? buf : (void *)&dummy) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: reading this rank's "
-                          "%lld tokens failed", path, name,
-                          (long long)slice->count);
+                slice->count ? buf : (void *)&dummy) < 0) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: reading this rank's "
+                          "%lld tokens failed: %s", path, name,
+                          (long long)slice->count, why);
+    }
 
 cleanup:
     if (mspace >= 0) H5Sclose(mspace);

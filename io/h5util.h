@@ -6,6 +6,7 @@
 #ifndef RA_H5UTIL_H
 #define RA_H5UTIL_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -113,5 +114,46 @@ typedef ra_status (*h5io_writer)(hid_t file, MPI_Comm comm, void *ctx);
  * same status and message. */
 ra_status h5io_commit(MPI_Comm comm, const char *path, int force,
                       h5io_writer writer, void *ctx);
+
+/* Splits an output path into its directory ("." when none) and its last
+ * component; RA_ERR_ARG when the path names no file. */
+ra_status h5io_path_split(const char *path, char *dir, size_t dirlen,
+                          const char **base);
+
+/* ---- temporary files (tmpfile.c) ---- */
+
+/* A new temporary name for base in dir (out[PATH_MAX]), carrying this
+ * process as its owner: DIR/.BASE.tmp.HOST.NS.PID.START.NONCE. */
+ra_status h5io_tmp_name(const char *dir, const char *base, char *out);
+
+/* Removes the temporary files of dir whose owner, on this host, is gone. */
+void h5io_tmp_sweep(const char *dir);
+
+/* Publishes the temporary file being written, for h5io_tmp_active(). */
+void h5io_tmp_publish(const char *tmp);
+void h5io_tmp_unpublish(void);
+
+/* ---- the files an input depends on (deps.c) ---- */
+
+/* Refuses, before dataset name of file path is opened, an external link on
+ * its path whose target is not a regular file (opening a FIFO blocks). */
+ra_status h5io_link_check(hid_t file, const char *path, const char *name);
+
+/* Refuses an open dataset whose external raw-data files are not regular or
+ * hold fewer bytes than the dataset, or whose virtual-dataset source files
+ * are missing or not regular: each would block or read as zeros. */
+ra_status h5io_dset_deps_check(hid_t dset, const char *path, const char *name);
+
+/* Every file the inputs read, by device and inode: each input, the targets
+ * of its external links (walked in turn), its external raw-data files and
+ * virtual-dataset sources, under every name HDF5 may resolve them to. */
+#define H5IO_FILES_MAX 64
+typedef struct {
+    int count;
+    char name[H5IO_FILES_MAX][PATH_MAX];
+    uint64_t dev[H5IO_FILES_MAX], ino[H5IO_FILES_MAX];
+} h5io_files;
+
+ra_status h5io_input_files(const char *const *inputs, h5io_files *list);
 
 #endif /* RA_H5UTIL_H */

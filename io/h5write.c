@@ -30,8 +30,9 @@ ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
     dset = H5Dcreate2(file, name, ftype, space, H5P_DEFAULT, dcpl,
                       H5P_DEFAULT);
     if (dset < 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: creation failed", path,
-                          name);
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: creation failed: %s",
+                          path, name, why);
         goto cleanup;
     }
     if ((st = h5io_slice_select(path, name, space, rank, dims, axis, slice,
@@ -47,9 +48,11 @@ ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
 
 cleanup:
     if (mspace >= 0) H5Sclose(mspace);
-    if (dset >= 0 && H5Dclose(dset) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: closing failed", path,
-                          name);
+    if (dset >= 0 && H5Dclose(dset) < 0 && st == RA_OK) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: closing failed: %s",
+                          path, name, why);
+    }
     if (dxpl >= 0) H5Pclose(dxpl);
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);
@@ -63,17 +66,22 @@ static ra_status attr_write(MPI_Comm comm, hid_t file, const char *path,
                             const void *value)
 {
     hid_t space = H5I_INVALID_HID, attr = H5I_INVALID_HID;
+    char why[H5IO_DETAIL_LEN];
     ra_status st = RA_OK;
 
     if ((space = H5Screate(H5S_SCALAR)) < 0 ||
         (attr = H5Acreate2(file, name, ftype, space, H5P_DEFAULT,
                            H5P_DEFAULT)) < 0 ||
-        H5Awrite(attr, mtype, value) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: writing attribute %s failed", path,
-                          name);
-    if (attr >= 0 && H5Aclose(attr) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: closing attribute %s failed", path,
-                          name);
+        H5Awrite(attr, mtype, value) < 0) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_IO, "%s: writing attribute %s failed: %s",
+                          path, name, why);
+    }
+    if (attr >= 0 && H5Aclose(attr) < 0 && st == RA_OK) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_IO, "%s: closing attribute %s failed: %s",
+                          path, name, why);
+    }
     if (space >= 0)
         H5Sclose(space);
     return ra_agree(comm, st);

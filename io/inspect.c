@@ -24,7 +24,7 @@ static ra_status box_read(const char *path, const char *name,
     hid_t file = H5I_INVALID_HID, dset = H5I_INVALID_HID;
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
     hsize_t dims[4], fstart[4], fcount[4];
-    char found[96], expect[96];
+    char found[96], expect[96], why[H5IO_DETAIL_LEN];
     h5io_quiet quiet;
     ra_status st;
     int empty = 0;
@@ -34,7 +34,8 @@ static ra_status box_read(const char *path, const char *name,
         *present = 0;
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK)
         goto cleanup;
-    if (present && H5Lexists(file, name, H5P_DEFAULT) <= 0)
+    if ((st = h5io_link_check(file, path, name)) != RA_OK ||
+        (present && H5Lexists(file, name, H5P_DEFAULT) <= 0))
         goto cleanup;
     if ((st = h5io_dset_open(file, path, name, cls, rank, dims,
                              &dset)) != RA_OK)
@@ -76,9 +77,11 @@ static ra_status box_read(const char *path, const char *name,
                           "elements to read", path, name);
         goto cleanup;
     }
-    if (H5Dread(dset, mtype, mspace, fspace, H5P_DEFAULT, out) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: reading failed", path,
-                          name);
+    if (H5Dread(dset, mtype, mspace, fspace, H5P_DEFAULT, out) < 0) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: reading failed: %s",
+                          path, name, why);
+    }
 
 cleanup:
     if (mspace >= 0) H5Sclose(mspace);
@@ -134,8 +137,15 @@ ra_status h5io_read_weights(const char *path, const char *name, int rank,
                             const int64_t *dims, float *out, int *present)
 {
     const int64_t zero[4] = {0, 0, 0, 0};
-    return box_read(path, name, H5T_FLOAT, H5T_NATIVE_FLOAT, rank, rank, zero,
-                    dims, 1, out, present);
+    if (rank < 1 || rank > 4 ||
+        ra_mul_checked(ra_count_checked(rank, dims), 4) < 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: its size "
+                            "overflows 64 bits", path, name);
+    ra_status st = box_read(path, name, H5T_FLOAT, H5T_NATIVE_FLOAT, rank,
+                            rank, zero, dims, 1, out, present);
+    if (st != RA_OK || !*present)
+        return st;
+    return h5io_scan_array(path, name, rank, dims, out);
 }
 
 static ra_status attr_read(hid_t file, const char *path, const char *name,
@@ -171,7 +181,8 @@ ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
     *present = 0;
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK)
         goto cleanup;
-    if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
+    if ((st = h5io_link_check(file, path, name)) != RA_OK ||
+        H5Lexists(file, name, H5P_DEFAULT) <= 0)
         goto cleanup;
     if ((dset = H5Dopen2(file, name, H5P_DEFAULT)) < 0 ||
         (space = H5Dget_space(dset)) < 0 ||
@@ -281,9 +292,12 @@ static ra_status attr_read(hid_t file, const char *path, const char *name,
                           tname);
         goto cleanup;
     }
-    if (H5Aread(attr, mtype, out) < 0)
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed",
-                          path, name);
+    if (H5Aread(attr, mtype, out) < 0) {
+        char why[H5IO_DETAIL_LEN];
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
+                          "%s", path, name, why);
+    }
 
 cleanup:
     if (space >= 0) H5Sclose(space);
@@ -300,7 +314,7 @@ static ra_status attr_read_string(hid_t file, const char *path,
     hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
     hid_t space = H5I_INVALID_HID, mtype = H5I_INVALID_HID;
     ra_status st = RA_OK;
-    char *vstr = NULL, tname[32];
+    char *vstr = NULL, tname[32], why[H5IO_DETAIL_LEN];
     size_t size;
     int variable;
 
@@ -338,8 +352,9 @@ static ra_status attr_read_string(hid_t file, const char *path,
         goto cleanup;
     }
     if (H5Aread(attr, mtype, variable ? (void *)&vstr : (void *)out) < 0) {
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed",
-                          path, name);
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
+                          "%s", path, name, why);
         goto cleanup;
     }
     if (variable) {
@@ -485,8 +500,10 @@ static ra_status attr_print(FILE *out, const char *path, const char *name,
         goto cleanup;
     }
     if (H5Aread(attr, mtype, buf) < 0) {
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed",
-                          path, name);
+        char why[H5IO_DETAIL_LEN];
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
+                          "%s", path, name, why);
         goto cleanup;
     }
     shown = (size_t)n < INFO_MAX_VALUES ? (size_t)n : INFO_MAX_VALUES;
@@ -613,8 +630,10 @@ ra_status h5io_info(const char *path, FILE *out)
     for (c.pass = 0; c.pass < 2; c.pass++) {
         c.count = 0;
         if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, info_dataset, &c) < 0) {
-            st = ra_error_set(RA_ERR_INPUT, "%s: listing the datasets failed",
-                              path);
+            char why[H5IO_DETAIL_LEN];
+            h5io_error_detail(why);
+            st = ra_error_set(RA_ERR_INPUT, "%s: listing the datasets failed: "
+                              "%s", path, why);
             goto cleanup;
         }
     }
@@ -635,6 +654,7 @@ ra_status h5io_info(const char *path, FILE *out)
     }
     if (c.count == 0)
         fprintf(out, "  (none)\n");
+    h5io_tmp_list(path, out);
 
 cleanup:
     if (file >= 0) H5Fclose(file);

@@ -40,7 +40,8 @@ ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
     if ((st = ra_agree(comm, st)) == RA_OK)
         st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, 3, want,
                             1, slice, out);
-    st = ra_agree(comm, st);
+    if ((st = ra_agree(comm, st)) == RA_OK)
+        st = h5io_scan_tokens(comm, path, name, dims, slice, out);
     if (dset >= 0) H5Dclose(dset);
     if (file >= 0) H5Fclose(file);
     if (dxpl >= 0) H5Pclose(dxpl);
@@ -127,8 +128,10 @@ static ra_status weight_write(hid_t file, MPI_Comm comm, const mha_gen_ctx *c,
                               const char *name, uint64_t stream, int64_t rows,
                               int64_t cols)
 {
-    const int64_t count = cols > 0 ? rows * cols : rows; /* cols 0: a bias */
-    float *w = malloc(sizeof(float) * (size_t)(count + 1));
+    const int64_t count = ra_mul_checked(rows, cols > 0 ? cols : 1);
+    const int64_t bytes = ra_mul_checked(ra_add_checked(count, 1),
+                                         (int64_t)sizeof(float));
+    float *w = bytes < 0 ? NULL : malloc((size_t)bytes); /* cols 0: a bias */
     int bad = w == NULL, any;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
     if (any) {
@@ -161,7 +164,9 @@ static ra_status mha_gen_write(hid_t file, MPI_Comm comm, void *arg)
     const int64_t lens[2] = {s->N, s->M};
     for (int t = 0; t < (c->cross ? 2 : 1); t++) {
         const ra_range r = ra_shard_range(lens[t], c->rank, c->nranks);
-        float *x = malloc(sizeof(float) * (size_t)(s->B * r.count * E + 1));
+        const int64_t f[4] = {s->B, r.count, E, (int64_t)sizeof(float)};
+        const int64_t bytes = ra_count_checked(4, f);
+        float *x = bytes < 0 ? NULL : malloc((size_t)(bytes + 4));
         int bad = x == NULL, any;
         MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, comm);
         if (any) {

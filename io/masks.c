@@ -28,7 +28,9 @@ typedef struct {
  * is never NULL on a rank with no tokens); NULL when out of memory. */
 static int64_t *mask_alloc(int64_t B, int64_t count)
 {
-    return malloc((size_t)(B * (count ? count : 1)) * sizeof(int64_t));
+    const int64_t f[3] = {B, count ? count : 1, (int64_t)sizeof(int64_t)};
+    const int64_t bytes = ra_count_checked(3, f);
+    return bytes < 0 ? NULL : malloc((size_t)bytes);
 }
 
 /* Checks which datasets are present and that they form an allowed set. */
@@ -165,7 +167,8 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
         goto cleanup;
     if (m[SEGMENTS].present) /* with N == M the q and kv slices are equal */
         memcpy(m[KV_SEGMENTS].buf, m[SEGMENTS].buf,
-               (size_t)(s->B * sk.count) * sizeof *m[SEGMENTS].buf);
+               (size_t)ra_mul_checked(s->B, sk.count) *
+                   sizeof *m[SEGMENTS].buf);
     if (m[Q_LENS].present &&
         (st = lens_check(path, "/q_lens", "N", s->N, m[Q_LENS].buf,
                          s->B)) != RA_OK)

@@ -29,6 +29,64 @@ static int64_t first_nonfinite(const float *x, int64_t B, int64_t len,
     return INT64_MAX;
 }
 
+static const char *const kinds[4] = {"", "nan", "inf", "-inf"};
+
+/* One sliced tensor (B, len, row) of which this rank holds slice. */
+typedef struct {
+    const float *x;
+    int64_t len, row;
+    const ra_slice *slice;
+} scan_part;
+
+/* Collective: for each of the n parts, the smallest flat file index of a
+ * non-finite value over all ranks (INT64_MAX when none) and its kind. */
+static ra_status scan_parts(MPI_Comm comm, const char *path, int64_t B,
+                            int n, const scan_part *t, int64_t *global,
+                            int *kind)
+{
+    int64_t first[3];
+    int mine[3];
+
+    /* step 1: each rank's first offender per tensor; the smallest wins */
+    for (int i = 0; i < n; i++)
+        first[i] = first_nonfinite(t[i].x, B, t[i].len, t[i].row, t[i].slice,
+                                   &mine[i]);
+    if (MPI_Allreduce(first, global, n, MPI_INT64_T, MPI_MIN, comm) !=
+        MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Allreduce of the "
+                            "non-finite scan failed", path);
+    /* step 2: the owner of each winner tells what it is */
+    for (int i = 0; i < n; i++)
+        mine[i] = global[i] != INT64_MAX && first[i] == global[i] ? mine[i]
+                                                                  : 0;
+    if (MPI_Allreduce(mine, kind, n, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Allreduce of the "
+                            "non-finite scan failed", path);
+    return RA_OK;
+}
+
+/* The refusal of a non-finite value at flat index f of dataset name of the
+ * given dims; legend names the axes, e.g. "(b, i, h, d)". */
+static ra_status nonfinite_error(const char *path, const char *name,
+                                 const char *legend, int rank,
+                                 const int64_t *dims, int64_t f, int kind,
+                                 int64_t *index)
+{
+    char at[128] = "";
+    size_t used = 0;
+
+    for (int i = rank - 1; i >= 0; i--) {
+        index[i] = f % dims[i];
+        f /= dims[i];
+    }
+    for (int i = 0; i < rank && used < sizeof at; i++)
+        used += (size_t)snprintf(at + used, sizeof at - used, "%s%lld",
+                                 i ? ", " : "", (long long)index[i]);
+    return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: non-finite value (%s) "
+                        "at index %s = (%s)", path, name, kinds[kind], legend,
+                        at);
+}
+
 ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
                               const ra_shape *s, ra_layout layout,
                               const float *q, const float *k, const float *v,
@@ -37,8 +95,9 @@ ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
     static const char *const names[3] = {"/q", "/k", "/v"};
     static const char *const legends[3] = {"(b, i, h, d)", "(b, j, g, d)",
                                            "(b, j, g, d)"};
-    static const char *const kinds[4] = {"", "nan", "inf", "-inf"};
-    int rank, nranks;
+    int64_t global[3];
+    int kind[3], rank, nranks;
+    ra_status st;
 
     bad->dataset = NULL;
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
@@ -46,52 +105,58 @@ ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
     const ra_slice sq = ra_layout_slice(layout, s->N, rank, nranks);
     const ra_slice sk = ra_layout_slice(layout, s->M, rank, nranks);
-    const struct {
-        const float *x;
-        int64_t len, heads, dim;
-        const ra_slice *slice;
-    } t[3] = {{q, s->N, s->H, s->D, &sq}, {k, s->M, s->G, ra_shape_dk(s), &sk},
-              {v, s->M, s->G, s->Dv, &sk}};
+    const int64_t Dk = ra_shape_dk(s);
+    const scan_part t[3] = {{q, s->N, s->H * s->D, &sq},
+                            {k, s->M, s->G * Dk, &sk},
+                            {v, s->M, s->G * s->Dv, &sk}};
+    const int64_t dims[3][4] = {{s->B, s->N, s->H, s->D},
+                                {s->B, s->M, s->G, Dk},
+                                {s->B, s->M, s->G, s->Dv}};
 
-    /* step 1: each rank's first offender per tensor; the smallest wins */
-    int64_t first[3];
-    int kind[3], owner_kind[3];
-    for (int i = 0; i < 3; i++)
-        first[i] = first_nonfinite(t[i].x, s->B, t[i].len,
-                                   t[i].heads * t[i].dim, t[i].slice,
-                                   &kind[i]);
-    int64_t global[3];
-    if (MPI_Allreduce(first, global, 3, MPI_INT64_T, MPI_MIN, comm) !=
-        MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Allreduce of the "
-                            "non-finite scan failed", path);
-    /* step 2: the owner of each winner tells what it is */
-    for (int i = 0; i < 3; i++)
-        kind[i] = global[i] != INT64_MAX && first[i] == global[i] ? kind[i]
-                                                                  : 0;
-    if (MPI_Allreduce(kind, owner_kind, 3, MPI_INT, MPI_MAX, comm) !=
-        MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Allreduce of the "
-                            "non-finite scan failed", path);
-
+    if ((st = scan_parts(comm, path, s->B, 3, t, global, kind)) != RA_OK)
+        return st;
     for (int i = 0; i < 3; i++) {
         if (global[i] == INT64_MAX)
             continue;
-        int64_t f = global[i];
         bad->dataset = names[i];
-        bad->index[3] = f % t[i].dim;
-        f /= t[i].dim;
-        bad->index[2] = f % t[i].heads;
-        f /= t[i].heads;
-        bad->index[1] = f % t[i].len;
-        bad->index[0] = f / t[i].len;
-        bad->kind = kinds[owner_kind[i]];
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: non-finite value "
-                            "(%s) at index %s = (%lld, %lld, %lld, %lld)",
-                            path, names[i], bad->kind, legends[i],
-                            (long long)bad->index[0], (long long)bad->index[1],
-                            (long long)bad->index[2],
-                            (long long)bad->index[3]);
+        bad->kind = kinds[kind[i]];
+        return nonfinite_error(path, names[i], legends[i], 4, dims[i],
+                               global[i], kind[i], bad->index);
+    }
+    return RA_OK;
+}
+
+ra_status h5io_scan_tokens(MPI_Comm comm, const char *path, const char *name,
+                           const int64_t dims[3], const ra_slice *slice,
+                           const float *x)
+{
+    const scan_part t = {x, dims[1], dims[2], slice};
+    int64_t global, index[3];
+    int kind;
+    ra_status st;
+
+    if ((st = scan_parts(comm, path, dims[0], 1, &t, &global, &kind)) != RA_OK)
+        return st;
+    if (global == INT64_MAX)
+        return RA_OK;
+    return nonfinite_error(path, name, "(b, i, e)", 3, dims, global, kind,
+                           index);
+}
+
+ra_status h5io_scan_array(const char *path, const char *name, int rank,
+                          const int64_t *dims, const float *x)
+{
+    static const char *const legends[5] = {"()", "(i)", "(i, j)",
+                                           "(i, j, k)", "(i, j, k, l)"};
+    const int64_t count = ra_count_checked(rank, dims);
+    int64_t index[4];
+
+    for (int64_t f = 0; f < count; f++) {
+        if (isfinite(x[f]))
+            continue;
+        const int kind = isnan(x[f]) ? 1 : x[f] > 0 ? 2 : 3;
+        return nonfinite_error(path, name, legends[rank], rank, dims, f, kind,
+                               index);
     }
     return RA_OK;
 }

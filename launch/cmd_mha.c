@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
@@ -118,9 +119,18 @@ static ra_status weights_read(const char *in, const ra_shape *s,
 {
     ra_mha *L = &lw->layer;
     const int64_t HD = s->H * s->D, GD = s->G * s->D, GDv = s->G * s->Dv;
-    const int64_t total = HD * L->Eq + GD * L->Ekv + GDv * L->Ekv +
-                          L->Eout * s->H * s->Dv + HD + GD + GDv + L->Eout;
-    lw->mem = malloc(sizeof(float) * (size_t)(total + 1));
+    /* sizes from the file: every product and sum checked */
+    const int64_t part[5] = {ra_mul_checked(HD, L->Eq),
+                             ra_mul_checked(GD + GDv, L->Ekv),
+                             ra_mul_checked(L->Eout, s->H * s->Dv),
+                             HD + GD + GDv, ra_add_checked(L->Eout, 1)};
+    int64_t total = 0;
+    for (int i = 0; i < 5; i++)
+        total = ra_add_checked(total, part[i]);
+    if ((total = ra_mul_checked(total, (int64_t)sizeof(float))) < 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: the weights' byte count "
+                            "overflows 64 bits", in);
+    lw->mem = malloc((size_t)total);
     if (!lw->mem)
         return ra_error_set(RA_ERR_NOMEM, "run --mha: out of memory for the "
                                           "weights");
@@ -190,8 +200,13 @@ int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
     if (!in || !out)
         return cli_fail(ctx, CLI_EXIT_USAGE, "run --mha: --in and --out are "
                                              "required");
-    int present;
+    /* the output path first, before any reading (rank 0 checks, all agree) */
     ra_status st = RA_OK;
+    if (ctx->rank == 0)
+        st = h5io_output_check(out, force, (const char *const[]){in, NULL});
+    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
+        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+    int present;
     if (!H && (st = h5io_read_int_attr(in, "heads", &H, &present)) == RA_OK &&
         !present)
         st = ra_error_set(RA_ERR_ARG, "%s: no root attribute heads; pass "

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "signals.h"
 
 static const char usage[] =
     "usage: ringattn <command> [options]   (launch with mpirun/srun for P ranks)\n"
@@ -52,6 +53,7 @@ int main(int argc, char **argv)
 {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    cli_signals_install();
     cli_ctx ctx = {.comm = MPI_COMM_WORLD};
     MPI_Comm_rank(ctx.comm, &ctx.rank);
     MPI_Comm_size(ctx.comm, &ctx.nranks);

@@ -278,7 +278,13 @@ ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
                             "additive needs /additive/w_q (A, D), /additive/w_k "
                             "(A, Dk) and /additive/w_v (A,)", in);
     const int64_t A = dims[0];
-    si->mem = malloc(sizeof(float) * (size_t)(A * (s->D + Dk + 1)));
+    const int64_t f[3] = {A, s->D + Dk + 1, (int64_t)sizeof(float)};
+    const int64_t bytes = ra_count_checked(3, f);
+    if (bytes < 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset /additive/w_v: size "
+                            "A = %lld makes the weights' byte count overflow "
+                            "64 bits", in, (long long)A);
+    si->mem = malloc((size_t)bytes);
     if (!si->mem)
         return ra_error_set(RA_ERR_NOMEM, "run: out of memory for weights");
     const int64_t dq[2] = {A, s->D}, dk[2] = {A, Dk}, dv[1] = {A};

@@ -10,9 +10,11 @@ cases: each bad input or option of CASES must give exactly one stderr line
   (2 usage/input, 1 runtime), no output file, no temporary file, and every
   file that existed before byte-for-byte unchanged.
 faults: a rank killed mid-run ends the job within seconds with nothing at
-  the output path; a full file system (tmpfs of 2 MiB) gives exit 1, a clear
-  message and nothing left; |scores| of 1e4 still give finite, correct
-  results.
+  the output path; full file systems (tmpfs of five sizes) give exit 1, a
+  clear message, no crash and nothing left; SIGINT and SIGTERM during a
+  write leave nothing, and what SIGKILL leaves the next write removes; a
+  locked input is reported as locked; a 100 kB command line is stored;
+  |scores| of 1e4 still give finite, correct results.
 determinism: the same run twice gives bit-identical /o and /lse, with 1 and
   2 threads.
 
@@ -24,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -259,7 +262,211 @@ CASES = [
 
 # Output safety: outputs that would destroy an input, checks made before the
 # work, full disks, temporary files, errors that name their cause.
+
+def good_arrays(p):
+    with h5py.File(os.path.join(os.path.dirname(p), "good.h5"), "r") as f:
+        return f["q"][...], f["k"][...], f["v"][...]
+
+
+def with_k(build_k):
+    """An input with good.h5's /q and /v whose /k build_k(f, k, dir) makes
+    (in another file, or stored another way)."""
+    def build(p):
+        q, k, v = good_arrays(p)
+        with h5py.File(p, "w") as f:
+            f["q"], f["v"] = q, v
+            build_k(f, k, os.path.dirname(p))
+    return build
+
+
+def k_elink(target, make_target=True):
+    def build_k(f, k, here):
+        if make_target:
+            with h5py.File(os.path.join(here, target), "w") as t:
+                t["k"] = k
+        f["k"] = h5py.ExternalLink(target, "/k")
+    return build_k
+
+
+def k_external(raw, keep_bytes=None):
+    """/k in external storage: raw bytes in the file raw (relative names
+    resolve in the working directory, the case's), cut to keep_bytes."""
+    def build_k(f, k, here):
+        k.tofile(os.path.join(here, raw))
+        if keep_bytes is not None:
+            os.truncate(os.path.join(here, raw), keep_bytes)
+        f.create_dataset("k", shape=k.shape, dtype="f4",
+                         external=[(raw, 0, k.nbytes)])
+    return build_k
+
+
+def k_virtual(source, make_source=True):
+    def build_k(f, k, here):
+        if make_source:
+            with h5py.File(os.path.join(here, source), "w") as s:
+                s["k"] = k
+        layout = h5py.VirtualLayout(shape=k.shape, dtype="f4")
+        layout[...] = h5py.VirtualSource(source, "k", shape=k.shape)
+        f.create_virtual_dataset("k", layout)
+    return build_k
+
+
+def k_chunked(damage=None, **kw):
+    """/k in one chunk with the given filters; damage: XOR bytes 8..40 of
+    the stored chunk with 0x5a."""
+    def build_k(f, k, here):
+        f.create_dataset("k", data=np.round(k), chunks=k.shape, **kw)
+    def build(p):
+        with_k(build_k)(p)
+        if damage:
+            with h5py.File(p, "r") as f:
+                at = f["k"].id.get_chunk_info(0).byte_offset
+            with open(p, "r+b") as f:
+                f.seek(at + 8)
+                b = bytearray(f.read(32))
+                f.seek(at + 8)
+                f.write(bytes(x ^ 0x5A for x in b))
+    return build
+
+
+def additive_overflow(p):
+    """/additive weights of A rows, A chosen so that A * (D + Dk + 1) * 4
+    wraps to a few bytes; chunked and never written, so the file is small."""
+    q, k, v = good_arrays(p)
+    D, Dk = q.shape[3], k.shape[3]
+    A = -(-(1 << 64) // (4 * (D + Dk + 1)))
+    with h5py.File(p, "w") as f:
+        f["q"], f["k"], f["v"] = q, k, v
+        f.create_dataset("additive/w_q", shape=(A, D), dtype="f4", chunks=(1, D))
+        f.create_dataset("additive/w_k", shape=(A, Dk), dtype="f4", chunks=(1, Dk))
+        f.create_dataset("additive/w_v", shape=(A,), dtype="f4", chunks=(1,))
+
+
+def additive_nan(p):
+    q, k, v = good_arrays(p)
+    with h5py.File(p, "w") as f:
+        f["q"], f["k"], f["v"] = q, k, v
+        f["additive/w_q"] = rng_tensor((3, q.shape[3]))
+        f["additive/w_k"] = rng_tensor((3, k.shape[3]))
+        w = rng_tensor((3,))
+        w[2] = np.nan
+        f["additive/w_v"] = w
+
+
+def gen_mha(edit=None):
+    """A layer input from `ringattn gen --mha`, then edit(f)."""
+    def build(p):
+        subprocess.run([RINGATTN, "gen", "--mha", "--out", p, "--seq", "16",
+                        "--heads", "2", "--dim", "4", "--embed", "8"],
+                       env=ENV, check=True, capture_output=True)
+        if edit:
+            with h5py.File(p, "a") as f:
+                edit(f)
+    return build
+
+
+def null_device(p):
+    os.mknod(p, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+
+
+LONG_NAME = "a" * 240 + ".h5"
 CASES_OUTPUT = [
+    # class 1: an output that is a file the inputs read
+    ("mha-output-is-input", "run --mha: --out names the input", {"mha.h5": gen_mha()},
+     ["run", "--mha", "--in", "mha.h5", "--out", "mha.h5", "--force"], 2,
+     r"mha\.h5: the output is the input file mha\.h5"),
+    ("mha-output-is-input-link", "run --mha: --out is a symlink to the input",
+     {"mha.h5": gen_mha(), "mlink.h5": lambda p: os.symlink("mha.h5", p)},
+     ["run", "--mha", "--in", "mha.h5", "--out", "mlink.h5", "--force"], 2,
+     r"mlink\.h5: the output is the input file mha\.h5"),
+    ("output-is-elink-target", "--out is the target of the input's external link /k",
+     {"elink.h5": with_k(k_elink("kfile.h5"))},
+     ["run", "--in", "elink.h5", "--out", "kfile.h5", "--force"], 2,
+     r"kfile\.h5: the output is kfile\.h5, a file that the input elink\.h5 reads"),
+    ("output-is-elink-target-link", "--out is a symlink to that target",
+     {"elink.h5": with_k(k_elink("kfile.h5")), "klink.h5": lambda p: os.symlink("kfile.h5", p)},
+     ["run", "--in", "elink.h5", "--out", "klink.h5", "--force"], 2,
+     r"klink\.h5: the output is kfile\.h5, a file that the input elink\.h5 reads"),
+    ("output-is-external-raw", "--out is the raw-data file of /k (external storage)",
+     {"efl.h5": with_k(k_external("kraw.bin"))},
+     ["run", "--in", "efl.h5", "--out", "kraw.bin", "--force"], 2,
+     r"kraw\.bin: the output is kraw\.bin, a file that the input efl\.h5 reads"),
+    ("output-is-vds-source", "--out is the source file of the virtual dataset /k",
+     {"vds.h5": with_k(k_virtual("vsrc.h5"))},
+     ["run", "--in", "vds.h5", "--out", "vsrc.h5", "--force"], 2,
+     r"vsrc\.h5: the output is vsrc\.h5, a file that the input vds\.h5 reads"),
+    # class 2: output problems found before any work
+    ("output-chardev", "--out is a character device (like /dev/null)", {"null.h5": null_device},
+     ["run", "--in", "good.h5", "--out", "null.h5", "--force"], 2,
+     r"null\.h5: output is not a regular file \(a character device\)"),
+    ("output-proc", "--out under /proc", {},
+     ["run", "--in", "good.h5", "--out", "/proc/ra_out.h5"], 2,
+     r"/proc/ra_out\.h5: output directory /proc is on proc, a kernel file system"),
+    ("output-sysfs", "--out under /sys", {},
+     ["run", "--in", "good.h5", "--out", "/sys/ra_out.h5", "--force"], 2,
+     r"/sys/ra_out\.h5: output directory /sys is on sysfs"),
+    ("gen-output-proc", "gen --out under /proc", {},
+     ["gen", "--out", "/proc/ra_in.h5", "--seq", "16"], 2,
+     r"/proc/ra_in\.h5: output directory /proc is on proc"),
+    ("output-name-max", "--out of 243 characters: its temporary name is over NAME_MAX", {},
+     ["run", "--in", "good.h5", "--out", LONG_NAME], 2,
+     r"the temporary file name \(the output name and \d+ characters of owner\) "
+     r"would be \d+ characters, over the 255 of this file system"),
+    # class 3: sizes from a file
+    ("additive-size-overflow", "/additive/* of A rows with A * (D + Dk + 1) * 4 wrapping past 2^64",
+     {"addov.h5": additive_overflow}, RUN + ["addov.h5", "--score", "additive"], 2,
+     r"addov\.h5: dataset /additive/w_v: size A = \d+ makes the weights' byte count overflow 64 bits"),
+    # class 5: inputs that would block
+    ("fifo-input", "input is a FIFO", {"fifo.h5": os.mkfifo}, RUN + ["fifo.h5"], 2,
+     r"fifo\.h5: not a regular file \(a FIFO\)"),
+    ("fifo-mha", "run --mha: input is a FIFO", {"fifo.h5": os.mkfifo},
+     ["run", "--mha", "--in", "fifo.h5", "--out", "y.h5"], 2,
+     r"fifo\.h5: not a regular file \(a FIFO\)"),
+    ("fifo-verify", "verify: input is a FIFO", {"fifo.h5": os.mkfifo},
+     ["verify", "--in", "fifo.h5", "--out", "out_old.h5"], 2,
+     r"fifo\.h5: not a regular file \(a FIFO\)"),
+    ("fifo-info", "info on a FIFO", {"fifo.h5": os.mkfifo}, ["info", "fifo.h5"], 2,
+     r"fifo\.h5: not a regular file \(a FIFO\)"),
+    ("elink-to-fifo", "/k is an external link to a FIFO",
+     {"kfifo.h5": os.mkfifo, "elfifo.h5": with_k(k_elink("kfifo.h5", make_target=False))},
+     RUN + ["elfifo.h5"], 2, r"elfifo\.h5: external link /k: target kfifo\.h5 is not a regular file"),
+    # class 8: reads that fail name their cause
+    ("external-raw-truncated", "/k in external storage cut to half (read as zeros before)",
+     {"eflshort.h5": with_k(k_external("kshort.bin", keep_bytes=1536))},
+     RUN + ["eflshort.h5"], 2,
+     r"eflshort\.h5: dataset /k: external raw-data file kshort\.bin holds 1536 bytes from offset 0, the dataset needs 3072"),
+    ("vds-source-missing", "/k is a virtual dataset whose source file is gone",
+     {"vdsgone.h5": with_k(k_virtual("gone.h5", make_source=False))},
+     RUN + ["vdsgone.h5"], 2, r"vdsgone\.h5: dataset /k: virtual source file gone\.h5 not found"),
+    ("filter-missing", "/k compressed with LZF, a filter this HDF5 lacks",
+     {"lzf.h5": k_chunked(compression="lzf")}, RUN + ["lzf.h5"], 2,
+     r"lzf\.h5: dataset /k: reading this rank's \d+ tokens failed: required filter 'lzf' is not registered"),
+    ("checksum-bad", "/k with a Fletcher32 checksum, chunk bytes flipped",
+     {"fl32.h5": k_chunked(damage=True, fletcher32=True)}, RUN + ["fl32.h5"], 2,
+     r"fl32\.h5: dataset /k: reading this rank's \d+ tokens failed: data error detected by Fletcher32 checksum"),
+    ("verify-checksum-bad", "verify: the same file",
+     {"fl32.h5": k_chunked(damage=True, fletcher32=True)},
+     ["verify", "--in", "fl32.h5", "--out", "out_old.h5"], 2,
+     r"fl32\.h5: dataset /k: reading failed: data error detected by Fletcher32 checksum"),
+    ("chunk-corrupt", "/k gzip-compressed, chunk bytes flipped",
+     {"gz.h5": k_chunked(damage=True, compression="gzip")}, RUN + ["gz.h5"], 2,
+     r"gz\.h5: dataset /k: reading this rank's \d+ tokens failed: inflate\(\) failed"),
+    # class 6: every float input of every mode is scanned
+    ("mha-nan-x", "run --mha: NaN at /x[0, 13, 2]",
+     {"mx.h5": gen_mha(set_value("x", (0, 13, 2), np.nan))},
+     ["run", "--mha", "--in", "mx.h5", "--out", "y.h5"], 2,
+     r"mx\.h5: dataset /x: non-finite value \(nan\) at index \(b, i, e\) = \(0, 13, 2\)"),
+    ("mha-inf-weight", "run --mha: inf at /w_k[3, 1]",
+     {"mw.h5": gen_mha(set_value("w_k", (3, 1), np.inf))},
+     ["run", "--mha", "--in", "mw.h5", "--out", "y.h5"], 2,
+     r"mw\.h5: dataset /w_k: non-finite value \(inf\) at index \(i, j\) = \(3, 1\)"),
+    ("mha-nan-bias", "run --mha: NaN at /b_o[5]",
+     {"mb.h5": gen_mha(set_value("b_o", (5,), np.nan))},
+     ["run", "--mha", "--in", "mb.h5", "--out", "y.h5"], 2,
+     r"mb\.h5: dataset /b_o: non-finite value \(nan\) at index \(i\) = \(5\)"),
+    ("additive-nan-weight", "--score additive: NaN at /additive/w_v[2]",
+     {"addnan.h5": additive_nan}, RUN + ["addnan.h5", "--score", "additive"], 2,
+     r"addnan\.h5: dataset /additive/w_v: non-finite value \(nan\) at index \(i\) = \(2\)"),
 ]
 
 # The tools beside run: options, bench, verify, plot-map.
@@ -279,6 +486,10 @@ def md5s(root):
         for name in files:
             p = os.path.join(dirpath, name)
             if os.path.islink(p):
+                continue
+            mode = os.lstat(p).st_mode
+            if not stat.S_ISREG(mode):  # a FIFO or device: never read it
+                out[os.path.relpath(p, root)] = f"special {mode:o}"
                 continue
             with open(p, "rb") as f:
                 out[os.path.relpath(p, root)] = hashlib.md5(f.read()).hexdigest()
@@ -320,7 +531,11 @@ def run_case(work, case):
         build(os.path.join(here, name))
     before = md5s(here)
     t0 = time.time()
-    r = mpirun(argv, cwd=here, timeout=120)
+    try:
+        r = mpirun(argv, cwd=here, timeout=120)
+    except subprocess.TimeoutExpired as e:  # a hang is a failure, not a crash
+        r = subprocess.CompletedProcess(argv, -1, "", f"timed out after "
+                                        f"{e.timeout} s")
     secs = time.time() - t0
     lines = our_lines(r.stderr)
     problems = []
@@ -442,35 +657,197 @@ def fault_kill(work, during_write=False):
 
 
 def fault_enospc(work):
-    """an output larger than a 2 MiB tmpfs."""
+    """outputs larger than the file system, at several sizes of both: the
+    write fails on every rank, every HDF5 handle is closed (no crash in
+    MPI_Finalize), exit 1, one line, nothing left."""
     small = os.path.join(work, "small")
     os.mkdir(small)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs",
-                        small], capture_output=True)
-    if r.returncode != 0:
-        print("SKIP enospc: mount -t tmpfs not permitted")
-        return []
-    try:
-        subprocess.run([RINGATTN, "gen", "--out", "mid.h5", "--seq", "4096",
-                        "--heads", "4", "--dim", "32"], env=ENV, cwd=work,
-                       check=True, capture_output=True)
-        # o is 4096 x 4 x 32 x 4 B = 2 MiB, more than the file system holds
-        res = mpirun(["run", "--in", "mid.h5", "--out", "small/out.h5"],
-                     cwd=work, timeout=120)
+    for seq in (4096, 16384):
+        subprocess.run([RINGATTN, "gen", "--out", f"mid{seq}.h5", "--seq",
+                        str(seq), "--heads", "4", "--dim", "32"], env=ENV,
+                       cwd=work, check=True, capture_output=True)
+    # (tmpfs size, command): /o is seq x 4 x 32 x 4 B (2 or 8 MiB), /lse
+    # 1/32 of it; 8200k holds /o of 8 MiB but not /lse; gen writes 3 tensors
+    trials = [("256k", ["run", "--in", "mid4096.h5", "--out", "small/out.h5"]),
+              ("2m", ["run", "--in", "mid4096.h5", "--out", "small/out.h5"]),
+              ("1m", ["run", "--in", "mid16384.h5", "--out", "small/out.h5"]),
+              ("8200k", ["run", "--in", "mid16384.h5", "--out", "small/out.h5"]),
+              ("4m", ["gen", "--out", "small/out.h5", "--seq", "16384",
+                      "--heads", "4", "--dim", "32"])]
+    problems = []
+    for size, argv in trials:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
+                            "tmpfs", small], capture_output=True)
+        if r.returncode != 0:
+            print("SKIP enospc: mount -t tmpfs not permitted")
+            return []
+        try:
+            res = mpirun(argv, cwd=work, timeout=120)
+        finally:
+            left = os.listdir(small)
+            subprocess.run(["umount", small])
         lines = our_lines(res.stderr)
-        problems = []
+        bad = []
         if res.returncode != 1:
-            problems.append(f"enospc: exit {res.returncode}, expected 1")
+            bad.append(f"exit {res.returncode}, expected 1")
         if len(lines) != 1 or "small/out.h5" not in lines[0]:
-            problems.append(f"enospc: message: {res.stderr.strip()[:400]}")
-        if os.listdir(small):
-            problems.append(f"enospc: left in the file system: {os.listdir(small)}")
-        print(f"{'FAIL' if problems else 'ok':4} enospc      exit "
-              f"{res.returncode}: {lines[0] if lines else ''}; left: "
-              f"{os.listdir(small)}")
-        return problems
+            bad.append(f"message: {res.stderr.strip()[:300]}")
+        if "Segmentation" in res.stderr or "signal" in res.stderr:
+            bad.append("a rank crashed")
+        if left:
+            bad.append(f"left in the file system: {left}")
+        print(f"{'FAIL' if bad else 'ok':4} enospc {size:>5} {argv[0]} "
+              f"{argv[2]}: exit {res.returncode}: {lines[0] if lines else ''}")
+        problems += [f"enospc {size} {' '.join(argv)}: {b}" for b in bad]
+    return problems
+
+
+def start_job(work, argv, name):
+    """Starts `mpirun ringattn ARGV` writing name; returns the Popen once the
+    temporary file of name exists (or None)."""
+    cmd = ["mpirun", "-np", str(NP), "--oversubscribe", RINGATTN] + argv
+    p = subprocess.Popen(cmd, env=ENV, cwd=work, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        if glob.glob(os.path.join(work, f".{name}.tmp.*")):
+            time.sleep(0.3)  # well inside the write
+            return p
+        time.sleep(0.01)
+    p.kill()
+    p.communicate()
+    return None
+
+
+def fault_signals(work):
+    """SIGINT or SIGTERM to mpirun (Ctrl-C, a batch system's time limit), or
+    SIGTERM to one rank, while the output is being written: the job ends
+    non-zero within seconds and leaves neither the output nor its
+    temporary file."""
+    problems = []
+    gen = ["gen", "--out", "sig.h5", "--seq", "65536", "--heads", "8",
+           "--dim", "64"]
+    for target, sig in (("mpirun", signal.SIGINT), ("mpirun", signal.SIGTERM),
+                        ("one rank", signal.SIGTERM)):
+        p = start_job(work, gen, "sig.h5")
+        if p is None:
+            problems.append("signals: no temporary file appeared")
+            continue
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                              text=True).stdout.split()
+        os.kill(p.pid if target == "mpirun" else int(kids[-1]), sig)
+        t0 = time.time()
+        try:
+            p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+        secs = time.time() - t0
+        left = leftovers(work) + (["sig.h5"] if os.path.exists(
+            os.path.join(work, "sig.h5")) else [])
+        bad = []
+        if p.returncode == 0:
+            bad.append("exit 0")
+        if secs > 10:
+            bad.append(f"took {secs:.1f} s to end")
+        if left:
+            bad.append(f"left: {left}")
+        print(f"{'FAIL' if bad else 'ok':4} {signal.Signals(sig).name} to "
+              f"{target} during the write: exit {p.returncode} after "
+              f"{secs:.1f} s; left: {left}")
+        problems += [f"signals {signal.Signals(sig).name} to {target}: {b}"
+                     for b in bad]
+        for name in left:
+            os.unlink(os.path.join(work, name))
+    return problems
+
+
+def self_owner():
+    """This process as a temporary name records its owner (io/tmpfile.c)."""
+    host = re.sub(r"[^A-Za-z0-9-]", "-", os.uname().nodename.split(".")[0])
+    ns = re.sub(r"\D", "", os.readlink("/proc/self/ns/pid"))
+    with open("/proc/self/stat") as f:
+        start = f.read().rsplit(")", 1)[1].split()[19]
+    return host, ns, os.getpid(), start
+
+
+def fault_stale(work):
+    """SIGKILL to every rank while writing leaves a temporary file; `info`
+    of a file in that directory lists it; the next write into the directory
+    removes it, and keeps temporary files whose owner runs (this script) or
+    cannot be judged (another host)."""
+    here = os.path.join(work, "stale")
+    os.mkdir(here)
+    p = start_job(here, ["gen", "--out", "big.h5", "--seq", "65536",
+                         "--heads", "8", "--dim", "64"], "big.h5")
+    if p is None:
+        return ["stale: no temporary file appeared"]
+    for kid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                              text=True).stdout.split():
+        os.kill(int(kid), signal.SIGKILL)
+    p.communicate(timeout=30)
+    stale = leftovers(here)
+    host, ns, pid, start = self_owner()
+    live = f".live.h5.tmp.{host}.{ns}.{pid}.{start}.0000abcd"
+    other = ".far.h5.tmp.otherhost.1.1.1.0000abcd"
+    for name in (live, other):
+        open(os.path.join(here, name), "w").close()
+    make(os.path.join(here, "in.h5"))  # not by ringattn: no sweep yet
+    listed = subprocess.run([RINGATTN, "info", "in.h5"], env=ENV, cwd=here,
+                            capture_output=True, text=True).stdout
+    problems = []
+    if len(stale) != 1 or stale[0] not in listed:
+        problems.append(f"stale: info does not list {stale}: {listed[-300:]}")
+    subprocess.run([RINGATTN, "gen", "--out", "in2.h5", "--seq", "16"],
+                   env=ENV, cwd=here, check=True, capture_output=True)
+    after = sorted(leftovers(here))
+    if after != sorted([live, other]):
+        problems.append(f"stale: after the next write: {after}")
+    print(f"{'FAIL' if problems else 'ok':4} stale: SIGKILL of every rank left "
+          f"{stale}; info lists it; the next write left {after}")
+    return problems
+
+
+def fault_locked(work):
+    """an input open for writing by another process (HDF5 file lock)."""
+    shutil.copy(os.path.join(work, "mid4096.h5"), os.path.join(work, "lk.h5"))
+    holder = subprocess.Popen(
+        ["/usr/bin/python3", "-c", "import h5py, sys, time\n"
+         "f = h5py.File(sys.argv[1], 'a'); print('open', flush=True)\n"
+         "time.sleep(60)", os.path.join(work, "lk.h5")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        holder.stdout.readline()
+        r = mpirun(["run", "--in", "lk.h5", "--out", "lk_out.h5"], cwd=work,
+                   timeout=120)
     finally:
-        subprocess.run(["umount", small])
+        holder.kill()
+        holder.wait()
+    lines = our_lines(r.stderr)
+    ok = (r.returncode == 2 and len(lines) == 1 and
+          "lk.h5: locked by another process" in lines[0])
+    print(f"{'ok' if ok else 'FAIL':4} locked input: exit {r.returncode}: "
+          f"{lines[0] if lines else r.stderr[:200]}")
+    return [] if ok else [f"locked: exit {r.returncode}: {r.stderr[:300]}"]
+
+
+def fault_long_command_line(work):
+    """a command line of 100 kB (an option value with 100000 leading zeros)
+    fits the output's command_line attribute (dense attribute storage)."""
+    value = "0" * 100000 + "64"
+    r = mpirun(["run", "--in", "mid4096.h5", "--out", "long.h5", "--block-q",
+                value], cwd=work, timeout=120)
+    size, whole = 0, False
+    if r.returncode == 0:
+        with h5py.File(os.path.join(work, "long.h5"), "r") as f:
+            text = f.attrs["command_line"]
+            text = text.decode() if isinstance(text, bytes) else text
+            size, whole = len(text), value in text
+    ok = r.returncode == 0 and whole
+    print(f"{'ok' if ok else 'FAIL':4} long command line: exit {r.returncode}, "
+          f"command_line attribute of {size} characters")
+    return [] if ok else [f"long command line: exit {r.returncode}: "
+                          f"{r.stderr[:300]}"]
 
 
 def fault_large_scores(work):
@@ -544,8 +921,10 @@ def fault_allow_nonfinite(work):
 def run_faults():
     work = tempfile.mkdtemp(prefix="ra_fault_")
     try:
-        return (fault_enospc(work) + fault_large_scores(work) +
-                fault_allow_nonfinite(work) + fault_kill(work) +
+        return (fault_enospc(work) + fault_locked(work) +
+                fault_long_command_line(work) + fault_large_scores(work) +
+                fault_allow_nonfinite(work) + fault_signals(work) +
+                fault_stale(work) + fault_kill(work) +
                 fault_kill(work, during_write=True))
     finally:
         shutil.rmtree(work, ignore_errors=True)
