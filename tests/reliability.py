@@ -246,7 +246,7 @@ CASES = [
      r"--mode: 'fast' is not ring, naive or both"),
     ("bench-json-dir", "bench --json into a missing directory", {},
      ["bench", "--seq", "64", "--json", "nodir/b.json"], 2,
-     r"bench: cannot open --json file nodir/b\.json: No such file or directory"),
+     r"nodir/b\.json: output directory nodir: No such file or directory"),
     ("gen-outdir", "gen into a missing directory", {},
      ["gen", "--out", "nodir/in.h5", "--seq", "16"], 2,
      r"nodir/in\.h5: output directory nodir: No such file or directory"),
