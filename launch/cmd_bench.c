@@ -97,9 +97,9 @@ static const cli_spec bench_spec = {
              "Times the forward pass on random in-memory inputs (no file I/O) on "
              "the\nranks it was launched with and prints one row per "
              "configuration.\n",
-    .groups = {{bench_own, 0},
-               {cli_shape_opts, B_AT(cs)},
-               {cli_forward_opts, B_AT(p)}},
+    .groups = {{cli_shape_opts, B_AT(cs)},
+               {cli_forward_opts, B_AT(p)},
+               {bench_own, 0}},
     .epilog =
     "Columns: time_s is the median over reps of the slowest rank's wall time;\n"
     "rank_min/max are the fastest and slowest ranks' medians; GFLOP/s counts\n"

@@ -54,9 +54,9 @@ static const cli_spec gen_spec = {
              "Writes /q (B,N,H,D), /k (B,M,G,D), /v (B,M,G,Dv) of unit-normal\n"
              "values. Every value depends only on the seed and its index: any P\n"
              "gives the same file contents.\n",
-    .groups = {{gen_own, 0},
-               {cli_seq_opts, offsetof(gen_opts, cs)},
-               {cli_shape_opts, offsetof(gen_opts, cs)}},
+    .groups = {{cli_seq_opts, offsetof(gen_opts, cs)},
+               {cli_shape_opts, offsetof(gen_opts, cs)},
+               {gen_own, 0}},
 };
 
 static void gen_report(const gen_opts *o)

@@ -144,7 +144,7 @@ static const char *const encodings[] = {"sinusoidal", NULL};
 
 static const cli_opt mha_own[] = {
     {.name = "--mha", .kind = CLI_FLAG, .offset = offsetof(mha_opts, mha),
-     .help = "the layer (this text)"},
+     .help = "the layer instead of plain attention (this text)"},
     {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
      .offset = offsetof(mha_opts, in),
      .help = "input: /x (B,N,E), or /x_q (B,N,Eq) and /x_kv (B,M,Ekv);\n"

@@ -209,16 +209,24 @@ int cli_parse(const cli_spec *spec, void *opts_, int argc, char **argv)
     return CLI_PARSED;
 }
 
-/* Writes text indented by indent columns on every line but the first. */
-static void help_lines(FILE *out, const char *text, int indent)
+/* Writes text indented by HELP_COLUMN on every line but the first, with
+ * the default appended to its last line, or below it when that is full. */
+static void help_lines(FILE *out, const char *text, const char *def)
 {
+    const char *last = strrchr(text, '\n');
+    const size_t tail = strlen(last ? last + 1 : text);
     for (const char *p = text; *p;) {
         size_t len = strcspn(p, "\n");
-        fprintf(out, "%.*s\n", (int)len, p);
+        fprintf(out, "%.*s", (int)len, p);
         p += len;
         if (*p == '\n' && *++p)
-            fprintf(out, "%*s", indent, "");
+            fprintf(out, "\n%*s", HELP_COLUMN, "");
     }
+    if (def && HELP_COLUMN + tail + strlen(def) + 11 <= 79)
+        fprintf(out, " (default %s)", def);
+    else if (def)
+        fprintf(out, "\n%*s(default %s)", HELP_COLUMN, "", def);
+    fputc('\n', out);
 }
 
 static void help_option(FILE *out, const cli_opt *o)
@@ -230,9 +238,7 @@ static void help_option(FILE *out, const cli_opt *o)
         fprintf(out, "  %s\n%*s", left, HELP_COLUMN, "");
     else
         fprintf(out, "  %-*s", HELP_COLUMN - 2, left);
-    help_lines(out, o->help, HELP_COLUMN);
-    if (o->def && o->kind != CLI_FLAG)
-        fprintf(out, "%*s(default %s)\n", HELP_COLUMN, "", o->def);
+    help_lines(out, o->help, o->kind == CLI_FLAG ? NULL : o->def);
 }
 
 void cli_help(const cli_spec *spec, FILE *out)
