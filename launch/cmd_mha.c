@@ -35,8 +35,11 @@ static ra_status weight(const char *in, const char *name, int rank,
         *out = NULL;
         return RA_OK;
     }
+    const int64_t n = rank == 2 ? dims[0] * dims[1] : dims[0];
+    if ((st = cli_weights_finite(in, name, *cursor, n, "")) != RA_OK)
+        return st;
     *out = *cursor;
-    *cursor += rank == 2 ? dims[0] * dims[1] : dims[0];
+    *cursor += n;
     return RA_OK;
 }
 

@@ -38,20 +38,21 @@ int cli_parse_f64(const char *opt, const char *text, double *out)
 {
     char *end = NULL;
     errno = 0;
-    double v = strtod(text, &end);
+    const double v = strtod(text, &end);
+    const char *why = NULL;
     if (end == text || *end != '\0')
-        return ra_error_set(RA_ERR_ARG, "%s: '%s' is not a number", opt,
-                            text), -1;
-    if (!isfinite(v))
-        return ra_error_set(RA_ERR_ARG, "%s: '%s' is not a finite number", opt,
-                            text), -1;
-    if (v != 0 && fabs(v) < DBL_MIN)
-        return ra_error_set(RA_ERR_ARG, "%s: '%s' is too small in magnitude "
-                            "(subnormal: below %.3g, the smallest normal "
-                            "double)", opt, text, DBL_MIN), -1;
-    if (v == 0 && errno == ERANGE)
-        return ra_error_set(RA_ERR_ARG, "%s: '%s' is too small in magnitude "
-                            "(underflows to 0)", opt, text), -1;
+        why = "is not a number";
+    else if (!isfinite(v))
+        why = "is not a finite number";
+    else if (v != 0 && fabs(v) < DBL_MIN)
+        why = "is too small in magnitude (subnormal: below 2.23e-308, the "
+              "smallest normal double)";
+    else if (v == 0 && errno == ERANGE)
+        why = "is too small in magnitude (underflows to 0)";
+    if (why) {
+        ra_error_set(RA_ERR_ARG, "%s: '%s' %s", opt, text, why);
+        return -1;
+    }
     *out = v;
     return 0;
 }

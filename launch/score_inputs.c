@@ -16,24 +16,21 @@ void cli_score_free(cli_score_inputs *si)
     si->mem = NULL;
 }
 
-/* The first value of w[0..n) that is not finite, as an error naming it. */
-static ra_status weights_finite(const char *in, const char *name,
-                                const float *w, int64_t n)
+ra_status cli_weights_finite(const char *in, const char *name,
+                             const float *w, int64_t n, const char *hint)
 {
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(w[i]))
             return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: non-finite "
-                                "value (%s) at flat index %lld; pass "
-                                "--allow-nonfinite to let it through", in,
-                                name, isnan(w[i]) ? "nan" : w[i] > 0 ? "inf"
-                                                                    : "-inf",
-                                (long long)i);
+                                "value (%s) at flat index %lld%s", in, name,
+                                isnan(w[i]) ? "nan" : w[i] > 0 ? "inf" : "-inf",
+                                (long long)i, hint);
     return RA_OK;
 }
 
 /* Reads the three weights (A known) into si->mem. */
 static ra_status weights_read(const char *in, const ra_shape *s, int64_t A,
-                              int check_finite, cli_score_inputs *si)
+                              const char *hint, cli_score_inputs *si)
 {
     const int64_t Dk = ra_shape_dk(s);
     const int64_t dq[2] = {A, s->D}, dk[2] = {A, Dk}, dv[1] = {A};
@@ -56,8 +53,9 @@ static ra_status weights_read(const char *in, const ra_shape *s, int64_t A,
         if (!present)
             return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: missing; "
                                 NEEDS, in, w[i].name);
-        if (check_finite &&
-            (st = weights_finite(in, w[i].name, w[i].out, w[i].n)) != RA_OK)
+        if (hint &&
+            (st = cli_weights_finite(in, w[i].name, w[i].out, w[i].n,
+                                     hint)) != RA_OK)
             return st;
     }
     si->additive = (ra_additive){A, wq, wk, wv};
@@ -65,7 +63,7 @@ static ra_status weights_read(const char *in, const ra_shape *s, int64_t A,
 }
 
 ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
-                          cli_score_inputs *si)
+                          const char *hint, cli_score_inputs *si)
 {
     const int64_t Dk = ra_shape_dk(s);
     if (Dk != s->D && p->score != RA_SCORE_ADDITIVE)
@@ -91,7 +89,8 @@ ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
     if (!(si->mem = malloc(sizeof(float) * (size_t)(n + 1))))
         return ra_error_set(RA_ERR_NOMEM, "%s: out of memory for the additive "
                             "weights (A = %lld)", in, (long long)A);
-    if ((st = weights_read(in, s, A, !p->nonfinite, si)) != RA_OK)
+    if ((st = weights_read(in, s, A, p->nonfinite ? NULL : hint, si)) !=
+        RA_OK)
         return st;
     p->additive = &si->additive;
     return RA_OK;

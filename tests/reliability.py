@@ -308,6 +308,13 @@ def gen_mha(path):
                    check=True, capture_output=True)
 
 
+def gen_mha_inf(path):
+    """A layer input with +inf at /w_o[1, 2] (flat index 10 of (8, 8))."""
+    gen_mha(path)
+    with h5py.File(path, "r+") as f:
+        set_value("w_o", (1, 2), np.inf)(f)
+
+
 def write_text(text):
     return lambda p: open(p, "w").write(text)
 
@@ -372,7 +379,15 @@ CASES_TOOLS = [
      {"addnan.h5": copy_with("good.h5", additive_nan),
       "addout.h5": copy_with("out_old.h5", set_attrs(score="additive"))},
      ["verify", "--in", "addnan.h5", "--out", "addout.h5"], 2,
-     r"addnan\.h5: dataset /additive/w_k: non-finite value \(nan\)"),
+     r"addnan\.h5: dataset /additive/w_k: non-finite value \(nan\) at flat index 21$"),
+    ("run-additive-nan", "run --score additive with NaN in /additive/w_k",
+     {"addnan.h5": copy_with("good.h5", additive_nan)},
+     ["run", "--in", "addnan.h5", "--out", "o.h5", "--score", "additive"], 2,
+     r"addnan\.h5: dataset /additive/w_k: non-finite value \(nan\) at flat index 21; pass --allow-nonfinite"),
+    ("mha-weight-inf", "run --mha with inf in /w_o",
+     {"mhainf.h5": gen_mha_inf},
+     ["run", "--mha", "--in", "mhainf.h5", "--out", "o.h5"], 2,
+     r"mhainf\.h5: dataset /w_o: non-finite value \(inf\) at flat index 10"),
     ("plot-missing", "plot-map of a missing file", {},
      ["plot-map", "nope.h5", "map.png"], 2, r"nope\.h5: cannot open"),
     ("plot-no-map", "plot-map of an output without /attn_map", {},
