@@ -4,6 +4,7 @@
  * /w_v (G*Dv, Ekv), /w_o (Eout, H*Dv), optional biases /b_q /b_k /b_v /b_o.
  * H and G come from --heads/--kv-heads or the root attributes heads and
  * kv_heads. Output: /y (B, N, Eout). Masks (/q_lens ...) apply as in run. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,18 +269,55 @@ static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     return ra_h5_read_masks(ctx->comm, o->in, s, o->p.layout, &r->masks);
 }
 
+/* The first value of this rank's tokens x (B, slice->count, E) of dataset
+ * name that is not finite, as an error with its global index. */
+static ra_status tokens_finite(const char *in, const char *name,
+                              const float *x, int64_t B, const ra_slice *sl,
+                              int64_t E)
+{
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < sl->count; i++)
+            for (int64_t e = 0; e < E; e++) {
+                const float val = x[(b * sl->count + i) * E + e];
+                if (!isfinite(val))
+                    return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: "
+                                        "non-finite value (%s) at index "
+                                        "(b, i, e) = (%lld, %lld, %lld)", in,
+                                        name, isnan(val) ? "nan" : val > 0
+                                        ? "inf" : "-inf", (long long)b,
+                                        (long long)ra_slice_pos(sl, i),
+                                        (long long)e);
+            }
+    return RA_OK;
+}
+
+/* Reads this rank's tokens and refuses non-finite ones (collective). */
+static ra_status mha_read(const cli_ctx *ctx, const mha_opts *o, mha_state *r)
+{
+    const ra_shape *s = &r->s;
+    const ra_mha *L = &r->lw.layer;
+    const char *xq_name = r->self ? "/x" : "/x_q";
+    const int64_t dq[3] = {s->B, s->N, L->Eq}, dk[3] = {s->B, s->M, L->Ekv};
+    ra_status st = h5io_read_tokens(ctx->comm, o->in, xq_name, dq, &r->qs,
+                                    r->xq);
+    if (st == RA_OK && !r->self)
+        st = h5io_read_tokens(ctx->comm, o->in, "/x_kv", dk, &r->ks, r->xkv);
+    if (st != RA_OK)
+        return st;
+    st = tokens_finite(o->in, xq_name, r->xq, s->B, &r->qs, L->Eq);
+    if (st == RA_OK && !r->self)
+        st = tokens_finite(o->in, "/x_kv", r->xkv, s->B, &r->ks, L->Ekv);
+    return ra_agree(ctx->comm, st);
+}
+
 static ra_status mha_compute(const cli_ctx *ctx, const mha_opts *o,
                              mha_state *r)
 {
     const ra_shape *s = &r->s;
     const ra_mha *L = &r->lw.layer;
-    const int64_t dq[3] = {s->B, s->N, L->Eq}, dk[3] = {s->B, s->M, L->Ekv};
     const int64_t dy[3] = {s->B, s->N, L->Eout};
     const double t0 = MPI_Wtime();
-    ra_status st = h5io_read_tokens(ctx->comm, o->in, r->self ? "/x" : "/x_q",
-                                    dq, &r->qs, r->xq);
-    if (st == RA_OK && !r->self)
-        st = h5io_read_tokens(ctx->comm, o->in, "/x_kv", dk, &r->ks, r->xkv);
+    ra_status st = mha_read(ctx, o, r);
     const double t1 = MPI_Wtime();
     if (st == RA_OK)
         st = ra_mha_forward(ctx->comm, s, &o->p, &r->masks.view, L, r->xq,

@@ -315,6 +315,13 @@ def gen_mha_inf(path):
         set_value("w_o", (1, 2), np.inf)(f)
 
 
+def gen_mha_nan_x(path):
+    """A layer input with NaN at /x[0, 7, 3] (the last token)."""
+    gen_mha(path)
+    with h5py.File(path, "r+") as f:
+        set_value("x", (0, 7, 3), np.nan)(f)
+
+
 def write_text(text):
     return lambda p: open(p, "w").write(text)
 
@@ -388,6 +395,9 @@ CASES_TOOLS = [
      {"mhainf.h5": gen_mha_inf},
      ["run", "--mha", "--in", "mhainf.h5", "--out", "o.h5"], 2,
      r"mhainf\.h5: dataset /w_o: non-finite value \(inf\) at flat index 10"),
+    ("mha-x-nan", "run --mha with NaN at /x[0, 7, 3]", {"mhanan.h5": gen_mha_nan_x},
+     ["run", "--mha", "--in", "mhanan.h5", "--out", "o.h5"], 2,
+     r"mhanan\.h5: dataset /x: non-finite value \(nan\) at index \(b, i, e\) = \(0, 7, 3\)"),
     ("plot-missing", "plot-map of a missing file", {},
      ["plot-map", "nope.h5", "map.png"], 2, r"nope\.h5: cannot open"),
     ("plot-no-map", "plot-map of an output without /attn_map", {},
