@@ -18,6 +18,7 @@ typedef struct {
     double err2, ref2, max_abs, max_lse;
     double bad;  /* rows whose -inf status disagrees, or NaN */
     double rows; /* (row, head) pairs checked */
+    double nans; /* NaN values of /o and /lse in any row, checked or not */
 } tally;
 
 /* What one check needs besides the tensors: the run's rules and masks. */
@@ -201,6 +202,36 @@ static ra_status check_share(const char *in, const char *out,
     return st;
 }
 
+/* Counts the NaN values of /o and /lse in the query rows mine (flat
+ * indices b * N + i), every one of them whether checked or not: a NaN fails
+ * the output even where the sample does not look. */
+static ra_status nan_scan(const char *out, const ra_shape *s, ra_range mine,
+                          tally *t)
+{
+    double *o = malloc(sizeof(double) * (size_t)(RUN_MAX * s->H * s->Dv));
+    double *l = malloc(sizeof(double) * RUN_MAX);
+    ra_status st = o && l ? RA_OK
+                          : ra_error_set(RA_ERR_NOMEM, "verify: out of memory");
+    const int64_t end = mine.start + mine.count;
+    for (int64_t a = mine.start; a < end && st == RA_OK;) {
+        const int64_t b = a / s->N, i0 = a % s->N;
+        int64_t len = s->N - i0 < RUN_MAX ? s->N - i0 : RUN_MAX;
+        len = end - a < len ? end - a : len;
+        st = h5io_read_rows(out, "/o", b, i0, len, o);
+        for (int64_t x = 0; st == RA_OK && x < len * s->H * s->Dv; x++)
+            t->nans += isnan(o[x]);
+        for (int64_t h = 0; st == RA_OK && h < s->H; h++) {
+            st = h5io_read_lse(out, b, h, i0, len, l);
+            for (int64_t x = 0; st == RA_OK && x < len; x++)
+                t->nans += isnan(l[x]);
+        }
+        a += len;
+    }
+    free(o);
+    free(l);
+    return st;
+}
+
 /* ---- the driver ---------------------------------------------------------- */
 
 typedef struct {
@@ -241,7 +272,8 @@ static const cli_spec verify_spec = {
     "recorded parameters and the masks are checked as run checks them.\n"
     "Exit 0 when the relative error ||o - ref|| / ||ref|| and the LSE error\n"
     "max |lse - ref| / max(1, |ref|) are both below the tolerance and no\n"
-    "output value is NaN, 1 if not.\n",
+    "value of /o or /lse is NaN (every row is scanned for NaN, sampled or\n"
+    "not), 1 if not.\n",
     .groups = {{verify_own, 0}},
 };
 
@@ -303,21 +335,23 @@ static int verify_report(const cli_ctx *ctx, const verify_opts *o,
                          const check_ctx *c, int64_t nrows, const tally *t)
 {
     const ra_shape *s = c->s;
-    double sums[4] = {t->err2, t->ref2, t->bad, t->rows};
-    double maxs[2] = {t->max_abs, t->max_lse}, gs[4], gm[2];
-    MPI_Allreduce(sums, gs, 4, MPI_DOUBLE, MPI_SUM, ctx->comm);
+    double sums[5] = {t->err2, t->ref2, t->bad, t->rows, t->nans};
+    double maxs[2] = {t->max_abs, t->max_lse}, gs[5], gm[2];
+    MPI_Allreduce(sums, gs, 5, MPI_DOUBLE, MPI_SUM, ctx->comm);
     MPI_Allreduce(maxs, gm, 2, MPI_DOUBLE, MPI_MAX, ctx->comm);
     const double rel = gs[1] > 0 ? sqrt(gs[0] / gs[1]) : sqrt(gs[0]);
-    const int pass = rel < o->tol && gm[1] < o->tol && gs[2] == 0;
+    const int pass = rel < o->tol && gm[1] < o->tol && gs[2] == 0 &&
+                     gs[4] == 0;
     if (ctx->rank == 0)
         printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
                "window %s, masks %s, score %s, scale %.6g: max abs err %.3e, "
-               "rel err %.3e, lse err %.3e, bad rows %.0f, tolerance %.1e: "
-               "%s\n", o->out, (long long)nrows, (long long)s->H,
+               "rel err %.3e, lse err %.3e, bad rows %.0f, NaN values in "
+               "all rows %.0f, tolerance %.1e: %s\n", o->out,
+               (long long)nrows, (long long)s->H,
                nrows == s->B * s->N ? "all" : "sampled",
                c->run.causal ? "yes" : "no", c->run.window ? "yes" : "no",
                c->run.masks[0] ? c->run.masks : "none", c->run.score,
-               c->run.scale, gm[0], rel, gm[1], gs[2], o->tol,
+               c->run.scale, gm[0], rel, gm[1], gs[2], gs[4], o->tol,
                pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
 }
@@ -348,9 +382,11 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
     }
     if ((st = ra_agree(ctx->comm, st)) == RA_OK) {
         const ra_range mine = ra_shard_range(nrows, ctx->rank, ctx->nranks);
-        st = ra_agree(ctx->comm, check_share(o.in, o.out, &c,
-                                             rows + mine.start, mine.count,
-                                             &t));
+        st = check_share(o.in, o.out, &c, rows + mine.start, mine.count, &t);
+        if (st == RA_OK)
+            st = nan_scan(o.out, &s, ra_shard_range(s.B * s.N, ctx->rank,
+                                                    ctx->nranks), &t);
+        st = ra_agree(ctx->comm, st);
     }
     code = st == RA_OK ? verify_report(ctx, &o, &c, nrows, &t)
                        : cli_fail_status(ctx, st);

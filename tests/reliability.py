@@ -723,10 +723,34 @@ def fault_bench_few_tokens(work):
     return [] if ok else [f"bench few tokens: exit {r.returncode}: {r.stderr[:300]}"]
 
 
+def fault_verify_nan(work):
+    """verify of an output with NaN in a row the sample does not check: the
+    NaN scan covers every row, so the verdict is FAIL (exit 1)."""
+    run = lambda args: subprocess.run([RINGATTN] + args, env=ENV, cwd=work,
+                                      capture_output=True, text=True)
+    run(["gen", "--out", "vn_in.h5", "--seq", "64", "--heads", "2", "--dim", "8"])
+    run(["run", "--in", "vn_in.h5", "--out", "vn_out.h5"])
+    problems = []
+    for name, index in (("o", (0, 50, 1, 3)), ("lse", (0, 1, 50))):
+        shutil.copyfile(os.path.join(work, "vn_out.h5"), os.path.join(work, "vn_nan.h5"))
+        with h5py.File(os.path.join(work, "vn_nan.h5"), "r+") as f:
+            set_value(name, index, np.nan)(f)
+        r = mpirun(["verify", "--in", "vn_in.h5", "--out", "vn_nan.h5", "--sample",
+                    "1", "--seed", "3"], cwd=work, timeout=120)
+        ok = r.returncode == 1 and "NaN values in all rows 1," in r.stdout \
+            and r.stdout.rstrip().endswith("FAIL")
+        print(f"{'ok' if ok else 'FAIL':4} verify-nan-/{name}: a NaN outside the "
+              f"sample: exit {r.returncode}: {r.stdout.strip()[-90:]}")
+        if not ok:
+            problems.append(f"verify of a NaN in /{name}: exit {r.returncode}: "
+                            f"{r.stdout.strip()[-200:]}")
+    return problems
+
+
 def run_faults():
     work = tempfile.mkdtemp(prefix="ra_fault_")
     try:
-        return (fault_bench_few_tokens(work) +
+        return (fault_bench_few_tokens(work) + fault_verify_nan(work) +
                 fault_enospc(work) + fault_large_scores(work) +
                 fault_allow_nonfinite(work) + fault_kill(work) +
                 fault_kill(work, during_write=True))
