@@ -80,6 +80,27 @@ static void gen_report(const gen_opts *o)
            o->f64 ? "float64" : "float32", (long long)o->seed);
 }
 
+/* The shape and the output path, checked before anything is written. */
+static ra_status gen_validate(const cli_ctx *ctx, gen_opts *o)
+{
+    if (!o->out)
+        return ra_error_set(RA_ERR_ARG, "gen: --out is required (see ringattn "
+                            "gen --help)");
+    cli_shape_finish(&o->cs);
+    ra_status st = ra_shape_check(&o->cs.shape);
+    return st == RA_OK ? cli_output_agree(ctx, o->out, o->force, NULL) : st;
+}
+
+static ra_status gen_write(const cli_ctx *ctx, const gen_opts *o)
+{
+    const ra_shape *s = &o->cs.shape;
+    if (o->mha)
+        return h5io_gen_mha(ctx->comm, o->out, o->force, s, o->embed,
+                            o->cs.seq_kv_set, (uint64_t)o->seed);
+    return h5io_gen_masks(ctx->comm, o->out, o->force, s, o->f64,
+                          (uint64_t)o->seed, o->lens, o->segment_avg);
+}
+
 int cmd_gen(const cli_ctx *ctx, int argc, char **argv)
 {
     gen_opts o = {0};
@@ -87,19 +108,9 @@ int cmd_gen(const cli_ctx *ctx, int argc, char **argv)
     int code = cli_parse_or_exit(ctx, &gen_spec, &o, argc, argv);
     if (code >= 0)
         return code;
-    if (!o.out)
-        return cli_fail(ctx, CLI_EXIT_USAGE,
-                        "gen: --out is required (see ringattn gen --help)");
-    cli_shape_finish(&o.cs);
-    const ra_shape *s = &o.cs.shape;
-    ra_status st = ra_shape_check(s);
+    ra_status st = gen_validate(ctx, &o);
     if (st == RA_OK)
-        st = cli_output_agree(ctx, o.out, o.force, NULL);
-    if (st == RA_OK)
-        st = o.mha ? h5io_gen_mha(ctx->comm, o.out, o.force, s, o.embed,
-                                  o.cs.seq_kv_set, (uint64_t)o.seed)
-                   : h5io_gen_masks(ctx->comm, o.out, o.force, s, o.f64,
-                                    (uint64_t)o.seed, o.lens, o.segment_avg);
+        st = gen_write(ctx, &o);
     if (st != RA_OK)
         return cli_fail_status(ctx, st);
     if (ctx->rank == 0)

@@ -132,23 +132,31 @@ static int plot_run(const plot_opts *o, const char *script)
            : WEXITSTATUS(status) ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
 }
 
+/* Both files given, the output path checked against the input, the script
+ * found (path, rank 0); the ranks agree. */
+static ra_status plot_validate(const cli_ctx *ctx, const plot_opts *o,
+                               char *path, size_t len)
+{
+    if (!o->files[1])
+        return ra_error_set(RA_ERR_ARG, "plot-map: OUT.h5 and MAP.png are "
+                            "required (see ringattn plot-map --help)");
+    ra_status st = cli_output_agree(ctx, o->files[1], o->force,
+                                    (const char *const[]){o->files[0], NULL});
+    if (st == RA_OK && ctx->rank == 0 && !script_path(path, len))
+        st = ra_error_set(RA_ERR_IO, "plot-map: cannot find plot-map.py (set "
+                          "RINGATTN_SCRIPTS to its folder)");
+    return ra_agree(ctx->comm, st);
+}
+
 int cmd_plot(const cli_ctx *ctx, int argc, char **argv)
 {
     plot_opts o = {0};
+    char path[4096];
     int code = cli_parse_or_exit(ctx, &plot_spec, &o, argc, argv);
     if (code >= 0)
         return code;
-    if (!o.files[1])
-        return cli_fail(ctx, CLI_EXIT_USAGE, "plot-map: OUT.h5 and MAP.png are "
-                                             "required (see ringattn plot-map "
-                                             "--help)");
-    char path[4096];
-    ra_status st = cli_output_agree(ctx, o.files[1], o.force,
-                                    (const char *const[]){o.files[0], NULL});
-    if (st == RA_OK && ctx->rank == 0 && !script_path(path, sizeof path))
-        st = ra_error_set(RA_ERR_IO, "plot-map: cannot find plot-map.py (set "
-                          "RINGATTN_SCRIPTS to its folder)");
-    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
+    ra_status st = plot_validate(ctx, &o, path, sizeof path);
+    if (st != RA_OK)
         return cli_fail_status(ctx, st);
     code = ctx->rank == 0 ? plot_run(&o, path) : CLI_EXIT_OK;
     MPI_Bcast(&code, 1, MPI_INT, 0, ctx->comm);
