@@ -131,7 +131,7 @@ double bench_local_pairs(const bench_opts *o, const ra_shape *s,
     return pairs;
 }
 
-/* ---- the fp64 check ------------------------------------------------------ */
+/* ---- the fp64 check ---------------------------------------------------- */
 
 /* Scratch of the check: K (M, D) and V (M, Dv) of one kv head, one query
  * row, its reference and scores, and the key segment ids of one batch. */

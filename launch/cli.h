@@ -29,6 +29,7 @@ typedef struct {
 typedef enum {
     CLI_FLAG,   /* no value: stores int 1 */
     CLI_INT,    /* int64_t within [lo, hi] */
+    CLI_INT32,  /* int within [lo, hi] (a range inside int's) */
     CLI_REAL,   /* finite double within [rlo, rhi]; rlo excluded if open_lo */
     CLI_TEXT,   /* const char *, kept as given */
     CLI_CHOICE, /* int: the index of the value in choices */
@@ -48,7 +49,7 @@ struct cli_opt {
     const char *meta;   /* the value in --help ("N", "FILE"); NULL: a flag */
     size_t offset;      /* destination within the group's struct */
     size_t seen;        /* CLI_SEEN(...) of an int set to 1 when given, or 0 */
-    int64_t lo, hi;     /* CLI_INT range */
+    int64_t lo, hi;     /* CLI_INT, CLI_INT32 range */
     double rlo, rhi;    /* CLI_REAL range */
     int open_lo;        /* CLI_REAL: rlo itself is refused */
     const char *const *choices; /* CLI_CHOICE: NULL-terminated names */
@@ -59,8 +60,16 @@ struct cli_opt {
     const char *help;   /* one or more lines, '\n' separated */
 };
 
-/* The offset of a "given" marker, distinct from "none" (0). */
-#define CLI_SEEN(type, field) (offsetof(type, field) + 1)
+/* The offset of a destination whose C type must be ctype (the kind's:
+ * int for flags, choices and CLI_INT32, int64_t for CLI_INT, double for
+ * CLI_REAL, const char * for CLI_TEXT): a field of another size does not
+ * compile. */
+#define CLI_FIELD(type, field, ctype)                                         \
+    (offsetof(type, field) +                                                  \
+     0 * sizeof(char[sizeof(((type *)0)->field) == sizeof(ctype) ? 1 : -1]))
+
+/* The offset of a "given" marker (an int), distinct from "none" (0). */
+#define CLI_SEEN(type, field) (CLI_FIELD(type, field, int) + 1)
 
 /* A table of options (ending with a NULL name) and where its struct lies
  * within a subcommand's options. */

@@ -20,7 +20,7 @@
 #include "internal.h"
 #include "kernel.h"
 
-/* ---- options ---------------------------------------------------------------- */
+/* ---- options ------------------------------------------------------------ */
 
 /* Parses "1024,2048,4096" into o->seqs: no empty item, none after a
  * trailing comma, at least one. */
@@ -33,7 +33,8 @@ static int parse_seq_list(const cli_opt *opt, const char *text, void *base)
         size_t len = strcspn(p, ",");
         if (len == 0 || len >= sizeof item || o->nseq == MAX_SEQS) {
             ra_error_set(RA_ERR_ARG, "%s: bad list '%s' (expected up to %d "
-                         "comma-separated lengths)", opt->name, text, MAX_SEQS);
+                         "comma-separated lengths)", opt->name, text,
+                         MAX_SEQS);
             return -1;
         }
         memcpy(item, p, len);
@@ -53,28 +54,32 @@ static const char *const lens_kinds[] = {"random", NULL};
 
 #define B_AT(f) offsetof(bench_opts, f)
 #define COUNT_OPT(nm, meta_, f, lo_, def_, help_)                             \
-    {.name = nm, .kind = CLI_INT, .meta = meta_, .offset = B_AT(f),          \
-     .lo = lo_, .hi = INT32_MAX, .def = def_, .help = help_}
+    {.name = nm, .kind = CLI_INT, .meta = meta_,                             \
+     .offset = CLI_FIELD(bench_opts, f, int64_t), .lo = lo_,                 \
+     .hi = INT32_MAX, .def = def_, .help = help_}
 
 static const cli_opt bench_own[] = {
     {.name = "--seq", .kind = CLI_CUSTOM, .meta = "LIST", .fn = parse_seq_list,
      .def = "4096", .help = "query lengths, comma separated"},
     {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
-     .offset = B_AT(lens_kind), .choices = lens_kinds,
+     .offset = CLI_FIELD(bench_opts, lens_kind, int), .choices = lens_kinds,
      .seen = CLI_SEEN(bench_opts, lens),
      .help = "random padding lengths q_lens, kv_lens in [0, len]"},
     {.name = "--segments", .kind = CLI_INT, .meta = "AVG",
-     .offset = B_AT(segment_avg), .lo = 1, .hi = (int64_t)1 << 40,
+     .offset = CLI_FIELD(bench_opts, segment_avg, int64_t),
+     .lo = 1, .hi = (int64_t)1 << 40,
      .help = "random packed sequences of mean length AVG"},
     {.name = "--additive-hidden", .kind = CLI_INT, .meta = "A",
-     .offset = B_AT(additive_hidden), .lo = 1, .hi = 1 << 16, .def = "64",
+     .offset = CLI_FIELD(bench_opts, additive_hidden, int64_t),
+     .lo = 1, .hi = 1 << 16, .def = "64",
      .help = "hidden size of random additive weights"},
-    {.name = "--mode", .kind = CLI_CHOICE, .meta = "MODE", .offset = B_AT(mode),
+    {.name = "--mode", .kind = CLI_CHOICE, .meta = "MODE",
+     .offset = CLI_FIELD(bench_opts, mode, int),
      .choices = modes, .def = "ring",
      .help = "ring, naive (materialising baseline: gather K/V,\n"
      "full score matrix, libm expf), or both"},
     {.name = "--no-poll", .kind = CLI_FLAG,
-     .offset = B_AT(p) + offsetof(ra_params, no_poll),
+     .offset = CLI_FIELD(bench_opts, p.no_poll, int),
      .help = "do not progress transfers between tiles (shows what\n"
      "overlap is worth)"},
     COUNT_OPT("--warmup", "W", warmup, 0, "1", "untimed passes first"),
@@ -83,9 +88,11 @@ static const cli_opt bench_own[] = {
     COUNT_OPT("--check-rows", "K", check_rows, 0, "3",
               "query rows per rank checked in fp64"),
     COUNT_OPT("--seed", "S", seed, 0, "1", "input seed"),
-    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE", .offset = B_AT(json),
+    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(bench_opts, json, const char *),
      .help = "also write the rows as JSON (replaced if it exists)"},
-    {.name = "--csv", .kind = CLI_TEXT, .meta = "FILE", .offset = B_AT(csv),
+    {.name = "--csv", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(bench_opts, csv, const char *),
      .help = "also write the rows as CSV (replaced if it exists)"},
     {0},
 };
@@ -94,8 +101,8 @@ static const cli_spec bench_spec = {
     .name = "bench",
     .usage = "usage: mpirun -np P ringattn bench [options]\n"
              "\n"
-             "Times the forward pass on random in-memory inputs (no file I/O) on "
-             "the\nranks it was launched with and prints one row per "
+             "Times the forward pass on random in-memory inputs (no file I/O)\n"
+             "on the ranks it was launched with and prints one row per\n"
              "configuration.\n",
     .groups = {{cli_shape_opts, B_AT(cs)},
                {cli_forward_opts, B_AT(p)},

@@ -147,28 +147,30 @@ typedef struct {
 static const char *const encodings[] = {"sinusoidal", NULL};
 
 static const cli_opt mha_own[] = {
-    {.name = "--mha", .kind = CLI_FLAG, .offset = offsetof(mha_opts, mha),
+    {.name = "--mha", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(mha_opts, mha, int),
      .help = "the layer instead of plain attention (this text)"},
     {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = offsetof(mha_opts, in),
+     .offset = CLI_FIELD(mha_opts, in, const char *),
      .help = "input: /x (B,N,E), or /x_q (B,N,Eq) and /x_kv (B,M,Ekv);\n"
      "weights /w_q (H*D,Eq) /w_k (G*D,Ekv) /w_v (G*Dv,Ekv)\n"
      "/w_o (Eout,H*Dv), optional biases /b_q /b_k /b_v /b_o"},
     {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = offsetof(mha_opts, out),
+     .offset = CLI_FIELD(mha_opts, out, const char *),
      .help = "output /y (B,N,Eout); written to a temporary file,\n"
      "renamed at the end"},
-    {.name = "--force", .kind = CLI_FLAG, .offset = offsetof(mha_opts, force),
+    {.name = "--force", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(mha_opts, force, int),
      .help = "replace OUT.h5 if it exists (refused otherwise)"},
     {.name = "--heads", .kind = CLI_INT, .meta = "H",
-     .offset = offsetof(mha_opts, H), .lo = 1, .hi = 1 << 20,
+     .offset = CLI_FIELD(mha_opts, H, int64_t), .lo = 1, .hi = 1 << 20,
      .help = "heads of the projections (default: the input's root\n"
      "attribute heads)"},
     {.name = "--kv-heads", .kind = CLI_INT, .meta = "G",
-     .offset = offsetof(mha_opts, G), .lo = 1, .hi = 1 << 20,
+     .offset = CLI_FIELD(mha_opts, G, int64_t), .lo = 1, .hi = 1 << 20,
      .help = "kv heads (default: the attribute kv_heads, else H)"},
     {.name = "--pos-encoding", .kind = CLI_CHOICE, .meta = "sinusoidal",
-     .offset = offsetof(mha_opts, pos_kind), .choices = encodings,
+     .offset = CLI_FIELD(mha_opts, pos_kind, int), .choices = encodings,
      .seen = CLI_SEEN(mha_opts, pos),
      .help = "add P(i,2j) = sin(i/10000^(2j/E)),\n"
      "P(i,2j+1) = cos(...) at global positions i\n"

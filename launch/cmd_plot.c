@@ -63,7 +63,8 @@ static const cli_opt plot_own[] = {
      .fn = keep_reduce, .def = "max",
      .help = "how a pixel column reduces its keys: max keeps every\n"
      "peak, mean the weight mass; the image states it"},
-    {.name = "--force", .kind = CLI_FLAG, .offset = offsetof(plot_opts, force),
+    {.name = "--force", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(plot_opts, force, int),
      .help = "replace MAP.png if it exists (refused otherwise)"},
     {0},
 };

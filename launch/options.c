@@ -114,6 +114,13 @@ static int opt_store(const cli_opt *o, const char *val, char *base)
         if (cli_parse_i64(o->name, val, o->lo, o->hi, (int64_t *)dst) != 0)
             return -1;
         break;
+    case CLI_INT32: {
+        int64_t v;
+        if (cli_parse_i64(o->name, val, o->lo, o->hi, &v) != 0)
+            return -1;
+        *(int *)dst = (int)v;
+        break;
+    }
     case CLI_REAL:
         if (parse_real(o, val, (double *)dst) != 0)
             return -1;
@@ -290,7 +297,7 @@ void cli_shape_finish(cli_shape *cs)
 }
 
 #define MAX_SIZE ((int64_t)1 << 40)
-#define SHAPE_AT(f) (offsetof(cli_shape, shape) + offsetof(ra_shape, f))
+#define SHAPE_AT(f) CLI_FIELD(cli_shape, shape.f, int64_t)
 #define SIZE_OPT(nm, meta_, f, seen_, def_, help_)                            \
     {.name = nm, .kind = CLI_INT, .meta = meta_, .offset = SHAPE_AT(f),      \
      .seen = seen_, .lo = 1, .hi = MAX_SIZE, .def = def_, .help = help_}
@@ -355,6 +362,11 @@ static int parse_named(const cli_opt *o, const char *val, void *base,
     return -1;
 }
 
+/* parse_named() stores the enums as int. */
+_Static_assert(sizeof(ra_layout) == sizeof(int) &&
+                   sizeof(ra_score) == sizeof(int),
+               "the layout and score enums are stored as int");
+
 static const char *layout_name(int i) { return ra_layout_name((ra_layout)i); }
 static const char *score_name(int i) { return ra_score_name((ra_score)i); }
 
@@ -370,16 +382,19 @@ static int parse_score(const cli_opt *o, const char *val, void *base)
 
 #define P_AT(f) offsetof(ra_params, f)
 #define TILE_OPT(nm, f, help_)                                                \
-    {.name = nm, .kind = CLI_INT, .meta = "N", .offset = P_AT(f), .lo = 1,   \
-     .hi = 1 << 16, .help = help_}
+    {.name = nm, .kind = CLI_INT, .meta = "N",                               \
+     .offset = CLI_FIELD(ra_params, f, int64_t), .lo = 1, .hi = 1 << 16,     \
+     .help = help_}
 
 const cli_opt cli_forward_opts[] = {
-    {.name = "--causal", .kind = CLI_FLAG, .offset = P_AT(causal),
+    {.name = "--causal", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(ra_params, causal, int),
      .help = "query i sees keys j <= i + (M - N) (bottom-right aligned)"},
     {.name = "--window", .kind = CLI_CUSTOM, .meta = "L[,R]",
      .fn = parse_window, .help = "sliding window: query i sees keys j with\n"
      "i' - L <= j <= i' + R, i' = i + (M - N); R defaults to 0"},
-    {.name = "--scale", .kind = CLI_REAL, .meta = "S", .offset = P_AT(scale),
+    {.name = "--scale", .kind = CLI_REAL, .meta = "S",
+     .offset = CLI_FIELD(ra_params, scale, double),
      .rlo = -DBL_MAX, .rhi = DBL_MAX,
      .help = "dot score scale (default 1/sqrt(D))"},
     {.name = "--score", .kind = CLI_CUSTOM, .meta = "NAME",
@@ -388,7 +403,8 @@ const cli_opt cli_forward_opts[] = {
      "additive (w_v . tanh(W_q q + W_k k), weights from the\n"
      "input's /additive/w_q (A,D), /additive/w_k (A,Dk),\n"
      "/additive/w_v (A); /k may then have its own dim Dk)"},
-    {.name = "--sigma", .kind = CLI_REAL, .meta = "S", .offset = P_AT(sigma),
+    {.name = "--sigma", .kind = CLI_REAL, .meta = "S",
+     .offset = CLI_FIELD(ra_params, sigma, double),
      .rlo = 0, .open_lo = 1, .rhi = DBL_MAX,
      .help = "bandwidth of the gaussian score (default 1)"},
     TILE_OPT("--block-q", block_q,
@@ -403,12 +419,13 @@ const cli_opt cli_forward_opts[] = {
      "window, else striped with packed segments, else\n"
      "zigzag when causal, else contiguous); files keep\n"
      "the natural token order either way"},
-    {.name = "--threads", .kind = CLI_INT, .meta = "T",
-     .offset = P_AT(threads), .lo = 1, .hi = 1024,
+    {.name = "--threads", .kind = CLI_INT32, .meta = "T",
+     .offset = CLI_FIELD(ra_params, threads, int), .lo = 1, .hi = 1024,
      .help = "OpenMP threads per rank (default OMP_NUM_THREADS,\n"
      "or 1 when it is unset)"},
     {.name = "--stall-timeout", .kind = CLI_REAL, .meta = "SECONDS",
-     .offset = P_AT(stall_timeout), .rlo = 0, .rhi = 1e9,
+     .offset = CLI_FIELD(ra_params, stall_timeout, double),
+     .rlo = 0, .rhi = 1e9,
      .help = "abort when no ring step completes for this long,\n"
      "naming the step and the rank waited for; 0: never\n"
      "(default: the library's, far above a healthy step)"},
