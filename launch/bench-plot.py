@@ -9,17 +9,37 @@ Writes, for whatever the rows contain:
   bench-scaling.png  strong scaling efficiency against P at each fixed N
                      (rate at P / (P * rate at the smallest P)), and weak
                      scaling efficiency for rows where N/P is constant
-Needs python3-matplotlib (Debian package).
+Each PNG is written under a temporary name and renamed when complete.
+Exit 0 on success, 2 with one "ringattn:" line for bad input (a missing or
+malformed rows file), 1 with one line for a failure while drawing or
+writing. Needs python3-matplotlib (Debian package).
 """
 import argparse
 import collections
 import json
+import math
 import os
+import sys
+import tempfile
 
-import matplotlib
+plt = None  # matplotlib.pyplot, imported in main()
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+# The fields every row needs, with their types.
+FIELDS = {"ranks": int, "threads": int, "mode": str, "causal": bool,
+          "dim": int, "seq_q": int, "gflops": float, "sgemm_gflops": float}
+
+
+class Refused(Exception):
+    """Bad input: exit 2."""
+
+
+class Failed(Exception):
+    """A failure during the work: exit 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise Refused(f"bench-plot: {message}")
 
 
 def series_key(r):
@@ -53,7 +73,7 @@ def plot_gflops(rows, path):
     ax2.set_title("efficiency against the BLAS yardstick")
     ax2.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -92,24 +112,93 @@ def plot_scaling(rows, path):
         if ax.lines:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def read_rows(path):
+    """The rows of a `ringattn bench --json` file, checked field by field."""
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+    except OSError as e:
+        raise Refused(f"{path}: cannot open: {e.strerror}")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Refused(f"{path}: not JSON: {e}")
+    if not isinstance(rows, list) or not rows:
+        raise Refused(f"{path}: expected a non-empty list of bench rows")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise Refused(f"{path}: row {i}: not an object")
+        for name, kind in FIELDS.items():
+            v = r.get(name)
+            ok = isinstance(v, kind) or (kind is float and isinstance(v, int))
+            if not ok or isinstance(v, bool) != (kind is bool):
+                raise Refused(f"{path}: row {i}: field {name}: missing or "
+                              f"not {kind.__name__}")
+        if r["ranks"] < 1 or r["seq_q"] < 1 or not math.isfinite(r["gflops"]) \
+                or not r["sgemm_gflops"] > 0:
+            raise Refused(f"{path}: row {i}: ranks, seq_q, gflops or "
+                          f"sgemm_gflops out of range")
+    return rows
+
+
+def save(draw, rows, path):
+    """draw(rows, tmp) into a temporary file beside path, then rename."""
+    d, base = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.tmp.", suffix=".png",
+                               dir=d or ".")
+    os.close(fd)
+    try:
+        draw(rows, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv):
+    global plt
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("json")
     ap.add_argument("--out-dir", default=".")
-    a = ap.parse_args()
-    with open(a.json) as f:
-        rows = json.load(f)
-    os.makedirs(a.out_dir, exist_ok=True)
+    a = ap.parse_args(argv)
+    rows = read_rows(a.json)
+    if not os.path.isdir(a.out_dir):
+        raise Refused(f"{a.out_dir}: output directory: No such directory")
+    if not os.access(a.out_dir, os.W_OK | os.X_OK):
+        raise Refused(f"{a.out_dir}: output directory is not writable")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot
+        plt = matplotlib.pyplot
+    except ImportError as e:
+        raise Failed(f"bench-plot: {e.name or e} is not installed (Debian: "
+                     f"python3-matplotlib)")
     g = os.path.join(a.out_dir, "bench-gflops.png")
     s = os.path.join(a.out_dir, "bench-scaling.png")
-    plot_gflops(rows, g)
-    plot_scaling(rows, s)
+    try:
+        save(plot_gflops, rows, g)
+        save(plot_scaling, rows, s)
+    except OSError as e:
+        raise Failed(f"{a.out_dir}: writing a chart failed: {e.strerror or e}")
     print(f"bench-plot.py: wrote {g} and {s}")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main(sys.argv[1:])
+    except Refused as e:
+        print(f"ringattn: {e}", file=sys.stderr)
+        sys.exit(2)
+    except Failed as e:
+        print(f"ringattn: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("ringattn: bench-plot: interrupted", file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:  # the promise: never a traceback
+        print(f"ringattn: bench-plot: failed: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        sys.exit(1)

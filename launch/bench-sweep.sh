@@ -44,14 +44,23 @@ done
 py=python3
 [ -x /usr/bin/python3 ] && py=/usr/bin/python3 # Debian's, with matplotlib
 "$py" - "$out" "${parts[@]}" <<'PY'
-import json, sys
-rows = []
-for part in sys.argv[2:]:
-    with open(part) as f:
-        rows.extend(json.load(f))
-with open(sys.argv[1], "w") as f:
-    json.dump(rows, f, indent=1)
-print(f"bench-sweep.sh: {len(rows)} rows -> {sys.argv[1]}")
+import json, os, sys, tempfile
+out = sys.argv[1]
+try:
+    rows = []
+    for part in sys.argv[2:]:
+        with open(part) as f:
+            rows.extend(json.load(f))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.tmp.",
+                               dir=os.path.dirname(out) or ".")
+    with os.fdopen(fd, "w") as f:
+        json.dump(rows, f, indent=1)
+    os.replace(tmp, out)
+except (OSError, ValueError) as e:  # one line, never a traceback
+    print(f"ringattn: bench-sweep.sh: merging into {out} failed: {e}",
+          file=sys.stderr)
+    sys.exit(1)
+print(f"bench-sweep.sh: {len(rows)} rows -> {out}")
 PY
 if [ "$plot" = 1 ]; then
   "$py" "$(dirname "$0")/bench-plot.py" "$out" --out-dir "$(dirname "$out")"

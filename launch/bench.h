@@ -7,20 +7,32 @@
 
 #include "cli.h"
 
-/* The options of one `bench` invocation. */
-enum { MAX_SEQS = 64 };
+enum { MAX_SEQS = 64, SGEMM_N = 2048 };
+
+/* A sampled fp64 check passes below this relative error. */
+#define BENCH_CHECK_TOL 1e-5
+
+/* The random streams of the inputs, as `ringattn gen` draws them. */
+enum {
+    STREAM_Q = 0, STREAM_K = 1, STREAM_V = 2, STREAM_Q_LENS = 3,
+    STREAM_KV_LENS = 4, STREAM_Q_SEGMENTS = 5, STREAM_KV_SEGMENTS = 6,
+    STREAM_ADDITIVE = 30,
+};
+
+/* The options of `ringattn bench`. */
 typedef struct {
     cli_shape cs;
     ra_params p;
     int64_t seqs[MAX_SEQS];
     int nseq;
     int64_t warmup, reps, check_rows, seed;
-    int lens;             /* random padding lengths */
-    int layout_auto;      /* the layout was chosen, not given */
+    int lens, lens_kind;     /* random padding lengths */
+    int layout_auto;         /* the layout was chosen, not given */
     int64_t additive_hidden; /* A of the random additive weights */
-    float *additive_mem;  /* w_q (A, D) | w_k (A, D) | w_v (A) */
+    float *additive_mem;     /* w_q (A, D) | w_k (A, D) | w_v (A) */
     ra_additive additive;
-    int64_t segment_avg;  /* random packed segments of this mean length */
+    int64_t segment_avg;     /* random packed segments of this mean length */
+    int mode;                /* 0 ring, 1 naive, 2 both */
     int ring, naive;
     const char *json, *csv;
 } bench_opts;
@@ -61,10 +73,55 @@ typedef struct {
     int pass;                  /* error check verdict */
 } bench_result;
 
-/* Output sinks; rank 0 only. */
+/* ---- measurement (bench_measure.c); collective where comm is given ---- */
+
+/* Median of a[0..n), reordering a. */
+double bench_median(double *a, int64_t n);
+spread bench_spread(MPI_Comm comm, double x);
+/* Resets the peak-RSS mark to the current RSS (Linux >= 4.0); 0 if it could. */
+int bench_rss_reset(void);
+/* VmHWM in bytes, or 0 when unknown. */
+double bench_rss_peak(void);
+/* GFLOP/s of an SGEMM_N^3 sgemm on this rank's threads, all ranks at once. */
+double bench_sgemm_rate(MPI_Comm comm, int threads);
+/* GB/s per rank of a comm-only ring of the key/value blocks of a layout. */
+double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s, ra_layout lay);
+
+/* ---- inputs, masks and the fp64 check (bench_check.c) ---- */
+
+/* Mask data of one configuration, this rank's part. */
+typedef struct {
+    int64_t *q_lens, *kv_lens;   /* (B) or NULL */
+    int64_t *q_seg, *kv_seg;     /* (B, n), (B, m) or NULL */
+    ra_masks view;
+} bench_masks;
+
+/* Generates the masks the options ask for, as `ringattn gen` would write
+ * them (same streams), for this rank's slices; RA_ERR_NOMEM otherwise.
+ * bench_masks_free() releases them either way. */
+ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
+                           const ra_slice *qs, const ra_slice *ks,
+                           bench_masks *bm);
+void bench_masks_free(bench_masks *bm);
+
+/* Visible (query, key) pairs of this rank's queries, exactly, under every
+ * mask; NaN when memory ran out. */
+double bench_local_pairs(const bench_opts *o, const ra_shape *s,
+                         const ra_slice *qs, const bench_masks *bm);
+
+/* Checks up to check_rows local query rows of batch 0 and B - 1 (all heads)
+ * against the fp64 reference on regenerated inputs and masks; sums into
+ * err: [0] |o - ref|^2, [1] |ref|^2, [2] max LSE error (inf: NaN or a -inf
+ * mismatch, or the check could not run). */
+void bench_check_output(const bench_opts *o, const ra_shape *s,
+                        const ra_slice *qs, const bench_masks *bm,
+                        const float *out, const float *lse, double err[3]);
+
+/* Output sinks; rank 0 only. The writers return 0, or -1 when a write
+ * failed (errno set). */
 void bench_print_header(FILE *out);
 void bench_print_row(FILE *out, const bench_result *r);
-void bench_json_write(FILE *out, const bench_result *rows, int count);
-void bench_csv_write(FILE *out, const bench_result *rows, int count);
+int bench_json_write(FILE *out, const bench_result *rows, int count);
+int bench_csv_write(FILE *out, const bench_result *rows, int count);
 
 #endif

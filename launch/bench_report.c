@@ -32,7 +32,7 @@ void bench_print_row(FILE *out, const bench_result *r)
 /* JSON numbers must be finite. */
 static double finite_or_zero(double x) { return isfinite(x) ? x : 0.0; }
 
-void bench_json_write(FILE *out, const bench_result *rows, int count)
+int bench_json_write(FILE *out, const bench_result *rows, int count)
 {
     fprintf(out, "[\n");
     for (int i = 0; i < count; i++) {
@@ -78,9 +78,10 @@ void bench_json_write(FILE *out, const bench_result *rows, int count)
                 i + 1 < count ? "," : "");
     }
     fprintf(out, "]\n");
+    return ferror(out) ? -1 : 0;
 }
 
-void bench_csv_write(FILE *out, const bench_result *rows, int count)
+int bench_csv_write(FILE *out, const bench_result *rows, int count)
 {
     fprintf(out, "ranks,threads,mode,batch,seq_q,seq_kv,heads,kv_heads,dim,"
                  "dim_v,causal,layout,block_q,block_kv,seconds_median,gflops,"
@@ -100,4 +101,5 @@ void bench_csv_write(FILE *out, const bench_result *rows, int count)
                 r->peak_rss.max, r->model_bytes, r->max_rel_error,
                 r->pass ? "PASS" : "FAIL");
     }
+    return ferror(out) ? -1 : 0;
 }

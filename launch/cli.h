@@ -1,8 +1,14 @@
 /* cli.h: what the subcommands of `ringattn` share. launch/ is the only part
- * of the project that exits; everything below it returns a status. */
+ * of the project that exits; everything below it returns a status.
+ *
+ * Every subcommand is parse -> validate -> set up -> run -> report. Its
+ * options are declared once, in tables of cli_opt (options.c holds the
+ * groups several subcommands share); parsing, range checks, defaults and
+ * --help all come from those tables. */
 #ifndef RA_CLI_H
 #define RA_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -18,23 +24,87 @@ typedef struct {
     const char *command_line; /* argv joined, for output attributes */
 } cli_ctx;
 
-/* Shape flags common to gen and bench, with their defaults filled. */
+/* ---- the options registry ---------------------------------------------- */
+
+typedef enum {
+    CLI_FLAG,   /* no value: stores int 1 */
+    CLI_INT,    /* int64_t within [lo, hi] */
+    CLI_INT32,  /* int within [lo, hi] (a range inside int's) */
+    CLI_REAL,   /* finite double within [rlo, rhi]; rlo excluded if open_lo */
+    CLI_TEXT,   /* const char *, kept as given */
+    CLI_CHOICE, /* int: the index of the value in choices */
+    CLI_CUSTOM, /* parsed by fn */
+} cli_kind;
+
+typedef struct cli_opt cli_opt;
+
+/* A custom parser: reads val for the option opt into the group's struct
+ * at base; 0, or -1 with a message naming opt->name. */
+typedef int (*cli_parse_fn)(const cli_opt *opt, const char *val, void *base);
+
+/* One option, declared once. */
+struct cli_opt {
+    const char *name;   /* "--seq" */
+    cli_kind kind;
+    const char *meta;   /* the value in --help ("N", "FILE"); NULL: a flag */
+    size_t offset;      /* destination within the group's struct */
+    size_t seen;        /* CLI_SEEN(...) of an int set to 1 when given, or 0 */
+    int64_t lo, hi;     /* CLI_INT, CLI_INT32 range */
+    double rlo, rhi;    /* CLI_REAL range */
+    int open_lo;        /* CLI_REAL: rlo itself is refused */
+    const char *const *choices; /* CLI_CHOICE: NULL-terminated names */
+    const char *noun;   /* CLI_CHOICE: "unknown NOUN 'x'" in the message */
+    cli_parse_fn fn;    /* CLI_CUSTOM */
+    const char *def;    /* default, parsed before argv and shown in --help;
+                           NULL: the default is in the help text */
+    const char *help;   /* one or more lines, '\n' separated */
+};
+
+/* The offset of a destination whose C type must be ctype (the kind's:
+ * int for flags, choices and CLI_INT32, int64_t for CLI_INT, double for
+ * CLI_REAL, const char * for CLI_TEXT): a field of another size does not
+ * compile. */
+#define CLI_FIELD(type, field, ctype)                                         \
+    (offsetof(type, field) +                                                  \
+     0 * sizeof(char[sizeof(((type *)0)->field) == sizeof(ctype) ? 1 : -1]))
+
+/* The offset of a "given" marker (an int), distinct from "none" (0). */
+#define CLI_SEEN(type, field) (CLI_FIELD(type, field, int) + 1)
+
+/* A table of options (ending with a NULL name) and where its struct lies
+ * within a subcommand's options. */
 typedef struct {
-    ra_shape shape;
-    int seq_kv_set, kv_heads_set, dim_v_set;
-} cli_shape;
+    const cli_opt *opts;
+    size_t base;
+} cli_group;
 
-void cli_shape_default(cli_shape *cs);
-/* Resolves unset flags: M = N, G = H, Dv = D. */
-void cli_shape_finish(cli_shape *cs);
+enum { CLI_MAX_GROUPS = 6, CLI_MAX_POSITIONAL = 2 };
 
-/* Tries to consume argv[*i] (and its value) as a shape flag. Returns 1 when
- * taken, 0 when not a shape flag, -1 on a bad value (message set). */
-int cli_shape_flag(cli_shape *cs, int argc, char **argv, int *i);
+/* A subcommand: its name, its help text around the options, its groups,
+ * and its positional arguments (stored as const char * at pos_offset). */
+typedef struct {
+    const char *name;      /* "run", "run --mha" */
+    const char *usage;     /* usage line(s) and description */
+    cli_group groups[CLI_MAX_GROUPS];
+    int npositional;       /* at most this many; 0: none */
+    size_t pos_offset;
+    const char *epilog;    /* text after the options, or NULL */
+} cli_spec;
 
-/* Tries to consume argv[*i] as a forward-pass option (--causal, --scale,
- * --block-q, --block-kv, --layout, --threads). Same returns. */
-int cli_params_flag(ra_params *p, int argc, char **argv, int *i);
+enum { CLI_PARSED = 0, CLI_HELP = 1 };
+
+/* Applies the table defaults to opts, then parses argv[1..argc): CLI_PARSED,
+ * CLI_HELP (--help was given), or -1 with a message set. `--name value` and
+ * `--name=value` both work. */
+int cli_parse(const cli_spec *spec, void *opts, int argc, char **argv);
+
+/* Writes the help of a subcommand, generated from its tables. */
+void cli_help(const cli_spec *spec, FILE *out);
+
+/* Parses and prints the help on rank 0: returns -1 when the caller goes on,
+ * else the exit code (0 after --help, 2 after a bad option). */
+int cli_parse_or_exit(const cli_ctx *ctx, const cli_spec *spec, void *opts,
+                      int argc, char **argv);
 
 /* Strict number parsing: the whole string, within [lo, hi]. Return 0 on
  * success, -1 with a message naming the option otherwise. */
@@ -42,14 +112,52 @@ int cli_parse_i64(const char *opt, const char *text, int64_t lo, int64_t hi,
                   int64_t *out);
 int cli_parse_f64(const char *opt, const char *text, double *out);
 
-/* The value of an option that takes one: argv[*i + 1], advancing *i; NULL
- * with a message when it is missing. */
-const char *cli_value(int argc, char **argv, int *i);
+/* ---- groups shared by several subcommands ------------------------------- */
 
-/* The bytes of n arrays of counts[i] elements of elem bytes each, plus one
- * element (so that empty slices still allocate); 0 when the total does not
- * fit in size_t. For the single allocation of a rank's slices. */
-size_t cli_alloc_bytes(const size_t *counts, int n, size_t elem);
+/* Shape flags, with their defaults filled. */
+typedef struct {
+    ra_shape shape;
+    int seq_kv_set, kv_heads_set, dim_v_set;
+} cli_shape;
+
+/* --batch --seq-kv --heads --kv-heads --dim --dim-v (into a cli_shape) and
+ * --seq alone (bench takes a list instead). */
+extern const cli_opt cli_shape_opts[];
+extern const cli_opt cli_seq_opts[];
+/* The forward pass (into ra_params): --causal --window --scale --score
+ * --sigma --block-q --block-kv --layout --threads --stall-timeout. */
+extern const cli_opt cli_forward_opts[];
+
+void cli_shape_default(cli_shape *cs);
+/* Resolves unset flags: M = N, G = H, Dv = D. */
+void cli_shape_finish(cli_shape *cs);
+
+/* Threads come from the parameters only: the command line resolves an unset
+ * --threads from OMP_NUM_THREADS (1 when that is unset). */
+void cli_params_finish(ra_params *p);
+
+/* The parameters of a run checked as one rule, for run (file NULL: they
+ * came from options, named by flag, and a NaN scale means the default) and
+ * for verify (they came from the attributes of file, named so). */
+ra_status cli_params_check(const ra_params *p, const ra_shape *s,
+                           const char *file);
+
+/* ---- what the drivers share --------------------------------------------- */
+
+/* A rank's local tensors under a resolved layout, one allocation:
+ * q (B, n, H, D)  k (B, m, G, Dk)  v (B, m, G, Dv)  o (B, n, H, Dv)
+ * lse (B, H, n), n = qs.count, m = ks.count. */
+typedef struct {
+    ra_slice qs, ks;
+    size_t nq, nk, nv, no, nl; /* element counts */
+    float *mem, *q, *k, *v, *o, *lse;
+} cli_tensors;
+
+/* Allocates the tensors of this rank; RA_ERR_NOMEM (or RA_ERR_ARG when a
+ * size overflows) with a message otherwise. Not collective. */
+ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s, ra_layout lay,
+                            int rank, int nranks);
+void cli_tensors_free(cli_tensors *t);
 
 /* The additive score's weights, read from an input file. */
 typedef struct {
@@ -58,15 +166,32 @@ typedef struct {
 } cli_score_inputs;
 
 /* Checks the score against the input (keys of another dim need the
- * additive score) and reads /additive/w_q, w_k, w_v into p->additive. */
+ * additive score) and reads /additive/w_q, w_k, w_v into p->additive;
+ * refuses non-finite weights unless p->nonfinite, the message ending with
+ * hint (how to let them through, or ""). */
 ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
-                          cli_score_inputs *si);
+                          const char *hint, cli_score_inputs *si);
+
+/* RA_ERR_INPUT naming the first value of w[0..n), read from dataset name of
+ * file in, that is not finite (hint appended to the message), else RA_OK. */
+ra_status cli_weights_finite(const char *in, const char *name,
+                             const float *w, int64_t n, const char *hint);
 void cli_score_free(cli_score_inputs *si);
+
+/* Rank 0 checks the output path (h5io_output_check with the files the run
+ * reads, NULL-terminated), then every rank agrees: call it in the validate
+ * step, before the first collective of the work. */
+ra_status cli_output_agree(const cli_ctx *ctx, const char *out, int force,
+                           const char *const *inputs);
 
 /* Prints "ringattn: <message>" once, from rank 0, and returns code. */
 int cli_fail(const cli_ctx *ctx, int code, const char *what);
 
-/* Maps a library status to an exit code (input and argument errors: 2). */
+/* cli_fail with the last error's message and exit code (input and argument
+ * errors: 2, the rest: 1). */
+int cli_fail_status(const cli_ctx *ctx, ra_status st);
+
+/* Maps a library status to an exit code. */
 int cli_exit_code(ra_status st);
 
 /* Prints the parameter table of a forward pass from rank 0, '#'-commented;
@@ -74,6 +199,10 @@ int cli_exit_code(ra_status st);
 void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
                       const ra_params *p, int layout_auto, const char *in,
                       const char *out);
+
+/* `ringattn --version`: the version and the build's BLAS, MPI, HDF5 and the
+ * SIMD path of the exp, from rank 0. */
+int cli_version(const cli_ctx *ctx);
 
 int cmd_gen(const cli_ctx *ctx, int argc, char **argv);
 int cmd_run(const cli_ctx *ctx, int argc, char **argv);

@@ -6,124 +6,119 @@
 #include "h5io.h"
 #include "internal.h"
 
-static const char gen_help[] =
-    "usage: [mpirun -np P] ringattn gen --out IN.h5 [options]\n"
-    "\n"
-    "Writes /q (B,N,H,D), /k (B,M,G,D), /v (B,M,G,Dv) of unit-normal values.\n"
-    "Every value depends only on the seed and its index: any P gives the same\n"
-    "file contents.\n"
-    "\n"
-    "  --out FILE        file to write (refused if it exists, unless --force)\n"
-    "  --batch B         default 1\n"
-    "  --seq N           query length, default 4096\n"
-    "  --seq-kv M        key/value length, default N\n"
-    "  --heads H         query heads, default 8\n"
-    "  --kv-heads G      key/value heads, default H (must divide H)\n"
-    "  --dim D           head dim of q and k, default 64\n"
-    "  --dim-v Dv        head dim of v, default D\n"
-    "  --dtype T         float32 (default) or float64\n"
-    "  --seed S          default 1\n"
-    "  --mha             write layer inputs instead: /x (B,N,E) or, with\n"
-    "                    --seq-kv, /x_q and /x_kv; weights /w_q /w_k /w_v /w_o\n"
-    "                    and biases for --heads, --kv-heads, --dim, --dim-v\n"
-    "  --embed E         model width of the layer inputs (default 64)\n"
-    "  --lens random     also write random padding lengths /q_lens, /kv_lens\n"
-    "  --segments AVG    also write random packed-sequence ids of mean length\n"
-    "                    AVG: /segments (N == M) or /q_segments, /kv_segments\n"
-    "  --force           replace an existing file\n"
-    "  --help            this text\n";
+typedef struct {
+    cli_shape cs;
+    const char *out;
+    int force, f64, lens, lens_kind, mha;
+    int64_t embed, seed, segment_avg;
+} gen_opts;
+
+static const char *const dtypes[] = {"float32", "float64", NULL};
+static const char *const lens_kinds[] = {"random", NULL};
+
+static const cli_opt gen_own[] = {
+    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(gen_opts, out, const char *),
+     .help = "file to write (refused if it exists, unless --force)"},
+    {.name = "--dtype", .kind = CLI_CHOICE, .meta = "T",
+     .offset = CLI_FIELD(gen_opts, f64, int),
+     .choices = dtypes, .def = "float32",
+     .help = "float32 or float64"},
+    {.name = "--seed", .kind = CLI_INT, .meta = "S",
+     .offset = CLI_FIELD(gen_opts, seed, int64_t),
+     .lo = 0, .hi = INT64_MAX, .def = "1",
+     .help = "seed of every value"},
+    {.name = "--mha", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(gen_opts, mha, int),
+     .help = "write layer inputs instead: /x (B,N,E) or, with\n"
+     "--seq-kv, /x_q and /x_kv; weights /w_q /w_k /w_v /w_o\n"
+     "and biases for --heads, --kv-heads, --dim, --dim-v"},
+    {.name = "--embed", .kind = CLI_INT, .meta = "E",
+     .offset = CLI_FIELD(gen_opts, embed, int64_t),
+     .lo = 1, .hi = 1 << 20, .def = "64",
+     .help = "model width of the layer inputs"},
+    {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
+     .offset = CLI_FIELD(gen_opts, lens_kind, int), .choices = lens_kinds,
+     .seen = CLI_SEEN(gen_opts, lens),
+     .help = "also write random padding lengths /q_lens, /kv_lens"},
+    {.name = "--segments", .kind = CLI_INT, .meta = "AVG",
+     .offset = CLI_FIELD(gen_opts, segment_avg, int64_t), .lo = 1,
+     .hi = (int64_t)1 << 40,
+     .help = "also write random packed-sequence ids of mean length\n"
+     "AVG: /segments (N == M) or /q_segments, /kv_segments"},
+    {.name = "--force", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(gen_opts, force, int),
+     .help = "replace an existing file"},
+    {0},
+};
+
+static const cli_spec gen_spec = {
+    .name = "gen",
+    .usage = "usage: [mpirun -np P] ringattn gen --out IN.h5 [options]\n"
+             "\n"
+             "Writes /q (B,N,H,D), /k (B,M,G,D), /v (B,M,G,Dv) of unit-normal\n"
+             "values. Every value depends only on the seed and its index: any P\n"
+             "gives the same file contents.\n",
+    .groups = {{cli_seq_opts, offsetof(gen_opts, cs)},
+               {cli_shape_opts, offsetof(gen_opts, cs)},
+               {gen_own, 0}},
+};
+
+static void gen_report(const gen_opts *o)
+{
+    const ra_shape *s = &o->cs.shape;
+    if (o->mha) {
+        printf("ringattn gen: wrote %s: layer inputs B=%lld N=%lld%s E=%lld, "
+               "weights for H=%lld G=%lld D=%lld Dv=%lld, seed %lld\n", o->out,
+               (long long)s->B, (long long)s->N,
+               o->cs.seq_kv_set ? " (cross, M given)" : "",
+               (long long)o->embed, (long long)s->H, (long long)s->G,
+               (long long)s->D, (long long)s->Dv, (long long)o->seed);
+        return;
+    }
+    printf("ringattn gen: wrote %s: q (%lld,%lld,%lld,%lld) k (%lld,%lld,"
+           "%lld,%lld) v (%lld,%lld,%lld,%lld) %s seed %lld\n",
+           o->out, (long long)s->B, (long long)s->N, (long long)s->H,
+           (long long)s->D, (long long)s->B, (long long)s->M,
+           (long long)s->G, (long long)s->D, (long long)s->B,
+           (long long)s->M, (long long)s->G, (long long)s->Dv,
+           o->f64 ? "float64" : "float32", (long long)o->seed);
+}
+
+/* The shape and the output path, checked before anything is written. */
+static ra_status gen_validate(const cli_ctx *ctx, gen_opts *o)
+{
+    if (!o->out)
+        return ra_error_set(RA_ERR_ARG, "gen: --out is required (see ringattn "
+                            "gen --help)");
+    cli_shape_finish(&o->cs);
+    ra_status st = ra_shape_check(&o->cs.shape);
+    return st == RA_OK ? cli_output_agree(ctx, o->out, o->force, NULL) : st;
+}
+
+static ra_status gen_write(const cli_ctx *ctx, const gen_opts *o)
+{
+    const ra_shape *s = &o->cs.shape;
+    if (o->mha)
+        return h5io_gen_mha(ctx->comm, o->out, o->force, s, o->embed,
+                            o->cs.seq_kv_set, (uint64_t)o->seed);
+    return h5io_gen_masks(ctx->comm, o->out, o->force, s, o->f64,
+                          (uint64_t)o->seed, o->lens, o->segment_avg);
+}
 
 int cmd_gen(const cli_ctx *ctx, int argc, char **argv)
 {
-    cli_shape cs;
-    cli_shape_default(&cs);
-    const char *out = NULL;
-    int force = 0, f64 = 0, lens = 0, mha = 0;
-    int64_t embed = 64;
-    int64_t seed = 1, segment_avg = 0;
-    for (int i = 1; i < argc; i++) {
-        int taken = cli_shape_flag(&cs, argc, argv, &i);
-        if (taken < 0)
-            return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-        if (taken)
-            continue;
-        const char *val;
-        if (strcmp(argv[i], "--help") == 0) {
-            if (ctx->rank == 0)
-                fputs(gen_help, stdout);
-            return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--out") == 0) {
-            if (!(out = cli_value(argc, argv, &i)))
-                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-        } else if (strcmp(argv[i], "--force") == 0) {
-            force = 1;
-        } else if (strcmp(argv[i], "--dtype") == 0) {
-            if (!(val = cli_value(argc, argv, &i)))
-                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-            if (strcmp(val, "float32") != 0 && strcmp(val, "float64") != 0) {
-                ra_error_set(RA_ERR_ARG, "--dtype: '%s' is not float32 or "
-                                         "float64", val);
-                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-            }
-            f64 = strcmp(val, "float64") == 0;
-        } else if (strcmp(argv[i], "--mha") == 0) {
-            mha = 1;
-        } else if (strcmp(argv[i], "--embed") == 0) {
-            if (!(val = cli_value(argc, argv, &i)) ||
-                cli_parse_i64("--embed", val, 1, 1 << 20, &embed) != 0)
-                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-        } else if (strcmp(argv[i], "--lens") == 0) {
-            if (!(val = cli_value(argc, argv, &i)))
-                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-            if (strcmp(val, "random") != 0) {
-                ra_error_set(RA_ERR_ARG, "--lens: '%s' is not 'random'", val);
-                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-            }
-            lens = 1;
-        } else if (strcmp(argv[i], "--segments") == 0) {
-            if (!(val = cli_value(argc, argv, &i)) ||
-                cli_parse_i64("--segments", val, 1, (int64_t)1 << 40,
-                              &segment_avg) != 0)
-                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-        } else if (strcmp(argv[i], "--seed") == 0) {
-            if (!(val = cli_value(argc, argv, &i)) ||
-                cli_parse_i64("--seed", val, 0, INT64_MAX, &seed) != 0)
-                return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-        } else {
-            ra_error_set(RA_ERR_ARG, "gen: unknown option '%s' (see ringattn "
-                                     "gen --help)", argv[i]);
-            return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-        }
-    }
-    if (!out)
-        return cli_fail(ctx, CLI_EXIT_USAGE,
-                        "gen: --out is required (see ringattn gen --help)");
-    cli_shape_finish(&cs);
-    ra_status st = ra_shape_check(&cs.shape);
+    gen_opts o = {0};
+    cli_shape_default(&o.cs);
+    int code = cli_parse_or_exit(ctx, &gen_spec, &o, argc, argv);
+    if (code >= 0)
+        return code;
+    ra_status st = gen_validate(ctx, &o);
     if (st == RA_OK)
-        st = mha ? h5io_gen_mha(ctx->comm, out, force, &cs.shape, embed,
-                                cs.seq_kv_set, (uint64_t)seed)
-                 : h5io_gen_masks(ctx->comm, out, force, &cs.shape, f64,
-                                  (uint64_t)seed, lens, segment_avg);
+        st = gen_write(ctx, &o);
     if (st != RA_OK)
-        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
-    if (ctx->rank == 0 && mha) {
-        const ra_shape *s = &cs.shape;
-        printf("ringattn gen: wrote %s: layer inputs B=%lld N=%lld%s E=%lld, "
-               "weights for H=%lld G=%lld D=%lld Dv=%lld, seed %lld\n", out,
-               (long long)s->B, (long long)s->N,
-               cs.seq_kv_set ? " (cross, M given)" : "", (long long)embed,
-               (long long)s->H, (long long)s->G, (long long)s->D,
-               (long long)s->Dv, (long long)seed);
-    } else if (ctx->rank == 0) {
-        const ra_shape *s = &cs.shape;
-        printf("ringattn gen: wrote %s: q (%lld,%lld,%lld,%lld) k (%lld,%lld,"
-               "%lld,%lld) v (%lld,%lld,%lld,%lld) %s seed %lld\n",
-               out, (long long)s->B, (long long)s->N, (long long)s->H,
-               (long long)s->D, (long long)s->B, (long long)s->M,
-               (long long)s->G, (long long)s->D, (long long)s->B,
-               (long long)s->M, (long long)s->G, (long long)s->Dv,
-               f64 ? "float64" : "float32", (long long)seed);
-    }
+        return cli_fail_status(ctx, st);
+    if (ctx->rank == 0)
+        gen_report(&o);
     return CLI_EXIT_OK;
 }

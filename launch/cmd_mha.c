@@ -4,6 +4,7 @@
  * /w_v (G*Dv, Ekv), /w_o (Eout, H*Dv), optional biases /b_q /b_k /b_v /b_o.
  * H and G come from --heads/--kv-heads or the root attributes heads and
  * kv_heads. Output: /y (B, N, Eout). Masks (/q_lens ...) apply as in run. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,22 +13,6 @@
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
-
-static const char mha_help[] =
-    "usage: mpirun -np P ringattn run --mha --in IN.h5 --out OUT.h5 [options]\n"
-    "\n"
-    "The multi-head attention layer: y = concat_h(attention(x_q W_q^T + b_q,\n"
-    "x_kv W_k^T + b_k, x_kv W_v^T + b_v)) W_o^T + b_o, weights in the PyTorch\n"
-    "Linear convention, scale 1/sqrt(D) with D the per-head dim. Projections\n"
-    "run on each rank's slice, then the ring, then the output projection.\n"
-    "\n"
-    "  --in, --out, --force, --causal, --window, --layout, --block-q,\n"
-    "  --block-kv, --threads    as in run\n"
-    "  --heads H --kv-heads G   heads of the projections (default: the\n"
-    "                           input's root attributes heads, kv_heads)\n"
-    "  --pos-encoding sinusoidal  add P(i,2j) = sin(i/10000^(2j/E)),\n"
-    "                           P(i,2j+1) = cos(...) at global positions i\n"
-    "                           to x_q and x_kv first\n";
 
 /* The layer's weights, read whole on every rank: one allocation. */
 typedef struct {
@@ -51,8 +36,11 @@ static ra_status weight(const char *in, const char *name, int rank,
         *out = NULL;
         return RA_OK;
     }
+    const int64_t n = rank == 2 ? dims[0] * dims[1] : dims[0];
+    if ((st = cli_weights_finite(in, name, *cursor, n, "")) != RA_OK)
+        return st;
     *out = *cursor;
-    *cursor += rank == 2 ? dims[0] * dims[1] : dims[0];
+    *cursor += n;
     return RA_OK;
 }
 
@@ -149,137 +137,239 @@ static ra_status weights_read(const char *in, const ra_shape *s,
     return weight(in, "/b_o", 1, &L->Eout, 0, &cur, &L->b_o);
 }
 
-int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
-{
+typedef struct {
     ra_params p;
-    ra_params_default(&p);
-    const char *in = NULL, *out = NULL, *val;
-    int force = 0, pos = 0;
-    int64_t H = 0, G = 0;
-    for (int i = 1; i < argc; i++) {
-        int taken = cli_params_flag(&p, argc, argv, &i);
-        if (taken < 0)
-            return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-        if (taken)
-            continue;
-        int ok = 1;
-        if (strcmp(argv[i], "--help") == 0) {
-            if (ctx->rank == 0)
-                fputs(mha_help, stdout);
-            return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--mha") == 0) {
-            continue;
-        } else if (strcmp(argv[i], "--in") == 0) {
-            ok = (in = cli_value(argc, argv, &i)) != NULL;
-        } else if (strcmp(argv[i], "--out") == 0) {
-            ok = (out = cli_value(argc, argv, &i)) != NULL;
-        } else if (strcmp(argv[i], "--force") == 0) {
-            force = 1;
-        } else if (strcmp(argv[i], "--heads") == 0 ||
-                   strcmp(argv[i], "--kv-heads") == 0) {
-            int64_t *dst = argv[i][2] == 'h' ? &H : &G;
-            const char *opt = argv[i];
-            ok = (val = cli_value(argc, argv, &i)) != NULL &&
-                 cli_parse_i64(opt, val, 1, 1 << 20, dst) == 0;
-        } else if (strcmp(argv[i], "--pos-encoding") == 0) {
-            ok = (val = cli_value(argc, argv, &i)) != NULL;
-            if (ok && strcmp(val, "sinusoidal") != 0) {
-                ra_error_set(RA_ERR_ARG, "--pos-encoding: '%s' is not "
-                                         "sinusoidal", val);
-                ok = 0;
-            }
-            pos = ok;
-        } else {
-            ra_error_set(RA_ERR_ARG, "run --mha: unknown option '%s' (see "
-                                     "ringattn run --mha --help)", argv[i]);
-            ok = 0;
-        }
-        if (!ok)
-            return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-    }
-    if (!in || !out)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "run --mha: --in and --out are "
-                                             "required");
-    /* the output path first, before any reading (rank 0 checks, all agree) */
-    ra_status st = RA_OK;
-    if (ctx->rank == 0)
-        st = h5io_output_check(out, force, (const char *const[]){in, NULL});
-    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
-        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
-    int present;
-    if (!H && (st = h5io_read_int_attr(in, "heads", &H, &present)) == RA_OK &&
-        !present)
-        st = ra_error_set(RA_ERR_ARG, "%s: no root attribute heads; pass "
-                          "--heads H", in);
-    if (st == RA_OK && !G &&
-        (st = h5io_read_int_attr(in, "kv_heads", &G, &present)) == RA_OK &&
-        !present)
-        G = H;
+    const char *in, *out;
+    int force, mha, pos, pos_kind;
+    int64_t H, G;
+} mha_opts;
+
+static const char *const encodings[] = {"sinusoidal", NULL};
+
+static const cli_opt mha_own[] = {
+    {.name = "--mha", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(mha_opts, mha, int),
+     .help = "the layer instead of plain attention (this text)"},
+    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(mha_opts, in, const char *),
+     .help = "input: /x (B,N,E), or /x_q (B,N,Eq) and /x_kv (B,M,Ekv);\n"
+     "weights /w_q (H*D,Eq) /w_k (G*D,Ekv) /w_v (G*Dv,Ekv)\n"
+     "/w_o (Eout,H*Dv), optional biases /b_q /b_k /b_v /b_o"},
+    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(mha_opts, out, const char *),
+     .help = "output /y (B,N,Eout); written to a temporary file,\n"
+     "renamed at the end"},
+    {.name = "--force", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(mha_opts, force, int),
+     .help = "replace OUT.h5 if it exists (refused otherwise)"},
+    {.name = "--heads", .kind = CLI_INT, .meta = "H",
+     .offset = CLI_FIELD(mha_opts, H, int64_t), .lo = 1, .hi = 1 << 20,
+     .help = "heads of the projections (default: the input's root\n"
+     "attribute heads)"},
+    {.name = "--kv-heads", .kind = CLI_INT, .meta = "G",
+     .offset = CLI_FIELD(mha_opts, G, int64_t), .lo = 1, .hi = 1 << 20,
+     .help = "kv heads (default: the attribute kv_heads, else H)"},
+    {.name = "--pos-encoding", .kind = CLI_CHOICE, .meta = "sinusoidal",
+     .offset = CLI_FIELD(mha_opts, pos_kind, int), .choices = encodings,
+     .seen = CLI_SEEN(mha_opts, pos),
+     .help = "add P(i,2j) = sin(i/10000^(2j/E)),\n"
+     "P(i,2j+1) = cos(...) at global positions i\n"
+     "to x_q and x_kv first"},
+    {0},
+};
+
+static const cli_spec mha_spec = {
+    .name = "run --mha",
+    .usage =
+    "usage: mpirun -np P ringattn run --mha --in IN.h5 --out OUT.h5 [options]\n"
+    "\n"
+    "The multi-head attention layer: y = concat_h(attention(x_q W_q^T + b_q,\n"
+    "x_kv W_k^T + b_k, x_kv W_v^T + b_v)) W_o^T + b_o, weights in the PyTorch\n"
+    "Linear convention, scale 1/sqrt(D) with D the per-head dim. Projections\n"
+    "run on each rank's slice, then the ring, then the output projection.\n"
+    "Masks (/q_lens ...) apply as in run.\n",
+    .groups = {{mha_own, 0}, {cli_forward_opts, offsetof(mha_opts, p)}},
+};
+
+/* Everything one layer run owns between validate and report. */
+typedef struct {
     ra_shape s;
-    layer_weights lw = {0};
-    int self = 0;
-    if (st == RA_OK)
-        st = layer_shape(in, H, G, &self, &s, &lw.layer);
-    if (st == RA_OK)
-        st = weights_read(in, &s, &lw);
-    lw.layer.pos_encoding = pos;
-    if (st != RA_OK) {
-        free(lw.mem);
-        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
-    }
-    const char *q_seg_name, *kv_seg_name;
-    if ((st = h5io_segment_names(in, &q_seg_name, &kv_seg_name)) != RA_OK) {
-        free(lw.mem);
-        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
-    }
-    const int layout_auto = p.layout == RA_LAYOUT_AUTO;
-    p.layout = ra_params_layout(&p, q_seg_name != NULL);
-    const ra_slice qs = ra_layout_slice(p.layout, s.N, ctx->rank, ctx->nranks);
-    const ra_slice ks = ra_layout_slice(p.layout, s.M, ctx->rank, ctx->nranks);
-    const ra_mha *L = &lw.layer;
-    const size_t nxq = (size_t)(s.B * qs.count * L->Eq);
-    const size_t nxk = self ? 0 : (size_t)(s.B * ks.count * L->Ekv);
-    const size_t ny = (size_t)(s.B * qs.count * L->Eout);
-    float *mem = malloc(sizeof(float) * (nxq + nxk + ny + 1));
-    int bad = mem == NULL, any_bad;
-    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, ctx->comm);
-    if (any_bad) {
-        free(mem);
-        free(lw.mem);
-        return cli_fail(ctx, CLI_EXIT_RUNTIME, "run --mha: cannot allocate "
-                                               "the local slices");
-    }
-    float *xq = mem, *xkv = self ? xq : xq + nxq, *y = xq + nxq + nxk;
-    cli_print_params(ctx, &s, &p, layout_auto, in, out);
-    const int64_t dq[3] = {s.B, s.N, L->Eq}, dk[3] = {s.B, s.M, L->Ekv};
-    ra_h5_masks masks = {0};
-    double t0 = MPI_Wtime();
-    st = h5io_read_tokens(ctx->comm, in, self ? "/x" : "/x_q", dq, &qs, xq);
-    if (st == RA_OK && !self)
-        st = h5io_read_tokens(ctx->comm, in, "/x_kv", dk, &ks, xkv);
-    if (st == RA_OK)
-        st = ra_h5_read_masks(ctx->comm, in, &s, p.layout, &masks);
-    double t1 = MPI_Wtime();
-    if (st == RA_OK)
-        st = ra_mha_forward(ctx->comm, &s, &p, &masks.view, L, xq, xkv, y, NULL);
-    double t2 = MPI_Wtime();
-    const int64_t dy[3] = {s.B, s.N, L->Eout};
-    if (st == RA_OK)
-        st = h5io_write_layer_output(ctx->comm, out, force, &s, &p, pos, dy,
-                                     &qs, y, ctx->command_line);
-    double t3 = MPI_Wtime();
-    ra_h5_masks_free(&masks);
-    free(mem);
-    free(lw.mem);
+    layer_weights lw;
+    int self;
+    const char *q_seg, *kv_seg;
+    int layout_auto;
+    ra_slice qs, ks;
+    float *mem, *xq, *xkv, *y; /* x_q (B,n,Eq) | x_kv (B,m,Ekv) | y (B,n,Eout) */
+    ra_h5_masks masks;
+    double t_read, t_layer, t_write;
+} mha_state;
+
+static void mha_free(mha_state *r)
+{
+    free(r->lw.mem);
+    free(r->mem);
+    ra_h5_masks_free(&r->masks);
+}
+
+/* Heads from the options or the file's attributes. */
+static ra_status mha_heads(mha_opts *o)
+{
+    int present;
+    ra_status st = RA_OK;
+    if (!o->H && (st = h5io_read_int_attr(o->in, "heads", &o->H, &present)) ==
+                     RA_OK && !present)
+        st = ra_error_set(RA_ERR_ARG, "%s: no root attribute heads; pass "
+                          "--heads H", o->in);
+    if (st == RA_OK && !o->G &&
+        (st = h5io_read_int_attr(o->in, "kv_heads", &o->G, &present)) ==
+            RA_OK && !present)
+        o->G = o->H;
+    return st;
+}
+
+/* Every check that needs no compute; the ranks agree on the verdict. */
+static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
+{
+    ra_status st = cli_output_agree(ctx, o->out, o->force,
+                                    (const char *const[]){o->in, NULL});
     if (st != RA_OK)
-        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+        return st;
+    st = mha_heads(o);
+    if (st == RA_OK)
+        st = layer_shape(o->in, o->H, o->G, &r->self, &r->s, &r->lw.layer);
+    if (st == RA_OK)
+        st = cli_params_check(&o->p, &r->s, NULL);
+    if (st == RA_OK)
+        st = weights_read(o->in, &r->s, &r->lw);
+    if (st == RA_OK)
+        st = h5io_segment_names(o->in, &r->q_seg, &r->kv_seg);
+    r->lw.layer.pos_encoding = o->pos;
+    return ra_agree(ctx->comm, st);
+}
+
+static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
+{
+    const ra_shape *s = &r->s;
+    const ra_mha *L = &r->lw.layer;
+    r->layout_auto = o->p.layout == RA_LAYOUT_AUTO;
+    o->p.layout = ra_params_layout(&o->p, r->q_seg != NULL);
+    r->qs = ra_layout_slice(o->p.layout, s->N, ctx->rank, ctx->nranks);
+    r->ks = ra_layout_slice(o->p.layout, s->M, ctx->rank, ctx->nranks);
+    const int64_t nxq = ra_mul_checked(s->B * r->qs.count, L->Eq);
+    const int64_t nxk = r->self ? 0 : ra_mul_checked(s->B * r->ks.count, L->Ekv);
+    const int64_t ny = ra_mul_checked(s->B * r->qs.count, L->Eout);
+    ra_status st = RA_OK;
+    if (nxq < 0 || nxk < 0 || ny < 0 ||
+        !(r->mem = malloc(sizeof(float) * (size_t)(nxq + nxk + ny + 1))))
+        st = ra_error_set(RA_ERR_NOMEM, "run --mha: cannot allocate the local "
+                          "slices of rank %d", ctx->rank);
+    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
+        return st;
+    r->xq = r->mem;
+    r->xkv = r->self ? r->xq : r->xq + nxq;
+    r->y = r->xq + nxq + nxk;
+    return ra_h5_read_masks(ctx->comm, o->in, s, o->p.layout, &r->masks);
+}
+
+/* The first value of this rank's tokens x (B, slice->count, E) of dataset
+ * name that is not finite, as an error with its global index. */
+static ra_status tokens_finite(const char *in, const char *name,
+                              const float *x, int64_t B, const ra_slice *sl,
+                              int64_t E)
+{
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < sl->count; i++)
+            for (int64_t e = 0; e < E; e++) {
+                const float val = x[(b * sl->count + i) * E + e];
+                if (!isfinite(val))
+                    return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: "
+                                        "non-finite value (%s) at index "
+                                        "(b, i, e) = (%lld, %lld, %lld)", in,
+                                        name, isnan(val) ? "nan" : val > 0
+                                        ? "inf" : "-inf", (long long)b,
+                                        (long long)ra_slice_pos(sl, i),
+                                        (long long)e);
+            }
+    return RA_OK;
+}
+
+/* Reads this rank's tokens and refuses non-finite ones (collective). */
+static ra_status mha_read(const cli_ctx *ctx, const mha_opts *o, mha_state *r)
+{
+    const ra_shape *s = &r->s;
+    const ra_mha *L = &r->lw.layer;
+    const char *xq_name = r->self ? "/x" : "/x_q";
+    const int64_t dq[3] = {s->B, s->N, L->Eq}, dk[3] = {s->B, s->M, L->Ekv};
+    ra_status st = h5io_read_tokens(ctx->comm, o->in, xq_name, dq, &r->qs,
+                                    r->xq);
+    if (st == RA_OK && !r->self)
+        st = h5io_read_tokens(ctx->comm, o->in, "/x_kv", dk, &r->ks, r->xkv);
+    if (st != RA_OK)
+        return st;
+    st = tokens_finite(o->in, xq_name, r->xq, s->B, &r->qs, L->Eq);
+    if (st == RA_OK && !r->self)
+        st = tokens_finite(o->in, "/x_kv", r->xkv, s->B, &r->ks, L->Ekv);
+    return ra_agree(ctx->comm, st);
+}
+
+static ra_status mha_compute(const cli_ctx *ctx, const mha_opts *o,
+                             mha_state *r)
+{
+    const ra_shape *s = &r->s;
+    const ra_mha *L = &r->lw.layer;
+    const int64_t dy[3] = {s->B, s->N, L->Eout};
+    const double t0 = MPI_Wtime();
+    ra_status st = mha_read(ctx, o, r);
+    const double t1 = MPI_Wtime();
+    if (st == RA_OK)
+        st = ra_mha_forward(ctx->comm, s, &o->p, &r->masks.view, L, r->xq,
+                            r->xkv, r->y, NULL);
+    const double t2 = MPI_Wtime();
+    if (st == RA_OK)
+        st = h5io_write_layer_output(ctx->comm, o->out, o->force, s, &o->p,
+                                     o->pos, dy, &r->qs, r->y,
+                                     ctx->command_line);
+    r->t_read = t1 - t0;
+    r->t_layer = t2 - t1;
+    r->t_write = MPI_Wtime() - t2;
+    return st;
+}
+
+static void mha_report(const cli_ctx *ctx, const mha_opts *o,
+                       const mha_state *r)
+{
+    const ra_shape *s = &r->s;
+    const ra_mha *L = &r->lw.layer;
     if (ctx->rank == 0)
         printf("ringattn run --mha: layer %.3f s on %d ranks (H=%lld G=%lld "
                "D=%lld Dv=%lld, Eq=%lld Ekv=%lld Eout=%lld%s); read %.3f s, "
                "write %.3f s; wrote %s\n",
-               t2 - t1, ctx->nranks, (long long)s.H, (long long)s.G,
-               (long long)s.D, (long long)s.Dv, (long long)L->Eq,
+               r->t_layer, ctx->nranks, (long long)s->H, (long long)s->G,
+               (long long)s->D, (long long)s->Dv, (long long)L->Eq,
                (long long)L->Ekv, (long long)L->Eout,
-               pos ? ", sinusoidal positions" : "", t1 - t0, t3 - t2, out);
-    return CLI_EXIT_OK;
+               o->pos ? ", sinusoidal positions" : "", r->t_read, r->t_write,
+               o->out);
+}
+
+int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
+{
+    mha_opts o = {0};
+    ra_params_default(&o.p);
+    int code = cli_parse_or_exit(ctx, &mha_spec, &o, argc, argv);
+    if (code >= 0)
+        return code;
+    if (!o.in || !o.out)
+        return cli_fail(ctx, CLI_EXIT_USAGE, "run --mha: --in and --out are "
+                                             "required");
+    cli_params_finish(&o.p);
+    mha_state r = {0};
+    ra_status st = mha_validate(ctx, &o, &r);
+    if (st == RA_OK && (st = mha_setup(ctx, &o, &r)) == RA_OK) {
+        cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
+        st = mha_compute(ctx, &o, &r);
+    }
+    if (st == RA_OK)
+        mha_report(ctx, &o, &r);
+    mha_free(&r);
+    return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
 }

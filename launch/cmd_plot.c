@@ -1,24 +1,86 @@
 /* cmd_plot.c: `ringattn plot-map`: draws /attn_map of an output file as a
- * PNG heatmap with launch/plot-map.py (matplotlib). The script is run
- * directly (fork and execvp, argv as given, no shell), from rank 0. */
+ * PNG heatmap with launch/plot-map.py (matplotlib). The options are checked
+ * here, the output path too, before the script runs; the script is run
+ * directly (fork and execvp, no shell), from rank 0, and its exit status
+ * (2 bad input, 1 failure) is the command's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agree.h"
 #include "cli.h"
 #include "internal.h"
 
-static const char plot_help[] =
-    "usage: ringattn plot-map OUT.h5 MAP.png [--batch B] [--head I]\n"
-    "                         [--width W] [--reduce max|mean]\n"
-    "\n"
-    "Draws the /attn_map of OUT.h5 (written by run --attn-map) as a heatmap:\n"
-    "keys on x, queries on y, a colour scale. When M exceeds W pixels (default\n"
-    "1000), each pixel column reduces a run of keys by max (default) or mean,\n"
-    "as the image states. --head indexes the map's heads. Needs\n"
-    "python3-matplotlib and python3-h5py.\n";
+typedef struct {
+    const char *files[2]; /* OUT.h5, MAP.png */
+    const char *batch, *head, *width, *reduce;
+    int64_t batch_v, head_v, width_v;
+    int reduce_v, force;
+} plot_opts;
+
+static const char *const reductions[] = {"max", "mean", NULL};
+
+/* The value is kept as text for the script once it has been checked. */
+static int keep_int(const cli_opt *o, const char *val, void *base)
+{
+    plot_opts *p = base;
+    const int is_width = strcmp(o->name, "--width") == 0;
+    int64_t *dst = is_width ? &p->width_v
+                   : strcmp(o->name, "--head") == 0 ? &p->head_v : &p->batch_v;
+    if (cli_parse_i64(o->name, val, is_width ? 1 : 0,
+                      is_width ? 100000 : INT32_MAX, dst) != 0)
+        return -1;
+    *(const char **)((char *)base + o->offset) = val;
+    return 0;
+}
+
+static int keep_reduce(const cli_opt *o, const char *val, void *base)
+{
+    plot_opts *p = base;
+    for (int i = 0; reductions[i]; i++)
+        if (strcmp(val, reductions[i]) == 0) {
+            p->reduce = val;
+            return 0;
+        }
+    ra_error_set(RA_ERR_ARG, "%s: '%s' is not max or mean", o->name, val);
+    return -1;
+}
+
+static const cli_opt plot_own[] = {
+    {.name = "--batch", .kind = CLI_CUSTOM, .meta = "B", .fn = keep_int,
+     .offset = offsetof(plot_opts, batch), .def = "0",
+     .help = "batch of the map"},
+    {.name = "--head", .kind = CLI_CUSTOM, .meta = "I", .fn = keep_int,
+     .offset = offsetof(plot_opts, head), .def = "0",
+     .help = "index into the map's heads (not the model head)"},
+    {.name = "--width", .kind = CLI_CUSTOM, .meta = "W", .fn = keep_int,
+     .offset = offsetof(plot_opts, width), .def = "1000",
+     .help = "at most W pixel columns; wider maps reduce runs of\n"
+     "keys per column"},
+    {.name = "--reduce", .kind = CLI_CUSTOM, .meta = "max|mean",
+     .fn = keep_reduce, .def = "max",
+     .help = "how a pixel column reduces its keys: max keeps every\n"
+     "peak, mean the weight mass; the image states it"},
+    {.name = "--force", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(plot_opts, force, int),
+     .help = "replace MAP.png if it exists (refused otherwise)"},
+    {0},
+};
+
+static const cli_spec plot_spec = {
+    .name = "plot-map",
+    .usage = "usage: ringattn plot-map OUT.h5 MAP.png [options]\n"
+             "\n"
+             "Draws the /attn_map of OUT.h5 (written by run --attn-map) as a\n"
+             "heatmap: keys on x, queries on y, a colour scale. The PNG is\n"
+             "written under a temporary name and renamed when complete. Needs\n"
+             "python3-matplotlib and python3-h5py.\n",
+    .groups = {{plot_own, 0}},
+    .npositional = 2,
+    .pos_offset = offsetof(plot_opts, files),
+};
 
 /* The script: $RINGATTN_SCRIPTS, the source tree, or the install tree. */
 static const char *script_path(char *buf, size_t len)
@@ -35,50 +97,69 @@ static const char *script_path(char *buf, size_t len)
     return NULL;
 }
 
+/* Runs the script and returns its exit status (1 when it cannot run). */
+static int plot_run(const plot_opts *o, const char *script)
+{
+    /* Debian's python3 carries the h5py and matplotlib packages;
+     * RINGATTN_PYTHON picks another interpreter */
+    const char *py = getenv("RINGATTN_PYTHON");
+    if (!py)
+        py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3"
+                                                   : "python3";
+    char *args[] = {(char *)py, (char *)script, (char *)o->files[0],
+                    (char *)o->files[1], "--batch", (char *)o->batch,
+                    "--head", (char *)o->head, "--width", (char *)o->width,
+                    "--reduce", (char *)o->reduce,
+                    o->force ? "--force" : NULL, NULL};
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execvp(py, args);
+        fprintf(stderr, "ringattn: plot-map: cannot run %s\n", py);
+        _exit(CLI_EXIT_RUNTIME);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+        fprintf(stderr, "ringattn: plot-map: cannot start %s\n", py);
+        return CLI_EXIT_RUNTIME;
+    }
+    if (!WIFEXITED(status)) {
+        fprintf(stderr, "ringattn: plot-map: %s ended by signal %d\n", script,
+                WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+        return CLI_EXIT_RUNTIME;
+    }
+    return WEXITSTATUS(status) == CLI_EXIT_USAGE ? CLI_EXIT_USAGE
+           : WEXITSTATUS(status) ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
+}
+
+/* Both files given, the output path checked against the input, the script
+ * found (path, rank 0); the ranks agree. */
+static ra_status plot_validate(const cli_ctx *ctx, const plot_opts *o,
+                               char *path, size_t len)
+{
+    if (!o->files[1])
+        return ra_error_set(RA_ERR_ARG, "plot-map: OUT.h5 and MAP.png are "
+                            "required (see ringattn plot-map --help)");
+    ra_status st = cli_output_agree(ctx, o->files[1], o->force,
+                                    (const char *const[]){o->files[0], NULL});
+    if (st == RA_OK && ctx->rank == 0 && !script_path(path, len))
+        st = ra_error_set(RA_ERR_IO, "plot-map: cannot find plot-map.py (set "
+                          "RINGATTN_SCRIPTS to its folder)");
+    return ra_agree(ctx->comm, st);
+}
+
 int cmd_plot(const cli_ctx *ctx, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0) {
-            if (ctx->rank == 0)
-                fputs(plot_help, stdout);
-            return CLI_EXIT_OK;
-        }
-    if (argc < 3)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "plot-map: OUT.h5 and MAP.png are "
-                                             "required (see ringattn plot-map "
-                                             "--help)");
-    int code = CLI_EXIT_OK;
-    if (ctx->rank == 0) {
-        char path[4096];
-        if (!script_path(path, sizeof path)) {
-            code = cli_fail(ctx, CLI_EXIT_RUNTIME, "plot-map: cannot find "
-                            "plot-map.py (set RINGATTN_SCRIPTS to its folder)");
-        } else {
-            /* Debian's python3 carries the h5py and matplotlib packages;
-             * RINGATTN_PYTHON picks another interpreter */
-            const char *py = getenv("RINGATTN_PYTHON");
-            if (!py)
-                py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3"
-                                                           : "python3";
-            char **args = calloc((size_t)argc + 2, sizeof *args);
-            args[0] = (char *)py;
-            args[1] = path;
-            for (int i = 1; i < argc; i++)
-                args[i + 1] = argv[i];
-            fflush(stdout);
-            pid_t pid = fork();
-            if (pid == 0) {
-                execvp(py, args);
-                fprintf(stderr, "ringattn: plot-map: cannot run %s\n", py);
-                _exit(127);
-            }
-            int status = 0;
-            if (pid < 0 || waitpid(pid, &status, 0) < 0 ||
-                !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-                code = CLI_EXIT_RUNTIME;
-            free(args);
-        }
-    }
+    plot_opts o = {0};
+    char path[4096];
+    int code = cli_parse_or_exit(ctx, &plot_spec, &o, argc, argv);
+    if (code >= 0)
+        return code;
+    ra_status st = plot_validate(ctx, &o, path, sizeof path);
+    if (st != RA_OK)
+        return cli_fail_status(ctx, st);
+    code = ctx->rank == 0 ? plot_run(&o, path) : CLI_EXIT_OK;
     MPI_Bcast(&code, 1, MPI_INT, 0, ctx->comm);
     return code;
 }

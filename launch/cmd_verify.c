@@ -7,34 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
 #include "kernel.h"
-
-static const char verify_help[] =
-    "usage: [mpirun -np P] ringattn verify --in IN.h5 --out OUT.h5 [options]\n"
-    "\n"
-    "Recomputes attention in fp64 for the query rows of OUT.h5 (all of them\n"
-    "when that costs under 2^32 multiply-adds, else a random sample) with the\n"
-    "causal flag, window and scale recorded in OUT.h5 and the mask datasets\n"
-    "of IN.h5 (lens, segments), and compares /o and /lse.\n"
-    "Exit 0 when the relative error ||o - ref|| / ||ref|| and the LSE error\n"
-    "max |lse - ref| / max(1, |ref|) are both below the tolerance, 1 if not.\n"
-    "\n"
-    "  --in FILE     the input of the run\n"
-    "  --out FILE    the output to check\n"
-    "  --sample K    check K random query rows (all heads, all keys)\n"
-    "  --all         check every row, however long it takes\n"
-    "  --seed S      seed of the sample (default 1)\n"
-    "  --tol X       tolerance (default 1e-5)\n"
-    "  --help        this text\n";
 
 /* Running sums of the comparison on this rank. */
 typedef struct {
     double err2, ref2, max_abs, max_lse;
     double bad;  /* rows whose -inf status disagrees, or NaN */
     double rows; /* (row, head) pairs checked */
+    double nans; /* NaN values of /o and /lse in any row, checked or not */
 } tally;
 
 /* What one check needs besides the tensors: the run's rules and masks. */
@@ -43,7 +27,8 @@ typedef struct {
     h5io_run_attrs run;
     ra_ref_score score;
     cli_score_inputs weights;
-    int64_t *q_lens, *kv_lens;         /* (B) or NULL */
+    ra_h5_masks masks;                 /* lens (B) or NULL, validated */
+    const int64_t *q_lens, *kv_lens;   /* masks.q_lens, masks.kv_lens */
     const char *q_seg_name, *kv_seg_name; /* datasets, or NULL */
 } check_ctx;
 
@@ -114,219 +99,303 @@ static void check_row(const check_ctx *c, int64_t b, int64_t i,
     }
 }
 
-/* Checks this rank's share rows[0..n) (sorted flat indices). */
+enum { RUN_MAX = 256 }; /* query rows read per request */
+
+/* The buffers of one rank's check: K and V of one batch, and a run of up
+ * to RUN_MAX query rows of q, o, lse and their segment ids. */
+typedef struct {
+    double *k, *v, *q, *o, *lse, *lrow, *ref, *scores;
+    int64_t *k_seg, *q_seg;
+} check_bufs;
+
+static void bufs_free(check_bufs *b)
+{
+    free(b->k);
+    free(b->v);
+    free(b->q);
+    free(b->o);
+    free(b->lse);
+    free(b->lrow);
+    free(b->ref);
+    free(b->scores);
+    free(b->k_seg);
+    free(b->q_seg);
+}
+
+static ra_status bufs_alloc(const check_ctx *c, check_bufs *b)
+{
+    const ra_shape *s = c->s;
+    const size_t d = sizeof(double);
+    b->k = malloc(d * (size_t)(s->M * s->G * ra_shape_dk(s)));
+    b->v = malloc(d * (size_t)(s->M * s->G * s->Dv));
+    b->q = malloc(d * (size_t)(RUN_MAX * s->H * s->D));
+    b->o = malloc(d * (size_t)(RUN_MAX * s->H * s->Dv));
+    b->lse = malloc(d * (size_t)(RUN_MAX * s->H));
+    b->lrow = malloc(d * RUN_MAX);
+    b->ref = malloc(d * (size_t)s->Dv);
+    b->scores = malloc(d * (size_t)s->M);
+    b->k_seg = c->kv_seg_name ? malloc(sizeof(int64_t) * (size_t)s->M) : NULL;
+    b->q_seg = c->q_seg_name ? malloc(sizeof(int64_t) * RUN_MAX) : NULL;
+    if (!b->k || !b->v || !b->q || !b->o || !b->lse || !b->lrow || !b->ref ||
+        !b->scores || (c->kv_seg_name && (!b->k_seg || !b->q_seg)))
+        return ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate K and V of "
+                                          "one batch");
+    return RA_OK;
+}
+
+/* Checks the len consecutive rows i0.. of batch b, reading K and V of the
+ * batch unless *loaded_b says they are there. */
+static ra_status check_run(const char *in, const char *out, const check_ctx *c,
+                           int64_t b, int64_t i0, int64_t len,
+                           int64_t *loaded_b, check_bufs *w, tally *t)
+{
+    const ra_shape *s = c->s;
+    ra_status st = RA_OK;
+    int present;
+    if (b != *loaded_b) {
+        if ((st = h5io_read_rows(in, "/k", b, 0, s->M, w->k)) != RA_OK ||
+            (st = h5io_read_rows(in, "/v", b, 0, s->M, w->v)) != RA_OK ||
+            (w->k_seg && (st = h5io_read_segments(in, c->kv_seg_name, b, 0,
+                                                  s->M, w->k_seg, &present))))
+            return st;
+        *loaded_b = b;
+    }
+    if ((st = h5io_read_rows(in, "/q", b, i0, len, w->q)) != RA_OK ||
+        (st = h5io_read_rows(out, "/o", b, i0, len, w->o)) != RA_OK ||
+        (w->q_seg && (st = h5io_read_segments(in, c->q_seg_name, b, i0, len,
+                                              w->q_seg, &present))))
+        return st;
+    for (int64_t h = 0; h < s->H; h++) {
+        if ((st = h5io_read_lse(out, b, h, i0, len, w->lrow)) != RA_OK)
+            return st;
+        for (int64_t r = 0; r < len; r++)
+            w->lse[r * s->H + h] = w->lrow[r];
+    }
+    for (int64_t r = 0; r < len; r++)
+        check_row(c, b, i0 + r, w->q + r * s->H * s->D, w->k, w->v,
+                  w->o + r * s->H * s->Dv, w->lse + r * s->H,
+                  w->q_seg ? w->q_seg + r : NULL, w->k_seg, w->ref, w->scores,
+                  t);
+    return RA_OK;
+}
+
+/* Checks this rank's share rows[0..n) (sorted flat indices), in runs of
+ * consecutive rows within one batch. */
 static ra_status check_share(const char *in, const char *out,
                              const check_ctx *c, const int64_t *rows,
                              int64_t n, tally *t)
 {
-    const ra_shape *s = c->s;
-    enum { RUN_MAX = 256 }; /* rows read per request */
-    ra_status st = RA_OK;
-    const int64_t HD = s->H * s->D, HDv = s->H * s->Dv;
-    double *k = malloc(sizeof(double) * (size_t)(s->M * s->G * ra_shape_dk(s)));
-    double *v = malloc(sizeof(double) * (size_t)(s->M * s->G * s->Dv));
-    double *q = malloc(sizeof(double) * (size_t)(RUN_MAX * HD));
-    double *o = malloc(sizeof(double) * (size_t)(RUN_MAX * HDv));
-    double *lse = malloc(sizeof(double) * (size_t)(RUN_MAX * s->H));
-    double *lrow = malloc(sizeof(double) * (size_t)RUN_MAX);
-    double *ref = malloc(sizeof(double) * (size_t)s->Dv);
-    double *scores = malloc(sizeof(double) * (size_t)s->M);
-    int64_t *k_seg = c->kv_seg_name ? malloc(sizeof(int64_t) * (size_t)s->M)
-                                    : NULL;
-    int64_t *q_seg = c->q_seg_name ? malloc(sizeof(int64_t) * RUN_MAX) : NULL;
-    if (!k || !v || !q || !o || !lse || !lrow || !ref || !scores ||
-        (c->kv_seg_name && (!k_seg || !q_seg))) {
-        st = ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate K and V of "
-                                        "one batch");
-        goto cleanup;
-    }
+    const int64_t N = c->s->N;
+    check_bufs w = {0};
     int64_t loaded_b = -1;
+    ra_status st = bufs_alloc(c, &w);
     for (int64_t a = 0; a < n && st == RA_OK;) {
-        /* a run of consecutive rows within one batch */
-        const int64_t b = rows[a] / s->N, i0 = rows[a] % s->N;
+        const int64_t b = rows[a] / N;
         int64_t len = 1;
         while (a + len < n && len < RUN_MAX && rows[a + len] == rows[a] + len &&
-               (rows[a] + len) / s->N == b)
+               (rows[a] + len) / N == b)
             len++;
-        int present;
-        if (b != loaded_b) {
-            if ((st = h5io_read_rows(in, "/k", b, 0, s->M, k)) != RA_OK ||
-                (st = h5io_read_rows(in, "/v", b, 0, s->M, v)) != RA_OK ||
-                (k_seg && (st = h5io_read_segments(in, c->kv_seg_name, b, 0,
-                                                   s->M, k_seg, &present)) !=
-                              RA_OK))
-                break;
-            loaded_b = b;
-        }
-        if ((st = h5io_read_rows(in, "/q", b, i0, len, q)) != RA_OK ||
-            (st = h5io_read_rows(out, "/o", b, i0, len, o)) != RA_OK ||
-            (q_seg && (st = h5io_read_segments(in, c->q_seg_name, b, i0, len,
-                                               q_seg, &present)) != RA_OK))
-            break;
-        for (int64_t h = 0; h < s->H && st == RA_OK; h++) {
-            st = h5io_read_lse(out, b, h, i0, len, lrow);
-            for (int64_t r = 0; r < len; r++)
-                lse[r * s->H + h] = lrow[r];
-        }
-        for (int64_t r = 0; r < len && st == RA_OK; r++)
-            check_row(c, b, i0 + r, q + r * HD, k, v, o + r * HDv,
-                      lse + r * s->H, q_seg ? q_seg + r : NULL, k_seg, ref,
-                      scores, t);
+        st = check_run(in, out, c, b, rows[a] % N, len, &loaded_b, &w, t);
         a += len;
     }
-cleanup:
-    free(k);
-    free(v);
-    free(q);
-    free(o);
-    free(lse);
-    free(lrow);
-    free(ref);
-    free(scores);
-    free(k_seg);
-    free(q_seg);
+    bufs_free(&w);
     return st;
 }
 
-/* The mask datasets of the input file, as the run applied them. */
-static ra_status read_masks(const char *in, const ra_shape *s, check_ctx *c)
+/* Counts the NaN values of /o and /lse in the query rows mine (flat
+ * indices b * N + i), every one of them whether checked or not: a NaN fails
+ * the output even where the sample does not look. */
+static ra_status nan_scan(const char *out, const ra_shape *s, ra_range mine,
+                          tally *t)
 {
-    int present;
-    ra_status st;
-    c->q_lens = malloc(sizeof(int64_t) * (size_t)s->B);
-    c->kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
-    if (!c->q_lens || !c->kv_lens)
-        return ra_error_set(RA_ERR_NOMEM, "verify: out of memory");
-    if ((st = h5io_read_lens(in, "/q_lens", s->B, c->q_lens, &present)) != RA_OK)
-        return st;
-    if (!present) {
-        free(c->q_lens);
-        c->q_lens = NULL;
+    double *o = malloc(sizeof(double) * (size_t)(RUN_MAX * s->H * s->Dv));
+    double *l = malloc(sizeof(double) * RUN_MAX);
+    ra_status st = o && l ? RA_OK
+                          : ra_error_set(RA_ERR_NOMEM, "verify: out of memory");
+    const int64_t end = mine.start + mine.count;
+    for (int64_t a = mine.start; a < end && st == RA_OK;) {
+        const int64_t b = a / s->N, i0 = a % s->N;
+        int64_t len = s->N - i0 < RUN_MAX ? s->N - i0 : RUN_MAX;
+        len = end - a < len ? end - a : len;
+        st = h5io_read_rows(out, "/o", b, i0, len, o);
+        for (int64_t x = 0; st == RA_OK && x < len * s->H * s->Dv; x++)
+            t->nans += isnan(o[x]);
+        for (int64_t h = 0; st == RA_OK && h < s->H; h++) {
+            st = h5io_read_lse(out, b, h, i0, len, l);
+            for (int64_t x = 0; st == RA_OK && x < len; x++)
+                t->nans += isnan(l[x]);
+        }
+        a += len;
     }
-    if ((st = h5io_read_lens(in, "/kv_lens", s->B, c->kv_lens, &present)) !=
-        RA_OK)
-        return st;
-    if (!present) {
-        free(c->kv_lens);
-        c->kv_lens = NULL;
-    }
-    return h5io_segment_names(in, &c->q_seg_name, &c->kv_seg_name);
+    free(o);
+    free(l);
+    return st;
 }
 
-int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
+/* ---- the driver ---------------------------------------------------------- */
+
+typedef struct {
+    const char *in, *out;
+    int64_t sample, seed;
+    int all;
+    double tol;
+} verify_opts;
+
+static const cli_opt verify_own[] = {
+    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(verify_opts, in, const char *),
+     .help = "the input of the run"},
+    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(verify_opts, out, const char *),
+     .help = "the output to check"},
+    {.name = "--sample", .kind = CLI_INT, .meta = "K",
+     .offset = CLI_FIELD(verify_opts, sample, int64_t),
+     .lo = 1, .hi = INT64_MAX,
+     .help = "check K random query rows (all heads, all keys)"},
+    {.name = "--all", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(verify_opts, all, int),
+     .help = "check every row, however long it takes"},
+    {.name = "--seed", .kind = CLI_INT, .meta = "S",
+     .offset = CLI_FIELD(verify_opts, seed, int64_t), .lo = 0, .hi = INT64_MAX,
+     .def = "1", .help = "seed of the sample"},
+    {.name = "--tol", .kind = CLI_REAL, .meta = "X",
+     .offset = CLI_FIELD(verify_opts, tol, double), .rlo = 0, .open_lo = 1,
+     .rhi = 1e300, .def = "1e-5", .help = "tolerance"},
+    {0},
+};
+
+static const cli_spec verify_spec = {
+    .name = "verify",
+    .usage =
+    "usage: [mpirun -np P] ringattn verify --in IN.h5 --out OUT.h5 [options]\n"
+    "\n"
+    "Recomputes attention in fp64 for the query rows of OUT.h5 (all of them\n"
+    "when that costs under 2^32 multiply-adds, else a random sample) with the\n"
+    "causal flag, window, score and scale recorded in OUT.h5 and the mask\n"
+    "datasets of IN.h5 (lens, segments), and compares /o and /lse. The\n"
+    "recorded parameters and the masks are checked as run checks them.\n"
+    "Exit 0 when the relative error ||o - ref|| / ||ref|| and the LSE error\n"
+    "max |lse - ref| / max(1, |ref|) are both below the tolerance and no\n"
+    "value of /o or /lse is NaN (every row is scanned for NaN, sampled or\n"
+    "not), 1 if not.\n",
+    .groups = {{verify_own, 0}},
+};
+
+/* The run's parameters as OUT.h5 records them, checked as run checks its
+ * options, and the score's inputs. */
+static ra_status run_params(const char *in, const char *out, check_ctx *c)
 {
-    const char *in = NULL, *out = NULL, *val;
-    int64_t sample = 0, seed = 1;
-    int all = 0;
-    double tol = 1e-5;
-    for (int i = 1; i < argc; i++) {
-        int ok = 1;
-        if (strcmp(argv[i], "--help") == 0) {
-            if (ctx->rank == 0)
-                fputs(verify_help, stdout);
-            return CLI_EXIT_OK;
-        } else if (strcmp(argv[i], "--in") == 0) {
-            ok = (in = cli_value(argc, argv, &i)) != NULL;
-        } else if (strcmp(argv[i], "--out") == 0) {
-            ok = (out = cli_value(argc, argv, &i)) != NULL;
-        } else if (strcmp(argv[i], "--all") == 0) {
-            all = 1;
-        } else if (strcmp(argv[i], "--sample") == 0) {
-            ok = (val = cli_value(argc, argv, &i)) != NULL &&
-                 cli_parse_i64("--sample", val, 1, INT64_MAX, &sample) == 0;
-        } else if (strcmp(argv[i], "--seed") == 0) {
-            ok = (val = cli_value(argc, argv, &i)) != NULL &&
-                 cli_parse_i64("--seed", val, 0, INT64_MAX, &seed) == 0;
-        } else if (strcmp(argv[i], "--tol") == 0) {
-            ok = (val = cli_value(argc, argv, &i)) != NULL &&
-                 cli_parse_f64("--tol", val, &tol) == 0;
-            if (ok && !(tol > 0)) {
-                ra_error_set(RA_ERR_ARG, "--tol: must be > 0");
-                ok = 0;
-            }
-        } else {
-            ra_error_set(RA_ERR_ARG, "verify: unknown option '%s' (see "
-                                     "ringattn verify --help)", argv[i]);
-            ok = 0;
-        }
-        if (!ok)
-            return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-    }
-    if (!in || !out)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "verify: --in and --out are "
-                                             "required");
-    if (all && sample)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "verify: --all and --sample "
-                                             "exclude each other");
-
-    ra_shape s;
-    check_ctx c = {.s = &s};
-    int64_t dims_o[4], dims_l[3];
-    ra_status st = ra_h5_read_shape(ctx->comm, in, &s);
-    if (st == RA_OK)
-        st = h5io_read_run_attrs(out, &c.run);
-    if (st == RA_OK)
-        st = h5io_read_out_shape(out, dims_o, dims_l);
-    if (st == RA_OK)
-        st = read_masks(in, &s, &c);
-    if (st == RA_OK) { /* the score the run recorded, from its definition */
-        ra_params p;
-        ra_params_default(&p);
-        if ((st = ra_score_parse(c.run.score, &p.score)) == RA_OK)
-            st = cli_score_setup(in, &s, &p, &c.weights);
-        c.score = (ra_ref_score){p.score, c.run.scale, c.run.sigma,
-                                 p.score == RA_SCORE_ADDITIVE
-                                     ? &c.weights.additive : NULL,
-                                 ra_shape_dk(&s)};
-    }
-    if (st == RA_OK &&
-        (dims_o[0] != s.B || dims_o[1] != s.N || dims_o[2] != s.H ||
-         dims_o[3] != s.Dv || dims_l[0] != s.B || dims_l[1] != s.H ||
-         dims_l[2] != s.N))
-        st = ra_error_set(RA_ERR_INPUT, "%s: /o and /lse do not match the "
-                                        "shape of %s", out, in);
+    ra_params p;
+    ra_params_default(&p);
+    p.causal = c->run.causal;
+    p.window = c->run.window;
+    p.window_left = c->run.window_left;
+    p.window_right = c->run.window_right;
+    p.scale = c->run.scale;
+    p.sigma = c->run.sigma;
+    ra_status st = ra_score_parse(c->run.score, &p.score);
     if (st != RA_OK)
-        return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute score: unknown score "
+                            "'%s'", out, c->run.score);
+    if ((st = cli_params_check(&p, c->s, out)) != RA_OK ||
+        (st = cli_score_setup(in, c->s, &p, "", &c->weights)) != RA_OK)
+        return st;
+    c->score = (ra_ref_score){p.score, p.scale, p.sigma,
+                              p.score == RA_SCORE_ADDITIVE
+                                  ? &c->weights.additive : NULL,
+                              ra_shape_dk(c->s)};
+    return RA_OK;
+}
 
-    const double cost = (double)s.B * s.N * s.H * s.M * (s.D + s.Dv);
-    const int64_t want = all ? 0 : sample ? sample
-                                 : cost <= 4294967296.0 ? 0 : 1024;
-    int64_t nrows = 0;
-    int64_t *rows = pick_rows(&s, want, (uint64_t)seed, &nrows);
-    tally t = {0};
-    if (!rows) {
-        st = ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the row list");
-    } else {
-        ra_range mine = ra_shard_range(nrows, ctx->rank, ctx->nranks);
-        st = check_share(in, out, &c, rows + mine.start, mine.count, &t);
-    }
-    free(rows);
-    free(c.q_lens);
-    free(c.kv_lens);
-    cli_score_free(&c.weights);
-    int failed = st != RA_OK, any_failed;
-    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, ctx->comm);
-    if (any_failed)
-        return cli_fail(ctx, failed ? cli_exit_code(st) : CLI_EXIT_RUNTIME,
-                        failed ? ra_error_message()
-                               : "verify: another rank failed");
+/* Everything before the check: the shapes of both files agree, the run's
+ * parameters and the masks pass run's checks. Collective. */
+static ra_status verify_validate(const cli_ctx *ctx, const verify_opts *o,
+                                 ra_shape *s, check_ctx *c)
+{
+    int64_t dims_o[4], dims_l[3];
+    ra_status st = ra_h5_read_shape(ctx->comm, o->in, s);
+    if (st != RA_OK)
+        return st;
+    if ((st = h5io_read_run_attrs(o->out, &c->run)) == RA_OK &&
+        (st = run_params(o->in, o->out, c)) == RA_OK &&
+        (st = h5io_read_out_shape(o->out, dims_o, dims_l)) == RA_OK &&
+        (dims_o[0] != s->B || dims_o[1] != s->N || dims_o[2] != s->H ||
+         dims_o[3] != s->Dv || dims_l[0] != s->B || dims_l[1] != s->H ||
+         dims_l[2] != s->N))
+        st = ra_error_set(RA_ERR_INPUT, "%s: /o and /lse do not match the "
+                          "shape of %s", o->out, o->in);
+    if (st == RA_OK)
+        st = h5io_segment_names(o->in, &c->q_seg_name, &c->kv_seg_name);
+    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
+        return st;
+    st = ra_h5_read_masks(ctx->comm, o->in, s, RA_LAYOUT_CONTIGUOUS,
+                          &c->masks);
+    c->q_lens = c->masks.q_lens;
+    c->kv_lens = c->masks.kv_lens;
+    return st;
+}
 
-    double sums[4] = {t.err2, t.ref2, t.bad, t.rows}, maxs[2] = {t.max_abs,
-                                                                 t.max_lse};
-    double gs[4], gm[2];
-    MPI_Allreduce(sums, gs, 4, MPI_DOUBLE, MPI_SUM, ctx->comm);
+static int verify_report(const cli_ctx *ctx, const verify_opts *o,
+                         const check_ctx *c, int64_t nrows, const tally *t)
+{
+    const ra_shape *s = c->s;
+    double sums[5] = {t->err2, t->ref2, t->bad, t->rows, t->nans};
+    double maxs[2] = {t->max_abs, t->max_lse}, gs[5], gm[2];
+    MPI_Allreduce(sums, gs, 5, MPI_DOUBLE, MPI_SUM, ctx->comm);
     MPI_Allreduce(maxs, gm, 2, MPI_DOUBLE, MPI_MAX, ctx->comm);
     const double rel = gs[1] > 0 ? sqrt(gs[0] / gs[1]) : sqrt(gs[0]);
-    const int pass = rel < tol && gm[1] < tol && gs[2] == 0;
+    const int pass = rel < o->tol && gm[1] < o->tol && gs[2] == 0 &&
+                     gs[4] == 0;
     if (ctx->rank == 0)
         printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
-               "window %s, masks %s, score %s, scale %.6g: max abs err %.3e, rel err "
-               "%.3e, lse err %.3e, bad rows %.0f, tolerance %.1e: %s\n",
-               out, (long long)nrows, (long long)s.H,
-               nrows == s.B * s.N ? "all" : "sampled",
-               c.run.causal ? "yes" : "no", c.run.window ? "yes" : "no",
-               c.run.masks[0] ? c.run.masks : "none", c.run.score, c.run.scale,
-               gm[0], rel,
-               gm[1], gs[2], tol, pass ? "PASS" : "FAIL");
+               "window %s, masks %s, score %s, scale %.6g: max abs err %.3e, "
+               "rel err %.3e, lse err %.3e, bad rows %.0f, NaN values in "
+               "all rows %.0f, tolerance %.1e: %s\n", o->out,
+               (long long)nrows, (long long)s->H,
+               nrows == s->B * s->N ? "all" : "sampled",
+               c->run.causal ? "yes" : "no", c->run.window ? "yes" : "no",
+               c->run.masks[0] ? c->run.masks : "none", c->run.score,
+               c->run.scale, gm[0], rel, gm[1], gs[2], gs[4], o->tol,
+               pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
+}
+int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
+{
+    verify_opts o = {0};
+    int code = cli_parse_or_exit(ctx, &verify_spec, &o, argc, argv);
+    if (code >= 0)
+        return code;
+    if (!o.in || !o.out)
+        return cli_fail(ctx, CLI_EXIT_USAGE, "verify: --in and --out are "
+                                             "required");
+    if (o.all && o.sample)
+        return cli_fail(ctx, CLI_EXIT_USAGE, "verify: --all and --sample "
+                                             "exclude each other");
+    ra_shape s;
+    check_ctx c = {.s = &s};
+    int64_t *rows = NULL, nrows = 0;
+    tally t = {0};
+    ra_status st = verify_validate(ctx, &o, &s, &c);
+    if (st == RA_OK) {
+        const double cost = (double)s.B * s.N * s.H * s.M * (s.D + s.Dv);
+        const int64_t want = o.all ? 0 : o.sample ? o.sample
+                             : cost <= 4294967296.0 ? 0 : 1024;
+        if (!(rows = pick_rows(&s, want, (uint64_t)o.seed, &nrows)))
+            st = ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the row "
+                                            "list");
+    }
+    if ((st = ra_agree(ctx->comm, st)) == RA_OK) {
+        const ra_range mine = ra_shard_range(nrows, ctx->rank, ctx->nranks);
+        st = check_share(o.in, o.out, &c, rows + mine.start, mine.count, &t);
+        if (st == RA_OK)
+            st = nan_scan(o.out, &s, ra_shard_range(s.B * s.N, ctx->rank,
+                                                    ctx->nranks), &t);
+        st = ra_agree(ctx->comm, st);
+    }
+    code = st == RA_OK ? verify_report(ctx, &o, &c, nrows, &t)
+                       : cli_fail_status(ctx, st);
+    free(rows);
+    ra_h5_masks_free(&c.masks);
+    cli_score_free(&c.weights);
+    return code;
 }

@@ -17,7 +17,8 @@ static const char usage[] =
     "  bench    measure the forward pass on in-memory inputs\n"
     "  plot-map draw the attention map of an output file as a PNG\n"
     "\n"
-    "`ringattn <command> --help` describes each one.\n";
+    "`ringattn <command> --help` describes each one; `ringattn --version`\n"
+    "names the version and the BLAS, MPI, HDF5 and SIMD path of this build.\n";
 
 /* argv joined by spaces, arguments with spaces or quotes single-quoted. */
 static char *join_args(int argc, char **argv)
@@ -74,6 +75,8 @@ int main(int argc, char **argv)
         code = cmd_bench(&ctx, argc - 1, argv + 1);
     else if (strcmp(cmd, "plot-map") == 0)
         code = cmd_plot(&ctx, argc - 1, argv + 1);
+    else if (strcmp(cmd, "--version") == 0)
+        code = cli_version(&ctx);
     else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
              strcmp(cmd, "help") == 0) {
         if (ctx.rank == 0)

@@ -1,5 +1,7 @@
-/* options.c: strict option parsing shared by the subcommands. */
+/* options.c: the options registry: strict parsing, defaults and --help from
+ * the tables of cli_opt, and the groups that several subcommands share. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -7,8 +9,11 @@
 #include <string.h>
 
 #include "cli.h"
-#include "h5io.h"
 #include "internal.h"
+
+/* Option names longer than this, with their value, move their help to the
+ * next line. */
+enum { HELP_COLUMN = 20, MAX_OPTION_NAME = 64 };
 
 int cli_parse_i64(const char *opt, const char *text, int64_t lo, int64_t hi,
                   int64_t *out)
@@ -16,12 +21,12 @@ int cli_parse_i64(const char *opt, const char *text, int64_t lo, int64_t hi,
     char *end = NULL;
     errno = 0;
     long long v = strtoll(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0') {
+    if (end == text || *end != '\0') {
         ra_error_set(RA_ERR_ARG, "%s: '%s' is not an integer", opt, text);
         return -1;
     }
-    if (v < lo || v > hi) {
-        ra_error_set(RA_ERR_ARG, "%s: %lld is outside [%lld, %lld]", opt, v,
+    if (errno == ERANGE || v < lo || v > hi) {
+        ra_error_set(RA_ERR_ARG, "%s: %s is outside [%lld, %lld]", opt, text,
                      (long long)lo, (long long)hi);
         return -1;
     }
@@ -33,24 +38,246 @@ int cli_parse_f64(const char *opt, const char *text, double *out)
 {
     char *end = NULL;
     errno = 0;
-    double v = strtod(text, &end);
-    if (errno != 0 || end == text || *end != '\0' || !isfinite(v)) {
-        ra_error_set(RA_ERR_ARG, "%s: '%s' is not a finite number", opt, text);
+    const double v = strtod(text, &end);
+    const char *why = NULL;
+    if (end == text || *end != '\0')
+        why = "is not a number";
+    else if (!isfinite(v))
+        why = "is not a finite number";
+    else if (v != 0 && fabs(v) < DBL_MIN)
+        why = "is too small in magnitude (subnormal: below 2.23e-308, the "
+              "smallest normal double)";
+    else if (v == 0 && errno == ERANGE)
+        why = "is too small in magnitude (underflows to 0)";
+    if (why) {
+        ra_error_set(RA_ERR_ARG, "%s: '%s' %s", opt, text, why);
         return -1;
     }
     *out = v;
     return 0;
 }
 
-const char *cli_value(int argc, char **argv, int *i)
+static int parse_real(const cli_opt *o, const char *val, double *dst)
 {
-    if (*i + 1 >= argc) {
-        ra_error_set(RA_ERR_ARG, "%s needs a value", argv[*i]);
-        return NULL;
+    double v;
+    if (cli_parse_f64(o->name, val, &v) != 0)
+        return -1;
+    if (o->open_lo ? !(v > o->rlo) : !(v >= o->rlo)) {
+        ra_error_set(RA_ERR_ARG, "%s: must be %s %g, got %s", o->name,
+                     o->open_lo ? ">" : ">=", o->rlo, val);
+        return -1;
     }
-    *i += 1;
-    return argv[*i];
+    if (!(v <= o->rhi)) {
+        ra_error_set(RA_ERR_ARG, "%s: must be <= %g, got %s", o->name, o->rhi,
+                     val);
+        return -1;
+    }
+    *dst = v;
+    return 0;
 }
+
+/* "a, b or c" from a NULL-terminated list. */
+static void choice_list(const char *const *names, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (int i = 0; names[i]; i++) {
+        const char *sep = i == 0 ? "" : names[i + 1] ? ", " : " or ";
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%s", sep, names[i]);
+    }
+}
+
+static int parse_choice(const cli_opt *o, const char *val, int *dst)
+{
+    for (int i = 0; o->choices[i]; i++)
+        if (strcmp(val, o->choices[i]) == 0) {
+            *dst = i;
+            return 0;
+        }
+    char list[256];
+    choice_list(o->choices, list, sizeof list);
+    if (o->noun)
+        ra_error_set(RA_ERR_ARG, "%s: unknown %s '%s' (expected %s)", o->name,
+                     o->noun, val, list);
+    else
+        ra_error_set(RA_ERR_ARG, "%s: '%s' is not %s", o->name, val, list);
+    return -1;
+}
+
+/* Stores val (NULL for a flag) into the option's destination. */
+static int opt_store(const cli_opt *o, const char *val, char *base)
+{
+    void *dst = base + o->offset;
+    switch (o->kind) {
+    case CLI_FLAG: *(int *)dst = 1; break;
+    case CLI_INT:
+        if (cli_parse_i64(o->name, val, o->lo, o->hi, (int64_t *)dst) != 0)
+            return -1;
+        break;
+    case CLI_INT32: {
+        int64_t v;
+        if (cli_parse_i64(o->name, val, o->lo, o->hi, &v) != 0)
+            return -1;
+        *(int *)dst = (int)v;
+        break;
+    }
+    case CLI_REAL:
+        if (parse_real(o, val, (double *)dst) != 0)
+            return -1;
+        break;
+    case CLI_TEXT: *(const char **)dst = val; break;
+    case CLI_CHOICE:
+        if (parse_choice(o, val, (int *)dst) != 0)
+            return -1;
+        break;
+    case CLI_CUSTOM:
+        if (o->fn(o, val, base) != 0)
+            return -1;
+        break;
+    }
+    if (o->seen)
+        *(int *)(base + o->seen - 1) = 1;
+    return 0;
+}
+
+/* The option called name (the first len bytes of arg), and its group's
+ * struct within opts. */
+static const cli_opt *opt_find(const cli_spec *spec, const char *arg,
+                               size_t len, char *opts, char **base)
+{
+    for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
+        for (const cli_opt *o = spec->groups[g].opts; o->name; o++)
+            if (strlen(o->name) == len && strncmp(o->name, arg, len) == 0) {
+                *base = opts + spec->groups[g].base;
+                return o;
+            }
+    return NULL;
+}
+
+static int defaults_apply(const cli_spec *spec, char *opts)
+{
+    for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
+        for (const cli_opt *o = spec->groups[g].opts; o->name; o++)
+            if (o->def && opt_store(o, o->def, opts + spec->groups[g].base))
+                return -1;
+    return 0;
+}
+
+/* One argument that does not start with "--": a positional one. */
+static int positional(const cli_spec *spec, char *opts, const char *arg,
+                      int *npos)
+{
+    if (*npos >= spec->npositional) {
+        ra_error_set(RA_ERR_ARG, "%s: unexpected argument '%s' (see ringattn "
+                     "%s --help)", spec->name, arg, spec->name);
+        return -1;
+    }
+    ((const char **)(opts + spec->pos_offset))[(*npos)++] = arg;
+    return 0;
+}
+
+int cli_parse(const cli_spec *spec, void *opts_, int argc, char **argv)
+{
+    char *opts = opts_, *base;
+    int npos = 0;
+    if (defaults_apply(spec, opts) != 0)
+        return -1;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
+            return CLI_HELP;
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+            if (positional(spec, opts, arg, &npos) != 0)
+                return -1;
+            continue;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const cli_opt *o = opt_find(spec, arg, len, opts, &base);
+        if (!o) {
+            ra_error_set(RA_ERR_ARG, "%s: unknown option '%.*s' (see ringattn "
+                         "%s --help)", spec->name, (int)len, arg, spec->name);
+            return -1;
+        }
+        const char *val = eq ? eq + 1 : NULL;
+        if (o->kind == CLI_FLAG && val) {
+            ra_error_set(RA_ERR_ARG, "%s takes no value", o->name);
+            return -1;
+        }
+        if (o->kind != CLI_FLAG && !val) {
+            if (i + 1 >= argc) {
+                ra_error_set(RA_ERR_ARG, "%s needs a value", o->name);
+                return -1;
+            }
+            val = argv[++i];
+        }
+        if (opt_store(o, val, base) != 0)
+            return -1;
+    }
+    return CLI_PARSED;
+}
+
+/* Writes text indented by HELP_COLUMN on every line but the first, with
+ * the default appended to its last line, or below it when that is full. */
+static void help_lines(FILE *out, const char *text, const char *def)
+{
+    const char *last = strrchr(text, '\n');
+    const size_t tail = strlen(last ? last + 1 : text);
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n");
+        fprintf(out, "%.*s", (int)len, p);
+        p += len;
+        if (*p == '\n' && *++p)
+            fprintf(out, "\n%*s", HELP_COLUMN, "");
+    }
+    if (def && HELP_COLUMN + tail + strlen(def) + 11 <= 79)
+        fprintf(out, " (default %s)", def);
+    else if (def)
+        fprintf(out, "\n%*s(default %s)", HELP_COLUMN, "", def);
+    fputc('\n', out);
+}
+
+static void help_option(FILE *out, const cli_opt *o)
+{
+    char left[MAX_OPTION_NAME + 32];
+    snprintf(left, sizeof left, "%s%s%s", o->name, o->meta ? " " : "",
+             o->meta ? o->meta : "");
+    if ((int)strlen(left) + 4 > HELP_COLUMN)
+        fprintf(out, "  %s\n%*s", left, HELP_COLUMN, "");
+    else
+        fprintf(out, "  %-*s", HELP_COLUMN - 2, left);
+    help_lines(out, o->help, o->kind == CLI_FLAG ? NULL : o->def);
+}
+
+void cli_help(const cli_spec *spec, FILE *out)
+{
+    fputs(spec->usage, out);
+    fputc('\n', out);
+    for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
+        for (const cli_opt *o = spec->groups[g].opts; o->name; o++)
+            help_option(out, o);
+    fprintf(out, "  %-*s%s\n", HELP_COLUMN - 2, "--help", "this text");
+    if (spec->epilog) {
+        fputc('\n', out);
+        fputs(spec->epilog, out);
+    }
+}
+
+int cli_parse_or_exit(const cli_ctx *ctx, const cli_spec *spec, void *opts,
+                      int argc, char **argv)
+{
+    const int r = cli_parse(spec, opts, argc, argv);
+    if (r == CLI_PARSED)
+        return -1;
+    if (r == CLI_HELP) {
+        if (ctx->rank == 0)
+            cli_help(spec, stdout);
+        return CLI_EXIT_OK;
+    }
+    return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
+}
+
+/* ---- shared groups ------------------------------------------------------- */
 
 void cli_shape_default(cli_shape *cs)
 {
@@ -69,245 +296,138 @@ void cli_shape_finish(cli_shape *cs)
         cs->shape.Dv = cs->shape.D;
 }
 
-/* Every size flag: its name, where it goes, and which "set" flag it marks. */
-typedef struct {
-    const char *name;
-    size_t offset;
-    size_t set_offset; /* 0: none */
-} size_flag;
+#define MAX_SIZE ((int64_t)1 << 40)
+#define SHAPE_AT(f) CLI_FIELD(cli_shape, shape.f, int64_t)
+#define SIZE_OPT(nm, meta_, f, seen_, def_, help_)                            \
+    {.name = nm, .kind = CLI_INT, .meta = meta_, .offset = SHAPE_AT(f),      \
+     .seen = seen_, .lo = 1, .hi = MAX_SIZE, .def = def_, .help = help_}
 
-#define SHAPE_AT(f) offsetof(cli_shape, shape) + offsetof(ra_shape, f)
-static const size_flag size_flags[] = {
-    {"--batch", SHAPE_AT(B), 0},
-    {"--seq", SHAPE_AT(N), 0},
-    {"--seq-kv", SHAPE_AT(M), offsetof(cli_shape, seq_kv_set)},
-    {"--heads", SHAPE_AT(H), 0},
-    {"--kv-heads", SHAPE_AT(G), offsetof(cli_shape, kv_heads_set)},
-    {"--dim", SHAPE_AT(D), 0},
-    {"--dim-v", SHAPE_AT(Dv), offsetof(cli_shape, dim_v_set)},
+const cli_opt cli_seq_opts[] = {
+    SIZE_OPT("--seq", "N", N, 0, "4096", "query length"),
+    {0},
 };
 
-int cli_shape_flag(cli_shape *cs, int argc, char **argv, int *i)
+const cli_opt cli_shape_opts[] = {
+    SIZE_OPT("--batch", "B", B, 0, "1", "batch size"),
+    SIZE_OPT("--seq-kv", "M", M, CLI_SEEN(cli_shape, seq_kv_set), NULL,
+             "key/value length (default N)"),
+    SIZE_OPT("--heads", "H", H, 0, "8", "query heads"),
+    SIZE_OPT("--kv-heads", "G", G, CLI_SEEN(cli_shape, kv_heads_set), NULL,
+             "key/value heads, must divide H (default H)"),
+    SIZE_OPT("--dim", "D", D, 0, "64", "head dim of q and k"),
+    SIZE_OPT("--dim-v", "Dv", Dv, CLI_SEEN(cli_shape, dim_v_set), NULL,
+             "head dim of v (default D)"),
+    {0},
+};
+
+/* "L" or "L,R": keys within L before and R after the aligned diagonal. */
+static int parse_window(const cli_opt *o, const char *val, void *base)
 {
-    for (size_t f = 0; f < sizeof size_flags / sizeof *size_flags; f++) {
-        if (strcmp(argv[*i], size_flags[f].name) != 0)
-            continue;
-        const char *val = cli_value(argc, argv, i);
-        int64_t v;
-        if (!val || cli_parse_i64(size_flags[f].name, val, 1,
-                                  (int64_t)1 << 40, &v) != 0)
-            return -1;
-        *(int64_t *)((char *)cs + size_flags[f].offset) = v;
-        if (size_flags[f].set_offset)
-            *(int *)((char *)cs + size_flags[f].set_offset) = 1;
-        return 1;
+    ra_params *p = base;
+    char left[32];
+    const char *comma = strchr(val, ',');
+    size_t len = comma ? (size_t)(comma - val) : strlen(val);
+    if (len == 0 || len >= sizeof left) {
+        ra_error_set(RA_ERR_ARG, "%s: '%s' is not L or L,R", o->name, val);
+        return -1;
     }
+    memcpy(left, val, len);
+    left[len] = '\0';
+    p->window = 1;
+    p->window_right = 0;
+    if (cli_parse_i64(o->name, left, 0, MAX_SIZE, &p->window_left) != 0 ||
+        (comma && cli_parse_i64(o->name, comma + 1, 0, MAX_SIZE,
+                                &p->window_right) != 0))
+        return -1;
     return 0;
 }
 
-int cli_params_flag(ra_params *p, int argc, char **argv, int *i)
+/* A name of an enum the library names (layout, score): the library's own
+ * names are the one list. */
+static int parse_named(const cli_opt *o, const char *val, void *base,
+                       const char *(*name_of)(int), int count)
 {
-    const char *opt = argv[*i];
-    const char *val;
-    int64_t v;
-    if (strcmp(opt, "--causal") == 0) {
-        p->causal = 1;
-        return 1;
-    }
-    if (strcmp(opt, "--scale") == 0) {
-        if (!(val = cli_value(argc, argv, i)) ||
-            cli_parse_f64(opt, val, &p->scale) != 0)
-            return -1;
-        return 1;
-    }
-    if (strcmp(opt, "--block-q") == 0 || strcmp(opt, "--block-kv") == 0) {
-        if (!(val = cli_value(argc, argv, i)) ||
-            cli_parse_i64(opt, val, 1, 1 << 16, &v) != 0)
-            return -1;
-        if (strcmp(opt, "--block-q") == 0)
-            p->block_q = v;
-        else
-            p->block_kv = v;
-        return 1;
-    }
-    if (strcmp(opt, "--layout") == 0) {
-        if (!(val = cli_value(argc, argv, i)))
-            return -1;
-        return ra_layout_parse(val, &p->layout) == RA_OK ? 1 : -1;
-    }
-    if (strcmp(opt, "--window") == 0) {
-        /* "L" or "L,R": keys within L before and R after the aligned
-         * diagonal */
-        if (!(val = cli_value(argc, argv, i)))
-            return -1;
-        char left[32];
-        const char *comma = strchr(val, ',');
-        size_t len = comma ? (size_t)(comma - val) : strlen(val);
-        if (len == 0 || len >= sizeof left) {
-            ra_error_set(RA_ERR_ARG, "--window: '%s' is not L or L,R", val);
-            return -1;
-        }
-        memcpy(left, val, len);
-        left[len] = '\0';
-        p->window = 1;
-        p->window_right = 0;
-        if (cli_parse_i64("--window", left, 0, (int64_t)1 << 40,
-                          &p->window_left) != 0 ||
-            (comma && cli_parse_i64("--window", comma + 1, 0,
-                                    (int64_t)1 << 40, &p->window_right) != 0))
-            return -1;
-        return 1;
-    }
-    if (strcmp(opt, "--score") == 0) {
-        if (!(val = cli_value(argc, argv, i)))
-            return -1;
-        return ra_score_parse(val, &p->score) == RA_OK ? 1 : -1;
-    }
-    if (strcmp(opt, "--sigma") == 0) {
-        if (!(val = cli_value(argc, argv, i)) ||
-            cli_parse_f64(opt, val, &p->sigma) != 0)
-            return -1;
-        if (!(p->sigma > 0)) {
-            ra_error_set(RA_ERR_ARG, "--sigma: %s is not > 0", val);
-            return -1;
-        }
-        return 1;
-    }
-    if (strcmp(opt, "--threads") == 0) {
-        if (!(val = cli_value(argc, argv, i)) ||
-            cli_parse_i64(opt, val, 1, 1024, &v) != 0)
-            return -1;
-        p->threads = (int)v;
-        return 1;
-    }
-    return 0;
-}
-
-size_t cli_alloc_bytes(const size_t *counts, int n, size_t elem)
-{
-    size_t total = 1, bytes;
-    for (int i = 0; i < n; i++)
-        if (__builtin_add_overflow(total, counts[i], &total))
+    const char *names[8] = {0};
+    for (int i = 0; i < count; i++) {
+        names[i] = name_of(i);
+        if (strcmp(val, names[i]) == 0) {
+            *(int *)((char *)base + o->offset) = i;
             return 0;
-    return __builtin_mul_overflow(total, elem, &bytes) ? 0 : bytes;
-}
-
-int cli_fail(const cli_ctx *ctx, int code, const char *what)
-{
-    if (ctx->rank == 0)
-        fprintf(stderr, "ringattn: %s\n", what);
-    return code;
-}
-
-int cli_exit_code(ra_status st)
-{
-    switch (st) {
-    case RA_OK: return CLI_EXIT_OK;
-    case RA_ERR_ARG:
-    case RA_ERR_INPUT:
-    case RA_ERR_EXISTS: return CLI_EXIT_USAGE;
-    default: return CLI_EXIT_RUNTIME;
+        }
     }
+    char list[256];
+    choice_list(names, list, sizeof list);
+    ra_error_set(RA_ERR_ARG, "%s: unknown %s '%s' (expected %s)", o->name,
+                 o->noun, val, list);
+    return -1;
 }
 
-void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
-                      const ra_params *p, int layout_auto, const char *in,
-                      const char *out)
+/* parse_named() stores the enums as int. */
+_Static_assert(sizeof(ra_layout) == sizeof(int) &&
+                   sizeof(ra_score) == sizeof(int),
+               "the layout and score enums are stored as int");
+
+static const char *layout_name(int i) { return ra_layout_name((ra_layout)i); }
+static const char *score_name(int i) { return ra_score_name((ra_score)i); }
+
+static int parse_layout(const cli_opt *o, const char *val, void *base)
 {
-    if (ctx->rank != 0)
-        return;
-    int64_t bq, bkv;
-    ra_params_tiles(p, s, &bq, &bkv);
-    printf("# ringattn %s\n", RA_VERSION_STRING);
-    if (in)
-        printf("# %-10s %s\n", "input", in);
-    if (out)
-        printf("# %-10s %s\n", "output", out);
-    printf("# %-10s B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld\n",
-           "shape", (long long)s->B, (long long)s->N, (long long)s->M,
-           (long long)s->H, (long long)s->G, (long long)s->D,
-           (long long)s->Dv);
-    printf("# %-10s %s\n", "causal", p->causal ? "yes (j <= i + M - N)" : "no");
-    if (p->window)
-        printf("# %-10s i' - %lld <= j <= i' + %lld (i' = i + M - N)\n",
-               "window", (long long)p->window_left,
-               (long long)p->window_right);
-    if (p->score == RA_SCORE_DOT)
-        printf("# %-10s dot, scale %.9g%s\n", "score", ra_params_scale(p, s),
-               isnan(p->scale) ? " (1/sqrt(D))" : "");
-    else if (p->score == RA_SCORE_GAUSSIAN)
-        printf("# %-10s gaussian, -||q - k||^2 / (2 sigma^2), sigma %.9g\n",
-               "score", p->sigma);
-    else
-        printf("# %-10s additive, w_v . tanh(W_q q + W_k k), A = %lld\n",
-               "score", (long long)(p->additive ? p->additive->A : 0));
-    printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
-           layout_auto ? " (auto)" : "");
-    printf("# %-10s %lld x %lld%s\n", "tiles", (long long)bq, (long long)bkv,
-           p->block_q || p->block_kv ? "" : " (default for D)");
-    printf("# %-10s %d\n", "ranks", ctx->nranks);
-    printf("# %-10s %d per rank\n", "threads",
-           ra_params_threads(p));
-    fflush(stdout);
+    return parse_named(o, val, base, layout_name, RA_LAYOUT_AUTO + 1);
 }
 
-void cli_score_free(cli_score_inputs *si)
+static int parse_score(const cli_opt *o, const char *val, void *base)
 {
-    free(si->mem);
-    si->mem = NULL;
+    return parse_named(o, val, base, score_name, RA_SCORE_ADDITIVE + 1);
 }
 
-ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
-                          cli_score_inputs *si)
-{
-    const int64_t Dk = ra_shape_dk(s);
-    if (Dk != s->D && p->score != RA_SCORE_ADDITIVE)
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset /k: head dim Dk = %lld "
-                            "differs from /q (D = %lld); only --score "
-                            "additive takes keys of another dim", in,
-                            (long long)Dk, (long long)s->D);
-    if (p->score != RA_SCORE_ADDITIVE)
-        return RA_OK;
-    int rank, present;
-    int64_t dims[4];
-    ra_status st = h5io_dataset_dims(in, "/additive/w_v", &rank, dims, &present);
-    if (st != RA_OK)
-        return st;
-    if (!present || rank != 1)
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset /additive/w_v: --score "
-                            "additive needs /additive/w_q (A, D), /additive/w_k "
-                            "(A, Dk) and /additive/w_v (A,)", in);
-    const int64_t A = dims[0];
-    const int64_t f[3] = {A, s->D + Dk + 1, (int64_t)sizeof(float)};
-    const int64_t bytes = ra_count_checked(3, f);
-    if (bytes < 0)
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset /additive/w_v: size "
-                            "A = %lld makes the weights' byte count overflow "
-                            "64 bits", in, (long long)A);
-    si->mem = malloc((size_t)bytes);
-    if (!si->mem)
-        return ra_error_set(RA_ERR_NOMEM, "run: out of memory for weights");
-    const int64_t dq[2] = {A, s->D}, dk[2] = {A, Dk}, dv[1] = {A};
-    float *wq = si->mem, *wk = wq + A * s->D, *wv = wk + A * Dk;
-    const struct {
-        const char *name;
-        int rank;
-        const int64_t *dims;
-        float *out;
-    } w[3] = {{"/additive/w_q", 2, dq, wq}, {"/additive/w_k", 2, dk, wk},
-              {"/additive/w_v", 1, dv, wv}};
-    for (int i = 0; i < 3; i++) {
-        if ((st = h5io_read_weights(in, w[i].name, w[i].rank, w[i].dims,
-                                    w[i].out, &present)) != RA_OK)
-            return st;
-        if (!present)
-            return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: missing; "
-                                "--score additive needs /additive/w_q (A, D), "
-                                "/additive/w_k (A, Dk) and /additive/w_v (A,)",
-                                in, w[i].name);
-    }
-    si->additive = (ra_additive){A, wq, wk, wv};
-    p->additive = &si->additive;
-    return RA_OK;
-}
+#define P_AT(f) offsetof(ra_params, f)
+#define TILE_OPT(nm, f, help_)                                                \
+    {.name = nm, .kind = CLI_INT, .meta = "N",                               \
+     .offset = CLI_FIELD(ra_params, f, int64_t), .lo = 1, .hi = 1 << 16,     \
+     .help = help_}
 
+const cli_opt cli_forward_opts[] = {
+    {.name = "--causal", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(ra_params, causal, int),
+     .help = "query i sees keys j <= i + (M - N) (bottom-right aligned)"},
+    {.name = "--window", .kind = CLI_CUSTOM, .meta = "L[,R]",
+     .fn = parse_window, .help = "sliding window: query i sees keys j with\n"
+     "i' - L <= j <= i' + R, i' = i + (M - N); R defaults to 0"},
+    {.name = "--scale", .kind = CLI_REAL, .meta = "S",
+     .offset = CLI_FIELD(ra_params, scale, double),
+     .rlo = -DBL_MAX, .rhi = DBL_MAX,
+     .help = "dot score scale (default 1/sqrt(D))"},
+    {.name = "--score", .kind = CLI_CUSTOM, .meta = "NAME",
+     .offset = P_AT(score), .noun = "score", .fn = parse_score,
+     .help = "dot (default), gaussian (-||q-k||^2 / (2 sigma^2)) or\n"
+     "additive (w_v . tanh(W_q q + W_k k), weights from the\n"
+     "input's /additive/w_q (A,D), /additive/w_k (A,Dk),\n"
+     "/additive/w_v (A); /k may then have its own dim Dk)"},
+    {.name = "--sigma", .kind = CLI_REAL, .meta = "S",
+     .offset = CLI_FIELD(ra_params, sigma, double),
+     .rlo = 0, .open_lo = 1, .rhi = DBL_MAX,
+     .help = "bandwidth of the gaussian score (default 1)"},
+    TILE_OPT("--block-q", block_q,
+             "query tile rows (default 256; 128 with a window)"),
+    TILE_OPT("--block-kv", block_kv,
+             "key tile rows (default 256 for D <= 64, else 512;\n"
+             "with a window of span w <= 1920: w + 127, rounded up)"),
+    {.name = "--layout", .kind = CLI_CUSTOM, .meta = "NAME",
+     .offset = P_AT(layout), .noun = "layout", .fn = parse_layout,
+     .help = "how the sequence is cut over ranks: contiguous,\n"
+     "zigzag, striped or auto (default: contiguous with a\n"
+     "window, else striped with packed segments, else\n"
+     "zigzag when causal, else contiguous); files keep\n"
+     "the natural token order either way"},
+    {.name = "--threads", .kind = CLI_INT32, .meta = "T",
+     .offset = CLI_FIELD(ra_params, threads, int), .lo = 1, .hi = 1024,
+     .help = "OpenMP threads per rank (default OMP_NUM_THREADS,\n"
+     "or 1 when it is unset)"},
+    {.name = "--stall-timeout", .kind = CLI_REAL, .meta = "SECONDS",
+     .offset = CLI_FIELD(ra_params, stall_timeout, double),
+     .rlo = 0, .rhi = 1e9,
+     .help = "abort when no ring step completes for this long,\n"
+     "naming the step and the rank waited for; 0: never\n"
+     "(default: the library's, far above a healthy step)"},
+    {0},
+};

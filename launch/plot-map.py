@@ -2,26 +2,37 @@
 """plot-map.py: render /attn_map of a ringattn output file as a PNG heatmap.
 
     python3 launch/plot-map.py OUT.h5 MAP.png [--batch B] [--head I]
-                               [--width W] [--reduce max|mean]
+                               [--width W] [--reduce max|mean] [--force]
 
 Keys run along x, queries along y. When M is wider than W pixels, each pixel
 column stands for a run of consecutive keys, reduced by max (default: no
 peak disappears) or mean (the weight mass); the reduction is written on the
-image. Needs python3-h5py and python3-matplotlib (Debian packages).
+image. The PNG is written under a temporary name in its directory and
+renamed when complete; an existing MAP.png is replaced only with --force.
+Exit 0 on success, 2 with one "ringattn:" line for bad input, 1 with one
+line for a failure during the work. Needs python3-h5py and
+python3-matplotlib (Debian packages).
 """
 import argparse
+import os
 import sys
-
-import h5py
-import numpy as np
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import tempfile
 
 
-def downsample(a, width, how):
+class Refused(Exception):
+    """Bad input: exit 2."""
+
+
+class Failed(Exception):
+    """A failure during the work: exit 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise Refused(f"plot-map: {message}")
+
+
+def downsample(np, a, width, how):
     """Columns of a (rows x M) reduced to at most width columns."""
     m = a.shape[1]
     if m <= width:
@@ -35,33 +46,67 @@ def downsample(a, width, how):
     return (np.max(a, axis=2) if how == "max" else np.nanmean(a, axis=2)), group
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("h5")
-    ap.add_argument("png")
-    ap.add_argument("--batch", type=int, default=0)
-    ap.add_argument("--head", type=int, default=0,
-                    help="index into the map's heads (not the model head)")
-    ap.add_argument("--width", type=int, default=1000)
-    ap.add_argument("--reduce", choices=("max", "mean"), default="max")
-    a = ap.parse_args()
-    with h5py.File(a.h5, "r") as f:
-        if "attn_map" not in f:
-            sys.exit(f"plot-map.py: {a.h5}: no dataset /attn_map (run with --attn-map)")
-        d = f["attn_map"]
-        if not (0 <= a.batch < d.shape[0] and 0 <= a.head < d.shape[1]):
-            sys.exit(f"plot-map.py: {a.h5}: /attn_map has shape {d.shape}; "
-                     f"batch {a.batch} or head {a.head} is outside it")
-        w = d[a.batch, a.head].astype(np.float64)
+def check_output(a):
+    """The output path: an existing writable directory, not the input, not
+    an existing file unless --force."""
+    d = os.path.dirname(a.png) or "."
+    if not a.png or a.png.endswith("/"):
+        raise Refused(f"{a.png}: output path must name a file")
+    if not os.path.isdir(d):
+        raise Refused(f"{a.png}: output directory {d}: No such directory")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise Refused(f"{a.png}: output directory {d} is not writable")
+    if os.path.exists(a.png) and os.path.exists(a.h5) and os.path.samefile(a.png, a.h5):
+        raise Refused(f"{a.png}: the output is the input file {a.h5}")
+    if os.path.isdir(a.png):
+        raise Refused(f"{a.png}: output is a directory")
+    if os.path.lexists(a.png) and not a.force:
+        raise Refused(f"{a.png}: output exists; pass --force to replace it")
 
-        def text(name, default):
-            v = f.attrs.get(name, default)
-            return v.decode() if isinstance(v, bytes) else str(v)
 
-        i0 = int(text("attn_map_rows", "0:0").split(":")[0])
-        head = int(text("attn_map_heads", "0").split(",")[a.head])
+def text_attr(f, name, default):
+    v = f.attrs.get(name, default)
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def read_map(h5py, np, a):
+    """The (rows, M) weights of the chosen batch and head, the first query
+    row and the model head they belong to."""
+    if not os.path.isfile(a.h5):
+        raise Refused(f"{a.h5}: cannot open: no such regular file")
+    try:
+        f = h5py.File(a.h5, "r")
+    except OSError as e:
+        raise Refused(f"{a.h5}: cannot open as HDF5: {e}")
+    with f:
+        d = f.get("attn_map")
+        if not isinstance(d, h5py.Dataset):
+            raise Refused(f"{a.h5}: dataset /attn_map: not found (run with --attn-map)")
+        if d.ndim != 4 or d.dtype.kind != "f":
+            raise Refused(f"{a.h5}: dataset /attn_map: expected float (B, heads, rows, M), "
+                          f"found {d.dtype} {d.shape}")
+        if not (a.batch < d.shape[0] and a.head < d.shape[1]):
+            raise Refused(f"{a.h5}: dataset /attn_map has shape {d.shape}; "
+                          f"--batch {a.batch} or --head {a.head} is outside it")
+        try:
+            i0 = int(text_attr(f, "attn_map_rows", "0:0").split(":")[0])
+            head = int(text_attr(f, "attn_map_heads", "0").split(",")[a.head])
+        except (ValueError, IndexError):
+            raise Refused(f"{a.h5}: attribute attn_map_rows or attn_map_heads: "
+                          f"does not describe /attn_map")
+        try:
+            w = d[a.batch, a.head].astype(np.float64)
+        except OSError as e:
+            raise Failed(f"{a.h5}: dataset /attn_map: reading failed: {e}")
+    if w.size == 0 or not np.all(np.isfinite(w)):
+        raise Refused(f"{a.h5}: dataset /attn_map: empty or not finite")
+    return w, i0, head
+
+
+def draw(plt, np, a, w, i0, head):
+    """Writes the figure to a temporary file beside MAP.png, then renames."""
     rows, m = w.shape
-    img, group = downsample(w, a.width, a.reduce)
+    img, group = downsample(np, w, a.width, a.reduce)
     fig, ax = plt.subplots(figsize=(10, max(3.0, min(8.0, 2 + rows / 40))))
     im = ax.imshow(img, aspect="auto", interpolation="nearest", cmap="viridis",
                    extent=(0, m, i0 + rows, i0), vmin=0)
@@ -71,9 +116,66 @@ def main():
     ax.set_title(f"attention weights, batch {a.batch}, head {head} ({note})")
     fig.colorbar(im, ax=ax, label="softmax weight")
     fig.tight_layout()
-    fig.savefig(a.png, dpi=100)
+    d, base = os.path.split(a.png)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.tmp.", dir=d or ".")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            fig.savefig(out, dpi=100, format="png")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, a.png)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    finally:
+        plt.close(fig)
+    return rows, m, note
+
+
+def main(argv):
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("h5")
+    ap.add_argument("png")
+    ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--head", type=int, default=0,
+                    help="index into the map's heads (not the model head)")
+    ap.add_argument("--width", type=int, default=1000)
+    ap.add_argument("--reduce", choices=("max", "mean"), default="max")
+    ap.add_argument("--force", action="store_true")
+    a = ap.parse_args(argv)
+    if a.batch < 0 or a.head < 0 or a.width < 1:
+        raise Refused("plot-map: --batch and --head must be >= 0, --width >= 1")
+    check_output(a)
+    try:
+        import h5py
+        import numpy as np
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise Failed(f"plot-map: {e.name or e} is not installed (Debian: "
+                     f"python3-h5py, python3-matplotlib)")
+    w, i0, head = read_map(h5py, np, a)
+    try:
+        rows, m, note = draw(plt, np, a, w, i0, head)
+    except OSError as e:
+        raise Failed(f"{a.png}: writing failed: {e.strerror or e}")
     print(f"plot-map.py: wrote {a.png} ({rows} queries x {m} keys, {note})")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main(sys.argv[1:])
+    except Refused as e:
+        print(f"ringattn: {e}", file=sys.stderr)
+        sys.exit(2)
+    except Failed as e:
+        print(f"ringattn: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("ringattn: plot-map: interrupted", file=sys.stderr)
+        sys.exit(1)
+    except Exception as e:  # the promise: never a traceback
+        print(f"ringattn: plot-map: failed: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        sys.exit(1)

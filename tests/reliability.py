@@ -249,7 +249,7 @@ CASES = [
      r"--mode: 'fast' is not ring, naive or both"),
     ("bench-json-dir", "bench --json into a missing directory", {},
      ["bench", "--seq", "64", "--json", "nodir/b.json"], 2,
-     r"bench: cannot open --json file nodir/b\.json: No such file or directory"),
+     r"nodir/b\.json: output directory nodir: No such file or directory"),
     ("gen-outdir", "gen into a missing directory", {},
      ["gen", "--out", "nodir/in.h5", "--seq", "16"], 2,
      r"nodir/in\.h5: output directory nodir: No such file or directory"),
@@ -469,8 +469,172 @@ CASES_OUTPUT = [
      r"addnan\.h5: dataset /additive/w_v: non-finite value \(nan\) at index \(i\) = \(2\)"),
 ]
 
+def copy_with(src, edit):
+    """A builder: a copy of src (a common file of the case) changed by
+    edit(f) through h5py."""
+    def build(path):
+        shutil.copyfile(os.path.join(os.path.dirname(path), src), path)
+        with h5py.File(path, "r+") as f:
+            edit(f)
+    return build
+
+
+def set_attrs(**attrs):
+    def edit(f):
+        for name, value in attrs.items():
+            f.attrs[name] = value
+    return edit
+
+
+def add_datasets(**data):
+    def edit(f):
+        for name, value in data.items():
+            f[name] = value
+    return edit
+
+
+def additive_nan(f):
+    """Additive weights for D = 8 with a NaN in /additive/w_k."""
+    w_k = rng_tensor((4, 8))
+    w_k[2, 5] = np.nan
+    f["additive/w_q"], f["additive/w_k"] = rng_tensor((4, 8)), w_k
+    f["additive/w_v"] = rng_tensor((4,))
+
+
+def attn_map(path):
+    """A small output file with /attn_map (1, 1, 4, 6) as run writes it."""
+    with h5py.File(path, "w") as f:
+        f["attn_map"] = np.full((1, 1, 4, 6), 1 / 6, dtype="f4")
+        f.attrs["attn_map_rows"] = "0:4"
+        f.attrs["attn_map_heads"] = "0"
+
+
+def gen_mha(path):
+    subprocess.run([RINGATTN, "gen", "--mha", "--out", path, "--seq", "8",
+                    "--heads", "2", "--dim", "4", "--embed", "8"], env=ENV,
+                   check=True, capture_output=True)
+
+
+def gen_mha_inf(path):
+    """A layer input with +inf at /w_o[1, 2] (flat index 10 of (8, 8))."""
+    gen_mha(path)
+    with h5py.File(path, "r+") as f:
+        set_value("w_o", (1, 2), np.inf)(f)
+
+
+def gen_mha_nan_x(path):
+    """A layer input with NaN at /x[0, 7, 3] (the last token)."""
+    gen_mha(path)
+    with h5py.File(path, "r+") as f:
+        set_value("x", (0, 7, 3), np.nan)(f)
+
+
+def write_text(text):
+    return lambda p: open(p, "w").write(text)
+
+
+BENCH_SMALL = ["bench", "--seq", "16", "--heads", "1", "--dim", "8", "--reps",
+               "1", "--warmup", "0", "--check-rows", "1"]
+VERIFY = ["verify", "--in", "good.h5", "--out"]
+
 # The tools beside run: options, bench, verify, plot-map.
 CASES_TOOLS = [
+    ("option-equals", "--name=value is parsed like --name value", {},
+     ["run", "--in=good.h5", "--out=o.h5", "--block-q=0"], 2,
+     r"--block-q: 0 is outside \[1, 65536\]"),
+    ("flag-with-value", "a flag given a value: --causal=1", {},
+     RUN + ["good.h5", "--causal=1"], 2, r"--causal takes no value"),
+    ("int-overflow", "--block-q beyond int64: said to be out of range", {},
+     RUN + ["good.h5", "--block-q", "99999999999999999999"], 2,
+     r"--block-q: 99999999999999999999 is outside \[1, 65536\]"),
+    ("scale-subnormal", "--scale 1e-320: subnormal, not 'not finite'", {},
+     RUN + ["good.h5", "--scale", "1e-320"], 2,
+     r"--scale: '1e-320' is too small in magnitude \(subnormal"),
+    ("scale-underflow", "--scale 1e-400 underflows to 0", {},
+     RUN + ["good.h5", "--scale", "1e-400"], 2,
+     r"--scale: '1e-400' is too small in magnitude \(underflows to 0\)"),
+    ("sigma-zero", "--sigma 0", {}, RUN + ["good.h5", "--sigma", "0"], 2,
+     r"--sigma: must be > 0, got 0"),
+    ("stall-negative", "--stall-timeout -1", {},
+     RUN + ["good.h5", "--stall-timeout", "-1"], 2,
+     r"--stall-timeout: must be >= 0, got -1"),
+    ("mha-out-is-input", "run --mha --out naming its input", {"mha.h5": gen_mha},
+     ["run", "--mha", "--in", "mha.h5", "--out", "mha.h5", "--force"], 2,
+     r"mha\.h5: the output is the input file"),
+    ("bench-json-full", "bench --json /dev/full: results lost", {},
+     BENCH_SMALL + ["--json", "/dev/full"], 1,
+     r"/dev/full: writing the results failed: No space left on device"),
+    ("bench-csv-full", "bench --csv /dev/full: results lost", {},
+     BENCH_SMALL + ["--csv", "/dev/full"], 1,
+     r"/dev/full: writing the results failed: No space left on device"),
+    ("bench-json-is-dir", "bench --json names a directory", {"adir": os.mkdir},
+     BENCH_SMALL + ["--json", "adir"], 2, r"adir: output is a directory"),
+    ("bench-nomem", "bench whose slices exceed the address space (was a double free)", {},
+     ["bench", "--seq", "1099511627776", "--heads", "1", "--dim", "32", "--reps",
+      "1", "--warmup", "0", "--lens", "random"], 1,
+     r"cannot allocate the local tensors \([0-9.e+]+ GB on rank 0\)"),
+    ("bench-naive-score", "bench --mode both --score gaussian (naive is dot only)", {},
+     BENCH_SMALL + ["--mode", "both", "--score", "gaussian"], 2,
+     r"bench: --mode naive/both takes the contiguous layout, the dot score"),
+    ("verify-nan-scale", "verify: the output's scale attribute is NaN",
+     {"nanscale.h5": copy_with("out_old.h5", set_attrs(scale=np.nan))},
+     VERIFY + ["nanscale.h5"], 2,
+     r"nanscale\.h5: attribute scale: nan is not a finite number"),
+    ("verify-negative-window", "verify: window_left attribute -3",
+     {"negwin.h5": copy_with("out_old.h5", set_attrs(window=1, window_left=-3))},
+     VERIFY + ["negwin.h5"], 2,
+     r"negwin\.h5: attribute window_left: -3 is outside \[0, "),
+    ("verify-lens-range", "verify: /q_lens[1] = 41 > N = 40",
+     {"lbig.h5": copy_with("good.h5", add_datasets(q_lens=np.array([40, 41])))},
+     ["verify", "--in", "lbig.h5", "--out", "out_old.h5"], 2,
+     r"lbig\.h5: dataset /q_lens: value 41 at index 1 is outside \[0, N=40\]"),
+    ("verify-segments-shape", "verify: /q_segments (2, 39) with N = 40",
+     {"sbad.h5": copy_with("good.h5", add_datasets(
+         q_segments=np.zeros((2, 39), "i8"), kv_segments=np.zeros((2, 24), "i8")))},
+     ["verify", "--in", "sbad.h5", "--out", "out_old.h5"], 2,
+     r"sbad\.h5: dataset /q_segments: expected shape \(B, N\) = \(2, 40\), found \(2, 39\)"),
+    ("verify-additive-nan", "verify: NaN in /additive/w_k of an additive run",
+     {"addnan.h5": copy_with("good.h5", additive_nan),
+      "addout.h5": copy_with("out_old.h5", set_attrs(score="additive"))},
+     ["verify", "--in", "addnan.h5", "--out", "addout.h5"], 2,
+     r"addnan\.h5: dataset /additive/w_k: non-finite value \(nan\) at flat index 21$"),
+    ("run-additive-nan", "run --score additive with NaN in /additive/w_k",
+     {"addnan.h5": copy_with("good.h5", additive_nan)},
+     ["run", "--in", "addnan.h5", "--out", "o.h5", "--score", "additive"], 2,
+     r"addnan\.h5: dataset /additive/w_k: non-finite value \(nan\) at flat index 21; pass --allow-nonfinite"),
+    ("mha-weight-inf", "run --mha with inf in /w_o",
+     {"mhainf.h5": gen_mha_inf},
+     ["run", "--mha", "--in", "mhainf.h5", "--out", "o.h5"], 2,
+     r"mhainf\.h5: dataset /w_o: non-finite value \(inf\) at flat index 10"),
+    ("mha-x-nan", "run --mha with NaN at /x[0, 7, 3]", {"mhanan.h5": gen_mha_nan_x},
+     ["run", "--mha", "--in", "mhanan.h5", "--out", "o.h5"], 2,
+     r"mhanan\.h5: dataset /x: non-finite value \(nan\) at index \(b, i, e\) = \(0, 7, 3\)"),
+    ("plot-missing", "plot-map of a missing file", {},
+     ["plot-map", "nope.h5", "map.png"], 2, r"nope\.h5: cannot open"),
+    ("plot-no-map", "plot-map of an output without /attn_map", {},
+     ["plot-map", "out_old.h5", "map.png"], 2,
+     r"out_old\.h5: dataset /attn_map: not found"),
+    ("plot-text", "plot-map of a text file", {"text3.h5": write_text("x" * 64)},
+     ["plot-map", "text3.h5", "map.png"], 2, r"text3\.h5: cannot open as HDF5"),
+    ("plot-head", "plot-map --head outside the map", {"map.h5": attn_map},
+     ["plot-map", "map.h5", "map.png", "--head", "3"], 2,
+     r"map\.h5: dataset /attn_map has shape \(1, 1, 4, 6\); --batch 0 or --head 3"),
+    ("plot-width", "plot-map --width 0", {"map.h5": attn_map},
+     ["plot-map", "map.h5", "map.png", "--width", "0"], 2,
+     r"--width: 0 is outside \[1, 100000\]"),
+    ("plot-exists", "plot-map onto an existing PNG without --force",
+     {"map.h5": attn_map, "old.png": write_text("an older picture")},
+     ["plot-map", "map.h5", "old.png"], 2,
+     r"old\.png: output exists; pass --force to replace it"),
+    ("plot-outdir", "plot-map into a missing directory", {"map.h5": attn_map},
+     ["plot-map", "map.h5", "nodir/map.png"], 2,
+     r"nodir/map\.png: output directory nodir: No such file or directory"),
+    ("plot-is-input", "plot-map --force onto its own input", {"map.h5": attn_map},
+     ["plot-map", "map.h5", "map.h5", "--force"], 2,
+     r"map\.h5: the output is the input file"),
+    ("plot-option", "plot-map --reduce min", {"map.h5": attn_map},
+     ["plot-map", "map.h5", "map.png", "--reduce", "min"], 2,
+     r"--reduce: 'min' is not max or mean"),
 ]
 
 # The compute: scores out of float32 range, hangs, non-finite inputs.
@@ -918,10 +1082,53 @@ def fault_allow_nonfinite(work):
     return problems
 
 
+def fault_bench_few_tokens(work):
+    """bench with more ranks than tokens (4 ranks, N = 1, 2, 3): every
+    collective must match, so the job ends, with exit 0 and PASS rows."""
+    args = ["bench", "--seq", "1,2,3", "--heads", "2", "--dim", "8", "--reps",
+            "1", "--warmup", "0"]
+    try:
+        r = mpirun(args, np_=4, cwd=work, timeout=90)
+    except subprocess.TimeoutExpired:
+        print("FAIL bench-few-tokens: 4 ranks, N = 1..3: still running after 90 s")
+        return ["bench with more ranks than tokens hangs"]
+    rows = [l for l in r.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    ok = r.returncode == 0 and len(rows) == 3 and all(l.endswith("PASS") for l in rows)
+    print(f"{'ok' if ok else 'FAIL':4} bench-few-tokens: 4 ranks, N = 1..3: exit "
+          f"{r.returncode}, {len(rows)} rows, verdicts "
+          f"{[l.split()[-1] for l in rows]}")
+    return [] if ok else [f"bench few tokens: exit {r.returncode}: {r.stderr[:300]}"]
+
+
+def fault_verify_nan(work):
+    """verify of an output with NaN in a row the sample does not check: the
+    NaN scan covers every row, so the verdict is FAIL (exit 1)."""
+    run = lambda args: subprocess.run([RINGATTN] + args, env=ENV, cwd=work,
+                                      capture_output=True, text=True)
+    run(["gen", "--out", "vn_in.h5", "--seq", "64", "--heads", "2", "--dim", "8"])
+    run(["run", "--in", "vn_in.h5", "--out", "vn_out.h5"])
+    problems = []
+    for name, index in (("o", (0, 50, 1, 3)), ("lse", (0, 1, 50))):
+        shutil.copyfile(os.path.join(work, "vn_out.h5"), os.path.join(work, "vn_nan.h5"))
+        with h5py.File(os.path.join(work, "vn_nan.h5"), "r+") as f:
+            set_value(name, index, np.nan)(f)
+        r = mpirun(["verify", "--in", "vn_in.h5", "--out", "vn_nan.h5", "--sample",
+                    "1", "--seed", "3"], cwd=work, timeout=120)
+        ok = r.returncode == 1 and "NaN values in all rows 1," in r.stdout \
+            and r.stdout.rstrip().endswith("FAIL")
+        print(f"{'ok' if ok else 'FAIL':4} verify-nan-/{name}: a NaN outside the "
+              f"sample: exit {r.returncode}: {r.stdout.strip()[-90:]}")
+        if not ok:
+            problems.append(f"verify of a NaN in /{name}: exit {r.returncode}: "
+                            f"{r.stdout.strip()[-200:]}")
+    return problems
+
+
 def run_faults():
     work = tempfile.mkdtemp(prefix="ra_fault_")
     try:
-        return (fault_enospc(work) + fault_locked(work) +
+        return (fault_bench_few_tokens(work) + fault_verify_nan(work) +
+                fault_enospc(work) + fault_locked(work) +
                 fault_long_command_line(work) + fault_large_scores(work) +
                 fault_allow_nonfinite(work) + fault_signals(work) +
                 fault_stale(work) + fault_kill(work) +

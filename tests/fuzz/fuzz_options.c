@@ -1,6 +1,6 @@
 /* fuzz_options.c: libFuzzer harness for the command-line parsers: the
- * forward-pass options (cli_params_flag), the shape flags (cli_shape_flag),
- * and the whole `bench` option parser with its --seq list. The input is a
+ * options registry (cli_parse) over the forward-pass and shape groups, and
+ * the whole `bench` option parser with its --seq list. The input is a
  * list of arguments separated by NUL bytes. Invariants checked: a parser
  * either takes an argument or fails with a message set; whatever it
  * accepts is in range (abort() otherwise, which the fuzzer reports). */
@@ -46,25 +46,35 @@ static void check_message(void)
         abort(); /* a failure must say why */
 }
 
-/* The run/gen style loop: params and shape flags, anything else skipped. */
-static void parse_run_style(int argc, char **argv)
-{
+/* The run/gen style parse: the shared groups of the options registry. */
+typedef struct {
     ra_params p;
     cli_shape cs;
-    ra_params_default(&p);
-    cli_shape_default(&cs);
-    for (int i = 1; i < argc; i++) {
-        ra_error_clear();
-        int taken = cli_params_flag(&p, argc, argv, &i);
-        if (taken == 0)
-            taken = cli_shape_flag(&cs, argc, argv, &i);
-        if (taken < 0) {
-            check_message();
-            return;
-        }
-        if (i >= argc)
-            abort(); /* consumed a value that is not there */
+} run_style;
+
+static const cli_spec run_style_spec = {
+    .name = "fuzz",
+    .usage = "",
+    .groups = {{cli_forward_opts, offsetof(run_style, p)},
+               {cli_seq_opts, offsetof(run_style, cs)},
+               {cli_shape_opts, offsetof(run_style, cs)}},
+};
+
+static void parse_run_style(int argc, char **argv)
+{
+    run_style rs;
+    ra_params_default(&rs.p);
+    cli_shape_default(&rs.cs);
+    ra_error_clear();
+    const int parsed = cli_parse(&run_style_spec, &rs, argc, argv);
+    if (parsed < 0) {
+        check_message();
+        return;
     }
+    if (parsed == CLI_HELP)
+        return;
+    const ra_params p = rs.p;
+    cli_shape cs = rs.cs;
     check_params(&p);
     cli_shape_finish(&cs);
     if (ra_shape_check(&cs.shape) != RA_OK)

@@ -1,0 +1,250 @@
+/* bench_check.c: what `ringattn bench` regenerates and checks: the random
+ * masks of a configuration, the exact count of visible pairs, and a sampled
+ * fp64 check of the output against inputs regenerated from the seed. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "internal.h"
+#include "kernel.h"
+
+void bench_masks_free(bench_masks *bm)
+{
+    free(bm->q_lens);
+    free(bm->kv_lens);
+    free(bm->q_seg);
+    free(bm->kv_seg);
+    memset(bm, 0, sizeof *bm);
+}
+
+/* The key side's segment stream: the query one when /segments serves both. */
+static uint64_t kv_segment_stream(const ra_shape *s)
+{
+    return s->N == s->M ? STREAM_Q_SEGMENTS : STREAM_KV_SEGMENTS;
+}
+
+ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
+                           const ra_slice *qs, const ra_slice *ks,
+                           bench_masks *bm)
+{
+    memset(bm, 0, sizeof *bm);
+    const uint64_t seed = (uint64_t)o->seed;
+    if (o->lens) {
+        bm->q_lens = malloc(sizeof(int64_t) * (size_t)s->B);
+        bm->kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
+        if (!bm->q_lens || !bm->kv_lens)
+            return ra_error_set(RA_ERR_NOMEM, "bench: out of memory for lens");
+        ra_random_lens(seed, STREAM_Q_LENS, s->B, s->N, bm->q_lens);
+        ra_random_lens(seed, STREAM_KV_LENS, s->B, s->M, bm->kv_lens);
+    }
+    if (o->segment_avg > 0) {
+        bm->q_seg = malloc(sizeof(int64_t) * (size_t)(s->B * qs->count + 1));
+        bm->kv_seg = malloc(sizeof(int64_t) * (size_t)(s->B * ks->count + 1));
+        if (!bm->q_seg || !bm->kv_seg)
+            return ra_error_set(RA_ERR_NOMEM, "bench: out of memory for "
+                                              "segments");
+        ra_random_segments(seed, STREAM_Q_SEGMENTS, s->B, s->N,
+                           o->segment_avg, qs, bm->q_seg);
+        ra_random_segments(seed, kv_segment_stream(s), s->B, s->M,
+                           o->segment_avg, ks, bm->kv_seg);
+    }
+    bm->view = (ra_masks){bm->q_lens, bm->kv_lens, bm->q_seg, bm->kv_seg};
+    return RA_OK;
+}
+
+/* Segment ids of all M keys of batch b (contiguous), for checks and
+ * counts; NULL without segments or memory. */
+static int64_t *all_kv_segments(const bench_opts *o, const ra_shape *s,
+                                int64_t b)
+{
+    if (o->segment_avg <= 0)
+        return NULL;
+    const ra_slice all = {1, {{0, s->M, 1}}, s->M};
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
+    if (ids)
+        ra_random_segments((uint64_t)o->seed, kv_segment_stream(s), s->B,
+                           s->M, o->segment_avg, &all, ids);
+    if (ids && b > 0)
+        memmove(ids, ids + b * s->M, sizeof(int64_t) * (size_t)s->M);
+    return ids;
+}
+
+/* The keys [*a, *b) whose segment id is id (ids are numbered in order). */
+static void segment_run(const int64_t *kseg, int64_t M, int64_t id,
+                        int64_t *a, int64_t *b)
+{
+    *a = 0;
+    while (*a < M && kseg[*a] < id)
+        (*a)++;
+    *b = *a;
+    while (*b < M && kseg[*b] == id)
+        (*b)++;
+}
+
+/* Visible pairs of the local queries of batch b: each row's keys are an
+ * interval (causal, window, lens) intersected with its segment's run. */
+static double batch_pairs(const bench_opts *o, const ra_shape *s,
+                          const ra_slice *qs, const bench_masks *bm,
+                          const int64_t *kseg, int64_t b)
+{
+    const ra_params *p = &o->p;
+    const int64_t diag = s->M - s->N, wide = INT64_MAX / 4;
+    const int64_t lo = p->window ? diag - p->window_left : -wide;
+    int64_t hi = p->causal ? diag : wide;
+    if (p->window && diag + p->window_right < hi)
+        hi = diag + p->window_right;
+    const int64_t q_len = bm->q_lens ? bm->q_lens[b] : s->N;
+    const int64_t kv_len = bm->kv_lens ? bm->kv_lens[b] : s->M;
+    int64_t run_a = 0, run_b = 0, run_id = -1; /* cached segment run */
+    double pairs = 0;
+    for (int64_t i = 0; i < qs->count; i++) {
+        const int64_t qp = ra_slice_pos(qs, i);
+        if (qp >= q_len)
+            continue;
+        int64_t first = qp + lo > 0 ? qp + lo : 0;
+        int64_t last = qp + hi < kv_len - 1 ? qp + hi : kv_len - 1;
+        if (kseg) {
+            const int64_t id = bm->q_seg[b * qs->count + i];
+            if (id != run_id)
+                segment_run(kseg, s->M, run_id = id, &run_a, &run_b);
+            first = first > run_a ? first : run_a;
+            last = last < run_b - 1 ? last : run_b - 1;
+        }
+        if (last >= first)
+            pairs += (double)(last - first + 1);
+    }
+    return pairs;
+}
+
+double bench_local_pairs(const bench_opts *o, const ra_shape *s,
+                         const ra_slice *qs, const bench_masks *bm)
+{
+    double pairs = 0;
+    for (int64_t b = 0; b < s->B; b++) {
+        int64_t *kseg = all_kv_segments(o, s, b);
+        if (o->segment_avg > 0 && !kseg)
+            return NAN;
+        pairs += batch_pairs(o, s, qs, bm, kseg, b);
+        free(kseg);
+    }
+    return pairs;
+}
+
+/* ---- the fp64 check ---------------------------------------------------- */
+
+/* Scratch of the check: K (M, D) and V (M, Dv) of one kv head, one query
+ * row, its reference and scores, and the key segment ids of one batch. */
+typedef struct {
+    double *kd, *vd, *qd, *ref, *sc;
+    float *tmp;
+    int64_t *kseg;
+} check_scratch;
+
+/* Regenerates row j of (b, *, head, dim) of stream `stream` as doubles. */
+static void regen_row(const bench_opts *o, uint64_t stream, int64_t len,
+                      int64_t heads, int64_t dim, int64_t b, int64_t j,
+                      int64_t head, float *tmp, double *out)
+{
+    ra_random_normal((uint64_t)o->seed, stream,
+                     (uint64_t)(((b * len + j) * heads + head) * dim), dim, tmp);
+    for (int64_t d = 0; d < dim; d++)
+        out[d] = tmp[d];
+}
+
+/* Compares local row i, head h of batch b with its reference: sums as in
+ * bench_check_output(). */
+static void check_one(const bench_opts *o, const ra_shape *s,
+                      const ra_slice *qs, const bench_masks *bm,
+                      check_scratch *w, int64_t b, int64_t h, int64_t i,
+                      const float *out, const float *lse, double err[3])
+{
+    const ra_params *p = &o->p;
+    const ra_ref_score score = {p->score, ra_params_scale(p, s), p->sigma,
+                                p->additive, s->D};
+    const int64_t n = qs->count;
+    int64_t gi = ra_slice_pos(qs, i);
+    regen_row(o, STREAM_Q, s->N, s->H, s->D, b, gi, h, w->tmp, w->qd);
+    const ra_mask mk = {.causal = p->causal, .diag = s->M - s->N,
+                        .window = p->window, .left = p->window_left,
+                        .right = p->window_right, .qpos = &gi,
+                        .q_lens = bm->q_lens ? bm->q_lens + b : NULL,
+                        .kv_lens = bm->kv_lens ? bm->kv_lens + b : NULL,
+                        .q_seg = w->kseg ? bm->q_seg + b * n + i : NULL,
+                        .k_seg = w->kseg};
+    double lref;
+    ra_reference_scored(&score, 1, s->M, s->D, s->Dv, &mk, w->qd, s->D, w->kd,
+                        s->D, w->vd, s->Dv, w->ref, s->Dv, &lref, w->sc);
+    const float *orow = out + ((b * n + i) * s->H + h) * s->Dv;
+    for (int64_t d = 0; d < s->Dv; d++) {
+        const double e = orow[d] - w->ref[d];
+        err[0] += e * e;
+        err[1] += w->ref[d] * w->ref[d];
+        if (isnan(orow[d]))
+            err[2] = INFINITY;
+    }
+    const double l = lse[(b * s->H + h) * n + i];
+    if (isinf(lref) || !isfinite(l))
+        err[2] = fmax(err[2], isinf(lref) && isinf(l) && l < 0 ? 0.0
+                                                               : INFINITY);
+    else
+        err[2] = fmax(err[2], fabs(l - lref) / fmax(1.0, fabs(lref)));
+}
+
+/* Batch b: every kv head's K and V regenerated once, then the sampled rows
+ * of its query heads, spread as first, last, then evenly between. */
+static void check_batch(const bench_opts *o, const ra_shape *s,
+                        const ra_slice *qs, const bench_masks *bm,
+                        check_scratch *w, int64_t b, const float *out,
+                        const float *lse, double err[3])
+{
+    const int64_t n = qs->count, rep = s->H / s->G;
+    for (int64_t g = 0; g < s->G; g++) {
+        for (int64_t j = 0; j < s->M; j++) {
+            regen_row(o, STREAM_K, s->M, s->G, s->D, b, j, g, w->tmp,
+                      w->kd + j * s->D);
+            regen_row(o, STREAM_V, s->M, s->G, s->Dv, b, j, g, w->tmp,
+                      w->vd + j * s->Dv);
+        }
+        for (int64_t h = g * rep; h < (g + 1) * rep; h++)
+            for (int64_t c = 0; c < o->check_rows && c < n; c++) {
+                const int64_t i = c == 0 ? 0 : c == 1 ? n - 1
+                                  : (c * n) / (o->check_rows + 1);
+                check_one(o, s, qs, bm, w, b, h, i, out, lse, err);
+            }
+    }
+}
+
+void bench_check_output(const bench_opts *o, const ra_shape *s,
+                        const ra_slice *qs, const bench_masks *bm,
+                        const float *out, const float *lse, double err[3])
+{
+    if (qs->count == 0 || o->check_rows == 0)
+        return;
+    const int64_t Dmax = s->D > s->Dv ? s->D : s->Dv;
+    check_scratch w = {
+        .kd = malloc(sizeof(double) * (size_t)(s->M * s->D)),
+        .vd = malloc(sizeof(double) * (size_t)(s->M * s->Dv)),
+        .qd = malloc(sizeof(double) * (size_t)s->D),
+        .ref = malloc(sizeof(double) * (size_t)s->Dv),
+        .sc = malloc(sizeof(double) * (size_t)s->M),
+        .tmp = malloc(sizeof(float) * (size_t)Dmax)};
+    const int64_t batches[2] = {0, s->B - 1};
+    const int ok = w.kd && w.vd && w.qd && w.ref && w.sc && w.tmp;
+    for (int bi = 0; ok && bi < (s->B > 1 ? 2 : 1); bi++) {
+        free(w.kseg);
+        w.kseg = all_kv_segments(o, s, batches[bi]);
+        if (o->segment_avg > 0 && !w.kseg)
+            break;
+        check_batch(o, s, qs, bm, &w, batches[bi], out, lse, err);
+    }
+    if (!ok || (o->segment_avg > 0 && !w.kseg))
+        err[2] = INFINITY; /* could not check: fails the verdict */
+    free(w.kseg);
+    free(w.kd);
+    free(w.vd);
+    free(w.qd);
+    free(w.ref);
+    free(w.sc);
+    free(w.tmp);
+}

@@ -1,0 +1,159 @@
+/* bench_measure.c: the measurements of `ringattn bench` besides the pass
+ * itself: medians and spreads over ranks, peak RSS, the sgemm yardstick and
+ * a comm-only ring for bandwidth. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cblas.h>
+
+#include "bench.h"
+#include "internal.h"
+
+int openblas_get_num_threads(void);
+void openblas_set_num_threads(int num_threads);
+
+/* Messages of a comm-only ring go in parts of at most this many floats:
+ * MPI counts are int. */
+enum { RING_PART = 1 << 30, RING_TAG = 11, TIMED_REPS = 3 };
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *a, int64_t n)
+{
+    qsort(a, (size_t)n, sizeof *a, cmp_double);
+    return n % 2 ? a[n / 2] : 0.5 * (a[n / 2 - 1] + a[n / 2]);
+}
+
+spread bench_spread(MPI_Comm comm, double x)
+{
+    int P;
+    MPI_Comm_size(comm, &P);
+    spread s;
+    MPI_Allreduce(&x, &s.min, 1, MPI_DOUBLE, MPI_MIN, comm);
+    MPI_Allreduce(&x, &s.max, 1, MPI_DOUBLE, MPI_MAX, comm);
+    MPI_Allreduce(&x, &s.avg, 1, MPI_DOUBLE, MPI_SUM, comm);
+    s.avg /= P;
+    return s;
+}
+
+int bench_rss_reset(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f)
+        return -1;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+double bench_rss_peak(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lf kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024.0;
+}
+
+/* Median of TIMED_REPS after a warm-up; every rank runs the same number of
+ * barriers whether or not its memory was granted (0 GFLOP/s then). */
+double bench_sgemm_rate(MPI_Comm comm, int threads)
+{
+    const size_t n = SGEMM_N;
+    float *a = malloc(n * n * sizeof(float) * 3);
+    float *b = a ? a + n * n : NULL, *c = a ? b + n * n : NULL;
+    if (a)
+        ra_random_normal(5, 0, 0, (int64_t)(2 * n * n), a);
+    const int saved = openblas_get_num_threads();
+    openblas_set_num_threads(threads);
+    double t[TIMED_REPS];
+    for (int rep = -1; rep < TIMED_REPS; rep++) {
+        MPI_Barrier(comm);
+        double t0 = MPI_Wtime();
+        if (a)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n,
+                        (int)n, (int)n, 1.0f, a, (int)n, b, (int)n, 0.0f, c,
+                        (int)n);
+        if (rep >= 0)
+            t[rep] = MPI_Wtime() - t0;
+    }
+    openblas_set_num_threads(saved);
+    free(a);
+    return a ? 2.0 * (double)n * n * n / bench_median(t, TIMED_REPS) * 1e-9
+             : 0.0;
+}
+
+/* The floats rank i holds of the key/value blocks under a layout. */
+static int64_t block_floats(const ra_shape *s, ra_layout lay, int i, int P)
+{
+    return s->B * ra_layout_slice(lay, s->M, i, P).count * s->G *
+           (s->D + s->Dv);
+}
+
+/* The part of a count-long message starting at element at: at most
+ * RING_PART elements, 0 past its end. */
+static int part_of(int64_t count, int64_t at)
+{
+    return (int)(count <= at ? 0 : count - at < RING_PART ? count - at
+                                                          : RING_PART);
+}
+
+/* One timed pass of P - 1 steps. Every rank makes the same number of
+ * Sendrecv calls at every step (parts of the largest block, empty ones
+ * included), so that the calls match whatever the slices hold. */
+static double ring_pass(MPI_Comm comm, const ra_shape *s, ra_layout lay,
+                        float *buf, int64_t cap, double *bytes)
+{
+    int P, r;
+    MPI_Comm_size(comm, &P);
+    MPI_Comm_rank(comm, &r);
+    const int64_t parts = cap / RING_PART + 1;
+    MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    *bytes = 0;
+    for (int step = 0; step + 1 < P; step++) {
+        const int64_t sc = block_floats(s, lay, (r - step + P) % P, P);
+        const int64_t rc = block_floats(s, lay, (r - step - 1 + P) % P, P);
+        float *out = buf + (step & 1) * cap, *in = buf + ((step + 1) & 1) * cap;
+        for (int64_t i = 0; i < parts; i++) {
+            const int64_t at = i * RING_PART;
+            const int sn = part_of(sc, at), rn = part_of(rc, at);
+            MPI_Sendrecv(out + (sn ? at : 0), sn, MPI_FLOAT, (r + 1) % P,
+                         RING_TAG, in + (rn ? at : 0), rn, MPI_FLOAT,
+                         (r - 1 + P) % P, RING_TAG, comm, MPI_STATUS_IGNORE);
+        }
+        *bytes += 4.0 * (double)sc;
+    }
+    return MPI_Wtime() - t0;
+}
+
+double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s, ra_layout lay)
+{
+    int P;
+    MPI_Comm_size(comm, &P);
+    if (P == 1)
+        return 0.0;
+    int64_t cap = 0;
+    for (int i = 0; i < P; i++)
+        cap = block_floats(s, lay, i, P) > cap ? block_floats(s, lay, i, P)
+                                               : cap;
+    float *buf = calloc((size_t)(2 * cap + 2), sizeof(float));
+    int bad = buf == NULL, any_bad = 0;
+    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+    double t[TIMED_REPS], bytes = 0;
+    for (int rep = -1; rep < TIMED_REPS && !any_bad; rep++) {
+        const double secs = ring_pass(comm, s, lay, buf, cap, &bytes);
+        if (rep >= 0)
+            t[rep] = secs;
+    }
+    free(buf);
+    const double secs = any_bad ? 0 : bench_median(t, TIMED_REPS);
+    return secs > 0 ? bytes / secs * 1e-9 : 0.0;
+}

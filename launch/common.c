@@ -1,0 +1,181 @@
+/* common.c: what the drivers share: the one output check with agreement,
+ * the one allocator of a rank's tensors, the one check of a run's
+ * parameters, the score's weights, failure reporting and the parameter
+ * echo. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "agree.h"
+#include "cli.h"
+#include "h5io.h"
+#include "internal.h"
+
+void cli_params_finish(ra_params *p)
+{
+    if (p->threads == 0)
+        p->threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
+}
+
+/* The name of a parameter in a message: the option, or the file's
+ * attribute. */
+static const char *param_name(char *buf, size_t len, const char *file,
+                              const char *option, const char *attr)
+{
+    if (!file)
+        return option;
+    snprintf(buf, len, "%s: attribute %s", file, attr);
+    return buf;
+}
+
+ra_status cli_params_check(const ra_params *p, const ra_shape *s,
+                           const char *file)
+{
+    char name[512];
+    const int64_t limit = (int64_t)1 << 40;
+    if (isnan(p->scale) ? file != NULL : !isfinite(p->scale))
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %g is not "
+                            "a finite number", param_name(name, sizeof name,
+                            file, "--scale", "scale"), p->scale);
+    if (p->window && (p->window_left < 0 || p->window_left > limit))
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %lld is "
+                            "outside [0, %lld]", param_name(name, sizeof name,
+                            file, "--window", "window_left"),
+                            (long long)p->window_left, (long long)limit);
+    if (p->window && (p->window_right < 0 || p->window_right > limit))
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %lld is "
+                            "outside [0, %lld]", param_name(name, sizeof name,
+                            file, "--window", "window_right"),
+                            (long long)p->window_right, (long long)limit);
+    if (p->score == RA_SCORE_GAUSSIAN && !(p->sigma > 0 && isfinite(p->sigma)))
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %g is not "
+                            "a finite number > 0", param_name(name, sizeof
+                            name, file, "--sigma", "sigma"), p->sigma);
+    return ra_shape_check(s);
+}
+
+ra_status cli_output_agree(const cli_ctx *ctx, const char *out, int force,
+                           const char *const *inputs)
+{
+    ra_status st = RA_OK;
+    if (ctx->rank == 0)
+        st = h5io_output_check(out, force, inputs);
+    return ra_agree(ctx->comm, st);
+}
+
+/* n0 * n1 * n2 * n3 as a size_t count, or 0 (with a message) on overflow. */
+static int count_of(size_t *out, int64_t n0, int64_t n1, int64_t n2,
+                    int64_t n3)
+{
+    int64_t c = ra_mul_checked(ra_mul_checked(n0, n1), ra_mul_checked(n2, n3));
+    if (c < 0 || n0 < 0 || n1 < 0 || n2 < 0 || n3 < 0)
+        return -1;
+    *out = (size_t)c;
+    return 0;
+}
+
+ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s, ra_layout lay,
+                            int rank, int nranks)
+{
+    memset(t, 0, sizeof *t);
+    t->qs = ra_layout_slice(lay, s->N, rank, nranks);
+    t->ks = ra_layout_slice(lay, s->M, rank, nranks);
+    const int64_t n = t->qs.count, m = t->ks.count;
+    size_t total = 1; /* one spare element: empty slices still allocate */
+    if (count_of(&t->nq, s->B, n, s->H, s->D) ||
+        count_of(&t->nk, s->B, m, s->G, ra_shape_dk(s)) ||
+        count_of(&t->nv, s->B, m, s->G, s->Dv) ||
+        count_of(&t->no, s->B, n, s->H, s->Dv) ||
+        count_of(&t->nl, s->B, s->H, n, 1) ||
+        __builtin_add_overflow(total, t->nq + t->nk, &total) ||
+        __builtin_add_overflow(total, t->nv + t->no + t->nl, &total) ||
+        __builtin_mul_overflow(total, sizeof(float), &total))
+        return ra_error_set(RA_ERR_ARG, "shape: the local tensors of rank %d "
+                            "overflow the address space", rank);
+    if (!(t->mem = malloc(total)))
+        return ra_error_set(RA_ERR_NOMEM, "cannot allocate the local tensors "
+                            "(%.3g GB on rank %d)", (double)total * 1e-9, rank);
+    t->q = t->mem;
+    t->k = t->q + t->nq;
+    t->v = t->k + t->nk;
+    t->o = t->v + t->nv;
+    t->lse = t->o + t->no;
+    return RA_OK;
+}
+
+void cli_tensors_free(cli_tensors *t)
+{
+    free(t->mem);
+    memset(t, 0, sizeof *t);
+}
+
+int cli_fail(const cli_ctx *ctx, int code, const char *what)
+{
+    if (ctx->rank == 0)
+        fprintf(stderr, "ringattn: %s\n", what);
+    return code;
+}
+
+int cli_exit_code(ra_status st)
+{
+    switch (st) {
+    case RA_OK: return CLI_EXIT_OK;
+    case RA_ERR_ARG:
+    case RA_ERR_INPUT:
+    case RA_ERR_EXISTS: return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_RUNTIME;
+    }
+}
+
+int cli_fail_status(const cli_ctx *ctx, ra_status st)
+{
+    return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+}
+
+static void print_score(const ra_shape *s, const ra_params *p)
+{
+    if (p->score == RA_SCORE_DOT)
+        printf("# %-10s dot, scale %.9g%s\n", "score", ra_params_scale(p, s),
+               isnan(p->scale) ? " (1/sqrt(D))" : "");
+    else if (p->score == RA_SCORE_GAUSSIAN)
+        printf("# %-10s gaussian, -||q - k||^2 / (2 sigma^2), sigma %.9g\n",
+               "score", p->sigma);
+    else
+        printf("# %-10s additive, w_v . tanh(W_q q + W_k k), A = %lld\n",
+               "score", (long long)(p->additive ? p->additive->A : 0));
+}
+
+void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
+                      const ra_params *p, int layout_auto, const char *in,
+                      const char *out)
+{
+    if (ctx->rank != 0)
+        return;
+    int64_t bq, bkv;
+    ra_params_tiles(p, s, &bq, &bkv);
+    printf("# ringattn %s\n", RA_VERSION_STRING);
+    if (in)
+        printf("# %-10s %s\n", "input", in);
+    if (out)
+        printf("# %-10s %s\n", "output", out);
+    printf("# %-10s B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld\n",
+           "shape", (long long)s->B, (long long)s->N, (long long)s->M,
+           (long long)s->H, (long long)s->G, (long long)s->D,
+           (long long)s->Dv);
+    printf("# %-10s %s\n", "causal", p->causal ? "yes (j <= i + M - N)" : "no");
+    if (p->window)
+        printf("# %-10s i' - %lld <= j <= i' + %lld (i' = i + M - N)\n",
+               "window", (long long)p->window_left,
+               (long long)p->window_right);
+    print_score(s, p);
+    printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
+           layout_auto ? " (auto)" : "");
+    printf("# %-10s %lld x %lld%s\n", "tiles", (long long)bq, (long long)bkv,
+           p->block_q || p->block_kv ? "" : " (default for D)");
+    printf("# %-10s %d\n", "ranks", ctx->nranks);
+    printf("# %-10s %d per rank\n", "threads", ra_params_threads(p));
+    fflush(stdout);
+}
