@@ -87,8 +87,7 @@ static ra_status commit_publish(const char *path, int force, const char *tmp)
     }
     /* The check of commit_prepare() again, in case path appeared since. */
     if (!force && lstat(path, &sb) == 0) {
-        st = ra_error_set(RA_ERR_EXISTS, "%s: output exists; pass --force to "
-                          "replace it", path);
+        st = ra_error_set(RA_ERR_EXISTS, "%s: output exists", path);
         goto cleanup;
     }
     if (rename(tmp, path) != 0) {

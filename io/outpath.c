@@ -188,7 +188,7 @@ ra_status h5io_output_check(const char *path, int force,
                             : S_ISSOCK(sb.st_mode) ? "a socket" :
                             S_ISDIR(sb.st_mode) ? "a directory" : "special");
     if (!force)
-        return ra_error_set(RA_ERR_EXISTS, "%s: output exists; pass "
-                            "--force to replace it", path);
+        return ra_error_set(RA_ERR_EXISTS, "%s: output exists",
+                            path);
     return RA_OK;
 }

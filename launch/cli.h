@@ -166,16 +166,10 @@ typedef struct {
 } cli_score_inputs;
 
 /* Checks the score against the input (keys of another dim need the
- * additive score) and reads /additive/w_q, w_k, w_v into p->additive;
- * refuses non-finite weights unless p->nonfinite, the message ending with
- * hint (how to let them through, or ""). */
+ * additive score) and reads /additive/w_q, w_k, w_v into p->additive
+ * (the reader refuses non-finite weights, whatever p->nonfinite says). */
 ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
-                          const char *hint, cli_score_inputs *si);
-
-/* RA_ERR_INPUT naming the first value of w[0..n), read from dataset name of
- * file in, that is not finite (hint appended to the message), else RA_OK. */
-ra_status cli_weights_finite(const char *in, const char *name,
-                             const float *w, int64_t n, const char *hint);
+                          cli_score_inputs *si);
 void cli_score_free(cli_score_inputs *si);
 
 /* Rank 0 checks the output path (h5io_output_check with the files the run

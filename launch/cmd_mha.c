@@ -37,8 +37,6 @@ static ra_status weight(const char *in, const char *name, int rank,
         return RA_OK;
     }
     const int64_t n = rank == 2 ? dims[0] * dims[1] : dims[0];
-    if ((st = cli_weights_finite(in, name, *cursor, n, "")) != RA_OK)
-        return st;
     *out = *cursor;
     *cursor += n;
     return RA_OK;
@@ -271,29 +269,8 @@ static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     return ra_h5_read_masks(ctx->comm, o->in, s, o->p.layout, &r->masks);
 }
 
-/* The first value of this rank's tokens x (B, slice->count, E) of dataset
- * name that is not finite, as an error with its global index. */
-static ra_status tokens_finite(const char *in, const char *name,
-                              const float *x, int64_t B, const ra_slice *sl,
-                              int64_t E)
-{
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t i = 0; i < sl->count; i++)
-            for (int64_t e = 0; e < E; e++) {
-                const float val = x[(b * sl->count + i) * E + e];
-                if (!isfinite(val))
-                    return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: "
-                                        "non-finite value (%s) at index "
-                                        "(b, i, e) = (%lld, %lld, %lld)", in,
-                                        name, isnan(val) ? "nan" : val > 0
-                                        ? "inf" : "-inf", (long long)b,
-                                        (long long)ra_slice_pos(sl, i),
-                                        (long long)e);
-            }
-    return RA_OK;
-}
-
-/* Reads this rank's tokens and refuses non-finite ones (collective). */
+/* Reads this rank's tokens; the reader refuses non-finite ones
+ * (collective). */
 static ra_status mha_read(const cli_ctx *ctx, const mha_opts *o, mha_state *r)
 {
     const ra_shape *s = &r->s;
@@ -304,11 +281,6 @@ static ra_status mha_read(const cli_ctx *ctx, const mha_opts *o, mha_state *r)
                                     r->xq);
     if (st == RA_OK && !r->self)
         st = h5io_read_tokens(ctx->comm, o->in, "/x_kv", dk, &r->ks, r->xkv);
-    if (st != RA_OK)
-        return st;
-    st = tokens_finite(o->in, xq_name, r->xq, s->B, &r->qs, L->Eq);
-    if (st == RA_OK && !r->self)
-        st = tokens_finite(o->in, "/x_kv", r->xkv, s->B, &r->ks, L->Ekv);
     return ra_agree(ctx->comm, st);
 }
 

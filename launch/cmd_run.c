@@ -143,8 +143,7 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     o->p.nonfinite = o->allow_nonfinite;
     st = cli_params_check(&o->p, &r->s, NULL);
     if (st == RA_OK)
-        st = cli_score_setup(o->in, &r->s, &o->p, "; pass --allow-nonfinite "
-                             "to let it through", &r->score_in);
+        st = cli_score_setup(o->in, &r->s, &o->p, &r->score_in);
     if (st == RA_OK && o->map_rows)
         st = map_parse(o->map_rows, o->map_heads, &r->s, &r->mreq);
     if (st == RA_OK)

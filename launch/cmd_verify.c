@@ -298,7 +298,7 @@ static ra_status run_params(const char *in, const char *out, check_ctx *c)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute score: unknown score "
                             "'%s'", out, c->run.score);
     if ((st = cli_params_check(&p, c->s, out)) != RA_OK ||
-        (st = cli_score_setup(in, c->s, &p, "", &c->weights)) != RA_OK)
+        (st = cli_score_setup(in, c->s, &p, &c->weights)) != RA_OK)
         return st;
     c->score = (ra_ref_score){p.score, p.scale, p.sigma,
                               p.score == RA_SCORE_ADDITIVE

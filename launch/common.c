@@ -132,7 +132,11 @@ int cli_exit_code(ra_status st)
 
 int cli_fail_status(const cli_ctx *ctx, ra_status st)
 {
-    return cli_fail(ctx, cli_exit_code(st), ra_error_message());
+    char line[1200];
+    /* the library says what is true; the command line names its flag */
+    snprintf(line, sizeof line, "%s%s", ra_error_message(),
+             st == RA_ERR_EXISTS ? "; pass --force to replace it" : "");
+    return cli_fail(ctx, cli_exit_code(st), line);
 }
 
 static void print_score(const ra_shape *s, const ra_params *p)

@@ -16,21 +16,9 @@ void cli_score_free(cli_score_inputs *si)
     si->mem = NULL;
 }
 
-ra_status cli_weights_finite(const char *in, const char *name,
-                             const float *w, int64_t n, const char *hint)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(w[i]))
-            return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: non-finite "
-                                "value (%s) at flat index %lld%s", in, name,
-                                isnan(w[i]) ? "nan" : w[i] > 0 ? "inf" : "-inf",
-                                (long long)i, hint);
-    return RA_OK;
-}
-
 /* Reads the three weights (A known) into si->mem. */
 static ra_status weights_read(const char *in, const ra_shape *s, int64_t A,
-                              const char *hint, cli_score_inputs *si)
+                              cli_score_inputs *si)
 {
     const int64_t Dk = ra_shape_dk(s);
     const int64_t dq[2] = {A, s->D}, dk[2] = {A, Dk}, dv[1] = {A};
@@ -53,17 +41,13 @@ static ra_status weights_read(const char *in, const ra_shape *s, int64_t A,
         if (!present)
             return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: missing; "
                                 NEEDS, in, w[i].name);
-        if (hint &&
-            (st = cli_weights_finite(in, w[i].name, w[i].out, w[i].n,
-                                     hint)) != RA_OK)
-            return st;
     }
     si->additive = (ra_additive){A, wq, wk, wv};
     return RA_OK;
 }
 
 ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
-                          const char *hint, cli_score_inputs *si)
+                          cli_score_inputs *si)
 {
     const int64_t Dk = ra_shape_dk(s);
     if (Dk != s->D && p->score != RA_SCORE_ADDITIVE)
@@ -91,7 +75,7 @@ ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
     if (!(si->mem = malloc((size_t)bytes + sizeof(float))))
         return ra_error_set(RA_ERR_NOMEM, "%s: out of memory for the additive "
                             "weights (A = %lld)", in, (long long)A);
-    if ((st = weights_read(in, s, A, p->nonfinite ? NULL : hint, si)) !=
+    if ((st = weights_read(in, s, A, si)) !=
         RA_OK)
         return st;
     p->additive = &si->additive;
