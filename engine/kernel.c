@@ -16,6 +16,7 @@
 
 #include <omp.h>
 
+#include "band.h"
 #include "kernel.h"
 
 #define LN2 0.693147180559945309
@@ -122,10 +123,6 @@ static void merge_row(int64_t Dv, const float *acc, float mx, float sum,
     *lse = (float)l;
 }
 
-/* "No bound" for band offsets and lengths: far from overflow when added
- * to a position. */
-#define UNBOUNDED (INT64_MAX / 4)
-
 /* The rules of ra_mask for one (batch, query tile), resolved once: query
  * at position p sees keys in [p + lo, p + hi], below kv_len, and none at all
  * when p >= q_len. */
@@ -137,15 +134,13 @@ typedef struct {
 static tile_rules rules_of(const ra_block *blk, int64_t b)
 {
     const ra_mask *mk = &blk->mask;
+    const ra_band band = ra_band_make(mk->causal, mk->window, mk->left,
+                                      mk->right, mk->diag);
     tile_rules t;
-    t.lo = mk->window ? mk->diag - mk->left : -UNBOUNDED;
-    t.hi = UNBOUNDED;
-    if (mk->causal)
-        t.hi = mk->diag;
-    if (mk->window && mk->diag + mk->right < t.hi)
-        t.hi = mk->diag + mk->right;
-    t.q_len = mk->q_lens ? mk->q_lens[b] : UNBOUNDED;
-    t.kv_len = mk->kv_lens ? mk->kv_lens[b] : UNBOUNDED;
+    t.lo = band.lo;
+    t.hi = band.hi;
+    t.q_len = mk->q_lens ? mk->q_lens[b] : RA_UNBOUNDED;
+    t.kv_len = mk->kv_lens ? mk->kv_lens[b] : RA_UNBOUNDED;
     const int segs = mk->q_seg && mk->k_seg;
     t.q_seg = segs ? mk->q_seg + b * blk->n : NULL;
     t.k_seg = segs ? mk->k_seg + b * blk->m : NULL;
@@ -285,12 +280,12 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
 
     /* Key tiles cover exactly the keys inside the band of the query tile:
      * from the first key that qmin may see to the last that qmax may see. */
-    int64_t j_first = rl.lo > -UNBOUNDED
+    int64_t j_first = rl.lo > -RA_UNBOUNDED
                           ? lower_bound(mk->kpos, m, qmin + rl.lo) : 0;
-    int64_t k_end = rl.hi < UNBOUNDED ? qmax + rl.hi : UNBOUNDED;
+    int64_t k_end = rl.hi < RA_UNBOUNDED ? qmax + rl.hi : RA_UNBOUNDED;
     if (k_end > rl.kv_len - 1)
         k_end = rl.kv_len - 1;
-    int64_t j_end = k_end < UNBOUNDED
+    int64_t j_end = k_end < RA_UNBOUNDED
                         ? lower_bound(mk->kpos, m, k_end + 1) : m;
     /* Packed sequences are usually numbered in order: then the keys of the
      * tile's segments are one run, found by bisection. */

@@ -1,0 +1,119 @@
+/* range.c: see range.h. Every bound is computed in double, where none of
+ * these products can overflow (float32 inputs stay below 2^128). */
+#include <float.h>
+#include <math.h>
+
+#include "internal.h"
+#include "range.h"
+
+/* Scores, key terms and accumulators must stay below this: a factor 16
+ * under FLT_MAX leaves room for the roundings and the sums of the fp32
+ * kernel (max shifts, P V over many tiles, the LSE merge). */
+#define SAFE_MAX ((double)FLT_MAX / 16.0)
+
+/* The largest norm of `rows` rows of `dim` floats, stride ld. */
+static double max_row_norm(const float *x, int64_t rows, int64_t dim,
+                           int64_t ld)
+{
+    double mx = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        double ss = 0.0;
+        for (int64_t d = 0; d < dim; d++) {
+            const double e = x[r * ld + d];
+            if (isfinite(e))
+                ss += e * e;
+        }
+        mx = fmax(mx, sqrt(ss));
+    }
+    return mx;
+}
+
+ra_input_bounds ra_input_bounds_of(const ra_shape *s, int64_t n, int64_t m,
+                                   const float *q, const float *k,
+                                   const float *v)
+{
+    const int64_t Dk = ra_shape_dk(s);
+    ra_input_bounds b = {0.0, 0.0, 0.0};
+    b.q_norm = max_row_norm(q, s->B * n * s->H, s->D, s->D);
+    b.k_norm = max_row_norm(k, s->B * m * s->G, Dk, Dk);
+    for (int64_t i = 0; i < s->B * m * s->G * s->Dv; i++)
+        if (isfinite(v[i]))
+            b.v_abs = fmax(b.v_abs, fabs((double)v[i]));
+    return b;
+}
+
+/* The additive score: |score| <= sum |w_v|; the projections W_q q and
+ * W_k k are bounded by the largest weight row norm times the input norm. */
+static ra_status check_additive(const ra_shape *s, const ra_additive *ad,
+                                const ra_input_bounds *b)
+{
+    double wv = 0.0;
+    for (int64_t a = 0; a < ad->A; a++)
+        wv += fabs((double)ad->w_v[a]);
+    const double pq = max_row_norm(ad->w_q, ad->A, s->D, s->D) * b->q_norm;
+    const double pk = max_row_norm(ad->w_k, ad->A, ra_shape_dk(s),
+                                   ra_shape_dk(s)) * b->k_norm;
+    if (wv * M_LOG2E > SAFE_MAX)
+        return ra_error_set(RA_ERR_INPUT, "score additive: sum |w_v| = %.3g "
+                            "makes scores beyond float32 range (%.3g)", wv,
+                            SAFE_MAX);
+    if (pq > SAFE_MAX || pk > SAFE_MAX)
+        return ra_error_set(RA_ERR_INPUT, "score additive: the projections "
+                            "W_q q (up to %.3g) or W_k k (up to %.3g) overflow "
+                            "float32 (%.3g)", pq, pk, SAFE_MAX);
+    return RA_OK;
+}
+
+/* The dot and Gaussian scores: alpha q.k in fp32 with |q.k| <= |q| |k|,
+ * and for the Gaussian the key term |k|^2 / (2 sigma^2) as well. */
+static ra_status check_product(const ra_shape *s, const ra_params *p,
+                               const ra_input_bounds *b)
+{
+    const int gauss = p->score == RA_SCORE_GAUSSIAN;
+    const double alpha = gauss ? M_LOG2E / (p->sigma * p->sigma)
+                               : fabs(ra_params_scale(p, s)) * M_LOG2E;
+    if (!(alpha <= SAFE_MAX))
+        return gauss ? ra_error_set(RA_ERR_ARG, "score gaussian: sigma = %.3g "
+                                    "makes 1/sigma^2 = %.3g, beyond float32 "
+                                    "range (%.3g)", p->sigma,
+                                    1.0 / (p->sigma * p->sigma), SAFE_MAX)
+                     : ra_error_set(RA_ERR_ARG, "scale %.3g is beyond float32 "
+                                    "range (%.3g)", ra_params_scale(p, s),
+                                    SAFE_MAX);
+    const double dot = b->q_norm * b->k_norm;
+    if (dot > SAFE_MAX || alpha * dot > SAFE_MAX)
+        return ra_error_set(RA_ERR_INPUT, "scores overflow float32: the "
+                            "largest row norms of q (%.3g) and k (%.3g) give "
+                            "|score| up to %.3g x %.3g, beyond %.3g; scale the "
+                            "inputs down", b->q_norm, b->k_norm,
+                            gauss ? 1.0 / (p->sigma * p->sigma)
+                                  : fabs(ra_params_scale(p, s)),
+                            dot, SAFE_MAX);
+    /* the Gaussian's norm terms: |k|^2 per key in the tile, |q|^2 in the
+     * float LSE */
+    const double norm = fmax(b->q_norm, b->k_norm);
+    if (gauss && norm * norm * alpha > SAFE_MAX)
+        return ra_error_set(RA_ERR_INPUT, "score gaussian: |q|^2 or |k|^2 / "
+                            "(2 sigma^2) reaches %.3g (largest row norm %.3g, "
+                            "sigma %.3g), beyond float32 range (%.3g)",
+                            norm * norm / (2.0 * p->sigma * p->sigma), norm,
+                            p->sigma, SAFE_MAX);
+    return RA_OK;
+}
+
+ra_status ra_input_bounds_check(const ra_shape *s, const ra_params *p,
+                                const ra_input_bounds *b, int64_t block_keys)
+{
+    ra_status st = p->score == RA_SCORE_ADDITIVE
+                       ? check_additive(s, p->additive, b)
+                       : check_product(s, p, b);
+    if (st != RA_OK)
+        return st;
+    /* acc = sum over a block's keys of p v with 0 <= p <= 1 */
+    if (b->v_abs * (double)block_keys > SAFE_MAX)
+        return ra_error_set(RA_ERR_INPUT, "values overflow float32: the "
+                            "largest |v| (%.3g) times the %lld keys of a "
+                            "block sums beyond %.3g; scale v down",
+                            b->v_abs, (long long)block_keys, SAFE_MAX);
+    return RA_OK;
+}
