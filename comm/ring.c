@@ -347,6 +347,8 @@ static ra_status ring_run(ring_state *rs, const ring_args *a)
                                             ma.rows.count * s->M));
         st = ring_pass(rs, visit_map, (void *)&ma);
     }
+    if (st == RA_OK)
+        st = ring_finish(rs);
     rs->tm->steps = rs->last + 1;
     ra_blas_leave(blas);
     return st;

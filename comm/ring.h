@@ -60,6 +60,12 @@ void ring_pack_own(ring_state *rs, const float *k, const float *v,
  * current one, waits. buf[0] must hold this rank's own block. */
 ra_status ring_pass(ring_state *rs, ring_visit visit, void *arg);
 
+/* The end of a call's passes under the stall watchdog: each rank waits
+ * until its left neighbour has finished its steps too, so that a rank
+ * stopped after the last transfer is found here, named, and not in the
+ * caller's next collective. Nothing to do at P = 1 or without a timeout. */
+ra_status ring_finish(ring_state *rs);
+
 /* The progress callback of the kernel: tests the step's requests. */
 void ring_poll(void *step);
 

@@ -18,7 +18,7 @@
 #include "internal.h"
 #include "ring.h"
 
-enum { TAG_KV = 7301, TAG_SEG = 7302 };
+enum { TAG_KV = 7301, TAG_SEG = 7302, TAG_END = 7303 };
 
 void ring_poll(void *ctx)
 {
@@ -187,6 +187,12 @@ static ra_status step_wait(ring_state *rs, int t, ring_step *step)
     const int peer = recv_open ? (rs->r - 1 + rs->P) % rs->P
                                : (rs->r + 1) % rs->P;
     rs->stalled = 1;
+    if (t > rs->last)
+        return ra_error_set(RA_ERR_MPI, "ring: rank %d stalled at the end of "
+                            "the ring (after step %d of %d): rank %d has not "
+                            "finished its steps for %.3g s (stopped, frozen "
+                            "or lost?)", rs->r, rs->last, rs->last + 1, peer,
+                            rs->stall_timeout);
     return ra_error_set(RA_ERR_MPI, "ring: rank %d stalled at step %d of %d: "
                         "no transfer from rank %d progressed for %.3g s "
                         "(stopped, frozen or lost?)", rs->r, t, rs->last + 1,
@@ -254,5 +260,26 @@ ra_status ring_pass(ring_state *rs, ring_visit visit, void *arg)
     ra_status st = RA_OK;
     for (int t = 0; t <= rs->last && st == RA_OK; t++)
         st = ring_step_run(rs, t, visit, arg);
+    return st;
+}
+
+ra_status ring_finish(ring_state *rs)
+{
+    if (rs->P == 1 || !(rs->stall_timeout > 0))
+        return RA_OK;
+    const int left = (rs->r - 1 + rs->P) % rs->P, right = (rs->r + 1) % rs->P;
+    ring_step step = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
+                       MPI_REQUEST_NULL},
+                      {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL,
+                       MPI_DATATYPE_NULL}, 1, 0};
+    if (MPI_Irecv(NULL, 0, MPI_BYTE, left, TAG_END, rs->comm, &step.req[0]) !=
+            MPI_SUCCESS ||
+        MPI_Isend(NULL, 0, MPI_BYTE, right, TAG_END, rs->comm, &step.req[1]) !=
+            MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "ring: posting the end of the ring "
+                                        "failed");
+    const double t0 = MPI_Wtime();
+    const ra_status st = step_wait(rs, rs->last + 1, &step);
+    rs->tm->comm_wait += MPI_Wtime() - t0;
     return st;
 }

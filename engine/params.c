@@ -78,7 +78,7 @@ ra_status ra_score_parse(const char *name, ra_score *out)
             return RA_OK;
         }
     }
-    return ra_error_set(RA_ERR_ARG, "score: unknown score '%s' (expected "
+    return ra_error_set(RA_ERR_ARG, "unknown score '%s' (expected "
                                     "dot, gaussian or additive)", name);
 }
 
@@ -118,7 +118,7 @@ ra_status ra_layout_parse(const char *name, ra_layout *out)
             return RA_OK;
         }
     }
-    return ra_error_set(RA_ERR_ARG, "layout: unknown layout '%s' (expected "
+    return ra_error_set(RA_ERR_ARG, "unknown layout '%s' (expected "
                                     "contiguous, zigzag, striped or auto)", name);
 }
 

@@ -6,9 +6,10 @@
 #include "internal.h"
 #include "range.h"
 
-/* Scores, key terms and accumulators must stay below this: a factor 16
- * under FLT_MAX leaves room for the roundings and the sums of the fp32
- * kernel (max shifts, P V over many tiles, the LSE merge). */
+/* The kernel's float32 limit: scores, norm terms and accumulators must
+ * stay below it. A factor 16 under FLT_MAX leaves room for the roundings
+ * and the sums of the fp32 kernel (max shifts, P V over many tiles, the
+ * LSE merge). */
 #define SAFE_MAX ((double)FLT_MAX / 16.0)
 
 /* The largest norm of `rows` rows of `dim` floats, stride ld. */
@@ -55,48 +56,46 @@ static ra_status check_additive(const ra_shape *s, const ra_additive *ad,
                                    ra_shape_dk(s)) * b->k_norm;
     if (wv * M_LOG2E > SAFE_MAX)
         return ra_error_set(RA_ERR_INPUT, "score additive: sum |w_v| = %.3g "
-                            "makes scores beyond float32 range (%.3g)", wv,
-                            SAFE_MAX);
+                            "gives scores beyond the kernel's float32 limit "
+                            "(%.3g)", wv, SAFE_MAX);
     if (pq > SAFE_MAX || pk > SAFE_MAX)
         return ra_error_set(RA_ERR_INPUT, "score additive: the projections "
-                            "W_q q (up to %.3g) or W_k k (up to %.3g) overflow "
-                            "float32 (%.3g)", pq, pk, SAFE_MAX);
+                            "W_q q (up to %.3g) or W_k k (up to %.3g) are "
+                            "beyond the kernel's float32 limit (%.3g)", pq, pk,
+                            SAFE_MAX);
     return RA_OK;
 }
 
 /* The dot and Gaussian scores: alpha q.k in fp32 with |q.k| <= |q| |k|,
- * and for the Gaussian the key term |k|^2 / (2 sigma^2) as well. */
+ * and for the Gaussian the norm terms |q|^2 and |k|^2 / (2 sigma^2). */
 static ra_status check_product(const ra_shape *s, const ra_params *p,
                                const ra_input_bounds *b)
 {
     const int gauss = p->score == RA_SCORE_GAUSSIAN;
-    const double alpha = gauss ? M_LOG2E / (p->sigma * p->sigma)
-                               : fabs(ra_params_scale(p, s)) * M_LOG2E;
+    const double factor = gauss ? 1.0 / (p->sigma * p->sigma)
+                                : fabs(ra_params_scale(p, s));
+    const double alpha = factor * M_LOG2E; /* base-2 scores */
     if (!(alpha <= SAFE_MAX))
         return gauss ? ra_error_set(RA_ERR_ARG, "score gaussian: sigma = %.3g "
-                                    "makes 1/sigma^2 = %.3g, beyond float32 "
-                                    "range (%.3g)", p->sigma,
-                                    1.0 / (p->sigma * p->sigma), SAFE_MAX)
-                     : ra_error_set(RA_ERR_ARG, "scale %.3g is beyond float32 "
-                                    "range (%.3g)", ra_params_scale(p, s),
-                                    SAFE_MAX);
+                                    "makes 1/sigma^2 = %.3g, beyond the "
+                                    "kernel's float32 limit (%.3g)", p->sigma,
+                                    factor, SAFE_MAX)
+                     : ra_error_set(RA_ERR_ARG, "scale %.3g is beyond the "
+                                    "kernel's float32 limit (%.3g)",
+                                    ra_params_scale(p, s), SAFE_MAX);
     const double dot = b->q_norm * b->k_norm;
     if (dot > SAFE_MAX || alpha * dot > SAFE_MAX)
         return ra_error_set(RA_ERR_INPUT, "scores overflow float32: the "
                             "largest row norms of q (%.3g) and k (%.3g) give "
-                            "|score| up to %.3g x %.3g, beyond %.3g; scale the "
-                            "inputs down", b->q_norm, b->k_norm,
-                            gauss ? 1.0 / (p->sigma * p->sigma)
-                                  : fabs(ra_params_scale(p, s)),
-                            dot, SAFE_MAX);
-    /* the Gaussian's norm terms: |k|^2 per key in the tile, |q|^2 in the
-     * float LSE */
+                            "|score| up to %.3g x %.3g, beyond the kernel's "
+                            "limit (%.3g); scale the inputs down", b->q_norm,
+                            b->k_norm, factor, dot, SAFE_MAX);
     const double norm = fmax(b->q_norm, b->k_norm);
     if (gauss && norm * norm * alpha > SAFE_MAX)
         return ra_error_set(RA_ERR_INPUT, "score gaussian: |q|^2 or |k|^2 / "
                             "(2 sigma^2) reaches %.3g (largest row norm %.3g, "
-                            "sigma %.3g), beyond float32 range (%.3g)",
-                            norm * norm / (2.0 * p->sigma * p->sigma), norm,
+                            "sigma %.3g), beyond the kernel's float32 limit "
+                            "(%.3g)", norm * norm * factor / 2.0, norm,
                             p->sigma, SAFE_MAX);
     return RA_OK;
 }
@@ -113,7 +112,8 @@ ra_status ra_input_bounds_check(const ra_shape *s, const ra_params *p,
     if (b->v_abs * (double)block_keys > SAFE_MAX)
         return ra_error_set(RA_ERR_INPUT, "values overflow float32: the "
                             "largest |v| (%.3g) times the %lld keys of a "
-                            "block sums beyond %.3g; scale v down",
-                            b->v_abs, (long long)block_keys, SAFE_MAX);
+                            "block sums beyond the kernel's limit (%.3g); "
+                            "scale v down", b->v_abs, (long long)block_keys,
+                            SAFE_MAX);
     return RA_OK;
 }

@@ -33,8 +33,20 @@ void cli_shape_finish(cli_shape *cs);
 int cli_shape_flag(cli_shape *cs, int argc, char **argv, int *i);
 
 /* Tries to consume argv[*i] as a forward-pass option (--causal, --scale,
- * --block-q, --block-kv, --layout, --threads). Same returns. */
+ * --block-q, --block-kv, --layout, --threads, --stall-timeout). Same
+ * returns. */
 int cli_params_flag(ra_params *p, int argc, char **argv, int *i);
+
+/* ra_params_default() with the threads of OMP_NUM_THREADS when it is set:
+ * the one place where the command line reads the thread count from the
+ * environment (the library reads none). */
+void cli_params_default(ra_params *p);
+
+/* For a failure that the other ranks cannot learn of (a stalled ring: they
+ * wait for a stopped rank): prints "ringattn: <what>" from this rank and
+ * ends the whole job with MPI_Abort, which also ends a stopped rank. */
+void cli_abort(const cli_ctx *ctx, const char *what)
+    __attribute__((noreturn));
 
 /* Strict number parsing: the whole string, within [lo, hi]. Return 0 on
  * success, -1 with a message naming the option otherwise. */

@@ -11,13 +11,13 @@
 
 #include <cblas.h>
 
+#include "band.h"
 #include "baseline.h"
 #include "bench.h"
+#include "compare.h"
 #include "internal.h"
 #include "kernel.h"
-
-int openblas_get_num_threads(void);
-void openblas_set_num_threads(int num_threads);
+#include "tally.h"
 
 static const char bench_help[] =
     "usage: mpirun -np P ringattn bench [options]\n"
@@ -138,8 +138,7 @@ static double sgemm_rate(MPI_Comm comm, int threads)
         return 0.0;
     float *b = a + n * n, *c = b + n * n;
     ra_random_normal(5, 0, 0, (int64_t)(2 * n * n), a);
-    const int saved = openblas_get_num_threads();
-    openblas_set_num_threads(threads);
+    const int saved = ra_blas_enter(threads);
     double t[3];
     for (int rep = -1; rep < 3; rep++) {
         MPI_Barrier(comm);
@@ -149,7 +148,7 @@ static double sgemm_rate(MPI_Comm comm, int threads)
         if (rep >= 0)
             t[rep] = MPI_Wtime() - t0;
     }
-    openblas_set_num_threads(saved);
+    ra_blas_leave(saved);
     free(a);
     return 2.0 * (double)n * n * n / median(t, 3) * 1e-9;
 }
@@ -235,6 +234,13 @@ static void bench_masks_free(bench_masks *bm)
     memset(bm, 0, sizeof *bm);
 }
 
+/* The keys' segment ids: the queries' when N == M (one /segments), as
+ * `ringattn gen` writes them. */
+static uint64_t kv_segment_stream(const ra_shape *s)
+{
+    return s->N == s->M ? RA_STREAM_Q_SEGMENTS : RA_STREAM_KV_SEGMENTS;
+}
+
 /* Generates the masks the options ask for, as `ringattn gen` would write
  * them (same streams), for this rank's slices. */
 static int bench_masks_make(const bench_opts *o, const ra_shape *s,
@@ -248,16 +254,17 @@ static int bench_masks_make(const bench_opts *o, const ra_shape *s,
         bm->kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
         if (!bm->q_lens || !bm->kv_lens)
             return -1;
-        ra_random_lens(seed, 3, s->B, s->N, bm->q_lens);
-        ra_random_lens(seed, 4, s->B, s->M, bm->kv_lens);
+        ra_random_lens(seed, RA_STREAM_Q_LENS, s->B, s->N, bm->q_lens);
+        ra_random_lens(seed, RA_STREAM_KV_LENS, s->B, s->M, bm->kv_lens);
     }
     if (o->segment_avg > 0) {
         bm->q_seg = malloc(sizeof(int64_t) * (size_t)(s->B * qs->count + 1));
         bm->kv_seg = malloc(sizeof(int64_t) * (size_t)(s->B * ks->count + 1));
         if (!bm->q_seg || !bm->kv_seg)
             return -1;
-        ra_random_segments(seed, 5, s->B, s->N, o->segment_avg, qs, bm->q_seg);
-        ra_random_segments(seed, s->N == s->M ? 5 : 6, s->B, s->M,
+        ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, s->B, s->N,
+                           o->segment_avg, qs, bm->q_seg);
+        ra_random_segments(seed, kv_segment_stream(s), s->B, s->M,
                            o->segment_avg, ks, bm->kv_seg);
     }
     bm->view = (ra_masks){bm->q_lens, bm->kv_lens, bm->q_seg, bm->kv_seg};
@@ -274,7 +281,7 @@ static int64_t *all_kv_segments(const bench_opts *o, const ra_shape *s,
     const ra_slice all = {1, {{0, s->M, 1}}, s->M};
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
     if (ids)
-        ra_random_segments((uint64_t)o->seed, s->N == s->M ? 5 : 6, s->B,
+        ra_random_segments((uint64_t)o->seed, kv_segment_stream(s), s->B,
                            s->M, o->segment_avg, &all, ids);
     if (ids && b > 0)
         memmove(ids, ids + b * s->M, sizeof(int64_t) * (size_t)s->M);
@@ -287,12 +294,7 @@ static int64_t *all_kv_segments(const bench_opts *o, const ra_shape *s,
 static double local_pairs(const bench_opts *o, const ra_shape *s,
                           const ra_slice *qs, const bench_masks *bm)
 {
-    const ra_params *p = &o->p;
-    const int64_t diag = s->M - s->N, wide = INT64_MAX / 4;
-    int64_t lo = p->window ? diag - p->window_left : -wide;
-    int64_t hi = p->causal ? diag : wide;
-    if (p->window && diag + p->window_right < hi)
-        hi = diag + p->window_right;
+    const ra_band band = ra_band_of(&o->p, s);
     double pairs = 0;
     for (int64_t b = 0; b < s->B; b++) {
         int64_t *kseg = all_kv_segments(o, s, b);
@@ -305,8 +307,8 @@ static double local_pairs(const bench_opts *o, const ra_shape *s,
             const int64_t qp = ra_slice_pos(qs, i);
             if (qp >= q_len)
                 continue;
-            int64_t first = qp + lo > 0 ? qp + lo : 0;
-            int64_t last = qp + hi < kv_len - 1 ? qp + hi : kv_len - 1;
+            int64_t first, last;
+            ra_band_keys(band, qp, kv_len, &first, &last);
             if (kseg) {
                 const int64_t id = bm->q_seg[b * qs->count + i];
                 if (id != run_id) { /* find the keys with this id */
@@ -330,12 +332,11 @@ static double local_pairs(const bench_opts *o, const ra_shape *s,
 }
 
 /* Checks up to check_rows local query rows of batch 0 and B - 1 (all heads)
- * against ra_reference_rows on regenerated inputs and masks; sums into err:
- * [0] |o - ref|^2, [1] |ref|^2, [2] max LSE error (inf: NaN or a -inf
- * mismatch, or the check could not run). */
+ * against ra_reference_rows on regenerated inputs and masks, into the tally
+ * t (a check that cannot run counts as a bad row). */
 static void check_output(const bench_opts *o, const ra_shape *s,
                          const ra_slice *qs, const bench_masks *bm,
-                         const float *out, const float *lse, double err[3])
+                         const float *out, const float *lse, ra_tally *t)
 {
     const int64_t n = qs->count;
     if (n == 0 || o->check_rows == 0)
@@ -352,7 +353,7 @@ static void check_output(const bench_opts *o, const ra_shape *s,
     float *tmp = malloc(sizeof(float) * (size_t)Dmax);
     int64_t *kseg = NULL;
     if (!kd || !vd || !qd || !ref || !sc || !tmp) {
-        err[2] = INFINITY; /* cannot check: fails the verdict */
+        t->bad_inf++; /* cannot check: fails the verdict */
         goto cleanup;
     }
     const int64_t batches[2] = {0, s->B - 1};
@@ -361,13 +362,15 @@ static void check_output(const bench_opts *o, const ra_shape *s,
         free(kseg);
         kseg = all_kv_segments(o, s, b);
         if (o->segment_avg > 0 && !kseg) {
-            err[2] = INFINITY;
+            t->bad_inf++;
             goto cleanup;
         }
         for (int64_t g = 0; g < s->G; g++) {
             for (int64_t j = 0; j < s->M; j++) {
-                regen_row(o, 1, s->M, s->G, s->D, b, j, g, tmp, kd + j * s->D);
-                regen_row(o, 2, s->M, s->G, s->Dv, b, j, g, tmp, vd + j * s->Dv);
+                regen_row(o, RA_STREAM_K, s->M, s->G, s->D, b, j, g, tmp,
+                          kd + j * s->D);
+                regen_row(o, RA_STREAM_V, s->M, s->G, s->Dv, b, j, g, tmp,
+                          vd + j * s->Dv);
             }
             for (int64_t h = g * (s->H / s->G); h < (g + 1) * (s->H / s->G); h++) {
                 for (int64_t c = 0; c < o->check_rows && c < n; c++) {
@@ -375,7 +378,8 @@ static void check_output(const bench_opts *o, const ra_shape *s,
                     int64_t i = c == 0 ? 0 : c == 1 ? n - 1
                                                : (c * n) / (o->check_rows + 1);
                     int64_t gi = ra_slice_pos(qs, i);
-                    regen_row(o, 0, s->N, s->H, s->D, b, gi, h, tmp, qd);
+                    regen_row(o, RA_STREAM_Q, s->N, s->H, s->D, b, gi, h, tmp,
+                              qd);
                     ra_mask mk = {.causal = p->causal, .diag = s->M - s->N,
                                   .window = p->window, .left = p->window_left,
                                   .right = p->window_right, .qpos = &gi,
@@ -388,20 +392,9 @@ static void check_output(const bench_opts *o, const ra_shape *s,
                                       s->D, kd, s->D, vd, s->Dv, ref, s->Dv,
                                       &lref, sc);
                     const float *orow = out + ((b * n + i) * s->H + h) * s->Dv;
-                    for (int64_t d = 0; d < s->Dv; d++) {
-                        double e = orow[d] - ref[d];
-                        err[0] += e * e;
-                        err[1] += ref[d] * ref[d];
-                        if (isnan(orow[d]))
-                            err[2] = INFINITY;
-                    }
-                    double l = lse[(b * s->H + h) * n + i];
-                    if (isinf(lref) || !isfinite(l))
-                        err[2] = fmax(err[2], isinf(lref) && isinf(l) && l < 0
-                                                  ? 0.0 : INFINITY);
-                    else
-                        err[2] = fmax(err[2], fabs(l - lref) /
-                                                  fmax(1.0, fabs(lref)));
+                    for (int64_t d = 0; d < s->Dv; d++)
+                        ra_tally_o(t, orow[d], ref[d]);
+                    ra_tally_lse(t, lse[(b * s->H + h) * n + i], lref);
                 }
             }
         }
@@ -447,9 +440,12 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
                                           "for N=%lld", (long long)s->N);
     }
     float *q = mem, *k = q + nq, *v = k + nk, *out = v + nv, *lse = out + no;
-    ra_random_slice((uint64_t)o->seed, 0, s->B, s->N, s->H * s->D, &qs, q);
-    ra_random_slice((uint64_t)o->seed, 1, s->B, s->M, s->G * s->D, &ks, k);
-    ra_random_slice((uint64_t)o->seed, 2, s->B, s->M, s->G * s->Dv, &ks, v);
+    ra_random_slice((uint64_t)o->seed, RA_STREAM_Q, s->B, s->N, s->H * s->D,
+                    &qs, q);
+    ra_random_slice((uint64_t)o->seed, RA_STREAM_K, s->B, s->M, s->G * s->D,
+                    &ks, k);
+    ra_random_slice((uint64_t)o->seed, RA_STREAM_V, s->B, s->M, s->G * s->Dv,
+                    &ks, v);
     double *busy = wall + o->reps, *wait = busy + o->reps;
 
     ra_status st = RA_OK;
@@ -483,12 +479,7 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
     double pairs = local_pairs(o, s, &qs, &bm), all_pairs = 0;
     MPI_Allreduce(&pairs, &all_pairs, 1, MPI_DOUBLE, MPI_SUM, comm);
-    /* per visible pair: the score (2 D, or 4 A for additive with a tanh as
-     * one operation) and 2 Dv for the values, as ra_forward_flops counts */
-    const double score_ops = o->p.score == RA_SCORE_ADDITIVE
-                                 ? 4.0 * (double)o->additive_hidden
-                                 : 2.0 * (double)s->D;
-    res->flops = (score_ops + 2.0 * (double)s->Dv) * (double)s->H * all_pairs;
+    res->flops = ra_pair_flops(s, &o->p) * all_pairs;
 
     /* the job's time of each rep is its slowest rank's */
     double *job = malloc(sizeof(double) * (size_t)o->reps);
@@ -524,13 +515,13 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     res->lens = o->lens;
     res->segment_avg = o->segment_avg;
 
-    double err[3] = {0, 0, 0}, gerr[3];
-    check_output(o, s, &qs, &bm, out, lse, err);
-    MPI_Allreduce(err, gerr, 2, MPI_DOUBLE, MPI_SUM, comm);
-    MPI_Allreduce(&err[2], &gerr[2], 1, MPI_DOUBLE, MPI_MAX, comm);
-    res->max_rel_error = gerr[1] > 0 ? sqrt(gerr[0] / gerr[1]) : sqrt(gerr[0]);
-    res->max_lse_error = gerr[2];
-    res->pass = res->max_rel_error < 1e-5 && res->max_lse_error < 1e-5;
+    ra_tally mine = {0}, all = {0};
+    check_output(o, s, &qs, &bm, out, lse, &mine);
+    if (ra_tally_allreduce(comm, &mine, &all) != RA_OK)
+        all.bad_inf = 1;
+    res->max_rel_error = all.rel_o;
+    res->max_lse_error = all.bad_inf ? INFINITY : all.max_lse;
+    res->pass = ra_tally_ok(&all, RA_TOLERANCE);
     free(mem);
     free(wall);
     bench_masks_free(&bm);
@@ -683,7 +674,7 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     bench_opts o;
     memset(&o, 0, sizeof o);
     cli_shape_default(&o.cs);
-    ra_params_default(&o.p);
+    cli_params_default(&o.p);
     o.seqs[0] = 4096;
     o.nseq = 1;
     o.warmup = 1;
@@ -701,7 +692,8 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
         o.additive_mem = malloc(sizeof(float) * (size_t)(A * (2 * D + 1)));
         if (!o.additive_mem)
             return cli_fail(ctx, CLI_EXIT_RUNTIME, "bench: out of memory");
-        ra_random_normal((uint64_t)o.seed, 30, 0, A * (2 * D + 1),
+        ra_random_normal((uint64_t)o.seed, RA_STREAM_ADDITIVE, 0,
+                         A * (2 * D + 1),
                          o.additive_mem);
         for (int64_t i = 0; i < 2 * A * D; i++) /* keep tanh off its rails */
             o.additive_mem[i] *= (float)(0.5 / sqrt((double)D));

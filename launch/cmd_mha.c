@@ -142,7 +142,7 @@ static ra_status weights_read(const char *in, const ra_shape *s,
 int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
 {
     ra_params p;
-    ra_params_default(&p);
+    cli_params_default(&p);
     const char *in = NULL, *out = NULL, *val;
     int force = 0, pos = 0;
     int64_t H = 0, G = 0;
@@ -245,8 +245,10 @@ int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
     if (st == RA_OK)
         st = ra_h5_read_masks(ctx->comm, in, &s, p.layout, &masks);
     double t1 = MPI_Wtime();
-    if (st == RA_OK)
-        st = ra_mha_forward(ctx->comm, &s, &p, &masks.view, L, xq, xkv, y, NULL);
+    if (st == RA_OK &&
+        (st = ra_mha_forward(ctx->comm, &s, &p, &masks.view, L, xq, xkv, y,
+                             NULL)) == RA_ERR_MPI) /* a stalled ring */
+        cli_abort(ctx, ra_error_message());
     double t2 = MPI_Wtime();
     const int64_t dy[3] = {s.B, s.N, L->Eout};
     if (st == RA_OK)

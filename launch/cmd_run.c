@@ -106,7 +106,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
         if (strcmp(argv[i], "--mha") == 0)
             return cmd_run_mha(ctx, argc, argv);
     ra_params p;
-    ra_params_default(&p);
+    cli_params_default(&p);
     const char *in = NULL, *out = NULL;
     int force = 0, allow_nonfinite = 0;
     const char *map_rows_opt = NULL, *map_heads_opt = "0";
@@ -153,8 +153,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     if (st == RA_OK)
         st = ra_h5_read_shape(ctx->comm, in, &s);
     /* keys of another head dim than the queries: the additive score only */
-    if (st == RA_OK && s.Dk != 0 && s.Dk != s.D &&
-        p.score != RA_SCORE_ADDITIVE)
+    if (st == RA_OK && !ra_shape_dk_allowed(&s, p.score))
         st = ra_error_set(RA_ERR_INPUT, "%s: dataset /k: head dim Dk = %lld "
                           "differs from /q (D = %lld), which only the "
                           "additive score allows", in, (long long)s.Dk,
@@ -244,6 +243,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
                           "--allow-nonfinite to let it through" : "");
     }
     double t1 = MPI_Wtime();
+    const int ran = st == RA_OK;
     if (st == RA_OK && map_rows_opt) {
         st = ra_forward_map(ctx->comm, &s, &p, &masks.view, q, k, v, o, lse,
                             &map);
@@ -251,6 +251,9 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     } else if (st == RA_OK) {
         st = ra_forward_ex(ctx->comm, &s, &p, &masks.view, q, k, v, o, lse, &tm);
     }
+    if (ran && st == RA_ERR_MPI) /* a stalled ring: the others wait for a
+                                    stopped rank */
+        cli_abort(ctx, ra_error_message());
     double t2 = MPI_Wtime();
     if (st == RA_OK) {
         int64_t bq, bkv;

@@ -8,9 +8,11 @@
 #include <string.h>
 
 #include "cli.h"
+#include "compare.h"
 #include "h5io.h"
 #include "internal.h"
 #include "kernel.h"
+#include "tally.h"
 
 static const char verify_help[] =
     "usage: [mpirun -np P] ringattn verify --in IN.h5 --out OUT.h5 [options]\n"
@@ -29,13 +31,6 @@ static const char verify_help[] =
     "  --seed S      seed of the sample (default 1)\n"
     "  --tol X       tolerance (default 1e-5)\n"
     "  --help        this text\n";
-
-/* Running sums of the comparison on this rank. */
-typedef struct {
-    double err2, ref2, max_abs, max_lse;
-    double bad;  /* rows whose -inf status disagrees, or NaN */
-    double rows; /* (row, head) pairs checked */
-} tally;
 
 /* What one check needs besides the tensors: the run's rules and masks. */
 typedef struct {
@@ -63,7 +58,7 @@ static int64_t *pick_rows(const ra_shape *s, int64_t want, uint64_t seed,
     int64_t *rows = malloc(sizeof(int64_t) * (size_t)want);
     int64_t taken = 0;
     for (int64_t r = 0; rows && r < total && taken < want; r++) {
-        double u = (double)(ra_random_u64(seed, 99, (uint64_t)r) >> 11) *
+        double u = (double)(ra_random_u64(seed, RA_STREAM_SAMPLE, (uint64_t)r) >> 11) *
                    0x1.0p-53;
         if ((double)(total - r) * u < (double)(want - taken))
             rows[taken++] = r;
@@ -79,7 +74,7 @@ static void check_row(const check_ctx *c, int64_t b, int64_t i,
                       const double *q, const double *k, const double *v,
                       const double *o, const double *lse,
                       const int64_t *q_seg, const int64_t *k_seg, double *ref,
-                      double *scores, tally *t)
+                      double *scores, ra_tally *t)
 {
     const ra_shape *s = c->s;
     const int64_t Dk = ra_shape_dk(s);
@@ -95,29 +90,16 @@ static void check_row(const check_ctx *c, int64_t b, int64_t i,
         ra_reference_scored(&c->score, 1, s->M, s->D, s->Dv, &mk, q + h * s->D,
                           s->D, k + g * Dk, s->G * Dk, v + g * s->Dv,
                           s->G * s->Dv, ref, s->Dv, &lref, scores);
-        for (int64_t d = 0; d < s->Dv; d++) {
-            double got = o[h * s->Dv + d], e = fabs(got - ref[d]);
-            if (isnan(got))
-                t->bad += 1;
-            t->err2 += e * e;
-            t->ref2 += ref[d] * ref[d];
-            t->max_abs = fmax(t->max_abs, e);
-        }
-        double l = lse[h];
-        if (isinf(lref) || !isfinite(l)) {
-            if (!(isinf(lref) && isinf(l) && l < 0))
-                t->bad += 1;
-        } else {
-            t->max_lse = fmax(t->max_lse, fabs(l - lref) / fmax(1.0, fabs(lref)));
-        }
-        t->rows += 1;
+        for (int64_t d = 0; d < s->Dv; d++)
+            ra_tally_o(t, o[h * s->Dv + d], ref[d]);
+        ra_tally_lse(t, lse[h], lref);
     }
 }
 
 /* Checks this rank's share rows[0..n) (sorted flat indices). */
 static ra_status check_share(const char *in, const char *out,
                              const check_ctx *c, const int64_t *rows,
-                             int64_t n, tally *t)
+                             int64_t n, ra_tally *t)
 {
     const ra_shape *s = c->s;
     enum { RUN_MAX = 256 }; /* rows read per request */
@@ -218,7 +200,7 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
     const char *in = NULL, *out = NULL, *val;
     int64_t sample = 0, seed = 1;
     int all = 0;
-    double tol = 1e-5;
+    double tol = RA_TOLERANCE;
     for (int i = 1; i < argc; i++) {
         int ok = 1;
         if (strcmp(argv[i], "--help") == 0) {
@@ -293,7 +275,7 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
                                  : cost <= 4294967296.0 ? 0 : 1024;
     int64_t nrows = 0;
     int64_t *rows = pick_rows(&s, want, (uint64_t)seed, &nrows);
-    tally t = {0};
+    ra_tally t = {0};
     if (!rows) {
         st = ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the row list");
     } else {
@@ -311,13 +293,10 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
                         failed ? ra_error_message()
                                : "verify: another rank failed");
 
-    double sums[4] = {t.err2, t.ref2, t.bad, t.rows}, maxs[2] = {t.max_abs,
-                                                                 t.max_lse};
-    double gs[4], gm[2];
-    MPI_Allreduce(sums, gs, 4, MPI_DOUBLE, MPI_SUM, ctx->comm);
-    MPI_Allreduce(maxs, gm, 2, MPI_DOUBLE, MPI_MAX, ctx->comm);
-    const double rel = gs[1] > 0 ? sqrt(gs[0] / gs[1]) : sqrt(gs[0]);
-    const int pass = rel < tol && gm[1] < tol && gs[2] == 0;
+    ra_tally g;
+    if ((st = ra_tally_allreduce(ctx->comm, &t, &g)) != RA_OK)
+        return cli_fail(ctx, CLI_EXIT_RUNTIME, ra_error_message());
+    const int pass = ra_tally_ok(&g, tol);
     if (ctx->rank == 0)
         printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
                "window %s, masks %s, score %s, scale %.6g: max abs err %.3e, rel err "
@@ -326,7 +305,7 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
                nrows == s.B * s.N ? "all" : "sampled",
                c.run.causal ? "yes" : "no", c.run.window ? "yes" : "no",
                c.run.masks[0] ? c.run.masks : "none", c.run.score, c.run.scale,
-               gm[0], rel,
-               gm[1], gs[2], tol, pass ? "PASS" : "FAIL");
+               g.max_abs_o, g.rel_o, g.max_lse, (double)g.bad_inf, tol,
+               pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
 }

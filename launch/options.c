@@ -105,6 +105,16 @@ int cli_shape_flag(cli_shape *cs, int argc, char **argv, int *i)
     return 0;
 }
 
+/* The library's message about a value, prefixed with the option that gave
+ * it (library messages name no flag). Returns -1. */
+static int flag_fail(const char *opt)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", ra_error_message());
+    ra_error_set(RA_ERR_ARG, "%s: %s", opt, why);
+    return -1;
+}
+
 int cli_params_flag(ra_params *p, int argc, char **argv, int *i)
 {
     const char *opt = argv[*i];
@@ -133,7 +143,7 @@ int cli_params_flag(ra_params *p, int argc, char **argv, int *i)
     if (strcmp(opt, "--layout") == 0) {
         if (!(val = cli_value(argc, argv, i)))
             return -1;
-        return ra_layout_parse(val, &p->layout) == RA_OK ? 1 : -1;
+        return ra_layout_parse(val, &p->layout) == RA_OK ? 1 : flag_fail(opt);
     }
     if (strcmp(opt, "--window") == 0) {
         /* "L" or "L,R": keys within L before and R after the aligned
@@ -161,7 +171,7 @@ int cli_params_flag(ra_params *p, int argc, char **argv, int *i)
     if (strcmp(opt, "--score") == 0) {
         if (!(val = cli_value(argc, argv, i)))
             return -1;
-        return ra_score_parse(val, &p->score) == RA_OK ? 1 : -1;
+        return ra_score_parse(val, &p->score) == RA_OK ? 1 : flag_fail(opt);
     }
     if (strcmp(opt, "--sigma") == 0) {
         if (!(val = cli_value(argc, argv, i)) ||
@@ -169,6 +179,16 @@ int cli_params_flag(ra_params *p, int argc, char **argv, int *i)
             return -1;
         if (!(p->sigma > 0)) {
             ra_error_set(RA_ERR_ARG, "--sigma: %s is not > 0", val);
+            return -1;
+        }
+        return 1;
+    }
+    if (strcmp(opt, "--stall-timeout") == 0) {
+        if (!(val = cli_value(argc, argv, i)) ||
+            cli_parse_f64(opt, val, &p->stall_timeout) != 0)
+            return -1;
+        if (!(p->stall_timeout >= 0)) {
+            ra_error_set(RA_ERR_ARG, "--stall-timeout: %s is not >= 0", val);
             return -1;
         }
         return 1;
@@ -190,6 +210,25 @@ size_t cli_alloc_bytes(const size_t *counts, int n, size_t elem)
         if (__builtin_add_overflow(total, counts[i], &total))
             return 0;
     return __builtin_mul_overflow(total, elem, &bytes) ? 0 : bytes;
+}
+
+void cli_params_default(ra_params *p)
+{
+    ra_params_default(p);
+    /* OpenMP's syntax: a count, or a list whose first entry is this
+     * level's; a value that is not a count leaves one thread */
+    const char *env = getenv("OMP_NUM_THREADS");
+    const long n = env ? strtol(env, NULL, 10) : 0;
+    if (n >= 1 && n <= 1024)
+        p->threads = (int)n;
+}
+
+void cli_abort(const cli_ctx *ctx, const char *what)
+{
+    fprintf(stderr, "ringattn: %s\n", what);
+    fflush(stderr);
+    MPI_Abort(ctx->comm, CLI_EXIT_RUNTIME);
+    exit(CLI_EXIT_RUNTIME); /* MPI_Abort does not return */
 }
 
 int cli_fail(const cli_ctx *ctx, int code, const char *what)
@@ -261,7 +300,7 @@ ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
                           cli_score_inputs *si)
 {
     const int64_t Dk = ra_shape_dk(s);
-    if (Dk != s->D && p->score != RA_SCORE_ADDITIVE)
+    if (!ra_shape_dk_allowed(s, p->score))
         return ra_error_set(RA_ERR_INPUT, "%s: dataset /k: head dim Dk = %lld "
                             "differs from /q (D = %lld); only --score "
                             "additive takes keys of another dim", in,
