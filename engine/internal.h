@@ -27,7 +27,8 @@ void ra_blas_leave(int saved);
 
 /* The random streams of generated problems: element values depend only on
  * (seed, stream, index), so that `gen`, `bench`, the tests and the checks
- * regenerate the same tensors from a seed. */
+ * regenerate the same tensors from a seed. Q, K, V and each query/key pair
+ * are consecutive: gen indexes them as RA_STREAM_Q + t. */
 enum {
     RA_STREAM_Q = 0,
     RA_STREAM_K = 1,
@@ -36,6 +37,9 @@ enum {
     RA_STREAM_KV_LENS = 4,
     RA_STREAM_Q_SEGMENTS = 5,  /* also the keys' ids when N == M */
     RA_STREAM_KV_SEGMENTS = 6,
+    RA_STREAM_W_Q = 10,        /* additive weights w_q, w_k, w_v */
+    RA_STREAM_W_K = 11,
+    RA_STREAM_W_V = 12,
     RA_STREAM_ADDITIVE = 30,   /* random additive weights w_q | w_k | w_v */
     RA_STREAM_SAMPLE = 99,     /* verify's sample of rows */
 };
