@@ -179,5 +179,6 @@ cleanup:
 ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
                     const ra_shape *shape, int f64, uint64_t seed)
 {
+    ra_error_clear();
     return h5io_gen_masks(comm, path, force, shape, f64, seed, 0, 0);
 }
