@@ -86,10 +86,12 @@ static ra_status check_product(const ra_shape *s, const ra_params *p,
     const double dot = b->q_norm * b->k_norm;
     if (dot > SAFE_MAX || alpha * dot > SAFE_MAX)
         return ra_error_set(RA_ERR_INPUT, "scores overflow float32: the "
-                            "largest row norms of q (%.3g) and k (%.3g) give "
-                            "|score| up to %.3g x %.3g, beyond the kernel's "
-                            "limit (%.3g); scale the inputs down", b->q_norm,
-                            b->k_norm, factor, dot, SAFE_MAX);
+                            "largest row norms of q (%.3g) and k (%.3g) times "
+                            "%s %.3g allow |score| up to %.3g, beyond the "
+                            "kernel's limit (%.3g); scale the inputs down",
+                            b->q_norm, b->k_norm,
+                            gauss ? "1/sigma^2" : "the scale", factor,
+                            factor * dot, SAFE_MAX);
     const double norm = fmax(b->q_norm, b->k_norm);
     if (gauss && norm * norm * alpha > SAFE_MAX)
         return ra_error_set(RA_ERR_INPUT, "score gaussian: |q|^2 or |k|^2 / "
