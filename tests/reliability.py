@@ -10,9 +10,10 @@ cases: each bad input or option of CASES must give exactly one stderr line
   (2 usage/input, 1 runtime), no output file, no temporary file, and every
   file that existed before byte-for-byte unchanged.
 faults: a rank killed mid-run ends the job within seconds with nothing at
-  the output path; a full file system (tmpfs of 2 MiB) gives exit 1, a clear
-  message and nothing left; |scores| of 1e4 still give finite, correct
-  results.
+  the output path; a rank stopped (SIGSTOP) mid-ring is found by the stall
+  watchdog, named in one line with the step, and the job is aborted; a full
+  file system (tmpfs of 2 MiB) gives exit 1, a clear message and nothing
+  left; |scores| of 1e4 still give finite, correct results.
 determinism: the same run twice gives bit-identical /o and /lse, with 1 and
   2 threads.
 
