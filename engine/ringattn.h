@@ -234,7 +234,16 @@ RA_API double ra_forward_flops(const ra_shape *shape, const ra_params *params,
  * two K/V ring buffers and per-thread tiles; no rank ever holds a full
  * sequence. Every rank must pass the same shape and params. With more than
  * one thread, MPI must be initialised with at least MPI_THREAD_FUNNELED
- * (otherwise transfers are not polled between tiles). */
+ * (otherwise transfers are not polled between tiles).
+ *
+ * Errors are agreed over the ranks before the ring starts: every rank
+ * returns the same status and the message of the lowest failing rank.
+ * Finite inputs whose scores or sums would leave float32 (rows of q and k
+ * whose norms times the scale, or 1/sigma^2, reach about FLT_MAX / 16; |v|
+ * times a rank's key count likewise) are refused there with RA_ERR_INPUT
+ * (RA_ERR_ARG when the scale or sigma alone does it) instead of giving rows
+ * of o = 0 and lse = -inf; with params->nonfinite the inputs are the
+ * caller's to judge and are not checked. */
 RA_API ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
                      const ra_params *params,
                      const float *q, const float *k, const float *v,
