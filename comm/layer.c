@@ -9,6 +9,7 @@
 #include "agree.h"
 #include "internal.h"
 #include "kernel.h"
+#include "range.h"
 
 static ra_status check_layer(const ra_shape *s, const ra_mha *L)
 {
@@ -22,6 +23,30 @@ static ra_status check_layer(const ra_shape *s, const ra_mha *L)
         return ra_error_set(RA_ERR_ARG, "layer: keys and queries share the "
                                         "head dim D");
     return RA_OK;
+}
+
+/* Weights with a NaN or inf would spread it over every output row; unless
+ * the caller allows non-finite values, they are refused. */
+static ra_status check_layer_finite(const ra_shape *s, const ra_mha *L)
+{
+    const struct {
+        const char *what;
+        const float *x;
+        int64_t n;
+    } w[8] = {
+        {"layer: weight w_q", L->w_q, s->H * s->D * L->Eq},
+        {"layer: weight w_k", L->w_k, s->G * s->D * L->Ekv},
+        {"layer: weight w_v", L->w_v, s->G * s->Dv * L->Ekv},
+        {"layer: weight w_o", L->w_o, L->Eout * s->H * s->Dv},
+        {"layer: bias b_q", L->b_q, s->H * s->D},
+        {"layer: bias b_k", L->b_k, s->G * s->D},
+        {"layer: bias b_v", L->b_v, s->G * s->Dv},
+        {"layer: bias b_o", L->b_o, L->Eout},
+    };
+    ra_status st = RA_OK;
+    for (int i = 0; i < 8 && st == RA_OK; i++)
+        st = ra_check_finite(w[i].what, w[i].x, w[i].n);
+    return st;
 }
 
 /* This rank's tensors: one allocation, q | k | v | o | lse | encoded x_q |
@@ -95,6 +120,8 @@ ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *s,
     layer_local ll = {0};
     int P = 1, r = 0;
     ra_status st = check_layer(s, L);
+    if (st == RA_OK && !params->nonfinite)
+        st = check_layer_finite(s, L);
     if (MPI_Comm_size(comm, &P) != MPI_SUCCESS ||
         MPI_Comm_rank(comm, &r) != MPI_SUCCESS)
         st = ra_error_set(RA_ERR_MPI, "layer: cannot query the communicator");

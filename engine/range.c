@@ -43,17 +43,43 @@ ra_input_bounds ra_input_bounds_of(const ra_shape *s, int64_t n, int64_t m,
     return b;
 }
 
+int64_t ra_first_nonfinite(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return -1;
+}
+
+ra_status ra_check_finite(const char *what, const float *x, int64_t n)
+{
+    const int64_t i = x ? ra_first_nonfinite(x, n) : -1;
+    if (i < 0)
+        return RA_OK;
+    return ra_error_set(RA_ERR_INPUT, "%s[%lld] = %g is not finite", what,
+                        (long long)i, (double)x[i]);
+}
+
 /* The additive score: |score| <= sum |w_v|; the projections W_q q and
  * W_k k are bounded by the largest weight row norm times the input norm. */
 static ra_status check_additive(const ra_shape *s, const ra_additive *ad,
                                 const ra_input_bounds *b)
 {
+    const int64_t Dk = ra_shape_dk(s);
+    ra_status st = ra_check_finite("score additive: weight w_q", ad->w_q,
+                                   ad->A * s->D);
+    if (st == RA_OK)
+        st = ra_check_finite("score additive: weight w_k", ad->w_k,
+                             ad->A * Dk);
+    if (st == RA_OK)
+        st = ra_check_finite("score additive: weight w_v", ad->w_v, ad->A);
+    if (st != RA_OK)
+        return st;
     double wv = 0.0;
     for (int64_t a = 0; a < ad->A; a++)
         wv += fabs((double)ad->w_v[a]);
     const double pq = max_row_norm(ad->w_q, ad->A, s->D, s->D) * b->q_norm;
-    const double pk = max_row_norm(ad->w_k, ad->A, ra_shape_dk(s),
-                                   ra_shape_dk(s)) * b->k_norm;
+    const double pk = max_row_norm(ad->w_k, ad->A, Dk, Dk) * b->k_norm;
     if (wv * M_LOG2E > SAFE_MAX)
         return ra_error_set(RA_ERR_INPUT, "score additive: sum |w_v| = %.3g "
                             "gives scores beyond the kernel's float32 limit "

@@ -24,6 +24,14 @@ ra_input_bounds ra_input_bounds_of(const ra_shape *shape, int64_t n,
                                    int64_t m, const float *q, const float *k,
                                    const float *v);
 
+/* Index of the first NaN or inf in x[0..n), or -1: for weights, which no
+ * input scan sees. */
+int64_t ra_first_nonfinite(const float *x, int64_t n);
+
+/* RA_OK, or RA_ERR_INPUT naming what[index] and its value when x[0..n)
+ * holds a NaN or inf. */
+ra_status ra_check_finite(const char *what, const float *x, int64_t n);
+
 /* Checks that every score, the key terms of the Gaussian score and the
  * accumulator of a block of up to block_keys keys stay well inside float32
  * for inputs within the bounds: RA_OK, or RA_ERR_ARG (the options alone

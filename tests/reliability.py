@@ -276,7 +276,37 @@ def scaled(names, factor):
     return edit
 
 
+def additive_weights(bad_index=None):
+    """extra datasets: additive weights for make()'s D = Dk = 4, A = 5."""
+    r = np.random.default_rng(5)
+    w_v = r.standard_normal(5).astype("f4")
+    if bad_index is not None:
+        w_v[bad_index] = np.nan
+    return {"additive/w_q": r.standard_normal((5, 4)).astype("f4"),
+            "additive/w_k": r.standard_normal((5, 4)).astype("f4"),
+            "additive/w_v": w_v}
+
+
+def layer_file(path, name, index, value):
+    """layer inputs from `ringattn gen --mha` with one weight entry set."""
+    subprocess.run([RINGATTN, "gen", "--mha", "--out", path, "--seq", "12",
+                    "--heads", "2", "--dim", "4"], env=ENV, check=True,
+                   capture_output=True)
+    with h5py.File(path, "r+") as f:
+        data = f[name][...]
+        data[index] = value
+        f[name][...] = data
+
+
 CASES_COMPUTE = [
+    ("additive-nan-weight", "--score additive with NaN in /additive/w_v",
+     {"nanw.h5": lambda p: make(p, extra=additive_weights(1))},
+     RUN + ["nanw.h5", "--score", "additive"], 2,
+     r"score additive: weight w_v\[1\] = nan is not finite"),
+    ("mha-inf-weight", "run --mha with inf in /w_o",
+     {"lw.h5": lambda p: layer_file(p, "w_o", (3, 5), np.inf)},
+     ["run", "--mha", "--out", "out.h5", "--in", "lw.h5", "--heads", "2"], 2,
+     r"layer: weight w_o\[29\] = inf is not finite"),
     ("scale-fp32-overflow", "--scale 1e39: every score beyond float32",
      {}, RUN + ["good.h5", "--scale", "1e39"], 2,
      r"scale 1e\+39 is beyond the kernel's float32 limit"),
