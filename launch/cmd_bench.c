@@ -463,6 +463,8 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
         }
     }
     const double rss = peak_rss_bytes();
+    if (st == RA_ERR_MPI) /* a stalled ring: the others wait for a stopped rank */
+        cli_abort(ctx, ra_error_message());
     if (st != RA_OK) {
         free(mem);
         free(wall);
