@@ -6,11 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
 #include "internal.h"
 #include "kernel.h"
-
-int openblas_get_num_threads(void);
-void openblas_set_num_threads(int num_threads);
+#include "range.h"
 
 static ra_status check_layer(const ra_shape *s, const ra_mha *L)
 {
@@ -20,27 +19,48 @@ static ra_status check_layer(const ra_shape *s, const ra_mha *L)
     if (!L->w_q || !L->w_k || !L->w_v || !L->w_o)
         return ra_error_set(RA_ERR_ARG, "layer: w_q, w_k, w_v and w_o are "
                                         "required");
-    if (ra_shape_dk(s) != s->D)
+    if (!ra_shape_dk_allowed(s, RA_SCORE_DOT))
         return ra_error_set(RA_ERR_ARG, "layer: keys and queries share the "
                                         "head dim D");
     return RA_OK;
 }
 
-ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *s,
-                         const ra_params *params, const ra_masks *masks,
-                         const ra_mha *L, const float *x_q, const float *x_kv,
-                         float *y, ra_timing *timing)
+/* Weights with a NaN or inf would spread it over every output row; unless
+ * the caller allows non-finite values, they are refused. */
+static ra_status check_layer_finite(const ra_shape *s, const ra_mha *L)
 {
-    ra_status st = check_layer(s, L);
-    if (st != RA_OK)
-        return st;
-    int P, r;
-    MPI_Comm_size(comm, &P);
-    MPI_Comm_rank(comm, &r);
-    const ra_layout lay = ra_params_layout(params, masks && masks->q_segments);
-    const ra_slice qs = ra_layout_slice(lay, s->N, r, P);
-    const ra_slice ks = ra_layout_slice(lay, s->M, r, P);
-    const int64_t n = qs.count, m = ks.count;
+    const struct {
+        const char *what;
+        const float *x;
+        int64_t n;
+    } w[8] = {
+        {"layer: weight w_q", L->w_q, s->H * s->D * L->Eq},
+        {"layer: weight w_k", L->w_k, s->G * s->D * L->Ekv},
+        {"layer: weight w_v", L->w_v, s->G * s->Dv * L->Ekv},
+        {"layer: weight w_o", L->w_o, L->Eout * s->H * s->Dv},
+        {"layer: bias b_q", L->b_q, s->H * s->D},
+        {"layer: bias b_k", L->b_k, s->G * s->D},
+        {"layer: bias b_v", L->b_v, s->G * s->Dv},
+        {"layer: bias b_o", L->b_o, L->Eout},
+    };
+    ra_status st = RA_OK;
+    for (int i = 0; i < 8 && st == RA_OK; i++)
+        st = ra_check_finite(w[i].what, w[i].x, w[i].n);
+    return st;
+}
+
+/* This rank's tensors: one allocation, q | k | v | o | lse | encoded x_q |
+ * encoded x_kv, and the positions of its tokens. */
+typedef struct {
+    ra_slice qs, ks;
+    float *mem, *q, *k, *v, *o, *lse, *xq, *xk;
+    int64_t *pos;
+} layer_local;
+
+static ra_status layer_alloc(layer_local *ll, const ra_shape *s,
+                             const ra_mha *L)
+{
+    const int64_t n = ll->qs.count, m = ll->ks.count;
     const size_t nq = (size_t)(s->B * n * s->H * s->D);
     const size_t nk = (size_t)(s->B * m * s->G * s->D);
     const size_t nv = (size_t)(s->B * m * s->G * s->Dv);
@@ -48,49 +68,87 @@ ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *s,
     const size_t nl = (size_t)(s->B * s->H * n);
     const size_t nxq = L->pos_encoding ? (size_t)(s->B * n * L->Eq) : 0;
     const size_t nxk = L->pos_encoding ? (size_t)(s->B * m * L->Ekv) : 0;
-    /* one allocation: q | k | v | o | lse | encoded x_q | encoded x_kv */
-    float *mem = malloc(sizeof(float) * (nq + nk + nv + no + nl + nxq + nxk + 1));
-    int64_t *pos = malloc(sizeof(int64_t) * (size_t)((n > m ? n : m) + 1));
-    int bad = !mem || !pos, any_bad;
-    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
-    if (any_bad) {
-        free(mem);
-        free(pos);
+    ll->mem = malloc(sizeof(float) * (nq + nk + nv + no + nl + nxq + nxk + 1));
+    ll->pos = malloc(sizeof(int64_t) * (size_t)((n > m ? n : m) + 1));
+    if (!ll->mem || !ll->pos)
         return ra_error_set(RA_ERR_NOMEM, "layer: cannot allocate the "
                                           "projections of the local slices");
-    }
-    float *q = mem, *k = q + nq, *v = k + nk, *o = v + nv, *lse = o + no;
-    float *xq = lse + nl, *xk = xq + nxq;
-    const int blas_threads = openblas_get_num_threads();
-    openblas_set_num_threads(ra_params_threads(params));
+    ll->q = ll->mem;
+    ll->k = ll->q + nq;
+    ll->v = ll->k + nk;
+    ll->o = ll->v + nv;
+    ll->lse = ll->o + no;
+    ll->xq = ll->lse + nl;
+    ll->xk = ll->xq + nxq;
+    return RA_OK;
+}
 
-    const float *in_q = x_q, *in_kv = x_kv;
+/* x (B, slice count, E) plus the encodings of the slice's positions, into
+ * out. */
+static void layer_encode(layer_local *ll, const ra_slice *sl, int64_t B,
+                         int64_t E, const float *x, float *out)
+{
+    memcpy(out, x, sizeof(float) * (size_t)(B * sl->count * E));
+    for (int64_t i = 0; i < sl->count; i++)
+        ll->pos[i] = ra_slice_pos(sl, i);
+    ra_posenc_add(out, B, sl->count, E, ll->pos);
+}
+
+/* The token-wise input projections: rows (B n) of x_q to q (B, n, H, D),
+ * rows (B m) of x_kv to k and v. */
+static void layer_project(layer_local *ll, const ra_shape *s, const ra_mha *L,
+                          const float *x_q, const float *x_kv)
+{
+    const int64_t n = ll->qs.count, m = ll->ks.count;
     if (L->pos_encoding) {
-        memcpy(xq, x_q, sizeof(float) * nxq);
-        for (int64_t i = 0; i < n; i++)
-            pos[i] = ra_slice_pos(&qs, i);
-        ra_posenc_add(xq, s->B, n, L->Eq, pos);
-        memcpy(xk, x_kv, sizeof(float) * nxk);
-        for (int64_t j = 0; j < m; j++)
-            pos[j] = ra_slice_pos(&ks, j);
-        ra_posenc_add(xk, s->B, m, L->Ekv, pos);
-        in_q = xq;
-        in_kv = xk;
+        layer_encode(ll, &ll->qs, s->B, L->Eq, x_q, ll->xq);
+        layer_encode(ll, &ll->ks, s->B, L->Ekv, x_kv, ll->xk);
+        x_q = ll->xq;
+        x_kv = ll->xk;
     }
-    /* rows (B n) of x_q to (B, n, H, D); rows (B m) of x_kv to k and v */
-    ra_linear(in_q, s->B * n, L->Eq, L->w_q, L->b_q, s->H * s->D, q);
-    ra_linear(in_kv, s->B * m, L->Ekv, L->w_k, L->b_k, s->G * s->D, k);
-    ra_linear(in_kv, s->B * m, L->Ekv, L->w_v, L->b_v, s->G * s->Dv, v);
-    openblas_set_num_threads(blas_threads);
+    ra_linear(x_q, s->B * n, L->Eq, L->w_q, L->b_q, s->H * s->D, ll->q);
+    ra_linear(x_kv, s->B * m, L->Ekv, L->w_k, L->b_k, s->G * s->D, ll->k);
+    ra_linear(x_kv, s->B * m, L->Ekv, L->w_v, L->b_v, s->G * s->Dv, ll->v);
+}
 
-    st = ra_forward_ex(comm, s, params, masks, q, k, v, o, lse, timing);
+ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *s,
+                         const ra_params *params, const ra_masks *masks,
+                         const ra_mha *L, const float *x_q, const float *x_kv,
+                         float *y, ra_timing *timing)
+{
+    ra_error_clear();
+    layer_local ll = {0};
+    int P = 1, r = 0;
+    ra_status st = check_layer(s, L);
+    if (st == RA_OK && !params->nonfinite)
+        st = check_layer_finite(s, L);
+    if (MPI_Comm_size(comm, &P) != MPI_SUCCESS ||
+        MPI_Comm_rank(comm, &r) != MPI_SUCCESS)
+        st = ra_error_set(RA_ERR_MPI, "layer: cannot query the communicator");
     if (st == RA_OK) {
-        openblas_set_num_threads(ra_params_threads(params));
-        /* (B n, H Dv) to (B n, Eout) */
-        ra_linear(o, s->B * n, s->H * s->Dv, L->w_o, L->b_o, L->Eout, y);
-        openblas_set_num_threads(blas_threads);
+        const ra_layout lay = ra_params_layout(params,
+                                               masks && masks->q_segments);
+        ll.qs = ra_layout_slice(lay, s->N, r, P);
+        ll.ks = ra_layout_slice(lay, s->M, r, P);
+        st = layer_alloc(&ll, s, L);
     }
-    free(mem);
-    free(pos);
+    /* a refusal on one rank must not leave the others in the ring */
+    if ((st = ra_agree(comm, st)) != RA_OK)
+        goto cleanup;
+    int blas = ra_blas_enter(ra_params_threads(params));
+    layer_project(&ll, s, L, x_q, x_kv);
+    ra_blas_leave(blas);
+
+    st = ra_forward_ex(comm, s, params, masks, ll.q, ll.k, ll.v, ll.o, ll.lse,
+                       timing);
+    if (st == RA_OK) { /* (B n, H Dv) to (B n, Eout) */
+        blas = ra_blas_enter(ra_params_threads(params));
+        ra_linear(ll.o, s->B * ll.qs.count, s->H * s->Dv, L->w_o, L->b_o,
+                  L->Eout, y);
+        ra_blas_leave(blas);
+    }
+cleanup:
+    free(ll.mem);
+    free(ll.pos);
     return st;
 }

@@ -2,36 +2,28 @@
  * the attention itself up to thousands of ranks. */
 #include "plan.h"
 
-#define UNBOUNDED (INT64_MAX / 4)
+/* The highest of the B padding lengths, or len without them. */
+static int64_t lens_max(const int64_t *lens, int64_t B, int64_t len)
+{
+    if (!lens)
+        return len;
+    int64_t mx = 0;
+    for (int64_t b = 0; b < B; b++)
+        mx = lens[b] > mx ? lens[b] : mx;
+    return mx;
+}
 
 ring_plan ring_plan_make(const ra_shape *s, const ra_params *p,
                          const ra_masks *masks, int P)
 {
     ring_plan pl;
-    const int64_t diag = s->M - s->N;
     pl.layout = ra_params_layout(p, masks && masks->q_segments);
     pl.N = s->N;
     pl.M = s->M;
     pl.P = P;
-    pl.lo = p->window ? diag - p->window_left : -UNBOUNDED;
-    pl.hi = UNBOUNDED;
-    if (p->causal)
-        pl.hi = diag;
-    if (p->window && diag + p->window_right < pl.hi)
-        pl.hi = diag + p->window_right;
-    pl.q_end = s->N;
-    pl.kv_end = s->M;
-    if (masks && masks->q_lens) {
-        pl.q_end = 0;
-        for (int64_t b = 0; b < s->B; b++)
-            pl.q_end = masks->q_lens[b] > pl.q_end ? masks->q_lens[b] : pl.q_end;
-    }
-    if (masks && masks->kv_lens) {
-        pl.kv_end = 0;
-        for (int64_t b = 0; b < s->B; b++)
-            pl.kv_end = masks->kv_lens[b] > pl.kv_end ? masks->kv_lens[b]
-                                                       : pl.kv_end;
-    }
+    pl.band = ra_band_of(p, s);
+    pl.q_end = lens_max(masks ? masks->q_lens : NULL, s->B, s->N);
+    pl.kv_end = lens_max(masks ? masks->kv_lens : NULL, s->B, s->M);
     return pl;
 }
 
@@ -61,9 +53,11 @@ ring_span ring_plan_need(const ring_plan *pl, int d, int src)
         return none;
     if (qmax > pl->q_end - 1)
         qmax = pl->q_end - 1;
-    int64_t kfirst = qmin + pl->lo, klast = qmax + pl->hi;
-    if (klast > pl->kv_end - 1)
-        klast = pl->kv_end - 1;
+    /* the hull: from the first key of the first query to the last key of
+     * the last one */
+    int64_t kfirst, klast, unused;
+    ra_band_keys(pl->band, qmin, pl->kv_end, &kfirst, &unused);
+    ra_band_keys(pl->band, qmax, pl->kv_end, &unused, &klast);
     if (kfirst > klast)
         return none;
     ring_span sp = {slice_lower_bound(&ks, kfirst),

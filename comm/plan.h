@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "band.h"
 #include "ringattn.h"
 
 /* [a, b) in the index space of one block (0 .. block count) */
@@ -22,7 +23,8 @@ typedef struct {
     ra_layout layout;
     int64_t N, M;
     int P;
-    int64_t lo, hi;        /* query at position p sees keys in [p+lo, p+hi] */
+    ra_band band;          /* query at position p sees keys in
+                              [p + lo, p + hi] */
     int64_t q_end, kv_end; /* no query at or after q_end sees anything; no
                               key at or after kv_end is seen */
 } ring_plan;

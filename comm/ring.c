@@ -1,13 +1,9 @@
-/* ring.c: the ring of ranks around ra_forward.
+/* ring.c: ra_forward and its variants: the set-up, the passes and the
+ * tear-down of one ring call (the steps themselves are in ring_pass.c).
  *
- * Rank r holds its query slice for the whole call and, during step t, the
- * part of the K/V block that originated at rank (r - t) mod P that it or a
- * rank after it still needs (plan.h). Before computing on that block it
- * posts the receive of the next block from r - 1 and the send of the part
- * of the current one that r + 1 needs (K and V in one message, described by
- * an MPI datatype, so nothing is copied), two buffers alternating; both
- * requests are polled between tiles so that the transfer moves while the
- * kernel runs: Open MPI has no progress thread. */
+ * Discipline: validate locally, agree over the ranks (ra_agree), then start
+ * the collectives, so that a refusal on one rank never leaves the others
+ * waiting inside the ring. */
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -15,121 +11,13 @@
 
 #include <cblas.h>
 
+#include "agree.h"
 #include "internal.h"
-#include "kernel.h"
-#include "plan.h"
+#include "range.h"
+#include "ring.h"
 
-/* OpenBLAS's thread control; single-threaded BLAS inside our own threads. */
-int openblas_get_num_threads(void);
-void openblas_set_num_threads(int num_threads);
-
-enum { TAG_KV = 7301, TAG_SEG = 7302 };
-
-/* Requests of one ring step, polled between tiles. */
-typedef struct {
-    MPI_Request req[4]; /* receive K/V, send K/V, receive ids, send ids */
-    int pending;
-} ring_step;
-
-static void ring_poll(void *ctx)
+static ra_status check_score(const ra_shape *s, const ra_params *p)
 {
-    ring_step *st = ctx;
-    if (st->pending) {
-        int done = 0;
-        MPI_Testall(4, st->req, &done, MPI_STATUSES_IGNORE);
-        st->pending = !done;
-    }
-}
-
-/* A held block: cnt rows of K (B, cnt, G, D) then V (B, cnt, G, Dv) in one
- * float buffer, segment ids (B, cnt) in another. */
-typedef struct {
-    float *kv;
-    int64_t *seg;
-} ring_buf;
-
-/* Copies rows [a, b) of this rank's k (B, m, rk floats per row), v
- * (B, m, G, Dv) and ids (B, m) into a held block of b - a rows. */
-static void pack_own(const ra_shape *s, int64_t m, int64_t rk, ring_span sp,
-                     const float *k, const float *v, const int64_t *seg,
-                     ring_buf dst)
-{
-    const int64_t cnt = sp.b - sp.a, rv = s->G * s->Dv;
-    for (int64_t b = 0; b < s->B; b++) {
-        memcpy(dst.kv + b * cnt * rk, k + (b * m + sp.a) * rk,
-               sizeof(float) * (size_t)(cnt * rk));
-        memcpy(dst.kv + s->B * cnt * rk + b * cnt * rv,
-               v + (b * m + sp.a) * rv, sizeof(float) * (size_t)(cnt * rv));
-        if (seg)
-            memcpy(dst.seg + b * cnt, seg + b * m + sp.a,
-                   sizeof(int64_t) * (size_t)cnt);
-    }
-}
-
-/* Datatype selecting rows [off, off + cnt) of a held block of `held` rows,
- * laid out as the receiver's block of cnt rows: B pieces of K rows (row_k
- * floats each), then B pieces of V rows (row_v floats; 0: none), or B
- * pieces of ids (row_k = 1, base MPI_INT64_T). Counts are in rows and
- * displacements in bytes, so a message may exceed 2^31 elements. */
-static int rows_type(int64_t B, int64_t held, int64_t off, int64_t cnt,
-                     int64_t row_k, int64_t row_v, MPI_Datatype base,
-                     MPI_Datatype *type)
-{
-    const int parts = (int)(row_v ? 2 * B : B);
-    int *len = malloc(sizeof(int) * (size_t)parts);
-    MPI_Aint *disp = malloc(sizeof(MPI_Aint) * (size_t)parts);
-    MPI_Datatype *types = malloc(sizeof(MPI_Datatype) * (size_t)parts);
-    MPI_Datatype rk = MPI_DATATYPE_NULL, rv = MPI_DATATYPE_NULL;
-    int size, rc = -1;
-    if (!len || !disp || !types || cnt > INT_MAX ||
-        MPI_Type_size(base, &size) != MPI_SUCCESS ||
-        MPI_Type_contiguous((int)row_k, base, &rk) != MPI_SUCCESS ||
-        (row_v && MPI_Type_contiguous((int)row_v, base, &rv) != MPI_SUCCESS))
-        goto cleanup;
-    for (int64_t b = 0; b < B; b++) {
-        len[b] = (int)cnt;
-        types[b] = rk;
-        disp[b] = (MPI_Aint)((b * held + off) * row_k) * size;
-        if (row_v) {
-            len[B + b] = (int)cnt;
-            types[B + b] = rv;
-            disp[B + b] = (MPI_Aint)(B * held * row_k + (b * held + off) * row_v) *
-                          size;
-        }
-    }
-    if (MPI_Type_create_struct(parts, len, disp, types, type) == MPI_SUCCESS &&
-        MPI_Type_commit(type) == MPI_SUCCESS)
-        rc = 0;
-cleanup:
-    if (rk != MPI_DATATYPE_NULL)
-        MPI_Type_free(&rk);
-    if (rv != MPI_DATATYPE_NULL)
-        MPI_Type_free(&rv);
-    free(len);
-    free(disp);
-    free(types);
-    return rc;
-}
-
-/* Makes every rank agree on st: the worst (largest) status wins, so that a
- * failure on one rank never leaves the others waiting in the ring. */
-static ra_status agree(MPI_Comm comm, ra_status st)
-{
-    int mine = (int)st, all = 0;
-    if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS)
-        return RA_ERR_MPI;
-    if (all != RA_OK && st == RA_OK)
-        ra_error_set((ra_status)all, "another rank failed: %s",
-                     ra_status_str((ra_status)all));
-    return (ra_status)all;
-}
-
-static ra_status check_params(const ra_shape *s, const ra_params *p,
-                              const ra_masks *mk)
-{
-    ra_status st = ra_shape_check(s);
-    if (st != RA_OK)
-        return st;
     if (p->score == RA_SCORE_GAUSSIAN && !(p->sigma > 0 && isfinite(p->sigma)))
         return ra_error_set(RA_ERR_ARG, "score gaussian: sigma must be a "
                                         "finite number > 0");
@@ -138,15 +26,20 @@ static ra_status check_params(const ra_shape *s, const ra_params *p,
          !p->additive->w_k || !p->additive->w_v))
         return ra_error_set(RA_ERR_ARG, "score additive: weights w_q (A, D), "
                                         "w_k (A, Dk), w_v (A) are required");
-    if (p->score != RA_SCORE_ADDITIVE && ra_shape_dk(s) != s->D)
+    if (!ra_shape_dk_allowed(s, p->score))
         return ra_error_set(RA_ERR_ARG, "shape: keys of dim Dk=%lld differ "
                             "from queries of dim D=%lld, which only the "
                             "additive score allows", (long long)ra_shape_dk(s),
                             (long long)s->D);
-    if (p->window && (p->window_left < 0 || p->window_right < 0))
-        return ra_error_set(RA_ERR_ARG, "window: left and right must be >= 0");
-    if (p->block_q < 0 || p->block_kv < 0)
-        return ra_error_set(RA_ERR_ARG, "tiles: block sizes must be >= 0");
+    if (p->score != RA_SCORE_ADDITIVE && !isnan(p->scale) &&
+        !isfinite(p->scale))
+        return ra_error_set(RA_ERR_ARG, "scale: %g is not a finite number",
+                            p->scale);
+    return RA_OK;
+}
+
+static ra_status check_masks(const ra_shape *s, const ra_masks *mk)
+{
     if (mk && (!mk->q_segments) != (!mk->kv_segments))
         return ra_error_set(RA_ERR_ARG, "masks: q_segments and kv_segments "
                                         "go together");
@@ -161,6 +54,25 @@ static ra_status check_params(const ra_shape *s, const ra_params *p,
                                 (long long)mk->kv_lens[b], (long long)s->M);
     }
     return RA_OK;
+}
+
+static ra_status check_params(const ra_shape *s, const ra_params *p,
+                              const ra_masks *mk)
+{
+    ra_status st = ra_shape_check(s);
+    if (st == RA_OK)
+        st = check_score(s, p);
+    if (st != RA_OK)
+        return st;
+    if (p->window && (p->window_left < 0 || p->window_right < 0))
+        return ra_error_set(RA_ERR_ARG, "window: left and right must be >= 0");
+    if (p->block_q < 0 || p->block_kv < 0)
+        return ra_error_set(RA_ERR_ARG, "tiles: block sizes must be >= 0");
+    if (p->threads < 0)
+        return ra_error_set(RA_ERR_ARG, "threads: %d is negative", p->threads);
+    if (!(p->stall_timeout >= 0))
+        return ra_error_set(RA_ERR_ARG, "stall timeout: must be >= 0 seconds");
+    return check_masks(s, mk);
 }
 
 /* The local rows whose global positions lie in [map->i0, map->i1): one
@@ -201,120 +113,201 @@ static ra_status check_map(const ra_shape *s, const ra_attn_map *map)
     return RA_OK;
 }
 
-/* Everything one ring pass needs; set up once per call. */
+/* The arguments of one call, as the caller passed them. */
 typedef struct {
-    MPI_Comm comm;
-    int P, r, last;
     const ra_shape *shape;
-    ra_layout lay;
-    ring_plan plan;
-    int segs, may_poll;
-    int64_t row_k, row_v;
-    ring_buf buf[2];
-    ra_block blk;
-    int64_t *kpos;
-    ra_timing *tm;
-} ring_state;
+    const ra_params *params;
+    const ra_masks *masks;
+    const float *q, *k, *v;
+    float *o, *lse;
+    ra_attn_map *map; /* the map to write, when want_map */
+    int want_map;
+} ring_args;
 
-/* What a pass does with the block held at one step: kb holds blk.m key
- * rows (B, m, row_k floats), vb their values (B, m, G, Dv). */
-typedef void (*block_visit)(ring_state *rs, const float *kb, const float *vb,
-                            ring_step *step, void *arg);
-
-/* Runs steps 0 .. last: posts the transfers of the next block, visits the
- * current one, waits. buf[0] must hold this rank's own block. */
-static ra_status ring_pass(ring_state *rs, block_visit visit, void *arg)
+/* Sizes, layout and plan of the call on this rank (no allocation). */
+static ra_status ring_size(ring_state *rs, const ring_args *a)
 {
-    const ra_shape *S = rs->shape;
-    const int P = rs->P, r = rs->r, last = rs->last;
-    const int left = (r - 1 + P) % P, right = (r + 1) % P;
-    const int64_t row_k = rs->row_k, row_v = rs->row_v;
-    ra_status st = RA_OK;
-    for (int t = 0; t <= last && st == RA_OK; t++) {
-        const int src = (r - t + P) % P, next = (r - t - 1 + P) % P;
-        const ring_buf cur = rs->buf[t & 1], nxt = rs->buf[(t + 1) & 1];
-        const ring_span held = ring_plan_held(&rs->plan, src, t, last);
-        const int64_t cnt = held.b - held.a;
-        ring_step step = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
-                           MPI_REQUEST_NULL}, 0};
-        MPI_Datatype kv_type = MPI_DATATYPE_NULL, seg_type = MPI_DATATYPE_NULL;
-        MPI_Datatype kv_in = MPI_DATATYPE_NULL, seg_in = MPI_DATATYPE_NULL;
-        if (t < last) {
-            const ring_span in = ring_plan_held(&rs->plan, next, t + 1, last);
-            const ring_span out = ring_plan_held(&rs->plan, src, t + 1, last);
-            const int64_t in_cnt = in.b - in.a, out_cnt = out.b - out.a;
-            int rc = rows_type(S->B, cnt, out.a - held.a, out_cnt, row_k,
-                               row_v, MPI_FLOAT, &kv_type) ||
-                     rows_type(S->B, in_cnt, 0, in_cnt, row_k, row_v,
-                               MPI_FLOAT, &kv_in);
-            if (rc == 0 && rs->segs)
-                rc = rows_type(S->B, cnt, out.a - held.a, out_cnt, 1, 0,
-                               MPI_INT64_T, &seg_type) ||
-                     rows_type(S->B, in_cnt, 0, in_cnt, 1, 0, MPI_INT64_T,
-                               &seg_in);
-            if (rc == 0)
-                rc = MPI_Irecv(nxt.kv, 1, kv_in, left, TAG_KV, rs->comm,
-                               &step.req[0]) |
-                     MPI_Isend(cur.kv, 1, kv_type, right, TAG_KV, rs->comm,
-                               &step.req[1]);
-            if (rc == 0 && rs->segs)
-                rc = MPI_Irecv(nxt.seg, 1, seg_in, left, TAG_SEG, rs->comm,
-                               &step.req[2]) |
-                     MPI_Isend(cur.seg, 1, seg_type, right, TAG_SEG, rs->comm,
-                               &step.req[3]);
-            if (rc != 0) {
-                st = ra_error_set(RA_ERR_MPI, "ring: posting step %d failed", t);
-                break;
-            }
-            step.pending = 1;
-            rs->tm->bytes_sent += S->B * out_cnt *
-                             ((row_k + row_v) * (int64_t)sizeof(float) +
-                              (rs->segs ? (int64_t)sizeof(int64_t) : 0));
-        }
-        const ra_slice src_keys = ra_layout_slice(rs->lay, S->M, src, P);
-        rs->blk.m = cnt;
-        for (int64_t j = 0; j < cnt; j++)
-            rs->kpos[j] = ra_slice_pos(&src_keys, held.a + j);
-        rs->blk.mask.k_seg = rs->segs ? cur.seg : NULL;
-
-        double t0 = MPI_Wtime();
-        visit(rs, cur.kv, cur.kv + S->B * cnt * row_k, &step, arg);
-        double t1 = MPI_Wtime();
-        if (step.pending &&
-            MPI_Waitall(4, step.req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            st = ra_error_set(RA_ERR_MPI, "ring: step %d transfer failed", t);
-        rs->tm->compute += t1 - t0;
-        rs->tm->comm_wait += MPI_Wtime() - t1;
-        MPI_Datatype *types[4] = {&kv_type, &kv_in, &seg_type, &seg_in};
-        for (int i = 0; i < 4; i++)
-            if (*types[i] != MPI_DATATYPE_NULL)
-                MPI_Type_free(types[i]);
+    const ra_shape *s = a->shape;
+    const ra_params *p = a->params;
+    int level = MPI_THREAD_SINGLE;
+    if (MPI_Comm_size(rs->comm, &rs->P) != MPI_SUCCESS ||
+        MPI_Comm_rank(rs->comm, &rs->r) != MPI_SUCCESS ||
+        MPI_Query_thread(&level) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "ring: cannot query the communicator");
+    rs->shape = s;
+    rs->threads = ra_params_threads(p);
+    /* only the thread that called MPI may poll, and only if MPI allows it
+     * while other threads run */
+    rs->may_poll = !p->no_poll &&
+                   (rs->threads == 1 || level >= MPI_THREAD_FUNNELED);
+    rs->stall_timeout = p->stall_timeout;
+    rs->segs = a->masks && a->masks->q_segments;
+    rs->lay = ra_params_layout(p, rs->segs);
+    rs->n = ra_layout_slice(rs->lay, s->N, rs->r, rs->P).count;
+    rs->m_own = ra_layout_slice(rs->lay, s->M, rs->r, rs->P).count;
+    for (int i = 0; i < rs->P; i++) {
+        const int64_t c = ra_layout_slice(rs->lay, s->M, i, rs->P).count;
+        rs->mmax = c > rs->mmax ? c : rs->mmax;
     }
-    return st;
+    /* the additive score sends the keys' projections W_k k (A per head)
+     * around the ring instead of the keys, and works on W_q q */
+    const int64_t A = p->score == RA_SCORE_ADDITIVE ? p->additive->A : 0;
+    rs->row_k = s->G * (A ? A : s->D);
+    rs->row_v = s->G * s->Dv;
+    rs->plan = ring_plan_make(s, p, a->masks, rs->P);
+    rs->last = ring_plan_last_step(&rs->plan);
+    if (s->B * rs->mmax > INT_MAX || rs->row_k + rs->row_v > INT_MAX)
+        return ra_error_set(RA_ERR_ARG, "ring: a K/V block of %lld rows of "
+                            "%lld floats cannot be described to MPI (counts "
+                            "are int); use more ranks",
+                            (long long)(s->B * rs->mmax),
+                            (long long)(rs->row_k + rs->row_v));
+    return RA_OK;
 }
 
-/* The forward pass: fold the block into (o, lse). */
+/* Allocates the ring buffers, positions, projections and tiles. */
+static ra_status ring_alloc(ring_state *rs, const ring_args *a)
+{
+    const ra_shape *s = a->shape;
+    const int64_t rows = s->B * rs->mmax;
+    const int additive = a->params->score == RA_SCORE_ADDITIVE;
+    const int64_t A = additive ? a->params->additive->A : 0;
+    int64_t bq, bkv;
+    ra_params_tiles(a->params, s, &bq, &bkv);
+    for (int i = 0; i < 2; i++) {
+        rs->buf[i].kv = malloc(sizeof(float) *
+                               (size_t)(rows * (rs->row_k + rs->row_v) + 1));
+        if (rs->segs)
+            rs->buf[i].seg = malloc(sizeof(int64_t) * (size_t)(rows + 1));
+    }
+    rs->qpos = malloc(sizeof(int64_t) * (size_t)(rs->n + 1));
+    rs->kpos = malloc(sizeof(int64_t) * (size_t)(rs->mmax + 1));
+    rs->ws = ra_workspace_create(rs->threads, bq, bkv, s->Dv);
+    if (additive) {
+        rs->qp = malloc(sizeof(float) * (size_t)(s->B * rs->n * s->H * A + 1));
+        rs->kp = malloc(sizeof(float) *
+                        (size_t)(s->B * rs->m_own * rs->row_k + 1));
+    }
+    if (!rs->buf[0].kv || !rs->buf[1].kv ||
+        (rs->segs && (!rs->buf[0].seg || !rs->buf[1].seg)) || !rs->qpos ||
+        !rs->kpos || !rs->ws || (additive && (!rs->qp || !rs->kp)))
+        return ra_error_set(RA_ERR_NOMEM, "ring: cannot allocate the ring "
+                                          "buffers");
+    rs->blk = (ra_block){.block_q = bq, .block_kv = bkv};
+    return RA_OK;
+}
+
+/* Frees what ring_alloc made and the communicator. After a stall the
+ * buffers and the communicator stay: transfers into them are still in
+ * flight, and the job must end (ringattn.h). */
+static ra_status ring_free(ring_state *rs)
+{
+    if (rs->stalled)
+        return RA_OK;
+    for (int i = 0; i < 2; i++) {
+        free(rs->buf[i].kv);
+        free(rs->buf[i].seg);
+    }
+    free(rs->qpos);
+    free(rs->kpos);
+    free(rs->qp);
+    free(rs->kp);
+    ra_workspace_free(rs->ws);
+    if (rs->comm != MPI_COMM_NULL && MPI_Comm_free(&rs->comm) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "ring: MPI_Comm_free failed");
+    return RA_OK;
+}
+
+/* Refuses, on every rank alike, inputs whose scores or accumulators would
+ * leave float32 (range.h): local bounds, their maxima over the ranks, one
+ * verdict. Inputs that may hold NaN or inf (params->nonfinite) are the
+ * caller's to judge. */
+static ra_status ring_check_range(ring_state *rs, const ring_args *a)
+{
+    if (a->params->nonfinite)
+        return RA_OK;
+    const ra_input_bounds mine = ra_input_bounds_of(a->shape, rs->n, rs->m_own,
+                                                    a->q, a->k, a->v);
+    double in[3] = {mine.q_norm, mine.k_norm, mine.v_abs}, all[3];
+    if (MPI_Allreduce(in, all, 3, MPI_DOUBLE, MPI_MAX, rs->comm) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "ring: MPI_Allreduce of the input "
+                                        "bounds failed");
+    const ra_input_bounds bounds = {all[0], all[1], all[2]};
+    return ra_input_bounds_check(a->shape, a->params, &bounds, rs->mmax);
+}
+
+/* The kernel's description of the problem (everything but the block). */
+static void ring_block_init(ring_state *rs, const ring_args *a)
+{
+    const ra_shape *s = a->shape;
+    const ra_params *p = a->params;
+    const ra_masks *mk = a->masks;
+    const int gauss = p->score == RA_SCORE_GAUSSIAN;
+    const int additive = p->score == RA_SCORE_ADDITIVE;
+    const double alpha = gauss ? M_LOG2E / (p->sigma * p->sigma)
+                               : ra_params_scale(p, s) * M_LOG2E;
+    ra_block *blk = &rs->blk;
+    blk->B = s->B;
+    blk->n = rs->n;
+    blk->H = s->H;
+    blk->G = s->G;
+    blk->D = additive ? p->additive->A : s->D;
+    blk->Dv = s->Dv;
+    blk->alpha = (float)alpha;
+    blk->score = p->score;
+    blk->nan_check = p->nonfinite;
+    blk->half_inv_sigma2 = gauss ? 0.5 / (p->sigma * p->sigma) : 0.0;
+    blk->w_v = additive ? p->additive->w_v : NULL;
+    blk->mask = (ra_mask){.causal = p->causal, .diag = s->M - s->N,
+                          .window = p->window, .left = p->window_left,
+                          .right = p->window_right, .qpos = rs->qpos,
+                          .kpos = rs->kpos,
+                          .q_lens = mk ? mk->q_lens : NULL,
+                          .kv_lens = mk ? mk->kv_lens : NULL,
+                          .q_seg = rs->segs ? mk->q_segments : NULL};
+    const ra_slice qs = ra_layout_slice(rs->lay, s->N, rs->r, rs->P);
+    for (int64_t i = 0; i < rs->n; i++)
+        rs->qpos[i] = ra_slice_pos(&qs, i);
+}
+
+/* The additive score's projections: rows of q (B n H, D) and k (B m G, Dk)
+ * times W_q^T and W_k^T, once per call. */
+static void ring_project(ring_state *rs, const ring_args *a)
+{
+    const ra_shape *s = a->shape;
+    const ra_additive *ad = a->params->additive;
+    const int64_t Dk = ra_shape_dk(s);
+    if (rs->n > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+                    (int)(s->B * rs->n * s->H), (int)ad->A, (int)s->D, 1.0f,
+                    a->q, (int)s->D, ad->w_q, (int)s->D, 0.0f, rs->qp,
+                    (int)ad->A);
+    if (rs->m_own > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+                    (int)(s->B * rs->m_own * s->G), (int)ad->A, (int)Dk, 1.0f,
+                    a->k, (int)Dk, ad->w_k, (int)Dk, 0.0f, rs->kp, (int)ad->A);
+}
+
+/* The forward pass: fold each block into (o, lse). */
 typedef struct {
     const float *q; /* or its additive projection */
     float *o, *lse;
-    ra_workspace *ws;
 } forward_arg;
 
 static void visit_forward(ring_state *rs, const float *kb, const float *vb,
                           ring_step *step, void *arg)
 {
     forward_arg *fa = arg;
-    ra_kernel_forward_block(&rs->blk, fa->q, kb, vb, fa->o, fa->lse, fa->ws,
+    ra_kernel_forward_block(&rs->blk, fa->q, kb, vb, fa->o, fa->lse, rs->ws,
                             rs->may_poll ? ring_poll : NULL, step);
 }
 
-/* The attention-map pass: write the block's columns of the weights. */
+/* The attention-map pass: write each block's columns of the weights. */
 typedef struct {
     const float *q;
     const float *lse;
-    int64_t r0, nr;
+    ra_range rows;
     const ra_attn_map *map;
-    ra_workspace *ws;
 } map_arg;
 
 static void visit_map(ring_state *rs, const float *kb, const float *vb,
@@ -322,178 +315,74 @@ static void visit_map(ring_state *rs, const float *kb, const float *vb,
 {
     (void)vb;
     map_arg *ma = arg;
-    ra_kernel_probs(&rs->blk, ma->r0, ma->nr, ma->map->heads,
+    ra_kernel_probs(&rs->blk, ma->rows.start, ma->rows.count, ma->map->heads,
                     ma->map->nheads, ma->q, kb, ma->lse, ma->map->out,
-                    rs->shape->M, ma->ws, rs->may_poll ? ring_poll : NULL,
+                    rs->shape->M, rs->ws, rs->may_poll ? ring_poll : NULL,
                     step);
 }
 
-/* The forward pass and, when map is given, the attention map after it. */
-static ra_status ring_forward(MPI_Comm user_comm, const ra_shape *shape,
-                              const ra_params *params, const ra_masks *masks,
-                              const float *q, const float *k, const float *v,
-                              float *o, float *lse, ra_timing *timing,
-                              ra_attn_map *map)
+/* The passes: the forward, then with a map a second pass that writes the
+ * exact weights of the chosen rows from the final LSE. */
+static ra_status ring_run(ring_state *rs, const ring_args *a)
 {
-    double t_start = MPI_Wtime();
+    const ra_shape *s = a->shape;
+    const int additive = a->params->score == RA_SCORE_ADDITIVE;
+    const float *kr = additive ? rs->kp : a->k;
+    const int64_t *kseg = rs->segs ? a->masks->kv_segments : NULL;
+    const int blas = ra_blas_enter(1); /* single-threaded BLAS inside our
+                                          own threads */
+    ring_block_init(rs, a);
+    ra_state_reset(s->B, rs->n, s->H, s->Dv, a->o, a->lse);
+    if (additive)
+        ring_project(rs, a);
+    ring_pack_own(rs, kr, a->v, kseg);
+    forward_arg fa = {additive ? rs->qp : a->q, a->o, a->lse};
+    ra_status st = ring_pass(rs, visit_forward, &fa);
+    if (st == RA_OK && a->want_map) {
+        const ra_slice qs = ra_layout_slice(rs->lay, s->N, rs->r, rs->P);
+        const map_arg ma = {fa.q, a->lse, map_rows(&qs, a->map), a->map};
+        ring_pack_own(rs, kr, a->v, kseg); /* the own block to the front */
+        memset(a->map->out, 0, sizeof(float) *
+                                   (size_t)(s->B * a->map->nheads *
+                                            ma.rows.count * s->M));
+        st = ring_pass(rs, visit_map, (void *)&ma);
+    }
+    if (st == RA_OK)
+        st = ring_finish(rs);
+    rs->tm->steps = rs->last + 1;
+    ra_blas_leave(blas);
+    return st;
+}
+
+/* One call: check, agree, size and allocate, agree, check the range, run,
+ * free. Every rank takes the same branches up to the passes. */
+static ra_status ring_forward(MPI_Comm user_comm, const ring_args *a,
+                              ra_timing *timing)
+{
+    const double t_start = MPI_Wtime();
     ra_timing tm = {0};
-    ra_status st = check_params(shape, params, masks);
-    const int segs = masks && masks->q_segments;
-
-    MPI_Comm comm;
-    if (MPI_Comm_dup(user_comm, &comm) != MPI_SUCCESS)
+    ring_state rs = {.comm = MPI_COMM_NULL, .tm = &tm};
+    ra_status st = check_params(a->shape, a->params, a->masks);
+    if (st == RA_OK && a->want_map)
+        st = check_map(a->shape, a->map);
+    if (MPI_Comm_dup(user_comm, &rs.comm) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "ring: MPI_Comm_dup failed");
-    /* a rank whose arguments are refused must not leave the others in the
-     * ring: every rank returns the worst verdict */
-    if ((st = agree(comm, st)) != RA_OK) {
-        MPI_Comm_free(&comm);
-        return st;
+    st = ra_agree(rs.comm, st);
+    if (st == RA_OK) {
+        st = ring_size(&rs, a);
+        if (st == RA_OK)
+            st = ring_alloc(&rs, a);
+        st = ra_agree(rs.comm, st);
     }
-    int P, r;
-    MPI_Comm_size(comm, &P);
-    MPI_Comm_rank(comm, &r);
-
-    int64_t bq, bkv;
-    ra_params_tiles(params, shape, &bq, &bkv);
-    const int threads = ra_params_threads(params);
-    int level = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&level);
-    /* Only the thread that called MPI may poll, and only if MPI allows it
-     * while other threads run. */
-    const int may_poll = !params->no_poll &&
-                         (threads == 1 || level >= MPI_THREAD_FUNNELED);
-
-    const ra_layout lay = ra_params_layout(params, segs);
-    const ra_slice qs = ra_layout_slice(lay, shape->N, r, P);
-    const ra_slice ks = ra_layout_slice(lay, shape->M, r, P);
-    const int64_t n = qs.count, m_own = ks.count;
-    int64_t mmax = 0;
-    for (int i = 0; i < P; i++) {
-        int64_t c = ra_layout_slice(lay, shape->M, i, P).count;
-        mmax = c > mmax ? c : mmax;
-    }
-    /* The additive score sends the keys' projections W_k k (A per head)
-     * around the ring instead of the keys, and works on W_q q. */
-    const int additive = params->score == RA_SCORE_ADDITIVE;
-    const int64_t A = additive ? params->additive->A : 0;
-    const int64_t row_k = shape->G * (additive ? A : shape->D);
-    const int64_t row_v = shape->G * shape->Dv;
-    const int64_t buf_floats = shape->B * mmax * (row_k + row_v);
-
-    const ring_plan plan = ring_plan_make(shape, params, masks, P);
-    const int last = ring_plan_last_step(&plan);
-
-    ring_buf buf[2] = {{NULL, NULL}, {NULL, NULL}};
-    int64_t *qpos = NULL, *kpos = NULL;
-    float *qp = NULL, *kp = NULL; /* additive: (B, n, H, A), (B, m, G, A) */
-    ra_workspace *ws = NULL;
-    if (shape->B * mmax > INT_MAX || row_k + row_v > INT_MAX) {
-        st = ra_error_set(RA_ERR_ARG,
-                          "ring: a K/V block of %lld rows of %lld floats "
-                          "cannot be described to MPI (counts are int); use "
-                          "more ranks", (long long)(shape->B * mmax),
-                          (long long)(row_k + row_v));
-    } else {
-        for (int i = 0; i < 2; i++) {
-            buf[i].kv = malloc(sizeof(float) * (size_t)(buf_floats + 1));
-            if (segs)
-                buf[i].seg = malloc(sizeof(int64_t) *
-                                    (size_t)(shape->B * mmax + 1));
-        }
-        qpos = malloc((size_t)(n + 1) * sizeof *qpos);
-        kpos = malloc((size_t)(mmax + 1) * sizeof *kpos);
-        ws = ra_workspace_create(threads, bq, bkv, shape->Dv);
-        if (additive) {
-            qp = malloc(sizeof(float) * (size_t)(shape->B * n * shape->H * A + 1));
-            kp = malloc(sizeof(float) * (size_t)(shape->B * m_own * row_k + 1));
-        }
-        if (!buf[0].kv || !buf[1].kv || (segs && (!buf[0].seg || !buf[1].seg)) ||
-            !qpos || !kpos || !ws || (additive && (!qp || !kp)))
-            st = ra_error_set(RA_ERR_NOMEM,
-                              "ring: cannot allocate the ring buffers");
-    }
-    st = agree(comm, st);
-    if (st != RA_OK)
-        goto cleanup;
-
-    const int blas_threads = openblas_get_num_threads();
-    openblas_set_num_threads(1);
-
-    for (int64_t i = 0; i < n; i++)
-        qpos[i] = ra_slice_pos(&qs, i);
-    ra_state_reset(shape->B, n, shape->H, shape->Dv, o, lse);
-    if (additive) { /* rows of q (B n H, D) and k (B m G, Dk) projected */
-        const ra_additive *ad = params->additive;
-        const int64_t Dk = ra_shape_dk(shape);
-        if (n > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-                        (int)(shape->B * n * shape->H), (int)A, (int)shape->D,
-                        1.0f, q, (int)shape->D, ad->w_q, (int)shape->D, 0.0f,
-                        qp, (int)A);
-        if (m_own > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
-                        (int)(shape->B * m_own * shape->G), (int)A, (int)Dk,
-                        1.0f, k, (int)Dk, ad->w_k, (int)Dk, 0.0f, kp, (int)A);
-    }
-    pack_own(shape, m_own, row_k, ring_plan_held(&plan, r, 0, last),
-             additive ? kp : k, v, segs ? masks->kv_segments : NULL, buf[0]);
-
-    double alpha = ra_params_scale(params, shape) * M_LOG2E;
-    if (params->score == RA_SCORE_GAUSSIAN)
-        alpha = M_LOG2E / (params->sigma * params->sigma);
-
-    ra_block blk = {
-        .B = shape->B, .n = n, .H = shape->H, .G = shape->G,
-        .D = additive ? A : shape->D, .Dv = shape->Dv, .alpha = (float)alpha,
-        .block_q = bq, .block_kv = bkv, .score = params->score,
-        .nan_check = params->nonfinite,
-        .half_inv_sigma2 = params->score == RA_SCORE_GAUSSIAN
-                               ? 0.5 / (params->sigma * params->sigma) : 0.0,
-        .w_v = additive ? params->additive->w_v : NULL,
-        .mask = {.causal = params->causal, .diag = shape->M - shape->N,
-                 .window = params->window, .left = params->window_left,
-                 .right = params->window_right, .qpos = qpos, .kpos = kpos,
-                 .q_lens = masks ? masks->q_lens : NULL,
-                 .kv_lens = masks ? masks->kv_lens : NULL,
-                 .q_seg = segs ? masks->q_segments : NULL},
-    };
-    ring_state rs = {.comm = comm, .P = P, .r = r, .last = last,
-                     .shape = shape, .lay = lay, .plan = plan, .segs = segs,
-                     .may_poll = may_poll, .row_k = row_k, .row_v = row_v,
-                     .buf = {buf[0], buf[1]}, .blk = blk, .kpos = kpos,
-                     .tm = &tm};
-    forward_arg fa = {additive ? qp : q, o, lse, ws};
-    st = ring_pass(&rs, visit_forward, &fa);
-    if (st == RA_OK && map) {
-        /* the final LSE is known: a second pass writes the exact weights
-         * of the chosen rows; the own block goes back to the front */
-        const ra_range rows = map_rows(&qs, map);
-        pack_own(shape, m_own, row_k, ring_plan_held(&plan, r, 0, last),
-                 additive ? kp : k, v, segs ? masks->kv_segments : NULL,
-                 buf[0]);
-        memset(map->out, 0, sizeof(float) * (size_t)(shape->B * map->nheads *
-                                                      rows.count * shape->M));
-        map_arg ma = {additive ? qp : q, lse, rows.start, rows.count, map, ws};
-        st = ring_pass(&rs, visit_map, &ma);
-    }
-    tm.steps = last + 1;
-    openblas_set_num_threads(blas_threads);
-
-cleanup:
-    for (int i = 0; i < 2; i++) {
-        free(buf[i].kv);
-        free(buf[i].seg);
-    }
-    free(qpos);
-    free(kpos);
-    free(qp);
-    free(kp);
-    ra_workspace_free(ws);
-    MPI_Comm_free(&comm);
+    if (st == RA_OK)
+        st = ring_check_range(&rs, a);
+    if (st == RA_OK)
+        st = ring_run(&rs, a);
+    const ra_status fst = ring_free(&rs);
     tm.total = MPI_Wtime() - t_start;
     if (timing)
         *timing = tm;
-    return st;
+    return st != RA_OK ? st : fst;
 }
 
 ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
@@ -501,8 +390,9 @@ ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
                         const float *q, const float *k, const float *v,
                         float *o, float *lse, ra_timing *timing)
 {
-    return ring_forward(comm, shape, params, masks, q, k, v, o, lse, timing,
-                        NULL);
+    ra_error_clear();
+    const ring_args a = {shape, params, masks, q, k, v, o, lse, NULL, 0};
+    return ring_forward(comm, &a, timing);
 }
 
 ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
@@ -510,11 +400,9 @@ ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
                          const float *q, const float *k, const float *v,
                          float *o, float *lse, ra_attn_map *map)
 {
-    ra_status st = check_map(shape, map);
-    if (st != RA_OK)
-        return st;
-    return ring_forward(comm, shape, params, masks, q, k, v, o, lse, NULL,
-                        map);
+    ra_error_clear();
+    const ring_args a = {shape, params, masks, q, k, v, o, lse, map, 1};
+    return ring_forward(comm, &a, NULL);
 }
 
 ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,

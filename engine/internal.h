@@ -14,6 +14,36 @@ ra_status ra_error_set(ra_status st, const char *fmt, ...)
 /* Clears the message of this thread. */
 void ra_error_clear(void);
 
+/* Whether keys may have another head dim than the queries: only the
+ * additive score (whose projections W_k k give keys their own width)
+ * allows Dk != D. */
+int ra_shape_dk_allowed(const ra_shape *shape, ra_score score);
+
+/* Runs OpenBLAS with `threads` threads (0 means 1) for the library's own
+ * calls and returns the caller's count, which ra_blas_leave() restores: the
+ * library leaves the process-wide setting as it found it. */
+int ra_blas_enter(int threads);
+void ra_blas_leave(int saved);
+
+/* The random streams of generated problems: element values depend only on
+ * (seed, stream, index), so that `gen`, `bench`, the tests and the checks
+ * regenerate the same tensors from a seed. Q, K, V and each query/key pair
+ * are consecutive: gen indexes them as RA_STREAM_Q + t. */
+enum {
+    RA_STREAM_Q = 0,
+    RA_STREAM_K = 1,
+    RA_STREAM_V = 2,
+    RA_STREAM_Q_LENS = 3,
+    RA_STREAM_KV_LENS = 4,
+    RA_STREAM_Q_SEGMENTS = 5,  /* also the keys' ids when N == M */
+    RA_STREAM_KV_SEGMENTS = 6,
+    RA_STREAM_W_Q = 10,        /* additive weights w_q, w_k, w_v */
+    RA_STREAM_W_K = 11,
+    RA_STREAM_W_V = 12,
+    RA_STREAM_ADDITIVE = 30,   /* random additive weights w_q | w_k | w_v */
+    RA_STREAM_SAMPLE = 99,     /* verify's sample of rows */
+};
+
 /* a * b, or -1 when the product overflows int64 or an operand is negative. */
 int64_t ra_mul_checked(int64_t a, int64_t b);
 

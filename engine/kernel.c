@@ -16,6 +16,7 @@
 
 #include <omp.h>
 
+#include "band.h"
 #include "kernel.h"
 
 #define LN2 0.693147180559945309
@@ -122,10 +123,6 @@ static void merge_row(int64_t Dv, const float *acc, float mx, float sum,
     *lse = (float)l;
 }
 
-/* "No bound" for band offsets and lengths: far from overflow when added
- * to a position. */
-#define UNBOUNDED (INT64_MAX / 4)
-
 /* The rules of ra_mask for one (batch, query tile), resolved once: query
  * at position p sees keys in [p + lo, p + hi], below kv_len, and none at all
  * when p >= q_len. */
@@ -137,15 +134,13 @@ typedef struct {
 static tile_rules rules_of(const ra_block *blk, int64_t b)
 {
     const ra_mask *mk = &blk->mask;
+    const ra_band band = ra_band_make(mk->causal, mk->window, mk->left,
+                                      mk->right, mk->diag);
     tile_rules t;
-    t.lo = mk->window ? mk->diag - mk->left : -UNBOUNDED;
-    t.hi = UNBOUNDED;
-    if (mk->causal)
-        t.hi = mk->diag;
-    if (mk->window && mk->diag + mk->right < t.hi)
-        t.hi = mk->diag + mk->right;
-    t.q_len = mk->q_lens ? mk->q_lens[b] : UNBOUNDED;
-    t.kv_len = mk->kv_lens ? mk->kv_lens[b] : UNBOUNDED;
+    t.lo = band.lo;
+    t.hi = band.hi;
+    t.q_len = mk->q_lens ? mk->q_lens[b] : RA_UNBOUNDED;
+    t.kv_len = mk->kv_lens ? mk->kv_lens[b] : RA_UNBOUNDED;
     const int segs = mk->q_seg && mk->k_seg;
     t.q_seg = segs ? mk->q_seg + b * blk->n : NULL;
     t.k_seg = segs ? mk->k_seg + b * blk->m : NULL;
@@ -254,6 +249,84 @@ static void score_tile(const ra_block *blk, const float *qt, const float *kt,
     }
 }
 
+/* The keys [*j_first, *j_end) of the block that the query rows with
+ * positions [qmin, qmax] and segment ids [qs_min, qs_max] may see: from the
+ * first key that qmin may see to the last that qmax may see. */
+static void key_range(const ra_block *blk, const tile_rules *rl, int64_t qmin,
+                      int64_t qmax, int64_t qs_min, int64_t qs_max,
+                      int64_t *j_first, int64_t *j_end)
+{
+    const int64_t m = blk->m, *kpos = blk->mask.kpos;
+    int64_t k_end = rl->hi < RA_UNBOUNDED ? qmax + rl->hi : RA_UNBOUNDED;
+    if (k_end > rl->kv_len - 1)
+        k_end = rl->kv_len - 1;
+    *j_first = rl->lo > -RA_UNBOUNDED ? lower_bound(kpos, m, qmin + rl->lo) : 0;
+    *j_end = k_end < RA_UNBOUNDED ? lower_bound(kpos, m, k_end + 1) : m;
+    /* Packed sequences are usually numbered in order: then the keys of the
+     * tile's segments are one run, found by bisection. */
+    if (rl->k_seg && is_sorted(rl->k_seg, m)) {
+        const int64_t a = lower_bound(rl->k_seg, m, qs_min);
+        const int64_t z = lower_bound(rl->k_seg, m, qs_max + 1);
+        *j_first = a > *j_first ? a : *j_first;
+        *j_end = z < *j_end ? z : *j_end;
+    }
+}
+
+/* Pass 3, the online softmax of one bq x bk tile of base-2 scores: each
+ * row's running max and sum, the accumulator rescaled only where the max
+ * moved; the scores become the unnormalised weights 2^(s - max). */
+static void softmax_tile(const ra_block *blk, int64_t bq, int64_t bk,
+                         tile_scratch t)
+{
+    const int64_t Dv = blk->Dv, bkv = blk->block_kv;
+    for (int64_t r = 0; r < bq; r++) {
+        float *row = t.s + r * bkv;
+        if (blk->nan_check)
+            for (int64_t c = 0; c < bk; c++)
+                if (isnan(row[c]))
+                    t.sum[r] = NAN; /* sticks: merge_row passes it on */
+        float mnew = ra_max(row, bk);
+        if (mnew < t.mx[r])
+            mnew = t.mx[r];
+        if (mnew == -INFINITY) { /* nothing visible yet */
+            memset(row, 0, (size_t)bk * sizeof *row);
+            continue;
+        }
+        if (mnew > t.mx[r]) {
+            float c = exp2f(t.mx[r] - mnew); /* 0 when mx was -inf */
+            t.sum[r] *= c;
+            float *a = t.acc + r * Dv;
+            for (int64_t d = 0; d < Dv; d++)
+                a[d] *= c;
+            t.mx[r] = mnew;
+        }
+        t.sum[r] += ra_exp2_shift_sum(row, bk, mnew);
+    }
+}
+
+/* The end of a work item: each row's partial, normalised, merged into
+ * (o, lse); the Gaussian's query term -|q|^2 / (2 sigma^2), constant per
+ * row, only shifts the LSE. */
+static void rows_merge(const ra_block *blk, int64_t b, int64_t h, int64_t i0,
+                       int64_t bq, const float *qt, float *o, float *lse,
+                       tile_scratch t)
+{
+    const int64_t n = blk->n, H = blk->H, D = blk->D, Dv = blk->Dv;
+    for (int64_t r = 0; r < bq; r++) {
+        double shift = 0.0;
+        if (blk->score == RA_SCORE_GAUSSIAN) {
+            const float *qr = qt + r * H * D;
+            double qq = 0.0;
+            for (int64_t d = 0; d < D; d++)
+                qq += (double)qr[d] * qr[d];
+            shift = -qq * blk->half_inv_sigma2;
+        }
+        merge_row(Dv, t.acc + r * Dv, t.mx[r], t.sum[r], shift,
+                  o + ((b * n + i0 + r) * H + h) * Dv,
+                  lse + (b * H + h) * n + i0 + r);
+    }
+}
+
 /* Query rows [i0, i0 + bq) of head h in batch b against every key tile of
  * the block that any of them may see. */
 static void rows_forward(const ra_block *blk, const tile_rules *rlp,
@@ -270,7 +343,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
     const int64_t qmin = mk->qpos[i0], qmax = mk->qpos[i0 + bq - 1];
     if (qmin >= rl.q_len)
         return; /* padding rows: they keep o = 0, lse = -inf */
-    int64_t qs_min = 0, qs_max = 0;
+    int64_t qs_min = 0, qs_max = 0, j_first, j_end;
     if (rl.q_seg)
         minmax(rl.q_seg + i0, bq, &qs_min, &qs_max);
     const float *qt = q + ((b * n + i0) * H + h) * D;  /* bq x D, ld H*D */
@@ -282,24 +355,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         t.sum[r] = 0.0f;
     }
     memset(t.acc, 0, (size_t)(bq * Dv) * sizeof(float));
-
-    /* Key tiles cover exactly the keys inside the band of the query tile:
-     * from the first key that qmin may see to the last that qmax may see. */
-    int64_t j_first = rl.lo > -UNBOUNDED
-                          ? lower_bound(mk->kpos, m, qmin + rl.lo) : 0;
-    int64_t k_end = rl.hi < UNBOUNDED ? qmax + rl.hi : UNBOUNDED;
-    if (k_end > rl.kv_len - 1)
-        k_end = rl.kv_len - 1;
-    int64_t j_end = k_end < UNBOUNDED
-                        ? lower_bound(mk->kpos, m, k_end + 1) : m;
-    /* Packed sequences are usually numbered in order: then the keys of the
-     * tile's segments are one run, found by bisection. */
-    if (rl.k_seg && is_sorted(rl.k_seg, m)) {
-        int64_t a = lower_bound(rl.k_seg, m, qs_min);
-        int64_t z = lower_bound(rl.k_seg, m, qs_max + 1);
-        j_first = a > j_first ? a : j_first;
-        j_end = z < j_end ? z : j_end;
-    }
+    key_range(blk, &rl, qmin, qmax, qs_min, qs_max, &j_first, &j_end);
     for (int64_t j0 = j_first; j0 < j_end; j0 += bkv) {
         const int64_t bk = j_end - j0 < bkv ? j_end - j0 : bkv;
         const int64_t kmin = mk->kpos[j0], kmax = mk->kpos[j0 + bk - 1];
@@ -319,29 +375,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         if (need_mask)
             mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv);
         /* pass 3: online softmax */
-        for (int64_t r = 0; r < bq; r++) {
-            float *row = t.s + r * bkv;
-            if (blk->nan_check)
-                for (int64_t c = 0; c < bk; c++)
-                    if (isnan(row[c]))
-                        t.sum[r] = NAN; /* sticks: merge_row passes it on */
-            float mnew = ra_max(row, bk);
-            if (mnew < t.mx[r])
-                mnew = t.mx[r];
-            if (mnew == -INFINITY) { /* nothing visible yet */
-                memset(row, 0, (size_t)bk * sizeof *row);
-                continue;
-            }
-            if (mnew > t.mx[r]) {
-                float c = exp2f(t.mx[r] - mnew); /* 0 when mx was -inf */
-                t.sum[r] *= c;
-                float *a = t.acc + r * Dv;
-                for (int64_t d = 0; d < Dv; d++)
-                    a[d] *= c;
-                t.mx[r] = mnew;
-            }
-            t.sum[r] += ra_exp2_shift_sum(row, bk, mnew);
-        }
+        softmax_tile(blk, bq, bk, t);
         /* pass 4: acc += P V */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bq,
                     (int)Dv, (int)bk, 1.0f, t.s, (int)bkv, vb + j0 * G * Dv,
@@ -349,19 +383,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         if (poll && progress)
             progress(progress_ctx);
     }
-    for (int64_t r = 0; r < bq; r++) {
-        double shift = 0.0; /* gaussian: the query term -|q|^2 / (2 sigma^2) */
-        if (blk->score == RA_SCORE_GAUSSIAN) {
-            const float *qr = qt + r * H * D;
-            double qq = 0.0;
-            for (int64_t d = 0; d < D; d++)
-                qq += (double)qr[d] * qr[d];
-            shift = -qq * blk->half_inv_sigma2;
-        }
-        merge_row(Dv, t.acc + r * Dv, t.mx[r], t.sum[r], shift,
-                  o + ((b * n + i0 + r) * H + h) * Dv,
-                  lse + (b * H + h) * n + i0 + r);
-    }
+    rows_merge(blk, b, h, i0, bq, qt, o, lse, t);
 }
 
 /* One work item: query rows [i0, i0 + bq) of head h in batch b. With

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "ringattn.h"
+#include "simd.h"
 
 /* Which (query, key) pairs are visible. Positions are global token indices,
  * strictly increasing along each local array, so a tile's first and last
@@ -130,28 +131,6 @@ void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
                        int64_t ldk, const double *v, int64_t ldv, double *o,
                        int64_t ldo, double *lse, double *scores);
 
-/* Vectorised base-2 exponentials for the softmax pass:
- * x[j] = 2^(x[j] - shift) for j < len, returning the sum of the results.
- * Inputs of -inf give 0. Picks AVX-512 or AVX2/FMA at run time. */
-float ra_exp2_shift_sum(float *x, int64_t len, float shift);
-
-/* The portable path of ra_exp2_shift_sum, exposed for tests. */
-float ra_exp2_shift_sum_scalar(float *x, int64_t len, float shift);
-
-/* The additive score of one (query, key) pair from their projections:
- * sum over j < len of w[j] * tanh(a[j] + b[j]) (absolute error ~1e-7 per
- * term); same dispatch as above. */
-float ra_additive_score(const float *a, const float *b, const float *w,
-                        int64_t len);
-float ra_additive_score_scalar(const float *a, const float *b,
-                               const float *w, int64_t len);
-
-/* The largest of x[0..len), -inf for len 0; same dispatch as above. */
-float ra_max(const float *x, int64_t len);
-float ra_max_scalar(const float *x, int64_t len);
-
-/* Name of the exp path in use: "avx512f", "avx2-fma" or "scalar"
- * (RA_EXP=avx2 or RA_EXP=scalar caps the choice). */
-const char *ra_exp2_impl(void);
+/* The vectorised helpers (exp, max, tanh) are declared in simd.h. */
 
 #endif /* RA_KERNEL_H */

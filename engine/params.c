@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <omp.h>
-
+#include "band.h"
 #include "internal.h"
 
 void ra_params_default(ra_params *params)
 {
+    ra_error_clear();
     memset(params, 0, sizeof *params);
     params->causal = 0;
     params->window = 0;
@@ -23,7 +23,7 @@ void ra_params_default(ra_params *params)
     params->block_kv = 0;
     params->layout = RA_LAYOUT_AUTO;
     params->threads = 0;
-    params->stall_timeout = 0.0; /* the watchdog sets its default */
+    params->stall_timeout = RA_STALL_TIMEOUT_DEFAULT;
 }
 
 double ra_params_scale(const ra_params *params, const ra_shape *shape)
@@ -55,11 +55,9 @@ void ra_params_tiles(const ra_params *params, const ra_shape *shape,
 
 int ra_params_threads(const ra_params *params)
 {
-    if (params->threads > 0)
-        return params->threads;
-    /* One thread per rank unless the user asked for more: MPI launchers
-     * usually place one rank per core already. */
-    return getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
+    /* One thread per rank unless asked for more: MPI launchers usually
+     * place one rank per core already. */
+    return params->threads > 0 ? params->threads : 1;
 }
 
 static const char *const score_names[] = {"dot", "gaussian", "additive"};
@@ -73,13 +71,14 @@ const char *ra_score_name(ra_score score)
 
 ra_status ra_score_parse(const char *name, ra_score *out)
 {
+    ra_error_clear();
     for (unsigned i = 0; i < sizeof score_names / sizeof *score_names; i++) {
         if (strcmp(name, score_names[i]) == 0) {
             *out = (ra_score)i;
             return RA_OK;
         }
     }
-    return ra_error_set(RA_ERR_ARG, "--score: unknown score '%s' (expected "
+    return ra_error_set(RA_ERR_ARG, "unknown score '%s' (expected "
                                     "dot, gaussian or additive)", name);
 }
 
@@ -112,18 +111,20 @@ const char *ra_layout_name(ra_layout layout)
 
 ra_status ra_layout_parse(const char *name, ra_layout *out)
 {
+    ra_error_clear();
     for (unsigned i = 0; i < sizeof layout_names / sizeof *layout_names; i++) {
         if (strcmp(name, layout_names[i]) == 0) {
             *out = (ra_layout)i;
             return RA_OK;
         }
     }
-    return ra_error_set(RA_ERR_ARG, "--layout: unknown layout '%s' (expected "
+    return ra_error_set(RA_ERR_ARG, "unknown layout '%s' (expected "
                                     "contiguous, zigzag, striped or auto)", name);
 }
 
 ra_status ra_shape_check(const ra_shape *s)
 {
+    ra_error_clear();
     const int64_t v[7] = {s->B, s->N, s->M, s->H, s->G, s->D, s->Dv};
     const char *names[7] = {"B", "N", "M", "H", "G", "D", "Dv"};
     for (int i = 0; i < 7; i++)
@@ -153,38 +154,19 @@ ra_status ra_shape_check(const ra_shape *s)
     return RA_OK;
 }
 
-/* Visible (query, key) pairs of one (batch, head): query i < q_len sees
- * the keys of [i + lo, i + hi] that lie in [0, kv_len). */
-static double visible_pairs(int64_t N, int64_t lo, int64_t hi, int64_t q_len,
-                            int64_t kv_len)
+int ra_shape_dk_allowed(const ra_shape *s, ra_score score)
 {
-    double pairs = 0.0;
-    for (int64_t i = 0; i < N && i < q_len; i++) {
-        int64_t first = i + lo > 0 ? i + lo : 0;
-        int64_t last = i + hi < kv_len - 1 ? i + hi : kv_len - 1;
-        if (last >= first)
-            pairs += (double)(last - first + 1);
-    }
-    return pairs;
+    return ra_shape_dk(s) == s->D || score == RA_SCORE_ADDITIVE;
 }
 
 double ra_forward_flops(const ra_shape *s, const ra_params *p,
                         const ra_masks *masks)
 {
-    const int64_t diag = s->M - s->N, wide = INT64_MAX / 4;
-    int64_t lo = p->window ? diag - p->window_left : -wide;
-    int64_t hi = p->causal ? diag : wide;
-    if (p->window && diag + p->window_right < hi)
-        hi = diag + p->window_right;
+    const ra_band band = ra_band_of(p, s);
     double pairs = 0.0;
     for (int64_t b = 0; b < s->B; b++)
-        pairs += visible_pairs(s->N, lo, hi,
+        pairs += ra_band_pairs(band, NULL, s->N,
                                masks && masks->q_lens ? masks->q_lens[b] : s->N,
                                masks && masks->kv_lens ? masks->kv_lens[b] : s->M);
-    /* per pair: the score (2 D for q.k; 4 A for the additive score, a tanh
-     * counted as one operation) and 2 Dv for the weighted values */
-    const double score_ops = p->score == RA_SCORE_ADDITIVE && p->additive
-                                 ? 4.0 * (double)p->additive->A
-                                 : 2.0 * (double)s->D;
-    return (score_ops + 2.0 * (double)s->Dv) * (double)s->H * pairs;
+    return ra_pair_flops(s, p) * pairs;
 }

@@ -120,20 +120,33 @@ typedef struct {
     int64_t block_q;   /* query tile rows; 0 picks a default per D */
     int64_t block_kv;  /* key tile rows; 0 picks a default per D */
     ra_layout layout;
-    int threads;       /* OpenMP threads per rank; 0: OMP_NUM_THREADS if
-                          set, else 1 (MPI usually runs a rank per core) */
+    int threads;       /* OpenMP and BLAS threads per rank; 0 means 1 (MPI
+                          usually runs a rank per core). The library reads
+                          no environment variable and leaves OpenBLAS's
+                          process-wide thread count as it found it. */
     int nonfinite;     /* 1: inputs may hold NaN or inf; a NaN score then
                           makes its query row NaN instead of being dropped
                           (costs a scan of every score tile) */
     int no_poll;       /* 1: never progress transfers between tiles (only
                           to measure how much overlap polling buys) */
     double stall_timeout; /* seconds a rank may wait for a ring transfer
-                          with no progress before the call fails naming the
-                          step and the rank it waits for; 0: wait forever */
+                          with no progress before the call fails (RA_ERR_MPI,
+                          a message naming the step and the rank it waits
+                          for); 0: wait forever. The default,
+                          RA_STALL_TIMEOUT_DEFAULT, is far above any wait of
+                          a healthy run (a wait lasts about the imbalance of
+                          one ring step between neighbours); raise it when a
+                          single step computes for longer. After a stall the
+                          ring's messages are still in flight: the caller
+                          must end the job (MPI_Abort), which also ends the
+                          stopped rank. */
 } ra_params;
 
+/* The default stall_timeout in seconds. */
+#define RA_STALL_TIMEOUT_DEFAULT 600.0
+
 /* Fills the defaults: non-causal, no window, scale 1/sqrt(D), automatic
- * tiles, automatic layout, threads from the environment. */
+ * tiles, automatic layout, one thread, the default stall timeout. */
 RA_API void ra_params_default(ra_params *params);
 
 /* The scale actually used for a shape: params->scale, or 1/sqrt(D). */
@@ -150,7 +163,7 @@ RA_API void ra_params_tiles(const ra_params *params, const ra_shape *shape,
  * contiguous. segments: whether segment masks are given. */
 RA_API ra_layout ra_params_layout(const ra_params *params, int segments);
 
-/* The threads per rank actually used (0 resolved as above). */
+/* The threads per rank actually used (0 means 1). */
 RA_API int ra_params_threads(const ra_params *params);
 
 /* One rank's part of the sequence axis: [start, start + count). */
@@ -221,7 +234,16 @@ RA_API double ra_forward_flops(const ra_shape *shape, const ra_params *params,
  * two K/V ring buffers and per-thread tiles; no rank ever holds a full
  * sequence. Every rank must pass the same shape and params. With more than
  * one thread, MPI must be initialised with at least MPI_THREAD_FUNNELED
- * (otherwise transfers are not polled between tiles). */
+ * (otherwise transfers are not polled between tiles).
+ *
+ * Errors are agreed over the ranks before the ring starts: every rank
+ * returns the same status and the message of the lowest failing rank.
+ * Finite inputs whose scores or sums would leave float32 (rows of q and k
+ * whose norms times the scale, or 1/sigma^2, reach about FLT_MAX / 16; |v|
+ * times a rank's key count likewise) are refused there with RA_ERR_INPUT
+ * (RA_ERR_ARG when the scale or sigma alone does it) instead of giving rows
+ * of o = 0 and lse = -inf; with params->nonfinite the inputs are the
+ * caller's to judge and are not checked. */
 RA_API ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
                      const ra_params *params,
                      const float *q, const float *k, const float *v,
@@ -295,7 +317,9 @@ RA_API ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
 /* ---- Errors ---------------------------------------------------------- */
 
 /* The message of the last error set on this thread by any ra_ function: one
- * line naming the file, the dataset and what is wrong where they apply. */
+ * line naming the file, the dataset and what is wrong where they apply.
+ * Every function that returns ra_status clears it on entry, so after a
+ * success it holds no stale message. */
 RA_API const char *ra_error_message(void);
 
 /* ---- HDF5 files (parallel, MPI-IO driver) ------------------------------ *

@@ -41,7 +41,7 @@ static ra_status tensors_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
         const hsize_t dims[4] = {(hsize_t)s->B, (hsize_t)len[t],
                                  (hsize_t)heads[t], (hsize_t)dim[t]};
 
-        ra_random_slab(c->seed, (uint64_t)t, s->B, len[t],
+        ra_random_slab(c->seed, RA_STREAM_Q + (uint64_t)t, s->B, len[t],
                        heads[t] * dim[t], rows, c->buf);
         if ((st = h5io_dset_write(comm, file, c->path, names[t], ftype,
                                   H5T_NATIVE_FLOAT, 4, dims, 1, &slice,
@@ -63,7 +63,8 @@ static ra_status lens_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
     ra_status st;
 
     for (int t = 0; t < 2; t++) {
-        ra_random_lens(c->seed, 3 + (uint64_t)t, s->B, len[t], c->ids);
+        ra_random_lens(c->seed, RA_STREAM_Q_LENS + (uint64_t)t, s->B, len[t],
+                       c->ids);
         if ((st = h5io_dset_write(comm, file, c->path, names[t], H5T_STD_I64LE,
                                   H5T_NATIVE_INT64, 1, dims, 0, &slice,
                                   c->ids)) != RA_OK)
@@ -88,8 +89,8 @@ static ra_status segments_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
             h5io_slice_range(ra_shard_range(len[t], c->rank, c->nranks));
         const hsize_t dims[2] = {(hsize_t)s->B, (hsize_t)len[t]};
 
-        ra_random_segments(c->seed, 5 + (uint64_t)t, s->B, len[t],
-                           c->segment_avg, &slice, c->ids);
+        ra_random_segments(c->seed, RA_STREAM_Q_SEGMENTS + (uint64_t)t, s->B,
+                           len[t], c->segment_avg, &slice, c->ids);
         if ((st = h5io_dset_write(comm, file, c->path, names[t], H5T_STD_I64LE,
                                   H5T_NATIVE_INT64, 2, dims, 1, &slice,
                                   c->ids)) != RA_OK)
@@ -181,5 +182,6 @@ cleanup:
 ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
                     const ra_shape *shape, int f64, uint64_t seed)
 {
+    ra_error_clear();
     return h5io_gen_masks(comm, path, force, shape, f64, seed, 0, 0);
 }

@@ -191,6 +191,7 @@ ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                            const ra_shape *shape, ra_layout layout,
                            ra_h5_masks *masks)
 {
+    ra_error_clear();
     mask_spec m[NMASKS];
     h5io_quiet quiet;
     ra_status st;

@@ -85,6 +85,7 @@ cleanup:
 
 ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape)
 {
+    ra_error_clear();
     h5io_quiet quiet;
     ra_status st;
 
@@ -171,6 +172,7 @@ ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
                             const ra_shape *shape, ra_layout layout,
                             float *q, float *k, float *v)
 {
+    ra_error_clear();
     h5io_quiet quiet;
     ra_status st;
 

@@ -107,6 +107,7 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                               const ra_shape *shape, const ra_run_meta *meta,
                               const float *o, const float *lse)
 {
+    ra_error_clear();
     outputs_ctx c = {path, shape, meta, o, lse, {0}, 0};
     h5io_quiet quiet;
     ra_status st;

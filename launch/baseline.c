@@ -2,11 +2,9 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include "agree.h"
 #include "baseline.h"
 #include "internal.h"
-
-int openblas_get_num_threads(void);
-void openblas_set_num_threads(int num_threads);
 
 /* Gathers the (B, m_r, heads, dim) slices of every rank into the full
  * (B, M, heads, dim) tensor, one batch at a time. */
@@ -14,8 +12,9 @@ static int gather_seq(MPI_Comm comm, const ra_shape *s, int64_t row,
                       const float *mine, float *full, int *counts, int *displs)
 {
     int P, r;
-    MPI_Comm_size(comm, &P);
-    MPI_Comm_rank(comm, &r);
+    if (MPI_Comm_size(comm, &P) != MPI_SUCCESS ||
+        MPI_Comm_rank(comm, &r) != MPI_SUCCESS)
+        return -1;
     for (int i = 0; i < P; i++) {
         ra_range kr = ra_shard_range(s->M, i, P);
         counts[i] = (int)(kr.count * row);
@@ -36,11 +35,13 @@ ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *s,
                               float *lse, ra_timing *timing)
 {
     double t0 = MPI_Wtime();
-    int P, r;
-    MPI_Comm_size(comm, &P);
-    MPI_Comm_rank(comm, &r);
-    const ra_range qr = ra_shard_range(s->N, r, P);
+    int P = 1, r = 0;
     ra_status st = RA_OK;
+    if (MPI_Comm_size(comm, &P) != MPI_SUCCESS ||
+        MPI_Comm_rank(comm, &r) != MPI_SUCCESS)
+        st = ra_error_set(RA_ERR_MPI, "baseline: cannot query the "
+                                      "communicator");
+    const ra_range qr = ra_shard_range(s->N, r, P);
     if (s->M * s->G * (s->D > s->Dv ? s->D : s->Dv) > INT_MAX ||
         qr.count * s->M > INT_MAX)
         st = ra_error_set(RA_ERR_ARG, "baseline: problem too large for one "
@@ -57,26 +58,21 @@ ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *s,
             st = ra_error_set(RA_ERR_NOMEM, "baseline: cannot allocate the "
                                             "full K, V and score matrix");
     }
-    int bad = st != RA_OK, any_bad;
-    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+    st = ra_agree(comm, st);
     double t1 = MPI_Wtime(), t2 = t1;
-    if (!any_bad) {
+    if (st == RA_OK) {
         if (gather_seq(comm, s, s->G * s->D, k, kf, counts, displs) != 0 ||
             gather_seq(comm, s, s->G * s->Dv, v, vf, counts, displs) != 0)
             st = ra_error_set(RA_ERR_MPI, "baseline: MPI_Allgatherv failed");
         t2 = MPI_Wtime();
-        const int blas_threads = openblas_get_num_threads();
-        openblas_set_num_threads(ra_params_threads(params));
+        const int blas = ra_blas_enter(ra_params_threads(params));
         ra_naive_args a = {.B = s->B, .n = qr.count, .N = s->N, .M = s->M,
                            .H = s->H, .G = s->G, .D = s->D, .Dv = s->Dv,
                            .q_start = qr.start, .causal = params->causal,
                            .scale = (float)ra_params_scale(params, s)};
         if (st == RA_OK && qr.count > 0)
             ra_naive_forward(&a, q, kf, vf, o, lse, scores);
-        openblas_set_num_threads(blas_threads);
-    } else if (st == RA_OK) {
-        st = ra_error_set(RA_ERR_NOMEM, "baseline: another rank ran out of "
-                                        "memory");
+        ra_blas_leave(blas);
     }
     free(kf);
     free(vf);

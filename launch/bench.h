@@ -6,18 +6,10 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "compare.h"
 
 enum { MAX_SEQS = 64, SGEMM_N = 2048 };
 
-/* A sampled fp64 check passes below this relative error. */
-#define BENCH_CHECK_TOL 1e-5
-
-/* The random streams of the inputs, as `ringattn gen` draws them. */
-enum {
-    STREAM_Q = 0, STREAM_K = 1, STREAM_V = 2, STREAM_Q_LENS = 3,
-    STREAM_KV_LENS = 4, STREAM_Q_SEGMENTS = 5, STREAM_KV_SEGMENTS = 6,
-    STREAM_ADDITIVE = 30,
-};
 
 /* The options of `ringattn bench`. */
 typedef struct {
@@ -110,12 +102,11 @@ double bench_local_pairs(const bench_opts *o, const ra_shape *s,
                          const ra_slice *qs, const bench_masks *bm);
 
 /* Checks up to check_rows local query rows of batch 0 and B - 1 (all heads)
- * against the fp64 reference on regenerated inputs and masks; sums into
- * err: [0] |o - ref|^2, [1] |ref|^2, [2] max LSE error (inf: NaN or a -inf
- * mismatch, or the check could not run). */
+ * against the fp64 reference on regenerated inputs and masks, into the
+ * tally t (a check that cannot run counts as a bad row). */
 void bench_check_output(const bench_opts *o, const ra_shape *s,
                         const ra_slice *qs, const bench_masks *bm,
-                        const float *out, const float *lse, double err[3]);
+                        const float *out, const float *lse, ra_tally *t);
 
 /* Output sinks; rank 0 only. The writers return 0, or -1 when a write
  * failed (errno set). */

@@ -7,6 +7,7 @@
 
 #include "bench.h"
 #include "internal.h"
+#include "band.h"
 #include "kernel.h"
 
 void bench_masks_free(bench_masks *bm)
@@ -21,7 +22,7 @@ void bench_masks_free(bench_masks *bm)
 /* The key side's segment stream: the query one when /segments serves both. */
 static uint64_t kv_segment_stream(const ra_shape *s)
 {
-    return s->N == s->M ? STREAM_Q_SEGMENTS : STREAM_KV_SEGMENTS;
+    return s->N == s->M ? RA_STREAM_Q_SEGMENTS : RA_STREAM_KV_SEGMENTS;
 }
 
 ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
@@ -35,8 +36,8 @@ ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
         bm->kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
         if (!bm->q_lens || !bm->kv_lens)
             return ra_error_set(RA_ERR_NOMEM, "bench: out of memory for lens");
-        ra_random_lens(seed, STREAM_Q_LENS, s->B, s->N, bm->q_lens);
-        ra_random_lens(seed, STREAM_KV_LENS, s->B, s->M, bm->kv_lens);
+        ra_random_lens(seed, RA_STREAM_Q_LENS, s->B, s->N, bm->q_lens);
+        ra_random_lens(seed, RA_STREAM_KV_LENS, s->B, s->M, bm->kv_lens);
     }
     if (o->segment_avg > 0) {
         bm->q_seg = malloc(sizeof(int64_t) * (size_t)(s->B * qs->count + 1));
@@ -44,7 +45,7 @@ ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
         if (!bm->q_seg || !bm->kv_seg)
             return ra_error_set(RA_ERR_NOMEM, "bench: out of memory for "
                                               "segments");
-        ra_random_segments(seed, STREAM_Q_SEGMENTS, s->B, s->N,
+        ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, s->B, s->N,
                            o->segment_avg, qs, bm->q_seg);
         ra_random_segments(seed, kv_segment_stream(s), s->B, s->M,
                            o->segment_avg, ks, bm->kv_seg);
@@ -88,12 +89,7 @@ static double batch_pairs(const bench_opts *o, const ra_shape *s,
                           const ra_slice *qs, const bench_masks *bm,
                           const int64_t *kseg, int64_t b)
 {
-    const ra_params *p = &o->p;
-    const int64_t diag = s->M - s->N, wide = INT64_MAX / 4;
-    const int64_t lo = p->window ? diag - p->window_left : -wide;
-    int64_t hi = p->causal ? diag : wide;
-    if (p->window && diag + p->window_right < hi)
-        hi = diag + p->window_right;
+    const ra_band band = ra_band_of(&o->p, s);
     const int64_t q_len = bm->q_lens ? bm->q_lens[b] : s->N;
     const int64_t kv_len = bm->kv_lens ? bm->kv_lens[b] : s->M;
     int64_t run_a = 0, run_b = 0, run_id = -1; /* cached segment run */
@@ -102,8 +98,8 @@ static double batch_pairs(const bench_opts *o, const ra_shape *s,
         const int64_t qp = ra_slice_pos(qs, i);
         if (qp >= q_len)
             continue;
-        int64_t first = qp + lo > 0 ? qp + lo : 0;
-        int64_t last = qp + hi < kv_len - 1 ? qp + hi : kv_len - 1;
+        int64_t first, last;
+        ra_band_keys(band, qp, kv_len, &first, &last);
         if (kseg) {
             const int64_t id = bm->q_seg[b * qs->count + i];
             if (id != run_id)
@@ -152,19 +148,18 @@ static void regen_row(const bench_opts *o, uint64_t stream, int64_t len,
         out[d] = tmp[d];
 }
 
-/* Compares local row i, head h of batch b with its reference: sums as in
- * bench_check_output(). */
+/* Compares local row i, head h of batch b with its reference, into t. */
 static void check_one(const bench_opts *o, const ra_shape *s,
                       const ra_slice *qs, const bench_masks *bm,
                       check_scratch *w, int64_t b, int64_t h, int64_t i,
-                      const float *out, const float *lse, double err[3])
+                      const float *out, const float *lse, ra_tally *t)
 {
     const ra_params *p = &o->p;
     const ra_ref_score score = {p->score, ra_params_scale(p, s), p->sigma,
                                 p->additive, s->D};
     const int64_t n = qs->count;
     int64_t gi = ra_slice_pos(qs, i);
-    regen_row(o, STREAM_Q, s->N, s->H, s->D, b, gi, h, w->tmp, w->qd);
+    regen_row(o, RA_STREAM_Q, s->N, s->H, s->D, b, gi, h, w->tmp, w->qd);
     const ra_mask mk = {.causal = p->causal, .diag = s->M - s->N,
                         .window = p->window, .left = p->window_left,
                         .right = p->window_right, .qpos = &gi,
@@ -176,19 +171,9 @@ static void check_one(const bench_opts *o, const ra_shape *s,
     ra_reference_scored(&score, 1, s->M, s->D, s->Dv, &mk, w->qd, s->D, w->kd,
                         s->D, w->vd, s->Dv, w->ref, s->Dv, &lref, w->sc);
     const float *orow = out + ((b * n + i) * s->H + h) * s->Dv;
-    for (int64_t d = 0; d < s->Dv; d++) {
-        const double e = orow[d] - w->ref[d];
-        err[0] += e * e;
-        err[1] += w->ref[d] * w->ref[d];
-        if (isnan(orow[d]))
-            err[2] = INFINITY;
-    }
-    const double l = lse[(b * s->H + h) * n + i];
-    if (isinf(lref) || !isfinite(l))
-        err[2] = fmax(err[2], isinf(lref) && isinf(l) && l < 0 ? 0.0
-                                                               : INFINITY);
-    else
-        err[2] = fmax(err[2], fabs(l - lref) / fmax(1.0, fabs(lref)));
+    for (int64_t d = 0; d < s->Dv; d++)
+        ra_tally_o(t, orow[d], w->ref[d]);
+    ra_tally_lse(t, lse[(b * s->H + h) * n + i], lref);
 }
 
 /* Batch b: every kv head's K and V regenerated once, then the sampled rows
@@ -196,28 +181,28 @@ static void check_one(const bench_opts *o, const ra_shape *s,
 static void check_batch(const bench_opts *o, const ra_shape *s,
                         const ra_slice *qs, const bench_masks *bm,
                         check_scratch *w, int64_t b, const float *out,
-                        const float *lse, double err[3])
+                        const float *lse, ra_tally *t)
 {
     const int64_t n = qs->count, rep = s->H / s->G;
     for (int64_t g = 0; g < s->G; g++) {
         for (int64_t j = 0; j < s->M; j++) {
-            regen_row(o, STREAM_K, s->M, s->G, s->D, b, j, g, w->tmp,
+            regen_row(o, RA_STREAM_K, s->M, s->G, s->D, b, j, g, w->tmp,
                       w->kd + j * s->D);
-            regen_row(o, STREAM_V, s->M, s->G, s->Dv, b, j, g, w->tmp,
+            regen_row(o, RA_STREAM_V, s->M, s->G, s->Dv, b, j, g, w->tmp,
                       w->vd + j * s->Dv);
         }
         for (int64_t h = g * rep; h < (g + 1) * rep; h++)
             for (int64_t c = 0; c < o->check_rows && c < n; c++) {
                 const int64_t i = c == 0 ? 0 : c == 1 ? n - 1
                                   : (c * n) / (o->check_rows + 1);
-                check_one(o, s, qs, bm, w, b, h, i, out, lse, err);
+                check_one(o, s, qs, bm, w, b, h, i, out, lse, t);
             }
     }
 }
 
 void bench_check_output(const bench_opts *o, const ra_shape *s,
                         const ra_slice *qs, const bench_masks *bm,
-                        const float *out, const float *lse, double err[3])
+                        const float *out, const float *lse, ra_tally *t)
 {
     if (qs->count == 0 || o->check_rows == 0)
         return;
@@ -236,10 +221,10 @@ void bench_check_output(const bench_opts *o, const ra_shape *s,
         w.kseg = all_kv_segments(o, s, batches[bi]);
         if (o->segment_avg > 0 && !w.kseg)
             break;
-        check_batch(o, s, qs, bm, &w, batches[bi], out, lse, err);
+        check_batch(o, s, qs, bm, &w, batches[bi], out, lse, t);
     }
     if (!ok || (o->segment_avg > 0 && !w.kseg))
-        err[2] = INFINITY; /* could not check: fails the verdict */
+        t->bad_inf++; /* could not check: fails the verdict */
     free(w.kseg);
     free(w.kd);
     free(w.vd);

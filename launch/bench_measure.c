@@ -9,8 +9,6 @@
 #include "bench.h"
 #include "internal.h"
 
-int openblas_get_num_threads(void);
-void openblas_set_num_threads(int num_threads);
 
 /* Messages of a comm-only ring go in parts of at most this many floats:
  * MPI counts are int. */
@@ -71,8 +69,7 @@ double bench_sgemm_rate(MPI_Comm comm, int threads)
     float *b = a ? a + n * n : NULL, *c = a ? b + n * n : NULL;
     if (a)
         ra_random_normal(5, 0, 0, (int64_t)(2 * n * n), a);
-    const int saved = openblas_get_num_threads();
-    openblas_set_num_threads(threads);
+    const int saved = ra_blas_enter(threads);
     double t[TIMED_REPS];
     for (int rep = -1; rep < TIMED_REPS; rep++) {
         MPI_Barrier(comm);
@@ -84,7 +81,7 @@ double bench_sgemm_rate(MPI_Comm comm, int threads)
         if (rep >= 0)
             t[rep] = MPI_Wtime() - t0;
     }
-    openblas_set_num_threads(saved);
+    ra_blas_leave(saved);
     free(a);
     return a ? 2.0 * (double)n * n * n / bench_median(t, TIMED_REPS) * 1e-9
              : 0.0;

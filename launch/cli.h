@@ -181,6 +181,12 @@ ra_status cli_output_agree(const cli_ctx *ctx, const char *out, int force,
 /* Prints "ringattn: <message>" once, from rank 0, and returns code. */
 int cli_fail(const cli_ctx *ctx, int code, const char *what);
 
+/* For a failure that the other ranks cannot learn of (a stalled ring: they
+ * wait for a stopped rank): prints "ringattn: <what>" from this rank and
+ * ends the whole job with MPI_Abort, which also ends a stopped rank. */
+void cli_abort(const cli_ctx *ctx, const char *what)
+    __attribute__((noreturn));
+
 /* cli_fail with the last error's message and exit code (input and argument
  * errors: 2, the rest: 1). */
 int cli_fail_status(const cli_ctx *ctx, ra_status st);

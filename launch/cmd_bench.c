@@ -18,7 +18,10 @@
 #include "bench.h"
 #include "h5io.h"
 #include "internal.h"
+#include "band.h"
 #include "kernel.h"
+#include "simd.h"
+#include "tally.h"
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -168,9 +171,9 @@ static ra_status config_setup(const cli_ctx *ctx, const bench_opts *o,
     r->busy = r->wall + o->reps;
     r->wait = r->busy + o->reps;
     r->job = r->wait + o->reps;
-    ra_random_slice(seed, STREAM_Q, s->B, s->N, s->H * s->D, &r->t.qs, r->t.q);
-    ra_random_slice(seed, STREAM_K, s->B, s->M, s->G * s->D, &r->t.ks, r->t.k);
-    ra_random_slice(seed, STREAM_V, s->B, s->M, s->G * s->Dv, &r->t.ks,
+    ra_random_slice(seed, RA_STREAM_Q, s->B, s->N, s->H * s->D, &r->t.qs, r->t.q);
+    ra_random_slice(seed, RA_STREAM_K, s->B, s->M, s->G * s->D, &r->t.ks, r->t.k);
+    ra_random_slice(seed, RA_STREAM_V, s->B, s->M, s->G * s->Dv, &r->t.ks,
                     r->t.v);
     return RA_OK;
 }
@@ -218,18 +221,14 @@ static double model_bytes(const cli_ctx *ctx, const ra_shape *s, int naive,
                (double)(res->block_q * (res->block_kv + s->Dv + 2));
 }
 
-/* Useful FLOPs of one pass: per visible pair, the score (2 D, or 4 A for
- * additive with a tanh as one operation) and 2 Dv for the values, as
- * ra_forward_flops counts them. Collective. */
+/* Useful FLOPs of one pass: the visible pairs times what one costs
+ * (ra_pair_flops, as ra_forward_flops counts). Collective. */
 static double config_flops(const cli_ctx *ctx, const bench_opts *o,
                            const ra_shape *s, const bench_run *r)
 {
     double pairs = bench_local_pairs(o, s, &r->t.qs, &r->bm), all = 0;
     MPI_Allreduce(&pairs, &all, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
-    const double score_ops = o->p.score == RA_SCORE_ADDITIVE
-                                 ? 4.0 * (double)o->additive_hidden
-                                 : 2.0 * (double)s->D;
-    return (score_ops + 2.0 * (double)s->Dv) * (double)s->H * all;
+    return ra_pair_flops(s, &o->p) * all;
 }
 
 /* Timing statistics over reps and ranks. Collective. */
@@ -273,14 +272,13 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->steps = naive ? 1 : r->tm.steps;
     res->lens = o->lens;
     res->segment_avg = o->segment_avg;
-    double err[3] = {0, 0, 0}, gerr[3];
-    bench_check_output(o, s, &r->t.qs, &r->bm, r->t.o, r->t.lse, err);
-    MPI_Allreduce(err, gerr, 2, MPI_DOUBLE, MPI_SUM, ctx->comm);
-    MPI_Allreduce(&err[2], &gerr[2], 1, MPI_DOUBLE, MPI_MAX, ctx->comm);
-    res->max_rel_error = gerr[1] > 0 ? sqrt(gerr[0] / gerr[1]) : sqrt(gerr[0]);
-    res->max_lse_error = gerr[2];
-    res->pass = res->max_rel_error < BENCH_CHECK_TOL &&
-                res->max_lse_error < BENCH_CHECK_TOL;
+    ra_tally mine = {0}, all = {0};
+    bench_check_output(o, s, &r->t.qs, &r->bm, r->t.o, r->t.lse, &mine);
+    if (ra_tally_allreduce(ctx->comm, &mine, &all) != RA_OK)
+        all.bad_inf = 1;
+    res->max_rel_error = all.rel_o;
+    res->max_lse_error = all.bad_inf ? INFINITY : all.max_lse;
+    res->pass = ra_tally_ok(&all, RA_TOLERANCE);
 }
 
 static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
@@ -289,8 +287,10 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
 {
     bench_run r = {0};
     ra_status st = config_setup(ctx, o, s, &r);
-    if (st == RA_OK)
-        st = config_measure(ctx, o, s, naive, &r);
+    if (st == RA_OK &&
+        (st = config_measure(ctx, o, s, naive, &r)) == RA_ERR_MPI)
+        cli_abort(ctx, ra_error_message()); /* a stalled ring: the others
+                                               wait for a stopped rank */
     if (st == RA_OK)
         config_result(ctx, o, s, naive, sgemm, &r, res);
     bench_run_free(&r);
@@ -389,7 +389,7 @@ static ra_status bench_setup(const cli_ctx *ctx, bench_opts *o)
     o->additive_mem = w;
     if (st != RA_OK)
         return st;
-    ra_random_normal((uint64_t)o->seed, STREAM_ADDITIVE, 0, n, w);
+    ra_random_normal((uint64_t)o->seed, RA_STREAM_ADDITIVE, 0, n, w);
     for (int64_t i = 0; i < 2 * A * D; i++)
         w[i] *= (float)(0.5 / sqrt((double)D));
     o->additive = (ra_additive){A, w, w + A * D, w + 2 * A * D};

@@ -293,9 +293,10 @@ static ra_status mha_compute(const cli_ctx *ctx, const mha_opts *o,
     const double t0 = MPI_Wtime();
     ra_status st = mha_read(ctx, o, r);
     const double t1 = MPI_Wtime();
-    if (st == RA_OK)
-        st = ra_mha_forward(ctx->comm, s, &o->p, &r->masks.view, L, r->xq,
-                            r->xkv, r->y, NULL);
+    if (st == RA_OK &&
+        (st = ra_mha_forward(ctx->comm, s, &o->p, &r->masks.view, L, r->xq,
+                             r->xkv, r->y, NULL)) == RA_ERR_MPI)
+        cli_abort(ctx, ra_error_message()); /* a stalled ring */
     const double t2 = MPI_Wtime();
     if (st == RA_OK)
         st = h5io_write_layer_output(ctx->comm, o->out, o->force, s, &o->p,

@@ -221,6 +221,7 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     const double t0 = MPI_Wtime();
     ra_status st = run_read(ctx, o, r);
     const double t1 = MPI_Wtime();
+    const int ran = st == RA_OK;
     if (st == RA_OK && o->map_rows) {
         st = ra_forward_map(ctx->comm, &r->s, &o->p, &r->masks.view, t->q,
                             t->k, t->v, t->o, t->lse, &r->map);
@@ -229,6 +230,9 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
         st = ra_forward_ex(ctx->comm, &r->s, &o->p, &r->masks.view, t->q,
                            t->k, t->v, t->o, t->lse, &r->tm);
     }
+    if (ran && st == RA_ERR_MPI) /* a stalled ring: the others wait for a
+                                    stopped rank */
+        cli_abort(ctx, ra_error_message());
     const double t2 = MPI_Wtime();
     if (st == RA_OK) {
         int64_t bq, bkv;

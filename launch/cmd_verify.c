@@ -11,14 +11,18 @@
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
+#include "compare.h"
 #include "kernel.h"
+#include "tally.h"
 
-/* Running sums of the comparison on this rank. */
+#define RA_STR(x) #x
+#define RA_XSTR(x) RA_STR(x) /* a macro's value as a string */
+
+/* This rank's comparison with the reference (the one error tally) and the
+ * NaN values of /o and /lse in any row, checked or not. */
 typedef struct {
-    double err2, ref2, max_abs, max_lse;
-    double bad;  /* rows whose -inf status disagrees, or NaN */
-    double rows; /* (row, head) pairs checked */
-    double nans; /* NaN values of /o and /lse in any row, checked or not */
+    ra_tally cmp;
+    double nans;
 } tally;
 
 /* What one check needs besides the tensors: the run's rules and masks. */
@@ -48,7 +52,7 @@ static int64_t *pick_rows(const ra_shape *s, int64_t want, uint64_t seed,
     int64_t *rows = malloc(sizeof(int64_t) * (size_t)want);
     int64_t taken = 0;
     for (int64_t r = 0; rows && r < total && taken < want; r++) {
-        double u = (double)(ra_random_u64(seed, 99, (uint64_t)r) >> 11) *
+        double u = (double)(ra_random_u64(seed, RA_STREAM_SAMPLE, (uint64_t)r) >> 11) *
                    0x1.0p-53;
         if ((double)(total - r) * u < (double)(want - taken))
             rows[taken++] = r;
@@ -80,22 +84,9 @@ static void check_row(const check_ctx *c, int64_t b, int64_t i,
         ra_reference_scored(&c->score, 1, s->M, s->D, s->Dv, &mk, q + h * s->D,
                           s->D, k + g * Dk, s->G * Dk, v + g * s->Dv,
                           s->G * s->Dv, ref, s->Dv, &lref, scores);
-        for (int64_t d = 0; d < s->Dv; d++) {
-            double got = o[h * s->Dv + d], e = fabs(got - ref[d]);
-            if (isnan(got))
-                t->bad += 1;
-            t->err2 += e * e;
-            t->ref2 += ref[d] * ref[d];
-            t->max_abs = fmax(t->max_abs, e);
-        }
-        double l = lse[h];
-        if (isinf(lref) || !isfinite(l)) {
-            if (!(isinf(lref) && isinf(l) && l < 0))
-                t->bad += 1;
-        } else {
-            t->max_lse = fmax(t->max_lse, fabs(l - lref) / fmax(1.0, fabs(lref)));
-        }
-        t->rows += 1;
+        for (int64_t d = 0; d < s->Dv; d++)
+            ra_tally_o(&t->cmp, o[h * s->Dv + d], ref[d]);
+        ra_tally_lse(&t->cmp, lse[h], lref);
     }
 }
 
@@ -260,7 +251,7 @@ static const cli_opt verify_own[] = {
      .def = "1", .help = "seed of the sample"},
     {.name = "--tol", .kind = CLI_REAL, .meta = "X",
      .offset = CLI_FIELD(verify_opts, tol, double), .rlo = 0, .open_lo = 1,
-     .rhi = 1e300, .def = "1e-5", .help = "tolerance"},
+     .rhi = 1e300, .def = RA_XSTR(RA_TOLERANCE), .help = "tolerance"},
     {0},
 };
 
@@ -339,13 +330,14 @@ static int verify_report(const cli_ctx *ctx, const verify_opts *o,
                          const check_ctx *c, int64_t nrows, const tally *t)
 {
     const ra_shape *s = c->s;
-    double sums[5] = {t->err2, t->ref2, t->bad, t->rows, t->nans};
-    double maxs[2] = {t->max_abs, t->max_lse}, gs[5], gm[2];
-    MPI_Allreduce(sums, gs, 5, MPI_DOUBLE, MPI_SUM, ctx->comm);
-    MPI_Allreduce(maxs, gm, 2, MPI_DOUBLE, MPI_MAX, ctx->comm);
-    const double rel = gs[1] > 0 ? sqrt(gs[0] / gs[1]) : sqrt(gs[0]);
-    const int pass = rel < o->tol && gm[1] < o->tol && gs[2] == 0 &&
-                     gs[4] == 0;
+    ra_tally g;
+    double nans = 0;
+    if (ra_tally_allreduce(ctx->comm, &t->cmp, &g) != RA_OK ||
+        MPI_Allreduce(&t->nans, &nans, 1, MPI_DOUBLE, MPI_SUM, ctx->comm) !=
+            MPI_SUCCESS)
+        return cli_fail(ctx, CLI_EXIT_RUNTIME, "verify: summing the errors "
+                                               "over the ranks failed");
+    const int pass = ra_tally_ok(&g, o->tol) && nans == 0;
     if (ctx->rank == 0)
         printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
                "window %s, masks %s, score %s, scale %.6g: max abs err %.3e, "
@@ -355,7 +347,8 @@ static int verify_report(const cli_ctx *ctx, const verify_opts *o,
                nrows == s->B * s->N ? "all" : "sampled",
                c->run.causal ? "yes" : "no", c->run.window ? "yes" : "no",
                c->run.masks[0] ? c->run.masks : "none", c->run.score,
-               c->run.scale, gm[0], rel, gm[1], gs[2], gs[4], o->tol,
+               c->run.scale, g.max_abs_o, g.rel_o, g.max_lse,
+               (double)g.bad_inf, nans, o->tol,
                pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
 }

@@ -130,6 +130,14 @@ int cli_exit_code(ra_status st)
     }
 }
 
+void cli_abort(const cli_ctx *ctx, const char *what)
+{
+    fprintf(stderr, "ringattn: %s\n", what);
+    fflush(stderr);
+    MPI_Abort(ctx->comm, CLI_EXIT_RUNTIME);
+    exit(CLI_EXIT_RUNTIME); /* MPI_Abort does not return */
+}
+
 int cli_fail_status(const cli_ctx *ctx, ra_status st)
 {
     char line[1200];

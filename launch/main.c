@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "signals.h"
+#include "simd.h"
 
 static const char usage[] =
     "usage: ringattn <command> [options]   (launch with mpirun/srun for P ranks)\n"
@@ -58,6 +59,7 @@ int main(int argc, char **argv)
     cli_ctx ctx = {.comm = MPI_COMM_WORLD};
     MPI_Comm_rank(ctx.comm, &ctx.rank);
     MPI_Comm_size(ctx.comm, &ctx.nranks);
+    ra_simd_cap(getenv("RA_EXP")); /* "avx2" or "scalar" caps the SIMD path */
     char *cmdline = join_args(argc, argv);
     ctx.command_line = cmdline ? cmdline : "";
 

@@ -50,7 +50,7 @@ ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
                           cli_score_inputs *si)
 {
     const int64_t Dk = ra_shape_dk(s);
-    if (Dk != s->D && p->score != RA_SCORE_ADDITIVE)
+    if (!ra_shape_dk_allowed(s, p->score))
         return ra_error_set(RA_ERR_INPUT, "%s: dataset /k: head dim Dk = %lld "
                             "differs from /q (D = %lld); only --score "
                             "additive takes keys of another dim", in,

@@ -15,6 +15,8 @@ faults: a rank killed mid-run ends the job within seconds with nothing at
   write leave nothing, and what SIGKILL leaves the next write removes; a
   locked input is reported as locked; a 100 kB command line is stored;
   |scores| of 1e4 still give finite, correct results.
+  a rank stopped (SIGSTOP) mid-ring is found by the stall watchdog, named
+  in one line with the step, and the job is aborted.
 determinism: the same run twice gives bit-identical /o and /lse, with 1 and
   2 threads.
 
@@ -638,7 +640,69 @@ CASES_TOOLS = [
 ]
 
 # The compute: scores out of float32 range, hangs, non-finite inputs.
+def scaled(names, factor):
+    """edit(f): multiplies the datasets names (e.g. "qk") by factor."""
+    def edit(f):
+        for name in names:
+            f[name][...] = f[name][...] * np.float32(factor)
+    return edit
+
+
+def additive_weights(bad_index=None):
+    """extra datasets: additive weights for make()'s D = Dk = 4, A = 5."""
+    r = np.random.default_rng(5)
+    w_v = r.standard_normal(5).astype("f4")
+    if bad_index is not None:
+        w_v[bad_index] = np.nan
+    return {"additive/w_q": r.standard_normal((5, 4)).astype("f4"),
+            "additive/w_k": r.standard_normal((5, 4)).astype("f4"),
+            "additive/w_v": w_v}
+
+
+def layer_file(path, name, index, value):
+    """layer inputs from `ringattn gen --mha` with one weight entry set."""
+    subprocess.run([RINGATTN, "gen", "--mha", "--out", path, "--seq", "12",
+                    "--heads", "2", "--dim", "4"], env=ENV, check=True,
+                   capture_output=True)
+    with h5py.File(path, "r+") as f:
+        data = f[name][...]
+        data[index] = value
+        f[name][...] = data
+
+
 CASES_COMPUTE = [
+    ("additive-nan-weight", "--score additive with NaN in /additive/w_v",
+     {"nanw.h5": lambda p: make(p, extra=additive_weights(1))},
+     RUN + ["nanw.h5", "--score", "additive"], 2,
+     r"score additive: weight w_v\[1\] = nan is not finite"),
+    ("mha-inf-weight", "run --mha with inf in /w_o",
+     {"lw.h5": lambda p: layer_file(p, "w_o", (3, 5), np.inf)},
+     ["run", "--mha", "--out", "out.h5", "--in", "lw.h5", "--heads", "2"], 2,
+     r"layer: weight w_o\[29\] = inf is not finite"),
+    ("scale-fp32-overflow", "--scale 1e39: every score beyond float32",
+     {}, RUN + ["good.h5", "--scale", "1e39"], 2,
+     r"scale 1e\+39 is beyond the kernel's float32 limit"),
+    ("sigma-tiny", "--score gaussian --sigma 1e-300: 1/sigma^2 beyond float32",
+     {}, RUN + ["good.h5", "--score", "gaussian", "--sigma", "1e-300"], 2,
+     r"score gaussian: sigma = 1e-300 makes 1/sigma\^2 = inf, beyond the kernel's float32 limit"),
+    ("sigma-small-norms", "--score gaussian --sigma 3e-19, /q scaled by 1e-10: |k|^2 / (2 sigma^2) beyond float32",
+     {"tinyq.h5": lambda p: make(p, edit=scaled("q", 1e-10))},
+     RUN + ["tinyq.h5", "--score", "gaussian", "--sigma", "3e-19"], 2,
+     r"score gaussian: \|q\|\^2 or \|k\|\^2 / \(2 sigma\^2\) reaches .*, beyond the kernel's float32 limit"),
+    ("huge-qk", "/q and /k scaled by 1e20: q.k up to 1e40",
+     {"hugeqk.h5": lambda p: make(p, edit=scaled("qk", 1e20))},
+     RUN + ["hugeqk.h5"], 2,
+     r"scores overflow float32: the largest row norms of q \(.*\) and k \(.*\)"),
+    ("huge-q-causal", "/q scaled by 1e37 (finite), causal",
+     {"hugeq.h5": lambda p: make(p, edit=scaled("q", 1e37))},
+     RUN + ["hugeq.h5", "--causal"], 2, r"scores overflow float32"),
+    ("v-near-max", "an entry of /v is 3e38: P V sums beyond float32",
+     {"bigv.h5": lambda p: make(p, edit=set_value("v", (0, 1, 0, 0), 3e38))},
+     RUN + ["bigv.h5"], 2,
+     r"values overflow float32: the largest \|v\| \(3e\+38\) times the \d+ keys"),
+    ("v-near-max-striped", "an entry of /v is -3e38, striped layout",
+     {"bigv2.h5": lambda p: make(p, edit=set_value("v", (1, 5, 0, 2), -3e38))},
+     RUN + ["bigv2.h5", "--layout", "striped"], 2, r"values overflow float32"),
 ]
 
 CASES += CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE
@@ -1124,14 +1188,72 @@ def fault_verify_nan(work):
     return problems
 
 
+def fault_stall(work):
+    """SIGSTOP one rank of a 2-rank run mid-ring with --stall-timeout 1: the
+    other rank's watchdog names the step and the rank it waits for, the job
+    is aborted (the stopped rank too) within seconds, nothing is left."""
+    subprocess.run([RINGATTN, "gen", "--out", "stall.h5", "--seq", "16384",
+                    "--heads", "8", "--dim", "32"], env=ENV, cwd=work,
+                   check=True, capture_output=True)
+    cmd = ["mpirun", "-np", "2", "--oversubscribe", RINGATTN, "run", "--in",
+           "stall.h5", "--out", "stalled.h5", "--block-q", "64",
+           "--stall-timeout", "1"]
+    p = subprocess.Popen(cmd, env=ENV, cwd=work, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    line = p.stdout.readline()
+    while time.time() < deadline and line and "threads" not in line:
+        line = p.stdout.readline()
+    time.sleep(0.5)  # reading takes a tenth of that; the ring seconds
+    kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                          text=True).stdout.split()
+    if len(kids) != 2 or p.poll() is not None:
+        p.kill()
+        return [f"stall: expected 2 running ranks, found {kids}"]
+    victim = int(kids[1])
+    t0 = time.time()
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.kill(victim, signal.SIGKILL)
+        p.kill()
+        return ["stall: the job still runs 60 s after a rank was stopped"]
+    secs = time.time() - t0
+    lines = our_lines(err)
+    problems = []
+    if p.returncode == 0:
+        problems.append("stall: mpirun exited 0")
+    if secs > 30:
+        problems.append(f"stall: the job took {secs:.1f} s to end")
+    if len(lines) != 1 or not re.search(r"rank \d stalled at (step \d+|the "
+                                        r"end of the ring).*rank \d", lines[0]):
+        problems.append(f"stall: message: {err.strip()[:400]}")
+    if os.path.exists(os.path.join(work, "stalled.h5")) or leftovers(work):
+        problems.append("stall: an output or temporary file is left")
+    time.sleep(1)  # the aborted ranks are reaped by init
+    try:
+        with open(f"/proc/{victim}/stat") as f:
+            alive = f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        alive = False
+    if alive:
+        os.kill(victim, signal.SIGKILL)
+        problems.append("stall: the stopped rank is still alive")
+    print(f"{'FAIL' if problems else 'ok':4} stall       SIGSTOP pid {victim}: "
+          f"exit {p.returncode} after {secs:.1f} s: "
+          f"{lines[0] if lines else ''}")
+    return problems
+
+
 def run_faults():
     work = tempfile.mkdtemp(prefix="ra_fault_")
     try:
-        return (fault_bench_few_tokens(work) + fault_verify_nan(work) +
-                fault_enospc(work) + fault_locked(work) +
-                fault_long_command_line(work) + fault_large_scores(work) +
-                fault_allow_nonfinite(work) + fault_signals(work) +
-                fault_stale(work) + fault_kill(work) +
+        return (fault_stall(work) + fault_bench_few_tokens(work) +
+                fault_verify_nan(work) + fault_enospc(work) +
+                fault_locked(work) + fault_long_command_line(work) +
+                fault_large_scores(work) + fault_allow_nonfinite(work) +
+                fault_signals(work) + fault_stale(work) + fault_kill(work) +
                 fault_kill(work, during_write=True))
     finally:
         shutil.rmtree(work, ignore_errors=True)

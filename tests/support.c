@@ -6,6 +6,7 @@
 
 #include "internal.h"
 #include "support.h"
+#include "tally.h"
 
 void problem_make(problem *p, const ra_shape *s, uint64_t seed)
 {
@@ -16,9 +17,9 @@ void problem_make(problem *p, const ra_shape *s, uint64_t seed)
     p->q = malloc(nq * sizeof(float) + 4);
     p->k = malloc(nk * sizeof(float) + 4);
     p->v = malloc(nv * sizeof(float) + 4);
-    ra_random_normal(seed, 0, 0, (int64_t)nq, p->q);
-    ra_random_normal(seed, 1, 0, (int64_t)nk, p->k);
-    ra_random_normal(seed, 2, 0, (int64_t)nv, p->v);
+    ra_random_normal(seed, RA_STREAM_Q, 0, (int64_t)nq, p->q);
+    ra_random_normal(seed, RA_STREAM_K, 0, (int64_t)nk, p->k);
+    ra_random_normal(seed, RA_STREAM_V, 0, (int64_t)nv, p->v);
 }
 
 void problem_free(problem *p)
@@ -46,7 +47,6 @@ check_result check_slice(const problem *p, const ra_params *params,
     double *vd = malloc(sizeof(double) * (size_t)(s->M * s->Dv + 1));
     double *od = malloc(sizeof(double) * (size_t)(s->Dv + 1));
     double *sc = malloc(sizeof(double) * (size_t)(s->M + 1));
-    double num = 0.0, den = 0.0;
     for (int64_t b = 0; b < s->B; b++) {
         for (int64_t h = 0; h < s->H; h++) {
             int64_t g = h / (s->H / s->G);
@@ -72,31 +72,12 @@ check_result check_slice(const problem *p, const ra_params *params,
                 ra_reference_scored(&score, 1, s->M, s->D, s->Dv, &m, qd, s->D,
                                     kd, Dk, vd, s->Dv, od, s->Dv, &ld, sc);
                 const float *oi = o + ((b * n + i) * s->H + h) * s->Dv;
-                float li = lse[(b * s->H + h) * n + i];
-                for (int64_t d = 0; d < s->Dv; d++) {
-                    double e = fabs((double)oi[d] - od[d]);
-                    if (isnan(oi[d]))
-                        c.bad_inf++;
-                    num += e * e;
-                    den += od[d] * od[d];
-                    if (e > c.max_abs_o)
-                        c.max_abs_o = e;
-                }
-                if (isinf(ld) || isinf(li) || isnan(li)) {
-                    if (!(isinf(ld) && isinf(li) && li < 0))
-                        c.bad_inf++;
-                } else {
-                    double e = fabs((double)li - ld) / fmax(1.0, fabs(ld));
-                    if (e > c.max_lse)
-                        c.max_lse = e;
-                }
-                c.rows++;
+                for (int64_t d = 0; d < s->Dv; d++)
+                    ra_tally_o(&c, oi[d], od[d]);
+                ra_tally_lse(&c, lse[(b * s->H + h) * n + i], ld);
             }
         }
     }
-    c.err2 = num;
-    c.ref2 = den;
-    c.rel_o = den > 0.0 ? sqrt(num / den) : sqrt(num);
     free(qd);
     free(kd);
     free(vd);
@@ -177,43 +158,20 @@ int mpi_test_finish(int failed)
     return failed ? 1 : 0;
 }
 
-static double rel_of(double err2, double ref2)
-{
-    return ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2);
-}
-
 void check_merge(check_result *a, const check_result *b)
 {
-    a->err2 += b->err2;
-    a->ref2 += b->ref2;
-    a->rel_o = rel_of(a->err2, a->ref2);
-    a->max_abs_o = fmax(a->max_abs_o, b->max_abs_o);
-    a->max_lse = fmax(a->max_lse, b->max_lse);
-    a->bad_inf += b->bad_inf;
-    a->rows += b->rows;
+    ra_tally_merge(a, b);
 }
 
 int check_ok(const check_result *c)
 {
-    return c->rel_o < 1e-5 && c->max_lse < 1e-5 && c->bad_inf == 0;
+    return ra_tally_ok(c, RA_TOLERANCE);
 }
 
 check_result check_allreduce(MPI_Comm comm, const check_result *c)
 {
-    double sums[2] = {c->err2, c->ref2}, maxs[2] = {c->max_abs_o, c->max_lse};
-    int64_t counts[2] = {c->bad_inf, c->rows};
-    check_result g = {0};
-    double gs[2], gm[2];
-    int64_t gc[2];
-    MPI_Allreduce(sums, gs, 2, MPI_DOUBLE, MPI_SUM, comm);
-    MPI_Allreduce(maxs, gm, 2, MPI_DOUBLE, MPI_MAX, comm);
-    MPI_Allreduce(counts, gc, 2, MPI_INT64_T, MPI_SUM, comm);
-    g.err2 = gs[0];
-    g.ref2 = gs[1];
-    g.rel_o = rel_of(gs[0], gs[1]);
-    g.max_abs_o = gm[0];
-    g.max_lse = gm[1];
-    g.bad_inf = gc[0];
-    g.rows = gc[1];
+    check_result g;
+    if (ra_tally_allreduce(comm, c, &g) != RA_OK)
+        g.bad_inf = 1; /* a failed reduction fails the check */
     return g;
 }

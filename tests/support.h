@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "compare.h"
+#include "internal.h"
 #include "kernel.h"
 #include "ringattn.h"
 
@@ -16,15 +18,9 @@ typedef struct {
 void problem_make(problem *p, const ra_shape *s, uint64_t seed);
 void problem_free(problem *p);
 
-/* Errors of a computed (o, lse) against the fp64 reference. */
-typedef struct {
-    double err2, ref2;  /* sums of |o - ref|^2 and |ref|^2 */
-    double rel_o;       /* sqrt(err2 / ref2): ||o - ref|| / ||ref|| */
-    double max_abs_o;   /* max |o - ref| */
-    double max_lse;     /* max |lse - ref| / max(1, |ref|) over finite rows */
-    int64_t bad_inf;    /* rows whose -inf status disagrees, or NaN seen */
-    int64_t rows;       /* rows checked */
-} check_result;
+/* Errors of a computed (o, lse) against the fp64 reference: the library's
+ * one tally (compare.h). */
+typedef ra_tally check_result;
 
 /* Checks query rows [n0, n0 + n) of every (b, h): o (B, n, H, Dv) and
  * lse (B, H, n) as laid out by ra_forward on a slice starting at n0. */
@@ -77,7 +73,7 @@ void check_merge(check_result *a, const check_result *b);
 /* Sums a result over comm so that every rank holds the global one. */
 check_result check_allreduce(MPI_Comm comm, const check_result *c);
 
-/* Default acceptance: rel_o < 1e-5, max_lse < 1e-5, no bad rows. */
+/* Default acceptance: rel_o and max_lse below RA_TOLERANCE, no bad rows. */
 int check_ok(const check_result *c);
 
 #endif

@@ -70,7 +70,7 @@ static void run_map(const ra_shape *s, ra_params prm, int lens,
     problem p;
     problem_make(&p, s, seed);
     int64_t q_lens[4];
-    ra_random_lens(seed, 3, s->B, s->N, q_lens);
+    ra_random_lens(seed, RA_STREAM_Q_LENS, s->B, s->N, q_lens);
     const ra_masks local = {q_lens, NULL, NULL, NULL};
     const ra_layout lay = ra_params_layout(&prm, 0);
     local_part lp;
@@ -97,7 +97,7 @@ static void run_map(const ra_shape *s, ra_params prm, int lens,
                nranks, ra_score_name(prm.score), ra_layout_name(lay),
                (long long)i0, (long long)i1, prm.causal, lens, gerr[0], gerr[1]);
     assert_int_equal(all_rows, i1 - i0);
-    assert_true(gerr[0] < 1e-5 && gerr[1] < 1e-5);
+    assert_true(gerr[0] < RA_TOLERANCE && gerr[1] < RA_TOLERANCE);
     local_part_free(&lp);
     free(map.out);
     problem_free(&p);
@@ -114,9 +114,9 @@ static void test_maps(void **state)
     const ra_layout lays[3] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
                                RA_LAYOUT_STRIPED};
     float wq[8 * 16], wk[8 * 16], wv[8];
-    ra_random_normal(3, 20, 0, 8 * 16, wq);
-    ra_random_normal(3, 21, 0, 8 * 16, wk);
-    ra_random_normal(3, 22, 0, 8, wv);
+    ra_random_normal(3, RA_STREAM_W_Q, 0, 8 * 16, wq);
+    ra_random_normal(3, RA_STREAM_W_K, 0, 8 * 16, wk);
+    ra_random_normal(3, RA_STREAM_W_V, 0, 8, wv);
     const ra_additive ad = {8, wq, wk, wv};
     for (int l = 0; l < 3; l++) {
         prm.layout = lays[l];

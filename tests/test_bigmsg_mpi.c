@@ -111,7 +111,7 @@ static void test_message_over_2gib(void **state)
     free(o);
     assert_true(all[0] == 0);
     assert_true(nranks < 2 || sent > ((int64_t)1 << 31));
-    assert_true(rel < 1e-5 && worst_lse < 1e-5);
+    assert_true(rel < RA_TOLERANCE && worst_lse < RA_TOLERANCE);
 }
 
 static void test_block_too_large_is_refused(void **state)

@@ -137,7 +137,7 @@ static void expect_checked(const problem *p, int causal, double scale,
     const ra_shape *s = &p->s;
     expect_sane(p, causal, qr, o, lse);
     check_result c = check_rows(p, causal, scale, qr.start, qr.count, o, lse);
-    int ok = c.rel_o < tol_o && c.max_lse < 1e-5 && c.bad_inf == 0;
+    int ok = c.rel_o < tol_o && c.max_lse < RA_TOLERANCE && c.bad_inf == 0;
     tiles r = tiles_resolve(t, s);
     printf("# B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld causal=%d "
            "bq=%lld bkv=%lld threads=%d seed=%llu %s rel_o=%.3e lse=%.3e "
@@ -167,7 +167,7 @@ static void expect_case(ra_shape s, int causal, tiles t, int threads)
     ra_state_reset(s.B, s.N, s.H, s.Dv, o, lse);
     fold(&p, causal, scale, qr, kr, t, threads, o, lse);
     expect_checked(&p, causal, scale, qr, t, threads, seed, "one-block",
-                   1e-5, o, lse);
+                   RA_TOLERANCE, o, lse);
     free(o);
     free(lse);
     problem_free(&p);
@@ -286,12 +286,12 @@ static void expect_split(ra_shape s, int causal, int64_t cut, tiles t)
         char what[64];
         snprintf(what, sizeof what, "split@%lld%s", (long long)cut,
                  order ? "-reversed" : "");
-        expect_checked(&p, causal, scale, qr, t, 1, seed, what, 1e-5, o2, l2);
+        expect_checked(&p, causal, scale, qr, t, 1, seed, what, RA_TOLERANCE, o2, l2);
         double rel_o, d_lse;
         state_diff(no, nl, o2, l2, o1, l1, &rel_o, &d_lse);
         printf("#   split vs one block: rel_o=%.3e lse=%.3e\n", rel_o, d_lse);
-        assert_true(rel_o < 1e-5);
-        assert_true(d_lse < 1e-5);
+        assert_true(rel_o < RA_TOLERANCE);
+        assert_true(d_lse < RA_TOLERANCE);
         for (int64_t i = 0; i < nl; i++)
             assert_true((l1[i] == -INFINITY) == (l2[i] == -INFINITY));
     }
@@ -390,7 +390,7 @@ static void test_kernel_empty_partial(void **state)
 
         fold(&p, 1, scale, qr, (ra_range){200, 50}, rot[x], 1, o, lse);
         expect_checked(&p, 1, scale, qr, rot[x], 1, seed, "slice+empty-blocks",
-                       1e-5, o, lse);
+                       RA_TOLERANCE, o, lse);
         free(o);
         free(lse);
         free(o0);
@@ -434,7 +434,7 @@ static void test_kernel_threads(void **state)
                                   o[th], lse[th]);
             }
             expect_checked(&p, causal, scale, qr, rot[si], 2, seed, "threads",
-                           1e-5, o[1], lse[1]);
+                           RA_TOLERANCE, o[1], lse[1]);
             assert_memory_equal(o[0], o[1], sizeof(float) * (size_t)no);
             assert_memory_equal(lse[0], lse[1], sizeof(float) * (size_t)nl);
             for (int th = 0; th < 2; th++) {

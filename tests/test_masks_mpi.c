@@ -58,8 +58,8 @@ static check_result run_layout(const mask_case *mc, ra_layout layout,
     if (mc->lens) {
         q_lens = malloc(sizeof(int64_t) * (size_t)s->B);
         kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
-        ra_random_lens(mc->seed, 3, s->B, s->N, q_lens);
-        ra_random_lens(mc->seed, 4, s->B, s->M, kv_lens);
+        ra_random_lens(mc->seed, RA_STREAM_Q_LENS, s->B, s->N, q_lens);
+        ra_random_lens(mc->seed, RA_STREAM_KV_LENS, s->B, s->M, kv_lens);
         if (mc->lens == 2) { /* the edges: nothing, and everything */
             q_lens[0] = 0;
             kv_lens[0] = s->M;
@@ -72,8 +72,8 @@ static check_result run_layout(const mask_case *mc, ra_layout layout,
     if (mc->segment_avg) {
         q_seg = malloc(sizeof(int64_t) * (size_t)(s->B * s->N));
         kv_seg = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
-        make_segments(mc->seed, 5, s->B, s->N, mc->segment_avg, 0, q_seg);
-        make_segments(mc->seed, 6, s->B, s->M, mc->segment_avg, 1, kv_seg);
+        make_segments(mc->seed, RA_STREAM_Q_SEGMENTS, s->B, s->N, mc->segment_avg, 0, q_seg);
+        make_segments(mc->seed, RA_STREAM_KV_SEGMENTS, s->B, s->M, mc->segment_avg, 1, kv_seg);
     }
     const test_masks global = {q_lens, kv_lens, q_seg, kv_seg};
 

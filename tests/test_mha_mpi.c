@@ -82,8 +82,8 @@ static void run_layer(const layer_case *lc)
                 lc->biases ? randn(lc->seed, 9, lc->Eout, 0.1f) : NULL,
                 lc->pos_encoding};
     int64_t q_lens[4], kv_lens[4];
-    ra_random_lens(lc->seed, 3, s->B, s->N, q_lens);
-    ra_random_lens(lc->seed, 4, s->B, s->M, kv_lens);
+    ra_random_lens(lc->seed, RA_STREAM_Q_LENS, s->B, s->N, q_lens);
+    ra_random_lens(lc->seed, RA_STREAM_KV_LENS, s->B, s->M, kv_lens);
     const ra_masks masks = {q_lens, kv_lens, NULL, NULL};
     ra_params prm;
     ra_params_default(&prm);
@@ -158,7 +158,7 @@ static void run_layer(const layer_case *lc)
                (long long)s->D, (long long)s->Dv, (long long)lc->Eq,
                (long long)lc->Ekv, (long long)lc->Eout, lc->pos_encoding,
                lc->causal, lc->lens, lc->biases, ra_layout_name(lay), rel);
-    assert_true(rel < 1e-5);
+    assert_true(rel < RA_TOLERANCE);
     free(xq_loc);
     free(xkv_loc);
     free(y);

@@ -25,8 +25,8 @@ static check_result run_scored(const ra_shape *s, const ra_params *prm_in,
     ra_params prm = *prm_in;
     const int64_t Dk = ra_shape_dk(s);
     int64_t q_lens[4], kv_lens[4];
-    ra_random_lens(seed, 3, s->B, s->N, q_lens);
-    ra_random_lens(seed, 4, s->B, s->M, kv_lens);
+    ra_random_lens(seed, RA_STREAM_Q_LENS, s->B, s->N, q_lens);
+    ra_random_lens(seed, RA_STREAM_KV_LENS, s->B, s->M, kv_lens);
     const test_masks global = {q_lens, kv_lens, NULL, NULL};
     const ra_masks local = {q_lens, kv_lens, NULL, NULL};
     const ra_layout lay = ra_params_layout(&prm, 0);
@@ -98,9 +98,9 @@ static void test_additive(void **state)
     const ra_shape s = {2, 123, 211, 4, 2, 12, 8, 20};
     const int64_t A = 16;
     float wq[16 * 12], wk[16 * 20], wv[16];
-    ra_random_normal(7, 10, 0, A * s.D, wq);
-    ra_random_normal(7, 11, 0, A * s.Dk, wk);
-    ra_random_normal(7, 12, 0, A, wv);
+    ra_random_normal(7, RA_STREAM_W_Q, 0, A * s.D, wq);
+    ra_random_normal(7, RA_STREAM_W_K, 0, A * s.Dk, wk);
+    ra_random_normal(7, RA_STREAM_W_V, 0, A, wv);
     for (int64_t i = 0; i < A * s.D; i++)
         wq[i] *= 0.3f;
     for (int64_t i = 0; i < A * s.Dk; i++)

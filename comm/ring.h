@@ -1,0 +1,72 @@
+/* ring.h: the state of one ring call and its passes (internal to comm/).
+ *
+ * ring.c sets a call up (checks, agreement, buffers, the plan) and tears it
+ * down; ring_pass.c runs the steps: post the transfer of the next block,
+ * visit the current one, wait (with the stall watchdog). */
+#ifndef RA_RING_H
+#define RA_RING_H
+
+#include <mpi.h>
+
+#include "kernel.h"
+#include "plan.h"
+
+/* A held block: rows of K (B, cnt, row_k floats) then V (B, cnt, G, Dv) in
+ * one float buffer, segment ids (B, cnt) in another. */
+typedef struct {
+    float *kv;
+    int64_t *seg;
+} ring_buf;
+
+/* Requests of one ring step, polled between tiles. */
+typedef struct {
+    MPI_Request req[4]; /* receive K/V, send K/V, receive ids, send ids */
+    MPI_Datatype types[4]; /* their datatypes, freed after the wait */
+    int pending;
+    int failed; /* a poll between tiles returned an MPI error */
+} ring_step;
+
+/* Everything one call needs; set up once (ring.c), owned by the call. */
+typedef struct {
+    MPI_Comm comm;        /* a duplicate of the caller's communicator */
+    int P, r, last;       /* ranks, this rank, the last step run */
+    const ra_shape *shape;
+    ra_layout lay;        /* resolved */
+    ring_plan plan;
+    int segs, may_poll, threads;
+    double stall_timeout; /* 0: wait forever */
+    int stalled;          /* a wait gave up: transfers are still in flight */
+    int64_t n, m_own, mmax; /* local queries, own keys, the largest block */
+    int64_t row_k, row_v; /* floats per key row of K (or W_k k) and of V */
+    ring_buf buf[2];      /* the two alternating blocks */
+    ra_block blk;         /* the kernel's view of the current block */
+    int64_t *qpos, *kpos; /* global positions of local queries, block keys */
+    float *qp, *kp;       /* additive: W_q q (B, n, H, A), W_k k (B, m, G, A) */
+    ra_workspace *ws;
+    ra_timing *tm;
+} ring_state;
+
+/* What a pass does with the block held at one step: kb holds blk.m key
+ * rows (B, m, row_k floats), vb their values (B, m, G, Dv). */
+typedef void (*ring_visit)(ring_state *rs, const float *kb, const float *vb,
+                           ring_step *step, void *arg);
+
+/* Copies this rank's own keys (k, or its projection, rows of row_k floats),
+ * v and key ids into buf[0] as the block of step 0 holds them. */
+void ring_pack_own(ring_state *rs, const float *k, const float *v,
+                   const int64_t *seg);
+
+/* Runs steps 0 .. last: posts the transfers of the next block, visits the
+ * current one, waits. buf[0] must hold this rank's own block. */
+ra_status ring_pass(ring_state *rs, ring_visit visit, void *arg);
+
+/* The end of a call's passes under the stall watchdog: each rank waits
+ * until its left neighbour has finished its steps too, so that a rank
+ * stopped after the last transfer is found here, named, and not in the
+ * caller's next collective. Nothing to do at P = 1 or without a timeout. */
+ra_status ring_finish(ring_state *rs);
+
+/* The progress callback of the kernel: tests the step's requests. */
+void ring_poll(void *step);
+
+#endif /* RA_RING_H */

@@ -1,0 +1,49 @@
+/* band.h: which keys a query may see, and what a visible pair costs: the one
+ * statement of the causal and window rules (internal, pure).
+ *
+ * Positions are global token indices. With the bottom-right alignment of
+ * ringattn.h (diag = M - N), a query at position p sees the keys in
+ * [p + lo, p + hi]: causal sets hi = diag, a window sets
+ * lo = diag - left and hi = min(hi, diag + right). Padding (kv_len) cuts
+ * the band at the end; segments are applied elsewhere (they are ids, not
+ * positions).
+ */
+#ifndef RA_BAND_H
+#define RA_BAND_H
+
+#include <stdint.h>
+
+#include "ringattn.h"
+
+/* "No bound" for band offsets and lengths: far from overflow when added to
+ * any position. */
+#define RA_UNBOUNDED (INT64_MAX / 4)
+
+typedef struct {
+    int64_t lo, hi; /* offsets from the query's position, inclusive */
+} ra_band;
+
+/* The band of the rules that are on (diag = M - N). */
+ra_band ra_band_make(int causal, int window, int64_t left, int64_t right,
+                     int64_t diag);
+
+/* The band of a forward pass's options for a shape. */
+ra_band ra_band_of(const ra_params *params, const ra_shape *shape);
+
+/* The keys [*first, *last] that a query at position p sees within
+ * [0, kv_len), and their count (0, with *first > *last, when none). */
+int64_t ra_band_keys(ra_band band, int64_t p, int64_t kv_len, int64_t *first,
+                     int64_t *last);
+
+/* Visible (query, key) pairs of the queries at positions pos[0..n) of one
+ * (batch, head), those at or after q_len seeing nothing. pos NULL means
+ * 0, 1, 2... */
+double ra_band_pairs(ra_band band, const int64_t *pos, int64_t n,
+                     int64_t q_len, int64_t kv_len);
+
+/* Useful FLOPs of one visible pair for all H heads: the score (2 D for
+ * q.k, 4 A for the additive score with a tanh as one operation) and 2 Dv
+ * for the weighted values, times H. */
+double ra_pair_flops(const ra_shape *shape, const ra_params *params);
+
+#endif /* RA_BAND_H */

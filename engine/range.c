@@ -1,0 +1,147 @@
+/* range.c: see range.h. Every bound is computed in double, where none of
+ * these products can overflow (float32 inputs stay below 2^128). */
+#include <float.h>
+#include <math.h>
+
+#include "internal.h"
+#include "range.h"
+
+/* The kernel's float32 limit: scores, norm terms and accumulators must
+ * stay below it. A factor 16 under FLT_MAX leaves room for the roundings
+ * and the sums of the fp32 kernel (max shifts, P V over many tiles, the
+ * LSE merge). */
+#define SAFE_MAX ((double)FLT_MAX / 16.0)
+
+/* The largest norm of `rows` rows of `dim` floats, stride ld. */
+static double max_row_norm(const float *x, int64_t rows, int64_t dim,
+                           int64_t ld)
+{
+    double mx = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        double ss = 0.0;
+        for (int64_t d = 0; d < dim; d++) {
+            const double e = x[r * ld + d];
+            if (isfinite(e))
+                ss += e * e;
+        }
+        mx = fmax(mx, sqrt(ss));
+    }
+    return mx;
+}
+
+ra_input_bounds ra_input_bounds_of(const ra_shape *s, int64_t n, int64_t m,
+                                   const float *q, const float *k,
+                                   const float *v)
+{
+    const int64_t Dk = ra_shape_dk(s);
+    ra_input_bounds b = {0.0, 0.0, 0.0};
+    b.q_norm = max_row_norm(q, s->B * n * s->H, s->D, s->D);
+    b.k_norm = max_row_norm(k, s->B * m * s->G, Dk, Dk);
+    for (int64_t i = 0; i < s->B * m * s->G * s->Dv; i++)
+        if (isfinite(v[i]))
+            b.v_abs = fmax(b.v_abs, fabs((double)v[i]));
+    return b;
+}
+
+int64_t ra_first_nonfinite(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return -1;
+}
+
+ra_status ra_check_finite(const char *what, const float *x, int64_t n)
+{
+    const int64_t i = x ? ra_first_nonfinite(x, n) : -1;
+    if (i < 0)
+        return RA_OK;
+    return ra_error_set(RA_ERR_INPUT, "%s[%lld] = %g is not finite", what,
+                        (long long)i, (double)x[i]);
+}
+
+/* The additive score: |score| <= sum |w_v|; the projections W_q q and
+ * W_k k are bounded by the largest weight row norm times the input norm. */
+static ra_status check_additive(const ra_shape *s, const ra_additive *ad,
+                                const ra_input_bounds *b)
+{
+    const int64_t Dk = ra_shape_dk(s);
+    ra_status st = ra_check_finite("score additive: weight w_q", ad->w_q,
+                                   ad->A * s->D);
+    if (st == RA_OK)
+        st = ra_check_finite("score additive: weight w_k", ad->w_k,
+                             ad->A * Dk);
+    if (st == RA_OK)
+        st = ra_check_finite("score additive: weight w_v", ad->w_v, ad->A);
+    if (st != RA_OK)
+        return st;
+    double wv = 0.0;
+    for (int64_t a = 0; a < ad->A; a++)
+        wv += fabs((double)ad->w_v[a]);
+    const double pq = max_row_norm(ad->w_q, ad->A, s->D, s->D) * b->q_norm;
+    const double pk = max_row_norm(ad->w_k, ad->A, Dk, Dk) * b->k_norm;
+    if (wv * M_LOG2E > SAFE_MAX)
+        return ra_error_set(RA_ERR_INPUT, "score additive: sum |w_v| = %.3g "
+                            "gives scores beyond the kernel's float32 limit "
+                            "(%.3g)", wv, SAFE_MAX);
+    if (pq > SAFE_MAX || pk > SAFE_MAX)
+        return ra_error_set(RA_ERR_INPUT, "score additive: the projections "
+                            "W_q q (up to %.3g) or W_k k (up to %.3g) are "
+                            "beyond the kernel's float32 limit (%.3g)", pq, pk,
+                            SAFE_MAX);
+    return RA_OK;
+}
+
+/* The dot and Gaussian scores: alpha q.k in fp32 with |q.k| <= |q| |k|,
+ * and for the Gaussian the norm terms |q|^2 and |k|^2 / (2 sigma^2). */
+static ra_status check_product(const ra_shape *s, const ra_params *p,
+                               const ra_input_bounds *b)
+{
+    const int gauss = p->score == RA_SCORE_GAUSSIAN;
+    const double factor = gauss ? 1.0 / (p->sigma * p->sigma)
+                                : fabs(ra_params_scale(p, s));
+    const double alpha = factor * M_LOG2E; /* base-2 scores */
+    if (!(alpha <= SAFE_MAX))
+        return gauss ? ra_error_set(RA_ERR_ARG, "score gaussian: sigma = %.3g "
+                                    "makes 1/sigma^2 = %.3g, beyond the "
+                                    "kernel's float32 limit (%.3g)", p->sigma,
+                                    factor, SAFE_MAX)
+                     : ra_error_set(RA_ERR_ARG, "scale %.3g is beyond the "
+                                    "kernel's float32 limit (%.3g)",
+                                    ra_params_scale(p, s), SAFE_MAX);
+    const double dot = b->q_norm * b->k_norm;
+    if (dot > SAFE_MAX || alpha * dot > SAFE_MAX)
+        return ra_error_set(RA_ERR_INPUT, "scores overflow float32: the "
+                            "largest row norms of q (%.3g) and k (%.3g) times "
+                            "%s %.3g allow |score| up to %.3g, beyond the "
+                            "kernel's limit (%.3g); scale the inputs down",
+                            b->q_norm, b->k_norm,
+                            gauss ? "1/sigma^2" : "the scale", factor,
+                            factor * dot, SAFE_MAX);
+    const double norm = fmax(b->q_norm, b->k_norm);
+    if (gauss && norm * norm * alpha > SAFE_MAX)
+        return ra_error_set(RA_ERR_INPUT, "score gaussian: |q|^2 or |k|^2 / "
+                            "(2 sigma^2) reaches %.3g (largest row norm %.3g, "
+                            "sigma %.3g), beyond the kernel's float32 limit "
+                            "(%.3g)", norm * norm * factor / 2.0, norm,
+                            p->sigma, SAFE_MAX);
+    return RA_OK;
+}
+
+ra_status ra_input_bounds_check(const ra_shape *s, const ra_params *p,
+                                const ra_input_bounds *b, int64_t block_keys)
+{
+    ra_status st = p->score == RA_SCORE_ADDITIVE
+                       ? check_additive(s, p->additive, b)
+                       : check_product(s, p, b);
+    if (st != RA_OK)
+        return st;
+    /* acc = sum over a block's keys of p v with 0 <= p <= 1 */
+    if (b->v_abs * (double)block_keys > SAFE_MAX)
+        return ra_error_set(RA_ERR_INPUT, "values overflow float32: the "
+                            "largest |v| (%.3g) times the %lld keys of a "
+                            "block sums beyond the kernel's limit (%.3g); "
+                            "scale v down", b->v_abs, (long long)block_keys,
+                            SAFE_MAX);
+    return RA_OK;
+}

@@ -1,0 +1,158 @@
+/* simd.c: the max and the tanh of the kernel, and the table that picks one
+ * path (scalar, AVX2/FMA, AVX-512) for every vectorised helper, the way
+ * ggml's vec helpers do. The exp paths are in vexp.c. */
+#include "simd.h"
+
+/* tanh(x) = 1 - 2 / (exp(2|x|) + 1), sign restored; |x| capped at 9, where
+ * tanh is 1 to within 3e-8. Absolute error about 1e-7 everywhere. */
+#define TANH_CAP 9.0f
+#define TWO_LOG2E 2.88539008177792682f /* 2 log2(e) */
+
+static inline float tanh_one(float x)
+{
+    float ax = fminf(fabsf(x), TANH_CAP);
+    float e = ra_exp2_one(TWO_LOG2E * ax);
+    return copysignf(1.0f - 2.0f / (e + 1.0f), x);
+}
+
+float ra_additive_score_scalar(const float *a, const float *b,
+                               const float *w, int64_t len)
+{
+    float sum = 0.0f;
+    for (int64_t j = 0; j < len; j++)
+        sum += w[j] * tanh_one(a[j] + b[j]);
+    return sum;
+}
+
+float ra_max_scalar(const float *x, int64_t len)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
+#ifdef RA_HAVE_X86
+__attribute__((target("avx2,fma")))
+static float additive_score_avx2(const float *a, const float *b,
+                                 const float *w, int64_t len)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), cap = _mm256_set1_ps(TANH_CAP);
+    const __m256 two_log2e = _mm256_set1_ps(TWO_LOG2E);
+    const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8) {
+        __m256 x = _mm256_add_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j));
+        __m256 sx = _mm256_and_ps(x, sign);
+        __m256 t = _mm256_mul_ps(_mm256_min_ps(_mm256_andnot_ps(sign, x), cap),
+                                 two_log2e); /* 2|x| log2 e, in [0, 26] */
+        __m256 ex = ra_exp2_avx2(t);
+        __m256 th = _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(ex, one)));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_or_ps(th, sx), acc);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) +
+                ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    return sum + ra_additive_score_scalar(a + j, b + j, w + j, len - j);
+}
+
+__attribute__((target("avx2,fma")))
+static float max_avx2(const float *x, int64_t len)
+{
+    __m256 acc = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8)
+        acc = _mm256_max_ps(acc, _mm256_loadu_ps(x + j));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    float mx = ra_max_scalar(x + j, len - j);
+    for (int i = 0; i < 8; i++)
+        mx = lanes[i] > mx ? lanes[i] : mx;
+    return mx;
+}
+
+__attribute__((target("avx512f")))
+static float max_avx512(const float *x, int64_t len)
+{
+    __m512 acc = _mm512_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16)
+        acc = _mm512_max_ps(acc, _mm512_loadu_ps(x + j));
+    float mx = _mm512_reduce_max_ps(acc), tail = max_avx2(x + j, len - j);
+    return tail > mx ? tail : mx;
+}
+#endif
+
+typedef float (*exp2_fn)(float *, int64_t, float);
+typedef float (*max_fn)(const float *, int64_t);
+typedef float (*additive_fn)(const float *, const float *, const float *,
+                             int64_t);
+
+/* One row per path; the additive score has no AVX-512 variant of its own. */
+typedef struct {
+    const char *name;
+    exp2_fn exp2;
+    max_fn max;
+    additive_fn additive;
+} vec_impl;
+
+static const vec_impl scalar_impl = {"scalar", ra_exp2_shift_sum_scalar,
+                                     ra_max_scalar, ra_additive_score_scalar};
+#ifdef RA_HAVE_X86
+static const vec_impl avx2_impl = {"avx2-fma", ra_exp2_shift_sum_avx2,
+                                   max_avx2, additive_score_avx2};
+static const vec_impl avx512_impl = {"avx512f", ra_exp2_shift_sum_avx512,
+                                     max_avx512, additive_score_avx2};
+#endif
+
+/* The widest path the CPU has, at most the one named by cap. */
+static const vec_impl *pick_impl(const char *cap)
+{
+    if (cap && strcmp(cap, "scalar") == 0)
+        return &scalar_impl;
+#ifdef RA_HAVE_X86
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2 && __builtin_cpu_supports("avx512f") &&
+        !(cap && strcmp(cap, "avx2") == 0))
+        return &avx512_impl;
+    if (avx2)
+        return &avx2_impl;
+#endif
+    return &scalar_impl;
+}
+
+static const vec_impl *active;
+
+void ra_simd_cap(const char *name)
+{
+    __atomic_store_n(&active, pick_impl(name), __ATOMIC_RELEASE);
+}
+
+static const vec_impl *impl(void)
+{
+    /* Every thread computes the same answer, so a racing first call only
+     * stores the same pointer twice. */
+    const vec_impl *p = __atomic_load_n(&active, __ATOMIC_ACQUIRE);
+    if (!p) {
+        p = pick_impl(NULL);
+        __atomic_store_n(&active, p, __ATOMIC_RELEASE);
+    }
+    return p;
+}
+
+float ra_exp2_shift_sum(float *x, int64_t len, float shift)
+{
+    return impl()->exp2(x, len, shift);
+}
+
+float ra_max(const float *x, int64_t len) { return impl()->max(x, len); }
+
+float ra_additive_score(const float *a, const float *b, const float *w,
+                        int64_t len)
+{
+    return impl()->additive(a, b, w, len);
+}
+
+const char *ra_exp2_impl(void) { return impl()->name; }
