@@ -1,4 +1,4 @@
-/* layer.c: the multi-head attention layer over the ring (see ringattn.h).
+/* mha.c: the multi-head attention layer over the ring (see ringattn.h).
  * Every step but the ring itself is token-wise, so each rank works on its
  * own slice: positional encodings at the slice's global positions, the
  * projections, the output projection. Memory: the slices' q, k, v, o and lse,

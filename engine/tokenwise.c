@@ -1,4 +1,4 @@
-/* layer.c: the token-wise parts of the attention layer: linear maps and
+/* tokenwise.c: the token-wise parts of the attention layer: linear maps and
  * sinusoidal positional encodings. Pure: no MPI, no allocation. */
 #include <cblas.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* layer.c: files of the attention layer (ringattn run --mha): token slices
+/* mha_io.c: files of the attention layer (ringattn run --mha): token slices
  * of /x or /x_q and /x_kv (B, len, E) read collectively, the weights read
  * whole on every rank, /y (B, N, Eout) written collectively and atomically;
  * and the random layer inputs of `ringattn gen --mha`. */

@@ -671,14 +671,6 @@ def layer_file(path, name, index, value):
 
 
 CASES_COMPUTE = [
-    ("additive-nan-weight", "--score additive with NaN in /additive/w_v",
-     {"nanw.h5": lambda p: make(p, extra=additive_weights(1))},
-     RUN + ["nanw.h5", "--score", "additive"], 2,
-     r"score additive: weight w_v\[1\] = nan is not finite"),
-    ("mha-inf-weight", "run --mha with inf in /w_o",
-     {"lw.h5": lambda p: layer_file(p, "w_o", (3, 5), np.inf)},
-     ["run", "--mha", "--out", "out.h5", "--in", "lw.h5", "--heads", "2"], 2,
-     r"layer: weight w_o\[29\] = inf is not finite"),
     ("scale-fp32-overflow", "--scale 1e39: every score beyond float32",
      {}, RUN + ["good.h5", "--scale", "1e39"], 2,
      r"scale 1e\+39 is beyond the kernel's float32 limit"),

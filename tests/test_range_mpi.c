@@ -5,7 +5,8 @@
  * reference; the same inputs scaled 8x further (each of q and k, or v) must
  * be refused before the ring, on every rank alike, with RA_ERR_INPUT and a
  * message naming the values. Options alone (a scale or a Gaussian sigma
- * beyond float32) are refused with RA_ERR_ARG. Run at P = 1..4. */
+ * beyond float32) are refused with RA_ERR_ARG; non-finite additive weights
+ * given through the API with RA_ERR_INPUT. Run at P = 1..4. */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -141,6 +142,34 @@ static void test_options_beyond_float32(void **state)
     problem_free(&p);
 }
 
+/* Weights given through the API are checked by the library itself (the
+ * command line's readers refuse them earlier, naming the dataset). */
+static void test_nonfinite_weights(void **state)
+{
+    (void)state;
+    const ra_shape s = {1, 11, 13, 2, 1, 4, 4, 0};
+    enum { A = 5 };
+    float w_q[A * 4], w_k[A * 4], w_v[A];
+    for (int i = 0; i < A * 4; i++)
+        w_q[i] = w_k[i] = 0.1f * (float)(i % 7) - 0.3f;
+    for (int i = 0; i < A; i++)
+        w_v[i] = 0.5f - 0.2f * (float)i;
+    const ra_additive ad = {A, w_q, w_k, w_v};
+    problem p;
+    problem_make(&p, &s, 53);
+    ra_params prm;
+    ra_params_default(&prm);
+    prm.score = RA_SCORE_ADDITIVE;
+    prm.additive = &ad;
+    check_result g;
+    assert_int_equal(run(&p, &prm, &g), RA_OK);
+    assert_true(check_ok(&g));
+    w_v[1] = NAN;
+    assert_int_equal(run(&p, &prm, &g), RA_ERR_INPUT);
+    assert_non_null(strstr(ra_error_message(), "weight w_v[1] = nan"));
+    problem_free(&p);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -148,6 +177,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_scores_at_the_edge),
         cmocka_unit_test(test_values_at_the_edge),
         cmocka_unit_test(test_options_beyond_float32),
+        cmocka_unit_test(test_nonfinite_weights),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
