@@ -292,6 +292,33 @@ RA_API ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
                          const ra_mha *layer, const float *x_q,
                          const float *x_kv, float *y, ra_timing *timing);
 
+/* ---- Nodes and the ring order ----------------------------------------- *
+ * The ring sends from rank r to rank r + 1 of the communicator it is given.
+ * Ranks that share a node (MPI_COMM_TYPE_SHARED) exchange through memory;
+ * the others through the network. */
+typedef struct {
+    int nodes;              /* nodes the ranks of comm run on */
+    int node;               /* this rank's node: 0 .. nodes - 1, numbered in
+                               the order of each node's lowest rank */
+    int ranks_on_node;      /* ranks of comm on this rank's node */
+    int ranks_per_node_min, ranks_per_node_max;
+    int next_on_other_node; /* 1: rank + 1 (mod P), where this rank's ring
+                               blocks go, runs on another node */
+} ra_nodes;
+
+/* Where the ranks of comm run, as seen from the calling rank. Collective. */
+RA_API ra_status ra_comm_nodes(MPI_Comm comm, ra_nodes *nodes);
+
+/* A new communicator over the ranks of comm for ra_forward() and the file
+ * functions, freed by the caller (MPI_Comm_free). node_aware: ranks ordered
+ * node by node (nodes by their lowest rank, mpirun's order inside a node),
+ * so that each ring step crosses each node boundary once, whatever order
+ * the launcher dealt the ranks in; 0: a duplicate of comm in its own order.
+ * Slices follow the rank in the new communicator, and outputs written
+ * through it land at their global positions all the same. Collective. */
+RA_API ra_status ra_comm_ring_order(MPI_Comm comm, int node_aware,
+                                    MPI_Comm *ring_comm);
+
 /* ---- Errors ---------------------------------------------------------- */
 
 /* The message of the last error set on this thread by any ra_ function: one

@@ -16,7 +16,20 @@ typedef struct {
     MPI_Comm comm;
     int rank, nranks;
     const char *command_line; /* argv joined, for output attributes */
+    int node_aware;           /* comm is ordered node by node */
+    ra_nodes nodes;           /* where the ranks of comm run */
+    const char *ring_order;   /* rank 0: mpirun's ranks in ring order */
 } cli_ctx;
+
+/* Takes the global option --ring-order node|mpirun (default node) out of
+ * argv and points ctx->comm at a communicator in that order, which every
+ * subcommand then uses for reading, computing and writing. Returns an exit
+ * code (CLI_EXIT_OK to go on). cli_ring_free releases it. */
+int cli_ring_setup(cli_ctx *ctx, int *argc, char **argv);
+void cli_ring_free(cli_ctx *ctx);
+/* The nodes, ranks per node and ring order lines of a parameter table
+ * (rank 0; the caller prints the rest). */
+void cli_print_ring(const cli_ctx *ctx, int width);
 
 /* Shape flags common to gen and bench, with their defaults filled. */
 typedef struct {

@@ -53,7 +53,9 @@ static const char bench_help[] =
     "time over the fastest's (load balance); sgemm is the summed rate of a 2048^3 sgemm run by\n"
     "every rank at once on the same threads; ratio = GFLOP/s / sgemm; wait%\n"
     "is the exposed (not total) time blocked on ring transfers, worst rank;\n"
-    "MB_sent is the busiest rank's per pass (JSON: also the mean); ring_GB/s is a comm-only ring of the same\n"
+    "MB_sent is the busiest rank's per pass (JSON: also the mean); MB_xnode\n"
+    "is the part of it sent to another node, MB_xn_all that summed over the\n"
+    "ranks (ring mode); ring_GB/s is a comm-only ring of the same\n"
     "messages; rss_MB is the worst rank's peak resident memory during the\n"
     "timed passes; model_MB is its slices + two ring buffers + tiles;\n"
     "rel_err is ||o - ref|| / ||ref|| on the checked rows, PASS below 1e-5.\n";
@@ -503,6 +505,13 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     const spread sent = spread_of(comm, (double)tm.bytes_sent);
     res->bytes_sent = sent.max;
     res->bytes_sent_avg = sent.avg;
+    const spread cross = spread_of(comm, !naive && ctx->nodes.next_on_other_node
+                                             ? (double)tm.bytes_sent : 0.0);
+    res->cross_bytes = cross.max;
+    res->cross_bytes_total = cross.avg * ctx->nranks;
+    res->nodes = ctx->nodes.nodes;
+    res->ranks_per_node = ctx->nodes.ranks_per_node_max;
+    res->node_aware = ctx->node_aware;
     res->peak_rss = spread_of(comm, rss);
 
     int64_t mmax = 0;
@@ -645,6 +654,7 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
     const ra_shape *s = &o->cs.shape;
     printf("# ringattn bench %s\n", RA_VERSION_STRING);
     printf("# %-12s %d\n", "ranks", ctx->nranks);
+    cli_print_ring(ctx, 12);
     printf("# %-12s %d per rank\n", "threads", ra_params_threads(&o->p));
     printf("# %-12s B=%lld H=%lld G=%lld D=%lld Dv=%lld M=%s\n", "shape",
            (long long)s->B, (long long)s->H, (long long)s->G, (long long)s->D,

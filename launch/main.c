@@ -16,6 +16,11 @@ static const char usage[] =
     "  bench    measure the forward pass on in-memory inputs\n"
     "  plot-map draw the attention map of an output file as a PNG\n"
     "\n"
+    "global option:\n"
+    "  --ring-order node|mpirun   (any command) order the ring node by node\n"
+    "                   so that each step crosses each node boundary once\n"
+    "                   (default), or keep the launcher's rank order\n"
+    "\n"
     "`ringattn <command> --help` describes each one.\n";
 
 /* argv joined by spaces, arguments with spaces or quotes single-quoted. */
@@ -58,9 +63,11 @@ int main(int argc, char **argv)
     char *cmdline = join_args(argc, argv);
     ctx.command_line = cmdline ? cmdline : "";
 
-    int code;
+    int code = cli_ring_setup(&ctx, &argc, argv);
     const char *cmd = argc > 1 ? argv[1] : "";
-    if (strcmp(cmd, "gen") == 0)
+    if (code != CLI_EXIT_OK)
+        ; /* cli_ring_setup reported it */
+    else if (strcmp(cmd, "gen") == 0)
         code = cmd_gen(&ctx, argc - 1, argv + 1);
     else if (strcmp(cmd, "run") == 0)
         code = cmd_run(&ctx, argc - 1, argv + 1);
@@ -85,6 +92,7 @@ int main(int argc, char **argv)
         }
         code = CLI_EXIT_USAGE;
     }
+    cli_ring_free(&ctx);
     free(cmdline);
     MPI_Finalize();
     return code;
