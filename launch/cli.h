@@ -26,6 +26,9 @@ typedef struct {
  * subcommand then uses for reading, computing and writing. Returns an exit
  * code (CLI_EXIT_OK to go on). cli_ring_free releases it. */
 int cli_ring_setup(cli_ctx *ctx, int *argc, char **argv);
+/* Sets the MPI library's parameters the command line relies on; call
+ * before MPI_Init. */
+void cli_mpi_env(void);
 void cli_ring_free(cli_ctx *ctx);
 /* The nodes, ranks per node and ring order lines of a parameter table
  * (rank 0; the caller prints the rest). */

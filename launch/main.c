@@ -56,6 +56,7 @@ static char *join_args(int argc, char **argv)
 int main(int argc, char **argv)
 {
     int provided;
+    cli_mpi_env();
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     cli_ctx ctx = {.comm = MPI_COMM_WORLD};
     MPI_Comm_rank(ctx.comm, &ctx.rank);

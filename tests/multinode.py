@@ -1,0 +1,217 @@
+#!/usr/bin/python3
+"""multinode.py: ringattn across fake nodes (launch/fake-cluster.sh).
+
+    multinode.py RINGATTN FAKE_CLUSTER_SH correct|bytes|kill
+
+Each check builds a 3-node fake cluster, runs 2 ranks per node dealt
+round-robin (mpirun --map-by node, so mpirun's ranks 0 and 3 share node 1),
+and removes the cluster afterwards, also when the check fails:
+  correct  run, causal and not, checked by `ringattn verify` (fp64
+           reference) with the node-aware ring and with mpirun's order;
+  bytes    bench's bytes sent across nodes equal the node-major minimum
+           (one crossing per node boundary per ring step) computed from the
+           shape, and mpirun's order sends every block across;
+  kill     killing every rank of one node ends the job in seconds, with a
+           failure status and no output or temporary file left.
+Needs root (namespaces); exits 77 (skipped) with a message otherwise.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+NODES, PER_NODE = 3, 2
+P = NODES * PER_NODE
+KILL_DEADLINE_S = 20.0  # the job must end this soon after the kill
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def sh(cmd, timeout=300, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+class Cluster:
+    """The fake cluster for the duration of a with-block."""
+
+    def __init__(self, script):
+        self.script = script
+
+    def __enter__(self):
+        r = sh([self.script, "up", str(NODES), "--rate", "1gbit",
+                "--slots", str(PER_NODE)])
+        if r.returncode != 0:
+            sh([self.script, "down"])
+            raise Failure("fake-cluster.sh up failed: " + r.stderr.strip())
+        self.args = sh([self.script, "mpirun-args"]).stdout.split()
+        return self
+
+    def __exit__(self, *exc):
+        sh([self.script, "down"])
+        return False
+
+    def mpirun(self, ringattn, *args):
+        return ["mpirun", *self.args, "-np", str(P), "--map-by", "node",
+                "-x", "OMP_NUM_THREADS=1", "-x", "OPENBLAS_NUM_THREADS=1",
+                ringattn, *args]
+
+
+def check_correct(ringattn, cl, work):
+    inp = os.path.join(work, "in.h5")
+    seed = int(time.time()) % 100000
+    print(f"correct: input seed {seed}")
+    r = sh(cl.mpirun(ringattn, "gen", "--out", inp, "--seq", "1500",
+                     "--heads", "4", "--kv-heads", "2", "--dim", "32",
+                     "--seed", str(seed)))
+    check(r.returncode == 0, "gen failed: " + r.stderr)
+    for order in ("node", "mpirun"):
+        for causal in ([], ["--causal"]):
+            out = os.path.join(work, f"out-{order}{len(causal)}.h5")
+            r = sh(cl.mpirun(ringattn, "run", "--ring-order", order, "--in",
+                             inp, "--out", out, *causal))
+            check(r.returncode == 0, f"run {order} {causal} failed: "
+                  + r.stderr)
+            table = r.stdout
+            check(f"# nodes      {NODES}" in table and
+                  f"# ranks/node {PER_NODE}" in table,
+                  "the parameter table does not show 3 nodes of 2 ranks:\n"
+                  + table)
+            want = ("node by node: 0 3 | 1 4 | 2 5" if order == "node"
+                    else "mpirun's: 0 | 1 | 2 | 3 | 4 | 5")
+            check(want in table, f"ring order is not '{want}':\n" + table)
+            v = sh(["mpirun", "-np", "2", "--oversubscribe", ringattn,
+                    "verify", "--in", inp, "--out", out])
+            check(v.returncode == 0 and "PASS" in v.stdout,
+                  f"verify {order} {causal}: " + v.stdout + v.stderr)
+            print(f"correct: ring order {order}, causal {bool(causal)}: "
+                  + v.stdout.strip().splitlines()[-1][-60:])
+    stray = [f for f in os.listdir(work)
+             if f != "in.h5" and not f.startswith("out-")]
+    check(not stray, f"files left beside the input and outputs: {stray}")
+
+
+def bench_row(ringattn, cl, work, order, N, H, D):
+    js = os.path.join(work, f"bench-{order}.json")
+    r = sh(cl.mpirun(ringattn, "bench", "--ring-order", order, "--seq",
+                     str(N), "--heads", str(H), "--dim", str(D), "--layout",
+                     "contiguous", "--reps", "1", "--json", js))
+    check(r.returncode == 0, f"bench {order} failed: " + r.stderr)
+    with open(js) as f:
+        return json.load(f)[0]
+
+
+def check_bytes(ringattn, cl, work):
+    N, H, D, B = 3000, 2, 32, 1
+    # every rank sends its K and V block (N/P rows, H kv heads, D + D
+    # floats) at each of the P - 1 steps; node-major: NODES of them cross
+    block = B * (N // P) * H * (D + D) * 4
+    per_rank = (P - 1) * block
+    for order, crossing in (("node", NODES), ("mpirun", P)):
+        row = bench_row(ringattn, cl, work, order, N, H, D)
+        check(row["nodes"] == NODES and row["ranks_per_node"] == PER_NODE,
+              f"bench saw {row['nodes']} nodes of {row['ranks_per_node']}")
+        check(row["bytes_sent"] == per_rank,
+              f"{order}: bytes_sent {row['bytes_sent']} != {per_rank}")
+        want = crossing * per_rank
+        check(row["cross_node_bytes_total"] == want,
+              f"{order}: cross-node bytes {row['cross_node_bytes_total']} "
+              f"!= {crossing} x {per_rank} = {want}")
+        check(row["verdict"] == "PASS", f"{order}: bench verdict FAIL")
+        print(f"bytes: ring order {order}: {row['cross_node_bytes_total']:.0f}"
+              f" bytes across nodes = {crossing} x {per_rank}")
+
+
+def node_ranks(node):
+    """Process ids of ringattn ranks inside fake node `node`."""
+    r = sh(["ip", "netns", "pids", f"ra-node{node}"])
+    pids = []
+    for pid in r.stdout.split():
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "ringattn":
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+def check_kill(ringattn, cl, work):
+    inp = os.path.join(work, "in.h5")
+    out = os.path.join(work, "out.h5")
+    r = sh(cl.mpirun(ringattn, "gen", "--out", inp, "--seq", "12000",
+                     "--heads", "8", "--dim", "64"))
+    check(r.returncode == 0, "gen failed: " + r.stderr)
+    job = subprocess.Popen(cl.mpirun(ringattn, "run", "--in", inp, "--out",
+                                     out), stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in job.stdout:  # the table is printed before the ring runs
+            if line.startswith("# threads"):
+                break
+        time.sleep(1.0)
+        check(job.poll() is None, "the run ended before the kill")
+        victims = node_ranks(2)
+        check(len(victims) == PER_NODE,
+              f"found {len(victims)} ranks on node 2, not {PER_NODE}")
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        try:
+            code = job.wait(timeout=KILL_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"the job still runs {KILL_DEADLINE_S:.0f} s "
+                          "after node 2's ranks were killed")
+        took = time.monotonic() - t0
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    check(code != 0, "the job reported success after losing a node")
+    left = sorted(set(os.listdir(work)) - {"in.h5"})
+    check(not left, f"files left behind: {left}")
+    print(f"kill: job ended {took:.1f} s after node 2's ranks were killed, "
+          f"exit {code}, nothing left")
+
+
+CHECKS = {"correct": check_correct, "bytes": check_bytes, "kill": check_kill}
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[3] not in CHECKS:
+        print("usage: multinode.py RINGATTN FAKE_CLUSTER_SH "
+              "correct|bytes|kill", file=sys.stderr)
+        return 2
+    ringattn, script, what = sys.argv[1:]
+    if os.geteuid() != 0:
+        print("multinode.py: skipped: the fake cluster needs root")
+        return SKIP
+    # a ctest timeout sends SIGTERM: leave through the clean-up paths
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    try:
+        with tempfile.TemporaryDirectory(prefix="ra-multinode-") as work, \
+                Cluster(script) as cl:
+            CHECKS[what](ringattn, cl, work)
+    except Failure as e:
+        print(f"multinode.py {what}: FAIL: {e}")
+        return 1
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"multinode.py {what}: FAIL: {e}")
+        return 1
+    print(f"multinode.py {what}: PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
