@@ -381,6 +381,22 @@ RA_API ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                               const ra_shape *shape, const ra_run_meta *meta,
                               const float *o, const float *lse);
 
+/* How the file functions use MPI-IO on a parallel file system. Every file
+ * is opened with collective metadata operations; on top of that: */
+typedef struct {
+    int64_t align;            /* objects of 64 KiB or more start at a
+                                 multiple of align bytes (the file system's
+                                 stripe size); 0: HDF5's default packing */
+    int nhints;
+    const char *const *hints; /* "key=value" MPI-IO hints passed to every
+                                 open, e.g. "striping_factor=16" (copied) */
+} ra_h5_tuning;
+
+/* Sets the tuning of every later file function in this process (call it
+ * with the same values on every rank, before the files are opened).
+ * RA_ERR_ARG for a negative alignment or a hint that is not key=value. */
+RA_API ra_status ra_h5_tuning_set(const ra_h5_tuning *tuning);
+
 /* Writes an input file of unit-normal random tensors of the given shape,
  * float32 (f64 == 0) or float64, atomically as above. Element values depend
  * only on (seed, tensor, index), never on the number of ranks; they are

@@ -654,7 +654,7 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
     const ra_shape *s = &o->cs.shape;
     printf("# ringattn bench %s\n", RA_VERSION_STRING);
     printf("# %-12s %d\n", "ranks", ctx->nranks);
-    cli_print_ring(ctx, 12);
+    cli_print_job(ctx, 12);
     printf("# %-12s %d per rank\n", "threads", ra_params_threads(&o->p));
     printf("# %-12s B=%lld H=%lld G=%lld D=%lld Dv=%lld M=%s\n", "shape",
            (long long)s->B, (long long)s->H, (long long)s->G, (long long)s->D,

@@ -271,20 +271,21 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     if (st != RA_OK)
         return cli_fail(ctx, cli_exit_code(st), ra_error_message());
 
-    double mine[3] = {tm.total, tm.comm_wait, t3 - t0}, worst[3];
-    MPI_Reduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
+    double mine[5] = {tm.total, tm.comm_wait, t3 - t0, t1 - t0, t3 - t2};
+    double worst[5];
+    MPI_Reduce(mine, worst, 5, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
     if (ctx->rank == 0) {
         const double gflops = flops / worst[0] * 1e-9;
+        char rates[128];
         const char *note = "";
         if (strstr(mask_names, "segments"))
             note = " (useful: visible pairs, segments not discounted)";
         else if (p.causal || p.window || mask_names[0])
             note = " (useful: visible pairs only)";
         printf("ringattn run: attention %.3f s, %.1f GFLOP/s%s on %d ranks x "
-               "%d threads (comm wait max %.3f s); read %.3f s, write %.3f s; "
-               "wrote %s\n",
+               "%d threads (comm wait max %.3f s); %s; wrote %s\n",
                worst[0], gflops, note, ctx->nranks, ra_params_threads(&p),
-               worst[1], t1 - t0, t3 - t2, out);
+               worst[1], cli_io_rates(&s, worst[3], worst[4], rates), out);
     }
     return CLI_EXIT_OK;
 }

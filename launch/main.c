@@ -16,10 +16,15 @@ static const char usage[] =
     "  bench    measure the forward pass on in-memory inputs\n"
     "  plot-map draw the attention map of an output file as a PNG\n"
     "\n"
-    "global option:\n"
-    "  --ring-order node|mpirun   (any command) order the ring node by node\n"
-    "                   so that each step crosses each node boundary once\n"
-    "                   (default), or keep the launcher's rank order\n"
+    "global options (any command):\n"
+    "  --ring-order node|mpirun   order the ring node by node so that each\n"
+    "                   step crosses each node boundary once (default), or\n"
+    "                   keep the launcher's rank order\n"
+    "  --align BYTES    start datasets of 64 KiB or more at multiples of BYTES\n"
+    "                   (the parallel file system's stripe size)\n"
+    "  --mpiio-hint KEY=VALUE   an MPI-IO hint for every file (repeatable;\n"
+    "                   also from RINGATTN_MPIIO_HINTS=\"k=v;k=v\", which the\n"
+    "                   flags override)\n"
     "\n"
     "`ringattn <command> --help` describes each one.\n";
 
@@ -64,10 +69,10 @@ int main(int argc, char **argv)
     char *cmdline = join_args(argc, argv);
     ctx.command_line = cmdline ? cmdline : "";
 
-    int code = cli_ring_setup(&ctx, &argc, argv);
+    int code = cli_global_setup(&ctx, &argc, argv);
     const char *cmd = argc > 1 ? argv[1] : "";
     if (code != CLI_EXIT_OK)
-        ; /* cli_ring_setup reported it */
+        ; /* cli_global_setup reported it */
     else if (strcmp(cmd, "gen") == 0)
         code = cmd_gen(&ctx, argc - 1, argv + 1);
     else if (strcmp(cmd, "run") == 0)
@@ -93,7 +98,7 @@ int main(int argc, char **argv)
         }
         code = CLI_EXIT_USAGE;
     }
-    cli_ring_free(&ctx);
+    cli_global_free(&ctx);
     free(cmdline);
     MPI_Finalize();
     return code;
