@@ -186,7 +186,7 @@ const char *cli_io_rates(const ra_shape *s, double read_s, double write_s,
                        (double)s->M * (double)(s->G * (ra_shape_dk(s) + s->Dv)));
     const double out = 4.0 * (double)s->B * (double)s->N *
                        (double)(s->H * s->Dv + s->H);
-    snprintf(buf, 128, "read %.3f s (%.2f GB/s), write %.3f s (%.2f GB/s)",
+    snprintf(buf, 128, "read %.3f s (%.3f GB/s), write %.3f s (%.3f GB/s)",
              read_s, read_s > 0 ? in / read_s * 1e-9 : 0.0, write_s,
              write_s > 0 ? out / write_s * 1e-9 : 0.0);
     return buf;

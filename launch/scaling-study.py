@@ -397,6 +397,7 @@ def main():
         return 1
     try:
         import importlib.util
+        sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
         spec = importlib.util.spec_from_file_location(
             "scaling_plot", os.path.join(HERE, "scaling-plot.py"))
         plot = importlib.util.module_from_spec(spec)
