@@ -19,7 +19,8 @@ Scaling (named in every output row):
   strong       N = N0 at every P
   weak-memory  N = N0 * P / P0: fixed memory per rank (N/P constant)
   weak-work    N = N0 * sqrt(P / P0): fixed work per rank (N^2/P constant)
-P0 is the smallest P of the study. BENCH_OPTIONS go to every bench
+P0 is the smallest P of the study. MPIRUN_FLAGS adds site flags to the
+hostfile and local launchers' mpirun. BENCH_OPTIONS go to every bench
 (e.g. --heads 4 --dim 64 --causal). Every point is appended to
 DIR/scaling.json and DIR/scaling.csv as soon as it finishes, so a failed or
 timed-out point never loses the others; the charts (speed-up against ideal,
@@ -166,6 +167,7 @@ class Launcher:
         a, P = self.a, K * R
         env = ["-x", f"OMP_NUM_THREADS={T}", "-x", "OPENBLAS_NUM_THREADS=1"]
         over = ["--oversubscribe"] if self.oversubscribed(K, R, T) else []
+        site = os.environ.get("MPIRUN_FLAGS", "").split()
         if a.launcher == "fake":
             args = subprocess.run([FAKE, "mpirun-args"], capture_output=True,
                                   text=True).stdout.split()
@@ -185,7 +187,7 @@ class Launcher:
             with open(sub, "w") as f:
                 f.writelines(f"{h} slots={R}\n" for h in hosts[:K])
             return ["mpirun", "--hostfile", sub, "-np", str(P), "--map-by",
-                    a.map_by, *over, *env]
+                    a.map_by, *over, *env, *site]
         if a.launcher == "slurm":
             mpi = []
             r = subprocess.run(["srun", "--mpi=list"], capture_output=True,
@@ -195,7 +197,7 @@ class Launcher:
             return ["env", f"OMP_NUM_THREADS={T}", "OPENBLAS_NUM_THREADS=1",
                     "srun", *mpi, "--nodes", str(K), "--ntasks-per-node",
                     str(R), "--cpus-per-task", str(T), "--cpu-bind=cores"]
-        return ["mpirun", "-np", str(P), *over, *env]
+        return ["mpirun", "-np", str(P), *over, *env, *site]
 
 
 def run_cmd(cmd, timeout):
