@@ -14,7 +14,8 @@ enum {
     MAX_HINTS = 32,
 };
 
-static char ring_order_text[RING_ORDER_SHOWN * 8 + 64];
+/* at most 13 characters per rank (" | " and 10 digits) and the prefix */
+static char ring_order_text[RING_ORDER_SHOWN * 16 + 64];
 
 /* The MPI-IO settings of this process: --align, RINGATTN_MPIIO_HINTS and
  * --mpiio-hint (in that order, so a flag overrides the environment). */
@@ -57,6 +58,10 @@ static void ring_order_describe(cli_ctx *ctx, int world_rank)
     int pair[2] = {world_rank, ctx->nodes.node};
     int *all = ctx->rank == 0 ? malloc(sizeof(int) * 2 * (size_t)ctx->nranks)
                               : NULL;
+    int described = ctx->rank != 0 || all != NULL; /* rank 0 decides */
+    MPI_Bcast(&described, 1, MPI_INT, 0, ctx->comm);
+    if (!described)
+        return; /* the table then shows no order */
     MPI_Gather(pair, 2, MPI_INT, all, 2, MPI_INT, 0, ctx->comm);
     if (ctx->rank != 0)
         return;
@@ -64,11 +69,11 @@ static void ring_order_describe(cli_ctx *ctx, int world_rank)
     p += snprintf(p, (size_t)(end - p), "%s:", ctx->node_aware
                                                    ? "node by node"
                                                    : "mpirun's");
-    for (int i = 0; all && i < ctx->nranks && i < RING_ORDER_SHOWN; i++)
+    for (int i = 0; i < ctx->nranks && i < RING_ORDER_SHOWN; i++)
         p += snprintf(p, (size_t)(end - p), "%s %d",
                       i > 0 && all[2 * i + 1] != all[2 * i - 1] ? " |" : "",
                       all[2 * i]);
-    if (all && ctx->nranks > RING_ORDER_SHOWN)
+    if (ctx->nranks > RING_ORDER_SHOWN)
         snprintf(p, (size_t)(end - p), " ...");
     free(all);
     ctx->ring_order = ring_order_text;
