@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """multinode.py: ringattn across fake nodes (launch/fake-cluster.sh).
 
-    multinode.py RINGATTN FAKE_CLUSTER_SH correct|bytes|kill
+    multinode.py RINGATTN FAKE_CLUSTER_SH correct|bytes|kill|api [TEST_NODES]
 
 Each check builds a 3-node fake cluster, runs 2 ranks per node dealt
 round-robin (mpirun --map-by node, so mpirun's ranks 0 and 3 share node 1),
@@ -12,7 +12,10 @@ and removes the cluster afterwards, also when the check fails:
            (one crossing per node boundary per ring step) computed from the
            shape, and mpirun's order sends every block across;
   kill     killing every rank of one node ends the job in seconds, with a
-           failure status and no output or temporary file left.
+           failure status and no output or temporary file left;
+  api      TEST_NODES (tests/test_nodes_mpi.c): ra_comm_nodes and
+           ra_comm_ring_order against the ranks' host names, and
+           ra_forward on the node-major communicator.
 Needs root (namespaces); exits 77 (skipped) with a message otherwise.
 """
 import json
@@ -185,15 +188,28 @@ def check_kill(ringattn, cl, work):
           f"exit {code}, nothing left")
 
 
-CHECKS = {"correct": check_correct, "bytes": check_bytes, "kill": check_kill}
+def check_api(ringattn, cl, work):
+    r = sh(cl.mpirun(API_TEST))
+    print(r.stdout.strip())
+    check(r.returncode == 0, "test_nodes_mpi failed: " + r.stderr[-2000:])
+    check("on 3 nodes: 3 crossings per step" in r.stdout,
+          "test_nodes_mpi did not see 3 nodes")
+
+
+API_TEST = None
+CHECKS = {"correct": check_correct, "bytes": check_bytes, "kill": check_kill,
+          "api": check_api}
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[3] not in CHECKS:
+    global API_TEST
+    if len(sys.argv) not in (4, 5) or sys.argv[3] not in CHECKS or \
+            (sys.argv[3] == "api" and len(sys.argv) != 5):
         print("usage: multinode.py RINGATTN FAKE_CLUSTER_SH "
-              "correct|bytes|kill", file=sys.stderr)
+              "correct|bytes|kill|api [TEST_NODES]", file=sys.stderr)
         return 2
-    ringattn, script, what = sys.argv[1:]
+    ringattn, script, what = sys.argv[1:4]
+    API_TEST = sys.argv[4] if len(sys.argv) == 5 else None
     if os.geteuid() != 0:
         print("multinode.py: skipped: the fake cluster needs root")
         return SKIP
