@@ -126,7 +126,10 @@ cluster_up() {
   local k=$1 rate=$2 slots=$3 burst i
   burst=$(burst_for "$rate") || die 2 "--rate '$rate' is not a number with kbit, mbit or gbit"
   cluster_down
-  trap 'echo "$prog: up failed; removing the partial cluster" >&2; cluster_down' ERR
+  # any failing step (set -e) or signal ends the script: remove what was built
+  trap 'echo "$prog: up failed; removing the partial cluster" >&2
+        cluster_down; trap - EXIT; exit 1' EXIT
+  trap 'exit 1' INT TERM HUP
   mkdir -p "$state"
   ip link add "$bridge" type bridge
   ip addr add "$bridge_addr/24" dev "$bridge"
@@ -139,7 +142,7 @@ cluster_up() {
   write_agent
   echo "$k" >"$state/nodes"
   echo "$rate" >"$state/rate"
-  trap - ERR
+  trap - EXIT INT TERM HUP
   echo "$prog: $k nodes up (198.18.0.1-$k, $rate per link, $slots slots each)"
 }
 
@@ -155,7 +158,8 @@ cluster_status() {
   for ns in $(our_namespaces); do
     printf '%s %s %s\n' "$ns" \
       "$(ip -n "$ns" -4 -o addr show dev eth0 | awk '{print $4}')" \
-      "$(ip netns exec "$ns" tc qdisc show dev eth0 | awk '{print $2, $8, $9}')"
+      "$(ip netns exec "$ns" tc qdisc show dev eth0 |
+         awk '{for (i = 1; i < NF; i++) if ($i == "rate") print $2, $(i + 1)}')"
   done
 }
 
