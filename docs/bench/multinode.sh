@@ -5,7 +5,8 @@
 #                order, and --map-by slot; three interleaved rounds
 #   crossover-*  exposed wait against N/P and link rate, 2 nodes x 1 rank
 #   study/       launch/scaling-study.py over 1-4 fake nodes
-# Each part can be run alone: multinode.sh BUILD order|crossover|study.
+# Each part can be run alone: multinode.sh BUILD order|order2|crossover|study
+# (order2: the 2-node comparison only; ROUNDS=N sets its rounds).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -26,10 +27,10 @@ bench_on() {
     --json "$out/$name.json" | tee "$out/$name.txt" | tail -1
 }
 
-order() { # K nodes x 2 ranks at RATE, three rounds of the three launches
+order() { # K nodes x 2 ranks at RATE, ROUNDS (3) rounds of three launches
   local k=$1 rate=$2 np=$(($1 * 2))
   $fc up "$k" --rate "$rate" --slots 2
-  for round in 1 2 3; do
+  for round in $(seq 1 "${ROUNDS:-3}"); do
     for v in "node node" "node mpirun" "slot node"; do
       set -- $v
       echo "+ k=$k rate=$rate --map-by $1 --ring-order $2 round $round"
@@ -66,6 +67,7 @@ parts=${2:-"order crossover study"}
 for p in $parts; do
   case "$p" in
     order) order 2 400mbit; order 3 1gbit ;;
+    order2) order 2 400mbit ;;
     crossover) crossover ;;
     study) study ;;
     *) echo "multinode.sh: unknown part $p" >&2; exit 2 ;;
