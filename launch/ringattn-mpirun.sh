@@ -17,7 +17,7 @@
 # stops the script.
 set -euo pipefail
 
-prog=ringattn-mpirun.sh
+prog="ringattn-mpirun.sh"
 ranks=2
 build=build
 work=.
