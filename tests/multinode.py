@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """multinode.py: ringattn across fake nodes (launch/fake-cluster.sh).
 
-    multinode.py RINGATTN FAKE_CLUSTER_SH correct|bytes|kill|api [TEST_NODES]
+    multinode.py RINGATTN FAKE_CLUSTER_SH correct|bytes|kill|api|options
+                 [TEST_NODES]
 
 Each check builds a 3-node fake cluster, runs 2 ranks per node dealt
 round-robin (mpirun --map-by node, so mpirun's ranks 0 and 3 share node 1),
@@ -17,6 +18,8 @@ and removes the cluster afterwards, also when the check fails:
            ra_comm_ring_order against the ranks' host names, and
            ra_forward on the node-major communicator.
 Needs root (namespaces); exits 77 (skipped) with a message otherwise.
+`options` needs no cluster: the global options --ring-order, --align,
+--mpiio-hint and RINGATTN_MPIIO_HINTS on this machine.
 """
 import json
 import os
@@ -196,6 +199,53 @@ def check_api(ringattn, cl, work):
           "test_nodes_mpi did not see 3 nodes")
 
 
+def local_run(ringattn, work, args, env=None):
+    return sh(["mpirun", "-np", "2", "--oversubscribe", ringattn, *args],
+              cwd=work, env={**os.environ, **(env or {})})
+
+
+def check_options(ringattn, work):
+    """The global options on one machine (no cluster, no root needed): bad
+    values end with exit 2, one 'ringattn:' line and no file left; --align
+    puts /o at a multiple of the alignment; the hints reach the table."""
+    import h5py
+    r = local_run(ringattn, work, ["gen", "--out", "in.h5", "--seq", "3000",
+                                   "--heads", "2", "--dim", "16"])
+    check(r.returncode == 0, "gen failed: " + r.stderr)
+    bad = [
+        (["--ring-order", "ring"], {}, "--ring-order: 'ring' is not node "
+                                       "or mpirun"),
+        (["--align", "-1"], {}, "--align: -1 is outside"),
+        (["--mpiio-hint", "cb_nodes"], {}, "MPI-IO hint 'cb_nodes' is not "
+                                           "key=value"),
+        ([], {"RINGATTN_MPIIO_HINTS": "a=1;=2"}, "MPI-IO hint '=2' is not "
+                                                 "key=value"),
+    ]
+    for flags, env, want in bad:
+        r = local_run(ringattn, work, ["run", "--in", "in.h5", "--out",
+                                       "bad.h5", *flags], env)
+        lines = [x for x in r.stderr.splitlines() if x.startswith("ringattn:")]
+        check(r.returncode == 2 and len(lines) == 1 and want in lines[0],
+              f"{flags} {env}: exit {r.returncode}, stderr {r.stderr!r}")
+        check(sorted(os.listdir(work)) == ["in.h5"],
+              f"{flags} {env}: left {os.listdir(work)}")
+    align = 1 << 20
+    r = local_run(ringattn, work, ["run", "--in", "in.h5", "--out", "al.h5",
+                                   "--align", str(align), "--mpiio-hint",
+                                   "cb_buffer_size=4194304"],
+                  {"RINGATTN_MPIIO_HINTS": "romio_cb_read=enable"})
+    check(r.returncode == 0, "aligned run failed: " + r.stderr)
+    check("hints romio_cb_read=enable cb_buffer_size=4194304" in r.stdout and
+          f"align {align} bytes" in r.stdout,
+          "the table does not show the MPI-IO settings:\n" + r.stdout)
+    with h5py.File(os.path.join(work, "al.h5"), "r") as f:
+        offset = f["o"].id.get_offset()
+    check(offset is not None and offset % align == 0,
+          f"/o starts at byte {offset}, not a multiple of {align}")
+    print(f"options: bad values refused; /o at byte {offset} with --align "
+          f"{align}")
+
+
 API_TEST = None
 CHECKS = {"correct": check_correct, "bytes": check_bytes, "kill": check_kill,
           "api": check_api}
@@ -203,13 +253,23 @@ CHECKS = {"correct": check_correct, "bytes": check_bytes, "kill": check_kill,
 
 def main():
     global API_TEST
-    if len(sys.argv) not in (4, 5) or sys.argv[3] not in CHECKS or \
+    if len(sys.argv) not in (4, 5) or \
+            sys.argv[3] not in list(CHECKS) + ["options"] or \
             (sys.argv[3] == "api" and len(sys.argv) != 5):
         print("usage: multinode.py RINGATTN FAKE_CLUSTER_SH "
-              "correct|bytes|kill|api [TEST_NODES]", file=sys.stderr)
+              "correct|bytes|kill|api|options [TEST_NODES]", file=sys.stderr)
         return 2
     ringattn, script, what = sys.argv[1:4]
     API_TEST = sys.argv[4] if len(sys.argv) == 5 else None
+    if what == "options":
+        try:
+            with tempfile.TemporaryDirectory(prefix="ra-options-") as work:
+                check_options(os.path.abspath(ringattn), work)
+        except (Failure, OSError, subprocess.SubprocessError) as e:
+            print(f"multinode.py options: FAIL: {e}")
+            return 1
+        print("multinode.py options: PASS")
+        return 0
     if os.geteuid() != 0:
         print("multinode.py: skipped: the fake cluster needs root")
         return SKIP
