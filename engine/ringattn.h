@@ -314,6 +314,33 @@ RA_API ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
                          const ra_mha *layer, const float *x_q,
                          const float *x_kv, float *y, ra_timing *timing);
 
+/* ---- Nodes and the ring order ----------------------------------------- *
+ * The ring sends from rank r to rank r + 1 of the communicator it is given.
+ * Ranks that share a node (MPI_COMM_TYPE_SHARED) exchange through memory;
+ * the others through the network. */
+typedef struct {
+    int nodes;              /* nodes the ranks of comm run on */
+    int node;               /* this rank's node: 0 .. nodes - 1, numbered in
+                               the order of each node's lowest rank */
+    int ranks_on_node;      /* ranks of comm on this rank's node */
+    int ranks_per_node_min, ranks_per_node_max;
+    int next_on_other_node; /* 1: rank + 1 (mod P), where this rank's ring
+                               blocks go, runs on another node */
+} ra_nodes;
+
+/* Where the ranks of comm run, as seen from the calling rank. Collective. */
+RA_API ra_status ra_comm_nodes(MPI_Comm comm, ra_nodes *nodes);
+
+/* A new communicator over the ranks of comm for ra_forward() and the file
+ * functions, freed by the caller (MPI_Comm_free). node_aware: ranks ordered
+ * node by node (nodes by their lowest rank, mpirun's order inside a node),
+ * so that each ring step crosses each node boundary once, whatever order
+ * the launcher dealt the ranks in; 0: a duplicate of comm in its own order.
+ * Slices follow the rank in the new communicator, and outputs written
+ * through it land at their global positions all the same. Collective. */
+RA_API ra_status ra_comm_ring_order(MPI_Comm comm, int node_aware,
+                                    MPI_Comm *ring_comm);
+
 /* ---- Errors ---------------------------------------------------------- */
 
 /* The message of the last error set on this thread by any ra_ function: one
@@ -377,6 +404,22 @@ typedef struct {
 RA_API ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                               const ra_shape *shape, const ra_run_meta *meta,
                               const float *o, const float *lse);
+
+/* How the file functions use MPI-IO on a parallel file system. Every file
+ * is opened with collective metadata operations; on top of that: */
+typedef struct {
+    int64_t align;            /* objects of 64 KiB or more start at a
+                                 multiple of align bytes (the file system's
+                                 stripe size); 0: HDF5's default packing */
+    int nhints;
+    const char *const *hints; /* "key=value" MPI-IO hints passed to every
+                                 open, e.g. "striping_factor=16" (copied) */
+} ra_h5_tuning;
+
+/* Sets the tuning of every later file function in this process (call it
+ * with the same values on every rank, before the files are opened).
+ * RA_ERR_ARG for a negative alignment or a hint that is not key=value. */
+RA_API ra_status ra_h5_tuning_set(const ra_h5_tuning *tuning);
 
 /* Writes an input file of unit-normal random tensors of the given shape,
  * float32 (f64 == 0) or float64, atomically as above. Element values depend

@@ -30,7 +30,7 @@ hid_t h5io_fapl_mpio(MPI_Comm comm)
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl < 0)
         return H5I_INVALID_HID;
-    if (H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0) {
+    if (h5io_fapl_tune(fapl, comm) < 0) {
         H5Pclose(fapl);
         return H5I_INVALID_HID;
     }

@@ -32,10 +32,14 @@ void h5io_quiet_end(const h5io_quiet *saved);
 #define H5IO_DETAIL_LEN 200
 void h5io_error_detail(char *buf);
 
-/* New property lists (caller closes): MPI-IO file access over comm, and
- * collective transfers. Negative on failure. */
+/* New property lists (caller closes): MPI-IO file access over comm with
+ * collective metadata and the settings of ra_h5_tuning_set (io/tuning.c),
+ * and collective transfers. Negative on failure. */
 hid_t h5io_fapl_mpio(MPI_Comm comm);
 hid_t h5io_dxpl_collective(void);
+/* Sets MPI-IO over comm on a file-access list, with collective metadata and
+ * the settings of ra_h5_tuning_set (io/tuning.c). Negative on failure. */
+herr_t h5io_fapl_tune(hid_t fapl, MPI_Comm comm);
 
 /* Opens an existing file read-only with the given access list; explains a
  * missing, unreadable or non-HDF5 file. */

@@ -6,16 +6,17 @@
 void bench_print_header(FILE *out)
 {
     fprintf(out, "#%7s %7s %2s %2s %6s %9s %9s %9s %5s %8s %8s %6s %6s %9s "
-                 "%8s %8s %8s %9s %s\n",
+                 "%9s %9s %8s %8s %8s %9s %s\n",
             "N", "M", "P", "T", "mode", "time_s", "rank_min", "rank_max",
             "busy", "GFLOP/s", "sgemm", "ratio", "wait%", "MB_sent",
-            "ring_GB/s", "rss_MB", "model_MB", "rel_err", "verdict");
+            "MB_xnode", "MB_xn_all", "ring_GB/s", "rss_MB", "model_MB", "rel_err", "verdict");
 }
 
 void bench_print_row(FILE *out, const bench_result *r)
 {
     fprintf(out, " %7lld %7lld %2d %2d %6s %9.4f %9.4f %9.4f %5.2f %8.1f "
-                 "%8.1f %6.3f %6.2f %9.2f %9.2f %8.1f %8.1f %9.2e %s\n",
+                 "%8.1f %6.3f %6.2f %9.2f %9.2f %9.2f %9.2f %8.1f %8.1f %9.2e "
+                 "%s\n",
             (long long)r->s.N, (long long)r->s.M, r->ranks, r->threads,
             r->mode, r->seconds_median, r->rank_seconds.min,
             r->rank_seconds.max,
@@ -23,7 +24,8 @@ void bench_print_row(FILE *out, const bench_result *r)
                                     : 0.0,
             r->gflops, r->sgemm_gflops,
             r->gflops / r->sgemm_gflops, 100.0 * r->comm_wait_fraction,
-            r->bytes_sent / 1e6, r->ring_gbps, r->peak_rss.max / 1048576.0,
+            r->bytes_sent / 1e6, r->cross_bytes / 1e6,
+            r->cross_bytes_total / 1e6, r->ring_gbps, r->peak_rss.max / 1048576.0,
             r->model_bytes / 1048576.0, r->max_rel_error,
             r->pass ? "PASS" : "FAIL");
     fflush(out);
@@ -51,7 +53,9 @@ int bench_json_write(FILE *out, const bench_result *rows, int count)
                 "\"busy_seconds_max\": %.6e, \"gflops\": %.4f, "
                 "\"sgemm_gflops\": %.4f, \"fraction_of_sgemm\": %.4f, "
                 "\"comm_wait_fraction\": %.6f, \"bytes_sent\": %.0f, "
-                "\"bytes_sent_avg\": %.0f, "
+                "\"bytes_sent_avg\": %.0f, \"cross_node_bytes\": %.0f, "
+                "\"cross_node_bytes_total\": %.0f, \"nodes\": %d, "
+                "\"ranks_per_node\": %d, \"ring_order\": \"%s\", "
                 "\"ring_gbps\": %.4f, \"peak_rss_bytes\": %.0f, "
                 "\"peak_rss_bytes_min\": %.0f, \"model_bytes\": %.0f, "
                 "\"max_rel_error\": %.3e, \"max_lse_error\": %.3e, "
@@ -71,6 +75,8 @@ int bench_json_write(FILE *out, const bench_result *rows, int count)
                 finite_or_zero(r->sgemm_gflops),
                 finite_or_zero(r->gflops / r->sgemm_gflops),
                 r->comm_wait_fraction, r->bytes_sent, r->bytes_sent_avg,
+                r->cross_bytes, r->cross_bytes_total, r->nodes,
+                r->ranks_per_node, r->node_aware ? "node" : "mpirun",
                 finite_or_zero(r->ring_gbps), r->peak_rss.max,
                 r->peak_rss.min, r->model_bytes,
                 finite_or_zero(r->max_rel_error),

@@ -22,7 +22,31 @@ typedef struct {
     MPI_Comm comm;
     int rank, nranks;
     const char *command_line; /* argv joined, for output attributes */
+    int node_aware;           /* comm is ordered node by node */
+    ra_nodes nodes;           /* where the ranks of comm run */
+    const char *ring_order;   /* rank 0: mpirun's ranks in ring order */
 } cli_ctx;
+
+/* Takes the global options out of argv: --ring-order node|mpirun (default
+ * node) points ctx->comm at a communicator in that order, which every
+ * subcommand then uses for reading, computing and writing; --align BYTES
+ * and --mpiio-hint KEY=VALUE (repeatable, after the hints of the
+ * environment variable RINGATTN_MPIIO_HINTS, "k=v;k=v") set how files are
+ * opened. Returns an exit code (CLI_EXIT_OK to go on). cli_global_free
+ * releases the communicator. */
+int cli_global_setup(cli_ctx *ctx, int *argc, char **argv);
+void cli_global_free(cli_ctx *ctx);
+/* The nodes, ranks per node, ring order and MPI-IO lines of a parameter
+ * table (rank 0; the caller prints the rest). */
+void cli_print_job(const cli_ctx *ctx, int width);
+/* "read T s (R GB/s), write T s (W GB/s)" for a run of shape s: the
+ * float32 bytes of q, k, v read and of o, lse written, over the slowest
+ * rank's time of each; into buf (128 bytes), which it returns. */
+const char *cli_io_rates(const ra_shape *s, double read_s, double write_s,
+                         char *buf);
+/* Sets the MPI library's parameters the command line relies on; call
+ * before MPI_Init. */
+void cli_mpi_env(void);
 
 /* ---- the options registry ---------------------------------------------- */
 

@@ -119,7 +119,9 @@ static const cli_spec bench_spec = {
     "2048^3 sgemm run by every rank at once on the same threads; ratio =\n"
     "GFLOP/s / sgemm; wait% is the exposed (not total) time blocked on ring\n"
     "transfers, worst rank; MB_sent is the busiest rank's per pass (JSON: also\n"
-    "the mean); ring_GB/s is a comm-only ring of the same messages; rss_MB is\n"
+    "the mean); MB_xnode is the part of it sent to another node, MB_xn_all\n"
+    "that summed over the ranks (ring mode); ring_GB/s is a comm-only ring of\n"
+    "the same messages; rss_MB is\n"
     "the worst rank's peak resident memory during the timed passes; model_MB\n"
     "is its slices + two ring buffers + tiles; rel_err is ||o - ref|| / ||ref||\n"
     "on the checked rows, PASS below 1e-5.\n",
@@ -246,6 +248,12 @@ static void config_times(const cli_ctx *ctx, const bench_opts *o,
     const spread sent = bench_spread(ctx->comm, (double)r->tm.bytes_sent);
     res->bytes_sent = sent.max;
     res->bytes_sent_avg = sent.avg;
+    /* a ring rank sends only to its successor: all or nothing crosses */
+    const spread cross = bench_spread(ctx->comm, ctx->nodes.next_on_other_node
+                                                     ? (double)r->tm.bytes_sent
+                                                     : 0.0);
+    res->cross_bytes = cross.max;
+    res->cross_bytes_total = cross.avg * ctx->nranks;
     res->peak_rss = bench_spread(ctx->comm, r->rss);
 }
 
@@ -263,6 +271,11 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
     res->flops = config_flops(ctx, o, s, r);
     config_times(ctx, o, r, res);
+    if (naive) /* the baseline gathers: no ring step crosses a node */
+        res->cross_bytes = res->cross_bytes_total = 0;
+    res->nodes = ctx->nodes.nodes;
+    res->ranks_per_node = ctx->nodes.ranks_per_node_max;
+    res->node_aware = ctx->node_aware;
     res->gflops = res->flops / res->seconds_median * 1e-9;
     res->sgemm_gflops = sgemm;
     res->model_bytes =
@@ -304,6 +317,7 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
     const ra_shape *s = &o->cs.shape;
     printf("# ringattn bench %s\n", RA_VERSION_STRING);
     printf("# %-12s %d\n", "ranks", ctx->nranks);
+    cli_print_job(ctx, 12);
     printf("# %-12s %d per rank\n", "threads", ra_params_threads(&o->p));
     printf("# %-12s B=%lld H=%lld G=%lld D=%lld Dv=%lld M=%s\n", "shape",
            (long long)s->B, (long long)s->H, (long long)s->G, (long long)s->D,

@@ -255,8 +255,10 @@ static void run_report(const cli_ctx *ctx, const run_opts *o,
                        const run_state *r)
 {
     const double flops = ra_forward_flops(&r->s, &o->p, &r->masks.view);
-    double mine[2] = {r->tm.total, r->tm.comm_wait}, worst[2];
-    MPI_Reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
+    double mine[4] = {r->tm.total, r->tm.comm_wait, r->t_read, r->t_write};
+    double worst[4];
+    char rates[128];
+    MPI_Reduce(mine, worst, 4, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
     if (ctx->rank != 0)
         return;
     const char *note = "";
@@ -265,10 +267,10 @@ static void run_report(const cli_ctx *ctx, const run_opts *o,
     else if (o->p.causal || o->p.window || r->mask_names[0])
         note = " (useful: visible pairs only)";
     printf("ringattn run: attention %.3f s, %.1f GFLOP/s%s on %d ranks x "
-           "%d threads (comm wait max %.3f s); read %.3f s, write %.3f s; "
-           "wrote %s\n", worst[0], flops / worst[0] * 1e-9, note,
-           ctx->nranks, ra_params_threads(&o->p), worst[1], r->t_read,
-           r->t_write, o->out);
+           "%d threads (comm wait max %.3f s); %s; wrote %s\n", worst[0],
+           flops / worst[0] * 1e-9, note, ctx->nranks,
+           ra_params_threads(&o->p), worst[1],
+           cli_io_rates(&r->s, worst[2], worst[3], rates), o->out);
 }
 
 int cmd_run(const cli_ctx *ctx, int argc, char **argv)

@@ -188,6 +188,7 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
     printf("# %-10s %lld x %lld%s\n", "tiles", (long long)bq, (long long)bkv,
            p->block_q || p->block_kv ? "" : " (default for D)");
     printf("# %-10s %d\n", "ranks", ctx->nranks);
+    cli_print_job(ctx, 10);
     printf("# %-10s %d per rank\n", "threads", ra_params_threads(p));
     fflush(stdout);
 }

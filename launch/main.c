@@ -18,6 +18,16 @@ static const char usage[] =
     "  bench    measure the forward pass on in-memory inputs\n"
     "  plot-map draw the attention map of an output file as a PNG\n"
     "\n"
+    "global options (any command):\n"
+    "  --ring-order node|mpirun   order the ring node by node so that each\n"
+    "                   step crosses each node boundary once (default), or\n"
+    "                   keep the launcher's rank order\n"
+    "  --align BYTES    start datasets of 64 KiB or more at multiples of BYTES\n"
+    "                   (the parallel file system's stripe size)\n"
+    "  --mpiio-hint KEY=VALUE   an MPI-IO hint for every file (repeatable;\n"
+    "                   also from RINGATTN_MPIIO_HINTS=\"k=v;k=v\", which the\n"
+    "                   flags override)\n"
+    "\n"
     "`ringattn <command> --help` describes each one; `ringattn --version`\n"
     "names the version and the BLAS, MPI, HDF5 and SIMD path of this build.\n";
 
@@ -54,6 +64,7 @@ static char *join_args(int argc, char **argv)
 int main(int argc, char **argv)
 {
     int provided;
+    cli_mpi_env();
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     cli_signals_install();
     cli_ctx ctx = {.comm = MPI_COMM_WORLD};
@@ -63,9 +74,11 @@ int main(int argc, char **argv)
     char *cmdline = join_args(argc, argv);
     ctx.command_line = cmdline ? cmdline : "";
 
-    int code;
+    int code = cli_global_setup(&ctx, &argc, argv);
     const char *cmd = argc > 1 ? argv[1] : "";
-    if (strcmp(cmd, "gen") == 0)
+    if (code != CLI_EXIT_OK)
+        ; /* cli_global_setup reported it */
+    else if (strcmp(cmd, "gen") == 0)
         code = cmd_gen(&ctx, argc - 1, argv + 1);
     else if (strcmp(cmd, "run") == 0)
         code = cmd_run(&ctx, argc - 1, argv + 1);
@@ -92,6 +105,7 @@ int main(int argc, char **argv)
         }
         code = CLI_EXIT_USAGE;
     }
+    cli_global_free(&ctx);
     free(cmdline);
     MPI_Finalize();
     return code;

@@ -1,0 +1,198 @@
+/* global_options.c: the options every subcommand takes, taken out of argv
+ * before the subcommand parses the rest: --ring-order (which communicator
+ * the subcommands run on), --align and --mpiio-hint (how files are opened),
+ * and the lines of the parameter table that show them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "internal.h"
+
+enum {
+    RING_ORDER_SHOWN = 32, /* ranks listed in the table at most */
+    MAX_HINTS = 32,
+};
+
+/* at most 13 characters per rank (" | " and 10 digits) and the prefix */
+static char ring_order_text[RING_ORDER_SHOWN * 16 + 64];
+
+/* The MPI-IO settings of this process: --align, RINGATTN_MPIIO_HINTS and
+ * --mpiio-hint (in that order, so a flag overrides the environment). */
+static struct {
+    int64_t align;
+    int nhints;
+    const char *hints[MAX_HINTS];
+    char *env_copy; /* RINGATTN_MPIIO_HINTS, cut into the hints */
+} io;
+
+/* Removes argv[i] and argv[i + 1 .. i + n - 1] (n arguments). */
+static void args_remove(int *argc, char **argv, int i, int n)
+{
+    memmove(argv + i, argv + i + n, sizeof *argv * (size_t)(*argc - i - n + 1));
+    *argc -= n;
+}
+
+/* The value of --ring-order in argv, removed from it; "node" when absent,
+ * NULL when the option has no value. */
+static const char *ring_order_take(int *argc, char **argv)
+{
+    const char *val = "node";
+    for (int i = 1; i < *argc; i++) {
+        if (strncmp(argv[i], "--ring-order=", 13) == 0) {
+            val = argv[i] + 13;
+            args_remove(argc, argv, i--, 1);
+        } else if (strcmp(argv[i], "--ring-order") == 0) {
+            if (i + 1 >= *argc)
+                return NULL;
+            val = argv[i + 1];
+            args_remove(argc, argv, i--, 2);
+        }
+    }
+    return val;
+}
+
+/* Rank 0: mpirun's ranks in ring order, nodes separated by '|'. */
+static void ring_order_describe(cli_ctx *ctx, int world_rank)
+{
+    int pair[2] = {world_rank, ctx->nodes.node};
+    int *all = ctx->rank == 0 ? malloc(sizeof(int) * 2 * (size_t)ctx->nranks)
+                              : NULL;
+    int described = ctx->rank != 0 || all != NULL; /* rank 0 decides */
+    MPI_Bcast(&described, 1, MPI_INT, 0, ctx->comm);
+    if (!described)
+        return; /* the table then shows no order */
+    MPI_Gather(pair, 2, MPI_INT, all, 2, MPI_INT, 0, ctx->comm);
+    if (ctx->rank != 0)
+        return;
+    char *p = ring_order_text, *end = p + sizeof ring_order_text;
+    p += snprintf(p, (size_t)(end - p), "%s:", ctx->node_aware
+                                                   ? "node by node"
+                                                   : "mpirun's");
+    for (int i = 0; i < ctx->nranks && i < RING_ORDER_SHOWN; i++)
+        p += snprintf(p, (size_t)(end - p), "%s %d",
+                      i > 0 && all[2 * i + 1] != all[2 * i - 1] ? " |" : "",
+                      all[2 * i]);
+    if (ctx->nranks > RING_ORDER_SHOWN)
+        snprintf(p, (size_t)(end - p), " ...");
+    free(all);
+    ctx->ring_order = ring_order_text;
+}
+
+/* Takes --align and every --mpiio-hint out of argv, with the hints of
+ * RINGATTN_MPIIO_HINTS first, and hands them to the file functions. */
+static ra_status io_take(int *argc, char **argv)
+{
+    const char *env = getenv("RINGATTN_MPIIO_HINTS");
+    if (env && env[0] && !(io.env_copy = strdup(env)))
+        return ra_error_set(RA_ERR_NOMEM, "out of memory");
+    static const char sep[] = "; \t\n";
+    char *save = NULL;
+    for (char *tok = io.env_copy ? strtok_r(io.env_copy, sep, &save) : NULL;
+         tok; tok = strtok_r(NULL, sep, &save)) {
+        if (io.nhints == MAX_HINTS)
+            return ra_error_set(RA_ERR_ARG, "RINGATTN_MPIIO_HINTS: more than "
+                                "%d hints", MAX_HINTS);
+        io.hints[io.nhints++] = tok;
+    }
+    for (int i = 1; i < *argc; i++) {
+        const int align = strcmp(argv[i], "--align") == 0;
+        if (!align && strcmp(argv[i], "--mpiio-hint") != 0)
+            continue;
+        if (i + 1 >= *argc)
+            return ra_error_set(RA_ERR_ARG, "%s needs a value", argv[i]);
+        if (align && cli_parse_i64("--align", argv[i + 1], 0,
+                                   (int64_t)1 << 40, &io.align) != 0)
+            return RA_ERR_ARG;
+        if (!align && io.nhints == MAX_HINTS)
+            return ra_error_set(RA_ERR_ARG, "--mpiio-hint: more than %d "
+                                "hints", MAX_HINTS);
+        if (!align)
+            io.hints[io.nhints++] = argv[i + 1];
+        args_remove(argc, argv, i--, 2);
+    }
+    const ra_h5_tuning t = {io.align, io.nhints, io.hints};
+    char why[512];
+    if (ra_h5_tuning_set(&t) == RA_OK)
+        return RA_OK;
+    snprintf(why, sizeof why, "%s", ra_error_message());
+    return ra_error_set(RA_ERR_ARG, "--mpiio-hint or RINGATTN_MPIIO_HINTS: "
+                        "%s", why);
+}
+
+int cli_global_setup(cli_ctx *ctx, int *argc, char **argv)
+{
+    int world_rank;
+    MPI_Comm_rank(ctx->comm, &world_rank);
+    if (io_take(argc, argv) != RA_OK) {
+        if (world_rank == 0)
+            fprintf(stderr, "ringattn: %s\n", ra_error_message());
+        return CLI_EXIT_USAGE;
+    }
+    const char *val = ring_order_take(argc, argv);
+    if (!val || (strcmp(val, "node") != 0 && strcmp(val, "mpirun") != 0)) {
+        if (world_rank == 0)
+            fprintf(stderr, "ringattn: --ring-order: '%s' is not node or "
+                            "mpirun\n", val ? val : "");
+        return CLI_EXIT_USAGE;
+    }
+    ctx->node_aware = strcmp(val, "node") == 0;
+    MPI_Comm ring;
+    ra_status st = ra_comm_ring_order(ctx->comm, ctx->node_aware, &ring);
+    if (st == RA_OK)
+        st = ra_comm_nodes(ring, &ctx->nodes);
+    if (st != RA_OK) {
+        if (world_rank == 0)
+            fprintf(stderr, "ringattn: %s\n", ra_error_message());
+        if (ring != MPI_COMM_NULL)
+            MPI_Comm_free(&ring);
+        return cli_exit_code(st);
+    }
+    ctx->comm = ring;
+    MPI_Comm_rank(ring, &ctx->rank);
+    ring_order_describe(ctx, world_rank);
+    return CLI_EXIT_OK;
+}
+
+void cli_global_free(cli_ctx *ctx)
+{
+    if (ctx->comm != MPI_COMM_WORLD && ctx->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&ctx->comm);
+    free(io.env_copy);
+    io.env_copy = NULL;
+}
+
+void cli_print_job(const cli_ctx *ctx, int width)
+{
+    if (ctx->rank != 0)
+        return;
+    const ra_nodes *n = &ctx->nodes;
+    printf("# %-*s %d\n", width, "nodes", n->nodes);
+    if (n->ranks_per_node_min == n->ranks_per_node_max)
+        printf("# %-*s %d\n", width, "ranks/node", n->ranks_per_node_min);
+    else
+        printf("# %-*s %d to %d\n", width, "ranks/node",
+               n->ranks_per_node_min, n->ranks_per_node_max);
+    printf("# %-*s %s\n", width, "ring order",
+           ctx->ring_order ? ctx->ring_order : "");
+    printf("# %-*s collective metadata", width, "mpi-io");
+    if (io.align)
+        printf(", align %lld bytes", (long long)io.align);
+    for (int i = 0; i < io.nhints; i++)
+        printf("%s%s", i ? " " : ", hints ", io.hints[i]);
+    printf("\n");
+}
+
+const char *cli_io_rates(const ra_shape *s, double read_s, double write_s,
+                         char *buf)
+{
+    const double in = 4.0 * (double)s->B *
+                      ((double)s->N * (double)(s->H * s->D) +
+                       (double)s->M * (double)(s->G * (ra_shape_dk(s) + s->Dv)));
+    const double out = 4.0 * (double)s->B * (double)s->N *
+                       (double)(s->H * s->Dv + s->H);
+    snprintf(buf, 128, "read %.3f s (%.3f GB/s), write %.3f s (%.3f GB/s)",
+             read_s, read_s > 0 ? in / read_s * 1e-9 : 0.0, write_s,
+             write_s > 0 ? out / write_s * 1e-9 : 0.0);
+    return buf;
+}

@@ -1,0 +1,217 @@
+#!/usr/bin/python3
+"""scaling-plot.py: the charts of a scaling study (launch/scaling-study.py).
+
+    launch/scaling-plot.py DIR/scaling.json [--out-dir DIR]
+
+Writes next to the JSON (or into --out-dir):
+  scaling-speedup.png     throughput (GFLOP/s) relative to each line's
+                          smallest P, against the ideal P / P0
+  scaling-efficiency.png  that speed-up over P / P0 (1 = ideal)
+  scaling-breakdown.png   the slowest rank's time per point, stacked:
+                          compute (fastest rank's kernel time), imbalance
+                          (slowest minus fastest kernel time), exposed
+                          communication (blocked on the ring), I/O (read +
+                          write of `run`, when measured), other
+  scaling-comm.png        bytes sent across nodes per pass and exposed wait
+One line per (scaling, ranks per node, threads). Markers are the median of
+the repeats, bars their min and max; hollow red-edged markers are
+oversubscribed points (more threads than cores), whose times say nothing
+about compute scaling. Needs python3-matplotlib.
+"""
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+
+COLORS = {"compute": "#4c72b0", "imbalance": "#dd8452",
+          "exposed comm": "#c44e52", "I/O": "#55a868", "other": "#bbbbbb"}
+
+
+def groups_of(points):
+    """{(scaling, R, T): {P: [points]}} of the finished points; on one node
+    count the lines run over ranks per node instead (R is then 0)."""
+    ok = [p for p in points if p.get("status") == "ok"]
+    one_k = len({p["nodes"] for p in ok}) == 1
+    g = collections.defaultdict(lambda: collections.defaultdict(list))
+    for p in ok:
+        R = 0 if one_k else p["ranks_per_node"]
+        g[(p["scaling"], R, p["threads"])][p["ranks"]].append(p)
+    return g
+
+
+def label(key):
+    scaling, R, T = key
+    where = f"{R} ranks/node" if R else "one node"
+    return f"{scaling}, {where}, {T} thread{'s' if T > 1 else ''}"
+
+
+def series(by_p, value):
+    """Sorted P, and median, min, max of value over the repeats."""
+    ps = sorted(by_p)
+    vals = [[value(p) for p in by_p[P]] for P in ps]
+    return (ps, [statistics.median(v) for v in vals],
+            [min(v) for v in vals], [max(v) for v in vals])
+
+
+def p_axis(ax, ps_all, nodes_of):
+    ax.set_xticks(ps_all)
+    ax.set_xticklabels([f"{P}\n({nodes_of[P]} node{'s' if nodes_of[P] > 1 else ''})"
+                        for P in ps_all])
+    ax.set_xlabel("ranks P (nodes)")
+    ax.grid(alpha=0.3)
+
+
+def mark_oversubscribed(ax, xs, ys, over, color):
+    for x, y, o in zip(xs, ys, over):
+        if o:
+            ax.plot([x], [y], "o", mfc="white", mec="red", mew=1.8, ms=9,
+                    zorder=5)
+
+
+def plot_lines(plt, groups, nodes_of, ps_all, path, efficiency):
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for i, (key, by_p) in enumerate(sorted(groups.items())):
+        ps, med, lo, hi = series(by_p, lambda p: p["gflops"])
+        base, P0 = med[0], ps[0]
+        norm = [(P / P0) if efficiency else 1.0 for P in ps]
+        y = [m / base / n for m, n in zip(med, norm)]
+        ylo = [yy - l / base / n for yy, l, n in zip(y, lo, norm)]
+        yhi = [h / base / n - yy for yy, h, n in zip(y, hi, norm)]
+        color = f"C{i}"
+        ax.errorbar(ps, y, yerr=[ylo, yhi], marker="o", color=color,
+                    capsize=4, label=label(key))
+        over = [any(p["oversubscribed"] for p in by_p[P]) for P in ps]
+        mark_oversubscribed(ax, ps, y, over, color)
+    lo_p, hi_p = min(ps_all), max(ps_all)
+    if efficiency:
+        ax.axhline(1.0, color="k", ls="--", lw=1, label="ideal")
+        ax.set_ylabel("efficiency (speed-up / (P / P0))")
+        ax.set_ylim(bottom=0)
+    else:
+        ax.plot([lo_p, hi_p], [1.0, hi_p / lo_p], "k--", lw=1,
+                label="ideal (P / P0)")
+        ax.set_ylabel("throughput speed-up over the line's smallest P")
+    ax.plot([], [], "o", mfc="white", mec="red", mew=1.8,
+            label="oversubscribed (more threads than cores)")
+    p_axis(ax, ps_all, nodes_of)
+    ax.set_title("scaling-study: " + ("efficiency" if efficiency
+                                      else "speed-up") +
+                 " (median of repeats, bars min-max)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parts_of(p):
+    io = (p.get("io_read_s") or 0.0) + (p.get("io_write_s") or 0.0)
+    parts = {"compute": p["compute_s"], "imbalance": p["imbalance_s"],
+             "exposed comm": p["exposed_comm_s"], "I/O": io}
+    parts["other"] = max(0.0, p["seconds"] + io - sum(parts.values()))
+    return parts
+
+
+def plot_breakdown(plt, groups, path):
+    keys = sorted(groups)
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 4.6),
+                             squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        by_p = groups[key]
+        ps = sorted(by_p)
+        # the repeat whose total is the median stands for the point
+        reps = [sorted(by_p[P], key=lambda p: p["seconds"])[
+            (len(by_p[P]) - 1) // 2] for P in ps]
+        bottom = [0.0] * len(ps)
+        for part, color in COLORS.items():
+            h = [parts_of(p)[part] for p in reps]
+            ax.bar(range(len(ps)), h, bottom=bottom, color=color, label=part)
+            bottom = [b + x for b, x in zip(bottom, h)]
+        for i, p in enumerate(reps):
+            if p["oversubscribed"]:
+                ax.text(i, bottom[i], "over-\nsubscribed", ha="center",
+                        va="bottom", fontsize=7, color="red")
+        ax.set_xticks(range(len(ps)))
+        ax.set_xticklabels([f"P={p['ranks']}\nK={p['nodes']}\nN={p['seq']}"
+                            for p in reps], fontsize=8)
+        ax.set_ylim(top=max(bottom) * 1.25)
+        ax.set_title(label(key), fontsize=9)
+        ax.set_ylabel("seconds per pass (slowest rank) + I/O")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_comm(plt, groups, nodes_of, ps_all, path):
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.4))
+    for i, (key, by_p) in enumerate(sorted(groups.items())):
+        ps, med, lo, hi = series(
+            by_p, lambda p: (p["cross_node_bytes_total"] or 0) / 1e6)
+        a1.plot(ps, med, marker="o", color=f"C{i}", label=label(key))
+        ps, med, lo, hi = series(by_p,
+                                 lambda p: 100 * p["comm_wait_fraction"])
+        a2.errorbar(ps, med, yerr=[[m - l for m, l in zip(med, lo)],
+                                   [h - m for m, h in zip(med, hi)]],
+                    marker="o", capsize=4, color=f"C{i}", label=label(key))
+        over = [any(p["oversubscribed"] for p in by_p[P]) for P in ps]
+        mark_oversubscribed(a2, ps, med, over, f"C{i}")
+    a1.set_ylabel("MB sent across nodes per pass (all ranks)")
+    a2.set_ylabel("exposed wait, % of the pass (worst rank)")
+    a2.set_ylim(bottom=0)
+    for ax in (a1, a2):
+        p_axis(ax, ps_all, nodes_of)
+        ax.legend(fontsize=8)
+    a1.set_title("traffic over the network")
+    a2.set_title("communication not hidden by compute")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw(meta, points, out_dir):
+    """Draws the four charts; returns their paths (none without points)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    groups = groups_of(points)
+    if not groups:
+        return []
+    nodes_of = {p["ranks"]: p["nodes"] for p in points
+                if p.get("status") == "ok"}
+    ps_all = sorted(nodes_of)
+    paths = [os.path.join(out_dir, f"scaling-{n}.png")
+             for n in ("speedup", "efficiency", "breakdown", "comm")]
+    plot_lines(plt, groups, nodes_of, ps_all, paths[0], efficiency=False)
+    plot_lines(plt, groups, nodes_of, ps_all, paths[1], efficiency=True)
+    plot_breakdown(plt, groups, paths[2])
+    plot_comm(plt, groups, nodes_of, ps_all, paths[3])
+    return paths
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("json")
+    ap.add_argument("--out-dir")
+    a = ap.parse_args()
+    try:
+        with open(a.json) as f:
+            data = json.load(f)
+        paths = draw(data["meta"], data["points"],
+                     a.out_dir or os.path.dirname(os.path.abspath(a.json)))
+    except (OSError, ValueError, KeyError) as e:
+        print(f"scaling-plot.py: {a.json}: {e}", file=sys.stderr)
+        return 1
+    except ImportError as e:
+        print(f"scaling-plot.py: needs python3-matplotlib ({e})",
+              file=sys.stderr)
+        return 1
+    for p in paths:
+        print(f"scaling-plot.py: wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

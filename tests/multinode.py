@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""multinode.py: ringattn across fake nodes (launch/fake-cluster.sh).
+
+    multinode.py RINGATTN FAKE_CLUSTER_SH correct|bytes|kill|api|options
+                 [TEST_NODES]
+
+Each check builds a 3-node fake cluster, runs 2 ranks per node dealt
+round-robin (mpirun --map-by node, so mpirun's ranks 0 and 3 share node 1),
+and removes the cluster afterwards, also when the check fails:
+  correct  run, causal and not, checked by `ringattn verify` (fp64
+           reference) with the node-aware ring and with mpirun's order;
+  bytes    bench's bytes sent across nodes equal the node-major minimum
+           (one crossing per node boundary per ring step) computed from the
+           shape, and mpirun's order sends every block across;
+  kill     killing every rank of one node ends the job in seconds, with a
+           failure status and no output or temporary file left;
+  api      TEST_NODES (tests/test_nodes_mpi.c): ra_comm_nodes and
+           ra_comm_ring_order against the ranks' host names, and
+           ra_forward on the node-major communicator.
+Needs root (namespaces); exits 77 (skipped) with a message otherwise.
+`options` needs no cluster: the global options --ring-order, --align,
+--mpiio-hint and RINGATTN_MPIIO_HINTS on this machine.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+NODES, PER_NODE = 3, 2
+P = NODES * PER_NODE
+KILL_DEADLINE_S = 20.0  # the job must end this soon after the kill
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def sh(cmd, timeout=300, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+class Cluster:
+    """The fake cluster for the duration of a with-block."""
+
+    def __init__(self, script):
+        self.script = script
+
+    def __enter__(self):
+        r = sh([self.script, "up", str(NODES), "--rate", "1gbit",
+                "--slots", str(PER_NODE)])
+        if r.returncode != 0:
+            sh([self.script, "down"])
+            raise Failure("fake-cluster.sh up failed: " + r.stderr.strip())
+        self.args = sh([self.script, "mpirun-args"]).stdout.split()
+        return self
+
+    def __exit__(self, *exc):
+        sh([self.script, "down"])
+        return False
+
+    def mpirun(self, ringattn, *args):
+        return ["mpirun", *self.args, "-np", str(P), "--map-by", "node",
+                "-x", "OMP_NUM_THREADS=1", "-x", "OPENBLAS_NUM_THREADS=1",
+                ringattn, *args]
+
+
+def check_correct(ringattn, cl, work):
+    inp = os.path.join(work, "in.h5")
+    seed = int(time.time()) % 100000
+    print(f"correct: input seed {seed}")
+    r = sh(cl.mpirun(ringattn, "gen", "--out", inp, "--seq", "1500",
+                     "--heads", "4", "--kv-heads", "2", "--dim", "32",
+                     "--seed", str(seed)))
+    check(r.returncode == 0, "gen failed: " + r.stderr)
+    for order in ("node", "mpirun"):
+        for causal in ([], ["--causal"]):
+            out = os.path.join(work, f"out-{order}{len(causal)}.h5")
+            r = sh(cl.mpirun(ringattn, "run", "--ring-order", order, "--in",
+                             inp, "--out", out, *causal))
+            check(r.returncode == 0, f"run {order} {causal} failed: "
+                  + r.stderr)
+            table = r.stdout
+            check(f"# nodes      {NODES}" in table and
+                  f"# ranks/node {PER_NODE}" in table,
+                  "the parameter table does not show 3 nodes of 2 ranks:\n"
+                  + table)
+            want = ("node by node: 0 3 | 1 4 | 2 5" if order == "node"
+                    else "mpirun's: 0 | 1 | 2 | 3 | 4 | 5")
+            check(want in table, f"ring order is not '{want}':\n" + table)
+            v = sh(["mpirun", "-np", "2", "--oversubscribe", ringattn,
+                    "verify", "--in", inp, "--out", out])
+            check(v.returncode == 0 and "PASS" in v.stdout,
+                  f"verify {order} {causal}: " + v.stdout + v.stderr)
+            print(f"correct: ring order {order}, causal {bool(causal)}: "
+                  + v.stdout.strip().splitlines()[-1][-60:])
+    stray = [f for f in os.listdir(work)
+             if f != "in.h5" and not f.startswith("out-")]
+    check(not stray, f"files left beside the input and outputs: {stray}")
+
+
+def bench_row(ringattn, cl, work, order, N, H, D):
+    js = os.path.join(work, f"bench-{order}.json")
+    r = sh(cl.mpirun(ringattn, "bench", "--ring-order", order, "--seq",
+                     str(N), "--heads", str(H), "--dim", str(D), "--layout",
+                     "contiguous", "--reps", "1", "--json", js))
+    check(r.returncode == 0, f"bench {order} failed: " + r.stderr)
+    with open(js) as f:
+        return json.load(f)[0]
+
+
+def check_bytes(ringattn, cl, work):
+    N, H, D, B = 3000, 2, 32, 1
+    # every rank sends its K and V block (N/P rows, H kv heads, D + D
+    # floats) at each of the P - 1 steps; node-major: NODES of them cross
+    block = B * (N // P) * H * (D + D) * 4
+    per_rank = (P - 1) * block
+    for order, crossing in (("node", NODES), ("mpirun", P)):
+        row = bench_row(ringattn, cl, work, order, N, H, D)
+        check(row["nodes"] == NODES and row["ranks_per_node"] == PER_NODE,
+              f"bench saw {row['nodes']} nodes of {row['ranks_per_node']}")
+        check(row["bytes_sent"] == per_rank,
+              f"{order}: bytes_sent {row['bytes_sent']} != {per_rank}")
+        want = crossing * per_rank
+        check(row["cross_node_bytes_total"] == want,
+              f"{order}: cross-node bytes {row['cross_node_bytes_total']} "
+              f"!= {crossing} x {per_rank} = {want}")
+        check(row["verdict"] == "PASS", f"{order}: bench verdict FAIL")
+        print(f"bytes: ring order {order}: {row['cross_node_bytes_total']:.0f}"
+              f" bytes across nodes = {crossing} x {per_rank}")
+
+
+def node_ranks(node):
+    """Process ids of ringattn ranks inside fake node `node`."""
+    r = sh(["ip", "netns", "pids", f"ra-node{node}"])
+    pids = []
+    for pid in r.stdout.split():
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "ringattn":
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+def check_kill(ringattn, cl, work):
+    inp = os.path.join(work, "in.h5")
+    out = os.path.join(work, "out.h5")
+    r = sh(cl.mpirun(ringattn, "gen", "--out", inp, "--seq", "12000",
+                     "--heads", "8", "--dim", "64"))
+    check(r.returncode == 0, "gen failed: " + r.stderr)
+    job = subprocess.Popen(cl.mpirun(ringattn, "run", "--in", inp, "--out",
+                                     out), stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in job.stdout:  # the table is printed before the ring runs
+            if line.startswith("# threads"):
+                break
+        time.sleep(1.0)
+        check(job.poll() is None, "the run ended before the kill")
+        victims = node_ranks(2)
+        check(len(victims) == PER_NODE,
+              f"found {len(victims)} ranks on node 2, not {PER_NODE}")
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        try:
+            code = job.wait(timeout=KILL_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"the job still runs {KILL_DEADLINE_S:.0f} s "
+                          "after node 2's ranks were killed")
+        took = time.monotonic() - t0
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    check(code != 0, "the job reported success after losing a node")
+    left = sorted(set(os.listdir(work)) - {"in.h5"})
+    check(not left, f"files left behind: {left}")
+    print(f"kill: job ended {took:.1f} s after node 2's ranks were killed, "
+          f"exit {code}, nothing left")
+
+
+def check_api(ringattn, cl, work):
+    r = sh(cl.mpirun(API_TEST))
+    print(r.stdout.strip())
+    check(r.returncode == 0, "test_nodes_mpi failed: " + r.stderr[-2000:])
+    check("on 3 nodes: 3 crossings per step" in r.stdout,
+          "test_nodes_mpi did not see 3 nodes")
+
+
+def local_run(ringattn, work, args, env=None):
+    return sh(["mpirun", "-np", "2", "--oversubscribe", ringattn, *args],
+              cwd=work, env={**os.environ, **(env or {})})
+
+
+def check_options(ringattn, work):
+    """The global options on one machine (no cluster, no root needed): bad
+    values end with exit 2, one 'ringattn:' line and no file left; --align
+    puts /o at a multiple of the alignment; the hints reach the table."""
+    import h5py
+    r = local_run(ringattn, work, ["gen", "--out", "in.h5", "--seq", "3000",
+                                   "--heads", "2", "--dim", "16"])
+    check(r.returncode == 0, "gen failed: " + r.stderr)
+    bad = [
+        (["--ring-order", "ring"], {}, "--ring-order: 'ring' is not node "
+                                       "or mpirun"),
+        (["--align", "-1"], {}, "--align: -1 is outside"),
+        (["--mpiio-hint", "cb_nodes"], {}, "MPI-IO hint 'cb_nodes' is not "
+                                           "key=value"),
+        ([], {"RINGATTN_MPIIO_HINTS": "a=1;=2"}, "MPI-IO hint '=2' is not "
+                                                 "key=value"),
+    ]
+    for flags, env, want in bad:
+        r = local_run(ringattn, work, ["run", "--in", "in.h5", "--out",
+                                       "bad.h5", *flags], env)
+        lines = [x for x in r.stderr.splitlines() if x.startswith("ringattn:")]
+        check(r.returncode == 2 and len(lines) == 1 and want in lines[0],
+              f"{flags} {env}: exit {r.returncode}, stderr {r.stderr!r}")
+        check(sorted(os.listdir(work)) == ["in.h5"],
+              f"{flags} {env}: left {os.listdir(work)}")
+    align = 1 << 20
+    r = local_run(ringattn, work, ["run", "--in", "in.h5", "--out", "al.h5",
+                                   "--align", str(align), "--mpiio-hint",
+                                   "cb_buffer_size=4194304"],
+                  {"RINGATTN_MPIIO_HINTS": "romio_cb_read=enable"})
+    check(r.returncode == 0, "aligned run failed: " + r.stderr)
+    check("hints romio_cb_read=enable cb_buffer_size=4194304" in r.stdout and
+          f"align {align} bytes" in r.stdout,
+          "the table does not show the MPI-IO settings:\n" + r.stdout)
+    with h5py.File(os.path.join(work, "al.h5"), "r") as f:
+        offset = f["o"].id.get_offset()
+    check(offset is not None and offset % align == 0,
+          f"/o starts at byte {offset}, not a multiple of {align}")
+    print(f"options: bad values refused; /o at byte {offset} with --align "
+          f"{align}")
+
+
+API_TEST = None
+CHECKS = {"correct": check_correct, "bytes": check_bytes, "kill": check_kill,
+          "api": check_api}
+
+
+def main():
+    global API_TEST
+    if len(sys.argv) not in (4, 5) or \
+            sys.argv[3] not in list(CHECKS) + ["options"] or \
+            (sys.argv[3] == "api" and len(sys.argv) != 5):
+        print("usage: multinode.py RINGATTN FAKE_CLUSTER_SH "
+              "correct|bytes|kill|api|options [TEST_NODES]", file=sys.stderr)
+        return 2
+    ringattn, script, what = sys.argv[1:4]
+    API_TEST = sys.argv[4] if len(sys.argv) == 5 else None
+    if what == "options":
+        try:
+            with tempfile.TemporaryDirectory(prefix="ra-options-") as work:
+                check_options(os.path.abspath(ringattn), work)
+        except (Failure, OSError, subprocess.SubprocessError) as e:
+            print(f"multinode.py options: FAIL: {e}")
+            return 1
+        print("multinode.py options: PASS")
+        return 0
+    if os.geteuid() != 0:
+        print("multinode.py: skipped: the fake cluster needs root")
+        return SKIP
+    # a ctest timeout sends SIGTERM: leave through the clean-up paths
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    try:
+        with tempfile.TemporaryDirectory(prefix="ra-multinode-") as work, \
+                Cluster(script) as cl:
+            CHECKS[what](ringattn, cl, work)
+    except Failure as e:
+        print(f"multinode.py {what}: FAIL: {e}")
+        return 1
+    except (OSError, subprocess.SubprocessError) as e:
+        print(f"multinode.py {what}: FAIL: {e}")
+        return 1
+    print(f"multinode.py {what}: PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
