@@ -299,38 +299,26 @@ ra_slice h5io_slice_range(ra_range r)
     return s;
 }
 
-ra_status h5io_slice_select(const char *path, const char *name, hid_t fspace,
-                            int rank, const hsize_t *dims, int axis,
-                            const ra_slice *slice, hid_t *mspace)
+/* Selects in fspace the union of the slice's runs on axis (whole extents
+ * on the other axes). HDF5 visits a hyperslab selection in the row-major
+ * order of the file dataspace, whatever order the runs were added in, so
+ * within each index of the leading axes the tokens come in increasing
+ * position: the local order of the slice, which is also the order of the
+ * dense memory space. */
+static herr_t select_runs(hid_t fspace, int rank, const hsize_t *dims,
+                          int axis, const ra_slice *slice)
 {
     hsize_t start[H5S_MAX_RANK], stride[H5S_MAX_RANK];
-    hsize_t count[H5S_MAX_RANK], block[H5S_MAX_RANK], mdims[H5S_MAX_RANK];
+    hsize_t count[H5S_MAX_RANK], block[H5S_MAX_RANK];
     H5S_seloper_t op = H5S_SELECT_SET;
-    static const hsize_t one = 1;
     herr_t err = 0;
 
-    *mspace = H5I_INVALID_HID;
-    if (slice->count == 0) {
-        *mspace = H5Screate_simple(1, &one, NULL);
-        err = *mspace < 0 ? -1 : H5Sselect_none(*mspace);
-        if (err >= 0)
-            err = H5Sselect_none(fspace);
-        goto done;
-    }
-
-    /* The union of the runs. HDF5 visits a hyperslab selection in the
-     * row-major order of the file dataspace, whatever order the runs were
-     * added in, so within each index of the leading axes the tokens come in
-     * increasing position: the local order of the slice, which is also the
-     * order of the dense memory space. */
     for (int i = 0; i < rank; i++) {
         start[i] = 0;
         stride[i] = 1;
         count[i] = 1;
         block[i] = dims[i];
-        mdims[i] = dims[i];
     }
-    mdims[axis] = (hsize_t)slice->count;
     for (int r = 0; r < slice->nruns && err >= 0; r++) {
         const ra_run *run = &slice->run[r];
         if (run->count == 0)
@@ -348,6 +336,29 @@ ra_status h5io_slice_select(const char *path, const char *name, hid_t fspace,
         err = H5Sselect_hyperslab(fspace, op, start, stride, count, block);
         op = H5S_SELECT_OR;
     }
+    return err;
+}
+
+ra_status h5io_slice_select(const char *path, const char *name, hid_t fspace,
+                            int rank, const hsize_t *dims, int axis,
+                            const ra_slice *slice, hid_t *mspace)
+{
+    hsize_t mdims[H5S_MAX_RANK];
+    static const hsize_t one = 1;
+    herr_t err = 0;
+
+    *mspace = H5I_INVALID_HID;
+    if (slice->count == 0) {
+        *mspace = H5Screate_simple(1, &one, NULL);
+        err = *mspace < 0 ? -1 : H5Sselect_none(*mspace);
+        if (err >= 0)
+            err = H5Sselect_none(fspace);
+        goto done;
+    }
+    for (int i = 0; i < rank; i++)
+        mdims[i] = dims[i];
+    mdims[axis] = (hsize_t)slice->count;
+    err = select_runs(fspace, rank, dims, axis, slice);
     if (err >= 0)
         *mspace = H5Screate_simple(rank, mdims, NULL);
     if (*mspace < 0)

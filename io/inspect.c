@@ -16,6 +16,42 @@
  * the box sticks out of the dataset; with exact, RA_ERR_INPUT unless the box
  * is the whole dataset (a shape check). present NULL: the dataset must
  * exist; else an absent one sets *present = 0 and returns RA_OK. */
+/* The file box of box_read(): fstart, fcount from the first nfixed axes
+ * of start and count and the whole of the others, checked against dims;
+ * *empty when it holds nothing. */
+static ra_status box_bounds(const char *path, const char *name, int rank,
+                            int nfixed, const int64_t *start,
+                            const int64_t *count, int exact,
+                            const hsize_t *dims, hsize_t *fstart,
+                            hsize_t *fcount, int *empty)
+{
+    char found[96], expect[96];
+    *empty = 0;
+    for (int i = 0; i < rank; i++) {
+        fstart[i] = i < nfixed ? (hsize_t)start[i] : 0;
+        fcount[i] = i < nfixed ? (hsize_t)count[i] : dims[i];
+        *empty |= fcount[i] == 0;
+    }
+    for (int i = 0; exact && i < rank; i++) {
+        if (fstart[i] != 0 || fcount[i] != dims[i]) {
+            h5io_dims_format(fcount, rank, expect, sizeof expect);
+            h5io_dims_format(dims, rank, found, sizeof found);
+            return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: expected "
+                                "shape %s, found %s", path, name, expect,
+                                found);
+        }
+    }
+    for (int i = 0; i < nfixed; i++)
+        if (start[i] < 0 || count[i] < 0 || fstart[i] > dims[i] ||
+            fcount[i] > dims[i] - fstart[i])
+            return ra_error_set(RA_ERR_ARG, "%s: dataset %s: indices [%lld, "
+                                "%lld) on axis %d lie outside its size %llu",
+                                path, name, (long long)start[i],
+                                (long long)start[i] + (long long)count[i], i,
+                                (unsigned long long)dims[i]);
+    return RA_OK;
+}
+
 static ra_status box_read(const char *path, const char *name,
                           H5T_class_t cls, hid_t mtype, int rank, int nfixed,
                           const int64_t *start, const int64_t *count,
@@ -24,7 +60,7 @@ static ra_status box_read(const char *path, const char *name,
     hid_t file = H5I_INVALID_HID, dset = H5I_INVALID_HID;
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
     hsize_t dims[4], fstart[4], fcount[4];
-    char found[96], expect[96], why[H5IO_DETAIL_LEN];
+    char why[H5IO_DETAIL_LEN];
     h5io_quiet quiet;
     ra_status st;
     int empty = 0;
@@ -42,32 +78,8 @@ static ra_status box_read(const char *path, const char *name,
         goto cleanup;
     if (present)
         *present = 1;
-    for (int i = 0; i < rank; i++) {
-        fstart[i] = i < nfixed ? (hsize_t)start[i] : 0;
-        fcount[i] = i < nfixed ? (hsize_t)count[i] : dims[i];
-        empty |= fcount[i] == 0;
-    }
-    for (int i = 0; exact && i < rank; i++) {
-        if (fstart[i] != 0 || fcount[i] != dims[i]) {
-            h5io_dims_format(fcount, rank, expect, sizeof expect);
-            h5io_dims_format(dims, rank, found, sizeof found);
-            st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: expected shape "
-                              "%s, found %s", path, name, expect, found);
-            goto cleanup;
-        }
-    }
-    for (int i = 0; i < nfixed; i++) {
-        if (start[i] < 0 || count[i] < 0 || fstart[i] > dims[i] ||
-            fcount[i] > dims[i] - fstart[i]) {
-            st = ra_error_set(RA_ERR_ARG, "%s: dataset %s: indices [%lld, "
-                              "%lld) on axis %d lie outside its size %llu",
-                              path, name, (long long)start[i],
-                              (long long)start[i] + (long long)count[i], i,
-                              (unsigned long long)dims[i]);
-            goto cleanup;
-        }
-    }
-    if (empty)
+    if ((st = box_bounds(path, name, rank, nfixed, start, count, exact, dims,
+                         fstart, fcount, &empty)) != RA_OK || empty)
         goto cleanup;
     if ((fspace = H5Dget_space(dset)) < 0 ||
         H5Sselect_hyperslab(fspace, H5S_SELECT_SET, fstart, NULL, fcount,
@@ -254,6 +266,30 @@ cleanup:
     return st;
 }
 
+/* Opens the root attribute name and checks that it holds one value of
+ * class cls (what: its name in a message); the caller closes the three
+ * handles, which stay negative where opening failed. */
+static ra_status attr_open_one(hid_t file, const char *path, const char *name,
+                               H5T_class_t cls, const char *what, hid_t *attr,
+                               hid_t *type, hid_t *space)
+{
+    char tname[32];
+    if ((*attr = H5Aopen(file, name, H5P_DEFAULT)) < 0 ||
+        (*type = H5Aget_type(*attr)) < 0 ||
+        (*space = H5Aget_space(*attr)) < 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute %s: cannot open it",
+                            path, name);
+    if (H5Tget_class(*type) != cls ||
+        H5Sget_simple_extent_npoints(*space) != 1) {
+        h5io_type_name(*type, tname, sizeof tname);
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute %s: expected one %s, "
+                            "found %lld of %s", path, name, what,
+                            (long long)H5Sget_simple_extent_npoints(*space),
+                            tname);
+    }
+    return RA_OK;
+}
+
 /* Reads the single-valued root attribute name, of class cls, as mtype.
  * present NULL: the attribute must exist; else an absent one sets
  * *present = 0 and leaves out alone. */
@@ -264,7 +300,6 @@ static ra_status attr_read(hid_t file, const char *path, const char *name,
     hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
     hid_t space = H5I_INVALID_HID;
     ra_status st = RA_OK;
-    char tname[32];
 
     if (H5Aexists(file, name) <= 0) {
         if (present) {
@@ -276,22 +311,10 @@ static ra_status attr_read(hid_t file, const char *path, const char *name,
     }
     if (present)
         *present = 1;
-    if ((attr = H5Aopen(file, name, H5P_DEFAULT)) < 0 ||
-        (type = H5Aget_type(attr)) < 0 || (space = H5Aget_space(attr)) < 0) {
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: cannot open it",
-                          path, name);
+    if ((st = attr_open_one(file, path, name, cls,
+                            cls == H5T_FLOAT ? "float" : "integer", &attr,
+                            &type, &space)) != RA_OK)
         goto cleanup;
-    }
-    if (H5Tget_class(type) != cls ||
-        H5Sget_simple_extent_npoints(space) != 1) {
-        h5io_type_name(type, tname, sizeof tname);
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: expected one %s, "
-                          "found %lld of %s", path, name,
-                          cls == H5T_FLOAT ? "float" : "integer",
-                          (long long)H5Sget_simple_extent_npoints(space),
-                          tname);
-        goto cleanup;
-    }
     if (H5Aread(attr, mtype, out) < 0) {
         char why[H5IO_DETAIL_LEN];
         h5io_error_detail(why);
@@ -314,27 +337,15 @@ static ra_status attr_read_string(hid_t file, const char *path,
     hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
     hid_t space = H5I_INVALID_HID, mtype = H5I_INVALID_HID;
     ra_status st = RA_OK;
-    char *vstr = NULL, tname[32], why[H5IO_DETAIL_LEN];
+    char *vstr = NULL, why[H5IO_DETAIL_LEN];
     size_t size;
     int variable;
 
     if (H5Aexists(file, name) <= 0)
         return RA_OK;
-    if ((attr = H5Aopen(file, name, H5P_DEFAULT)) < 0 ||
-        (type = H5Aget_type(attr)) < 0 || (space = H5Aget_space(attr)) < 0) {
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: cannot open it",
-                          path, name);
+    if ((st = attr_open_one(file, path, name, H5T_STRING, "string", &attr,
+                            &type, &space)) != RA_OK)
         goto cleanup;
-    }
-    if (H5Tget_class(type) != H5T_STRING ||
-        H5Sget_simple_extent_npoints(space) != 1) {
-        h5io_type_name(type, tname, sizeof tname);
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: expected one "
-                          "string, found %lld of %s", path, name,
-                          (long long)H5Sget_simple_extent_npoints(space),
-                          tname);
-        goto cleanup;
-    }
     variable = H5Tis_variable_str(type) > 0;
     size = H5Tget_size(type);
     /* the character set must match: h5py writes UTF-8 strings */
@@ -446,67 +457,14 @@ static void print_double(FILE *out, double x)
     fputs(buf, out);
 }
 
-/* Prints the value of an attribute: a number, a quoted string, or a list
- * of the first INFO_MAX_VALUES of them. */
-static ra_status attr_print(FILE *out, const char *path, const char *name,
-                            hid_t attr)
+/* Prints the n values in buf (each size bytes, read as attr_print's memory
+ * type for an attribute of class cls and file type type): a number, a
+ * quoted string, or a list of the first INFO_MAX_VALUES of them. */
+static void values_print(FILE *out, H5T_class_t cls, hid_t type, int vstr,
+                         const void *buf, hssize_t n, size_t size)
 {
-    hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID;
-    hid_t mtype = H5I_INVALID_HID;
-    H5T_class_t cls;
-    ra_status st = RA_OK;
-    hssize_t n;
-    size_t size, shown;
-    char tname[32];
-    void *buf = NULL;
-    int vstr;
-
-    if ((type = H5Aget_type(attr)) < 0 || (space = H5Aget_space(attr)) < 0 ||
-        (n = H5Sget_simple_extent_npoints(space)) < 0) {
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: cannot open it",
-                          path, name);
-        goto cleanup;
-    }
-    cls = H5Tget_class(type);
-    vstr = cls == H5T_STRING && H5Tis_variable_str(type) > 0;
-    if (cls == H5T_INTEGER)
-        mtype = H5Tcopy(H5Tget_sign(type) == H5T_SGN_NONE ?
-                        H5T_NATIVE_ULLONG : H5T_NATIVE_LLONG);
-    else if (cls == H5T_FLOAT)
-        mtype = H5Tcopy(H5T_NATIVE_DOUBLE);
-    else if (cls == H5T_STRING)
-        mtype = vstr ? H5Tcopy(H5T_C_S1) : H5Tcopy(type);
-    else {
-        h5io_type_name(type, tname, sizeof tname);
-        fprintf(out, "(%s)", tname);
-        goto cleanup;
-    }
-    /* a variable-length string keeps the character set of the file (h5py
-     * writes UTF-8) */
-    if (mtype < 0 || (vstr && (H5Tset_size(mtype, H5T_VARIABLE) < 0 ||
-                               H5Tset_cset(mtype, H5Tget_cset(type)) < 0))) {
-        st = ra_error_set(RA_ERR_IO, "%s: attribute %s: cannot make a memory "
-                          "type", path, name);
-        goto cleanup;
-    }
-    size = H5Tget_size(mtype);
-    if (n == 0) {
-        fputs("[]", out);
-        goto cleanup;
-    }
-    if (!(buf = calloc((size_t)n, size))) {
-        st = ra_error_set(RA_ERR_NOMEM, "%s: attribute %s: out of memory",
-                          path, name);
-        goto cleanup;
-    }
-    if (H5Aread(attr, mtype, buf) < 0) {
-        char why[H5IO_DETAIL_LEN];
-        h5io_error_detail(why);
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
-                          "%s", path, name, why);
-        goto cleanup;
-    }
-    shown = (size_t)n < INFO_MAX_VALUES ? (size_t)n : INFO_MAX_VALUES;
+    const size_t shown = (size_t)n < INFO_MAX_VALUES ? (size_t)n
+                                                     : INFO_MAX_VALUES;
     if (n > 1)
         fputc('[', out);
     for (size_t i = 0; i < shown; i++) {
@@ -529,6 +487,84 @@ static ra_status attr_print(FILE *out, const char *path, const char *name,
         fprintf(out, ", ... (%lld values)", (long long)n);
     if (n > 1)
         fputc(']', out);
+}
+
+/* The memory type attr_print reads an attribute of file type type and class
+ * cls as: 64-bit integers, doubles, or strings (a variable-length one
+ * keeping the file's character set: h5py writes UTF-8); 0 for a class it
+ * does not print, negative on failure. */
+static hid_t attr_memtype(hid_t type, H5T_class_t cls, int vstr)
+{
+    hid_t mtype;
+    if (cls == H5T_INTEGER)
+        return H5Tcopy(H5Tget_sign(type) == H5T_SGN_NONE ? H5T_NATIVE_ULLONG
+                                                         : H5T_NATIVE_LLONG);
+    if (cls == H5T_FLOAT)
+        return H5Tcopy(H5T_NATIVE_DOUBLE);
+    if (cls != H5T_STRING)
+        return 0;
+    if (!vstr)
+        return H5Tcopy(type);
+    if ((mtype = H5Tcopy(H5T_C_S1)) >= 0 &&
+        (H5Tset_size(mtype, H5T_VARIABLE) < 0 ||
+         H5Tset_cset(mtype, H5Tget_cset(type)) < 0)) {
+        H5Tclose(mtype);
+        return H5I_INVALID_HID;
+    }
+    return mtype;
+}
+
+/* Prints the value of an attribute (values_print). */
+static ra_status attr_print(FILE *out, const char *path, const char *name,
+                            hid_t attr)
+{
+    hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID;
+    hid_t mtype = H5I_INVALID_HID;
+    H5T_class_t cls;
+    ra_status st = RA_OK;
+    hssize_t n;
+    size_t size;
+    char tname[32];
+    void *buf = NULL;
+    int vstr;
+
+    if ((type = H5Aget_type(attr)) < 0 || (space = H5Aget_space(attr)) < 0 ||
+        (n = H5Sget_simple_extent_npoints(space)) < 0) {
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: cannot open it",
+                          path, name);
+        goto cleanup;
+    }
+    cls = H5Tget_class(type);
+    vstr = cls == H5T_STRING && H5Tis_variable_str(type) > 0;
+    if ((mtype = attr_memtype(type, cls, vstr)) == 0) {
+        mtype = H5I_INVALID_HID; /* nothing to close */
+        h5io_type_name(type, tname, sizeof tname);
+        fprintf(out, "(%s)", tname);
+        goto cleanup;
+    }
+    if (mtype < 0) {
+        st = ra_error_set(RA_ERR_IO, "%s: attribute %s: cannot make a memory "
+                          "type", path, name);
+        goto cleanup;
+    }
+    size = H5Tget_size(mtype);
+    if (n == 0) {
+        fputs("[]", out);
+        goto cleanup;
+    }
+    if (!(buf = calloc((size_t)n, size))) {
+        st = ra_error_set(RA_ERR_NOMEM, "%s: attribute %s: out of memory",
+                          path, name);
+        goto cleanup;
+    }
+    if (H5Aread(attr, mtype, buf) < 0) {
+        char why[H5IO_DETAIL_LEN];
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
+                          "%s", path, name, why);
+        goto cleanup;
+    }
+    values_print(out, cls, type, vstr, buf, n, size);
 
 cleanup:
     if (buf && vstr)

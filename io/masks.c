@@ -99,6 +99,61 @@ static ra_status lens_check(const char *path, const char *name,
     return RA_OK;
 }
 
+/* What each mask dataset must look like and which part this rank reads. */
+static void masks_plan(const ra_shape *s, ra_slice sq, ra_slice sk,
+                       mask_spec *m)
+{
+    for (int i = 0; i < NMASKS; i++) {
+        const int seg = i >= Q_SEGMENTS, kv = i == KV_LENS || i == KV_SEGMENTS;
+        m[i].rank = seg ? 2 : 1;
+        m[i].want[0] = (hsize_t)s->B;
+        m[i].want[1] = (hsize_t)(kv ? s->M : s->N);
+        m[i].legend = !seg ? "(B,)" : kv ? "(B, M)" : "(B, N)";
+        m[i].slice = seg ? (kv ? sk : sq)
+                         : h5io_slice_range((ra_range){0, s->B});
+        m[i].dset = H5I_INVALID_HID;
+    }
+}
+
+/* Step 2 of masks_read(): opens and checks the present datasets and
+ * allocates this rank's parts (not collective). */
+static ra_status masks_open(hid_t file, const char *path, const ra_shape *s,
+                            mask_spec *m)
+{
+    ra_status st = RA_OK;
+    for (int i = 0; i < NMASKS && st == RA_OK; i++) {
+        if (!m[i].present)
+            continue;
+        if ((st = mask_open(file, path, mask_names[i], &m[i])) != RA_OK)
+            break;
+        m[i].buf = mask_alloc(s->B, m[i].slice.count);
+        /* /segments stands for both: the keys get a copy of the ids */
+        if (i == SEGMENTS && m[i].buf)
+            m[KV_SEGMENTS].buf = mask_alloc(s->B, m[i].slice.count);
+        if (!m[i].buf || (i == SEGMENTS && !m[KV_SEGMENTS].buf))
+            st = ra_error_set(RA_ERR_NOMEM, "%s: dataset %s: cannot allocate "
+                              "this rank's part", path, mask_names[i]);
+    }
+    return st;
+}
+
+/* Step 3's end: the keys' copy of /segments and the range of the lengths
+ * (every rank holds the same lengths, so reaches the same verdict). */
+static ra_status masks_finish(const char *path, const ra_shape *s,
+                              ra_slice sk, mask_spec *m)
+{
+    if (m[SEGMENTS].present) /* with N == M the q and kv slices are equal */
+        memcpy(m[KV_SEGMENTS].buf, m[SEGMENTS].buf,
+               (size_t)ra_mul_checked(s->B, sk.count) *
+                   sizeof *m[SEGMENTS].buf);
+    ra_status st = RA_OK;
+    if (m[Q_LENS].present)
+        st = lens_check(path, "/q_lens", "N", s->N, m[Q_LENS].buf, s->B);
+    if (st == RA_OK && m[KV_LENS].present)
+        st = lens_check(path, "/kv_lens", "M", s->M, m[KV_LENS].buf, s->B);
+    return st;
+}
+
 /* The collective body of ra_h5_read_masks(): every rank returns the same
  * status. m[i].buf receives the present masks (with /segments, also
  * m[KV_SEGMENTS].buf, a copy); the caller owns them, on failure too. */
@@ -117,16 +172,7 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
     sq = ra_layout_slice(layout, s->N, rank, nranks);
     sk = ra_layout_slice(layout, s->M, rank, nranks);
-    for (int i = 0; i < NMASKS; i++) {
-        const int seg = i >= Q_SEGMENTS, kv = i == KV_LENS || i == KV_SEGMENTS;
-        m[i].rank = seg ? 2 : 1;
-        m[i].want[0] = (hsize_t)s->B;
-        m[i].want[1] = (hsize_t)(kv ? s->M : s->N);
-        m[i].legend = !seg ? "(B,)" : kv ? "(B, M)" : "(B, N)";
-        m[i].slice = seg ? (kv ? sk : sq)
-                         : h5io_slice_range((ra_range){0, s->B});
-        m[i].dset = H5I_INVALID_HID;
-    }
+    masks_plan(s, sq, sk, m);
 
     /* step 1: open the file; which masks are there (same on every rank) */
     if ((fapl = h5io_fapl_mpio(comm)) < 0 ||
@@ -140,41 +186,17 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
         goto cleanup;
 
     /* step 2: open and check the present datasets, allocate their parts */
-    for (int i = 0; i < NMASKS && st == RA_OK; i++) {
-        if (!m[i].present)
-            continue;
-        if ((st = mask_open(file, path, mask_names[i], &m[i])) != RA_OK)
-            break;
-        m[i].buf = mask_alloc(s->B, m[i].slice.count);
-        /* /segments stands for both: the keys get a copy of the ids */
-        if (i == SEGMENTS && m[i].buf)
-            m[KV_SEGMENTS].buf = mask_alloc(s->B, m[i].slice.count);
-        if (!m[i].buf || (i == SEGMENTS && !m[KV_SEGMENTS].buf))
-            st = ra_error_set(RA_ERR_NOMEM, "%s: dataset %s: cannot allocate "
-                              "this rank's part", path, mask_names[i]);
-    }
-    if ((st = ra_agree(comm, st)) != RA_OK)
+    if ((st = ra_agree(comm, masks_open(file, path, s, m))) != RA_OK)
         goto cleanup;
 
-    /* step 3: collective reads, then the range of the lengths (every rank
-     * holds the same lengths, so reaches the same verdict) */
+    /* step 3: collective reads, then the range of the lengths */
     for (int i = 0; i < NMASKS && st == RA_OK; i++)
         if (m[i].present)
             st = h5io_dset_read(m[i].dset, dxpl, path, mask_names[i],
                                 H5T_NATIVE_INT64, m[i].rank, m[i].want,
                                 m[i].rank - 1, &m[i].slice, m[i].buf);
-    if ((st = ra_agree(comm, st)) != RA_OK)
-        goto cleanup;
-    if (m[SEGMENTS].present) /* with N == M the q and kv slices are equal */
-        memcpy(m[KV_SEGMENTS].buf, m[SEGMENTS].buf,
-               (size_t)ra_mul_checked(s->B, sk.count) *
-                   sizeof *m[SEGMENTS].buf);
-    if (m[Q_LENS].present &&
-        (st = lens_check(path, "/q_lens", "N", s->N, m[Q_LENS].buf,
-                         s->B)) != RA_OK)
-        goto cleanup;
-    if (m[KV_LENS].present)
-        st = lens_check(path, "/kv_lens", "M", s->M, m[KV_LENS].buf, s->B);
+    if ((st = ra_agree(comm, st)) == RA_OK)
+        st = masks_finish(path, s, sk, m);
 
 cleanup:
     for (int i = 0; i < NMASKS; i++)
