@@ -14,7 +14,6 @@ Exit 0 on success, 2 with one "ringattn:" line for bad input (a missing or
 malformed rows file), 1 with one line for a failure while drawing or
 writing. Needs python3-matplotlib (Debian package).
 """
-import argparse
 import collections
 import json
 import math
@@ -22,24 +21,16 @@ import os
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ra_script import Failed, Parser, Refused, run  # noqa: E402
+
 plt = None  # matplotlib.pyplot, imported in main()
 
 # The fields every row needs, with their types.
 FIELDS = {"ranks": int, "threads": int, "mode": str, "causal": bool,
           "dim": int, "seq_q": int, "gflops": float, "sgemm_gflops": float}
 
-
-class Refused(Exception):
-    """Bad input: exit 2."""
-
-
-class Failed(Exception):
-    """A failure during the work: exit 1."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise Refused(f"bench-plot: {message}")
 
 
 def series_key(r):
@@ -159,7 +150,7 @@ def save(draw, rows, path):
 
 def main(argv):
     global plt
-    ap = Parser(description=__doc__.splitlines()[0])
+    ap = Parser(prog="bench-plot", description=__doc__.splitlines()[0])
     ap.add_argument("json")
     ap.add_argument("--out-dir", default=".")
     a = ap.parse_args(argv)
@@ -187,18 +178,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except Refused as e:
-        print(f"ringattn: {e}", file=sys.stderr)
-        sys.exit(2)
-    except Failed as e:
-        print(f"ringattn: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("ringattn: bench-plot: interrupted", file=sys.stderr)
-        sys.exit(1)
-    except Exception as e:  # the promise: never a traceback
-        print(f"ringattn: bench-plot: failed: {type(e).__name__}: {e}",
-              file=sys.stderr)
-        sys.exit(1)
+    run(main, "bench-plot")

@@ -13,23 +13,14 @@ Exit 0 on success, 2 with one "ringattn:" line for bad input, 1 with one
 line for a failure during the work. Needs python3-h5py and
 python3-matplotlib (Debian packages).
 """
-import argparse
 import os
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ra_script import Failed, Parser, Refused, run  # noqa: E402
 
-class Refused(Exception):
-    """Bad input: exit 2."""
-
-
-class Failed(Exception):
-    """A failure during the work: exit 1."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise Refused(f"plot-map: {message}")
 
 
 def downsample(np, a, width, how):
@@ -133,7 +124,7 @@ def draw(plt, np, a, w, i0, head):
 
 
 def main(argv):
-    ap = Parser(description=__doc__.splitlines()[0])
+    ap = Parser(prog="plot-map", description=__doc__.splitlines()[0])
     ap.add_argument("h5")
     ap.add_argument("png")
     ap.add_argument("--batch", type=int, default=0)
@@ -164,18 +155,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        main(sys.argv[1:])
-    except Refused as e:
-        print(f"ringattn: {e}", file=sys.stderr)
-        sys.exit(2)
-    except Failed as e:
-        print(f"ringattn: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("ringattn: plot-map: interrupted", file=sys.stderr)
-        sys.exit(1)
-    except Exception as e:  # the promise: never a traceback
-        print(f"ringattn: plot-map: failed: {type(e).__name__}: {e}",
-              file=sys.stderr)
-        sys.exit(1)
+    run(main, "plot-map")

@@ -18,12 +18,15 @@ the repeats, bars their min and max; hollow red-edged markers are
 oversubscribed points (more threads than cores), whose times say nothing
 about compute scaling. Needs python3-matplotlib.
 """
-import argparse
 import collections
 import json
 import os
 import statistics
 import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ra_script import Failed, Parser, Refused, run  # noqa: E402
 
 COLORS = {"compute": "#4c72b0", "imbalance": "#dd8452",
           "exposed comm": "#c44e52", "I/O": "#55a868", "other": "#bbbbbb"}
@@ -191,27 +194,28 @@ def draw(meta, points, out_dir):
     return paths
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv):
+    ap = Parser(prog="scaling-plot", description=__doc__.split("\n")[0])
     ap.add_argument("json")
     ap.add_argument("--out-dir")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     try:
         with open(a.json) as f:
             data = json.load(f)
-        paths = draw(data["meta"], data["points"],
+        meta, points = data["meta"], data["points"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise Refused(f"scaling-plot: {a.json}: not a scaling study: {e}")
+    try:
+        paths = draw(meta, points,
                      a.out_dir or os.path.dirname(os.path.abspath(a.json)))
-    except (OSError, ValueError, KeyError) as e:
-        print(f"scaling-plot.py: {a.json}: {e}", file=sys.stderr)
-        return 1
     except ImportError as e:
-        print(f"scaling-plot.py: needs python3-matplotlib ({e})",
-              file=sys.stderr)
-        return 1
+        raise Failed(f"scaling-plot: needs python3-matplotlib ({e})")
+    except OSError as e:
+        raise Failed(f"scaling-plot: writing a chart failed: {e}")
     for p in paths:
         print(f"scaling-plot.py: wrote {p}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main, "scaling-plot")

@@ -41,6 +41,9 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
+sys.path.insert(0, HERE)
+from ra_script import Failed, Parser, Refused, run  # noqa: E402
 FAKE = os.path.join(HERE, "fake-cluster.sh")
 CSV_FIELDS = [
     "scaling", "nodes", "ranks_per_node", "threads", "ranks", "seq", "repeat",
@@ -52,8 +55,8 @@ CSV_FIELDS = [
 ]
 
 
-class StudyError(Exception):
-    """A problem that stops the study (bad options, no launcher)."""
+class StudyError(Refused):
+    """A problem that stops the study (bad options, no launcher): exit 2."""
 
 
 def parse_ints(text, what):
@@ -67,9 +70,9 @@ def parse_ints(text, what):
     return vals
 
 
-def options():
-    ap = argparse.ArgumentParser(
-        prog="scaling-study.py", description=__doc__,
+def options(argv):
+    ap = Parser(
+        prog="scaling-study", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--launcher", required=True,
                     choices=["fake", "hostfile", "slurm", "local"])
@@ -94,7 +97,7 @@ def options():
     ap.add_argument("--hostfile")
     ap.add_argument("--build", default="build")
     ap.add_argument("bench_args", nargs=argparse.REMAINDER)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     a.nodes = parse_ints(a.nodes, "--nodes")
     a.ranks_per_node = parse_ints(a.ranks_per_node, "--ranks-per-node")
     a.threads = parse_ints(a.threads, "--threads")
@@ -379,27 +382,17 @@ def run_study(a):
     return meta, points, failed
 
 
-def main():
-    try:
-        a = options()
-    except StudyError as e:
-        print(f"scaling-study.py: {e}", file=sys.stderr)
-        return 2
+def main(argv):
+    a = options(argv)
     try:
         meta, points, failed = run_study(a)
-    except StudyError as e:
-        print(f"scaling-study.py: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
-        print("scaling-study.py: interrupted; finished points are in "
-              f"{a.out_dir}", file=sys.stderr)
-        return 1
+        raise Failed(f"scaling-study: interrupted; finished points are in "
+                     f"{a.out_dir}")
     except OSError as e:
-        print(f"scaling-study.py: {e}", file=sys.stderr)
-        return 1
+        raise Failed(f"scaling-study: {e}")
     try:
         import importlib.util
-        sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
         spec = importlib.util.spec_from_file_location(
             "scaling_plot", os.path.join(HERE, "scaling-plot.py"))
         plot = importlib.util.module_from_spec(spec)
@@ -407,7 +400,7 @@ def main():
         for path in plot.draw(meta, points, a.out_dir):
             print(f"scaling-study: wrote {path}")
     except ImportError as e:
-        print(f"scaling-study.py: no charts ({e}); the JSON and CSV are "
+        print(f"scaling-study: no charts ({e}); the JSON and CSV are "
               "complete", file=sys.stderr)
     print(f"scaling-study: {len(points) - failed} points, {failed} failed "
           f"-> {os.path.join(a.out_dir, 'scaling.json')}")
@@ -415,4 +408,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main, "scaling-study")
