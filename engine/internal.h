@@ -14,6 +14,14 @@ ra_status ra_error_set(ra_status st, const char *fmt, ...)
 /* Clears the message of this thread. */
 void ra_error_clear(void);
 
+/* Names of an enum's values: names[value], or "unknown" outside [0, n). */
+const char *ra_name_of(const char *const *names, int n, int value);
+
+/* Finds name among names[0..n) into *value; else RA_ERR_ARG "unknown KIND
+ * 'name' (expected a, b or c)". The one parser of every named choice. */
+ra_status ra_name_parse(const char *kind, const char *const *names, int n,
+                        const char *name, int *value);
+
 /* Whether keys may have another head dim than the queries: only the
  * additive score (whose projections W_k k give keys their own width)
  * allows Dk != D. */

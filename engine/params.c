@@ -1,6 +1,7 @@
 /* params.c: shapes, options and their defaults: the one home of every knob
  * that the command line and the API share. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,30 +61,48 @@ int ra_params_threads(const ra_params *params)
     return params->threads > 0 ? params->threads : 1;
 }
 
+const char *ra_name_of(const char *const *names, int n, int value)
+{
+    return value >= 0 && value < n ? names[value] : "unknown";
+}
+
+ra_status ra_name_parse(const char *kind, const char *const *names, int n,
+                        const char *name, int *value)
+{
+    char expected[256] = "";
+    for (int i = 0; i < n; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            *value = i;
+            return RA_OK;
+        }
+        const size_t used = strlen(expected);
+        snprintf(expected + used, sizeof expected - used, "%s%s",
+                 i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
+    }
+    return ra_error_set(RA_ERR_ARG, "unknown %s '%s' (expected %s)", kind,
+                        name, expected);
+}
+
 static const char *const score_names[] = {"dot", "gaussian", "additive"};
+enum { NSCORES = sizeof score_names / sizeof *score_names };
 
 const char *ra_score_name(ra_score score)
 {
-    if ((unsigned)score < sizeof score_names / sizeof *score_names)
-        return score_names[score];
-    return "unknown";
+    return ra_name_of(score_names, NSCORES, (int)score);
 }
 
 ra_status ra_score_parse(const char *name, ra_score *out)
 {
+    int v = 0;
     ra_error_clear();
-    for (unsigned i = 0; i < sizeof score_names / sizeof *score_names; i++) {
-        if (strcmp(name, score_names[i]) == 0) {
-            *out = (ra_score)i;
-            return RA_OK;
-        }
-    }
-    return ra_error_set(RA_ERR_ARG, "unknown score '%s' (expected "
-                                    "dot, gaussian or additive)", name);
+    const ra_status st = ra_name_parse("score", score_names, NSCORES, name, &v);
+    *out = st == RA_OK ? (ra_score)v : *out;
+    return st;
 }
 
 static const char *const layout_names[] = {"contiguous", "zigzag",
                                             "striped", "auto"};
+enum { NLAYOUTS = sizeof layout_names / sizeof *layout_names };
 
 /* Measured in docs/PERFORMANCE.md ("Layouts"): a window makes every
  * contiguous slice cost the same and lets the ring skip the hops it cannot
@@ -104,22 +123,17 @@ ra_layout ra_params_layout(const ra_params *params, int segments)
 
 const char *ra_layout_name(ra_layout layout)
 {
-    if ((unsigned)layout < sizeof layout_names / sizeof *layout_names)
-        return layout_names[layout];
-    return "unknown";
+    return ra_name_of(layout_names, NLAYOUTS, (int)layout);
 }
 
 ra_status ra_layout_parse(const char *name, ra_layout *out)
 {
+    int v = 0;
     ra_error_clear();
-    for (unsigned i = 0; i < sizeof layout_names / sizeof *layout_names; i++) {
-        if (strcmp(name, layout_names[i]) == 0) {
-            *out = (ra_layout)i;
-            return RA_OK;
-        }
-    }
-    return ra_error_set(RA_ERR_ARG, "unknown layout '%s' (expected "
-                                    "contiguous, zigzag, striped or auto)", name);
+    const ra_status st = ra_name_parse("layout", layout_names, NLAYOUTS,
+                                       name, &v);
+    *out = st == RA_OK ? (ra_layout)v : *out;
+    return st;
 }
 
 ra_status ra_shape_check(const ra_shape *s)
