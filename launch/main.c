@@ -61,6 +61,39 @@ static char *join_args(int argc, char **argv)
     return s;
 }
 
+typedef int (*command_fn)(const cli_ctx *ctx, int argc, char **argv);
+
+static const struct {
+    const char *name;
+    command_fn fn;
+} commands[] = {
+    {"gen", cmd_gen},     {"run", cmd_run},     {"verify", cmd_verify},
+    {"info", cmd_info},   {"bench", cmd_bench}, {"plot-map", cmd_plot},
+};
+
+/* Runs the command argv[1] names, with its own argv (from the name on). */
+static int dispatch(const cli_ctx *ctx, int argc, char **argv)
+{
+    const char *cmd = argc > 1 ? argv[1] : "";
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (strcmp(cmd, commands[i].name) == 0)
+            return commands[i].fn(ctx, argc - 1, argv + 1);
+    if (strcmp(cmd, "--version") == 0)
+        return cli_version(ctx);
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
+        strcmp(cmd, "help") == 0) {
+        if (ctx->rank == 0)
+            fputs(usage, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (ctx->rank == 0)
+        fprintf(stderr, "ringattn: %s%s%s (commands: gen, run, verify, info, "
+                "bench, plot-map; see ringattn --help)\n",
+                argc > 1 ? "unknown command '" : "no command",
+                argc > 1 ? cmd : "", argc > 1 ? "'" : "");
+    return CLI_EXIT_USAGE;
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -75,36 +108,8 @@ int main(int argc, char **argv)
     ctx.command_line = cmdline ? cmdline : "";
 
     int code = cli_global_setup(&ctx, &argc, argv);
-    const char *cmd = argc > 1 ? argv[1] : "";
-    if (code != CLI_EXIT_OK)
-        ; /* cli_global_setup reported it */
-    else if (strcmp(cmd, "gen") == 0)
-        code = cmd_gen(&ctx, argc - 1, argv + 1);
-    else if (strcmp(cmd, "run") == 0)
-        code = cmd_run(&ctx, argc - 1, argv + 1);
-    else if (strcmp(cmd, "verify") == 0)
-        code = cmd_verify(&ctx, argc - 1, argv + 1);
-    else if (strcmp(cmd, "info") == 0)
-        code = cmd_info(&ctx, argc - 1, argv + 1);
-    else if (strcmp(cmd, "bench") == 0)
-        code = cmd_bench(&ctx, argc - 1, argv + 1);
-    else if (strcmp(cmd, "plot-map") == 0)
-        code = cmd_plot(&ctx, argc - 1, argv + 1);
-    else if (strcmp(cmd, "--version") == 0)
-        code = cli_version(&ctx);
-    else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
-             strcmp(cmd, "help") == 0) {
-        if (ctx.rank == 0)
-            fputs(usage, stdout);
-        code = CLI_EXIT_OK;
-    } else {
-        if (ctx.rank == 0) {
-            if (argc > 1)
-                fprintf(stderr, "ringattn: unknown command '%s'\n", cmd);
-            fputs(usage, stderr);
-        }
-        code = CLI_EXIT_USAGE;
-    }
+    if (code == CLI_EXIT_OK) /* else cli_global_setup reported it */
+        code = dispatch(&ctx, argc, argv);
     cli_global_free(&ctx);
     free(cmdline);
     MPI_Finalize();
