@@ -100,6 +100,18 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
         (st = h5io_attr_write_double(comm, file, path, "sigma",
                                      p->sigma)) != RA_OK)
         return st;
+    /* positional encodings: the pairing and base of RoPE, ALiBi on and
+     * where its slopes came from */
+    if ((st = h5io_attr_write_string(comm, file, path, "rope",
+                                     ra_rope_name(p->rope))) != RA_OK ||
+        (st = h5io_attr_write_double(comm, file, path, "rope_base",
+                                     p->rope_base)) != RA_OK ||
+        (st = h5io_attr_write_int(comm, file, path, "alibi",
+                                  p->alibi ? 1 : 0)) != RA_OK ||
+        (st = h5io_attr_write_string(comm, file, path, "alibi_slopes",
+                                     !p->alibi ? "" : p->alibi_slopes
+                                     ? "/alibi_slopes" : "standard")) != RA_OK)
+        return st;
     return m->map ? map_write(file, comm, c) : RA_OK;
 }
 
