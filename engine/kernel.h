@@ -137,6 +137,11 @@ void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
                        int64_t ldk, const double *v, int64_t ldv, double *o,
                        int64_t ldo, double *lse, double *scores);
 
+/* Whether query i may see key j under mask (batch-local, as in
+ * ra_reference_rows; NULL: always): the reference's one statement of the
+ * rules, pair by pair. */
+int ra_ref_visible(const ra_mask *mask, int64_t i, int64_t j);
+
 /* ALiBi slope of head h of H when the caller gave none (ra_alibi_slopes),
  * and the slope a run uses: params->alibi_slopes[h] or that one. */
 double ra_alibi_slope(int64_t H, int64_t h);

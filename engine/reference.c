@@ -8,7 +8,7 @@
 static int64_t pos_at(const int64_t *pos, int64_t i) { return pos ? pos[i] : i; }
 
 /* The visibility rules of ra_mask, one pair at a time, batch-local. */
-static int visible(const ra_mask *mk, int64_t i, int64_t j)
+int ra_ref_visible(const ra_mask *mk, int64_t i, int64_t j)
 {
     if (!mk)
         return 1;
@@ -87,7 +87,7 @@ void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
         const double *qi = q + i * ldq;
         double mx = -INFINITY;
         for (int64_t j = 0; j < m; j++) {
-            double s = visible(mask, i, j) ? score_of(sc, D, qi, k + j * ldk)
+            double s = ra_ref_visible(mask, i, j) ? score_of(sc, D, qi, k + j * ldk)
                                            : -INFINITY;
             if (sc->alibi && s > -INFINITY)
                 s += sc->alibi_slope * alibi_distance(mask, i, j);
