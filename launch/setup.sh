@@ -8,7 +8,7 @@ shift || true
 
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
           libopenblas-dev libhdf5-openmpi-dev hdf5-tools libcmocka-dev
-          python3-h5py python3-numpy python3-matplotlib valgrind)
+          python3-h5py python3-numpy python3-matplotlib python3-torch valgrind)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
