@@ -142,10 +142,10 @@ static const cli_spec verify_spec = {
     "no bad row and no value of /o or /lse is NaN (every row is scanned for\n"
     "NaN, sampled or not), 1 if not.\n"
     "\n"
-    "bad rows: checked (row, head) pairs whose -inf status disagrees with the\n"
-    "reference (the output says the row sees no key and the reference says it\n"
-    "does, or the reverse), plus entries of /o or /lse that are NaN where the\n"
-    "reference is a number. Any bad row fails the check whatever the errors.\n",
+    "bad rows: the checked (row, head) pairs whose /lse is -inf, +inf or NaN\n"
+    "where the reference is finite, or not -inf where the reference is -inf\n"
+    "(the row sees no key), plus the entries of /o that are NaN where the\n"
+    "reference is a number. Any bad row fails the check, whatever the errors.\n",
     .groups = {{verify_own, 0}},
 };
 
