@@ -376,7 +376,10 @@ RA_API const char *ra_error_message(void);
  * attributes: engine_version, schema_version, causal, window (0/1),
  * window_left, window_right, scale, layout, ranks, block_q, block_kv,
  * command_line, seq_q, seq_kv, masks (the mask datasets used, e.g.
- * "q_lens,kv_lens" or "").
+ * "q_lens,kv_lens" or ""), rope ("none", "interleaved", "half"),
+ * rope_base, alibi (0/1), alibi_slopes ("standard", "/alibi_slopes" or
+ * ""). The command line also reads an optional /alibi_slopes (H,) of the
+ * input for --alibi; the API takes slopes in ra_params.alibi_slopes.
  * Every function here is collective over comm. */
 
 /* Reads the shape of an input file, checking ranks and consistency. */

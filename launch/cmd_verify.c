@@ -60,7 +60,9 @@ static int64_t *pick_rows(const ra_shape *s, int64_t want, uint64_t seed,
     return rows;
 }
 
-enum { SCAN_ROWS = 4096 }; /* query rows per read of the NaN scan */
+/* Query rows per read of the NaN scan, and the most values of o read at
+ * once. */
+enum { SCAN_ROWS = 4096, SCAN_VALUES = 1 << 22 };
 
 /* Counts the NaN values of /o and /lse in the query rows mine (flat
  * indices b * N + i), every one of them whether checked or not: a NaN fails
@@ -68,14 +70,19 @@ enum { SCAN_ROWS = 4096 }; /* query rows per read of the NaN scan */
 static ra_status nan_scan(const char *out, const ra_shape *s, ra_range mine,
                           tally *t)
 {
-    double *o = malloc(sizeof(double) * (size_t)(SCAN_ROWS * s->H * s->Dv));
-    double *l = malloc(sizeof(double) * SCAN_ROWS);
+    /* rows per read: SCAN_ROWS, fewer for wide rows (about 32 MiB of o) */
+    const int64_t width = s->H * s->Dv;
+    const int64_t rows = width * SCAN_ROWS > SCAN_VALUES
+                             ? (SCAN_VALUES / width > 0 ? SCAN_VALUES / width : 1)
+                             : SCAN_ROWS;
+    double *o = malloc(sizeof(double) * (size_t)(rows * width));
+    double *l = malloc(sizeof(double) * (size_t)rows);
     ra_status st = o && l ? RA_OK
                           : ra_error_set(RA_ERR_NOMEM, "verify: out of memory");
     const int64_t end = mine.start + mine.count;
     for (int64_t a = mine.start; a < end && st == RA_OK;) {
         const int64_t b = a / s->N, i0 = a % s->N;
-        int64_t len = s->N - i0 < SCAN_ROWS ? s->N - i0 : SCAN_ROWS;
+        int64_t len = s->N - i0 < rows ? s->N - i0 : rows;
         len = end - a < len ? end - a : len;
         st = h5io_read_rows(out, "/o", b, i0, len, o);
         for (int64_t x = 0; st == RA_OK && x < len * s->H * s->Dv; x++)

@@ -3,7 +3,7 @@
  * lse are read once; then K and V are read KEY_BLOCK rows at a time, and per
  * head pass 1 makes the block's scores with dgemm, pass 2 applies the mask
  * and the ALiBi bias, pass 3 runs the online softmax in fp64, pass 4 adds
- * P V with dgemm. Memory: O(rows * H * (D + Dv) + KEY_BLOCK * rows). */
+ * P V with dgemm. Memory: O(ROW_CHUNK * (H * (D + Dv) + KEY_BLOCK)). */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -12,7 +12,9 @@
 #include "internal.h"
 #include "verify.h"
 
-enum { KEY_BLOCK = 2048 };
+/* Keys per block, and query rows per pass over the keys (a larger share,
+ * e.g. --all, takes several passes): scores of 1024 x 2048 doubles. */
+enum { KEY_BLOCK = 2048, ROW_CHUNK = 1024 };
 
 /* Scratch of one share: its rows' tensors and state, one key block. */
 typedef struct {
@@ -282,11 +284,12 @@ ra_status verify_rows(const char *in, const char *out, const verify_ctx *c,
                       const int64_t *rows, int64_t n, ra_tally *t)
 {
     vwork w = {0};
-    ra_status st = n > 0 ? vwork_alloc(c, n, &w) : RA_OK;
+    ra_status st = n > 0 ? vwork_alloc(c, n < ROW_CHUNK ? n : ROW_CHUNK, &w)
+                         : RA_OK;
     for (int64_t a = 0; a < n && st == RA_OK;) {
         const int64_t b = rows[a] / c->s->N;
         int64_t z = a;
-        while (z < n && rows[z] / c->s->N == b)
+        while (z < n && z - a < ROW_CHUNK && rows[z] / c->s->N == b)
             z++;
         w.nr = z - a;
         st = batch_check(in, out, c, b, rows + a, &w, t);
