@@ -10,7 +10,8 @@ way PyTorch models write them:
 - ALiBi: the slopes of Press et al.'s get_slopes (also for H not a power of
   two) added as slope * (j - i') to the scores, and slopes from
   /alibi_slopes.
-Each case also runs `ringattn verify`, which must pass. Exit 0 when every
+Each case also runs `ringattn verify`, which must pass, and fail once the
+output's rope (or alibi) attribute is changed. Exit 0 when every
 case matches to 1e-5 (relative error of o, LSE error), 1 otherwise; a
 missing tool or module is reported in one line, never a traceback.
 """
@@ -94,7 +95,8 @@ def attention(q, k, v, causal, rope, base, slopes):
 def case(tmp, np_ranks, ringattn, name, shape, args, rope=None, base=10000.0,
          alibi=None, given=None):
     B, N, M, H, G, D = shape
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    seed = int.from_bytes(os.urandom(4), "little")  # fresh inputs, printed
+    rng = np.random.default_rng(seed)
     inp, out = os.path.join(tmp, name + "-in.h5"), os.path.join(tmp, name + "-out.h5")
     q = rng.standard_normal((B, N, H, D)).astype(np.float32)
     k = rng.standard_normal((B, M, G, D)).astype(np.float32)
@@ -118,7 +120,16 @@ def case(tmp, np_ranks, ringattn, name, shape, args, rope=None, base=10000.0,
     ver = subprocess.run(mpi + [ringattn, "verify", "--in", inp, "--out", out],
                          env=ENV, capture_output=True, text=True)
     ok = rel < TOL and lerr < TOL and ver.returncode == 0
-    print(f"{name:28s} P={np_ranks} rel_o={rel:.2e} lse={lerr:.2e} "
+    if rope or alibi:  # verify follows the attributes: a wrong one fails it
+        with h5py.File(out, "r+") as f:
+            if rope:
+                f.attrs["rope"] = "interleaved" if rope == "half" else "half"
+            else:
+                f.attrs["alibi"] = 0
+        wrong = subprocess.run(mpi + [ringattn, "verify", "--in", inp, "--out", out],
+                               env=ENV, capture_output=True, text=True)
+        ok = ok and wrong.returncode == 1 and "FAIL" in wrong.stdout
+    print(f"{name:24s} P={np_ranks} seed={seed:10d} rel_o={rel:.2e} lse={lerr:.2e} "
           f"verify={'PASS' if ver.returncode == 0 else 'FAIL'} "
           f"{'PASS' if ok else 'FAIL'}", flush=True)
     return ok
