@@ -38,6 +38,31 @@ static ra_status check_score(const ra_shape *s, const ra_params *p)
     return RA_OK;
 }
 
+/* RoPE and ALiBi: the pairing and base, the slopes the caller gave. */
+static ra_status check_posenc(const ra_shape *s, const ra_params *p)
+{
+    if ((unsigned)p->rope > RA_ROPE_HALF)
+        return ra_error_set(RA_ERR_ARG, "rope: unknown pairing %d",
+                            (int)p->rope);
+    if (p->rope != RA_ROPE_NONE && p->score == RA_SCORE_ADDITIVE)
+        return ra_error_set(RA_ERR_ARG, "rope: the additive score projects q "
+                            "and k itself; rotary embeddings apply to the dot "
+                            "and gaussian scores");
+    if (p->rope != RA_ROPE_NONE && s->D % 2 != 0)
+        return ra_error_set(RA_ERR_ARG, "rope: the head dim D=%lld must be "
+                            "even (dims are rotated in pairs)",
+                            (long long)s->D);
+    if (p->rope != RA_ROPE_NONE && !(p->rope_base > 0 &&
+                                     isfinite(p->rope_base)))
+        return ra_error_set(RA_ERR_ARG, "rope: the base must be a finite "
+                            "number > 0");
+    for (int64_t h = 0; p->alibi && p->alibi_slopes && h < s->H; h++)
+        if (!isfinite(p->alibi_slopes[h]))
+            return ra_error_set(RA_ERR_ARG, "alibi: slope %lld is not a "
+                                "finite number", (long long)h);
+    return RA_OK;
+}
+
 static ra_status check_masks(const ra_shape *s, const ra_masks *mk)
 {
     if (mk && (!mk->q_segments) != (!mk->kv_segments))
@@ -62,6 +87,8 @@ static ra_status check_params(const ra_shape *s, const ra_params *p,
     ra_status st = ra_shape_check(s);
     if (st == RA_OK)
         st = check_score(s, p);
+    if (st == RA_OK)
+        st = check_posenc(s, p);
     if (st != RA_OK)
         return st;
     if (p->window && (p->window_left < 0 || p->window_right < 0))
@@ -188,6 +215,16 @@ static ra_status ring_alloc(ring_state *rs, const ring_args *a)
         rs->kp = malloc(sizeof(float) *
                         (size_t)(s->B * rs->m_own * rs->row_k + 1));
     }
+    if (a->params->rope != RA_ROPE_NONE) {
+        rs->qr = malloc(sizeof(float) * (size_t)(s->B * rs->n * s->H * s->D + 1));
+        rs->kr = malloc(sizeof(float) * (size_t)(s->B * rs->m_own * rs->row_k + 1));
+    }
+    if (a->params->alibi)
+        rs->slopes = malloc(sizeof(double) * (size_t)s->H);
+    if ((a->params->rope != RA_ROPE_NONE && (!rs->qr || !rs->kr)) ||
+        (a->params->alibi && !rs->slopes))
+        return ra_error_set(RA_ERR_NOMEM, "ring: cannot allocate the "
+                                          "positional encodings' buffers");
     if (!rs->buf[0].kv || !rs->buf[1].kv ||
         (rs->segs && (!rs->buf[0].seg || !rs->buf[1].seg)) || !rs->qpos ||
         !rs->kpos || !rs->ws || (additive && (!rs->qp || !rs->kp)))
@@ -212,6 +249,9 @@ static ra_status ring_free(ring_state *rs)
     free(rs->kpos);
     free(rs->qp);
     free(rs->kp);
+    free(rs->qr);
+    free(rs->kr);
+    free(rs->slopes);
     ra_workspace_free(rs->ws);
     if (rs->comm != MPI_COMM_NULL && MPI_Comm_free(&rs->comm) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "ring: MPI_Comm_free failed");
@@ -268,6 +308,32 @@ static void ring_block_init(ring_state *rs, const ring_args *a)
     const ra_slice qs = ra_layout_slice(rs->lay, s->N, rs->r, rs->P);
     for (int64_t i = 0; i < rs->n; i++)
         rs->qpos[i] = ra_slice_pos(&qs, i);
+    if (p->alibi) {
+        if (p->alibi_slopes)
+            memcpy(rs->slopes, p->alibi_slopes, sizeof(double) * (size_t)s->H);
+        else
+            ra_alibi_slopes(s->H, rs->slopes);
+    }
+    blk->alibi = p->alibi ? rs->slopes : NULL;
+}
+
+/* RoPE: rotated copies of this rank's q and k at their global positions
+ * (queries aligned as causal, i + (M - N)); rs->kpos is free until the
+ * ring's first step. */
+static void ring_rotate(ring_state *rs, const ring_args *a)
+{
+    const ra_shape *s = a->shape;
+    const ra_params *p = a->params;
+    const ra_slice ks = ra_layout_slice(rs->lay, s->M, rs->r, rs->P);
+    for (int64_t j = 0; j < rs->m_own; j++)
+        rs->kpos[j] = ra_slice_pos(&ks, j);
+    memcpy(rs->qr, a->q, sizeof(float) * (size_t)(s->B * rs->n * s->H * s->D));
+    memcpy(rs->kr, a->k,
+           sizeof(float) * (size_t)(s->B * rs->m_own * s->G * s->D));
+    ra_rope_apply(p->rope, p->rope_base, rs->qr, s->B, rs->n, s->H, s->D,
+                  rs->qpos, s->M - s->N);
+    ra_rope_apply(p->rope, p->rope_base, rs->kr, s->B, rs->m_own, s->G, s->D,
+                  rs->kpos, 0);
 }
 
 /* The additive score's projections: rows of q (B n H, D) and k (B m G, Dk)
@@ -327,7 +393,8 @@ static ra_status ring_run(ring_state *rs, const ring_args *a)
 {
     const ra_shape *s = a->shape;
     const int additive = a->params->score == RA_SCORE_ADDITIVE;
-    const float *kr = additive ? rs->kp : a->k;
+    const int rope = a->params->rope != RA_ROPE_NONE;
+    const float *kr = additive ? rs->kp : rope ? rs->kr : a->k;
     const int64_t *kseg = rs->segs ? a->masks->kv_segments : NULL;
     const int blas = ra_blas_enter(1); /* single-threaded BLAS inside our
                                           own threads */
@@ -335,8 +402,10 @@ static ra_status ring_run(ring_state *rs, const ring_args *a)
     ra_state_reset(s->B, rs->n, s->H, s->Dv, a->o, a->lse);
     if (additive)
         ring_project(rs, a);
+    if (rope)
+        ring_rotate(rs, a);
     ring_pack_own(rs, kr, a->v, kseg);
-    forward_arg fa = {additive ? rs->qp : a->q, a->o, a->lse};
+    forward_arg fa = {additive ? rs->qp : rope ? rs->qr : a->q, a->o, a->lse};
     ra_status st = ring_pass(rs, visit_forward, &fa);
     if (st == RA_OK && a->want_map) {
         const ra_slice qs = ra_layout_slice(rs->lay, s->N, rs->r, rs->P);

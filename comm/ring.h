@@ -42,6 +42,8 @@ typedef struct {
     ra_block blk;         /* the kernel's view of the current block */
     int64_t *qpos, *kpos; /* global positions of local queries, block keys */
     float *qp, *kp;       /* additive: W_q q (B, n, H, A), W_k k (B, m, G, A) */
+    float *qr, *kr;       /* RoPE: rotated q (B, n, H, D), k (B, m, G, D) */
+    double *slopes;       /* ALiBi: the slopes in use (H) */
     ra_workspace *ws;
     ra_timing *tm;
 } ring_state;

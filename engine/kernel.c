@@ -3,7 +3,7 @@
  * Work items are (batch, head, query tile); OpenMP threads take them
  * dynamically, largest causal tiles first, each calling single-threaded
  * sgemm per tile. Per item, pass 1 makes the base-2 scores of one key tile
- * with sgemm (alpha = scale * log2 e), pass 2 masks the tile if it straddles
+ * with sgemm (alpha = scale * log2 e) and adds the ALiBi bias when on, pass 2 masks the tile if it straddles
  * an edge of the mask (tiles wholly invisible are never computed), pass 3
  * runs the online softmax (rescaling the accumulator
  * only where the row max moved), pass 4 adds P V with sgemm; at the end of
@@ -249,6 +249,39 @@ static void score_tile(const ra_block *blk, const float *qt, const float *kt,
     }
 }
 
+/* The key position that ALiBi measures a query at position qp from. With
+ * rel, the last key it may see in this block: its largest scores then stay
+ * near 0, where float32 is fine, and rows_merge adds the difference back to
+ * the LSE; else its aligned position qp + diag (the map's absolute
+ * scores, read against the final LSE). */
+static int64_t alibi_ref(const ra_block *blk, const tile_rules *rl,
+                         int64_t qp, int rel)
+{
+    if (!rel)
+        return qp + blk->mask.diag;
+    int64_t cap = blk->mask.kpos[blk->m - 1];
+    cap = rl->kv_len - 1 < cap ? rl->kv_len - 1 : cap;
+    return qp + rl->hi < cap ? qp + rl->hi : cap;
+}
+
+/* ALiBi on a bq x bk tile of base-2 scores of head h: slope_h * log2(e) *
+ * (kpos - ref) added (alibi_ref); distances are exact in float up to 2^24
+ * tokens, and rounded beyond only where the weight underflows anyway. */
+static void alibi_tile(const ra_block *blk, const tile_rules *rl, int rel,
+                       int64_t h, int64_t i0, int64_t bq, int64_t j0,
+                       int64_t bk, float *s)
+{
+    const float c = (float)(blk->alibi[h] * M_LOG2E);
+    const int64_t *qp = blk->mask.qpos + i0, *kp = blk->mask.kpos + j0;
+    const int64_t lds = blk->block_kv;
+    for (int64_t r = 0; r < bq; r++) {
+        const int64_t ref = alibi_ref(blk, rl, qp[r], rel);
+        float *row = s + r * lds;
+        for (int64_t col = 0; col < bk; col++)
+            row[col] += c * (float)(kp[col] - ref);
+    }
+}
+
 /* The keys [*j_first, *j_end) of the block that the query rows with
  * positions [qmin, qmax] and segment ids [qs_min, qs_max] may see: from the
  * first key that qmin may see to the last that qmax may see. */
@@ -307,19 +340,24 @@ static void softmax_tile(const ra_block *blk, int64_t bq, int64_t bk,
 /* The end of a work item: each row's partial, normalised, merged into
  * (o, lse); the Gaussian's query term -|q|^2 / (2 sigma^2), constant per
  * row, only shifts the LSE. */
-static void rows_merge(const ra_block *blk, int64_t b, int64_t h, int64_t i0,
-                       int64_t bq, const float *qt, float *o, float *lse,
-                       tile_scratch t)
+static void rows_merge(const ra_block *blk, const tile_rules *rl, int64_t b,
+                       int64_t h, int64_t i0, int64_t bq, const float *qt,
+                       float *o, float *lse, tile_scratch t)
 {
     const int64_t n = blk->n, H = blk->H, D = blk->D, Dv = blk->Dv;
     for (int64_t r = 0; r < bq; r++) {
         double shift = 0.0;
+        if (blk->alibi) { /* the scores were measured from alibi_ref */
+            const int64_t qp = blk->mask.qpos[i0 + r];
+            shift = blk->alibi[h] * (double)(alibi_ref(blk, rl, qp, 1) - qp -
+                                             blk->mask.diag);
+        }
         if (blk->score == RA_SCORE_GAUSSIAN) {
             const float *qr = qt + r * H * D;
             double qq = 0.0;
             for (int64_t d = 0; d < D; d++)
                 qq += (double)qr[d] * qr[d];
-            shift = -qq * blk->half_inv_sigma2;
+            shift -= qq * blk->half_inv_sigma2;
         }
         merge_row(Dv, t.acc + r * Dv, t.mx[r], t.sum[r], shift,
                   o + ((b * n + i0 + r) * H + h) * Dv,
@@ -371,6 +409,8 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         }
         /* pass 1: base-2 scores */
         score_tile(blk, qt, kb + j0 * G * D, bq, bk, t);
+        if (blk->alibi)
+            alibi_tile(blk, &rl, 1, h, i0, bq, j0, bk, t.s);
         /* pass 2: the mask, only on tiles that straddle an edge */
         if (need_mask)
             mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv);
@@ -383,7 +423,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         if (poll && progress)
             progress(progress_ctx);
     }
-    rows_merge(blk, b, h, i0, bq, qt, o, lse, t);
+    rows_merge(blk, &rl, b, h, i0, bq, qt, o, lse, t);
 }
 
 /* One work item: query rows [i0, i0 + bq) of head h in batch b. With
@@ -461,6 +501,8 @@ static void probs_rows(const ra_block *blk, int64_t b, int64_t h, int64_t hi,
     for (int64_t j0 = 0; j0 < m; j0 += bkv) {
         const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
         score_tile(blk, qt, kb + j0 * G * D, bq, bk, t);
+        if (blk->alibi)
+            alibi_tile(blk, &rl, 0, h, i0, bq, j0, bk, t.s);
         mask_tile(&blk->mask, &rl, i0, bq, j0, bk, t.s, bkv);
         for (int64_t r = 0; r < bq; r++) {
             float *dst = out + ((b * nh + hi) * nr + (i0 - r0 + r)) * M;

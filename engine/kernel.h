@@ -52,6 +52,9 @@ typedef struct {
     /* additive: q and k are the projections W_q q (B, n, H, A) and W_k k
      * (B, m, G, A), D is A, and w_v (A) weighs the tanh terms. */
     const float *w_v;
+    /* ALiBi: slopes (H, natural log) or NULL; query head h's score gets
+     * slope_h * (kpos - qpos - diag) added */
+    const double *alibi;
 } ra_block;
 
 /* Scratch for every thread of a kernel call: one allocation. */
@@ -84,12 +87,15 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
 
 /* The score of the fp64 reference, computed from its definition per pair:
  * dot s * q.k, gaussian -||q - k||^2 / (2 sigma^2), additive
- * w_v . tanh(W_q q + W_k k) with k of dim Dk. */
+ * w_v . tanh(W_q q + W_k k) with k of dim Dk, plus the ALiBi bias when on
+ * (positions from the mask, diag included; no mask: 0, 1, 2... and 0). */
 typedef struct {
     ra_score score;
     double scale, sigma;
     const ra_additive *additive;
     int64_t Dk;
+    int alibi;          /* 1: add alibi_slope * (kpos - qpos - diag) */
+    double alibi_slope; /* of the head being computed */
 } ra_ref_score;
 
 /* ra_reference_rows with any score; k rows have sc->Dk (or D) entries. */
@@ -130,6 +136,21 @@ void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
                        const double *q, int64_t ldq, const double *k,
                        int64_t ldk, const double *v, int64_t ldv, double *o,
                        int64_t ldo, double *lse, double *scores);
+
+/* Whether query i may see key j under mask (batch-local, as in
+ * ra_reference_rows; NULL: always): the reference's one statement of the
+ * rules, pair by pair. */
+int ra_ref_visible(const ra_mask *mask, int64_t i, int64_t j);
+
+/* ALiBi slope of head h of H when the caller gave none (ra_alibi_slopes),
+ * and the slope a run uses: params->alibi_slopes[h] or that one. */
+double ra_alibi_slope(int64_t H, int64_t h);
+double ra_params_alibi_slope(const ra_params *params, int64_t H, int64_t h);
+
+/* The fp64 reference of RoPE on one row x (D) at position pos, from the
+ * definition: pair k rotated by pos * base^(-2k/D). */
+void ra_rope_row_ref(ra_rope rope, double base, double *x, int64_t D,
+                     int64_t pos);
 
 /* The vectorised helpers (exp, max, tanh) are declared in simd.h. */
 

@@ -25,6 +25,10 @@ void ra_params_default(ra_params *params)
     params->layout = RA_LAYOUT_AUTO;
     params->threads = 0;
     params->stall_timeout = RA_STALL_TIMEOUT_DEFAULT;
+    params->rope = RA_ROPE_NONE;
+    params->rope_base = RA_ROPE_BASE_DEFAULT;
+    params->alibi = 0;
+    params->alibi_slopes = NULL;
 }
 
 double ra_params_scale(const ra_params *params, const ra_shape *shape)

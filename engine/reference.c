@@ -8,7 +8,7 @@
 static int64_t pos_at(const int64_t *pos, int64_t i) { return pos ? pos[i] : i; }
 
 /* The visibility rules of ra_mask, one pair at a time, batch-local. */
-static int visible(const ra_mask *mk, int64_t i, int64_t j)
+int ra_ref_visible(const ra_mask *mk, int64_t i, int64_t j)
 {
     if (!mk)
         return 1;
@@ -25,6 +25,14 @@ static int visible(const ra_mask *mk, int64_t i, int64_t j)
     if (mk->q_seg && mk->k_seg && mk->q_seg[i] != mk->k_seg[j])
         return 0;
     return 1;
+}
+
+/* kpos - (qpos + diag): minus the distance that ALiBi penalises. */
+static double alibi_distance(const ra_mask *mk, int64_t i, int64_t j)
+{
+    if (!mk)
+        return (double)(j - i);
+    return (double)(pos_at(mk->kpos, j) - pos_at(mk->qpos, i) - mk->diag);
 }
 
 /* One score from its definition, in fp64. */
@@ -79,8 +87,10 @@ void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
         const double *qi = q + i * ldq;
         double mx = -INFINITY;
         for (int64_t j = 0; j < m; j++) {
-            double s = visible(mask, i, j) ? score_of(sc, D, qi, k + j * ldk)
+            double s = ra_ref_visible(mask, i, j) ? score_of(sc, D, qi, k + j * ldk)
                                            : -INFINITY;
+            if (sc->alibi && s > -INFINITY)
+                s += sc->alibi_slope * alibi_distance(mask, i, j);
             scores[j] = s;
             if (s > mx)
                 mx = s;
@@ -102,5 +112,27 @@ void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
         for (int64_t d = 0; d < Dv; d++)
             oi[d] /= sum;
         lse[i] = mx + log(sum);
+    }
+}
+
+double ra_params_alibi_slope(const ra_params *params, int64_t H, int64_t h)
+{
+    return params->alibi_slopes ? params->alibi_slopes[h]
+                                : ra_alibi_slope(H, h);
+}
+
+void ra_rope_row_ref(ra_rope rope, double base, double *x, int64_t D,
+                     int64_t pos)
+{
+    if (rope == RA_ROPE_NONE)
+        return;
+    for (int64_t k = 0; k < D / 2; k++) {
+        /* the pair's two dims: neighbours, or k and k + D/2 */
+        const int64_t a = rope == RA_ROPE_INTERLEAVED ? 2 * k : k;
+        const int64_t b = rope == RA_ROPE_INTERLEAVED ? 2 * k + 1 : k + D / 2;
+        const double theta = (double)pos / pow(base, (double)(2 * k) / (double)D);
+        const double xa = x[a], xb = x[b];
+        x[a] = xa * cos(theta) - xb * sin(theta);
+        x[b] = xa * sin(theta) + xb * cos(theta);
     }
 }

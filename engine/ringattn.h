@@ -106,6 +106,39 @@ typedef struct {
     const float *w_q, *w_k, *w_v;
 } ra_additive;
 
+/* Rotary position embedding (RoPE) of q and k, by the pairing of the head
+ * dims that a model was trained with; frequency theta_i = base^(-2i/D),
+ * i = 0 .. D/2 - 1, angle pos * theta_i:
+ *   interleaved: pairs (2i, 2i+1) (GPT-J, Meta's original Llama code)
+ *   half:        pairs (i, i + D/2) (GPT-NeoX, Llama in Hugging Face
+ *                transformers: rotate_half)
+ * Each pair (a, b) becomes (a cos - b sin, b cos + a sin). */
+typedef enum {
+    RA_ROPE_NONE = 0,
+    RA_ROPE_INTERLEAVED = 1,
+    RA_ROPE_HALF = 2,
+} ra_rope;
+
+RA_API const char *ra_rope_name(ra_rope rope);
+/* Parses "none", "interleaved" or "half"; RA_ERR_ARG otherwise. */
+RA_API ra_status ra_rope_parse(const char *name, ra_rope *out);
+
+/* The default RoPE base. */
+#define RA_ROPE_BASE_DEFAULT 10000.0
+
+/* Rotates x (B, n, heads, D) in place: token t at position pos[t] + offset
+ * (angles and their sines in fp64, the result rounded to fp32). D must be
+ * even; RA_ROPE_NONE leaves x alone. Pure: no MPI, no allocation. */
+RA_API void ra_rope_apply(ra_rope rope, double base, float *x, int64_t B,
+                          int64_t n, int64_t heads, int64_t D,
+                          const int64_t *pos, int64_t offset);
+
+/* The standard ALiBi slopes of H heads (Press et al.): for H a power of
+ * two, slopes[h-1] = 2^(-8h/H), h = 1..H; otherwise the slopes of the
+ * largest power of two p below H, then every other slope of 2p
+ * (2^(-8(2i+1)/(2p)), i = 0 .. H-p-1), as the reference code does. */
+RA_API void ra_alibi_slopes(int64_t H, double *slopes);
+
 /* Options of one forward pass: one home for the command line and the API. */
 typedef struct {
     int causal;        /* 1: query i sees keys j <= i + (M - N) */
@@ -140,13 +173,27 @@ typedef struct {
                           ring's messages are still in flight: the caller
                           must end the job (MPI_Abort), which also ends the
                           stopped rank. */
+    ra_rope rope;      /* rotary embedding of q and k (RA_ROPE_NONE: off),
+                          applied to copies of each rank's slices before the
+                          ring, at global positions: key j at j, query i at
+                          i + (M - N) (aligned as causal). The dot and
+                          gaussian scores only; D even. In ra_mha_forward it
+                          acts on the projected per-head q and k. */
+    double rope_base;  /* > 0; RA_ROPE_BASE_DEFAULT */
+    int alibi;         /* 1: ALiBi: the score of query head h gets
+                          -slope_h * (i' - j) added, i' = i + (M - N), at
+                          global positions, for every score, layout and
+                          mask (the bias changes no visibility) */
+    const double *alibi_slopes; /* (H) finite slopes, owned by the caller,
+                          or NULL: ra_alibi_slopes(H) */
 } ra_params;
 
 /* The default stall_timeout in seconds. */
 #define RA_STALL_TIMEOUT_DEFAULT 600.0
 
 /* Fills the defaults: non-causal, no window, scale 1/sqrt(D), automatic
- * tiles, automatic layout, one thread, the default stall timeout. */
+ * tiles, automatic layout, one thread, the default stall timeout, no RoPE
+ * (base RA_ROPE_BASE_DEFAULT), no ALiBi. */
 RA_API void ra_params_default(ra_params *params);
 
 /* The scale actually used for a shape: params->scale, or 1/sqrt(D). */
@@ -356,7 +403,10 @@ RA_API const char *ra_error_message(void);
  * attributes: engine_version, schema_version, causal, window (0/1),
  * window_left, window_right, scale, layout, ranks, block_q, block_kv,
  * command_line, seq_q, seq_kv, masks (the mask datasets used, e.g.
- * "q_lens,kv_lens" or "").
+ * "q_lens,kv_lens" or ""), rope ("none", "interleaved", "half"),
+ * rope_base, alibi (0/1), alibi_slopes ("standard", "/alibi_slopes" or
+ * ""). The command line also reads an optional /alibi_slopes (H,) of the
+ * input for --alibi; the API takes slopes in ra_params.alibi_slopes.
  * Every function here is collective over comm. */
 
 /* Reads the shape of an input file, checking ranks and consistency. */

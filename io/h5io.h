@@ -47,6 +47,10 @@ typedef struct {
     char score[16];  /* "dot" when absent */
     double sigma;    /* 1 when absent */
     char masks[128];
+    char rope[16];          /* "none" when absent */
+    double rope_base;       /* RA_ROPE_BASE_DEFAULT when absent */
+    int alibi;              /* 0 when absent */
+    char alibi_slopes[16];  /* "standard", "/alibi_slopes" or "" */
 } h5io_run_attrs;
 
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a);

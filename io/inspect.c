@@ -385,6 +385,25 @@ cleanup:
     return st;
 }
 
+/* RoPE and ALiBi as the run recorded them (defaults: neither). */
+static ra_status posenc_attrs_read(hid_t file, const char *path,
+                                   h5io_run_attrs *a)
+{
+    int present;
+    ra_status st;
+    snprintf(a->rope, sizeof a->rope, "none");
+    a->rope_base = RA_ROPE_BASE_DEFAULT;
+    if ((st = attr_read_string(file, path, "rope", a->rope,
+                               sizeof a->rope)) != RA_OK ||
+        (st = attr_read(file, path, "rope_base", H5T_FLOAT, H5T_NATIVE_DOUBLE,
+                        &a->rope_base, &present)) != RA_OK ||
+        (st = attr_read(file, path, "alibi", H5T_INTEGER, H5T_NATIVE_INT,
+                        &a->alibi, &present)) != RA_OK)
+        return st;
+    return attr_read_string(file, path, "alibi_slopes", a->alibi_slopes,
+                            sizeof a->alibi_slopes);
+}
+
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
 {
     hid_t file = H5I_INVALID_HID;
@@ -422,6 +441,8 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
                         &a->sigma, &present)) != RA_OK)
         goto cleanup;
     st = attr_read_string(file, path, "masks", a->masks, sizeof a->masks);
+    if (st == RA_OK)
+        st = posenc_attrs_read(file, path, a);
 
 cleanup:
     if (file >= 0) H5Fclose(file);

@@ -90,7 +90,13 @@ static ra_status y_write(hid_t file, MPI_Comm comm, void *arg)
                                      ra_layout_name(c->params->layout))) !=
             RA_OK ||
         (st = h5io_attr_write_int(comm, file, c->path, "ranks", nranks)) !=
-            RA_OK)
+            RA_OK ||
+        (st = h5io_attr_write_string(comm, file, c->path, "rope",
+                                     ra_rope_name(c->params->rope))) != RA_OK ||
+        (st = h5io_attr_write_double(comm, file, c->path, "rope_base",
+                                     c->params->rope_base)) != RA_OK ||
+        (st = h5io_attr_write_int(comm, file, c->path, "alibi",
+                                  c->params->alibi ? 1 : 0)) != RA_OK)
         return st;
     return h5io_attr_write_string(comm, file, c->path, "command_line",
                                   c->command_line ? c->command_line : "");

@@ -17,6 +17,25 @@ typedef struct {
     int nranks;
 } outputs_ctx;
 
+
+/* The positional encodings: RoPE's pairing and base, ALiBi on and where
+ * its slopes came from ("standard", "/alibi_slopes" or ""). */
+static ra_status posenc_attrs_write(hid_t file, MPI_Comm comm,
+                                    const char *path, const ra_params *p)
+{
+    ra_status st;
+    if ((st = h5io_attr_write_string(comm, file, path, "rope",
+                                     ra_rope_name(p->rope))) != RA_OK ||
+        (st = h5io_attr_write_double(comm, file, path, "rope_base",
+                                     p->rope_base)) != RA_OK ||
+        (st = h5io_attr_write_int(comm, file, path, "alibi",
+                                  p->alibi ? 1 : 0)) != RA_OK)
+        return st;
+    return h5io_attr_write_string(comm, file, path, "alibi_slopes",
+                                  !p->alibi ? "" : p->alibi_slopes
+                                  ? "/alibi_slopes" : "standard");
+}
+
 /* /attn_map (B, nheads, i1 - i0, M): each rank writes the map rows its
  * slice holds; root attributes attn_map_rows "i0:i1" and attn_map_heads
  * "h0,h1,..." say which query rows and heads they are. */
@@ -99,6 +118,8 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
                                      ra_score_name(p->score))) != RA_OK ||
         (st = h5io_attr_write_double(comm, file, path, "sigma",
                                      p->sigma)) != RA_OK)
+        return st;
+    if ((st = posenc_attrs_write(file, comm, path, p)) != RA_OK)
         return st;
     return m->map ? map_write(file, comm, c) : RA_OK;
 }

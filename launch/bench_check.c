@@ -156,10 +156,13 @@ static void check_one(const bench_opts *o, const ra_shape *s,
 {
     const ra_params *p = &o->p;
     const ra_ref_score score = {p->score, ra_params_scale(p, s), p->sigma,
-                                p->additive, s->D};
+                                p->additive, s->D, p->alibi,
+                                p->alibi ? ra_params_alibi_slope(p, s->H, h)
+                                         : 0.0};
     const int64_t n = qs->count;
     int64_t gi = ra_slice_pos(qs, i);
     regen_row(o, RA_STREAM_Q, s->N, s->H, s->D, b, gi, h, w->tmp, w->qd);
+    ra_rope_row_ref(p->rope, p->rope_base, w->qd, s->D, gi + s->M - s->N);
     const ra_mask mk = {.causal = p->causal, .diag = s->M - s->N,
                         .window = p->window, .left = p->window_left,
                         .right = p->window_right, .qpos = &gi,
@@ -188,6 +191,8 @@ static void check_batch(const bench_opts *o, const ra_shape *s,
         for (int64_t j = 0; j < s->M; j++) {
             regen_row(o, RA_STREAM_K, s->M, s->G, s->D, b, j, g, w->tmp,
                       w->kd + j * s->D);
+            ra_rope_row_ref(o->p.rope, o->p.rope_base, w->kd + j * s->D,
+                            s->D, j);
             regen_row(o, RA_STREAM_V, s->M, s->G, s->Dv, b, j, g, w->tmp,
                       w->vd + j * s->Dv);
         }

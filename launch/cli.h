@@ -149,7 +149,8 @@ typedef struct {
 extern const cli_opt cli_shape_opts[];
 extern const cli_opt cli_seq_opts[];
 /* The forward pass (into ra_params): --causal --window --scale --score
- * --sigma --block-q --block-kv --layout --threads --stall-timeout. */
+ * --sigma --rope --rope-base --alibi --block-q --block-kv --layout
+ * --threads --stall-timeout. */
 extern const cli_opt cli_forward_opts[];
 
 void cli_shape_default(cli_shape *cs);
@@ -195,6 +196,12 @@ typedef struct {
 ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
                           cli_score_inputs *si);
 void cli_score_free(cli_score_inputs *si);
+
+/* The ALiBi slopes of a run with p->alibi: /alibi_slopes (H,) of the input
+ * when present (finite, any float type, read as float32), else none (the library's
+ * standard slopes); p->alibi_slopes then points into *slopes. */
+ra_status cli_alibi_setup(const char *in, const ra_shape *s, ra_params *p,
+                          double **slopes);
 
 /* Rank 0 checks the output path (h5io_output_check with the files the run
  * reads, NULL-terminated), then every rank agrees: call it in the validate

@@ -199,11 +199,13 @@ typedef struct {
     ra_slice qs, ks;
     float *mem, *xq, *xkv, *y; /* x_q (B,n,Eq) | x_kv (B,m,Ekv) | y (B,n,Eout) */
     ra_h5_masks masks;
+    double *slopes; /* /alibi_slopes, or NULL */
     double t_read, t_layer, t_write;
 } mha_state;
 
 static void mha_free(mha_state *r)
 {
+    free(r->slopes);
     free(r->lw.mem);
     free(r->mem);
     ra_h5_masks_free(&r->masks);
@@ -239,6 +241,8 @@ static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
         st = cli_params_check(&o->p, &r->s, NULL);
     if (st == RA_OK)
         st = weights_read(o->in, &r->s, &r->lw);
+    if (st == RA_OK)
+        st = cli_alibi_setup(o->in, &r->s, &o->p, &r->slopes);
     if (st == RA_OK)
         st = h5io_segment_names(o->in, &r->q_seg, &r->kv_seg);
     r->lw.layer.pos_encoding = o->pos;

@@ -110,6 +110,7 @@ static ra_status map_parse(const char *rows, const char *heads,
 typedef struct {
     ra_shape s;
     cli_score_inputs score_in;
+    double *slopes;             /* /alibi_slopes, or NULL */
     map_request mreq;
     ra_attn_map map;
     const char *q_seg, *kv_seg; /* segment datasets, or NULL */
@@ -124,6 +125,8 @@ typedef struct {
 static void run_free(run_state *r)
 {
     cli_score_free(&r->score_in);
+    free(r->slopes);
+    r->slopes = NULL;
     cli_tensors_free(&r->t);
     free(r->map.out);
     r->map.out = NULL;
@@ -144,6 +147,8 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     st = cli_params_check(&o->p, &r->s, NULL);
     if (st == RA_OK)
         st = cli_score_setup(o->in, &r->s, &o->p, &r->score_in);
+    if (st == RA_OK)
+        st = cli_alibi_setup(o->in, &r->s, &o->p, &r->slopes);
     if (st == RA_OK && o->map_rows)
         st = map_parse(o->map_rows, o->map_heads, &r->s, &r->mreq);
     if (st == RA_OK)

@@ -1,7 +1,8 @@
 /* cmd_verify.c: `ringattn verify`: an output file against the fp64
  * reference, on every query row or on a seeded random sample of rows. The
- * checked rows are split over the ranks; each rank reads the whole K and V of
- * the batches its rows belong to (a checking tool: O(M) memory per rank). */
+ * checked rows are split over the ranks; each rank recomputes its share
+ * with blocked fp64 BLAS (verify_fp64.c), reading K and V in blocks, and
+ * scans its share of all rows for NaN. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "compare.h"
 #include "kernel.h"
 #include "tally.h"
+#include "verify.h"
 
 #define RA_STR(x) #x
 #define RA_XSTR(x) RA_STR(x) /* a macro's value as a string */
@@ -25,15 +27,12 @@ typedef struct {
     double nans;
 } tally;
 
-/* What one check needs besides the tensors: the run's rules and masks. */
+/* What one check needs: the recomputation's context and what it owns. */
 typedef struct {
-    const ra_shape *s;
-    h5io_run_attrs run;
-    ra_ref_score score;
+    verify_ctx v;
     cli_score_inputs weights;
+    double *slopes;                    /* /alibi_slopes, or NULL */
     ra_h5_masks masks;                 /* lens (B) or NULL, validated */
-    const int64_t *q_lens, *kv_lens;   /* masks.q_lens, masks.kv_lens */
-    const char *q_seg_name, *kv_seg_name; /* datasets, or NULL */
 } check_ctx;
 
 /* Query rows to check, as flat indices b * N + i, ascending. */
@@ -61,137 +60,9 @@ static int64_t *pick_rows(const ra_shape *s, int64_t want, uint64_t seed,
     return rows;
 }
 
-/* Compares one query row (all heads) of batch b: q (H, D), o (H, Dv),
- * lse (H) against the reference with k (M, G, D), v (M, G, Dv) and the
- * segment ids of the row (q_seg, one) and of every key (k_seg, M). */
-static void check_row(const check_ctx *c, int64_t b, int64_t i,
-                      const double *q, const double *k, const double *v,
-                      const double *o, const double *lse,
-                      const int64_t *q_seg, const int64_t *k_seg, double *ref,
-                      double *scores, tally *t)
-{
-    const ra_shape *s = c->s;
-    const int64_t Dk = ra_shape_dk(s);
-    const ra_mask mk = {.causal = c->run.causal, .diag = s->M - s->N,
-                        .window = c->run.window, .left = c->run.window_left,
-                        .right = c->run.window_right, .qpos = &i,
-                        .q_lens = c->q_lens ? c->q_lens + b : NULL,
-                        .kv_lens = c->kv_lens ? c->kv_lens + b : NULL,
-                        .q_seg = q_seg, .k_seg = k_seg};
-    for (int64_t h = 0; h < s->H; h++) {
-        const int64_t g = h / (s->H / s->G);
-        double lref;
-        ra_reference_scored(&c->score, 1, s->M, s->D, s->Dv, &mk, q + h * s->D,
-                          s->D, k + g * Dk, s->G * Dk, v + g * s->Dv,
-                          s->G * s->Dv, ref, s->Dv, &lref, scores);
-        for (int64_t d = 0; d < s->Dv; d++)
-            ra_tally_o(&t->cmp, o[h * s->Dv + d], ref[d]);
-        ra_tally_lse(&t->cmp, lse[h], lref);
-    }
-}
-
-enum { RUN_MAX = 256 }; /* query rows read per request */
-
-/* The buffers of one rank's check: K and V of one batch, and a run of up
- * to RUN_MAX query rows of q, o, lse and their segment ids. */
-typedef struct {
-    double *k, *v, *q, *o, *lse, *lrow, *ref, *scores;
-    int64_t *k_seg, *q_seg;
-} check_bufs;
-
-static void bufs_free(check_bufs *b)
-{
-    free(b->k);
-    free(b->v);
-    free(b->q);
-    free(b->o);
-    free(b->lse);
-    free(b->lrow);
-    free(b->ref);
-    free(b->scores);
-    free(b->k_seg);
-    free(b->q_seg);
-}
-
-static ra_status bufs_alloc(const check_ctx *c, check_bufs *b)
-{
-    const ra_shape *s = c->s;
-    const size_t d = sizeof(double);
-    b->k = malloc(d * (size_t)(s->M * s->G * ra_shape_dk(s)));
-    b->v = malloc(d * (size_t)(s->M * s->G * s->Dv));
-    b->q = malloc(d * (size_t)(RUN_MAX * s->H * s->D));
-    b->o = malloc(d * (size_t)(RUN_MAX * s->H * s->Dv));
-    b->lse = malloc(d * (size_t)(RUN_MAX * s->H));
-    b->lrow = malloc(d * RUN_MAX);
-    b->ref = malloc(d * (size_t)s->Dv);
-    b->scores = malloc(d * (size_t)s->M);
-    b->k_seg = c->kv_seg_name ? malloc(sizeof(int64_t) * (size_t)s->M) : NULL;
-    b->q_seg = c->q_seg_name ? malloc(sizeof(int64_t) * RUN_MAX) : NULL;
-    if (!b->k || !b->v || !b->q || !b->o || !b->lse || !b->lrow || !b->ref ||
-        !b->scores || (c->kv_seg_name && (!b->k_seg || !b->q_seg)))
-        return ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate K and V of "
-                                          "one batch");
-    return RA_OK;
-}
-
-/* Checks the len consecutive rows i0.. of batch b, reading K and V of the
- * batch unless *loaded_b says they are there. */
-static ra_status check_run(const char *in, const char *out, const check_ctx *c,
-                           int64_t b, int64_t i0, int64_t len,
-                           int64_t *loaded_b, check_bufs *w, tally *t)
-{
-    const ra_shape *s = c->s;
-    ra_status st = RA_OK;
-    int present;
-    if (b != *loaded_b) {
-        if ((st = h5io_read_rows(in, "/k", b, 0, s->M, w->k)) != RA_OK ||
-            (st = h5io_read_rows(in, "/v", b, 0, s->M, w->v)) != RA_OK ||
-            (w->k_seg && (st = h5io_read_segments(in, c->kv_seg_name, b, 0,
-                                                  s->M, w->k_seg, &present))))
-            return st;
-        *loaded_b = b;
-    }
-    if ((st = h5io_read_rows(in, "/q", b, i0, len, w->q)) != RA_OK ||
-        (st = h5io_read_rows(out, "/o", b, i0, len, w->o)) != RA_OK ||
-        (w->q_seg && (st = h5io_read_segments(in, c->q_seg_name, b, i0, len,
-                                              w->q_seg, &present))))
-        return st;
-    for (int64_t h = 0; h < s->H; h++) {
-        if ((st = h5io_read_lse(out, b, h, i0, len, w->lrow)) != RA_OK)
-            return st;
-        for (int64_t r = 0; r < len; r++)
-            w->lse[r * s->H + h] = w->lrow[r];
-    }
-    for (int64_t r = 0; r < len; r++)
-        check_row(c, b, i0 + r, w->q + r * s->H * s->D, w->k, w->v,
-                  w->o + r * s->H * s->Dv, w->lse + r * s->H,
-                  w->q_seg ? w->q_seg + r : NULL, w->k_seg, w->ref, w->scores,
-                  t);
-    return RA_OK;
-}
-
-/* Checks this rank's share rows[0..n) (sorted flat indices), in runs of
- * consecutive rows within one batch. */
-static ra_status check_share(const char *in, const char *out,
-                             const check_ctx *c, const int64_t *rows,
-                             int64_t n, tally *t)
-{
-    const int64_t N = c->s->N;
-    check_bufs w = {0};
-    int64_t loaded_b = -1;
-    ra_status st = bufs_alloc(c, &w);
-    for (int64_t a = 0; a < n && st == RA_OK;) {
-        const int64_t b = rows[a] / N;
-        int64_t len = 1;
-        while (a + len < n && len < RUN_MAX && rows[a + len] == rows[a] + len &&
-               (rows[a] + len) / N == b)
-            len++;
-        st = check_run(in, out, c, b, rows[a] % N, len, &loaded_b, &w, t);
-        a += len;
-    }
-    bufs_free(&w);
-    return st;
-}
+/* Query rows per read of the NaN scan, and the most values of o read at
+ * once. */
+enum { SCAN_ROWS = 4096, SCAN_VALUES = 1 << 22 };
 
 /* Counts the NaN values of /o and /lse in the query rows mine (flat
  * indices b * N + i), every one of them whether checked or not: a NaN fails
@@ -199,14 +70,19 @@ static ra_status check_share(const char *in, const char *out,
 static ra_status nan_scan(const char *out, const ra_shape *s, ra_range mine,
                           tally *t)
 {
-    double *o = malloc(sizeof(double) * (size_t)(RUN_MAX * s->H * s->Dv));
-    double *l = malloc(sizeof(double) * RUN_MAX);
+    /* rows per read: SCAN_ROWS, fewer for wide rows (about 32 MiB of o) */
+    const int64_t width = s->H * s->Dv;
+    const int64_t rows = width * SCAN_ROWS > SCAN_VALUES
+                             ? (SCAN_VALUES / width > 0 ? SCAN_VALUES / width : 1)
+                             : SCAN_ROWS;
+    double *o = malloc(sizeof(double) * (size_t)(rows * width));
+    double *l = malloc(sizeof(double) * (size_t)rows);
     ra_status st = o && l ? RA_OK
                           : ra_error_set(RA_ERR_NOMEM, "verify: out of memory");
     const int64_t end = mine.start + mine.count;
     for (int64_t a = mine.start; a < end && st == RA_OK;) {
         const int64_t b = a / s->N, i0 = a % s->N;
-        int64_t len = s->N - i0 < RUN_MAX ? s->N - i0 : RUN_MAX;
+        int64_t len = s->N - i0 < rows ? s->N - i0 : rows;
         len = end - a < len ? end - a : len;
         st = h5io_read_rows(out, "/o", b, i0, len, o);
         for (int64_t x = 0; st == RA_OK && x < len * s->H * s->Dv; x++)
@@ -261,40 +137,97 @@ static const cli_spec verify_spec = {
     "usage: [mpirun -np P] ringattn verify --in IN.h5 --out OUT.h5 [options]\n"
     "\n"
     "Recomputes attention in fp64 for the query rows of OUT.h5 (all of them\n"
-    "when that costs under 2^32 multiply-adds, else a random sample) with the\n"
-    "causal flag, window, score and scale recorded in OUT.h5 and the mask\n"
-    "datasets of IN.h5 (lens, segments), and compares /o and /lse. The\n"
-    "recorded parameters and the masks are checked as run checks them.\n"
+    "when that costs under 2^32 multiply-adds, else a random sample of 1024\n"
+    "rows) with the causal flag, window, score, scale, RoPE and ALiBi\n"
+    "recorded in OUT.h5 and the mask datasets of IN.h5 (lens, segments), and\n"
+    "compares /o and /lse. Under mpirun each rank checks a share of the rows\n"
+    "(blocked fp64 BLAS over key blocks). The recorded parameters and the\n"
+    "masks are checked as run checks them. Outputs of run --mha (/y) and of\n"
+    "modes it does not know are refused by name.\n"
     "Exit 0 when the relative error ||o - ref|| / ||ref|| and the LSE error\n"
-    "max |lse - ref| / max(1, |ref|) are both below the tolerance and no\n"
-    "value of /o or /lse is NaN (every row is scanned for NaN, sampled or\n"
-    "not), 1 if not.\n",
+    "max |lse - ref| / max(1, |ref|) are both below the tolerance, there is\n"
+    "no bad row and no value of /o or /lse is NaN (every row is scanned for\n"
+    "NaN, sampled or not), 1 if not.\n"
+    "\n"
+    "bad rows: the checked (row, head) pairs whose /lse is -inf, +inf or NaN\n"
+    "where the reference is finite, or not -inf where the reference is -inf\n"
+    "(the row sees no key), plus the entries of /o that are NaN where the\n"
+    "reference is a number. Any bad row fails the check, whatever the errors.\n",
     .groups = {{verify_own, 0}},
 };
+
+/* The output must be run's: /o and /lse. Others are refused by name. */
+static ra_status output_kind(const char *out)
+{
+    static const struct {
+        const char *dset, *what;
+    } known[] = {
+        {"/y", "an output of run --mha (/y); verify checks the attention "
+               "outputs /o and /lse of run, not the layer"},
+        {"/dq", "a backward output (/dq); verify checks forward outputs "
+                "(/o, /lse) only"},
+    };
+    int rank, present;
+    int64_t dims[4];
+    ra_status st = h5io_dataset_dims(out, "/o", &rank, dims, &present);
+    if (st != RA_OK || present)
+        return st;
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
+        if ((st = h5io_dataset_dims(out, known[i].dset, &rank, dims,
+                                    &present)) != RA_OK)
+            return st;
+        if (present)
+            return ra_error_set(RA_ERR_INPUT, "%s: %s", out, known[i].what);
+    }
+    return ra_error_set(RA_ERR_INPUT, "%s: no dataset /o: not an output of "
+                        "ringattn run, which verify checks", out);
+}
+
+/* RoPE and ALiBi as OUT.h5 records them; the slopes from IN.h5 when the
+ * run took them from there. */
+static ra_status run_posenc(const char *in, const char *out, check_ctx *c,
+                            ra_params *p)
+{
+    const h5io_run_attrs *r = &c->v.run;
+    if (ra_rope_parse(r->rope, &p->rope) != RA_OK)
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute rope: unknown "
+                            "pairing '%s'", out, r->rope);
+    p->rope_base = r->rope_base;
+    p->alibi = r->alibi;
+    ra_status st = cli_alibi_setup(in, c->v.s, p, &c->slopes);
+    if (st == RA_OK && p->alibi &&
+        (strcmp(r->alibi_slopes, "/alibi_slopes") == 0) != !!p->alibi_slopes)
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute alibi_slopes: the run "
+                          "used %s slopes, but %s %s /alibi_slopes", out,
+                          r->alibi_slopes, in,
+                          p->alibi_slopes ? "has" : "has no");
+    return st;
+}
 
 /* The run's parameters as OUT.h5 records them, checked as run checks its
  * options, and the score's inputs. */
 static ra_status run_params(const char *in, const char *out, check_ctx *c)
 {
-    ra_params p;
-    ra_params_default(&p);
-    p.causal = c->run.causal;
-    p.window = c->run.window;
-    p.window_left = c->run.window_left;
-    p.window_right = c->run.window_right;
-    p.scale = c->run.scale;
-    p.sigma = c->run.sigma;
-    ra_status st = ra_score_parse(c->run.score, &p.score);
+    ra_params *p = &c->v.p;
+    const h5io_run_attrs *r = &c->v.run;
+    ra_params_default(p);
+    p->causal = r->causal;
+    p->window = r->window;
+    p->window_left = r->window_left;
+    p->window_right = r->window_right;
+    p->scale = r->scale;
+    p->sigma = r->sigma;
+    ra_status st = ra_score_parse(r->score, &p->score);
     if (st != RA_OK)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute score: unknown score "
-                            "'%s'", out, c->run.score);
-    if ((st = cli_params_check(&p, c->s, out)) != RA_OK ||
-        (st = cli_score_setup(in, c->s, &p, &c->weights)) != RA_OK)
+                            "'%s'", out, r->score);
+    if ((st = run_posenc(in, out, c, p)) != RA_OK ||
+        (st = cli_params_check(p, c->v.s, out)) != RA_OK ||
+        (st = cli_score_setup(in, c->v.s, p, &c->weights)) != RA_OK)
         return st;
-    c->score = (ra_ref_score){p.score, p.scale, p.sigma,
-                              p.score == RA_SCORE_ADDITIVE
-                                  ? &c->weights.additive : NULL,
-                              ra_shape_dk(c->s)};
+    c->v.score = (ra_ref_score){.score = p->score, .scale = p->scale,
+                                .sigma = p->sigma, .additive = p->additive,
+                                .Dk = ra_shape_dk(c->v.s)};
     return RA_OK;
 }
 
@@ -304,10 +237,12 @@ static ra_status verify_validate(const cli_ctx *ctx, const verify_opts *o,
                                  ra_shape *s, check_ctx *c)
 {
     int64_t dims_o[4], dims_l[3];
-    ra_status st = ra_h5_read_shape(ctx->comm, o->in, s);
+    ra_status st = ra_agree(ctx->comm, output_kind(o->out));
+    if (st == RA_OK)
+        st = ra_h5_read_shape(ctx->comm, o->in, s);
     if (st != RA_OK)
         return st;
-    if ((st = h5io_read_run_attrs(o->out, &c->run)) == RA_OK &&
+    if ((st = h5io_read_run_attrs(o->out, &c->v.run)) == RA_OK &&
         (st = run_params(o->in, o->out, c)) == RA_OK &&
         (st = h5io_read_out_shape(o->out, dims_o, dims_l)) == RA_OK &&
         (dims_o[0] != s->B || dims_o[1] != s->N || dims_o[2] != s->H ||
@@ -316,20 +251,21 @@ static ra_status verify_validate(const cli_ctx *ctx, const verify_opts *o,
         st = ra_error_set(RA_ERR_INPUT, "%s: /o and /lse do not match the "
                           "shape of %s", o->out, o->in);
     if (st == RA_OK)
-        st = h5io_segment_names(o->in, &c->q_seg_name, &c->kv_seg_name);
+        st = h5io_segment_names(o->in, &c->v.q_seg_name, &c->v.kv_seg_name);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
     st = ra_h5_read_masks(ctx->comm, o->in, s, RA_LAYOUT_CONTIGUOUS,
                           &c->masks);
-    c->q_lens = c->masks.q_lens;
-    c->kv_lens = c->masks.kv_lens;
+    c->v.q_lens = c->masks.q_lens;
+    c->v.kv_lens = c->masks.kv_lens;
     return st;
 }
 
 static int verify_report(const cli_ctx *ctx, const verify_opts *o,
                          const check_ctx *c, int64_t nrows, const tally *t)
 {
-    const ra_shape *s = c->s;
+    const ra_shape *s = c->v.s;
+    const h5io_run_attrs *r = &c->v.run;
     ra_tally g;
     double nans = 0;
     if (ra_tally_allreduce(ctx->comm, &t->cmp, &g) != RA_OK ||
@@ -340,18 +276,36 @@ static int verify_report(const cli_ctx *ctx, const verify_opts *o,
     const int pass = ra_tally_ok(&g, o->tol) && nans == 0;
     if (ctx->rank == 0)
         printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
-               "window %s, masks %s, score %s, scale %.6g: max abs err %.3e, "
-               "rel err %.3e, lse err %.3e, bad rows %.0f, NaN values in "
-               "all rows %.0f, tolerance %.1e: %s\n", o->out,
+               "window %s, masks %s, score %s, scale %.6g, rope %s, alibi %s: "
+               "max abs err %.3e, rel err %.3e, lse err %.3e, bad rows %.0f, "
+               "NaN values in all rows %.0f, tolerance %.1e: %s\n", o->out,
                (long long)nrows, (long long)s->H,
                nrows == s->B * s->N ? "all" : "sampled",
-               c->run.causal ? "yes" : "no", c->run.window ? "yes" : "no",
-               c->run.masks[0] ? c->run.masks : "none", c->run.score,
-               c->run.scale, g.max_abs_o, g.rel_o, g.max_lse,
-               (double)g.bad_inf, nans, o->tol,
+               r->causal ? "yes" : "no", r->window ? "yes" : "no",
+               r->masks[0] ? r->masks : "none", r->score, r->scale, r->rope,
+               r->alibi ? r->alibi_slopes : "no", g.max_abs_o, g.rel_o,
+               g.max_lse, (double)g.bad_inf, nans, o->tol,
                pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
 }
+
+/* This rank's share of the sampled rows, then of all rows for NaN. */
+static ra_status verify_share(const cli_ctx *ctx, const verify_opts *o,
+                              const check_ctx *c, const int64_t *rows,
+                              int64_t nrows, tally *t)
+{
+    const ra_shape *s = c->v.s;
+    const ra_range mine = ra_shard_range(nrows, ctx->rank, ctx->nranks);
+    const int blas = ra_blas_enter(1); /* one rank per core */
+    ra_status st = verify_rows(o->in, o->out, &c->v, rows + mine.start,
+                               mine.count, &t->cmp);
+    ra_blas_leave(blas);
+    if (st == RA_OK)
+        st = nan_scan(o->out, s, ra_shard_range(s->B * s->N, ctx->rank,
+                                                ctx->nranks), t);
+    return ra_agree(ctx->comm, st);
+}
+
 int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
 {
     verify_opts o = {0};
@@ -365,7 +319,7 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
         return cli_fail(ctx, CLI_EXIT_USAGE, "verify: --all and --sample "
                                              "exclude each other");
     ra_shape s;
-    check_ctx c = {.s = &s};
+    check_ctx c = {.v.s = &s};
     int64_t *rows = NULL, nrows = 0;
     tally t = {0};
     ra_status st = verify_validate(ctx, &o, &s, &c);
@@ -377,17 +331,12 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
             st = ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the row "
                                             "list");
     }
-    if ((st = ra_agree(ctx->comm, st)) == RA_OK) {
-        const ra_range mine = ra_shard_range(nrows, ctx->rank, ctx->nranks);
-        st = check_share(o.in, o.out, &c, rows + mine.start, mine.count, &t);
-        if (st == RA_OK)
-            st = nan_scan(o.out, &s, ra_shard_range(s.B * s.N, ctx->rank,
-                                                    ctx->nranks), &t);
-        st = ra_agree(ctx->comm, st);
-    }
+    if ((st = ra_agree(ctx->comm, st)) == RA_OK)
+        st = verify_share(ctx, &o, &c, rows, nrows, &t);
     code = st == RA_OK ? verify_report(ctx, &o, &c, nrows, &t)
                        : cli_fail_status(ctx, st);
     free(rows);
+    free(c.slopes);
     ra_h5_masks_free(&c.masks);
     cli_score_free(&c.weights);
     return code;

@@ -54,6 +54,21 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %g is not "
                             "a finite number > 0", param_name(name, sizeof
                             name, file, "--sigma", "sigma"), p->sigma);
+    if (p->rope != RA_ROPE_NONE && s->D % 2 != 0)
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: the head "
+                            "dim D=%lld must be even", param_name(name, sizeof
+                            name, file, "--rope", "rope"), (long long)s->D);
+    if (p->rope != RA_ROPE_NONE && p->score == RA_SCORE_ADDITIVE)
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: applies to "
+                            "the dot and gaussian scores, not additive",
+                            param_name(name, sizeof name, file, "--rope",
+                                       "rope"));
+    if (p->rope != RA_ROPE_NONE && !(p->rope_base > 0 &&
+                                     isfinite(p->rope_base)))
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %g is not "
+                            "a finite number > 0", param_name(name, sizeof
+                            name, file, "--rope-base", "rope_base"),
+                            p->rope_base);
     return ra_shape_check(s);
 }
 
@@ -178,6 +193,12 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
            (long long)s->H, (long long)s->G, (long long)s->D,
            (long long)s->Dv);
     printf("# %-10s %s\n", "causal", p->causal ? "yes (j <= i + M - N)" : "no");
+    if (p->rope != RA_ROPE_NONE)
+        printf("# %-10s %s pairs, base %g\n", "rope", ra_rope_name(p->rope),
+               p->rope_base);
+    if (p->alibi)
+        printf("# %-10s %s slopes\n", "alibi",
+               p->alibi_slopes ? "/alibi_slopes" : "standard");
     if (p->window)
         printf("# %-10s i' - %lld <= j <= i' + %lld (i' = i + M - N)\n",
                "window", (long long)p->window_left,

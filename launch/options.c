@@ -364,8 +364,9 @@ static int parse_named(const cli_opt *o, const char *val, void *base,
 
 /* parse_named() stores the enums as int. */
 _Static_assert(sizeof(ra_layout) == sizeof(int) &&
-                   sizeof(ra_score) == sizeof(int),
-               "the layout and score enums are stored as int");
+                   sizeof(ra_score) == sizeof(int) &&
+                   sizeof(ra_rope) == sizeof(int),
+               "the layout, score and rope enums are stored as int");
 
 static const char *layout_name(int i) { return ra_layout_name((ra_layout)i); }
 static const char *score_name(int i) { return ra_score_name((ra_score)i); }
@@ -373,6 +374,13 @@ static const char *score_name(int i) { return ra_score_name((ra_score)i); }
 static int parse_layout(const cli_opt *o, const char *val, void *base)
 {
     return parse_named(o, val, base, layout_name, RA_LAYOUT_AUTO + 1);
+}
+
+static const char *rope_name(int i) { return ra_rope_name((ra_rope)i); }
+
+static int parse_rope(const cli_opt *o, const char *val, void *base)
+{
+    return parse_named(o, val, base, rope_name, RA_ROPE_HALF + 1);
 }
 
 static int parse_score(const cli_opt *o, const char *val, void *base)
@@ -407,6 +415,22 @@ const cli_opt cli_forward_opts[] = {
      .offset = CLI_FIELD(ra_params, sigma, double),
      .rlo = 0, .open_lo = 1, .rhi = DBL_MAX,
      .help = "bandwidth of the gaussian score (default 1)"},
+    {.name = "--rope", .kind = CLI_CUSTOM, .meta = "PAIRING",
+     .offset = P_AT(rope), .noun = "rotary pairing", .fn = parse_rope,
+     .help = "rotary position embedding of q and k at global\n"
+     "positions (queries at i + M - N): interleaved pairs\n"
+     "dims (2i, 2i+1) (GPT-J), half pairs (i, i + D/2)\n"
+     "(GPT-NeoX, Hugging Face Llama); none (default)"},
+    {.name = "--rope-base", .kind = CLI_REAL, .meta = "B",
+     .offset = CLI_FIELD(ra_params, rope_base, double),
+     .rlo = 0, .open_lo = 1, .rhi = DBL_MAX,
+     .help = "RoPE base: theta_i = B^(-2i/D) (default 10000)"},
+    {.name = "--alibi", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(ra_params, alibi, int),
+     .help = "ALiBi: add -slope_h * (i' - j) to head h's scores,\n"
+     "i' = i + M - N; slopes from the input's /alibi_slopes\n"
+     "(H,) when present, else the standard geometric ones\n"
+     "(2^(-8h/H), h = 1..H, for H a power of two)"},
     TILE_OPT("--block-q", block_q,
              "query tile rows (default 256; 128 with a window)"),
     TILE_OPT("--block-kv", block_kv,

@@ -222,9 +222,9 @@ CASES = [
      r"run: --in and --out are required"),
     ("verify-no-output", "verify: --out file missing", {},
      ["verify", "--in", "good.h5", "--out", "none.h5"], 2, r"none\.h5: cannot open: No such file"),
-    ("verify-not-output", "verify: --out is an input file (no run attributes)", {},
+    ("verify-not-output", "verify: --out is an input file (no /o)", {},
      ["verify", "--in", "good.h5", "--out", "good.h5"], 2,
-     r"good\.h5: attribute causal: missing \(not a ringattn output file\?\)"),
+     r"good\.h5: no dataset /o: not an output of ringattn run"),
     ("verify-shape", "verify: output of another problem", {"small.h5": lambda p: make(p)},
      ["verify", "--in", "small.h5", "--out", "out_old.h5"], 2,
      r"out_old\.h5: /o and /lse do not match the shape of small\.h5"),
@@ -670,6 +670,14 @@ def layer_file(path, name, index, value):
         f[name][...] = data
 
 
+def gen_mha_run(path):
+    """A layer input at path and its output mo.h5 beside it (run --mha)."""
+    gen_mha(path)
+    subprocess.run([RINGATTN, "run", "--mha", "--in", path, "--out",
+                    os.path.join(os.path.dirname(path), "mo.h5")], env=ENV,
+                   check=True, capture_output=True)
+
+
 CASES_COMPUTE = [
     ("scale-fp32-overflow", "--scale 1e39: every score beyond float32",
      {}, RUN + ["good.h5", "--scale", "1e39"], 2,
@@ -695,6 +703,35 @@ CASES_COMPUTE = [
     ("v-near-max-striped", "an entry of /v is -3e38, striped layout",
      {"bigv2.h5": lambda p: make(p, edit=set_value("v", (1, 5, 0, 2), -3e38))},
      RUN + ["bigv2.h5", "--layout", "striped"], 2, r"values overflow float32"),
+    ("rope-odd-dim", "--rope half with head dim D = 5",
+     {"odd.h5": lambda p: make(p, q=(2, 8, 2, 5), k=(2, 6, 1, 5))},
+     RUN + ["odd.h5", "--rope", "half"], 2,
+     r"--rope: the head dim D=5 must be even"),
+    ("rope-unknown", "--rope neox: not a pairing name", {},
+     RUN + ["good.h5", "--rope", "neox"], 2,
+     r"--rope: unknown rotary pairing 'neox' \(expected none, interleaved or half\)"),
+    ("rope-base-zero", "--rope-base 0", {},
+     RUN + ["good.h5", "--rope", "half", "--rope-base", "0"], 2,
+     r"--rope-base: must be > 0, got 0"),
+    ("rope-additive", "--rope with the additive score", {},
+     RUN + ["good.h5", "--rope", "half", "--score", "additive"], 2,
+     r"--rope: applies to the dot and gaussian scores, not additive"),
+    ("alibi-slopes-shape", "/alibi_slopes with 3 slopes for H = 2",
+     {"sl3.h5": lambda p: make(p, extra={"alibi_slopes": np.ones(3, "f4")})},
+     RUN + ["sl3.h5", "--alibi"], 2,
+     r"sl3\.h5: dataset /alibi_slopes: must hold one slope per query head, shape \(H,\) = \(2,\)"),
+    ("alibi-slopes-nan", "/alibi_slopes holds a NaN",
+     {"slnan.h5": lambda p: make(p, extra={"alibi_slopes": np.array([0.5, np.nan], "f4")})},
+     RUN + ["slnan.h5", "--alibi"], 2,
+     r"slnan\.h5: dataset /alibi_slopes: non-finite value \(nan\)"),
+    ("verify-mha-output", "verify on an output of run --mha",
+     {"mi.h5": gen_mha_run},
+     ["verify", "--in", "mi.h5", "--out", "mo.h5"], 2,
+     r"mo\.h5: an output of run --mha \(/y\); verify checks the attention outputs"),
+    ("verify-backward-output", "verify on an output with /dq (a backward pass)",
+     {"bw.h5": lambda p: make(p, omit="qkv", extra={"dq": np.ones((2, 8, 2, 4), "f4")})},
+     ["verify", "--in", "good.h5", "--out", "bw.h5"], 2,
+     r"bw\.h5: a backward output \(/dq\); verify checks forward outputs"),
 ]
 
 CASES += CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE

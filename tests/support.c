@@ -37,10 +37,11 @@ check_result check_slice(const problem *p, const ra_params *params,
     const test_masks none = {0};
     const test_masks *mk = masks ? masks : &none;
     const int64_t Dk = ra_shape_dk(s), n = qs->count;
-    const ra_ref_score score = {.score = params->score,
+    ra_ref_score score = {.score = params->score,
                                 .scale = ra_params_scale(params, s),
                                 .sigma = params->sigma,
-                                .additive = params->additive, .Dk = Dk};
+                                .additive = params->additive, .Dk = Dk,
+                                .alibi = params->alibi};
     check_result c = {0};
     double *qd = malloc(sizeof(double) * (size_t)(s->D + 1));
     double *kd = malloc(sizeof(double) * (size_t)(s->M * Dk + 1));
@@ -50,9 +51,13 @@ check_result check_slice(const problem *p, const ra_params *params,
     for (int64_t b = 0; b < s->B; b++) {
         for (int64_t h = 0; h < s->H; h++) {
             int64_t g = h / (s->H / s->G);
+            if (params->alibi)
+                score.alibi_slope = ra_params_alibi_slope(params, s->H, h);
             for (int64_t j = 0; j < s->M; j++) {
                 for (int64_t d = 0; d < Dk; d++)
                     kd[j * Dk + d] = p->k[((b * s->M + j) * s->G + g) * Dk + d];
+                ra_rope_row_ref(params->rope, params->rope_base, kd + j * Dk,
+                                s->D, j);
                 for (int64_t d = 0; d < s->Dv; d++)
                     vd[j * s->Dv + d] = p->v[((b * s->M + j) * s->G + g) * s->Dv + d];
             }
@@ -60,6 +65,8 @@ check_result check_slice(const problem *p, const ra_params *params,
                 int64_t gi = ra_slice_pos(qs, i);
                 for (int64_t d = 0; d < s->D; d++)
                     qd[d] = p->q[((b * s->N + gi) * s->H + h) * s->D + d];
+                ra_rope_row_ref(params->rope, params->rope_base, qd, s->D,
+                                gi + s->M - s->N);
                 ra_mask m = {.causal = params->causal, .diag = s->M - s->N,
                              .window = params->window,
                              .left = params->window_left,

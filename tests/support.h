@@ -36,7 +36,7 @@ typedef struct {
 
 /* Checks the local rows of a layout slice: o (B, n, H, Dv) and lse (B, H, n)
  * in slice order, against the reference under params' causal and window
- * rules and the global masks (NULL: none). */
+ * rules, RoPE and ALiBi, and the global masks (NULL: none). */
 check_result check_slice(const problem *p, const ra_params *params,
                          const test_masks *masks, const ra_slice *qs,
                          const float *o, const float *lse);

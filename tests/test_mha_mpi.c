@@ -53,6 +53,8 @@ typedef struct {
     int64_t Eq, Ekv, Eout;
     int self, pos_encoding, causal, lens, biases;
     uint64_t seed;
+    ra_rope rope; /* on the projected per-head q and k */
+    int alibi;
 } layer_case;
 
 static float *randn(uint64_t seed, uint64_t stream, int64_t count, float mul)
@@ -88,6 +90,8 @@ static void run_layer(const layer_case *lc)
     ra_params prm;
     ra_params_default(&prm);
     prm.causal = lc->causal;
+    prm.rope = lc->rope;
+    prm.alibi = lc->alibi;
     prm.block_q = 16;
     prm.block_kv = 24;
 
@@ -116,17 +120,26 @@ static void run_layer(const layer_case *lc)
     linear64(eq, s->B * s->N, lc->Eq, L.w_q, L.b_q, HD, q);
     linear64(ekv, s->B * s->M, lc->Ekv, L.w_k, L.b_k, GD, k);
     linear64(ekv, s->B * s->M, lc->Ekv, L.w_v, L.b_v, GDv, v);
+    for (int64_t t = 0; t < s->B * s->N * s->H; t++) /* token (t / H) % N */
+        ra_rope_row_ref(lc->rope, prm.rope_base, q + t * s->D, s->D,
+                        (t / s->H) % s->N + s->M - s->N);
+    for (int64_t t = 0; t < s->B * s->M * s->G; t++)
+        ra_rope_row_ref(lc->rope, prm.rope_base, k + t * s->D, s->D,
+                        (t / s->G) % s->M);
     for (int64_t b = 0; b < s->B; b++)
         for (int64_t h = 0; h < s->H; h++) {
             const int64_t g = h / (s->H / s->G);
+            const ra_ref_score score = {
+                .score = RA_SCORE_DOT, .scale = 1.0 / sqrt((double)s->D),
+                .alibi = lc->alibi,
+                .alibi_slope = ra_params_alibi_slope(&prm, s->H, h)};
             for (int64_t i = 0; i < s->N; i++) {
                 ra_mask mk = {.causal = lc->causal, .diag = s->M - s->N,
                               .qpos = &i,
                               .q_lens = lc->lens ? q_lens + b : NULL,
                               .kv_lens = lc->lens ? kv_lens + b : NULL};
                 double l;
-                ra_reference_rows(1, s->M, s->D, s->Dv,
-                                  1.0 / sqrt((double)s->D), &mk,
+                ra_reference_scored(&score, 1, s->M, s->D, s->Dv, &mk,
                                   q + (b * s->N + i) * HD + h * s->D, HD,
                                   k + b * s->M * GD + g * s->D, GD,
                                   v + b * s->M * GDv + g * s->Dv, GDv,
@@ -151,13 +164,14 @@ static void run_layer(const layer_case *lc)
     const double rel = sqrt(gerr[0] / gerr[1]);
     if (rank == 0)
         printf("# P=%d %s N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld Eq=%lld "
-               "Ekv=%lld Eout=%lld pos=%d causal=%d lens=%d bias=%d %s: "
-               "rel err %.2e\n",
+               "Ekv=%lld Eout=%lld pos=%d causal=%d lens=%d bias=%d "
+               "rope=%s alibi=%d %s: rel err %.2e\n",
                nranks, lc->self ? "self " : "cross", (long long)s->N,
                (long long)s->M, (long long)s->H, (long long)s->G,
                (long long)s->D, (long long)s->Dv, (long long)lc->Eq,
                (long long)lc->Ekv, (long long)lc->Eout, lc->pos_encoding,
-               lc->causal, lc->lens, lc->biases, ra_layout_name(lay), rel);
+               lc->causal, lc->lens, lc->biases, ra_rope_name(lc->rope),
+               lc->alibi, ra_layout_name(lay), rel);
     assert_true(rel < RA_TOLERANCE);
     free(xq_loc);
     free(xkv_loc);
@@ -195,6 +209,15 @@ static void test_self(void **state)
     run_layer(&lc);             /* padding */
     layer_case one = {{1, 3, 3, 2, 2, 4, 4}, 5, 5, 3, 1, 1, 1, 0, 0, 903};
     run_layer(&one);            /* fewer tokens than ranks at P = 4 */
+    lc.rope = RA_ROPE_HALF;     /* RoPE on the projected heads */
+    lc.causal = 1;
+    lc.seed = 904;
+    run_layer(&lc);
+    lc.rope = RA_ROPE_INTERLEAVED;
+    lc.alibi = 1;
+    lc.lens = 0;
+    lc.seed = 905;
+    run_layer(&lc);
 }
 
 static void test_cross(void **state)
@@ -205,6 +228,10 @@ static void test_cross(void **state)
     lc.causal = 1;
     lc.lens = 0;
     lc.seed = 912;
+    run_layer(&lc);
+    lc.rope = RA_ROPE_HALF;     /* cross: queries at i + M - N */
+    lc.alibi = 1;
+    lc.seed = 913;
     run_layer(&lc);
 }
 

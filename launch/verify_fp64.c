@@ -1,0 +1,300 @@
+/* verify_fp64.c: the blocked fp64 recomputation of sampled query rows (see
+ * verify.h). Per batch: the rows' q (rotated when the run used RoPE), o and
+ * lse are read once; then K and V are read KEY_BLOCK rows at a time, and per
+ * head pass 1 makes the block's scores with dgemm, pass 2 applies the mask
+ * and the ALiBi bias, pass 3 runs the online softmax in fp64, pass 4 adds
+ * P V with dgemm. Memory: O(ROW_CHUNK * (H * (D + Dv) + KEY_BLOCK)). */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "verify.h"
+
+/* Keys per block, and query rows per pass over the keys (a larger share,
+ * e.g. --all, takes several passes): scores of 1024 x 2048 doubles. */
+enum { KEY_BLOCK = 2048, ROW_CHUNK = 1024 };
+
+/* Scratch of one share: its rows' tensors and state, one key block. */
+typedef struct {
+    int64_t nr;           /* rows of the current batch */
+    int64_t *pos, *qseg;  /* (nr) query positions, segment ids or NULL */
+    double *q, *o, *lse;  /* (nr, H, D) (nr, H, Dv) (H, nr) */
+    double *mx, *sum;     /* (H, nr): running max and sum */
+    double *acc;          /* (H, nr, Dv) */
+    double *qa, *ka;      /* additive: W_q q (nr, H, A), W_k k (KB, G, A) */
+    double *lrow;         /* one /lse row (N) */
+    double *k, *v, *sc;   /* (KB, G, Dk) (KB, G, Dv) (nr, KB) */
+    unsigned char *vis;   /* (nr, KB) */
+    int64_t *kpos, *kseg; /* (KB) */
+} vwork;
+
+static void vwork_free(vwork *w)
+{
+    void *p[] = {w->pos, w->qseg, w->q, w->o, w->lse, w->mx, w->sum, w->acc,
+                 w->qa, w->ka, w->lrow, w->k, w->v, w->sc, w->vis, w->kpos,
+                 w->kseg};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+        free(p[i]);
+}
+
+static ra_status vwork_alloc(const verify_ctx *c, int64_t n, vwork *w)
+{
+    const ra_shape *s = c->s;
+    const int64_t Dk = ra_shape_dk(s), H = s->H, G = s->G;
+    const int64_t A = c->p.score == RA_SCORE_ADDITIVE ? c->p.additive->A : 0;
+    const size_t d = sizeof(double), i8 = sizeof(int64_t);
+    w->pos = malloc(i8 * (size_t)n);
+    w->qseg = c->q_seg_name ? malloc(i8 * (size_t)n) : NULL;
+    w->q = malloc(d * (size_t)(n * H * s->D));
+    w->o = malloc(d * (size_t)(n * H * s->Dv));
+    w->lse = malloc(d * (size_t)(n * H));
+    w->mx = malloc(d * (size_t)(n * H));
+    w->sum = malloc(d * (size_t)(n * H));
+    w->acc = malloc(d * (size_t)(n * H * s->Dv));
+    w->qa = A ? malloc(d * (size_t)(n * H * A)) : NULL;
+    w->ka = A ? malloc(d * (size_t)(KEY_BLOCK * G * A)) : NULL;
+    w->lrow = malloc(d * (size_t)s->N);
+    w->k = malloc(d * (size_t)(KEY_BLOCK * G * Dk));
+    w->v = malloc(d * (size_t)(KEY_BLOCK * G * s->Dv));
+    w->sc = malloc(d * (size_t)(n * KEY_BLOCK));
+    w->vis = malloc((size_t)(n * KEY_BLOCK));
+    w->kpos = malloc(i8 * KEY_BLOCK);
+    w->kseg = c->kv_seg_name ? malloc(i8 * KEY_BLOCK) : NULL;
+    if (!w->pos || !w->q || !w->o || !w->lse || !w->mx || !w->sum ||
+        !w->acc || !w->lrow || !w->k || !w->v || !w->sc || !w->vis ||
+        !w->kpos || (c->q_seg_name && (!w->qseg || !w->kseg)) ||
+        (A && (!w->qa || !w->ka)))
+        return ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the "
+                            "buffers of %lld sampled rows", (long long)n);
+    return RA_OK;
+}
+
+/* The rows of batch b: q (rotated), o, their lse, segment ids; the additive
+ * score's query projection; the softmax state reset. */
+static ra_status rows_load(const char *in, const char *out,
+                           const verify_ctx *c, int64_t b, const int64_t *rows,
+                           vwork *w)
+{
+    const ra_shape *s = c->s;
+    const int64_t H = s->H, D = s->D, nr = w->nr;
+    ra_status st = RA_OK;
+    int present;
+    for (int64_t r = 0; r < nr && st == RA_OK; r++) {
+        w->pos[r] = rows[r] % s->N;
+        if ((st = h5io_read_rows(in, "/q", b, w->pos[r], 1,
+                                 w->q + r * H * D)) == RA_OK &&
+            (st = h5io_read_rows(out, "/o", b, w->pos[r], 1,
+                                 w->o + r * H * s->Dv)) == RA_OK &&
+            w->qseg)
+            st = h5io_read_segments(in, c->q_seg_name, b, w->pos[r], 1,
+                                    w->qseg + r, &present);
+        for (int64_t h = 0; h < H; h++)
+            ra_rope_row_ref(c->p.rope, c->p.rope_base, w->q + (r * H + h) * D,
+                            D, w->pos[r] + s->M - s->N);
+    }
+    for (int64_t h = 0; h < H && st == RA_OK; h++) {
+        if ((st = h5io_read_lse(out, b, h, 0, s->N, w->lrow)) == RA_OK)
+            for (int64_t r = 0; r < nr; r++)
+                w->lse[h * nr + r] = w->lrow[w->pos[r]];
+    }
+    if (st == RA_OK && w->qa) {
+        const ra_additive *ad = c->p.additive;
+        for (int64_t x = 0; x < nr * H; x++)
+            for (int64_t a = 0; a < ad->A; a++) {
+                double acc = 0.0;
+                for (int64_t d = 0; d < D; d++)
+                    acc += (double)ad->w_q[a * D + d] * w->q[x * D + d];
+                w->qa[x * ad->A + a] = acc;
+            }
+    }
+    for (int64_t x = 0; x < nr * H; x++) {
+        w->mx[x] = -INFINITY;
+        w->sum[x] = 0.0;
+    }
+    memset(w->acc, 0, sizeof(double) * (size_t)(nr * H * s->Dv));
+    return st;
+}
+
+/* Keys [j0, j0 + kb) of batch b: k (rotated), v, ids, positions, the
+ * additive key projection, and which (row, key) pairs are visible. */
+static ra_status block_load(const char *in, const verify_ctx *c, int64_t b,
+                            int64_t j0, int64_t kb, vwork *w)
+{
+    const ra_shape *s = c->s;
+    const int64_t G = s->G, Dk = ra_shape_dk(s);
+    int present;
+    ra_status st = h5io_read_rows(in, "/k", b, j0, kb, w->k);
+    if (st == RA_OK)
+        st = h5io_read_rows(in, "/v", b, j0, kb, w->v);
+    if (st == RA_OK && w->kseg)
+        st = h5io_read_segments(in, c->kv_seg_name, b, j0, kb, w->kseg,
+                                &present);
+    if (st != RA_OK)
+        return st;
+    for (int64_t j = 0; j < kb; j++) {
+        w->kpos[j] = j0 + j;
+        for (int64_t g = 0; g < G; g++)
+            ra_rope_row_ref(c->p.rope, c->p.rope_base, w->k + (j * G + g) * Dk,
+                            Dk, j0 + j);
+    }
+    if (w->ka) {
+        const ra_additive *ad = c->p.additive;
+        for (int64_t x = 0; x < kb * G; x++)
+            for (int64_t a = 0; a < ad->A; a++) {
+                double acc = 0.0;
+                for (int64_t d = 0; d < Dk; d++)
+                    acc += (double)ad->w_k[a * Dk + d] * w->k[x * Dk + d];
+                w->ka[x * ad->A + a] = acc;
+            }
+    }
+    for (int64_t r = 0; r < w->nr; r++) {
+        const ra_mask mk = {.causal = c->run.causal, .diag = s->M - s->N,
+                            .window = c->run.window,
+                            .left = c->run.window_left,
+                            .right = c->run.window_right, .qpos = w->pos + r,
+                            .kpos = w->kpos,
+                            .q_lens = c->q_lens ? c->q_lens + b : NULL,
+                            .kv_lens = c->kv_lens ? c->kv_lens + b : NULL,
+                            .q_seg = w->qseg ? w->qseg + r : NULL,
+                            .k_seg = w->kseg};
+        for (int64_t j = 0; j < kb; j++)
+            w->vis[r * kb + j] = (unsigned char)ra_ref_visible(&mk, 0, j);
+    }
+    return RA_OK;
+}
+
+/* Pass 1 for head h: the block's scores (nr, kb) into w->sc. */
+static void head_scores(const verify_ctx *c, int64_t h, int64_t kb, vwork *w)
+{
+    const ra_shape *s = c->s;
+    const int64_t H = s->H, G = s->G, D = s->D, nr = w->nr;
+    const int64_t g = h / (H / G), Dk = ra_shape_dk(s);
+    if (c->p.score == RA_SCORE_ADDITIVE) {
+        const ra_additive *ad = c->p.additive;
+        for (int64_t r = 0; r < nr; r++)
+            for (int64_t j = 0; j < kb; j++) {
+                const double *qa = w->qa + (r * H + h) * ad->A;
+                const double *ka = w->ka + (j * G + g) * ad->A;
+                double e = 0.0;
+                for (int64_t a = 0; a < ad->A; a++)
+                    e += (double)ad->w_v[a] * tanh(qa[a] + ka[a]);
+                w->sc[r * kb + j] = e;
+            }
+        return;
+    }
+    const int gauss = c->p.score == RA_SCORE_GAUSSIAN;
+    const double inv2 = gauss ? 1.0 / (c->p.sigma * c->p.sigma) : 0.0;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)kb,
+                (int)D, gauss ? inv2 : c->score.scale, w->q + h * D,
+                (int)(H * D), w->k + g * Dk, (int)(G * Dk), 0.0, w->sc,
+                (int)kb);
+    if (!gauss)
+        return;
+    for (int64_t r = 0; r < nr; r++) { /* -(|q|^2 + |k|^2) / (2 sigma^2) */
+        const double *qr = w->q + (r * H + h) * D;
+        double qq = 0.0;
+        for (int64_t d = 0; d < D; d++)
+            qq += qr[d] * qr[d];
+        for (int64_t j = 0; j < kb; j++) {
+            const double *kr = w->k + (j * G + g) * Dk;
+            double kk = 0.0;
+            for (int64_t d = 0; d < D; d++)
+                kk += kr[d] * kr[d];
+            w->sc[r * kb + j] -= 0.5 * inv2 * (qq + kk);
+        }
+    }
+}
+
+/* Passes 2 to 4 for head h: mask and bias, online softmax, acc += P V. */
+static void head_fold(const verify_ctx *c, int64_t h, int64_t kb, vwork *w)
+{
+    const ra_shape *s = c->s;
+    const int64_t nr = w->nr, Dv = s->Dv, G = s->G, g = h / (s->H / G);
+    const double slope = c->p.alibi ? ra_params_alibi_slope(&c->p, s->H, h)
+                                    : 0.0;
+    for (int64_t r = 0; r < nr; r++) {
+        double *row = w->sc + r * kb, bmax = -INFINITY;
+        const int64_t qd = w->pos[r] + s->M - s->N;
+        for (int64_t j = 0; j < kb; j++) {
+            row[j] = !w->vis[r * kb + j] ? -INFINITY
+                     : row[j] + slope * (double)(w->kpos[j] - qd);
+            bmax = row[j] > bmax ? row[j] : bmax;
+        }
+        double *mx = w->mx + h * nr + r, *sum = w->sum + h * nr + r;
+        double *acc = w->acc + (h * nr + r) * Dv;
+        const double mnew = bmax > *mx ? bmax : *mx;
+        if (mnew == -INFINITY) { /* nothing visible yet */
+            memset(row, 0, sizeof(double) * (size_t)kb);
+            continue;
+        }
+        const double corr = exp(*mx - mnew); /* 0 when mx was -inf */
+        *sum *= corr;
+        for (int64_t d = 0; d < Dv; d++)
+            acc[d] *= corr;
+        *mx = mnew;
+        for (int64_t j = 0; j < kb; j++) {
+            row[j] = exp(row[j] - mnew);
+            *sum += row[j];
+        }
+    }
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)Dv,
+                (int)kb, 1.0, w->sc, (int)kb, w->v + g * Dv, (int)(G * Dv),
+                1.0, w->acc + h * nr * Dv, (int)Dv);
+}
+
+/* The reference rows of the batch against /o and /lse, into t. */
+static void rows_tally(const verify_ctx *c, const vwork *w, ra_tally *t)
+{
+    const int64_t H = c->s->H, Dv = c->s->Dv, nr = w->nr;
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t h = 0; h < H; h++) {
+            const double sum = w->sum[h * nr + r];
+            const double *acc = w->acc + (h * nr + r) * Dv;
+            for (int64_t d = 0; d < Dv; d++)
+                ra_tally_o(t, w->o[(r * H + h) * Dv + d],
+                           sum > 0 ? acc[d] / sum : 0.0);
+            ra_tally_lse(t, w->lse[h * nr + r],
+                         sum > 0 ? w->mx[h * nr + r] + log(sum) : -INFINITY);
+        }
+}
+
+static ra_status batch_check(const char *in, const char *out,
+                             const verify_ctx *c, int64_t b,
+                             const int64_t *rows, vwork *w, ra_tally *t)
+{
+    const ra_shape *s = c->s;
+    ra_status st = rows_load(in, out, c, b, rows, w);
+    for (int64_t j0 = 0; j0 < s->M && st == RA_OK; j0 += KEY_BLOCK) {
+        const int64_t kb = s->M - j0 < KEY_BLOCK ? s->M - j0 : KEY_BLOCK;
+        if ((st = block_load(in, c, b, j0, kb, w)) != RA_OK)
+            break;
+        for (int64_t h = 0; h < s->H; h++) {
+            head_scores(c, h, kb, w);
+            head_fold(c, h, kb, w);
+        }
+    }
+    if (st == RA_OK)
+        rows_tally(c, w, t);
+    return st;
+}
+
+ra_status verify_rows(const char *in, const char *out, const verify_ctx *c,
+                      const int64_t *rows, int64_t n, ra_tally *t)
+{
+    vwork w = {0};
+    ra_status st = n > 0 ? vwork_alloc(c, n < ROW_CHUNK ? n : ROW_CHUNK, &w)
+                         : RA_OK;
+    for (int64_t a = 0; a < n && st == RA_OK;) {
+        const int64_t b = rows[a] / c->s->N;
+        int64_t z = a;
+        while (z < n && z - a < ROW_CHUNK && rows[z] / c->s->N == b)
+            z++;
+        w.nr = z - a;
+        st = batch_check(in, out, c, b, rows + a, &w, t);
+        a = z;
+    }
+    vwork_free(&w);
+    return st;
+}
