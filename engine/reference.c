@@ -104,3 +104,8 @@ void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
         lse[i] = mx + log(sum);
     }
 }
+
+int ra_reference_visible(const ra_mask *mask, int64_t i, int64_t j)
+{
+    return visible(mask, i, j);
+}
