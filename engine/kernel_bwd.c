@@ -339,3 +339,10 @@ void ra_kernel_backward_block(const ra_block *blk, const float *q,
                       tid == 0, progress, progress_ctx);
     }
 }
+
+double ra_backward_flops(const ra_shape *shape, const ra_params *params,
+                         const ra_masks *masks)
+{
+    /* five products per visible tile (S, dV, dP, dQ, dK) against two */
+    return 2.5 * ra_forward_flops(shape, params, masks);
+}
