@@ -86,10 +86,16 @@ ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
 
 /* ---- the backward pass (run --backward; io/backward.c) ---- */
 
+/* The attributes of the forward output fwd against this run's problem
+ * (lengths, mask rules, score, scale or sigma): RA_ERR_INPUT naming the
+ * file and what differs. A file of another problem would give gradients of
+ * nothing in particular. Not collective. */
+ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
+                         const ra_params *p);
+
 /* Collective: this rank's slices (p->layout, resolved) of /do (B, N, H, Dv)
  * from in and, when fwd is not NULL, of /o (B, N, H, Dv) and /lse (B, H, N)
- * from the forward output fwd, whose attributes must describe the same
- * problem (lengths, mask rules, score, scale). Non-finite values are
+ * from the forward output fwd (see h5io_fwd_check). Non-finite values are
  * refused (lse may be -inf). The same verdict on every rank. */
 ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
                              const ra_shape *s, const ra_params *p,
