@@ -708,7 +708,7 @@ CASES_COMPUTE = [
     # its non-causal forward output
     ("backward-missing-do", "run --backward on an input without /do",
      {}, RUN_B + ["good.h5", "--recompute"], 2,
-     r"good\.h5: dataset /do: not found"),
+     r"good\.h5: dataset /do: not found \(expected \(B, N, H, Dv\)\)"),
     ("backward-do-shape", "run --backward with /do of (2, 40, 4, 7)",
      {"bdo.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 7))))},
      RUN_B + ["bdo.h5", "--recompute"], 2,
