@@ -91,6 +91,16 @@ def check(name, grads, ref):
     return ok
 
 
+def verify(grads, extra, want):
+    cmd = ["mpirun", "-np", NP, "--oversubscribe", RINGATTN, "verify",
+           "--backward", "--in", "in.h5", "--out", grads] + extra
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
+    ok = r.returncode == want
+    print(f"{'PASS' if ok else 'FAIL'} verify --backward {' '.join(extra)} "
+          f"exits {r.returncode} (want {want}): {r.stdout.strip()[-120:]}")
+    return ok
+
+
 def main():
     work = tempfile.mkdtemp(prefix="ra_e2e_bwd_")
     try:
@@ -112,6 +122,12 @@ def cases():
     run(["run", "--backward", "--in", "in.h5", "--fwd", "fwd.h5", "--out",
          "g_fwd.h5", "--causal"])
     ok &= check("causal lens, --fwd", "g_fwd.h5", reference("in.h5", 1, None))
+    ok &= verify("g_fwd.h5", ["--all"], 0)
+    ok &= verify("g_fwd.h5", ["--sample", "17"], 0)
+    # the same gradients checked as a non-causal run's must fail
+    with h5py.File("g_fwd.h5", "r+") as f:
+        f.attrs["causal"] = 0
+    ok &= verify("g_fwd.h5", ["--all"], 1)
     run(["run", "--backward", "--in", "in.h5", "--recompute", "--out",
          "g_win.h5", "--window", "30,7", "--layout", "contiguous"])
     ok &= check("window 30,7, --recompute", "g_win.h5",
