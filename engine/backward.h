@@ -53,7 +53,8 @@ void ra_kernel_backward_block(const ra_block *blk, const float *q,
  * ldq, k (m, D) stride ldk, v (m, Dv) stride ldv, dout (nq, Dv) stride
  * lddo; dq (nq, D) stride lddq is overwritten; dk (m, D) stride lddk and
  * dv (m, Dv) stride lddv are added to (so that the heads of a GQA group
- * sum into one kv head). Dot and Gaussian scores. */
+ * sum into one kv head). Every score; the additive one also gives the
+ * gradients of its three weight tensors. */
 /* Whether row i may see key j under a batch-local mask: the forward
  * reference's own rule (reference.c), shared so both references agree. */
 int ra_reference_visible(const ra_mask *mask, int64_t i, int64_t j);
@@ -63,6 +64,10 @@ typedef struct {
     int64_t ldq, ldk, ldv, lddo;
     double *dq, *dk, *dv;
     int64_t lddq, lddk, lddv;
+    /* additive score only: the weights' gradients w_q (A, D), w_k (A, Dk),
+     * w_v (A), added to (NULL: not wanted); k and dk rows then have Dk
+     * entries */
+    double *dw_q, *dw_k, *dw_v;
 } ra_ref_grads;
 
 void ra_reference_backward(const ra_ref_score *sc, int64_t nq, int64_t m,

@@ -5,11 +5,59 @@
 
 #include "backward.h"
 
+/* The additive score's hidden unit a of one pair: w_q[a] . q + w_k[a] . k. */
+static double additive_hidden(const ra_ref_score *sc, int64_t a, int64_t D,
+                              int64_t Dk, const double *q, const double *k)
+{
+    const ra_additive *ad = sc->additive;
+    double h = 0.0;
+    for (int64_t d = 0; d < D; d++)
+        h += (double)ad->w_q[a * D + d] * q[d];
+    for (int64_t d = 0; d < Dk; d++)
+        h += (double)ad->w_k[a * Dk + d] * k[d];
+    return h;
+}
+
+/* ds times the additive score's derivatives, added to the pair's dq and
+ * dk rows and to the weights' gradients: with t = tanh(h_a) and
+ * u = w_v[a] (1 - t^2), d/dq = sum_a u w_q[a], d/dk = sum_a u w_k[a],
+ * d/dw_v[a] = t, d/dw_q[a] = u q, d/dw_k[a] = u k. */
+static void additive_grads(const ra_ref_score *sc, int64_t D, double ds,
+                           const double *q, const double *k, double *dq,
+                           double *dk, const ra_ref_grads *g)
+{
+    const ra_additive *ad = sc->additive;
+    const int64_t Dk = sc->Dk > 0 ? sc->Dk : D;
+    for (int64_t a = 0; a < ad->A; a++) {
+        const double t = tanh(additive_hidden(sc, a, D, Dk, q, k));
+        const double u = ds * ad->w_v[a] * (1.0 - t * t);
+        for (int64_t d = 0; d < D; d++) {
+            dq[d] += u * ad->w_q[a * D + d];
+            if (g->dw_q)
+                g->dw_q[a * D + d] += u * q[d];
+        }
+        for (int64_t d = 0; d < Dk; d++) {
+            dk[d] += u * ad->w_k[a * Dk + d];
+            if (g->dw_k)
+                g->dw_k[a * Dk + d] += u * k[d];
+        }
+        if (g->dw_v)
+            g->dw_v[a] += ds * t;
+    }
+}
+
 /* The natural score of one pair, as the forward reference defines it. */
 static double pair_score(const ra_ref_score *sc, int64_t D, const double *q,
                          const double *k)
 {
     double s = 0.0;
+    if (sc->score == RA_SCORE_ADDITIVE) {
+        const ra_additive *ad = sc->additive;
+        const int64_t Dk = sc->Dk > 0 ? sc->Dk : D;
+        for (int64_t a = 0; a < ad->A; a++)
+            s += (double)ad->w_v[a] * tanh(additive_hidden(sc, a, D, Dk, q, k));
+        return s;
+    }
     if (sc->score == RA_SCORE_GAUSSIAN) {
         for (int64_t d = 0; d < D; d++)
             s += (q[d] - k[d]) * (q[d] - k[d]);
@@ -75,6 +123,10 @@ void ra_reference_backward(const ra_ref_score *sc, int64_t nq, int64_t m,
             }
             const double ds = p[j] * (dp - drow);
             double *dkj = g->dk + j * g->lddk;
+            if (sc->score == RA_SCORE_ADDITIVE) {
+                additive_grads(sc, D, ds, qi, kj, dqi, dkj, g);
+                continue;
+            }
             for (int64_t d = 0; d < D; d++) {
                 /* d score / dq and d score / dk of the pair */
                 const double sq = gauss ? c * (kj[d] - qi[d]) : c * kj[d];
