@@ -140,17 +140,6 @@ static ra_status check_map(const ra_shape *s, const ra_attn_map *map)
     return RA_OK;
 }
 
-/* The arguments of one call, as the caller passed them. */
-typedef struct {
-    const ra_shape *shape;
-    const ra_params *params;
-    const ra_masks *masks;
-    const float *q, *k, *v;
-    float *o, *lse;
-    ra_attn_map *map; /* the map to write, when want_map */
-    int want_map;
-} ring_args;
-
 /* Sizes, layout and plan of the call on this rank (no allocation). */
 static ra_status ring_size(ring_state *rs, const ring_args *a)
 {
@@ -480,3 +469,26 @@ ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
 {
     return ra_forward_ex(comm, shape, params, NULL, q, k, v, o, lse, NULL);
 }
+
+ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
+                    ring_state *rs)
+{
+    if (st == RA_OK)
+        st = check_params(a->shape, a->params, a->masks);
+    if (MPI_Comm_dup(user_comm, &rs->comm) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "ring: MPI_Comm_dup failed");
+    st = ra_agree(rs->comm, st);
+    if (st == RA_OK) {
+        st = ring_size(rs, a);
+        if (st == RA_OK)
+            st = ring_alloc(rs, a);
+        st = ra_agree(rs->comm, st);
+    }
+    if (st == RA_OK)
+        st = ring_check_range(rs, a);
+    if (st == RA_OK)
+        ring_block_init(rs, a);
+    return st;
+}
+
+ra_status ring_close(ring_state *rs) { return ring_free(rs); }

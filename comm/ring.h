@@ -48,6 +48,27 @@ typedef struct {
     ra_timing *tm;
 } ring_state;
 
+/* The arguments of one call, as the caller passed them. */
+typedef struct {
+    const ra_shape *shape;
+    const ra_params *params;
+    const ra_masks *masks;
+    const float *q, *k, *v;
+    float *o, *lse;
+    ra_attn_map *map; /* the map to write, when want_map */
+    int want_map;
+} ring_args;
+
+/* The set-up of a call for another pass than the forward's (ring_bwd.c):
+ * checks the arguments, agrees over the ranks on st (the caller's own
+ * local verdict) and on those checks, sizes and allocates the ring, checks
+ * the inputs' range and describes the problem to the kernel. rs must start
+ * as {.comm = MPI_COMM_NULL, .tm = a timing}; every rank returns the same
+ * status, and ring_close() ends the call in every case. */
+ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
+                    ring_state *rs);
+ra_status ring_close(ring_state *rs);
+
 /* What a pass does with the block held at one step: kb holds blk.m key
  * rows (B, m, row_k floats), vb their values (B, m, G, Dv). */
 typedef void (*ring_visit)(ring_state *rs, const float *kb, const float *vb,

@@ -311,6 +311,37 @@ RA_API ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
                         const float *q, const float *k, const float *v,
                         float *o, float *lse, ra_timing *timing);
 
+/* Gradients of ra_forward_ex() through the ring, collective over comm.
+ *
+ * Each rank passes the same slices as to ra_forward_ex() (same shape,
+ * params, masks and layout) plus the forward's results for them and the
+ * gradient of the loss with respect to o:
+ *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv)    (read only)
+ *   o (B, n, H, Dv), lse (B, H, n), dout (B, n, H, Dv)   (read only)
+ *   dq (B, n, H, D), dk (B, m, G, D), dv (B, m, G, Dv)   (written)
+ * Every rank computes Drow = rowsum(dout * o) once; each K/V block then
+ * travels the ring as in the forward (hops skipped with a window) and
+ * every tile recomputes P = exp(S - lse) from the final LSE, so no
+ * rescaling is needed. dq stays on its rank; the block's dk, dv
+ * accumulators (fp32, already summed over each GQA group) travel one step
+ * behind their K/V and come home after the last step. A row with
+ * lse = -inf (it sees no key) contributes exact zeros. Dot and Gaussian
+ * scores (RA_ERR_ARG for the additive one). Memory inside: two K/V ring
+ * buffers, two travelling dk/dv accumulators and one step's scratch, each
+ * of the largest block's size, and per-thread tiles. Errors are agreed as
+ * for ra_forward_ex; timing may be NULL. */
+RA_API ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
+                             const ra_params *params, const ra_masks *masks,
+                             const float *q, const float *k, const float *v,
+                             const float *o, const float *lse,
+                             const float *dout, float *dq, float *dk,
+                             float *dv, ra_timing *timing);
+
+/* Useful backward FLOPs: 2.5 times ra_forward_flops() (five products per
+ * visible tile against the forward's two). */
+RA_API double ra_backward_flops(const ra_shape *shape, const ra_params *params,
+                                const ra_masks *masks);
+
 /* Attention maps without the full matrix: the exact softmax weights of the
  * query rows [i0, i1) over all M keys, for the chosen query heads, from the
  * final LSE. Each rank fills the rows it holds: ra_attn_map_rows() gives

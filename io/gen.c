@@ -21,9 +21,25 @@ typedef struct {
     int rank, nranks;
     float *buf;    /* room for this rank's largest slab of q, k or v */
     int64_t *ids;  /* room for B lens, or this rank's (B, n) or (B, m) ids */
+    int dout;      /* also /do (B, N, H, Dv), stream RA_STREAM_DO */
 } gen_ctx;
 
-/* Writes /q, /k and /v. Element (b, i, h, d) of tensor t has the flat index
+/* Writes /do (B, N, H, Dv), the output gradient of a backward pass. */
+static ra_status dout_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
+{
+    const ra_shape *s = c->shape;
+    const ra_range rows = ra_shard_range(s->N, c->rank, c->nranks);
+    const ra_slice slice = h5io_slice_range(rows);
+    const hsize_t dims[4] = {(hsize_t)s->B, (hsize_t)s->N, (hsize_t)s->H,
+                             (hsize_t)s->Dv};
+    ra_random_slab(c->seed, RA_STREAM_DO, s->B, s->N, s->H * s->Dv, rows,
+                   c->buf);
+    return h5io_dset_write(comm, file, c->path, "/do",
+                           c->f64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE,
+                           H5T_NATIVE_FLOAT, 4, dims, 1, &slice, c->buf);
+}
+
+/* Writes /q, /k and /v (and /do when asked). Element (b, i, h, d) of tensor t has the flat index
  * ((b * len + i) * heads + h) * dim + d in stream t. */
 static ra_status tensors_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
 {
@@ -48,7 +64,7 @@ static ra_status tensors_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
                                   c->buf)) != RA_OK)
             return st;
     }
-    return RA_OK;
+    return c->dout ? dout_write(file, comm, c) : RA_OK;
 }
 
 /* Writes /q_lens and /kv_lens (B,) int64; rank 0 writes them whole. */
@@ -132,7 +148,16 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
                          const ra_shape *shape, int f64, uint64_t seed,
                          int lens, int64_t segment_avg)
 {
-    gen_ctx c = {path, shape, f64, seed, lens, segment_avg, 0, 0, NULL, NULL};
+    return h5io_gen_backward(comm, path, force, shape, f64, seed, lens,
+                             segment_avg, 0);
+}
+
+ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
+                            const ra_shape *shape, int f64, uint64_t seed,
+                            int lens, int64_t segment_avg, int dout)
+{
+    gen_ctx c = {path, shape, f64, seed, lens, segment_avg, 0, 0, NULL, NULL,
+                 dout};
     int64_t n, m, nfloat, nids;
     h5io_quiet quiet;
     ra_status st;
@@ -155,8 +180,10 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
     const int64_t fq[4] = {shape->B, n, shape->H, shape->D};
     const int64_t fk[4] = {shape->B, m, shape->G, shape->D};
     const int64_t fv[4] = {shape->B, m, shape->G, shape->Dv};
+    const int64_t fdo[4] = {shape->B, n, shape->H, shape->Dv};
     nfloat = max3(ra_count_checked(4, fq), ra_count_checked(4, fk),
                   ra_count_checked(4, fv));
+    nfloat = dout ? max3(nfloat, ra_count_checked(4, fdo), 0) : nfloat;
     nids = max3(shape->B, ra_mul_checked(shape->B, n),
                 ra_mul_checked(shape->B, m));
     c.buf = malloc((size_t)(nfloat ? nfloat : 1) * sizeof *c.buf);

@@ -25,6 +25,12 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
                          const ra_shape *shape, int f64, uint64_t seed,
                          int lens, int64_t segment_avg);
 
+/* h5io_gen_masks() that also writes /do (B, N, H, Dv) when dout is set:
+ * the output gradient of a backward pass, stream RA_STREAM_DO. */
+ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
+                            const ra_shape *shape, int f64, uint64_t seed,
+                            int lens, int64_t segment_avg, int dout);
+
 /* Reads dset[b, row0 : row0 + nrows, :, :] of a rank-4 float dataset (e.g.
  * "/o" or "/q") into out, converted to double; out holds nrows * dims[2] *
  * dims[3] values, row-major. RA_ERR_ARG when the rows lie outside. */
@@ -81,6 +87,41 @@ ra_status h5io_read_int_attr(const char *path, const char *name,
 /* The rank and dims of dataset name; *present = 0 when it is absent. */
 ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
                             int64_t dims[4], int *present);
+
+/* ---- the backward pass (run --backward; io/backward.c) ---- */
+
+/* The attributes of the forward output fwd against this run's problem
+ * (lengths, mask rules, score, scale or sigma): RA_ERR_INPUT naming the
+ * file and what differs. A file of another problem would give gradients of
+ * nothing in particular. Not collective. */
+ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
+                         const ra_params *p);
+
+/* Collective: this rank's slices (p->layout, resolved) of /do (B, N, H, Dv)
+ * from in and, when fwd is not NULL, of /o (B, N, H, Dv) and /lse (B, H, N)
+ * from the forward output fwd (see h5io_fwd_check). Non-finite values are
+ * refused (lse may be -inf). The same verdict on every rank. */
+ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
+                             const ra_shape *s, const ra_params *p,
+                             float *dout, float *o, float *lse);
+
+/* What a gradient file records besides the tensors. */
+typedef struct {
+    const ra_params *params;  /* layout resolved */
+    const char *forward;      /* where o and lse came from: a file or
+                                 "recomputed" */
+    const char *masks;        /* mask datasets used, comma separated */
+    const char *command_line;
+} h5io_grads_meta;
+
+/* Collective and atomic like ra_h5_write_outputs: /dq (B, N, H, D),
+ * /dk (B, M, G, D), /dv (B, M, G, Dv) float32 from each rank's layout
+ * slices, and root attributes pass = "backward", forward, causal, window,
+ * window_left, window_right, scale, score, sigma, layout, ranks, seq_q,
+ * seq_kv, masks, command_line, engine_version, schema_version. */
+ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
+                           const ra_shape *shape, const h5io_grads_meta *meta,
+                           const float *dq, const float *dk, const float *dv);
 
 /* ---- the attention layer (run --mha, gen --mha) ---- */
 

@@ -146,7 +146,8 @@ static const char *const *dset_axes(const char *name, int rank)
     if (rank == 4 && strcmp(name, "/q") == 0) return q;
     if (rank == 4 && strcmp(name, "/k") == 0) return k;
     if (rank == 4 && strcmp(name, "/v") == 0) return v;
-    if (rank == 4 && strcmp(name, "/o") == 0) return o;
+    if (rank == 4 && (strcmp(name, "/o") == 0 || strcmp(name, "/do") == 0))
+        return o;
     if (rank == 3 && strcmp(name, "/lse") == 0) return lse;
     if (rank == 2 && (strcmp(name, "/q_segments") == 0 ||
                       strcmp(name, "/segments") == 0)) return bn;

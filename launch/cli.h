@@ -242,5 +242,8 @@ int cmd_info(const cli_ctx *ctx, int argc, char **argv);
 int cmd_bench(const cli_ctx *ctx, int argc, char **argv);
 int cmd_plot(const cli_ctx *ctx, int argc, char **argv);
 int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv);
+int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv);
+int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv);
+int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv);
 
 #endif /* RA_CLI_H */

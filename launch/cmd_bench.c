@@ -479,6 +479,9 @@ static ra_status bench_report(const cli_ctx *ctx, const bench_opts *o,
 
 int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++) /* the backward pass has its own driver */
+        if (strcmp(argv[i], "--backward") == 0)
+            return cmd_bench_backward(ctx, argc, argv);
     bench_opts o = {0};
     int help = 0, nrows = 0, pass = 0;
     cli_shape_default(&o.cs);

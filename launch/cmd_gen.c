@@ -9,7 +9,7 @@
 typedef struct {
     cli_shape cs;
     const char *out;
-    int force, f64, lens, lens_kind, mha;
+    int force, f64, lens, lens_kind, mha, backward;
     int64_t embed, seed, segment_avg;
 } gen_opts;
 
@@ -49,6 +49,10 @@ static const cli_opt gen_own[] = {
     {.name = "--force", .kind = CLI_FLAG,
      .offset = CLI_FIELD(gen_opts, force, int),
      .help = "replace an existing file"},
+    {.name = "--backward", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(gen_opts, backward, int),
+     .help = "also write a random output gradient /do (B,N,H,Dv)\n"
+     "for run --backward"},
     {0},
 };
 
@@ -102,8 +106,9 @@ static ra_status gen_write(const cli_ctx *ctx, const gen_opts *o)
     if (o->mha)
         return h5io_gen_mha(ctx->comm, o->out, o->force, s, o->embed,
                             o->cs.seq_kv_set, (uint64_t)o->seed);
-    return h5io_gen_masks(ctx->comm, o->out, o->force, s, o->f64,
-                          (uint64_t)o->seed, o->lens, o->segment_avg);
+    return h5io_gen_backward(ctx->comm, o->out, o->force, s, o->f64,
+                             (uint64_t)o->seed, o->lens, o->segment_avg,
+                             o->backward);
 }
 
 int cmd_gen(const cli_ctx *ctx, int argc, char **argv)

@@ -283,6 +283,8 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     for (int i = 1; i < argc; i++) /* the layer has its own options */
         if (strcmp(argv[i], "--mha") == 0)
             return cmd_run_mha(ctx, argc, argv);
+        else if (strcmp(argv[i], "--backward") == 0)
+            return cmd_run_backward(ctx, argc, argv);
     run_opts o = {0};
     ra_params_default(&o.p);
     int code = cli_parse_or_exit(ctx, &run_spec, &o, argc, argv);

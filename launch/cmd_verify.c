@@ -308,6 +308,9 @@ static ra_status verify_share(const cli_ctx *ctx, const verify_opts *o,
 
 int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++) /* gradient files have their own check */
+        if (strcmp(argv[i], "--backward") == 0)
+            return cmd_verify_backward(ctx, argc, argv);
     verify_opts o = {0};
     int code = cli_parse_or_exit(ctx, &verify_spec, &o, argc, argv);
     if (code >= 0)

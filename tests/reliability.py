@@ -103,6 +103,7 @@ def huge(f):
 # Builders run in the work directory; "good.h5" (from `ringattn gen`) and
 # "out_old.h5" (an earlier output) always exist.
 RUN = ["run", "--out", "out.h5", "--in"]
+RUN_B = ["run", "--backward", "--out", "out.h5", "--in"]
 CASES = [
     ("missing-input", "input file does not exist", {}, RUN + ["nope.h5"], 2,
      r"nope\.h5: cannot open: No such file or directory"),
@@ -732,6 +733,26 @@ CASES_COMPUTE = [
      {"bw.h5": lambda p: make(p, omit="qkv", extra={"dq": np.ones((2, 8, 2, 4), "f4")})},
      ["verify", "--in", "good.h5", "--out", "bw.h5"], 2,
      r"bw\.h5: a backward output \(/dq\); verify checks forward outputs"),
+    # run --backward: good.h5 is B=2 N=40 M=24 H=4 G=2 D=Dv=8, out_old.h5
+    # its non-causal forward output
+    ("backward-missing-do", "run --backward on an input without /do",
+     {}, RUN_B + ["good.h5", "--recompute"], 2,
+     r"good\.h5: dataset /do: not found \(expected \(B, N, H, Dv\)\)"),
+    ("backward-do-shape", "run --backward with /do of (2, 40, 4, 7)",
+     {"bdo.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 7))))},
+     RUN_B + ["bdo.h5", "--recompute"], 2,
+     r"bdo\.h5: dataset /do: shape \(2, 40, 4, 7\) differs from the expected \(2, 40, 4, 8\)"),
+    ("backward-do-nan", "run --backward with a NaN in /do",
+     {"ndo.h5": copy_with("good.h5", add_datasets(do=np.where(np.arange(2 * 40 * 4 * 8).reshape(2, 40, 4, 8) == 1000, np.nan, 1.0).astype("f4")))},
+     RUN_B + ["ndo.h5", "--recompute"], 2,
+     r"ndo\.h5: dataset /do holds NaN values"),
+    ("backward-fwd-other", "run --backward --causal --fwd of a non-causal forward output",
+     {"gdo.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 8))))},
+     RUN_B + ["gdo.h5", "--fwd", "out_old.h5", "--causal"], 2,
+     r"out_old\.h5: a forward output of another problem: its causal mask"),
+    ("backward-no-source", "run --backward without --fwd or --recompute",
+     {}, RUN_B + ["good.h5"], 2,
+     r"give exactly one of --fwd FILE and --recompute"),
 ]
 
 CASES += CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE

@@ -1,0 +1,348 @@
+/* kernel_bwd.c: the tiled fp32 backward kernel (backward.h).
+ *
+ * A work item is one (batch, kv head): it owns the dk, dv rows of that kv
+ * head and the dq rows of the query heads of its group, so OpenMP threads
+ * never share an output element. Per item the key tiles are the outer loop
+ * (their dk, dv tile stays in cache) and (head, query tile) the inner one.
+ * For each visible tile: pass 1 recomputes the base-2 scores with sgemm,
+ * pass 2 masks the tile if it straddles an edge, pass 3 turns them into
+ * P = 2^(S - LSE log2 e) (the global LSE: no rescaling), then four more
+ * products: dV += P^T dO, dP = dO V^T, dS = P * (dP - Drow) in place,
+ * dQ += c dS K, dK += c dS^T Q (c the natural score's coefficient). */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+#include "backward.h"
+#include "band.h"
+
+#define LN2 0.693147180559945309
+
+struct ra_bwd_workspace {
+    int threads;
+    int64_t block_q, block_kv;
+    size_t per_thread; /* floats per thread, a multiple of 16 */
+    float *mem;
+};
+
+/* Scratch of one thread: P and dP tiles (block_q x block_kv), the rows'
+ * base-2 LSE, and for the Gaussian score the tile's row and column sums of
+ * dS and its keys' base-2 norm term. */
+typedef struct {
+    float *p, *dp, *lse2, *rsum, *csum, *kterm;
+} bwd_scratch;
+
+static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
+
+ra_bwd_workspace *ra_bwd_workspace_create(int threads, int64_t block_q,
+                                          int64_t block_kv)
+{
+    if (threads < 1 || block_q < 1 || block_kv < 1)
+        return NULL;
+    ra_bwd_workspace *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return NULL;
+    ws->threads = threads;
+    ws->block_q = block_q;
+    ws->block_kv = block_kv;
+    ws->per_thread = 2 * round16((size_t)(block_q * block_kv)) +
+                     2 * round16((size_t)block_q) + 2 * round16((size_t)block_kv);
+    const size_t bytes = (size_t)threads * ws->per_thread * sizeof(float);
+    if (posix_memalign((void **)&ws->mem, 64, bytes) != 0) {
+        free(ws);
+        return NULL;
+    }
+    return ws;
+}
+
+void ra_bwd_workspace_free(ra_bwd_workspace *ws)
+{
+    if (!ws)
+        return;
+    free(ws->mem);
+    free(ws);
+}
+
+static bwd_scratch scratch_of(const ra_bwd_workspace *ws, int tid)
+{
+    const size_t tile = round16((size_t)(ws->block_q * ws->block_kv));
+    bwd_scratch t;
+    t.p = ws->mem + (size_t)tid * ws->per_thread;
+    t.dp = t.p + tile;
+    t.lse2 = t.dp + tile;
+    t.rsum = t.lse2 + round16((size_t)ws->block_q);
+    t.csum = t.rsum + round16((size_t)ws->block_q);
+    t.kterm = t.csum + round16((size_t)ws->block_kv);
+    return t;
+}
+
+void ra_backward_drow(int64_t B, int64_t n, int64_t H, int64_t Dv,
+                      const float *dout, const float *o, float *drow)
+{
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t h = 0; h < H; h++) {
+                const int64_t at = ((b * n + i) * H + h) * Dv;
+                double s = 0.0;
+                for (int64_t d = 0; d < Dv; d++)
+                    s += (double)dout[at + d] * o[at + d];
+                drow[(b * H + h) * n + i] = (float)s;
+            }
+}
+
+/* The mask rules of one batch, resolved once per work item. */
+typedef struct {
+    int64_t lo, hi, q_len, kv_len;
+    const int64_t *q_seg, *k_seg; /* this batch's ids, or NULL */
+} bwd_rules;
+
+static bwd_rules rules_of(const ra_block *blk, int64_t b)
+{
+    const ra_mask *mk = &blk->mask;
+    const ra_band band = ra_band_make(mk->causal, mk->window, mk->left,
+                                      mk->right, mk->diag);
+    const int segs = mk->q_seg && mk->k_seg;
+    return (bwd_rules){band.lo, band.hi,
+                       mk->q_lens ? mk->q_lens[b] : RA_UNBOUNDED,
+                       mk->kv_lens ? mk->kv_lens[b] : RA_UNBOUNDED,
+                       segs ? mk->q_seg + b * blk->n : NULL,
+                       segs ? mk->k_seg + b * blk->m : NULL};
+}
+
+static void minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx)
+{
+    *mn = INT64_MAX;
+    *mx = INT64_MIN;
+    for (int64_t i = 0; i < len; i++) {
+        *mn = x[i] < *mn ? x[i] : *mn;
+        *mx = x[i] > *mx ? x[i] : *mx;
+    }
+}
+
+/* How a tile of queries [i0, i0 + bq) and keys [j0, j0 + bk) meets the
+ * mask: 0 nothing visible, 1 partly (mask it), 2 wholly visible. Positions
+ * increase along both, so the corners decide the band. */
+static int tile_class(const ra_block *blk, const bwd_rules *rl, int64_t i0,
+                      int64_t bq, int64_t j0, int64_t bk)
+{
+    const int64_t *qp = blk->mask.qpos, *kp = blk->mask.kpos;
+    const int64_t qmin = qp[i0], qmax = qp[i0 + bq - 1];
+    const int64_t kmin = kp[j0], kmax = kp[j0 + bk - 1];
+    if (qmin >= rl->q_len || kmin >= rl->kv_len || kmax < qmin + rl->lo ||
+        kmin > qmax + rl->hi)
+        return 0;
+    int partial = qmax >= rl->q_len || kmax >= rl->kv_len ||
+                  kmin < qmax + rl->lo || kmax > qmin + rl->hi;
+    if (rl->q_seg) {
+        int64_t qs0, qs1, ks0, ks1;
+        minmax(rl->q_seg + i0, bq, &qs0, &qs1);
+        minmax(rl->k_seg + j0, bk, &ks0, &ks1);
+        if (qs1 < ks0 || ks1 < qs0)
+            return 0;
+        partial |= !(qs0 == qs1 && ks0 == ks1 && qs0 == ks0);
+    }
+    return partial ? 1 : 2;
+}
+
+/* Pass 2: s = -inf where query i0 + r may not see key j0 + c. */
+static void mask_tile(const ra_block *blk, const bwd_rules *rl, int64_t i0,
+                      int64_t bq, int64_t j0, int64_t bk, float *s)
+{
+    const int64_t *qp = blk->mask.qpos, *kp = blk->mask.kpos;
+    const int64_t lds = blk->block_kv;
+    for (int64_t r = 0; r < bq; r++) {
+        const int64_t p = qp[i0 + r];
+        for (int64_t c = 0; c < bk; c++) {
+            const int64_t kq = kp[j0 + c];
+            int see = p < rl->q_len && kq < rl->kv_len && kq >= p + rl->lo &&
+                      kq <= p + rl->hi;
+            if (see && rl->q_seg)
+                see = rl->q_seg[i0 + r] == rl->k_seg[j0 + c];
+            if (!see)
+                s[r * lds + c] = -INFINITY;
+        }
+    }
+}
+
+/* Where one tile's operands live: row pointers and leading dims of the
+ * (B, len, heads, dim) layouts. */
+typedef struct {
+    const float *q, *k, *v, *dout, *lse, *drow;
+    float *dq, *dk, *dv;
+    int64_t i0, bq, j0, bk;
+} bwd_tile;
+
+/* Passes 1-3: P = 2^(S - LSE log2 e) of one tile in t.p (row stride
+ * block_kv), exact zeros where hidden and in rows that see no key. */
+static void probs_tile(const ra_block *blk, const bwd_rules *rl, int cls,
+                       const bwd_tile *x, bwd_scratch t)
+{
+    const int64_t D = blk->D, lds = blk->block_kv, H = blk->H, G = blk->G;
+    const int gauss = blk->score == RA_SCORE_GAUSSIAN;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)x->bq,
+                (int)x->bk, (int)D, blk->alpha, x->q, (int)(H * D), x->k,
+                (int)(G * D), 0.0f, t.p, (int)lds);
+    if (cls == 1)
+        mask_tile(blk, rl, x->i0, x->bq, x->j0, x->bk, t.p);
+    for (int64_t r = 0; r < x->bq; r++) {
+        float *row = t.p + r * lds;
+        const float l = x->lse[r];
+        if (l == -INFINITY) { /* sees no key: P = 0, never -inf - -inf */
+            memset(row, 0, (size_t)x->bk * sizeof *row);
+            continue;
+        }
+        double shift = l;
+        if (gauss) {
+            const float *qr = x->q + r * H * D;
+            double qq = 0.0;
+            for (int64_t d = 0; d < D; d++)
+                qq += (double)qr[d] * qr[d];
+            shift += qq * blk->half_inv_sigma2;
+            for (int64_t c = 0; c < x->bk; c++)
+                row[c] -= t.kterm[c];
+        }
+        (void)ra_exp2_shift_sum(row, x->bk, (float)(shift * M_LOG2E));
+    }
+}
+
+/* The Gaussian score's norm terms of the gradients: with dS row sums rs
+ * and column sums cs, dq_i -= c rs_i q_i and dk_j -= c cs_j k_j. */
+static void gauss_terms(const ra_block *blk, const bwd_tile *x, float c,
+                        bwd_scratch t)
+{
+    const int64_t D = blk->D, lds = blk->block_kv, H = blk->H, G = blk->G;
+    for (int64_t c0 = 0; c0 < x->bk; c0++)
+        t.csum[c0] = 0.0f;
+    for (int64_t r = 0; r < x->bq; r++) {
+        const float *ds = t.dp + r * lds;
+        float rs = 0.0f;
+        for (int64_t c0 = 0; c0 < x->bk; c0++) {
+            rs += ds[c0];
+            t.csum[c0] += ds[c0];
+        }
+        for (int64_t d = 0; d < D; d++)
+            x->dq[r * H * D + d] -= c * rs * x->q[r * H * D + d];
+    }
+    for (int64_t c0 = 0; c0 < x->bk; c0++)
+        for (int64_t d = 0; d < D; d++)
+            x->dk[c0 * G * D + d] -= c * t.csum[c0] * x->k[c0 * G * D + d];
+}
+
+/* One visible tile: P, then dV += P^T dO, dP = dO V^T, dS = P * (dP -
+ * Drow), dQ += c dS K, dK += c dS^T Q. */
+static void grads_tile(const ra_block *blk, const bwd_rules *rl, int cls,
+                       const bwd_tile *x, bwd_scratch t)
+{
+    const int64_t D = blk->D, Dv = blk->Dv, lds = blk->block_kv;
+    const int ldq = (int)(blk->H * D), ldk = (int)(blk->G * D);
+    const int ldo = (int)(blk->H * Dv), ldv = (int)(blk->G * Dv);
+    const int bq = (int)x->bq, bk = (int)x->bk;
+    const float c = (float)(blk->alpha * LN2); /* the natural coefficient */
+    probs_tile(blk, rl, cls, x, t);
+    /* pass 4: dV += P^T dO */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, (int)Dv, bq,
+                1.0f, t.p, (int)lds, x->dout, ldo, 1.0f, x->dv, ldv);
+    /* pass 5: dP = dO V^T, then dS = P * (dP - Drow) in its place */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, (int)Dv,
+                1.0f, x->dout, ldo, x->v, ldv, 0.0f, t.dp, (int)lds);
+    for (int64_t r = 0; r < x->bq; r++) {
+        const float *pr = t.p + r * lds, dr = x->drow[r];
+        float *dsr = t.dp + r * lds;
+        for (int64_t c0 = 0; c0 < x->bk; c0++)
+            dsr[c0] = pr[c0] * (dsr[c0] - dr);
+    }
+    /* pass 6: dQ += c dS K;  pass 7: dK += c dS^T Q */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, (int)D, bk, c,
+                t.dp, (int)lds, x->k, ldk, 1.0f, x->dq, ldq);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, (int)D, bq, c,
+                t.dp, (int)lds, x->q, ldq, 1.0f, x->dk, ldk);
+    if (blk->score == RA_SCORE_GAUSSIAN)
+        gauss_terms(blk, x, c, t);
+}
+
+/* The Gaussian keys' term log2(e) |k|^2 / (2 sigma^2) of one key tile. */
+static void key_terms(const ra_block *blk, const float *kt, int64_t bk,
+                      bwd_scratch t)
+{
+    const int64_t D = blk->D, ldk = blk->G * D;
+    const double coef = M_LOG2E * blk->half_inv_sigma2;
+    for (int64_t c = 0; c < bk; c++) {
+        double kk = 0.0;
+        for (int64_t d = 0; d < D; d++)
+            kk += (double)kt[c * ldk + d] * kt[c * ldk + d];
+        t.kterm[c] = (float)(coef * kk);
+    }
+}
+
+/* Operands of the tile (b, h, i0, bq) x (g, j0, bk). */
+static bwd_tile tile_at(const ra_block *blk, const bwd_tile *base, int64_t b,
+                        int64_t h, int64_t g, int64_t i0, int64_t bq,
+                        int64_t j0, int64_t bk)
+{
+    const int64_t n = blk->n, m = blk->m, H = blk->H, G = blk->G;
+    const int64_t D = blk->D, Dv = blk->Dv;
+    const int64_t qi = (b * n + i0) * H + h, kj = (b * m + j0) * G + g;
+    const int64_t li = (b * H + h) * n + i0;
+    return (bwd_tile){base->q + qi * D, base->k + kj * D, base->v + kj * Dv,
+                      base->dout + qi * Dv, base->lse + li, base->drow + li,
+                      base->dq + qi * D, base->dk + kj * D, base->dv + kj * Dv,
+                      i0, bq, j0, bk};
+}
+
+/* One work item: every tile of kv head g in batch b. */
+static void item_backward(const ra_block *blk, const bwd_tile *base,
+                          int64_t b, int64_t g, bwd_scratch t, int poll,
+                          ra_progress_fn progress, void *progress_ctx)
+{
+    const int64_t n = blk->n, m = blk->m, bqm = blk->block_q;
+    const int64_t bkv = blk->block_kv, per = blk->H / blk->G;
+    const bwd_rules rl = rules_of(blk, b);
+    for (int64_t j0 = 0; j0 < m; j0 += bkv) {
+        const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
+        int keys_ready = 0;
+        for (int64_t h = g * per; h < (g + 1) * per; h++)
+            for (int64_t i0 = 0; i0 < n; i0 += bqm) {
+                const int64_t bq = n - i0 < bqm ? n - i0 : bqm;
+                const int cls = tile_class(blk, &rl, i0, bq, j0, bk);
+                if (cls == 0)
+                    continue;
+                const bwd_tile x = tile_at(blk, base, b, h, g, i0, bq, j0, bk);
+                if (!keys_ready && blk->score == RA_SCORE_GAUSSIAN)
+                    key_terms(blk, x.k, bk, t);
+                keys_ready = 1;
+                grads_tile(blk, &rl, cls, &x, t);
+                if (poll && progress)
+                    progress(progress_ctx);
+            }
+    }
+}
+
+void ra_kernel_backward_block(const ra_block *blk, const float *q,
+                              const float *k, const float *v,
+                              const float *dout, const float *lse,
+                              const float *drow, float *dq, float *dk,
+                              float *dv, ra_bwd_workspace *ws,
+                              ra_progress_fn progress, void *progress_ctx)
+{
+    if (blk->n == 0 || blk->m == 0)
+        return;
+    const bwd_tile base = {q, k, v, dout, lse, drow, dq, dk, dv, 0, 0, 0, 0};
+    const int64_t items = blk->B * blk->G;
+
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ws->threads)
+    for (int64_t it = 0; it < items; it++) {
+        const int tid = omp_get_thread_num();
+        item_backward(blk, &base, it / blk->G, it % blk->G, scratch_of(ws, tid),
+                      tid == 0, progress, progress_ctx);
+    }
+}
+
+double ra_backward_flops(const ra_shape *shape, const ra_params *params,
+                         const ra_masks *masks)
+{
+    /* five products per visible tile (S, dV, dP, dQ, dK) against two */
+    return 2.5 * ra_forward_flops(shape, params, masks);
+}

@@ -1,0 +1,238 @@
+/* backward.c (io): the files of a backward pass. /do (B, N, H, Dv) is read
+ * beside the inputs; /o and /lse from a forward output, whose attributes
+ * must describe the same problem; /dq (B, N, H, D), /dk (B, M, G, D) and
+ * /dv (B, M, G, Dv) are written as float32 into a file committed atomically,
+ * each rank writing the tokens of its layout slices. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "agree.h"
+#include "h5io.h"
+#include "h5util.h"
+#include "internal.h"
+
+/* Reads this rank's slice (on axis) of the float dataset name, which must
+ * have exactly the dims want[rank]; collective. */
+static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
+                           const char *name, int rank, const int64_t *want,
+                           int axis, const ra_slice *slice, float *buf)
+{
+    hid_t dset = H5I_INVALID_HID;
+    hsize_t dims[4], w[4];
+    char found[96], expect[96];
+    ra_status st = h5io_dset_open(file, path, name, H5T_FLOAT, rank, dims,
+                                  &dset);
+    for (int i = 0; st == RA_OK && i < rank; i++) {
+        w[i] = (hsize_t)want[i];
+        if (dims[i] != w[i]) {
+            for (int j = 0; j < rank; j++)
+                w[j] = (hsize_t)want[j];
+            h5io_dims_format(dims, rank, found, sizeof found);
+            h5io_dims_format(w, rank, expect, sizeof expect);
+            st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: shape %s differs "
+                              "from the expected %s", path, name, found,
+                              expect);
+        }
+    }
+    if (st == RA_OK)
+        st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, rank,
+                            dims, axis, slice, buf);
+    if (dset >= 0)
+        H5Dclose(dset);
+    return st;
+}
+
+/* Reads dataset name's slab from path with MPI-IO; collective. */
+static ra_status file_slab(MPI_Comm comm, const char *path, const char *name,
+                           int rank, const int64_t *want, int axis,
+                           const ra_slice *slice, float *buf)
+{
+    hid_t fapl = h5io_fapl_mpio(comm), dxpl = h5io_dxpl_collective();
+    hid_t file = H5I_INVALID_HID;
+    ra_status st = RA_OK;
+    if (fapl < 0 || dxpl < 0)
+        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",
+                          path);
+    if (st == RA_OK && (st = h5io_file_open(path, fapl, &file)) == RA_OK)
+        st = slab_read(file, dxpl, path, name, rank, want, axis, slice, buf);
+    if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
+        st = ra_error_set(RA_ERR_IO, "%s: closing the file failed", path);
+    if (dxpl >= 0)
+        H5Pclose(dxpl);
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    return st;
+}
+
+ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
+                         const ra_params *p)
+{
+    h5io_run_attrs a;
+    ra_status st = h5io_read_run_attrs(fwd, &a);
+    if (st != RA_OK)
+        return st;
+    const double scale = ra_params_scale(p, s);
+    const char *what = NULL;
+    if (a.seq_q != s->N || a.seq_kv != s->M)
+        what = "sequence lengths (attributes seq_q, seq_kv)";
+    else if (a.causal != p->causal)
+        what = "causal mask (attribute causal)";
+    else if (a.window != (p->window ? 1 : 0) ||
+             (p->window && (a.window_left != p->window_left ||
+                            a.window_right != p->window_right)))
+        what = "window (attributes window, window_left, window_right)";
+    else if (strcmp(a.score, ra_score_name(p->score)) != 0)
+        what = "score (attribute score)";
+    else if (p->score == RA_SCORE_DOT &&
+             !(fabs(a.scale - scale) <= 1e-6 * fabs(scale)))
+        what = "scale (attribute scale)";
+    else if (p->score == RA_SCORE_GAUSSIAN &&
+             !(fabs(a.sigma - p->sigma) <= 1e-6 * p->sigma))
+        what = "Gaussian bandwidth (attribute sigma)";
+    if (what)
+        return ra_error_set(RA_ERR_INPUT, "%s: a forward output of another "
+                            "problem: its %s do not match this run's", fwd,
+                            what);
+    return RA_OK;
+}
+
+/* The first NaN or infinity of a local (B, n, H, Dv) tensor; lse may hold
+ * -inf (rows that see nothing) but never NaN or +inf. */
+static ra_status finite_check(const char *path, const char *name,
+                              const float *x, int64_t count, int lse)
+{
+    for (int64_t i = 0; i < count; i++)
+        if (lse ? (isnan(x[i]) || x[i] == INFINITY) : !isfinite(x[i]))
+            return ra_error_set(RA_ERR_INPUT, "%s: dataset %s holds %s "
+                                "values (%s at local entry %lld of this "
+                                "rank)", path, name,
+                                isnan(x[i]) ? "NaN" : "infinite",
+                                isnan(x[i]) ? "nan" : "inf", (long long)i);
+    return RA_OK;
+}
+
+ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
+                             const ra_shape *s, const ra_params *p,
+                             float *dout, float *o, float *lse)
+{
+    int rank, nranks;
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", in);
+    const ra_slice qs = ra_layout_slice(p->layout, s->N, rank, nranks);
+    const int64_t odims[4] = {s->B, s->N, s->H, s->Dv};
+    const int64_t ldims[3] = {s->B, s->H, s->N};
+    const int64_t n_o = s->B * qs.count * s->H * s->Dv;
+    h5io_quiet quiet;
+    h5io_quiet_begin(&quiet);
+    ra_status st = ra_agree(comm, file_slab(comm, in, "/do", 4, odims, 1, &qs,
+                                            dout));
+    if (st == RA_OK)
+        st = ra_agree(comm, finite_check(in, "/do", dout, n_o, 0));
+    if (st == RA_OK && fwd) {
+        st = ra_agree(comm, file_slab(comm, fwd, "/o", 4, odims, 1, &qs, o));
+        if (st == RA_OK)
+            st = ra_agree(comm, file_slab(comm, fwd, "/lse", 3, ldims, 2, &qs,
+                                          lse));
+        if (st == RA_OK)
+            st = ra_agree(comm, finite_check(fwd, "/o", o, n_o, 0));
+        if (st == RA_OK)
+            st = ra_agree(comm, finite_check(fwd, "/lse", lse,
+                                             s->B * s->H * qs.count, 1));
+    }
+    h5io_quiet_end(&quiet);
+    return st;
+}
+
+typedef struct {
+    const char *path;
+    const ra_shape *shape;
+    const h5io_grads_meta *meta;
+    const float *dq, *dk, *dv;
+    ra_slice qs, ks;
+    int nranks;
+} grads_ctx;
+
+static ra_status grads_attrs(hid_t file, MPI_Comm comm, const grads_ctx *c)
+{
+    const ra_params *p = c->meta->params;
+    const ra_shape *s = c->shape;
+    const char *path = c->path;
+    ra_status st;
+    if ((st = h5io_attr_write_string(comm, file, path, "engine_version",
+                                     RA_VERSION_STRING)) != RA_OK ||
+        (st = h5io_attr_write_int(comm, file, path, "schema_version",
+                                  RA_SCHEMA_VERSION)) != RA_OK ||
+        (st = h5io_attr_write_string(comm, file, path, "pass",
+                                     "backward")) != RA_OK ||
+        (st = h5io_attr_write_string(comm, file, path, "forward",
+                                     c->meta->forward)) != RA_OK ||
+        (st = h5io_attr_write_int(comm, file, path, "causal",
+                                  p->causal)) != RA_OK ||
+        (st = h5io_attr_write_int(comm, file, path, "window",
+                                  p->window ? 1 : 0)) != RA_OK ||
+        (st = h5io_attr_write_int64(comm, file, path, "window_left",
+                                    p->window_left)) != RA_OK ||
+        (st = h5io_attr_write_int64(comm, file, path, "window_right",
+                                    p->window_right)) != RA_OK ||
+        (st = h5io_attr_write_double(comm, file, path, "scale",
+                                     ra_params_scale(p, s))) != RA_OK ||
+        (st = h5io_attr_write_string(comm, file, path, "score",
+                                     ra_score_name(p->score))) != RA_OK ||
+        (st = h5io_attr_write_double(comm, file, path, "sigma",
+                                     p->sigma)) != RA_OK ||
+        (st = h5io_attr_write_string(comm, file, path, "layout",
+                                     ra_layout_name(p->layout))) != RA_OK ||
+        (st = h5io_attr_write_int(comm, file, path, "ranks",
+                                  c->nranks)) != RA_OK ||
+        (st = h5io_attr_write_int64(comm, file, path, "seq_q", s->N)) != RA_OK ||
+        (st = h5io_attr_write_int64(comm, file, path, "seq_kv", s->M)) != RA_OK ||
+        (st = h5io_attr_write_string(comm, file, path, "masks",
+                                     c->meta->masks)) != RA_OK)
+        return st;
+    return h5io_attr_write_string(comm, file, path, "command_line",
+                                  c->meta->command_line);
+}
+
+static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)
+{
+    const grads_ctx *c = arg;
+    const ra_shape *s = c->shape;
+    const hsize_t qd[4] = {(hsize_t)s->B, (hsize_t)s->N, (hsize_t)s->H,
+                           (hsize_t)s->D};
+    const hsize_t kd[4] = {(hsize_t)s->B, (hsize_t)s->M, (hsize_t)s->G,
+                           (hsize_t)s->D};
+    const hsize_t vd[4] = {(hsize_t)s->B, (hsize_t)s->M, (hsize_t)s->G,
+                           (hsize_t)s->Dv};
+    ra_status st;
+    if ((st = h5io_dset_write(comm, file, c->path, "/dq", H5T_IEEE_F32LE,
+                              H5T_NATIVE_FLOAT, 4, qd, 1, &c->qs,
+                              c->dq)) != RA_OK ||
+        (st = h5io_dset_write(comm, file, c->path, "/dk", H5T_IEEE_F32LE,
+                              H5T_NATIVE_FLOAT, 4, kd, 1, &c->ks,
+                              c->dk)) != RA_OK ||
+        (st = h5io_dset_write(comm, file, c->path, "/dv", H5T_IEEE_F32LE,
+                              H5T_NATIVE_FLOAT, 4, vd, 1, &c->ks,
+                              c->dv)) != RA_OK)
+        return st;
+    return grads_attrs(file, comm, c);
+}
+
+ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
+                           const ra_shape *shape, const h5io_grads_meta *meta,
+                           const float *dq, const float *dk, const float *dv)
+{
+    grads_ctx c = {path, shape, meta, dq, dk, dv, {0}, {0}, 0};
+    int rank;
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
+    c.qs = ra_layout_slice(meta->params->layout, shape->N, rank, c.nranks);
+    c.ks = ra_layout_slice(meta->params->layout, shape->M, rank, c.nranks);
+    h5io_quiet quiet;
+    h5io_quiet_begin(&quiet);
+    const ra_status st = h5io_commit(comm, path, force, grads_write, &c);
+    h5io_quiet_end(&quiet);
+    return st;
+}

@@ -1,0 +1,126 @@
+/* support_bwd.c: see support_bwd.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support_bwd.h"
+
+/* The columns of one (b, head) of a (B, len, heads, dim) tensor as a
+ * (len, dim) double array. */
+static void head_gather(const float *x, int64_t b, int64_t len, int64_t heads,
+                        int64_t h, int64_t dim, double *out)
+{
+    for (int64_t i = 0; i < len; i++)
+        for (int64_t d = 0; d < dim; d++)
+            out[i * dim + d] = x[((b * len + i) * heads + h) * dim + d];
+}
+
+/* Adds a (len, dim) double array into one (b, head) of a (B, len, heads,
+ * dim) double tensor. */
+static void head_scatter_add(const double *x, int64_t b, int64_t len,
+                             int64_t heads, int64_t h, int64_t dim,
+                             double *out)
+{
+    for (int64_t i = 0; i < len; i++)
+        for (int64_t d = 0; d < dim; d++)
+            out[((b * len + i) * heads + h) * dim + d] += x[i * dim + d];
+}
+
+/* One (b, h): the forward state and the gradients, dk and dv summed into
+ * the group's kv head. w holds the scratch arrays, in order q, k, v, do, o,
+ * lse, dq, dk, dv, scores. */
+static void ref_head(bwd_ref *r, const problem *p, const ra_params *prm,
+                     const test_masks *mk, const float *dout, int64_t b,
+                     int64_t h, double **w)
+{
+    const ra_shape *s = &p->s;
+    const int64_t N = s->N, M = s->M, D = s->D, Dv = s->Dv;
+    const int64_t g = h / (s->H / s->G);
+    const ra_ref_score sc = {.score = prm->score,
+                             .scale = ra_params_scale(prm, s),
+                             .sigma = prm->sigma};
+    const ra_mask m = {.causal = prm->causal, .diag = M - N,
+                       .window = prm->window, .left = prm->window_left,
+                       .right = prm->window_right,
+                       .q_lens = mk->q_lens ? mk->q_lens + b : NULL,
+                       .kv_lens = mk->kv_lens ? mk->kv_lens + b : NULL,
+                       .q_seg = mk->q_seg ? mk->q_seg + b * N : NULL,
+                       .k_seg = mk->kv_seg ? mk->kv_seg + b * M : NULL};
+    head_gather(p->q, b, N, s->H, h, D, w[0]);
+    head_gather(p->k, b, M, s->G, g, D, w[1]);
+    head_gather(p->v, b, M, s->G, g, Dv, w[2]);
+    head_gather(dout, b, N, s->H, h, Dv, w[3]);
+    ra_reference_scored(&sc, N, M, D, Dv, &m, w[0], D, w[1], D, w[2], Dv,
+                        w[4], Dv, w[5], w[9]);
+    for (int64_t i = 0; i < N; i++) {
+        for (int64_t d = 0; d < Dv; d++)
+            r->o[((b * N + i) * s->H + h) * Dv + d] = (float)w[4][i * Dv + d];
+        r->lse[(b * s->H + h) * N + i] = (float)w[5][i];
+    }
+    memset(w[7], 0, sizeof(double) * (size_t)(M * D));
+    memset(w[8], 0, sizeof(double) * (size_t)(M * Dv));
+    const ra_ref_grads gr = {w[0], w[1], w[2], w[3], D, D, Dv, Dv,
+                             w[6], w[7], w[8], D, D, Dv};
+    ra_reference_backward(&sc, N, M, D, Dv, &m, &gr, w[9]);
+    head_scatter_add(w[6], b, N, s->H, h, D, r->dq);
+    head_scatter_add(w[7], b, M, s->G, g, D, r->dk);
+    head_scatter_add(w[8], b, M, s->G, g, Dv, r->dv);
+}
+
+void bwd_ref_make(bwd_ref *r, const problem *p, const ra_params *params,
+                  const test_masks *masks, const float *dout)
+{
+    const ra_shape *s = &p->s;
+    const test_masks none = {0};
+    const int64_t N = s->N, M = s->M, D = s->D, Dv = s->Dv;
+    r->o = malloc(sizeof(float) * (size_t)(s->B * N * s->H * Dv + 1));
+    r->lse = malloc(sizeof(float) * (size_t)(s->B * s->H * N + 1));
+    r->dq = calloc((size_t)(s->B * N * s->H * D + 1), sizeof(double));
+    r->dk = calloc((size_t)(s->B * M * s->G * D + 1), sizeof(double));
+    r->dv = calloc((size_t)(s->B * M * s->G * Dv + 1), sizeof(double));
+    const int64_t len[10] = {N * D, M * D, M * Dv, N * Dv, N * Dv,
+                             N,     N * D, M * D,  M * Dv, M};
+    double *w[10];
+    for (int i = 0; i < 10; i++)
+        w[i] = malloc(sizeof(double) * (size_t)(len[i] + 1));
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t h = 0; h < s->H; h++)
+            ref_head(r, p, params, masks ? masks : &none, dout, b, h, w);
+    for (int i = 0; i < 10; i++)
+        free(w[i]);
+}
+
+void bwd_ref_free(bwd_ref *r)
+{
+    free(r->o);
+    free(r->lse);
+    free(r->dq);
+    free(r->dk);
+    free(r->dv);
+}
+
+void bwd_tally_add(bwd_tally *t, int which, const float *got,
+                   const double *ref, int64_t B, int64_t len, int64_t row,
+                   const ra_slice *sl)
+{
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < sl->count; i++) {
+            const int64_t pos = ra_slice_pos(sl, i);
+            const float *gr = got + (b * sl->count + i) * row;
+            const double *rr = ref + (b * len + pos) * row;
+            for (int64_t d = 0; d < row; d++) {
+                if (!isfinite(gr[d]))
+                    t->nonfinite += 1;
+                const double e = gr[d] - rr[d];
+                t->err2[which] += e * e;
+                t->ref2[which] += rr[d] * rr[d];
+            }
+        }
+}
+
+double bwd_tally_rel(const bwd_tally *t, int which)
+{
+    if (t->ref2[which] == 0.0)
+        return t->err2[which] == 0.0 ? 0.0 : INFINITY;
+    return sqrt(t->err2[which] / t->ref2[which]);
+}

@@ -1,0 +1,41 @@
+/* support_bwd.h: test helpers of the backward pass: the fp64 reference
+ * gradients of a whole problem and their whole-tensor comparison. */
+#ifndef RA_TEST_SUPPORT_BWD_H
+#define RA_TEST_SUPPORT_BWD_H
+
+#include "backward.h"
+#include "support.h"
+
+/* The fp64 reference of a full problem under params' rules and the global
+ * masks (NULL: none), all in natural token order:
+ *   o (B, N, H, Dv) and lse (B, H, N) as float32 (the forward state a
+ *   backward pass reads), dq (B, N, H, D), dk (B, M, G, D),
+ *   dv (B, M, G, Dv) in double. dout (B, N, H, Dv). */
+typedef struct {
+    float *o, *lse;
+    double *dq, *dk, *dv;
+} bwd_ref;
+
+void bwd_ref_make(bwd_ref *r, const problem *p, const ra_params *params,
+                  const test_masks *masks, const float *dout);
+void bwd_ref_free(bwd_ref *r);
+
+/* Sums of |got - ref|^2 and |ref|^2 of one gradient tensor, and its
+ * entries that are not finite: whole-tensor relative errors are
+ * sqrt(err2 / ref2) once summed over ranks. */
+typedef struct {
+    double err2[3], ref2[3]; /* dq, dk, dv */
+    double nonfinite;
+} bwd_tally;
+
+/* Adds the rows of a layout slice: got (B, sl->count, row) in slice order
+ * against ref (B, len, row); which: 0 dq, 1 dk, 2 dv. */
+void bwd_tally_add(bwd_tally *t, int which, const float *got,
+                   const double *ref, int64_t B, int64_t len, int64_t row,
+                   const ra_slice *sl);
+
+/* The relative error of gradient `which`; 0 when the reference is 0 and
+ * so is the error. */
+double bwd_tally_rel(const bwd_tally *t, int which);
+
+#endif

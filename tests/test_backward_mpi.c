@@ -1,0 +1,236 @@
+/* test_backward_mpi.c: ra_backward over P ranks against the fp64 reference
+ * gradients. Run by ctest under mpiexec at P = 1..4.
+ *
+ * Every rank builds the same full problem and dO from a fresh seed, runs
+ * ra_forward_ex and then ra_backward on its slices, and tallies its own
+ * rows of dq and its own key rows of dk and dv against the reference; the
+ * sums are reduced over the ranks, so each gradient is judged as a whole
+ * tensor (relative Frobenius error < 1e-5) and every rank asserts the same
+ * verdict. Only rank 0 prints. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support_bwd.h"
+
+static int rank, nranks;
+static uint64_t seed_next = 9100;
+
+/* One case beside the shape. */
+typedef struct {
+    const char *name;
+    ra_layout layout;
+    int causal, window;
+    int64_t left, right;
+    ra_score score;
+    int lens, segs, threads;
+} bcase;
+
+/* The masks of a case: global lens (B each) and ids (B, N), (B, M) for the
+ * reference; this rank's ids for the library. */
+typedef struct {
+    int64_t *lens, *seg, *qseg_loc, *kseg_loc;
+    test_masks global;
+    ra_masks local;
+} case_masks;
+
+static void masks_make(case_masks *cm, const ra_shape *s, const bcase *c,
+                       uint64_t seed, const local_part *lp)
+{
+    const int64_t B = s->B;
+    const ra_slice qs = {1, {{0, s->N, 1}}, s->N};
+    const ra_slice ks = {1, {{0, s->M, 1}}, s->M};
+    cm->lens = malloc(sizeof(int64_t) * (size_t)(2 * B));
+    cm->seg = malloc(sizeof(int64_t) * (size_t)(B * (s->N + s->M)));
+    cm->qseg_loc = malloc(sizeof(int64_t) * (size_t)(B * lp->qs.count + 1));
+    cm->kseg_loc = malloc(sizeof(int64_t) * (size_t)(B * lp->ks.count + 1));
+    ra_random_lens(seed, RA_STREAM_Q_LENS, B, s->N, cm->lens);
+    ra_random_lens(seed, RA_STREAM_KV_LENS, B, s->M, cm->lens + B);
+    cm->lens[0] = 0; /* a batch whose queries all see nothing */
+    ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, B, s->N, 13, &qs, cm->seg);
+    ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, B, s->M, 13, &ks,
+                       cm->seg + B * s->N);
+    slice_gather(cm->seg, B, s->N, 1, sizeof(int64_t), &lp->qs, cm->qseg_loc);
+    slice_gather(cm->seg + B * s->N, B, s->M, 1, sizeof(int64_t), &lp->ks,
+                 cm->kseg_loc);
+    cm->global = (test_masks){c->lens ? cm->lens : NULL,
+                              c->lens ? cm->lens + B : NULL,
+                              c->segs ? cm->seg : NULL,
+                              c->segs ? cm->seg + B * s->N : NULL};
+    cm->local = (ra_masks){c->lens ? cm->lens : NULL,
+                           c->lens ? cm->lens + B : NULL,
+                           c->segs ? cm->qseg_loc : NULL,
+                           c->segs ? cm->kseg_loc : NULL};
+}
+
+static void masks_free(case_masks *cm)
+{
+    free(cm->lens);
+    free(cm->seg);
+    free(cm->qseg_loc);
+    free(cm->kseg_loc);
+}
+
+static ra_params params_of(const bcase *c)
+{
+    ra_params prm;
+    ra_params_default(&prm);
+    prm.layout = c->layout;
+    prm.causal = c->causal;
+    prm.window = c->window;
+    prm.window_left = c->left;
+    prm.window_right = c->right;
+    prm.score = c->score;
+    prm.sigma = 1.7;
+    prm.block_q = 32;
+    prm.block_kv = 48;
+    prm.threads = c->threads;
+    return prm;
+}
+
+/* This rank's tally of the three gradients after forward and backward. */
+static bwd_tally run_local(const problem *p, const bcase *c,
+                           const float *dout_full, const bwd_ref *ref,
+                           const case_masks *cm, local_part *lp, int *ok)
+{
+    const ra_shape *s = &p->s;
+    const ra_params prm = params_of(c);
+    const int64_t n = lp->qs.count, m = lp->ks.count, B = s->B;
+    float *dout = malloc(sizeof(float) * (size_t)(B * n * s->H * s->Dv + 1));
+    float *dq = malloc(sizeof(float) * (size_t)(B * n * s->H * s->D + 1));
+    float *dk = malloc(sizeof(float) * (size_t)(B * m * s->G * s->D + 1));
+    float *dv = malloc(sizeof(float) * (size_t)(B * m * s->G * s->Dv + 1));
+    slice_gather(dout_full, B, s->N, s->H * s->Dv, sizeof(float), &lp->qs,
+                 dout);
+    ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, &cm->local, lp->q,
+                                 lp->k, lp->v, lp->o, lp->lse, NULL);
+    if (st == RA_OK)
+        st = ra_backward(MPI_COMM_WORLD, s, &prm, &cm->local, lp->q, lp->k,
+                         lp->v, lp->o, lp->lse, dout, dq, dk, dv, NULL);
+    *ok = st == RA_OK;
+    bwd_tally t = {0};
+    if (st == RA_OK) {
+        bwd_tally_add(&t, 0, dq, ref->dq, B, s->N, s->H * s->D, &lp->qs);
+        bwd_tally_add(&t, 1, dk, ref->dk, B, s->M, s->G * s->D, &lp->ks);
+        bwd_tally_add(&t, 2, dv, ref->dv, B, s->M, s->G * s->Dv, &lp->ks);
+    } else if (rank == 0) {
+        printf("# %s: %s\n", c->name, ra_error_message());
+    }
+    free(dout);
+    free(dq);
+    free(dk);
+    free(dv);
+    return t;
+}
+
+static void expect_ok(ra_shape s, bcase c)
+{
+    const uint64_t seed = seed_next++;
+    problem p;
+    problem_make(&p, &s, seed);
+    const int64_t nd = s.B * s.N * s.H * s.Dv;
+    float *dout = malloc(sizeof(float) * (size_t)(nd + 1));
+    ra_random_normal(seed, RA_STREAM_DO, 0, nd, dout);
+    const ra_params prm = params_of(&c);
+    local_part lp;
+    local_part_make(&lp, &p, ra_params_layout(&prm, c.segs), rank, nranks);
+    case_masks cm;
+    masks_make(&cm, &s, &c, seed, &lp);
+    bwd_ref ref;
+    bwd_ref_make(&ref, &p, &prm, &cm.global, dout);
+    int ok_local;
+    const bwd_tally t = run_local(&p, &c, dout, &ref, &cm, &lp, &ok_local);
+    bwd_tally g;
+    double failed = !ok_local, any_failed;
+    MPI_Allreduce(&t, &g, 7, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&failed, &any_failed, 1, MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+    const double e[3] = {bwd_tally_rel(&g, 0), bwd_tally_rel(&g, 1),
+                         bwd_tally_rel(&g, 2)};
+    const int ok = any_failed == 0 && g.nonfinite == 0 && e[0] < 1e-5 &&
+                   e[1] < 1e-5 && e[2] < 1e-5 && g.ref2[0] > 0;
+    if (rank == 0)
+        printf("# P=%d %-16s B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld "
+               "Dv=%lld %s  dq=%.2e dk=%.2e dv=%.2e nonfinite=%.0f %s\n",
+               nranks, c.name, (long long)s.B, (long long)s.N, (long long)s.M,
+               (long long)s.H, (long long)s.G, (long long)s.D,
+               (long long)s.Dv,
+               ra_layout_name(ra_params_layout(&prm, c.segs)), e[0], e[1],
+               e[2], g.nonfinite, ok ? "PASS" : "FAIL");
+    bwd_ref_free(&ref);
+    masks_free(&cm);
+    local_part_free(&lp);
+    free(dout);
+    problem_free(&p);
+    assert_true(ok);
+}
+
+static void test_layouts(void **state)
+{
+    (void)state;
+    const ra_shape s = {2, 211, 211, 4, 2, 32, 24};
+    const ra_layout lays[3] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
+                               RA_LAYOUT_STRIPED};
+    for (int i = 0; i < 3; i++) {
+        expect_ok(s, (bcase){.name = "plain", .layout = lays[i],
+                             .threads = 1});
+        expect_ok(s, (bcase){.name = "causal", .layout = lays[i],
+                             .causal = 1, .threads = 1});
+    }
+}
+
+static void test_mask_rules(void **state)
+{
+    (void)state;
+    const ra_shape s = {2, 257, 257, 2, 1, 16, 16};
+    expect_ok(s, (bcase){.name = "window", .layout = RA_LAYOUT_CONTIGUOUS,
+                         .window = 1, .left = 20, .right = 5, .threads = 1});
+    expect_ok(s, (bcase){.name = "causal-window", .layout = RA_LAYOUT_ZIGZAG,
+                         .causal = 1, .window = 1, .left = 70, .right = 0,
+                         .threads = 1});
+    expect_ok(s, (bcase){.name = "causal-lens", .layout = RA_LAYOUT_ZIGZAG,
+                         .causal = 1, .lens = 1, .threads = 1});
+    expect_ok(s, (bcase){.name = "segments", .layout = RA_LAYOUT_STRIPED,
+                         .segs = 1, .threads = 1});
+    expect_ok(s, (bcase){.name = "causal-segs-lens",
+                         .layout = RA_LAYOUT_CONTIGUOUS, .causal = 1,
+                         .segs = 1, .lens = 1, .threads = 2});
+}
+
+static void test_cross_gqa_gaussian(void **state)
+{
+    (void)state;
+    const ra_shape cross = {1, 150, 233, 6, 3, 24, 40};
+    expect_ok(cross, (bcase){.name = "cross-causal",
+                             .layout = RA_LAYOUT_CONTIGUOUS, .causal = 1,
+                             .threads = 1});
+    expect_ok(cross, (bcase){.name = "cross-zigzag", .layout = RA_LAYOUT_ZIGZAG,
+                             .threads = 2});
+    /* N > M causal: the first N - M rows see no key */
+    const ra_shape tall = {2, 200, 61, 2, 2, 16, 8};
+    expect_ok(tall, (bcase){.name = "empty-rows", .layout = RA_LAYOUT_STRIPED,
+                            .causal = 1, .lens = 1, .threads = 1});
+    const ra_shape sq = {1, 190, 190, 2, 1, 16, 16};
+    expect_ok(sq, (bcase){.name = "gaussian", .layout = RA_LAYOUT_ZIGZAG,
+                          .score = RA_SCORE_GAUSSIAN, .threads = 1});
+    expect_ok(sq, (bcase){.name = "gaussian-causal",
+                          .layout = RA_LAYOUT_STRIPED, .causal = 1,
+                          .score = RA_SCORE_GAUSSIAN, .threads = 1});
+}
+
+int main(int argc, char **argv)
+{
+    mpi_test_init(&argc, &argv, &rank, &nranks);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layouts),
+        cmocka_unit_test(test_mask_rules),
+        cmocka_unit_test(test_cross_gqa_gaussian),
+    };
+    return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
+}
