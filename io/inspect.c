@@ -569,23 +569,19 @@ static ra_status attr_print(FILE *out, const char *path, const char *name,
         goto cleanup;
     }
     size = H5Tget_size(mtype);
-    if (n == 0) {
+    if (n == 0) { /* an empty list */
         fputs("[]", out);
-        goto cleanup;
-    }
-    if (!(buf = calloc((size_t)n, size))) {
+    } else if (!(buf = calloc((size_t)n, size))) {
         st = ra_error_set(RA_ERR_NOMEM, "%s: attribute %s: out of memory",
                           path, name);
-        goto cleanup;
-    }
-    if (H5Aread(attr, mtype, buf) < 0) {
+    } else if (H5Aread(attr, mtype, buf) < 0) {
         char why[H5IO_DETAIL_LEN];
         h5io_error_detail(why);
         st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
                           "%s", path, name, why);
-        goto cleanup;
+    } else {
+        values_print(out, cls, type, vstr, buf, n, size);
     }
-    values_print(out, cls, type, vstr, buf, n, size);
 
 cleanup:
     if (buf && vstr)
