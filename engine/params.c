@@ -24,6 +24,8 @@ void ra_params_default(ra_params *params)
     params->layout = RA_LAYOUT_AUTO;
     params->threads = 0;
     params->stall_timeout = RA_STALL_TIMEOUT_DEFAULT;
+    params->strategy = RA_STRATEGY_RING;
+    params->mem_limit = 0;
 }
 
 double ra_params_scale(const ra_params *params, const ra_shape *shape)
@@ -169,4 +171,27 @@ double ra_forward_flops(const ra_shape *s, const ra_params *p,
                                masks && masks->q_lens ? masks->q_lens[b] : s->N,
                                masks && masks->kv_lens ? masks->kv_lens[b] : s->M);
     return ra_pair_flops(s, p) * pairs;
+}
+
+static const char *const strategy_names[RA_STRATEGY_COUNT] = {
+    "ring", "allgather", "tree"};
+
+const char *ra_strategy_name(ra_strategy strategy)
+{
+    if ((unsigned)strategy < RA_STRATEGY_COUNT)
+        return strategy_names[strategy];
+    return "unknown";
+}
+
+ra_status ra_strategy_parse(const char *name, ra_strategy *out)
+{
+    ra_error_clear();
+    for (int i = 0; i < RA_STRATEGY_COUNT; i++) {
+        if (strcmp(name, strategy_names[i]) == 0) {
+            *out = (ra_strategy)i;
+            return RA_OK;
+        }
+    }
+    return ra_error_set(RA_ERR_ARG, "unknown strategy '%s' (expected ring, "
+                                    "allgather or tree)", name);
 }

@@ -68,6 +68,25 @@ RA_API const char *ra_layout_name(ra_layout layout);
 /* Parses "contiguous", "zigzag", "striped" or "auto"; RA_ERR_ARG otherwise. */
 RA_API ra_status ra_layout_parse(const char *name, ra_layout *out);
 
+/* How the ranks split one attention call (docs/DESIGN.md, "Strategies").
+ * Every strategy takes and returns the same layout slices (ra_forward_ex),
+ * so the choice changes neither the files nor the results beyond rounding. */
+typedef enum {
+    RA_STRATEGY_RING = 0,      /* the default: K/V blocks travel a ring */
+    RA_STRATEGY_ALLGATHER = 1, /* every rank gathers all K/V (chunks, in
+                                  flight while the first ones compute);
+                                  memory O(M) per rank, see mem_limit */
+    RA_STRATEGY_TREE = 2,      /* decoding: every rank attends its K/V with
+                                  all queries, partials merged by an MPI
+                                  reduction in log P steps */
+} ra_strategy;
+
+#define RA_STRATEGY_COUNT 3
+
+RA_API const char *ra_strategy_name(ra_strategy strategy);
+/* Parses "ring", "allgather" or "tree"; RA_ERR_ARG otherwise. */
+RA_API ra_status ra_strategy_parse(const char *name, ra_strategy *out);
+
 /* Global problem shape. */
 typedef struct {
     int64_t B, N, M, H, G, D, Dv;
@@ -140,6 +159,10 @@ typedef struct {
                           ring's messages are still in flight: the caller
                           must end the job (MPI_Abort), which also ends the
                           stopped rank. */
+    ra_strategy strategy; /* how the ranks split the call (default ring) */
+    int64_t mem_limit; /* bytes one rank may allocate for the K/V that
+                          allgather gathers; 0: the node's physical memory
+                          divided by the ranks on the node */
 } ra_params;
 
 /* The default stall_timeout in seconds. */
@@ -258,7 +281,10 @@ typedef struct {
     int steps;           /* ring steps run (P, or fewer with a window) */
 } ra_timing;
 
-/* ra_forward() with masks (NULL: none) and timings (NULL: not wanted). */
+/* ra_forward() with masks (NULL: none) and timings (NULL: not wanted).
+ * params->strategy picks how the ranks split the work; the slices passed
+ * and returned are the same for every strategy. Strategies other than ring
+ * take the dot and gaussian scores. */
 RA_API ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
                         const ra_params *params, const ra_masks *masks,
                         const float *q, const float *k, const float *v,
@@ -281,7 +307,8 @@ RA_API ra_range ra_attn_map_rows(ra_layout layout, int64_t N, int rank, int nran
                           const ra_attn_map *map);
 
 /* ra_forward_ex() (no timings) followed by a second ring pass that writes
- * the attention map; layout as resolved by ra_params_layout(). */
+ * the attention map; layout as resolved by ra_params_layout(). Always runs
+ * the ring strategy, whatever params->strategy says. */
 RA_API ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
                          const ra_params *params, const ra_masks *masks,
                          const float *q, const float *k, const float *v,

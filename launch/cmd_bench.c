@@ -339,6 +339,7 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
                (long long)o->segment_avg);
     printf("# %-12s %s%s\n", "layout", ra_layout_name(o->p.layout),
            o->layout_auto ? " (auto)" : "");
+    printf("# %-12s %s\n", "strategy", ra_strategy_name(o->p.strategy));
     printf("# %-12s %s%s\n", "mode",
            o->ring && o->naive ? "ring and naive" : o->ring ? "ring" : "naive",
            o->p.no_poll ? " (no polling)" : "");

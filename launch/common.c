@@ -185,6 +185,7 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
     print_score(s, p);
     printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
            layout_auto ? " (auto)" : "");
+    printf("# %-10s %s\n", "strategy", ra_strategy_name(p->strategy));
     printf("# %-10s %lld x %lld%s\n", "tiles", (long long)bq, (long long)bkv,
            p->block_q || p->block_kv ? "" : " (default for D)");
     printf("# %-10s %d\n", "ranks", ctx->nranks);

@@ -4,6 +4,7 @@
 #include <float.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,6 +381,19 @@ static int parse_score(const cli_opt *o, const char *val, void *base)
     return parse_named(o, val, base, score_name, RA_SCORE_ADDITIVE + 1);
 }
 
+_Static_assert(sizeof(ra_strategy) == sizeof(int),
+               "the strategy enum is stored as int");
+
+static const char *strategy_name(int i)
+{
+    return ra_strategy_name((ra_strategy)i);
+}
+
+static int parse_strategy(const cli_opt *o, const char *val, void *base)
+{
+    return parse_named(o, val, base, strategy_name, RA_STRATEGY_COUNT);
+}
+
 #define P_AT(f) offsetof(ra_params, f)
 #define TILE_OPT(nm, f, help_)                                                \
     {.name = nm, .kind = CLI_INT, .meta = "N",                               \
@@ -423,6 +437,16 @@ const cli_opt cli_forward_opts[] = {
      .offset = CLI_FIELD(ra_params, threads, int), .lo = 1, .hi = 1024,
      .help = "OpenMP threads per rank (default OMP_NUM_THREADS,\n"
      "or 1 when it is unset)"},
+    {.name = "--strategy", .kind = CLI_CUSTOM, .meta = "NAME",
+     .offset = P_AT(strategy), .noun = "strategy", .fn = parse_strategy,
+     .help = "how ranks split the work: ring (default, K/V travel),\n"
+     "allgather (all K/V gathered, memory O(M) per rank)\n"
+     "or tree (decoding: partials merged by a reduction)"},
+    {.name = "--mem-limit", .kind = CLI_INT, .meta = "BYTES",
+     .offset = CLI_FIELD(ra_params, mem_limit, int64_t), .lo = 1,
+     .hi = INT64_MAX,
+     .help = "bytes a rank may use for gathered K/V (allgather;\n"
+     "default: node memory / ranks on the node)"},
     {.name = "--stall-timeout", .kind = CLI_REAL, .meta = "SECONDS",
      .offset = CLI_FIELD(ra_params, stall_timeout, double),
      .rlo = 0, .rhi = 1e9,
