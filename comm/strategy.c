@@ -118,8 +118,9 @@ ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
         st = ra_agree(c.comm, strat_size(&c));
     if (st == RA_OK) {
         const int blas = ra_blas_enter(1);
-        st = params->strategy == RA_STRATEGY_TREE ? tree_forward(&c)
-                                                  : allgather_forward(&c);
+        st = params->strategy == RA_STRATEGY_TREE    ? tree_forward(&c)
+             : params->strategy == RA_STRATEGY_RING_Q ? ringq_forward(&c)
+                                                      : allgather_forward(&c);
         ra_blas_leave(blas);
     }
     if (MPI_Comm_free(&c.comm) != MPI_SUCCESS && st == RA_OK)

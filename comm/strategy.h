@@ -5,7 +5,8 @@
  * one of the files below. Each takes the same layout slices as the ring and
  * writes the same (o, lse) of this rank's query slice:
  *   allgather.c  all K/V gathered in chunks, each chunk computed on arrival
- *   tree.c       all queries on every rank, partials merged by a reduction */
+ *   tree.c       all queries on every rank, partials merged by a reduction
+ *   ringq.c      query blocks and their (o, lse) travel, K/V stay */
 #ifndef RA_STRATEGY_H
 #define RA_STRATEGY_H
 
@@ -57,5 +58,6 @@ ra_status strat_check_range(const strat_call *c);
 
 ra_status allgather_forward(strat_call *c);
 ra_status tree_forward(strat_call *c);
+ra_status ringq_forward(strat_call *c);
 
 #endif /* RA_STRATEGY_H */

@@ -79,12 +79,15 @@ typedef enum {
     RA_STRATEGY_TREE = 2,      /* decoding: every rank attends its K/V with
                                   all queries, partials merged by an MPI
                                   reduction in log P steps */
+    RA_STRATEGY_RING_Q = 3,    /* pass-Q: query blocks travel with their
+                                  running (o, lse), K/V stay; cheaper than
+                                  ring when N H << M G */
 } ra_strategy;
 
-#define RA_STRATEGY_COUNT 3
+#define RA_STRATEGY_COUNT 4
 
 RA_API const char *ra_strategy_name(ra_strategy strategy);
-/* Parses "ring", "allgather" or "tree"; RA_ERR_ARG otherwise. */
+/* Parses "ring", "allgather", "tree" or "ring-q"; RA_ERR_ARG otherwise. */
 RA_API ra_status ra_strategy_parse(const char *name, ra_strategy *out);
 
 /* Global problem shape. */

@@ -1,9 +1,9 @@
-/* test_strategies_mpi.c: every strategy (allgather, tree, and ring beside
- * them) on every layout, with GQA, causal masks, padding lengths, windows,
- * packed segments and lengths that P does not divide, against the fp64
- * reference at P = 1..4 (run by ctest under mpiexec). Every rank builds the
- * same problem from the seed, passes its layout slices and checks its own
- * rows; verdicts are reduced before asserting, rank 0 prints. */
+/* test_strategies_mpi.c: every strategy (ring, allgather, tree, ring-q) on
+ * every layout, with GQA, causal masks, padding lengths, windows, packed
+ * segments and lengths that P does not divide, against the fp64 reference
+ * at P = 1..4 (run by ctest under mpiexec). Every rank builds the same
+ * problem from the seed, passes its layout slices and checks its own rows;
+ * verdicts are reduced before asserting, rank 0 prints. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -132,10 +132,10 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
 /* Every strategy on every layout must pass, every row checked. */
 static void expect_all(const strat_case *sc)
 {
-    const ra_strategy strategies[3] = {RA_STRATEGY_RING,
+    const ra_strategy strategies[4] = {RA_STRATEGY_RING,
                                        RA_STRATEGY_ALLGATHER,
-                                       RA_STRATEGY_TREE};
-    for (int i = 0; i < 3; i++)
+                                       RA_STRATEGY_TREE, RA_STRATEGY_RING_Q};
+    for (int i = 0; i < 4; i++)
         for (int l = 0; l < 3; l++) {
             check_result g = run_one(sc, strategies[i], layouts[l]);
             assert_true(g.rows == sc->s.B * sc->s.H * sc->s.N);
