@@ -99,6 +99,24 @@ static ra_status strat_size(strat_call *c)
     return RA_OK;
 }
 
+static ra_status strategy_run(strat_call *c)
+{
+    switch (c->params->strategy) {
+    case RA_STRATEGY_ALLGATHER:
+        return allgather_forward(c);
+    case RA_STRATEGY_TREE:
+        return tree_forward(c);
+    case RA_STRATEGY_RING_Q:
+        return ringq_forward(c);
+    case RA_STRATEGY_ULYSSES:
+        return ulysses_forward(c);
+    default:
+        return ra_error_set(RA_ERR_ARG, "strategy %d is not one of ring, "
+                            "allgather, tree, ring-q, ulysses",
+                            (int)c->params->strategy);
+    }
+}
+
 ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
                            const ra_params *params, const ra_masks *masks,
                            const float *q, const float *k, const float *v,
@@ -118,9 +136,7 @@ ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
         st = ra_agree(c.comm, strat_size(&c));
     if (st == RA_OK) {
         const int blas = ra_blas_enter(1);
-        st = params->strategy == RA_STRATEGY_TREE    ? tree_forward(&c)
-             : params->strategy == RA_STRATEGY_RING_Q ? ringq_forward(&c)
-                                                      : allgather_forward(&c);
+        st = strategy_run(&c);
         ra_blas_leave(blas);
     }
     if (MPI_Comm_free(&c.comm) != MPI_SUCCESS && st == RA_OK)

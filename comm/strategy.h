@@ -6,7 +6,8 @@
  * writes the same (o, lse) of this rank's query slice:
  *   allgather.c  all K/V gathered in chunks, each chunk computed on arrival
  *   tree.c       all queries on every rank, partials merged by a reduction
- *   ringq.c      query blocks and their (o, lse) travel, K/V stay */
+ *   ringq.c      query blocks and their (o, lse) travel, K/V stay
+ *   ulysses.c    all-to-all from sequence slices to head groups and back */
 #ifndef RA_STRATEGY_H
 #define RA_STRATEGY_H
 
@@ -59,5 +60,6 @@ ra_status strat_check_range(const strat_call *c);
 ra_status allgather_forward(strat_call *c);
 ra_status tree_forward(strat_call *c);
 ra_status ringq_forward(strat_call *c);
+ra_status ulysses_forward(strat_call *c);
 
 #endif /* RA_STRATEGY_H */

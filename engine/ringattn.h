@@ -82,12 +82,16 @@ typedef enum {
     RA_STRATEGY_RING_Q = 3,    /* pass-Q: query blocks travel with their
                                   running (o, lse), K/V stay; cheaper than
                                   ring when N H << M G */
+    RA_STRATEGY_ULYSSES = 4,   /* head-parallel: all-to-all to head groups
+                                  (all tokens of about H/P heads), local
+                                  attention, all-to-all back; P <= H */
 } ra_strategy;
 
-#define RA_STRATEGY_COUNT 4
+#define RA_STRATEGY_COUNT 5
 
 RA_API const char *ra_strategy_name(ra_strategy strategy);
-/* Parses "ring", "allgather", "tree" or "ring-q"; RA_ERR_ARG otherwise. */
+/* Parses "ring", "allgather", "tree", "ring-q" or "ulysses"; RA_ERR_ARG
+ * otherwise. */
 RA_API ra_status ra_strategy_parse(const char *name, ra_strategy *out);
 
 /* Global problem shape. */

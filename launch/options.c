@@ -441,8 +441,9 @@ const cli_opt cli_forward_opts[] = {
      .offset = P_AT(strategy), .noun = "strategy", .fn = parse_strategy,
      .help = "how ranks split the work: ring (default, K/V travel),\n"
      "allgather (all K/V gathered, memory O(M) per rank),\n"
-     "tree (decoding: partials merged by a reduction) or\n"
-     "ring-q (queries and their (o, lse) travel, K/V stay)"},
+     "tree (decoding: partials merged by a reduction),\n"
+     "ring-q (queries and their (o, lse) travel, K/V stay)\n"
+     "or ulysses (all-to-all to head groups; P <= H)"},
     {.name = "--mem-limit", .kind = CLI_INT, .meta = "BYTES",
      .offset = CLI_FIELD(ra_params, mem_limit, int64_t), .lo = 1,
      .hi = INT64_MAX,

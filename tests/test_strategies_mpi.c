@@ -1,7 +1,7 @@
-/* test_strategies_mpi.c: every strategy (ring, allgather, tree, ring-q) on
- * every layout, with GQA, causal masks, padding lengths, windows, packed
- * segments and lengths that P does not divide, against the fp64 reference
- * at P = 1..4 (run by ctest under mpiexec). Every rank builds the same
+/* test_strategies_mpi.c: every strategy (ring, allgather, tree, ring-q,
+ * ulysses) on every layout, with GQA, causal masks, padding lengths,
+ * windows, packed segments, uneven heads and lengths that P does not
+ * divide, against the fp64 reference at P = 1..4 (run by ctest under mpiexec). Every rank builds the same
  * problem from the seed, passes its layout slices and checks its own rows;
  * verdicts are reduced before asserting, rank 0 prints. */
 #include <math.h>
@@ -82,7 +82,7 @@ static void case_masks_free(test_masks *m)
 
 /* One strategy on one layout: the global verdict. */
 static check_result run_one(const strat_case *sc, ra_strategy strategy,
-                            ra_layout layout)
+                            ra_layout layout, ra_status *status)
 {
     const ra_shape *s = &sc->s;
     problem p;
@@ -112,6 +112,7 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
     else
         c.bad_inf = 1;
     check_result g = check_allreduce(MPI_COMM_WORLD, &c);
+    *status = st;
     if (rank == 0)
         printf("# P=%d %-9s %-10s B=%lld N=%lld M=%lld H=%lld G=%lld "
                "causal=%d window=%d lens=%d seg=%lld rel_o=%.2e lse=%.2e "
@@ -119,8 +120,9 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
                ra_layout_name(layout), (long long)s->B, (long long)s->N,
                (long long)s->M, (long long)s->H, (long long)s->G, prm.causal,
                prm.window, sc->lens, (long long)sc->segment_avg, g.rel_o,
-               g.max_lse, check_ok(&g) ? "PASS" : "FAIL",
-               st == RA_OK ? "" : " ", st == RA_OK ? "" : ra_error_message());
+               g.max_lse,
+               st != RA_OK ? "REFUSED " : check_ok(&g) ? "PASS" : "FAIL",
+               "", st == RA_OK ? "" : ra_error_message());
     local_part_free(&lp);
     free(qsl);
     free(ksl);
@@ -129,15 +131,19 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
     return g;
 }
 
-/* Every strategy on every layout must pass, every row checked. */
+/* Every strategy on every layout must pass, every row checked; ulysses
+ * with fewer heads than ranks must refuse, naming the rank counts. */
 static void expect_all(const strat_case *sc)
 {
-    const ra_strategy strategies[4] = {RA_STRATEGY_RING,
-                                       RA_STRATEGY_ALLGATHER,
-                                       RA_STRATEGY_TREE, RA_STRATEGY_RING_Q};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < RA_STRATEGY_COUNT; i++)
         for (int l = 0; l < 3; l++) {
-            check_result g = run_one(sc, strategies[i], layouts[l]);
+            ra_status st;
+            check_result g = run_one(sc, (ra_strategy)i, layouts[l], &st);
+            if (i == RA_STRATEGY_ULYSSES && sc->s.H < nranks) {
+                assert_int_equal(st, RA_ERR_ARG);
+                assert_non_null(strstr(ra_error_message(), "runs on 1 to"));
+                continue;
+            }
             assert_true(g.rows == sc->s.B * sc->s.H * sc->s.N);
             assert_true(check_ok(&g));
         }
