@@ -54,6 +54,10 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %g is not "
                             "a finite number > 0", param_name(name, sizeof
                             name, file, "--sigma", "sigma"), p->sigma);
+    if ((int)p->strategy == CLI_STRATEGY_ALL)
+        return ra_error_set(RA_ERR_ARG, "--strategy all: only bench runs "
+                            "every strategy; name one (ring, allgather, "
+                            "tree, ring-q, ulysses)");
     return ra_shape_check(s);
 }
 

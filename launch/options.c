@@ -389,8 +389,13 @@ static const char *strategy_name(int i)
     return ra_strategy_name((ra_strategy)i);
 }
 
+/* "all" stores CLI_STRATEGY_ALL, which only bench accepts. */
 static int parse_strategy(const cli_opt *o, const char *val, void *base)
 {
+    if (strcmp(val, "all") == 0) {
+        *(int *)((char *)base + o->offset) = CLI_STRATEGY_ALL;
+        return 0;
+    }
     return parse_named(o, val, base, strategy_name, RA_STRATEGY_COUNT);
 }
 
@@ -443,7 +448,8 @@ const cli_opt cli_forward_opts[] = {
      "allgather (all K/V gathered, memory O(M) per rank),\n"
      "tree (decoding: partials merged by a reduction),\n"
      "ring-q (queries and their (o, lse) travel, K/V stay)\n"
-     "or ulysses (all-to-all to head groups; P <= H)"},
+     "or ulysses (all-to-all to head groups; P <= H);\n"
+     "bench takes all: every applicable one side by side"},
     {.name = "--mem-limit", .kind = CLI_INT, .meta = "BYTES",
      .offset = CLI_FIELD(ra_params, mem_limit, int64_t), .lo = 1,
      .hi = INT64_MAX,
