@@ -55,25 +55,24 @@ static ra_status node_share(MPI_Comm comm, int64_t *limit)
 
 /* Bytes one rank allocates for the gathered K/V, their ids and positions;
  * -1 when the count overflows. */
-static int64_t gather_bytes(const strat_call *c)
+static int64_t gather_bytes(const ra_shape *s, int segs)
 {
-    const ra_shape *s = c->shape;
     const int64_t width = ra_add_checked(ra_mul_checked(s->G, s->D),
                                          ra_mul_checked(s->G, s->Dv));
     const int64_t f[] = {s->B, s->M, width, (int64_t)sizeof(float)};
     const int64_t kv = ra_count_checked(4, f);
-    const int64_t ids = c->segs ? ra_mul_checked(ra_mul_checked(s->B, s->M),
+    const int64_t ids = segs ? ra_mul_checked(ra_mul_checked(s->B, s->M),
                                                  8)
                                 : 0;
     return ra_add_checked(kv, ids);
 }
 
-/* Refuses, before any allocation, a gather that does not fit the limit. */
-static ra_status gather_fits(const strat_call *c)
+ra_status allgather_fits(MPI_Comm comm, const ra_shape *s,
+                         const ra_params *p, int segs)
 {
-    int64_t limit = c->params->mem_limit;
-    ra_status st = limit > 0 ? RA_OK : node_share(c->comm, &limit);
-    const int64_t need = gather_bytes(c);
+    int64_t limit = p->mem_limit;
+    ra_status st = limit > 0 ? RA_OK : node_share(comm, &limit);
+    const int64_t need = gather_bytes(s, segs);
     if (st == RA_OK && (need < 0 || need > limit))
         st = ra_error_set(RA_ERR_ARG, "allgather: the gathered K/V needs "
                           "%lld bytes per rank, above the memory limit of "
@@ -105,7 +104,7 @@ static ra_status gather_alloc(gather_state *g, const strat_call *c)
         return ra_error_set(RA_ERR_ARG, "allgather: a block of %lld rows "
                             "cannot be described to MPI (counts are int); "
                             "use more ranks", (long long)(s->B * mmax));
-    g->kv = malloc((size_t)gather_bytes(c) + 1);
+    g->kv = malloc((size_t)gather_bytes(s, c->segs) + 1);
     g->seg = c->segs ? malloc(sizeof(int64_t) * (size_t)(s->B * s->M + 1))
                      : NULL;
     g->qpos = malloc(sizeof(int64_t) * (size_t)(c->n + 1));
@@ -221,7 +220,8 @@ ra_status allgather_forward(strat_call *c)
     g.may_poll = !c->params->no_poll &&
                  (ra_params_threads(c->params) == 1 ||
                   level >= MPI_THREAD_FUNNELED);
-    ra_status st = ra_agree(c->comm, gather_fits(c));
+    ra_status st = ra_agree(c->comm, allgather_fits(c->comm, c->shape,
+                                                    c->params, c->segs));
     if (st == RA_OK)
         st = ra_agree(c->comm, gather_alloc(&g, c));
     if (st == RA_OK)

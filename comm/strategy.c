@@ -117,6 +117,25 @@ static ra_status strategy_run(strat_call *c)
     }
 }
 
+ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
+                            const ra_params *params, int segments)
+{
+    ra_error_clear();
+    int P = 1;
+    if (params->strategy == RA_STRATEGY_RING)
+        return RA_OK;
+    ra_status st = strat_check(shape, params, NULL);
+    if (MPI_Comm_size(comm, &P) != MPI_SUCCESS)
+        st = ra_error_set(RA_ERR_MPI, "strategy: cannot query the "
+                                      "communicator");
+    if (st == RA_OK && params->strategy == RA_STRATEGY_ULYSSES)
+        st = ulysses_fits(shape, P);
+    st = ra_agree(comm, st);
+    if (st == RA_OK && params->strategy == RA_STRATEGY_ALLGATHER)
+        st = ra_agree(comm, allgather_fits(comm, shape, params, segments));
+    return st;
+}
+
 ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
                            const ra_params *params, const ra_masks *masks,
                            const float *q, const float *k, const float *v,

@@ -58,6 +58,14 @@ int64_t strat_slice_pos(const strat_call *c, int64_t len, int j,
 ra_status strat_check_range(const strat_call *c);
 
 ra_status allgather_forward(strat_call *c);
+
+/* Refuses a gather whose K/V (and ids with segs) do not fit
+ * params->mem_limit, or by default this node's memory over its ranks (then
+ * collective over comm). */
+ra_status allgather_fits(MPI_Comm comm, const ra_shape *s,
+                         const ra_params *p, int segs);
+/* Refuses more ranks than query heads, naming the counts that work. */
+ra_status ulysses_fits(const ra_shape *s, int P);
 ra_status tree_forward(strat_call *c);
 ra_status ringq_forward(strat_call *c);
 ra_status ulysses_forward(strat_call *c);

@@ -151,17 +151,25 @@ static void uly_counts(uly_state *u, const strat_call *c, int back,
     }
 }
 
+ra_status ulysses_fits(const ra_shape *s, int P)
+{
+    if (s->H < P)
+        return ra_error_set(RA_ERR_ARG, "ulysses: %lld query heads cannot "
+                            "be split over %d ranks; it runs on 1 to %lld "
+                            "ranks (strategy ring runs on any number)",
+                            (long long)s->H, P, (long long)s->H);
+    return RA_OK;
+}
+
 static ra_status uly_alloc(uly_state *u, const strat_call *c)
 {
     const ra_shape *s = c->shape;
     const size_t P = (size_t)c->P;
     const head_group *me;
     int64_t most = 0, bq, bkv;
-    if (s->H < c->P)
-        return ra_error_set(RA_ERR_ARG, "ulysses: %lld query heads cannot "
-                            "be split over %d ranks; it runs on 1 to %lld "
-                            "ranks (strategy ring runs on any number)",
-                            (long long)s->H, c->P, (long long)s->H);
+    ra_status st = ulysses_fits(s, c->P);
+    if (st != RA_OK)
+        return st;
     u->hg = malloc(sizeof(head_group) * P);
     u->ns = malloc(sizeof(int64_t) * P);
     u->ms = malloc(sizeof(int64_t) * P);

@@ -297,6 +297,14 @@ RA_API ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
                         const float *q, const float *k, const float *v,
                         float *o, float *lse, ra_timing *timing);
 
+/* Whether params->strategy can run this shape on comm's ranks, before any
+ * work: ulysses needs P <= H, allgather's gathered K/V (and key ids with
+ * segments) must fit params->mem_limit, strategies other than ring take
+ * the dot and gaussian scores. Collective; every rank returns the same
+ * status and message. ra_forward_ex() makes the same checks. */
+RA_API ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
+                                   const ra_params *params, int segments);
+
 /* Attention maps without the full matrix: the exact softmax weights of the
  * query rows [i0, i1) over all M keys, for the chosen query heads, from the
  * final LSE. Each rank fills the rows it holds: ra_attn_map_rows() gives

@@ -406,7 +406,12 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
         st = h5io_output_check(o->json, 1, NULL);
     if (st == RA_OK && ctx->rank == 0 && o->csv)
         st = h5io_output_check(o->csv, 1, NULL);
-    return ra_agree(ctx->comm, st);
+    st = ra_agree(ctx->comm, st);
+    for (int i = 0; i < o->nseq && st == RA_OK && !o->all_strategies; i++) {
+        const ra_shape s = config_shape(o, i); /* collective */
+        st = ra_strategy_check(ctx->comm, &s, &o->p, o->segment_avg > 0);
+    }
+    return st;
 }
 
 /* Seeded random weights of the additive score (A, D), (A, D), (A), scaled
