@@ -110,9 +110,11 @@ static ra_status strategy_run(strat_call *c)
         return ringq_forward(c);
     case RA_STRATEGY_ULYSSES:
         return ulysses_forward(c);
+    case RA_STRATEGY_HYBRID:
+        return hybrid_forward(c);
     default:
         return ra_error_set(RA_ERR_ARG, "strategy %d is not one of ring, "
-                            "allgather, tree, ring-q, ulysses",
+                            "allgather, tree, ring-q, ulysses, hybrid",
                             (int)c->params->strategy);
     }
 }
@@ -133,6 +135,10 @@ ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
     st = ra_agree(comm, st);
     if (st == RA_OK && params->strategy == RA_STRATEGY_ALLGATHER)
         st = ra_agree(comm, allgather_fits(comm, shape, params, segments));
+    if (st == RA_OK && params->strategy == RA_STRATEGY_HYBRID) {
+        int u;
+        st = ra_agree(comm, hybrid_group_size(comm, shape, params, &u));
+    }
     return st;
 }
 

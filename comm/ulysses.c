@@ -17,12 +17,7 @@
 #include "internal.h"
 #include "strategy.h"
 
-/* Heads of rank p: query heads [h0, h1), kv heads [g0, g1). */
-typedef struct {
-    int64_t h0, h1, g0, g1;
-} head_group;
-
-static head_group heads_of(const ra_shape *s, int p, int P)
+head_group heads_of(const ra_shape *s, int p, int P)
 {
     const int64_t base = s->H / P, extra = s->H % P, per = s->H / s->G;
     head_group hg;
@@ -45,13 +40,6 @@ typedef struct {
     ra_workspace *ws;
 } uly_state;
 
-/* Where local head hl of rank group hg lives in the natural-order arrays:
- * in the run of heads [start, start + width) (relative to the group's first
- * head) that read one kv head; kv heads are runs of one. */
-typedef struct {
-    int64_t start, width;
-} head_run;
-
 static head_run run_of(const ra_shape *s, const head_group *hg, int64_t hl,
                        int kv)
 {
@@ -63,35 +51,33 @@ static head_run run_of(const ra_shape *s, const head_group *hg, int64_t hl,
     return (head_run){a - hg->h0, z - a};
 }
 
-/* Copies a received block (B, n_s, nh, d) of rank src's tokens into the
- * natural-order runs dst (length len along the sequence). */
-static void to_natural(const strat_call *c, const head_group *hg, int src,
-                       int64_t len, int64_t nh, int64_t d, int kv,
-                       const float *blk, float *dst)
+void to_natural(const strat_call *c, const head_group *hg, int src,
+                const head_dest *dst_of, int64_t nh, int64_t d, int kv,
+                const float *blk, float *dst)
 {
-    const ra_slice sl = ra_layout_slice(c->lay, len, src, c->P);
-    const int64_t B = c->shape->B;
+    const ra_slice sl = ra_layout_slice(c->lay, dst_of->axis, src, c->P);
+    const int64_t B = c->shape->B, len = dst_of->len;
     for (int64_t hl = 0; hl < nh; hl++) {
         const head_run hr = run_of(c->shape, hg, hl, kv);
         float *run = dst + B * len * d * hr.start;
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i < sl.count; i++) {
-                const int64_t pos = ra_slice_pos(&sl, i);
-                memcpy(run + ((b * len + pos) * hr.width + hl - hr.start) * d,
+                const int64_t at = dst_of->idx ? dst_of->idx[i]
+                                               : ra_slice_pos(&sl, i);
+                memcpy(run + ((b * len + at) * hr.width + hl - hr.start) * d,
                        blk + ((b * sl.count + i) * nh + hl) * d,
                        sizeof(float) * (size_t)d);
             }
     }
 }
 
-/* The reverse for the outputs: rank dst's tokens of o (B, n_d, nh, Dv)
- * then lse (B, nh, n_d) into blk. */
-static void from_natural(const strat_call *c, const head_group *hg, int dst,
-                         const float *o, const float *lse, float *blk)
+void from_natural(const strat_call *c, const head_group *hg, int dst,
+                  const head_dest *src_of, const float *o, const float *lse,
+                  float *blk)
 {
     const ra_shape *s = c->shape;
     const ra_slice sl = ra_layout_slice(c->lay, s->N, dst, c->P);
-    const int64_t B = s->B, N = s->N, Dv = s->Dv, nh = hg->h1 - hg->h0;
+    const int64_t B = s->B, N = src_of->len, Dv = s->Dv, nh = hg->h1 - hg->h0;
     float *lblk = blk + B * sl.count * nh * Dv;
     for (int64_t hl = 0; hl < nh; hl++) {
         const head_run hr = run_of(s, hg, hl, 0);
@@ -99,18 +85,19 @@ static void from_natural(const strat_call *c, const head_group *hg, int dst,
         const float *lrun = lse + B * N * hr.start;
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i < sl.count; i++) {
-                const int64_t pos = ra_slice_pos(&sl, i);
+                const int64_t at = src_of->idx ? src_of->idx[i]
+                                               : ra_slice_pos(&sl, i);
                 memcpy(blk + ((b * sl.count + i) * nh + hl) * Dv,
-                       orun + ((b * N + pos) * hr.width + hl - hr.start) * Dv,
+                       orun + ((b * N + at) * hr.width + hl - hr.start) * Dv,
                        sizeof(float) * (size_t)Dv);
                 lblk[(b * nh + hl) * sl.count + i] =
-                    lrun[(b * hr.width + hl - hr.start) * N + pos];
+                    lrun[(b * hr.width + hl - hr.start) * N + at];
             }
     }
 }
 
 /* Copies heads [a, z) of x (B, n, heads, d) into out (B, n, z - a, d). */
-static float *pack_heads(const float *x, int64_t B, int64_t n, int64_t heads,
+float *pack_heads(const float *x, int64_t B, int64_t n, int64_t heads,
                          int64_t d, int64_t a, int64_t z, float *out)
 {
     for (int64_t row = 0; row < B * n; row++, out += (z - a) * d)
@@ -277,11 +264,12 @@ static ra_status uly_scatter(uly_state *u, strat_call *c)
                                         "failed");
     for (int p = 0; p < c->P; p++) {
         const float *at = u->recv + u->dsp_r[p];
-        to_natural(c, me, p, s->N, hr, s->D, 0, at, u->q);
+        const head_dest qd = {s->N, s->N, NULL}, kd = {s->M, s->M, NULL};
+        to_natural(c, me, p, &qd, hr, s->D, 0, at, u->q);
         at += s->B * u->ns[p] * hr * s->D;
-        to_natural(c, me, p, s->M, gr, s->D, 1, at, u->k);
+        to_natural(c, me, p, &kd, gr, s->D, 1, at, u->k);
         at += s->B * u->ms[p] * gr * s->D;
-        to_natural(c, me, p, s->M, gr, s->Dv, 1, at, u->v);
+        to_natural(c, me, p, &kd, gr, s->Dv, 1, at, u->v);
     }
     return RA_OK;
 }
@@ -292,8 +280,10 @@ static ra_status uly_gather(uly_state *u, strat_call *c)
     const ra_shape *s = c->shape;
     int64_t most = 0;
     uly_counts(u, c, 1, &most);
+    const head_dest od = {s->N, s->N, NULL};
     for (int p = 0; p < c->P; p++) {
-        from_natural(c, &u->hg[c->r], p, u->o, u->lse, u->send + u->dsp_s[p]);
+        from_natural(c, &u->hg[c->r], p, &od, u->o, u->lse,
+                     u->send + u->dsp_s[p]);
         if (p != c->r)
             c->tm->bytes_sent += (int64_t)sizeof(float) * u->cnt_s[p];
     }

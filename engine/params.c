@@ -174,7 +174,7 @@ double ra_forward_flops(const ra_shape *s, const ra_params *p,
 }
 
 static const char *const strategy_names[RA_STRATEGY_COUNT] = {
-    "ring", "allgather", "tree", "ring-q", "ulysses"};
+    "ring", "allgather", "tree", "ring-q", "ulysses", "hybrid"};
 
 const char *ra_strategy_name(ra_strategy strategy)
 {
@@ -193,5 +193,6 @@ ra_status ra_strategy_parse(const char *name, ra_strategy *out)
         }
     }
     return ra_error_set(RA_ERR_ARG, "unknown strategy '%s' (expected ring, "
-                                    "allgather, tree, ring-q or ulysses)", name);
+                                    "allgather, tree, ring-q, ulysses or "
+                                    "hybrid)", name);
 }

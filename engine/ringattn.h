@@ -85,13 +85,16 @@ typedef enum {
     RA_STRATEGY_ULYSSES = 4,   /* head-parallel: all-to-all to head groups
                                   (all tokens of about H/P heads), local
                                   attention, all-to-all back; P <= H */
+    RA_STRATEGY_HYBRID = 5,    /* ulysses inside groups of ulysses_size
+                                  ranks (default: one node's), a K/V ring
+                                  between the groups */
 } ra_strategy;
 
-#define RA_STRATEGY_COUNT 5
+#define RA_STRATEGY_COUNT 6
 
 RA_API const char *ra_strategy_name(ra_strategy strategy);
-/* Parses "ring", "allgather", "tree", "ring-q" or "ulysses"; RA_ERR_ARG
- * otherwise. */
+/* Parses "ring", "allgather", "tree", "ring-q", "ulysses" or "hybrid";
+ * RA_ERR_ARG otherwise. */
 RA_API ra_status ra_strategy_parse(const char *name, ra_strategy *out);
 
 /* Global problem shape. */
@@ -170,6 +173,8 @@ typedef struct {
     int64_t mem_limit; /* bytes one rank may allocate for the K/V that
                           allgather gathers; 0: the node's physical memory
                           divided by the ranks on the node */
+    int64_t ulysses_size; /* hybrid: ranks per head-parallel group (they
+                          must divide P); 0: the ranks of one node */
 } ra_params;
 
 /* The default stall_timeout in seconds. */

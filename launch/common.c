@@ -57,7 +57,7 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
     if ((int)p->strategy == CLI_STRATEGY_ALL)
         return ra_error_set(RA_ERR_ARG, "--strategy all: only bench runs "
                             "every strategy; name one (ring, allgather, "
-                            "tree, ring-q, ulysses)");
+                            "tree, ring-q, ulysses, hybrid)");
     return ra_shape_check(s);
 }
 

@@ -448,13 +448,19 @@ const cli_opt cli_forward_opts[] = {
      "allgather (all K/V gathered, memory O(M) per rank),\n"
      "tree (decoding: partials merged by a reduction),\n"
      "ring-q (queries and their (o, lse) travel, K/V stay)\n"
-     "or ulysses (all-to-all to head groups; P <= H);\n"
+     "ulysses (all-to-all to head groups; P <= H) or\n"
+     "hybrid (ulysses inside groups, a ring between);\n"
      "bench takes all: every applicable one side by side"},
     {.name = "--mem-limit", .kind = CLI_INT, .meta = "BYTES",
      .offset = CLI_FIELD(ra_params, mem_limit, int64_t), .lo = 1,
      .hi = INT64_MAX,
      .help = "bytes a rank may use for gathered K/V (allgather;\n"
      "default: node memory / ranks on the node)"},
+    {.name = "--ulysses-size", .kind = CLI_INT, .meta = "U",
+     .offset = CLI_FIELD(ra_params, ulysses_size, int64_t), .lo = 1,
+     .hi = 1 << 20,
+     .help = "hybrid: ranks per head-parallel group, dividing P\n"
+     "(default: the ranks of one node)"},
     {.name = "--stall-timeout", .kind = CLI_REAL, .meta = "SECONDS",
      .offset = CLI_FIELD(ra_params, stall_timeout, double),
      .rlo = 0, .rhi = 1e9,

@@ -16,7 +16,7 @@ fail() { echo "e2e_strategies FAIL (P=$np): $*" >&2; exit 1; }
 
 "${mpi[@]}" "$ringattn" gen --out in.h5 --batch 2 --seq 203 --seq-kv 301 \
     --heads 4 --kv-heads 2 --dim 16 --lens random --seed 13 > /dev/null
-for s in ring allgather tree ring-q ulysses; do
+for s in ring allgather tree ring-q ulysses hybrid; do
     "${mpi[@]}" "$ringattn" run --in in.h5 --out "out-$s.h5" --causal \
         --strategy "$s" > "log-$s.txt" || fail "run --strategy $s"
     grep -q "# strategy   $s" "log-$s.txt" || fail "$s: no strategy row"

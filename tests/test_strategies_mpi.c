@@ -1,5 +1,5 @@
 /* test_strategies_mpi.c: every strategy (ring, allgather, tree, ring-q,
- * ulysses) on every layout, with GQA, causal masks, padding lengths,
+ * ulysses, hybrid) on every layout, with GQA, causal masks, padding lengths,
  * windows, packed segments, uneven heads and lengths that P does not
  * divide, against the fp64 reference at P = 1..4 (run by ctest under mpiexec). Every rank builds the same
  * problem from the seed, passes its layout slices and checks its own rows;
@@ -104,6 +104,8 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
     ra_params prm = sc->p;
     prm.layout = layout;
     prm.strategy = strategy;
+    if (strategy == RA_STRATEGY_HYBRID) /* two groups of 2 at P = 4 */
+        prm.ulysses_size = nranks % 2 ? 1 : 2;
     ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, &local, lp.q, lp.k,
                                  lp.v, lp.o, lp.lse, NULL);
     check_result c = {0};
