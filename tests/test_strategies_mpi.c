@@ -231,6 +231,37 @@ static void test_allgather_refuses_over_limit(void **state)
     assert_false(any);
 }
 
+/* Ulysses sends exactly the bytes of algorithms.md section 10 (q, k, v
+ * out, o back, N = M, B = 1, G = H so no kv head is replicated), plus the
+ * lse it returns with o: (N/P)(P-1)/P (H D + G D + G Dv + H Dv + H)
+ * floats per rank, when P divides N. */
+static void test_ulysses_bytes(void **state)
+{
+    (void)state;
+    const int64_t N = 96 * nranks, H = 4 * nranks, D = 8;
+    strat_case sc = base_case(1, N, N, H, H, D, 1308);
+    sc.p.strategy = RA_STRATEGY_ULYSSES;
+    sc.p.layout = RA_LAYOUT_CONTIGUOUS;
+    problem p;
+    problem_make(&p, &sc.s, sc.seed);
+    local_part lp;
+    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    ra_timing tm = {0};
+    ra_status st = ra_forward_ex(MPI_COMM_WORLD, &sc.s, &sc.p, NULL, lp.q,
+                                 lp.k, lp.v, lp.o, lp.lse, &tm);
+    const int64_t want = 4 * (N / nranks) * (nranks - 1) / nranks *
+                         (4 * H * D + H);
+    int bad = st != RA_OK || tm.bytes_sent != want, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("# P=%d ulysses bytes per rank %lld, formula %lld: %s\n",
+               nranks, (long long)tm.bytes_sent, (long long)want,
+               any ? "FAIL" : "PASS");
+    local_part_free(&lp);
+    problem_free(&p);
+    assert_false(any);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -239,6 +270,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_decoding_shapes),
         cmocka_unit_test(test_padding_windows_segments),
         cmocka_unit_test(test_allgather_refuses_over_limit),
+        cmocka_unit_test(test_ulysses_bytes),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
