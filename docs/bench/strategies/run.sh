@@ -26,5 +26,9 @@ all)
         --strategy $s --warmup 0 --reps 1 > $out/$s-n16k-p4.txt
     "${mpi[@]}" -np 2 "$ra" bench --seq 16384 --heads 8 --dim 64 \
         --strategy $s --warmup 1 --reps 2 > $out/$s-n16k-p2.txt
-  done ;;
+  done
+  # every strategy side by side, hybrid as 2 groups of 2
+  "${mpi[@]}" -np 4 "$ra" bench --seq 4096 --heads 8 --dim 64 \
+      --strategy all --ulysses-size 2 --warmup 0 --reps 1 \
+      > $out/all-p4-u2.txt ;;
 esac
