@@ -265,10 +265,11 @@ RA_API double ra_forward_flops(const ra_shape *shape, const ra_params *params,
  *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv)   (read only)
  *   o (B, n, H, Dv), lse (B, H, n)                     (written)
  * where n and m are this rank's query and key counts (either may be 0).
- * The caller owns every buffer. Memory used inside is O((n + max m) * width):
- * two K/V ring buffers and per-thread tiles; no rank ever holds a full
- * sequence. Every rank must pass the same shape and params. With more than
- * one thread, MPI must be initialised with at least MPI_THREAD_FUNNELED
+ * The caller owns every buffer. Memory used inside by the ring strategy is
+ * O((n + max m) * width): two K/V ring buffers and per-thread tiles; no
+ * rank ever holds a full sequence (the other strategies: ra_strategy).
+ * Every rank must pass the same shape and params. With more than one
+ * thread, MPI must be initialised with at least MPI_THREAD_FUNNELED
  * (otherwise transfers are not polled between tiles).
  *
  * Errors are agreed over the ranks before the ring starts: every rank

@@ -228,6 +228,7 @@ static double model_bytes(const cli_ctx *ctx, const ra_shape *s, int naive,
     case RA_STRATEGY_RING_Q: /* two travelling query blocks */
         return model + 2.0 * q_all / ctx->nranks * (double)(s->D + s->Dv + 1);
     case RA_STRATEGY_ULYSSES: /* head groups, twice for the all-to-all */
+    case RA_STRATEGY_HYBRID:
         return model + 3.0 * (q_all * (double)(s->D + s->Dv + 1) + kv_all) /
                            ctx->nranks;
     default:
