@@ -37,6 +37,7 @@ typedef struct {
     int64_t *qseg, *kseg;   /* natural ids (B, N), (B, M) */
     int64_t *qsegg, *ksegb; /* my group's query ids, the block's key ids */
     MPI_Request req[2];
+    int may_poll;           /* MPI allows polling from the kernel */
     ra_workspace *ws;
 } hyb_state;
 
@@ -314,7 +315,8 @@ static void hyb_visit(hyb_state *h, const strat_call *c, int og, int which)
                                 kb + B * Mg * s->D * gl,
                                 vb + B * Mg * s->Dv * gl,
                                 h->o + B * Ng * s->Dv * st,
-                                h->lse + B * Ng * st, h->ws, hyb_poll, h);
+                                h->lse + B * Ng * st, h->ws,
+                                h->may_poll ? hyb_poll : NULL, h);
     }
 }
 
@@ -406,6 +408,11 @@ ra_status hybrid_forward(strat_call *c)
 {
     const ra_shape *s = c->shape;
     hyb_state h = {.gcomm = MPI_COMM_NULL, .xcomm = MPI_COMM_NULL};
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    h.may_poll = !c->params->no_poll &&
+                 (ra_params_threads(c->params) == 1 ||
+                  level >= MPI_THREAD_FUNNELED);
     ra_status st = ra_agree(c->comm, hyb_groups(&h, c));
     if (st == RA_OK)
         st = ra_agree(c->comm, hyb_alloc(&h, c));
