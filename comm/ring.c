@@ -15,6 +15,7 @@
 #include "internal.h"
 #include "range.h"
 #include "ring.h"
+#include "strategy.h"
 
 static ra_status check_score(const ra_shape *s, const ra_params *p)
 {
@@ -81,8 +82,8 @@ static ra_status check_masks(const ra_shape *s, const ra_masks *mk)
     return RA_OK;
 }
 
-static ra_status check_params(const ra_shape *s, const ra_params *p,
-                              const ra_masks *mk)
+ra_status ring_check_params(const ra_shape *s, const ra_params *p,
+                            const ra_masks *mk)
 {
     ra_status st = ra_shape_check(s);
     if (st == RA_OK)
@@ -99,6 +100,9 @@ static ra_status check_params(const ra_shape *s, const ra_params *p,
         return ra_error_set(RA_ERR_ARG, "threads: %d is negative", p->threads);
     if (!(p->stall_timeout >= 0))
         return ra_error_set(RA_ERR_ARG, "stall timeout: must be >= 0 seconds");
+    if ((unsigned)p->strategy >= RA_STRATEGY_COUNT || p->mem_limit < 0)
+        return ra_error_set(RA_ERR_ARG, "strategy: unknown strategy %d or "
+                            "negative memory limit", (int)p->strategy);
     return check_masks(s, mk);
 }
 
@@ -420,7 +424,7 @@ static ra_status ring_forward(MPI_Comm user_comm, const ring_args *a,
     const double t_start = MPI_Wtime();
     ra_timing tm = {0};
     ring_state rs = {.comm = MPI_COMM_NULL, .tm = &tm};
-    ra_status st = check_params(a->shape, a->params, a->masks);
+    ra_status st = ring_check_params(a->shape, a->params, a->masks);
     if (st == RA_OK && a->want_map)
         st = check_map(a->shape, a->map);
     if (MPI_Comm_dup(user_comm, &rs.comm) != MPI_SUCCESS)
@@ -449,6 +453,9 @@ ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
                         float *o, float *lse, ra_timing *timing)
 {
     ra_error_clear();
+    if (params && params->strategy != RA_STRATEGY_RING)
+        return strategy_forward(comm, shape, params, masks, q, k, v, o, lse,
+                                timing);
     const ring_args a = {shape, params, masks, q, k, v, o, lse, NULL, 0};
     return ring_forward(comm, &a, timing);
 }

@@ -29,6 +29,8 @@ void ra_params_default(ra_params *params)
     params->rope_base = RA_ROPE_BASE_DEFAULT;
     params->alibi = 0;
     params->alibi_slopes = NULL;
+    params->strategy = RA_STRATEGY_RING;
+    params->mem_limit = 0;
 }
 
 double ra_params_scale(const ra_params *params, const ra_shape *shape)
@@ -187,4 +189,22 @@ double ra_forward_flops(const ra_shape *s, const ra_params *p,
                                masks && masks->q_lens ? masks->q_lens[b] : s->N,
                                masks && masks->kv_lens ? masks->kv_lens[b] : s->M);
     return ra_pair_flops(s, p) * pairs;
+}
+
+static const char *const strategy_names[RA_STRATEGY_COUNT] = {
+    "ring", "allgather", "tree", "ring-q", "ulysses", "hybrid"};
+
+const char *ra_strategy_name(ra_strategy strategy)
+{
+    return ra_name_of(strategy_names, RA_STRATEGY_COUNT, (int)strategy);
+}
+
+ra_status ra_strategy_parse(const char *name, ra_strategy *out)
+{
+    int v = 0;
+    ra_error_clear();
+    const ra_status st = ra_name_parse("strategy", strategy_names,
+                                       RA_STRATEGY_COUNT, name, &v);
+    *out = st == RA_OK ? (ra_strategy)v : *out;
+    return st;
 }

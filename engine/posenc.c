@@ -8,23 +8,21 @@
 
 static const char *const rope_names[] = {"none", "interleaved", "half"};
 
+enum { NROPES = sizeof rope_names / sizeof *rope_names };
+
 const char *ra_rope_name(ra_rope rope)
 {
-    if ((unsigned)rope < sizeof rope_names / sizeof *rope_names)
-        return rope_names[rope];
-    return "unknown";
+    return ra_name_of(rope_names, NROPES, (int)rope);
 }
 
 ra_status ra_rope_parse(const char *name, ra_rope *out)
 {
+    int v = 0;
     ra_error_clear();
-    for (unsigned i = 0; i < sizeof rope_names / sizeof *rope_names; i++)
-        if (strcmp(name, rope_names[i]) == 0) {
-            *out = (ra_rope)i;
-            return RA_OK;
-        }
-    return ra_error_set(RA_ERR_ARG, "unknown rotary pairing '%s' (expected "
-                                    "none, interleaved or half)", name);
+    const ra_status st = ra_name_parse("rotary pairing", rope_names, NROPES,
+                                       name, &v);
+    *out = st == RA_OK ? (ra_rope)v : *out;
+    return st;
 }
 
 /* Rotates the pair (x[a], x[b]) of every (batch, head) row of one token by

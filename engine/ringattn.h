@@ -68,6 +68,35 @@ RA_API const char *ra_layout_name(ra_layout layout);
 /* Parses "contiguous", "zigzag", "striped" or "auto"; RA_ERR_ARG otherwise. */
 RA_API ra_status ra_layout_parse(const char *name, ra_layout *out);
 
+/* How the ranks split one attention call (docs/DESIGN.md, "Strategies").
+ * Every strategy takes and returns the same layout slices (ra_forward_ex),
+ * so the choice changes neither the files nor the results beyond rounding. */
+typedef enum {
+    RA_STRATEGY_RING = 0,      /* the default: K/V blocks travel a ring */
+    RA_STRATEGY_ALLGATHER = 1, /* every rank gathers all K/V (chunks, in
+                                  flight while the first ones compute);
+                                  memory O(M) per rank, see mem_limit */
+    RA_STRATEGY_TREE = 2,      /* decoding: every rank attends its K/V with
+                                  all queries, partials merged by an MPI
+                                  reduction in log P steps */
+    RA_STRATEGY_RING_Q = 3,    /* pass-Q: query blocks travel with their
+                                  running (o, lse), K/V stay; cheaper than
+                                  ring when N H << M G */
+    RA_STRATEGY_ULYSSES = 4,   /* head-parallel: all-to-all to head groups
+                                  (all tokens of about H/P heads), local
+                                  attention, all-to-all back; P <= H */
+    RA_STRATEGY_HYBRID = 5,    /* ulysses inside groups of ulysses_size
+                                  ranks (default: one node's), a K/V ring
+                                  between the groups */
+} ra_strategy;
+
+#define RA_STRATEGY_COUNT 6
+
+RA_API const char *ra_strategy_name(ra_strategy strategy);
+/* Parses "ring", "allgather", "tree", "ring-q", "ulysses" or "hybrid";
+ * RA_ERR_ARG otherwise. */
+RA_API ra_status ra_strategy_parse(const char *name, ra_strategy *out);
+
 /* Global problem shape. */
 typedef struct {
     int64_t B, N, M, H, G, D, Dv;
@@ -186,6 +215,12 @@ typedef struct {
                           mask (the bias changes no visibility) */
     const double *alibi_slopes; /* (H) finite slopes, owned by the caller,
                           or NULL: ra_alibi_slopes(H) */
+    ra_strategy strategy; /* how the ranks split the call (default ring) */
+    int64_t mem_limit; /* bytes one rank may allocate for the K/V that
+                          allgather gathers; 0: the node's physical memory
+                          divided by the ranks on the node */
+    int64_t ulysses_size; /* hybrid: ranks per head-parallel group (they
+                          must divide P); 0: the ranks of one node */
 } ra_params;
 
 /* The default stall_timeout in seconds. */
@@ -277,10 +312,11 @@ RA_API double ra_forward_flops(const ra_shape *shape, const ra_params *params,
  *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv)   (read only)
  *   o (B, n, H, Dv), lse (B, H, n)                     (written)
  * where n and m are this rank's query and key counts (either may be 0).
- * The caller owns every buffer. Memory used inside is O((n + max m) * width):
- * two K/V ring buffers and per-thread tiles; no rank ever holds a full
- * sequence. Every rank must pass the same shape and params. With more than
- * one thread, MPI must be initialised with at least MPI_THREAD_FUNNELED
+ * The caller owns every buffer. Memory used inside by the ring strategy is
+ * O((n + max m) * width): two K/V ring buffers and per-thread tiles; no
+ * rank ever holds a full sequence (the other strategies: ra_strategy).
+ * Every rank must pass the same shape and params. With more than one
+ * thread, MPI must be initialised with at least MPI_THREAD_FUNNELED
  * (otherwise transfers are not polled between tiles).
  *
  * Errors are agreed over the ranks before the ring starts: every rank
@@ -305,7 +341,10 @@ typedef struct {
     int steps;           /* ring steps run (P, or fewer with a window) */
 } ra_timing;
 
-/* ra_forward() with masks (NULL: none) and timings (NULL: not wanted). */
+/* ra_forward() with masks (NULL: none) and timings (NULL: not wanted).
+ * params->strategy picks how the ranks split the work; the slices passed
+ * and returned are the same for every strategy. Strategies other than ring
+ * take the dot and gaussian scores. */
 RA_API ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
                         const ra_params *params, const ra_masks *masks,
                         const float *q, const float *k, const float *v,
@@ -341,6 +380,13 @@ RA_API ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
  * visible tile against the forward's two). */
 RA_API double ra_backward_flops(const ra_shape *shape, const ra_params *params,
                                 const ra_masks *masks);
+/* Whether params->strategy can run this shape on comm's ranks, before any
+ * work: ulysses needs P <= H, allgather's gathered K/V (and key ids with
+ * segments) must fit params->mem_limit, strategies other than ring take
+ * the dot and gaussian scores. Collective; every rank returns the same
+ * status and message. ra_forward_ex() makes the same checks. */
+RA_API ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
+                                   const ra_params *params, int segments);
 
 /* Attention maps without the full matrix: the exact softmax weights of the
  * query rows [i0, i1) over all M keys, for the chosen query heads, from the
@@ -359,7 +405,8 @@ RA_API ra_range ra_attn_map_rows(ra_layout layout, int64_t N, int rank, int nran
                           const ra_attn_map *map);
 
 /* ra_forward_ex() (no timings) followed by a second ring pass that writes
- * the attention map; layout as resolved by ra_params_layout(). */
+ * the attention map; layout as resolved by ra_params_layout(). Always runs
+ * the ring strategy, whatever params->strategy says. */
 RA_API ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
                          const ra_params *params, const ra_masks *masks,
                          const float *q, const float *k, const float *v,

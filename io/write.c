@@ -117,7 +117,9 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
         (st = h5io_attr_write_string(comm, file, path, "score",
                                      ra_score_name(p->score))) != RA_OK ||
         (st = h5io_attr_write_double(comm, file, path, "sigma",
-                                     p->sigma)) != RA_OK)
+                                     p->sigma)) != RA_OK ||
+        (st = h5io_attr_write_string(comm, file, path, "strategy",
+                                     ra_strategy_name(p->strategy))) != RA_OK)
         return st;
     if ((st = posenc_attrs_write(file, comm, path, p)) != RA_OK)
         return st;

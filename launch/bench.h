@@ -26,6 +26,7 @@ typedef struct {
     int64_t segment_avg;     /* random packed segments of this mean length */
     int mode;                /* 0 ring, 1 naive, 2 both */
     int ring, naive;
+    int all_strategies;      /* --strategy all: every applicable one */
     const char *json, *csv;
 } bench_opts;
 
@@ -43,7 +44,7 @@ typedef struct {
     ra_shape s;
     ra_params p;
     int ranks, threads;
-    const char *mode;          /* "ring" or "naive" */
+    const char *mode;          /* the strategy's name, or "naive" */
     int64_t block_q, block_kv;
     double flops;              /* useful FLOPs of one pass */
     double seconds_median;     /* median over reps of the slowest rank */

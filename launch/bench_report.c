@@ -5,7 +5,7 @@
 
 void bench_print_header(FILE *out)
 {
-    fprintf(out, "#%7s %7s %2s %2s %6s %9s %9s %9s %5s %8s %8s %6s %6s %9s "
+    fprintf(out, "#%7s %7s %2s %2s %9s %9s %9s %9s %5s %8s %8s %6s %6s %9s "
                  "%9s %9s %8s %8s %8s %9s %s\n",
             "N", "M", "P", "T", "mode", "time_s", "rank_min", "rank_max",
             "busy", "GFLOP/s", "sgemm", "ratio", "wait%", "MB_sent",
@@ -14,7 +14,7 @@ void bench_print_header(FILE *out)
 
 void bench_print_row(FILE *out, const bench_result *r)
 {
-    fprintf(out, " %7lld %7lld %2d %2d %6s %9.4f %9.4f %9.4f %5.2f %8.1f "
+    fprintf(out, " %7lld %7lld %2d %2d %9s %9.4f %9.4f %9.4f %5.2f %8.1f "
                  "%8.1f %6.3f %6.2f %9.2f %9.2f %9.2f %9.2f %8.1f %8.1f %9.2e "
                  "%s\n",
             (long long)r->s.N, (long long)r->s.M, r->ranks, r->threads,

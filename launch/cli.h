@@ -153,6 +153,10 @@ extern const cli_opt cli_seq_opts[];
  * --threads --stall-timeout. */
 extern const cli_opt cli_forward_opts[];
 
+/* What `--strategy all` stores in ra_params.strategy: not a strategy, a
+ * request (bench only) to measure every applicable one. */
+#define CLI_STRATEGY_ALL (-1)
+
 void cli_shape_default(cli_shape *cs);
 /* Resolves unset flags: M = N, G = H, Dv = D. */
 void cli_shape_finish(cli_shape *cs);

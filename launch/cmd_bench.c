@@ -218,6 +218,22 @@ static double model_bytes(const cli_ctx *ctx, const ra_shape *s, int naive,
     if (naive)
         return model + 4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv)) +
                4.0 * (double)(t->qs.count * s->M);
+    const double kv_all = 4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv));
+    const double q_all = 4.0 * (double)(s->B * s->N * s->H);
+    switch (res->p.strategy) {
+    case RA_STRATEGY_ALLGATHER: /* every K/V block */
+        return model + kv_all;
+    case RA_STRATEGY_TREE: /* all queries, their partials, merge elements */
+        return model + q_all * (double)(s->D + 2 * s->Dv + 2);
+    case RA_STRATEGY_RING_Q: /* two travelling query blocks */
+        return model + 2.0 * q_all / ctx->nranks * (double)(s->D + s->Dv + 1);
+    case RA_STRATEGY_ULYSSES: /* head groups, twice for the all-to-all */
+    case RA_STRATEGY_HYBRID:
+        return model + 3.0 * (q_all * (double)(s->D + s->Dv + 1) + kv_all) /
+                           ctx->nranks;
+    default:
+        break;
+    }
     return model + 2.0 * 4.0 * (double)(s->B * mmax * s->G * (s->D + s->Dv)) +
            4.0 * res->threads *
                (double)(res->block_q * (res->block_kv + s->Dv + 2));
@@ -267,11 +283,14 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->p = o->p;
     res->ranks = ctx->nranks;
     res->threads = ra_params_threads(&o->p);
-    res->mode = naive ? "naive" : "ring";
+    res->mode = naive ? "naive" : ra_strategy_name(o->p.strategy);
     ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
     res->flops = config_flops(ctx, o, s, r);
     config_times(ctx, o, r, res);
-    if (naive) /* the baseline gathers: no ring step crosses a node */
+    if (naive || (o->p.strategy != RA_STRATEGY_RING &&
+                  o->p.strategy != RA_STRATEGY_RING_Q))
+        /* counted for the two rings, whose ranks send only to their
+         * successor; the collectives' routes are MPI's own */
         res->cross_bytes = res->cross_bytes_total = 0;
     res->nodes = ctx->nodes.nodes;
     res->ranks_per_node = ctx->nodes.ranks_per_node_max;
@@ -339,6 +358,9 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
                (long long)o->segment_avg);
     printf("# %-12s %s%s\n", "layout", ra_layout_name(o->p.layout),
            o->layout_auto ? " (auto)" : "");
+    printf("# %-12s %s\n", "strategy",
+           o->all_strategies ? "all (a row for each that applies)"
+                             : ra_strategy_name(o->p.strategy));
     printf("# %-12s %s%s\n", "mode",
            o->ring && o->naive ? "ring and naive" : o->ring ? "ring" : "naive",
            o->p.no_poll ? " (no polling)" : "");
@@ -385,7 +407,12 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
         st = h5io_output_check(o->json, 1, NULL);
     if (st == RA_OK && ctx->rank == 0 && o->csv)
         st = h5io_output_check(o->csv, 1, NULL);
-    return ra_agree(ctx->comm, st);
+    st = ra_agree(ctx->comm, st);
+    for (int i = 0; i < o->nseq && st == RA_OK && !o->all_strategies; i++) {
+        const ra_shape s = config_shape(o, i); /* collective */
+        st = ra_strategy_check(ctx->comm, &s, &o->p, o->segment_avg > 0);
+    }
+    return st;
 }
 
 /* Seeded random weights of the additive score (A, D), (A, D), (A), scaled
@@ -436,6 +463,20 @@ static ra_status write_rows(const char *path, const bench_result *rows,
                         strerror(err ? err : EIO));
 }
 
+/* Whether pass k of a shape runs: the chosen strategy once, or with
+ * --strategy all each one that takes the problem (ulysses needs P <= H;
+ * the additive score runs on ring only). Allgather's memory limit is the
+ * library's to judge: it refuses with a message. */
+static int strategy_applies(const cli_ctx *ctx, const bench_opts *o,
+                            const ra_params *p, const ra_shape *s, int k)
+{
+    if (!o->all_strategies)
+        return k == 0;
+    if (p->strategy != RA_STRATEGY_RING && p->score == RA_SCORE_ADDITIVE)
+        return 0;
+    return p->strategy != RA_STRATEGY_ULYSSES || s->H >= ctx->nranks;
+}
+
 /* Measures every configuration; rank 0 prints the rows as they come. */
 static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
                                bench_result *rows, int *nrows)
@@ -450,10 +491,15 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
     ra_status st = RA_OK;
     for (int i = 0; i < o->nseq && st == RA_OK; i++) {
         const ra_shape s = config_shape(o, i);
-        for (int naive = 0; naive < 2 && st == RA_OK; naive++) {
-            if (!(naive ? o->naive : o->ring))
+        for (int k = 0; k <= RA_STRATEGY_COUNT && st == RA_OK; k++) {
+            const int naive = k == RA_STRATEGY_COUNT;
+            bench_opts one = *o;
+            if (!naive && o->all_strategies)
+                one.p.strategy = (ra_strategy)k;
+            if (!(naive ? o->naive : o->ring) ||
+                (!naive && !strategy_applies(ctx, o, &one.p, &s, k)))
                 continue;
-            st = run_config(ctx, o, &s, naive, sgemm, &rows[*nrows]);
+            st = run_config(ctx, &one, &s, naive, sgemm, &rows[*nrows]);
             if (st == RA_OK && ctx->rank == 0)
                 bench_print_row(stdout, &rows[*nrows]);
             *nrows += st == RA_OK;
@@ -495,7 +541,12 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     }
     cli_shape_finish(&o.cs);
     cli_params_finish(&o.p);
-    bench_result *rows = calloc((size_t)(2 * o.nseq), sizeof *rows);
+    if ((int)o.p.strategy == CLI_STRATEGY_ALL) {
+        o.all_strategies = 1;
+        o.p.strategy = RA_STRATEGY_RING;
+    }
+    bench_result *rows = calloc((size_t)((1 + RA_STRATEGY_COUNT) * o.nseq),
+                                sizeof *rows);
     ra_status st = ra_agree(ctx->comm, rows ? RA_OK
                             : ra_error_set(RA_ERR_NOMEM, "bench: out of "
                                                          "memory"));

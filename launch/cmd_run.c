@@ -153,7 +153,10 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
         st = map_parse(o->map_rows, o->map_heads, &r->s, &r->mreq);
     if (st == RA_OK)
         st = h5io_segment_names(o->in, &r->q_seg, &r->kv_seg);
-    return ra_agree(ctx->comm, st);
+    st = ra_agree(ctx->comm, st);
+    if (st == RA_OK) /* collective */
+        st = ra_strategy_check(ctx->comm, &r->s, &o->p, r->q_seg != NULL);
+    return st;
 }
 
 /* The mask datasets in use, for the output's "masks" attribute. */

@@ -69,6 +69,10 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
                             "a finite number > 0", param_name(name, sizeof
                             name, file, "--rope-base", "rope_base"),
                             p->rope_base);
+    if ((int)p->strategy == CLI_STRATEGY_ALL)
+        return ra_error_set(RA_ERR_ARG, "--strategy all: only bench runs "
+                            "every strategy; name one (ring, allgather, "
+                            "tree, ring-q, ulysses, hybrid)");
     return ra_shape_check(s);
 }
 
@@ -206,6 +210,7 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
     print_score(s, p);
     printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
            layout_auto ? " (auto)" : "");
+    printf("# %-10s %s\n", "strategy", ra_strategy_name(p->strategy));
     printf("# %-10s %lld x %lld%s\n", "tiles", (long long)bq, (long long)bkv,
            p->block_q || p->block_kv ? "" : " (default for D)");
     printf("# %-10s %d\n", "ranks", ctx->nranks);

@@ -4,6 +4,7 @@
 #include <float.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,6 +389,24 @@ static int parse_score(const cli_opt *o, const char *val, void *base)
     return parse_named(o, val, base, score_name, RA_SCORE_ADDITIVE + 1);
 }
 
+_Static_assert(sizeof(ra_strategy) == sizeof(int),
+               "the strategy enum is stored as int");
+
+static const char *strategy_name(int i)
+{
+    return ra_strategy_name((ra_strategy)i);
+}
+
+/* "all" stores CLI_STRATEGY_ALL, which only bench accepts. */
+static int parse_strategy(const cli_opt *o, const char *val, void *base)
+{
+    if (strcmp(val, "all") == 0) {
+        *(int *)((char *)base + o->offset) = CLI_STRATEGY_ALL;
+        return 0;
+    }
+    return parse_named(o, val, base, strategy_name, RA_STRATEGY_COUNT);
+}
+
 #define P_AT(f) offsetof(ra_params, f)
 #define TILE_OPT(nm, f, help_)                                                \
     {.name = nm, .kind = CLI_INT, .meta = "N",                               \
@@ -447,6 +466,25 @@ const cli_opt cli_forward_opts[] = {
      .offset = CLI_FIELD(ra_params, threads, int), .lo = 1, .hi = 1024,
      .help = "OpenMP threads per rank (default OMP_NUM_THREADS,\n"
      "or 1 when it is unset)"},
+    {.name = "--strategy", .kind = CLI_CUSTOM, .meta = "NAME",
+     .offset = P_AT(strategy), .noun = "strategy", .fn = parse_strategy,
+     .help = "how ranks split the work: ring (default, K/V travel),\n"
+     "allgather (all K/V gathered, memory O(M) per rank),\n"
+     "tree (decoding: partials merged by a reduction),\n"
+     "ring-q (queries and their (o, lse) travel, K/V stay)\n"
+     "ulysses (all-to-all to head groups; P <= H) or\n"
+     "hybrid (ulysses inside groups, a ring between);\n"
+     "bench takes all: every applicable one side by side"},
+    {.name = "--mem-limit", .kind = CLI_INT, .meta = "BYTES",
+     .offset = CLI_FIELD(ra_params, mem_limit, int64_t), .lo = 1,
+     .hi = INT64_MAX,
+     .help = "bytes a rank may use for gathered K/V (allgather;\n"
+     "default: node memory / ranks on the node)"},
+    {.name = "--ulysses-size", .kind = CLI_INT, .meta = "U",
+     .offset = CLI_FIELD(ra_params, ulysses_size, int64_t), .lo = 1,
+     .hi = 1 << 20,
+     .help = "hybrid: ranks per head-parallel group, dividing P\n"
+     "(default: the ranks of one node)"},
     {.name = "--stall-timeout", .kind = CLI_REAL, .meta = "SECONDS",
      .offset = CLI_FIELD(ra_params, stall_timeout, double),
      .rlo = 0, .rhi = 1e9,

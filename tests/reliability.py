@@ -753,6 +753,18 @@ CASES_COMPUTE = [
     ("backward-no-source", "run --backward without --fwd or --recompute",
      {}, RUN_B + ["good.h5"], 2,
      r"give exactly one of --fwd FILE and --recompute"),
+    ("huge-qk-tree", "/q and /k scaled by 1e20, --strategy tree",
+     {"hugeqk2.h5": lambda p: make(p, edit=scaled("qk", 1e20))},
+     RUN + ["hugeqk2.h5", "--strategy", "tree"], 2, r"scores overflow float32"),
+    ("huge-qk-allgather", "/q and /k scaled by 1e20, --strategy allgather",
+     {"hugeqk3.h5": lambda p: make(p, edit=scaled("qk", 1e20))},
+     RUN + ["hugeqk3.h5", "--strategy", "allgather"], 2, r"scores overflow float32"),
+    ("allgather-mem-limit", "--strategy allgather --mem-limit 1000: gathered K/V beyond the limit",
+     {}, RUN + ["good.h5", "--strategy", "allgather", "--mem-limit", "1000"], 2,
+     r"allgather: the gathered K/V needs \d+ bytes per rank, above the memory limit of 1000 bytes"),
+    ("strategy-all-run", "--strategy all on run (bench only)",
+     {}, RUN + ["good.h5", "--strategy", "all"], 2,
+     r"--strategy all: only bench runs every strategy"),
 ]
 
 CASES += CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE

@@ -1,0 +1,235 @@
+/* allgather.c: the all-gather strategy (Llama 3's context parallelism).
+ *
+ * Every rank ends up holding every rank's K/V block; its own query slice
+ * (the same load-balanced layout as the ring) folds each block in as it
+ * arrives. The gather is one MPI_Ibcast per source block, all posted at
+ * once: the rank computes on its own block, then on each next block in ring
+ * order, testing the outstanding broadcasts between tiles so that later
+ * chunks move while earlier ones compute (Open MPI has no progress thread).
+ * Memory is O(M) per rank; the whole of it is checked against
+ * params->mem_limit before anything is allocated. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agree.h"
+#include "internal.h"
+#include "strategy.h"
+
+enum { REQS_PER_BLOCK = 3 }; /* K, V, segment ids */
+
+/* The gathered blocks: block j's K (B, m_j, G, D), V (B, m_j, G, Dv) and
+ * ids (B, m_j) start at row off[j] of kv and seg. */
+typedef struct {
+    int64_t *cnt, *off;   /* P each: keys per block, first row */
+    float *kv;            /* K rows of all blocks, then V rows */
+    int64_t *seg;         /* (B M) ids, or NULL */
+    int64_t *qpos, *kpos; /* n, and the largest block */
+    MPI_Request *req;     /* REQS_PER_BLOCK per block */
+    int nreq;
+    int64_t mmax;         /* the largest block */
+    MPI_Datatype krow, vrow;
+    int may_poll;
+    ra_workspace *ws;
+} gather_state;
+
+/* The default memory limit: this node's physical memory shared evenly by
+ * the ranks on it. Collective. */
+static ra_status node_share(MPI_Comm comm, int64_t *limit)
+{
+    MPI_Comm node;
+    int on_node = 1;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                            &node) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "allgather: cannot find the ranks "
+                                        "of this node");
+    MPI_Comm_size(node, &on_node);
+    MPI_Comm_free(&node);
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    *limit = pages > 0 && page > 0
+                 ? (int64_t)((double)pages * (double)page / on_node)
+                 : INT64_MAX;
+    return RA_OK;
+}
+
+/* Bytes one rank allocates for the gathered K/V, their ids and positions;
+ * -1 when the count overflows. */
+static int64_t gather_bytes(const ra_shape *s, int segs)
+{
+    const int64_t width = ra_add_checked(ra_mul_checked(s->G, s->D),
+                                         ra_mul_checked(s->G, s->Dv));
+    const int64_t f[] = {s->B, s->M, width, (int64_t)sizeof(float)};
+    const int64_t kv = ra_count_checked(4, f);
+    const int64_t ids = segs ? ra_mul_checked(ra_mul_checked(s->B, s->M),
+                                                 8)
+                                : 0;
+    return ra_add_checked(kv, ids);
+}
+
+ra_status allgather_fits(MPI_Comm comm, const ra_shape *s,
+                         const ra_params *p, int segs)
+{
+    int64_t limit = p->mem_limit;
+    ra_status st = limit > 0 ? RA_OK : node_share(comm, &limit);
+    const int64_t need = gather_bytes(s, segs);
+    if (st == RA_OK && (need < 0 || need > limit))
+        st = ra_error_set(RA_ERR_ARG, "allgather: the gathered K/V needs "
+                          "%lld bytes per rank, above the memory limit of "
+                          "%lld bytes; strategy ring needs O(M/P) per rank",
+                          (long long)need, (long long)limit);
+    return st;
+}
+
+static ra_status gather_alloc(gather_state *g, const strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const int P = c->P;
+    int64_t mmax = 0;
+    g->cnt = malloc(sizeof(int64_t) * (size_t)P);
+    g->off = malloc(sizeof(int64_t) * (size_t)P);
+    g->req = malloc(sizeof(MPI_Request) * (size_t)(REQS_PER_BLOCK * P));
+    g->nreq = REQS_PER_BLOCK * P;
+    if (!g->cnt || !g->off || !g->req)
+        return ra_error_set(RA_ERR_NOMEM, "allgather: out of memory");
+    for (int j = 0; j < P; j++) {
+        g->cnt[j] = ra_layout_slice(c->lay, s->M, j, P).count;
+        g->off[j] = j ? g->off[j - 1] + s->B * g->cnt[j - 1] : 0;
+        mmax = g->cnt[j] > mmax ? g->cnt[j] : mmax;
+        for (int i = 0; i < REQS_PER_BLOCK; i++)
+            g->req[REQS_PER_BLOCK * j + i] = MPI_REQUEST_NULL;
+    }
+    g->mmax = mmax;
+    if (s->B * mmax > INT_MAX)
+        return ra_error_set(RA_ERR_ARG, "allgather: a block of %lld rows "
+                            "cannot be described to MPI (counts are int); "
+                            "use more ranks", (long long)(s->B * mmax));
+    g->kv = malloc((size_t)gather_bytes(s, c->segs) + 1);
+    g->seg = c->segs ? malloc(sizeof(int64_t) * (size_t)(s->B * s->M + 1))
+                     : NULL;
+    g->qpos = malloc(sizeof(int64_t) * (size_t)(c->n + 1));
+    g->kpos = malloc(sizeof(int64_t) * (size_t)(mmax + 1));
+    int64_t bq, bkv;
+    ra_params_tiles(c->params, s, &bq, &bkv);
+    g->ws = ra_workspace_create(ra_params_threads(c->params), bq, bkv, s->Dv);
+    if (!g->kv || (c->segs && !g->seg) || !g->qpos || !g->kpos || !g->ws)
+        return ra_error_set(RA_ERR_NOMEM, "allgather: cannot allocate the "
+                                          "gathered K/V");
+    return RA_OK;
+}
+
+static void gather_free(gather_state *g)
+{
+    if (g->krow != MPI_DATATYPE_NULL)
+        MPI_Type_free(&g->krow);
+    if (g->vrow != MPI_DATATYPE_NULL)
+        MPI_Type_free(&g->vrow);
+    free(g->cnt);
+    free(g->off);
+    free(g->req);
+    free(g->kv);
+    free(g->seg);
+    free(g->qpos);
+    free(g->kpos);
+    ra_workspace_free(g->ws);
+}
+
+/* Copies the own block in place and posts every block's broadcast, in the
+ * same order on every rank. */
+static ra_status gather_post(gather_state *g, strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const int64_t rk = s->G * s->D, rv = s->G * s->Dv;
+    float *vbase = g->kv + s->B * s->M * rk;
+    const size_t own = (size_t)(s->B * c->m_own);
+    memcpy(g->kv + g->off[c->r] * rk, c->k, sizeof(float) * own * rk);
+    memcpy(vbase + g->off[c->r] * rv, c->v, sizeof(float) * own * rv);
+    if (c->segs)
+        memcpy(g->seg + g->off[c->r], c->masks->kv_segments,
+               sizeof(int64_t) * own);
+    if (MPI_Type_contiguous((int)rk, MPI_FLOAT, &g->krow) != MPI_SUCCESS ||
+        MPI_Type_commit(&g->krow) != MPI_SUCCESS ||
+        MPI_Type_contiguous((int)rv, MPI_FLOAT, &g->vrow) != MPI_SUCCESS ||
+        MPI_Type_commit(&g->vrow) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "allgather: cannot make the row "
+                                        "datatypes");
+    for (int j = 0; j < c->P; j++) {
+        const int rows = (int)(s->B * g->cnt[j]);
+        MPI_Request *rq = g->req + REQS_PER_BLOCK * j;
+        if (MPI_Ibcast(g->kv + g->off[j] * rk, rows, g->krow, j, c->comm,
+                       &rq[0]) != MPI_SUCCESS ||
+            MPI_Ibcast(vbase + g->off[j] * rv, rows, g->vrow, j, c->comm,
+                       &rq[1]) != MPI_SUCCESS ||
+            (c->segs && MPI_Ibcast(g->seg + g->off[j], rows, MPI_INT64_T, j,
+                                   c->comm, &rq[2]) != MPI_SUCCESS))
+            return ra_error_set(RA_ERR_MPI, "allgather: MPI_Ibcast of block "
+                                "%d failed", j);
+    }
+    c->tm->bytes_sent = (int64_t)sizeof(float) * s->B *
+                        (s->M - c->m_own) * (rk + rv);
+    return RA_OK;
+}
+
+/* The kernel's progress callback: tests every outstanding broadcast. */
+static void gather_poll(void *ctx)
+{
+    gather_state *g = ctx;
+    int done = 0;
+    MPI_Testall(g->nreq, g->req, &done, MPI_STATUSES_IGNORE);
+}
+
+/* Folds the blocks in ring order from the own one, waiting for each just
+ * before its turn; the wait is the exposed communication. */
+static ra_status gather_run(gather_state *g, strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const int64_t rk = s->G * s->D, rv = s->G * s->Dv;
+    const float *vbase = g->kv + s->B * s->M * rk;
+    ra_block blk;
+    strat_slice_pos(c, s->N, c->r, g->qpos);
+    strat_block_init(c, c->n, g->qpos, c->segs ? c->masks->q_segments : NULL,
+                     &blk);
+    ra_state_reset(s->B, c->n, s->H, s->Dv, c->o, c->lse);
+    for (int t = 0; t < c->P; t++) {
+        const int j = (c->r + t) % c->P;
+        const double t0 = MPI_Wtime();
+        if (MPI_Waitall(REQS_PER_BLOCK, g->req + REQS_PER_BLOCK * j,
+                        MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return ra_error_set(RA_ERR_MPI, "allgather: the broadcast of "
+                                "block %d failed", j);
+        const double t1 = MPI_Wtime();
+        blk.m = strat_slice_pos(c, s->M, j, g->kpos);
+        blk.mask.kpos = g->kpos;
+        blk.mask.k_seg = c->segs ? g->seg + g->off[j] : NULL;
+        if (blk.m > 0 && c->n > 0)
+            ra_kernel_forward_block(&blk, c->q, g->kv + g->off[j] * rk,
+                                    vbase + g->off[j] * rv, c->o, c->lse,
+                                    g->ws, g->may_poll ? gather_poll : NULL,
+                                    g);
+        c->tm->comm_wait += t1 - t0;
+        c->tm->compute += MPI_Wtime() - t1;
+    }
+    return RA_OK;
+}
+
+ra_status allgather_forward(strat_call *c)
+{
+    gather_state g = {.krow = MPI_DATATYPE_NULL, .vrow = MPI_DATATYPE_NULL};
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    g.may_poll = !c->params->no_poll &&
+                 (ra_params_threads(c->params) == 1 ||
+                  level >= MPI_THREAD_FUNNELED);
+    ra_status st = ra_agree(c->comm, allgather_fits(c->comm, c->shape,
+                                                    c->params, c->segs));
+    if (st == RA_OK)
+        st = ra_agree(c->comm, gather_alloc(&g, c));
+    if (st == RA_OK)
+        st = strat_check_range(c);
+    if (st == RA_OK)
+        st = gather_post(&g, c);
+    if (st == RA_OK)
+        st = gather_run(&g, c);
+    gather_free(&g);
+    return st;
+}

@@ -1,0 +1,443 @@
+/* hybrid.c: head-parallel inside groups, a ring between them (USP,
+ * LoongTrain).
+ *
+ * The ranks form P/u groups of u consecutive ranks (by default the ranks of
+ * one node: the communicator of the command line is ordered node by node).
+ * Inside a group an all-to-all gives rank i of the group the group's
+ * tokens of its query heads (heads_of(i, u)) and of the kv heads those
+ * read, in position order. Between groups the ranks with the same index
+ * hold the same heads; they pass their K/V blocks around a ring of P/u
+ * steps as the ring strategy does (the next block in flight while the
+ * current one computes), folding each into the group's queries with the
+ * kernel, one call per kv head. A second all-to-all inside the group returns
+ * o and lse. Only the ring crosses groups: about 1/u of the ring's bytes
+ * leave a node. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agree.h"
+#include "internal.h"
+#include "strategy.h"
+
+typedef struct {
+    MPI_Comm gcomm, xcomm;  /* my group; the same index in every group */
+    int u, ng, grp, gi;     /* group size, groups, my group, my index */
+    head_group hg;          /* my heads (the same in every group) */
+    int64_t Ng, Mmax;       /* my group's queries, the largest key block */
+    int64_t *qoff, *koff;   /* u + 1: each member's first entry in qidx,
+                               kidx */
+    int64_t *qidx, *kidx;   /* member token -> index in my group's order */
+    int64_t *gq;            /* my group's query positions, increasing */
+    int64_t *gk, *kgoff;    /* every group's key positions; ng + 1 offsets */
+    int *cnt_s, *dsp_s, *cnt_r, *dsp_r; /* u each, floats */
+    float *send, *recv;
+    float *q, *o, *lse;     /* runs per kv head: (B, Ng, width, D) ... */
+    float *kv[2];           /* K runs (B, Mg, D) per kv head, then V runs */
+    int64_t *qseg, *kseg;   /* natural ids (B, N), (B, M) */
+    int64_t *qsegg, *ksegb; /* my group's query ids, the block's key ids */
+    MPI_Request req[2];
+    int may_poll;           /* MPI allows polling from the kernel */
+    ra_workspace *ws;
+} hyb_state;
+
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The positions of group g's tokens of a length-len axis, increasing,
+ * into pos; with idx, each member's token i at idx[off[member] + i]
+ * gets its index in pos. Returns the count. */
+static int64_t group_order(const hyb_state *h, const strat_call *c,
+                           int64_t len, int g, int64_t *pos, int64_t *idx,
+                           int64_t *off)
+{
+    int64_t n = 0;
+    for (int j = 0; j < h->u; j++) {
+        const ra_slice sl = ra_layout_slice(c->lay, len, g * h->u + j, c->P);
+        if (off)
+            off[j] = n;
+        for (int64_t i = 0; i < sl.count; i++)
+            pos[n + i] = ra_slice_pos(&sl, i);
+        n += sl.count;
+    }
+    if (off)
+        off[h->u] = n;
+    if (idx)
+        memcpy(idx, pos, sizeof(int64_t) * (size_t)n);
+    qsort(pos, (size_t)n, sizeof(int64_t), cmp_i64);
+    for (int64_t i = 0; idx && i < n; i++) {
+        const int64_t *at = bsearch(&idx[i], pos, (size_t)n, sizeof(int64_t),
+                                    cmp_i64);
+        idx[i] = at - pos;
+    }
+    return n;
+}
+
+ra_status hybrid_group_size(MPI_Comm comm, const ra_shape *s,
+                            const ra_params *p, int *u_out)
+{
+    int P = 1, u = (int)p->ulysses_size, lo = 0, hi = 0;
+    MPI_Comm node;
+    if (MPI_Comm_size(comm, &P) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "hybrid: cannot query the "
+                                        "communicator");
+    if (u == 0) { /* the ranks of one node, the same on every node */
+        if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                &node) != MPI_SUCCESS)
+            return ra_error_set(RA_ERR_MPI, "hybrid: cannot find the ranks "
+                                            "of this node");
+        MPI_Comm_size(node, &u);
+        MPI_Comm_free(&node);
+        MPI_Allreduce(&u, &lo, 1, MPI_INT, MPI_MIN, comm);
+        MPI_Allreduce(&u, &hi, 1, MPI_INT, MPI_MAX, comm);
+        if (lo != hi)
+            return ra_error_set(RA_ERR_ARG, "hybrid: nodes hold %d to %d "
+                                "ranks; give the group size explicitly",
+                                lo, hi);
+    }
+    if (u < 1 || P % u != 0)
+        return ra_error_set(RA_ERR_ARG, "hybrid: groups of %d ranks do not "
+                            "divide %d ranks", u, P);
+    if (s->H < u)
+        return ra_error_set(RA_ERR_ARG, "hybrid: %lld query heads cannot be "
+                            "split over groups of %d ranks; groups of 1 to "
+                            "%lld ranks work", (long long)s->H, u,
+                            (long long)s->H);
+    *u_out = u;
+    return RA_OK;
+}
+
+/* Float counts of one all-to-all inside the group (back: the outputs);
+ * -1 when a total passes INT_MAX. */
+static int64_t hyb_counts(hyb_state *h, const strat_call *c, int back)
+{
+    const ra_shape *s = c->shape;
+    const int64_t hr = h->hg.h1 - h->hg.h0, gr = h->hg.g1 - h->hg.g0;
+    int64_t sent = 0, got = 0;
+    for (int p = 0; p < h->u; p++) {
+        const head_group hp = heads_of(s, p, h->u);
+        const int gp = h->grp * h->u + p;
+        const int64_t np = ra_layout_slice(c->lay, s->N, gp, c->P).count;
+        const int64_t mp = ra_layout_slice(c->lay, s->M, gp, c->P).count;
+        const int64_t hpn = hp.h1 - hp.h0, gpn = hp.g1 - hp.g0;
+        const int64_t to = back ? s->B * np * hr * (s->Dv + 1)
+                                : s->B * (c->n * hpn * s->D +
+                                          c->m_own * gpn * (s->D + s->Dv));
+        const int64_t from = back ? s->B * c->n * hpn * (s->Dv + 1)
+                                  : s->B * (np * hr * s->D +
+                                            mp * gr * (s->D + s->Dv));
+        h->cnt_s[p] = (int)to;
+        h->dsp_s[p] = (int)sent;
+        h->cnt_r[p] = (int)from;
+        h->dsp_r[p] = (int)got;
+        sent += to;
+        got += from;
+        if (sent > INT_MAX || got > INT_MAX)
+            return -1;
+    }
+    return sent > got ? sent : got;
+}
+
+static ra_status hyb_alloc(hyb_state *h, const strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const size_t B = (size_t)s->B, u = (size_t)h->u;
+    const size_t hr = (size_t)(h->hg.h1 - h->hg.h0);
+    const size_t gr = (size_t)(h->hg.g1 - h->hg.g0);
+    h->qoff = malloc(sizeof(int64_t) * (u + 1));
+    h->koff = malloc(sizeof(int64_t) * (u + 1));
+    h->qidx = malloc(sizeof(int64_t) * (size_t)(s->N + 1));
+    h->kidx = malloc(sizeof(int64_t) * (size_t)(s->M + 1));
+    h->gq = malloc(sizeof(int64_t) * (size_t)(s->N + 1));
+    h->gk = malloc(sizeof(int64_t) * (size_t)(s->M + 1));
+    h->kgoff = malloc(sizeof(int64_t) * (size_t)(h->ng + 1));
+    int **ia[4] = {&h->cnt_s, &h->dsp_s, &h->cnt_r, &h->dsp_r};
+    for (int i = 0; i < 4; i++)
+        *ia[i] = malloc(sizeof(int) * u);
+    if (!h->qoff || !h->koff || !h->qidx || !h->kidx || !h->gq || !h->gk ||
+        !h->kgoff || !h->cnt_s || !h->dsp_s || !h->cnt_r || !h->dsp_r)
+        return ra_error_set(RA_ERR_NOMEM, "hybrid: out of memory");
+    h->kgoff[0] = 0;
+    for (int g = 0; g < h->ng; g++) {
+        const int64_t m = group_order(h, c, s->M, g, h->gk + h->kgoff[g],
+                                      g == h->grp ? h->kidx : NULL,
+                                      g == h->grp ? h->koff : NULL);
+        h->kgoff[g + 1] = h->kgoff[g] + m;
+        h->Mmax = m > h->Mmax ? m : h->Mmax;
+    }
+    h->Ng = group_order(h, c, s->N, h->grp, h->gq, h->qidx, h->qoff);
+    int64_t most = hyb_counts(h, c, 0), back = hyb_counts(h, c, 1);
+    const int64_t block = s->B * h->Mmax * (int64_t)gr * (s->D + s->Dv);
+    if (most < 0 || back < 0 || block > INT_MAX)
+        return ra_error_set(RA_ERR_ARG, "hybrid: a transfer of more than "
+                            "2^31 floats; use more ranks or strategy ring");
+    most = back > most ? back : most;
+    h->send = malloc(sizeof(float) * (size_t)(most + 1));
+    h->recv = malloc(sizeof(float) * (size_t)(most + 1));
+    h->q = malloc(sizeof(float) * (B * (size_t)h->Ng * hr * (size_t)s->D + 1));
+    h->o = malloc(sizeof(float) * (B * (size_t)h->Ng * hr * (size_t)s->Dv + 1));
+    h->lse = malloc(sizeof(float) * (B * (size_t)h->Ng * hr + 1));
+    for (int i = 0; i < 2; i++)
+        h->kv[i] = malloc(sizeof(float) * (size_t)(block + 1));
+    if (c->segs) {
+        h->qseg = malloc(sizeof(int64_t) *
+                         B * (size_t)(2 * s->N + 2 * s->M + 1));
+        h->kseg = h->qseg ? h->qseg + B * (size_t)s->N : NULL;
+        h->qsegg = h->qseg ? h->kseg + B * (size_t)s->M : NULL;
+        h->ksegb = h->qseg ? h->qsegg + B * (size_t)s->N : NULL;
+    }
+    int64_t bq, bkv;
+    ra_params_tiles(c->params, s, &bq, &bkv);
+    h->ws = ra_workspace_create(ra_params_threads(c->params), bq, bkv, s->Dv);
+    if (!h->send || !h->recv || !h->q || !h->o || !h->lse || !h->kv[0] ||
+        !h->kv[1] || (c->segs && !h->qseg) || !h->ws)
+        return ra_error_set(RA_ERR_NOMEM, "hybrid: cannot allocate the head "
+                                          "groups");
+    return RA_OK;
+}
+
+static void hyb_free(hyb_state *h)
+{
+    void *all[] = {h->qoff, h->koff, h->qidx, h->kidx, h->gq, h->gk,
+                   h->kgoff, h->cnt_s, h->dsp_s, h->cnt_r, h->dsp_r, h->send,
+                   h->recv, h->q, h->o, h->lse, h->kv[0], h->kv[1], h->qseg};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+    ra_workspace_free(h->ws);
+    if (h->gcomm != MPI_COMM_NULL)
+        MPI_Comm_free(&h->gcomm);
+    if (h->xcomm != MPI_COMM_NULL)
+        MPI_Comm_free(&h->xcomm);
+}
+
+/* Every rank's ids of a length-len axis in natural order (B, len). */
+static ra_status hyb_ids(const strat_call *c, int64_t len,
+                         const int64_t *mine, int64_t *out)
+{
+    const int64_t B = c->shape->B;
+    int *cnt = malloc(sizeof(int) * (size_t)c->P * 2);
+    int64_t *all = malloc(sizeof(int64_t) * (size_t)(B * len + 1));
+    ra_status st = cnt && all ? RA_OK
+                              : ra_error_set(RA_ERR_NOMEM, "hybrid: out of "
+                                                           "memory");
+    for (int p = 0, at = 0; st == RA_OK && p < c->P; p++) {
+        cnt[p] = (int)(B * ra_layout_slice(c->lay, len, p, c->P).count);
+        cnt[c->P + p] = at;
+        at += cnt[p];
+    }
+    if (st == RA_OK &&
+        MPI_Allgatherv(mine, cnt[c->r], MPI_INT64_T, all, cnt, cnt + c->P,
+                       MPI_INT64_T, c->comm) != MPI_SUCCESS)
+        st = ra_error_set(RA_ERR_MPI, "hybrid: gathering the segment ids "
+                                      "failed");
+    for (int p = 0; st == RA_OK && p < c->P; p++) {
+        const ra_slice sl = ra_layout_slice(c->lay, len, p, c->P);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < sl.count; i++)
+                out[b * len + ra_slice_pos(&sl, i)] =
+                    all[cnt[c->P + p] + b * sl.count + i];
+    }
+    free(cnt);
+    free(all);
+    return st;
+}
+
+/* Inside the group: sequence slices to this rank's heads over the group's
+ * tokens: q runs, and the own K/V block (kv[0]). */
+static ra_status hyb_scatter(hyb_state *h, strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const int64_t hr = h->hg.h1 - h->hg.h0, gr = h->hg.g1 - h->hg.g0;
+    const int64_t Mg = h->kgoff[h->grp + 1] - h->kgoff[h->grp];
+    hyb_counts(h, c, 0);
+    for (int p = 0; p < h->u; p++) {
+        const head_group hp = heads_of(s, p, h->u);
+        float *at = h->send + h->dsp_s[p];
+        at = pack_heads(c->q, s->B, c->n, s->H, s->D, hp.h0, hp.h1, at);
+        at = pack_heads(c->k, s->B, c->m_own, s->G, s->D, hp.g0, hp.g1, at);
+        pack_heads(c->v, s->B, c->m_own, s->G, s->Dv, hp.g0, hp.g1, at);
+        if (p != h->gi)
+            c->tm->bytes_sent += (int64_t)sizeof(float) * h->cnt_s[p];
+    }
+    if (MPI_Alltoallv(h->send, h->cnt_s, h->dsp_s, MPI_FLOAT, h->recv,
+                      h->cnt_r, h->dsp_r, MPI_FLOAT, h->gcomm) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "hybrid: the all-to-all of q, k, v "
+                                        "failed");
+    for (int p = 0; p < h->u; p++) {
+        const int src = h->grp * h->u + p;
+        const head_dest qd = {s->N, h->Ng, h->qidx + h->qoff[p]};
+        const head_dest kd = {s->M, Mg, h->kidx + h->koff[p]};
+        const float *at = h->recv + h->dsp_r[p];
+        to_natural(c, &h->hg, src, &qd, hr, s->D, 0, at, h->q);
+        at += s->B * (h->qoff[p + 1] - h->qoff[p]) * hr * s->D;
+        to_natural(c, &h->hg, src, &kd, gr, s->D, 1, at, h->kv[0]);
+        at += s->B * (h->koff[p + 1] - h->koff[p]) * gr * s->D;
+        to_natural(c, &h->hg, src, &kd, gr, s->Dv, 1, at,
+                   h->kv[0] + s->B * Mg * gr * s->D);
+    }
+    return RA_OK;
+}
+
+static void hyb_poll(void *ctx)
+{
+    hyb_state *h = ctx;
+    int done = 0;
+    MPI_Testall(2, h->req, &done, MPI_STATUSES_IGNORE);
+}
+
+/* Folds the K/V block of group og (in kv[which]) into the group's
+ * queries, one kernel call per kv head. */
+static void hyb_visit(hyb_state *h, const strat_call *c, int og, int which)
+{
+    const ra_shape *s = c->shape;
+    const int64_t B = s->B, Ng = h->Ng, gr = h->hg.g1 - h->hg.g0;
+    const int64_t Mg = h->kgoff[og + 1] - h->kgoff[og];
+    const int64_t per = s->H / s->G, *kpos = h->gk + h->kgoff[og];
+    const float *kb = h->kv[which], *vb = kb + B * Mg * gr * s->D;
+    ra_block blk;
+    for (int64_t b = 0; c->segs && b < B; b++)
+        for (int64_t j = 0; j < Mg; j++)
+            h->ksegb[b * Mg + j] = h->kseg[b * s->M + kpos[j]];
+    for (int64_t g = h->hg.g0; g < h->hg.g1 && Mg > 0 && Ng > 0; g++) {
+        const int64_t a = g * per > h->hg.h0 ? g * per : h->hg.h0;
+        const int64_t z = (g + 1) * per < h->hg.h1 ? (g + 1) * per : h->hg.h1;
+        const int64_t st = a - h->hg.h0, gl = g - h->hg.g0;
+        strat_block_init(c, Ng, h->gq, c->segs ? h->qsegg : NULL, &blk);
+        blk.H = z - a;
+        blk.G = 1;
+        blk.m = Mg;
+        blk.mask.kpos = kpos;
+        blk.mask.k_seg = c->segs ? h->ksegb : NULL;
+        ra_kernel_forward_block(&blk, h->q + B * Ng * s->D * st,
+                                kb + B * Mg * s->D * gl,
+                                vb + B * Mg * s->Dv * gl,
+                                h->o + B * Ng * s->Dv * st,
+                                h->lse + B * Ng * st, h->ws,
+                                h->may_poll ? hyb_poll : NULL, h);
+    }
+}
+
+/* Between groups: P/u steps; at step t this rank holds the block of group
+ * (grp - t) mod ng and has the next one in flight. */
+static ra_status hyb_ring(hyb_state *h, strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const int64_t gr = h->hg.g1 - h->hg.g0, row = gr * (s->D + s->Dv);
+    const int ng = h->ng, right = (h->grp + 1) % ng;
+    const int left = (h->grp + ng - 1) % ng;
+    for (int t = 0; t < ng; t++) {
+        const int og = (h->grp - t + ng) % ng, on = (og + ng - 1) % ng;
+        const int64_t mg = h->kgoff[og + 1] - h->kgoff[og];
+        const int64_t mn = h->kgoff[on + 1] - h->kgoff[on];
+        h->req[0] = h->req[1] = MPI_REQUEST_NULL;
+        if (t < ng - 1 &&
+            (MPI_Irecv(h->kv[(t + 1) & 1], (int)(s->B * mn * row), MPI_FLOAT,
+                       left, 7321, h->xcomm, &h->req[0]) != MPI_SUCCESS ||
+             MPI_Isend(h->kv[t & 1], (int)(s->B * mg * row), MPI_FLOAT,
+                       right, 7321, h->xcomm, &h->req[1]) != MPI_SUCCESS))
+            return ra_error_set(RA_ERR_MPI, "hybrid: posting step %d "
+                                            "failed", t);
+        if (t < ng - 1)
+            c->tm->bytes_sent += (int64_t)sizeof(float) * s->B * mg * row;
+        const double t0 = MPI_Wtime();
+        hyb_visit(h, c, og, t & 1);
+        const double t1 = MPI_Wtime();
+        if (MPI_Waitall(2, h->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return ra_error_set(RA_ERR_MPI, "hybrid: step %d: a transfer "
+                                            "failed", t);
+        c->tm->compute += t1 - t0;
+        c->tm->comm_wait += MPI_Wtime() - t1;
+    }
+    return RA_OK;
+}
+
+/* Inside the group: the outputs back to the ranks that own the tokens. */
+static ra_status hyb_gather(hyb_state *h, strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const int64_t n = c->n;
+    hyb_counts(h, c, 1);
+    for (int p = 0; p < h->u; p++) {
+        const head_dest od = {s->N, h->Ng, h->qidx + h->qoff[p]};
+        from_natural(c, &h->hg, h->grp * h->u + p, &od, h->o, h->lse,
+                     h->send + h->dsp_s[p]);
+        if (p != h->gi)
+            c->tm->bytes_sent += (int64_t)sizeof(float) * h->cnt_s[p];
+    }
+    if (MPI_Alltoallv(h->send, h->cnt_s, h->dsp_s, MPI_FLOAT, h->recv,
+                      h->cnt_r, h->dsp_r, MPI_FLOAT, h->gcomm) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "hybrid: the all-to-all of o, lse "
+                                        "failed");
+    for (int p = 0; p < h->u; p++) {
+        const head_group hp = heads_of(s, p, h->u);
+        const int64_t nh = hp.h1 - hp.h0;
+        const float *ob = h->recv + h->dsp_r[p], *lb = ob + s->B * n * nh * s->Dv;
+        for (int64_t b = 0; b < s->B; b++)
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t hl = 0; hl < nh; hl++) {
+                    const int64_t hh = hp.h0 + hl;
+                    memcpy(c->o + ((b * n + i) * s->H + hh) * s->Dv,
+                           ob + ((b * n + i) * nh + hl) * s->Dv,
+                           sizeof(float) * (size_t)s->Dv);
+                    c->lse[(b * s->H + hh) * n + i] = lb[(b * nh + hl) * n + i];
+                }
+    }
+    return RA_OK;
+}
+
+/* The group communicators and this rank's place; collective. */
+static ra_status hyb_groups(hyb_state *h, strat_call *c)
+{
+    ra_status st = hybrid_group_size(c->comm, c->shape, c->params, &h->u);
+    if (st != RA_OK)
+        return st;
+    h->ng = c->P / h->u;
+    h->grp = c->r / h->u;
+    h->gi = c->r % h->u;
+    h->hg = heads_of(c->shape, h->gi, h->u);
+    if (MPI_Comm_split(c->comm, h->grp, c->r, &h->gcomm) != MPI_SUCCESS ||
+        MPI_Comm_split(c->comm, h->gi, c->r, &h->xcomm) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "hybrid: cannot split the groups");
+    return RA_OK;
+}
+
+ra_status hybrid_forward(strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    hyb_state h = {.gcomm = MPI_COMM_NULL, .xcomm = MPI_COMM_NULL};
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    h.may_poll = !c->params->no_poll &&
+                 (ra_params_threads(c->params) == 1 ||
+                  level >= MPI_THREAD_FUNNELED);
+    ra_status st = ra_agree(c->comm, hyb_groups(&h, c));
+    if (st == RA_OK)
+        st = ra_agree(c->comm, hyb_alloc(&h, c));
+    if (st == RA_OK)
+        st = strat_check_range(c);
+    if (st == RA_OK && c->segs) {
+        st = hyb_ids(c, s->N, c->masks->q_segments, h.qseg);
+        if (st == RA_OK)
+            st = hyb_ids(c, s->M, c->masks->kv_segments, h.kseg);
+        for (int64_t b = 0; st == RA_OK && b < s->B; b++)
+            for (int64_t i = 0; i < h.Ng; i++)
+                h.qsegg[b * h.Ng + i] = h.qseg[b * s->N + h.gq[i]];
+    }
+    const double t0 = MPI_Wtime();
+    if (st == RA_OK)
+        st = hyb_scatter(&h, c);
+    c->tm->comm_wait += MPI_Wtime() - t0;
+    if (st == RA_OK) {
+        ra_state_reset(s->B, h.Ng, h.hg.h1 - h.hg.h0, s->Dv, h.o, h.lse);
+        st = hyb_ring(&h, c);
+    }
+    const double t1 = MPI_Wtime();
+    if (st == RA_OK)
+        st = hyb_gather(&h, c);
+    c->tm->comm_wait += MPI_Wtime() - t1;
+    hyb_free(&h);
+    return st;
+}

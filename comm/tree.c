@@ -1,0 +1,235 @@
+/* tree.c: the tree strategy for decoding (few queries, long K/V).
+ *
+ * Every rank gathers all queries (N is small), attends its own K/V slice
+ * with them, and the partial (o, lse) of every query row and head are then
+ * merged over the ranks by MPI_Reduce_scatter with a user-defined operation
+ * doing the LSE merge (algorithms.md, sections 2 and 10), which MPI runs in
+ * about log P steps; each rank keeps the merged rows of its own query slice.
+ *
+ * The operation is declared non-commutative. The merge is commutative even
+ * in floating point (it is symmetric in its operands), but only associative
+ * up to rounding: declared commutative, MPI may regroup the operands by
+ * message size or algorithm, and the last bits would depend on it. Non-
+ * commutative, it combines in rank order, so a run at fixed P is
+ * reproducible bit for bit. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agree.h"
+#include "internal.h"
+#include "strategy.h"
+
+/* All queries of all ranks: rank j's slice (B, n_j, H, D) starts at row
+ * off[j] (rows of H*D floats); the partials of those rows are o
+ * (B, n_j, H, Dv) at row off[j] and lse (B, H, n_j) at B*H*... likewise. */
+typedef struct {
+    int64_t *cnt, *off;   /* P each: queries per rank, first row */
+    int *rcount, *rdisp;  /* P each: rows as MPI counts */
+    int *ecount;          /* P each: merge elements of each slice */
+    float *q, *o, *lse;   /* all queries, their partial o and lse */
+    float *pair;          /* (B N H) merge elements of Dv + 1 floats */
+    float *mine;          /* (B n H) merged elements of the own slice */
+    int64_t *qseg;        /* (B N) ids, or NULL */
+    int64_t *qpos, *kpos; /* the largest query slice, the own keys */
+    ra_workspace *ws;
+} tree_state;
+
+/* inout = in merged with inout, element by element: each element is a row
+ * o (Dv floats) and its lse. A NaN lse (non-finite inputs) wins. */
+static void tree_merge(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+    int size = 0;
+    MPI_Type_size(*type, &size);
+    const int w = size / (int)sizeof(float), dv = w - 1;
+    const float *a = in;
+    float *b = inout;
+    for (int e = 0; e < *len; e++, a += w, b += w) {
+        const double la = a[dv], lb = b[dv];
+        if (isnan(la) || isnan(lb) || lb == -INFINITY) {
+            if (!isnan(lb) || isnan(la))
+                memcpy(b, a, sizeof(float) * (size_t)w);
+            continue;
+        }
+        if (la == -INFINITY)
+            continue;
+        const double mx = la > lb ? la : lb;
+        const double wa = exp(la - mx), wb = exp(lb - mx), sum = wa + wb;
+        for (int d = 0; d < dv; d++)
+            b[d] = (float)((wa * a[d] + wb * b[d]) / sum);
+        b[dv] = (float)(mx + log(sum));
+    }
+}
+
+static ra_status tree_alloc(tree_state *t, const strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const int P = c->P;
+    const int64_t w = s->Dv + 1;
+    int64_t nmax = 0, bq, bkv;
+    t->cnt = malloc(sizeof(int64_t) * (size_t)P);
+    t->off = malloc(sizeof(int64_t) * (size_t)P);
+    t->rcount = malloc(sizeof(int) * (size_t)P);
+    t->rdisp = malloc(sizeof(int) * (size_t)P);
+    t->ecount = malloc(sizeof(int) * (size_t)P);
+    if (!t->cnt || !t->off || !t->rcount || !t->rdisp || !t->ecount)
+        return ra_error_set(RA_ERR_NOMEM, "tree: out of memory");
+    if (s->B * s->N * s->H > INT_MAX)
+        return ra_error_set(RA_ERR_ARG, "tree: %lld query rows and heads "
+                            "cannot be described to MPI (counts are int); "
+                            "strategy ring has no such limit",
+                            (long long)(s->B * s->N * s->H));
+    for (int j = 0; j < P; j++) {
+        t->cnt[j] = ra_layout_slice(c->lay, s->N, j, P).count;
+        t->off[j] = j ? t->off[j - 1] + s->B * t->cnt[j - 1] : 0;
+        t->rcount[j] = (int)(s->B * t->cnt[j]);
+        t->rdisp[j] = (int)t->off[j];
+        t->ecount[j] = (int)(s->B * t->cnt[j] * s->H);
+        nmax = t->cnt[j] > nmax ? t->cnt[j] : nmax;
+    }
+    const size_t rows = (size_t)(s->B * s->N + 1), heads = (size_t)s->H;
+    t->q = malloc(sizeof(float) * rows * heads * (size_t)s->D);
+    t->o = malloc(sizeof(float) * rows * heads * (size_t)s->Dv);
+    t->lse = malloc(sizeof(float) * rows * heads);
+    t->pair = malloc(sizeof(float) * rows * heads * (size_t)w);
+    t->mine = malloc(sizeof(float) * (size_t)(s->B * c->n + 1) * heads *
+                     (size_t)w);
+    t->qseg = c->segs ? malloc(sizeof(int64_t) * rows) : NULL;
+    t->qpos = malloc(sizeof(int64_t) * (size_t)(nmax + 1));
+    t->kpos = malloc(sizeof(int64_t) * (size_t)(c->m_own + 1));
+    ra_params_tiles(c->params, s, &bq, &bkv);
+    t->ws = ra_workspace_create(ra_params_threads(c->params), bq, bkv, s->Dv);
+    if (!t->q || !t->o || !t->lse || !t->pair || !t->mine ||
+        (c->segs && !t->qseg) || !t->qpos || !t->kpos || !t->ws)
+        return ra_error_set(RA_ERR_NOMEM, "tree: cannot allocate the "
+                                          "gathered queries");
+    return RA_OK;
+}
+
+static void tree_free(tree_state *t)
+{
+    free(t->cnt);
+    free(t->off);
+    free(t->rcount);
+    free(t->rdisp);
+    free(t->ecount);
+    free(t->q);
+    free(t->o);
+    free(t->lse);
+    free(t->pair);
+    free(t->mine);
+    free(t->qseg);
+    free(t->qpos);
+    free(t->kpos);
+    ra_workspace_free(t->ws);
+}
+
+/* Every rank's queries (and their segment ids) on every rank. */
+static ra_status tree_gather(tree_state *t, strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    MPI_Datatype qrow;
+    int rc = MPI_Type_contiguous((int)(s->H * s->D), MPI_FLOAT, &qrow);
+    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&qrow)) == MPI_SUCCESS) {
+        rc = MPI_Allgatherv(c->q, t->rcount[c->r], qrow, t->q, t->rcount,
+                            t->rdisp, qrow, c->comm);
+        MPI_Type_free(&qrow);
+    }
+    if (rc == MPI_SUCCESS && c->segs)
+        rc = MPI_Allgatherv(c->masks->q_segments, t->rcount[c->r],
+                            MPI_INT64_T, t->qseg, t->rcount, t->rdisp,
+                            MPI_INT64_T, c->comm);
+    if (rc != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "tree: gathering the queries failed");
+    c->tm->bytes_sent += (int64_t)sizeof(float) * s->B * (s->N - c->n) *
+                         s->H * s->D;
+    return RA_OK;
+}
+
+/* The partials of every rank's queries against the own K/V slice, packed
+ * as merge elements: (b, i, h) of slice j at element (off[j] + b n_j + i)
+ * H + h. */
+static void tree_attend(tree_state *t, const strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const int64_t H = s->H, Dv = s->Dv, w = Dv + 1;
+    ra_block blk;
+    strat_slice_pos(c, s->M, c->r, t->kpos);
+    for (int j = 0; j < c->P; j++) {
+        const int64_t nj = t->cnt[j], at = t->off[j];
+        float *o = t->o + at * H * Dv, *lse = t->lse + at * H;
+        strat_slice_pos(c, s->N, j, t->qpos);
+        strat_block_init(c, nj, t->qpos, c->segs ? t->qseg + at : NULL,
+                         &blk);
+        blk.m = c->m_own;
+        blk.mask.kpos = t->kpos;
+        blk.mask.k_seg = c->segs ? c->masks->kv_segments : NULL;
+        ra_state_reset(s->B, nj, H, Dv, o, lse);
+        if (nj > 0 && c->m_own > 0)
+            ra_kernel_forward_block(&blk, t->q + at * H * s->D, c->k, c->v,
+                                    o, lse, t->ws, NULL, NULL);
+        for (int64_t b = 0; b < s->B; b++)
+            for (int64_t i = 0; i < nj; i++)
+                for (int64_t h = 0; h < H; h++) {
+                    const int64_t row = (b * nj + i) * H + h;
+                    float *e = t->pair + (at * H + row) * w;
+                    memcpy(e, o + row * Dv, sizeof(float) * (size_t)Dv);
+                    e[Dv] = lse[(b * H + h) * nj + i];
+                }
+    }
+}
+
+/* Merges the partials over the ranks; each rank keeps its own slice's
+ * elements and unpacks them into o (B, n, H, Dv) and lse (B, H, n). */
+static ra_status tree_reduce(tree_state *t, strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const int64_t H = s->H, Dv = s->Dv, w = Dv + 1, n = c->n;
+    MPI_Datatype elem;
+    MPI_Op merge;
+    int rc = MPI_Type_contiguous((int)w, MPI_FLOAT, &elem);
+    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&elem)) == MPI_SUCCESS) {
+        if ((rc = MPI_Op_create(tree_merge, 0, &merge)) == MPI_SUCCESS) {
+            rc = MPI_Reduce_scatter(t->pair, t->mine, t->ecount, elem, merge,
+                                    c->comm);
+            MPI_Op_free(&merge);
+        }
+        MPI_Type_free(&elem);
+    }
+    if (rc != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "tree: the reduction of the partial "
+                                        "results failed");
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t h = 0; h < H; h++) {
+                const int64_t row = (b * n + i) * H + h;
+                const float *e = t->mine + row * w;
+                memcpy(c->o + row * Dv, e, sizeof(float) * (size_t)Dv);
+                c->lse[(b * H + h) * n + i] = e[Dv];
+            }
+    c->tm->bytes_sent += (int64_t)sizeof(float) * s->B * (s->N - n) * H * w;
+    return RA_OK;
+}
+
+ra_status tree_forward(strat_call *c)
+{
+    tree_state t = {0};
+    ra_status st = ra_agree(c->comm, tree_alloc(&t, c));
+    if (st == RA_OK)
+        st = strat_check_range(c);
+    if (st == RA_OK) {
+        const double t0 = MPI_Wtime();
+        st = tree_gather(&t, c);
+        const double t1 = MPI_Wtime();
+        if (st == RA_OK)
+            tree_attend(&t, c);
+        const double t2 = MPI_Wtime();
+        if (st == RA_OK)
+            st = tree_reduce(&t, c);
+        c->tm->compute = t2 - t1;
+        c->tm->comm_wait = (t1 - t0) + (MPI_Wtime() - t2);
+    }
+    tree_free(&t);
+    return st;
+}

@@ -1,0 +1,276 @@
+/* test_strategies_mpi.c: every strategy (ring, allgather, tree, ring-q,
+ * ulysses, hybrid) on every layout, with GQA, causal masks, padding lengths,
+ * windows, packed segments, uneven heads and lengths that P does not
+ * divide, against the fp64 reference at P = 1..4 (run by ctest under mpiexec). Every rank builds the same
+ * problem from the seed, passes its layout slices and checks its own rows;
+ * verdicts are reduced before asserting, rank 0 prints. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "internal.h"
+#include "support.h"
+
+static int rank, nranks;
+
+static const ra_layout layouts[3] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
+                                     RA_LAYOUT_STRIPED};
+
+typedef struct {
+    ra_shape s;
+    ra_params p;
+    int lens;            /* random padding lengths */
+    int64_t segment_avg; /* 0: no segments */
+    uint64_t seed;
+} strat_case;
+
+/* Sorted segment ids with mean run length avg; on the key side every third
+ * id is moved away, so some query segments see no key. */
+static void make_segments(uint64_t seed, uint64_t stream, int64_t B,
+                          int64_t len, int64_t avg, int kv_side, int64_t *out)
+{
+    for (int64_t b = 0; b < B; b++) {
+        int64_t id = 0;
+        for (int64_t i = 0; i < len; i++) {
+            if (i > 0 && ra_random_u64(seed, stream, (uint64_t)(b * len + i)) %
+                                 (uint64_t)avg == 0)
+                id++;
+            out[b * len + i] = kv_side && id % 3 == 2 ? id + 1000 : id;
+        }
+    }
+}
+
+/* The global masks of a case (all NULL when off); freed by the caller. */
+static test_masks case_masks(const strat_case *sc)
+{
+    const ra_shape *s = &sc->s;
+    test_masks m = {0};
+    if (sc->lens) {
+        int64_t *ql = malloc(sizeof(int64_t) * (size_t)s->B);
+        int64_t *kl = malloc(sizeof(int64_t) * (size_t)s->B);
+        ra_random_lens(sc->seed, RA_STREAM_Q_LENS, s->B, s->N, ql);
+        ra_random_lens(sc->seed, RA_STREAM_KV_LENS, s->B, s->M, kl);
+        m.q_lens = ql;
+        m.kv_lens = kl;
+    }
+    if (sc->segment_avg) {
+        int64_t *qs = malloc(sizeof(int64_t) * (size_t)(s->B * s->N));
+        int64_t *ks = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
+        make_segments(sc->seed, RA_STREAM_Q_SEGMENTS, s->B, s->N,
+                      sc->segment_avg, 0, qs);
+        make_segments(sc->seed, RA_STREAM_KV_SEGMENTS, s->B, s->M,
+                      sc->segment_avg, 1, ks);
+        m.q_seg = qs;
+        m.kv_seg = ks;
+    }
+    return m;
+}
+
+static void case_masks_free(test_masks *m)
+{
+    free((void *)m->q_lens);
+    free((void *)m->kv_lens);
+    free((void *)m->q_seg);
+    free((void *)m->kv_seg);
+}
+
+/* One strategy on one layout: the global verdict. */
+static check_result run_one(const strat_case *sc, ra_strategy strategy,
+                            ra_layout layout, ra_status *status)
+{
+    const ra_shape *s = &sc->s;
+    problem p;
+    problem_make(&p, s, sc->seed);
+    test_masks gm = case_masks(sc);
+    local_part lp;
+    local_part_make(&lp, &p, layout, rank, nranks);
+    int64_t *qsl = malloc(sizeof(int64_t) * (size_t)(s->B * lp.qs.count + 1));
+    int64_t *ksl = malloc(sizeof(int64_t) * (size_t)(s->B * lp.ks.count + 1));
+    if (gm.q_seg) {
+        slice_gather(gm.q_seg, s->B, s->N, 1, sizeof(int64_t), &lp.qs,
+                     qsl);
+        slice_gather(gm.kv_seg, s->B, s->M, 1, sizeof(int64_t), &lp.ks,
+                     ksl);
+    }
+    const ra_masks local = {gm.q_lens, gm.kv_lens,
+                            gm.q_seg ? qsl : NULL,
+                            gm.q_seg ? ksl : NULL};
+    ra_params prm = sc->p;
+    prm.layout = layout;
+    prm.strategy = strategy;
+    if (strategy == RA_STRATEGY_HYBRID) /* two groups of 2 at P = 4 */
+        prm.ulysses_size = nranks % 2 ? 1 : 2;
+    ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, &local, lp.q, lp.k,
+                                 lp.v, lp.o, lp.lse, NULL);
+    check_result c = {0};
+    if (st == RA_OK)
+        c = check_slice(&p, &prm, &gm, &lp.qs, lp.o, lp.lse);
+    else
+        c.bad_inf = 1;
+    check_result g = check_allreduce(MPI_COMM_WORLD, &c);
+    *status = st;
+    if (rank == 0)
+        printf("# P=%d %-9s %-10s B=%lld N=%lld M=%lld H=%lld G=%lld "
+               "causal=%d window=%d lens=%d seg=%lld rel_o=%.2e lse=%.2e "
+               "%s%s%s\n", nranks, ra_strategy_name(strategy),
+               ra_layout_name(layout), (long long)s->B, (long long)s->N,
+               (long long)s->M, (long long)s->H, (long long)s->G, prm.causal,
+               prm.window, sc->lens, (long long)sc->segment_avg, g.rel_o,
+               g.max_lse,
+               st != RA_OK ? "REFUSED " : check_ok(&g) ? "PASS" : "FAIL",
+               "", st == RA_OK ? "" : ra_error_message());
+    local_part_free(&lp);
+    free(qsl);
+    free(ksl);
+    case_masks_free(&gm);
+    problem_free(&p);
+    return g;
+}
+
+/* Every strategy on every layout must pass, every row checked; ulysses
+ * with fewer heads than ranks must refuse, naming the rank counts. */
+static void expect_all(const strat_case *sc)
+{
+    for (int i = 0; i < RA_STRATEGY_COUNT; i++)
+        for (int l = 0; l < 3; l++) {
+            ra_status st;
+            check_result g = run_one(sc, (ra_strategy)i, layouts[l], &st);
+            if (i == RA_STRATEGY_ULYSSES && sc->s.H < nranks) {
+                assert_int_equal(st, RA_ERR_ARG);
+                assert_non_null(strstr(ra_error_message(), "runs on 1 to"));
+                continue;
+            }
+            assert_true(g.rows == sc->s.B * sc->s.H * sc->s.N);
+            assert_true(check_ok(&g));
+        }
+}
+
+static strat_case base_case(int64_t B, int64_t N, int64_t M, int64_t H,
+                            int64_t G, int64_t D, uint64_t seed)
+{
+    strat_case sc = {{B, N, M, H, G, D, D}, {0}, 0, 0, seed};
+    ra_params_default(&sc.p);
+    sc.p.block_q = 16; /* small tiles: many tile edges at test sizes */
+    sc.p.block_kv = 24;
+    return sc;
+}
+
+static void test_gqa_causal(void **state)
+{
+    (void)state;
+    strat_case sc = base_case(2, 301, 301, 4, 2, 16, 1301);
+    expect_all(&sc);
+    sc.p.causal = 1;
+    expect_all(&sc);
+    sc = base_case(1, 7, 7, 2, 1, 8, 1302); /* N < 2P */
+    sc.p.causal = 1;
+    expect_all(&sc);
+}
+
+static void test_decoding_shapes(void **state)
+{
+    (void)state;
+    strat_case sc = base_case(2, 3, 997, 8, 2, 16, 1303); /* few queries */
+    sc.p.causal = 1;
+    expect_all(&sc);
+    sc = base_case(1, 1, 1001, 4, 4, 32, 1304); /* one query per head */
+    expect_all(&sc);
+}
+
+static void test_padding_windows_segments(void **state)
+{
+    (void)state;
+    strat_case sc = base_case(3, 257, 301, 4, 2, 16, 1305);
+    sc.lens = 1;
+    sc.p.causal = 1;
+    expect_all(&sc);
+    sc.p.window = 1;
+    sc.p.window_left = 30;
+    sc.p.window_right = 3;
+    expect_all(&sc);
+    sc = base_case(2, 213, 213, 4, 1, 16, 1306);
+    sc.segment_avg = 20;
+    sc.p.causal = 1;
+    expect_all(&sc);
+}
+
+static void test_allgather_refuses_over_limit(void **state)
+{
+    (void)state;
+    strat_case sc = base_case(1, 64, 4096, 2, 2, 32, 1307);
+    sc.p.strategy = RA_STRATEGY_ALLGATHER;
+    sc.p.mem_limit = 4096 * 2 * 64 * 4 - 1; /* one byte short of K/V */
+    problem p;
+    problem_make(&p, &sc.s, sc.seed);
+    local_part lp;
+    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    ra_status st = ra_forward_ex(MPI_COMM_WORLD, &sc.s, &sc.p, NULL, lp.q,
+                                 lp.k, lp.v, lp.o, lp.lse, NULL);
+    char want[96];
+    snprintf(want, sizeof want, "needs %lld bytes per rank, above the "
+             "memory limit of %lld bytes", (long long)(sc.p.mem_limit + 1),
+             (long long)sc.p.mem_limit);
+    int bad = st != RA_ERR_ARG || !strstr(ra_error_message(), want);
+    sc.p.mem_limit += 1; /* exactly enough */
+    st = ra_forward_ex(MPI_COMM_WORLD, &sc.s, &sc.p, NULL, lp.q, lp.k, lp.v,
+                       lp.o, lp.lse, NULL);
+    bad |= st != RA_OK;
+    int any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("# P=%d allgather memory limit: %s\n", nranks,
+               any ? "FAIL" : "PASS");
+    local_part_free(&lp);
+    problem_free(&p);
+    assert_false(any);
+}
+
+/* Ulysses sends exactly the bytes of algorithms.md section 10 (q, k, v
+ * out, o back, N = M, B = 1, G = H so no kv head is replicated), plus the
+ * lse it returns with o: (N/P)(P-1)/P (H D + G D + G Dv + H Dv + H)
+ * floats per rank, when P divides N. */
+static void test_ulysses_bytes(void **state)
+{
+    (void)state;
+    const int64_t N = 96 * nranks, H = 4 * nranks, D = 8;
+    strat_case sc = base_case(1, N, N, H, H, D, 1308);
+    sc.p.strategy = RA_STRATEGY_ULYSSES;
+    sc.p.layout = RA_LAYOUT_CONTIGUOUS;
+    problem p;
+    problem_make(&p, &sc.s, sc.seed);
+    local_part lp;
+    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    ra_timing tm = {0};
+    ra_status st = ra_forward_ex(MPI_COMM_WORLD, &sc.s, &sc.p, NULL, lp.q,
+                                 lp.k, lp.v, lp.o, lp.lse, &tm);
+    const int64_t want = 4 * (N / nranks) * (nranks - 1) / nranks *
+                         (4 * H * D + H);
+    int bad = st != RA_OK || tm.bytes_sent != want, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("# P=%d ulysses bytes per rank %lld, formula %lld: %s\n",
+               nranks, (long long)tm.bytes_sent, (long long)want,
+               any ? "FAIL" : "PASS");
+    local_part_free(&lp);
+    problem_free(&p);
+    assert_false(any);
+}
+
+int main(int argc, char **argv)
+{
+    mpi_test_init(&argc, &argv, &rank, &nranks);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gqa_causal),
+        cmocka_unit_test(test_decoding_shapes),
+        cmocka_unit_test(test_padding_windows_segments),
+        cmocka_unit_test(test_allgather_refuses_over_limit),
+        cmocka_unit_test(test_ulysses_bytes),
+    };
+    return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
+}
