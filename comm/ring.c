@@ -416,28 +416,17 @@ static ra_status ring_run(ring_state *rs, const ring_args *a)
     return st;
 }
 
-/* One call: check, agree, size and allocate, agree, check the range, run,
- * free. Every rank takes the same branches up to the passes. */
+/* One call: open (check, agree, size and allocate, agree, check the
+ * range), run, free. Every rank takes the same branches up to the
+ * passes. */
 static ra_status ring_forward(MPI_Comm user_comm, const ring_args *a,
                               ra_timing *timing)
 {
     const double t_start = MPI_Wtime();
     ra_timing tm = {0};
     ring_state rs = {.comm = MPI_COMM_NULL, .tm = &tm};
-    ra_status st = ring_check_params(a->shape, a->params, a->masks);
-    if (st == RA_OK && a->want_map)
-        st = check_map(a->shape, a->map);
-    if (MPI_Comm_dup(user_comm, &rs.comm) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "ring: MPI_Comm_dup failed");
-    st = ra_agree(rs.comm, st);
-    if (st == RA_OK) {
-        st = ring_size(&rs, a);
-        if (st == RA_OK)
-            st = ring_alloc(&rs, a);
-        st = ra_agree(rs.comm, st);
-    }
-    if (st == RA_OK)
-        st = ring_check_range(&rs, a);
+    const ra_status mst = a->want_map ? check_map(a->shape, a->map) : RA_OK;
+    ra_status st = ring_open(user_comm, a, mst, &rs);
     if (st == RA_OK)
         st = ring_run(&rs, a);
     const ra_status fst = ring_free(&rs);
@@ -481,7 +470,7 @@ ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
                     ring_state *rs)
 {
     if (st == RA_OK)
-        st = check_params(a->shape, a->params, a->masks);
+        st = ring_check_params(a->shape, a->params, a->masks);
     if (MPI_Comm_dup(user_comm, &rs->comm) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "ring: MPI_Comm_dup failed");
     st = ra_agree(rs->comm, st);
