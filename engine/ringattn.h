@@ -323,8 +323,10 @@ RA_API ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
 RA_API const char *ra_error_message(void);
 
 /* ---- HDF5 files (parallel, MPI-IO driver) ------------------------------ *
- * Input file: /q (B, N, H, D), /k (B, M, G, D), /v (B, M, G, Dv), each
- * float32 or float64 (converted to float32 on read).
+ * Input file: /q (B, N, H, D), /k (B, M, G, D), /v (B, M, G, Dv) (or
+ * heads before tokens, see ra_axes), each of any floating type HDF5
+ * converts (float16, bfloat16, float32, float64, either byte order),
+ * converted to float32 on read.
  * Output file: /o (B, N, H, Dv) float32, /lse (B, H, N) float32, and root
  * attributes: engine_version, schema_version, causal, window (0/1),
  * window_left, window_right, scale, layout, ranks, block_q, block_kv,
@@ -341,6 +343,33 @@ RA_API ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *sha
 RA_API ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
                             const ra_shape *shape, ra_layout layout,
                             float *q, float *k, float *v);
+
+/* The axis order of an input tensor in its file: (B, N, H, D), tokens
+ * before heads, or (B, H, N, D), heads before tokens, as PyTorch's
+ * attention functions take them (likewise M and G for /k and /v). */
+typedef enum { RA_AXES_BNHD = 0, RA_AXES_BHND = 1 } ra_axes;
+
+/* "B,N,H,D" or "B,H,N,D": the value of a dataset's "axes" attribute. */
+RA_API const char *ra_axes_name(ra_axes axes);
+
+/* Where the inputs lie in a file. A dataset's own "axes" attribute
+ * ("B,N,H,D" or "B,H,N,D") wins over axes; any other value is refused. */
+typedef struct {
+    const char *q, *k, *v; /* dataset paths; NULL: "/q", "/k", "/v" */
+    ra_axes axes;          /* order of a dataset without an axes attribute */
+} ra_h5_source;
+
+/* ra_h5_read_shape() and ra_h5_read_inputs() from the datasets src names
+ * (NULL: the defaults). used (or NULL) receives the order each of q, k, v
+ * was read in. */
+RA_API ra_status ra_h5_read_shape_from(MPI_Comm comm, const char *path,
+                                       const ra_h5_source *src,
+                                       ra_shape *shape, ra_axes used[3]);
+RA_API ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
+                                        const ra_h5_source *src,
+                                        const ra_shape *shape,
+                                        ra_layout layout, float *q, float *k,
+                                        float *v);
 
 /* Mask data read from a file, owned by the struct (ra_h5_masks_free). */
 typedef struct {
@@ -368,6 +397,8 @@ typedef struct {
     const char *masks;         /* mask datasets used, comma separated */
     const ra_attn_map *map;    /* also write /attn_map (B, nheads, i1 - i0,
                                   M) from map->out, or NULL */
+    const ra_h5_source *source; /* the input datasets and order read, or
+                                   NULL (the defaults) */
 } ra_run_meta;
 
 /* Writes this rank's slices (under meta->params->layout) of /o (B, n, H, Dv)

@@ -31,6 +31,13 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
 ra_status h5io_read_rows(const char *path, const char *dset, int64_t b,
                          int64_t row0, int64_t nrows, double *out);
 
+/* h5io_read_rows() of an input tensor stored in the order its "axes"
+ * attribute names, else fallback (see ra_axes): out holds the rows as
+ * (nrows, heads, dim) either way. */
+ra_status h5io_read_rows_as(const char *path, const char *dset,
+                            ra_axes fallback, int64_t b, int64_t row0,
+                            int64_t nrows, double *out);
+
 /* Reads lse[b, h, i0 : i0 + n] of the rank-3 /lse (B, H, N) into out. */
 ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
                         int64_t n, double *out);
@@ -47,6 +54,9 @@ typedef struct {
     char score[16];  /* "dot" when absent */
     double sigma;    /* 1 when absent */
     char masks[128];
+    char qkv_layout[8];   /* "bnhd" when absent */
+    char names[3][256];   /* q, k, v datasets read; "/q", "/k", "/v" when
+                             absent */
 } h5io_run_attrs;
 
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a);

@@ -42,12 +42,38 @@ hid_t h5io_dxpl_collective(void);
 ra_status h5io_file_open(const char *path, hid_t fapl, hid_t *file);
 
 /* Opens dataset name (e.g. "/q") and checks that it has the given rank,
- * every size positive, and a datatype of class cls: H5T_FLOAT means float32
- * or float64, H5T_INTEGER any integer. Fills dims[rank]. On RA_OK, *dset is
+ * every size positive, and a datatype of class cls: H5T_FLOAT means a
+ * 16-, 32- or 64-bit float of any format and byte order HDF5 converts
+ * (float16, bfloat16, float32, float64), H5T_INTEGER any integer. Fills dims[rank]. On RA_OK, *dset is
  * open (caller closes) unless dset is NULL. */
 ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
                          H5T_class_t cls, int rank, hsize_t *dims,
                          hid_t *dset);
+
+/* Reads the optional single string attribute name of the object obj (a
+ * file: its root; or a dataset), fixed or variable length, into out[len];
+ * leaves out alone when it is absent. */
+ra_status h5io_attr_read_string(hid_t obj, const char *path,
+                                const char *name, char *out, size_t len);
+
+/* The axis order of the open rank-4 input dataset dset: its "axes"
+ * attribute ("B,N,H,D" or "B,H,N,D") when present, else fallback; any
+ * other attribute value is refused naming the dataset. */
+ra_status h5io_axes_of(hid_t dset, const char *path, const char *name,
+                       ra_axes fallback, ra_axes *out);
+
+/* The logical sizes (B, N, H, D) of file sizes fdims under an order. */
+void h5io_axes_dims(ra_axes axes, const hsize_t fdims[4], hsize_t dims[4]);
+
+/* Reads this rank's slice on the token axis of the open rank-4 dataset
+ * dset, stored in the given order with file sizes fdims, into buf as mtype,
+ * dense (B, slice->count, H, D); (B, H, N, D) storage is read head by head
+ * through hyperslabs, with no full-tensor copy. Collective with a
+ * collective dxpl, as h5io_dset_read(). */
+ra_status h5io_dset_read_axes(hid_t dset, hid_t dxpl, const char *path,
+                              const char *name, hid_t mtype, ra_axes axes,
+                              const hsize_t fdims[4], const ra_slice *slice,
+                              void *buf);
 
 /* Formats dims as "(2, 128, 8, 64)" into buf. */
 void h5io_dims_format(const hsize_t *dims, int rank, char *buf, size_t len);
@@ -97,7 +123,8 @@ ra_status h5io_attr_write_uint64(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, uint64_t value);
 ra_status h5io_attr_write_double(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, double value);
-/* A fixed-length, NUL-terminated ASCII string (value may be ""). */
+/* A variable-length UTF-8 string, which h5py reads as str (value may be
+ * ""). */
 ra_status h5io_attr_write_string(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, const char *value);
 

@@ -121,14 +121,15 @@ ra_status h5io_attr_write_string(MPI_Comm comm, hid_t file, const char *path,
     hid_t type = H5Tcopy(H5T_C_S1);
     ra_status st;
 
-    if (type < 0 || H5Tset_size(type, strlen(value) + 1) < 0 ||
-        H5Tset_strpad(type, H5T_STR_NULLTERM) < 0) {
+    /* variable-length UTF-8: h5py reads it as str, not bytes */
+    if (type < 0 || H5Tset_size(type, H5T_VARIABLE) < 0 ||
+        H5Tset_cset(type, H5T_CSET_UTF8) < 0) {
         st = ra_agree(comm, ra_error_set(RA_ERR_IO, "%s: attribute %s: "
                                            "cannot make its string type",
                                            path, name));
         goto cleanup;
     }
-    st = attr_write(comm, file, path, name, type, type, value);
+    st = attr_write(comm, file, path, name, type, type, &value);
 
 cleanup:
     if (type >= 0)

@@ -2,6 +2,7 @@
  * subcommands: boxes of a dataset (as double, or int64 for masks), the run
  * attributes, and a listing. Default (sec2) driver, independent I/O, never
  * collective. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,10 +307,8 @@ cleanup:
     return st;
 }
 
-/* Reads the optional single string root attribute name (fixed or variable
- * length) into out[len]; leaves out alone when it is absent. */
-static ra_status attr_read_string(hid_t file, const char *path,
-                                  const char *name, char *out, size_t len)
+ra_status h5io_attr_read_string(hid_t file, const char *path,
+                                const char *name, char *out, size_t len)
 {
     hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
     hid_t space = H5I_INVALID_HID, mtype = H5I_INVALID_HID;
@@ -376,6 +375,8 @@ cleanup:
 
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
 {
+    static const char *const names[3] = {"q_dataset", "k_dataset",
+                                         "v_dataset"};
     hid_t file = H5I_INVALID_HID;
     h5io_quiet quiet;
     ra_status st;
@@ -385,12 +386,16 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
     snprintf(a->layout, sizeof a->layout, "contiguous");
     snprintf(a->score, sizeof a->score, "dot");
     a->sigma = 1.0;
+    a->scale = NAN; /* absent: a score without a scale */
+    snprintf(a->qkv_layout, sizeof a->qkv_layout, "bnhd");
+    for (int i = 0; i < 3; i++)
+        snprintf(a->names[i], sizeof a->names[i], "/%c", "qkv"[i]);
     h5io_quiet_begin(&quiet);
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
         (st = attr_read(file, path, "causal", H5T_INTEGER, H5T_NATIVE_INT,
                         &a->causal, NULL)) != RA_OK ||
         (st = attr_read(file, path, "scale", H5T_FLOAT, H5T_NATIVE_DOUBLE,
-                        &a->scale, NULL)) != RA_OK ||
+                        &a->scale, &present)) != RA_OK ||
         (st = attr_read(file, path, "seq_q", H5T_INTEGER, H5T_NATIVE_INT64,
                         &a->seq_q, NULL)) != RA_OK ||
         (st = attr_read(file, path, "seq_kv", H5T_INTEGER, H5T_NATIVE_INT64,
@@ -403,14 +408,21 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
         (st = attr_read(file, path, "window_right", H5T_INTEGER,
                         H5T_NATIVE_INT64, &a->window_right,
                         &present)) != RA_OK ||
-        (st = attr_read_string(file, path, "layout", a->layout,
+        (st = h5io_attr_read_string(file, path, "layout", a->layout,
                                sizeof a->layout)) != RA_OK ||
-        (st = attr_read_string(file, path, "score", a->score,
+        (st = h5io_attr_read_string(file, path, "score", a->score,
                                sizeof a->score)) != RA_OK ||
         (st = attr_read(file, path, "sigma", H5T_FLOAT, H5T_NATIVE_DOUBLE,
                         &a->sigma, &present)) != RA_OK)
         goto cleanup;
-    st = attr_read_string(file, path, "masks", a->masks, sizeof a->masks);
+    if ((st = h5io_attr_read_string(file, path, "masks", a->masks,
+                                    sizeof a->masks)) != RA_OK ||
+        (st = h5io_attr_read_string(file, path, "qkv_layout", a->qkv_layout,
+                                    sizeof a->qkv_layout)) != RA_OK)
+        goto cleanup;
+    for (int i = 0; i < 3 && st == RA_OK; i++)
+        st = h5io_attr_read_string(file, path, names[i], a->names[i],
+                                   sizeof a->names[i]);
 
 cleanup:
     if (file >= 0) H5Fclose(file);

@@ -45,6 +45,26 @@ static ra_status map_write(hid_t file, MPI_Comm comm, const outputs_ctx *c)
     return h5io_attr_write_string(comm, file, c->path, "attn_map_heads", heads);
 }
 
+/* The input datasets read and the order of those without an axes
+ * attribute (root attributes q_dataset, k_dataset, v_dataset, qkv_layout),
+ * so that a check reads the same tensors. */
+static ra_status source_write(hid_t file, MPI_Comm comm,
+                              const outputs_ctx *c)
+{
+    const ra_h5_source *src = c->meta->source;
+    const char *names[3] = {src && src->q ? src->q : "/q",
+                            src && src->k ? src->k : "/k",
+                            src && src->v ? src->v : "/v"};
+    static const char *const attrs[3] = {"q_dataset", "k_dataset",
+                                         "v_dataset"};
+    ra_status st = h5io_attr_write_string(comm, file, c->path, "qkv_layout",
+                                          src && src->axes == RA_AXES_BHND
+                                              ? "bhnd" : "bnhd");
+    for (int i = 0; i < 3 && st == RA_OK; i++)
+        st = h5io_attr_write_string(comm, file, c->path, attrs[i], names[i]);
+    return st;
+}
+
 static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
 {
     const outputs_ctx *c = arg;
@@ -75,8 +95,6 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
                                     p->window_left)) != RA_OK ||
         (st = h5io_attr_write_int64(comm, file, path, "window_right",
                                     p->window_right)) != RA_OK ||
-        (st = h5io_attr_write_double(comm, file, path, "scale",
-                                     m->scale)) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "layout",
                                      ra_layout_name(ra_params_layout(p, 0))))
             != RA_OK ||
@@ -96,9 +114,16 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
     if ((st = h5io_attr_write_string(comm, file, path, "masks",
                                      m->masks ? m->masks : "")) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "score",
-                                     ra_score_name(p->score))) != RA_OK ||
-        (st = h5io_attr_write_double(comm, file, path, "sigma",
-                                     p->sigma)) != RA_OK)
+                                     ra_score_name(p->score))) != RA_OK)
+        return st;
+    if ((st = source_write(file, comm, c)) != RA_OK)
+        return st;
+    /* only the parameter the score applies is recorded */
+    if (p->score == RA_SCORE_DOT)
+        st = h5io_attr_write_double(comm, file, path, "scale", m->scale);
+    else if (p->score == RA_SCORE_GAUSSIAN)
+        st = h5io_attr_write_double(comm, file, path, "sigma", p->sigma);
+    if (st != RA_OK)
         return st;
     return m->map ? map_write(file, comm, c) : RA_OK;
 }

@@ -14,10 +14,16 @@
 
 typedef struct {
     ra_params p;
+    ra_h5_source src;
     const char *in, *out;
     int force, allow_nonfinite, mha;
     const char *map_rows, *map_heads;
 } run_opts;
+
+static const char *const qkv_layouts[] = {"bnhd", "bhnd", NULL};
+_Static_assert(RA_AXES_BNHD == 0 && RA_AXES_BHND == 1 &&
+                   sizeof(ra_axes) == sizeof(int),
+               "--qkv-layout stores the ra_axes index as int");
 
 static const cli_opt run_own[] = {
     {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
@@ -26,6 +32,22 @@ static const cli_opt run_own[] = {
     {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
      .offset = CLI_FIELD(run_opts, out, const char *),
      .help = "output; written to a temporary file, renamed at the end"},
+    {.name = "--qkv-layout", .kind = CLI_CHOICE, .meta = "ORDER",
+     .offset = CLI_FIELD(run_opts, src.axes, int), .choices = qkv_layouts,
+     .noun = "tensor layout", .def = "bnhd",
+     .help = "axis order of q, k, v without an 'axes' attribute:\n"
+     "bnhd (B,N,H,D) or bhnd (B,H,N,D), as PyTorch's\n"
+     "attention takes them; an attribute axes = \"B,N,H,D\"\n"
+     "or \"B,H,N,D\" on a dataset wins"},
+    {.name = "--q", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.q, const char *), .def = "/q",
+     .help = "dataset of the queries, e.g. /layer3/attn/q"},
+    {.name = "--k", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.k, const char *), .def = "/k",
+     .help = "dataset of the keys"},
+    {.name = "--v", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.v, const char *), .def = "/v",
+     .help = "dataset of the values"},
     {.name = "--force", .kind = CLI_FLAG,
      .offset = CLI_FIELD(run_opts, force, int),
      .help = "replace OUT.h5 if it exists (refused otherwise)"},
@@ -114,6 +136,7 @@ typedef struct {
     ra_attn_map map;
     const char *q_seg, *kv_seg; /* segment datasets, or NULL */
     int layout_auto;
+    ra_axes axes[3];            /* the order q, k, v were read in */
     cli_tensors t;
     ra_h5_masks masks;
     char mask_names[64];        /* the "masks" attribute of the output */
@@ -137,7 +160,8 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     ra_status st = cli_output_agree(ctx, o->out, o->force,
                                     (const char *const[]){o->in, NULL});
     if (st == RA_OK)
-        st = ra_h5_read_shape(ctx->comm, o->in, &r->s);
+        st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->s,
+                                   r->axes);
     if (st != RA_OK)
         return st;
     o->p.nonfinite = o->allow_nonfinite;
@@ -200,8 +224,8 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
 {
     cli_tensors *t = &r->t;
-    ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &r->s, o->p.layout,
-                                     t->q, t->k, t->v);
+    ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->s,
+                                          o->p.layout, t->q, t->k, t->v);
     h5io_nonfinite bad;
     if (st != RA_OK || o->allow_nonfinite ||
         h5io_scan_nonfinite(ctx->comm, o->in, &r->s, o->p.layout, t->q, t->k,
@@ -241,7 +265,7 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .params = &o->p, .scale = ra_params_scale(&o->p, &r->s),
             .block_q = bq, .block_kv = bkv,
             .command_line = ctx->command_line, .masks = r->mask_names,
-            .map = o->map_rows ? &r->map : NULL};
+            .map = o->map_rows ? &r->map : NULL, .source = &o->src};
         st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->s, &meta,
                                  t->o, t->lse);
     }
@@ -277,18 +301,20 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
         if (strcmp(argv[i], "--mha") == 0)
             return cmd_run_mha(ctx, argc, argv);
     run_opts o = {0};
-    ra_params_default(&o.p);
+    cli_params_default(&o.p);
     int code = cli_parse_or_exit(ctx, &run_spec, &o, argc, argv);
     if (code >= 0)
         return code;
     if (!o.in || !o.out)
         return cli_fail(ctx, CLI_EXIT_USAGE, "run: --in and --out are "
                         "required (see ringattn run --help)");
-    cli_params_finish(&o.p);
+    if (cli_params_finish(&o.p) != RA_OK)
+        return cli_fail_status(ctx, RA_ERR_ARG);
     run_state r = {0};
     ra_status st = run_validate(ctx, &o, &r);
     if (st == RA_OK && (st = run_setup(ctx, &o, &r)) == RA_OK) {
         cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
+        cli_print_source(ctx, &o.src, r.axes);
         st = run_compute(ctx, &o, &r);
     }
     if (st == RA_OK)

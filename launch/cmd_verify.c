@@ -134,6 +134,13 @@ static ra_status bufs_alloc(const check_ctx *c, check_bufs *b)
     return RA_OK;
 }
 
+/* The order the run read q, k, v in when they have no axes attribute. */
+static ra_axes verify_axes(const check_ctx *c)
+{
+    return strcmp(c->run.qkv_layout, "bhnd") == 0 ? RA_AXES_BHND
+                                                   : RA_AXES_BNHD;
+}
+
 /* Checks the len consecutive rows i0.. of batch b, reading K and V of the
  * batch unless *loaded_b says they are there. */
 static ra_status check_run(const char *in, const char *out, const check_ctx *c,
@@ -141,17 +148,21 @@ static ra_status check_run(const char *in, const char *out, const check_ctx *c,
                            int64_t *loaded_b, check_bufs *w, tally *t)
 {
     const ra_shape *s = c->s;
+    const ra_axes qkv = verify_axes(c);
     ra_status st = RA_OK;
     int present;
     if (b != *loaded_b) {
-        if ((st = h5io_read_rows(in, "/k", b, 0, s->M, w->k)) != RA_OK ||
-            (st = h5io_read_rows(in, "/v", b, 0, s->M, w->v)) != RA_OK ||
+        if ((st = h5io_read_rows_as(in, c->run.names[1], qkv, b, 0, s->M,
+                                    w->k)) != RA_OK ||
+            (st = h5io_read_rows_as(in, c->run.names[2], qkv, b, 0, s->M,
+                                    w->v)) != RA_OK ||
             (w->k_seg && (st = h5io_read_segments(in, c->kv_seg_name, b, 0,
                                                   s->M, w->k_seg, &present))))
             return st;
         *loaded_b = b;
     }
-    if ((st = h5io_read_rows(in, "/q", b, i0, len, w->q)) != RA_OK ||
+    if ((st = h5io_read_rows_as(in, c->run.names[0], qkv, b, i0, len,
+                                w->q)) != RA_OK ||
         (st = h5io_read_rows(out, "/o", b, i0, len, w->o)) != RA_OK ||
         (w->q_seg && (st = h5io_read_segments(in, c->q_seg_name, b, i0, len,
                                               w->q_seg, &present))))
@@ -304,11 +315,15 @@ static ra_status verify_validate(const cli_ctx *ctx, const verify_opts *o,
                                  ra_shape *s, check_ctx *c)
 {
     int64_t dims_o[4], dims_l[3];
-    ra_status st = ra_h5_read_shape(ctx->comm, o->in, s);
+    ra_status st = ra_agree(ctx->comm, h5io_read_run_attrs(o->out, &c->run));
     if (st != RA_OK)
         return st;
-    if ((st = h5io_read_run_attrs(o->out, &c->run)) == RA_OK &&
-        (st = run_params(o->in, o->out, c)) == RA_OK &&
+    const ra_h5_source src = {c->run.names[0], c->run.names[1],
+                              c->run.names[2], verify_axes(c)};
+    if ((st = ra_h5_read_shape_from(ctx->comm, o->in, &src, s, NULL)) !=
+        RA_OK)
+        return st;
+    if ((st = run_params(o->in, o->out, c)) == RA_OK &&
         (st = h5io_read_out_shape(o->out, dims_o, dims_l)) == RA_OK &&
         (dims_o[0] != s->B || dims_o[1] != s->N || dims_o[2] != s->H ||
          dims_o[3] != s->Dv || dims_l[0] != s->B || dims_l[1] != s->H ||
@@ -338,16 +353,18 @@ static int verify_report(const cli_ctx *ctx, const verify_opts *o,
         return cli_fail(ctx, CLI_EXIT_RUNTIME, "verify: summing the errors "
                                                "over the ranks failed");
     const int pass = ra_tally_ok(&g, o->tol) && nans == 0;
+    const int gauss = strcmp(c->run.score, "gaussian") == 0;
     if (ctx->rank == 0)
         printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
-               "window %s, masks %s, score %s, scale %.6g: max abs err %.3e, "
+               "window %s, masks %s, score %s, %s %.6g: max abs err %.3e, "
                "rel err %.3e, lse err %.3e, bad rows %.0f, NaN values in "
                "all rows %.0f, tolerance %.1e: %s\n", o->out,
                (long long)nrows, (long long)s->H,
                nrows == s->B * s->N ? "all" : "sampled",
                c->run.causal ? "yes" : "no", c->run.window ? "yes" : "no",
                c->run.masks[0] ? c->run.masks : "none", c->run.score,
-               c->run.scale, g.max_abs_o, g.rel_o, g.max_lse,
+               gauss ? "sigma" : "scale", gauss ? c->run.sigma : c->run.scale,
+               g.max_abs_o, g.rel_o, g.max_lse,
                (double)g.bad_inf, nans, o->tol,
                pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
