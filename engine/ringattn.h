@@ -388,6 +388,18 @@ RA_API ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                            ra_h5_masks *masks);
 RA_API void ra_h5_masks_free(ra_h5_masks *masks);
 
+/* The type of /o in an output file; computation is float32 either way. */
+typedef enum {
+    RA_DTYPE_F32 = 0, /* IEEE binary32 (default) */
+    RA_DTYPE_F16,     /* IEEE binary16: 11-bit significand, |x| < 65520 */
+    RA_DTYPE_BF16,    /* bfloat16: float32's exponent, 8-bit significand,
+                         stored as a custom 16-bit HDF5 float */
+    RA_DTYPE_F64      /* IEEE binary64: the float32 values widened */
+} ra_dtype;
+
+/* "f32", "f16", "bf16" or "f64". */
+RA_API const char *ra_dtype_name(ra_dtype dtype);
+
 /* What an output file records besides the tensors. */
 typedef struct {
     const ra_params *params;   /* the options of the run */
@@ -399,6 +411,11 @@ typedef struct {
                                   M) from map->out, or NULL */
     const ra_h5_source *source; /* the input datasets and order read, or
                                    NULL (the defaults) */
+    ra_dtype out_dtype;        /* /o's type in the file (/lse: float32) */
+    int64_t out_chunk;         /* > 0: /o and /lse stored in chunks of this
+                                  many query rows; 0: contiguous */
+    int out_compress;          /* 1..9: gzip level of the chunks (needs
+                                  out_chunk); 0: none */
 } ra_run_meta;
 
 /* Writes this rank's slices (under meta->params->layout) of /o (B, n, H, Dv)

@@ -55,6 +55,7 @@ typedef struct {
     double sigma;    /* 1 when absent */
     char masks[128];
     char qkv_layout[8];   /* "bnhd" when absent */
+    char out_dtype[8];    /* type of /o: "f32" when absent */
     char names[3][256];   /* q, k, v datasets read; "/q", "/k", "/v" when
                              absent */
 } h5io_run_attrs;

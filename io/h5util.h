@@ -113,6 +113,25 @@ ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
                           int rank, const hsize_t *dims, int axis,
                           const ra_slice *slice, const void *buf);
 
+/* How a dataset is stored: chunk_rows > 0 cuts it into chunks of that
+ * many tokens of the token axis, gzip 1..9 compresses them (parallel HDF5
+ * 1.10.2 and later writes filtered chunks collectively). */
+typedef struct {
+    int64_t chunk_rows;
+    int gzip;
+} h5io_storage;
+
+/* h5io_dset_write() with a storage layout (NULL: contiguous). */
+ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
+                                 const char *name, hid_t ftype, hid_t mtype,
+                                 int rank, const hsize_t *dims, int axis,
+                                 const ra_slice *slice, const void *buf,
+                                 const h5io_storage *storage);
+
+/* The file type of a dtype (caller closes); negative on failure. bf16 is a
+ * 16-bit float with float32's 8 exponent bits and bias. */
+hid_t h5io_dtype_file_type(ra_dtype dtype);
+
 /* Write a scalar root attribute; every rank must pass the same value;
  * collective over comm with an agreed status, as h5io_dset_write(). */
 ra_status h5io_attr_write_int(MPI_Comm comm, hid_t file, const char *path,
@@ -127,6 +146,30 @@ ra_status h5io_attr_write_double(MPI_Comm comm, hid_t file, const char *path,
  * ""). */
 ra_status h5io_attr_write_string(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, const char *value);
+
+/* How an output was made: what h5io_record() writes. */
+typedef struct {
+    const char *kind;            /* "attention" (run) or "mha" (run --mha) */
+    const ra_params *params;     /* the options of the forward pass */
+    double scale;                /* the dot score's scale actually used */
+    int nranks;
+    int has_qkv;                 /* q, k, v were read from datasets */
+    const ra_h5_source *source;  /* those datasets, or NULL: the defaults */
+    const char *masks;           /* mask datasets applied, or NULL */
+    ra_dtype out_dtype;
+    int64_t out_chunk;
+    int out_compress;
+    const char *command_line;
+} h5io_recipe;
+
+/* The one writer of the attributes that say how an output was made:
+ * every option that changed the result (causal, window, score with its
+ * scale or sigma, layout, ranks, datasets and their order, masks, output
+ * type and storage) as root attributes; collective like
+ * h5io_attr_write_int(). A new option that changes the result is recorded
+ * here. */
+ra_status h5io_record(MPI_Comm comm, hid_t file, const char *path,
+                      const h5io_recipe *r);
 
 /* Fills an open new file: this rank's part of every dataset, and the
  * attributes; returns this rank's status. */

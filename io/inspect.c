@@ -388,6 +388,7 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
     a->sigma = 1.0;
     a->scale = NAN; /* absent: a score without a scale */
     snprintf(a->qkv_layout, sizeof a->qkv_layout, "bnhd");
+    snprintf(a->out_dtype, sizeof a->out_dtype, "f32");
     for (int i = 0; i < 3; i++)
         snprintf(a->names[i], sizeof a->names[i], "/%c", "qkv"[i]);
     h5io_quiet_begin(&quiet);
@@ -418,7 +419,9 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
     if ((st = h5io_attr_read_string(file, path, "masks", a->masks,
                                     sizeof a->masks)) != RA_OK ||
         (st = h5io_attr_read_string(file, path, "qkv_layout", a->qkv_layout,
-                                    sizeof a->qkv_layout)) != RA_OK)
+                                    sizeof a->qkv_layout)) != RA_OK ||
+        (st = h5io_attr_read_string(file, path, "out_dtype", a->out_dtype,
+                                    sizeof a->out_dtype)) != RA_OK)
         goto cleanup;
     for (int i = 0; i < 3 && st == RA_OK; i++)
         st = h5io_attr_read_string(file, path, names[i], a->names[i],

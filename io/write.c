@@ -2,6 +2,7 @@
  * (B, H, N) and the run's attributes, each rank writing only the queries
  * its layout slice names, into a file committed atomically. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "h5util.h"
@@ -45,85 +46,77 @@ static ra_status map_write(hid_t file, MPI_Comm comm, const outputs_ctx *c)
     return h5io_attr_write_string(comm, file, c->path, "attn_map_heads", heads);
 }
 
-/* The input datasets read and the order of those without an axes
- * attribute (root attributes q_dataset, k_dataset, v_dataset, qkv_layout),
- * so that a check reads the same tensors. */
-static ra_status source_write(hid_t file, MPI_Comm comm,
-                              const outputs_ctx *c)
+/* This rank's /o converted to the file type otype, in a new buffer
+ * (*out, caller frees): parallel HDF5 writes collectively, which filtered
+ * datasets need, only when no conversion is left to it. */
+static ra_status o_convert(const outputs_ctx *c, hid_t otype, void **out)
 {
-    const ra_h5_source *src = c->meta->source;
-    const char *names[3] = {src && src->q ? src->q : "/q",
-                            src && src->k ? src->k : "/k",
-                            src && src->v ? src->v : "/v"};
-    static const char *const attrs[3] = {"q_dataset", "k_dataset",
-                                         "v_dataset"};
-    ra_status st = h5io_attr_write_string(comm, file, c->path, "qkv_layout",
-                                          src && src->axes == RA_AXES_BHND
-                                              ? "bhnd" : "bnhd");
-    for (int i = 0; i < 3 && st == RA_OK; i++)
-        st = h5io_attr_write_string(comm, file, c->path, attrs[i], names[i]);
+    const ra_shape *s = c->shape;
+    const size_t n = (size_t)(s->B * c->rows.count * s->H * s->Dv);
+    const size_t size = H5Tget_size(otype);
+    *out = malloc((n + 1) * (size > sizeof(float) ? size : sizeof(float)));
+    if (!*out)
+        return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate /o in %zu-byte "
+                            "values", c->path, size);
+    memcpy(*out, c->o, n * sizeof(float));
+    if (n && H5Tconvert(H5T_NATIVE_FLOAT, otype, n, *out, NULL,
+                        H5P_DEFAULT) < 0)
+        return ra_error_set(RA_ERR_IO, "%s: converting /o to %s failed",
+                            c->path, ra_dtype_name(c->meta->out_dtype));
+    return RA_OK;
+}
+
+/* /o in the chosen type and /lse in float32, each in the chosen storage. */
+static ra_status tensors_write(hid_t file, MPI_Comm comm,
+                               const outputs_ctx *c)
+{
+    const ra_shape *s = c->shape;
+    const ra_run_meta *m = c->meta;
+    const hsize_t odims[4] = {(hsize_t)s->B, (hsize_t)s->N, (hsize_t)s->H,
+                              (hsize_t)s->Dv};
+    const hsize_t ldims[3] = {(hsize_t)s->B, (hsize_t)s->H, (hsize_t)s->N};
+    const h5io_storage storage = {m->out_chunk, m->out_compress};
+    hid_t otype = h5io_dtype_file_type(m->out_dtype);
+    void *o = NULL;
+    ra_status st = otype < 0 ? ra_error_set(RA_ERR_IO, "%s: cannot make the "
+                                            "type %s of /o", c->path,
+                                            ra_dtype_name(m->out_dtype))
+                             : o_convert(c, otype, &o);
+    if ((st = ra_agree(comm, st)) == RA_OK &&
+        (st = h5io_dset_write_stored(comm, file, c->path, "/o", otype, otype,
+                                     4, odims, 1, &c->rows, o,
+                                     &storage)) == RA_OK)
+        st = h5io_dset_write_stored(comm, file, c->path, "/lse",
+                                    H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, ldims,
+                                    2, &c->rows, c->lse, &storage);
+    free(o);
+    if (otype >= 0)
+        H5Tclose(otype);
     return st;
 }
 
 static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
 {
     const outputs_ctx *c = arg;
-    const ra_shape *s = c->shape;
     const ra_run_meta *m = c->meta;
-    const ra_params *p = m->params;
-    const char *path = c->path;
-    const hsize_t odims[4] = {(hsize_t)s->B, (hsize_t)s->N, (hsize_t)s->H,
-                              (hsize_t)s->Dv};
-    const hsize_t ldims[3] = {(hsize_t)s->B, (hsize_t)s->H, (hsize_t)s->N};
+    const h5io_recipe recipe = {
+        .kind = "attention", .params = m->params, .scale = m->scale,
+        .nranks = c->nranks, .has_qkv = 1, .source = m->source,
+        .masks = m->masks ? m->masks : "", .out_dtype = m->out_dtype,
+        .out_chunk = m->out_chunk, .out_compress = m->out_compress,
+        .command_line = m->command_line};
     ra_status st;
 
-    if ((st = h5io_dset_write(comm, file, path, "/o", H5T_IEEE_F32LE,
-                              H5T_NATIVE_FLOAT, 4, odims, 1, &c->rows,
-                              c->o)) != RA_OK ||
-        (st = h5io_dset_write(comm, file, path, "/lse", H5T_IEEE_F32LE,
-                              H5T_NATIVE_FLOAT, 3, ldims, 2, &c->rows,
-                              c->lse)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "engine_version",
-                                     RA_VERSION_STRING)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "schema_version",
-                                  RA_SCHEMA_VERSION)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "causal",
-                                  p->causal)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "window",
-                                  p->window ? 1 : 0)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "window_left",
-                                    p->window_left)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "window_right",
-                                    p->window_right)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "layout",
-                                     ra_layout_name(ra_params_layout(p, 0))))
-            != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "ranks",
-                                  c->nranks)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "block_q",
+    if ((st = tensors_write(file, comm, c)) != RA_OK ||
+        (st = h5io_record(comm, file, c->path, &recipe)) != RA_OK ||
+        (st = h5io_attr_write_int64(comm, file, c->path, "block_q",
                                     m->block_q)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "block_kv",
+        (st = h5io_attr_write_int64(comm, file, c->path, "block_kv",
                                     m->block_kv)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "command_line",
-                                     m->command_line ? m->command_line
-                                                     : "")) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "seq_q",
-                                    s->N)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "seq_kv", s->M)) != RA_OK)
-        return st;
-    if ((st = h5io_attr_write_string(comm, file, path, "masks",
-                                     m->masks ? m->masks : "")) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "score",
-                                     ra_score_name(p->score))) != RA_OK)
-        return st;
-    if ((st = source_write(file, comm, c)) != RA_OK)
-        return st;
-    /* only the parameter the score applies is recorded */
-    if (p->score == RA_SCORE_DOT)
-        st = h5io_attr_write_double(comm, file, path, "scale", m->scale);
-    else if (p->score == RA_SCORE_GAUSSIAN)
-        st = h5io_attr_write_double(comm, file, path, "sigma", p->sigma);
-    if (st != RA_OK)
+        (st = h5io_attr_write_int64(comm, file, c->path, "seq_q",
+                                    c->shape->N)) != RA_OK ||
+        (st = h5io_attr_write_int64(comm, file, c->path, "seq_kv",
+                                    c->shape->M)) != RA_OK)
         return st;
     return m->map ? map_write(file, comm, c) : RA_OK;
 }
@@ -143,6 +136,19 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                             "meta->params are required");
     if ((st = ra_shape_check(shape)) != RA_OK)
         return st;
+    if ((unsigned)meta->out_dtype > RA_DTYPE_F64 || meta->out_chunk < 0 ||
+        meta->out_compress < 0 || meta->out_compress > 9 ||
+        (meta->out_compress && !meta->out_chunk))
+        return ra_error_set(RA_ERR_ARG, "%s: output type %d, chunk %lld, "
+                            "compression %d: want a known type, a chunk >= 0 "
+                            "and a gzip level 0..9 (above 0 only with chunks)",
+                            path, (int)meta->out_dtype,
+                            (long long)meta->out_chunk, meta->out_compress);
+    if (meta->out_compress && !H5_VERSION_GE(1, 10, 2))
+        return ra_error_set(RA_ERR_ARG, "%s: this parallel HDF5 (%d.%d.%d) "
+                            "cannot write compressed datasets collectively "
+                            "(1.10.2 or later can)", path, H5_VERS_MAJOR,
+                            H5_VERS_MINOR, H5_VERS_RELEASE);
     if ((unsigned)ra_params_layout(meta->params, 0) > RA_LAYOUT_STRIPED)
         return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
                             (int)ra_params_layout(meta->params, 0));

@@ -15,12 +15,16 @@
 typedef struct {
     ra_params p;
     ra_h5_source src;
-    const char *in, *out;
+    const char *in, *out, *json;
+    int out_dtype, out_compress;
+    int64_t out_chunk;
     int force, allow_nonfinite, mha;
     const char *map_rows, *map_heads;
 } run_opts;
 
 static const char *const qkv_layouts[] = {"bnhd", "bhnd", NULL};
+/* in ra_dtype order */
+static const char *const out_dtypes[] = {"f32", "f16", "bf16", "f64", NULL};
 _Static_assert(RA_AXES_BNHD == 0 && RA_AXES_BHND == 1 &&
                    sizeof(ra_axes) == sizeof(int),
                "--qkv-layout stores the ra_axes index as int");
@@ -48,6 +52,23 @@ static const cli_opt run_own[] = {
     {.name = "--v", .kind = CLI_TEXT, .meta = "PATH",
      .offset = CLI_FIELD(run_opts, src.v, const char *), .def = "/v",
      .help = "dataset of the values"},
+    {.name = "--out-dtype", .kind = CLI_CHOICE, .meta = "T",
+     .offset = CLI_FIELD(run_opts, out_dtype, int), .choices = out_dtypes,
+     .noun = "output type", .def = "f32",
+     .help = "type of /o: f32, f16, bf16 (a 16-bit float with\n"
+     "float32's exponent) or f64; /lse stays f32"},
+    {.name = "--out-chunk", .kind = CLI_INT, .meta = "ROWS",
+     .offset = CLI_FIELD(run_opts, out_chunk, int64_t), .lo = 1,
+     .hi = (int64_t)1 << 40,
+     .help = "store /o and /lse in chunks of ROWS query rows"},
+    {.name = "--out-compress", .kind = CLI_INT32, .meta = "LEVEL",
+     .offset = CLI_FIELD(run_opts, out_compress, int), .lo = 1, .hi = 9,
+     .help = "gzip the chunks at LEVEL 1..9 (needs --out-chunk;\n"
+     "written collectively)"},
+    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(run_opts, json, const char *),
+     .help = "also write a JSON summary of the run (shape, options,\n"
+     "timings) to FILE"},
     {.name = "--force", .kind = CLI_FLAG,
      .offset = CLI_FIELD(run_opts, force, int),
      .help = "replace OUT.h5 if it exists (refused otherwise)"},
@@ -155,10 +176,27 @@ static void run_free(run_state *r)
 
 /* Every check that needs no compute, before the first collective of the
  * work; the ranks agree on the verdict. */
+/* The output options that need no file: the same verdict on every rank. */
+static ra_status out_opts_check(const run_opts *o)
+{
+    if (o->out_compress && !o->out_chunk)
+        return ra_error_set(RA_ERR_ARG, "--out-compress: needs --out-chunk "
+                            "(gzip works on chunks)");
+    if (o->json && strcmp(o->json, o->out) == 0)
+        return ra_error_set(RA_ERR_ARG, "--json: %s is also the output file",
+                            o->json);
+    return RA_OK;
+}
+
 static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
-    ra_status st = cli_output_agree(ctx, o->out, o->force,
-                                    (const char *const[]){o->in, NULL});
+    ra_status st = out_opts_check(o);
+    if (st == RA_OK)
+        st = cli_output_agree(ctx, o->out, o->force,
+                              (const char *const[]){o->in, NULL});
+    if (st == RA_OK && o->json)
+        st = cli_output_agree(ctx, o->json, o->force,
+                              (const char *const[]){o->in, NULL});
     if (st == RA_OK)
         st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->s,
                                    r->axes);
@@ -265,7 +303,9 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .params = &o->p, .scale = ra_params_scale(&o->p, &r->s),
             .block_q = bq, .block_kv = bkv,
             .command_line = ctx->command_line, .masks = r->mask_names,
-            .map = o->map_rows ? &r->map : NULL, .source = &o->src};
+            .map = o->map_rows ? &r->map : NULL, .source = &o->src,
+            .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
+            .out_compress = o->out_compress};
         st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->s, &meta,
                                  t->o, t->lse);
     }
@@ -275,14 +315,37 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     return st;
 }
 
-static void run_report(const cli_ctx *ctx, const run_opts *o,
-                       const run_state *r)
+/* The --json summary, from rank 0. */
+static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
+                          const run_state *r, double attention, double flops)
+{
+    int64_t bq, bkv;
+    ra_params_tiles(&o->p, &r->s, &bq, &bkv);
+    const cli_run_summary sum = {
+        .in = o->in, .out = o->out, .shape = &r->s, .params = &o->p,
+        .scale = ra_params_scale(&o->p, &r->s), .source = &o->src,
+        .masks = r->mask_names, .out_dtype = (ra_dtype)o->out_dtype,
+        .block_q = bq, .block_kv = bkv, .nranks = ctx->nranks,
+        .threads = ra_params_threads(&o->p), .t_attention = attention,
+        .t_read = r->t_read, .t_write = r->t_write,
+        .gflops = flops / attention * 1e-9};
+    return cli_json_write(o->json, &sum);
+}
+
+/* Prints the result line (and writes --json) from rank 0; every rank
+ * returns the same status. */
+static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
+                            const run_state *r)
 {
     const double flops = ra_forward_flops(&r->s, &o->p, &r->masks.view);
     double mine[2] = {r->tm.total, r->tm.comm_wait}, worst[2];
     MPI_Reduce(mine, worst, 2, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
+    ra_status st = RA_OK;
+    if (ctx->rank == 0 && o->json)
+        st = run_json(ctx, o, r, worst[0], flops);
+    st = ra_agree(ctx->comm, st);
     if (ctx->rank != 0)
-        return;
+        return st;
     const char *note = "";
     if (strstr(r->mask_names, "segments"))
         note = " (useful: visible pairs, segments not discounted)";
@@ -293,6 +356,7 @@ static void run_report(const cli_ctx *ctx, const run_opts *o,
            "wrote %s\n", worst[0], flops / worst[0] * 1e-9, note,
            ctx->nranks, ra_params_threads(&o->p), worst[1], r->t_read,
            r->t_write, o->out);
+    return st;
 }
 
 int cmd_run(const cli_ctx *ctx, int argc, char **argv)
@@ -318,7 +382,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
         st = run_compute(ctx, &o, &r);
     }
     if (st == RA_OK)
-        run_report(ctx, &o, &r);
+        st = run_report(ctx, &o, &r);
     run_free(&r);
     return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
 }

@@ -205,8 +205,12 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
     print_score(s, p);
     printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
            layout_auto ? " (auto)" : "");
-    printf("# %-10s %lld x %lld%s\n", "tiles", (long long)bq, (long long)bkv,
-           p->block_q || p->block_kv ? "" : " (default for D)");
+    const char *rule = p->window && p->window_left + p->window_right + 1 <=
+                                         RA_WINDOW_TILE_SPAN
+                           ? "window rule" : "default for D";
+    printf("# %-10s %lld x %lld (queries: %s, keys: %s)\n", "tiles",
+           (long long)bq, (long long)bkv, p->block_q ? "--block-q" : rule,
+           p->block_kv ? "--block-kv" : rule);
     printf("# %-10s %d\n", "ranks", ctx->nranks);
     printf("# %-10s %d per rank\n", "threads", ra_params_threads(p));
     fflush(stdout);
