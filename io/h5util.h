@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <hdf5.h>
 #include <mpi.h>
@@ -128,6 +129,11 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
                                  const ra_slice *slice, const void *buf,
                                  const h5io_storage *storage);
 
+/* x[n] as 16-bit floats, rounded to nearest (ties to even): IEEE binary16
+ * (brain 0) or bfloat16 (brain 1), the bits of h5io_dtype_file_type()'s
+ * types. out may not alias x. */
+void h5io_half_encode(const float *x, uint16_t *out, size_t n, int brain);
+
 /* The file type of a dtype (caller closes); negative on failure. bf16 is a
  * 16-bit float with float32's 8 exponent bits and bias. */
 hid_t h5io_dtype_file_type(ra_dtype dtype);
@@ -208,6 +214,15 @@ void h5io_tmp_unpublish(void);
 /* Refuses, before dataset name of file path is opened, an external link on
  * its path whose target is not a regular file (opening a FIFO blocks). */
 ra_status h5io_link_check(hid_t file, const char *path, const char *name);
+
+/* Whether info may follow the soft or external link name (relative to
+ * the root of file) to an object: it resolves, and no external link on its
+ * way targets anything but a regular file. */
+int h5io_link_followable(hid_t file, const char *path, const char *name);
+
+/* Lists the soft and external links of file under a heading "links:", each
+ * with its target and whether info followed it. */
+void h5io_links_list(hid_t file, const char *path, FILE *out);
 
 /* Refuses an open dataset whose external raw-data files are not regular or
  * hold fewer bytes than the dataset, or whose virtual-dataset source files

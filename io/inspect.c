@@ -568,8 +568,11 @@ static herr_t info_dataset(hid_t group, const char *name,
     herr_t rc = 0;
     int rank, len;
 
-    if (link->type != H5L_TYPE_HARD)
+    if (link->type != H5L_TYPE_HARD &&
+        !h5io_link_followable(group, c->path, name)) {
+        ra_error_clear(); /* listed as not followed by h5io_links_list() */
         return 0;
+    }
     if ((obj = H5Oopen(group, name, H5P_DEFAULT)) < 0)
         return -1;
     if (H5Iget_type(obj) != H5I_DATASET)
@@ -654,6 +657,7 @@ ra_status h5io_info(const char *path, FILE *out)
     }
     if (c.count == 0)
         fprintf(out, "  (none)\n");
+    h5io_links_list(file, path, out);
 
     fprintf(out, "attributes:\n");
     c.name_w = 0;

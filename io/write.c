@@ -48,7 +48,8 @@ static ra_status map_write(hid_t file, MPI_Comm comm, const outputs_ctx *c)
 
 /* This rank's /o converted to the file type otype, in a new buffer
  * (*out, caller frees): parallel HDF5 writes collectively, which filtered
- * datasets need, only when no conversion is left to it. */
+ * datasets need, only when no conversion is left to it; 16-bit types are
+ * encoded by h5io_half_encode(). */
 static ra_status o_convert(const outputs_ctx *c, hid_t otype, void **out)
 {
     const ra_shape *s = c->shape;
@@ -58,6 +59,11 @@ static ra_status o_convert(const outputs_ctx *c, hid_t otype, void **out)
     if (!*out)
         return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate /o in %zu-byte "
                             "values", c->path, size);
+    if (c->meta->out_dtype == RA_DTYPE_F16 ||
+        c->meta->out_dtype == RA_DTYPE_BF16) {
+        h5io_half_encode(c->o, *out, n, c->meta->out_dtype == RA_DTYPE_BF16);
+        return RA_OK;
+    }
     memcpy(*out, c->o, n * sizeof(float));
     if (n && H5Tconvert(H5T_NATIVE_FLOAT, otype, n, *out, NULL,
                         H5P_DEFAULT) < 0)

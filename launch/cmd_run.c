@@ -98,7 +98,15 @@ static const cli_spec run_spec = {
     "Computes o = softmax(scale * q k^T) v and lse for /q /k /v of IN.h5 on P\n"
     "ranks (blockwise ring attention) and writes /o and /lse to OUT.h5. The\n"
     "optional datasets /q_lens /kv_lens (B,) (padding) and /q_segments (B,N)\n"
-    "/kv_segments (B,M) or /segments (packed sequences) of IN.h5 are applied.\n",
+    "/kv_segments (B,M) or /segments (packed sequences) of IN.h5 are applied.\n"
+    "\n"
+    "Precision: q, k, v of any float type HDF5 converts (float16, bfloat16,\n"
+    "float32, float64, either byte order) are read into float32, and the\n"
+    "attention (scores, softmax, sums, lse) is computed in float32. float16\n"
+    "and bfloat16 inputs lose nothing on the way in; float64 inputs are\n"
+    "rounded to float32 (24-bit significand, about 7 digits; values beyond\n"
+    "3.4e38 become infinite and are refused). /o is stored as --out-dtype\n"
+    "(rounded from float32), /lse as float32.\n",
     .groups = {{run_own, 0}, {cli_forward_opts, offsetof(run_opts, p)}},
 };
 

@@ -6,7 +6,8 @@ the command line at NP ranks, each result checked against numpy in fp64:
    under other dataset names (--q --k --v); `ringattn verify` follows the
    recorded names and order; an axes attribute of another order, and a
    (B, H, N, D) file read as the default (B, N, H, D) whose shapes then
-   disagree, are refused with one line.
+   disagree, are refused with one line; `info` lists the soft and external
+   links it follows and the attributes that record the datasets.
 2. --scale with the gaussian score and --sigma with the dot score: refused.
 3. plot-map at M = 1500, width 1000: a known diagonal lands in the pixel
    columns of its keys (the padding is ceil(M / group) * group); --head
@@ -110,6 +111,21 @@ def layouts(tmp):
     with h5py.File(out, "r") as f:
         assert f.attrs["k_dataset"] == "/layer3/attn/key", dict(f.attrs)
     run(MPI + [RINGATTN, "verify", "--in", named, "--out", out])
+
+    # info follows soft and external links and lists them
+    links = os.path.join(tmp, "links.h5")
+    with h5py.File(links, "w") as f:
+        f["q"] = h5py.SoftLink("/inner/q")
+        f["inner/q"] = q
+        f["k"] = h5py.ExternalLink(os.path.basename(named), "/layer3/attn/key")
+        f["gone"] = h5py.SoftLink("/nothing")
+    info = run([RINGATTN, "info", links])
+    assert re.search(r"/q -> /inner/q \(soft\), followed", info), info
+    assert re.search(r"/k -> named\.h5:/layer3/attn/key \(external\), followed", info), info
+    assert re.search(r"/gone -> /nothing \(soft\), not followed", info), info
+    assert re.search(r"^  /k +\(2, 2, 91, 8\) +float32$", info, re.M), info
+    info = run([RINGATTN, "info", out])
+    assert re.search(r'^  k_dataset += "/layer3/attn/key"$', info, re.M), info
 
     # the default order reads (B, H, N, D) as (B, N, H, D): k and v then
     # disagree with q about the batch's kv heads, which is refused
