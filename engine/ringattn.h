@@ -357,6 +357,9 @@ RA_API const char *ra_axes_name(ra_axes axes);
 typedef struct {
     const char *q, *k, *v; /* dataset paths; NULL: "/q", "/k", "/v" */
     ra_axes axes;          /* order of a dataset without an axes attribute */
+    /* mask datasets (ra_h5_read_masks_from); NULL: the default name, used
+     * when present; a name given here must exist */
+    const char *q_lens, *kv_lens, *segments, *q_segments, *kv_segments;
 } ra_h5_source;
 
 /* ra_h5_read_shape() and ra_h5_read_inputs() from the datasets src names
@@ -387,6 +390,12 @@ RA_API ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                            const ra_shape *shape, ra_layout layout,
                            ra_h5_masks *masks);
 RA_API void ra_h5_masks_free(ra_h5_masks *masks);
+
+/* ra_h5_read_masks() from the mask datasets src names (NULL: defaults). */
+RA_API ra_status ra_h5_read_masks_from(MPI_Comm comm, const char *path,
+                                       const ra_h5_source *src,
+                                       const ra_shape *shape,
+                                       ra_layout layout, ra_h5_masks *masks);
 
 /* The type of /o in an output file; computation is float32 either way. */
 typedef enum {

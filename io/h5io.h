@@ -58,6 +58,9 @@ typedef struct {
     char out_dtype[8];    /* type of /o: "f32" when absent */
     char names[3][256];   /* q, k, v datasets read; "/q", "/k", "/v" when
                              absent */
+    char mask_sets[5][256]; /* mask datasets applied: q_lens, kv_lens,
+                               segments, q_segments, kv_segments; "" when
+                               not recorded (then the default names) */
 } h5io_run_attrs;
 
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a);
@@ -118,6 +121,10 @@ ra_status h5io_gen_mha(MPI_Comm comm, const char *path, int force,
  * "/q_segments" and "/kv_segments", or NULL and NULL when it has none. */
 ra_status h5io_segment_names(const char *path, const char **q_name,
                              const char **kv_name);
+
+/* The same under the mask dataset names of src (NULL: the defaults). */
+ra_status h5io_segment_names_from(const char *path, const ra_h5_source *src,
+                                  const char **q_name, const char **kv_name);
 
 /* Reads the sizes of /o (B, N, H, Dv) and /lse (B, H, N). */
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],

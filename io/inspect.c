@@ -204,29 +204,39 @@ cleanup:
     return st;
 }
 
-ra_status h5io_segment_names(const char *path, const char **q_name,
-                             const char **kv_name)
+ra_status h5io_segment_names_from(const char *path, const ra_h5_source *src,
+                                  const char **q_name, const char **kv_name)
 {
+    const char *both = src && src->segments ? src->segments : "/segments";
+    const char *q = src && src->q_segments ? src->q_segments : "/q_segments";
+    const char *kv = src && src->kv_segments ? src->kv_segments
+                                             : "/kv_segments";
     int64_t probe;
     int present;
     ra_status st;
     *q_name = *kv_name = NULL;
-    /* /segments serves both sides of self-attention */
-    if ((st = h5io_read_segments(path, "/segments", 0, 0, 1, &probe,
+    /* one dataset serves both sides of self-attention */
+    if ((st = h5io_read_segments(path, both, 0, 0, 1, &probe,
                                  &present)) != RA_OK)
         return st;
     if (present) {
-        *q_name = *kv_name = "/segments";
+        *q_name = *kv_name = both;
         return RA_OK;
     }
-    if ((st = h5io_read_segments(path, "/q_segments", 0, 0, 1, &probe,
+    if ((st = h5io_read_segments(path, q, 0, 0, 1, &probe,
                                  &present)) != RA_OK)
         return st;
     if (present) {
-        *q_name = "/q_segments";
-        *kv_name = "/kv_segments";
+        *q_name = q;
+        *kv_name = kv;
     }
     return RA_OK;
+}
+
+ra_status h5io_segment_names(const char *path, const char **q_name,
+                             const char **kv_name)
+{
+    return h5io_segment_names_from(path, NULL, q_name, kv_name);
 }
 
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
@@ -377,6 +387,9 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
 {
     static const char *const names[3] = {"q_dataset", "k_dataset",
                                          "v_dataset"};
+    static const char *const mask_attrs[5] = {
+        "q_lens_dataset", "kv_lens_dataset", "segments_dataset",
+        "q_segments_dataset", "kv_segments_dataset"};
     hid_t file = H5I_INVALID_HID;
     h5io_quiet quiet;
     ra_status st;
@@ -426,6 +439,9 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
     for (int i = 0; i < 3 && st == RA_OK; i++)
         st = h5io_attr_read_string(file, path, names[i], a->names[i],
                                    sizeof a->names[i]);
+    for (int i = 0; i < 5 && st == RA_OK; i++)
+        st = h5io_attr_read_string(file, path, mask_attrs[i], a->mask_sets[i],
+                                   sizeof a->mask_sets[i]);
 
 cleanup:
     if (file >= 0) H5Fclose(file);

@@ -49,6 +49,22 @@ static ra_status record_rules(MPI_Comm comm, hid_t file, const char *path,
     return st;
 }
 
+/* The mask datasets applied (those src names), one attribute each. */
+static ra_status record_masks(MPI_Comm comm, hid_t file, const char *path,
+                              const ra_h5_source *src)
+{
+    const char *const names[5] = {src->q_lens, src->kv_lens, src->segments,
+                                  src->q_segments, src->kv_segments};
+    static const char *const attrs[5] = {
+        "q_lens_dataset", "kv_lens_dataset", "segments_dataset",
+        "q_segments_dataset", "kv_segments_dataset"};
+    ra_status st = RA_OK;
+    for (int i = 0; i < 5 && st == RA_OK; i++)
+        if (names[i])
+            st = h5io_attr_write_string(comm, file, path, attrs[i], names[i]);
+    return st;
+}
+
 /* The data: the input datasets read and the order of those without an
  * axes attribute, the mask datasets applied, the output's type and
  * storage. */
@@ -70,6 +86,8 @@ static ra_status record_data(MPI_Comm comm, hid_t file, const char *path,
         st = h5io_attr_write_string(comm, file, path, attrs[i], names[i]);
     if (st == RA_OK && r->masks)
         st = h5io_attr_write_string(comm, file, path, "masks", r->masks);
+    if (st == RA_OK && src)
+        st = record_masks(comm, file, path, src);
     if (st == RA_OK)
         st = h5io_attr_write_string(comm, file, path, "out_dtype",
                                     ra_dtype_name(r->out_dtype));

@@ -52,6 +52,25 @@ static const cli_opt run_own[] = {
     {.name = "--v", .kind = CLI_TEXT, .meta = "PATH",
      .offset = CLI_FIELD(run_opts, src.v, const char *), .def = "/v",
      .help = "dataset of the values"},
+    {.name = "--q-lens", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.q_lens, const char *),
+     .help = "padding lengths of the queries (B,) (default /q_lens,\n"
+     "when present; a dataset named here must exist)"},
+    {.name = "--kv-lens", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.kv_lens, const char *),
+     .help = "padding lengths of the keys (B,) (default /kv_lens)"},
+    {.name = "--segments", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.segments, const char *),
+     .help = "packed-sequence ids of both sides (B, N), N == M\n"
+     "(default /segments)"},
+    {.name = "--q-segments", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.q_segments, const char *),
+     .help = "packed-sequence ids of the queries (B, N) (default\n"
+     "/q_segments)"},
+    {.name = "--kv-segments", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.kv_segments, const char *),
+     .help = "packed-sequence ids of the keys (B, M) (default\n"
+     "/kv_segments)"},
     {.name = "--out-dtype", .kind = CLI_CHOICE, .meta = "T",
      .offset = CLI_FIELD(run_opts, out_dtype, int), .choices = out_dtypes,
      .noun = "output type", .def = "f32",
@@ -166,6 +185,7 @@ typedef struct {
     const char *q_seg, *kv_seg; /* segment datasets, or NULL */
     int layout_auto;
     ra_axes axes[3];            /* the order q, k, v were read in */
+    ra_h5_source recorded;      /* the datasets used, for the output */
     cli_tensors t;
     ra_h5_masks masks;
     char mask_names[64];        /* the "masks" attribute of the output */
@@ -217,7 +237,7 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     if (st == RA_OK && o->map_rows)
         st = map_parse(o->map_rows, o->map_heads, &r->s, &r->mreq);
     if (st == RA_OK)
-        st = h5io_segment_names(o->in, &r->q_seg, &r->kv_seg);
+        st = h5io_segment_names_from(o->in, &o->src, &r->q_seg, &r->kv_seg);
     return ra_agree(ctx->comm, st);
 }
 
@@ -233,6 +253,26 @@ static void mask_names(run_state *r)
         if (names[i])
             snprintf(r->mask_names + used, sizeof r->mask_names - used,
                      "%s%s", used ? "," : "", names[i]);
+    }
+}
+
+/* The datasets the output records: q, k, v as read, and the masks
+ * actually applied (NULL for those absent), so that verify reads the
+ * same. */
+static void mask_record(const run_opts *o, run_state *r)
+{
+    const ra_h5_source *src = &o->src;
+    r->recorded = (ra_h5_source){.q = src->q, .k = src->k, .v = src->v,
+                                 .axes = src->axes};
+    if (r->masks.q_lens)
+        r->recorded.q_lens = src->q_lens ? src->q_lens : "/q_lens";
+    if (r->masks.kv_lens)
+        r->recorded.kv_lens = src->kv_lens ? src->kv_lens : "/kv_lens";
+    if (r->q_seg && r->q_seg == r->kv_seg)
+        r->recorded.segments = r->q_seg;
+    else if (r->q_seg) {
+        r->recorded.q_segments = r->q_seg;
+        r->recorded.kv_segments = r->kv_seg;
     }
 }
 
@@ -259,10 +299,11 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
     }
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    if ((st = ra_h5_read_masks(ctx->comm, o->in, s, o->p.layout,
-                               &r->masks)) != RA_OK)
+    if ((st = ra_h5_read_masks_from(ctx->comm, o->in, &o->src, s,
+                                    o->p.layout, &r->masks)) != RA_OK)
         return st;
     mask_names(r);
+    mask_record(o, r);
     return RA_OK;
 }
 
@@ -311,7 +352,7 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .params = &o->p, .scale = ra_params_scale(&o->p, &r->s),
             .block_q = bq, .block_kv = bkv,
             .command_line = ctx->command_line, .masks = r->mask_names,
-            .map = o->map_rows ? &r->map : NULL, .source = &o->src,
+            .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
             .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
             .out_compress = o->out_compress};
         st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->s, &meta,

@@ -141,6 +141,21 @@ static ra_axes verify_axes(const check_ctx *c)
                                                    : RA_AXES_BNHD;
 }
 
+/* The datasets the run read, as its output records them (names point
+ * into c->run). */
+static ra_h5_source verify_source(const check_ctx *c)
+{
+    const char *const *m = (const char *const[]){
+        c->run.mask_sets[0], c->run.mask_sets[1], c->run.mask_sets[2],
+        c->run.mask_sets[3], c->run.mask_sets[4]};
+    return (ra_h5_source){
+        .q = c->run.names[0], .k = c->run.names[1], .v = c->run.names[2],
+        .axes = verify_axes(c), .q_lens = m[0][0] ? m[0] : NULL,
+        .kv_lens = m[1][0] ? m[1] : NULL, .segments = m[2][0] ? m[2] : NULL,
+        .q_segments = m[3][0] ? m[3] : NULL,
+        .kv_segments = m[4][0] ? m[4] : NULL};
+}
+
 /* Checks the len consecutive rows i0.. of batch b, reading K and V of the
  * batch unless *loaded_b says they are there. */
 static ra_status check_run(const char *in, const char *out, const check_ctx *c,
@@ -318,8 +333,7 @@ static ra_status verify_validate(const cli_ctx *ctx, const verify_opts *o,
     ra_status st = ra_agree(ctx->comm, h5io_read_run_attrs(o->out, &c->run));
     if (st != RA_OK)
         return st;
-    const ra_h5_source src = {c->run.names[0], c->run.names[1],
-                              c->run.names[2], verify_axes(c)};
+    const ra_h5_source src = verify_source(c);
     if ((st = ra_h5_read_shape_from(ctx->comm, o->in, &src, s, NULL)) !=
         RA_OK)
         return st;
@@ -331,11 +345,12 @@ static ra_status verify_validate(const cli_ctx *ctx, const verify_opts *o,
         st = ra_error_set(RA_ERR_INPUT, "%s: /o and /lse do not match the "
                           "shape of %s", o->out, o->in);
     if (st == RA_OK)
-        st = h5io_segment_names(o->in, &c->q_seg_name, &c->kv_seg_name);
+        st = h5io_segment_names_from(o->in, &src, &c->q_seg_name,
+                                     &c->kv_seg_name);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    st = ra_h5_read_masks(ctx->comm, o->in, s, RA_LAYOUT_CONTIGUOUS,
-                          &c->masks);
+    st = ra_h5_read_masks_from(ctx->comm, o->in, &src, s,
+                               RA_LAYOUT_CONTIGUOUS, &c->masks);
     c->q_lens = c->masks.q_lens;
     c->kv_lens = c->masks.kv_lens;
     return st;

@@ -8,7 +8,9 @@ the command line at NP ranks, each result checked against numpy in fp64:
    (B, H, N, D) file read as the default (B, N, H, D) whose shapes then
    disagree, are refused with one line; `info` lists the soft and external
    links it follows and the attributes that record the datasets.
-2. --scale with the gaussian score and --sigma with the dot score: refused.
+2. Mask datasets under other names (--q-lens --kv-lens --segments), against
+   numpy, verify following the recorded names; --scale with the gaussian
+   score and --sigma with the dot score: refused.
 3. plot-map at M = 1500, width 1000: a known diagonal lands in the pixel
    columns of its keys (the padding is ceil(M / group) * group); --head
    names a model head, the error lists the heads the map holds; --log and
@@ -141,6 +143,41 @@ def layouts(tmp):
             r"named\.h5: dataset /nope: not found")
 
 
+def mask_datasets(tmp):
+    """Padding and packed sequences under other names (--q-lens --kv-lens
+    --segments), against numpy; verify follows the recorded names."""
+    rng = np.random.default_rng(120 + NP)
+    B, N, H, D = 2, 53, 2, 8
+    q, k, v = (rng.standard_normal((B, N, H, D)).astype(np.float32) for _ in range(3))
+    ql, kl = np.array([40, 53]), np.array([53, 31])
+    seg = np.sort(rng.integers(0, 4, (B, N)), axis=1)
+    inp, out = os.path.join(tmp, "masks.h5"), os.path.join(tmp, "m.h5")
+    with h5py.File(inp, "w") as f:
+        f["q"], f["k"], f["v"] = q, k, v
+        f["meta/qlen"], f["meta/kvlen"], f["meta/seg"] = ql, kl, seg
+        f["q_lens"] = np.zeros(B, np.int64)  # the default name: must be ignored
+    run(MPI + [RINGATTN, "run", "--in", inp, "--out", out, "--q-lens", "/meta/qlen",
+               "--kv-lens", "/meta/kvlen", "--segments", "/meta/seg"])
+    i, j = np.arange(N)[:, None], np.arange(N)[None, :]
+    seen = ((i < ql[:, None, None]) & (j < kl[:, None, None]) &
+            (seg[:, :, None] == seg[:, None, :]))[:, None]  # (B, 1, N, N)
+    s = np.einsum("bnhd,bmhd->bhnm", q.astype(np.float64), k.astype(np.float64)) / np.sqrt(D)
+    s = np.where(seen, s, -np.inf)
+    mx = np.max(s, axis=-1, keepdims=True)
+    p = np.where(seen, np.exp(s - np.where(np.isfinite(mx), mx, 0)), 0.0)
+    l = p.sum(axis=-1, keepdims=True)
+    o_ref = np.einsum("bhnm,bmhd->bnhd", p / np.where(l > 0, l, 1), v.astype(np.float64))
+    with h5py.File(out, "r") as f:
+        o = f["o"][()].astype(np.float64)
+        assert f.attrs["q_lens_dataset"] == "/meta/qlen" and f.attrs["segments_dataset"] == "/meta/seg"
+    err = np.max(np.abs(o - o_ref))
+    print(f"--q-lens --kv-lens --segments under /meta: max |err| against numpy fp64 {err:.2e}")
+    assert err < TOL, err
+    assert "PASS" in run(MPI + [RINGATTN, "verify", "--in", inp, "--out", out])
+    refused(MPI + [RINGATTN, "run", "--in", inp, "--out", out, "--force", "--kv-lens", "/nope"],
+            r"masks\.h5: dataset /nope: not found")
+
+
 def score_options(tmp):
     inp, out = os.path.join(tmp, "g.h5"), os.path.join(tmp, "s.h5")
     run([RINGATTN, "gen", "--out", inp, "--seq", "16", "--heads", "1", "--dim", "4"])
@@ -212,6 +249,7 @@ def plot(tmp):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         layouts(tmp)
+        mask_datasets(tmp)
         score_options(tmp)
         if NP == 1:  # plot-map runs on rank 0 alone: once is enough
             plot(tmp)
