@@ -327,11 +327,14 @@ RA_API const char *ra_error_message(void);
  * heads before tokens, see ra_axes), each of any floating type HDF5
  * converts (float16, bfloat16, float32, float64, either byte order),
  * converted to float32 on read.
- * Output file: /o (B, N, H, Dv) float32, /lse (B, H, N) float32, and root
- * attributes: engine_version, schema_version, causal, window (0/1),
- * window_left, window_right, scale, layout, ranks, block_q, block_kv,
+ * Output file: /o (B, N, H, Dv) (float32, or ra_run_meta.out_dtype), /lse
+ * (B, H, N) float32, and root attributes: engine_version, schema_version,
+ * kind, causal, window (0/1), window_left, window_right, score, scale (dot
+ * score only), sigma (gaussian only), layout, ranks, block_q, block_kv,
  * command_line, seq_q, seq_kv, masks (the mask datasets used, e.g.
- * "q_lens,kv_lens" or "").
+ * "q_lens,kv_lens" or ""), qkv_layout, q_dataset, k_dataset, v_dataset,
+ * the *_dataset of each mask applied, out_dtype, out_chunk, out_compress.
+ * String attributes are variable-length UTF-8.
  * Every function here is collective over comm. */
 
 /* Reads the shape of an input file, checking ranks and consistency. */

@@ -48,7 +48,7 @@ ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
 typedef struct {
     int causal, window;
     int64_t window_left, window_right;
-    double scale;
+    double scale;    /* NaN when absent (a score without a scale) */
     int64_t seq_q, seq_kv;
     char layout[32];
     char score[16];  /* "dot" when absent */

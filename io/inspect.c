@@ -383,13 +383,39 @@ cleanup:
     return st;
 }
 
-ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
+/* The data a run read and wrote: datasets, their order, masks, /o's type;
+ * the defaults of files written before these were recorded stay. */
+static ra_status run_attrs_data(hid_t file, const char *path,
+                                h5io_run_attrs *a)
 {
     static const char *const names[3] = {"q_dataset", "k_dataset",
                                          "v_dataset"};
     static const char *const mask_attrs[5] = {
         "q_lens_dataset", "kv_lens_dataset", "segments_dataset",
         "q_segments_dataset", "kv_segments_dataset"};
+    ra_status st;
+    snprintf(a->qkv_layout, sizeof a->qkv_layout, "bnhd");
+    snprintf(a->out_dtype, sizeof a->out_dtype, "f32");
+    for (int i = 0; i < 3; i++)
+        snprintf(a->names[i], sizeof a->names[i], "/%c", "qkv"[i]);
+    if ((st = h5io_attr_read_string(file, path, "masks", a->masks,
+                                    sizeof a->masks)) != RA_OK ||
+        (st = h5io_attr_read_string(file, path, "qkv_layout", a->qkv_layout,
+                                    sizeof a->qkv_layout)) != RA_OK ||
+        (st = h5io_attr_read_string(file, path, "out_dtype", a->out_dtype,
+                                    sizeof a->out_dtype)) != RA_OK)
+        return st;
+    for (int i = 0; i < 3 && st == RA_OK; i++)
+        st = h5io_attr_read_string(file, path, names[i], a->names[i],
+                                   sizeof a->names[i]);
+    for (int i = 0; i < 5 && st == RA_OK; i++)
+        st = h5io_attr_read_string(file, path, mask_attrs[i], a->mask_sets[i],
+                                   sizeof a->mask_sets[i]);
+    return st;
+}
+
+ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
+{
     hid_t file = H5I_INVALID_HID;
     h5io_quiet quiet;
     ra_status st;
@@ -400,10 +426,6 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
     snprintf(a->score, sizeof a->score, "dot");
     a->sigma = 1.0;
     a->scale = NAN; /* absent: a score without a scale */
-    snprintf(a->qkv_layout, sizeof a->qkv_layout, "bnhd");
-    snprintf(a->out_dtype, sizeof a->out_dtype, "f32");
-    for (int i = 0; i < 3; i++)
-        snprintf(a->names[i], sizeof a->names[i], "/%c", "qkv"[i]);
     h5io_quiet_begin(&quiet);
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
         (st = attr_read(file, path, "causal", H5T_INTEGER, H5T_NATIVE_INT,
@@ -429,19 +451,7 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
         (st = attr_read(file, path, "sigma", H5T_FLOAT, H5T_NATIVE_DOUBLE,
                         &a->sigma, &present)) != RA_OK)
         goto cleanup;
-    if ((st = h5io_attr_read_string(file, path, "masks", a->masks,
-                                    sizeof a->masks)) != RA_OK ||
-        (st = h5io_attr_read_string(file, path, "qkv_layout", a->qkv_layout,
-                                    sizeof a->qkv_layout)) != RA_OK ||
-        (st = h5io_attr_read_string(file, path, "out_dtype", a->out_dtype,
-                                    sizeof a->out_dtype)) != RA_OK)
-        goto cleanup;
-    for (int i = 0; i < 3 && st == RA_OK; i++)
-        st = h5io_attr_read_string(file, path, names[i], a->names[i],
-                                   sizeof a->names[i]);
-    for (int i = 0; i < 5 && st == RA_OK; i++)
-        st = h5io_attr_read_string(file, path, mask_attrs[i], a->mask_sets[i],
-                                   sizeof a->mask_sets[i]);
+    st = run_attrs_data(file, path, a);
 
 cleanup:
     if (file >= 0) H5Fclose(file);
