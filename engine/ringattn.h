@@ -333,7 +333,8 @@ RA_API const char *ra_error_message(void);
  * score only), sigma (gaussian only), layout, ranks, block_q, block_kv,
  * command_line, seq_q, seq_kv, masks (the mask datasets used, e.g.
  * "q_lens,kv_lens" or ""), qkv_layout, q_dataset, k_dataset, v_dataset,
- * the *_dataset of each mask applied, out_dtype, out_chunk, out_compress.
+ * the *_dataset of each mask applied, out_dtype, out_chunk, out_compress,
+ * out_group (when the tensors lie in a group).
  * String attributes are variable-length UTF-8.
  * Every function here is collective over comm. */
 
@@ -428,6 +429,9 @@ typedef struct {
                                   many query rows; 0: contiguous */
     int out_compress;          /* 1..9: gzip level of the chunks (needs
                                   out_chunk); 0: none */
+    const char *out_group;     /* /o, /lse, /attn_map under this group
+                                  (created, with its parents), or NULL:
+                                  the root */
 } ra_run_meta;
 
 /* Writes this rank's slices (under meta->params->layout) of /o (B, n, H, Dv)

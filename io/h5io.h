@@ -38,7 +38,17 @@ ra_status h5io_read_rows_as(const char *path, const char *dset,
                             ra_axes fallback, int64_t b, int64_t row0,
                             int64_t nrows, double *out);
 
-/* Reads lse[b, h, i0 : i0 + n] of the rank-3 /lse (B, H, N) into out. */
+/* The path of an output dataset (leaf "o", "lse", "attn_map") under the
+ * file's recorded out_group (root when none) into name[len]. */
+ra_status h5io_out_name(const char *path, const char *leaf, char *name,
+                        size_t len);
+
+/* h5io_read_rows() of an output file's /o, wherever out_group put it. */
+ra_status h5io_read_o_rows(const char *path, int64_t b, int64_t row0,
+                           int64_t nrows, double *out);
+
+/* Reads lse[b, h, i0 : i0 + n] of the rank-3 /lse (B, H, N) (under the
+ * recorded out_group) into out. */
 ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
                         int64_t n, double *out);
 
@@ -126,7 +136,8 @@ ra_status h5io_segment_names(const char *path, const char **q_name,
 ra_status h5io_segment_names_from(const char *path, const ra_h5_source *src,
                                   const char **q_name, const char **kv_name);
 
-/* Reads the sizes of /o (B, N, H, Dv) and /lse (B, H, N). */
+/* Reads the sizes of /o (B, N, H, Dv) and /lse (B, H, N) (under the
+ * recorded out_group). */
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
                               int64_t dims_lse[3]);
 

@@ -165,6 +165,7 @@ typedef struct {
     ra_dtype out_dtype;
     int64_t out_chunk;
     int out_compress;
+    const char *out_group;       /* or NULL: the root */
     const char *command_line;
 } h5io_recipe;
 

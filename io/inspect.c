@@ -103,14 +103,44 @@ ra_status h5io_read_rows(const char *path, const char *dset, int64_t b,
                     count, 0, out, NULL);
 }
 
+ra_status h5io_out_name(const char *path, const char *leaf, char *name,
+                        size_t len)
+{
+    char group[256] = "";
+    hid_t file = H5I_INVALID_HID;
+    h5io_quiet quiet;
+    h5io_quiet_begin(&quiet);
+    ra_status st = h5io_file_open(path, H5P_DEFAULT, &file);
+    if (st == RA_OK)
+        st = h5io_attr_read_string(file, path, "out_group", group,
+                                   sizeof group);
+    if (file >= 0) H5Fclose(file);
+    h5io_quiet_end(&quiet);
+    const size_t used = strlen(group);
+    snprintf(name, len, "%s%s%s", group,
+             used && group[used - 1] == '/' ? "" : "/", leaf);
+    return st;
+}
+
+ra_status h5io_read_o_rows(const char *path, int64_t b, int64_t row0,
+                           int64_t nrows, double *out)
+{
+    char name[300];
+    ra_status st = h5io_out_name(path, "o", name, sizeof name);
+    return st != RA_OK ? st : h5io_read_rows(path, name, b, row0, nrows, out);
+}
+
 ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
                         int64_t n, double *out)
 {
     const int64_t start[3] = {b, h, i0};
     const int64_t count[3] = {1, 1, n};
+    char name[300];
+    ra_status st = h5io_out_name(path, "lse", name, sizeof name);
 
-    return box_read(path, "/lse", H5T_FLOAT, H5T_NATIVE_DOUBLE, 3, 3, start,
-                    count, 0, out, NULL);
+    return st != RA_OK ? st : box_read(path, name, H5T_FLOAT,
+                                       H5T_NATIVE_DOUBLE, 3, 3, start, count,
+                                       0, out, NULL);
 }
 
 ra_status h5io_read_lens(const char *path, const char *dset, int64_t B,
@@ -244,14 +274,18 @@ ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
 {
     hid_t file = H5I_INVALID_HID;
     hsize_t o[4], lse[3];
+    char oname[300], lname[300];
     h5io_quiet quiet;
     ra_status st;
 
+    if ((st = h5io_out_name(path, "o", oname, sizeof oname)) != RA_OK ||
+        (st = h5io_out_name(path, "lse", lname, sizeof lname)) != RA_OK)
+        return st;
     h5io_quiet_begin(&quiet);
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/o", H5T_FLOAT, 4, o,
+        (st = h5io_dset_open(file, path, oname, H5T_FLOAT, 4, o,
                              NULL)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/lse", H5T_FLOAT, 3, lse,
+        (st = h5io_dset_open(file, path, lname, H5T_FLOAT, 3, lse,
                              NULL)) != RA_OK)
         goto cleanup;
     for (int i = 0; i < 4; i++)

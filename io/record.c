@@ -97,6 +97,9 @@ static ra_status record_data(MPI_Comm comm, hid_t file, const char *path,
     if (st == RA_OK)
         st = h5io_attr_write_int(comm, file, path, "out_compress",
                                  r->out_compress);
+    if (st == RA_OK && r->out_group)
+        st = h5io_attr_write_string(comm, file, path, "out_group",
+                                    r->out_group);
     return st;
 }
 

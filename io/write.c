@@ -12,6 +12,7 @@ typedef struct {
     const char *path;
     const ra_shape *shape;
     const ra_run_meta *meta;
+    char o_name[300], lse_name[300], map_name[300]; /* under out_group */
     const float *o;    /* (B, n, H, Dv) */
     const float *lse;  /* (B, H, n) */
     ra_slice rows;     /* this rank's queries: n = rows.count */
@@ -37,7 +38,7 @@ static ra_status map_write(hid_t file, MPI_Comm comm, const outputs_ctx *c)
     }
     snprintf(text, sizeof text, "%lld:%lld", (long long)map->i0,
              (long long)map->i1);
-    if ((st = h5io_dset_write(comm, file, c->path, "/attn_map",
+    if ((st = h5io_dset_write(comm, file, c->path, c->map_name,
                               H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dims, 2,
                               &rows, map->out)) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, c->path, "attn_map_rows",
@@ -89,10 +90,11 @@ static ra_status tensors_write(hid_t file, MPI_Comm comm,
                                             ra_dtype_name(m->out_dtype))
                              : o_convert(c, otype, &o);
     if ((st = ra_agree(comm, st)) == RA_OK &&
-        (st = h5io_dset_write_stored(comm, file, c->path, "/o", otype, otype,
+        (st = h5io_dset_write_stored(comm, file, c->path, c->o_name, otype,
+                                     otype,
                                      4, odims, 1, &c->rows, o,
                                      &storage)) == RA_OK)
-        st = h5io_dset_write_stored(comm, file, c->path, "/lse",
+        st = h5io_dset_write_stored(comm, file, c->path, c->lse_name,
                                     H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, ldims,
                                     2, &c->rows, c->lse, &storage);
     free(o);
@@ -101,11 +103,30 @@ static ra_status tensors_write(hid_t file, MPI_Comm comm,
     return st;
 }
 
+/* Creates the output group with its parents; collective, agreed. */
+static ra_status group_make(hid_t file, MPI_Comm comm, const char *path,
+                            const char *group)
+{
+    char why[H5IO_DETAIL_LEN];
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), g = H5I_INVALID_HID;
+    ra_status st = RA_OK;
+    if (lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0 ||
+        (g = H5Gcreate2(file, group, lcpl, H5P_DEFAULT, H5P_DEFAULT)) < 0) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_IO, "%s: group %s: creation failed: %s",
+                          path, group, why);
+    }
+    if (g >= 0) H5Gclose(g);
+    if (lcpl >= 0) H5Pclose(lcpl);
+    return ra_agree(comm, st);
+}
+
 static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
 {
     const outputs_ctx *c = arg;
     const ra_run_meta *m = c->meta;
     const h5io_recipe recipe = {
+        .out_group = m->out_group,
         .kind = "attention", .params = m->params, .scale = m->scale,
         .nranks = c->nranks, .has_qkv = 1, .source = m->source,
         .masks = m->masks ? m->masks : "", .out_dtype = m->out_dtype,
@@ -113,6 +134,9 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
         .command_line = m->command_line};
     ra_status st;
 
+    if (m->out_group && (st = group_make(file, comm, c->path,
+                                         m->out_group)) != RA_OK)
+        return st;
     if ((st = tensors_write(file, comm, c)) != RA_OK ||
         (st = h5io_record(comm, file, c->path, &recipe)) != RA_OK ||
         (st = h5io_attr_write_int64(comm, file, c->path, "block_q",
@@ -132,7 +156,8 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                               const float *o, const float *lse)
 {
     ra_error_clear();
-    outputs_ctx c = {path, shape, meta, o, lse, {0}, 0};
+    outputs_ctx c = {.path = path, .shape = shape, .meta = meta, .o = o,
+                     .lse = lse};
     h5io_quiet quiet;
     ra_status st;
     int rank;
@@ -150,6 +175,11 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                             "and a gzip level 0..9 (above 0 only with chunks)",
                             path, (int)meta->out_dtype,
                             (long long)meta->out_chunk, meta->out_compress);
+    if (meta->out_group && (meta->out_group[0] != '/' ||
+                            strlen(meta->out_group) > 256))
+        return ra_error_set(RA_ERR_ARG, "%s: output group '%s': must be an "
+                            "absolute path of at most 256 characters, e.g. "
+                            "/layer3", path, meta->out_group);
     if (meta->out_compress && !H5_VERSION_GE(1, 10, 2))
         return ra_error_set(RA_ERR_ARG, "%s: this parallel HDF5 (%d.%d.%d) "
                             "cannot write compressed datasets collectively "
@@ -161,6 +191,11 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
+    const char *g = meta->out_group ? meta->out_group : "";
+    const char *sep = g[0] && g[strlen(g) - 1] == '/' ? "" : "/";
+    snprintf(c.o_name, sizeof c.o_name, "%s%so", g, sep);
+    snprintf(c.lse_name, sizeof c.lse_name, "%s%slse", g, sep);
+    snprintf(c.map_name, sizeof c.map_name, "%s%sattn_map", g, sep);
     c.rows = ra_layout_slice(ra_params_layout(meta->params, 0), shape->N, rank, c.nranks);
 
     h5io_quiet_begin(&quiet);

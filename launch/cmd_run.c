@@ -15,7 +15,7 @@
 typedef struct {
     ra_params p;
     ra_h5_source src;
-    const char *in, *out, *json;
+    const char *in, *out, *json, *out_group;
     int out_dtype, out_compress;
     int64_t out_chunk;
     int force, allow_nonfinite, mha;
@@ -84,6 +84,11 @@ static const cli_opt run_own[] = {
      .offset = CLI_FIELD(run_opts, out_compress, int), .lo = 1, .hi = 9,
      .help = "gzip the chunks at LEVEL 1..9 (needs --out-chunk;\n"
      "written collectively)"},
+    {.name = "--out-group", .kind = CLI_TEXT, .meta = "GROUP",
+     .offset = CLI_FIELD(run_opts, out_group, const char *),
+     .help = "write /o, /lse (and /attn_map) under GROUP of the\n"
+     "output, e.g. /layer3 (created); attributes stay at\n"
+     "the root, out_group names it"},
     {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
      .offset = CLI_FIELD(run_opts, json, const char *),
      .help = "also write a JSON summary of the run (shape, options,\n"
@@ -210,6 +215,11 @@ static ra_status out_opts_check(const run_opts *o)
     if (o->out_compress && !o->out_chunk)
         return ra_error_set(RA_ERR_ARG, "--out-compress: needs --out-chunk "
                             "(gzip works on chunks)");
+    if (o->out_group && (o->out_group[0] != '/' || !o->out_group[1] ||
+                         strlen(o->out_group) > 256))
+        return ra_error_set(RA_ERR_ARG, "--out-group: '%s' is not a group "
+                            "path like /layer3 (absolute, not the root, at "
+                            "most 256 characters)", o->out_group);
     if (o->json && strcmp(o->json, o->out) == 0)
         return ra_error_set(RA_ERR_ARG, "--json: %s is also the output file",
                             o->json);
@@ -354,7 +364,7 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .command_line = ctx->command_line, .masks = r->mask_names,
             .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
             .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
-            .out_compress = o->out_compress};
+            .out_compress = o->out_compress, .out_group = o->out_group};
         st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->s, &meta,
                                  t->o, t->lse);
     }

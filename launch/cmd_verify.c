@@ -178,7 +178,7 @@ static ra_status check_run(const char *in, const char *out, const check_ctx *c,
     }
     if ((st = h5io_read_rows_as(in, c->run.names[0], qkv, b, i0, len,
                                 w->q)) != RA_OK ||
-        (st = h5io_read_rows(out, "/o", b, i0, len, w->o)) != RA_OK ||
+        (st = h5io_read_o_rows(out, b, i0, len, w->o)) != RA_OK ||
         (w->q_seg && (st = h5io_read_segments(in, c->q_seg_name, b, i0, len,
                                               w->q_seg, &present))))
         return st;
@@ -234,7 +234,7 @@ static ra_status nan_scan(const char *out, const ra_shape *s, ra_range mine,
         const int64_t b = a / s->N, i0 = a % s->N;
         int64_t len = s->N - i0 < RUN_MAX ? s->N - i0 : RUN_MAX;
         len = end - a < len ? end - a : len;
-        st = h5io_read_rows(out, "/o", b, i0, len, o);
+        st = h5io_read_o_rows(out, b, i0, len, o);
         for (int64_t x = 0; st == RA_OK && x < len * s->H * s->Dv; x++)
             t->nans += isnan(o[x]);
         for (int64_t h = 0; st == RA_OK && h < s->H; h++) {

@@ -82,9 +82,10 @@ def read_map(h5py, np, a):
     except OSError as e:
         raise Refused(f"{a.h5}: cannot open as HDF5: {e}")
     with f:
-        d = f.get("attn_map")
+        where = text_attr(f, "out_group", "").rstrip("/") + "/attn_map"
+        d = f.get(where)
         if not isinstance(d, h5py.Dataset):
-            raise Refused(f"{a.h5}: dataset /attn_map: not found (run with --attn-map)")
+            raise Refused(f"{a.h5}: dataset {where}: not found (run with --attn-map)")
         if d.ndim != 4 or d.dtype.kind != "f":
             raise Refused(f"{a.h5}: dataset /attn_map: expected float (B, heads, rows, M), "
                           f"found {d.dtype} {d.shape}")

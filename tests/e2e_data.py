@@ -3,8 +3,8 @@
 the command line at NP ranks, each result checked against numpy in fp64:
 
 1. (B, H, N, D) tensors: with an axes attribute, with --qkv-layout bhnd,
-   under other dataset names (--q --k --v); `ringattn verify` follows the
-   recorded names and order; an axes attribute of another order, and a
+   under other dataset names (--q --k --v), outputs under --out-group;
+   `ringattn verify` follows the recorded names, order and group; an axes attribute of another order, and a
    (B, H, N, D) file read as the default (B, N, H, D) whose shapes then
    disagree, are refused with one line; `info` lists the soft and external
    links it follows and the attributes that record the datasets.
@@ -66,9 +66,10 @@ def attention_bhnd(q, k, v, causal=False):
     return np.einsum("bhnm,bhmd->bnhd", p, v), lse
 
 
-def check_out(out, o_ref, lse_ref, what):
+def check_out(out, o_ref, lse_ref, what, group=""):
     with h5py.File(out, "r") as f:
-        o, lse = f["o"][()].astype(np.float64), f["lse"][()].astype(np.float64)
+        o = f[group + "/o"][()].astype(np.float64)
+        lse = f[group + "/lse"][()].astype(np.float64)
     err = max(np.max(np.abs(o - o_ref)), np.max(np.abs(lse - lse_ref)))
     print(f"{what}: max |err| against numpy fp64 {err:.2e}")
     assert err < TOL, (what, err)
@@ -108,10 +109,13 @@ def layouts(tmp):
 
     run(MPI + [RINGATTN, "run", "--in", named, "--out", out, "--force", "--causal",
                "--qkv-layout", "bhnd", "--q", "/layer3/attn/query", "--k",
-               "/layer3/attn/key", "--v", "/layer3/attn/value"])
-    check_out(out, o_ref, lse_ref, "--q --k --v under /layer3/attn")
+               "/layer3/attn/key", "--v", "/layer3/attn/value", "--out-group",
+               "/layer3/result"])
+    check_out(out, o_ref, lse_ref, "--q --k --v under /layer3/attn, --out-group",
+              "/layer3/result")
     with h5py.File(out, "r") as f:
         assert f.attrs["k_dataset"] == "/layer3/attn/key", dict(f.attrs)
+        assert f.attrs["out_group"] == "/layer3/result" and "o" not in f
     run(MPI + [RINGATTN, "verify", "--in", named, "--out", out])
 
     # info follows soft and external links and lists them
