@@ -6,6 +6,10 @@
 
 #include "ringattn.h"
 
+/* Window spans (left + right + 1) up to this many keys get the window's
+ * own default tiles (ra_params_tiles); wider ones the defaults per D. */
+#define RA_WINDOW_TILE_SPAN 1920
+
 /* Records a one-line message for ra_error_message() and returns st, so that
  * a failing step reads: return ra_error_set(RA_ERR_INPUT, "%s: ...", path); */
 ra_status ra_error_set(ra_status st, const char *fmt, ...)

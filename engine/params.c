@@ -51,7 +51,8 @@ void ra_params_tiles(const ra_params *params, const ra_shape *shape,
 {
     int64_t bq = 256, bkv = shape->D <= 64 ? 256 : 512;
     if (params->window &&
-        params->window_left + params->window_right + 1 <= 1920) {
+        params->window_left + params->window_right + 1 <=
+            RA_WINDOW_TILE_SPAN) {
         bq = 128;
         bkv = params->window_left + params->window_right + bq;
         bkv = (bkv + 15) / 16 * 16;

@@ -475,16 +475,22 @@ RA_API ra_status ra_comm_ring_order(MPI_Comm comm, int node_aware,
 RA_API const char *ra_error_message(void);
 
 /* ---- HDF5 files (parallel, MPI-IO driver) ------------------------------ *
- * Input file: /q (B, N, H, D), /k (B, M, G, D), /v (B, M, G, Dv), each
- * float32 or float64 (converted to float32 on read).
- * Output file: /o (B, N, H, Dv) float32, /lse (B, H, N) float32, and root
- * attributes: engine_version, schema_version, causal, window (0/1),
- * window_left, window_right, scale, layout, ranks, block_q, block_kv,
+ * Input file: /q (B, N, H, D), /k (B, M, G, D), /v (B, M, G, Dv) (or
+ * heads before tokens, see ra_axes), each of any floating type HDF5
+ * converts (float16, bfloat16, float32, float64, either byte order),
+ * converted to float32 on read.
+ * Output file: /o (B, N, H, Dv) (float32, or ra_run_meta.out_dtype), /lse
+ * (B, H, N) float32, and root attributes: engine_version, schema_version,
+ * kind, causal, window (0/1), window_left, window_right, score, scale (dot
+ * score only), sigma (gaussian only), layout, ranks, block_q, block_kv,
  * command_line, seq_q, seq_kv, masks (the mask datasets used, e.g.
  * "q_lens,kv_lens" or ""), rope ("none", "interleaved", "half"),
  * rope_base, alibi (0/1), alibi_slopes ("standard", "/alibi_slopes" or
- * ""). The command line also reads an optional /alibi_slopes (H,) of the
- * input for --alibi; the API takes slopes in ra_params.alibi_slopes.
+ * ""), qkv_layout, q_dataset, k_dataset, v_dataset, the *_dataset of each
+ * mask applied, out_dtype, out_chunk, out_compress, out_group (when the
+ * tensors lie in a group). String attributes are variable-length UTF-8.
+ * The command line also reads an optional /alibi_slopes (H,) of the input
+ * for --alibi; the API takes slopes in ra_params.alibi_slopes.
  * Every function here is collective over comm. */
 
 /* Reads the shape of an input file, checking ranks and consistency. */
@@ -496,6 +502,36 @@ RA_API ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *sha
 RA_API ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
                             const ra_shape *shape, ra_layout layout,
                             float *q, float *k, float *v);
+
+/* The axis order of an input tensor in its file: (B, N, H, D), tokens
+ * before heads, or (B, H, N, D), heads before tokens, as PyTorch's
+ * attention functions take them (likewise M and G for /k and /v). */
+typedef enum { RA_AXES_BNHD = 0, RA_AXES_BHND = 1 } ra_axes;
+
+/* "B,N,H,D" or "B,H,N,D": the value of a dataset's "axes" attribute. */
+RA_API const char *ra_axes_name(ra_axes axes);
+
+/* Where the inputs lie in a file. A dataset's own "axes" attribute
+ * ("B,N,H,D" or "B,H,N,D") wins over axes; any other value is refused. */
+typedef struct {
+    const char *q, *k, *v; /* dataset paths; NULL: "/q", "/k", "/v" */
+    ra_axes axes;          /* order of a dataset without an axes attribute */
+    /* mask datasets (ra_h5_read_masks_from); NULL: the default name, used
+     * when present; a name given here must exist */
+    const char *q_lens, *kv_lens, *segments, *q_segments, *kv_segments;
+} ra_h5_source;
+
+/* ra_h5_read_shape() and ra_h5_read_inputs() from the datasets src names
+ * (NULL: the defaults). used (or NULL) receives the order each of q, k, v
+ * was read in. */
+RA_API ra_status ra_h5_read_shape_from(MPI_Comm comm, const char *path,
+                                       const ra_h5_source *src,
+                                       ra_shape *shape, ra_axes used[3]);
+RA_API ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
+                                        const ra_h5_source *src,
+                                        const ra_shape *shape,
+                                        ra_layout layout, float *q, float *k,
+                                        float *v);
 
 /* Mask data read from a file, owned by the struct (ra_h5_masks_free). */
 typedef struct {
@@ -514,6 +550,24 @@ RA_API ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                            ra_h5_masks *masks);
 RA_API void ra_h5_masks_free(ra_h5_masks *masks);
 
+/* ra_h5_read_masks() from the mask datasets src names (NULL: defaults). */
+RA_API ra_status ra_h5_read_masks_from(MPI_Comm comm, const char *path,
+                                       const ra_h5_source *src,
+                                       const ra_shape *shape,
+                                       ra_layout layout, ra_h5_masks *masks);
+
+/* The type of /o in an output file; computation is float32 either way. */
+typedef enum {
+    RA_DTYPE_F32 = 0, /* IEEE binary32 (default) */
+    RA_DTYPE_F16,     /* IEEE binary16: 11-bit significand, |x| < 65520 */
+    RA_DTYPE_BF16,    /* bfloat16: float32's exponent, 8-bit significand,
+                         stored as a custom 16-bit HDF5 float */
+    RA_DTYPE_F64      /* IEEE binary64: the float32 values widened */
+} ra_dtype;
+
+/* "f32", "f16", "bf16" or "f64". */
+RA_API const char *ra_dtype_name(ra_dtype dtype);
+
 /* What an output file records besides the tensors. */
 typedef struct {
     const ra_params *params;   /* the options of the run */
@@ -523,6 +577,16 @@ typedef struct {
     const char *masks;         /* mask datasets used, comma separated */
     const ra_attn_map *map;    /* also write /attn_map (B, nheads, i1 - i0,
                                   M) from map->out, or NULL */
+    const ra_h5_source *source; /* the input datasets and order read, or
+                                   NULL (the defaults) */
+    ra_dtype out_dtype;        /* /o's type in the file (/lse: float32) */
+    int64_t out_chunk;         /* > 0: /o and /lse stored in chunks of this
+                                  many query rows; 0: contiguous */
+    int out_compress;          /* 1..9: gzip level of the chunks (needs
+                                  out_chunk); 0: none */
+    const char *out_group;     /* /o, /lse, /attn_map under this group
+                                  (created, with its parents), or NULL:
+                                  the root */
 } ra_run_meta;
 
 /* Writes this rank's slices (under meta->params->layout) of /o (B, n, H, Dv)

@@ -37,7 +37,24 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
 ra_status h5io_read_rows(const char *path, const char *dset, int64_t b,
                          int64_t row0, int64_t nrows, double *out);
 
-/* Reads lse[b, h, i0 : i0 + n] of the rank-3 /lse (B, H, N) into out. */
+/* h5io_read_rows() of an input tensor stored in the order its "axes"
+ * attribute names, else fallback (see ra_axes): out holds the rows as
+ * (nrows, heads, dim) either way. */
+ra_status h5io_read_rows_as(const char *path, const char *dset,
+                            ra_axes fallback, int64_t b, int64_t row0,
+                            int64_t nrows, double *out);
+
+/* The path of an output dataset (leaf "o", "lse", "attn_map") under the
+ * file's recorded out_group (root when none) into name[len]. */
+ra_status h5io_out_name(const char *path, const char *leaf, char *name,
+                        size_t len);
+
+/* h5io_read_rows() of an output file's /o, wherever out_group put it. */
+ra_status h5io_read_o_rows(const char *path, int64_t b, int64_t row0,
+                           int64_t nrows, double *out);
+
+/* Reads lse[b, h, i0 : i0 + n] of the rank-3 /lse (B, H, N) (under the
+ * recorded out_group) into out. */
 ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
                         int64_t n, double *out);
 
@@ -47,7 +64,7 @@ ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
 typedef struct {
     int causal, window;
     int64_t window_left, window_right;
-    double scale;
+    double scale;    /* NaN when absent (a score without a scale) */
     int64_t seq_q, seq_kv;
     char layout[32];
     char score[16];  /* "dot" when absent */
@@ -57,6 +74,13 @@ typedef struct {
     double rope_base;       /* RA_ROPE_BASE_DEFAULT when absent */
     int alibi;              /* 0 when absent */
     char alibi_slopes[16];  /* "standard", "/alibi_slopes" or "" */
+    char qkv_layout[8];   /* "bnhd" when absent */
+    char out_dtype[8];    /* type of /o: "f32" when absent */
+    char names[3][256];   /* q, k, v datasets read; "/q", "/k", "/v" when
+                             absent */
+    char mask_sets[5][256]; /* mask datasets applied: q_lens, kv_lens,
+                               segments, q_segments, kv_segments; "" when
+                               not recorded (then the default names) */
 } h5io_run_attrs;
 
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a);
@@ -153,7 +177,12 @@ ra_status h5io_gen_mha(MPI_Comm comm, const char *path, int force,
 ra_status h5io_segment_names(const char *path, const char **q_name,
                              const char **kv_name);
 
-/* Reads the sizes of /o (B, N, H, Dv) and /lse (B, H, N). */
+/* The same under the mask dataset names of src (NULL: the defaults). */
+ra_status h5io_segment_names_from(const char *path, const ra_h5_source *src,
+                                  const char **q_name, const char **kv_name);
+
+/* Reads the sizes of /o (B, N, H, Dv) and /lse (B, H, N) (under the
+ * recorded out_group). */
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
                               int64_t dims_lse[3]);
 

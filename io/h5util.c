@@ -226,12 +226,13 @@ ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
         goto cleanup;
     }
     if (H5Tget_class(type) != cls ||
-        (cls == H5T_FLOAT && H5Tget_size(type) != 4 &&
-         H5Tget_size(type) != 8)) {
+        (cls == H5T_FLOAT && H5Tget_size(type) != 2 &&
+         H5Tget_size(type) != 4 && H5Tget_size(type) != 8)) {
         h5io_type_name(type, tname, sizeof tname);
         st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: expected %s, found "
                           "%s", path, name, cls == H5T_FLOAT ?
-                          "float32 or float64" : "an integer type", tname);
+                          "a 16-, 32- or 64-bit float" : "an integer type",
+                          tname);
         goto cleanup;
     }
     for (int i = 0; i < rank; i++) {
@@ -274,9 +275,14 @@ void h5io_type_name(hid_t type, char *buf, size_t len)
     size_t bits = H5Tget_size(type) * 8;
 
     switch (H5Tget_class(type)) {
-    case H5T_FLOAT:
-        snprintf(buf, len, "float%zu", bits);
+    case H5T_FLOAT: {
+        size_t spos, epos, esize, mpos, msize;
+        const int brain = bits == 16 &&
+                          H5Tget_fields(type, &spos, &epos, &esize, &mpos,
+                                        &msize) >= 0 && esize == 8;
+        snprintf(buf, len, brain ? "bfloat16" : "float%zu", bits);
         break;
+    }
     case H5T_INTEGER:
         snprintf(buf, len, "%sint%zu",
                  H5Tget_sign(type) == H5T_SGN_NONE ? "u" : "", bits);

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <hdf5.h>
 #include <mpi.h>
@@ -46,12 +47,38 @@ herr_t h5io_fapl_tune(hid_t fapl, MPI_Comm comm);
 ra_status h5io_file_open(const char *path, hid_t fapl, hid_t *file);
 
 /* Opens dataset name (e.g. "/q") and checks that it has the given rank,
- * every size positive, and a datatype of class cls: H5T_FLOAT means float32
- * or float64, H5T_INTEGER any integer. Fills dims[rank]. On RA_OK, *dset is
+ * every size positive, and a datatype of class cls: H5T_FLOAT means a
+ * 16-, 32- or 64-bit float of any format and byte order HDF5 converts
+ * (float16, bfloat16, float32, float64), H5T_INTEGER any integer. Fills dims[rank]. On RA_OK, *dset is
  * open (caller closes) unless dset is NULL. */
 ra_status h5io_dset_open(hid_t file, const char *path, const char *name,
                          H5T_class_t cls, int rank, hsize_t *dims,
                          hid_t *dset);
+
+/* Reads the optional single string attribute name of the object obj (a
+ * file: its root; or a dataset), fixed or variable length, into out[len];
+ * leaves out alone when it is absent. */
+ra_status h5io_attr_read_string(hid_t obj, const char *path,
+                                const char *name, char *out, size_t len);
+
+/* The axis order of the open rank-4 input dataset dset: its "axes"
+ * attribute ("B,N,H,D" or "B,H,N,D") when present, else fallback; any
+ * other attribute value is refused naming the dataset. */
+ra_status h5io_axes_of(hid_t dset, const char *path, const char *name,
+                       ra_axes fallback, ra_axes *out);
+
+/* The logical sizes (B, N, H, D) of file sizes fdims under an order. */
+void h5io_axes_dims(ra_axes axes, const hsize_t fdims[4], hsize_t dims[4]);
+
+/* Reads this rank's slice on the token axis of the open rank-4 dataset
+ * dset, stored in the given order with file sizes fdims, into buf as mtype,
+ * dense (B, slice->count, H, D); (B, H, N, D) storage is read head by head
+ * through hyperslabs, with no full-tensor copy. Collective with a
+ * collective dxpl, as h5io_dset_read(). */
+ra_status h5io_dset_read_axes(hid_t dset, hid_t dxpl, const char *path,
+                              const char *name, hid_t mtype, ra_axes axes,
+                              const hsize_t fdims[4], const ra_slice *slice,
+                              void *buf);
 
 /* Formats dims as "(2, 128, 8, 64)" into buf. */
 void h5io_dims_format(const hsize_t *dims, int rank, char *buf, size_t len);
@@ -91,6 +118,30 @@ ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
                           int rank, const hsize_t *dims, int axis,
                           const ra_slice *slice, const void *buf);
 
+/* How a dataset is stored: chunk_rows > 0 cuts it into chunks of that
+ * many tokens of the token axis, gzip 1..9 compresses them (parallel HDF5
+ * 1.10.2 and later writes filtered chunks collectively). */
+typedef struct {
+    int64_t chunk_rows;
+    int gzip;
+} h5io_storage;
+
+/* h5io_dset_write() with a storage layout (NULL: contiguous). */
+ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
+                                 const char *name, hid_t ftype, hid_t mtype,
+                                 int rank, const hsize_t *dims, int axis,
+                                 const ra_slice *slice, const void *buf,
+                                 const h5io_storage *storage);
+
+/* x[n] as 16-bit floats, rounded to nearest (ties to even): IEEE binary16
+ * (brain 0) or bfloat16 (brain 1), the bits of h5io_dtype_file_type()'s
+ * types. out may not alias x. */
+void h5io_half_encode(const float *x, uint16_t *out, size_t n, int brain);
+
+/* The file type of a dtype (caller closes); negative on failure. bf16 is a
+ * 16-bit float with float32's 8 exponent bits and bias. */
+hid_t h5io_dtype_file_type(ra_dtype dtype);
+
 /* Write a scalar root attribute; every rank must pass the same value;
  * collective over comm with an agreed status, as h5io_dset_write(). */
 ra_status h5io_attr_write_int(MPI_Comm comm, hid_t file, const char *path,
@@ -101,9 +152,35 @@ ra_status h5io_attr_write_uint64(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, uint64_t value);
 ra_status h5io_attr_write_double(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, double value);
-/* A fixed-length, NUL-terminated ASCII string (value may be ""). */
+/* A variable-length UTF-8 string, which h5py reads as str (value may be
+ * ""). */
 ra_status h5io_attr_write_string(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, const char *value);
+
+/* How an output was made: what h5io_record() writes. */
+typedef struct {
+    const char *kind;            /* "attention" (run) or "mha" (run --mha) */
+    const ra_params *params;     /* the options of the forward pass */
+    double scale;                /* the dot score's scale actually used */
+    int nranks;
+    int has_qkv;                 /* q, k, v were read from datasets */
+    const ra_h5_source *source;  /* those datasets, or NULL: the defaults */
+    const char *masks;           /* mask datasets applied, or NULL */
+    ra_dtype out_dtype;
+    int64_t out_chunk;
+    int out_compress;
+    const char *out_group;       /* or NULL: the root */
+    const char *command_line;
+} h5io_recipe;
+
+/* The one writer of the attributes that say how an output was made:
+ * every option that changed the result (causal, window, score with its
+ * scale or sigma, layout, ranks, datasets and their order, masks, output
+ * type and storage) as root attributes; collective like
+ * h5io_attr_write_int(). A new option that changes the result is recorded
+ * here. */
+ra_status h5io_record(MPI_Comm comm, hid_t file, const char *path,
+                      const h5io_recipe *r);
 
 /* Fills an open new file: this rank's part of every dataset, and the
  * attributes; returns this rank's status. */
@@ -142,6 +219,15 @@ void h5io_tmp_unpublish(void);
 /* Refuses, before dataset name of file path is opened, an external link on
  * its path whose target is not a regular file (opening a FIFO blocks). */
 ra_status h5io_link_check(hid_t file, const char *path, const char *name);
+
+/* Whether info may follow the soft or external link name (relative to
+ * the root of file) to an object: it resolves, and no external link on its
+ * way targets anything but a regular file. */
+int h5io_link_followable(hid_t file, const char *path, const char *name);
+
+/* Lists the soft and external links of file under a heading "links:", each
+ * with its target and whether info followed it. */
+void h5io_links_list(hid_t file, const char *path, FILE *out);
 
 /* Refuses an open dataset whose external raw-data files are not regular or
  * hold fewer bytes than the dataset, or whose virtual-dataset source files

@@ -6,10 +6,46 @@
 #include "h5util.h"
 #include "internal.h"
 
+/* The creation list of a dataset: no fill pass (every element gets
+ * written); with storage, chunks of chunk_rows tokens on axis (one index
+ * of the axes before it, all of those after), gzip-compressed when asked.
+ * Negative on failure. */
+static hid_t dcpl_make(int rank, const hsize_t *dims, int axis,
+                       const h5io_storage *storage)
+{
+    hsize_t chunk[H5S_MAX_RANK];
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    herr_t err = dcpl < 0 ? -1 : H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+    if (err >= 0 && storage && storage->chunk_rows > 0) {
+        for (int i = 0; i < rank; i++)
+            chunk[i] = i < axis ? 1 : dims[i];
+        if ((hsize_t)storage->chunk_rows < dims[axis])
+            chunk[axis] = (hsize_t)storage->chunk_rows;
+        err = H5Pset_chunk(dcpl, rank, chunk);
+        if (err >= 0 && storage->gzip > 0)
+            err = H5Pset_deflate(dcpl, (unsigned)storage->gzip);
+    }
+    if (err < 0 && dcpl >= 0) {
+        H5Pclose(dcpl);
+        dcpl = H5I_INVALID_HID;
+    }
+    return dcpl;
+}
+
 ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
                           const char *name, hid_t ftype, hid_t mtype,
                           int rank, const hsize_t *dims, int axis,
                           const ra_slice *slice, const void *buf)
+{
+    return h5io_dset_write_stored(comm, file, path, name, ftype, mtype, rank,
+                                  dims, axis, slice, buf, NULL);
+}
+
+ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
+                                 const char *name, hid_t ftype, hid_t mtype,
+                                 int rank, const hsize_t *dims, int axis,
+                                 const ra_slice *slice, const void *buf,
+                                 const h5io_storage *storage)
 {
     hid_t space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
     hid_t dset = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
@@ -18,10 +54,8 @@ ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
     char why[H5IO_DETAIL_LEN];
     ra_status st = RA_OK;
 
-    /* every element gets written, so no fill pass over the whole file */
     if ((space = H5Screate_simple(rank, dims, NULL)) < 0 ||
-        (dcpl = H5Pcreate(H5P_DATASET_CREATE)) < 0 ||
-        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0 ||
+        (dcpl = dcpl_make(rank, dims, axis, storage)) < 0 ||
         (dxpl = h5io_dxpl_collective()) < 0) {
         st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot set up its "
                           "dataspace or property lists", path, name);
@@ -121,14 +155,15 @@ ra_status h5io_attr_write_string(MPI_Comm comm, hid_t file, const char *path,
     hid_t type = H5Tcopy(H5T_C_S1);
     ra_status st;
 
-    if (type < 0 || H5Tset_size(type, strlen(value) + 1) < 0 ||
-        H5Tset_strpad(type, H5T_STR_NULLTERM) < 0) {
+    /* variable-length UTF-8: h5py reads it as str, not bytes */
+    if (type < 0 || H5Tset_size(type, H5T_VARIABLE) < 0 ||
+        H5Tset_cset(type, H5T_CSET_UTF8) < 0) {
         st = ra_agree(comm, ra_error_set(RA_ERR_IO, "%s: attribute %s: "
                                            "cannot make its string type",
                                            path, name));
         goto cleanup;
     }
-    st = attr_write(comm, file, path, name, type, type, value);
+    st = attr_write(comm, file, path, name, type, type, &value);
 
 cleanup:
     if (type >= 0)

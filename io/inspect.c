@@ -2,6 +2,7 @@
  * subcommands: boxes of a dataset (as double, or int64 for masks), the run
  * attributes, and a listing. Default (sec2) driver, independent I/O, never
  * collective. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,14 +115,44 @@ ra_status h5io_read_rows(const char *path, const char *dset, int64_t b,
                     count, 0, out, NULL);
 }
 
+ra_status h5io_out_name(const char *path, const char *leaf, char *name,
+                        size_t len)
+{
+    char group[256] = "";
+    hid_t file = H5I_INVALID_HID;
+    h5io_quiet quiet;
+    h5io_quiet_begin(&quiet);
+    ra_status st = h5io_file_open(path, H5P_DEFAULT, &file);
+    if (st == RA_OK)
+        st = h5io_attr_read_string(file, path, "out_group", group,
+                                   sizeof group);
+    if (file >= 0) H5Fclose(file);
+    h5io_quiet_end(&quiet);
+    const size_t used = strlen(group);
+    snprintf(name, len, "%s%s%s", group,
+             used && group[used - 1] == '/' ? "" : "/", leaf);
+    return st;
+}
+
+ra_status h5io_read_o_rows(const char *path, int64_t b, int64_t row0,
+                           int64_t nrows, double *out)
+{
+    char name[300];
+    ra_status st = h5io_out_name(path, "o", name, sizeof name);
+    return st != RA_OK ? st : h5io_read_rows(path, name, b, row0, nrows, out);
+}
+
 ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
                         int64_t n, double *out)
 {
     const int64_t start[3] = {b, h, i0};
     const int64_t count[3] = {1, 1, n};
+    char name[300];
+    ra_status st = h5io_out_name(path, "lse", name, sizeof name);
 
-    return box_read(path, "/lse", H5T_FLOAT, H5T_NATIVE_DOUBLE, 3, 3, start,
-                    count, 0, out, NULL);
+    return st != RA_OK ? st : box_read(path, name, H5T_FLOAT,
+                                       H5T_NATIVE_DOUBLE, 3, 3, start, count,
+                                       0, out, NULL);
 }
 
 ra_status h5io_read_lens(const char *path, const char *dset, int64_t B,
@@ -215,29 +246,39 @@ cleanup:
     return st;
 }
 
-ra_status h5io_segment_names(const char *path, const char **q_name,
-                             const char **kv_name)
+ra_status h5io_segment_names_from(const char *path, const ra_h5_source *src,
+                                  const char **q_name, const char **kv_name)
 {
+    const char *both = src && src->segments ? src->segments : "/segments";
+    const char *q = src && src->q_segments ? src->q_segments : "/q_segments";
+    const char *kv = src && src->kv_segments ? src->kv_segments
+                                             : "/kv_segments";
     int64_t probe;
     int present;
     ra_status st;
     *q_name = *kv_name = NULL;
-    /* /segments serves both sides of self-attention */
-    if ((st = h5io_read_segments(path, "/segments", 0, 0, 1, &probe,
+    /* one dataset serves both sides of self-attention */
+    if ((st = h5io_read_segments(path, both, 0, 0, 1, &probe,
                                  &present)) != RA_OK)
         return st;
     if (present) {
-        *q_name = *kv_name = "/segments";
+        *q_name = *kv_name = both;
         return RA_OK;
     }
-    if ((st = h5io_read_segments(path, "/q_segments", 0, 0, 1, &probe,
+    if ((st = h5io_read_segments(path, q, 0, 0, 1, &probe,
                                  &present)) != RA_OK)
         return st;
     if (present) {
-        *q_name = "/q_segments";
-        *kv_name = "/kv_segments";
+        *q_name = q;
+        *kv_name = kv;
     }
     return RA_OK;
+}
+
+ra_status h5io_segment_names(const char *path, const char **q_name,
+                             const char **kv_name)
+{
+    return h5io_segment_names_from(path, NULL, q_name, kv_name);
 }
 
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
@@ -245,14 +286,18 @@ ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
 {
     hid_t file = H5I_INVALID_HID;
     hsize_t o[4], lse[3];
+    char oname[300], lname[300];
     h5io_quiet quiet;
     ra_status st;
 
+    if ((st = h5io_out_name(path, "o", oname, sizeof oname)) != RA_OK ||
+        (st = h5io_out_name(path, "lse", lname, sizeof lname)) != RA_OK)
+        return st;
     h5io_quiet_begin(&quiet);
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/o", H5T_FLOAT, 4, o,
+        (st = h5io_dset_open(file, path, oname, H5T_FLOAT, 4, o,
                              NULL)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/lse", H5T_FLOAT, 3, lse,
+        (st = h5io_dset_open(file, path, lname, H5T_FLOAT, 3, lse,
                              NULL)) != RA_OK)
         goto cleanup;
     for (int i = 0; i < 4; i++)
@@ -329,10 +374,8 @@ cleanup:
     return st;
 }
 
-/* Reads the optional single string root attribute name (fixed or variable
- * length) into out[len]; leaves out alone when it is absent. */
-static ra_status attr_read_string(hid_t file, const char *path,
-                                  const char *name, char *out, size_t len)
+ra_status h5io_attr_read_string(hid_t file, const char *path,
+                                const char *name, char *out, size_t len)
 {
     hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
     hid_t space = H5I_INVALID_HID, mtype = H5I_INVALID_HID;
@@ -393,15 +436,46 @@ static ra_status posenc_attrs_read(hid_t file, const char *path,
     ra_status st;
     snprintf(a->rope, sizeof a->rope, "none");
     a->rope_base = RA_ROPE_BASE_DEFAULT;
-    if ((st = attr_read_string(file, path, "rope", a->rope,
+    if ((st = h5io_attr_read_string(file, path, "rope", a->rope,
                                sizeof a->rope)) != RA_OK ||
         (st = attr_read(file, path, "rope_base", H5T_FLOAT, H5T_NATIVE_DOUBLE,
                         &a->rope_base, &present)) != RA_OK ||
         (st = attr_read(file, path, "alibi", H5T_INTEGER, H5T_NATIVE_INT,
                         &a->alibi, &present)) != RA_OK)
         return st;
-    return attr_read_string(file, path, "alibi_slopes", a->alibi_slopes,
+    return h5io_attr_read_string(file, path, "alibi_slopes", a->alibi_slopes,
                             sizeof a->alibi_slopes);
+}
+
+/* The data a run read and wrote: datasets, their order, masks, /o's type;
+ * the defaults of files written before these were recorded stay. */
+static ra_status run_attrs_data(hid_t file, const char *path,
+                                h5io_run_attrs *a)
+{
+    static const char *const names[3] = {"q_dataset", "k_dataset",
+                                         "v_dataset"};
+    static const char *const mask_attrs[5] = {
+        "q_lens_dataset", "kv_lens_dataset", "segments_dataset",
+        "q_segments_dataset", "kv_segments_dataset"};
+    ra_status st;
+    snprintf(a->qkv_layout, sizeof a->qkv_layout, "bnhd");
+    snprintf(a->out_dtype, sizeof a->out_dtype, "f32");
+    for (int i = 0; i < 3; i++)
+        snprintf(a->names[i], sizeof a->names[i], "/%c", "qkv"[i]);
+    if ((st = h5io_attr_read_string(file, path, "masks", a->masks,
+                                    sizeof a->masks)) != RA_OK ||
+        (st = h5io_attr_read_string(file, path, "qkv_layout", a->qkv_layout,
+                                    sizeof a->qkv_layout)) != RA_OK ||
+        (st = h5io_attr_read_string(file, path, "out_dtype", a->out_dtype,
+                                    sizeof a->out_dtype)) != RA_OK)
+        return st;
+    for (int i = 0; i < 3 && st == RA_OK; i++)
+        st = h5io_attr_read_string(file, path, names[i], a->names[i],
+                                   sizeof a->names[i]);
+    for (int i = 0; i < 5 && st == RA_OK; i++)
+        st = h5io_attr_read_string(file, path, mask_attrs[i], a->mask_sets[i],
+                                   sizeof a->mask_sets[i]);
+    return st;
 }
 
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
@@ -415,12 +489,13 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
     snprintf(a->layout, sizeof a->layout, "contiguous");
     snprintf(a->score, sizeof a->score, "dot");
     a->sigma = 1.0;
+    a->scale = NAN; /* absent: a score without a scale */
     h5io_quiet_begin(&quiet);
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
         (st = attr_read(file, path, "causal", H5T_INTEGER, H5T_NATIVE_INT,
                         &a->causal, NULL)) != RA_OK ||
         (st = attr_read(file, path, "scale", H5T_FLOAT, H5T_NATIVE_DOUBLE,
-                        &a->scale, NULL)) != RA_OK ||
+                        &a->scale, &present)) != RA_OK ||
         (st = attr_read(file, path, "seq_q", H5T_INTEGER, H5T_NATIVE_INT64,
                         &a->seq_q, NULL)) != RA_OK ||
         (st = attr_read(file, path, "seq_kv", H5T_INTEGER, H5T_NATIVE_INT64,
@@ -433,14 +508,14 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
         (st = attr_read(file, path, "window_right", H5T_INTEGER,
                         H5T_NATIVE_INT64, &a->window_right,
                         &present)) != RA_OK ||
-        (st = attr_read_string(file, path, "layout", a->layout,
+        (st = h5io_attr_read_string(file, path, "layout", a->layout,
                                sizeof a->layout)) != RA_OK ||
-        (st = attr_read_string(file, path, "score", a->score,
+        (st = h5io_attr_read_string(file, path, "score", a->score,
                                sizeof a->score)) != RA_OK ||
         (st = attr_read(file, path, "sigma", H5T_FLOAT, H5T_NATIVE_DOUBLE,
                         &a->sigma, &present)) != RA_OK)
         goto cleanup;
-    st = attr_read_string(file, path, "masks", a->masks, sizeof a->masks);
+    st = run_attrs_data(file, path, a);
     if (st == RA_OK)
         st = posenc_attrs_read(file, path, a);
 
@@ -606,8 +681,11 @@ static herr_t info_dataset(hid_t group, const char *name,
     herr_t rc = 0;
     int rank, len;
 
-    if (link->type != H5L_TYPE_HARD)
+    if (link->type != H5L_TYPE_HARD &&
+        !h5io_link_followable(group, c->path, name)) {
+        ra_error_clear(); /* listed as not followed by h5io_links_list() */
         return 0;
+    }
     if ((obj = H5Oopen(group, name, H5P_DEFAULT)) < 0)
         return -1;
     if (H5Iget_type(obj) != H5I_DATASET)
@@ -692,6 +770,7 @@ ra_status h5io_info(const char *path, FILE *out)
     }
     if (c.count == 0)
         fprintf(out, "  (none)\n");
+    h5io_links_list(file, path, out);
 
     fprintf(out, "attributes:\n");
     c.name_w = 0;

@@ -10,8 +10,29 @@
 
 enum { Q_LENS, KV_LENS, Q_SEGMENTS, KV_SEGMENTS, SEGMENTS, NMASKS };
 
-static const char *const mask_names[NMASKS] = {
+static const char *const default_names[NMASKS] = {
     "/q_lens", "/kv_lens", "/q_segments", "/kv_segments", "/segments"};
+
+/* The dataset of each mask, and whether the caller named it (then it must
+ * exist). */
+typedef struct {
+    const char *name[NMASKS];
+    int required[NMASKS];
+} mask_set;
+
+static mask_set names_resolve(const ra_h5_source *src)
+{
+    const char *given[NMASKS] = {
+        src ? src->q_lens : NULL, src ? src->kv_lens : NULL,
+        src ? src->q_segments : NULL, src ? src->kv_segments : NULL,
+        src ? src->segments : NULL};
+    mask_set n;
+    for (int i = 0; i < NMASKS; i++) {
+        n.name[i] = given[i] ? given[i] : default_names[i];
+        n.required[i] = given[i] != NULL;
+    }
+    return n;
+}
 
 /* What one mask dataset must look like and where this rank's part goes. */
 typedef struct {
@@ -35,23 +56,29 @@ static int64_t *mask_alloc(int64_t B, int64_t count)
 
 /* Checks which datasets are present and that they form an allowed set. */
 static ra_status masks_presence(hid_t file, const char *path,
-                                const ra_shape *s, mask_spec *m)
+                                const mask_set *nm, const ra_shape *s,
+                                mask_spec *m)
 {
-    for (int i = 0; i < NMASKS; i++)
+    const char *const *mask_names = nm->name;
+    for (int i = 0; i < NMASKS; i++) {
         m[i].present = H5Lexists(file, mask_names[i], H5P_DEFAULT) > 0;
+        if (nm->required[i] && !m[i].present)
+            return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: not found",
+                                path, mask_names[i]);
+    }
     if (m[SEGMENTS].present && (m[Q_SEGMENTS].present ||
                                 m[KV_SEGMENTS].present))
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset /segments: present "
-                            "together with %s; give /segments or both "
-                            "/q_segments and /kv_segments", path,
-                            m[Q_SEGMENTS].present ? "/q_segments"
-                                                  : "/kv_segments");
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: present "
+                            "together with %s; give one for both or one "
+                            "for each side", path, mask_names[SEGMENTS],
+                            mask_names[m[Q_SEGMENTS].present ? Q_SEGMENTS
+                                                             : KV_SEGMENTS]);
     if (m[SEGMENTS].present && s->N != s->M)
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset /segments: stands for "
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: stands for "
                             "both queries and keys, so needs N == M, found "
                             "N = %lld, M = %lld; give /q_segments and "
-                            "/kv_segments instead", path, (long long)s->N,
-                            (long long)s->M);
+                            "/kv_segments instead", path, mask_names[SEGMENTS],
+                            (long long)s->N, (long long)s->M);
     if (m[Q_SEGMENTS].present != m[KV_SEGMENTS].present)
         return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: present without "
                             "%s; give both or neither", path,
@@ -117,7 +144,8 @@ static void masks_plan(const ra_shape *s, ra_slice sq, ra_slice sk,
 
 /* Step 2 of masks_read(): opens and checks the present datasets and
  * allocates this rank's parts (not collective). */
-static ra_status masks_open(hid_t file, const char *path, const ra_shape *s,
+static ra_status masks_open(hid_t file, const char *path,
+                            const char *const *mask_names, const ra_shape *s,
                             mask_spec *m)
 {
     ra_status st = RA_OK;
@@ -139,8 +167,9 @@ static ra_status masks_open(hid_t file, const char *path, const ra_shape *s,
 
 /* Step 3's end: the keys' copy of /segments and the range of the lengths
  * (every rank holds the same lengths, so reaches the same verdict). */
-static ra_status masks_finish(const char *path, const ra_shape *s,
-                              ra_slice sk, mask_spec *m)
+static ra_status masks_finish(const char *path,
+                              const char *const *mask_names,
+                              const ra_shape *s, ra_slice sk, mask_spec *m)
 {
     if (m[SEGMENTS].present) /* with N == M the q and kv slices are equal */
         memcpy(m[KV_SEGMENTS].buf, m[SEGMENTS].buf,
@@ -148,9 +177,11 @@ static ra_status masks_finish(const char *path, const ra_shape *s,
                    sizeof *m[SEGMENTS].buf);
     ra_status st = RA_OK;
     if (m[Q_LENS].present)
-        st = lens_check(path, "/q_lens", "N", s->N, m[Q_LENS].buf, s->B);
+        st = lens_check(path, mask_names[Q_LENS], "N", s->N, m[Q_LENS].buf,
+                        s->B);
     if (st == RA_OK && m[KV_LENS].present)
-        st = lens_check(path, "/kv_lens", "M", s->M, m[KV_LENS].buf, s->B);
+        st = lens_check(path, mask_names[KV_LENS], "M", s->M, m[KV_LENS].buf,
+                        s->B);
     return st;
 }
 
@@ -158,9 +189,10 @@ static ra_status masks_finish(const char *path, const ra_shape *s,
  * status. m[i].buf receives the present masks (with /segments, also
  * m[KV_SEGMENTS].buf, a copy); the caller owns them, on failure too. */
 static ra_status masks_read(MPI_Comm comm, const char *path,
-                            const ra_shape *s, ra_layout layout,
-                            mask_spec *m)
+                            const mask_set *nm, const ra_shape *s,
+                            ra_layout layout, mask_spec *m)
 {
+    const char *const *mask_names = nm->name;
     hid_t fapl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
     hid_t file = H5I_INVALID_HID;
     ra_slice sq, sk;
@@ -182,11 +214,11 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
     else
         st = h5io_file_open(path, fapl, &file);
     if ((st = ra_agree(comm, st)) != RA_OK ||
-        (st = ra_agree(comm, masks_presence(file, path, s, m))) != RA_OK)
+        (st = ra_agree(comm, masks_presence(file, path, nm, s, m))) != RA_OK)
         goto cleanup;
 
     /* step 2: open and check the present datasets, allocate their parts */
-    if ((st = ra_agree(comm, masks_open(file, path, s, m))) != RA_OK)
+    if ((st = ra_agree(comm, masks_open(file, path, mask_names, s, m))) != RA_OK)
         goto cleanup;
 
     /* step 3: collective reads, then the range of the lengths */
@@ -196,7 +228,7 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
                                 H5T_NATIVE_INT64, m[i].rank, m[i].want,
                                 m[i].rank - 1, &m[i].slice, m[i].buf);
     if ((st = ra_agree(comm, st)) == RA_OK)
-        st = masks_finish(path, s, sk, m);
+        st = masks_finish(path, mask_names, s, sk, m);
 
 cleanup:
     for (int i = 0; i < NMASKS; i++)
@@ -213,7 +245,16 @@ ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                            const ra_shape *shape, ra_layout layout,
                            ra_h5_masks *masks)
 {
+    return ra_h5_read_masks_from(comm, path, NULL, shape, layout, masks);
+}
+
+ra_status ra_h5_read_masks_from(MPI_Comm comm, const char *path,
+                                const ra_h5_source *src,
+                                const ra_shape *shape, ra_layout layout,
+                                ra_h5_masks *masks)
+{
     ra_error_clear();
+    const mask_set nm = names_resolve(src);
     mask_spec m[NMASKS];
     h5io_quiet quiet;
     ra_status st;
@@ -230,7 +271,7 @@ ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                             (int)layout);
 
     h5io_quiet_begin(&quiet);
-    st = ra_agree(comm, masks_read(comm, path, shape, layout, m));
+    st = ra_agree(comm, masks_read(comm, path, &nm, shape, layout, m));
     h5io_quiet_end(&quiet);
     if (st != RA_OK) {
         for (int i = 0; i < NMASKS; i++)

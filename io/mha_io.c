@@ -69,37 +69,21 @@ static ra_status y_write(hid_t file, MPI_Comm comm, void *arg)
     ra_status st;
     int nranks;
     MPI_Comm_size(comm, &nranks);
+    const h5io_recipe recipe = {
+        .kind = "mha", .params = c->params,
+        .scale = ra_params_scale(c->params, c->shape), .nranks = nranks,
+        .command_line = c->command_line};
     if ((st = h5io_dset_write(comm, file, c->path, "/y", H5T_IEEE_F32LE,
                               H5T_NATIVE_FLOAT, 3, dims, 1, c->slice,
                               c->y)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, c->path, "engine_version",
-                                     RA_VERSION_STRING)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, c->path, "schema_version",
-                                  RA_SCHEMA_VERSION)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, c->path, "kind",
-                                     "mha")) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, c->path, "causal",
-                                  c->params->causal)) != RA_OK ||
+        (st = h5io_record(comm, file, c->path, &recipe)) != RA_OK ||
         (st = h5io_attr_write_int(comm, file, c->path, "heads",
                                   (int)c->shape->H)) != RA_OK ||
         (st = h5io_attr_write_int(comm, file, c->path, "kv_heads",
-                                  (int)c->shape->G)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, c->path, "pos_encoding",
-                                  c->pos_encoding)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, c->path, "layout",
-                                     ra_layout_name(c->params->layout))) !=
-            RA_OK ||
-        (st = h5io_attr_write_int(comm, file, c->path, "ranks", nranks)) !=
-            RA_OK ||
-        (st = h5io_attr_write_string(comm, file, c->path, "rope",
-                                     ra_rope_name(c->params->rope))) != RA_OK ||
-        (st = h5io_attr_write_double(comm, file, c->path, "rope_base",
-                                     c->params->rope_base)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, c->path, "alibi",
-                                  c->params->alibi ? 1 : 0)) != RA_OK)
+                                  (int)c->shape->G)) != RA_OK)
         return st;
-    return h5io_attr_write_string(comm, file, c->path, "command_line",
-                                  c->command_line ? c->command_line : "");
+    return h5io_attr_write_int(comm, file, c->path, "pos_encoding",
+                               c->pos_encoding);
 }
 
 ra_status h5io_write_layer_output(MPI_Comm comm, const char *path, int force,

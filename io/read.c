@@ -1,40 +1,61 @@
 /* read.c: parallel reading of input files, /q (B, N, H, D), /k (B, M, G, Dk)
- * and /v (B, M, G, Dv), each rank reading only the tokens its layout slice
+ * and /v (B, M, G, Dv) (other dataset names, heads-first storage: see
+ * ra_h5_source), each rank reading only the tokens its layout slice
  * names. */
 #include <string.h>
 
 #include "h5util.h"
 #include "internal.h"
 
-/* Checks that the sizes of /q, /k and /v fit one problem and fills shape. */
-static ra_status shape_match(const char *path, const hsize_t *q,
-                             const hsize_t *k, const hsize_t *v,
-                             ra_shape *shape)
+/* The dataset names of a source, defaults filled. */
+typedef struct {
+    const char *name[3]; /* q, k, v */
+    ra_axes axes;
+} source_names;
+
+static source_names source_resolve(const ra_h5_source *src)
 {
+    source_names n = {{"/q", "/k", "/v"}, RA_AXES_BNHD};
+    if (src) {
+        n.name[0] = src->q ? src->q : n.name[0];
+        n.name[1] = src->k ? src->k : n.name[1];
+        n.name[2] = src->v ? src->v : n.name[2];
+        n.axes = src->axes;
+    }
+    return n;
+}
+
+/* Checks that the logical sizes (B, len, heads, dim) of q, k and v fit one
+ * problem and fills shape. */
+static ra_status shape_match(const char *path, const source_names *nm,
+                             const hsize_t *q, const hsize_t *k,
+                             const hsize_t *v, ra_shape *shape)
+{
+    const char *qn = nm->name[0], *kn = nm->name[1], *vn = nm->name[2];
     char why[256];
     ra_status st;
 
     if (k[0] != q[0] || v[0] != q[0])
         return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: batch B = %llu "
-                            "differs from /q (B = %llu)", path,
-                            k[0] != q[0] ? "/k" : "/v",
+                            "differs from %s (B = %llu)", path,
+                            k[0] != q[0] ? kn : vn,
                             (unsigned long long)(k[0] != q[0] ? k[0] : v[0]),
-                            (unsigned long long)q[0]);
+                            qn, (unsigned long long)q[0]);
     if (v[1] != k[1])
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset /v: length M = %llu "
-                            "differs from /k (M = %llu)", path,
-                            (unsigned long long)v[1],
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: length M = %llu "
+                            "differs from %s (M = %llu)", path, vn,
+                            (unsigned long long)v[1], kn,
                             (unsigned long long)k[1]);
     if (v[2] != k[2])
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset /v: kv heads G = %llu "
-                            "differ from /k (G = %llu)", path,
-                            (unsigned long long)v[2],
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: kv heads G = %llu "
+                            "differ from %s (G = %llu)", path, vn,
+                            (unsigned long long)v[2], kn,
                             (unsigned long long)k[2]);
     if (q[2] % k[2] != 0)
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset /k: kv heads G = %llu "
-                            "do not divide the query heads H = %llu of /q",
-                            path, (unsigned long long)k[2],
-                            (unsigned long long)q[2]);
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: kv heads G = %llu "
+                            "do not divide the query heads H = %llu of %s",
+                            path, kn, (unsigned long long)k[2],
+                            (unsigned long long)q[2], qn);
 
     memset(shape, 0, sizeof *shape); /* fields not read here: defaults */
     shape->B = (int64_t)q[0];
@@ -54,28 +75,45 @@ static ra_status shape_match(const char *path, const hsize_t *q,
     return RA_OK;
 }
 
-static ra_status shape_read(MPI_Comm comm, const char *path, ra_shape *shape)
+/* Opens input tensor i of nm in file: its file sizes, its order, and its
+ * logical sizes (B, len, heads, dim). */
+static ra_status tensor_open(hid_t file, const char *path,
+                             const source_names *nm, int i, hid_t *dset,
+                             hsize_t fdims[4], ra_axes *axes, hsize_t dims[4])
+{
+    ra_status st = h5io_dset_open(file, path, nm->name[i], H5T_FLOAT, 4,
+                                  fdims, dset);
+    if (st == RA_OK &&
+        (st = h5io_axes_of(*dset, path, nm->name[i], nm->axes, axes)) == RA_OK)
+        h5io_axes_dims(*axes, fdims, dims);
+    return st;
+}
+
+static ra_status shape_read(MPI_Comm comm, const char *path,
+                            const source_names *nm, ra_shape *shape,
+                            ra_axes used[3])
 {
     hid_t fapl = H5I_INVALID_HID, file = H5I_INVALID_HID;
-    hsize_t q[4], k[4], v[4];
-    ra_status st;
+    hid_t dset[3] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
+    hsize_t fdims[4], dims[3][4];
+    ra_status st = RA_OK;
 
     if ((fapl = h5io_fapl_mpio(comm)) < 0) {
         st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",
                           path);
         goto cleanup;
     }
-    if ((st = h5io_file_open(path, fapl, &file)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/q", H5T_FLOAT, 4, q,
-                             NULL)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/k", H5T_FLOAT, 4, k,
-                             NULL)) != RA_OK ||
-        (st = h5io_dset_open(file, path, "/v", H5T_FLOAT, 4, v,
-                             NULL)) != RA_OK)
+    if ((st = h5io_file_open(path, fapl, &file)) != RA_OK)
         goto cleanup;
-    st = shape_match(path, q, k, v, shape);
+    for (int i = 0; i < 3 && st == RA_OK; i++)
+        st = tensor_open(file, path, nm, i, &dset[i], fdims, &used[i],
+                         dims[i]);
+    if (st == RA_OK)
+        st = shape_match(path, nm, dims[0], dims[1], dims[2], shape);
 
 cleanup:
+    for (int i = 0; i < 3; i++)
+        if (dset[i] >= 0) H5Dclose(dset[i]);
     if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
         st = ra_error_set(RA_ERR_IO, "%s: closing the file failed", path);
     if (fapl >= 0)
@@ -83,47 +121,60 @@ cleanup:
     return st;
 }
 
-ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape)
+ra_status ra_h5_read_shape_from(MPI_Comm comm, const char *path,
+                                const ra_h5_source *src, ra_shape *shape,
+                                ra_axes used[3])
 {
     ra_error_clear();
+    const source_names nm = source_resolve(src);
+    ra_axes mine[3];
     h5io_quiet quiet;
     ra_status st;
 
     h5io_quiet_begin(&quiet);
-    st = ra_agree(comm, shape_read(comm, path, shape));
+    st = ra_agree(comm, shape_read(comm, path, &nm, shape, mine));
     h5io_quiet_end(&quiet);
+    if (st == RA_OK && used)
+        memcpy(used, mine, sizeof mine);
     return st;
 }
 
-/* Reads this rank's slice of one input tensor (B, len, heads, dim) along
- * axis 1 into buf (B, slice->count, heads, dim), converting to float32;
- * collective. */
+ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape)
+{
+    return ra_h5_read_shape_from(comm, path, NULL, shape, NULL);
+}
+
+/* Reads this rank's slice of input tensor i of nm (B, len, heads, dim)
+ * along the token axis into buf (B, slice->count, heads, dim), converting
+ * to float32; collective. */
 static ra_status tensor_read(hid_t file, hid_t dxpl, const char *path,
-                             const char *name, const int64_t want[4],
-                             const ra_slice *slice, float *buf)
+                             const source_names *nm, int i,
+                             const int64_t want[4], const ra_slice *slice,
+                             float *buf)
 {
     hid_t dset = H5I_INVALID_HID;
-    hsize_t dims[4];
+    hsize_t fdims[4], dims[4];
     char found[96], expect[96];
+    ra_axes axes;
     ra_status st;
 
-    if ((st = h5io_dset_open(file, path, name, H5T_FLOAT, 4, dims,
-                             &dset)) != RA_OK)
+    if ((st = tensor_open(file, path, nm, i, &dset, fdims, &axes,
+                          dims)) != RA_OK)
         goto cleanup;
-    for (int i = 0; i < 4; i++) {
-        if (dims[i] != (hsize_t)want[i]) {
+    for (int a = 0; a < 4; a++) {
+        if (dims[a] != (hsize_t)want[a]) {
             hsize_t w[4] = {(hsize_t)want[0], (hsize_t)want[1],
                             (hsize_t)want[2], (hsize_t)want[3]};
             h5io_dims_format(dims, 4, found, sizeof found);
             h5io_dims_format(w, 4, expect, sizeof expect);
-            st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: shape %s differs "
-                              "from the expected %s", path, name, found,
-                              expect);
+            st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: shape %s (as "
+                              "%s) differs from the expected %s", path,
+                              nm->name[i], found, ra_axes_name(axes), expect);
             goto cleanup;
         }
     }
-    st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, 4, dims, 1,
-                        slice, buf);
+    st = h5io_dset_read_axes(dset, dxpl, path, nm->name[i], H5T_NATIVE_FLOAT,
+                             axes, fdims, slice, buf);
 
 cleanup:
     if (dset >= 0) H5Dclose(dset);
@@ -131,8 +182,8 @@ cleanup:
 }
 
 static ra_status inputs_read(MPI_Comm comm, const char *path,
-                             const ra_shape *s, ra_layout layout, float *q,
-                             float *k, float *v)
+                             const source_names *nm, const ra_shape *s,
+                             ra_layout layout, float *q, float *k, float *v)
 {
     hid_t fapl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
     hid_t file = H5I_INVALID_HID;
@@ -156,9 +207,9 @@ static ra_status inputs_read(MPI_Comm comm, const char *path,
         goto cleanup;
     }
     if ((st = h5io_file_open(path, fapl, &file)) == RA_OK &&
-        (st = tensor_read(file, dxpl, path, "/q", qdims, &sq, q)) == RA_OK &&
-        (st = tensor_read(file, dxpl, path, "/k", kdims, &sk, k)) == RA_OK)
-        st = tensor_read(file, dxpl, path, "/v", vdims, &sk, v);
+        (st = tensor_read(file, dxpl, path, nm, 0, qdims, &sq, q)) == RA_OK &&
+        (st = tensor_read(file, dxpl, path, nm, 1, kdims, &sk, k)) == RA_OK)
+        st = tensor_read(file, dxpl, path, nm, 2, vdims, &sk, v);
 
 cleanup:
     if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
@@ -168,11 +219,13 @@ cleanup:
     return st;
 }
 
-ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
-                            const ra_shape *shape, ra_layout layout,
-                            float *q, float *k, float *v)
+ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
+                                 const ra_h5_source *src,
+                                 const ra_shape *shape, ra_layout layout,
+                                 float *q, float *k, float *v)
 {
     ra_error_clear();
+    const source_names nm = source_resolve(src);
     h5io_quiet quiet;
     ra_status st;
 
@@ -182,7 +235,14 @@ ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
         return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
                             (int)layout);
     h5io_quiet_begin(&quiet);
-    st = ra_agree(comm, inputs_read(comm, path, shape, layout, q, k, v));
+    st = ra_agree(comm, inputs_read(comm, path, &nm, shape, layout, q, k, v));
     h5io_quiet_end(&quiet);
     return st;
+}
+
+ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
+                            const ra_shape *shape, ra_layout layout,
+                            float *q, float *k, float *v)
+{
+    return ra_h5_read_inputs_from(comm, path, NULL, shape, layout, q, k, v);
 }

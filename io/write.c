@@ -2,6 +2,7 @@
  * (B, H, N) and the run's attributes, each rank writing only the queries
  * its layout slice names, into a file committed atomically. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "h5util.h"
@@ -11,30 +12,13 @@ typedef struct {
     const char *path;
     const ra_shape *shape;
     const ra_run_meta *meta;
+    char o_name[300], lse_name[300], map_name[300]; /* under out_group */
     const float *o;    /* (B, n, H, Dv) */
     const float *lse;  /* (B, H, n) */
     ra_slice rows;     /* this rank's queries: n = rows.count */
     int nranks;
 } outputs_ctx;
 
-
-/* The positional encodings: RoPE's pairing and base, ALiBi on and where
- * its slopes came from ("standard", "/alibi_slopes" or ""). */
-static ra_status posenc_attrs_write(hid_t file, MPI_Comm comm,
-                                    const char *path, const ra_params *p)
-{
-    ra_status st;
-    if ((st = h5io_attr_write_string(comm, file, path, "rope",
-                                     ra_rope_name(p->rope))) != RA_OK ||
-        (st = h5io_attr_write_double(comm, file, path, "rope_base",
-                                     p->rope_base)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "alibi",
-                                  p->alibi ? 1 : 0)) != RA_OK)
-        return st;
-    return h5io_attr_write_string(comm, file, path, "alibi_slopes",
-                                  !p->alibi ? "" : p->alibi_slopes
-                                  ? "/alibi_slopes" : "standard");
-}
 
 /* /attn_map (B, nheads, i1 - i0, M): each rank writes the map rows its
  * slice holds; root attributes attn_map_rows "i0:i1" and attn_map_heads
@@ -55,7 +39,7 @@ static ra_status map_write(hid_t file, MPI_Comm comm, const outputs_ctx *c)
     }
     snprintf(text, sizeof text, "%lld:%lld", (long long)map->i0,
              (long long)map->i1);
-    if ((st = h5io_dset_write(comm, file, c->path, "/attn_map",
+    if ((st = h5io_dset_write(comm, file, c->path, c->map_name,
                               H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dims, 2,
                               &rows, map->out)) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, c->path, "attn_map_rows",
@@ -64,64 +48,106 @@ static ra_status map_write(hid_t file, MPI_Comm comm, const outputs_ctx *c)
     return h5io_attr_write_string(comm, file, c->path, "attn_map_heads", heads);
 }
 
-static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
+/* This rank's /o converted to the file type otype, in a new buffer
+ * (*out, caller frees): parallel HDF5 writes collectively, which filtered
+ * datasets need, only when no conversion is left to it; 16-bit types are
+ * encoded by h5io_half_encode(). */
+static ra_status o_convert(const outputs_ctx *c, hid_t otype, void **out)
 {
-    const outputs_ctx *c = arg;
+    const ra_shape *s = c->shape;
+    const size_t n = (size_t)(s->B * c->rows.count * s->H * s->Dv);
+    const size_t size = H5Tget_size(otype);
+    *out = malloc((n + 1) * (size > sizeof(float) ? size : sizeof(float)));
+    if (!*out)
+        return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate /o in %zu-byte "
+                            "values", c->path, size);
+    if (c->meta->out_dtype == RA_DTYPE_F16 ||
+        c->meta->out_dtype == RA_DTYPE_BF16) {
+        h5io_half_encode(c->o, *out, n, c->meta->out_dtype == RA_DTYPE_BF16);
+        return RA_OK;
+    }
+    memcpy(*out, c->o, n * sizeof(float));
+    if (n && H5Tconvert(H5T_NATIVE_FLOAT, otype, n, *out, NULL,
+                        H5P_DEFAULT) < 0)
+        return ra_error_set(RA_ERR_IO, "%s: converting /o to %s failed",
+                            c->path, ra_dtype_name(c->meta->out_dtype));
+    return RA_OK;
+}
+
+/* /o in the chosen type and /lse in float32, each in the chosen storage. */
+static ra_status tensors_write(hid_t file, MPI_Comm comm,
+                               const outputs_ctx *c)
+{
     const ra_shape *s = c->shape;
     const ra_run_meta *m = c->meta;
-    const ra_params *p = m->params;
-    const char *path = c->path;
     const hsize_t odims[4] = {(hsize_t)s->B, (hsize_t)s->N, (hsize_t)s->H,
                               (hsize_t)s->Dv};
     const hsize_t ldims[3] = {(hsize_t)s->B, (hsize_t)s->H, (hsize_t)s->N};
+    const h5io_storage storage = {m->out_chunk, m->out_compress};
+    hid_t otype = h5io_dtype_file_type(m->out_dtype);
+    void *o = NULL;
+    ra_status st = otype < 0 ? ra_error_set(RA_ERR_IO, "%s: cannot make the "
+                                            "type %s of /o", c->path,
+                                            ra_dtype_name(m->out_dtype))
+                             : o_convert(c, otype, &o);
+    if ((st = ra_agree(comm, st)) == RA_OK &&
+        (st = h5io_dset_write_stored(comm, file, c->path, c->o_name, otype,
+                                     otype,
+                                     4, odims, 1, &c->rows, o,
+                                     &storage)) == RA_OK)
+        st = h5io_dset_write_stored(comm, file, c->path, c->lse_name,
+                                    H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, ldims,
+                                    2, &c->rows, c->lse, &storage);
+    free(o);
+    if (otype >= 0)
+        H5Tclose(otype);
+    return st;
+}
+
+/* Creates the output group with its parents; collective, agreed. */
+static ra_status group_make(hid_t file, MPI_Comm comm, const char *path,
+                            const char *group)
+{
+    char why[H5IO_DETAIL_LEN];
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), g = H5I_INVALID_HID;
+    ra_status st = RA_OK;
+    if (lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0 ||
+        (g = H5Gcreate2(file, group, lcpl, H5P_DEFAULT, H5P_DEFAULT)) < 0) {
+        h5io_error_detail(why);
+        st = ra_error_set(RA_ERR_IO, "%s: group %s: creation failed: %s",
+                          path, group, why);
+    }
+    if (g >= 0) H5Gclose(g);
+    if (lcpl >= 0) H5Pclose(lcpl);
+    return ra_agree(comm, st);
+}
+
+static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
+{
+    const outputs_ctx *c = arg;
+    const ra_run_meta *m = c->meta;
+    const h5io_recipe recipe = {
+        .out_group = m->out_group,
+        .kind = "attention", .params = m->params, .scale = m->scale,
+        .nranks = c->nranks, .has_qkv = 1, .source = m->source,
+        .masks = m->masks ? m->masks : "", .out_dtype = m->out_dtype,
+        .out_chunk = m->out_chunk, .out_compress = m->out_compress,
+        .command_line = m->command_line};
     ra_status st;
 
-    if ((st = h5io_dset_write(comm, file, path, "/o", H5T_IEEE_F32LE,
-                              H5T_NATIVE_FLOAT, 4, odims, 1, &c->rows,
-                              c->o)) != RA_OK ||
-        (st = h5io_dset_write(comm, file, path, "/lse", H5T_IEEE_F32LE,
-                              H5T_NATIVE_FLOAT, 3, ldims, 2, &c->rows,
-                              c->lse)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "engine_version",
-                                     RA_VERSION_STRING)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "schema_version",
-                                  RA_SCHEMA_VERSION)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "causal",
-                                  p->causal)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "window",
-                                  p->window ? 1 : 0)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "window_left",
-                                    p->window_left)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "window_right",
-                                    p->window_right)) != RA_OK ||
-        (st = h5io_attr_write_double(comm, file, path, "scale",
-                                     m->scale)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "layout",
-                                     ra_layout_name(ra_params_layout(p, 0))))
-            != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "ranks",
-                                  c->nranks)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "block_q",
+    if (m->out_group && (st = group_make(file, comm, c->path,
+                                         m->out_group)) != RA_OK)
+        return st;
+    if ((st = tensors_write(file, comm, c)) != RA_OK ||
+        (st = h5io_record(comm, file, c->path, &recipe)) != RA_OK ||
+        (st = h5io_attr_write_int64(comm, file, c->path, "block_q",
                                     m->block_q)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "block_kv",
+        (st = h5io_attr_write_int64(comm, file, c->path, "block_kv",
                                     m->block_kv)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "command_line",
-                                     m->command_line ? m->command_line
-                                                     : "")) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "seq_q",
-                                    s->N)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "seq_kv", s->M)) != RA_OK)
-        return st;
-    if ((st = h5io_attr_write_string(comm, file, path, "masks",
-                                     m->masks ? m->masks : "")) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "score",
-                                     ra_score_name(p->score))) != RA_OK ||
-        (st = h5io_attr_write_double(comm, file, path, "sigma",
-                                     p->sigma)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "strategy",
-                                     ra_strategy_name(p->strategy))) != RA_OK)
-        return st;
-    if ((st = posenc_attrs_write(file, comm, path, p)) != RA_OK)
+        (st = h5io_attr_write_int64(comm, file, c->path, "seq_q",
+                                    c->shape->N)) != RA_OK ||
+        (st = h5io_attr_write_int64(comm, file, c->path, "seq_kv",
+                                    c->shape->M)) != RA_OK)
         return st;
     return m->map ? map_write(file, comm, c) : RA_OK;
 }
@@ -131,7 +157,8 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                               const float *o, const float *lse)
 {
     ra_error_clear();
-    outputs_ctx c = {path, shape, meta, o, lse, {0}, 0};
+    outputs_ctx c = {.path = path, .shape = shape, .meta = meta, .o = o,
+                     .lse = lse};
     h5io_quiet quiet;
     ra_status st;
     int rank;
@@ -141,12 +168,35 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                             "meta->params are required");
     if ((st = ra_shape_check(shape)) != RA_OK)
         return st;
+    if ((unsigned)meta->out_dtype > RA_DTYPE_F64 || meta->out_chunk < 0 ||
+        meta->out_compress < 0 || meta->out_compress > 9 ||
+        (meta->out_compress && !meta->out_chunk))
+        return ra_error_set(RA_ERR_ARG, "%s: output type %d, chunk %lld, "
+                            "compression %d: want a known type, a chunk >= 0 "
+                            "and a gzip level 0..9 (above 0 only with chunks)",
+                            path, (int)meta->out_dtype,
+                            (long long)meta->out_chunk, meta->out_compress);
+    if (meta->out_group && (meta->out_group[0] != '/' ||
+                            strlen(meta->out_group) > 256))
+        return ra_error_set(RA_ERR_ARG, "%s: output group '%s': must be an "
+                            "absolute path of at most 256 characters, e.g. "
+                            "/layer3", path, meta->out_group);
+    if (meta->out_compress && !H5_VERSION_GE(1, 10, 2))
+        return ra_error_set(RA_ERR_ARG, "%s: this parallel HDF5 (%d.%d.%d) "
+                            "cannot write compressed datasets collectively "
+                            "(1.10.2 or later can)", path, H5_VERS_MAJOR,
+                            H5_VERS_MINOR, H5_VERS_RELEASE);
     if ((unsigned)ra_params_layout(meta->params, 0) > RA_LAYOUT_STRIPED)
         return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
                             (int)ra_params_layout(meta->params, 0));
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
+    const char *g = meta->out_group ? meta->out_group : "";
+    const char *sep = g[0] && g[strlen(g) - 1] == '/' ? "" : "/";
+    snprintf(c.o_name, sizeof c.o_name, "%s%so", g, sep);
+    snprintf(c.lse_name, sizeof c.lse_name, "%s%slse", g, sep);
+    snprintf(c.map_name, sizeof c.map_name, "%s%sattn_map", g, sep);
     c.rows = ra_layout_slice(ra_params_layout(meta->params, 0), shape->N, rank, c.nranks);
 
     h5io_quiet_begin(&quiet);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench-plot.py: charts from `ringattn bench --json` rows (or a sweep).
 
-    python3 launch/bench-plot.py rows.json [--out-dir DIR]
+    /usr/bin/python3 launch/bench-plot.py rows.json [--out-dir DIR]
 
 Writes, for whatever the rows contain:
   bench-gflops.png   GFLOP/s and fraction of sgemm against N, one line per

@@ -161,9 +161,15 @@ void cli_shape_default(cli_shape *cs);
 /* Resolves unset flags: M = N, G = H, Dv = D. */
 void cli_shape_finish(cli_shape *cs);
 
-/* Threads come from the parameters only: the command line resolves an unset
- * --threads from OMP_NUM_THREADS (1 when that is unset). */
-void cli_params_finish(ra_params *p);
+/* ra_params_default() with the gaussian bandwidth marked "not given", so
+ * that cli_params_finish() can tell --sigma 1 from no --sigma. */
+void cli_params_default(ra_params *p);
+
+/* After parsing: threads come from the parameters only, an unset --threads
+ * resolved from OMP_NUM_THREADS (1 when that is unset); --scale with a
+ * score other than dot and --sigma with a score other than gaussian are
+ * refused (RA_ERR_ARG); an unset sigma becomes 1. */
+ra_status cli_params_finish(ra_params *p);
 
 /* The parameters of a run checked as one rule, for run (file NULL: they
  * came from options, named by flag, and a NaN scale means the default) and
@@ -234,6 +240,31 @@ int cli_exit_code(ra_status st);
 void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
                       const ra_params *p, int layout_auto, const char *in,
                       const char *out);
+
+/* Continues the parameter table: the datasets q, k, v were read from, the
+ * axis order each was read in (used), and the order of datasets without
+ * an axes attribute (src->axes). */
+void cli_print_source(const cli_ctx *ctx, const ra_h5_source *src,
+                      const ra_axes used[3]);
+
+/* What `run --json FILE` writes: one run, after its output is committed. */
+typedef struct {
+    const char *in, *out;
+    const ra_shape *shape;
+    const ra_params *params;     /* layout resolved */
+    double scale;                /* the dot score's scale actually used */
+    const ra_h5_source *source;
+    const char *masks;
+    ra_dtype out_dtype;
+    int64_t block_q, block_kv;
+    int nranks, threads;
+    double t_attention, t_read, t_write, gflops;
+} cli_run_summary;
+
+/* Writes the summary as JSON to path (checked before the run with
+ * cli_output_agree); rank 0 alone; RA_ERR_IO on failure, leaving no
+ * partial file. */
+ra_status cli_json_write(const char *path, const cli_run_summary *r);
 
 /* `ringattn --version`: the version and the build's BLAS, MPI, HDF5 and the
  * SIMD path of the exp, from rank 0. */

@@ -531,7 +531,7 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     bench_opts o = {0};
     int help = 0, nrows = 0, pass = 0;
     cli_shape_default(&o.cs);
-    ra_params_default(&o.p);
+    cli_params_default(&o.p);
     if (parse_bench(&o, argc, argv, &help) != 0)
         return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
     if (help) {
@@ -540,7 +540,8 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
         return CLI_EXIT_OK;
     }
     cli_shape_finish(&o.cs);
-    cli_params_finish(&o.p);
+    if (cli_params_finish(&o.p) != RA_OK)
+        return cli_fail_status(ctx, RA_ERR_ARG);
     if ((int)o.p.strategy == CLI_STRATEGY_ALL) {
         o.all_strategies = 1;
         o.p.strategy = RA_STRATEGY_RING;

@@ -331,14 +331,15 @@ static void mha_report(const cli_ctx *ctx, const mha_opts *o,
 int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
 {
     mha_opts o = {0};
-    ra_params_default(&o.p);
+    cli_params_default(&o.p);
     int code = cli_parse_or_exit(ctx, &mha_spec, &o, argc, argv);
     if (code >= 0)
         return code;
     if (!o.in || !o.out)
         return cli_fail(ctx, CLI_EXIT_USAGE, "run --mha: --in and --out are "
                                              "required");
-    cli_params_finish(&o.p);
+    if (cli_params_finish(&o.p) != RA_OK)
+        return cli_fail_status(ctx, RA_ERR_ARG);
     mha_state r = {0};
     ra_status st = mha_validate(ctx, &o, &r);
     if (st == RA_OK && (st = mha_setup(ctx, &o, &r)) == RA_OK) {

@@ -15,9 +15,9 @@
 
 typedef struct {
     const char *files[2]; /* OUT.h5, MAP.png */
-    const char *batch, *head, *width, *reduce;
+    const char *batch, *head, *width, *reduce, *vmax;
     int64_t batch_v, head_v, width_v;
-    int reduce_v, force;
+    int reduce_v, force, log;
 } plot_opts;
 
 static const char *const reductions[] = {"max", "mean", NULL};
@@ -48,13 +48,28 @@ static int keep_reduce(const cli_opt *o, const char *val, void *base)
     return -1;
 }
 
+/* --vmax: a finite number > 0, kept as text for the script. */
+static int keep_vmax(const cli_opt *o, const char *val, void *base)
+{
+    double v;
+    if (cli_parse_f64(o->name, val, &v) != 0)
+        return -1;
+    if (!(v > 0)) {
+        ra_error_set(RA_ERR_ARG, "%s: %s is not a number > 0", o->name, val);
+        return -1;
+    }
+    ((plot_opts *)base)->vmax = val;
+    return 0;
+}
+
 static const cli_opt plot_own[] = {
     {.name = "--batch", .kind = CLI_CUSTOM, .meta = "B", .fn = keep_int,
      .offset = offsetof(plot_opts, batch), .def = "0",
      .help = "batch of the map"},
     {.name = "--head", .kind = CLI_CUSTOM, .meta = "I", .fn = keep_int,
-     .offset = offsetof(plot_opts, head), .def = "0",
-     .help = "index into the map's heads (not the model head)"},
+     .offset = offsetof(plot_opts, head),
+     .help = "model head number, one of those the map holds\n"
+     "(run --attn-map-heads; default: its first)"},
     {.name = "--width", .kind = CLI_CUSTOM, .meta = "W", .fn = keep_int,
      .offset = offsetof(plot_opts, width), .def = "1000",
      .help = "at most W pixel columns; wider maps reduce runs of\n"
@@ -63,6 +78,13 @@ static const cli_opt plot_own[] = {
      .fn = keep_reduce, .def = "max",
      .help = "how a pixel column reduces its keys: max keeps every\n"
      "peak, mean the weight mass; the image states it"},
+    {.name = "--log", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(plot_opts, log, int),
+     .help = "logarithmic colour scale over six decades below\n"
+     "the top (zeros show at the floor)"},
+    {.name = "--vmax", .kind = CLI_CUSTOM, .meta = "V", .fn = keep_vmax,
+     .help = "top of the colour scale (default: the largest\n"
+     "weight); larger weights show at the top colour"},
     {.name = "--force", .kind = CLI_FLAG,
      .offset = CLI_FIELD(plot_opts, force, int),
      .help = "replace MAP.png if it exists (refused otherwise)"},
@@ -106,11 +128,24 @@ static int plot_run(const plot_opts *o, const char *script)
     if (!py)
         py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3"
                                                    : "python3";
-    char *args[] = {(char *)py, (char *)script, (char *)o->files[0],
-                    (char *)o->files[1], "--batch", (char *)o->batch,
-                    "--head", (char *)o->head, "--width", (char *)o->width,
-                    "--reduce", (char *)o->reduce,
-                    o->force ? "--force" : NULL, NULL};
+    char *args[16] = {(char *)py, (char *)script, (char *)o->files[0],
+                      (char *)o->files[1], "--batch", (char *)o->batch,
+                      "--width", (char *)o->width, "--reduce",
+                      (char *)o->reduce};
+    int n = 10;
+    if (o->head) {
+        args[n++] = "--head";
+        args[n++] = (char *)o->head;
+    }
+    if (o->vmax) {
+        args[n++] = "--vmax";
+        args[n++] = (char *)o->vmax;
+    }
+    if (o->log)
+        args[n++] = "--log";
+    if (o->force)
+        args[n++] = "--force";
+    args[n] = NULL;
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();

@@ -14,10 +14,20 @@
 
 typedef struct {
     ra_params p;
-    const char *in, *out;
+    ra_h5_source src;
+    const char *in, *out, *json, *out_group;
+    int out_dtype, out_compress;
+    int64_t out_chunk;
     int force, allow_nonfinite, mha;
     const char *map_rows, *map_heads;
 } run_opts;
+
+static const char *const qkv_layouts[] = {"bnhd", "bhnd", NULL};
+/* in ra_dtype order */
+static const char *const out_dtypes[] = {"f32", "f16", "bf16", "f64", NULL};
+_Static_assert(RA_AXES_BNHD == 0 && RA_AXES_BHND == 1 &&
+                   sizeof(ra_axes) == sizeof(int),
+               "--qkv-layout stores the ra_axes index as int");
 
 static const cli_opt run_own[] = {
     {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
@@ -26,6 +36,63 @@ static const cli_opt run_own[] = {
     {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
      .offset = CLI_FIELD(run_opts, out, const char *),
      .help = "output; written to a temporary file, renamed at the end"},
+    {.name = "--qkv-layout", .kind = CLI_CHOICE, .meta = "ORDER",
+     .offset = CLI_FIELD(run_opts, src.axes, int), .choices = qkv_layouts,
+     .noun = "tensor layout", .def = "bnhd",
+     .help = "axis order of q, k, v without an 'axes' attribute:\n"
+     "bnhd (B,N,H,D) or bhnd (B,H,N,D), as PyTorch's\n"
+     "attention takes them; an attribute axes = \"B,N,H,D\"\n"
+     "or \"B,H,N,D\" on a dataset wins"},
+    {.name = "--q", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.q, const char *), .def = "/q",
+     .help = "dataset of the queries, e.g. /layer3/attn/q"},
+    {.name = "--k", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.k, const char *), .def = "/k",
+     .help = "dataset of the keys"},
+    {.name = "--v", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.v, const char *), .def = "/v",
+     .help = "dataset of the values"},
+    {.name = "--q-lens", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.q_lens, const char *),
+     .help = "padding lengths of the queries (B,) (default /q_lens,\n"
+     "when present; a dataset named here must exist)"},
+    {.name = "--kv-lens", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.kv_lens, const char *),
+     .help = "padding lengths of the keys (B,) (default /kv_lens)"},
+    {.name = "--segments", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.segments, const char *),
+     .help = "packed-sequence ids of both sides (B, N), N == M\n"
+     "(default /segments)"},
+    {.name = "--q-segments", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.q_segments, const char *),
+     .help = "packed-sequence ids of the queries (B, N) (default\n"
+     "/q_segments)"},
+    {.name = "--kv-segments", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.kv_segments, const char *),
+     .help = "packed-sequence ids of the keys (B, M) (default\n"
+     "/kv_segments)"},
+    {.name = "--out-dtype", .kind = CLI_CHOICE, .meta = "T",
+     .offset = CLI_FIELD(run_opts, out_dtype, int), .choices = out_dtypes,
+     .noun = "output type", .def = "f32",
+     .help = "type of /o: f32, f16, bf16 (a 16-bit float with\n"
+     "float32's exponent) or f64; /lse stays f32"},
+    {.name = "--out-chunk", .kind = CLI_INT, .meta = "ROWS",
+     .offset = CLI_FIELD(run_opts, out_chunk, int64_t), .lo = 1,
+     .hi = (int64_t)1 << 40,
+     .help = "store /o and /lse in chunks of ROWS query rows"},
+    {.name = "--out-compress", .kind = CLI_INT32, .meta = "LEVEL",
+     .offset = CLI_FIELD(run_opts, out_compress, int), .lo = 1, .hi = 9,
+     .help = "gzip the chunks at LEVEL 1..9 (needs --out-chunk;\n"
+     "written collectively)"},
+    {.name = "--out-group", .kind = CLI_TEXT, .meta = "GROUP",
+     .offset = CLI_FIELD(run_opts, out_group, const char *),
+     .help = "write /o, /lse (and /attn_map) under GROUP of the\n"
+     "output, e.g. /layer3 (created); attributes stay at\n"
+     "the root, out_group names it"},
+    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(run_opts, json, const char *),
+     .help = "also write a JSON summary of the run (shape, options,\n"
+     "timings) to FILE"},
     {.name = "--force", .kind = CLI_FLAG,
      .offset = CLI_FIELD(run_opts, force, int),
      .help = "replace OUT.h5 if it exists (refused otherwise)"},
@@ -55,7 +122,15 @@ static const cli_spec run_spec = {
     "Computes o = softmax(scale * q k^T) v and lse for /q /k /v of IN.h5 on P\n"
     "ranks (blockwise ring attention) and writes /o and /lse to OUT.h5. The\n"
     "optional datasets /q_lens /kv_lens (B,) (padding) and /q_segments (B,N)\n"
-    "/kv_segments (B,M) or /segments (packed sequences) of IN.h5 are applied.\n",
+    "/kv_segments (B,M) or /segments (packed sequences) of IN.h5 are applied.\n"
+    "\n"
+    "Precision: q, k, v of any float type HDF5 converts (float16, bfloat16,\n"
+    "float32, float64, either byte order) are read into float32, and the\n"
+    "attention (scores, softmax, sums, lse) is computed in float32. float16\n"
+    "and bfloat16 inputs lose nothing on the way in; float64 inputs are\n"
+    "rounded to float32 (24-bit significand, about 7 digits; values beyond\n"
+    "3.4e38 become infinite and are refused). /o is stored as --out-dtype\n"
+    "(rounded from float32), /lse as float32.\n",
     .groups = {{run_own, 0}, {cli_forward_opts, offsetof(run_opts, p)}},
 };
 
@@ -115,6 +190,8 @@ typedef struct {
     ra_attn_map map;
     const char *q_seg, *kv_seg; /* segment datasets, or NULL */
     int layout_auto;
+    ra_axes axes[3];            /* the order q, k, v were read in */
+    ra_h5_source recorded;      /* the datasets used, for the output */
     cli_tensors t;
     ra_h5_masks masks;
     char mask_names[64];        /* the "masks" attribute of the output */
@@ -135,12 +212,35 @@ static void run_free(run_state *r)
 
 /* Every check that needs no compute, before the first collective of the
  * work; the ranks agree on the verdict. */
+/* The output options that need no file: the same verdict on every rank. */
+static ra_status out_opts_check(const run_opts *o)
+{
+    if (o->out_compress && !o->out_chunk)
+        return ra_error_set(RA_ERR_ARG, "--out-compress: needs --out-chunk "
+                            "(gzip works on chunks)");
+    if (o->out_group && (o->out_group[0] != '/' || !o->out_group[1] ||
+                         strlen(o->out_group) > 256))
+        return ra_error_set(RA_ERR_ARG, "--out-group: '%s' is not a group "
+                            "path like /layer3 (absolute, not the root, at "
+                            "most 256 characters)", o->out_group);
+    if (o->json && strcmp(o->json, o->out) == 0)
+        return ra_error_set(RA_ERR_ARG, "--json: %s is also the output file",
+                            o->json);
+    return RA_OK;
+}
+
 static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
-    ra_status st = cli_output_agree(ctx, o->out, o->force,
-                                    (const char *const[]){o->in, NULL});
+    ra_status st = out_opts_check(o);
     if (st == RA_OK)
-        st = ra_h5_read_shape(ctx->comm, o->in, &r->s);
+        st = cli_output_agree(ctx, o->out, o->force,
+                              (const char *const[]){o->in, NULL});
+    if (st == RA_OK && o->json)
+        st = cli_output_agree(ctx, o->json, o->force,
+                              (const char *const[]){o->in, NULL});
+    if (st == RA_OK)
+        st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->s,
+                                   r->axes);
     if (st != RA_OK)
         return st;
     o->p.nonfinite = o->allow_nonfinite;
@@ -152,7 +252,7 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     if (st == RA_OK && o->map_rows)
         st = map_parse(o->map_rows, o->map_heads, &r->s, &r->mreq);
     if (st == RA_OK)
-        st = h5io_segment_names(o->in, &r->q_seg, &r->kv_seg);
+        st = h5io_segment_names_from(o->in, &o->src, &r->q_seg, &r->kv_seg);
     st = ra_agree(ctx->comm, st);
     if (st == RA_OK) /* collective */
         st = ra_strategy_check(ctx->comm, &r->s, &o->p, r->q_seg != NULL);
@@ -171,6 +271,26 @@ static void mask_names(run_state *r)
         if (names[i])
             snprintf(r->mask_names + used, sizeof r->mask_names - used,
                      "%s%s", used ? "," : "", names[i]);
+    }
+}
+
+/* The datasets the output records: q, k, v as read, and the masks
+ * actually applied (NULL for those absent), so that verify reads the
+ * same. */
+static void mask_record(const run_opts *o, run_state *r)
+{
+    const ra_h5_source *src = &o->src;
+    r->recorded = (ra_h5_source){.q = src->q, .k = src->k, .v = src->v,
+                                 .axes = src->axes};
+    if (r->masks.q_lens)
+        r->recorded.q_lens = src->q_lens ? src->q_lens : "/q_lens";
+    if (r->masks.kv_lens)
+        r->recorded.kv_lens = src->kv_lens ? src->kv_lens : "/kv_lens";
+    if (r->q_seg && r->q_seg == r->kv_seg)
+        r->recorded.segments = r->q_seg;
+    else if (r->q_seg) {
+        r->recorded.q_segments = r->q_seg;
+        r->recorded.kv_segments = r->kv_seg;
     }
 }
 
@@ -197,10 +317,11 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
     }
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    if ((st = ra_h5_read_masks(ctx->comm, o->in, s, o->p.layout,
-                               &r->masks)) != RA_OK)
+    if ((st = ra_h5_read_masks_from(ctx->comm, o->in, &o->src, s,
+                                    o->p.layout, &r->masks)) != RA_OK)
         return st;
     mask_names(r);
+    mask_record(o, r);
     return RA_OK;
 }
 
@@ -208,8 +329,8 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
 {
     cli_tensors *t = &r->t;
-    ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &r->s, o->p.layout,
-                                     t->q, t->k, t->v);
+    ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->s,
+                                          o->p.layout, t->q, t->k, t->v);
     h5io_nonfinite bad;
     if (st != RA_OK || o->allow_nonfinite ||
         h5io_scan_nonfinite(ctx->comm, o->in, &r->s, o->p.layout, t->q, t->k,
@@ -249,7 +370,9 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .params = &o->p, .scale = ra_params_scale(&o->p, &r->s),
             .block_q = bq, .block_kv = bkv,
             .command_line = ctx->command_line, .masks = r->mask_names,
-            .map = o->map_rows ? &r->map : NULL};
+            .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
+            .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
+            .out_compress = o->out_compress, .out_group = o->out_group};
         st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->s, &meta,
                                  t->o, t->lse);
     }
@@ -259,16 +382,39 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     return st;
 }
 
-static void run_report(const cli_ctx *ctx, const run_opts *o,
-                       const run_state *r)
+/* The --json summary, from rank 0. */
+static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
+                          const run_state *r, double attention, double flops)
+{
+    int64_t bq, bkv;
+    ra_params_tiles(&o->p, &r->s, &bq, &bkv);
+    const cli_run_summary sum = {
+        .in = o->in, .out = o->out, .shape = &r->s, .params = &o->p,
+        .scale = ra_params_scale(&o->p, &r->s), .source = &o->src,
+        .masks = r->mask_names, .out_dtype = (ra_dtype)o->out_dtype,
+        .block_q = bq, .block_kv = bkv, .nranks = ctx->nranks,
+        .threads = ra_params_threads(&o->p), .t_attention = attention,
+        .t_read = r->t_read, .t_write = r->t_write,
+        .gflops = flops / attention * 1e-9};
+    return cli_json_write(o->json, &sum);
+}
+
+/* Prints the result line (and writes --json) from rank 0; every rank
+ * returns the same status. */
+static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
+                            const run_state *r)
 {
     const double flops = ra_forward_flops(&r->s, &o->p, &r->masks.view);
     double mine[4] = {r->tm.total, r->tm.comm_wait, r->t_read, r->t_write};
     double worst[4];
     char rates[128];
     MPI_Reduce(mine, worst, 4, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
+    ra_status st = RA_OK;
+    if (ctx->rank == 0 && o->json)
+        st = run_json(ctx, o, r, worst[0], flops);
+    st = ra_agree(ctx->comm, st);
     if (ctx->rank != 0)
-        return;
+        return st;
     const char *note = "";
     if (strstr(r->mask_names, "segments"))
         note = " (useful: visible pairs, segments not discounted)";
@@ -279,6 +425,7 @@ static void run_report(const cli_ctx *ctx, const run_opts *o,
            flops / worst[0] * 1e-9, note, ctx->nranks,
            ra_params_threads(&o->p), worst[1],
            cli_io_rates(&r->s, worst[2], worst[3], rates), o->out);
+    return st;
 }
 
 int cmd_run(const cli_ctx *ctx, int argc, char **argv)
@@ -289,22 +436,24 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
         else if (strcmp(argv[i], "--backward") == 0)
             return cmd_run_backward(ctx, argc, argv);
     run_opts o = {0};
-    ra_params_default(&o.p);
+    cli_params_default(&o.p);
     int code = cli_parse_or_exit(ctx, &run_spec, &o, argc, argv);
     if (code >= 0)
         return code;
     if (!o.in || !o.out)
         return cli_fail(ctx, CLI_EXIT_USAGE, "run: --in and --out are "
                         "required (see ringattn run --help)");
-    cli_params_finish(&o.p);
+    if (cli_params_finish(&o.p) != RA_OK)
+        return cli_fail_status(ctx, RA_ERR_ARG);
     run_state r = {0};
     ra_status st = run_validate(ctx, &o, &r);
     if (st == RA_OK && (st = run_setup(ctx, &o, &r)) == RA_OK) {
         cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
+        cli_print_source(ctx, &o.src, r.axes);
         st = run_compute(ctx, &o, &r);
     }
     if (st == RA_OK)
-        run_report(ctx, &o, &r);
+        st = run_report(ctx, &o, &r);
     run_free(&r);
     return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
 }

@@ -14,10 +14,29 @@
 #include "h5io.h"
 #include "internal.h"
 
-void cli_params_finish(ra_params *p)
+void cli_params_default(ra_params *p)
+{
+    ra_params_default(p);
+    p->sigma = NAN; /* "not given", told apart from an explicit 1 */
+}
+
+ra_status cli_params_finish(ra_params *p)
 {
     if (p->threads == 0)
         p->threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
+    /* an option the chosen score does not use is refused, never recorded
+     * as if it had been applied */
+    if (p->score != RA_SCORE_DOT && !isnan(p->scale))
+        return ra_error_set(RA_ERR_ARG, "--scale: the %s score takes no "
+                            "scale (it applies to --score dot only)",
+                            ra_score_name(p->score));
+    if (p->score != RA_SCORE_GAUSSIAN && !isnan(p->sigma))
+        return ra_error_set(RA_ERR_ARG, "--sigma: the %s score takes no "
+                            "bandwidth (it applies to --score gaussian only)",
+                            ra_score_name(p->score));
+    if (isnan(p->sigma))
+        p->sigma = 1.0;
+    return RA_OK;
 }
 
 /* The name of a parameter in a message: the option, or the file's
@@ -36,7 +55,8 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
 {
     char name[512];
     const int64_t limit = (int64_t)1 << 40;
-    if (isnan(p->scale) ? file != NULL : !isfinite(p->scale))
+    if (p->score == RA_SCORE_DOT &&
+        (isnan(p->scale) ? file != NULL : !isfinite(p->scale)))
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %g is not "
                             "a finite number", param_name(name, sizeof name,
                             file, "--scale", "scale"), p->scale);
@@ -211,10 +231,29 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
     printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
            layout_auto ? " (auto)" : "");
     printf("# %-10s %s\n", "strategy", ra_strategy_name(p->strategy));
-    printf("# %-10s %lld x %lld%s\n", "tiles", (long long)bq, (long long)bkv,
-           p->block_q || p->block_kv ? "" : " (default for D)");
+    const char *rule = p->window && p->window_left + p->window_right + 1 <=
+                                         RA_WINDOW_TILE_SPAN
+                           ? "window rule" : "default for D";
+    printf("# %-10s %lld x %lld (queries: %s, keys: %s)\n", "tiles",
+           (long long)bq, (long long)bkv, p->block_q ? "--block-q" : rule,
+           p->block_kv ? "--block-kv" : rule);
     printf("# %-10s %d\n", "ranks", ctx->nranks);
     cli_print_job(ctx, 10);
     printf("# %-10s %d per rank\n", "threads", ra_params_threads(p));
+    fflush(stdout);
+}
+
+void cli_print_source(const cli_ctx *ctx, const ra_h5_source *src,
+                      const ra_axes used[3])
+{
+    if (ctx->rank != 0)
+        return;
+    const char *names[3] = {src->q ? src->q : "/q", src->k ? src->k : "/k",
+                            src->v ? src->v : "/v"};
+    printf("# %-10s %s (%s), %s (%s), %s (%s)\n", "inputs", names[0],
+           ra_axes_name(used[0]), names[1], ra_axes_name(used[1]), names[2],
+           ra_axes_name(used[2]));
+    printf("# %-10s %s (datasets without an axes attribute)\n",
+           "qkv-layout", src->axes == RA_AXES_BHND ? "bhnd" : "bnhd");
     fflush(stdout);
 }

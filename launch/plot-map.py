@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """plot-map.py: render /attn_map of a ringattn output file as a PNG heatmap.
 
-    python3 launch/plot-map.py OUT.h5 MAP.png [--batch B] [--head I]
-                               [--width W] [--reduce max|mean] [--force]
+    /usr/bin/python3 launch/plot-map.py OUT.h5 MAP.png [--batch B] [--head H]
+                    [--width W] [--reduce max|mean] [--log] [--vmax V] [--force]
 
-Keys run along x, queries along y. When M is wider than W pixels, each pixel
-column stands for a run of consecutive keys, reduced by max (default: no
+Keys run along x, queries along y; --head names a model head the map holds
+(run --attn-map-heads). When M is wider than W pixels, each pixel column
+stands for a run of consecutive keys, reduced by max (default: no
 peak disappears) or mean (the weight mass); the reduction is written on the
 image. The PNG is written under a temporary name in its directory and
 renamed when complete; an existing MAP.png is replaced only with --force.
@@ -24,12 +25,14 @@ from ra_script import Failed, Parser, Refused, run  # noqa: E402
 
 
 def downsample(np, a, width, how):
-    """Columns of a (rows x M) reduced to at most width columns."""
+    """Columns of a (rows x M) reduced to at most width columns of group
+    consecutive keys each: column c holds keys [c * group, (c + 1) * group),
+    the last one padded past M (ceil(M / group) * group keys in all)."""
     m = a.shape[1]
     if m <= width:
         return a, 1
     group = -(-m // width)  # ceil
-    pad = group * width - m
+    pad = -(-m // group) * group - m
     if pad:
         fill = -np.inf if how == "max" else np.nan
         a = np.concatenate([a, np.full((a.shape[0], pad), fill)], axis=1)
@@ -70,23 +73,30 @@ def read_map(h5py, np, a):
     except OSError as e:
         raise Refused(f"{a.h5}: cannot open as HDF5: {e}")
     with f:
-        d = f.get("attn_map")
+        where = text_attr(f, "out_group", "").rstrip("/") + "/attn_map"
+        d = f.get(where)
         if not isinstance(d, h5py.Dataset):
-            raise Refused(f"{a.h5}: dataset /attn_map: not found (run with --attn-map)")
+            raise Refused(f"{a.h5}: dataset {where}: not found (run with --attn-map)")
         if d.ndim != 4 or d.dtype.kind != "f":
             raise Refused(f"{a.h5}: dataset /attn_map: expected float (B, heads, rows, M), "
                           f"found {d.dtype} {d.shape}")
-        if not (a.batch < d.shape[0] and a.head < d.shape[1]):
-            raise Refused(f"{a.h5}: dataset /attn_map has shape {d.shape}; "
-                          f"--batch {a.batch} or --head {a.head} is outside it")
         try:
             i0 = int(text_attr(f, "attn_map_rows", "0:0").split(":")[0])
-            head = int(text_attr(f, "attn_map_heads", "0").split(",")[a.head])
-        except (ValueError, IndexError):
+            heads = [int(h) for h in text_attr(f, "attn_map_heads", "0").split(",")]
+        except ValueError:
+            heads = []
+        if len(heads) != d.shape[1]:
             raise Refused(f"{a.h5}: attribute attn_map_rows or attn_map_heads: "
                           f"does not describe /attn_map")
+        if a.batch >= d.shape[0]:
+            raise Refused(f"{a.h5}: --batch {a.batch}: the map holds batches "
+                          f"0..{d.shape[0] - 1}")
+        head = heads[0] if a.head is None else a.head
+        if head not in heads:
+            raise Refused(f"{a.h5}: --head {head}: the map holds model heads "
+                          f"{','.join(map(str, heads))} (run --attn-map-heads)")
         try:
-            w = d[a.batch, a.head].astype(np.float64)
+            w = d[a.batch, heads.index(head)].astype(np.float64)
         except OSError as e:
             raise Failed(f"{a.h5}: dataset /attn_map: reading failed: {e}")
     if w.size == 0 or not np.all(np.isfinite(w)):
@@ -98,14 +108,29 @@ def draw(plt, np, a, w, i0, head):
     """Writes the figure to a temporary file beside MAP.png, then renames."""
     rows, m = w.shape
     img, group = downsample(np, w, a.width, a.reduce)
+    vmax = a.vmax if a.vmax is not None else max(float(np.max(w)), 1e-30)
+    if a.log:
+        # zeros (masked keys) show at the floor instead of vanishing
+        from matplotlib.colors import LogNorm
+        norm = LogNorm(vmin=vmax * 1e-6, vmax=vmax, clip=True)
+        img = np.maximum(img, vmax * 1e-6)
+    else:
+        from matplotlib.colors import Normalize
+        norm = Normalize(vmin=0, vmax=vmax, clip=True)
     fig, ax = plt.subplots(figsize=(10, max(3.0, min(8.0, 2 + rows / 40))))
+    # pixel column c covers keys [c * group, (c + 1) * group); the padding
+    # past M lies outside the x range
     im = ax.imshow(img, aspect="auto", interpolation="nearest", cmap="viridis",
-                   extent=(0, m, i0 + rows, i0), vmin=0)
+                   extent=(0, img.shape[1] * group, i0 + rows, i0), norm=norm)
+    ax.set_xlim(0, m)
     ax.set_xlabel("key position j")
     ax.set_ylabel("query position i")
     note = f"{group} keys per pixel column, {a.reduce}" if group > 1 else "one key per column"
     ax.set_title(f"attention weights, batch {a.batch}, head {head} ({note})")
-    fig.colorbar(im, ax=ax, label="softmax weight")
+    label = "softmax weight" + (" (log scale)" if a.log else "")
+    if a.vmax is not None:
+        label += f", clipped at {a.vmax:g}"
+    fig.colorbar(im, ax=ax, label=label)
     fig.tight_layout()
     d, base = os.path.split(a.png)
     fd, tmp = tempfile.mkstemp(prefix=f".{base}.tmp.", dir=d or ".")
@@ -128,14 +153,20 @@ def main(argv):
     ap.add_argument("h5")
     ap.add_argument("png")
     ap.add_argument("--batch", type=int, default=0)
-    ap.add_argument("--head", type=int, default=0,
-                    help="index into the map's heads (not the model head)")
+    ap.add_argument("--head", type=int, default=None,
+                    help="model head number (default: the map's first head)")
     ap.add_argument("--width", type=int, default=1000)
     ap.add_argument("--reduce", choices=("max", "mean"), default="max")
+    ap.add_argument("--log", action="store_true",
+                    help="logarithmic colour scale (six decades below the top)")
+    ap.add_argument("--vmax", type=float, default=None,
+                    help="top of the colour scale (default: the largest weight)")
     ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
-    if a.batch < 0 or a.head < 0 or a.width < 1:
+    if a.batch < 0 or (a.head is not None and a.head < 0) or a.width < 1:
         raise Refused("plot-map: --batch and --head must be >= 0, --width >= 1")
+    if a.vmax is not None and not (a.vmax > 0 and a.vmax < float("inf")):
+        raise Refused(f"plot-map: --vmax {a.vmax:g} is not a finite number > 0")
     check_output(a)
     try:
         import h5py

@@ -24,6 +24,13 @@ typedef struct {
 
 /* Checks the sorted flat query rows rows[0..n) (b * N + i) of out against
  * in, all heads, into t. Not collective. */
+/* The order the run read q, k, v in when they have no axes attribute. */
+static inline ra_axes verify_qkv_axes(const verify_ctx *c)
+{
+    return c->run.qkv_layout[0] == 'b' && c->run.qkv_layout[1] == 'h'
+               ? RA_AXES_BHND : RA_AXES_BNHD;
+}
+
 ra_status verify_rows(const char *in, const char *out, const verify_ctx *c,
                       const int64_t *rows, int64_t n, ra_tally *t);
 

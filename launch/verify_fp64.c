@@ -79,14 +79,15 @@ static ra_status rows_load(const char *in, const char *out,
 {
     const ra_shape *s = c->s;
     const int64_t H = s->H, D = s->D, nr = w->nr;
+    const ra_axes axes = verify_qkv_axes(c);
     ra_status st = RA_OK;
     int present;
     for (int64_t r = 0; r < nr && st == RA_OK; r++) {
         w->pos[r] = rows[r] % s->N;
-        if ((st = h5io_read_rows(in, "/q", b, w->pos[r], 1,
-                                 w->q + r * H * D)) == RA_OK &&
-            (st = h5io_read_rows(out, "/o", b, w->pos[r], 1,
-                                 w->o + r * H * s->Dv)) == RA_OK &&
+        if ((st = h5io_read_rows_as(in, c->run.names[0], axes, b, w->pos[r],
+                                    1, w->q + r * H * D)) == RA_OK &&
+            (st = h5io_read_o_rows(out, b, w->pos[r], 1,
+                                   w->o + r * H * s->Dv)) == RA_OK &&
             w->qseg)
             st = h5io_read_segments(in, c->q_seg_name, b, w->pos[r], 1,
                                     w->qseg + r, &present);
@@ -125,9 +126,11 @@ static ra_status block_load(const char *in, const verify_ctx *c, int64_t b,
     const ra_shape *s = c->s;
     const int64_t G = s->G, Dk = ra_shape_dk(s);
     int present;
-    ra_status st = h5io_read_rows(in, "/k", b, j0, kb, w->k);
+    const ra_axes axes = verify_qkv_axes(c);
+    ra_status st = h5io_read_rows_as(in, c->run.names[1], axes, b, j0, kb,
+                                     w->k);
     if (st == RA_OK)
-        st = h5io_read_rows(in, "/v", b, j0, kb, w->v);
+        st = h5io_read_rows_as(in, c->run.names[2], axes, b, j0, kb, w->v);
     if (st == RA_OK && w->kseg)
         st = h5io_read_segments(in, c->kv_seg_name, b, j0, kb, w->kseg,
                                 &present);

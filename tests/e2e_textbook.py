@@ -122,7 +122,7 @@ def attention_map(tmp):
     assert err < 1e-5
     assert np.all(np.abs(sums[want] - 1) < 1e-5) and np.all(sums[~want] == 0)
     png = os.path.join(tmp, "map.png")
-    run([RINGATTN, "plot-map", out, png, "--batch", "1", "--head", "1", "--width", "300"])
+    run([RINGATTN, "plot-map", out, png, "--batch", "1", "--head", "3", "--width", "300"])
     check_png(png, 1000, 700)
 
 

@@ -9,7 +9,7 @@ attention output is the kernel-weighted average of y_train: the
 Nadaraya-Watson estimate. ringattn computes it on RANKS MPI ranks and also
 writes the attention weights (--attn-map), drawn as a heatmap.
 
-    python3 docs/examples/nadaraya_watson.py [--ringattn build/ringattn]
+    /usr/bin/python3 docs/examples/nadaraya_watson.py [--ringattn build/ringattn]
         [--ranks 2] [--sigma 1.0] [--out-dir docs]
 
 Writes nadaraya-watson.png (fit) and nadaraya-watson-weights.png (weights).
