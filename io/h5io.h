@@ -189,20 +189,22 @@ ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
 /* The first NaN or infinity of the input tensors, in file order of /q, then
  * /k, then /v; dataset NULL when there is none. */
 typedef struct {
-    const char *dataset; /* "/q", "/k", "/v" or NULL */
+    const char *dataset; /* the q, k or v dataset (src's name, else "/q",
+                            "/k", "/v"), or NULL */
     int64_t index[4];    /* (b, i, h, d) of /q, (b, j, g, d) of /k and /v */
     const char *kind;    /* "nan", "inf" or "-inf" */
 } h5io_nonfinite;
 
-/* Scans this rank's slices q, k, v (as ra_h5_read_inputs() filled them under
- * the resolved layout) for values that are not finite; collective over
+/* Scans this rank's slices q, k, v (as ra_h5_read_inputs_from() filled them
+ * from the datasets src names, /q /k /v with NULL, under the resolved
+ * layout) for values that are not finite; collective over
  * comm. RA_ERR_INPUT naming the file, dataset, value and global index when
  * any rank holds one (the same verdict on every rank), else RA_OK. A
  * float64 file value beyond the float32 range reads as inf and is caught. */
 ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
-                              const ra_shape *s, ra_layout layout,
-                              const float *q, const float *k, const float *v,
-                              h5io_nonfinite *bad);
+                              const ra_h5_source *src, const ra_shape *s,
+                              ra_layout layout, const float *q, const float *k,
+                              const float *v, h5io_nonfinite *bad);
 
 /* The same scan for the token tensors of the layer, /x or /x_q and /x_kv
  * (B, len, E), this rank holding slice of axis 1; collective, the same

@@ -88,11 +88,13 @@ static ra_status nonfinite_error(const char *path, const char *name,
 }
 
 ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
-                              const ra_shape *s, ra_layout layout,
-                              const float *q, const float *k, const float *v,
-                              h5io_nonfinite *bad)
+                              const ra_h5_source *src, const ra_shape *s,
+                              ra_layout layout, const float *q, const float *k,
+                              const float *v, h5io_nonfinite *bad)
 {
-    static const char *const names[3] = {"/q", "/k", "/v"};
+    const char *const names[3] = {src && src->q ? src->q : "/q",
+                                  src && src->k ? src->k : "/k",
+                                  src && src->v ? src->v : "/v"};
     static const char *const legends[3] = {"(b, i, h, d)", "(b, j, g, d)",
                                            "(b, j, g, d)"};
     int64_t global[3];

@@ -145,8 +145,8 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
     ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &r->s, o->p.layout,
                                      t->q, t->k, t->v);
     if (st == RA_OK)
-        st = h5io_scan_nonfinite(ctx->comm, o->in, &r->s, o->p.layout, t->q,
-                                 t->k, t->v, &bad);
+        st = h5io_scan_nonfinite(ctx->comm, o->in, NULL, &r->s, o->p.layout,
+                                 t->q, t->k, t->v, &bad);
     if (st == RA_OK)
         st = h5io_read_backward(ctx->comm, o->in, o->fwd, &r->s, &o->p,
                                 r->dout, t->o, t->lse);

@@ -496,6 +496,13 @@ def add_datasets(**data):
     return edit
 
 
+def named_q_nan(f):
+    """A copy of /q at /g/q with a NaN at [0, 3, 1, 2]."""
+    q = f["q"][...]
+    q[0, 3, 1, 2] = np.nan
+    f["g/q"] = q
+
+
 def additive_nan(f):
     """Additive weights for D = 8 with a NaN in /additive/w_k."""
     w_k = rng_tensor((4, 8))
@@ -765,6 +772,10 @@ CASES_COMPUTE = [
     ("strategy-all-run", "--strategy all on run (bench only)",
      {}, RUN + ["good.h5", "--strategy", "all"], 2,
      r"--strategy all: only bench runs every strategy"),
+    ("named-q-nan", "--q /g/q whose [0, 3, 1, 2] is NaN: the message names /g/q",
+     {"nq.h5": copy_with("good.h5", named_q_nan)},
+     RUN + ["nq.h5", "--q", "/g/q"], 2,
+     r"nq\.h5: dataset /g/q: non-finite value \(nan\) at index \(b, i, h, d\) = \(0, 3, 1, 2\)"),
     ("axes-bad", "/q with an axes attribute of another order",
      {"axes.h5": lambda p: make(p, edit=lambda f: f["q"].attrs.__setitem__("axes", "B,D,N,H"))},
      RUN + ["axes.h5"], 2,

@@ -51,7 +51,7 @@ static void read_tensors(const ra_shape *s)
     if (ra_h5_read_inputs(MPI_COMM_SELF, path, s, RA_LAYOUT_CONTIGUOUS, mem,
                           mem + nq, mem + nq + nk) == RA_OK) {
         h5io_nonfinite bad;
-        h5io_scan_nonfinite(MPI_COMM_SELF, path, s, RA_LAYOUT_CONTIGUOUS, mem,
+        h5io_scan_nonfinite(MPI_COMM_SELF, path, NULL, s, RA_LAYOUT_CONTIGUOUS, mem,
                             mem + nq, mem + nq + nk, &bad);
     }
     free(mem);
