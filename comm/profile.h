@@ -1,0 +1,49 @@
+/* profile.h: a machine profile, the measured rates the performance model
+ * predicts from. `ringattn probe` measures one on the allocation a user will
+ * run on and writes it as JSON; `ringattn plan` and `--strategy auto` read
+ * it back, or fall back to profile_default() (this machine, not probed).
+ *
+ * Rates are per rank unless said otherwise; a rate of 0 means "not
+ * measured" (for example the links between nodes on a single node). This
+ * header holds only the data; reading and writing JSON live in launch/. */
+#ifndef RA_PROFILE_H
+#define RA_PROFILE_H
+
+#include <stdint.h>
+
+#include "ringattn.h"
+
+enum { PROFILE_MAX_RATES = 16, PROFILE_TEXT = 256, PROFILE_HOSTS = 2048 };
+
+/* The tiled forward kernel's rate for one head shape and score, per core
+ * (one thread of one rank), in useful FLOP/s as ra_forward_flops counts. */
+typedef struct {
+    int64_t D, Dv;
+    ra_score score;
+    double flops_per_core;
+} profile_rate;
+
+/* Point-to-point messages of ring-step sizes between two ranks. */
+typedef struct {
+    double latency;   /* seconds per message, from a small-message fit */
+    double bandwidth; /* bytes/s one rank sends while its neighbour sends
+                         too (both directions busy, as in a ring step) */
+} profile_link;
+
+typedef struct {
+    int measured;                  /* 0: the built-in default */
+    char date[PROFILE_TEXT];       /* ISO 8601, UTC */
+    char version[PROFILE_TEXT];    /* ringattn, MPI, HDF5 and BLAS */
+    char hosts[PROFILE_HOSTS];     /* host names, comma-separated */
+    char io_dir[PROFILE_TEXT];     /* the directory the I/O rates are of */
+    int nodes, ranks, ranks_per_node, threads; /* the probed allocation */
+    int nrates;
+    profile_rate rate[PROFILE_MAX_RATES];
+    profile_link intra, inter;     /* same node; across nodes */
+    double alltoall_intra, alltoall_inter;   /* bytes/s per rank sent */
+    double allgather_intra, allgather_inter; /* bytes/s per rank received */
+    double io_read, io_write;      /* parallel HDF5, bytes/s over all ranks */
+    int64_t mem_per_node;          /* physical memory of one node, bytes */
+} ra_profile;
+
+#endif /* RA_PROFILE_H */
