@@ -2,9 +2,10 @@
 # fake-cluster.sh: K fake nodes on one machine, for multi-node runs without a
 # cluster (tests, benchmarks, trying things on a laptop). Needs root.
 #
-#   launch/fake-cluster.sh up K [--rate R] [--slots S]   build K nodes
+#   launch/fake-cluster.sh up K [--rate R] [--slots S] [--slurm]   build K nodes
 #   launch/fake-cluster.sh hostfile       print the path of the hostfile
 #   launch/fake-cluster.sh mpirun-args    print the flags mpirun needs
+#   launch/fake-cluster.sh slurm-conf     print the SLURM_CONF of --slurm
 #   launch/fake-cluster.sh status         show the nodes and their links
 #   launch/fake-cluster.sh down           remove everything
 #
@@ -20,6 +21,13 @@
 #   launch/fake-cluster.sh up 3 --rate 1gbit
 #   mpirun $(launch/fake-cluster.sh mpirun-args) -np 6 --map-by node build/ringattn bench
 #   launch/fake-cluster.sh down
+#
+# With --slurm the nodes also form a Slurm cluster (Debian's slurmctld,
+# slurmd and munge): a controller on the bridge address, one slurmd per node
+# (NodeName node<i>, S CPUs), partition `fake`, PMIx for srun --mpi=pmix,
+# its own munge daemon and key. Use it with SLURM_CONF set:
+#   export SLURM_CONF=$(launch/fake-cluster.sh slurm-conf)
+#   sbatch --wait -N 2 --ntasks-per-node 1 --cpus-per-task 2 launch/ringattn.slurm
 #
 # `up` first removes any earlier cluster, and removes what it built when a
 # step fails. The state lives in RA_FAKE_CLUSTER_DIR (default
@@ -65,8 +73,38 @@ burst_for() {
   echo "$b"
 }
 
+need_slurm_tools() {
+  local t
+  for t in slurmctld slurmd sbatch sinfo munged mungekey; do
+    command -v "$t" >/dev/null 2>&1 ||
+      die 2 "'$t' is missing (install slurmctld slurmd slurm-client munge)"
+  done
+}
+
+# Ends the Slurm daemons that `up --slurm` started (their pid files) and
+# waits until they are gone.
+slurm_down() {
+  local f pids="" pid n alive
+  for f in "$state"/slurm/*.pid; do
+    [ -f "$f" ] && pid=$(cat "$f" 2>/dev/null) && [ -n "$pid" ] && pids="$pids $pid"
+  done
+  [ -n "$pids" ] || return 0
+  kill -TERM $pids 2>/dev/null || true
+  for n in $(seq 1 20); do
+    alive=0
+    for pid in $pids; do
+      kill -0 "$pid" 2>/dev/null && alive=1
+    done
+    [ "$alive" = 0 ] && return 0
+    sleep 0.1
+  done
+  kill -KILL $pids 2>/dev/null || true
+  return 0
+}
+
 cluster_down() {
   local ns pid
+  slurm_down
   for ns in $(our_namespaces); do
     for pid in $(ip netns pids "$ns" 2>/dev/null); do
       kill -KILL "$pid" 2>/dev/null || true
@@ -123,7 +161,7 @@ add_node() {
 }
 
 cluster_up() {
-  local k=$1 rate=$2 slots=$3 burst i
+  local k=$1 rate=$2 slots=$3 slurm=$4 burst i
   burst=$(burst_for "$rate") || die 2 "--rate '$rate' is not a number with kbit, mbit or gbit"
   cluster_down
   # any failing step (set -e) or signal ends the script: remove what was built
@@ -142,8 +180,95 @@ cluster_up() {
   write_agent
   echo "$k" >"$state/nodes"
   echo "$rate" >"$state/rate"
+  local with=""
+  if [ "$slurm" = 1 ]; then
+    slurm_up "$k" "$slots"
+    with=", Slurm partition fake"
+  fi
   trap - EXIT INT TERM HUP
-  echo "$prog: $k nodes up (198.18.0.1-$k, $rate per link, $slots slots each)"
+  echo "$prog: $k nodes up (198.18.0.1-$k, $rate per link, $slots slots each$with)"
+}
+
+# slurm.conf for K nodes of S CPUs, everything under $state/slurm.
+write_slurm_conf() {
+  local k=$1 slots=$2 d=$state/slurm
+  cat >"$d/slurm.conf" <<EOF
+# written by fake-cluster.sh up --slurm
+ClusterName=ringattn-fake
+SlurmctldHost=$(hostname)($bridge_addr)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$d/munge.socket
+StateSaveLocation=$d/ctld
+SlurmdSpoolDir=$d/spool-%n
+SlurmctldPidFile=$d/slurmctld.pid
+SlurmdPidFile=$d/slurmd-%n.pid
+SlurmctldLogFile=$d/slurmctld.log
+SlurmdLogFile=$d/slurmd-%n.log
+TmpFS=$d/tmp
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+SlurmctldPort=6817
+SlurmdPort=6818
+NodeName=node[1-$k] NodeAddr=198.18.0.[1-$k] CPUs=$slots Sockets=1 CoresPerSocket=$slots ThreadsPerCore=1 State=UNKNOWN
+PartitionName=fake Nodes=node[1-$k] Default=YES MaxTime=60 State=UP
+EOF
+  # the nodes run no systemd: slurmd uses the cgroup v1 hierarchies as the
+  # host mounted them and neither mounts nor constrains anything
+  printf 'CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainCores=no\nConstrainRAMSpace=no\n' \
+    >"$d/cgroup.conf"
+}
+
+# The command that makes node I a Slurm node (run through the agent).
+# ip netns exec gave the node a fresh /sys, so the host's cgroup v1
+# hierarchies are mounted there again; a TmpFS of its own keeps the nodes'
+# PMIx directories apart.
+write_slurmd_start() {
+  local d=$state/slurm
+  cat >"$d/slurmd-start" <<EOF
+#!/bin/sh
+mount -t tmpfs none /sys/fs/cgroup || exit 1
+for c in \$(awk -F: '\$2 != "" && \$2 !~ /=/ {print \$2}' /proc/self/cgroup | tr , ' '); do
+  mkdir -p /sys/fs/cgroup/\$c && mount -t cgroup -o \$c none /sys/fs/cgroup/\$c || exit 1
+done
+mkdir -p /sys/fs/cgroup/systemd &&
+  mount -t cgroup -o none,name=systemd none /sys/fs/cgroup/systemd || exit 1
+mkdir -p $d/tmp-node\$1 $d/spool-node\$1 &&
+  mount --bind $d/tmp-node\$1 $d/tmp || exit 1
+exec slurmd -D -f $d/slurm.conf -N node\$1
+EOF
+  chmod 755 "$d/slurmd-start"
+}
+
+# Starts munge, the controller and one slurmd per node; returns when every
+# node is idle (within 30 s).
+slurm_up() {
+  local k=$1 slots=$2 d=$state/slurm i n
+  mkdir -p "$d/ctld" "$d/tmp"
+  write_slurm_conf "$k" "$slots"
+  write_slurmd_start
+  mungekey -c -k "$d/munge.key" >/dev/null
+  munged --force -S "$d/munge.socket" --key-file "$d/munge.key" \
+    --pid-file "$d/munged.pid" --log-file "$d/munged.log" \
+    --seed-file "$d/munged.seed"
+  SLURM_CONF=$d/slurm.conf slurmctld -f "$d/slurm.conf"
+  for i in $(seq 1 "$k"); do
+    setsid "$state/agent" "node$i" "$d/slurmd-start $i" \
+      </dev/null >"$d/slurmd-node$i.out" 2>&1 &
+  done
+  for n in $(seq 1 60); do
+    [ "$(SLURM_CONF=$d/slurm.conf sinfo -h -t idle -o %D 2>/dev/null)" = "$k" ] &&
+      return 0
+    sleep 0.5
+  done
+  echo "$prog: the Slurm nodes did not come up (see $d/*.log)" >&2
+  return 1
 }
 
 require_up() { [ -f "$state/nodes" ] || die 2 "no cluster is up (run: $prog up K)"; }
@@ -175,15 +300,17 @@ case "$cmd" in
       die 2 "K '$k' is not a number of nodes in 1..$max_nodes"
     rate=1gbit
     slots=$(nproc)
+    slurm=0
     while [ $# -gt 0 ]; do
       case "$1" in
         --rate) [ $# -ge 2 ] || die 2 "--rate needs a value"; rate=$2; shift 2 ;;
         --slots) [ $# -ge 2 ] || die 2 "--slots needs a value"; slots=$2; shift 2 ;;
+        --slurm) need_slurm_tools; slurm=1; shift ;;
         *) die 2 "up: unknown option '$1'" ;;
       esac
     done
     [[ "$slots" =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] || die 2 "--slots '$slots' is not a positive number"
-    cluster_up "$k" "$rate" "$slots"
+    cluster_up "$k" "$rate" "$slots" "$slurm"
     ;;
   down)
     need_root_and_tools
@@ -198,13 +325,18 @@ case "$cmd" in
     echo "--hostfile $state/hostfile --mca plm_rsh_agent $state/agent" \
          "--mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet"
     ;;
+  slurm-conf)
+    require_up
+    [ -f "$state/slurm/slurm.conf" ] || die 2 "the cluster was built without --slurm"
+    echo "$state/slurm/slurm.conf"
+    ;;
   status)
     cluster_status
     ;;
   -h | --help | help)
-    sed -n '2,27p' "$0"
+    awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"
     ;;
   *)
-    die 2 "unknown command '${cmd}' (up K [--rate R] [--slots S] | hostfile | mpirun-args | status | down)"
+    die 2 "unknown command '${cmd}' (up K [--rate R] [--slots S] [--slurm] | hostfile | mpirun-args | slurm-conf | status | down)"
     ;;
 esac

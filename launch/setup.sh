@@ -9,7 +9,7 @@ shift || true
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
           libopenblas-dev libhdf5-openmpi-dev hdf5-tools libcmocka-dev
           python3-h5py python3-numpy python3-matplotlib python3-torch
-          valgrind iproute2 util-linux)
+          valgrind iproute2 util-linux slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

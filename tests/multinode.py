@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """multinode.py: ringattn across fake nodes (launch/fake-cluster.sh).
 
-    multinode.py RINGATTN FAKE_CLUSTER_SH correct|bytes|kill|api|options
+    multinode.py RINGATTN FAKE_CLUSTER_SH correct|bytes|kill|api|slurm|options
                  [TEST_NODES]
 
 Each check builds a 3-node fake cluster, runs 2 ranks per node dealt
@@ -17,6 +17,11 @@ and removes the cluster afterwards, also when the check fails:
   api      TEST_NODES (tests/test_nodes_mpi.c): ra_comm_nodes and
            ra_comm_ring_order against the ranks' host names, and
            ra_forward on the node-major communicator.
+  slurm    a 2-node Slurm cluster (up --slurm) runs launch/ringattn.slurm
+           with 1 rank x 2 threads per node: every rank is allowed 2 CPUs
+           (the template hands --cpus-per-task to srun), the ring spans
+           both nodes, and verify passes. Skipped when Slurm is not
+           installed.
 Needs root (namespaces); exits 77 (skipped) with a message otherwise.
 `options` needs no cluster: the global options --ring-order, --align,
 --mpiio-hint and RINGATTN_MPIIO_HINTS on this machine.
@@ -52,12 +57,14 @@ def sh(cmd, timeout=300, **kw):
 class Cluster:
     """The fake cluster for the duration of a with-block."""
 
-    def __init__(self, script):
+    def __init__(self, script, nodes=NODES, extra=()):
         self.script = script
+        self.nodes = nodes
+        self.extra = list(extra)
 
     def __enter__(self):
-        r = sh([self.script, "up", str(NODES), "--rate", "1gbit",
-                "--slots", str(PER_NODE)])
+        r = sh([self.script, "up", str(self.nodes), "--rate", "1gbit",
+                "--slots", str(PER_NODE), *self.extra])
         if r.returncode != 0:
             sh([self.script, "down"])
             raise Failure("fake-cluster.sh up failed: " + r.stderr.strip())
@@ -199,6 +206,49 @@ def check_api(ringattn, cl, work):
           "test_nodes_mpi did not see 3 nodes")
 
 
+SLURM_TOOLS = ("slurmctld", "slurmd", "sbatch", "munged", "mungekey")
+
+
+def check_slurm(ringattn, script, work):
+    """launch/ringattn.slurm on a real Slurm across 2 fake nodes."""
+    os.chmod(work, 0o755)
+    wrapper = os.path.join(work, "ringattn-wrapper")
+    with open(wrapper, "w") as f:  # records each rank's allowed CPUs
+        f.write("#!/bin/sh\n"
+                "grep Cpus_allowed_list /proc/self/status | cut -f2 "
+                f">> {work}/cpus-$(hostname)-$SLURM_PROCID\n"
+                f'exec {ringattn} "$@"\n')
+    os.chmod(wrapper, 0o755)
+    with Cluster(script, nodes=2, extra=["--slurm"]):
+        conf = sh([script, "slurm-conf"]).stdout.strip()
+        env = {**os.environ, "SLURM_CONF": conf, "RINGATTN": wrapper,
+               "SEQ": "3001", "IN": os.path.join(work, "in.h5"),
+               "OUT": os.path.join(work, "out.h5")}
+        out = os.path.join(work, "job.out")
+        r = sh(["sbatch", "--wait", "--nodes", "2", "--ntasks-per-node", "1",
+                "--cpus-per-task", "2", "--output", out,
+                os.path.join(os.path.dirname(script), "ringattn.slurm")],
+               env=env, cwd=work, timeout=240)
+        log = open(out).read() if os.path.exists(out) else ""
+        check(r.returncode == 0, f"sbatch exit {r.returncode}: "
+              f"{r.stderr.strip()}\n{log[-3000:]}")
+    check("2 nodes" in log and "2 ranks, 2 threads per rank" in log,
+          "the job did not run 2 ranks x 2 threads on 2 nodes:\n" + log)
+    check("# nodes      2" in log, "the ring does not span 2 nodes:\n" + log)
+    check(": PASS" in log and "FAIL" not in log,
+          "verify did not pass:\n" + log)
+    cpus = {}
+    for name in sorted(os.listdir(work)):
+        if name.startswith("cpus-"):
+            with open(os.path.join(work, name)) as f:
+                cpus[name] = set(f.read().split())
+    # gen, run and verify each start one rank per node
+    check(len(cpus) == 2 and all(v == {"0-1"} for v in cpus.values()),
+          f"ranks were not allowed 2 CPUs each: {cpus}")
+    print(f"slurm: 2 nodes x 1 rank x 2 threads, CPUs per rank {cpus}; "
+          "verify PASS")
+
+
 def local_run(ringattn, work, args, env=None):
     return sh(["mpirun", "-np", "2", "--oversubscribe", ringattn, *args],
               cwd=work, env={**os.environ, **(env or {})})
@@ -254,10 +304,11 @@ CHECKS = {"correct": check_correct, "bytes": check_bytes, "kill": check_kill,
 def main():
     global API_TEST
     if len(sys.argv) not in (4, 5) or \
-            sys.argv[3] not in list(CHECKS) + ["options"] or \
+            sys.argv[3] not in list(CHECKS) + ["options", "slurm"] or \
             (sys.argv[3] == "api" and len(sys.argv) != 5):
         print("usage: multinode.py RINGATTN FAKE_CLUSTER_SH "
-              "correct|bytes|kill|api|options [TEST_NODES]", file=sys.stderr)
+              "correct|bytes|kill|api|slurm|options [TEST_NODES]",
+              file=sys.stderr)
         return 2
     ringattn, script, what = sys.argv[1:4]
     API_TEST = sys.argv[4] if len(sys.argv) == 5 else None
@@ -275,6 +326,22 @@ def main():
         return SKIP
     # a ctest timeout sends SIGTERM: leave through the clean-up paths
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    if what == "slurm":
+        import shutil
+        missing = [t for t in SLURM_TOOLS if shutil.which(t) is None]
+        if missing:
+            print(f"multinode.py slurm: skipped: {' '.join(missing)} not "
+                  "installed (launch/setup.sh installs Slurm)")
+            return SKIP
+        try:
+            with tempfile.TemporaryDirectory(prefix="ra-slurm-") as work:
+                check_slurm(os.path.abspath(ringattn),
+                            os.path.abspath(script), work)
+        except (Failure, OSError, subprocess.SubprocessError) as e:
+            print(f"multinode.py slurm: FAIL: {e}")
+            return 1
+        print("multinode.py slurm: PASS")
+        return 0
     try:
         with tempfile.TemporaryDirectory(prefix="ra-multinode-") as work, \
                 Cluster(script) as cl:
