@@ -197,9 +197,12 @@ class Launcher:
                                text=True)
             if "pmix" in r.stdout + r.stderr:
                 mpi = ["--mpi=pmix"]
+            # --ntasks too: srun inherits the allocation's SLURM_NTASKS,
+            # which would override K x R for a step on fewer nodes
             return ["env", f"OMP_NUM_THREADS={T}", "OPENBLAS_NUM_THREADS=1",
-                    "srun", *mpi, "--nodes", str(K), "--ntasks-per-node",
-                    str(R), "--cpus-per-task", str(T), "--cpu-bind=cores"]
+                    "srun", *mpi, "--nodes", str(K), "--ntasks", str(P),
+                    "--ntasks-per-node", str(R), "--cpus-per-task", str(T),
+                    "--cpu-bind=cores"]
         return ["mpirun", "-np", str(P), *over, *env, *site]
 
 

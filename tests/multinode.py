@@ -20,8 +20,9 @@ and removes the cluster afterwards, also when the check fails:
   slurm    a 2-node Slurm cluster (up --slurm) runs launch/ringattn.slurm
            with 1 rank x 2 threads per node: every rank is allowed 2 CPUs
            (the template hands --cpus-per-task to srun), the ring spans
-           both nodes, and verify passes. Skipped when Slurm is not
-           installed.
+           both nodes, and verify passes; then scaling-study.py
+           --launcher slurm inside an sbatch allocation finishes a point on
+           1 node and one on 2. Skipped when Slurm is not installed.
 Needs root (namespaces); exits 77 (skipped) with a message otherwise.
 `options` needs no cluster: the global options --ring-order, --align,
 --mpiio-hint and RINGATTN_MPIIO_HINTS on this machine.
@@ -232,6 +233,7 @@ def check_slurm(ringattn, script, work):
         log = open(out).read() if os.path.exists(out) else ""
         check(r.returncode == 0, f"sbatch exit {r.returncode}: "
               f"{r.stderr.strip()}\n{log[-3000:]}")
+        study = check_slurm_study(ringattn, script, work, env)
     check("2 nodes" in log and "2 ranks, 2 threads per rank" in log,
           "the job did not run 2 ranks x 2 threads on 2 nodes:\n" + log)
     check("# nodes      2" in log, "the ring does not span 2 nodes:\n" + log)
@@ -247,6 +249,34 @@ def check_slurm(ringattn, script, work):
           f"ranks were not allowed 2 CPUs each: {cpus}")
     print(f"slurm: 2 nodes x 1 rank x 2 threads, CPUs per rank {cpus}; "
           "verify PASS")
+    print(f"slurm: scaling-study --launcher slurm inside sbatch: {study}")
+
+
+def check_slurm_study(ringattn, script, work, env):
+    """launch/scaling-study.py --launcher slurm inside a 2-node sbatch
+    allocation: a point on 1 node and one on 2, both finished."""
+    study = os.path.join(work, "study")
+    job = os.path.join(work, "study.sh")
+    with open(job, "w") as f:
+        f.write("#!/bin/sh\n"
+                f"exec {os.path.dirname(script)}/scaling-study.py --launcher "
+                "slurm --nodes 1,2 --ranks-per-node 1 --scaling strong "
+                f"--seq 1024 --repeats 1 --reps 1 --out-dir {study} "
+                f"--build {os.path.dirname(ringattn)} -- --heads 2 --dim 32\n")
+    os.chmod(job, 0o755)
+    out = os.path.join(work, "study.out")
+    r = sh(["sbatch", "--wait", "--nodes", "2", "--ntasks-per-node", "1",
+            "--output", out, job], env=env, cwd=work, timeout=240)
+    log = open(out).read() if os.path.exists(out) else ""
+    check(r.returncode == 0, f"the study's job: exit {r.returncode}\n{log}")
+    with open(os.path.join(study, "scaling.json")) as f:
+        rows = json.load(f)
+    rows = rows.get("points", rows) if isinstance(rows, dict) else rows
+    nodes = sorted(int(x["nodes"]) for x in rows)
+    check(nodes == [1, 2], f"study points on nodes {nodes}, not [1, 2]")
+    bad = [x.get("status") for x in rows if x.get("status") != "ok"]
+    check(not bad, f"study points failed: {bad}\n{log}")
+    return f"points on {nodes} nodes"
 
 
 def local_run(ringattn, work, args, env=None):
