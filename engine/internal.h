@@ -37,6 +37,10 @@ int ra_shape_dk_allowed(const ra_shape *shape, ra_score score);
 int ra_blas_enter(int threads);
 void ra_blas_leave(int saved);
 
+/* Calls params->on_step(params->on_step_ctx, done, total) when it is set
+ * (progress.c); outside any OpenMP region. */
+void ra_step_report(const ra_params *params, int done, int total);
+
 /* The random streams of generated problems: element values depend only on
  * (seed, stream, index), so that `gen`, `bench`, the tests and the checks
  * regenerate the same tensors from a seed. Q, K, V and each query/key pair
