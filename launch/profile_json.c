@@ -258,18 +258,22 @@ static int json_string(json_in *j, char *out, size_t cap)
         unsigned c = (unsigned char)*j->at++;
         if (c < 0x20)
             return json_fail(j, "a control character inside a string");
-        if (c == '\\') {
-            const char *e = j->at < j->end ? strchr(plain, *j->at) : NULL;
-            if (j->at < j->end && *j->at == 'u') {
-                j->at++;
-                if (json_hex4(j, &c) != 0)
-                    return -1;
-            } else if (e && *e) {
-                c = (unsigned char)meant[e - plain];
-                j->at++;
-            } else {
-                return json_fail(j, "a bad escape in a string");
-            }
+        if (c != '\\') { /* a byte as it stands (UTF-8 passes through) */
+            if (len + 1 >= cap)
+                return json_fail(j, "string longer than %zu bytes", cap - 1);
+            out[len++] = (char)c;
+            continue;
+        }
+        const char *e = j->at < j->end ? strchr(plain, *j->at) : NULL;
+        if (j->at < j->end && *j->at == 'u') {
+            j->at++;
+            if (json_hex4(j, &c) != 0)
+                return -1;
+        } else if (e && *e) {
+            c = (unsigned char)meant[e - plain];
+            j->at++;
+        } else {
+            return json_fail(j, "a bad escape in a string");
         }
         if (json_utf8(j, c, out, cap, &len) != 0)
             return -1;
