@@ -127,6 +127,7 @@ static ra_status probe_measure(const cli_ctx *ctx, const probe_opts *o,
                                ra_profile *p)
 {
     probe_comms c;
+    const double t0 = MPI_Wtime();
     const double share = o->seconds / (p->nrates + PROBE_COMM_ITEMS);
     ra_status st = probe_comms_make(ctx, share, &c);
     if (st != RA_OK)
@@ -148,6 +149,8 @@ static ra_status probe_measure(const cli_ctx *ctx, const probe_opts *o,
     cli_version_line(p->version, sizeof p->version);
     const time_t now = time(NULL);
     strftime(p->date, sizeof p->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (st == RA_OK && ctx->rank == 0)
+        printf("# measured in %.1f s\n", MPI_Wtime() - t0);
     return st;
 }
 

@@ -17,6 +17,7 @@ enum {
     PROBE_MAX_REPS = 50,
     PROBE_TAG = 23,
     KERNEL_N = 2048,         /* queries and keys of the kernel's problem */
+    KERNEL_N_ADDITIVE = 512, /* the additive score: about 30x slower */
     KERNEL_H = 2,
     KERNEL_A = 64,           /* the additive score's hidden size */
     LINK_SMALL = 1,          /* floats of a latency message */
@@ -95,14 +96,16 @@ double probe_kernel(const probe_comms *c, int64_t D, ra_score score)
     int rank, P;
     MPI_Comm_rank(c->world, &rank);
     MPI_Comm_size(c->world, &P);
-    kernel_arg a = {.s = {.B = 1, .N = KERNEL_N, .M = KERNEL_N, .H = KERNEL_H,
+    const int64_t n = score == RA_SCORE_ADDITIVE ? KERNEL_N_ADDITIVE
+                                                 : KERNEL_N;
+    kernel_arg a = {.s = {.B = 1, .N = n, .M = n, .H = KERNEL_H,
                           .G = KERNEL_H, .D = D, .Dv = D}};
     ra_params_default(&a.p);
     a.p.score = score;
     a.p.sigma = 4.0;
-    const size_t nx = (size_t)(KERNEL_N * KERNEL_H * D);
+    const size_t nx = (size_t)(n * KERNEL_H * D);
     const size_t nw = (size_t)(KERNEL_A * (2 * D + 1));
-    float *mem = malloc(sizeof(float) * (4 * nx + KERNEL_N * KERNEL_H + nw));
+    float *mem = malloc(sizeof(float) * (4 * nx + (size_t)n * KERNEL_H + nw));
     int bad = mem == NULL, any_bad;
     MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, c->world);
     if (any_bad) {
@@ -111,7 +114,7 @@ double probe_kernel(const probe_comms *c, int64_t D, ra_score score)
     }
     a.q = mem, a.k = a.q + nx, a.v = a.k + nx, a.o = a.v + nx;
     a.lse = a.o + nx;
-    float *w = a.lse + KERNEL_N * KERNEL_H;
+    float *w = a.lse + n * KERNEL_H;
     ra_random_normal((uint64_t)rank, RA_STREAM_PROBE, 0, (int64_t)(3 * nx),
                      a.q);
     ra_random_normal((uint64_t)rank, RA_STREAM_ADDITIVE, 0, (int64_t)nw, w);
