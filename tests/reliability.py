@@ -1097,6 +1097,37 @@ def fault_enospc(work):
     return problems
 
 
+def fault_probe_full(work):
+    """probe's I/O measurement on a file system too small for its scratch
+    file: exit 1, one line, no profile written, the directory empty."""
+    small = os.path.join(work, "probe-small")
+    os.mkdir(small)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
+                        small], capture_output=True)
+    if r.returncode != 0:
+        print("SKIP probe-full: mount -t tmpfs not permitted")
+        return []
+    try:
+        res = mpirun(["probe", "--dir", "probe-small", "--dim", "16",
+                      "--seconds", "0.5", "--out", "p.json"], cwd=work,
+                     timeout=120)
+    finally:
+        left = os.listdir(small)
+        subprocess.run(["umount", small])
+    lines = our_lines(res.stderr)
+    bad = []
+    if res.returncode != 1:
+        bad.append(f"exit {res.returncode}, expected 1")
+    if len(lines) != 1 or "probe-small/" not in lines[0]:
+        bad.append(f"message: {res.stderr.strip()[:300]}")
+    if left or os.path.exists(os.path.join(work, "p.json")):
+        bad.append(f"left behind: {left}, p.json "
+                   f"{os.path.exists(os.path.join(work, 'p.json'))}")
+    print(f"{'FAIL' if bad else 'ok':4} probe-full: exit {res.returncode}: "
+          f"{lines[0] if lines else ''}")
+    return [f"probe-full: {b}" for b in bad]
+
+
 def start_job(work, argv, name):
     """Starts `mpirun ringattn ARGV` writing name; returns the Popen once the
     temporary file of name exists (or None)."""
@@ -1421,7 +1452,7 @@ def run_faults():
                 fault_locked(work) + fault_long_command_line(work) +
                 fault_large_scores(work) + fault_allow_nonfinite(work) +
                 fault_signals(work) + fault_stale(work) + fault_kill(work) +
-                fault_kill(work, during_write=True))
+                fault_kill(work, during_write=True) + fault_probe_full(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
