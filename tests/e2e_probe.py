@@ -46,7 +46,7 @@ class Failure(Exception):
 def check(cond, what):
     if not cond:
         raise Failure(what)
-    print(f"ok   {what}")
+    print(f"ok   {what}", flush=True)
 
 
 def mpirun(args, np_=None, prefix=(), timeout=300, **kw):
