@@ -227,9 +227,10 @@ typedef struct {
                           successful pass: done = 1 .. total, ending with
                           done == total. Steps are ring steps (ring, ring-q,
                           hybrid's ring between groups, allgather's blocks;
-                          ring with an attention map counts both passes);
-                          a strategy without steps (ulysses, tree) calls it
-                          once, with 1 of 1, at the end. It must not call
+                          ring with an attention map counts both passes,
+                          ra_backward its ring steps); a strategy without
+                          steps (ulysses, tree) calls it once, with 1 of 1,
+                          at the end. It must not call
                           MPI on comm; its time counts in the pass. */
     void *on_step_ctx; /* passed to on_step as ctx */
 } ra_params;
