@@ -208,6 +208,7 @@ static ra_status gather_run(gather_state *g, strat_call *c)
                                     g);
         c->tm->comm_wait += t1 - t0;
         c->tm->compute += MPI_Wtime() - t1;
+        strat_step(c, t + 1, c->P);
     }
     return RA_OK;
 }

@@ -350,6 +350,7 @@ static ra_status hyb_ring(hyb_state *h, strat_call *c)
                                             "failed", t);
         c->tm->compute += t1 - t0;
         c->tm->comm_wait += MPI_Wtime() - t1;
+        strat_step(c, t + 1, ng);
     }
     return RA_OK;
 }

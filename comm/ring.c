@@ -484,6 +484,8 @@ ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
         st = ring_check_range(rs, a);
     if (st == RA_OK)
         ring_block_init(rs, a);
+    rs->params = a->params;
+    rs->steps_total = (rs->last + 1) * (a->want_map ? 2 : 1);
     return st;
 }
 

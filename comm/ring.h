@@ -46,6 +46,8 @@ typedef struct {
     double *slopes;       /* ALiBi: the slopes in use (H) */
     ra_workspace *ws;
     ra_timing *tm;
+    const ra_params *params; /* for its progress callback */
+    int steps_done, steps_total; /* of every pass of the call */
 } ring_state;
 
 /* The arguments of one call, as the caller passed them. */

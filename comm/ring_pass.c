@@ -258,8 +258,11 @@ static ra_status ring_step_run(ring_state *rs, int t, ring_visit visit,
 ra_status ring_pass(ring_state *rs, ring_visit visit, void *arg)
 {
     ra_status st = RA_OK;
-    for (int t = 0; t <= rs->last && st == RA_OK; t++)
+    for (int t = 0; t <= rs->last && st == RA_OK; t++) {
         st = ring_step_run(rs, t, visit, arg);
+        if (st == RA_OK)
+            ra_step_report(rs->params, ++rs->steps_done, rs->steps_total);
+    }
     return st;
 }
 

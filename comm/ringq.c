@@ -252,8 +252,11 @@ ra_status ringq_forward(strat_call *c)
         ra_state_reset(s->B, c->n, s->H, s->Dv, g.buf[0].o, g.buf[0].lse);
         strat_slice_pos(c, s->M, c->r, g.kpos);
     }
-    for (int t = 0; st == RA_OK && t < c->P; t++)
+    for (int t = 0; st == RA_OK && t < c->P; t++) {
         st = ringq_step(&g, c, t);
+        if (st == RA_OK)
+            strat_step(c, t + 1, c->P);
+    }
     if (st == RA_OK && c->P == 1) {
         memcpy(c->o, g.buf[0].o, sizeof(float) * (size_t)(s->B * c->n * s->H *
                                                           s->Dv));

@@ -142,6 +142,12 @@ ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
     return st;
 }
 
+void strat_step(strat_call *c, int done, int total)
+{
+    c->stepped = 1;
+    ra_step_report(c->params, done, total);
+}
+
 ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
                            const ra_params *params, const ra_masks *masks,
                            const float *q, const float *k, const float *v,
@@ -163,6 +169,8 @@ ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
         const int blas = ra_blas_enter(1);
         st = strategy_run(&c);
         ra_blas_leave(blas);
+        if (st == RA_OK && !c.stepped) /* a strategy without steps */
+            ra_step_report(params, 1, 1);
     }
     if (MPI_Comm_free(&c.comm) != MPI_SUCCESS && st == RA_OK)
         st = ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_free failed",

@@ -29,7 +29,11 @@ typedef struct {
     int segs;           /* segment ids are given */
     int64_t n, m_own;   /* this rank's query and key counts */
     ra_timing *tm;
+    int stepped;        /* strat_step was called */
 } strat_call;
+
+/* Reports step done of total to the caller's progress callback. */
+void strat_step(strat_call *c, int done, int total);
 
 /* The ring's argument checks (comm/ring.c): shape, score, window, tiles,
  * threads, timeout, masks; RA_OK or the first problem. */

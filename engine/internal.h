@@ -37,6 +37,10 @@ int ra_shape_dk_allowed(const ra_shape *shape, ra_score score);
 int ra_blas_enter(int threads);
 void ra_blas_leave(int saved);
 
+/* Calls params->on_step(params->on_step_ctx, done, total) when it is set
+ * (progress.c); outside any OpenMP region. */
+void ra_step_report(const ra_params *params, int done, int total);
+
 /* The random streams of generated problems: element values depend only on
  * (seed, stream, index), so that `gen`, `bench`, the tests and the checks
  * regenerate the same tensors from a seed. Q, K, V and each query/key pair
@@ -54,6 +58,7 @@ enum {
     RA_STREAM_W_V = 12,
     RA_STREAM_ADDITIVE = 30,   /* random additive weights w_q | w_k | w_v */
     RA_STREAM_DO = 40,         /* the output gradient dO of a backward pass */
+    RA_STREAM_PROBE = 50,      /* probe's scratch tensors (kernel, I/O) */
     RA_STREAM_SAMPLE = 99,     /* verify's sample of rows */
 };
 

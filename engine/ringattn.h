@@ -221,6 +221,18 @@ typedef struct {
                           divided by the ranks on the node */
     int64_t ulysses_size; /* hybrid: ranks per head-parallel group (they
                           must divide P); 0: the ranks of one node */
+    void (*on_step)(void *ctx, int done, int total); /* progress, or NULL:
+                          called on the calling thread (never inside the
+                          library's OpenMP regions) after each step of a
+                          successful pass: done = 1 .. total, ending with
+                          done == total. Steps are ring steps (ring, ring-q,
+                          hybrid's ring between groups, allgather's blocks;
+                          ring with an attention map counts both passes,
+                          ra_backward its ring steps); a strategy without
+                          steps (ulysses, tree) calls it once, with 1 of 1,
+                          at the end. It must not call
+                          MPI on comm; its time counts in the pass. */
+    void *on_step_ctx; /* passed to on_step as ctx */
 } ra_params;
 
 /* The default stall_timeout in seconds. */

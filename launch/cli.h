@@ -269,6 +269,9 @@ ra_status cli_json_write(const char *path, const cli_run_summary *r);
 /* `ringattn --version`: the version and the build's BLAS, MPI, HDF5 and the
  * SIMD path of the exp, from rank 0. */
 int cli_version(const cli_ctx *ctx);
+/* What cli_version prints, on one line ("ringattn X; BLAS ...; MPI ...;
+ * HDF5 ...; exp ..."), into buf. */
+void cli_version_line(char *buf, size_t n);
 
 int cmd_gen(const cli_ctx *ctx, int argc, char **argv);
 int cmd_run(const cli_ctx *ctx, int argc, char **argv);
@@ -280,5 +283,6 @@ int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv);
 int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv);
 int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv);
 int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv);
+int cmd_probe(const cli_ctx *ctx, int argc, char **argv);
 
 #endif /* RA_CLI_H */

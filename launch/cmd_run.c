@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
+#include "progress.h"
 
 typedef struct {
     ra_params p;
@@ -20,6 +21,7 @@ typedef struct {
     int64_t out_chunk;
     int force, allow_nonfinite, mha;
     const char *map_rows, *map_heads;
+    cli_progress prog;
 } run_opts;
 
 static const char *const qkv_layouts[] = {"bnhd", "bhnd", NULL};
@@ -131,7 +133,8 @@ static const cli_spec run_spec = {
     "rounded to float32 (24-bit significand, about 7 digits; values beyond\n"
     "3.4e38 become infinite and are refused). /o is stored as --out-dtype\n"
     "(rounded from float32), /lse as float32.\n",
-    .groups = {{run_own, 0}, {cli_forward_opts, offsetof(run_opts, p)}},
+    .groups = {{run_own, 0}, {cli_forward_opts, offsetof(run_opts, p)},
+               {cli_progress_opts, offsetof(run_opts, prog)}},
 };
 
 /* --attn-map I0:I1 and --attn-map-heads LIST, checked against the shape. */
@@ -351,6 +354,7 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     ra_status st = run_read(ctx, o, r);
     const double t1 = MPI_Wtime();
     const int ran = st == RA_OK;
+    progress_start(&o->p);
     if (st == RA_OK && o->map_rows) {
         st = ra_forward_map(ctx->comm, &r->s, &o->p, &r->masks.view, t->q,
                             t->k, t->v, t->o, t->lse, &r->map);
@@ -450,6 +454,8 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     if (st == RA_OK && (st = run_setup(ctx, &o, &r)) == RA_OK) {
         cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
         cli_print_source(ctx, &o.src, r.axes);
+        progress_setup(ctx, &o.prog, &r.s, &o.p, &r.masks.view);
+        progress_print_param(ctx, &o.prog);
         st = run_compute(ctx, &o, &r);
     }
     if (st == RA_OK)

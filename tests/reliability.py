@@ -543,6 +543,23 @@ def write_text(text):
     return lambda p: open(p, "w").write(text)
 
 
+def profile_text(**change):
+    """A machine profile as `ringattn probe` writes it, with keys changed
+    (values as JSON text)."""
+    keys = {"schema": "1", "measured": "true", "date": '"2026-11-29T00:00:00Z"',
+            "version": '"ringattn 0.1.0"', "hosts": '"vm"', "io_dir": '"."',
+            "nodes": "1", "ranks": "2", "ranks_per_node": "2", "threads": "1",
+            "kernel": '[{"D": 64, "Dv": 64, "score": "dot", '
+                      '"flops_per_core": 1.1e11}]',
+            "intra": '{"latency": 1e-06, "bandwidth": 7.7e9}',
+            "inter": '{"latency": 0, "bandwidth": 0}',
+            "alltoall_intra": "7.7e9", "alltoall_inter": "0",
+            "allgather_intra": "7.7e9", "allgather_inter": "0",
+            "io_read": "9e8", "io_write": "4e8", "mem_per_node": "25769803776"}
+    keys.update(change)
+    return "{\n" + ",\n".join(f'  "{k}": {v}' for k, v in keys.items()) + "\n}\n"
+
+
 BENCH_SMALL = ["bench", "--seq", "16", "--heads", "1", "--dim", "8", "--reps",
                "1", "--warmup", "0", "--check-rows", "1"]
 VERIFY = ["verify", "--in", "good.h5", "--out"]
@@ -645,6 +662,51 @@ CASES_TOOLS = [
     ("plot-option", "plot-map --reduce min", {"map.h5": attn_map},
      ["plot-map", "map.h5", "map.png", "--reduce", "min"], 2,
      r"--reduce: 'min' is not max or mean"),
+    ("profile-truncated", "probe --show: a profile cut in the middle",
+     {"p.json": write_text(profile_text()[:300])},
+     ["probe", "--show", "p.json"], 2,
+     r"p\.json: .*\(truncated\?\) \(line \d+\)"),
+    ("profile-wrong-type", "probe --show: nodes is a string",
+     {"p.json": write_text(profile_text(nodes='"two"'))},
+     ["probe", "--show", "p.json"], 2,
+     r"p\.json: key 'nodes': expected a number, found a string"),
+    ("profile-score", "probe --show: a kernel rate of an unknown score",
+     {"p.json": write_text(profile_text(kernel='[{"D": 64, "Dv": 64, "score": '
+                                               '"cosine", "flops_per_core": 1}]'))},
+     ["probe", "--show", "p.json"], 2,
+     r"p\.json: key 'kernel\[0\]\.score': unknown score 'cosine'"),
+    ("profile-negative", "probe --show: a negative rate",
+     {"p.json": write_text(profile_text(io_read="-9e8"))},
+     ["probe", "--show", "p.json"], 2,
+     r"p\.json: key 'io_read': -9e\+08 is not a rate in \[0, 1e\+18\]"),
+    ("profile-huge", "probe --show: a rate beyond a double",
+     {"p.json": write_text(profile_text(io_write="1e999"))},
+     ["probe", "--show", "p.json"], 2,
+     r"p\.json: key 'io_write': 1e999 is beyond the range of a double"),
+    ("profile-huge-int", "probe --show: a node count beyond int",
+     {"p.json": write_text(profile_text(nodes="99999999999999999999"))},
+     ["probe", "--show", "p.json"], 2,
+     r"p\.json: key 'nodes': 1e\+20 is outside \[1, 1048576\]"),
+    ("profile-directory", "probe --show: a directory",
+     {"p.d": lambda p: os.mkdir(p)}, ["probe", "--show", "p.d"], 2,
+     r"p\.d: the profile is not a regular file \(a directory\)"),
+    ("profile-fifo", "probe --show: a FIFO (refused, not waited on)",
+     {"p.fifo": lambda p: os.mkfifo(p)}, ["probe", "--show", "p.fifo"], 2,
+     r"p\.fifo: the profile is not a regular file \(a FIFO\)"),
+    ("profile-missing", "probe --show: no such file", {},
+     ["probe", "--show", "nope.json"], 2,
+     r"nope\.json: cannot open the profile: No such file or directory"),
+    ("probe-out-exists", "probe --out onto an existing file", {},
+     ["probe", "--out", "out_old.h5"], 2,
+     r"out_old\.h5: .*exists"),
+    ("probe-dir", "probe --dir of a missing directory", {},
+     ["probe", "--dir", "nodir"], 2,
+     r"nodir/ringattn-probe\.h5: output directory nodir: No such file"),
+    ("probe-dim", "probe --dim 0", {}, ["probe", "--dim", "64,0"], 2,
+     r"--dim: 0 is outside \[1, 1024\]"),
+    ("probe-score", "probe --score cosine", {},
+     ["probe", "--score", "dot,cosine"], 2,
+     r"--score: 'dot,cosine' is not a list of dot, gaussian, additive"),
 ]
 
 # The compute: scores out of float32 range, hangs, non-finite inputs.
@@ -1035,6 +1097,37 @@ def fault_enospc(work):
     return problems
 
 
+def fault_probe_full(work):
+    """probe's I/O measurement on a file system too small for its scratch
+    file: exit 1, one line, no profile written, the directory empty."""
+    small = os.path.join(work, "probe-small")
+    os.mkdir(small)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
+                        small], capture_output=True)
+    if r.returncode != 0:
+        print("SKIP probe-full: mount -t tmpfs not permitted")
+        return []
+    try:
+        res = mpirun(["probe", "--dir", "probe-small", "--dim", "16",
+                      "--seconds", "0.5", "--out", "p.json"], cwd=work,
+                     timeout=120)
+    finally:
+        left = os.listdir(small)
+        subprocess.run(["umount", small])
+    lines = our_lines(res.stderr)
+    bad = []
+    if res.returncode != 1:
+        bad.append(f"exit {res.returncode}, expected 1")
+    if len(lines) != 1 or "probe-small/" not in lines[0]:
+        bad.append(f"message: {res.stderr.strip()[:300]}")
+    if left or os.path.exists(os.path.join(work, "p.json")):
+        bad.append(f"left behind: {left}, p.json "
+                   f"{os.path.exists(os.path.join(work, 'p.json'))}")
+    print(f"{'FAIL' if bad else 'ok':4} probe-full: exit {res.returncode}: "
+          f"{lines[0] if lines else ''}")
+    return [f"probe-full: {b}" for b in bad]
+
+
 def start_job(work, argv, name):
     """Starts `mpirun ringattn ARGV` writing name; returns the Popen once the
     temporary file of name exists (or None)."""
@@ -1359,7 +1452,7 @@ def run_faults():
                 fault_locked(work) + fault_long_command_line(work) +
                 fault_large_scores(work) + fault_allow_nonfinite(work) +
                 fault_signals(work) + fault_stale(work) + fault_kill(work) +
-                fault_kill(work, during_write=True))
+                fault_kill(work, during_write=True) + fault_probe_full(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

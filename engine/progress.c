@@ -1,0 +1,9 @@
+/* progress.c: the progress callback of a forward or backward pass
+ * (ra_params.on_step), called by the strategies after each step. */
+#include "internal.h"
+
+void ra_step_report(const ra_params *params, int done, int total)
+{
+    if (params && params->on_step)
+        params->on_step(params->on_step_ctx, done, total);
+}

@@ -1,0 +1,252 @@
+/* cmd_probe.c: `ringattn probe`: measure the machine profile the
+ * performance model predicts from (comm/profile.h), print it as a table and
+ * write it as JSON. parse -> validate -> measure -> report; `--show FILE`
+ * reads a profile back instead of measuring. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agree.h"
+#include "cli.h"
+#include "h5io.h"
+#include "h5probe.h"
+#include "internal.h"
+#include "probe.h"
+#include "profile_json.h"
+
+enum {
+    PROBE_IO_ROWS = 4096, /* query rows per rank of the I/O probe (16 MiB) */
+    PROBE_COMM_ITEMS = 7, /* two links, four collectives, the I/O */
+};
+
+typedef struct {
+    const char *out, *dir, *dims, *scores, *show;
+    double seconds;
+    int force;
+} probe_opts;
+
+static const cli_opt probe_own[] = {
+    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(probe_opts, out, const char *),
+     .help = "write the profile as JSON to FILE (refused if it\n"
+     "exists, unless --force)"},
+    {.name = "--force", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(probe_opts, force, int),
+     .help = "replace an existing --out file"},
+    {.name = "--dir", .kind = CLI_TEXT, .meta = "DIR",
+     .offset = CLI_FIELD(probe_opts, dir, const char *), .def = ".",
+     .help = "directory whose parallel HDF5 rates are measured (a\n"
+     "scratch file, removed afterwards): where run's files\n"
+     "will live"},
+    {.name = "--dim", .kind = CLI_TEXT, .meta = "LIST",
+     .offset = CLI_FIELD(probe_opts, dims, const char *), .def = "64,128",
+     .help = "head dims (D = Dv) whose kernel rates are measured"},
+    {.name = "--score", .kind = CLI_TEXT, .meta = "LIST",
+     .offset = CLI_FIELD(probe_opts, scores, const char *), .def = "dot",
+     .help = "scores whose kernel rates are measured: dot,\n"
+     "gaussian, additive"},
+    {.name = "--seconds", .kind = CLI_REAL, .meta = "S",
+     .offset = CLI_FIELD(probe_opts, seconds, double), .rlo = 0,
+     .rhi = 3600, .open_lo = 1, .def = "8",
+     .help = "about how long the measurements take in all (each\n"
+     "one runs at least 3 times after a warm-up)"},
+    {.name = "--show", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(probe_opts, show, const char *),
+     .help = "measure nothing: read the profile FILE, print its\n"
+     "table (and write it again to --out)"},
+    {0},
+};
+
+static const cli_spec probe_spec = {
+    .name = "probe",
+    .usage =
+    "usage: mpirun -np P ringattn probe [--out profile.json] [options]\n"
+    "\n"
+    "Measures what the performance model needs, on the allocation a run\n"
+    "will use (launch it as the run will be launched): the tiled forward\n"
+    "kernel's FLOP/s per core for the head dims and scores given, the\n"
+    "latency and bandwidth of ring steps within a node and between nodes,\n"
+    "all-to-all and all-gather rates, parallel HDF5 write and read rates of\n"
+    "--dir, and the memory of a node. Rank 0 prints a table and writes the\n"
+    "profile (with host names, date and versions) as JSON.\n",
+    .groups = {{probe_own, 0}},
+};
+
+/* The asked kernel shapes: every dim with every score. */
+static ra_status rates_parse(const probe_opts *o, ra_profile *p)
+{
+    char buf[256];
+    ra_score scores[3];
+    int nscores = 0;
+    snprintf(buf, sizeof buf, "%s", o->scores);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (nscores == 3 || ra_score_parse(t, &scores[nscores]) != RA_OK)
+            return ra_error_set(RA_ERR_ARG, "--score: '%s' is not a list of "
+                                "dot, gaussian, additive", o->scores);
+        nscores++;
+    }
+    snprintf(buf, sizeof buf, "%s", o->dims);
+    p->nrates = 0;
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        int64_t D;
+        if (cli_parse_i64("--dim", t, 1, 1024, &D) != 0)
+            return RA_ERR_ARG;
+        for (int i = 0; i < nscores; i++) {
+            if (p->nrates == PROFILE_MAX_RATES)
+                return ra_error_set(RA_ERR_ARG, "--dim, --score: at most %d "
+                                    "kernel shapes", PROFILE_MAX_RATES);
+            p->rate[p->nrates++] = (profile_rate){D, D, scores[i], 0.0};
+        }
+    }
+    if (p->nrates == 0)
+        return ra_error_set(RA_ERR_ARG, "--dim, --score: no kernel shape to "
+                            "measure");
+    return RA_OK;
+}
+
+/* The options and the paths, agreed over the ranks. */
+static ra_status probe_validate(const cli_ctx *ctx, const probe_opts *o,
+                                ra_profile *p)
+{
+    char scratch[4200];
+    ra_status st = rates_parse(o, p);
+    if (st == RA_OK && strlen(o->dir) + 32 > sizeof scratch)
+        st = ra_error_set(RA_ERR_ARG, "--dir: the path is too long");
+    st = ra_agree(ctx->comm, st);
+    if (st == RA_OK && o->out)
+        st = cli_output_agree(ctx, o->out, o->force, NULL);
+    snprintf(scratch, sizeof scratch, "%s/ringattn-probe.h5", o->dir);
+    if (st == RA_OK) /* the directory can hold a file of ours */
+        st = cli_output_agree(ctx, scratch, 1, NULL);
+    return st;
+}
+
+/* Every measurement, in the order the table shows them. */
+static ra_status probe_measure(const cli_ctx *ctx, const probe_opts *o,
+                               ra_profile *p)
+{
+    probe_comms c;
+    const double t0 = MPI_Wtime();
+    const double share = o->seconds / (p->nrates + PROBE_COMM_ITEMS);
+    ra_status st = probe_comms_make(ctx, share, &c);
+    if (st != RA_OK)
+        return st;
+    probe_machine(ctx, &c, p);
+    for (int i = 0; i < p->nrates; i++)
+        p->rate[i].flops_per_core = probe_kernel(&c, p->rate[i].D,
+                                                 p->rate[i].score);
+    probe_links(&c, &p->intra, &p->inter);
+    probe_collectives(&c, p);
+    probe_comms_free(&c);
+    double written, t_write, read, t_read;
+    st = h5io_probe_rates(ctx->comm, o->dir, PROBE_IO_ROWS, &written,
+                          &t_write, &read, &t_read);
+    p->io_write = st == RA_OK && t_write > 0 ? written / t_write : 0;
+    p->io_read = st == RA_OK && t_read > 0 ? read / t_read : 0;
+    p->measured = 1;
+    snprintf(p->io_dir, sizeof p->io_dir, "%s", o->dir);
+    cli_version_line(p->version, sizeof p->version);
+    const time_t now = time(NULL);
+    strftime(p->date, sizeof p->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    if (st == RA_OK && ctx->rank == 0)
+        printf("# measured in %.1f s\n", MPI_Wtime() - t0);
+    return st;
+}
+
+/* A rate in units of scale, or "-" when not measured. */
+static const char *cell(double x, double scale, char *buf)
+{
+    if (x > 0)
+        snprintf(buf, 32, "%.2f", x / scale);
+    else
+        snprintf(buf, 32, "-");
+    return buf;
+}
+
+/* Rank 0: the profile as a table. */
+static void probe_print(const ra_profile *p)
+{
+    char a[32], b[32];
+    printf("# ringattn probe: %s\n# %d ranks on %d node%s (at most %d per "
+           "node), %d thread%s per rank; %s\n# %s\n# hosts: %s\n",
+           p->measured ? "measured" : "built-in default, not measured",
+           p->ranks, p->nodes, p->nodes == 1 ? "" : "s", p->ranks_per_node,
+           p->threads, p->threads == 1 ? "" : "s", p->date, p->version,
+           p->hosts);
+    printf("%-28s %8s %8s\n", "kernel (per core)", "D = Dv", "GFLOP/s");
+    for (int i = 0; i < p->nrates; i++)
+        printf("  %-26s %8lld %8s\n", ra_score_name(p->rate[i].score),
+               (long long)p->rate[i].D,
+               cell(p->rate[i].flops_per_core, 1e9, a));
+    printf("%-28s %8s %8s\n", "ring step (per rank)", "lat us", "GB/s");
+    printf("  %-26s %8s %8s\n", "within a node", cell(p->intra.latency, 1e-6,
+           a), cell(p->intra.bandwidth, 1e9, b));
+    printf("  %-26s %8s %8s\n", "between nodes", cell(p->inter.latency, 1e-6,
+           a), cell(p->inter.bandwidth, 1e9, b));
+    printf("%-28s %8s %8s\n", "collectives (GB/s per rank)", "node",
+           "across");
+    printf("  %-26s %8s %8s\n", "all-to-all (sent)",
+           cell(p->alltoall_intra, 1e9, a), cell(p->alltoall_inter, 1e9, b));
+    printf("  %-26s %8s %8s\n", "all-gather (received)",
+           cell(p->allgather_intra, 1e9, a), cell(p->allgather_inter, 1e9, b));
+    printf("%-28s %8s %8s\n", "parallel HDF5 (GB/s, all)", "write", "read");
+    printf("  %-26s %8s %8s\n", p->io_dir, cell(p->io_write, 1e9, a),
+           cell(p->io_read, 1e9, b));
+    printf("%-28s %8s %8s\n", "memory per node", "",
+           cell((double)p->mem_per_node, 1073741824.0, a));
+    printf("  (GiB)\n");
+}
+
+/* Rank 0 writes the profile to path; every rank returns the verdict. */
+static ra_status probe_write(const cli_ctx *ctx, const char *path,
+                             const ra_profile *p)
+{
+    ra_status st = RA_OK;
+    if (ctx->rank == 0) {
+        FILE *f = fopen(path, "w");
+        const int bad = !f || profile_write_json(f, p) != 0;
+        if ((f && fclose(f) != 0) || bad) {
+            if (f)
+                remove(path);
+            st = ra_error_set(RA_ERR_IO, "%s: writing the profile failed",
+                              path);
+        }
+    }
+    return ra_agree(ctx->comm, st);
+}
+
+/* --show: rank 0 reads the profile; every rank agrees on the verdict. */
+static ra_status probe_show(const cli_ctx *ctx, const probe_opts *o,
+                            ra_profile *p)
+{
+    char err[512];
+    ra_status st = RA_OK;
+    if (ctx->rank == 0 && profile_read_json(o->show, p, err, sizeof err) != 0)
+        st = ra_error_set(RA_ERR_INPUT, "%s", err);
+    st = ra_agree(ctx->comm, st);
+    if (st == RA_OK && o->out)
+        st = cli_output_agree(ctx, o->out, o->force, NULL);
+    return st;
+}
+
+int cmd_probe(const cli_ctx *ctx, int argc, char **argv)
+{
+    probe_opts o = {0};
+    int code = cli_parse_or_exit(ctx, &probe_spec, &o, argc, argv);
+    if (code >= 0)
+        return code;
+    ra_profile p;
+    memset(&p, 0, sizeof p);
+    ra_status st = o.show ? probe_show(ctx, &o, &p)
+                          : probe_validate(ctx, &o, &p);
+    if (st == RA_OK && !o.show)
+        st = probe_measure(ctx, &o, &p);
+    if (st == RA_OK && ctx->rank == 0)
+        probe_print(&p);
+    if (st == RA_OK && o.out)
+        st = probe_write(ctx, o.out, &p);
+    if (st == RA_OK && ctx->rank == 0 && o.out)
+        printf("ringattn probe: wrote %s\n", o.out);
+    return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
+}

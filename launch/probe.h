@@ -1,0 +1,43 @@
+/* probe.h: the measurements of `ringattn probe` (probe_measure.c), each
+ * one filling part of a machine profile (comm/profile.h). */
+#ifndef RA_PROBE_H
+#define RA_PROBE_H
+
+#include "cli.h"
+#include "profile.h"
+
+/* The communicators a probe measures on: the ranks of each node, and one
+ * rank per node (the lowest; MPI_COMM_NULL on the others). */
+typedef struct {
+    MPI_Comm world, node, leaders;
+    int nodes, node_size;
+    double share; /* seconds each measurement may take, at least 3 reps */
+} probe_comms;
+
+/* Splits ctx->comm by node; RA_ERR_MPI with a message otherwise. Every
+ * rank returns the same status. probe_comms_free releases them. */
+ra_status probe_comms_make(const cli_ctx *ctx, double share, probe_comms *c);
+void probe_comms_free(probe_comms *c);
+
+/* The tiled forward's FLOP/s per core for head dims D = Dv and a score:
+ * every rank runs ra_forward_ex on its own small problem (one thread, all
+ * ranks at once as in a run); the mean over ranks. 0 when a rank could not
+ * allocate. Collective. */
+double probe_kernel(const probe_comms *c, int64_t D, ra_score score);
+
+/* Point-to-point rates of ring steps (each rank sends to the next and
+ * receives from the previous at once, float messages): within the nodes
+ * and between node leaders; a link not measured (one rank per node, one
+ * node) stays 0. The slowest link's bandwidth, the largest latency. */
+void probe_links(const probe_comms *c, profile_link *intra,
+                 profile_link *inter);
+
+/* All-to-all (bytes sent per rank per second) and all-gather (received)
+ * within the nodes and between node leaders; 0 where not measured. */
+void probe_collectives(const probe_comms *c, ra_profile *p);
+
+/* The physical memory of the smallest node, host names of every node
+ * (comma-separated, on rank 0), the allocation's sizes. */
+void probe_machine(const cli_ctx *ctx, const probe_comms *c, ra_profile *p);
+
+#endif /* RA_PROBE_H */

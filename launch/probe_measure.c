@@ -1,0 +1,305 @@
+/* probe_measure.c: what `ringattn probe` measures besides I/O: the
+ * kernel's rate per core, ring-step links, collectives, the machine. Every
+ * timing is a median over repetitions after a warm-up, with the count of
+ * repetitions agreed from the slowest rank's warm-up, so that all ranks
+ * make the same calls. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agree.h"
+#include "bench.h"
+#include "internal.h"
+#include "probe.h"
+
+enum {
+    PROBE_MIN_REPS = 3,
+    PROBE_MAX_REPS = 50,
+    PROBE_TAG = 23,
+    KERNEL_N = 2048,         /* queries and keys of the kernel's problem */
+    KERNEL_N_ADDITIVE = 512, /* the additive score: about 30x slower */
+    KERNEL_H = 2,
+    KERNEL_A = 64,           /* the additive score's hidden size */
+    LINK_SMALL = 1,          /* floats of a latency message */
+    LINK_LARGE = 1 << 21,    /* floats of a ring-step message (8 MiB) */
+    COLL_FLOATS = 1 << 18,   /* floats per peer of a collective (1 MiB) */
+};
+
+ra_status probe_comms_make(const cli_ctx *ctx, double share, probe_comms *c)
+{
+    *c = (probe_comms){.world = ctx->comm, .node = MPI_COMM_NULL,
+                       .leaders = MPI_COMM_NULL, .nodes = ctx->nodes.nodes,
+                       .share = share};
+    int local = 0, ok = MPI_Comm_split(ctx->comm, ctx->nodes.node, ctx->rank,
+                                       &c->node) == MPI_SUCCESS;
+    ok = ok && MPI_Comm_rank(c->node, &local) == MPI_SUCCESS &&
+         MPI_Comm_size(c->node, &c->node_size) == MPI_SUCCESS;
+    ok = MPI_Comm_split(ctx->comm, ok && local == 0 ? 0 : MPI_UNDEFINED,
+                        ctx->rank, &c->leaders) == MPI_SUCCESS && ok;
+    return ra_agree(ctx->comm, ok ? RA_OK : ra_error_set(RA_ERR_MPI,
+                    "probe: splitting the ranks by node failed"));
+}
+
+void probe_comms_free(probe_comms *c)
+{
+    if (c->node != MPI_COMM_NULL)
+        MPI_Comm_free(&c->node);
+    if (c->leaders != MPI_COMM_NULL)
+        MPI_Comm_free(&c->leaders);
+}
+
+/* One timed operation: 0, or -1 when a call failed. */
+typedef int (*probe_op)(void *arg);
+
+/* This rank's median seconds of op over comm: a warm-up, then as many
+ * repetitions as fit in c->share by the slowest warm-up (the same on every
+ * rank), each between barriers. -1 when op failed on any rank. */
+static double probe_time(MPI_Comm comm, double share, probe_op op, void *arg)
+{
+    double t[PROBE_MAX_REPS], warm, slowest;
+    int bad = 0, any_bad;
+    MPI_Barrier(comm);
+    double t0 = MPI_Wtime();
+    bad |= op(arg);
+    warm = MPI_Wtime() - t0;
+    MPI_Allreduce(&warm, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+    int reps = slowest > 0 ? (int)(share / slowest) : PROBE_MAX_REPS;
+    reps = reps < PROBE_MIN_REPS ? PROBE_MIN_REPS
+           : reps > PROBE_MAX_REPS ? PROBE_MAX_REPS : reps;
+    for (int i = 0; i < reps; i++) {
+        MPI_Barrier(comm);
+        t0 = MPI_Wtime();
+        bad |= op(arg);
+        t[i] = MPI_Wtime() - t0;
+    }
+    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+    return any_bad ? -1.0 : bench_median(t, reps);
+}
+
+/* ---- the kernel ---------------------------------------------------------- */
+
+typedef struct {
+    ra_shape s;
+    ra_params p;
+    float *q, *k, *v, *o, *lse;
+} kernel_arg;
+
+static int kernel_op(void *arg)
+{
+    kernel_arg *a = arg;
+    return ra_forward_ex(MPI_COMM_SELF, &a->s, &a->p, NULL, a->q, a->k, a->v,
+                         a->o, a->lse, NULL) == RA_OK ? 0 : -1;
+}
+
+double probe_kernel(const probe_comms *c, int64_t D, ra_score score)
+{
+    int rank, P;
+    MPI_Comm_rank(c->world, &rank);
+    MPI_Comm_size(c->world, &P);
+    const int64_t n = score == RA_SCORE_ADDITIVE ? KERNEL_N_ADDITIVE
+                                                 : KERNEL_N;
+    kernel_arg a = {.s = {.B = 1, .N = n, .M = n, .H = KERNEL_H,
+                          .G = KERNEL_H, .D = D, .Dv = D}};
+    ra_params_default(&a.p);
+    a.p.score = score;
+    a.p.sigma = 4.0;
+    const size_t nx = (size_t)(n * KERNEL_H * D);
+    const size_t nw = (size_t)(KERNEL_A * (2 * D + 1));
+    float *mem = malloc(sizeof(float) * (4 * nx + (size_t)n * KERNEL_H + nw));
+    int bad = mem == NULL, any_bad;
+    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, c->world);
+    if (any_bad) {
+        free(mem);
+        return 0.0;
+    }
+    a.q = mem, a.k = a.q + nx, a.v = a.k + nx, a.o = a.v + nx;
+    a.lse = a.o + nx;
+    float *w = a.lse + n * KERNEL_H;
+    ra_random_normal((uint64_t)rank, RA_STREAM_PROBE, 0, (int64_t)(3 * nx),
+                     a.q);
+    ra_random_normal((uint64_t)rank, RA_STREAM_ADDITIVE, 0, (int64_t)nw, w);
+    for (size_t i = 0; i < nw; i++)
+        w[i] *= 0.125f; /* keeps tanh away from saturation */
+    const ra_additive add = {KERNEL_A, w, w + KERNEL_A * D, w + 2 * KERNEL_A * D};
+    a.p.additive = &add;
+    const double secs = probe_time(c->world, c->share, kernel_op, &a);
+    double rate = secs > 0 ? ra_forward_flops(&a.s, &a.p, NULL) / secs : 0.0,
+           sum = 0.0;
+    free(mem);
+    MPI_Allreduce(&rate, &sum, 1, MPI_DOUBLE, MPI_SUM, c->world);
+    return secs < 0 ? 0.0 : sum / P;
+}
+
+/* ---- links and collectives ------------------------------------------------ */
+
+typedef struct {
+    MPI_Comm comm;
+    int left, right;
+    int count;        /* floats per message or per peer */
+    float *out, *in;
+} comm_arg;
+
+/* One ring step: send to the right, receive from the left, both at once. */
+static int step_op(void *arg)
+{
+    comm_arg *a = arg;
+    MPI_Request req[2];
+    if (MPI_Irecv(a->in, a->count, MPI_FLOAT, a->left, PROBE_TAG, a->comm,
+                  &req[0]) != MPI_SUCCESS)
+        return -1;
+    if (MPI_Isend(a->out, a->count, MPI_FLOAT, a->right, PROBE_TAG, a->comm,
+                  &req[1]) != MPI_SUCCESS) {
+        MPI_Cancel(&req[0]);
+        MPI_Wait(&req[0], MPI_STATUS_IGNORE);
+        return -1;
+    }
+    return MPI_Waitall(2, req, MPI_STATUSES_IGNORE) == MPI_SUCCESS ? 0 : -1;
+}
+
+static int alltoall_op(void *arg)
+{
+    comm_arg *a = arg;
+    return MPI_Alltoall(a->out, a->count, MPI_FLOAT, a->in, a->count,
+                        MPI_FLOAT, a->comm) == MPI_SUCCESS ? 0 : -1;
+}
+
+static int allgather_op(void *arg)
+{
+    comm_arg *a = arg;
+    return MPI_Allgather(a->out, a->count, MPI_FLOAT, a->in, a->count,
+                         MPI_FLOAT, a->comm) == MPI_SUCCESS ? 0 : -1;
+}
+
+/* Sets up a on comm with buffers for count floats per peer; 0, or -1 when
+ * comm has one rank (nothing to measure) or memory is short. */
+static int comm_arg_make(comm_arg *a, MPI_Comm comm, int count)
+{
+    int r, k;
+    MPI_Comm_rank(comm, &r);
+    MPI_Comm_size(comm, &k);
+    *a = (comm_arg){comm, (r - 1 + k) % k, (r + 1) % k, count, NULL, NULL};
+    if (k < 2)
+        return -1;
+    a->out = calloc((size_t)count * (size_t)k * 2, sizeof(float));
+    a->in = a->out ? a->out + (size_t)count * (size_t)k : NULL;
+    int bad = a->out == NULL, any_bad;
+    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+    return any_bad ? -1 : 0;
+}
+
+/* The link of comm's ring steps (this rank's view; zeros when not
+ * measured): latency from the small message, bandwidth from the fit of the
+ * small and the large one. */
+static profile_link link_measure(MPI_Comm comm, double share)
+{
+    comm_arg a;
+    profile_link l = {0, 0};
+    if (comm == MPI_COMM_NULL || comm_arg_make(&a, comm, LINK_LARGE) != 0) {
+        if (comm != MPI_COMM_NULL)
+            free(a.out);
+        return l;
+    }
+    a.count = LINK_SMALL;
+    const double t_small = probe_time(comm, share / 4, step_op, &a);
+    a.count = LINK_LARGE;
+    const double t_large = probe_time(comm, share, step_op, &a);
+    free(a.out);
+    if (t_small < 0 || t_large <= t_small)
+        return l;
+    l.bandwidth = 4.0 * (LINK_LARGE - LINK_SMALL) / (t_large - t_small);
+    l.latency = t_small - 4.0 * LINK_SMALL / l.bandwidth;
+    if (l.latency < 0)
+        l.latency = 0;
+    return l;
+}
+
+/* The slowest measured link over the ranks of world (0: none measured). */
+static profile_link link_worst(MPI_Comm world, profile_link mine)
+{
+    const int have = mine.bandwidth > 0;
+    double in[2] = {have ? mine.latency : 0, have ? -mine.bandwidth : -1e300};
+    double out[2];
+    MPI_Allreduce(in, out, 2, MPI_DOUBLE, MPI_MAX, world);
+    return out[1] < -1e299 ? (profile_link){0, 0}
+                           : (profile_link){out[0], -out[1]};
+}
+
+void probe_links(const probe_comms *c, profile_link *intra,
+                 profile_link *inter)
+{
+    *intra = link_worst(c->world, link_measure(c->node, c->share));
+    *inter = link_worst(c->world, link_measure(c->leaders, c->share));
+}
+
+/* Bytes per second per rank of op over comm (sent for all-to-all, received
+ * for all-gather: count floats to or from each of the k - 1 peers); the
+ * slowest over world, 0 when not measured anywhere. */
+static double coll_measure(MPI_Comm world, MPI_Comm comm, double share,
+                           probe_op op)
+{
+    comm_arg a;
+    double rate = 0, worst;
+    int k = 1;
+    if (comm != MPI_COMM_NULL && comm_arg_make(&a, comm, COLL_FLOATS) == 0) {
+        MPI_Comm_size(comm, &k);
+        const double secs = probe_time(comm, share, op, &a);
+        rate = secs > 0 ? 4.0 * COLL_FLOATS * (k - 1) / secs : 0;
+    }
+    if (comm != MPI_COMM_NULL)
+        free(a.out);
+    double in = rate > 0 ? -rate : -1e300;
+    MPI_Allreduce(&in, &worst, 1, MPI_DOUBLE, MPI_MAX, world);
+    return worst < -1e299 ? 0.0 : -worst;
+}
+
+void probe_collectives(const probe_comms *c, ra_profile *p)
+{
+    p->alltoall_intra = coll_measure(c->world, c->node, c->share, alltoall_op);
+    p->allgather_intra = coll_measure(c->world, c->node, c->share,
+                                      allgather_op);
+    p->alltoall_inter = coll_measure(c->world, c->leaders, c->share,
+                                     alltoall_op);
+    p->allgather_inter = coll_measure(c->world, c->leaders, c->share,
+                                      allgather_op);
+}
+
+/* ---- the machine ------------------------------------------------------------ */
+
+/* Rank 0: the processor names of the node leaders, comma-separated. */
+static void probe_hosts(const probe_comms *c, char *hosts, size_t cap)
+{
+    char name[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0, k = 0, r = 0;
+    hosts[0] = '\0';
+    if (c->leaders == MPI_COMM_NULL)
+        return;
+    MPI_Get_processor_name(name, &len);
+    MPI_Comm_size(c->leaders, &k);
+    MPI_Comm_rank(c->leaders, &r);
+    char *all = r == 0 ? malloc((size_t)k * MPI_MAX_PROCESSOR_NAME) : NULL;
+    MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all,
+               MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, c->leaders);
+    for (int i = 0; all && i < k; i++) {
+        const size_t used = strlen(hosts);
+        snprintf(hosts + used, cap - used, "%s%s", i ? "," : "",
+                 all + (size_t)i * MPI_MAX_PROCESSOR_NAME);
+    }
+    free(all);
+}
+
+void probe_machine(const cli_ctx *ctx, const probe_comms *c, ra_profile *p)
+{
+    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    const double mine = pages > 0 && size > 0 ? (double)pages * size : 0;
+    double least;
+    int most_per_node;
+    MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE, MPI_MIN, ctx->comm);
+    MPI_Allreduce(&c->node_size, &most_per_node, 1, MPI_INT, MPI_MAX,
+                  ctx->comm);
+    p->mem_per_node = (int64_t)least;
+    p->nodes = c->nodes;
+    p->ranks = ctx->nranks;
+    p->ranks_per_node = most_per_node;
+    p->threads = 1;
+    probe_hosts(c, p->hosts, sizeof p->hosts);
+}

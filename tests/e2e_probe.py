@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""e2e_probe.py: `ringattn probe` and `run --progress` through the command
+line.
+
+    e2e_probe.py RINGATTN NP probe|progress
+    e2e_probe.py RINGATTN 4 multinode FAKE_CLUSTER_SH
+
+  probe      probe at NP ranks writes a profile of this allocation: every
+             rate that can be measured here is positive, those that cannot
+             (between nodes; within a node at NP = 1) are 0, the memory is
+             this machine's, no scratch file is left; `probe --show` reads
+             it back and writes it again byte for byte (the round trip).
+  progress   run --progress prints step lines whose done counts increase to
+             total/total (ring, ring-q, and a strategy without steps);
+             without --progress (stderr not a terminal) and with --quiet,
+             none.
+  multinode  2 fake nodes of 2 ranks on a 400 Mbit/s link: the rates
+             between nodes are measured, below 400 Mbit/s, and below the
+             rates within a node. Needs root; exits 77 (skipped) otherwise.
+Prints from the test only; exits 1 on the first failed check.
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77
+RINGATTN = os.path.abspath(sys.argv[1])
+NP = int(sys.argv[2])
+MODE = sys.argv[3]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+           OPENBLAS_NUM_THREADS="1")
+STEP = re.compile(r"^ringattn run: step (\d+)/(\d+), ([\d.]+) s elapsed, "
+                  r"ETA ([\d.]+) s$")
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+    print(f"ok   {what}", flush=True)
+
+
+def mpirun(args, np_=None, prefix=(), timeout=300, **kw):
+    cmd = ["mpirun", *prefix, "-np", str(np_ or NP), "--oversubscribe",
+           RINGATTN] + args
+    return subprocess.run(cmd, env=ENV, capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def ran(r, what):
+    if r.returncode != 0:
+        raise Failure(f"{what}: exit {r.returncode}\n{r.stderr[-1500:]}")
+    return r
+
+
+def profile_checks(p, nodes, per_node):
+    """What any measured profile of nodes x per_node ranks must hold."""
+    check(p["measured"] is True and p["nodes"] == nodes and
+          p["ranks"] == nodes * per_node and p["ranks_per_node"] == per_node,
+          f"the allocation: {nodes} node(s) x {per_node} rank(s)")
+    check(len(p["kernel"]) == 4 and
+          all(r["flops_per_core"] > 0 for r in p["kernel"]) and
+          {(r["D"], r["score"]) for r in p["kernel"]} ==
+          {(32, "dot"), (32, "gaussian"), (64, "dot"), (64, "gaussian")},
+          "a positive kernel rate for each asked dim and score")
+    check(p["io_read"] > 0 and p["io_write"] > 0, "I/O rates > 0")
+    intra = per_node > 1
+    for key in ("alltoall_intra", "allgather_intra"):
+        check((p[key] > 0) == intra, f"{key} measured iff a node has 2 ranks")
+    check((p["intra"]["bandwidth"] > 0) == intra and
+          p["intra"]["latency"] >= 0, "ring steps within a node")
+    across = nodes > 1
+    for key in ("alltoall_inter", "allgather_inter"):
+        check((p[key] > 0) == across, f"{key} measured iff 2 nodes")
+    check((p["inter"]["bandwidth"] > 0) == across,
+          "ring steps between nodes")
+    check(p["mem_per_node"] ==
+          os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"),
+          "memory per node from sysconf")
+    check(len(p["hosts"].split(",")) == nodes, "one host name per node")
+
+
+def round_trip(work, prefix=()):
+    """probe --show reads the profile and writes it again, byte for byte."""
+    r = ran(mpirun(["probe", "--show", "p.json", "--out", "p2.json"],
+                   cwd=work, prefix=prefix), "probe --show")
+    check("kernel (per core)" in r.stdout, "--show prints the table")
+    with open(os.path.join(work, "p.json"), "rb") as a, \
+            open(os.path.join(work, "p2.json"), "rb") as b:
+        check(a.read() == b.read(), "read back and written again: the "
+              "same bytes (round trip)")
+
+
+def check_probe(work):
+    r = ran(mpirun(["probe", "--out", "p.json", "--dir", work, "--seconds",
+                    "2", "--dim", "32,64", "--score", "dot,gaussian"],
+                   cwd=work), "probe")
+    check(r.stdout.count("ringattn probe: wrote p.json") == 1 and
+          not r.stderr.strip(), "rank 0 alone reports, nothing on stderr")
+    with open(os.path.join(work, "p.json")) as f:
+        p = json.load(f)
+    profile_checks(p, 1, NP)
+    check(p["inter"] == {"latency": 0, "bandwidth": 0},
+          "no link between nodes on one node")
+    check(p["hosts"] == socket.gethostname(), "the host name")
+    check(sorted(os.listdir(work)) == ["p.json"], "no scratch file left")
+    round_trip(work)
+
+
+def steps(stderr):
+    return [tuple(int(x) for x in STEP.match(l).groups()[:2])
+            for l in stderr.splitlines() if STEP.match(l)]
+
+
+def check_progress(work):
+    ran(mpirun(["gen", "--out", "in.h5", "--seq", "512", "--heads", "2",
+                "--dim", "16"], np_=1, cwd=work), "gen")
+    base = ["run", "--in", "in.h5", "--out", "out.h5", "--force"]
+    for strategy, total in (("ring", NP), ("ring-q", NP), ("tree", 1)):
+        r = ran(mpirun(base + ["--strategy", strategy, "--progress",
+                               "--progress-every", "0.000001"], cwd=work),
+                f"run --progress --strategy {strategy}")
+        s = steps(r.stderr)
+        check(len(s) == total and [d for d, _ in s] ==
+              list(range(1, total + 1)) and all(t == total for _, t in s),
+              f"{strategy}: lines 1/{total} .. {total}/{total} "
+              f"(got {s})")
+        check("# progress   on" in r.stdout, f"{strategy}: the parameter "
+              "table says progress is on")
+    r = ran(mpirun(base + ["--progress", "--progress-every", "1000"],
+                   cwd=work), "run --progress (every 1000 s)")
+    check(steps(r.stderr) == [(NP, NP)], "a long interval: only the last "
+          "line")
+    r = ran(mpirun(base, cwd=work), "run")
+    check(steps(r.stderr) == [] and "# progress   off" in r.stdout,
+          "without --progress and stderr not a terminal: no lines, the "
+          "table says off")
+    r = ran(mpirun(base + ["--progress", "--quiet"], cwd=work),
+            "run --progress --quiet")
+    check(steps(r.stderr) == [], "--quiet: no lines")
+
+
+def check_multinode(work, script):
+    if os.geteuid() != 0:
+        print("SKIP: the fake cluster needs root")
+        sys.exit(SKIP)
+    sh = lambda *a: subprocess.run([script, *a], capture_output=True,
+                                   text=True, timeout=120)
+    up = sh("up", "2", "--rate", "400mbit", "--slots", "2")
+    try:
+        if up.returncode != 0:
+            raise Failure("fake-cluster.sh up: " + up.stderr.strip())
+        args = sh("mpirun-args").stdout.split() + ["--map-by", "node", "-x",
+                                                   "OMP_NUM_THREADS=1"]
+        ran(mpirun(["probe", "--out", "p.json", "--dir", work, "--seconds",
+                    "3", "--dim", "32,64", "--score", "dot,gaussian"],
+                   np_=4, prefix=args, cwd=work), "probe on 2 fake nodes")
+        with open(os.path.join(work, "p.json")) as f:
+            p = json.load(f)
+        profile_checks(p, 2, 2)
+        link = 400e6 / 8
+        check(p["inter"]["bandwidth"] < 1.1 * link,
+              f"between nodes {p['inter']['bandwidth'] / 1e6:.1f} MB/s, "
+              f"within the 400 Mbit/s link ({link / 1e6:.0f} MB/s)")
+        for intra, inter in (("intra", "inter"),
+                             ("alltoall_intra", "alltoall_inter"),
+                             ("allgather_intra", "allgather_inter")):
+            a, b = p[intra], p[inter]
+            if isinstance(a, dict):
+                a, b = a["bandwidth"], b["bandwidth"]
+            check(b < a, f"{inter} {b / 1e6:.1f} MB/s below {intra} "
+                  f"{a / 1e6:.1f} MB/s")
+        round_trip(work, prefix=args)
+    finally:
+        sh("down")
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="ra_probe_")
+    try:
+        if MODE == "probe":
+            check_probe(work)
+        elif MODE == "progress":
+            check_progress(work)
+        elif MODE == "multinode":
+            check_multinode(work, os.path.abspath(sys.argv[4]))
+        else:
+            raise Failure(f"unknown mode {MODE}")
+    except (Failure, subprocess.TimeoutExpired) as e:
+        print(f"FAIL {e}")
+        return 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"e2e_probe {MODE} P={NP}: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
