@@ -47,6 +47,8 @@ typedef struct {
     const char *mode;          /* the strategy's name, or "naive" */
     int64_t block_q, block_kv;
     double flops;              /* useful FLOPs of one pass */
+    double pairs_max;          /* visible pairs of the busiest rank's query
+                                  slice, one head (the plan's count) */
     double seconds_median;     /* median over reps of the slowest rank */
     spread rank_seconds;       /* each rank's median wall time */
     spread busy_seconds;       /* each rank's median compute time */

@@ -20,6 +20,7 @@
 #include "internal.h"
 #include "band.h"
 #include "kernel.h"
+#include "model.h"
 #include "simd.h"
 #include "tally.h"
 
@@ -146,6 +147,7 @@ typedef struct {
     bench_masks bm;
     double *wall, *busy, *wait, *job; /* per rep; one allocation */
     ra_timing tm;               /* of the last pass */
+    double pairs_max;           /* the busiest rank's visible pairs */
     double rss;
 } bench_run;
 
@@ -203,49 +205,29 @@ static ra_status config_measure(const cli_ctx *ctx, const bench_opts *o,
     return st;
 }
 
-/* The bytes the rank is expected to hold: slices, plus two ring buffers and
- * the tiles (ring) or the gathered K/V and a score row block (naive). */
+/* The bytes the rank is expected to hold: slices, plus what the strategy
+ * holds (model_rank_bytes, the plan's own formula) or, naive, the gathered
+ * K/V and a score row block. */
 static double model_bytes(const cli_ctx *ctx, const ra_shape *s, int naive,
                           const bench_run *r, const bench_result *res)
 {
     const cli_tensors *t = &r->t;
-    double model = (double)(t->nq + t->nk + t->nv + t->no + t->nl) * 4.0;
-    int64_t mmax = 0;
-    for (int i = 0; i < ctx->nranks; i++) {
-        int64_t c = ra_layout_slice(res->p.layout, s->M, i, ctx->nranks).count;
-        mmax = c > mmax ? c : mmax;
-    }
-    if (naive)
-        return model + 4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv)) +
-               4.0 * (double)(t->qs.count * s->M);
-    const double kv_all = 4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv));
-    const double q_all = 4.0 * (double)(s->B * s->N * s->H);
-    switch (res->p.strategy) {
-    case RA_STRATEGY_ALLGATHER: /* every K/V block */
-        return model + kv_all;
-    case RA_STRATEGY_TREE: /* all queries, their partials, merge elements */
-        return model + q_all * (double)(s->D + 2 * s->Dv + 2);
-    case RA_STRATEGY_RING_Q: /* two travelling query blocks */
-        return model + 2.0 * q_all / ctx->nranks * (double)(s->D + s->Dv + 1);
-    case RA_STRATEGY_ULYSSES: /* head groups, twice for the all-to-all */
-    case RA_STRATEGY_HYBRID:
-        return model + 3.0 * (q_all * (double)(s->D + s->Dv + 1) + kv_all) /
-                           ctx->nranks;
-    default:
-        break;
-    }
-    return model + 2.0 * 4.0 * (double)(s->B * mmax * s->G * (s->D + s->Dv)) +
-           4.0 * res->threads *
-               (double)(res->block_q * (res->block_kv + s->Dv + 2));
+    if (!naive)
+        return model_rank_bytes(s, &res->p, res->p.layout, ctx->nranks,
+                                ctx->rank);
+    return (double)(t->nq + t->nk + t->nv + t->no + t->nl) * 4.0 +
+           4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv)) +
+           4.0 * (double)(t->qs.count * s->M);
 }
 
 /* Useful FLOPs of one pass: the visible pairs times what one costs
  * (ra_pair_flops, as ra_forward_flops counts). Collective. */
 static double config_flops(const cli_ctx *ctx, const bench_opts *o,
-                           const ra_shape *s, const bench_run *r)
+                           const ra_shape *s, bench_run *r)
 {
     double pairs = bench_local_pairs(o, s, &r->t.qs, &r->bm), all = 0;
     MPI_Allreduce(&pairs, &all, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
+    MPI_Allreduce(&pairs, &r->pairs_max, 1, MPI_DOUBLE, MPI_MAX, ctx->comm);
     return ra_pair_flops(s, &o->p) * all;
 }
 
@@ -286,6 +268,7 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->mode = naive ? "naive" : ra_strategy_name(o->p.strategy);
     ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
     res->flops = config_flops(ctx, o, s, r);
+    res->pairs_max = r->pairs_max;
     config_times(ctx, o, r, res);
     if (naive || (o->p.strategy != RA_STRATEGY_RING &&
                   o->p.strategy != RA_STRATEGY_RING_Q))

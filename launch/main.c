@@ -69,6 +69,7 @@ static const struct {
 } commands[] = {
     {"gen", cmd_gen},     {"run", cmd_run},     {"verify", cmd_verify},
     {"info", cmd_info},   {"bench", cmd_bench}, {"plot-map", cmd_plot},
+    {"plan", cmd_plan},
 };
 
 /* Runs the command argv[1] names, with its own argv (from the name on). */
@@ -88,7 +89,7 @@ static int dispatch(const cli_ctx *ctx, int argc, char **argv)
     }
     if (ctx->rank == 0)
         fprintf(stderr, "ringattn: %s%s%s (commands: gen, run, verify, info, "
-                "bench, plot-map; see ringattn --help)\n",
+                "bench, plot-map, plan; see ringattn --help)\n",
                 argc > 1 ? "unknown command '" : "no command",
                 argc > 1 ? cmd : "", argc > 1 ? "'" : "");
     return CLI_EXIT_USAGE;
