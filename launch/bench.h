@@ -27,6 +27,10 @@ typedef struct {
     int mode;                /* 0 ring, 1 naive, 2 both */
     int ring, naive;
     int all_strategies;      /* --strategy all: every applicable one */
+    int auto_strategy;       /* --strategy auto: the plan picks per N */
+    const char *profile;     /* the machine profile of that pick */
+    int picked[MAX_SEQS];    /* the pick's strategy, per N */
+    double predicted[MAX_SEQS]; /* and its predicted seconds */
     const char *json, *csv;
 } bench_opts;
 

@@ -21,6 +21,7 @@
 #include "band.h"
 #include "kernel.h"
 #include "model.h"
+#include "plan.h"
 #include "simd.h"
 #include "tally.h"
 
@@ -92,6 +93,10 @@ static const cli_opt bench_own[] = {
     COUNT_OPT("--check-rows", "K", check_rows, 0, "3",
               "query rows per rank checked in fp64"),
     COUNT_OPT("--seed", "S", seed, 0, "1", "input seed"),
+    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(bench_opts, profile, const char *),
+     .help = "machine profile for --strategy auto (default: this\n"
+     "machine's built-in figures)"},
     {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
      .offset = CLI_FIELD(bench_opts, json, const char *),
      .help = "also write the rows as JSON (replaced if it exists)"},
@@ -342,8 +347,16 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
     printf("# %-12s %s%s\n", "layout", ra_layout_name(o->p.layout),
            o->layout_auto ? " (auto)" : "");
     printf("# %-12s %s\n", "strategy",
-           o->all_strategies ? "all (a row for each that applies)"
-                             : ra_strategy_name(o->p.strategy));
+           o->all_strategies  ? "all (a row for each that applies)"
+           : o->auto_strategy ? "auto (the plan's pick per length)"
+                              : ra_strategy_name(o->p.strategy));
+    for (int i = 0; o->auto_strategy && i < o->nseq; i++) {
+        printf("# %-12s %s, chosen by the plan for N=%lld\n", "auto",
+               ra_strategy_name((ra_strategy)o->picked[i]),
+               (long long)o->seqs[i]);
+        printf("# %-12s %.4f s, %s\n", "predicted", o->predicted[i],
+               o->profile ? o->profile : "built-in profile, not probed");
+    }
     printf("# %-12s %s%s\n", "mode",
            o->ring && o->naive ? "ring and naive" : o->ring ? "ring" : "naive",
            o->p.no_poll ? " (no polling)" : "");
@@ -393,7 +406,15 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
     st = ra_agree(ctx->comm, st);
     for (int i = 0; i < o->nseq && st == RA_OK && !o->all_strategies; i++) {
         const ra_shape s = config_shape(o, i); /* collective */
-        st = ra_strategy_check(ctx->comm, &s, &o->p, o->segment_avg > 0);
+        ra_params p = o->p;
+        model_result pick;
+        if (o->auto_strategy &&
+            (st = plan_pick(ctx, &s, &p, NULL, o->profile, &pick)) == RA_OK) {
+            o->picked[i] = (int)pick.strategy;
+            o->predicted[i] = pick.t_total;
+        }
+        if (st == RA_OK)
+            st = ra_strategy_check(ctx->comm, &s, &p, o->segment_avg > 0);
     }
     return st;
 }
@@ -479,12 +500,19 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
             bench_opts one = *o;
             if (!naive && o->all_strategies)
                 one.p.strategy = (ra_strategy)k;
+            if (!naive && o->auto_strategy)
+                one.p.strategy = (ra_strategy)o->picked[i];
             if (!(naive ? o->naive : o->ring) ||
                 (!naive && !strategy_applies(ctx, o, &one.p, &s, k)))
                 continue;
             st = run_config(ctx, &one, &s, naive, sgemm, &rows[*nrows]);
             if (st == RA_OK && ctx->rank == 0)
                 bench_print_row(stdout, &rows[*nrows]);
+            if (st == RA_OK && ctx->rank == 0 && !naive && o->auto_strategy)
+                printf("# plan: %s predicted %.4f s, measured %.4f s "
+                       "(measured/predicted %.2f)\n", rows[*nrows].mode,
+                       o->predicted[i], rows[*nrows].seconds_median,
+                       rows[*nrows].seconds_median / o->predicted[i]);
             *nrows += st == RA_OK;
         }
     }
@@ -525,8 +553,10 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     cli_shape_finish(&o.cs);
     if (cli_params_finish(&o.p) != RA_OK)
         return cli_fail_status(ctx, RA_ERR_ARG);
-    if ((int)o.p.strategy == CLI_STRATEGY_ALL) {
-        o.all_strategies = 1;
+    if ((int)o.p.strategy == CLI_STRATEGY_ALL ||
+        (int)o.p.strategy == CLI_STRATEGY_AUTO) {
+        o.all_strategies = (int)o.p.strategy == CLI_STRATEGY_ALL;
+        o.auto_strategy = !o.all_strategies;
         o.p.strategy = RA_STRATEGY_RING;
     }
     bench_result *rows = calloc((size_t)((1 + RA_STRATEGY_COUNT) * o.nseq),
