@@ -75,6 +75,11 @@ static const cli_opt plan_own[] = {
      .open_lo = 1, .rhi = 1e15,
      .help = "bits/s of a link between nodes, in place of the\n"
      "profile's (what-if; e.g. 4e8 for 400 Mbit/s)"},
+    {.name = "--kernel-rate", .kind = CLI_REAL, .meta = "GFLOPS",
+     .offset = CLI_FIELD(plan_opts, kernel_rate, double), .rlo = 0,
+     .open_lo = 1, .rhi = 1e9,
+     .help = "the kernel's GFLOP/s on one core, in place of the\n"
+     "profile's (what-if, or a rate measured just now)"},
     {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
      .offset = CLI_FIELD(plan_opts, lens_kind, int), .choices = lens_kinds,
      .seen = CLI_SEEN(plan_opts, lens),
@@ -193,10 +198,12 @@ static model_alloc plan_alloc(const plan_opts *o, const plan_state *w,
     const long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     const int64_t cores = o->cores > 0 ? o->cores
                                        : K * (nproc > 0 ? nproc : 1);
+    const double rate = o->kernel_rate > 0
+                            ? o->kernel_rate * 1e9
+                            : profile_kernel_rate(&w->pf, w->s.D, w->s.Dv,
+                                                  o->p.score);
     return (model_alloc){.P = (int)P, .nodes = (int)K, .cores = (int)cores,
-                         .core_rate = profile_kernel_rate(&w->pf, w->s.D,
-                                                          w->s.Dv,
-                                                          o->p.score)};
+                         .core_rate = rate};
 }
 
 /* ---- the driver ------------------------------------------------------------ */

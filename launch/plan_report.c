@@ -50,8 +50,9 @@ static void print_echo(const plan_opts *o, const plan_state *w)
            "%lld cores in all\n", "allocation", (long long)o->ranks,
            (long long)o->nodes, ra_params_threads(&o->p),
            (long long)(o->cores > 0 ? o->cores : sysconf(_SC_NPROCESSORS_ONLN) * o->nodes));
-    printf("# %-10s %s%s\n", "profile", o->profile ? o->profile : "built-in",
-           o->link_rate > 0 ? " (links between nodes: --link-rate)" : "");
+    printf("# %-10s %s%s%s\n", "profile", o->profile ? o->profile : "built-in",
+           o->link_rate > 0 ? " (links between nodes: --link-rate)" : "",
+           o->kernel_rate > 0 ? " (kernel rate: --kernel-rate)" : "");
     printf("# %-10s %s\n", "layout",
            w->layout_auto ? "auto: each tried, the best per strategy shown"
                           : ra_layout_name(o->p.layout));
