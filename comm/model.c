@@ -503,6 +503,30 @@ static ra_status model_fits(const model_ctx *m, const model_result *res)
     return RA_OK;
 }
 
+/* Pair-heads rank r computes under the strategy. */
+static double rank_work(const model_ctx *m, const model_result *res, int r)
+{
+    const ra_shape *s = m->s;
+    switch (m->p.strategy) {
+    case RA_STRATEGY_RING_Q: /* every query against the own keys */
+    case RA_STRATEGY_TREE:
+        return m->kcol[r] * (double)s->H;
+    case RA_STRATEGY_ULYSSES: { /* its heads over the whole sequence */
+        const head_group hg = heads_of(s, r, m->P);
+        return res->pairs_total * (double)(hg.h1 - hg.h0);
+    }
+    case RA_STRATEGY_HYBRID: { /* its heads over its group's queries */
+        const head_group hg = heads_of(s, r % res->u, res->u);
+        double g = 0;
+        for (int j = 0; j < res->u; j++)
+            g += m->qrow[(r / res->u) * res->u + j];
+        return g * (double)(hg.h1 - hg.h0);
+    }
+    default: /* the own queries against every key */
+        return m->qrow[r] * (double)s->H;
+    }
+}
+
 /* Counts: pairs, work per rank, bytes; step_bytes for the times. */
 static void model_counts(const model_ctx *m, sent *x, double *step_bytes,
                          model_result *res)
@@ -511,35 +535,13 @@ static void model_counts(const model_ctx *m, sent *x, double *step_bytes,
     const int P = m->P;
     for (int r = 0; r < P; r++) {
         res->pairs_total += m->qrow[r];
-        res->pairs_ring_max = m->qrow[r] > res->pairs_ring_max
-                                  ? m->qrow[r] : res->pairs_ring_max;
+        res->pairs_ring_max = fmax(res->pairs_ring_max, m->qrow[r]);
         res->mem_max = fmax(res->mem_max,
                             model_rank_bytes(s, &m->p, m->p.layout, P, r));
     }
     res->flops = ra_pair_flops(s, &m->p) * res->pairs_total;
     for (int r = 0; r < P; r++) {
-        double w;
-        switch (m->p.strategy) {
-        case RA_STRATEGY_RING_Q:
-        case RA_STRATEGY_TREE:
-            w = m->kcol[r] * (double)s->H;
-            break;
-        case RA_STRATEGY_ULYSSES: {
-            const head_group hg = heads_of(s, r, P);
-            w = res->pairs_total * (double)(hg.h1 - hg.h0);
-            break;
-        }
-        case RA_STRATEGY_HYBRID: {
-            const head_group hg = heads_of(s, r % res->u, res->u);
-            double g = 0;
-            for (int j = 0; j < res->u; j++)
-                g += m->qrow[(r / res->u) * res->u + j];
-            w = g * (double)(hg.h1 - hg.h0);
-            break;
-        }
-        default:
-            w = m->qrow[r] * (double)s->H;
-        }
+        const double w = rank_work(m, res, r);
         res->work_max = fmax(res->work_max, w);
         res->work_avg += w / P;
     }

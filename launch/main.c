@@ -17,6 +17,7 @@ static const char usage[] =
     "  info     show the datasets and attributes of a file\n"
     "  bench    measure the forward pass on in-memory inputs\n"
     "  plot-map draw the attention map of an output file as a PNG\n"
+    "  plan     predict time, memory and bytes of each strategy before a run\n"
     "\n"
     "global options (any command):\n"
     "  --ring-order node|mpirun   order the ring node by node so that each\n"

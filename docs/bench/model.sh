@@ -49,16 +49,24 @@ one() {
   echo "+ $name: P=$np nodes=$nodes link=$link $*"
   "${launch[@]}" "$R" bench "$@" --json "$out/$name.bench.json" \
     > "$out/$name.bench.txt"
+  local pargs=() skip=0 a # the problem's flags only (not bench's own)
+  for a in "$@"; do
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    case "$a" in
+      --strategy|--reps|--warmup|--check-rows) skip=1 ;;
+      *) pargs+=("$a") ;;
+    esac
+  done
   local lay
   lay=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0]['layout'])" "$out/$name.bench.json")
   local lr=()
   [ "$link" = none ] || lr=(--link-rate "$link")
   "$R" plan --ranks "$np" --nodes "$nodes" --cores "$cores" "${rate[@]}" \
-    "${lr[@]}" --layout "$lay" "$@" --json "$out/$name.plan.json" \
+    "${lr[@]}" --layout "$lay" "${pargs[@]}" --json "$out/$name.plan.json" \
     > "$out/$name.plan.txt"
   # plan's own pick over every layout, for the chosen-vs-fastest column
   "$R" plan --ranks "$np" --nodes "$nodes" --cores "$cores" "${rate[@]}" \
-    "${lr[@]}" "$@" --json "$out/$name.pick.json" > /dev/null
+    "${lr[@]}" "${pargs[@]}" --json "$out/$name.pick.json" > /dev/null
 }
 
 shm() { # shm NAME NP ARGS...
