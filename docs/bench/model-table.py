@@ -2,7 +2,9 @@
 """model-table.py DIR: the accuracy table of the performance model from the
 files docs/bench/model.sh leaves in DIR (NAME.bench.json, NAME.plan.json,
 NAME.pick.json): one row per measured (configuration, strategy) with the
-predicted and measured seconds and their ratio, the median and worst
+predicted and measured seconds and their ratio, and the two parts apart
+(compute with imbalance against the slowest rank's busy time, exposed
+communication against the worst rank's wait), the median and worst
 |measured/predicted - 1|, and per configuration whether the plan's pick
 (over every layout) measured within 10% of the fastest strategy measured.
 Markdown on stdout."""
@@ -30,8 +32,10 @@ def main():
                        for p in glob.glob(os.path.join(d, "*.bench.json")))
         errs, picks, lines = [], [], []
         lines.append("| case | P | nodes | causal | N | strategy | predicted s "
-                     "| measured s | measured/predicted |")
-        lines.append("|---|---|---|---|---|---|---|---|---|")
+                     "| measured s | measured/predicted | compute + imbalance "
+                     "s, predicted / measured | exposed comm s, predicted / "
+                     "measured |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for name in names:
             bench = load(os.path.join(d, name + ".bench.json"))
             plan = {r["strategy"]: r for r in
@@ -46,7 +50,10 @@ def main():
                     f"| {name} | {b['ranks']} | {p['nodes']} | "
                     f"{'yes' if b['causal'] else 'no'} | {b['seq_q']} | "
                     f"{b['mode']} | {p['time_s']:.4f} | "
-                    f"{b['seconds_median']:.4f} | {ratio:.2f} |")
+                    f"{b['seconds_median']:.4f} | {ratio:.2f} | "
+                    f"{p['compute_s'] + p['imbalance_s']:.3f} / "
+                    f"{b['busy_seconds_max']:.3f} | {p['comm_s']:.3f} / "
+                    f"{b['comm_wait_fraction'] * b['seconds_median']:.3f} |")
             pick = load(os.path.join(d, name + ".pick.json"))["best"]
             if len(meas) > 1 and pick and pick["strategy"] in meas:
                 fastest = min(meas, key=meas.get)
