@@ -155,6 +155,9 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     if (o->in && (o->lens || o->segment_avg))
         st = ra_error_set(RA_ERR_ARG, "--lens and --segments make random "
                           "masks; with --in the file's masks are used");
+    if (st == RA_OK && o->max_seq && (o->json || o->csv || o->nsweep))
+        st = ra_error_set(RA_ERR_ARG, "--max-seq prints its own table; "
+                          "--json, --csv and --sweep-nodes go without it");
     if (st == RA_OK && o->in)
         st = ra_h5_read_shape_from(MPI_COMM_SELF, o->in, &w->src, &w->s,
                                    NULL);
