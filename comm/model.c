@@ -26,30 +26,47 @@ const double model_eff[RA_STRATEGY_COUNT] = {
 
 /* ---- visible pairs -------------------------------------------------------- */
 
-/* First local index of slice sl whose position is >= x. */
-static int64_t lower_bound(const ra_slice *sl, int64_t x)
+/* How many tokens of slice sl lie at positions [a, b]: each run is an
+ * arithmetic progression, so O(1). */
+static int64_t slice_count_in(const ra_slice *sl, int64_t a, int64_t b)
 {
-    int64_t lo = 0, hi = sl->count;
-    while (lo < hi) {
+    int64_t n = 0;
+    for (int i = 0; i < sl->nruns; i++) {
+        const ra_run *r = &sl->run[i];
+        if (r->count <= 0 || b < r->start)
+            continue;
+        const int64_t st = r->stride > 0 ? r->stride : 1;
+        const int64_t lo = a <= r->start ? 0 : (a - r->start + st - 1) / st;
+        int64_t hi = (b - r->start) / st + 1; /* first index past b */
+        hi = hi < r->count ? hi : r->count;
+        n += hi > lo ? hi - lo : 0;
+    }
+    return n;
+}
+
+/* The keys [*a, *b) whose segment id is id: ids are numbered in order,
+ * so two binary searches. */
+static void segment_run(const int64_t *kseg, int64_t M, int64_t id,
+                        int64_t *a, int64_t *b)
+{
+    int64_t lo = 0, hi = M;
+    while (lo < hi) { /* first id >= id */
         const int64_t mid = lo + (hi - lo) / 2;
-        if (ra_slice_pos(sl, mid) < x)
+        if (kseg[mid] < id)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo;
-}
-
-/* The keys [*a, *b) whose segment id is id (ids are numbered in order). */
-static void segment_run(const int64_t *kseg, int64_t M, int64_t id,
-                        int64_t *a, int64_t *b)
-{
-    *a = 0;
-    while (*a < M && kseg[*a] < id)
-        (*a)++;
-    *b = *a;
-    while (*b < M && kseg[*b] == id)
-        (*b)++;
+    *a = lo;
+    hi = M;
+    while (lo < hi) { /* first id > id */
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (kseg[mid] <= id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *b = lo;
 }
 
 double model_slice_pairs(ra_band band, const ra_slice *qs, const ra_slice *ks,
@@ -73,8 +90,7 @@ double model_slice_pairs(ra_band band, const ra_slice *qs, const ra_slice *ks,
         }
         if (last < first)
             continue;
-        pairs += ks ? (double)(lower_bound(ks, last + 1) -
-                               lower_bound(ks, first))
+        pairs += ks ? (double)slice_count_in(ks, first, last)
                     : (double)(last - first + 1);
     }
     return pairs;
@@ -617,49 +633,74 @@ static double rank_rate(const model_ctx *m)
     return m->al->core_rate * share * model_eff[m->p.strategy];
 }
 
-int model_predict(const ra_shape *s, const ra_params *p, ra_layout lay,
-                  const model_masks *mk, const model_alloc *al,
-                  const ra_profile *pf, int with_io, model_result *res)
+/* One strategy on a set-up context (m->p.strategy); 0 or -1 (memory). */
+static int predict_one(model_ctx *m, int with_io, model_result *res)
+{
+    const ra_shape *s = m->s;
+    const ra_strategy strat = m->p.strategy;
+    memset(res, 0, sizeof *res);
+    res->strategy = strat;
+    res->layout = m->p.layout;
+    sent *x = calloc((size_t)m->P, sizeof *x);
+    double *step_bytes = calloc((size_t)m->P + 1, sizeof(double));
+    int rc = -1;
+    if (!x || !step_bytes)
+        goto cleanup;
+    m->rate = rank_rate(m);
+    m->pair_cost = ra_pair_flops(s, &m->p) / (double)s->H / m->rate;
+    ra_status ok = model_checks(m, res);
+    model_counts(m, x, step_bytes, res);
+    if (ok == RA_OK)
+        ok = model_fits(m, res);
+    res->applies = ok == RA_OK;
+    if (ok != RA_OK)
+        snprintf(res->why, sizeof res->why, "%s", ra_error_message());
+    res->t_compute = res->work_avg * m->pair_cost;
+    if (strat == RA_STRATEGY_RING || strat == RA_STRATEGY_RING_Q) {
+        if (times_ring(m, step_bytes, res) != 0)
+            goto cleanup;
+        if (strat == RA_STRATEGY_RING_Q)
+            res->t_comm += ringq_acc_time(m);
+    } else {
+        res->t_imbalance = (res->work_max - res->work_avg) * m->pair_cost;
+        times_collective(m, x, res->u, step_bytes, res);
+    }
+    res->t_io = with_io ? io_time(s, m->pf) : 0.0;
+    res->t_total = res->t_compute + res->t_comm + res->t_imbalance + res->t_io;
+    rc = 0;
+cleanup:
+    free(x);
+    free(step_bytes);
+    return rc;
+}
+
+int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
+                      const model_masks *mk, const model_alloc *al,
+                      const ra_profile *pf, int with_io,
+                      model_result res[RA_STRATEGY_COUNT])
 {
     const model_masks none = {0};
     model_ctx m = {.s = s, .p = *p, .mk = mk ? mk : &none, .al = al,
                    .pf = pf, .P = al->P > 0 ? al->P : 1};
     m.p.layout = lay;
     m.segs = m.mk->q_seg && m.mk->kv_seg;
-    memset(res, 0, sizeof *res);
-    res->strategy = p->strategy;
-    res->layout = lay;
-    sent *x = calloc((size_t)m.P, sizeof *x);
-    double *step_bytes = calloc((size_t)m.P + 1, sizeof(double));
-    int rc = -1;
-    if (!x || !step_bytes || model_setup(&m) != 0)
-        goto cleanup;
-    m.rate = rank_rate(&m);
-    m.pair_cost = ra_pair_flops(s, &m.p) / (double)s->H / m.rate;
-    ra_status ok = model_checks(&m, res);
-    model_counts(&m, x, step_bytes, res);
-    if (ok == RA_OK)
-        ok = model_fits(&m, res);
-    res->applies = ok == RA_OK;
-    if (ok != RA_OK)
-        snprintf(res->why, sizeof res->why, "%s", ra_error_message());
-    res->t_compute = res->work_avg * m.pair_cost;
-    if (p->strategy == RA_STRATEGY_RING || p->strategy == RA_STRATEGY_RING_Q) {
-        if (times_ring(&m, step_bytes, res) != 0)
-            goto cleanup;
-        if (p->strategy == RA_STRATEGY_RING_Q)
-            res->t_comm += ringq_acc_time(&m);
-    } else {
-        res->t_imbalance = (res->work_max - res->work_avg) * m.pair_cost;
-        times_collective(&m, x, res->u, step_bytes, res);
+    int rc = model_setup(&m); /* the pair matrix, shared by all */
+    for (int k = 0; k < RA_STRATEGY_COUNT && rc == 0; k++) {
+        m.p.strategy = (ra_strategy)k;
+        rc = predict_one(&m, with_io, &res[k]);
     }
-    res->t_io = with_io ? io_time(s, pf) : 0.0;
-    res->t_total = res->t_compute + res->t_comm + res->t_imbalance + res->t_io;
-    rc = 0;
-cleanup:
-    free(x);
-    free(step_bytes);
     model_free(&m);
+    return rc;
+}
+
+int model_predict(const ra_shape *s, const ra_params *p, ra_layout lay,
+                  const model_masks *mk, const model_alloc *al,
+                  const ra_profile *pf, int with_io, model_result *res)
+{
+    model_result all[RA_STRATEGY_COUNT];
+    const int rc = model_predict_all(s, p, lay, mk, al, pf, with_io, all);
+    if (rc == 0)
+        *res = all[p->strategy];
     return rc;
 }
 

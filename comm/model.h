@@ -80,6 +80,13 @@ int model_predict(const ra_shape *s, const ra_params *p, ra_layout lay,
                   const model_masks *mk, const model_alloc *al,
                   const ra_profile *pf, int with_io, model_result *res);
 
+/* Every strategy at once (res[k] for ra_strategy k), sharing the pair
+ * matrix; 0, or -1 when out of memory. */
+int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
+                      const model_masks *mk, const model_alloc *al,
+                      const ra_profile *pf, int with_io,
+                      model_result res[RA_STRATEGY_COUNT]);
+
 /* The longest N (= M) at which strategy p->strategy fits the memory of a
  * rank (the profile's memory per node over the ranks on a node) at this
  * allocation; 0 when not even 1 fits. */

@@ -44,17 +44,15 @@ ra_status plan_evaluate(const ra_shape *s, const ra_params *p,
             lays[nl++] = (ra_layout)l;
     t->nrows = 0;
     t->best = -1;
-    for (int l = 0; l < nl; l++)
-        for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
-            ra_params q = *p;
-            q.strategy = (ra_strategy)k;
-            model_result *row = &t->row[t->nrows];
-            if (model_predict(s, &q, lays[l], mk, al, pf, with_io, row) != 0)
-                return ra_error_set(RA_ERR_NOMEM, "plan: out of memory");
-            if (t->best < 0 || plan_better(row, &t->row[t->best]))
+    for (int l = 0; l < nl; l++) {
+        model_result *rows = &t->row[t->nrows];
+        if (model_predict_all(s, p, lays[l], mk, al, pf, with_io, rows) != 0)
+            return ra_error_set(RA_ERR_NOMEM, "plan: out of memory");
+        for (int k = 0; k < RA_STRATEGY_COUNT; k++, t->nrows++)
+            if (t->best < 0 || plan_better(&t->row[t->nrows],
+                                           &t->row[t->best]))
                 t->best = t->nrows;
-            t->nrows++;
-        }
+    }
     if (t->best >= 0 && !t->row[t->best].applies)
         t->best = -1;
     return RA_OK;
