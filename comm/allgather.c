@@ -53,9 +53,7 @@ static ra_status node_share(MPI_Comm comm, int64_t *limit)
     return RA_OK;
 }
 
-/* Bytes one rank allocates for the gathered K/V, their ids and positions;
- * -1 when the count overflows. */
-static int64_t gather_bytes(const ra_shape *s, int segs)
+int64_t allgather_bytes(const ra_shape *s, int segs)
 {
     const int64_t width = ra_add_checked(ra_mul_checked(s->G, s->D),
                                          ra_mul_checked(s->G, s->Dv));
@@ -72,7 +70,7 @@ ra_status allgather_fits(MPI_Comm comm, const ra_shape *s,
 {
     int64_t limit = p->mem_limit;
     ra_status st = limit > 0 ? RA_OK : node_share(comm, &limit);
-    const int64_t need = gather_bytes(s, segs);
+    const int64_t need = allgather_bytes(s, segs);
     if (st == RA_OK && (need < 0 || need > limit))
         st = ra_error_set(RA_ERR_ARG, "allgather: the gathered K/V needs "
                           "%lld bytes per rank, above the memory limit of "
@@ -104,7 +102,7 @@ static ra_status gather_alloc(gather_state *g, const strat_call *c)
         return ra_error_set(RA_ERR_ARG, "allgather: a block of %lld rows "
                             "cannot be described to MPI (counts are int); "
                             "use more ranks", (long long)(s->B * mmax));
-    g->kv = malloc((size_t)gather_bytes(s, c->segs) + 1);
+    g->kv = malloc((size_t)allgather_bytes(s, c->segs) + 1);
     g->seg = c->segs ? malloc(sizeof(int64_t) * (size_t)(s->B * s->M + 1))
                      : NULL;
     g->qpos = malloc(sizeof(int64_t) * (size_t)(c->n + 1));

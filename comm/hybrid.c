@@ -76,6 +76,19 @@ static int64_t group_order(const hyb_state *h, const strat_call *c,
     return n;
 }
 
+ra_status hybrid_group_check(const ra_shape *s, int P, int u)
+{
+    if (u < 1 || P % u != 0)
+        return ra_error_set(RA_ERR_ARG, "hybrid: groups of %d ranks do not "
+                            "divide %d ranks", u, P);
+    if (s->H < u)
+        return ra_error_set(RA_ERR_ARG, "hybrid: %lld query heads cannot be "
+                            "split over groups of %d ranks; groups of 1 to "
+                            "%lld ranks work", (long long)s->H, u,
+                            (long long)s->H);
+    return RA_OK;
+}
+
 ra_status hybrid_group_size(MPI_Comm comm, const ra_shape *s,
                             const ra_params *p, int *u_out)
 {
@@ -98,16 +111,10 @@ ra_status hybrid_group_size(MPI_Comm comm, const ra_shape *s,
                                 "ranks; give the group size explicitly",
                                 lo, hi);
     }
-    if (u < 1 || P % u != 0)
-        return ra_error_set(RA_ERR_ARG, "hybrid: groups of %d ranks do not "
-                            "divide %d ranks", u, P);
-    if (s->H < u)
-        return ra_error_set(RA_ERR_ARG, "hybrid: %lld query heads cannot be "
-                            "split over groups of %d ranks; groups of 1 to "
-                            "%lld ranks work", (long long)s->H, u,
-                            (long long)s->H);
-    *u_out = u;
-    return RA_OK;
+    ra_status st = hybrid_group_check(s, P, u);
+    if (st == RA_OK)
+        *u_out = u;
+    return st;
 }
 
 /* Float counts of one all-to-all inside the group (back: the outputs);

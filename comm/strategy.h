@@ -112,6 +112,9 @@ void from_natural(const strat_call *c, const head_group *hg, int dst,
  * collective over comm). */
 ra_status allgather_fits(MPI_Comm comm, const ra_shape *s,
                          const ra_params *p, int segs);
+/* Bytes one rank allocates for the gathered K/V and their ids (segs);
+ * -1 when the count overflows. Pure. */
+int64_t allgather_bytes(const ra_shape *s, int segs);
 /* Refuses more ranks than query heads, naming the counts that work. */
 ra_status ulysses_fits(const ra_shape *s, int P);
 ra_status tree_forward(strat_call *c);
@@ -124,5 +127,9 @@ ra_status hybrid_forward(strat_call *c);
  * P and u <= H. Collective when ulysses_size is 0. */
 ra_status hybrid_group_size(MPI_Comm comm, const ra_shape *s,
                             const ra_params *p, int *u);
+
+/* Refuses groups of u ranks that do not divide P or outnumber the query
+ * heads. Pure. */
+ra_status hybrid_group_check(const ra_shape *s, int P, int u);
 
 #endif /* RA_STRATEGY_H */

@@ -27,6 +27,10 @@ typedef struct {
     int mode;                /* 0 ring, 1 naive, 2 both */
     int ring, naive;
     int all_strategies;      /* --strategy all: every applicable one */
+    int auto_strategy;       /* --strategy auto: the plan picks per N */
+    const char *profile;     /* the machine profile of that pick */
+    int picked[MAX_SEQS];    /* the pick's strategy, per N */
+    double predicted[MAX_SEQS]; /* and its predicted seconds */
     const char *json, *csv;
 } bench_opts;
 
@@ -47,6 +51,8 @@ typedef struct {
     const char *mode;          /* the strategy's name, or "naive" */
     int64_t block_q, block_kv;
     double flops;              /* useful FLOPs of one pass */
+    double pairs_max;          /* visible pairs of the busiest rank's query
+                                  slice, one head (the plan's count) */
     double seconds_median;     /* median over reps of the slowest rank */
     spread rank_seconds;       /* each rank's median wall time */
     spread busy_seconds;       /* each rank's median compute time */

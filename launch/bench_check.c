@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "band.h"
 #include "kernel.h"
+#include "model.h"
 
 void bench_masks_free(bench_masks *bm)
 {
@@ -71,46 +72,17 @@ static int64_t *all_kv_segments(const bench_opts *o, const ra_shape *s,
     return ids;
 }
 
-/* The keys [*a, *b) whose segment id is id (ids are numbered in order). */
-static void segment_run(const int64_t *kseg, int64_t M, int64_t id,
-                        int64_t *a, int64_t *b)
-{
-    *a = 0;
-    while (*a < M && kseg[*a] < id)
-        (*a)++;
-    *b = *a;
-    while (*b < M && kseg[*b] == id)
-        (*b)++;
-}
-
 /* Visible pairs of the local queries of batch b: each row's keys are an
- * interval (causal, window, lens) intersected with its segment's run. */
+ * interval (causal, window, lens) intersected with its segment's run; the
+ * model counts them with the same function. */
 static double batch_pairs(const bench_opts *o, const ra_shape *s,
                           const ra_slice *qs, const bench_masks *bm,
                           const int64_t *kseg, int64_t b)
 {
-    const ra_band band = ra_band_of(&o->p, s);
-    const int64_t q_len = bm->q_lens ? bm->q_lens[b] : s->N;
-    const int64_t kv_len = bm->kv_lens ? bm->kv_lens[b] : s->M;
-    int64_t run_a = 0, run_b = 0, run_id = -1; /* cached segment run */
-    double pairs = 0;
-    for (int64_t i = 0; i < qs->count; i++) {
-        const int64_t qp = ra_slice_pos(qs, i);
-        if (qp >= q_len)
-            continue;
-        int64_t first, last;
-        ra_band_keys(band, qp, kv_len, &first, &last);
-        if (kseg) {
-            const int64_t id = bm->q_seg[b * qs->count + i];
-            if (id != run_id)
-                segment_run(kseg, s->M, run_id = id, &run_a, &run_b);
-            first = first > run_a ? first : run_a;
-            last = last < run_b - 1 ? last : run_b - 1;
-        }
-        if (last >= first)
-            pairs += (double)(last - first + 1);
-    }
-    return pairs;
+    return model_slice_pairs(ra_band_of(&o->p, s), qs, NULL, s->M,
+                             bm->q_lens ? bm->q_lens[b] : s->N,
+                             bm->kv_lens ? bm->kv_lens[b] : s->M,
+                             kseg ? bm->q_seg + b * qs->count : NULL, kseg);
 }
 
 double bench_local_pairs(const bench_opts *o, const ra_shape *s,

@@ -47,7 +47,7 @@ int bench_json_write(FILE *out, const bench_result *rows, int count)
                 "\"window_right\": %lld, \"lens\": %s, \"segment_avg\": %lld, "
                 "\"layout\": \"%s\", \"steps\": %d, "
                 "\"block_q\": %lld, \"block_kv\": %lld, "
-                "\"flops\": %.6e, \"seconds_median\": %.6e, "
+                "\"flops\": %.6e, \"pairs_max\": %.0f, \"seconds_median\": %.6e, "
                 "\"rank_seconds_min\": %.6e, \"rank_seconds_avg\": %.6e, "
                 "\"rank_seconds_max\": %.6e, \"busy_seconds_min\": %.6e, "
                 "\"busy_seconds_max\": %.6e, \"gflops\": %.4f, "
@@ -69,7 +69,7 @@ int bench_json_write(FILE *out, const bench_result *rows, int count)
                 r->lens ? "true" : "false", (long long)r->segment_avg,
                 ra_layout_name(ra_params_layout(&r->p, r->segment_avg > 0)), r->steps,
                 (long long)r->block_q, (long long)r->block_kv, r->flops,
-                r->seconds_median, r->rank_seconds.min, r->rank_seconds.avg,
+                r->pairs_max, r->seconds_median, r->rank_seconds.min, r->rank_seconds.avg,
                 r->rank_seconds.max, r->busy_seconds.min,
                 r->busy_seconds.max, finite_or_zero(r->gflops),
                 finite_or_zero(r->sgemm_gflops),

@@ -156,6 +156,9 @@ extern const cli_opt cli_forward_opts[];
 /* What `--strategy all` stores in ra_params.strategy: not a strategy, a
  * request (bench only) to measure every applicable one. */
 #define CLI_STRATEGY_ALL (-1)
+/* What `--strategy auto` stores until the plan (plan.h) has picked one
+ * (run and bench only). */
+#define CLI_STRATEGY_AUTO (-2)
 
 void cli_shape_default(cli_shape *cs);
 /* Resolves unset flags: M = N, G = H, Dv = D. */
@@ -279,6 +282,7 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv);
 int cmd_info(const cli_ctx *ctx, int argc, char **argv);
 int cmd_bench(const cli_ctx *ctx, int argc, char **argv);
 int cmd_plot(const cli_ctx *ctx, int argc, char **argv);
+int cmd_plan(const cli_ctx *ctx, int argc, char **argv);
 int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv);
 int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv);
 int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv);

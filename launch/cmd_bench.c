@@ -20,6 +20,8 @@
 #include "internal.h"
 #include "band.h"
 #include "kernel.h"
+#include "model.h"
+#include "plan.h"
 #include "simd.h"
 #include "tally.h"
 
@@ -91,6 +93,10 @@ static const cli_opt bench_own[] = {
     COUNT_OPT("--check-rows", "K", check_rows, 0, "3",
               "query rows per rank checked in fp64"),
     COUNT_OPT("--seed", "S", seed, 0, "1", "input seed"),
+    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(bench_opts, profile, const char *),
+     .help = "machine profile for --strategy auto (default: this\n"
+     "machine's built-in figures)"},
     {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
      .offset = CLI_FIELD(bench_opts, json, const char *),
      .help = "also write the rows as JSON (replaced if it exists)"},
@@ -146,6 +152,7 @@ typedef struct {
     bench_masks bm;
     double *wall, *busy, *wait, *job; /* per rep; one allocation */
     ra_timing tm;               /* of the last pass */
+    double pairs_max;           /* the busiest rank's visible pairs */
     double rss;
 } bench_run;
 
@@ -203,49 +210,29 @@ static ra_status config_measure(const cli_ctx *ctx, const bench_opts *o,
     return st;
 }
 
-/* The bytes the rank is expected to hold: slices, plus two ring buffers and
- * the tiles (ring) or the gathered K/V and a score row block (naive). */
+/* The bytes the rank is expected to hold: slices, plus what the strategy
+ * holds (model_rank_bytes, the plan's own formula) or, naive, the gathered
+ * K/V and a score row block. */
 static double model_bytes(const cli_ctx *ctx, const ra_shape *s, int naive,
                           const bench_run *r, const bench_result *res)
 {
     const cli_tensors *t = &r->t;
-    double model = (double)(t->nq + t->nk + t->nv + t->no + t->nl) * 4.0;
-    int64_t mmax = 0;
-    for (int i = 0; i < ctx->nranks; i++) {
-        int64_t c = ra_layout_slice(res->p.layout, s->M, i, ctx->nranks).count;
-        mmax = c > mmax ? c : mmax;
-    }
-    if (naive)
-        return model + 4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv)) +
-               4.0 * (double)(t->qs.count * s->M);
-    const double kv_all = 4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv));
-    const double q_all = 4.0 * (double)(s->B * s->N * s->H);
-    switch (res->p.strategy) {
-    case RA_STRATEGY_ALLGATHER: /* every K/V block */
-        return model + kv_all;
-    case RA_STRATEGY_TREE: /* all queries, their partials, merge elements */
-        return model + q_all * (double)(s->D + 2 * s->Dv + 2);
-    case RA_STRATEGY_RING_Q: /* two travelling query blocks */
-        return model + 2.0 * q_all / ctx->nranks * (double)(s->D + s->Dv + 1);
-    case RA_STRATEGY_ULYSSES: /* head groups, twice for the all-to-all */
-    case RA_STRATEGY_HYBRID:
-        return model + 3.0 * (q_all * (double)(s->D + s->Dv + 1) + kv_all) /
-                           ctx->nranks;
-    default:
-        break;
-    }
-    return model + 2.0 * 4.0 * (double)(s->B * mmax * s->G * (s->D + s->Dv)) +
-           4.0 * res->threads *
-               (double)(res->block_q * (res->block_kv + s->Dv + 2));
+    if (!naive)
+        return model_rank_bytes(s, &res->p, res->p.layout, ctx->nranks,
+                                ctx->rank);
+    return (double)(t->nq + t->nk + t->nv + t->no + t->nl) * 4.0 +
+           4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv)) +
+           4.0 * (double)(t->qs.count * s->M);
 }
 
 /* Useful FLOPs of one pass: the visible pairs times what one costs
  * (ra_pair_flops, as ra_forward_flops counts). Collective. */
 static double config_flops(const cli_ctx *ctx, const bench_opts *o,
-                           const ra_shape *s, const bench_run *r)
+                           const ra_shape *s, bench_run *r)
 {
     double pairs = bench_local_pairs(o, s, &r->t.qs, &r->bm), all = 0;
     MPI_Allreduce(&pairs, &all, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
+    MPI_Allreduce(&pairs, &r->pairs_max, 1, MPI_DOUBLE, MPI_MAX, ctx->comm);
     return ra_pair_flops(s, &o->p) * all;
 }
 
@@ -286,6 +273,7 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->mode = naive ? "naive" : ra_strategy_name(o->p.strategy);
     ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
     res->flops = config_flops(ctx, o, s, r);
+    res->pairs_max = r->pairs_max;
     config_times(ctx, o, r, res);
     if (naive || (o->p.strategy != RA_STRATEGY_RING &&
                   o->p.strategy != RA_STRATEGY_RING_Q))
@@ -359,8 +347,16 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
     printf("# %-12s %s%s\n", "layout", ra_layout_name(o->p.layout),
            o->layout_auto ? " (auto)" : "");
     printf("# %-12s %s\n", "strategy",
-           o->all_strategies ? "all (a row for each that applies)"
-                             : ra_strategy_name(o->p.strategy));
+           o->all_strategies  ? "all (a row for each that applies)"
+           : o->auto_strategy ? "auto (the plan's pick per length)"
+                              : ra_strategy_name(o->p.strategy));
+    for (int i = 0; o->auto_strategy && i < o->nseq; i++) {
+        printf("# %-12s %s, chosen by the plan for N=%lld\n", "auto",
+               ra_strategy_name((ra_strategy)o->picked[i]),
+               (long long)o->seqs[i]);
+        printf("# %-12s %.4f s, %s\n", "predicted", o->predicted[i],
+               o->profile ? o->profile : "built-in profile, not probed");
+    }
     printf("# %-12s %s%s\n", "mode",
            o->ring && o->naive ? "ring and naive" : o->ring ? "ring" : "naive",
            o->p.no_poll ? " (no polling)" : "");
@@ -410,7 +406,15 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
     st = ra_agree(ctx->comm, st);
     for (int i = 0; i < o->nseq && st == RA_OK && !o->all_strategies; i++) {
         const ra_shape s = config_shape(o, i); /* collective */
-        st = ra_strategy_check(ctx->comm, &s, &o->p, o->segment_avg > 0);
+        ra_params p = o->p;
+        model_result pick;
+        if (o->auto_strategy &&
+            (st = plan_pick(ctx, &s, &p, NULL, o->profile, &pick)) == RA_OK) {
+            o->picked[i] = (int)pick.strategy;
+            o->predicted[i] = pick.t_total;
+        }
+        if (st == RA_OK)
+            st = ra_strategy_check(ctx->comm, &s, &p, o->segment_avg > 0);
     }
     return st;
 }
@@ -496,12 +500,19 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
             bench_opts one = *o;
             if (!naive && o->all_strategies)
                 one.p.strategy = (ra_strategy)k;
+            if (!naive && o->auto_strategy)
+                one.p.strategy = (ra_strategy)o->picked[i];
             if (!(naive ? o->naive : o->ring) ||
                 (!naive && !strategy_applies(ctx, o, &one.p, &s, k)))
                 continue;
             st = run_config(ctx, &one, &s, naive, sgemm, &rows[*nrows]);
             if (st == RA_OK && ctx->rank == 0)
                 bench_print_row(stdout, &rows[*nrows]);
+            if (st == RA_OK && ctx->rank == 0 && !naive && o->auto_strategy)
+                printf("# plan: %s predicted %.4f s, measured %.4f s "
+                       "(measured/predicted %.2f)\n", rows[*nrows].mode,
+                       o->predicted[i], rows[*nrows].seconds_median,
+                       rows[*nrows].seconds_median / o->predicted[i]);
             *nrows += st == RA_OK;
         }
     }
@@ -542,8 +553,10 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     cli_shape_finish(&o.cs);
     if (cli_params_finish(&o.p) != RA_OK)
         return cli_fail_status(ctx, RA_ERR_ARG);
-    if ((int)o.p.strategy == CLI_STRATEGY_ALL) {
-        o.all_strategies = 1;
+    if ((int)o.p.strategy == CLI_STRATEGY_ALL ||
+        (int)o.p.strategy == CLI_STRATEGY_AUTO) {
+        o.all_strategies = (int)o.p.strategy == CLI_STRATEGY_ALL;
+        o.auto_strategy = !o.all_strategies;
         o.p.strategy = RA_STRATEGY_RING;
     }
     bench_result *rows = calloc((size_t)((1 + RA_STRATEGY_COUNT) * o.nseq),

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
+#include "plan.h"
 #include "progress.h"
 
 typedef struct {
@@ -22,6 +23,7 @@ typedef struct {
     int force, allow_nonfinite, mha;
     const char *map_rows, *map_heads;
     cli_progress prog;
+    const char *profile;        /* --strategy auto: the machine profile */
 } run_opts;
 
 static const char *const qkv_layouts[] = {"bnhd", "bhnd", NULL};
@@ -95,6 +97,10 @@ static const cli_opt run_own[] = {
      .offset = CLI_FIELD(run_opts, json, const char *),
      .help = "also write a JSON summary of the run (shape, options,\n"
      "timings) to FILE"},
+    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(run_opts, profile, const char *),
+     .help = "machine profile for --strategy auto (default: this\n"
+     "machine's built-in figures)"},
     {.name = "--force", .kind = CLI_FLAG,
      .offset = CLI_FIELD(run_opts, force, int),
      .help = "replace OUT.h5 if it exists (refused otherwise)"},
@@ -200,6 +206,8 @@ typedef struct {
     char mask_names[64];        /* the "masks" attribute of the output */
     ra_timing tm;
     double t_read, t_write, t_total;
+    int picked;                 /* --strategy auto chose pick.strategy */
+    model_result pick;
 } run_state;
 
 static void run_free(run_state *r)
@@ -244,6 +252,8 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     if (st == RA_OK)
         st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->s,
                                    r->axes);
+    if (st == RA_OK && (r->picked = (int)o->p.strategy == CLI_STRATEGY_AUTO))
+        st = plan_pick(ctx, &r->s, &o->p, NULL, o->profile, &r->pick);
     if (st != RA_OK)
         return st;
     o->p.nonfinite = o->allow_nonfinite;
@@ -429,6 +439,11 @@ static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
            flops / worst[0] * 1e-9, note, ctx->nranks,
            ra_params_threads(&o->p), worst[1],
            cli_io_rates(&r->s, worst[2], worst[3], rates), o->out);
+    if (r->picked)
+        printf("ringattn run: strategy %s by the plan: attention predicted "
+               "%.3f s, measured %.3f s (measured/predicted %.2f)\n",
+               ra_strategy_name(r->pick.strategy), r->pick.t_total, worst[0],
+               worst[0] / r->pick.t_total);
     return st;
 }
 
@@ -454,7 +469,9 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     if (st == RA_OK && (st = run_setup(ctx, &o, &r)) == RA_OK) {
         cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
         cli_print_source(ctx, &o.src, r.axes);
-        progress_setup(ctx, &o.prog, &r.s, &o.p, &r.masks.view);
+        if (r.picked)
+            plan_pick_print(ctx, &r.pick, o.profile);
+        progress_setup(ctx, &o.prog, &r.s, &o.p, o.profile);
         progress_print_param(ctx, &o.prog);
         st = run_compute(ctx, &o, &r);
     }

@@ -93,6 +93,10 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
         return ra_error_set(RA_ERR_ARG, "--strategy all: only bench runs "
                             "every strategy; name one (ring, allgather, "
                             "tree, ring-q, ulysses, hybrid)");
+    if ((int)p->strategy == CLI_STRATEGY_AUTO)
+        return ra_error_set(RA_ERR_ARG, "--strategy auto: the plan chooses for "
+                            "the forward pass of run and bench only; name one "
+                            "(ring, allgather, tree, ring-q, ulysses, hybrid)");
     return ra_shape_check(s);
 }
 

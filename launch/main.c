@@ -18,6 +18,7 @@ static const char usage[] =
     "  bench    measure the forward pass on in-memory inputs\n"
     "  plot-map draw the attention map of an output file as a PNG\n"
     "  probe    measure this allocation's machine profile (JSON)\n"
+    "  plan     predict time, memory and bytes of each strategy before a run\n"
     "\n"
     "global options (any command):\n"
     "  --ring-order node|mpirun   order the ring node by node so that each\n"
@@ -70,7 +71,7 @@ static const struct {
 } commands[] = {
     {"gen", cmd_gen},     {"run", cmd_run},     {"verify", cmd_verify},
     {"info", cmd_info},   {"bench", cmd_bench}, {"plot-map", cmd_plot},
-    {"probe", cmd_probe},
+    {"probe", cmd_probe}, {"plan", cmd_plan},
 };
 
 /* Runs the command argv[1] names, with its own argv (from the name on). */
@@ -90,7 +91,7 @@ static int dispatch(const cli_ctx *ctx, int argc, char **argv)
     }
     if (ctx->rank == 0)
         fprintf(stderr, "ringattn: %s%s%s (commands: gen, run, verify, info, "
-                "bench, plot-map, probe; see ringattn --help)\n",
+                "bench, plot-map, probe, plan; see ringattn --help)\n",
                 argc > 1 ? "unknown command '" : "no command",
                 argc > 1 ? cmd : "", argc > 1 ? "'" : "");
     return CLI_EXIT_USAGE;

@@ -397,11 +397,13 @@ static const char *strategy_name(int i)
     return ra_strategy_name((ra_strategy)i);
 }
 
-/* "all" stores CLI_STRATEGY_ALL, which only bench accepts. */
+/* "all" stores CLI_STRATEGY_ALL, which only bench accepts; "auto"
+ * CLI_STRATEGY_AUTO (plan.h), which run and bench resolve. */
 static int parse_strategy(const cli_opt *o, const char *val, void *base)
 {
-    if (strcmp(val, "all") == 0) {
-        *(int *)((char *)base + o->offset) = CLI_STRATEGY_ALL;
+    if (strcmp(val, "all") == 0 || strcmp(val, "auto") == 0) {
+        *(int *)((char *)base + o->offset) =
+            val[1] == 'l' ? CLI_STRATEGY_ALL : CLI_STRATEGY_AUTO;
         return 0;
     }
     return parse_named(o, val, base, strategy_name, RA_STRATEGY_COUNT);
@@ -474,7 +476,8 @@ const cli_opt cli_forward_opts[] = {
      "ring-q (queries and their (o, lse) travel, K/V stay)\n"
      "ulysses (all-to-all to head groups; P <= H) or\n"
      "hybrid (ulysses inside groups, a ring between);\n"
-     "bench takes all: every applicable one side by side"},
+     "bench takes all: every applicable one side by side;\n"
+     "run and bench take auto: the plan's fastest"},
     {.name = "--mem-limit", .kind = CLI_INT, .meta = "BYTES",
      .offset = CLI_FIELD(ra_params, mem_limit, int64_t), .lo = 1,
      .hi = INT64_MAX,

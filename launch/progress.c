@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <unistd.h>
 
+#include "plan.h"
 #include "profile_json.h"
 #include "progress.h"
 
@@ -36,14 +37,17 @@ int progress_wanted(double predicted_seconds, int asked, int quiet,
     return stderr_is_tty && predicted_seconds > PROGRESS_THRESHOLD;
 }
 
-double progress_predict(const ra_shape *s, const ra_params *p,
-                        const ra_masks *masks, int nranks)
+double progress_predict(const cli_ctx *ctx, const ra_shape *s,
+                        const ra_params *p, const char *profile)
 {
-    ra_profile prof;
+    model_result r;
+    if (plan_predict(ctx, s, p, NULL, profile, &r) == RA_OK)
+        return r.t_total;
+    ra_profile prof; /* a strategy the model does not cover: FLOPs alone */
     profile_default(&prof);
     const double rate = profile_kernel_rate(&prof, s->D, s->Dv, p->score);
-    const double cores = (double)nranks * ra_params_threads(p);
-    return rate > 0 ? ra_forward_flops(s, p, masks) / (rate * cores) : 0.0;
+    const double cores = (double)ctx->nranks * ra_params_threads(p);
+    return rate > 0 ? ra_forward_flops(s, p, NULL) / (rate * cores) : 0.0;
 }
 
 /* The step callback: a line when `every` has passed since the last one,
@@ -62,9 +66,9 @@ static void progress_step(void *ctx, int done, int total)
 }
 
 void progress_setup(const cli_ctx *ctx, cli_progress *pg, const ra_shape *s,
-                    ra_params *p, const ra_masks *masks)
+                    ra_params *p, const char *profile)
 {
-    pg->predicted = progress_predict(s, p, masks, ctx->nranks);
+    pg->predicted = progress_predict(ctx, s, p, profile);
     pg->on = ctx->rank == 0 &&
              progress_wanted(pg->predicted, pg->asked, pg->quiet,
                              isatty(STDERR_FILENO));
@@ -89,10 +93,10 @@ void progress_print_param(const cli_ctx *ctx, const cli_progress *pg)
     if (ctx->rank != 0)
         return;
     if (pg->on)
-        printf("# %-10s on, every %g s (predicted %.1f s, not probed)\n",
+        printf("# %-10s on, every %g s (predicted %.1f s)\n",
                "progress", pg->every, pg->predicted);
     else
-        printf("# %-10s off (%s; predicted %.1f s, not probed)\n", "progress",
+        printf("# %-10s off (%s; predicted %.1f s)\n", "progress",
                pg->quiet ? "--quiet" : "stderr is not a terminal or the run "
                "is short", pg->predicted);
 }

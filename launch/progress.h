@@ -25,17 +25,19 @@ extern const cli_opt cli_progress_opts[];
 int progress_wanted(double predicted_seconds, int asked, int quiet,
                     int stderr_is_tty);
 
-/* The predicted seconds of a forward pass: its FLOPs over the kernel's
- * rate per core (profile_kernel_rate of the built-in profile) times the
- * cores in use (ranks x threads). */
-double progress_predict(const ra_shape *s, const ra_params *p,
-                        const ra_masks *masks, int nranks);
+/* The predicted seconds of a forward pass: the performance model's time for
+ * p's strategy on this job (comm/model.c, without I/O and masks: an upper
+ * bound under masks), from the machine profile file (NULL: the built-in
+ * one); for what the model does not cover, the FLOPs over the kernel's rate
+ * per core times the cores in use. Collective. */
+double progress_predict(const cli_ctx *ctx, const ra_shape *s,
+                        const ra_params *p, const char *profile);
 
 /* Decides whether rank 0 prints (progress_wanted) and, if so, points
  * p->on_step at the printer; call just before the pass, which then starts
  * the clock (progress_start). Other ranks leave p alone. */
 void progress_setup(const cli_ctx *ctx, cli_progress *pg, const ra_shape *s,
-                    ra_params *p, const ra_masks *masks);
+                    ra_params *p, const char *profile);
 
 /* Starts the clock of the lines progress_setup pointed p at (nothing
  * otherwise): call just before the pass. */

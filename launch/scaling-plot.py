@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """scaling-plot.py: the charts of a scaling study (launch/scaling-study.py).
 
-    launch/scaling-plot.py DIR/scaling.json [--out-dir DIR]
+    launch/scaling-plot.py DIR/scaling.json [--out-dir DIR] [--plan PLAN.json]
 
 Writes next to the JSON (or into --out-dir):
   scaling-speedup.png     throughput (GFLOP/s) relative to each line's
@@ -13,6 +13,11 @@ Writes next to the JSON (or into --out-dir):
                           communication (blocked on the ring), I/O (read +
                           write of `run`, when measured), other
   scaling-comm.png        bytes sent across nodes per pass and exposed wait
+  scaling-predicted.png   with --plan (the JSON of `ringattn plan
+                          --sweep-nodes LIST --json`): the measured seconds
+                          per pass beside the plan's predicted ones, strong
+                          and weak, for the study's strategy (ring unless
+                          the study names another)
 One line per (scaling, ranks per node, threads). Markers are the median of
 the repeats, bars their min and max; hollow red-edged markers are
 oversubscribed points (more threads than cores), whose times say nothing
@@ -174,7 +179,49 @@ def plot_comm(plt, groups, nodes_of, ps_all, path):
     plt.close(fig)
 
 
-def draw(meta, points, out_dir):
+def predicted_lines(plan, strategy):
+    """{scaling: ([P], [seconds])}: the plan's sweep rows of a strategy, at
+    each node count its fastest applicable layout."""
+    best = {}
+    for r in plan["sweep"]:
+        if r["strategy"] != strategy or not r["applies"]:
+            continue
+        key = (r["scaling"], r["ranks"])
+        if key not in best or r["time_s"] < best[key]:
+            best[key] = r["time_s"]
+    lines = collections.defaultdict(lambda: ([], []))
+    for (scaling, P), t in sorted(best.items()):
+        lines[scaling][0].append(P)
+        lines[scaling][1].append(t)
+    return lines
+
+
+def plot_predicted(plt, groups, plan, strategy, path):
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    pred = predicted_lines(plan, strategy)
+    for i, (key, by_p) in enumerate(sorted(groups.items())):
+        ps, med, lo, hi = series(by_p, lambda p: p["seconds"])
+        ax.errorbar(ps, med, yerr=[[m - l for m, l in zip(med, lo)],
+                                   [h - m for m, h in zip(med, hi)]],
+                    marker="o", capsize=4, color=f"C{i}",
+                    label="measured: " + label(key))
+        kind = "strong" if key[0].startswith("strong") else "weak"
+        if kind in pred:
+            xs, ys = pred[kind]
+            ax.plot(xs, ys, "x--", color=f"C{i}", ms=9,
+                    label=f"predicted ({strategy}, {kind})")
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel("seconds per pass")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.set_title("scaling-study against `ringattn plan --sweep-nodes`")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw(meta, points, out_dir, plan=None):
     """Draws the four charts; returns their paths (none without points)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -191,6 +238,10 @@ def draw(meta, points, out_dir):
     plot_lines(plt, groups, nodes_of, ps_all, paths[1], efficiency=True)
     plot_breakdown(plt, groups, paths[2])
     plot_comm(plt, groups, nodes_of, ps_all, paths[3])
+    if plan is not None:
+        paths.append(os.path.join(out_dir, "scaling-predicted.png"))
+        plot_predicted(plt, groups, plan, meta.get("strategy", "ring"),
+                       paths[-1])
     return paths
 
 
@@ -198,7 +249,17 @@ def main(argv):
     ap = Parser(prog="scaling-plot", description=__doc__.split("\n")[0])
     ap.add_argument("json")
     ap.add_argument("--out-dir")
+    ap.add_argument("--plan")
     a = ap.parse_args(argv)
+    plan = None
+    if a.plan:
+        try:
+            with open(a.plan) as f:
+                plan = json.load(f)
+            plan["sweep"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise Refused(f"scaling-plot: {a.plan}: not a plan with "
+                          f"--sweep-nodes: {e}")
     try:
         with open(a.json) as f:
             data = json.load(f)
@@ -207,7 +268,8 @@ def main(argv):
         raise Refused(f"scaling-plot: {a.json}: not a scaling study: {e}")
     try:
         paths = draw(meta, points,
-                     a.out_dir or os.path.dirname(os.path.abspath(a.json)))
+                     a.out_dir or os.path.dirname(os.path.abspath(a.json)),
+                     plan)
     except ImportError as e:
         raise Failed(f"scaling-plot: needs python3-matplotlib ({e})")
     except OSError as e:

@@ -126,6 +126,23 @@ def bench_row(ringattn, cl, work, order, N, H, D):
         return json.load(f)[0]
 
 
+def check_plan_bytes(ringattn, work, row, N, H, D):
+    """`ringattn plan` at NODES nodes of PER_NODE ranks counts the bytes
+    bench counted, across nodes too (ring order node by node)."""
+    js = os.path.join(work, "plan.json")
+    r = sh([ringattn, "plan", "--ranks", str(P), "--nodes", str(NODES),
+            "--seq", str(N), "--heads", str(H), "--dim", str(D), "--layout",
+            "contiguous", "--json", js])
+    check(r.returncode == 0, "plan failed: " + r.stderr)
+    with open(js) as f:
+        ring = [x for x in json.load(f)["rows"] if x["strategy"] == "ring"][0]
+    for key in ("bytes_sent", "cross_node_bytes", "cross_node_bytes_total"):
+        check(ring[key] == row[key],
+              f"plan {key} {ring[key]} != bench {row[key]}")
+    print(f"bytes: plan counts {ring['cross_node_bytes_total']:.0f} bytes "
+          f"across nodes, as bench did")
+
+
 def check_bytes(ringattn, cl, work):
     N, H, D, B = 3000, 2, 32, 1
     # every rank sends its K and V block (N/P rows, H kv heads, D + D
@@ -143,6 +160,8 @@ def check_bytes(ringattn, cl, work):
               f"{order}: cross-node bytes {row['cross_node_bytes_total']} "
               f"!= {crossing} x {per_rank} = {want}")
         check(row["verdict"] == "PASS", f"{order}: bench verdict FAIL")
+        if order == "node":  # the plan's count of the same run
+            check_plan_bytes(ringattn, work, row, N, H, D)
         print(f"bytes: ring order {order}: {row['cross_node_bytes_total']:.0f}"
               f" bytes across nodes = {crossing} x {per_rank}")
 

@@ -566,6 +566,20 @@ VERIFY = ["verify", "--in", "good.h5", "--out"]
 
 # The tools beside run: options, bench, verify, plot-map.
 CASES_TOOLS = [
+    ("plan-text-input", "plan --in a text file", {"text.h5": lambda p: open(p, "w").write("hello\n" * 100)},
+     ["plan", "--in", "text.h5"], 2, r"text\.h5: cannot open as HDF5"),
+    ("plan-json-is-input", "plan --json names its own input", {},
+     ["plan", "--in", "good.h5", "--json", "good.h5"], 2,
+     r"good\.h5: the output is the input file"),
+    ("plan-nodes-over-ranks", "plan: more nodes than ranks", {},
+     ["plan", "--ranks", "2", "--nodes", "3"], 2,
+     r"--nodes: 3 nodes for 2 ranks"),
+    ("plan-masks-with-in", "plan --in with random masks", {},
+     ["plan", "--in", "good.h5", "--lens", "random"], 2,
+     r"--lens and --segments make random masks"),
+    ("auto-outside-run", "--strategy auto where nothing plans", {},
+     ["bench", "--backward", "--seq", "64", "--strategy", "auto"], 2,
+     r"--strategy auto: the plan chooses for the forward pass of run and bench only"),
     ("option-equals", "--name=value is parsed like --name value", {},
      ["run", "--in=good.h5", "--out=o.h5", "--block-q=0"], 2,
      r"--block-q: 0 is outside \[1, 65536\]"),

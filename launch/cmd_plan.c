@@ -1,0 +1,295 @@
+/* cmd_plan.c: `ringattn plan`: what a forward pass would cost before it
+ * runs. The problem comes from an input file's schema (and its masks) or
+ * from gen's shape flags; the allocation from --ranks, --nodes, --threads
+ * (or the running mpirun's); the rates from a machine profile. Prints, per
+ * strategy, whether it applies, the predicted time in parts, peak memory
+ * and bytes per rank, and names the fastest. parse -> validate -> set up
+ * -> predict -> report; rank 0 alone prints. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <unistd.h>
+
+#include "agree.h"
+#include "bench.h"
+#include "h5io.h"
+#include "internal.h"
+#include "plan.h"
+#include "plan_out.h"
+#include "profile_json.h"
+
+static const char *const lens_kinds[] = {"random", NULL};
+
+#define PL_INT(nm, meta_, f, lo_, hi_, def_, help_)                           \
+    {.name = nm, .kind = CLI_INT, .meta = meta_,                             \
+     .offset = CLI_FIELD(plan_opts, f, int64_t), .lo = lo_, .hi = hi_,       \
+     .def = def_, .help = help_}
+
+/* Parses "1,2,4" into o->sweep. */
+static int parse_nodes_list(const cli_opt *opt, const char *text, void *base)
+{
+    plan_opts *o = base;
+    o->nsweep = 0;
+    for (const char *p = text;;) {
+        char item[32];
+        const size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item || o->nsweep == PLAN_MAX_SWEEP) {
+            ra_error_set(RA_ERR_ARG, "%s: bad list '%s' (expected up to %d "
+                         "comma-separated node counts)", opt->name, text,
+                         PLAN_MAX_SWEEP);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (cli_parse_i64(opt->name, item, 1, 4096,
+                          &o->sweep[o->nsweep++]) != 0)
+            return -1;
+        p += len;
+        if (*p == '\0')
+            return 0;
+        p++;
+    }
+}
+
+static const cli_opt plan_own[] = {
+    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(plan_opts, in, const char *),
+     .help = "take the problem from an input file: the shapes of\n"
+     "/q /k /v and its masks (no tensor is read)"},
+    PL_INT("--ranks", "P", ranks, 1, 1 << 20, NULL,
+           "ranks of the job (default: this mpirun's)"),
+    PL_INT("--nodes", "K", nodes, 1, 1 << 16, NULL,
+           "nodes the ranks run on, ring order node by node\n"
+           "(default: this mpirun's, else 1)"),
+    PL_INT("--cores", "C", cores, 1, 1 << 24, NULL,
+           "cores the ranks share in all (default: this machine's\n"
+           "times the nodes; fake nodes on one machine: its cores)"),
+    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(plan_opts, profile, const char *),
+     .help = "machine profile of `ringattn probe` (default: this\n"
+     "machine's built-in figures, not probed)"},
+    {.name = "--link-rate", .kind = CLI_REAL, .meta = "BITS",
+     .offset = CLI_FIELD(plan_opts, link_rate, double), .rlo = 0,
+     .open_lo = 1, .rhi = 1e15,
+     .help = "bits/s of a link between nodes, in place of the\n"
+     "profile's (what-if; e.g. 4e8 for 400 Mbit/s)"},
+    {.name = "--kernel-rate", .kind = CLI_REAL, .meta = "GFLOPS",
+     .offset = CLI_FIELD(plan_opts, kernel_rate, double), .rlo = 0,
+     .open_lo = 1, .rhi = 1e9,
+     .help = "the kernel's GFLOP/s on one core, in place of the\n"
+     "profile's (what-if, or a rate measured just now)"},
+    {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
+     .offset = CLI_FIELD(plan_opts, lens_kind, int), .choices = lens_kinds,
+     .seen = CLI_SEEN(plan_opts, lens),
+     .help = "random padding lengths, as bench makes them"},
+    PL_INT("--segments", "AVG", segment_avg, 1, (int64_t)1 << 40, NULL,
+           "random packed sequences of mean length AVG, as bench"),
+    PL_INT("--seed", "S", seed, 0, INT64_MAX, "1", "seed of random masks"),
+    PL_INT("--additive-hidden", "A", additive_hidden, 1, 1 << 16, "64",
+           "hidden size of the additive score (without --in)"),
+    {.name = "--sweep-nodes", .kind = CLI_CUSTOM, .meta = "LIST",
+     .fn = parse_nodes_list,
+     .help = "predicted strong and weak scaling over these node\n"
+     "counts (ranks per node as given)"},
+    {.name = "--max-seq", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(plan_opts, max_seq, int),
+     .help = "the longest N (= M) that fits in memory, per strategy"},
+    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(plan_opts, json, const char *),
+     .help = "also write the predictions as JSON (replaced)"},
+    {.name = "--csv", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(plan_opts, csv, const char *),
+     .help = "also write the predictions as CSV (replaced)"},
+    {0},
+};
+
+static const cli_spec plan_spec = {
+    .name = "plan",
+    .usage = "usage: ringattn plan [--in FILE | --seq N ...] --ranks P "
+             "[--nodes K] [options]\n"
+             "\n"
+             "Predicts a forward pass before it runs, for every strategy:\n"
+             "whether it applies, time (compute + exposed communication +\n"
+             "load imbalance + I/O), peak memory and bytes per rank.\n",
+    .groups = {{cli_seq_opts, offsetof(plan_opts, cs)},
+               {cli_shape_opts, offsetof(plan_opts, cs)},
+               {cli_forward_opts, offsetof(plan_opts, p)},
+               {plan_own, 0}},
+    .epilog =
+    "Counts (visible pairs, bytes, model memory) are exact and equal what\n"
+    "bench counts; times are estimates from the profile's rates.\n",
+};
+
+/* ---- set-up ---------------------------------------------------------------- */
+
+/* The masks of the problem in natural order: read from --in, or made as
+ * bench makes them. */
+static ra_status plan_masks(const plan_opts *o, plan_state *w)
+{
+    const ra_shape *s = &w->s;
+    const ra_slice qall = {1, {{0, s->N, 1}}, s->N};
+    const ra_slice kall = {1, {{0, s->M, 1}}, s->M};
+    ra_status st = RA_OK;
+    if (o->in) {
+        st = ra_h5_read_masks_from(MPI_COMM_SELF, o->in, &w->src, s,
+                                   RA_LAYOUT_CONTIGUOUS, &w->h5m);
+        w->mk = (model_masks){w->h5m.q_lens, w->h5m.kv_lens,
+                              w->h5m.q_segments, w->h5m.kv_segments};
+        return st;
+    }
+    bench_opts bo = {.seed = o->seed, .lens = o->lens,
+                     .segment_avg = o->segment_avg};
+    st = bench_masks_make(&bo, s, &qall, &kall, &w->bm);
+    w->mk = (model_masks){w->bm.q_lens, w->bm.kv_lens, w->bm.q_seg,
+                          w->bm.kv_seg};
+    return st;
+}
+
+/* The problem, the allocation and the profile; every check before any
+ * prediction. Collective (the ranks agree). */
+static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
+{
+    ra_status st = RA_OK;
+    if (o->in && (o->lens || o->segment_avg))
+        st = ra_error_set(RA_ERR_ARG, "--lens and --segments make random "
+                          "masks; with --in the file's masks are used");
+    if (st == RA_OK && o->max_seq && (o->json || o->csv || o->nsweep))
+        st = ra_error_set(RA_ERR_ARG, "--max-seq prints its own table; "
+                          "--json, --csv and --sweep-nodes go without it");
+    if (st == RA_OK && o->in)
+        st = ra_h5_read_shape_from(MPI_COMM_SELF, o->in, &w->src, &w->s,
+                                   NULL);
+    if (st == RA_OK && !o->in)
+        w->s = o->cs.shape;
+    if (st == RA_OK)
+        st = cli_params_check(&o->p, &w->s, NULL);
+    if (st == RA_OK && o->p.score == RA_SCORE_ADDITIVE) {
+        w->additive.A = o->additive_hidden;
+        o->p.additive = &w->additive;
+    }
+    if (st == RA_OK && o->ranks == 0)
+        o->ranks = ctx->nranks;
+    if (st == RA_OK && o->nodes == 0)
+        o->nodes = o->ranks == ctx->nranks ? ctx->nodes.nodes : 1;
+    if (st == RA_OK && o->nodes > o->ranks)
+        st = ra_error_set(RA_ERR_ARG, "--nodes: %lld nodes for %lld ranks "
+                          "(at least one rank per node)",
+                          (long long)o->nodes, (long long)o->ranks);
+    if (st == RA_OK && o->json)
+        st = h5io_output_check(o->json, 1, (const char *const[]){o->in,
+                                                               NULL});
+    if (st == RA_OK && o->csv)
+        st = h5io_output_check(o->csv, 1, (const char *const[]){o->in,
+                                                              NULL});
+    if (st == RA_OK)
+        st = plan_profile_load(o->profile, &w->pf);
+    if (st == RA_OK && o->link_rate > 0) { /* collectives share the link */
+        w->pf.inter.bandwidth = o->link_rate / 8.0;
+        w->pf.alltoall_inter = w->pf.allgather_inter = 0;
+    }
+    if (st == RA_OK && o->max_seq == 0)
+        st = plan_masks(o, w);
+    return ra_agree(ctx->comm, st);
+}
+
+/* The allocation at K nodes of P ranks (fake nodes share --cores). */
+static model_alloc plan_alloc(const plan_opts *o, const plan_state *w,
+                              int64_t P, int64_t K)
+{
+    const long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    const int64_t cores = o->cores > 0 ? o->cores
+                                       : K * (nproc > 0 ? nproc : 1);
+    const double rate = o->kernel_rate > 0
+                            ? o->kernel_rate * 1e9
+                            : profile_kernel_rate(&w->pf, w->s.D, w->s.Dv,
+                                                  o->p.score);
+    return (model_alloc){.P = (int)P, .nodes = (int)K, .cores = (int)cores,
+                         .core_rate = rate};
+}
+
+/* ---- the driver ------------------------------------------------------------ */
+
+static ra_status plan_parse(const cli_ctx *ctx, plan_opts *o, int argc,
+                            char **argv, int *code)
+{
+    cli_shape_default(&o->cs);
+    cli_params_default(&o->p);
+    *code = cli_parse_or_exit(ctx, &plan_spec, o, argc, argv);
+    if (*code >= 0)
+        return RA_ERR_ARG;
+    cli_shape_finish(&o->cs);
+    if (cli_params_finish(&o->p) != RA_OK)
+        return RA_ERR_ARG;
+    if ((int)o->p.strategy == CLI_STRATEGY_AUTO ||
+        (int)o->p.strategy == CLI_STRATEGY_ALL)
+        o->p.strategy = RA_STRATEGY_RING; /* the plan tries every one */
+    return RA_OK;
+}
+
+int cmd_plan(const cli_ctx *ctx, int argc, char **argv)
+{
+    plan_opts o = {0};
+    plan_state *w = calloc(1, sizeof *w);
+    int code = -1;
+    if (!w)
+        return cli_fail(ctx, CLI_EXIT_RUNTIME, "plan: out of memory");
+    ra_status st = plan_parse(ctx, &o, argc, argv, &code);
+    if (code >= 0)
+        goto done;
+    if (st != RA_OK) {
+        code = cli_fail_status(ctx, st);
+        goto done;
+    }
+    w->layout_auto = o.p.layout == RA_LAYOUT_AUTO;
+    st = plan_setup(ctx, &o, w);
+    if (st == RA_OK) {
+        const double t0 = MPI_Wtime();
+        const model_alloc al = plan_alloc(&o, w, o.ranks, o.nodes);
+        if (o.max_seq)
+            st = plan_report_max_seq(ctx, &o, w, &al);
+        else
+            st = plan_evaluate(&w->s, &o.p, w->layout_auto, &w->mk, &al,
+                               &w->pf, o.in != NULL, &w->table);
+        w->seconds = MPI_Wtime() - t0;
+        if (st == RA_OK && !o.max_seq && o.nsweep > 0)
+            st = plan_sweep(&o, w);
+        if (st == RA_OK && !o.max_seq)
+            st = plan_report(ctx, &o, w);
+    }
+    code = st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
+done:
+    ra_h5_masks_free(&w->h5m);
+    bench_masks_free(&w->bm);
+    free(w->sweep);
+    free(w);
+    return code;
+}
+
+/* The predicted scaling: at each node count, strong (the same problem)
+ * and weak (N and M grown with the nodes from the first count). */
+ra_status plan_sweep(const plan_opts *o, plan_state *w)
+{
+    const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
+    w->sweep = calloc((size_t)(2 * o->nsweep), sizeof(plan_table));
+    if (!w->sweep)
+        return ra_error_set(RA_ERR_NOMEM, "plan: out of memory");
+    for (int i = 0; i < 2 * o->nsweep; i++) {
+        const int64_t K = o->sweep[i / 2], K0 = o->sweep[0];
+        const int weak = i % 2;
+        ra_shape s = w->s;
+        if (weak) {
+            s.N = s.N * K / K0;
+            s.M = s.M * K / K0;
+        }
+        const model_alloc al = plan_alloc(o, w, K * per, K);
+        const model_masks *mk = weak ? NULL : &w->mk;
+        const ra_status st = plan_evaluate(&s, &o->p, w->layout_auto, mk,
+                                           &al, &w->pf, o->in != NULL,
+                                           &w->sweep[i]);
+        if (st != RA_OK)
+            return st;
+    }
+    return RA_OK;
+}

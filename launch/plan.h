@@ -1,0 +1,58 @@
+/* plan.h: the performance model as the command line uses it: `ringattn
+ * plan` (cmd_plan.c) and `--strategy auto` of run and bench (plan_pick.c).
+ * The arithmetic is comm/model.c's. */
+#ifndef RA_LAUNCH_PLAN_H
+#define RA_LAUNCH_PLAN_H
+
+#include "cli.h"
+#include "model.h"
+
+/* The layouts the plan tries when the layout is auto. */
+enum { PLAN_LAYOUTS = 3 };
+
+/* Every strategy under every layout tried: RA_STRATEGY_COUNT * layouts
+ * rows, and the fastest applicable one. */
+typedef struct {
+    model_result row[RA_STRATEGY_COUNT * PLAN_LAYOUTS];
+    int nrows;
+    int best;  /* index into row, -1 when nothing applies */
+} plan_table;
+
+/* The profile of path (NULL: profile_default, this machine not probed);
+ * RA_ERR_INPUT with the reader's one-line reason. */
+ra_status plan_profile_load(const char *path, ra_profile *pf);
+
+/* Predicts every strategy for the problem under the layout of p (or, when
+ * layout_auto, each of contiguous, zigzag, striped, and the one
+ * ra_params_layout picks first). RA_ERR_NOMEM when out of memory. */
+ra_status plan_evaluate(const ra_shape *s, const ra_params *p,
+                        int layout_auto, const model_masks *mk,
+                        const model_alloc *al, const ra_profile *pf,
+                        int with_io, plan_table *t);
+
+/* The allocation of the running job (ring order, nodes, threads) for the
+ * model; node_of (ctx->nranks entries) is filled. Collective. */
+ra_status plan_job_alloc(const cli_ctx *ctx, const ra_params *p,
+                         const ra_profile *pf, const ra_shape *s,
+                         int *node_of, model_alloc *al);
+
+/* `--strategy auto`: the fastest applicable strategy for this job under the
+ * resolved layout of p (masks: the padding lengths, or NULL), into
+ * p->strategy, and its prediction into *pick (compute only: no I/O).
+ * profile: a file, or NULL. Collective; well under a second. */
+ra_status plan_pick(const cli_ctx *ctx, const ra_shape *s, ra_params *p,
+                    const model_masks *masks, const char *profile,
+                    model_result *pick);
+
+/* The prediction of p->strategy itself for this job (compute only), as
+ * plan_pick makes it; RA_ERR_ARG (no message) when the model says the
+ * strategy does not apply. Collective. */
+ra_status plan_predict(const cli_ctx *ctx, const ra_shape *s,
+                       const ra_params *p, const model_masks *masks,
+                       const char *profile, model_result *out);
+
+/* Rank 0: the parameter table's lines of a pick. */
+void plan_pick_print(const cli_ctx *ctx, const model_result *pick,
+                     const char *profile);
+
+#endif /* RA_LAUNCH_PLAN_H */

@@ -1,0 +1,192 @@
+/* plan_pick.c: the model over every strategy and layout, the running job's
+ * allocation, and `--strategy auto`. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <unistd.h>
+
+#include "agree.h"
+#include "internal.h"
+#include "plan.h"
+#include "profile_json.h"
+
+ra_status plan_profile_load(const char *path, ra_profile *pf)
+{
+    char why[512];
+    profile_default(pf);
+    if (!path)
+        return RA_OK;
+    if (profile_read_json(path, pf, why, sizeof why) != 0)
+        return ra_error_set(RA_ERR_INPUT, "%s", why);
+    return RA_OK;
+}
+
+/* Whether row a beats row b (applicable first, then faster). */
+static int plan_better(const model_result *a, const model_result *b)
+{
+    if (a->applies != b->applies)
+        return a->applies;
+    return a->t_total < b->t_total;
+}
+
+ra_status plan_evaluate(const ra_shape *s, const ra_params *p,
+                        int layout_auto, const model_masks *mk,
+                        const model_alloc *al, const ra_profile *pf,
+                        int with_io, plan_table *t)
+{
+    const int segs = mk && mk->q_seg;
+    const ra_layout first = ra_params_layout(p, segs);
+    ra_layout lays[PLAN_LAYOUTS] = {first};
+    int nl = 1;
+    for (int l = 0; layout_auto && l < PLAN_LAYOUTS; l++) /* the rest */
+        if ((ra_layout)l != first)
+            lays[nl++] = (ra_layout)l;
+    t->nrows = 0;
+    t->best = -1;
+    for (int l = 0; l < nl; l++) {
+        model_result *rows = &t->row[t->nrows];
+        if (model_predict_all(s, p, lays[l], mk, al, pf, with_io, rows) != 0)
+            return ra_error_set(RA_ERR_NOMEM, "plan: out of memory");
+        for (int k = 0; k < RA_STRATEGY_COUNT; k++, t->nrows++)
+            if (t->best < 0 || plan_better(&t->row[t->nrows],
+                                           &t->row[t->best]))
+                t->best = t->nrows;
+    }
+    if (t->best >= 0 && !t->row[t->best].applies)
+        t->best = -1;
+    return RA_OK;
+}
+
+/* The machine a rank runs on, as an id that fake nodes (namespaces of one
+ * machine) share: the kernel's boot id, else the host name. */
+static uint64_t machine_id(void)
+{
+    char text[128] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f || !fgets(text, sizeof text, f))
+        gethostname(text, sizeof text - 1);
+    if (f)
+        fclose(f);
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const char *c = text; *c; c++)
+        h = (h ^ (uint64_t)(unsigned char)*c) * 1099511628211ull;
+    return h;
+}
+
+ra_status plan_job_alloc(const cli_ctx *ctx, const ra_params *p,
+                         const ra_profile *pf, const ra_shape *s,
+                         int *node_of, model_alloc *al)
+{
+    const int P = ctx->nranks;
+    uint64_t mine = machine_id();
+    uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)P);
+    ra_status st = ra_agree(ctx->comm, ids ? RA_OK
+                            : ra_error_set(RA_ERR_NOMEM, "plan: out of "
+                                                         "memory"));
+    if (st != RA_OK) {
+        free(ids);
+        return st;
+    }
+    MPI_Allgather(&ctx->nodes.node, 1, MPI_INT, node_of, 1, MPI_INT,
+                  ctx->comm);
+    MPI_Allgather(&mine, 1, MPI_UINT64_T, ids, 1, MPI_UINT64_T, ctx->comm);
+    int machines = 0;
+    for (int r = 0; r < P; r++) {
+        int seen = 0;
+        for (int j = 0; j < r && !seen; j++)
+            seen = ids[j] == ids[r];
+        machines += !seen;
+    }
+    free(ids);
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    *al = (model_alloc){.P = P, .nodes = ctx->nodes.nodes,
+                        .cores = machines * (int)(cores > 0 ? cores : 1),
+                        .node_of = node_of,
+                        .core_rate = profile_kernel_rate(pf, s->D, s->Dv,
+                                                         p->score)};
+    return RA_OK;
+}
+
+/* Every strategy for this job under the resolved layout of p, into *t.
+ * Collective. */
+static ra_status plan_job_table(const cli_ctx *ctx, const ra_shape *s,
+                                const ra_params *p, const model_masks *masks,
+                                const char *profile, plan_table *t)
+{
+    ra_profile *pf = malloc(sizeof *pf);
+    int *node_of = malloc(sizeof(int) * (size_t)ctx->nranks);
+    ra_status st = pf && node_of ? RA_OK
+                   : ra_error_set(RA_ERR_NOMEM, "plan: out of memory");
+    if (st == RA_OK)
+        st = plan_profile_load(profile, pf);
+    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
+        goto cleanup;
+    model_alloc al;
+    if ((st = plan_job_alloc(ctx, p, pf, s, node_of, &al)) != RA_OK)
+        goto cleanup;
+    ra_params q = *p; /* every strategy is evaluated; p's may be auto */
+    q.strategy = RA_STRATEGY_RING;
+    st = ra_agree(ctx->comm, plan_evaluate(s, &q, 0, masks, &al, pf, 0, t));
+cleanup:
+    free(pf);
+    free(node_of);
+    return st;
+}
+
+ra_status plan_pick(const cli_ctx *ctx, const ra_shape *s, ra_params *p,
+                    const model_masks *masks, const char *profile,
+                    model_result *pick)
+{
+    plan_table *t = malloc(sizeof *t);
+    ra_status st = ra_agree(ctx->comm, t ? RA_OK
+                            : ra_error_set(RA_ERR_NOMEM, "plan: out of "
+                                                         "memory"));
+    if (st == RA_OK)
+        st = plan_job_table(ctx, s, p, masks, profile, t);
+    if (st == RA_OK && t->best < 0)
+        st = ra_error_set(RA_ERR_ARG, "--strategy auto: no strategy takes "
+                          "this problem (ring: %s)", t->row[0].why);
+    if (st == RA_OK) {
+        *pick = t->row[t->best];
+        p->strategy = pick->strategy;
+    }
+    free(t);
+    return st;
+}
+
+ra_status plan_predict(const cli_ctx *ctx, const ra_shape *s,
+                       const ra_params *p, const model_masks *masks,
+                       const char *profile, model_result *out)
+{
+    plan_table *t = malloc(sizeof *t);
+    ra_status st = ra_agree(ctx->comm, t ? RA_OK
+                            : ra_error_set(RA_ERR_NOMEM, "plan: out of "
+                                                         "memory"));
+    if (st == RA_OK)
+        st = plan_job_table(ctx, s, p, masks, profile, t);
+    if (st == RA_OK) {
+        st = RA_ERR_ARG;
+        for (int k = 0; k < t->nrows && st != RA_OK; k++)
+            if (t->row[k].strategy == p->strategy && t->row[k].applies) {
+                *out = t->row[k];
+                st = RA_OK;
+            }
+    }
+    free(t);
+    return st;
+}
+
+void plan_pick_print(const cli_ctx *ctx, const model_result *pick,
+                     const char *profile)
+{
+    if (ctx->rank != 0)
+        return;
+    printf("# %-10s %s, chosen by the plan (--strategy auto)\n", "auto",
+           ra_strategy_name(pick->strategy));
+    printf("# %-10s %.3f s (compute %.3f, comm %.3f, imbalance %.3f), "
+           "%s\n", "predicted", pick->t_total, pick->t_compute, pick->t_comm,
+           pick->t_imbalance,
+           profile ? profile : "built-in profile of this machine, not probed");
+    fflush(stdout);
+}

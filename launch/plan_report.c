@@ -1,0 +1,272 @@
+/* plan_report.c: what `ringattn plan` prints and writes (rank 0). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agree.h"
+#include "internal.h"
+#include "plan_out.h"
+
+static const char *const no_profile =
+    "no machine profile: using this machine's built-in figures, not probed";
+
+/* The row of strategy k with the best layout (the first when none
+ * applies). */
+static const model_result *best_of(const plan_table *t, int k)
+{
+    const model_result *best = NULL;
+    for (int i = 0; i < t->nrows; i++) {
+        const model_result *r = &t->row[i];
+        if ((int)r->strategy != k)
+            continue;
+        if (!best || (r->applies && (!best->applies ||
+                                     r->t_total < best->t_total)))
+            best = r;
+    }
+    return best;
+}
+
+static void print_echo(const plan_opts *o, const plan_state *w)
+{
+    const ra_shape *s = &w->s;
+    if (!o->profile)
+        printf("# %s\n", no_profile);
+    printf("# ringattn plan %s\n", RA_VERSION_STRING);
+    printf("# %-10s %s\n", "problem", o->in ? o->in : "shape flags");
+    printf("# %-10s B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld\n",
+           "shape", (long long)s->B, (long long)s->N, (long long)s->M,
+           (long long)s->H, (long long)s->G, (long long)s->D,
+           (long long)s->Dv);
+    printf("# %-10s causal %s, window %s, score %s, masks%s%s%s\n", "options",
+           o->p.causal ? "yes" : "no", o->p.window ? "yes" : "no",
+           ra_score_name(o->p.score), w->mk.q_lens ? " lens" : "",
+           w->mk.q_seg ? " segments" : "",
+           w->mk.q_lens || w->mk.q_seg ? "" : " none");
+    printf("# %-10s %lld ranks on %lld node(s), %d thread(s) per rank, "
+           "%lld cores in all\n", "allocation", (long long)o->ranks,
+           (long long)o->nodes, ra_params_threads(&o->p),
+           (long long)(o->cores > 0 ? o->cores : sysconf(_SC_NPROCESSORS_ONLN) * o->nodes));
+    printf("# %-10s %s%s%s\n", "profile", o->profile ? o->profile : "built-in",
+           o->link_rate > 0 ? " (links between nodes: --link-rate)" : "",
+           o->kernel_rate > 0 ? " (kernel rate: --kernel-rate)" : "");
+    printf("# %-10s %s\n", "layout",
+           w->layout_auto ? "auto: each tried, the best per strategy shown"
+                          : ra_layout_name(o->p.layout));
+}
+
+static void print_table(const plan_state *w)
+{
+    printf("#%9s %10s %7s %9s %9s %9s %9s %8s %9s %9s %9s  %s\n", "strategy",
+           "layout", "applies", "time_s", "compute", "comm", "imbalance",
+           "io", "peak_MB", "MB_intra", "MB_inter", "why not");
+    for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
+        const model_result *r = best_of(&w->table, k);
+        printf(" %9s %10s %7s %9.4f %9.4f %9.4f %9.4f %8.4f %9.1f %9.2f "
+               "%9.2f  %s\n", ra_strategy_name(r->strategy),
+               ra_layout_name(r->layout), r->applies ? "yes" : "no",
+               r->t_total, r->t_compute, r->t_comm, r->t_imbalance, r->t_io,
+               r->mem_max / 1048576.0, r->intra_max / 1e6,
+               r->inter_max / 1e6, r->applies ? "" : r->why);
+    }
+}
+
+static void print_sweep(const plan_opts *o, const plan_state *w)
+{
+    printf("# predicted scaling (ranks per node %lld; weak: N and M grow "
+           "with the nodes)\n", (long long)(o->ranks / o->nodes));
+    printf("#%7s %6s %8s %9s %9s %10s %9s\n", "scaling", "nodes", "ranks",
+           "N", "best", "layout", "time_s");
+    const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
+    for (int i = 0; i < 2 * o->nsweep; i++) {
+        const plan_table *t = &w->sweep[i];
+        const int64_t K = o->sweep[i / 2];
+        const int64_t N = i % 2 ? w->s.N * K / o->sweep[0] : w->s.N;
+        if (t->best < 0) {
+            printf(" %7s %6lld %8lld %9lld %9s\n", i % 2 ? "weak" : "strong",
+                   (long long)K, (long long)(K * per), (long long)N, "none");
+            continue;
+        }
+        const model_result *b = &t->row[t->best];
+        printf(" %7s %6lld %8lld %9lld %9s %10s %9.4f\n",
+               i % 2 ? "weak" : "strong", (long long)K, (long long)(K * per),
+               (long long)N, ra_strategy_name(b->strategy),
+               ra_layout_name(b->layout), b->t_total);
+    }
+}
+
+/* ---- JSON and CSV ------------------------------------------------------------ */
+
+static void json_row(FILE *f, const plan_opts *o, const ra_shape *s,
+                     const model_result *r, int64_t P, int64_t K,
+                     const char *scaling)
+{
+    fprintf(f, "{\"strategy\": \"%s\", \"layout\": \"%s\", \"applies\": %s, "
+            "\"why\": \"", ra_strategy_name(r->strategy),
+            ra_layout_name(r->layout), r->applies ? "true" : "false");
+    for (const char *c = r->why; *c; c++) /* messages hold no control chars */
+        fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+    fprintf(f, "\", \"ranks\": %lld, \"nodes\": %lld, \"threads\": %d, "
+            "\"scaling\": \"%s\", \"batch\": %lld, \"seq_q\": %lld, "
+            "\"seq_kv\": %lld, \"heads\": %lld, \"kv_heads\": %lld, "
+            "\"dim\": %lld, \"dim_v\": %lld, \"causal\": %s, "
+            "\"time_s\": %.6e, \"compute_s\": %.6e, \"comm_s\": %.6e, "
+            "\"imbalance_s\": %.6e, \"io_s\": %.6e, \"flops\": %.6e, "
+            "\"pairs_total\": %.0f, \"pairs_max\": %.0f, "
+            "\"bytes_sent\": %.0f, \"bytes_sent_avg\": %.0f, "
+            "\"intra_bytes\": %.0f, \"inter_bytes\": %.0f, "
+            "\"cross_node_bytes\": %.0f, \"cross_node_bytes_total\": %.0f, "
+            "\"model_bytes\": %.0f}",
+            (long long)P, (long long)K, ra_params_threads(&o->p), scaling,
+            (long long)s->B, (long long)s->N, (long long)s->M,
+            (long long)s->H, (long long)s->G, (long long)s->D,
+            (long long)s->Dv, o->p.causal ? "true" : "false", r->t_total,
+            r->t_compute, r->t_comm, r->t_imbalance, r->t_io, r->flops,
+            r->pairs_total, r->pairs_ring_max, r->bytes_max, r->bytes_avg,
+            r->intra_max, r->inter_max, r->cross_max, r->cross_total,
+            r->mem_max);
+}
+
+static int json_write(FILE *f, const plan_opts *o, const plan_state *w)
+{
+    const plan_table *t = &w->table;
+    fprintf(f, "{\"measured_profile\": %s, \"profile\": \"%s\", "
+            "\"seconds\": %.6f,\n \"best\": ", w->pf.measured ? "true"
+            : "false", o->profile ? o->profile : "built-in", w->seconds);
+    if (t->best >= 0)
+        fprintf(f, "{\"strategy\": \"%s\", \"layout\": \"%s\", "
+                "\"time_s\": %.6e}", ra_strategy_name(t->row[t->best].strategy),
+                ra_layout_name(t->row[t->best].layout),
+                t->row[t->best].t_total);
+    else
+        fprintf(f, "null");
+    fprintf(f, ",\n \"rows\": [\n");
+    for (int i = 0; i < t->nrows; i++) {
+        fprintf(f, "  ");
+        json_row(f, o, &w->s, &t->row[i], o->ranks, o->nodes, "none");
+        fprintf(f, "%s\n", i + 1 < t->nrows ? "," : "");
+    }
+    fprintf(f, " ],\n \"sweep\": [\n");
+    const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
+    for (int i = 0; i < 2 * o->nsweep; i++) {
+        const int64_t K = o->sweep[i / 2];
+        ra_shape s = w->s;
+        if (i % 2) {
+            s.N = s.N * K / o->sweep[0];
+            s.M = s.M * K / o->sweep[0];
+        }
+        for (int j = 0; j < w->sweep[i].nrows; j++) {
+            fprintf(f, "  ");
+            json_row(f, o, &s, &w->sweep[i].row[j], K * per, K,
+                     i % 2 ? "weak" : "strong");
+            fprintf(f, "%s\n", i + 1 < 2 * o->nsweep ||
+                                       j + 1 < w->sweep[i].nrows ? "," : "");
+        }
+    }
+    fprintf(f, " ]}\n");
+    return ferror(f) ? -1 : 0;
+}
+
+static int csv_write(FILE *f, const plan_opts *o, const plan_state *w)
+{
+    fprintf(f, "scaling,nodes,ranks,seq_q,strategy,layout,applies,time_s,"
+            "compute_s,comm_s,imbalance_s,io_s,model_bytes,bytes_sent,"
+            "intra_bytes,inter_bytes\n");
+    const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
+    for (int i = -1; i < 2 * o->nsweep; i++) {
+        const plan_table *t = i < 0 ? &w->table : &w->sweep[i];
+        const int64_t K = i < 0 ? o->nodes : o->sweep[i / 2];
+        const int64_t N = i % 2 == 1 ? w->s.N * K / o->sweep[0] : w->s.N;
+        const char *sc = i < 0 ? "none" : i % 2 ? "weak" : "strong";
+        for (int j = 0; j < t->nrows; j++) {
+            const model_result *r = &t->row[j];
+            fprintf(f, "%s,%lld,%lld,%lld,%s,%s,%d,%.6e,%.6e,%.6e,%.6e,%.6e,"
+                    "%.0f,%.0f,%.0f,%.0f\n", sc, (long long)K,
+                    (long long)(i < 0 ? o->ranks : K * per), (long long)N,
+                    ra_strategy_name(r->strategy), ra_layout_name(r->layout),
+                    r->applies, r->t_total, r->t_compute, r->t_comm,
+                    r->t_imbalance, r->t_io, r->mem_max, r->bytes_max,
+                    r->intra_max, r->inter_max);
+        }
+    }
+    return ferror(f) ? -1 : 0;
+}
+
+/* The whole file or, on a failed write, none. */
+static ra_status write_file(const char *path, const plan_opts *o,
+                            const plan_state *w,
+                            int (*writer)(FILE *, const plan_opts *,
+                                          const plan_state *))
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return ra_error_set(RA_ERR_IO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    int bad = writer(f, o, w) != 0 || fflush(f) != 0 || ferror(f);
+    const int err = errno;
+    bad |= fclose(f) != 0;
+    if (!bad)
+        return RA_OK;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+        remove(path);
+    return ra_error_set(RA_ERR_IO, "%s: writing the predictions failed: %s",
+                        path, strerror(err ? err : EIO));
+}
+
+ra_status plan_report(const cli_ctx *ctx, const plan_opts *o,
+                      const plan_state *w)
+{
+    ra_status st = RA_OK;
+    if (ctx->rank == 0) {
+        const plan_table *t = &w->table;
+        print_echo(o, w);
+        print_table(w);
+        if (t->best >= 0)
+            printf("fastest: strategy %s, layout %s, predicted %.4f s "
+                   "(model took %.3f s)\n",
+                   ra_strategy_name(t->row[t->best].strategy),
+                   ra_layout_name(t->row[t->best].layout),
+                   t->row[t->best].t_total, w->seconds);
+        else
+            printf("fastest: none: no strategy takes this problem\n");
+        if (o->nsweep > 0)
+            print_sweep(o, w);
+        fflush(stdout);
+        if (o->json)
+            st = write_file(o->json, o, w, json_write);
+        if (st == RA_OK && o->csv)
+            st = write_file(o->csv, o, w, csv_write);
+    }
+    return ra_agree(ctx->comm, st);
+}
+
+ra_status plan_report_max_seq(const cli_ctx *ctx, const plan_opts *o,
+                              const plan_state *w, const model_alloc *al)
+{
+    if (ctx->rank != 0)
+        return RA_OK;
+    print_echo(o, w);
+    printf("# %-10s %.1f GB per node over %lld ranks per node\n", "memory",
+           (double)w->pf.mem_per_node / 1e9,
+           (long long)((o->ranks + o->nodes - 1) / o->nodes));
+    printf("#%9s %14s %12s\n", "strategy", "max_seq", "peak_MB");
+    for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
+        ra_params p = o->p;
+        p.strategy = (ra_strategy)k;
+        const ra_layout lay = ra_params_layout(&p, 0);
+        const int64_t n = model_max_seq(&w->s, &p, lay, al, &w->pf);
+        ra_shape s = w->s;
+        s.N = s.M = n > 0 ? n : 1;
+        printf(" %9s %14lld %12.1f%s\n", ra_strategy_name(p.strategy),
+               (long long)n,
+               model_rank_bytes(&s, &p, lay, al->P, 0) / 1048576.0,
+               k == RA_STRATEGY_ULYSSES && w->s.H < al->P
+                   ? "  (does not apply: more ranks than heads)" : "");
+    }
+    fflush(stdout);
+    return RA_OK;
+}

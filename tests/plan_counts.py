@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""plan_counts.py: the performance model's counts against bench's.
+
+    plan_counts.py RINGATTN NP
+
+At NP ranks, for shapes N does not divide evenly, causal and not, with GQA,
+padding lengths and packed segments: `bench --strategy all --json` measures
+every applicable strategy, `plan --ranks NP --json` predicts the same
+problem, and every count must agree exactly: the useful FLOPs, the busiest
+rank's visible pairs, bytes sent by the busiest rank and on average, the
+model memory. Then the plan's refusals (exit 2, one `ringattn:` line, no
+file) and `--strategy auto` in bench and run: it picks, runs and reports the
+prediction next to the measurement.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.dont_write_bytecode = True
+
+SHAPES = [  # (extra bench/plan flags, name)
+    (["--seq", "203", "--heads", "4", "--kv-heads", "2", "--dim", "16"],
+     "gqa"),
+    (["--seq", "301", "--seq-kv", "397", "--heads", "6", "--kv-heads", "3",
+      "--dim", "8", "--dim-v", "12"], "cross"),
+    (["--seq", "250", "--heads", "4", "--dim", "16", "--lens", "random",
+      "--seed", "7"], "lens"),
+    (["--seq", "256", "--heads", "4", "--dim", "8", "--segments", "40",
+      "--seed", "3"], "segments"),
+    (["--seq", "300", "--heads", "4", "--dim", "16", "--window", "37,5"],
+     "window"),
+]
+KEYS = ["pairs_max", "bytes_sent", "model_bytes"]
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def sh(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def compare(ringattn, np_, work, flags, name, causal):
+    mpi = ["mpirun", "-np", str(np_), "--oversubscribe"]
+    extra = ["--causal"] if causal else []
+    bj, pj = os.path.join(work, "bench.json"), os.path.join(work, "plan.json")
+    r = sh(mpi + [ringattn, "bench", "--strategy", "all", "--reps", "1",
+                  "--warmup", "0", "--check-rows", "1", "--json", bj]
+           + flags + extra)
+    check(r.returncode == 0, f"{name}: bench failed: {r.stderr.strip()}")
+    rows = json.load(open(bj))
+    layout = rows[0]["layout"]
+    r = sh([ringattn, "plan", "--ranks", str(np_), "--layout", layout,
+            "--json", pj] + flags + extra)
+    check(r.returncode == 0, f"{name}: plan failed: {r.stderr.strip()}")
+    plan = {p["strategy"]: p for p in json.load(open(pj))["rows"]}
+    for b in rows:
+        p = plan[b["mode"]]
+        what = f"{name}{' causal' if causal else ''} P={np_} {b['mode']}"
+        check(p["applies"], f"{what}: bench ran it, the plan refuses: "
+                            f"{p['why']}")
+        check(abs(p["flops"] - b["flops"]) <= 1e-6 * b["flops"] + 1,
+              f"{what}: flops {p['flops']} != bench {b['flops']}")
+        for k in KEYS:
+            check(p[k] == b[k], f"{what}: {k}: plan {p[k]} != bench {b[k]}")
+        check(abs(p["bytes_sent_avg"] - b["bytes_sent_avg"]) <= 1,
+              f"{what}: bytes_sent_avg: plan {p['bytes_sent_avg']} != "
+              f"bench {b['bytes_sent_avg']}")
+    return len(rows)
+
+
+def refuse(ringattn, work, args, want):
+    out = os.path.join(work, "refused.json")
+    r = sh([ringattn, "plan"] + args + ["--json", out])
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 2, f"plan {args}: exit {r.returncode}, expected 2")
+    check(len(lines) == 1 and lines[0].startswith("ringattn:") and
+          re.search(want, lines[0]), f"plan {args}: stderr {r.stderr!r}")
+    check(not os.path.exists(out), f"plan {args} left its JSON")
+
+
+def refusals(ringattn, work):
+    refuse(ringattn, work, ["--ranks", "2", "--nodes", "3"],
+           r"--nodes: 3 nodes for 2 ranks")
+    refuse(ringattn, work, ["--sweep-nodes", "1,,2"], r"--sweep-nodes: bad")
+    refuse(ringattn, work, ["--in", os.path.join(work, "none.h5")],
+           r"none\.h5")
+    refuse(ringattn, work, ["--profile", os.path.join(work, "none.json")],
+           r"none\.json")
+    refuse(ringattn, work, ["--ranks", "0"], r"--ranks")
+    r = sh([ringattn, "plan", "--ranks", "8", "--heads", "4"])
+    check(r.returncode == 0 and re.search(r"ulysses .* no .*4 query heads",
+                                          r.stdout),
+          f"plan: ulysses at 8 ranks over 4 heads not refused: {r.stdout}")
+    check(r.stdout.startswith("# no machine profile: using this machine's "
+                              "built-in figures, not probed"),
+          "plan: the first line does not say the profile is not probed")
+
+
+def auto(ringattn, np_, work):
+    mpi = ["mpirun", "-np", str(np_), "--oversubscribe"]
+    r = sh(mpi + [ringattn, "bench", "--strategy", "auto", "--seq", "512",
+                  "--heads", "4", "--dim", "16", "--reps", "1"])
+    check(r.returncode == 0, f"bench --strategy auto: {r.stderr.strip()}")
+    check(re.search(r"# auto +\S+, chosen by the plan", r.stdout) and
+          re.search(r"# predicted +[0-9.]+ s", r.stdout),
+          f"bench --strategy auto: no choice in the table: {r.stdout}")
+    check("predicted" in r.stdout.splitlines()[-1],
+          f"bench --strategy auto: end line: {r.stdout.splitlines()[-1]}")
+    inp, out = os.path.join(work, "in.h5"), os.path.join(work, "out.h5")
+    r = sh(mpi + [ringattn, "gen", "--out", inp, "--seq", "300", "--heads",
+                  "4", "--dim", "16"])
+    check(r.returncode == 0, f"gen: {r.stderr.strip()}")
+    r = sh(mpi + [ringattn, "run", "--in", inp, "--out", out, "--causal",
+                  "--strategy", "auto"])
+    check(r.returncode == 0, f"run --strategy auto: {r.stderr.strip()}")
+    m = re.search(r"# auto +(\S+), chosen by the plan", r.stdout)
+    check(m and "predicted" in r.stdout.splitlines()[-1],
+          f"run --strategy auto: {r.stdout}")
+    r = sh(mpi + [ringattn, "verify", "--in", inp, "--out", out])
+    check(r.returncode == 0, f"verify after auto ({m.group(1)}): {r.stdout}")
+    r = sh([ringattn, "gen", "--out", os.path.join(work, "x.h5"),
+            "--strategy", "auto"])
+    check(r.returncode == 2, "gen --strategy auto not refused")
+
+
+def main():
+    if len(sys.argv) != 3:
+        print("usage: plan_counts.py RINGATTN NP", file=sys.stderr)
+        return 2
+    ringattn, np_ = sys.argv[1], int(sys.argv[2])
+    os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    try:
+        with tempfile.TemporaryDirectory() as work:
+            n = 0
+            for flags, name in SHAPES:
+                for causal in (0, 1):
+                    n += compare(ringattn, np_, work, flags, name, causal)
+            print(f"plan_counts P={np_}: {n} strategy rows agree with bench")
+            if np_ == 1:
+                refusals(ringattn, work)
+                print("plan_counts: refusals PASS")
+            auto(ringattn, np_, work)
+            print(f"plan_counts P={np_}: --strategy auto PASS")
+    except (Failure, subprocess.TimeoutExpired, OSError, ValueError,
+            KeyError) as e:
+        print(f"plan_counts FAIL: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
