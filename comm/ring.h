@@ -69,6 +69,13 @@ ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
                     ring_state *rs);
 ra_status ring_close(ring_state *rs);
 
+/* The additive score's projections of this rank's q and k into rs->qp,
+ * rs->kp; RoPE's rotated copies of them into rs->qr, rs->kr (at global
+ * positions; uses rs->kpos, free until the first step). Once per call,
+ * before the passes. */
+void ring_project(ring_state *rs, const ring_args *a);
+void ring_rotate(ring_state *rs, const ring_args *a);
+
 /* What a pass does with the block held at one step: kb holds blk.m key
  * rows (B, m, row_k floats), vb their values (B, m, G, Dv). */
 typedef void (*ring_visit)(ring_state *rs, const float *kb, const float *vb,
