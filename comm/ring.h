@@ -96,6 +96,12 @@ ra_status ring_pass(ring_state *rs, ring_visit visit, void *arg);
  * caller's next collective. Nothing to do at P = 1 or without a timeout. */
 ra_status ring_finish(ring_state *rs);
 
+/* Waits for req[0..n) (MPI_REQUEST_NULL entries count as done). With
+ * timeout > 0 it gives up when none of them has completed for that many
+ * seconds. Returns 0 when all completed, 1 when it gave up, -1 on an MPI
+ * error. */
+int ring_requests_wait(MPI_Request *req, int n, double timeout);
+
 /* The progress callback of the kernel: tests the step's requests. */
 void ring_poll(void *step);
 

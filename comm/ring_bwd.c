@@ -17,7 +17,6 @@
  * weights' gradients are sums over every rank's rows, added up in fp64 by
  * one MPI_Allreduce. */
 #include <cblas.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,25 +75,12 @@ static ra_status acc_wait(ring_state *rs, bwd_state *bs, int peer,
     if (bs->failed)
         return ra_error_set(RA_ERR_MPI, "ring backward: testing the %s "
                                         "transfers failed", what);
-    if (!(rs->stall_timeout > 0)) {
-        if (MPI_Waitall(2, bs->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return ra_error_set(RA_ERR_MPI, "ring backward: a %s transfer "
-                                            "failed", what);
+    const int rc = ring_requests_wait(bs->req, 2, rs->stall_timeout);
+    if (rc < 0)
+        return ra_error_set(RA_ERR_MPI, "ring backward: a %s transfer "
+                                        "failed", what);
+    if (rc == 0)
         return RA_OK;
-    }
-    const double since = MPI_Wtime();
-    for (;;) {
-        int done = 0;
-        if (MPI_Testall(2, bs->req, &done, MPI_STATUSES_IGNORE) !=
-            MPI_SUCCESS)
-            return ra_error_set(RA_ERR_MPI, "ring backward: a %s transfer "
-                                            "failed", what);
-        if (done)
-            return RA_OK;
-        if (MPI_Wtime() - since > rs->stall_timeout)
-            break;
-        sched_yield();
-    }
     rs->stalled = 1;
     return ra_error_set(RA_ERR_MPI, "ring backward: rank %d stalled on the "
                         "%s transfer with rank %d: nothing arrived for %.3g s "

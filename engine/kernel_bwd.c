@@ -30,7 +30,8 @@ struct ra_bwd_workspace {
     int64_t block_q, block_kv, A;
     size_t per_thread; /* floats per thread, a multiple of 16 */
     float *mem;
-    double *dw_v;      /* additive: (threads, A) partial sums of dw_v */
+    double *dw_v;      /* additive: (threads, A) partial sums of dw_v;
+                          both arrays live in the block of the struct */
 };
 
 /* Scratch of one thread: P and dP tiles (block_q x block_kv), the rows'
@@ -43,37 +44,29 @@ typedef struct {
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
 
+/* One allocation: the struct (padded to 16 floats), the threads' tiles,
+ * then their dw_v partial sums. */
 ra_bwd_workspace *ra_bwd_workspace_create(int threads, int64_t block_q,
                                           int64_t block_kv, int64_t A)
 {
     if (threads < 1 || block_q < 1 || block_kv < 1 || A < 0)
         return NULL;
-    ra_bwd_workspace *ws = calloc(1, sizeof *ws);
-    if (!ws)
+    const size_t head = round16((sizeof(ra_bwd_workspace) + 3) / 4);
+    const size_t per = 2 * round16((size_t)(block_q * block_kv)) +
+                       2 * round16((size_t)block_q) +
+                       2 * round16((size_t)block_kv);
+    const size_t sums = 2 * (size_t)threads * (size_t)A; /* doubles */
+    float *mem = ra_scratch_alloc(1, head + (size_t)threads * per + sums);
+    if (!mem)
         return NULL;
-    ws->threads = threads;
-    ws->block_q = block_q;
-    ws->block_kv = block_kv;
-    ws->A = A;
-    ws->per_thread = 2 * round16((size_t)(block_q * block_kv)) +
-                     2 * round16((size_t)block_q) + 2 * round16((size_t)block_kv);
-    ws->mem = ra_scratch_alloc(threads, ws->per_thread);
-    ws->dw_v = calloc((size_t)(threads * A + 1), sizeof(double));
-    if (!ws->mem || !ws->dw_v) {
-        ra_bwd_workspace_free(ws);
-        return NULL;
-    }
+    ra_bwd_workspace *ws = (ra_bwd_workspace *)mem;
+    *ws = (ra_bwd_workspace){threads, block_q, block_kv, A, per, mem + head,
+                             (double *)(mem + head + (size_t)threads * per)};
+    memset(ws->dw_v, 0, sizeof(double) * (size_t)threads * (size_t)A);
     return ws;
 }
 
-void ra_bwd_workspace_free(ra_bwd_workspace *ws)
-{
-    if (!ws)
-        return;
-    free(ws->mem);
-    free(ws->dw_v);
-    free(ws);
-}
+void ra_bwd_workspace_free(ra_bwd_workspace *ws) { free(ws); }
 
 void ra_bwd_workspace_take_dw_v(ra_bwd_workspace *ws, double *dw_v)
 {
