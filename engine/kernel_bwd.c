@@ -239,29 +239,28 @@ static void gauss_terms(const ra_block *blk, const bwd_tile *x, float c,
 
 /* The additive score's passes 6 and 7, pair by pair: with t = tanh(qp +
  * kp) and u = dS w_v (1 - t^2) over the A hidden units, dqp += u,
- * dkp += u and dw_v += dS t. */
+ * dkp += u and dw_v += dS t (summed over the tile in fp32 in t.kterm,
+ * which this score does not use otherwise, block_kv hidden units at a
+ * time, then into the thread's fp64 partial). */
 static void additive_terms(const ra_block *blk, const bwd_tile *x,
                            bwd_scratch t)
 {
     const int64_t A = blk->D, ldq = blk->H * A, ldk = blk->G * A;
     const int64_t lds = blk->block_kv;
-    for (int64_t r = 0; r < x->bq; r++) {
-        const float *qa = x->q + r * ldq;
-        float *dqa = x->dq + r * ldq;
-        for (int64_t c = 0; c < x->bk; c++) {
-            const float ds = t.dp[r * lds + c];
-            if (ds == 0.0f)
-                continue;
-            const float *ka = x->k + c * ldk;
-            float *dka = x->dk + c * ldk;
-            for (int64_t a = 0; a < A; a++) {
-                const float th = tanhf(qa[a] + ka[a]);
-                const float u = ds * blk->w_v[a] * (1.0f - th * th);
-                dqa[a] += u;
-                dka[a] += u;
-                t.dw_v[a] += (double)(ds * th);
+    float *dw = t.kterm;
+    for (int64_t a0 = 0; a0 < A; a0 += lds) {
+        const int64_t na = A - a0 < lds ? A - a0 : lds;
+        memset(dw, 0, sizeof(float) * (size_t)na);
+        for (int64_t r = 0; r < x->bq; r++)
+            for (int64_t c = 0; c < x->bk; c++) {
+                const float ds = t.dp[r * lds + c];
+                if (ds != 0.0f)
+                    ra_additive_grad(x->q + r * ldq + a0, x->k + c * ldk + a0,
+                                     blk->w_v + a0, ds, x->dq + r * ldq + a0,
+                                     x->dk + c * ldk + a0, dw, na);
             }
-        }
+        for (int64_t a = 0; a < na; a++)
+            t.dw_v[a0 + a] += dw[a];
     }
 }
 
