@@ -38,6 +38,10 @@ static const cli_opt bb_own[] = {
      .offset = CLI_FIELD(bb_opts, additive_hidden, int64_t), .lo = 1,
      .hi = 65536, .def = "64",
      .help = "hidden size of random additive weights"},
+    {.name = "--no-poll", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(bb_opts, p.no_poll, int),
+     .help = "do not progress transfers between tiles (shows what\n"
+     "overlap is worth)"},
     {0},
 };
 
