@@ -307,6 +307,27 @@ static void test_posenc(void **state)
                              .threads = 1});
 }
 
+/* Weight gradients asked for with one of the three missing: refused on
+ * every rank alike before any transfer. */
+static void test_weights_refused(void **state)
+{
+    (void)state;
+    const ra_shape s = {1, 16, 16, 2, 1, 4, 4};
+    enum { A = 3 };
+    float w[A * 9] = {0}, buf[1024] = {0};
+    const ra_additive ad = {A, w, w + A * 4, w + A * 8};
+    ra_params prm = params_of(&(bcase){.layout = RA_LAYOUT_CONTIGUOUS,
+                                       .score = RA_SCORE_ADDITIVE,
+                                       .additive = &ad, .threads = 1});
+    const ra_additive_grads dw = {buf, NULL, buf};
+    const ra_status st = ra_backward_ex(MPI_COMM_WORLD, &s, &prm, NULL, buf,
+                                        buf, buf, buf, buf, buf, buf, buf,
+                                        buf, &dw, NULL);
+    if (rank == 0)
+        printf("# refused: %s\n", ra_error_message());
+    assert_int_equal(st, RA_ERR_ARG);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -316,6 +337,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cross_gqa_gaussian),
         cmocka_unit_test(test_additive),
         cmocka_unit_test(test_posenc),
+        cmocka_unit_test(test_weights_refused),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
