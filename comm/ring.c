@@ -313,7 +313,7 @@ static void ring_block_init(ring_state *rs, const ring_args *a)
 /* RoPE: rotated copies of this rank's q and k at their global positions
  * (queries aligned as causal, i + (M - N)); rs->kpos is free until the
  * ring's first step. */
-static void ring_rotate(ring_state *rs, const ring_args *a)
+void ring_rotate(ring_state *rs, const ring_args *a)
 {
     const ra_shape *s = a->shape;
     const ra_params *p = a->params;
@@ -331,7 +331,7 @@ static void ring_rotate(ring_state *rs, const ring_args *a)
 
 /* The additive score's projections: rows of q (B n H, D) and k (B m G, Dk)
  * times W_q^T and W_k^T, once per call. */
-static void ring_project(ring_state *rs, const ring_args *a)
+void ring_project(ring_state *rs, const ring_args *a)
 {
     const ra_shape *s = a->shape;
     const ra_additive *ad = a->params->additive;

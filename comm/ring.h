@@ -71,6 +71,13 @@ ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
                     ring_state *rs);
 ra_status ring_close(ring_state *rs);
 
+/* The additive score's projections of this rank's q and k into rs->qp,
+ * rs->kp; RoPE's rotated copies of them into rs->qr, rs->kr (at global
+ * positions; uses rs->kpos, free until the first step). Once per call,
+ * before the passes. */
+void ring_project(ring_state *rs, const ring_args *a);
+void ring_rotate(ring_state *rs, const ring_args *a);
+
 /* What a pass does with the block held at one step: kb holds blk.m key
  * rows (B, m, row_k floats), vb their values (B, m, G, Dv). */
 typedef void (*ring_visit)(ring_state *rs, const float *kb, const float *vb,
@@ -90,6 +97,12 @@ ra_status ring_pass(ring_state *rs, ring_visit visit, void *arg);
  * stopped after the last transfer is found here, named, and not in the
  * caller's next collective. Nothing to do at P = 1 or without a timeout. */
 ra_status ring_finish(ring_state *rs);
+
+/* Waits for req[0..n) (MPI_REQUEST_NULL entries count as done). With
+ * timeout > 0 it gives up when none of them has completed for that many
+ * seconds. Returns 0 when all completed, 1 when it gave up, -1 on an MPI
+ * error. */
+int ring_requests_wait(MPI_Request *req, int n, double timeout);
 
 /* The progress callback of the kernel: tests the step's requests. */
 void ring_poll(void *step);

@@ -8,8 +8,15 @@
  * r + 1; after the kernel it adds the scratch into the received partial.
  * After the last step each finished accumulator goes straight home. An
  * accumulator spans the rows of its block that step 0 holds (those every
- * later step holds are among them). All sums are fp32. */
-#include <sched.h>
+ * later step holds are among them). All sums are fp32.
+ *
+ * The kernel sees what the forward's kernel saw: the additive score's
+ * projections W_q q, W_k k (the accumulators then hold the gradients of
+ * W_k k) or RoPE's rotated q and k. After the ring, bwd_chain takes the
+ * gradients back through those maps on each rank's own rows; the additive
+ * weights' gradients are sums over every rank's rows, added up in fp64 by
+ * one MPI_Allreduce. */
+#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,9 +29,15 @@ enum { TAG_ACC = 7311, TAG_HOME = 7312 };
 
 /* The backward pass's own state beside the ring's. */
 typedef struct {
-    const float *q, *dout, *lse;
+    const float *q;       /* as the kernel sees it: q, W_q q or rotated */
+    const float *dout, *lse;
     float *drow;          /* (B, H, n): rowsum(dout * o) */
-    float *dq;            /* (B, n, H, D), the caller's */
+    float *dq;            /* (B, n, H, D), the caller's; additive: the
+                             gradient of W_q q (B, n, H, A) */
+    float *dq_user;       /* the caller's dq */
+    float *dkp;           /* additive: gradient of the own W_k k
+                             (B, m, G, A) */
+    double *dw;           /* additive: dw_q (A, D), dw_k (A, Dk), dw_v (A) */
     float *acc[2];        /* travelling accumulators: dk (B, cnt, row_k)
                              then dv (B, cnt, row_v) */
     float *loc;           /* one step's contribution, the same layout for
@@ -62,25 +75,12 @@ static ra_status acc_wait(ring_state *rs, bwd_state *bs, int peer,
     if (bs->failed)
         return ra_error_set(RA_ERR_MPI, "ring backward: testing the %s "
                                         "transfers failed", what);
-    if (!(rs->stall_timeout > 0)) {
-        if (MPI_Waitall(2, bs->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return ra_error_set(RA_ERR_MPI, "ring backward: a %s transfer "
-                                            "failed", what);
+    const int rc = ring_requests_wait(bs->req, 2, rs->stall_timeout);
+    if (rc < 0)
+        return ra_error_set(RA_ERR_MPI, "ring backward: a %s transfer "
+                                        "failed", what);
+    if (rc == 0)
         return RA_OK;
-    }
-    const double since = MPI_Wtime();
-    for (;;) {
-        int done = 0;
-        if (MPI_Testall(2, bs->req, &done, MPI_STATUSES_IGNORE) !=
-            MPI_SUCCESS)
-            return ra_error_set(RA_ERR_MPI, "ring backward: a %s transfer "
-                                            "failed", what);
-        if (done)
-            return RA_OK;
-        if (MPI_Wtime() - since > rs->stall_timeout)
-            break;
-        sched_yield();
-    }
     rs->stalled = 1;
     return ra_error_set(RA_ERR_MPI, "ring backward: rank %d stalled on the "
                         "%s transfer with rank %d: nothing arrived for %.3g s "
@@ -217,9 +217,17 @@ static ra_status bwd_alloc(ring_state *rs, bwd_state *bs)
     bs->acc[0] = malloc(sizeof(float) * (block + 1));
     bs->acc[1] = malloc(sizeof(float) * (block + 1));
     bs->loc = malloc(sizeof(float) * (block + 1));
+    const int64_t A = rs->blk.score == RA_SCORE_ADDITIVE ? rs->blk.D : 0;
     bs->ws = ra_bwd_workspace_create(rs->threads, rs->blk.block_q,
-                                     rs->blk.block_kv);
-    if (!bs->drow || !bs->acc[0] || !bs->acc[1] || !bs->loc || !bs->ws)
+                                     rs->blk.block_kv, A);
+    if (A) {
+        bs->dq = malloc(sizeof(float) * (size_t)(s->B * rs->n * s->H * A + 1));
+        bs->dkp = malloc(sizeof(float) * (size_t)(s->B * rs->m_own * s->G * A + 1));
+        bs->dw = calloc((size_t)(A * (s->D + ra_shape_dk(s) + 1)),
+                        sizeof(double));
+    }
+    if (!bs->drow || !bs->acc[0] || !bs->acc[1] || !bs->loc || !bs->ws ||
+        (A && (!bs->dq || !bs->dkp || !bs->dw)))
         return ra_error_set(RA_ERR_NOMEM, "ring backward: cannot allocate "
                                           "the accumulators");
     if (MPI_Type_contiguous((int)(rs->row_k + rs->row_v), MPI_FLOAT,
@@ -240,44 +248,141 @@ static void bwd_free(const ring_state *rs, bwd_state *bs)
     free(bs->acc[0]);
     free(bs->acc[1]);
     free(bs->loc);
+    if (bs->dq != bs->dq_user)
+        free(bs->dq);
+    free(bs->dkp);
+    free(bs->dw);
     ra_bwd_workspace_free(bs->ws);
     if (bs->row != MPI_DATATYPE_NULL)
         MPI_Type_free(&bs->row);
 }
 
-/* Local refusals of the backward pass, agreed with ring_open's. */
-static ra_status bwd_check(const ra_params *p, const float *o,
-                           const float *lse, const float *dout, float *dq,
-                           float *dk, float *dv)
+/* Local refusals of the backward pass, agreed with ring_open's (which
+ * checks the score, its weights and the positional encodings). */
+static ra_status bwd_check(const float *o, const float *lse,
+                           const float *dout, float *dq, float *dk, float *dv)
 {
-    if (p->score != RA_SCORE_DOT && p->score != RA_SCORE_GAUSSIAN)
-        return ra_error_set(RA_ERR_ARG, "backward: score %s has no gradient "
-                            "here (dot and gaussian only)",
-                            ra_score_name(p->score));
-    if (p->rope != RA_ROPE_NONE || p->alibi)
-        return ra_error_set(RA_ERR_ARG, "backward: rotary encodings and ALiBi "
-                            "have no gradient here yet (the forward has "
-                            "them)");
     if (!o || !lse || !dout || !dq || !dk || !dv)
         return ra_error_set(RA_ERR_ARG, "backward: o, lse, dout, dq, dk and "
                                         "dv are required");
     return RA_OK;
 }
 
-/* The passes of one call, once the ring is open. */
-static ra_status bwd_run(ring_state *rs, bwd_state *bs, const ring_args *a,
-                         const float *o, float *dk, float *dv)
+/* What the kernel reads: the additive score's projections or RoPE's
+ * rotated copies (made here), or q and k themselves; the own keys packed
+ * for step 0. */
+static void bwd_inputs(ring_state *rs, bwd_state *bs, const ring_args *a)
+{
+    const ra_params *p = a->params;
+    const float *k = a->k;
+    bs->q = a->q;
+    if (p->score == RA_SCORE_ADDITIVE) {
+        ring_project(rs, a);
+        bs->q = rs->qp;
+        k = rs->kp;
+    } else if (p->rope != RA_ROPE_NONE) {
+        ring_rotate(rs, a);
+        bs->q = rs->qr;
+        k = rs->kr;
+    }
+    ring_pack_own(rs, k, a->v, rs->segs ? a->masks->kv_segments : NULL);
+}
+
+/* x (rows, cols) = y (rows, A) w (A, cols), rows > 0 or nothing. */
+static void times_w(const float *y, int64_t rows, int64_t A, const float *w,
+                    int64_t cols, float *x)
+{
+    if (rows > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows,
+                    (int)cols, (int)A, 1.0f, y, (int)A, w, (int)cols, 0.0f, x,
+                    (int)cols);
+}
+
+/* dw (A, cols) += y^T (A, rows) x (rows, cols), in fp64 from fp32 products
+ * made row block by row block. */
+static void weight_grad(const float *y, int64_t rows, int64_t A,
+                        const float *x, int64_t cols, double *dw)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < A; i++) {
+            const double yi = y[r * A + i];
+            if (yi == 0.0)
+                continue;
+            for (int64_t c = 0; c < cols; c++)
+                dw[i * cols + c] += yi * x[r * cols + c];
+        }
+}
+
+/* The additive score's chain rule on this rank's rows: dq = dqp W_q,
+ * dk = dkp W_k, and with dw the weights' gradients summed over the ranks
+ * (dw_q = dqp^T q, dw_k = dkp^T k, dw_v from the kernel). */
+static ra_status bwd_chain_additive(ring_state *rs, bwd_state *bs,
+                                    const ring_args *a, float *dk,
+                                    const ra_additive_grads *dw)
 {
     const ra_shape *s = a->shape;
-    const int64_t *kseg = rs->segs ? a->masks->kv_segments : NULL;
+    const ra_additive *ad = a->params->additive;
+    const int64_t A = ad->A, D = s->D, Dk = ra_shape_dk(s);
+    const int64_t nq = s->B * rs->n * s->H, nk = s->B * rs->m_own * s->G;
+    times_w(bs->dq, nq, A, ad->w_q, D, bs->dq_user);
+    times_w(bs->dkp, nk, A, ad->w_k, Dk, dk);
+    if (!dw)
+        return RA_OK;
+    double *dwq = bs->dw, *dwk = dwq + A * D, *dwv = dwk + A * Dk;
+    const int64_t len = A * (D + Dk + 1);
+    weight_grad(bs->dq, nq, A, a->q, D, dwq);
+    weight_grad(bs->dkp, nk, A, a->k, Dk, dwk);
+    ra_bwd_workspace_take_dw_v(bs->ws, dwv);
+    if (MPI_Allreduce(MPI_IN_PLACE, bs->dw, (int)len, MPI_DOUBLE, MPI_SUM,
+                      rs->comm) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "ring backward: summing the additive "
+                                        "weights' gradients failed");
+    for (int64_t i = 0; i < A * D; i++)
+        dw->dw_q[i] = (float)dwq[i];
+    for (int64_t i = 0; i < A * Dk; i++)
+        dw->dw_k[i] = (float)dwk[i];
+    for (int64_t i = 0; i < A; i++)
+        dw->dw_v[i] = (float)dwv[i];
+    return RA_OK;
+}
+
+/* The gradients back through what the kernel saw (bwd_inputs): the
+ * additive projections, or RoPE's rotation (its transpose, at the same
+ * global positions). */
+static ra_status bwd_chain(ring_state *rs, bwd_state *bs, const ring_args *a,
+                           float *dk, const ra_additive_grads *dw)
+{
+    const ra_shape *s = a->shape;
+    const ra_params *p = a->params;
+    if (p->score == RA_SCORE_ADDITIVE)
+        return bwd_chain_additive(rs, bs, a, dk, dw);
+    if (p->rope == RA_ROPE_NONE)
+        return RA_OK;
+    const ra_slice ks = ra_layout_slice(rs->lay, s->M, rs->r, rs->P);
+    for (int64_t j = 0; j < rs->m_own; j++)
+        rs->kpos[j] = ra_slice_pos(&ks, j);
+    ra_rope_apply_transpose(p->rope, p->rope_base, bs->dq, s->B, rs->n, s->H,
+                            s->D, rs->qpos, s->M - s->N);
+    ra_rope_apply_transpose(p->rope, p->rope_base, dk, s->B, rs->m_own, s->G,
+                            s->D, rs->kpos, 0);
+    return RA_OK;
+}
+
+/* The passes of one call, once the ring is open. */
+static ra_status bwd_run(ring_state *rs, bwd_state *bs, const ring_args *a,
+                         const float *o, float *dk, float *dv,
+                         const ra_additive_grads *dw)
+{
+    const ra_shape *s = a->shape;
     ra_status st = bwd_alloc(rs, bs);
     st = ra_agree(rs->comm, st);
     if (st != RA_OK)
         return st;
     const int blas = ra_blas_enter(1); /* single-threaded BLAS per tile */
+    const int64_t qrow = s->H * rs->blk.D; /* D, or A when additive */
     ra_backward_drow(s->B, rs->n, s->H, s->Dv, bs->dout, o, bs->drow);
-    memset(bs->dq, 0, sizeof(float) * (size_t)(s->B * rs->n * s->H * s->D));
-    ring_pack_own(rs, a->k, a->v, kseg);
+    memset(bs->dq, 0, sizeof(float) * (size_t)(s->B * rs->n * qrow));
+    bwd_inputs(rs, bs, a);
     st = ring_pass(rs, visit_backward, bs);
     if (st == RA_OK)
         st = bs->st;
@@ -285,12 +390,46 @@ static ra_status bwd_run(ring_state *rs, bwd_state *bs, const ring_args *a,
     if (st == RA_OK)
         st = bs->st;
     if (st == RA_OK) {
-        acc_unpack(rs, own, dk, dv);
-        st = ring_finish(rs);
+        acc_unpack(rs, own, bs->dkp ? bs->dkp : dk, dv);
+        st = bwd_chain(rs, bs, a, dk, dw);
     }
+    if (st == RA_OK)
+        st = ring_finish(rs);
     rs->tm->steps = rs->last + 1;
     ra_blas_leave(blas);
     return st;
+}
+
+ra_status ra_backward_ex(MPI_Comm comm, const ra_shape *shape,
+                         const ra_params *params, const ra_masks *masks,
+                         const float *q, const float *k, const float *v,
+                         const float *o, const float *lse, const float *dout,
+                         float *dq, float *dk, float *dv,
+                         const ra_additive_grads *dw, ra_timing *timing)
+{
+    ra_error_clear();
+    const double t_start = MPI_Wtime();
+    ra_timing tm = {0};
+    ring_state rs = {.comm = MPI_COMM_NULL, .tm = &tm};
+    bwd_state bs = {.dout = dout, .lse = lse, .dq = dq, .dq_user = dq,
+                    .row = MPI_DATATYPE_NULL,
+                    .req = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}};
+    const ring_args a = {shape, params, masks, q, k, v, NULL, NULL, NULL, 0};
+    ra_status st = bwd_check(o, lse, dout, dq, dk, dv);
+    if (st == RA_OK && dw && (!dw->dw_q || !dw->dw_k || !dw->dw_v))
+        st = ra_error_set(RA_ERR_ARG, "backward: dw_q, dw_k and dw_v are "
+                                      "required when weight gradients are "
+                                      "asked for");
+    st = ring_open(comm, &a, st, &rs);
+    if (st == RA_OK)
+        st = bwd_run(&rs, &bs, &a, o, dk, dv,
+                     params->score == RA_SCORE_ADDITIVE ? dw : NULL);
+    bwd_free(&rs, &bs);
+    const ra_status fst = ring_close(&rs);
+    tm.total = MPI_Wtime() - t_start;
+    if (timing)
+        *timing = tm;
+    return st != RA_OK ? st : fst;
 }
 
 ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
@@ -299,22 +438,6 @@ ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
                       const float *o, const float *lse, const float *dout,
                       float *dq, float *dk, float *dv, ra_timing *timing)
 {
-    ra_error_clear();
-    const double t_start = MPI_Wtime();
-    ra_timing tm = {0};
-    ring_state rs = {.comm = MPI_COMM_NULL, .tm = &tm};
-    bwd_state bs = {.q = q, .dout = dout, .lse = lse, .dq = dq,
-                    .row = MPI_DATATYPE_NULL,
-                    .req = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}};
-    const ring_args a = {shape, params, masks, q, k, v, NULL, NULL, NULL, 0};
-    ra_status st = bwd_check(params, o, lse, dout, dq, dk, dv);
-    st = ring_open(comm, &a, st, &rs);
-    if (st == RA_OK)
-        st = bwd_run(&rs, &bs, &a, o, dk, dv);
-    bwd_free(&rs, &bs);
-    const ra_status fst = ring_close(&rs);
-    tm.total = MPI_Wtime() - t_start;
-    if (timing)
-        *timing = tm;
-    return st != RA_OK ? st : fst;
+    return ra_backward_ex(comm, shape, params, masks, q, k, v, o, lse, dout,
+                          dq, dk, dv, NULL, timing);
 }

@@ -135,19 +135,39 @@ static ra_status step_post(ring_state *rs, int t, ring_span held,
 
 /* Tests every request once; *progressed when one of them completed.
  * Returns the number still active, or -1 on an MPI error. */
-static int step_test(ring_step *step, int *progressed)
+static int requests_test(MPI_Request *req, int n, int *progressed)
 {
     int active = 0;
-    for (int i = 0; i < 4; i++) {
-        if (step->req[i] == MPI_REQUEST_NULL)
+    for (int i = 0; i < n; i++) {
+        if (req[i] == MPI_REQUEST_NULL)
             continue;
         int done = 0;
-        if (MPI_Test(&step->req[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        if (MPI_Test(&req[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
             return -1;
         *progressed |= done;
         active += !done;
     }
     return active;
+}
+
+int ring_requests_wait(MPI_Request *req, int n, double timeout)
+{
+    if (!(timeout > 0))
+        return MPI_Waitall(n, req, MPI_STATUSES_IGNORE) == MPI_SUCCESS ? 0
+                                                                       : -1;
+    double since = MPI_Wtime();
+    for (;;) {
+        int progressed = 0;
+        const int active = requests_test(req, n, &progressed);
+        if (active <= 0)
+            return active;
+        const double now = MPI_Wtime();
+        if (progressed)
+            since = now;
+        if (now - since > timeout)
+            return 1;
+        sched_yield();
+    }
 }
 
 /* Waits for step t's transfers. With a stall timeout, gives up when none
@@ -160,28 +180,12 @@ static ra_status step_wait(ring_state *rs, int t, ring_step *step)
     if (step->failed)
         return ra_error_set(RA_ERR_MPI, "ring: step %d: testing the "
                                         "transfers failed", t);
-    if (!(rs->stall_timeout > 0)) {
-        if (MPI_Waitall(4, step->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return ra_error_set(RA_ERR_MPI, "ring: step %d: a transfer "
-                                            "failed", t);
+    const int rc = ring_requests_wait(step->req, 4, rs->stall_timeout);
+    if (rc < 0)
+        return ra_error_set(RA_ERR_MPI, "ring: step %d: a transfer failed",
+                            t);
+    if (rc == 0)
         return RA_OK;
-    }
-    double since = MPI_Wtime();
-    for (;;) {
-        int progressed = 0;
-        const int active = step_test(step, &progressed);
-        if (active < 0)
-            return ra_error_set(RA_ERR_MPI, "ring: step %d: a transfer "
-                                            "failed", t);
-        if (active == 0)
-            return RA_OK;
-        const double now = MPI_Wtime();
-        if (progressed)
-            since = now;
-        if (now - since > rs->stall_timeout)
-            break;
-        sched_yield();
-    }
     const int recv_open = step->req[0] != MPI_REQUEST_NULL ||
                           step->req[2] != MPI_REQUEST_NULL;
     const int peer = recv_open ? (rs->r - 1 + rs->P) % rs->P

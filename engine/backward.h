@@ -25,18 +25,26 @@ void ra_backward_drow(int64_t B, int64_t n, int64_t H, int64_t Dv,
 /* Scratch of a backward kernel call: one allocation for every thread. */
 typedef struct ra_bwd_workspace ra_bwd_workspace;
 
-/* Scratch for `threads` threads and tiles up to block_q x block_kv; NULL
- * when out of memory. */
+/* Scratch for `threads` threads and tiles up to block_q x block_kv, and
+ * for the additive score's A hidden units the threads' partial sums of
+ * dw_v (A = 0 otherwise); NULL when out of memory. */
 ra_bwd_workspace *ra_bwd_workspace_create(int threads, int64_t block_q,
-                                          int64_t block_kv);
+                                          int64_t block_kv, int64_t A);
 void ra_bwd_workspace_free(ra_bwd_workspace *ws);
+
+/* Adds the dw_v (A) that the kernel calls since the last take summed, in
+ * thread order (deterministic), to dw_v, and zeroes the partial sums. */
+void ra_bwd_workspace_take_dw_v(ra_bwd_workspace *ws, double *dw_v);
 
 /* Adds the gradients of one K/V block (blk->m keys) for all local queries:
  *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv), dout (B, n, H, Dv),
  *   lse and drow (B, H, n) (lse natural, from the whole forward pass),
  *   dq (B, n, H, D) +=, dk (B, m, G, D) +=, dv (B, m, G, Dv) +=.
- * Only the dot and Gaussian scores (blk->alpha as for the forward: the
- * natural score's coefficient times log2 e). Work items are (batch, kv
+ * Every score (blk->alpha as for the forward: the natural score's
+ * coefficient times log2 e); for the additive one q, k, dq and dk are the
+ * projections W_q q, W_k k (D is A) and their gradients, and dw_v goes to
+ * the workspace (ra_bwd_workspace_take_dw_v). ALiBi (blk->alibi) as in
+ * the forward. Work items are (batch, kv
  * head): each thread owns the dq rows of a group's heads and the dk, dv rows
  * of its kv head, so threads never write the same element. Tiles outside
  * the mask's band, lens or segments are skipped. */

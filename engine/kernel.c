@@ -52,8 +52,8 @@ ra_workspace *ra_workspace_create(int threads, int64_t block_q,
     ws->per_thread = round16((size_t)(block_q * block_kv)) +
                      round16((size_t)(block_q * Dv)) +
                      2 * round16((size_t)block_q) + round16((size_t)block_kv);
-    size_t bytes = (size_t)threads * ws->per_thread * sizeof(float);
-    if (posix_memalign((void **)&ws->mem, 64, bytes) != 0) {
+    ws->mem = ra_scratch_alloc(threads, ws->per_thread);
+    if (!ws->mem) {
         free(ws);
         return NULL;
     }
@@ -123,29 +123,7 @@ static void merge_row(int64_t Dv, const float *acc, float mx, float sum,
     *lse = (float)l;
 }
 
-/* The rules of ra_mask for one (batch, query tile), resolved once: query
- * at position p sees keys in [p + lo, p + hi], below kv_len, and none at all
- * when p >= q_len. */
-typedef struct {
-    int64_t lo, hi, q_len, kv_len;
-    const int64_t *q_seg, *k_seg; /* this batch's ids, or NULL */
-} tile_rules;
-
-static tile_rules rules_of(const ra_block *blk, int64_t b)
-{
-    const ra_mask *mk = &blk->mask;
-    const ra_band band = ra_band_make(mk->causal, mk->window, mk->left,
-                                      mk->right, mk->diag);
-    tile_rules t;
-    t.lo = band.lo;
-    t.hi = band.hi;
-    t.q_len = mk->q_lens ? mk->q_lens[b] : RA_UNBOUNDED;
-    t.kv_len = mk->kv_lens ? mk->kv_lens[b] : RA_UNBOUNDED;
-    const int segs = mk->q_seg && mk->k_seg;
-    t.q_seg = segs ? mk->q_seg + b * blk->n : NULL;
-    t.k_seg = segs ? mk->k_seg + b * blk->m : NULL;
-    return t;
-}
+typedef ra_tile_rules tile_rules; /* kernel.h */
 
 /* First index in the sorted pos[0..len) whose value is >= x. */
 static int64_t lower_bound(const int64_t *pos, int64_t len, int64_t x)
@@ -167,16 +145,6 @@ static int is_sorted(const int64_t *x, int64_t len)
         if (x[i] < x[i - 1])
             return 0;
     return 1;
-}
-
-static void minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx)
-{
-    *mn = INT64_MAX;
-    *mx = INT64_MIN;
-    for (int64_t i = 0; i < len; i++) {
-        *mn = x[i] < *mn ? x[i] : *mn;
-        *mx = x[i] > *mx ? x[i] : *mx;
-    }
 }
 
 /* Sets s[r][c] = -inf wherever query i0 + r may not see key j0 + c.
@@ -383,7 +351,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         return; /* padding rows: they keep o = 0, lse = -inf */
     int64_t qs_min = 0, qs_max = 0, j_first, j_end;
     if (rl.q_seg)
-        minmax(rl.q_seg + i0, bq, &qs_min, &qs_max);
+        ra_minmax(rl.q_seg + i0, bq, &qs_min, &qs_max);
     const float *qt = q + ((b * n + i0) * H + h) * D;  /* bq x D, ld H*D */
     const float *kb = k + (b * m * G + g) * D;         /* m x D, ld G*D */
     const float *vb = v + (b * m * G + g) * Dv;        /* m x Dv, ld G*Dv */
@@ -401,7 +369,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
                         kmax >= rl.kv_len || qmax >= rl.q_len;
         if (rl.q_seg) {
             int64_t ks_min, ks_max;
-            minmax(rl.k_seg + j0, bk, &ks_min, &ks_max);
+            ra_minmax(rl.k_seg + j0, bk, &ks_min, &ks_max);
             if (ks_max < qs_min || ks_min > qs_max)
                 continue; /* no segment in common */
             need_mask |= !(qs_min == qs_max && ks_min == ks_max &&
@@ -435,7 +403,7 @@ static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
                          tile_scratch t, int poll, ra_progress_fn progress,
                          void *progress_ctx)
 {
-    const tile_rules rl = rules_of(blk, b);
+    const tile_rules rl = ra_tile_rules_of(blk, b);
     if (!rl.q_seg) {
         rows_forward(blk, &rl, b, h, i0, bq, q, k, v, o, lse, t, poll,
                      progress, progress_ctx);
@@ -484,7 +452,7 @@ static void probs_rows(const ra_block *blk, int64_t b, int64_t h, int64_t hi,
     const int64_t n = blk->n, m = blk->m, H = blk->H, G = blk->G;
     const int64_t D = blk->D, bkv = blk->block_kv;
     const int64_t g = h / (H / G);
-    const tile_rules rl = rules_of(blk, b);
+    const tile_rules rl = ra_tile_rules_of(blk, b);
     const float *qt = q + ((b * n + i0) * H + h) * D;
     const float *kb = k + (b * m * G + g) * D;
     /* per row, the base-2 offset that turns a tile score into log2(p) */

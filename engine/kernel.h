@@ -57,6 +57,23 @@ typedef struct {
     const double *alibi;
 } ra_block;
 
+/* The rules of ra_mask for one batch, resolved once per work item: a query
+ * at position p sees keys in [p + lo, p + hi], below kv_len, and none at
+ * all when p >= q_len; with segments, only keys of its own id. */
+typedef struct {
+    int64_t lo, hi, q_len, kv_len;
+    const int64_t *q_seg, *k_seg; /* this batch's ids, or NULL */
+} ra_tile_rules;
+
+ra_tile_rules ra_tile_rules_of(const ra_block *blk, int64_t b);
+
+/* The smallest and largest of x[0..len) (INT64_MAX, INT64_MIN when empty). */
+void ra_minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx);
+
+/* threads * per_thread floats aligned to 64 bytes (free()), or NULL: the
+ * one allocation of a kernel workspace. */
+float *ra_scratch_alloc(int threads, size_t per_thread);
+
 /* Scratch for every thread of a kernel call: one allocation. */
 typedef struct ra_workspace ra_workspace;
 
@@ -142,6 +159,10 @@ void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
  * rules, pair by pair. */
 int ra_ref_visible(const ra_mask *mask, int64_t i, int64_t j);
 
+/* kpos - (qpos + diag) of the pair (i, j) under mask as ra_ref_visible
+ * reads it: what ALiBi's slope multiplies. */
+double ra_ref_alibi_distance(const ra_mask *mask, int64_t i, int64_t j);
+
 /* ALiBi slope of head h of H when the caller gave none (ra_alibi_slopes),
  * and the slope a run uses: params->alibi_slopes[h] or that one. */
 double ra_alibi_slope(int64_t H, int64_t h);
@@ -151,6 +172,12 @@ double ra_params_alibi_slope(const ra_params *params, int64_t H, int64_t h);
  * definition: pair k rotated by pos * base^(-2k/D). */
 void ra_rope_row_ref(ra_rope rope, double base, double *x, int64_t D,
                      int64_t pos);
+
+/* The transpose of ra_rope_apply (the rotation by minus the angle, at the
+ * same positions): how a gradient taken after RoPE goes back through it. */
+void ra_rope_apply_transpose(ra_rope rope, double base, float *x, int64_t B,
+                             int64_t n, int64_t heads, int64_t D,
+                             const int64_t *pos, int64_t offset);
 
 /* The vectorised helpers (exp, max, tanh) are declared in simd.h. */
 

@@ -8,7 +8,11 @@
  * pass 2 masks the tile if it straddles an edge, pass 3 turns them into
  * P = 2^(S - LSE log2 e) (the global LSE: no rescaling), then four more
  * products: dV += P^T dO, dP = dO V^T, dS = P * (dP - Drow) in place,
- * dQ += c dS K, dK += c dS^T Q (c the natural score's coefficient). */
+ * dQ += c dS K, dK += c dS^T Q (c the natural score's coefficient). The
+ * additive score works on the projections W_q q and W_k k (D is A): its
+ * scores and their derivatives are made pair by pair, and each thread sums
+ * its part of dw_v apart, added up in thread order afterwards. ALiBi adds
+ * its bias to the recomputed scores and changes no derivative. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,9 +27,11 @@
 
 struct ra_bwd_workspace {
     int threads;
-    int64_t block_q, block_kv;
+    int64_t block_q, block_kv, A;
     size_t per_thread; /* floats per thread, a multiple of 16 */
     float *mem;
+    double *dw_v;      /* additive: (threads, A) partial sums of dw_v;
+                          both arrays live in the block of the struct */
 };
 
 /* Scratch of one thread: P and dP tiles (block_q x block_kv), the rows'
@@ -33,37 +39,42 @@ struct ra_bwd_workspace {
  * dS and its keys' base-2 norm term. */
 typedef struct {
     float *p, *dp, *lse2, *rsum, *csum, *kterm;
+    double *dw_v; /* this thread's partial dw_v (A), additive only */
 } bwd_scratch;
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
 
+/* One allocation: the struct (padded to 16 floats), the threads' tiles,
+ * then their dw_v partial sums. */
 ra_bwd_workspace *ra_bwd_workspace_create(int threads, int64_t block_q,
-                                          int64_t block_kv)
+                                          int64_t block_kv, int64_t A)
 {
-    if (threads < 1 || block_q < 1 || block_kv < 1)
+    if (threads < 1 || block_q < 1 || block_kv < 1 || A < 0)
         return NULL;
-    ra_bwd_workspace *ws = calloc(1, sizeof *ws);
-    if (!ws)
+    const size_t head = round16((sizeof(ra_bwd_workspace) + 3) / 4);
+    const size_t per = 2 * round16((size_t)(block_q * block_kv)) +
+                       2 * round16((size_t)block_q) +
+                       2 * round16((size_t)block_kv);
+    const size_t sums = 2 * (size_t)threads * (size_t)A; /* doubles */
+    float *mem = ra_scratch_alloc(1, head + (size_t)threads * per + sums);
+    if (!mem)
         return NULL;
-    ws->threads = threads;
-    ws->block_q = block_q;
-    ws->block_kv = block_kv;
-    ws->per_thread = 2 * round16((size_t)(block_q * block_kv)) +
-                     2 * round16((size_t)block_q) + 2 * round16((size_t)block_kv);
-    const size_t bytes = (size_t)threads * ws->per_thread * sizeof(float);
-    if (posix_memalign((void **)&ws->mem, 64, bytes) != 0) {
-        free(ws);
-        return NULL;
-    }
+    ra_bwd_workspace *ws = (ra_bwd_workspace *)mem;
+    *ws = (ra_bwd_workspace){threads, block_q, block_kv, A, per, mem + head,
+                             (double *)(mem + head + (size_t)threads * per)};
+    memset(ws->dw_v, 0, sizeof(double) * (size_t)threads * (size_t)A);
     return ws;
 }
 
-void ra_bwd_workspace_free(ra_bwd_workspace *ws)
+void ra_bwd_workspace_free(ra_bwd_workspace *ws) { free(ws); }
+
+void ra_bwd_workspace_take_dw_v(ra_bwd_workspace *ws, double *dw_v)
 {
-    if (!ws)
-        return;
-    free(ws->mem);
-    free(ws);
+    for (int t = 0; t < ws->threads; t++)
+        for (int64_t a = 0; a < ws->A; a++) {
+            dw_v[a] += ws->dw_v[t * ws->A + a];
+            ws->dw_v[t * ws->A + a] = 0.0;
+        }
 }
 
 static bwd_scratch scratch_of(const ra_bwd_workspace *ws, int tid)
@@ -76,6 +87,7 @@ static bwd_scratch scratch_of(const ra_bwd_workspace *ws, int tid)
     t.rsum = t.lse2 + round16((size_t)ws->block_q);
     t.csum = t.rsum + round16((size_t)ws->block_q);
     t.kterm = t.csum + round16((size_t)ws->block_kv);
+    t.dw_v = ws->dw_v + (size_t)tid * (size_t)ws->A;
     return t;
 }
 
@@ -93,39 +105,10 @@ void ra_backward_drow(int64_t B, int64_t n, int64_t H, int64_t Dv,
             }
 }
 
-/* The mask rules of one batch, resolved once per work item. */
-typedef struct {
-    int64_t lo, hi, q_len, kv_len;
-    const int64_t *q_seg, *k_seg; /* this batch's ids, or NULL */
-} bwd_rules;
-
-static bwd_rules rules_of(const ra_block *blk, int64_t b)
-{
-    const ra_mask *mk = &blk->mask;
-    const ra_band band = ra_band_make(mk->causal, mk->window, mk->left,
-                                      mk->right, mk->diag);
-    const int segs = mk->q_seg && mk->k_seg;
-    return (bwd_rules){band.lo, band.hi,
-                       mk->q_lens ? mk->q_lens[b] : RA_UNBOUNDED,
-                       mk->kv_lens ? mk->kv_lens[b] : RA_UNBOUNDED,
-                       segs ? mk->q_seg + b * blk->n : NULL,
-                       segs ? mk->k_seg + b * blk->m : NULL};
-}
-
-static void minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx)
-{
-    *mn = INT64_MAX;
-    *mx = INT64_MIN;
-    for (int64_t i = 0; i < len; i++) {
-        *mn = x[i] < *mn ? x[i] : *mn;
-        *mx = x[i] > *mx ? x[i] : *mx;
-    }
-}
-
 /* How a tile of queries [i0, i0 + bq) and keys [j0, j0 + bk) meets the
  * mask: 0 nothing visible, 1 partly (mask it), 2 wholly visible. Positions
  * increase along both, so the corners decide the band. */
-static int tile_class(const ra_block *blk, const bwd_rules *rl, int64_t i0,
+static int tile_class(const ra_block *blk, const ra_tile_rules *rl, int64_t i0,
                       int64_t bq, int64_t j0, int64_t bk)
 {
     const int64_t *qp = blk->mask.qpos, *kp = blk->mask.kpos;
@@ -138,8 +121,8 @@ static int tile_class(const ra_block *blk, const bwd_rules *rl, int64_t i0,
                   kmin < qmax + rl->lo || kmax > qmin + rl->hi;
     if (rl->q_seg) {
         int64_t qs0, qs1, ks0, ks1;
-        minmax(rl->q_seg + i0, bq, &qs0, &qs1);
-        minmax(rl->k_seg + j0, bk, &ks0, &ks1);
+        ra_minmax(rl->q_seg + i0, bq, &qs0, &qs1);
+        ra_minmax(rl->k_seg + j0, bk, &ks0, &ks1);
         if (qs1 < ks0 || ks1 < qs0)
             return 0;
         partial |= !(qs0 == qs1 && ks0 == ks1 && qs0 == ks0);
@@ -148,7 +131,7 @@ static int tile_class(const ra_block *blk, const bwd_rules *rl, int64_t i0,
 }
 
 /* Pass 2: s = -inf where query i0 + r may not see key j0 + c. */
-static void mask_tile(const ra_block *blk, const bwd_rules *rl, int64_t i0,
+static void mask_tile(const ra_block *blk, const ra_tile_rules *rl, int64_t i0,
                       int64_t bq, int64_t j0, int64_t bk, float *s)
 {
     const int64_t *qp = blk->mask.qpos, *kp = blk->mask.kpos;
@@ -172,19 +155,42 @@ static void mask_tile(const ra_block *blk, const bwd_rules *rl, int64_t i0,
 typedef struct {
     const float *q, *k, *v, *dout, *lse, *drow;
     float *dq, *dk, *dv;
-    int64_t i0, bq, j0, bk;
+    int64_t i0, bq, j0, bk, h;
 } bwd_tile;
+
+/* ALiBi's bias slope_h log2(e) (kpos - qpos - diag) added to a tile of
+ * base-2 scores, measured as the final LSE was (absolute positions). */
+static void alibi_bias(const ra_block *blk, const bwd_tile *x, float *s)
+{
+    const double c = blk->alibi[x->h] * M_LOG2E;
+    const int64_t *qp = blk->mask.qpos + x->i0, *kp = blk->mask.kpos + x->j0;
+    for (int64_t r = 0; r < x->bq; r++) {
+        const int64_t at = qp[r] + blk->mask.diag;
+        for (int64_t col = 0; col < x->bk; col++)
+            s[r * blk->block_kv + col] += (float)(c * (double)(kp[col] - at));
+    }
+}
 
 /* Passes 1-3: P = 2^(S - LSE log2 e) of one tile in t.p (row stride
  * block_kv), exact zeros where hidden and in rows that see no key. */
-static void probs_tile(const ra_block *blk, const bwd_rules *rl, int cls,
+static void probs_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
                        const bwd_tile *x, bwd_scratch t)
 {
     const int64_t D = blk->D, lds = blk->block_kv, H = blk->H, G = blk->G;
     const int gauss = blk->score == RA_SCORE_GAUSSIAN;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)x->bq,
-                (int)x->bk, (int)D, blk->alpha, x->q, (int)(H * D), x->k,
-                (int)(G * D), 0.0f, t.p, (int)lds);
+    if (blk->score == RA_SCORE_ADDITIVE)
+        for (int64_t r = 0; r < x->bq; r++)
+            for (int64_t c = 0; c < x->bk; c++)
+                t.p[r * lds + c] =
+                    (float)M_LOG2E * ra_additive_score(x->q + r * H * D,
+                                                       x->k + c * G * D,
+                                                       blk->w_v, D);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)x->bq,
+                    (int)x->bk, (int)D, blk->alpha, x->q, (int)(H * D), x->k,
+                    (int)(G * D), 0.0f, t.p, (int)lds);
+    if (blk->alibi)
+        alibi_bias(blk, x, t.p);
     if (cls == 1)
         mask_tile(blk, rl, x->i0, x->bq, x->j0, x->bk, t.p);
     for (int64_t r = 0; r < x->bq; r++) {
@@ -231,9 +237,36 @@ static void gauss_terms(const ra_block *blk, const bwd_tile *x, float c,
             x->dk[c0 * G * D + d] -= c * t.csum[c0] * x->k[c0 * G * D + d];
 }
 
+/* The additive score's passes 6 and 7, pair by pair: with t = tanh(qp +
+ * kp) and u = dS w_v (1 - t^2) over the A hidden units, dqp += u,
+ * dkp += u and dw_v += dS t (summed over the tile in fp32 in t.kterm,
+ * which this score does not use otherwise, block_kv hidden units at a
+ * time, then into the thread's fp64 partial). */
+static void additive_terms(const ra_block *blk, const bwd_tile *x,
+                           bwd_scratch t)
+{
+    const int64_t A = blk->D, ldq = blk->H * A, ldk = blk->G * A;
+    const int64_t lds = blk->block_kv;
+    float *dw = t.kterm;
+    for (int64_t a0 = 0; a0 < A; a0 += lds) {
+        const int64_t na = A - a0 < lds ? A - a0 : lds;
+        memset(dw, 0, sizeof(float) * (size_t)na);
+        for (int64_t r = 0; r < x->bq; r++)
+            for (int64_t c = 0; c < x->bk; c++) {
+                const float ds = t.dp[r * lds + c];
+                if (ds != 0.0f)
+                    ra_additive_grad(x->q + r * ldq + a0, x->k + c * ldk + a0,
+                                     blk->w_v + a0, ds, x->dq + r * ldq + a0,
+                                     x->dk + c * ldk + a0, dw, na);
+            }
+        for (int64_t a = 0; a < na; a++)
+            t.dw_v[a0 + a] += dw[a];
+    }
+}
+
 /* One visible tile: P, then dV += P^T dO, dP = dO V^T, dS = P * (dP -
  * Drow), dQ += c dS K, dK += c dS^T Q. */
-static void grads_tile(const ra_block *blk, const bwd_rules *rl, int cls,
+static void grads_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
                        const bwd_tile *x, bwd_scratch t)
 {
     const int64_t D = blk->D, Dv = blk->Dv, lds = blk->block_kv;
@@ -253,6 +286,10 @@ static void grads_tile(const ra_block *blk, const bwd_rules *rl, int cls,
         float *dsr = t.dp + r * lds;
         for (int64_t c0 = 0; c0 < x->bk; c0++)
             dsr[c0] = pr[c0] * (dsr[c0] - dr);
+    }
+    if (blk->score == RA_SCORE_ADDITIVE) {
+        additive_terms(blk, x, t);
+        return;
     }
     /* pass 6: dQ += c dS K;  pass 7: dK += c dS^T Q */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, (int)D, bk, c,
@@ -289,7 +326,7 @@ static bwd_tile tile_at(const ra_block *blk, const bwd_tile *base, int64_t b,
     return (bwd_tile){base->q + qi * D, base->k + kj * D, base->v + kj * Dv,
                       base->dout + qi * Dv, base->lse + li, base->drow + li,
                       base->dq + qi * D, base->dk + kj * D, base->dv + kj * Dv,
-                      i0, bq, j0, bk};
+                      i0, bq, j0, bk, h};
 }
 
 /* One work item: every tile of kv head g in batch b. */
@@ -299,7 +336,7 @@ static void item_backward(const ra_block *blk, const bwd_tile *base,
 {
     const int64_t n = blk->n, m = blk->m, bqm = blk->block_q;
     const int64_t bkv = blk->block_kv, per = blk->H / blk->G;
-    const bwd_rules rl = rules_of(blk, b);
+    const ra_tile_rules rl = ra_tile_rules_of(blk, b);
     for (int64_t j0 = 0; j0 < m; j0 += bkv) {
         const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
         int keys_ready = 0;
@@ -329,7 +366,8 @@ void ra_kernel_backward_block(const ra_block *blk, const float *q,
 {
     if (blk->n == 0 || blk->m == 0)
         return;
-    const bwd_tile base = {q, k, v, dout, lse, drow, dq, dk, dv, 0, 0, 0, 0};
+    const bwd_tile base = {q, k, v, dout, lse, drow, dq, dk, dv, 0, 0, 0, 0,
+                           0};
     const int64_t items = blk->B * blk->G;
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->threads)

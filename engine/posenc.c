@@ -40,9 +40,11 @@ static void rotate_pair(float *tok, int64_t B, int64_t stride_b,
         }
 }
 
-void ra_rope_apply(ra_rope rope, double base, float *x, int64_t B, int64_t n,
-                   int64_t heads, int64_t D, const int64_t *pos,
-                   int64_t offset)
+/* ra_rope_apply with the angles multiplied by sign (+1, or -1: the
+ * transpose). */
+static void rope_rotate(ra_rope rope, double base, float *x, int64_t B,
+                        int64_t n, int64_t heads, int64_t D,
+                        const int64_t *pos, int64_t offset, double sign)
 {
     if (rope == RA_ROPE_NONE)
         return;
@@ -52,7 +54,7 @@ void ra_rope_apply(ra_rope rope, double base, float *x, int64_t B, int64_t n,
         const double p = (double)(pos[t] + offset);
         for (int64_t i = 0; i < half; i++) {
             /* theta_i = base^(-2i/D), as inv_freq in PyTorch models */
-            const double ang = p * pow(base, -2.0 * (double)i / (double)D);
+            const double ang = sign * p * pow(base, -2.0 * (double)i / (double)D);
             const double c = cos(ang), s = sin(ang);
             if (rope == RA_ROPE_INTERLEAVED)
                 rotate_pair(tok, B, stride_b, heads, D, 2 * i, 2 * i + 1, c,
@@ -61,6 +63,20 @@ void ra_rope_apply(ra_rope rope, double base, float *x, int64_t B, int64_t n,
                 rotate_pair(tok, B, stride_b, heads, D, i, i + half, c, s);
         }
     }
+}
+
+void ra_rope_apply(ra_rope rope, double base, float *x, int64_t B, int64_t n,
+                   int64_t heads, int64_t D, const int64_t *pos,
+                   int64_t offset)
+{
+    rope_rotate(rope, base, x, B, n, heads, D, pos, offset, 1.0);
+}
+
+void ra_rope_apply_transpose(ra_rope rope, double base, float *x, int64_t B,
+                             int64_t n, int64_t heads, int64_t D,
+                             const int64_t *pos, int64_t offset)
+{
+    rope_rotate(rope, base, x, B, n, heads, D, pos, offset, -1.0);
 }
 
 /* Head h (0-based) of H: of the largest power of two p <= H, slope

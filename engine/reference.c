@@ -28,7 +28,7 @@ int ra_ref_visible(const ra_mask *mk, int64_t i, int64_t j)
 }
 
 /* kpos - (qpos + diag): minus the distance that ALiBi penalises. */
-static double alibi_distance(const ra_mask *mk, int64_t i, int64_t j)
+double ra_ref_alibi_distance(const ra_mask *mk, int64_t i, int64_t j)
 {
     if (!mk)
         return (double)(j - i);
@@ -90,7 +90,7 @@ void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
             double s = ra_ref_visible(mask, i, j) ? score_of(sc, D, qi, k + j * ldk)
                                            : -INFINITY;
             if (sc->alibi && s > -INFINITY)
-                s += sc->alibi_slope * alibi_distance(mask, i, j);
+                s += sc->alibi_slope * ra_ref_alibi_distance(mask, i, j);
             scores[j] = s;
             if (s > mx)
                 mx = s;

@@ -79,6 +79,8 @@ static int row_probs(const ra_ref_score *sc, int64_t i, int64_t m, int64_t D,
         p[j] = ra_ref_visible(mask, i, j)
                    ? pair_score(sc, D, qi, g->k + j * g->ldk)
                    : -INFINITY;
+        if (sc->alibi && p[j] > -INFINITY) /* a bias: no derivative */
+            p[j] += sc->alibi_slope * ra_ref_alibi_distance(mask, i, j);
         mx = p[j] > mx ? p[j] : mx;
     }
     if (mx == -INFINITY) {

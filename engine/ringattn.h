@@ -376,8 +376,10 @@ RA_API ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
  * rescaling is needed. dq stays on its rank; the block's dk, dv
  * accumulators (fp32, already summed over each GQA group) travel one step
  * behind their K/V and come home after the last step. A row with
- * lse = -inf (it sees no key) contributes exact zeros. Dot and Gaussian
- * scores (RA_ERR_ARG for the additive one). Memory inside: two K/V ring
+ * lse = -inf (it sees no key) contributes exact zeros. Every score, RoPE
+ * and ALiBi as in the forward: dq and dk come back through the rotation
+ * (its transpose at the same positions) and through the additive score's
+ * projections (k and dk then have Dk columns). Memory inside: two K/V ring
  * buffers, two travelling dk/dv accumulators and one step's scratch, each
  * of the largest block's size, and per-thread tiles. Errors are agreed as
  * for ra_forward_ex; timing may be NULL. */
@@ -387,6 +389,23 @@ RA_API ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
                              const float *o, const float *lse,
                              const float *dout, float *dq, float *dk,
                              float *dv, ra_timing *timing);
+
+/* The additive score's weight gradients, shapes as in ra_additive:
+ * dw_q (A, D), dw_k (A, Dk), dw_v (A); caller-owned, written on every rank
+ * with the same values (sums over all ranks' pairs, added up in fp64). */
+typedef struct {
+    float *dw_q, *dw_k, *dw_v;
+} ra_additive_grads;
+
+/* ra_backward() that also writes the additive score's weight gradients
+ * into dw (NULL: not wanted; ignored for the other scores). */
+RA_API ra_status ra_backward_ex(MPI_Comm comm, const ra_shape *shape,
+                                const ra_params *params, const ra_masks *masks,
+                                const float *q, const float *k, const float *v,
+                                const float *o, const float *lse,
+                                const float *dout, float *dq, float *dk,
+                                float *dv, const ra_additive_grads *dw,
+                                ra_timing *timing);
 
 /* Useful backward FLOPs: 2.5 times ra_forward_flops() (five products per
  * visible tile against the forward's two). */

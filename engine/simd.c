@@ -24,6 +24,19 @@ float ra_additive_score_scalar(const float *a, const float *b,
     return sum;
 }
 
+void ra_additive_grad_scalar(const float *a, const float *b, const float *w,
+                             float ds, float *da, float *db, float *dw,
+                             int64_t len)
+{
+    for (int64_t j = 0; j < len; j++) {
+        const float th = tanh_one(a[j] + b[j]);
+        const float u = ds * w[j] * fmaf(-th, th, 1.0f); /* as the wide paths */
+        da[j] += u;
+        db[j] += u;
+        dw[j] = fmaf(ds, th, dw[j]);
+    }
+}
+
 float ra_max_scalar(const float *x, int64_t len)
 {
     float mx = -INFINITY;
@@ -59,6 +72,35 @@ static float additive_score_avx2(const float *a, const float *b,
 }
 
 __attribute__((target("avx2,fma")))
+static void additive_grad_avx2(const float *a, const float *b, const float *w,
+                               float ds, float *da, float *db, float *dw,
+                               int64_t len)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f), cap = _mm256_set1_ps(TANH_CAP);
+    const __m256 two_log2e = _mm256_set1_ps(TWO_LOG2E);
+    const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+    const __m256 vds = _mm256_set1_ps(ds);
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8) {
+        __m256 x = _mm256_add_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j));
+        __m256 sx = _mm256_and_ps(x, sign);
+        __m256 t = _mm256_mul_ps(_mm256_min_ps(_mm256_andnot_ps(sign, x), cap),
+                                 two_log2e);
+        __m256 ex = ra_exp2_avx2(t);
+        __m256 th = _mm256_or_ps(
+            _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(ex, one))), sx);
+        __m256 u = _mm256_mul_ps(_mm256_mul_ps(vds, _mm256_loadu_ps(w + j)),
+                                 _mm256_fnmadd_ps(th, th, one));
+        _mm256_storeu_ps(da + j, _mm256_add_ps(_mm256_loadu_ps(da + j), u));
+        _mm256_storeu_ps(db + j, _mm256_add_ps(_mm256_loadu_ps(db + j), u));
+        _mm256_storeu_ps(dw + j, _mm256_fmadd_ps(vds, th,
+                                                 _mm256_loadu_ps(dw + j)));
+    }
+    ra_additive_grad_scalar(a + j, b + j, w + j, ds, da + j, db + j, dw + j,
+                            len - j);
+}
+
+__attribute__((target("avx2,fma")))
 static float max_avx2(const float *x, int64_t len)
 {
     __m256 acc = _mm256_set1_ps(-INFINITY);
@@ -89,6 +131,8 @@ typedef float (*exp2_fn)(float *, int64_t, float);
 typedef float (*max_fn)(const float *, int64_t);
 typedef float (*additive_fn)(const float *, const float *, const float *,
                              int64_t);
+typedef void (*additive_grad_fn)(const float *, const float *, const float *,
+                                 float, float *, float *, float *, int64_t);
 
 /* One row per path; the additive score has no AVX-512 variant of its own. */
 typedef struct {
@@ -96,15 +140,19 @@ typedef struct {
     exp2_fn exp2;
     max_fn max;
     additive_fn additive;
+    additive_grad_fn additive_grad;
 } vec_impl;
 
 static const vec_impl scalar_impl = {"scalar", ra_exp2_shift_sum_scalar,
-                                     ra_max_scalar, ra_additive_score_scalar};
+                                     ra_max_scalar, ra_additive_score_scalar,
+                                     ra_additive_grad_scalar};
 #ifdef RA_HAVE_X86
 static const vec_impl avx2_impl = {"avx2-fma", ra_exp2_shift_sum_avx2,
-                                   max_avx2, additive_score_avx2};
+                                   max_avx2, additive_score_avx2,
+                                   additive_grad_avx2};
 static const vec_impl avx512_impl = {"avx512f", ra_exp2_shift_sum_avx512,
-                                     max_avx512, additive_score_avx2};
+                                     max_avx512, additive_score_avx2,
+                                     additive_grad_avx2};
 #endif
 
 /* The widest path the CPU has, at most the one named by cap. */
@@ -153,6 +201,12 @@ float ra_additive_score(const float *a, const float *b, const float *w,
                         int64_t len)
 {
     return impl()->additive(a, b, w, len);
+}
+
+void ra_additive_grad(const float *a, const float *b, const float *w,
+                      float ds, float *da, float *db, float *dw, int64_t len)
+{
+    impl()->additive_grad(a, b, w, ds, da, db, dw, len);
 }
 
 const char *ra_exp2_impl(void) { return impl()->name; }

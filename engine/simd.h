@@ -91,6 +91,16 @@ float ra_additive_score(const float *a, const float *b, const float *w,
 float ra_additive_score_scalar(const float *a, const float *b,
                                const float *w, int64_t len);
 
+/* The additive score's derivative terms of one pair with weight ds on its
+ * score: with t = tanh(a[j] + b[j]) and u = ds w[j] (1 - t^2),
+ * da[j] += u, db[j] += u, dw[j] += ds t for j < len (the same tanh as
+ * ra_additive_score). */
+void ra_additive_grad(const float *a, const float *b, const float *w,
+                      float ds, float *da, float *db, float *dw, int64_t len);
+void ra_additive_grad_scalar(const float *a, const float *b, const float *w,
+                             float ds, float *da, float *db, float *dw,
+                             int64_t len);
+
 /* The largest of x[0..len), -inf for len 0. */
 float ra_max(const float *x, int64_t len);
 float ra_max_scalar(const float *x, int64_t len);

@@ -1,8 +1,9 @@
 /* backward.c (io): the files of a backward pass. /do (B, N, H, Dv) is read
  * beside the inputs; /o and /lse from a forward output, whose attributes
- * must describe the same problem; /dq (B, N, H, D), /dk (B, M, G, D) and
- * /dv (B, M, G, Dv) are written as float32 into a file committed atomically,
- * each rank writing the tokens of its layout slices. */
+ * must describe the same problem; /dq (B, N, H, D), /dk (B, M, G, Dk) and
+ * /dv (B, M, G, Dv) (and the additive score's /dw_q, /dw_k, /dw_v) are
+ * written as float32 into a file committed atomically, each rank writing
+ * the tokens of its layout slices. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -90,6 +91,15 @@ ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
     else if (p->score == RA_SCORE_GAUSSIAN &&
              !(fabs(a.sigma - p->sigma) <= 1e-6 * p->sigma))
         what = "Gaussian bandwidth (attribute sigma)";
+    else if (strcmp(a.rope, ra_rope_name(p->rope)) != 0 ||
+             (p->rope != RA_ROPE_NONE &&
+              !(fabs(a.rope_base - p->rope_base) <= 1e-9 * p->rope_base)))
+        what = "rotary embedding (attributes rope, rope_base)";
+    else if (a.alibi != (p->alibi ? 1 : 0) ||
+             (p->alibi && strcmp(a.alibi_slopes, p->alibi_slopes
+                                                     ? "/alibi_slopes"
+                                                     : "standard") != 0))
+        what = "ALiBi (attributes alibi, alibi_slopes)";
     if (what)
         return ra_error_set(RA_ERR_INPUT, "%s: a forward output of another "
                             "problem: its %s do not match this run's", fwd,
@@ -151,48 +161,49 @@ typedef struct {
     const h5io_grads_meta *meta;
     const float *dq, *dk, *dv;
     ra_slice qs, ks;
-    int nranks;
+    int rank, nranks;
 } grads_ctx;
 
+/* How the gradients were made: the forward's recipe (h5io_record) and the
+ * backward's own attributes. */
 static ra_status grads_attrs(hid_t file, MPI_Comm comm, const grads_ctx *c)
 {
     const ra_params *p = c->meta->params;
     const ra_shape *s = c->shape;
     const char *path = c->path;
+    const h5io_recipe recipe = {
+        .kind = "gradients", .params = p, .scale = ra_params_scale(p, s),
+        .nranks = c->nranks, .has_qkv = 1, .masks = c->meta->masks,
+        .out_dtype = RA_DTYPE_F32, .command_line = c->meta->command_line};
     ra_status st;
-    if ((st = h5io_attr_write_string(comm, file, path, "engine_version",
-                                     RA_VERSION_STRING)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "schema_version",
-                                  RA_SCHEMA_VERSION)) != RA_OK ||
+    if ((st = h5io_record(comm, file, path, &recipe)) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "pass",
                                      "backward")) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "forward",
                                      c->meta->forward)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "causal",
-                                  p->causal)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "window",
-                                  p->window ? 1 : 0)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "window_left",
-                                    p->window_left)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "window_right",
-                                    p->window_right)) != RA_OK ||
-        (st = h5io_attr_write_double(comm, file, path, "scale",
-                                     ra_params_scale(p, s))) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "score",
-                                     ra_score_name(p->score))) != RA_OK ||
-        (st = h5io_attr_write_double(comm, file, path, "sigma",
-                                     p->sigma)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "layout",
-                                     ra_layout_name(p->layout))) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "ranks",
-                                  c->nranks)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "seq_q", s->N)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "seq_kv", s->M)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "masks",
-                                     c->meta->masks)) != RA_OK)
+        (st = h5io_attr_write_int64(comm, file, path, "seq_q", s->N)) != RA_OK)
         return st;
-    return h5io_attr_write_string(comm, file, path, "command_line",
-                                  c->meta->command_line);
+    return h5io_attr_write_int64(comm, file, path, "seq_kv", s->M);
+}
+
+/* The additive score's weight gradients, the same on every rank: rank 0
+ * writes them whole. */
+static ra_status weights_write(hid_t file, MPI_Comm comm, const grads_ctx *c)
+{
+    const ra_additive_grads *dw = c->meta->dw;
+    const int64_t A = c->meta->params->additive->A;
+    const hsize_t dims[3][2] = {{(hsize_t)A, (hsize_t)c->shape->D},
+                                {(hsize_t)A, (hsize_t)ra_shape_dk(c->shape)},
+                                {(hsize_t)A, 1}};
+    const char *const names[3] = {"/dw_q", "/dw_k", "/dw_v"};
+    const float *const bufs[3] = {dw->dw_q, dw->dw_k, dw->dw_v};
+    const ra_slice slice = h5io_slice_range((ra_range){0, c->rank ? 0 : A});
+    ra_status st = RA_OK;
+    for (int i = 0; i < 3 && st == RA_OK; i++)
+        st = h5io_dset_write(comm, file, c->path, names[i], H5T_IEEE_F32LE,
+                             H5T_NATIVE_FLOAT, i == 2 ? 1 : 2, dims[i], 0,
+                             &slice, bufs[i]);
+    return st;
 }
 
 static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)
@@ -202,7 +213,7 @@ static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)
     const hsize_t qd[4] = {(hsize_t)s->B, (hsize_t)s->N, (hsize_t)s->H,
                            (hsize_t)s->D};
     const hsize_t kd[4] = {(hsize_t)s->B, (hsize_t)s->M, (hsize_t)s->G,
-                           (hsize_t)s->D};
+                           (hsize_t)ra_shape_dk(s)};
     const hsize_t vd[4] = {(hsize_t)s->B, (hsize_t)s->M, (hsize_t)s->G,
                            (hsize_t)s->Dv};
     ra_status st;
@@ -214,7 +225,8 @@ static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)
                               c->dk)) != RA_OK ||
         (st = h5io_dset_write(comm, file, c->path, "/dv", H5T_IEEE_F32LE,
                               H5T_NATIVE_FLOAT, 4, vd, 1, &c->ks,
-                              c->dv)) != RA_OK)
+                              c->dv)) != RA_OK ||
+        (c->meta->dw && (st = weights_write(file, comm, c)) != RA_OK))
         return st;
     return grads_attrs(file, comm, c);
 }
@@ -223,13 +235,12 @@ ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
                            const ra_shape *shape, const h5io_grads_meta *meta,
                            const float *dq, const float *dk, const float *dv)
 {
-    grads_ctx c = {path, shape, meta, dq, dk, dv, {0}, {0}, 0};
-    int rank;
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
+    grads_ctx c = {path, shape, meta, dq, dk, dv, {0}, {0}, 0, 0};
+    if (MPI_Comm_rank(comm, &c.rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    c.qs = ra_layout_slice(meta->params->layout, shape->N, rank, c.nranks);
-    c.ks = ra_layout_slice(meta->params->layout, shape->M, rank, c.nranks);
+    c.qs = ra_layout_slice(meta->params->layout, shape->N, c.rank, c.nranks);
+    c.ks = ra_layout_slice(meta->params->layout, shape->M, c.rank, c.nranks);
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
     const ra_status st = h5io_commit(comm, path, force, grads_write, &c);

@@ -136,13 +136,16 @@ typedef struct {
                                  "recomputed" */
     const char *masks;        /* mask datasets used, comma separated */
     const char *command_line;
+    const ra_additive_grads *dw; /* the additive score's weight gradients
+                                    (params->additive's shapes), or NULL */
 } h5io_grads_meta;
 
 /* Collective and atomic like ra_h5_write_outputs: /dq (B, N, H, D),
- * /dk (B, M, G, D), /dv (B, M, G, Dv) float32 from each rank's layout
- * slices, and root attributes pass = "backward", forward, causal, window,
- * window_left, window_right, scale, score, sigma, layout, ranks, seq_q,
- * seq_kv, masks, command_line, engine_version, schema_version. */
+ * /dk (B, M, G, Dk), /dv (B, M, G, Dv) float32 from each rank's layout
+ * slices, with meta->dw also /dw_q (A, D), /dw_k (A, Dk), /dw_v (A,),
+ * and root attributes: h5io_record's (kind = "gradients": the forward
+ * pass's rules, score, RoPE, ALiBi, masks), pass = "backward", forward,
+ * seq_q, seq_kv. */
 ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
                            const ra_shape *shape, const h5io_grads_meta *meta,
                            const float *dq, const float *dk, const float *dv);

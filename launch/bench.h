@@ -88,6 +88,13 @@ int bench_rss_reset(void);
 double bench_rss_peak(void);
 /* GFLOP/s of an SGEMM_N^3 sgemm on this rank's threads, all ranks at once. */
 double bench_sgemm_rate(MPI_Comm comm, int threads);
+
+/* Seeded random weights of the additive score, A hidden units over q and
+ * k of dim D: w_q (A, D), w_k (A, D), w_v (A), the first two scaled by
+ * 0.5 / sqrt(D) to keep tanh off its rails, in one allocation (*mem, the
+ * caller frees); the ranks agree that it was made. */
+ra_status bench_additive_make(MPI_Comm comm, uint64_t seed, int64_t A,
+                              int64_t D, float **mem, ra_additive *ad);
 /* GB/s per rank of a comm-only ring of the key/value blocks of a layout. */
 double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s, ra_layout lay);
 

@@ -49,10 +49,11 @@ static const cli_spec bwd_spec = {
     "usage: mpirun -np P ringattn run --backward --in IN.h5 --out OUT.h5\n"
     "                                 (--fwd FWD.h5 | --recompute) [options]\n"
     "\n"
-    "Gradients of L with dL/do = /do through o = softmax(scale q k^T) v:\n"
-    "writes /dq (B,N,H,D), /dk (B,M,G,D), /dv (B,M,G,Dv) float32. Masks of\n"
-    "IN.h5 (/q_lens /kv_lens, segments) apply as in run. Dot and gaussian\n"
-    "scores.\n",
+    "Gradients of L with dL/do = /do through o = softmax(score(q, k)) v:\n"
+    "writes /dq (B,N,H,D), /dk (B,M,G,Dk), /dv (B,M,G,Dv) float32, and with\n"
+    "--score additive the weights' /dw_q (A,D), /dw_k (A,Dk), /dw_v (A,).\n"
+    "Masks, /additive weights and /alibi_slopes of IN.h5 apply as in run;\n"
+    "every score, --rope and --alibi.\n",
     .groups = {{bwd_own, 0}, {cli_forward_opts, offsetof(bwd_opts, p)}},
 };
 
@@ -62,7 +63,9 @@ typedef struct {
     const char *q_seg, *kv_seg;
     int layout_auto;
     cli_tensors t;
-    float *mem, *dout, *dq, *dk, *dv; /* one allocation */
+    float *mem, *dout, *dq, *dk, *dv, *dw; /* one allocation */
+    cli_score_inputs score_in;  /* the additive score's weights */
+    double *slopes;             /* /alibi_slopes, or NULL */
     ra_h5_masks masks;
     ra_timing tm_fwd, tm;
     double t_total;
@@ -73,6 +76,9 @@ static void bwd_free(bwd_state *r)
     cli_tensors_free(&r->t);
     free(r->mem);
     r->mem = NULL;
+    cli_score_free(&r->score_in);
+    free(r->slopes);
+    r->slopes = NULL;
     ra_h5_masks_free(&r->masks);
 }
 
@@ -91,12 +97,10 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
     if (st != RA_OK)
         return st;
     st = cli_params_check(&o->p, &r->s, NULL);
-    if (st == RA_OK && o->p.score == RA_SCORE_ADDITIVE)
-        st = ra_error_set(RA_ERR_ARG, "run --backward: --score additive has "
-                          "no gradient here (dot and gaussian only)");
-    if (st == RA_OK && (o->p.rope != RA_ROPE_NONE || o->p.alibi))
-        st = ra_error_set(RA_ERR_ARG, "run --backward: --rope and --alibi "
-                          "have no gradient here yet (the forward has them)");
+    if (st == RA_OK)
+        st = cli_score_setup(o->in, &r->s, &o->p, &r->score_in);
+    if (st == RA_OK)
+        st = cli_alibi_setup(o->in, &r->s, &o->p, &r->slopes);
     if (st == RA_OK && o->fwd)
         st = h5io_fwd_check(o->fwd, &r->s, &o->p);
     if (st == RA_OK)
@@ -113,10 +117,13 @@ static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
     ra_status st = cli_tensors_alloc(&r->t, s, o->p.layout, ctx->rank,
                                      ctx->nranks);
     const int64_t n = r->t.qs.count, m = r->t.ks.count;
-    const int64_t f[4][4] = {{s->B, n, s->H, s->Dv}, {s->B, n, s->H, s->D},
-                             {s->B, m, s->G, s->D}, {s->B, m, s->G, s->Dv}};
-    int64_t cnt[4], total = 0;
-    for (int i = 0; i < 4; i++) {
+    const int64_t A = o->p.score == RA_SCORE_ADDITIVE ? o->p.additive->A : 0;
+    const int64_t f[5][4] = {{s->B, n, s->H, s->Dv}, {s->B, n, s->H, s->D},
+                             {s->B, m, s->G, ra_shape_dk(s)},
+                             {s->B, m, s->G, s->Dv},
+                             {A, s->D + ra_shape_dk(s) + 1, 1, 1}};
+    int64_t cnt[5], total = 0;
+    for (int i = 0; i < 5; i++) {
         cnt[i] = ra_count_checked(4, f[i]);
         total = ra_add_checked(total, ra_add_checked(cnt[i], 16));
     }
@@ -133,6 +140,7 @@ static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
     r->dq = r->dout + cnt[0] + 16;
     r->dk = r->dq + cnt[1] + 16;
     r->dv = r->dk + cnt[2] + 16;
+    r->dw = r->dv + cnt[3] + 16;
     return ra_h5_read_masks(ctx->comm, o->in, s, o->p.layout, &r->masks);
 }
 
@@ -157,6 +165,10 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
                              bwd_state *r)
 {
     cli_tensors *t = &r->t;
+    const int additive = o->p.score == RA_SCORE_ADDITIVE;
+    const int64_t A = additive ? o->p.additive->A : 0;
+    const ra_additive_grads dw = {r->dw, r->dw + A * r->s.D,
+                                  r->dw + A * (r->s.D + ra_shape_dk(&r->s))};
     const double t0 = MPI_Wtime();
     ra_status st = bwd_read(ctx, o, r);
     const int ran = st == RA_OK;
@@ -164,9 +176,9 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
         st = ra_forward_ex(ctx->comm, &r->s, &o->p, &r->masks.view, t->q,
                            t->k, t->v, t->o, t->lse, &r->tm_fwd);
     if (st == RA_OK)
-        st = ra_backward(ctx->comm, &r->s, &o->p, &r->masks.view, t->q, t->k,
-                         t->v, t->o, t->lse, r->dout, r->dq, r->dk, r->dv,
-                         &r->tm);
+        st = ra_backward_ex(ctx->comm, &r->s, &o->p, &r->masks.view, t->q,
+                            t->k, t->v, t->o, t->lse, r->dout, r->dq, r->dk,
+                            r->dv, additive ? &dw : NULL, &r->tm);
     if (ran && st == RA_ERR_MPI) /* a stalled ring */
         cli_abort(ctx, ra_error_message());
     if (st == RA_OK) {
@@ -178,7 +190,8 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
         if (masks[0])
             masks[strlen(masks) - 1] = '\0';
         const h5io_grads_meta meta = {&o->p, o->fwd ? o->fwd : "recomputed",
-                                      masks, ctx->command_line};
+                                      masks, ctx->command_line,
+                                      additive ? &dw : NULL};
         st = h5io_write_grads(ctx->comm, o->out, o->force, &r->s, &meta,
                               r->dq, r->dk, r->dv);
     }

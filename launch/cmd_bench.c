@@ -419,27 +419,16 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
     return st;
 }
 
-/* Seeded random weights of the additive score (A, D), (A, D), (A), scaled
- * to keep tanh off its rails; the ranks agree that they exist. */
+/* The additive score's random weights (bench_additive_make). */
 static ra_status bench_setup(const cli_ctx *ctx, bench_opts *o)
 {
     if (o->p.score != RA_SCORE_ADDITIVE)
         return RA_OK;
-    const int64_t A = o->additive_hidden, D = o->cs.shape.D;
-    const int64_t n = ra_mul_checked(A, 2 * D + 1);
-    float *w = n > 0 ? malloc(sizeof(float) * (size_t)n) : NULL;
-    ra_status st = ra_agree(ctx->comm, w ? RA_OK
-                            : ra_error_set(RA_ERR_NOMEM, "bench: out of memory "
-                                           "for the additive weights"));
-    o->additive_mem = w;
-    if (st != RA_OK)
-        return st;
-    ra_random_normal((uint64_t)o->seed, RA_STREAM_ADDITIVE, 0, n, w);
-    for (int64_t i = 0; i < 2 * A * D; i++)
-        w[i] *= (float)(0.5 / sqrt((double)D));
-    o->additive = (ra_additive){A, w, w + A * D, w + 2 * A * D};
+    ra_status st = bench_additive_make(ctx->comm, (uint64_t)o->seed,
+                                       o->additive_hidden, o->cs.shape.D,
+                                       &o->additive_mem, &o->additive);
     o->p.additive = &o->additive;
-    return RA_OK;
+    return st;
 }
 
 /* Writes one output file of the rows (rank 0): the whole file or, on a

@@ -15,8 +15,10 @@
 typedef struct {
     cli_shape cs;
     ra_params p;
-    int64_t warmup, reps, seed;
+    int64_t warmup, reps, seed, additive_hidden;
     int backward;
+    float *additive_mem; /* the additive score's random weights */
+    ra_additive additive;
 } bb_opts;
 
 static const cli_opt bb_own[] = {
@@ -32,6 +34,14 @@ static const cli_opt bb_own[] = {
     {.name = "--seed", .kind = CLI_INT, .meta = "S",
      .offset = CLI_FIELD(bb_opts, seed, int64_t), .lo = 0, .hi = INT64_MAX,
      .def = "1", .help = "seed of the random inputs"},
+    {.name = "--additive-hidden", .kind = CLI_INT, .meta = "A",
+     .offset = CLI_FIELD(bb_opts, additive_hidden, int64_t), .lo = 1,
+     .hi = 65536, .def = "64",
+     .help = "hidden size of random additive weights"},
+    {.name = "--no-poll", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(bb_opts, p.no_poll, int),
+     .help = "do not progress transfers between tiles (shows what\n"
+     "overlap is worth)"},
     {0},
 };
 
@@ -107,18 +117,27 @@ static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
     const ra_shape *s = &o->cs.shape;
     double t[3][1000];
     ra_timing tm;
-    ra_status st = ra_forward_ex(ctx->comm, s, &o->p, NULL, b->t.q, b->t.k,
-                                 b->t.v, b->t.o, b->t.lse, NULL);
+    const int64_t A = o->p.score == RA_SCORE_ADDITIVE ? o->additive.A : 0;
+    float *dw = malloc(sizeof(float) * (size_t)(A * (2 * s->D + 1) + 1));
+    const ra_additive_grads dwg = {dw, dw + A * s->D, dw + 2 * A * s->D};
+    ra_status st = ra_agree(ctx->comm, dw ? RA_OK
+                            : ra_error_set(RA_ERR_NOMEM, "bench --backward: "
+                                           "out of memory"));
+    if (st == RA_OK)
+        st = ra_forward_ex(ctx->comm, s, &o->p, NULL, b->t.q, b->t.k, b->t.v,
+                           b->t.o, b->t.lse, NULL);
     for (int64_t rep = -o->warmup; st == RA_OK && rep < o->reps; rep++) {
         MPI_Barrier(ctx->comm);
-        st = ra_backward(ctx->comm, s, &o->p, NULL, b->t.q, b->t.k, b->t.v,
-                         b->t.o, b->t.lse, b->dout, b->dq, b->dk, b->dv, &tm);
+        st = ra_backward_ex(ctx->comm, s, &o->p, NULL, b->t.q, b->t.k,
+                            b->t.v, b->t.o, b->t.lse, b->dout, b->dq, b->dk,
+                            b->dv, A ? &dwg : NULL, &tm);
         if (rep >= 0) {
             t[0][rep] = tm.total;
             t[1][rep] = tm.compute;
             t[2][rep] = tm.comm_wait;
         }
     }
+    free(dw);
     if (st == RA_ERR_MPI)
         cli_abort(ctx, ra_error_message());
     if (st == RA_OK)
@@ -169,6 +188,12 @@ int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv)
     if (st == RA_OK)
         st = cli_params_check(&o.p, &o.cs.shape, NULL);
     st = ra_agree(ctx->comm, st);
+    if (st == RA_OK && o.p.score == RA_SCORE_ADDITIVE) {
+        st = bench_additive_make(ctx->comm, (uint64_t)o.seed,
+                                 o.additive_hidden, o.cs.shape.D,
+                                 &o.additive_mem, &o.additive);
+        o.p.additive = &o.additive;
+    }
     bb_state b = {0};
     bb_times med = {0};
     if (st == RA_OK)
@@ -185,5 +210,6 @@ int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv)
     }
     cli_tensors_free(&b.t);
     free(b.mem);
+    free(o.additive_mem);
     return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
 }

@@ -10,7 +10,11 @@
  * cost of one fp64 forward of those heads), units are split over the ranks,
  * and with a sample only the units holding a sampled row are computed.
  * Each rank holds one batch of q, k, v, dO and the gradients (a checking
- * tool: O(N + M) memory per rank). */
+ * tool: O(N + M) memory per rank). RoPE is applied to the fp64 rows here
+ * and the gradients taken back by the rotation at minus the positions;
+ * ALiBi and the additive score come from the reference. The additive
+ * weights' gradients are sums over every pair, so with that score every
+ * unit is computed and /dw_q, /dw_k, /dw_v are checked whole. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,10 +67,12 @@ static const cli_spec vb_spec = {
     "usage: [mpirun -np P] ringattn verify --backward --in IN.h5 --out G.h5\n"
     "                                     [--all | --sample K]\n"
     "\n"
-    "Recomputes dq, dk, dv in fp64 with the mask rules, score and scale that\n"
-    "G.h5 records and the mask datasets of IN.h5, and compares the checked\n"
-    "rows of each: exit 0 when every relative error ||g - ref|| / ||ref||\n"
-    "is below the tolerance and no checked value is NaN or infinite.\n",
+    "Recomputes dq, dk, dv in fp64 with the mask rules, score, RoPE and\n"
+    "ALiBi that G.h5 records and the masks, /additive weights and\n"
+    "/alibi_slopes of IN.h5, and compares the checked rows of each (and\n"
+    "for the additive score /dw_q, /dw_k, /dw_v whole): exit 0 when every\n"
+    "relative error ||g - ref|| / ||ref|| is below the tolerance and no\n"
+    "checked value is NaN or infinite.\n",
     .groups = {{vb_own, 0}},
 };
 
@@ -74,7 +80,11 @@ static const cli_spec vb_spec = {
 typedef struct {
     ra_shape s;
     h5io_run_attrs run;
+    ra_params p;          /* score, weights, RoPE, ALiBi of the run */
     ra_ref_score score;
+    cli_score_inputs score_in;
+    double *slopes;       /* /alibi_slopes of the input, or NULL */
+    double *dw;           /* additive: this rank's dw_q | dw_k | dw_v */
     ra_h5_masks masks;
     const char *q_seg, *kv_seg;
     unsigned char *pick_q, *pick_k; /* (B N), (B M): rows to compare */
@@ -118,12 +128,12 @@ static void vb_bufs_free(vb_bufs *w)
 
 static ra_status vb_bufs_alloc(const ra_shape *s, vb_bufs *w)
 {
-    const int64_t N = s->N, M = s->M;
-    const int64_t len[15] = {N * s->H * s->D, M * s->G * s->D,
+    const int64_t N = s->N, M = s->M, Dk = ra_shape_dk(s);
+    const int64_t len[15] = {N * s->H * s->D, M * s->G * Dk,
                              M * s->G * s->Dv, N * s->H * s->Dv,
-                             N * s->H * s->D, M * s->G * s->D,
-                             M * s->G * s->Dv, N * s->D, M * s->D, M * s->Dv,
-                             N * s->Dv, N * s->D, M * s->D, M * s->Dv, M};
+                             N * s->H * s->D, M * s->G * Dk,
+                             M * s->G * s->Dv, N * s->D, M * Dk, M * s->Dv,
+                             N * s->Dv, N * s->D, M * Dk, M * s->Dv, M};
     double **d[15] = {&w->q, &w->k, &w->v, &w->dout, &w->dq, &w->dk, &w->dv,
                       &w->hq, &w->hk, &w->hv, &w->hdo, &w->rq, &w->rk,
                       &w->rv, &w->p};
@@ -190,13 +200,24 @@ static void compare(const double *got, const double *ref, int64_t len,
     }
 }
 
+/* RoPE on the len rows (dim D) of one head at positions first, first + 1,
+ * ... times sign (-1: the transpose, for gradients). */
+static void rope_rows(const vb_ctx *c, double *x, int64_t len, int64_t first,
+                      int64_t sign)
+{
+    for (int64_t i = 0; i < len && c->p.rope != RA_ROPE_NONE; i++)
+        ra_rope_row_ref(c->p.rope, c->p.rope_base, x + i * c->s.D, c->s.D,
+                        sign * (first + i));
+}
+
 /* The fp64 gradients of unit (b, g) against the file's picked rows. */
 static void vb_unit(const vb_ctx *c, vb_bufs *w, int64_t b, int64_t g,
                     double *t)
 {
     const ra_shape *s = &c->s;
     const int64_t N = s->N, M = s->M, D = s->D, Dv = s->Dv;
-    const int64_t per = s->H / s->G;
+    const int64_t Dk = ra_shape_dk(s), per = s->H / s->G;
+    const int64_t A = c->p.additive ? c->p.additive->A : 0;
     const ra_mask mk = {.causal = c->run.causal, .diag = M - N,
                         .window = c->run.window, .left = c->run.window_left,
                         .right = c->run.window_right,
@@ -205,25 +226,35 @@ static void vb_unit(const vb_ctx *c, vb_bufs *w, int64_t b, int64_t g,
                                                     : NULL,
                         .q_seg = c->q_seg ? w->qseg : NULL,
                         .k_seg = c->q_seg ? w->kseg : NULL};
-    head_of(w->k, M, s->G, g, D, w->hk);
+    ra_ref_score sc = c->score;
+    head_of(w->k, M, s->G, g, Dk, w->hk);
     head_of(w->v, M, s->G, g, Dv, w->hv);
-    memset(w->rk, 0, sizeof(double) * (size_t)(M * D));
+    rope_rows(c, w->hk, M, 0, 1);
+    memset(w->rk, 0, sizeof(double) * (size_t)(M * Dk));
     memset(w->rv, 0, sizeof(double) * (size_t)(M * Dv));
     for (int64_t h = g * per; h < (g + 1) * per; h++) {
         head_of(w->q, N, s->H, h, D, w->hq);
         head_of(w->dout, N, s->H, h, Dv, w->hdo);
-        const ra_ref_grads gr = {w->hq, w->hk, w->hv, w->hdo, D, D, Dv, Dv,
-                                 w->rq, w->rk, w->rv, D, D, Dv};
-        ra_reference_backward(&c->score, N, M, D, Dv, &mk, &gr, w->p);
+        rope_rows(c, w->hq, N, M - N, 1);
+        sc.alibi_slope = ra_params_alibi_slope(&c->p, s->H, h);
+        const ra_ref_grads gr = {w->hq, w->hk, w->hv, w->hdo, D, Dk, Dv, Dv,
+                                 w->rq, w->rk, w->rv, D, Dk, Dv,
+                                 c->dw, A ? c->dw + A * D : NULL,
+                                 A ? c->dw + A * (D + Dk) : NULL};
+        ra_reference_backward(&sc, N, M, D, Dv, &mk, &gr, w->p);
+        rope_rows(c, w->rq, N, M - N, -1);
         compare(w->dq, w->rq, N, s->H, h, D, c->pick_q + b * N, 0, t);
     }
-    compare(w->dk, w->rk, M, s->G, g, D, c->pick_k + b * M, 1, t);
+    rope_rows(c, w->rk, M, 0, -1);
+    compare(w->dk, w->rk, M, s->G, g, Dk, c->pick_k + b * M, 1, t);
     compare(w->dv, w->rv, M, s->G, g, Dv, c->pick_k + b * M, 2, t);
 }
 
 /* Whether unit (b, any g) holds a picked row. */
 static int unit_needed(const vb_ctx *c, int64_t b)
 {
+    if (c->dw) /* the weights' gradients sum over every unit */
+        return 1;
     for (int64_t i = 0; i < c->s.N; i++)
         if (c->pick_q[b * c->s.N + i])
             return 1;
@@ -273,6 +304,40 @@ static ra_status dims_match(const char *out, const char *name,
     return RA_OK;
 }
 
+/* The score, RoPE and ALiBi that out records, with the input's additive
+ * weights and ALiBi slopes; not collective. */
+static ra_status vb_rules(const vb_opts *o, vb_ctx *c)
+{
+    const h5io_run_attrs *r = &c->run;
+    ra_params_default(&c->p);
+    if (ra_score_parse(r->score, &c->p.score) != RA_OK)
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute score: '%s' is not "
+                            "a score", o->out, r->score);
+    if (ra_rope_parse(r->rope, &c->p.rope) != RA_OK ||
+        !(r->rope_base > 0 && isfinite(r->rope_base)))
+        return ra_error_set(RA_ERR_INPUT, "%s: attributes rope, rope_base: "
+                            "'%s', %g is no rotary embedding", o->out,
+                            r->rope, r->rope_base);
+    c->p.rope_base = r->rope_base;
+    c->p.alibi = r->alibi != 0;
+    if (c->p.score == RA_SCORE_DOT && !(r->scale > 0 && isfinite(r->scale)))
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute scale: %g is not a "
+                            "finite number > 0", o->out, r->scale);
+    ra_status st = cli_score_setup(o->in, &c->s, &c->p, &c->score_in);
+    if (st == RA_OK && c->p.alibi && strcmp(r->alibi_slopes, "standard"))
+        st = cli_alibi_setup(o->in, &c->s, &c->p, &c->slopes);
+    const int64_t A = c->p.additive ? c->p.additive->A : 0;
+    if (st == RA_OK && A &&
+        !(c->dw = calloc((size_t)(A * (c->s.D + ra_shape_dk(&c->s) + 1)),
+                         sizeof(double))))
+        st = ra_error_set(RA_ERR_NOMEM, "verify --backward: cannot allocate "
+                          "the weights' gradients");
+    c->score = (ra_ref_score){.score = c->p.score, .scale = r->scale,
+                              .sigma = r->sigma, .additive = c->p.additive,
+                              .Dk = ra_shape_dk(&c->s), .alibi = c->p.alibi};
+    return st;
+}
+
 /* Shapes of both files, the recorded rules, the masks; collective. */
 static ra_status vb_validate(const cli_ctx *ctx, const vb_opts *o, vb_ctx *c)
 {
@@ -281,23 +346,13 @@ static ra_status vb_validate(const cli_ctx *ctx, const vb_opts *o, vb_ctx *c)
     if (st != RA_OK)
         return st;
     const int64_t qd[4] = {s->B, s->N, s->H, s->D};
-    const int64_t kd[4] = {s->B, s->M, s->G, s->D};
+    const int64_t kd[4] = {s->B, s->M, s->G, ra_shape_dk(s)};
     const int64_t vd[4] = {s->B, s->M, s->G, s->Dv};
-    ra_score score = RA_SCORE_DOT;
     if ((st = h5io_read_run_attrs(o->out, &c->run)) == RA_OK &&
         (st = dims_match(o->out, "/dq", qd, o->in)) == RA_OK &&
         (st = dims_match(o->out, "/dk", kd, o->in)) == RA_OK &&
-        (st = dims_match(o->out, "/dv", vd, o->in)) == RA_OK &&
-        (ra_score_parse(c->run.score, &score) != RA_OK ||
-         score == RA_SCORE_ADDITIVE))
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute score: '%s' has no "
-                          "gradient check (dot and gaussian only)", o->out,
-                          c->run.score);
-    if (st == RA_OK && !(c->run.scale > 0 && isfinite(c->run.scale)))
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute scale: %g is not a "
-                          "finite number > 0", o->out, c->run.scale);
-    c->score = (ra_ref_score){.score = score, .scale = c->run.scale,
-                              .sigma = c->run.sigma};
+        (st = dims_match(o->out, "/dv", vd, o->in)) == RA_OK)
+        st = vb_rules(o, c);
     if (st == RA_OK)
         st = h5io_segment_names(o->in, &c->q_seg, &c->kv_seg);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
@@ -313,27 +368,70 @@ static ra_status vb_validate(const cli_ctx *ctx, const vb_opts *o, vb_ctx *c)
                                    "allocate the row samples"));
 }
 
+/* The additive weights' gradients: the ranks' sums against the file's
+ * /dw_q, /dw_k, /dw_v; t[7], t[8] get the squared error and norm, t[6]
+ * the non-finite entries. Collective. */
+static ra_status vb_weights(const cli_ctx *ctx, const vb_opts *o,
+                            const vb_ctx *c, double *t)
+{
+    const int64_t A = c->p.additive->A, D = c->s.D, Dk = ra_shape_dk(&c->s);
+    const int64_t len = A * (D + Dk + 1);
+    float *got = malloc(sizeof(float) * (size_t)(len + 1));
+    const int64_t dq[2] = {A, D}, dk[2] = {A, Dk}, dv[1] = {A};
+    const char *const names[3] = {"/dw_q", "/dw_k", "/dw_v"};
+    const int64_t *const dims[3] = {dq, dk, dv};
+    const int64_t at[3] = {0, A * D, A * (D + Dk)};
+    ra_status st = got ? RA_OK : ra_error_set(RA_ERR_NOMEM, "verify "
+                                              "--backward: out of memory");
+    for (int i = 0; i < 3 && st == RA_OK; i++) {
+        int present = 0;
+        st = h5io_read_weights(o->out, names[i], i == 2 ? 1 : 2, dims[i],
+                               got + at[i], &present);
+        if (st == RA_OK && !present)
+            st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: not found (the "
+                              "additive score's weight gradients)", o->out,
+                              names[i]);
+    }
+    if ((st = ra_agree(ctx->comm, st)) == RA_OK &&
+        MPI_Allreduce(MPI_IN_PLACE, c->dw, (int)len, MPI_DOUBLE, MPI_SUM,
+                      ctx->comm) != MPI_SUCCESS)
+        st = ra_error_set(RA_ERR_MPI, "verify --backward: summing the "
+                                      "weights' gradients failed");
+    for (int64_t i = 0; st == RA_OK && ctx->rank == 0 && i < len; i++) {
+        t[6] += !isfinite(got[i]);
+        t[7] += (got[i] - c->dw[i]) * (got[i] - c->dw[i]);
+        t[8] += c->dw[i] * c->dw[i];
+    }
+    free(got);
+    return st;
+}
+
 static int vb_report(const cli_ctx *ctx, const vb_opts *o, const vb_ctx *c,
                      const double *t)
 {
-    double g[7];
-    if (MPI_Allreduce(t, g, 7, MPI_DOUBLE, MPI_SUM, ctx->comm) != MPI_SUCCESS)
+    double g[9];
+    if (MPI_Allreduce(t, g, 9, MPI_DOUBLE, MPI_SUM, ctx->comm) != MPI_SUCCESS)
         return cli_fail(ctx, CLI_EXIT_RUNTIME, "verify --backward: summing "
                                                "the errors failed");
-    double e[3];
+    double e[4];
     int pass = g[6] == 0;
-    for (int i = 0; i < 3; i++) {
-        e[i] = g[3 + i] > 0 ? sqrt(g[i] / g[3 + i]) : sqrt(g[i]);
+    for (int i = 0; i < 4; i++) {
+        const double err = i < 3 ? g[i] : g[7], ref = i < 3 ? g[3 + i] : g[8];
+        e[i] = ref > 0 ? sqrt(err / ref) : sqrt(err);
         pass &= e[i] < o->tol;
     }
+    char dw[48] = "";
+    if (c->dw)
+        snprintf(dw, sizeof dw, ", weights %.3e", e[3]);
     if (ctx->rank == 0)
         printf("ringattn verify --backward: %s: %s rows, causal %s, window "
-               "%s, masks %s, score %s: rel err dq %.3e, dk %.3e, dv %.3e, "
-               "non-finite %.0f, tolerance %.1e: %s\n", o->out,
-               o->all ? "all" : "sampled", c->run.causal ? "yes" : "no",
-               c->run.window ? "yes" : "no",
-               c->run.masks[0] ? c->run.masks : "none", c->run.score, e[0],
-               e[1], e[2], g[6], o->tol, pass ? "PASS" : "FAIL");
+               "%s, masks %s, score %s, rope %s, alibi %s: rel err dq %.3e, "
+               "dk %.3e, dv %.3e%s, non-finite %.0f, tolerance %.1e: %s\n",
+               o->out, o->all ? "all" : "sampled",
+               c->run.causal ? "yes" : "no", c->run.window ? "yes" : "no",
+               c->run.masks[0] ? c->run.masks : "none", c->run.score,
+               c->run.rope, c->run.alibi ? "yes" : "no", e[0], e[1], e[2], dw,
+               g[6], o->tol, pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
 }
 
@@ -347,13 +445,18 @@ int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv)
         return cli_fail(ctx, CLI_EXIT_USAGE, "verify --backward: --in and "
                                              "--out are required");
     vb_ctx c = {0};
-    double t[7] = {0};
+    double t[9] = {0};
     ra_status st = vb_validate(ctx, &o, &c);
     if (st == RA_OK)
         st = ra_agree(ctx->comm, vb_check(ctx, &o, &c, t));
+    if (st == RA_OK && c.dw)
+        st = vb_weights(ctx, &o, &c, t);
     code = st == RA_OK ? vb_report(ctx, &o, &c, t) : cli_fail_status(ctx, st);
     free(c.pick_q);
     free(c.pick_k);
+    free(c.dw);
+    free(c.slopes);
+    cli_score_free(&c.score_in);
     ra_h5_masks_free(&c.masks);
     return code;
 }

@@ -50,36 +50,87 @@ def visible(N, M, causal, window, b, f):
     return vis
 
 
-def reference(path, causal, window):
-    """fp64 dq, dk, dv of L = sum(do * o) from the definition."""
+def rope_half(x, pos, base):
+    """RoPE, half pairing, of rows x (len, D) at positions pos (fp64)."""
+    D = x.shape[1]
+    ang = pos[:, None] * base ** (-2.0 * np.arange(D // 2) / D)
+    a, b = x[:, :D // 2], x[:, D // 2:]
+    return np.concatenate([a * np.cos(ang) - b * np.sin(ang),
+                           b * np.cos(ang) + a * np.sin(ang)], axis=1)
+
+
+def head_grads(q, k, v, do, vis, opt):
+    """fp64 gradients of one head: dq, dk, dv and for the additive score
+    (dw_q, dw_k, dw_v), from the definitions."""
+    N, M = q.shape[0], k.shape[0]
+    add = opt.get("additive")
+    if add:
+        wq, wk, wv = add
+        T = np.tanh((q @ wq.T)[:, None, :] + (k @ wk.T)[None, :, :])
+        sc = T @ wv
+    else:
+        sc = q @ k.T / np.sqrt(q.shape[1])
+    if "slope" in opt:
+        i = np.arange(N)[:, None] + (M - N)
+        sc = sc + opt["slope"] * (np.arange(M)[None, :] - i)
+    sc = np.where(vis, sc, -np.inf)
+    mx = sc.max(axis=1, keepdims=True)
+    mx[~np.isfinite(mx)] = 0
+    p = np.exp(sc - mx)
+    tot = p.sum(axis=1, keepdims=True)
+    p = np.divide(p, tot, out=np.zeros_like(p), where=tot > 0)
+    dp = do @ v.T
+    ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
+    if not add:
+        s = 1 / np.sqrt(q.shape[1])
+        return s * ds @ k, s * ds.T @ q, p.T @ do, None
+    U = ds[:, :, None] * wv * (1 - T * T)
+    dqp, dkp = U.sum(axis=1), U.sum(axis=0)
+    dw = (dqp.T @ q, dkp.T @ k, (ds[:, :, None] * T).sum(axis=(0, 1)))
+    return dqp @ wq, dkp @ wk, p.T @ do, dw
+
+
+def reference(path, causal, window, **opt):
+    """fp64 dq, dk, dv (and the additive weights' gradients) of
+    L = sum(do * o); opt: rope=base (half pairing), alibi=True (standard
+    slopes), additive=True (weights from /additive)."""
     with h5py.File(path, "r") as f:
         q, k, v, do = (f[n][...].astype(np.float64) for n in ("q", "k", "v", "do"))
         B, N, H, D = q.shape
         M, G = k.shape[1], k.shape[2]
-        s = 1 / np.sqrt(D)
+        hopt = {}
+        if opt.get("additive"):
+            hopt["additive"] = tuple(f["additive/" + n][...].astype(np.float64)
+                                     for n in ("w_q", "w_k", "w_v"))
+        base = opt.get("rope")
+        qpos, kpos = np.arange(N) + (M - N), np.arange(M)
         dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+        dw = None
         for b in range(B):
             vis = visible(N, M, causal, window, b, f)
             for h in range(H):
                 g = h // (H // G)
-                sc = np.where(vis, s * q[b, :, h] @ k[b, :, g].T, -np.inf)
-                mx = sc.max(axis=1, keepdims=True)
-                mx[~np.isfinite(mx)] = 0
-                p = np.exp(sc - mx)
-                tot = p.sum(axis=1, keepdims=True)
-                p = np.divide(p, tot, out=np.zeros_like(p), where=tot > 0)
-                dp = do[b, :, h] @ v[b, :, g].T
-                ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
-                dv[b, :, g] += p.T @ do[b, :, h]
-                dq[b, :, h] = s * ds @ k[b, :, g]
-                dk[b, :, g] += s * ds.T @ q[b, :, h]
-    return dq, dk, dv
+                if opt.get("alibi"):
+                    hopt["slope"] = 2.0 ** (-8.0 * (h + 1) / H)
+                qh, kh = q[b, :, h], k[b, :, g]
+                if base:
+                    qh, kh = rope_half(qh, qpos, base), rope_half(kh, kpos, base)
+                gq, gk, gv, gw = head_grads(qh, kh, v[b, :, g], do[b, :, h],
+                                            vis, hopt)
+                if base:
+                    gq, gk = rope_half(gq, -qpos, base), rope_half(gk, -kpos, base)
+                dq[b, :, h] = gq
+                dk[b, :, g] += gk
+                dv[b, :, g] += gv
+                if gw:
+                    dw = gw if dw is None else tuple(x + y for x, y in zip(dw, gw))
+    return (dq, dk, dv) + (dw if dw else ())
 
 
 def check(name, grads, ref):
     worst, bad = 0.0, False
     with h5py.File(grads, "r") as f:
-        for n, r in zip(("dq", "dk", "dv"), ref):
+        for n, r in zip(("dq", "dk", "dv", "dw_q", "dw_k", "dw_v"), ref):
             got = f[n][...].astype(np.float64)
             bad |= not np.all(np.isfinite(got))
             den = np.linalg.norm(r)
@@ -91,9 +142,9 @@ def check(name, grads, ref):
     return ok
 
 
-def verify(grads, extra, want):
+def verify(grads, extra, want, inp="in.h5"):
     cmd = ["mpirun", "-np", NP, "--oversubscribe", RINGATTN, "verify",
-           "--backward", "--in", "in.h5", "--out", grads] + extra
+           "--backward", "--in", inp, "--out", grads] + extra
     r = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
     ok = r.returncode == want
     print(f"{'PASS' if ok else 'FAIL'} verify --backward {' '.join(extra)} "
@@ -137,7 +188,32 @@ def cases():
              f"g_{lay}.h5", "--causal", "--layout", lay])
         ok &= check(f"causal segments, {lay}", f"g_{lay}.h5",
                     reference("seg.h5", 1, None))
-    return 0 if ok else 1
+    return 0 if (ok and encoded_cases()) else 1
+
+
+def encoded_cases():
+    """RoPE with ALiBi, and the additive score with its weights."""
+    ok = True
+    run(["run", "--backward", "--in", "in.h5", "--recompute", "--out",
+         "g_pos.h5", "--causal", "--rope", "half", "--rope-base", "500",
+         "--alibi", "--layout", "zigzag"])
+    ok &= check("causal rope half + alibi", "g_pos.h5",
+                reference("in.h5", 1, None, rope=500.0, alibi=True))
+    ok &= verify("g_pos.h5", ["--sample", "40"], 0)
+    shutil.copy("in.h5", "add.h5")
+    rng = np.random.default_rng(11)
+    with h5py.File("add.h5", "r+") as f:
+        D = f["q"].shape[3]
+        for n, shape in (("w_q", (8, D)), ("w_k", (8, D)), ("w_v", (8,))):
+            f["additive/" + n] = (0.3 * rng.standard_normal(shape)).astype("f4")
+    run(["run", "--in", "add.h5", "--out", "fwd_add.h5", "--score",
+         "additive", "--window", "40,3"])
+    run(["run", "--backward", "--in", "add.h5", "--fwd", "fwd_add.h5",
+         "--out", "g_add.h5", "--score", "additive", "--window", "40,3"])
+    ok &= check("additive window, --fwd", "g_add.h5",
+                reference("add.h5", 0, (40, 3), additive=True))
+    ok &= verify("g_add.h5", ["--sample", "25"], 0, inp="add.h5")
+    return ok
 
 
 if __name__ == "__main__":

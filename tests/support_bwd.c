@@ -26,6 +26,16 @@ static void head_scatter_add(const double *x, int64_t b, int64_t len,
             out[((b * len + i) * heads + h) * dim + d] += x[i * dim + d];
 }
 
+/* RoPE on the len rows (dim D) of one head at positions first, first + 1,
+ * ... times sign (-1: the transpose). */
+static void rope_rows(const ra_params *prm, double *x, int64_t len, int64_t D,
+                      int64_t first, int64_t sign)
+{
+    for (int64_t i = 0; i < len; i++)
+        ra_rope_row_ref(prm->rope, prm->rope_base, x + i * D, D,
+                        sign * (first + i));
+}
+
 /* One (b, h): the forward state and the gradients, dk and dv summed into
  * the group's kv head. w holds the scratch arrays, in order q, k, v, do, o,
  * lse, dq, dk, dv, scores. */
@@ -35,10 +45,12 @@ static void ref_head(bwd_ref *r, const problem *p, const ra_params *prm,
 {
     const ra_shape *s = &p->s;
     const int64_t N = s->N, M = s->M, D = s->D, Dv = s->Dv;
-    const int64_t g = h / (s->H / s->G);
-    const ra_ref_score sc = {.score = prm->score,
-                             .scale = ra_params_scale(prm, s),
-                             .sigma = prm->sigma};
+    const int64_t Dk = ra_shape_dk(s), g = h / (s->H / s->G);
+    const ra_ref_score sc = {
+        .score = prm->score, .scale = ra_params_scale(prm, s),
+        .sigma = prm->sigma, .additive = prm->additive, .Dk = Dk,
+        .alibi = prm->alibi,
+        .alibi_slope = prm->alibi ? ra_params_alibi_slope(prm, s->H, h) : 0};
     const ra_mask m = {.causal = prm->causal, .diag = M - N,
                        .window = prm->window, .left = prm->window_left,
                        .right = prm->window_right,
@@ -47,23 +59,31 @@ static void ref_head(bwd_ref *r, const problem *p, const ra_params *prm,
                        .q_seg = mk->q_seg ? mk->q_seg + b * N : NULL,
                        .k_seg = mk->kv_seg ? mk->kv_seg + b * M : NULL};
     head_gather(p->q, b, N, s->H, h, D, w[0]);
-    head_gather(p->k, b, M, s->G, g, D, w[1]);
+    head_gather(p->k, b, M, s->G, g, Dk, w[1]);
     head_gather(p->v, b, M, s->G, g, Dv, w[2]);
     head_gather(dout, b, N, s->H, h, Dv, w[3]);
-    ra_reference_scored(&sc, N, M, D, Dv, &m, w[0], D, w[1], D, w[2], Dv,
+    rope_rows(prm, w[0], N, D, M - N, 1);
+    rope_rows(prm, w[1], M, Dk, 0, 1);
+    ra_reference_scored(&sc, N, M, D, Dv, &m, w[0], D, w[1], Dk, w[2], Dv,
                         w[4], Dv, w[5], w[9]);
     for (int64_t i = 0; i < N; i++) {
         for (int64_t d = 0; d < Dv; d++)
             r->o[((b * N + i) * s->H + h) * Dv + d] = (float)w[4][i * Dv + d];
         r->lse[(b * s->H + h) * N + i] = (float)w[5][i];
     }
-    memset(w[7], 0, sizeof(double) * (size_t)(M * D));
+    memset(w[7], 0, sizeof(double) * (size_t)(M * Dk));
     memset(w[8], 0, sizeof(double) * (size_t)(M * Dv));
-    const ra_ref_grads gr = {w[0], w[1], w[2], w[3], D, D, Dv, Dv,
-                             w[6], w[7], w[8], D, D, Dv};
+    const int64_t A = prm->additive ? prm->additive->A : 0;
+    double *dw = r->dw;
+    const ra_ref_grads gr = {w[0], w[1], w[2], w[3], D, Dk, Dv, Dv,
+                             w[6], w[7], w[8], D, Dk, Dv,
+                             dw, dw ? dw + A * D : NULL,
+                             dw ? dw + A * (D + Dk) : NULL};
     ra_reference_backward(&sc, N, M, D, Dv, &m, &gr, w[9]);
+    rope_rows(prm, w[6], N, D, M - N, -1);
+    rope_rows(prm, w[7], M, Dk, 0, -1);
     head_scatter_add(w[6], b, N, s->H, h, D, r->dq);
-    head_scatter_add(w[7], b, M, s->G, g, D, r->dk);
+    head_scatter_add(w[7], b, M, s->G, g, Dk, r->dk);
     head_scatter_add(w[8], b, M, s->G, g, Dv, r->dv);
 }
 
@@ -73,13 +93,18 @@ void bwd_ref_make(bwd_ref *r, const problem *p, const ra_params *params,
     const ra_shape *s = &p->s;
     const test_masks none = {0};
     const int64_t N = s->N, M = s->M, D = s->D, Dv = s->Dv;
+    const int64_t Dk = ra_shape_dk(s);
+    const int additive = params->score == RA_SCORE_ADDITIVE;
+    const int64_t A = additive ? params->additive->A : 0;
     r->o = malloc(sizeof(float) * (size_t)(s->B * N * s->H * Dv + 1));
     r->lse = malloc(sizeof(float) * (size_t)(s->B * s->H * N + 1));
     r->dq = calloc((size_t)(s->B * N * s->H * D + 1), sizeof(double));
-    r->dk = calloc((size_t)(s->B * M * s->G * D + 1), sizeof(double));
+    r->dk = calloc((size_t)(s->B * M * s->G * Dk + 1), sizeof(double));
     r->dv = calloc((size_t)(s->B * M * s->G * Dv + 1), sizeof(double));
-    const int64_t len[10] = {N * D, M * D, M * Dv, N * Dv, N * Dv,
-                             N,     N * D, M * D,  M * Dv, M};
+    r->dw = additive ? calloc((size_t)(A * (D + Dk + 1)), sizeof(double))
+                     : NULL;
+    const int64_t len[10] = {N * D, M * Dk, M * Dv, N * Dv, N * Dv,
+                             N,     N * D,  M * Dk, M * Dv, M};
     double *w[10];
     for (int i = 0; i < 10; i++)
         w[i] = malloc(sizeof(double) * (size_t)(len[i] + 1));
@@ -97,6 +122,7 @@ void bwd_ref_free(bwd_ref *r)
     free(r->dq);
     free(r->dk);
     free(r->dv);
+    free(r->dw);
 }
 
 void bwd_tally_add(bwd_tally *t, int which, const float *got,

@@ -6,14 +6,18 @@
 #include "backward.h"
 #include "support.h"
 
-/* The fp64 reference of a full problem under params' rules and the global
- * masks (NULL: none), all in natural token order:
+/* The fp64 reference of a full problem under params' rules (every score,
+ * RoPE and ALiBi) and the global masks (NULL: none), all in natural token
+ * order:
  *   o (B, N, H, Dv) and lse (B, H, N) as float32 (the forward state a
- *   backward pass reads), dq (B, N, H, D), dk (B, M, G, D),
- *   dv (B, M, G, Dv) in double. dout (B, N, H, Dv). */
+ *   backward pass reads), dq (B, N, H, D), dk (B, M, G, Dk),
+ *   dv (B, M, G, Dv) in double; with the additive score dw: dw_q (A, D),
+ *   dw_k (A, Dk), dw_v (A) one after the other (else NULL). dout
+ *   (B, N, H, Dv). RoPE is applied to the rows here, in fp64, and dq, dk
+ *   taken back through it by the rotation at minus the positions. */
 typedef struct {
     float *o, *lse;
-    double *dq, *dk, *dv;
+    double *dq, *dk, *dv, *dw;
 } bwd_ref;
 
 void bwd_ref_make(bwd_ref *r, const problem *p, const ra_params *params,
@@ -24,12 +28,16 @@ void bwd_ref_free(bwd_ref *r);
  * entries that are not finite: whole-tensor relative errors are
  * sqrt(err2 / ref2) once summed over ranks. */
 typedef struct {
-    double err2[3], ref2[3]; /* dq, dk, dv */
+    double err2[4], ref2[4]; /* dq, dk, dv, the additive weights */
     double nonfinite;
 } bwd_tally;
 
+/* Its doubles, for an MPI sum. */
+#define BWD_TALLY_DOUBLES 9
+
 /* Adds the rows of a layout slice: got (B, sl->count, row) in slice order
- * against ref (B, len, row); which: 0 dq, 1 dk, 2 dv. */
+ * against ref (B, len, row); which: 0 dq, 1 dk, 2 dv, 3 weights (a
+ * (1, 1, row) tensor and one run). */
 void bwd_tally_add(bwd_tally *t, int which, const float *got,
                    const double *ref, int64_t B, int64_t len, int64_t row,
                    const ra_slice *sl);

@@ -64,7 +64,7 @@ static bwd_tally run_kernel(const problem *p, const kcase *c,
     float *dv = calloc((size_t)(nk * s->Dv + 1), sizeof(float));
     int64_t *pos = malloc(sizeof(int64_t) * (size_t)(N > M ? N : M));
     int64_t *kseg = malloc(sizeof(int64_t) * (size_t)(B * M + 1));
-    ra_bwd_workspace *ws = ra_bwd_workspace_create(c->threads, c->bq, c->bkv);
+    ra_bwd_workspace *ws = ra_bwd_workspace_create(c->threads, c->bq, c->bkv, 0);
     for (int64_t i = 0; i < (N > M ? N : M); i++)
         pos[i] = i;
     ra_backward_drow(B, N, H, s->Dv, dout, ref->o, drow);

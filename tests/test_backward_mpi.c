@@ -30,6 +30,9 @@ typedef struct {
     int64_t left, right;
     ra_score score;
     int lens, segs, threads;
+    ra_rope rope;
+    int alibi;
+    const ra_additive *additive;
 } bcase;
 
 /* The masks of a case: global lens (B each) and ids (B, N), (B, M) for the
@@ -91,10 +94,25 @@ static ra_params params_of(const bcase *c)
     prm.block_q = 32;
     prm.block_kv = 48;
     prm.threads = c->threads;
+    prm.rope = c->rope;
+    prm.rope_base = 300.0;
+    prm.alibi = c->alibi;
+    prm.additive = c->additive;
     return prm;
 }
 
-/* This rank's tally of the three gradients after forward and backward. */
+/* The additive weights' gradients, the same on every rank: tallied by
+ * rank 0 alone, so that the sum over ranks counts them once. */
+static void tally_weights(bwd_tally *t, const ra_shape *s, const bcase *c,
+                          const float *dw, const bwd_ref *ref)
+{
+    const int64_t len = c->additive->A * (s->D + ra_shape_dk(s) + 1);
+    const ra_slice one = {1, {{0, 1, 1}}, 1};
+    if (rank == 0)
+        bwd_tally_add(t, 3, dw, ref->dw, 1, 1, len, &one);
+}
+
+/* This rank's tally of the gradients after forward and backward. */
 static bwd_tally run_local(const problem *p, const bcase *c,
                            const float *dout_full, const bwd_ref *ref,
                            const case_masks *cm, local_part *lp, int *ok)
@@ -102,23 +120,29 @@ static bwd_tally run_local(const problem *p, const bcase *c,
     const ra_shape *s = &p->s;
     const ra_params prm = params_of(c);
     const int64_t n = lp->qs.count, m = lp->ks.count, B = s->B;
+    const int64_t Dk = ra_shape_dk(s), A = c->additive ? c->additive->A : 0;
     float *dout = malloc(sizeof(float) * (size_t)(B * n * s->H * s->Dv + 1));
     float *dq = malloc(sizeof(float) * (size_t)(B * n * s->H * s->D + 1));
-    float *dk = malloc(sizeof(float) * (size_t)(B * m * s->G * s->D + 1));
+    float *dk = malloc(sizeof(float) * (size_t)(B * m * s->G * Dk + 1));
     float *dv = malloc(sizeof(float) * (size_t)(B * m * s->G * s->Dv + 1));
+    float *dw = malloc(sizeof(float) * (size_t)(A * (s->D + Dk + 1) + 1));
+    const ra_additive_grads dwg = {dw, dw + A * s->D, dw + A * (s->D + Dk)};
     slice_gather(dout_full, B, s->N, s->H * s->Dv, sizeof(float), &lp->qs,
                  dout);
     ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, &cm->local, lp->q,
                                  lp->k, lp->v, lp->o, lp->lse, NULL);
     if (st == RA_OK)
-        st = ra_backward(MPI_COMM_WORLD, s, &prm, &cm->local, lp->q, lp->k,
-                         lp->v, lp->o, lp->lse, dout, dq, dk, dv, NULL);
+        st = ra_backward_ex(MPI_COMM_WORLD, s, &prm, &cm->local, lp->q, lp->k,
+                            lp->v, lp->o, lp->lse, dout, dq, dk, dv,
+                            A ? &dwg : NULL, NULL);
     *ok = st == RA_OK;
     bwd_tally t = {0};
     if (st == RA_OK) {
         bwd_tally_add(&t, 0, dq, ref->dq, B, s->N, s->H * s->D, &lp->qs);
-        bwd_tally_add(&t, 1, dk, ref->dk, B, s->M, s->G * s->D, &lp->ks);
+        bwd_tally_add(&t, 1, dk, ref->dk, B, s->M, s->G * Dk, &lp->ks);
         bwd_tally_add(&t, 2, dv, ref->dv, B, s->M, s->G * s->Dv, &lp->ks);
+        if (A)
+            tally_weights(&t, s, c, dw, ref);
     } else if (rank == 0) {
         printf("# %s: %s\n", c->name, ra_error_message());
     }
@@ -126,6 +150,7 @@ static bwd_tally run_local(const problem *p, const bcase *c,
     free(dq);
     free(dk);
     free(dv);
+    free(dw);
     return t;
 }
 
@@ -148,21 +173,24 @@ static void expect_ok(ra_shape s, bcase c)
     const bwd_tally t = run_local(&p, &c, dout, &ref, &cm, &lp, &ok_local);
     bwd_tally g;
     double failed = !ok_local, any_failed;
-    MPI_Allreduce(&t, &g, 7, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&t, &g, BWD_TALLY_DOUBLES, MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
     MPI_Allreduce(&failed, &any_failed, 1, MPI_DOUBLE, MPI_SUM,
                   MPI_COMM_WORLD);
-    const double e[3] = {bwd_tally_rel(&g, 0), bwd_tally_rel(&g, 1),
-                         bwd_tally_rel(&g, 2)};
+    const double e[4] = {bwd_tally_rel(&g, 0), bwd_tally_rel(&g, 1),
+                         bwd_tally_rel(&g, 2), bwd_tally_rel(&g, 3)};
     const int ok = any_failed == 0 && g.nonfinite == 0 && e[0] < 1e-5 &&
-                   e[1] < 1e-5 && e[2] < 1e-5 && g.ref2[0] > 0;
+                   e[1] < 1e-5 && e[2] < 1e-5 && e[3] < 1e-5 &&
+                   g.ref2[0] > 0 && (!c.additive || g.ref2[3] > 0);
     if (rank == 0)
         printf("# P=%d %-16s B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld "
-               "Dv=%lld %s  dq=%.2e dk=%.2e dv=%.2e nonfinite=%.0f %s\n",
+               "Dv=%lld %s  dq=%.2e dk=%.2e dv=%.2e dw=%.2e nonfinite=%.0f "
+               "%s\n",
                nranks, c.name, (long long)s.B, (long long)s.N, (long long)s.M,
                (long long)s.H, (long long)s.G, (long long)s.D,
                (long long)s.Dv,
                ra_layout_name(ra_params_layout(&prm, c.segs)), e[0], e[1],
-               e[2], g.nonfinite, ok ? "PASS" : "FAIL");
+               e[2], e[3], g.nonfinite, ok ? "PASS" : "FAIL");
     bwd_ref_free(&ref);
     masks_free(&cm);
     local_part_free(&lp);
@@ -224,6 +252,82 @@ static void test_cross_gqa_gaussian(void **state)
                           .score = RA_SCORE_GAUSSIAN, .threads = 1});
 }
 
+/* The additive score: keys of another dim, GQA, masks; the gradients of
+ * q, k, v and of w_q, w_k, w_v. */
+static void test_additive(void **state)
+{
+    (void)state;
+    const ra_shape s = {2, 97, 131, 4, 2, 12, 10, 20};
+    enum { A = 16 };
+    float wq[A * 12], wk[A * 20], wv[A];
+    ra_random_normal(seed_next, RA_STREAM_W_Q, 0, A * s.D, wq);
+    ra_random_normal(seed_next, RA_STREAM_W_K, 0, A * s.Dk, wk);
+    ra_random_normal(seed_next, RA_STREAM_W_V, 0, A, wv);
+    for (int64_t i = 0; i < A * s.D; i++)
+        wq[i] *= 0.3f;
+    for (int64_t i = 0; i < A * s.Dk; i++)
+        wk[i] *= 0.3f;
+    const ra_additive ad = {A, wq, wk, wv};
+    expect_ok(s, (bcase){.name = "additive", .layout = RA_LAYOUT_CONTIGUOUS,
+                         .score = RA_SCORE_ADDITIVE, .additive = &ad,
+                         .threads = 1});
+    expect_ok(s, (bcase){.name = "additive-causal", .layout = RA_LAYOUT_ZIGZAG,
+                         .causal = 1, .lens = 1, .score = RA_SCORE_ADDITIVE,
+                         .additive = &ad, .threads = 2});
+    const ra_shape sq = {1, 113, 113, 2, 1, 8, 8, 8};
+    expect_ok(sq, (bcase){.name = "additive-segs-alibi",
+                          .layout = RA_LAYOUT_STRIPED, .segs = 1,
+                          .alibi = 1, .score = RA_SCORE_ADDITIVE,
+                          .additive = &ad, .threads = 1});
+}
+
+/* RoPE (both pairings) and ALiBi, alone and together, over the layouts. */
+static void test_posenc(void **state)
+{
+    (void)state;
+    const ra_shape s = {2, 181, 181, 4, 2, 16, 12};
+    const ra_shape cross = {1, 90, 143, 2, 1, 8, 8};
+    expect_ok(s, (bcase){.name = "rope-interleaved",
+                         .layout = RA_LAYOUT_ZIGZAG, .causal = 1,
+                         .rope = RA_ROPE_INTERLEAVED, .threads = 1});
+    expect_ok(s, (bcase){.name = "rope-half", .layout = RA_LAYOUT_STRIPED,
+                         .rope = RA_ROPE_HALF, .lens = 1, .threads = 2});
+    expect_ok(s, (bcase){.name = "alibi-causal", .layout = RA_LAYOUT_ZIGZAG,
+                         .causal = 1, .alibi = 1, .threads = 1});
+    expect_ok(s, (bcase){.name = "alibi-window",
+                         .layout = RA_LAYOUT_CONTIGUOUS, .window = 1,
+                         .left = 30, .right = 7, .alibi = 1, .threads = 1});
+    expect_ok(cross, (bcase){.name = "rope-alibi-cross",
+                             .layout = RA_LAYOUT_CONTIGUOUS, .causal = 1,
+                             .rope = RA_ROPE_HALF, .alibi = 1, .threads = 1});
+    expect_ok(cross, (bcase){.name = "rope-gaussian",
+                             .layout = RA_LAYOUT_STRIPED,
+                             .score = RA_SCORE_GAUSSIAN,
+                             .rope = RA_ROPE_INTERLEAVED, .alibi = 1,
+                             .threads = 1});
+}
+
+/* Weight gradients asked for with one of the three missing: refused on
+ * every rank alike before any transfer. */
+static void test_weights_refused(void **state)
+{
+    (void)state;
+    const ra_shape s = {1, 16, 16, 2, 1, 4, 4};
+    enum { A = 3 };
+    float w[A * 9] = {0}, buf[1024] = {0};
+    const ra_additive ad = {A, w, w + A * 4, w + A * 8};
+    ra_params prm = params_of(&(bcase){.layout = RA_LAYOUT_CONTIGUOUS,
+                                       .score = RA_SCORE_ADDITIVE,
+                                       .additive = &ad, .threads = 1});
+    const ra_additive_grads dw = {buf, NULL, buf};
+    const ra_status st = ra_backward_ex(MPI_COMM_WORLD, &s, &prm, NULL, buf,
+                                        buf, buf, buf, buf, buf, buf, buf,
+                                        buf, &dw, NULL);
+    if (rank == 0)
+        printf("# refused: %s\n", ra_error_message());
+    assert_int_equal(st, RA_ERR_ARG);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -231,6 +335,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_mask_rules),
         cmocka_unit_test(test_cross_gqa_gaussian),
+        cmocka_unit_test(test_additive),
+        cmocka_unit_test(test_posenc),
+        cmocka_unit_test(test_weights_refused),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

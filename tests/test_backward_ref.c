@@ -1,7 +1,8 @@
 /* test_backward_ref.c: the fp64 reference gradients against central finite
  * differences of L = sum(dO * O) computed by the forward reference, on tiny
  * fresh random problems, for every mask rule and the dot and Gaussian
- * scores. Proves the reference that the kernel and the ring are checked
+ * scores, ALiBi, RoPE (taken back by the rotation at minus the positions)
+ * and the additive score with its weights. Proves the reference that the kernel and the ring are checked
  * against. No MPI call is made. */
 #include <math.h>
 #include <setjmp.h>
@@ -238,12 +239,118 @@ static void test_additive_fd(void **state)
     assert_true(check_additive("lens", &lens) < 1e-5);
 }
 
+/* ALiBi: a bias on the scores, so the same gradients as without it but
+ * of other weights. */
+static void test_alibi_fd(void **state)
+{
+    (void)state;
+    const ra_ref_score sc = {.score = RA_SCORE_DOT, .scale = 0.7, .alibi = 1,
+                             .alibi_slope = 0.37};
+    run_masks(&sc);
+    const ra_ref_score gs = {.score = RA_SCORE_GAUSSIAN, .sigma = 1.3,
+                             .alibi = 1, .alibi_slope = 0.6};
+    run_masks(&gs);
+}
+
+/* RoPE on a tiny problem of even head dim DK: queries at positions
+ * i + diag, keys at j, base 7 (large angles). */
+typedef struct {
+    double q[NQ * DK], k[MK * DK], v[MK * DV], dout[NQ * DV];
+    ra_rope rope;
+    ra_mask mk;
+} tiny_rope;
+
+/* Rows of x (len, DK) rotated at positions (first + i) * sign. */
+static void rope_rows(const tiny_rope *t, double *x, int len, int64_t first,
+                      int64_t sign)
+{
+    for (int i = 0; i < len; i++)
+        ra_rope_row_ref(t->rope, 7.0, x + i * DK, DK, sign * (first + i));
+}
+
+static double loss_rope(const tiny_rope *t, const ra_ref_score *sc)
+{
+    double q[NQ * DK], k[MK * DK], o[NQ * DV], lse[NQ], scores[MK], l = 0.0;
+    memcpy(q, t->q, sizeof q);
+    memcpy(k, t->k, sizeof k);
+    rope_rows(t, q, NQ, t->mk.diag, 1);
+    rope_rows(t, k, MK, 0, 1);
+    ra_reference_scored(sc, NQ, MK, DK, DV, &t->mk, q, DK, k, DK, t->v, DV, o,
+                        DV, lse, scores);
+    for (int i = 0; i < NQ * DV; i++)
+        l += t->dout[i] * o[i];
+    return l;
+}
+
+static double fd_rope(tiny_rope *t, const ra_ref_score *sc, double *x, int n,
+                      const double *grad)
+{
+    double worst = 0.0;
+    for (int i = 0; i < n; i++) {
+        const double keep = x[i];
+        x[i] = keep + 1e-5;
+        const double up = loss_rope(t, sc);
+        x[i] = keep - 1e-5;
+        const double down = loss_rope(t, sc);
+        x[i] = keep;
+        const double e = fabs((up - down) / 2e-5 - grad[i]) /
+                         (1.0 + fabs(grad[i]));
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+static double check_rope(ra_rope rope, const ra_mask *mk)
+{
+    tiny_rope t = {.rope = rope, .mk = *mk};
+    float buf[NQ * DK + MK * DK + MK * DV + NQ * DV];
+    ra_random_normal(seed_next++, RA_STREAM_Q, 0, (int64_t)(sizeof buf / 4),
+                     buf);
+    double *dst[4] = {t.q, t.k, t.v, t.dout};
+    const int len[4] = {NQ * DK, MK * DK, MK * DV, NQ * DV};
+    for (int a = 0, at = 0; a < 4; at += len[a], a++)
+        for (int i = 0; i < len[a]; i++)
+            dst[a][i] = buf[at + i];
+    const ra_ref_score sc = {.score = RA_SCORE_DOT, .scale = 0.8};
+    double q[NQ * DK], k[MK * DK], dq[NQ * DK], dk[MK * DK] = {0};
+    double dv[MK * DV] = {0}, p[MK];
+    memcpy(q, t.q, sizeof q);
+    memcpy(k, t.k, sizeof k);
+    rope_rows(&t, q, NQ, mk->diag, 1);
+    rope_rows(&t, k, MK, 0, 1);
+    const ra_ref_grads g = {q, k, t.v, t.dout, DK, DK, DV, DV,
+                            dq, dk, dv, DK, DK, DV};
+    ra_reference_backward(&sc, NQ, MK, DK, DV, mk, &g, p);
+    rope_rows(&t, dq, NQ, mk->diag, -1); /* the transpose of the rotation */
+    rope_rows(&t, dk, MK, 0, -1);
+    const double e[3] = {fd_rope(&t, &sc, t.q, NQ * DK, dq),
+                         fd_rope(&t, &sc, t.k, MK * DK, dk),
+                         fd_rope(&t, &sc, t.v, MK * DV, dv)};
+    const double worst = fmax(e[0], fmax(e[1], e[2]));
+    printf("# rope %-11s causal=%d worst fd error q %.1e k %.1e v %.1e %s\n",
+           ra_rope_name(rope), mk->causal, e[0], e[1], e[2],
+           worst < 1e-6 ? "PASS" : "FAIL");
+    return worst;
+}
+
+static void test_rope_fd(void **state)
+{
+    (void)state;
+    const ra_mask none = {.diag = MK - NQ};
+    const ra_mask causal = {.causal = 1, .diag = MK - NQ};
+    assert_true(check_rope(RA_ROPE_INTERLEAVED, &none) < 1e-6);
+    assert_true(check_rope(RA_ROPE_HALF, &none) < 1e-6);
+    assert_true(check_rope(RA_ROPE_HALF, &causal) < 1e-6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dot_fd),
         cmocka_unit_test(test_gaussian_fd),
         cmocka_unit_test(test_additive_fd),
+        cmocka_unit_test(test_alibi_fd),
+        cmocka_unit_test(test_rope_fd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
 }
