@@ -400,6 +400,8 @@ static ra_status ring_run(ring_state *rs, const ring_args *a)
     ring_pack_own(rs, kr, a->v, kseg);
     forward_arg fa = {additive ? rs->qp : rope ? rs->qr : a->q, a->o, a->lse};
     ra_status st = ring_pass(rs, visit_forward, &fa);
+    ra_workspace_busy(rs->ws, &rs->tm->thread_busy_min,
+                      &rs->tm->thread_busy_max);
     if (st == RA_OK && a->want_map) {
         const ra_slice qs = ra_layout_slice(rs->lay, s->N, rs->r, rs->P);
         const map_arg ma = {fa.q, a->lse, map_rows(&qs, a->map), a->map};

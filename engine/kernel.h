@@ -61,14 +61,25 @@ typedef struct {
 typedef struct ra_workspace ra_workspace;
 
 /* Makes scratch for `threads` threads and tiles up to block_q x block_kv with
- * value dim Dv; NULL when out of memory. */
+ * value dim Dv, each thread's part on pages of its own that the thread
+ * itself touches first; NULL when out of memory. Call it from the thread
+ * that will call the kernels, outside any parallel region. */
 ra_workspace *ra_workspace_create(int threads, int64_t block_q,
                                   int64_t block_kv, int64_t Dv);
 void ra_workspace_free(ra_workspace *ws);
 int ra_workspace_threads(const ra_workspace *ws);
 
-/* Called by thread 0 between tiles so that the caller can progress
- * communication; may be NULL. */
+/* Per-thread busy time: ra_kernel_forward_block adds to each thread's
+ * count the wall time it spent inside its work items (not waiting at the
+ * end of the call for the others). Gives the least and the most busy
+ * thread's total since the workspace was made. */
+void ra_workspace_busy(const ra_workspace *ws, double *min, double *max);
+
+/* Progress of the caller's communication, may be NULL. Run only by thread
+ * 0 of a kernel call (the thread that called the kernel, so MPI_THREAD_
+ * FUNNELED is enough): between its key tiles, and after its last item
+ * until every other thread has finished its own; never waited for by the
+ * other threads. It must not block. */
 typedef void (*ra_progress_fn)(void *ctx);
 
 /* Sets o = 0 and lse = -inf: the empty partial that every merge starts from.

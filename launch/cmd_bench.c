@@ -115,7 +115,9 @@ static const cli_spec bench_spec = {
     "rank_min/max are the fastest and slowest ranks' medians; GFLOP/s counts\n"
     "useful FLOPs (2*(D+Dv) per visible query-key pair, counted exactly under\n"
     "causal, window, lens and segments); busy is the slowest rank's compute\n"
-    "time over the fastest's (load balance); sgemm is the summed rate of a\n"
+    "time over the fastest's (load balance); tbusy the same over the threads\n"
+    "of a rank (time inside work items, worst rank; 0: not measured); sgemm\n"
+    "is the summed rate of a\n"
     "2048^3 sgemm run by every rank at once on the same threads; ratio =\n"
     "GFLOP/s / sgemm; wait% is the exposed (not total) time blocked on ring\n"
     "transfers, worst rank; MB_sent is the busiest rank's per pass (JSON: also\n"
@@ -144,7 +146,7 @@ int parse_bench(bench_opts *o, int argc, char **argv, int *help)
 typedef struct {
     cli_tensors t;
     bench_masks bm;
-    double *wall, *busy, *wait, *job; /* per rep; one allocation */
+    double *wall, *busy, *wait, *job, *tbusy; /* per rep; one allocation */
     ra_timing tm;               /* of the last pass */
     double rss;
 } bench_run;
@@ -164,7 +166,7 @@ static ra_status config_setup(const cli_ctx *ctx, const bench_opts *o,
     const uint64_t seed = (uint64_t)o->seed;
     ra_status st = cli_tensors_alloc(&r->t, s, o->p.layout, ctx->rank,
                                      ctx->nranks);
-    if (st == RA_OK && !(r->wall = malloc(sizeof(double) * (size_t)o->reps * 4)))
+    if (st == RA_OK && !(r->wall = malloc(sizeof(double) * (size_t)o->reps * 5)))
         st = ra_error_set(RA_ERR_NOMEM, "bench: out of memory for timings");
     if (st == RA_OK)
         st = bench_masks_make(o, s, &r->t.qs, &r->t.ks, &r->bm);
@@ -173,6 +175,7 @@ static ra_status config_setup(const cli_ctx *ctx, const bench_opts *o,
     r->busy = r->wall + o->reps;
     r->wait = r->busy + o->reps;
     r->job = r->wait + o->reps;
+    r->tbusy = r->job + o->reps;
     ra_random_slice(seed, RA_STREAM_Q, s->B, s->N, s->H * s->D, &r->t.qs, r->t.q);
     ra_random_slice(seed, RA_STREAM_K, s->B, s->M, s->G * s->D, &r->t.ks, r->t.k);
     ra_random_slice(seed, RA_STREAM_V, s->B, s->M, s->G * s->Dv, &r->t.ks,
@@ -197,6 +200,9 @@ static ra_status config_measure(const cli_ctx *ctx, const bench_opts *o,
             r->wall[rep] = r->tm.total;
             r->busy[rep] = r->tm.compute;
             r->wait[rep] = r->tm.total > 0 ? r->tm.comm_wait / r->tm.total : 0;
+            r->tbusy[rep] = r->tm.thread_busy_min > 0
+                                ? r->tm.thread_busy_max / r->tm.thread_busy_min
+                                : 0;
         }
     }
     r->rss = bench_rss_peak();
@@ -259,6 +265,8 @@ static void config_times(const cli_ctx *ctx, const bench_opts *o,
     res->seconds_median = bench_median(r->job, o->reps);
     res->rank_seconds = bench_spread(ctx->comm, bench_median(r->wall, o->reps));
     res->busy_seconds = bench_spread(ctx->comm, bench_median(r->busy, o->reps));
+    res->thread_busy =
+        bench_spread(ctx->comm, bench_median(r->tbusy, o->reps)).max;
     res->comm_wait_fraction =
         bench_spread(ctx->comm, bench_median(r->wait, o->reps)).max;
     const spread sent = bench_spread(ctx->comm, (double)r->tm.bytes_sent);
