@@ -20,6 +20,7 @@
 #include "internal.h"
 #include "band.h"
 #include "kernel.h"
+#include "placement.h"
 #include "simd.h"
 #include "tally.h"
 
@@ -561,8 +562,10 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
                                                          "memory"));
     if (st == RA_OK)
         st = bench_validate(ctx, &o);
-    if (st == RA_OK)
+    if (st == RA_OK) {
+        cli_placement_warn(ctx, ra_params_threads(&o.p));
         st = bench_setup(ctx, &o);
+    }
     if (st == RA_OK)
         st = bench_measure(ctx, &o, rows, &nrows);
     if (st == RA_OK)
