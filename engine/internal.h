@@ -2,6 +2,7 @@
 #ifndef RA_INTERNAL_H
 #define RA_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ringattn.h"
@@ -36,6 +37,11 @@ int ra_shape_dk_allowed(const ra_shape *shape, ra_score score);
  * library leaves the process-wide setting as it found it. */
 int ra_blas_enter(int threads);
 void ra_blas_leave(int saved);
+
+/* memcpy of `bytes` split into chunks over up to `threads` threads (the
+ * rank's), each chunk written by the thread that copies it: the per-call
+ * copies of a rank with T threads go about as fast as those of T ranks. */
+void ra_copy_threads(void *dst, const void *src, size_t bytes, int threads);
 
 /* The random streams of generated problems: element values depend only on
  * (seed, stream, index), so that `gen`, `bench`, the tests and the checks

@@ -123,9 +123,22 @@ static tile_scratch scratch_of(const ra_workspace *ws, int tid)
 void ra_state_reset(int64_t B, int64_t n, int64_t H, int64_t Dv, float *o,
                     float *lse)
 {
-    memset(o, 0, (size_t)(B * n * H * Dv) * sizeof *o);
-    for (int64_t i = 0; i < B * H * n; i++)
-        lse[i] = -INFINITY;
+    ra_state_reset_threads(B, n, H, Dv, o, lse, 1);
+}
+
+void ra_state_reset_threads(int64_t B, int64_t n, int64_t H, int64_t Dv,
+                            float *o, float *lse, int threads)
+{
+    /* o then lse as one index range, cut into chunks of 2^16 floats */
+    const int64_t no = B * n * H * Dv, all = no + B * H * n, chunk = 1 << 16;
+#pragma omp parallel for num_threads(threads > 0 ? threads : 1) schedule(static)
+    for (int64_t c = 0; c < (all + chunk - 1) / chunk; c++) {
+        const int64_t a = c * chunk, z = a + chunk < all ? a + chunk : all;
+        if (a < no)
+            memset(o + a, 0, (size_t)((z < no ? z : no) - a) * sizeof *o);
+        for (int64_t i = a > no ? a : no; i < z; i++)
+            lse[i - no] = -INFINITY;
+    }
 }
 
 /* Merges the partial acc / sum (log2 max mx) of one query row into the

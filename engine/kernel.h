@@ -86,6 +86,9 @@ typedef void (*ra_progress_fn)(void *ctx);
  * o (B, n, H, Dv), lse (B, H, n). */
 void ra_state_reset(int64_t B, int64_t n, int64_t H, int64_t Dv,
                     float *o, float *lse);
+/* The same on up to `threads` threads, each zeroing its own chunks. */
+void ra_state_reset_threads(int64_t B, int64_t n, int64_t H, int64_t Dv,
+                            float *o, float *lse, int threads);
 
 /* Folds block k (B, m, G, D), v (B, m, G, Dv) into o (B, n, H, Dv) and
  * lse (B, H, n) for queries q (B, n, H, D): an online softmax over the key
