@@ -2,7 +2,8 @@
  *
  * Work items are (batch, head, query tile); OpenMP threads take them
  * dynamically, largest causal tiles first, each calling single-threaded
- * sgemm per tile. Per item, pass 1 makes the base-2 scores of one key tile
+ * sgemm per tile on scratch pages of its own and counting its busy time;
+ * thread 0 alone runs the caller's progress hook (tail_progress). Per item, pass 1 makes the base-2 scores of one key tile
  * with sgemm (alpha = scale * log2 e) and adds the ALiBi bias when on, pass 2 masks the tile if it straddles
  * an edge of the mask (tiles wholly invisible are never computed), pass 3
  * runs the online softmax (rescaling the accumulator
