@@ -260,7 +260,8 @@ static ra_status ring_check_range(ring_state *rs, const ring_args *a)
     if (a->params->nonfinite)
         return RA_OK;
     const ra_input_bounds mine = ra_input_bounds_of(a->shape, rs->n, rs->m_own,
-                                                    a->q, a->k, a->v);
+                                                    a->q, a->k, a->v,
+                                                    rs->threads);
     double in[3] = {mine.q_norm, mine.k_norm, mine.v_abs}, all[3];
     if (MPI_Allreduce(in, all, 3, MPI_DOUBLE, MPI_MAX, rs->comm) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "ring: MPI_Allreduce of the input "
@@ -392,7 +393,8 @@ static ra_status ring_run(ring_state *rs, const ring_args *a)
     const int blas = ra_blas_enter(1); /* single-threaded BLAS inside our
                                           own threads */
     ring_block_init(rs, a);
-    ra_state_reset(s->B, rs->n, s->H, s->Dv, a->o, a->lse);
+    ra_state_reset_threads(s->B, rs->n, s->H, s->Dv, a->o, a->lse,
+                           rs->threads);
     if (additive)
         ring_project(rs, a);
     if (rope)
@@ -400,6 +402,8 @@ static ra_status ring_run(ring_state *rs, const ring_args *a)
     ring_pack_own(rs, kr, a->v, kseg);
     forward_arg fa = {additive ? rs->qp : rope ? rs->qr : a->q, a->o, a->lse};
     ra_status st = ring_pass(rs, visit_forward, &fa);
+    ra_workspace_busy(rs->ws, &rs->tm->thread_busy_min,
+                      &rs->tm->thread_busy_max);
     if (st == RA_OK && a->want_map) {
         const ra_slice qs = ra_layout_slice(rs->lay, s->N, rs->r, rs->P);
         const map_arg ma = {fa.q, a->lse, map_rows(&qs, a->map), a->map};

@@ -40,10 +40,11 @@ void ring_pack_own(ring_state *rs, const float *k, const float *v,
     const int64_t m = rs->m_own;
     const ring_buf dst = rs->buf[0];
     for (int64_t b = 0; b < s->B; b++) {
-        memcpy(dst.kv + b * cnt * rk, k + (b * m + sp.a) * rk,
-               sizeof(float) * (size_t)(cnt * rk));
-        memcpy(dst.kv + s->B * cnt * rk + b * cnt * rv,
-               v + (b * m + sp.a) * rv, sizeof(float) * (size_t)(cnt * rv));
+        ra_copy_threads(dst.kv + b * cnt * rk, k + (b * m + sp.a) * rk,
+                        sizeof(float) * (size_t)(cnt * rk), rs->threads);
+        ra_copy_threads(dst.kv + s->B * cnt * rk + b * cnt * rv,
+                        v + (b * m + sp.a) * rv,
+                        sizeof(float) * (size_t)(cnt * rv), rs->threads);
         if (seg)
             memcpy(dst.seg + b * cnt, seg + b * m + sp.a,
                    sizeof(int64_t) * (size_t)cnt);

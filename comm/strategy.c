@@ -75,7 +75,8 @@ ra_status strat_check_range(const strat_call *c)
         block_keys = m > block_keys ? m : block_keys;
     }
     const ra_input_bounds mine = ra_input_bounds_of(c->shape, c->n, c->m_own,
-                                                    c->q, c->k, c->v);
+                                                    c->q, c->k, c->v,
+                                                    ra_params_threads(c->params));
     double in[3] = {mine.q_norm, mine.k_norm, mine.v_abs}, all[3];
     if (MPI_Allreduce(in, all, 3, MPI_DOUBLE, MPI_MAX, c->comm) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Allreduce of the input "

@@ -2,6 +2,7 @@
 #ifndef RA_INTERNAL_H
 #define RA_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ringattn.h"
@@ -40,6 +41,11 @@ void ra_blas_leave(int saved);
 /* Calls params->on_step(params->on_step_ctx, done, total) when it is set
  * (progress.c); outside any OpenMP region. */
 void ra_step_report(const ra_params *params, int done, int total);
+
+/* memcpy of `bytes` split into chunks over up to `threads` threads (the
+ * rank's), each chunk written by the thread that copies it: the per-call
+ * copies of a rank with T threads go about as fast as those of T ranks. */
+void ra_copy_threads(void *dst, const void *src, size_t bytes, int threads);
 
 /* The random streams of generated problems: element values depend only on
  * (seed, stream, index), so that `gen`, `bench`, the tests and the checks

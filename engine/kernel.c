@@ -2,7 +2,8 @@
  *
  * Work items are (batch, head, query tile); OpenMP threads take them
  * dynamically, largest causal tiles first, each calling single-threaded
- * sgemm per tile. Per item, pass 1 makes the base-2 scores of one key tile
+ * sgemm per tile on scratch pages of its own and counting its busy time;
+ * thread 0 alone runs the caller's progress hook (tail_progress). Per item, pass 1 makes the base-2 scores of one key tile
  * with sgemm (alpha = scale * log2 e) and adds the ALiBi bias when on, pass 2 masks the tile if it straddles
  * an edge of the mask (tiles wholly invisible are never computed), pass 3
  * runs the online softmax (rescaling the accumulator
@@ -10,6 +11,7 @@
  * the block the normalised partial is merged into (o, lse). */
 #include <cblas.h>
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +26,15 @@
 struct ra_workspace {
     int threads;
     int64_t block_q, block_kv, Dv;
-    size_t per_thread;  /* floats per thread, a multiple of 16 */
+    size_t per_thread;  /* floats per thread, whole pages */
     float *mem;         /* threads * per_thread floats */
+    double *busy;       /* seconds in work items, thread t at t * BUSY_STRIDE */
 };
+
+/* Floats in a page, and doubles in a cache line: each thread's scratch
+ * starts on a page of its own (first-touched by that thread) and its busy
+ * counter on a line of its own (no false sharing). */
+enum { PAGE_FLOATS = 1024, BUSY_STRIDE = 8 };
 
 /* Scratch of one thread: scores (block_q x block_kv), accumulator
  * (block_q x Dv), running max and sum (block_q each), a per-key term
@@ -36,6 +44,19 @@ typedef struct {
 } tile_scratch;
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
+
+/* Zeroes each thread's scratch from that thread, so that its pages sit
+ * near the core that computes on them (first touch). */
+static void workspace_touch(ra_workspace *ws)
+{
+#pragma omp parallel num_threads(ws->threads)
+    {
+        const int tid = omp_get_thread_num();
+        memset(ws->mem + (size_t)tid * ws->per_thread, 0,
+               ws->per_thread * sizeof(float));
+        ws->busy[tid * BUSY_STRIDE] = 0.0;
+    }
+}
 
 ra_workspace *ra_workspace_create(int threads, int64_t block_q,
                                   int64_t block_kv, int64_t Dv)
@@ -49,14 +70,19 @@ ra_workspace *ra_workspace_create(int threads, int64_t block_q,
     ws->block_q = block_q;
     ws->block_kv = block_kv;
     ws->Dv = Dv;
-    ws->per_thread = round16((size_t)(block_q * block_kv)) +
-                     round16((size_t)(block_q * Dv)) +
-                     2 * round16((size_t)block_q) + round16((size_t)block_kv);
+    const size_t floats = round16((size_t)(block_q * block_kv)) +
+                          round16((size_t)(block_q * Dv)) +
+                          2 * round16((size_t)block_q) +
+                          round16((size_t)block_kv);
+    /* each thread's scratch starts on a page of its own */
+    ws->per_thread = (floats + PAGE_FLOATS - 1) / PAGE_FLOATS * PAGE_FLOATS;
     ws->mem = ra_scratch_alloc(threads, ws->per_thread);
-    if (!ws->mem) {
-        free(ws);
+    ws->busy = calloc((size_t)threads * BUSY_STRIDE, sizeof(double));
+    if (!ws->mem || !ws->busy) {
+        ra_workspace_free(ws);
         return NULL;
     }
+    workspace_touch(ws);
     return ws;
 }
 
@@ -65,7 +91,18 @@ void ra_workspace_free(ra_workspace *ws)
     if (!ws)
         return;
     free(ws->mem);
+    free(ws->busy);
     free(ws);
+}
+
+void ra_workspace_busy(const ra_workspace *ws, double *min, double *max)
+{
+    *min = *max = ws->busy[0];
+    for (int t = 1; t < ws->threads; t++) {
+        const double b = ws->busy[t * BUSY_STRIDE];
+        *min = b < *min ? b : *min;
+        *max = b > *max ? b : *max;
+    }
 }
 
 int ra_workspace_threads(const ra_workspace *ws) { return ws->threads; }
@@ -85,9 +122,22 @@ static tile_scratch scratch_of(const ra_workspace *ws, int tid)
 void ra_state_reset(int64_t B, int64_t n, int64_t H, int64_t Dv, float *o,
                     float *lse)
 {
-    memset(o, 0, (size_t)(B * n * H * Dv) * sizeof *o);
-    for (int64_t i = 0; i < B * H * n; i++)
-        lse[i] = -INFINITY;
+    ra_state_reset_threads(B, n, H, Dv, o, lse, 1);
+}
+
+void ra_state_reset_threads(int64_t B, int64_t n, int64_t H, int64_t Dv,
+                            float *o, float *lse, int threads)
+{
+    /* o then lse as one index range, cut into chunks of 2^16 floats */
+    const int64_t no = B * n * H * Dv, all = no + B * H * n, chunk = 1 << 16;
+#pragma omp parallel for num_threads(threads > 0 ? threads : 1) schedule(static)
+    for (int64_t c = 0; c < (all + chunk - 1) / chunk; c++) {
+        const int64_t a = c * chunk, z = a + chunk < all ? a + chunk : all;
+        if (a < no)
+            memset(o + a, 0, (size_t)((z < no ? z : no) - a) * sizeof *o);
+        for (int64_t i = a > no ? a : no; i < z; i++)
+            lse[i - no] = -INFINITY;
+    }
 }
 
 /* Merges the partial acc / sum (log2 max mx) of one query row into the
@@ -417,6 +467,27 @@ static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
     }
 }
 
+/* Thread 0 of a kernel call is the thread that made it, the only one that
+ * may call MPI under MPI_THREAD_FUNNELED: it runs the progress hook between
+ * its own key tiles and, once it has no item left, keeps running it until
+ * the other threads have finished theirs (done reaches items), so that the
+ * transfers also move during the tail of the call. The other threads never
+ * wait for it. It yields between calls so that it does not starve a thread
+ * that shares its core. */
+static void tail_progress(const int64_t *done, int64_t items,
+                          ra_progress_fn progress, void *progress_ctx)
+{
+    for (;;) {
+        int64_t d;
+#pragma omp atomic read
+        d = *done;
+        if (d >= items)
+            return;
+        progress(progress_ctx);
+        sched_yield();
+    }
+}
+
 void ra_kernel_forward_block(const ra_block *blk, const float *q,
                              const float *k, const float *v, float *o,
                              float *lse, ra_workspace *ws,
@@ -427,17 +498,29 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
         return;
     const int64_t tiles = (blk->n + bq - 1) / bq;
     const int64_t items = blk->B * blk->H * tiles;
+    int64_t done = 0;
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ws->threads)
-    for (int64_t it = 0; it < items; it++) {
-        /* Later query tiles see more causal keys: hand them out first. */
-        int64_t qt = tiles - 1 - it % tiles;
-        int64_t bh = it / tiles;
-        int64_t i0 = qt * bq;
-        int64_t rows = blk->n - i0 < bq ? blk->n - i0 : bq;
-        int tid = omp_get_thread_num();
-        tile_forward(blk, bh / blk->H, bh % blk->H, i0, rows, q, k, v, o, lse,
-                     scratch_of(ws, tid), tid == 0, progress, progress_ctx);
+#pragma omp parallel num_threads(ws->threads)
+    {
+        const int tid = omp_get_thread_num();
+        const tile_scratch t = scratch_of(ws, tid);
+        double busy = 0.0;
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t it = 0; it < items; it++) {
+            const double t0 = omp_get_wtime();
+            /* Later query tiles see more causal keys: hand them out first. */
+            const int64_t qt = tiles - 1 - it % tiles, bh = it / tiles;
+            const int64_t i0 = qt * bq;
+            const int64_t rows = blk->n - i0 < bq ? blk->n - i0 : bq;
+            tile_forward(blk, bh / blk->H, bh % blk->H, i0, rows, q, k, v, o,
+                         lse, t, tid == 0, progress, progress_ctx);
+            busy += omp_get_wtime() - t0;
+#pragma omp atomic update
+            done++;
+        }
+        if (tid == 0 && progress)
+            tail_progress(&done, items, progress, progress_ctx);
+        ws->busy[tid * BUSY_STRIDE] += busy;
     }
 }
 
@@ -497,14 +580,23 @@ void ra_kernel_probs(const ra_block *blk, int64_t r0, int64_t nr,
     const int64_t tiles = (nr + bq - 1) / bq;
     const int64_t items = blk->B * nh * tiles;
 
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ws->threads)
-    for (int64_t it = 0; it < items; it++) {
-        const int64_t qt = it % tiles, bh = it / tiles;
-        const int64_t b = bh / nh, hi = bh % nh;
-        const int64_t i0 = r0 + qt * bq;
-        const int64_t rows = r0 + nr - i0 < bq ? r0 + nr - i0 : bq;
+    int64_t done = 0;
+#pragma omp parallel num_threads(ws->threads)
+    {
         const int tid = omp_get_thread_num();
-        probs_rows(blk, b, heads[hi], hi, nh, r0, nr, i0, rows, q, k, lse, out,
-                   M, scratch_of(ws, tid), tid == 0, progress, progress_ctx);
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t it = 0; it < items; it++) {
+            const int64_t qt = it % tiles, bh = it / tiles;
+            const int64_t b = bh / nh, hi = bh % nh;
+            const int64_t i0 = r0 + qt * bq;
+            const int64_t rows = r0 + nr - i0 < bq ? r0 + nr - i0 : bq;
+            probs_rows(blk, b, heads[hi], hi, nh, r0, nr, i0, rows, q, k, lse,
+                       out, M, scratch_of(ws, tid), tid == 0, progress,
+                       progress_ctx);
+#pragma omp atomic update
+            done++;
+        }
+        if (tid == 0 && progress)
+            tail_progress(&done, items, progress, progress_ctx);
     }
 }

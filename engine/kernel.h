@@ -70,7 +70,7 @@ ra_tile_rules ra_tile_rules_of(const ra_block *blk, int64_t b);
 /* The smallest and largest of x[0..len) (INT64_MAX, INT64_MIN when empty). */
 void ra_minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx);
 
-/* threads * per_thread floats aligned to 64 bytes (free()), or NULL: the
+/* threads * per_thread floats aligned to a page (free()), or NULL: the
  * one allocation of a kernel workspace. */
 float *ra_scratch_alloc(int threads, size_t per_thread);
 
@@ -78,20 +78,34 @@ float *ra_scratch_alloc(int threads, size_t per_thread);
 typedef struct ra_workspace ra_workspace;
 
 /* Makes scratch for `threads` threads and tiles up to block_q x block_kv with
- * value dim Dv; NULL when out of memory. */
+ * value dim Dv, each thread's part on pages of its own that the thread
+ * itself touches first; NULL when out of memory. Call it from the thread
+ * that will call the kernels, outside any parallel region. */
 ra_workspace *ra_workspace_create(int threads, int64_t block_q,
                                   int64_t block_kv, int64_t Dv);
 void ra_workspace_free(ra_workspace *ws);
 int ra_workspace_threads(const ra_workspace *ws);
 
-/* Called by thread 0 between tiles so that the caller can progress
- * communication; may be NULL. */
+/* Per-thread busy time: ra_kernel_forward_block adds to each thread's
+ * count the wall time it spent inside its work items (not waiting at the
+ * end of the call for the others). Gives the least and the most busy
+ * thread's total since the workspace was made. */
+void ra_workspace_busy(const ra_workspace *ws, double *min, double *max);
+
+/* Progress of the caller's communication, may be NULL. Run only by thread
+ * 0 of a kernel call (the thread that called the kernel, so MPI_THREAD_
+ * FUNNELED is enough): between its key tiles, and after its last item
+ * until every other thread has finished its own; never waited for by the
+ * other threads. It must not block. */
 typedef void (*ra_progress_fn)(void *ctx);
 
 /* Sets o = 0 and lse = -inf: the empty partial that every merge starts from.
  * o (B, n, H, Dv), lse (B, H, n). */
 void ra_state_reset(int64_t B, int64_t n, int64_t H, int64_t Dv,
                     float *o, float *lse);
+/* The same on up to `threads` threads, each zeroing its own chunks. */
+void ra_state_reset_threads(int64_t B, int64_t n, int64_t H, int64_t Dv,
+                            float *o, float *lse, int threads);
 
 /* Folds block k (B, m, G, D), v (B, m, G, Dv) into o (B, n, H, Dv) and
  * lse (B, H, n) for queries q (B, n, H, D): an online softmax over the key

@@ -12,11 +12,13 @@
  * LSE merge). */
 #define SAFE_MAX ((double)FLT_MAX / 16.0)
 
-/* The largest norm of `rows` rows of `dim` floats, stride ld. */
+/* The largest norm of `rows` rows of `dim` floats, stride ld, on up to
+ * `threads` threads (a maximum: the same whatever the split). */
 static double max_row_norm(const float *x, int64_t rows, int64_t dim,
-                           int64_t ld)
+                           int64_t ld, int threads)
 {
     double mx = 0.0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : mx)
     for (int64_t r = 0; r < rows; r++) {
         double ss = 0.0;
         for (int64_t d = 0; d < dim; d++) {
@@ -31,15 +33,19 @@ static double max_row_norm(const float *x, int64_t rows, int64_t dim,
 
 ra_input_bounds ra_input_bounds_of(const ra_shape *s, int64_t n, int64_t m,
                                    const float *q, const float *k,
-                                   const float *v)
+                                   const float *v, int threads)
 {
-    const int64_t Dk = ra_shape_dk(s);
+    const int64_t Dk = ra_shape_dk(s), nv = s->B * m * s->G * s->Dv;
     ra_input_bounds b = {0.0, 0.0, 0.0};
-    b.q_norm = max_row_norm(q, s->B * n * s->H, s->D, s->D);
-    b.k_norm = max_row_norm(k, s->B * m * s->G, Dk, Dk);
-    for (int64_t i = 0; i < s->B * m * s->G * s->Dv; i++)
+    double v_abs = 0.0;
+    threads = threads > 0 ? threads : 1;
+    b.q_norm = max_row_norm(q, s->B * n * s->H, s->D, s->D, threads);
+    b.k_norm = max_row_norm(k, s->B * m * s->G, Dk, Dk, threads);
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : v_abs)
+    for (int64_t i = 0; i < nv; i++)
         if (isfinite(v[i]))
-            b.v_abs = fmax(b.v_abs, fabs((double)v[i]));
+            v_abs = fmax(v_abs, fabs((double)v[i]));
+    b.v_abs = v_abs;
     return b;
 }
 
@@ -78,8 +84,8 @@ static ra_status check_additive(const ra_shape *s, const ra_additive *ad,
     double wv = 0.0;
     for (int64_t a = 0; a < ad->A; a++)
         wv += fabs((double)ad->w_v[a]);
-    const double pq = max_row_norm(ad->w_q, ad->A, s->D, s->D) * b->q_norm;
-    const double pk = max_row_norm(ad->w_k, ad->A, Dk, Dk) * b->k_norm;
+    const double pq = max_row_norm(ad->w_q, ad->A, s->D, s->D, 1) * b->q_norm;
+    const double pk = max_row_norm(ad->w_k, ad->A, Dk, Dk, 1) * b->k_norm;
     if (wv * M_LOG2E > SAFE_MAX)
         return ra_error_set(RA_ERR_INPUT, "score additive: sum |w_v| = %.3g "
                             "gives scores beyond the kernel's float32 limit "

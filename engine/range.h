@@ -19,10 +19,12 @@ typedef struct {
     double q_norm, k_norm, v_abs;
 } ra_input_bounds;
 
-/* The bounds of this rank's q (B, n, H, D), k (B, m, G, Dk), v (B, m, G, Dv). */
+/* The bounds of this rank's q (B, n, H, D), k (B, m, G, Dk), v (B, m, G, Dv),
+ * read by up to `threads` threads (the rank's; the result does not depend
+ * on it). */
 ra_input_bounds ra_input_bounds_of(const ra_shape *shape, int64_t n,
                                    int64_t m, const float *q, const float *k,
-                                   const float *v);
+                                   const float *v, int threads);
 
 /* Index of the first NaN or inf in x[0..n), or -1: for weights, which no
  * input scan sees. */

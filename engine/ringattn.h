@@ -351,6 +351,12 @@ typedef struct {
     double comm_wait;    /* time blocked waiting for ring transfers */
     int64_t bytes_sent;  /* bytes this rank sent around the ring */
     int steps;           /* ring steps run (P, or fewer with a window) */
+    /* Wall time this rank's least and most busy threads spent inside the
+     * kernel's work items (not waiting for the others at the end of a
+     * block): max / min shows how evenly the threads shared the work;
+     * equal with one thread. Measured by the ring strategy; 0 for the
+     * others. */
+    double thread_busy_min, thread_busy_max;
 } ra_timing;
 
 /* ra_forward() with masks (NULL: none) and timings (NULL: not wanted).

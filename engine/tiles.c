@@ -32,7 +32,7 @@ void ra_minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx)
 float *ra_scratch_alloc(int threads, size_t per_thread)
 {
     void *mem = NULL;
-    if (posix_memalign(&mem, 64, (size_t)threads * per_thread *
+    if (posix_memalign(&mem, 4096, (size_t)threads * per_thread *
                                      sizeof(float)) != 0)
         return NULL;
     return mem;

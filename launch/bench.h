@@ -56,6 +56,8 @@ typedef struct {
     double seconds_median;     /* median over reps of the slowest rank */
     spread rank_seconds;       /* each rank's median wall time */
     spread busy_seconds;       /* each rank's median compute time */
+    double thread_busy;        /* max over ranks of the median of its most
+                                  over its least busy thread (0: unknown) */
     double gflops;             /* flops / seconds_median */
     double sgemm_gflops;       /* sum over ranks of large-sgemm GFLOP/s */
     double comm_wait_fraction; /* max over ranks of median wait / wall */

@@ -5,16 +5,16 @@
 
 void bench_print_header(FILE *out)
 {
-    fprintf(out, "#%7s %7s %2s %2s %9s %9s %9s %9s %5s %8s %8s %6s %6s %9s "
+    fprintf(out, "#%7s %7s %2s %2s %9s %9s %9s %9s %5s %5s %8s %8s %6s %6s %9s "
                  "%9s %9s %8s %8s %8s %9s %s\n",
             "N", "M", "P", "T", "mode", "time_s", "rank_min", "rank_max",
-            "busy", "GFLOP/s", "sgemm", "ratio", "wait%", "MB_sent",
+            "busy", "tbusy", "GFLOP/s", "sgemm", "ratio", "wait%", "MB_sent",
             "MB_xnode", "MB_xn_all", "ring_GB/s", "rss_MB", "model_MB", "rel_err", "verdict");
 }
 
 void bench_print_row(FILE *out, const bench_result *r)
 {
-    fprintf(out, " %7lld %7lld %2d %2d %9s %9.4f %9.4f %9.4f %5.2f %8.1f "
+    fprintf(out, " %7lld %7lld %2d %2d %9s %9.4f %9.4f %9.4f %5.2f %5.2f %8.1f "
                  "%8.1f %6.3f %6.2f %9.2f %9.2f %9.2f %9.2f %8.1f %8.1f %9.2e "
                  "%s\n",
             (long long)r->s.N, (long long)r->s.M, r->ranks, r->threads,
@@ -22,7 +22,7 @@ void bench_print_row(FILE *out, const bench_result *r)
             r->rank_seconds.max,
             r->busy_seconds.min > 0 ? r->busy_seconds.max / r->busy_seconds.min
                                     : 0.0,
-            r->gflops, r->sgemm_gflops,
+            r->thread_busy, r->gflops, r->sgemm_gflops,
             r->gflops / r->sgemm_gflops, 100.0 * r->comm_wait_fraction,
             r->bytes_sent / 1e6, r->cross_bytes / 1e6,
             r->cross_bytes_total / 1e6, r->ring_gbps, r->peak_rss.max / 1048576.0,
@@ -50,7 +50,8 @@ int bench_json_write(FILE *out, const bench_result *rows, int count)
                 "\"flops\": %.6e, \"pairs_max\": %.0f, \"seconds_median\": %.6e, "
                 "\"rank_seconds_min\": %.6e, \"rank_seconds_avg\": %.6e, "
                 "\"rank_seconds_max\": %.6e, \"busy_seconds_min\": %.6e, "
-                "\"busy_seconds_max\": %.6e, \"gflops\": %.4f, "
+                "\"busy_seconds_max\": %.6e, \"thread_busy\": %.4f, "
+                "\"gflops\": %.4f, "
                 "\"sgemm_gflops\": %.4f, \"fraction_of_sgemm\": %.4f, "
                 "\"comm_wait_fraction\": %.6f, \"bytes_sent\": %.0f, "
                 "\"bytes_sent_avg\": %.0f, \"cross_node_bytes\": %.0f, "
@@ -71,7 +72,8 @@ int bench_json_write(FILE *out, const bench_result *rows, int count)
                 (long long)r->block_q, (long long)r->block_kv, r->flops,
                 r->pairs_max, r->seconds_median, r->rank_seconds.min, r->rank_seconds.avg,
                 r->rank_seconds.max, r->busy_seconds.min,
-                r->busy_seconds.max, finite_or_zero(r->gflops),
+                r->busy_seconds.max, finite_or_zero(r->thread_busy),
+                finite_or_zero(r->gflops),
                 finite_or_zero(r->sgemm_gflops),
                 finite_or_zero(r->gflops / r->sgemm_gflops),
                 r->comm_wait_fraction, r->bytes_sent, r->bytes_sent_avg,

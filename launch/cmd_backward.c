@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
+#include "placement.h"
 
 typedef struct {
     ra_params p;
@@ -229,6 +230,7 @@ int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
     bwd_state r = {0};
     ra_status st = bwd_validate(ctx, &o, &r);
     if (st == RA_OK && (st = bwd_setup(ctx, &o, &r)) == RA_OK) {
+        cli_placement_warn(ctx, ra_params_threads(&o.p));
         cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
         st = bwd_compute(ctx, &o, &r);
     }

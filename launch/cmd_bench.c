@@ -21,6 +21,7 @@
 #include "band.h"
 #include "kernel.h"
 #include "model.h"
+#include "placement.h"
 #include "plan.h"
 #include "simd.h"
 #include "tally.h"
@@ -121,9 +122,11 @@ static const cli_spec bench_spec = {
     "rank_min/max are the fastest and slowest ranks' medians; GFLOP/s counts\n"
     "useful FLOPs (2*(D+Dv) per visible query-key pair, counted exactly under\n"
     "causal, window, lens and segments); busy is the slowest rank's compute\n"
-    "time over the fastest's (load balance); sgemm is the summed rate of a\n"
-    "2048^3 sgemm run by every rank at once on the same threads; ratio =\n"
-    "GFLOP/s / sgemm; wait% is the exposed (not total) time blocked on ring\n"
+    "time over the fastest's (load balance); tbusy the same over the threads\n"
+    "of a rank (time inside work items, worst rank; 0: not measured); sgemm\n"
+    "is the summed rate of a 2048^3 sgemm run by every rank at once on the\n"
+    "same threads; ratio = GFLOP/s / sgemm;\n"
+    "wait% is the exposed (not total) time blocked on ring\n"
     "transfers, worst rank; MB_sent is the busiest rank's per pass (JSON: also\n"
     "the mean); MB_xnode is the part of it sent to another node, MB_xn_all\n"
     "that summed over the ranks (ring mode); ring_GB/s is a comm-only ring of\n"
@@ -150,7 +153,7 @@ int parse_bench(bench_opts *o, int argc, char **argv, int *help)
 typedef struct {
     cli_tensors t;
     bench_masks bm;
-    double *wall, *busy, *wait, *job; /* per rep; one allocation */
+    double *wall, *busy, *wait, *job, *tbusy; /* per rep; one allocation */
     ra_timing tm;               /* of the last pass */
     double pairs_max;           /* the busiest rank's visible pairs */
     double rss;
@@ -171,7 +174,7 @@ static ra_status config_setup(const cli_ctx *ctx, const bench_opts *o,
     const uint64_t seed = (uint64_t)o->seed;
     ra_status st = cli_tensors_alloc(&r->t, s, o->p.layout, ctx->rank,
                                      ctx->nranks);
-    if (st == RA_OK && !(r->wall = malloc(sizeof(double) * (size_t)o->reps * 4)))
+    if (st == RA_OK && !(r->wall = malloc(sizeof(double) * (size_t)o->reps * 5)))
         st = ra_error_set(RA_ERR_NOMEM, "bench: out of memory for timings");
     if (st == RA_OK)
         st = bench_masks_make(o, s, &r->t.qs, &r->t.ks, &r->bm);
@@ -180,6 +183,7 @@ static ra_status config_setup(const cli_ctx *ctx, const bench_opts *o,
     r->busy = r->wall + o->reps;
     r->wait = r->busy + o->reps;
     r->job = r->wait + o->reps;
+    r->tbusy = r->job + o->reps;
     ra_random_slice(seed, RA_STREAM_Q, s->B, s->N, s->H * s->D, &r->t.qs, r->t.q);
     ra_random_slice(seed, RA_STREAM_K, s->B, s->M, s->G * s->D, &r->t.ks, r->t.k);
     ra_random_slice(seed, RA_STREAM_V, s->B, s->M, s->G * s->Dv, &r->t.ks,
@@ -204,6 +208,9 @@ static ra_status config_measure(const cli_ctx *ctx, const bench_opts *o,
             r->wall[rep] = r->tm.total;
             r->busy[rep] = r->tm.compute;
             r->wait[rep] = r->tm.total > 0 ? r->tm.comm_wait / r->tm.total : 0;
+            r->tbusy[rep] = r->tm.thread_busy_min > 0
+                                ? r->tm.thread_busy_max / r->tm.thread_busy_min
+                                : 0;
         }
     }
     r->rss = bench_rss_peak();
@@ -246,6 +253,8 @@ static void config_times(const cli_ctx *ctx, const bench_opts *o,
     res->seconds_median = bench_median(r->job, o->reps);
     res->rank_seconds = bench_spread(ctx->comm, bench_median(r->wall, o->reps));
     res->busy_seconds = bench_spread(ctx->comm, bench_median(r->busy, o->reps));
+    res->thread_busy =
+        bench_spread(ctx->comm, bench_median(r->tbusy, o->reps)).max;
     res->comm_wait_fraction =
         bench_spread(ctx->comm, bench_median(r->wait, o->reps)).max;
     const spread sent = bench_spread(ctx->comm, (double)r->tm.bytes_sent);
@@ -555,8 +564,10 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
                                                          "memory"));
     if (st == RA_OK)
         st = bench_validate(ctx, &o);
-    if (st == RA_OK)
+    if (st == RA_OK) {
+        cli_placement_warn(ctx, ra_params_threads(&o.p));
         st = bench_setup(ctx, &o);
+    }
     if (st == RA_OK)
         st = bench_measure(ctx, &o, rows, &nrows);
     if (st == RA_OK)

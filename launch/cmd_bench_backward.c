@@ -11,6 +11,7 @@
 #include "bench.h"
 #include "cli.h"
 #include "internal.h"
+#include "placement.h"
 
 typedef struct {
     cli_shape cs;
@@ -199,6 +200,7 @@ int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv)
     if (st == RA_OK)
         st = ra_agree(ctx->comm, bb_alloc(ctx, &o, &b));
     if (st == RA_OK) {
+        cli_placement_warn(ctx, ra_params_threads(&o.p));
         cli_print_params(ctx, &o.cs.shape, &o.p, layout_auto, "(random)",
                          "(none)");
         const double sgemm = bench_sgemm_rate(ctx->comm,

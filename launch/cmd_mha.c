@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
+#include "placement.h"
 
 /* The layer's weights, read whole on every rank: one allocation. */
 typedef struct {
@@ -343,6 +344,7 @@ int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
     mha_state r = {0};
     ra_status st = mha_validate(ctx, &o, &r);
     if (st == RA_OK && (st = mha_setup(ctx, &o, &r)) == RA_OK) {
+        cli_placement_warn(ctx, ra_params_threads(&o.p));
         cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
         st = mha_compute(ctx, &o, &r);
     }

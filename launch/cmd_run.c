@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
+#include "placement.h"
 #include "plan.h"
 #include "progress.h"
 
@@ -467,6 +468,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     run_state r = {0};
     ra_status st = run_validate(ctx, &o, &r);
     if (st == RA_OK && (st = run_setup(ctx, &o, &r)) == RA_OK) {
+        cli_placement_warn(ctx, ra_params_threads(&o.p));
         cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
         cli_print_source(ctx, &o.src, r.axes);
         if (r.picked)

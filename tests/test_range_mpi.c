@@ -78,7 +78,7 @@ static void test_scores_at_the_edge(void **state)
         ra_params_default(&prm);
         prm.causal = causal;
         const ra_input_bounds b = ra_input_bounds_of(&s, s.N, s.M, p.q, p.k,
-                                                     p.v);
+                                                     p.v, 1);
         const double bound = b.q_norm * b.k_norm * ra_params_scale(&prm, &s) *
                              M_LOG2E;
         /* q and k each scaled by c: the bound moves by c^2 */
@@ -107,7 +107,7 @@ static void test_values_at_the_edge(void **state)
     problem_make(&p, &s, 43);
     ra_params prm;
     ra_params_default(&prm);
-    const ra_input_bounds b = ra_input_bounds_of(&s, s.N, s.M, p.q, p.k, p.v);
+    const ra_input_bounds b = ra_input_bounds_of(&s, s.N, s.M, p.q, p.k, p.v, 2);
     const double c = LIMIT / 4.0 / (b.v_abs * (double)largest_block(&prm, s.M));
     scale_all(p.v, s.B * s.M * s.G * s.Dv, c);
     check_result g;

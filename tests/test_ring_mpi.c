@@ -121,6 +121,64 @@ static void test_odd_tiles_and_threads(void **state)
     }
 }
 
+/* One rank with two threads gives the same bits as with one (each query
+ * tile is folded by one thread in the same order whichever thread it is),
+ * checked against fp64 too; the per-thread busy times are sane: equal with
+ * one thread, min <= max within the call's compute time with two. */
+static void expect_same_bits(ra_shape s, int causal, uint64_t seed)
+{
+    problem p;
+    problem_make(&p, &s, seed);
+    ra_params prm;
+    ra_params_default(&prm);
+    prm.causal = causal;
+    const ra_layout lay = ra_params_layout(&prm, 0);
+    local_part lp[2];
+    ra_timing tm[2];
+    int ok = 1;
+    for (int t = 0; t < 2; t++) {
+        local_part_make(&lp[t], &p, lay, rank, nranks);
+        prm.threads = t + 1;
+        ok &= ra_forward_ex(MPI_COMM_WORLD, &s, &prm, NULL, lp[t].q, lp[t].k,
+                            lp[t].v, lp[t].o, lp[t].lse, &tm[t]) == RA_OK;
+    }
+    const int64_t n = lp[0].qs.count;
+    ok = ok &&
+         memcmp(lp[0].o, lp[1].o, sizeof(float) * (size_t)(s.B * n * s.H *
+                                                          s.Dv)) == 0 &&
+         memcmp(lp[0].lse, lp[1].lse,
+                sizeof(float) * (size_t)(s.B * s.H * n)) == 0;
+    ok = ok && tm[0].thread_busy_min == tm[0].thread_busy_max &&
+         tm[0].thread_busy_max > 0 && tm[0].thread_busy_max <= tm[0].compute &&
+         tm[1].thread_busy_min <= tm[1].thread_busy_max &&
+         tm[1].thread_busy_max > 0 && tm[1].thread_busy_max <= tm[1].compute;
+    prm.threads = 2;
+    check_result c = check_slice(&p, &prm, NULL, &lp[1].qs, lp[1].o, lp[1].lse);
+    check_result g = check_allreduce(MPI_COMM_WORLD, &c);
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("# P=%d N=%lld H=%lld G=%lld D=%lld causal=%d: 2 threads %s "
+               "1 thread, busy %.3g..%.3g s of %.3g s; rel_o=%.3e %s\n",
+               nranks, (long long)s.N, (long long)s.H, (long long)s.G,
+               (long long)s.D, causal, all ? "same bits as" : "DIFFER from",
+               tm[1].thread_busy_min, tm[1].thread_busy_max, tm[1].compute,
+               g.rel_o, all && check_ok(&g) ? "PASS" : "FAIL");
+    for (int t = 0; t < 2; t++)
+        local_part_free(&lp[t]);
+    problem_free(&p);
+    assert_true(all);
+    assert_true(g.rows == s.B * s.H * s.N && check_ok(&g));
+}
+
+static void test_threads_same_bits(void **state)
+{
+    (void)state;
+    ra_shape s = {2, 1500, 1500, 4, 2, 64, 64};
+    expect_same_bits(s, 0, 71);
+    expect_same_bits(s, 1, 72);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -131,6 +189,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_fewer_tokens_than_ranks),
         cmocka_unit_test(test_cross_lengths_causal),
         cmocka_unit_test(test_odd_tiles_and_threads),
+        cmocka_unit_test(test_threads_same_bits),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -1,0 +1,55 @@
+/* placement.c: a warning when a rank runs more threads than it has CPUs,
+ * which otherwise shows only as a run at the speed of one core: mpirun
+ * binds each rank to one core by default, and every OpenMP thread of the
+ * rank inherits that binding. docs/PLACEMENT.md says how to place ranks and
+ * threads. */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+
+#include <omp.h>
+
+#include "placement.h"
+
+int cli_thread_cpus(int threads)
+{
+    cpu_set_t all;
+    int unknown = 0;
+    CPU_ZERO(&all);
+#pragma omp parallel num_threads(threads)
+    {
+        cpu_set_t mine;
+        CPU_ZERO(&mine);
+        const int rc = sched_getaffinity(0, sizeof mine, &mine);
+#pragma omp critical(cli_thread_cpus)
+        {
+            if (rc != 0)
+                unknown = 1;
+            else
+                CPU_OR(&all, &all, &mine);
+        }
+    }
+    return unknown ? 0 : CPU_COUNT(&all);
+}
+
+void cli_placement_warn(const cli_ctx *ctx, int threads)
+{
+    const int cpus = threads > 1 ? cli_thread_cpus(threads) : 1;
+    const int crowded = cpus > 0 && cpus < threads;
+    /* the first crowded rank and its CPU count, and how many are crowded */
+    int mine[2] = {crowded ? ctx->rank : INT_MAX, cpus}, first[2];
+    int count = 0;
+    MPI_Allreduce(&crowded, &count, 1, MPI_INT, MPI_SUM, ctx->comm);
+    MPI_Allreduce(mine, first, 1, MPI_2INT, MPI_MINLOC, ctx->comm);
+    if (ctx->rank != 0 || count == 0)
+        return;
+    fprintf(stderr, "ringattn: warning: rank %d runs %d threads on %d CPU%s "
+            "(%d of %d ranks so placed): the threads share cores; give each "
+            "rank %d cores (mpirun --map-by ppr:1:node:PE=%d --bind-to core, "
+            "or --bind-to none; Slurm --cpus-per-task=%d with OMP_PLACES=cores "
+            "OMP_PROC_BIND=close)\n", first[0], threads, first[1],
+            first[1] == 1 ? "" : "s", count, ctx->nranks, threads, threads,
+            threads);
+    fflush(stderr);
+}

@@ -1,0 +1,19 @@
+/* placement.h: whether a rank's threads have cores of their own. */
+#ifndef RA_PLACEMENT_H
+#define RA_PLACEMENT_H
+
+#include "cli.h"
+
+/* The number of CPUs that a team of `threads` OpenMP threads may run on:
+ * the union of each thread's own affinity mask, asked from inside a
+ * parallel region (so that OMP_PROC_BIND's binding of each thread to its
+ * place counts); 0 when a mask cannot be read. */
+int cli_thread_cpus(int threads);
+
+/* Collective over ctx->comm: when the threads of some rank have fewer CPUs
+ * to run on than there are threads (mpirun binds each rank to one core
+ * unless told otherwise), rank 0 prints one warning line naming the first
+ * such rank and how to place ranks and threads. The run goes on. */
+void cli_placement_warn(const cli_ctx *ctx, int threads);
+
+#endif
