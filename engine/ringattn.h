@@ -337,7 +337,16 @@ typedef struct {
     double total;        /* wall time of the whole call */
     double compute;      /* time inside the kernel */
     double comm_wait;    /* time blocked waiting for ring transfers */
-    int64_t bytes_sent;  /* bytes this rank sent around the ring */
+    int64_t bytes_sent;  /* bytes this rank handed to MPI for other ranks:
+                            the payload it addresses to them (its ring hops;
+                            for a collective, its blocks times the ranks
+                            they go to) */
+    int64_t bytes_cross_node; /* the part of bytes_sent addressed to ranks
+                            on another node (MPI_COMM_TYPE_SHARED), counted
+                            per destination in every strategy. For a
+                            collective this is the payload's destinations;
+                            how MPI routes it inside (trees, relays) is its
+                            own and not counted */
     int steps;           /* ring steps run (P, or fewer with a window) */
 } ra_timing;
 

@@ -264,10 +264,8 @@ static void config_times(const cli_ctx *ctx, const bench_opts *o,
     const spread sent = bench_spread(ctx->comm, (double)r->tm.bytes_sent);
     res->bytes_sent = sent.max;
     res->bytes_sent_avg = sent.avg;
-    /* a ring rank sends only to its successor: all or nothing crosses */
-    const spread cross = bench_spread(ctx->comm, ctx->nodes.next_on_other_node
-                                                     ? (double)r->tm.bytes_sent
-                                                     : 0.0);
+    const spread cross = bench_spread(ctx->comm,
+                                      (double)r->tm.bytes_cross_node);
     res->cross_bytes = cross.max;
     res->cross_bytes_total = cross.avg * ctx->nranks;
     res->peak_rss = bench_spread(ctx->comm, r->rss);
@@ -287,11 +285,6 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
     res->flops = config_flops(ctx, o, s, r);
     config_times(ctx, o, r, res);
-    if (naive || (o->p.strategy != RA_STRATEGY_RING &&
-                  o->p.strategy != RA_STRATEGY_RING_Q))
-        /* counted for the two rings, whose ranks send only to their
-         * successor; the collectives' routes are MPI's own */
-        res->cross_bytes = res->cross_bytes_total = 0;
     res->nodes = ctx->nodes.nodes;
     res->ranks_per_node = ctx->nodes.ranks_per_node_max;
     res->node_aware = ctx->node_aware;
