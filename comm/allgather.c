@@ -107,24 +107,11 @@ static ra_status gather_alloc(gather_state *g, const strat_call *c)
     return RA_OK;
 }
 
-/* Frees what gather_alloc made; after a stall nothing, since broadcasts
- * into the buffers are still in flight (the job must end). */
 static void gather_free(gather_state *g, const strat_call *c)
 {
-    if (c->stalled)
-        return;
-    if (g->krow != MPI_DATATYPE_NULL)
-        MPI_Type_free(&g->krow);
-    if (g->vrow != MPI_DATATYPE_NULL)
-        MPI_Type_free(&g->vrow);
-    free(g->cnt);
-    free(g->off);
-    free(g->req);
-    free(g->kv);
-    free(g->seg);
-    free(g->qpos);
-    free(g->kpos);
-    ra_workspace_free(g->ws);
+    void *all[] = {g->cnt, g->off, g->req, g->kv, g->seg, g->qpos, g->kpos};
+    MPI_Datatype types[] = {g->krow, g->vrow};
+    strat_free(c, all, (int)(sizeof all / sizeof *all), types, 2, g->ws);
 }
 
 /* Copies the own block in place and posts every block's broadcast, in the

@@ -163,18 +163,12 @@ static ra_status hyb_alloc(hyb_state *h, const strat_call *c)
     return RA_OK;
 }
 
-/* Frees what hyb_alloc made; after a stall nothing, since transfers into
- * the buffers are still in flight (the job must end). */
 static void hyb_free(hyb_state *h, const strat_call *c)
 {
-    if (c->stalled)
-        return;
-    heads_xchg_free(&h->x);
     void *all[] = {h->qoff, h->koff, h->qidx, h->kidx, h->gq, h->gk,
-                   h->kgoff, h->q, h->o, h->lse, h->kv[0], h->kv[1], h->qseg};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        free(all[i]);
-    ra_workspace_free(h->ws);
+                   h->kgoff, h->q, h->o, h->lse, h->kv[0], h->kv[1], h->qseg,
+                   h->x.cnt_s, h->x.send, h->x.recv};
+    strat_free(c, all, (int)(sizeof all / sizeof *all), NULL, 0, h->ws);
 }
 
 /* Inside the group: sequence slices to this rank's heads over the group's

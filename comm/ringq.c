@@ -78,25 +78,13 @@ static ra_status ringq_alloc(ringq_state *g, const strat_call *c)
     return RA_OK;
 }
 
-/* Frees what ringq_alloc made; after a stall the buffers stay, since
- * transfers into them are still in flight (the job must end). */
 static void ringq_free(ringq_state *g, const strat_call *c)
 {
-    if (c->stalled)
-        return;
-    for (int i = 0; i < 2; i++) {
-        free(g->buf[i].q);
-        free(g->buf[i].o);
-        free(g->buf[i].lse);
-        free(g->buf[i].seg);
-    }
-    free(g->qpos);
-    free(g->kpos);
-    ra_workspace_free(g->ws);
-    if (g->qrow != MPI_DATATYPE_NULL)
-        MPI_Type_free(&g->qrow);
-    if (g->orow != MPI_DATATYPE_NULL)
-        MPI_Type_free(&g->orow);
+    void *all[] = {g->buf[0].q, g->buf[0].o, g->buf[0].lse, g->buf[0].seg,
+                   g->buf[1].q, g->buf[1].o, g->buf[1].lse, g->buf[1].seg,
+                   g->qpos, g->kpos};
+    MPI_Datatype types[] = {g->qrow, g->orow};
+    strat_free(c, all, (int)(sizeof all / sizeof *all), types, 2, g->ws);
 }
 
 static void ringq_poll(void *ctx)

@@ -165,6 +165,19 @@ ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
     }
 }
 
+void strat_free(const strat_call *c, void **all, int n, MPI_Datatype *types,
+                int ntypes, ra_workspace *ws)
+{
+    if (c->stalled)
+        return;
+    for (int i = 0; i < n; i++)
+        free(all[i]);
+    for (int i = 0; i < ntypes; i++)
+        if (types[i] != MPI_DATATYPE_NULL)
+            MPI_Type_free(&types[i]);
+    ra_workspace_free(ws);
+}
+
 void strat_count(const strat_call *c, int dst, int64_t bytes)
 {
     c->tm->bytes_sent += bytes;

@@ -52,6 +52,13 @@ typedef struct {
 ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
                      const strat_watch *w);
 
+/* The end of a strategy's call: frees the n buffers of all (NULL ones
+ * too), the n datatypes of types (MPI_DATATYPE_NULL ones too) and the
+ * tiles ws; after a stall nothing, since transfers into them are still in
+ * flight (the job must end). */
+void strat_free(const strat_call *c, void **all, int n, MPI_Datatype *types,
+                int ntypes, ra_workspace *ws);
+
 /* Adds bytes handed to MPI for rank dst of comm to c->tm's bytes_sent and,
  * when dst runs on another node, bytes_cross_node. */
 void strat_count(const strat_call *c, int dst, int64_t bytes);
@@ -170,11 +177,11 @@ head_group heads_of(const ra_shape *s, int p, int P);
 int64_t heads_counts(const strat_call *c, const head_xchg *x, int back);
 
 /* Sets x up for the group first .. first + size - 1 with send and recv
- * sized for both all-to-alls and for at least most floats; free with
- * heads_xchg_free (also after a failure). */
+ * sized for both all-to-alls and for at least most floats; the caller
+ * frees x->cnt_s (which holds all four count arrays), send and recv, also
+ * after a failure. */
 ra_status heads_xchg_alloc(const strat_call *c, head_xchg *x, int first,
                            int size, int64_t most);
-void heads_xchg_free(head_xchg *x);
 
 /* Sequence slices to head groups: this rank's q, k, v to each member;
  * from each, its tokens of this rank's heads into the runs of q

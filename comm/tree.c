@@ -103,26 +103,12 @@ static ra_status tree_alloc(tree_state *t, const strat_call *c)
     return RA_OK;
 }
 
-/* Frees what tree_alloc made; after a stall nothing, since transfers
- * into the buffers are still in flight (the job must end). */
 static void tree_free(tree_state *t, const strat_call *c)
 {
-    if (c->stalled)
-        return;
-    free(t->cnt);
-    free(t->off);
-    free(t->rcount);
-    free(t->rdisp);
-    free(t->ecount);
-    free(t->q);
-    free(t->o);
-    free(t->lse);
-    free(t->pair);
-    free(t->mine);
-    free(t->qseg);
-    free(t->qpos);
-    free(t->kpos);
-    ra_workspace_free(t->ws);
+    void *all[] = {t->cnt, t->off, t->rcount, t->rdisp, t->ecount, t->q,
+                   t->o, t->lse, t->pair, t->mine, t->qseg, t->qpos,
+                   t->kpos};
+    strat_free(c, all, (int)(sizeof all / sizeof *all), NULL, 0, t->ws);
 }
 
 /* Every rank's queries (and their segment ids) on every rank. */

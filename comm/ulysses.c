@@ -250,13 +250,6 @@ ra_status heads_xchg_alloc(const strat_call *c, head_xchg *x, int first,
     return RA_OK;
 }
 
-void heads_xchg_free(head_xchg *x)
-{
-    free(x->cnt_s);
-    free(x->send);
-    free(x->recv);
-}
-
 static ra_status uly_alloc(uly_state *u, const strat_call *c)
 {
     const ra_shape *s = c->shape;
@@ -291,17 +284,11 @@ static ra_status uly_alloc(uly_state *u, const strat_call *c)
     return RA_OK;
 }
 
-/* Frees what uly_alloc made; after a stall nothing, since transfers into
- * the buffers are still in flight (the job must end). */
 static void uly_free(uly_state *u, const strat_call *c)
 {
-    if (c->stalled)
-        return;
-    heads_xchg_free(&u->x);
-    void *all[] = {u->q, u->k, u->o, u->lse, u->qpos, u->qseg};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        free(all[i]);
-    ra_workspace_free(u->ws);
+    void *all[] = {u->q, u->k, u->o, u->lse, u->qpos, u->qseg, u->x.cnt_s,
+                   u->x.send, u->x.recv};
+    strat_free(c, all, (int)(sizeof all / sizeof *all), NULL, 0, u->ws);
 }
 
 /* All N queries of this rank's heads against all M keys, one kernel call
