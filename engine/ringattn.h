@@ -191,10 +191,12 @@ typedef struct {
                           (costs a scan of every score tile) */
     int no_poll;       /* 1: never progress transfers between tiles (only
                           to measure how much overlap polling buys) */
-    double stall_timeout; /* seconds a rank may wait for a ring transfer
-                          with no progress before the call fails (RA_ERR_MPI,
-                          a message naming the step and the rank it waits
-                          for); 0: wait forever. The default,
+    double stall_timeout; /* seconds a rank may wait for a transfer with
+                          no progress before the call fails (RA_ERR_MPI, a
+                          message naming the step or phase and the rank it
+                          waits for, or the ranks taking part when a
+                          collective waits), in every strategy; 0: wait
+                          forever. The default,
                           RA_STALL_TIMEOUT_DEFAULT, is far above any wait of
                           a healthy run (a wait lasts about the imbalance of
                           one ring step between neighbours); raise it when a
