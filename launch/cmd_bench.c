@@ -120,7 +120,7 @@ static const cli_spec bench_spec = {
     "GFLOP/s / sgemm; wait% is the exposed (not total) time blocked on ring\n"
     "transfers, worst rank; MB_sent is the busiest rank's per pass (JSON: also\n"
     "the mean); MB_xnode is the part of it sent to another node, MB_xn_all\n"
-    "that summed over the ranks (ring mode); ring_GB/s is a comm-only ring of\n"
+    "that summed over the ranks (every strategy); ring_GB/s is a comm-only ring of\n"
     "the same messages; rss_MB is\n"
     "the worst rank's peak resident memory during the timed passes; model_MB\n"
     "is its slices + two ring buffers + tiles; rel_err is ||o - ref|| / ||ref||\n"
