@@ -8,7 +8,11 @@
  * returns o and lse to the ranks that own the tokens. Memory O(N H / P);
  * no N x M matrix. With GQA a kv head goes only to the ranks whose query
  * heads read it: replicated only when a group of H/G query heads is split
- * over ranks. Needs P <= H (every rank gets a head). */
+ * over ranks. Needs P <= H (every rank gets a head).
+ *
+ * The exchange (heads_scatter, heads_gather) serves hybrid.c as well, for
+ * the all-to-alls inside its groups: a group is any run of consecutive
+ * ranks, here all of them. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>

@@ -15,8 +15,9 @@ faults: a rank killed mid-run ends the job within seconds with nothing at
   write leave nothing, and what SIGKILL leaves the next write removes; a
   locked input is reported as locked; a 100 kB command line is stored;
   |scores| of 1e4 still give finite, correct results.
-  a rank stopped (SIGSTOP) mid-ring is found by the stall watchdog, named
-  in one line with the step, and the job is aborted.
+  a rank stopped (SIGSTOP) mid-pass is found by the stall watchdog of
+  every strategy, named in one line with the step or phase, and the job
+  is aborted.
 determinism: the same run twice gives bit-identical /o and /lse, with 1 and
   2 threads.
 
