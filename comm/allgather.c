@@ -9,6 +9,7 @@
  * Memory is O(M) per rank; the whole of it is checked against
  * params->mem_limit before anything is allocated. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -38,14 +39,10 @@ typedef struct {
  * the ranks on it. Collective. */
 static ra_status node_share(MPI_Comm comm, int64_t *limit)
 {
-    MPI_Comm node;
     int on_node = 1;
-    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
-                            &node) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "allgather: cannot find the ranks "
-                                        "of this node");
-    MPI_Comm_size(node, &on_node);
-    MPI_Comm_free(&node);
+    ra_status st = strat_node_ranks(comm, "allgather", &on_node);
+    if (st != RA_OK)
+        return st;
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     *limit = pages > 0 && page > 0
                  ? (int64_t)((double)pages * (double)page / on_node)
@@ -83,21 +80,15 @@ static ra_status gather_alloc(gather_state *g, const strat_call *c)
 {
     const ra_shape *s = c->shape;
     const int P = c->P;
-    int64_t mmax = 0;
     g->cnt = malloc(sizeof(int64_t) * (size_t)P);
     g->off = malloc(sizeof(int64_t) * (size_t)P);
     g->req = malloc(sizeof(MPI_Request) * (size_t)(REQS_PER_BLOCK * P));
     g->nreq = REQS_PER_BLOCK * P;
     if (!g->cnt || !g->off || !g->req)
         return ra_error_set(RA_ERR_NOMEM, "allgather: out of memory");
-    for (int j = 0; j < P; j++) {
-        g->cnt[j] = ra_layout_slice(c->lay, s->M, j, P).count;
-        g->off[j] = j ? g->off[j - 1] + s->B * g->cnt[j - 1] : 0;
-        mmax = g->cnt[j] > mmax ? g->cnt[j] : mmax;
-        for (int i = 0; i < REQS_PER_BLOCK; i++)
-            g->req[REQS_PER_BLOCK * j + i] = MPI_REQUEST_NULL;
-    }
-    g->mmax = mmax;
+    const int64_t mmax = g->mmax = strat_rows(c, s->M, g->cnt, g->off);
+    for (int i = 0; i < g->nreq; i++)
+        g->req[i] = MPI_REQUEST_NULL;
     if (s->B * mmax > INT_MAX)
         return ra_error_set(RA_ERR_ARG, "allgather: a block of %lld rows "
                             "cannot be described to MPI (counts are int); "
@@ -107,29 +98,18 @@ static ra_status gather_alloc(gather_state *g, const strat_call *c)
                      : NULL;
     g->qpos = malloc(sizeof(int64_t) * (size_t)(c->n + 1));
     g->kpos = malloc(sizeof(int64_t) * (size_t)(mmax + 1));
-    int64_t bq, bkv;
-    ra_params_tiles(c->params, s, &bq, &bkv);
-    g->ws = ra_workspace_create(ra_params_threads(c->params), bq, bkv, s->Dv);
+    g->ws = strat_workspace(c);
     if (!g->kv || (c->segs && !g->seg) || !g->qpos || !g->kpos || !g->ws)
         return ra_error_set(RA_ERR_NOMEM, "allgather: cannot allocate the "
                                           "gathered K/V");
     return RA_OK;
 }
 
-static void gather_free(gather_state *g)
+static void gather_free(gather_state *g, const strat_call *c)
 {
-    if (g->krow != MPI_DATATYPE_NULL)
-        MPI_Type_free(&g->krow);
-    if (g->vrow != MPI_DATATYPE_NULL)
-        MPI_Type_free(&g->vrow);
-    free(g->cnt);
-    free(g->off);
-    free(g->req);
-    free(g->kv);
-    free(g->seg);
-    free(g->qpos);
-    free(g->kpos);
-    ra_workspace_free(g->ws);
+    void *all[] = {g->cnt, g->off, g->req, g->kv, g->seg, g->qpos, g->kpos};
+    MPI_Datatype types[] = {g->krow, g->vrow};
+    strat_free(c, all, (int)(sizeof all / sizeof *all), types, 2, g->ws);
 }
 
 /* Copies the own block in place and posts every block's broadcast, in the
@@ -163,8 +143,9 @@ static ra_status gather_post(gather_state *g, strat_call *c)
             return ra_error_set(RA_ERR_MPI, "allgather: MPI_Ibcast of block "
                                 "%d failed", j);
     }
-    c->tm->bytes_sent = (int64_t)sizeof(float) * s->B *
-                        (s->M - c->m_own) * (rk + rv);
+    strat_count_all(c, s->B * c->m_own *
+                           ((int64_t)sizeof(float) * (rk + rv) +
+                            (c->segs ? (int64_t)sizeof(int64_t) : 0)));
     return RA_OK;
 }
 
@@ -191,10 +172,13 @@ static ra_status gather_run(gather_state *g, strat_call *c)
     for (int t = 0; t < c->P; t++) {
         const int j = (c->r + t) % c->P;
         const double t0 = MPI_Wtime();
-        if (MPI_Waitall(REQS_PER_BLOCK, g->req + REQS_PER_BLOCK * j,
-                        MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return ra_error_set(RA_ERR_MPI, "allgather: the broadcast of "
-                                "block %d failed", j);
+        char phase[64];
+        snprintf(phase, sizeof phase, "the broadcast of rank %d's block", j);
+        const strat_watch w = {phase, NULL, 0};
+        const ra_status st = strat_wait(c, REQS_PER_BLOCK,
+                                        g->req + REQS_PER_BLOCK * j, &w);
+        if (st != RA_OK)
+            return st;
         const double t1 = MPI_Wtime();
         blk.m = strat_slice_pos(c, s->M, j, g->kpos);
         blk.mask.kpos = g->kpos;
@@ -213,12 +197,8 @@ static ra_status gather_run(gather_state *g, strat_call *c)
 
 ra_status allgather_forward(strat_call *c)
 {
-    gather_state g = {.krow = MPI_DATATYPE_NULL, .vrow = MPI_DATATYPE_NULL};
-    int level = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&level);
-    g.may_poll = !c->params->no_poll &&
-                 (ra_params_threads(c->params) == 1 ||
-                  level >= MPI_THREAD_FUNNELED);
+    gather_state g = {.krow = MPI_DATATYPE_NULL, .vrow = MPI_DATATYPE_NULL,
+                      .may_poll = strat_may_poll(c)};
     ra_status st = ra_agree(c->comm, allgather_fits(c->comm, c->shape,
                                                     c->params, c->segs));
     if (st == RA_OK)
@@ -229,6 +209,6 @@ ra_status allgather_forward(strat_call *c)
         st = gather_post(&g, c);
     if (st == RA_OK)
         st = gather_run(&g, c);
-    gather_free(&g);
+    gather_free(&g, c);
     return st;
 }

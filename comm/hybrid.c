@@ -13,6 +13,7 @@
  * o and lse. Only the ring crosses groups: about 1/u of the ring's bytes
  * leave a node. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,8 +21,9 @@
 #include "internal.h"
 #include "strategy.h"
 
+enum { TAG_RING = 7321 };
+
 typedef struct {
-    MPI_Comm gcomm, xcomm;  /* my group; the same index in every group */
     int u, ng, grp, gi;     /* group size, groups, my group, my index */
     head_group hg;          /* my heads (the same in every group) */
     int64_t Ng, Mmax;       /* my group's queries, the largest key block */
@@ -30,8 +32,7 @@ typedef struct {
     int64_t *qidx, *kidx;   /* member token -> index in my group's order */
     int64_t *gq;            /* my group's query positions, increasing */
     int64_t *gk, *kgoff;    /* every group's key positions; ng + 1 offsets */
-    int *cnt_s, *dsp_s, *cnt_r, *dsp_r; /* u each, floats */
-    float *send, *recv;
+    head_xchg x;            /* the all-to-alls inside my group */
     float *q, *o, *lse;     /* runs per kv head: (B, Ng, width, D) ... */
     float *kv[2];           /* K runs (B, Mg, D) per kv head, then V runs */
     int64_t *qseg, *kseg;   /* natural ids (B, N), (B, M) */
@@ -93,17 +94,13 @@ ra_status hybrid_group_size(MPI_Comm comm, const ra_shape *s,
                             const ra_params *p, int *u_out)
 {
     int P = 1, u = (int)p->ulysses_size, lo = 0, hi = 0;
-    MPI_Comm node;
     if (MPI_Comm_size(comm, &P) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "hybrid: cannot query the "
                                         "communicator");
     if (u == 0) { /* the ranks of one node, the same on every node */
-        if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
-                                &node) != MPI_SUCCESS)
-            return ra_error_set(RA_ERR_MPI, "hybrid: cannot find the ranks "
-                                            "of this node");
-        MPI_Comm_size(node, &u);
-        MPI_Comm_free(&node);
+        ra_status st = strat_node_ranks(comm, "hybrid", &u);
+        if (st != RA_OK)
+            return st;
         MPI_Allreduce(&u, &lo, 1, MPI_INT, MPI_MIN, comm);
         MPI_Allreduce(&u, &hi, 1, MPI_INT, MPI_MAX, comm);
         if (lo != hi)
@@ -115,37 +112,6 @@ ra_status hybrid_group_size(MPI_Comm comm, const ra_shape *s,
     if (st == RA_OK)
         *u_out = u;
     return st;
-}
-
-/* Float counts of one all-to-all inside the group (back: the outputs);
- * -1 when a total passes INT_MAX. */
-static int64_t hyb_counts(hyb_state *h, const strat_call *c, int back)
-{
-    const ra_shape *s = c->shape;
-    const int64_t hr = h->hg.h1 - h->hg.h0, gr = h->hg.g1 - h->hg.g0;
-    int64_t sent = 0, got = 0;
-    for (int p = 0; p < h->u; p++) {
-        const head_group hp = heads_of(s, p, h->u);
-        const int gp = h->grp * h->u + p;
-        const int64_t np = ra_layout_slice(c->lay, s->N, gp, c->P).count;
-        const int64_t mp = ra_layout_slice(c->lay, s->M, gp, c->P).count;
-        const int64_t hpn = hp.h1 - hp.h0, gpn = hp.g1 - hp.g0;
-        const int64_t to = back ? s->B * np * hr * (s->Dv + 1)
-                                : s->B * (c->n * hpn * s->D +
-                                          c->m_own * gpn * (s->D + s->Dv));
-        const int64_t from = back ? s->B * c->n * hpn * (s->Dv + 1)
-                                  : s->B * (np * hr * s->D +
-                                            mp * gr * (s->D + s->Dv));
-        h->cnt_s[p] = (int)to;
-        h->dsp_s[p] = (int)sent;
-        h->cnt_r[p] = (int)from;
-        h->dsp_r[p] = (int)got;
-        sent += to;
-        got += from;
-        if (sent > INT_MAX || got > INT_MAX)
-            return -1;
-    }
-    return sent > got ? sent : got;
 }
 
 static ra_status hyb_alloc(hyb_state *h, const strat_call *c)
@@ -161,11 +127,8 @@ static ra_status hyb_alloc(hyb_state *h, const strat_call *c)
     h->gq = malloc(sizeof(int64_t) * (size_t)(s->N + 1));
     h->gk = malloc(sizeof(int64_t) * (size_t)(s->M + 1));
     h->kgoff = malloc(sizeof(int64_t) * (size_t)(h->ng + 1));
-    int **ia[4] = {&h->cnt_s, &h->dsp_s, &h->cnt_r, &h->dsp_r};
-    for (int i = 0; i < 4; i++)
-        *ia[i] = malloc(sizeof(int) * u);
     if (!h->qoff || !h->koff || !h->qidx || !h->kidx || !h->gq || !h->gk ||
-        !h->kgoff || !h->cnt_s || !h->dsp_s || !h->cnt_r || !h->dsp_r)
+        !h->kgoff)
         return ra_error_set(RA_ERR_NOMEM, "hybrid: out of memory");
     h->kgoff[0] = 0;
     for (int g = 0; g < h->ng; g++) {
@@ -176,18 +139,21 @@ static ra_status hyb_alloc(hyb_state *h, const strat_call *c)
         h->Mmax = m > h->Mmax ? m : h->Mmax;
     }
     h->Ng = group_order(h, c, s->N, h->grp, h->gq, h->qidx, h->qoff);
-    int64_t most = hyb_counts(h, c, 0), back = hyb_counts(h, c, 1);
     const int64_t block = s->B * h->Mmax * (int64_t)gr * (s->D + s->Dv);
-    if (most < 0 || back < 0 || block > INT_MAX)
+    if (block > INT_MAX)
         return ra_error_set(RA_ERR_ARG, "hybrid: a transfer of more than "
                             "2^31 floats; use more ranks or strategy ring");
-    most = back > most ? back : most;
-    h->send = malloc(sizeof(float) * (size_t)(most + 1));
-    h->recv = malloc(sizeof(float) * (size_t)(most + 1));
+    /* with ids, the gathers of strat_ids_natural use the all-to-all's recv */
+    ra_status st = heads_xchg_alloc(c, &h->x, h->grp * h->u, h->u,
+                                    c->segs ? 2 * s->B * (s->N > s->M ? s->N
+                                                                      : s->M)
+                                            : 0);
+    if (st != RA_OK)
+        return st;
     h->q = malloc(sizeof(float) * (B * (size_t)h->Ng * hr * (size_t)s->D + 1));
     h->o = malloc(sizeof(float) * (B * (size_t)h->Ng * hr * (size_t)s->Dv + 1));
     h->lse = malloc(sizeof(float) * (B * (size_t)h->Ng * hr + 1));
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < (h->ng > 1 ? 2 : 1); i++) /* one without a ring */
         h->kv[i] = malloc(sizeof(float) * (size_t)(block + 1));
     if (c->segs) {
         h->qseg = malloc(sizeof(int64_t) *
@@ -196,96 +162,30 @@ static ra_status hyb_alloc(hyb_state *h, const strat_call *c)
         h->qsegg = h->qseg ? h->kseg + B * (size_t)s->M : NULL;
         h->ksegb = h->qseg ? h->qsegg + B * (size_t)s->N : NULL;
     }
-    int64_t bq, bkv;
-    ra_params_tiles(c->params, s, &bq, &bkv);
-    h->ws = ra_workspace_create(ra_params_threads(c->params), bq, bkv, s->Dv);
-    if (!h->send || !h->recv || !h->q || !h->o || !h->lse || !h->kv[0] ||
-        !h->kv[1] || (c->segs && !h->qseg) || !h->ws)
+    h->ws = strat_workspace(c);
+    if (!h->q || !h->o || !h->lse || !h->kv[0] || (h->ng > 1 && !h->kv[1]) ||
+        (c->segs && !h->qseg) || !h->ws)
         return ra_error_set(RA_ERR_NOMEM, "hybrid: cannot allocate the head "
                                           "groups");
     return RA_OK;
 }
 
-static void hyb_free(hyb_state *h)
+static void hyb_free(hyb_state *h, const strat_call *c)
 {
     void *all[] = {h->qoff, h->koff, h->qidx, h->kidx, h->gq, h->gk,
-                   h->kgoff, h->cnt_s, h->dsp_s, h->cnt_r, h->dsp_r, h->send,
-                   h->recv, h->q, h->o, h->lse, h->kv[0], h->kv[1], h->qseg};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        free(all[i]);
-    ra_workspace_free(h->ws);
-    if (h->gcomm != MPI_COMM_NULL)
-        MPI_Comm_free(&h->gcomm);
-    if (h->xcomm != MPI_COMM_NULL)
-        MPI_Comm_free(&h->xcomm);
-}
-
-/* Every rank's ids of a length-len axis in natural order (B, len). */
-static ra_status hyb_ids(const strat_call *c, int64_t len,
-                         const int64_t *mine, int64_t *out)
-{
-    const int64_t B = c->shape->B;
-    int *cnt = malloc(sizeof(int) * (size_t)c->P * 2);
-    int64_t *all = malloc(sizeof(int64_t) * (size_t)(B * len + 1));
-    ra_status st = cnt && all ? RA_OK
-                              : ra_error_set(RA_ERR_NOMEM, "hybrid: out of "
-                                                           "memory");
-    for (int p = 0, at = 0; st == RA_OK && p < c->P; p++) {
-        cnt[p] = (int)(B * ra_layout_slice(c->lay, len, p, c->P).count);
-        cnt[c->P + p] = at;
-        at += cnt[p];
-    }
-    if (st == RA_OK &&
-        MPI_Allgatherv(mine, cnt[c->r], MPI_INT64_T, all, cnt, cnt + c->P,
-                       MPI_INT64_T, c->comm) != MPI_SUCCESS)
-        st = ra_error_set(RA_ERR_MPI, "hybrid: gathering the segment ids "
-                                      "failed");
-    for (int p = 0; st == RA_OK && p < c->P; p++) {
-        const ra_slice sl = ra_layout_slice(c->lay, len, p, c->P);
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t i = 0; i < sl.count; i++)
-                out[b * len + ra_slice_pos(&sl, i)] =
-                    all[cnt[c->P + p] + b * sl.count + i];
-    }
-    free(cnt);
-    free(all);
-    return st;
+                   h->kgoff, h->q, h->o, h->lse, h->kv[0], h->kv[1], h->qseg,
+                   h->x.cnt_s, h->x.send, h->x.recv};
+    strat_free(c, all, (int)(sizeof all / sizeof *all), NULL, 0, h->ws);
 }
 
 /* Inside the group: sequence slices to this rank's heads over the group's
  * tokens: q runs, and the own K/V block (kv[0]). */
 static ra_status hyb_scatter(hyb_state *h, strat_call *c)
 {
-    const ra_shape *s = c->shape;
-    const int64_t hr = h->hg.h1 - h->hg.h0, gr = h->hg.g1 - h->hg.g0;
     const int64_t Mg = h->kgoff[h->grp + 1] - h->kgoff[h->grp];
-    hyb_counts(h, c, 0);
-    for (int p = 0; p < h->u; p++) {
-        const head_group hp = heads_of(s, p, h->u);
-        float *at = h->send + h->dsp_s[p];
-        at = pack_heads(c->q, s->B, c->n, s->H, s->D, hp.h0, hp.h1, at);
-        at = pack_heads(c->k, s->B, c->m_own, s->G, s->D, hp.g0, hp.g1, at);
-        pack_heads(c->v, s->B, c->m_own, s->G, s->Dv, hp.g0, hp.g1, at);
-        if (p != h->gi)
-            c->tm->bytes_sent += (int64_t)sizeof(float) * h->cnt_s[p];
-    }
-    if (MPI_Alltoallv(h->send, h->cnt_s, h->dsp_s, MPI_FLOAT, h->recv,
-                      h->cnt_r, h->dsp_r, MPI_FLOAT, h->gcomm) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "hybrid: the all-to-all of q, k, v "
-                                        "failed");
-    for (int p = 0; p < h->u; p++) {
-        const int src = h->grp * h->u + p;
-        const head_dest qd = {s->N, h->Ng, h->qidx + h->qoff[p]};
-        const head_dest kd = {s->M, Mg, h->kidx + h->koff[p]};
-        const float *at = h->recv + h->dsp_r[p];
-        to_natural(c, &h->hg, src, &qd, hr, s->D, 0, at, h->q);
-        at += s->B * (h->qoff[p + 1] - h->qoff[p]) * hr * s->D;
-        to_natural(c, &h->hg, src, &kd, gr, s->D, 1, at, h->kv[0]);
-        at += s->B * (h->koff[p + 1] - h->koff[p]) * gr * s->D;
-        to_natural(c, &h->hg, src, &kd, gr, s->Dv, 1, at,
-                   h->kv[0] + s->B * Mg * gr * s->D);
-    }
-    return RA_OK;
+    const head_order qo = {h->Ng, h->qidx, h->qoff};
+    const head_order ko = {Mg, h->kidx, h->koff};
+    return heads_scatter(c, &h->x, &qo, &ko, h->q, h->kv[0]);
 }
 
 static void hyb_poll(void *ctx)
@@ -333,8 +233,10 @@ static ra_status hyb_ring(hyb_state *h, strat_call *c)
 {
     const ra_shape *s = c->shape;
     const int64_t gr = h->hg.g1 - h->hg.g0, row = gr * (s->D + s->Dv);
-    const int ng = h->ng, right = (h->grp + 1) % ng;
-    const int left = (h->grp + ng - 1) % ng;
+    const int ng = h->ng;
+    /* the same index in the groups after and before mine */
+    const int peer[2] = {(h->grp + ng - 1) % ng * h->u + h->gi,
+                         (h->grp + 1) % ng * h->u + h->gi};
     for (int t = 0; t < ng; t++) {
         const int og = (h->grp - t + ng) % ng, on = (og + ng - 1) % ng;
         const int64_t mg = h->kgoff[og + 1] - h->kgoff[og];
@@ -342,19 +244,24 @@ static ra_status hyb_ring(hyb_state *h, strat_call *c)
         h->req[0] = h->req[1] = MPI_REQUEST_NULL;
         if (t < ng - 1 &&
             (MPI_Irecv(h->kv[(t + 1) & 1], (int)(s->B * mn * row), MPI_FLOAT,
-                       left, 7321, h->xcomm, &h->req[0]) != MPI_SUCCESS ||
+                       peer[0], TAG_RING, c->comm, &h->req[0]) !=
+                 MPI_SUCCESS ||
              MPI_Isend(h->kv[t & 1], (int)(s->B * mg * row), MPI_FLOAT,
-                       right, 7321, h->xcomm, &h->req[1]) != MPI_SUCCESS))
+                       peer[1], TAG_RING, c->comm, &h->req[1]) !=
+                 MPI_SUCCESS))
             return ra_error_set(RA_ERR_MPI, "hybrid: posting step %d "
                                             "failed", t);
         if (t < ng - 1)
-            c->tm->bytes_sent += (int64_t)sizeof(float) * s->B * mg * row;
+            strat_count(c, peer[1], (int64_t)sizeof(float) * s->B * mg * row);
         const double t0 = MPI_Wtime();
         hyb_visit(h, c, og, t & 1);
         const double t1 = MPI_Wtime();
-        if (MPI_Waitall(2, h->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return ra_error_set(RA_ERR_MPI, "hybrid: step %d: a transfer "
-                                            "failed", t);
+        char phase[32];
+        snprintf(phase, sizeof phase, "step %d", t);
+        const strat_watch w = {phase, peer, 1};
+        const ra_status st = strat_wait(c, 2, h->req, &w);
+        if (st != RA_OK)
+            return st;
         c->tm->compute += t1 - t0;
         c->tm->comm_wait += MPI_Wtime() - t1;
         strat_step(c, t + 1, ng);
@@ -362,41 +269,7 @@ static ra_status hyb_ring(hyb_state *h, strat_call *c)
     return RA_OK;
 }
 
-/* Inside the group: the outputs back to the ranks that own the tokens. */
-static ra_status hyb_gather(hyb_state *h, strat_call *c)
-{
-    const ra_shape *s = c->shape;
-    const int64_t n = c->n;
-    hyb_counts(h, c, 1);
-    for (int p = 0; p < h->u; p++) {
-        const head_dest od = {s->N, h->Ng, h->qidx + h->qoff[p]};
-        from_natural(c, &h->hg, h->grp * h->u + p, &od, h->o, h->lse,
-                     h->send + h->dsp_s[p]);
-        if (p != h->gi)
-            c->tm->bytes_sent += (int64_t)sizeof(float) * h->cnt_s[p];
-    }
-    if (MPI_Alltoallv(h->send, h->cnt_s, h->dsp_s, MPI_FLOAT, h->recv,
-                      h->cnt_r, h->dsp_r, MPI_FLOAT, h->gcomm) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "hybrid: the all-to-all of o, lse "
-                                        "failed");
-    for (int p = 0; p < h->u; p++) {
-        const head_group hp = heads_of(s, p, h->u);
-        const int64_t nh = hp.h1 - hp.h0;
-        const float *ob = h->recv + h->dsp_r[p], *lb = ob + s->B * n * nh * s->Dv;
-        for (int64_t b = 0; b < s->B; b++)
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t hl = 0; hl < nh; hl++) {
-                    const int64_t hh = hp.h0 + hl;
-                    memcpy(c->o + ((b * n + i) * s->H + hh) * s->Dv,
-                           ob + ((b * n + i) * nh + hl) * s->Dv,
-                           sizeof(float) * (size_t)s->Dv);
-                    c->lse[(b * s->H + hh) * n + i] = lb[(b * nh + hl) * n + i];
-                }
-    }
-    return RA_OK;
-}
-
-/* The group communicators and this rank's place; collective. */
+/* The groups and this rank's place; collective. */
 static ra_status hyb_groups(hyb_state *h, strat_call *c)
 {
     ra_status st = hybrid_group_size(c->comm, c->shape, c->params, &h->u);
@@ -406,30 +279,24 @@ static ra_status hyb_groups(hyb_state *h, strat_call *c)
     h->grp = c->r / h->u;
     h->gi = c->r % h->u;
     h->hg = heads_of(c->shape, h->gi, h->u);
-    if (MPI_Comm_split(c->comm, h->grp, c->r, &h->gcomm) != MPI_SUCCESS ||
-        MPI_Comm_split(c->comm, h->gi, c->r, &h->xcomm) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "hybrid: cannot split the groups");
     return RA_OK;
 }
 
 ra_status hybrid_forward(strat_call *c)
 {
     const ra_shape *s = c->shape;
-    hyb_state h = {.gcomm = MPI_COMM_NULL, .xcomm = MPI_COMM_NULL};
-    int level = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&level);
-    h.may_poll = !c->params->no_poll &&
-                 (ra_params_threads(c->params) == 1 ||
-                  level >= MPI_THREAD_FUNNELED);
+    hyb_state h = {.may_poll = strat_may_poll(c)};
     ra_status st = ra_agree(c->comm, hyb_groups(&h, c));
     if (st == RA_OK)
         st = ra_agree(c->comm, hyb_alloc(&h, c));
     if (st == RA_OK)
         st = strat_check_range(c);
     if (st == RA_OK && c->segs) {
-        st = hyb_ids(c, s->N, c->masks->q_segments, h.qseg);
+        int64_t *all = (int64_t *)h.x.recv; /* sized for them */
+        st = strat_ids_natural(c, s->N, c->masks->q_segments, all, h.qseg);
         if (st == RA_OK)
-            st = hyb_ids(c, s->M, c->masks->kv_segments, h.kseg);
+            st = strat_ids_natural(c, s->M, c->masks->kv_segments, all,
+                                   h.kseg);
         for (int64_t b = 0; st == RA_OK && b < s->B; b++)
             for (int64_t i = 0; i < h.Ng; i++)
                 h.qsegg[b * h.Ng + i] = h.qseg[b * s->N + h.gq[i]];
@@ -443,9 +310,10 @@ ra_status hybrid_forward(strat_call *c)
         st = hyb_ring(&h, c);
     }
     const double t1 = MPI_Wtime();
+    const head_order qo = {h.Ng, h.qidx, h.qoff};
     if (st == RA_OK)
-        st = hyb_gather(&h, c);
+        st = heads_gather(c, &h.x, &qo, h.o, h.lse);
     c->tm->comm_wait += MPI_Wtime() - t1;
-    hyb_free(&h);
+    hyb_free(&h, c);
     return st;
 }

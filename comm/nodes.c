@@ -41,6 +41,27 @@ int ra_nodes_map(MPI_Comm comm, int *node_of)
     return MPI_SUCCESS;
 }
 
+ra_status ra_nodes_of(MPI_Comm comm, const char *what, int **node_of)
+{
+    int P;
+    *node_of = NULL;
+    if (MPI_Comm_size(comm, &P) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_size failed", what);
+    int *map = malloc(sizeof(int) * (size_t)P);
+    ra_status st = ra_agree(comm, map ? RA_OK
+                                      : ra_error_set(RA_ERR_NOMEM, "%s: out "
+                                                     "of memory for the node "
+                                                     "map", what));
+    if (st == RA_OK && ra_nodes_map(comm, map) != MPI_SUCCESS)
+        st = ra_error_set(RA_ERR_MPI, "%s: finding the ranks' nodes failed",
+                          what);
+    if (st == RA_OK)
+        *node_of = map;
+    else
+        free(map);
+    return st;
+}
+
 ra_status ra_comm_nodes(MPI_Comm comm, ra_nodes *out)
 {
     int rank, P;

@@ -14,6 +14,7 @@
 #include "agree.h"
 #include "internal.h"
 #include "range.h"
+#include "nodes.h"
 #include "ring.h"
 #include "strategy.h"
 
@@ -251,6 +252,17 @@ static ra_status ring_free(ring_state *rs)
     return RA_OK;
 }
 
+/* Whether this rank's successor runs on another node. Collective. */
+static ra_status ring_find_nodes(ring_state *rs)
+{
+    int *node_of;
+    ra_status st = ra_nodes_of(rs->comm, "ring", &node_of);
+    if (st == RA_OK)
+        rs->right_cross = node_of[(rs->r + 1) % rs->P] != node_of[rs->r];
+    free(node_of);
+    return st;
+}
+
 /* Refuses, on every rank alike, inputs whose scores or accumulators would
  * leave float32 (range.h): local bounds, their maxima over the ranks, one
  * verdict. Inputs that may hold NaN or inf (params->nonfinite) are the
@@ -433,7 +445,7 @@ static ra_status ring_forward(MPI_Comm user_comm, const ring_args *a,
     ra_status st = ring_open(user_comm, a, mst, &rs);
     if (st == RA_OK)
         st = ring_run(&rs, a);
-    const ra_status fst = ring_free(&rs);
+    const ra_status fst = ring_close(&rs);
     tm.total = MPI_Wtime() - t_start;
     if (timing)
         *timing = tm;
@@ -485,6 +497,8 @@ ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
         st = ra_agree(rs->comm, st);
     }
     if (st == RA_OK)
+        st = ring_find_nodes(rs);
+    if (st == RA_OK)
         st = ring_check_range(rs, a);
     if (st == RA_OK)
         ring_block_init(rs, a);
@@ -493,4 +507,9 @@ ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
     return st;
 }
 
-ra_status ring_close(ring_state *rs) { return ring_free(rs); }
+ra_status ring_close(ring_state *rs)
+{
+    /* a ring rank sends only to its successor: all or nothing crosses */
+    rs->tm->bytes_cross_node = rs->right_cross ? rs->tm->bytes_sent : 0;
+    return ring_free(rs);
+}

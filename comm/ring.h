@@ -36,6 +36,8 @@ typedef struct {
     int segs, may_poll, threads;
     double stall_timeout; /* 0: wait forever */
     int stalled;          /* a wait gave up: transfers are still in flight */
+    int right_cross;      /* rank r + 1, where all this rank sends go, runs
+                             on another node */
     int64_t n, m_own, mmax; /* local queries, own keys, the largest block */
     int64_t row_k, row_v; /* floats per key row of K (or W_k k) and of V */
     ring_buf buf[2];      /* the two alternating blocks */

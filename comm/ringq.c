@@ -11,7 +11,7 @@
  * Sends per rank and step: B n_j H (D + Dv + 1) floats, against the pass-KV
  * ring's B m_j G (D + Dv): the cheaper one when N H << M G. */
 #include <limits.h>
-#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,8 +33,8 @@ typedef struct {
     int64_t *qpos, *kpos; /* the held block's queries, the own keys */
     int64_t nmax;
     MPI_Datatype qrow, orow; /* H D and H Dv floats */
-    MPI_Request req[4];
-    int may_poll, stalled;
+    MPI_Request req[4];   /* receive, receive, send, send */
+    int may_poll;
     ra_workspace *ws;
 } ringq_state;
 
@@ -46,7 +46,6 @@ static int64_t block_count(const strat_call *c, int j)
 static ra_status ringq_alloc(ringq_state *g, const strat_call *c)
 {
     const ra_shape *s = c->shape;
-    int64_t bq, bkv;
     for (int j = 0; j < c->P; j++)
         g->nmax = block_count(c, j) > g->nmax ? block_count(c, j) : g->nmax;
     const int64_t rows = s->B * g->nmax;
@@ -67,8 +66,7 @@ static ra_status ringq_alloc(ringq_state *g, const strat_call *c)
     }
     g->qpos = malloc(sizeof(int64_t) * (size_t)(g->nmax + 1));
     g->kpos = malloc(sizeof(int64_t) * (size_t)(c->m_own + 1));
-    ra_params_tiles(c->params, s, &bq, &bkv);
-    g->ws = ra_workspace_create(ra_params_threads(c->params), bq, bkv, s->Dv);
+    g->ws = strat_workspace(c);
     if (!g->qpos || !g->kpos || !g->ws)
         return ra_error_set(RA_ERR_NOMEM, "ring-q: out of memory");
     if (MPI_Type_contiguous((int)(s->H * s->D), MPI_FLOAT, &g->qrow) !=
@@ -80,25 +78,13 @@ static ra_status ringq_alloc(ringq_state *g, const strat_call *c)
     return RA_OK;
 }
 
-/* Frees what ringq_alloc made; after a stall the buffers stay, since
- * transfers into them are still in flight (the job must end). */
-static void ringq_free(ringq_state *g)
+static void ringq_free(ringq_state *g, const strat_call *c)
 {
-    if (g->stalled)
-        return;
-    for (int i = 0; i < 2; i++) {
-        free(g->buf[i].q);
-        free(g->buf[i].o);
-        free(g->buf[i].lse);
-        free(g->buf[i].seg);
-    }
-    free(g->qpos);
-    free(g->kpos);
-    ra_workspace_free(g->ws);
-    if (g->qrow != MPI_DATATYPE_NULL)
-        MPI_Type_free(&g->qrow);
-    if (g->orow != MPI_DATATYPE_NULL)
-        MPI_Type_free(&g->orow);
+    void *all[] = {g->buf[0].q, g->buf[0].o, g->buf[0].lse, g->buf[0].seg,
+                   g->buf[1].q, g->buf[1].o, g->buf[1].lse, g->buf[1].seg,
+                   g->qpos, g->kpos};
+    MPI_Datatype types[] = {g->qrow, g->orow};
+    strat_free(c, all, (int)(sizeof all / sizeof *all), types, 2, g->ws);
 }
 
 static void ringq_poll(void *ctx)
@@ -109,26 +95,14 @@ static void ringq_poll(void *ctx)
 }
 
 /* Waits for g->req under the stall watchdog; names the step on failure. */
-static ra_status ringq_wait(ringq_state *g, const strat_call *c, int t)
+static ra_status ringq_wait(ringq_state *g, strat_call *c, int t)
 {
-    const double timeout = c->params->stall_timeout;
-    double since = MPI_Wtime();
-    for (;;) {
-        int done = 0;
-        if (MPI_Testall(4, g->req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return ra_error_set(RA_ERR_MPI, "ring-q: step %d: a transfer "
-                                            "failed", t);
-        if (done)
-            return RA_OK;
-        if (timeout > 0 && MPI_Wtime() - since > timeout)
-            break;
-        sched_yield();
-    }
-    g->stalled = 1;
-    return ra_error_set(RA_ERR_MPI, "ring-q: rank %d stalled at step %d: "
-                        "no transfer with rank %d or %d finished for %.3g s",
-                        c->r, t, (c->r + c->P - 1) % c->P, (c->r + 1) % c->P,
-                        timeout);
+    const int left = (c->r + c->P - 1) % c->P, right = (c->r + 1) % c->P;
+    const int peer[4] = {left, left, right, right};
+    char phase[32];
+    snprintf(phase, sizeof phase, "step %d", t);
+    const strat_watch w = {phase, peer, 2};
+    return strat_wait(c, 4, g->req, &w);
 }
 
 /* Posts the hop of the held block's queries (and ids) to the right and
@@ -143,16 +117,17 @@ static ra_status post_queries(ringq_state *g, const strat_call *c, int h,
                        c->comm, &g->req[0]);
     if (rc == MPI_SUCCESS)
         rc = MPI_Isend(held->q, (int)(B * n_send), g->qrow, right, TAG_Q,
-                       c->comm, &g->req[1]);
+                       c->comm, &g->req[2]);
     if (rc == MPI_SUCCESS && c->segs)
         rc = MPI_Irecv(next->seg, (int)(B * n_recv), MPI_INT64_T, left,
-                       TAG_SEG, c->comm, &g->req[2]);
+                       TAG_SEG, c->comm, &g->req[1]);
     if (rc == MPI_SUCCESS && c->segs)
         rc = MPI_Isend(held->seg, (int)(B * n_send), MPI_INT64_T, right,
                        TAG_SEG, c->comm, &g->req[3]);
-    c->tm->bytes_sent += (int64_t)B * n_send *
-                         ((int64_t)sizeof(float) * c->shape->H * c->shape->D +
-                          (c->segs ? (int64_t)sizeof(int64_t) : 0));
+    strat_count(c, right, (int64_t)B * n_send *
+                              ((int64_t)sizeof(float) * c->shape->H *
+                                   c->shape->D +
+                               (c->segs ? (int64_t)sizeof(int64_t) : 0)));
     return rc == MPI_SUCCESS ? RA_OK
                              : ra_error_set(RA_ERR_MPI, "ring-q: posting the "
                                             "queries' transfer failed");
@@ -171,15 +146,15 @@ static ra_status post_accumulators(ringq_state *g, const strat_call *c,
                        c->comm, &g->req[0]);
     if (rc == MPI_SUCCESS)
         rc = MPI_Isend(held->o, (int)(B * n_send), g->orow, right, TAG_O,
-                       c->comm, &g->req[1]);
+                       c->comm, &g->req[2]);
     if (rc == MPI_SUCCESS)
         rc = MPI_Irecv(lse_in, (int)(B * H * n_recv), MPI_FLOAT, left,
-                       TAG_LSE, c->comm, &g->req[2]);
+                       TAG_LSE, c->comm, &g->req[1]);
     if (rc == MPI_SUCCESS)
         rc = MPI_Isend(held->lse, (int)(B * H * n_send), MPI_FLOAT, right,
                        TAG_LSE, c->comm, &g->req[3]);
-    c->tm->bytes_sent += (int64_t)sizeof(float) * B * n_send * H *
-                         (c->shape->Dv + 1);
+    strat_count(c, right, (int64_t)sizeof(float) * B * n_send * H *
+                              (c->shape->Dv + 1));
     return rc == MPI_SUCCESS ? RA_OK
                              : ra_error_set(RA_ERR_MPI, "ring-q: posting the "
                                             "accumulators' transfer failed");
@@ -203,7 +178,7 @@ static void ringq_visit(ringq_state *g, const strat_call *c, int h, int j,
 
 /* One step: queries of the next block in flight while this one computes,
  * then the accumulators' hop. */
-static ra_status ringq_step(ringq_state *g, const strat_call *c, int t)
+static ra_status ringq_step(ringq_state *g, strat_call *c, int t)
 {
     const int P = c->P, h = t & 1, j = (c->r - t % P + P) % P;
     const int jl = (j + P - 1) % P;
@@ -235,12 +210,8 @@ static ra_status ringq_step(ringq_state *g, const strat_call *c, int t)
 ra_status ringq_forward(strat_call *c)
 {
     const ra_shape *s = c->shape;
-    ringq_state g = {.qrow = MPI_DATATYPE_NULL, .orow = MPI_DATATYPE_NULL};
-    int level = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&level);
-    g.may_poll = !c->params->no_poll &&
-                 (ra_params_threads(c->params) == 1 ||
-                  level >= MPI_THREAD_FUNNELED);
+    ringq_state g = {.qrow = MPI_DATATYPE_NULL, .orow = MPI_DATATYPE_NULL,
+                     .may_poll = strat_may_poll(c)};
     ra_status st = ra_agree(c->comm, ringq_alloc(&g, c));
     if (st == RA_OK)
         st = strat_check_range(c);
@@ -263,6 +234,6 @@ ra_status ringq_forward(strat_call *c)
         memcpy(c->lse, g.buf[0].lse, sizeof(float) * (size_t)(s->B * s->H *
                                                               c->n));
     }
-    ringq_free(&g);
+    ringq_free(&g, c);
     return st;
 }

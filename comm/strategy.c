@@ -4,12 +4,18 @@
  *
  * Discipline as in ring.c: validate locally, agree, then collectives. */
 #include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "agree.h"
 #include "internal.h"
+#include "nodes.h"
 #include "range.h"
 #include "strategy.h"
+
+enum { TAG_A2A = 7331, TAG_END = 7332 };
 
 /* What a strategy other than ring refuses before any work. */
 static ra_status strat_check(const ra_shape *s, const ra_params *p,
@@ -65,7 +71,7 @@ int64_t strat_slice_pos(const strat_call *c, int64_t len, int j,
     return sl.count;
 }
 
-ra_status strat_check_range(const strat_call *c)
+ra_status strat_check_range(strat_call *c)
 {
     int64_t block_keys = 0;
     if (c->params->nonfinite)
@@ -78,12 +84,256 @@ ra_status strat_check_range(const strat_call *c)
                                                     c->q, c->k, c->v,
                                                     ra_params_threads(c->params));
     double in[3] = {mine.q_norm, mine.k_norm, mine.v_abs}, all[3];
-    if (MPI_Allreduce(in, all, 3, MPI_DOUBLE, MPI_MAX, c->comm) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Allreduce of the input "
+    MPI_Request req;
+    if (MPI_Iallreduce(in, all, 3, MPI_DOUBLE, MPI_MAX, c->comm, &req) !=
+        MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Iallreduce of the input "
                             "bounds failed",
                             ra_strategy_name(c->params->strategy));
+    const strat_watch w = {"the check of the inputs' range", NULL, 0};
+    ra_status st = strat_wait(c, 1, &req, &w);
+    if (st != RA_OK)
+        return st;
     const ra_input_bounds bounds = {all[0], all[1], all[2]};
     return ra_input_bounds_check(c->shape, c->params, &bounds, block_keys);
+}
+
+/* Tests every request once; *progressed when one completed. Returns the
+ * number still active, or -1 on an MPI error. */
+static int strat_test(int n, MPI_Request *req, int *progressed)
+{
+    int active = 0;
+    for (int i = 0; i < n; i++) {
+        if (req[i] == MPI_REQUEST_NULL)
+            continue;
+        int done = 0;
+        if (MPI_Test(&req[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return -1;
+        *progressed |= done;
+        active += !done;
+    }
+    return active;
+}
+
+/* The message of a wait that gave up on req[0 .. n). */
+static ra_status strat_stalled(strat_call *c, int n, const MPI_Request *req,
+                               const strat_watch *w)
+{
+    const char *name = ra_strategy_name(c->params->strategy);
+    const double secs = c->params->stall_timeout;
+    int open = 0;
+    while (open < n - 1 && req[open] == MPI_REQUEST_NULL)
+        open++;
+    c->stalled = 1;
+    if (!w->peer)
+        return ra_error_set(RA_ERR_MPI, "%s: rank %d stalled at %s: the "
+                            "collective over %d ranks has not completed for "
+                            "%.3g s (a rank stopped, frozen or lost?)", name,
+                            c->r, w->phase, c->P, secs);
+    return ra_error_set(RA_ERR_MPI, "%s: rank %d stalled at %s: no transfer "
+                        "%s rank %d progressed for %.3g s (stopped, frozen "
+                        "or lost?)", name, c->r, w->phase,
+                        open < w->nrecv ? "from" : "to", w->peer[open], secs);
+}
+
+ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
+                     const strat_watch *w)
+{
+    const double timeout = c->params->stall_timeout;
+    if (!(timeout > 0)) {
+        if (MPI_Waitall(n, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return ra_error_set(RA_ERR_MPI, "%s: %s: a transfer failed",
+                                ra_strategy_name(c->params->strategy),
+                                w->phase);
+        return RA_OK;
+    }
+    double since = MPI_Wtime();
+    for (;;) {
+        int progressed = 0;
+        const int active = strat_test(n, req, &progressed);
+        if (active < 0)
+            return ra_error_set(RA_ERR_MPI, "%s: %s: a transfer failed",
+                                ra_strategy_name(c->params->strategy),
+                                w->phase);
+        if (active == 0)
+            return RA_OK;
+        const double now = MPI_Wtime();
+        if (progressed)
+            since = now;
+        if (now - since > timeout)
+            return strat_stalled(c, n, req, w);
+        sched_yield();
+    }
+}
+
+void strat_free(const strat_call *c, void **all, int n, MPI_Datatype *types,
+                int ntypes, ra_workspace *ws)
+{
+    if (c->stalled)
+        return;
+    for (int i = 0; i < n; i++)
+        free(all[i]);
+    for (int i = 0; i < ntypes; i++)
+        if (types[i] != MPI_DATATYPE_NULL)
+            MPI_Type_free(&types[i]);
+    ra_workspace_free(ws);
+}
+
+void strat_count(const strat_call *c, int dst, int64_t bytes)
+{
+    c->tm->bytes_sent += bytes;
+    if (c->node_of[dst] != c->node_of[c->r])
+        c->tm->bytes_cross_node += bytes;
+}
+
+void strat_count_all(const strat_call *c, int64_t bytes)
+{
+    for (int j = 0; j < c->P; j++)
+        if (j != c->r)
+            strat_count(c, j, bytes);
+}
+
+int strat_may_poll(const strat_call *c)
+{
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    return !c->params->no_poll && (ra_params_threads(c->params) == 1 ||
+                                   level >= MPI_THREAD_FUNNELED);
+}
+
+ra_workspace *strat_workspace(const strat_call *c)
+{
+    int64_t bq, bkv;
+    ra_params_tiles(c->params, c->shape, &bq, &bkv);
+    return ra_workspace_create(ra_params_threads(c->params), bq, bkv,
+                               c->shape->Dv);
+}
+
+ra_status strat_node_ranks(MPI_Comm comm, const char *what, int *count)
+{
+    MPI_Comm node;
+    *count = 1;
+    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                            &node) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: cannot find the ranks of this "
+                                        "node", what);
+    MPI_Comm_size(node, count);
+    MPI_Comm_free(&node);
+    return RA_OK;
+}
+
+int64_t strat_rows(const strat_call *c, int64_t len, int64_t *cnt,
+                   int64_t *off)
+{
+    int64_t most = 0;
+    for (int j = 0; j < c->P; j++) {
+        cnt[j] = ra_layout_slice(c->lay, len, j, c->P).count;
+        off[j] = j ? off[j - 1] + c->shape->B * cnt[j - 1] : 0;
+        most = cnt[j] > most ? cnt[j] : most;
+    }
+    return most;
+}
+
+ra_status strat_ids_natural(strat_call *c, int64_t len, const int64_t *mine,
+                            int64_t *all, int64_t *out)
+{
+    const int64_t B = c->shape->B;
+    int *cnt = malloc(sizeof(int) * (size_t)c->P * 2);
+    int64_t *n = malloc(sizeof(int64_t) * (size_t)c->P * 2);
+    MPI_Request req = MPI_REQUEST_NULL;
+    ra_status st = cnt && n ? RA_OK
+                            : ra_error_set(RA_ERR_NOMEM, "%s: out of memory",
+                                           ra_strategy_name(
+                                               c->params->strategy));
+    if (st != RA_OK)
+        goto done;
+    strat_rows(c, len, n, n + c->P);
+    for (int p = 0; p < c->P; p++) {
+        cnt[p] = (int)(B * n[p]);
+        cnt[c->P + p] = (int)n[c->P + p];
+    }
+    if (MPI_Iallgatherv(mine, cnt[c->r], MPI_INT64_T, all, cnt, cnt + c->P,
+                        MPI_INT64_T, c->comm, &req) != MPI_SUCCESS) {
+        st = ra_error_set(RA_ERR_MPI, "%s: gathering the segment ids failed",
+                          ra_strategy_name(c->params->strategy));
+        goto done;
+    }
+    strat_count_all(c, (int64_t)sizeof(int64_t) * cnt[c->r]);
+    const strat_watch w = {"the gathering of the segment ids", NULL, 0};
+    st = strat_wait(c, 1, &req, &w);
+    for (int p = 0; st == RA_OK && p < c->P; p++) {
+        const ra_slice sl = ra_layout_slice(c->lay, len, p, c->P);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < sl.count; i++)
+                out[b * len + ra_slice_pos(&sl, i)] =
+                    all[cnt[c->P + p] + b * sl.count + i];
+    }
+done:
+    free(cnt);
+    free(n);
+    return st;
+}
+
+ra_status strat_alltoall(strat_call *c, const strat_a2a *x, const float *send,
+                         float *recv)
+{
+    const int size = x->size, me = c->r - x->first;
+    MPI_Request *req = malloc(sizeof(MPI_Request) * (size_t)(2 * size + 1));
+    int *peer = malloc(sizeof(int) * (size_t)(2 * size + 1));
+    ra_status st = req && peer ? RA_OK
+                               : ra_error_set(RA_ERR_NOMEM, "%s: out of "
+                                              "memory",
+                                              ra_strategy_name(
+                                                  c->params->strategy));
+    int rc = MPI_SUCCESS, n = 0;
+    for (int p = 0; st == RA_OK && p < size; p++) /* receives first */
+        if (p != me) {
+            peer[n] = x->first + p;
+            rc |= MPI_Irecv(recv + x->dsp_r[p], x->cnt_r[p], MPI_FLOAT,
+                            peer[n], TAG_A2A, c->comm, &req[n]);
+            n++;
+        }
+    for (int p = 0; st == RA_OK && p < size; p++)
+        if (p != me) {
+            peer[n] = x->first + p;
+            rc |= MPI_Isend(send + x->dsp_s[p], x->cnt_s[p], MPI_FLOAT,
+                            peer[n], TAG_A2A, c->comm, &req[n]);
+            strat_count(c, peer[n], (int64_t)sizeof(float) * x->cnt_s[p]);
+            n++;
+        }
+    if (st == RA_OK && rc != MPI_SUCCESS)
+        st = ra_error_set(RA_ERR_MPI, "%s: posting %s failed",
+                          ra_strategy_name(c->params->strategy), x->phase);
+    if (st == RA_OK) {
+        memcpy(recv + x->dsp_r[me], send + x->dsp_s[me],
+               sizeof(float) * (size_t)x->cnt_s[me]);
+        const strat_watch w = {x->phase, peer, n / 2};
+        st = strat_wait(c, n, req, &w);
+    }
+    free(req);
+    free(peer);
+    return st;
+}
+
+/* The end of a call under the stall watchdog: each rank waits until its
+ * left neighbour has finished too, so that a rank stopped after its last
+ * transfer (single-copy shared memory needs no help from the sender) is
+ * found and named here, not in the caller's next collective. Nothing to
+ * do at P = 1 or without a timeout. */
+static ra_status strat_finish(strat_call *c)
+{
+    if (c->P == 1 || !(c->params->stall_timeout > 0))
+        return RA_OK;
+    const int peer[2] = {(c->r + c->P - 1) % c->P, (c->r + 1) % c->P};
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (MPI_Irecv(NULL, 0, MPI_BYTE, peer[0], TAG_END, c->comm, &req[0]) !=
+            MPI_SUCCESS ||
+        MPI_Isend(NULL, 0, MPI_BYTE, peer[1], TAG_END, c->comm, &req[1]) !=
+            MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: posting the end of the call "
+                            "failed", ra_strategy_name(c->params->strategy));
+    const strat_watch w = {"the end of the call", peer, 1};
+    return strat_wait(c, 2, req, &w);
 }
 
 /* This rank's sizes under the resolved layout. */
@@ -166,13 +416,21 @@ ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
     st = ra_agree(c.comm, st);
     if (st == RA_OK)
         st = ra_agree(c.comm, strat_size(&c));
+    if (st == RA_OK)
+        st = ra_nodes_of(c.comm, ra_strategy_name(params->strategy),
+                         &c.node_of);
     if (st == RA_OK) {
         const int blas = ra_blas_enter(1);
         st = strategy_run(&c);
+        if (st == RA_OK)
+            st = strat_finish(&c);
         ra_blas_leave(blas);
         if (st == RA_OK && !c.stepped) /* a strategy without steps */
             ra_step_report(params, 1, 1);
     }
+    free(c.node_of);
+    if (c.stalled) /* the communicator stays with the transfers in flight */
+        return st;
     if (MPI_Comm_free(&c.comm) != MPI_SUCCESS && st == RA_OK)
         st = ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_free failed",
                           ra_strategy_name(params->strategy));

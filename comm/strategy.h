@@ -28,12 +28,82 @@ typedef struct {
     ra_layout lay;      /* resolved */
     int segs;           /* segment ids are given */
     int64_t n, m_own;   /* this rank's query and key counts */
+    int *node_of;       /* P: the node of each rank of comm (nodes.h) */
+    int stalled;        /* a watched wait gave up: transfers are still in
+                           flight, so their buffers must stay (the job
+                           must end) */
     ra_timing *tm;
     int stepped;        /* strat_step was called */
 } strat_call;
 
 /* Reports step done of total to the caller's progress callback. */
 void strat_step(strat_call *c, int done, int total);
+
+/* What a watched wait names when it gives up: the phase ("step 3", "the
+ * all-to-all of q, k, v") and, for point-to-point requests, each one's
+ * peer (a rank of comm; requests [0, nrecv) receive, the rest send);
+ * peer NULL: the requests are collectives, which do not say who is late. */
+typedef struct {
+    const char *phase;
+    const int *peer;
+    int nrecv;
+} strat_watch;
+
+/* Waits for req[0 .. n) under params->stall_timeout (0: MPI_Waitall). With
+ * a timeout, gives up when none of them completed for that long, sets
+ * c->stalled and returns RA_ERR_MPI with "<strategy>: rank R stalled at
+ * <phase>: ..." naming the peer of the first open request. */
+ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
+                     const strat_watch *w);
+
+/* The end of a strategy's call: frees the n buffers of all (NULL ones
+ * too), the n datatypes of types (MPI_DATATYPE_NULL ones too) and the
+ * tiles ws; after a stall nothing, since transfers into them are still in
+ * flight (the job must end). */
+void strat_free(const strat_call *c, void **all, int n, MPI_Datatype *types,
+                int ntypes, ra_workspace *ws);
+
+/* Adds bytes handed to MPI for rank dst of comm to c->tm's bytes_sent and,
+ * when dst runs on another node, bytes_cross_node. */
+void strat_count(const strat_call *c, int dst, int64_t bytes);
+
+/* The same for a block this rank addresses to every other rank (its part
+ * of an all-gather or a broadcast). */
+void strat_count_all(const strat_call *c, int64_t bytes);
+
+/* Whether the kernel may test requests between tiles: MPI allows it from
+ * the calling thread while the others run (as in ring.c). */
+int strat_may_poll(const strat_call *c);
+
+/* The kernel's per-thread tiles for params' tiles and threads, or NULL. */
+ra_workspace *strat_workspace(const strat_call *c);
+
+/* Ranks of comm on this rank's node, into *count. Collective. */
+ra_status strat_node_ranks(MPI_Comm comm, const char *what, int *count);
+
+/* For each rank j of c's communicator, cnt[j] = its slice of a length-len
+ * axis and off[j] = the first row (of B rows per token) of that slice
+ * when the slices lie one after the other; returns the largest count. */
+int64_t strat_rows(const strat_call *c, int64_t len, int64_t *cnt,
+                   int64_t *off);
+
+/* Every rank's segment ids (B, count of its slice of a length-len axis)
+ * in natural order into out (B, len); all (B len entries) is scratch.
+ * Collective, watched. */
+ra_status strat_ids_natural(strat_call *c, int64_t len, const int64_t *mine,
+                            int64_t *all, int64_t *out);
+
+/* One all-to-all among ranks first .. first + size - 1 of c's
+ * communicator, as MPI_Alltoallv takes it (counts and displacements in
+ * floats, indexed by member), by point-to-point transfers so that a stall
+ * names the rank it waits for; counts the bytes sent. */
+typedef struct {
+    int first, size;
+    const int *cnt_s, *dsp_s, *cnt_r, *dsp_r;
+    const char *phase;
+} strat_a2a;
+ra_status strat_alltoall(strat_call *c, const strat_a2a *x, const float *send,
+                         float *recv);
 
 /* The ring's argument checks (comm/ring.c): shape, score, window, tiles,
  * threads, timeout, masks; RA_OK or the first problem. */
@@ -60,7 +130,7 @@ int64_t strat_slice_pos(const strat_call *c, int64_t len, int j,
 
 /* Refuses, on every rank alike, inputs that would leave float32 (as the
  * ring does) for kernel calls on one rank's K/V slice; collective. */
-ra_status strat_check_range(const strat_call *c);
+ra_status strat_check_range(strat_call *c);
 
 ra_status allgather_forward(strat_call *c);
 
@@ -87,25 +157,47 @@ typedef struct {
     const int64_t *idx;
 } head_dest;
 
+/* The tokens of one axis a head group holds: len of them; member p's
+ * token i at idx[off[p] + i], or (idx NULL) at its global position. */
+typedef struct {
+    int64_t len;
+    const int64_t *idx, *off;
+} head_order;
+
+/* The all-to-alls of a head group: ranks first .. first + size - 1 of
+ * c's communicator, member p holding heads_of(p, size); counts and
+ * displacements in floats per member, and the packing buffers. */
+typedef struct {
+    int first, size;
+    int *cnt_s, *dsp_s, *cnt_r, *dsp_r;
+    float *send, *recv;
+} head_xchg;
+
 /* Query heads H/P each over P ranks (the first H % P one more). */
 head_group heads_of(const ra_shape *s, int p, int P);
 
-/* Copies heads [a, z) of x (B, n, heads, d) into out (B, n, z - a, d);
- * returns the end of what it wrote. */
-float *pack_heads(const float *x, int64_t B, int64_t n, int64_t heads,
-                  int64_t d, int64_t a, int64_t z, float *out);
+/* Fills x's counts for the inputs' all-to-all (back: the outputs');
+ * returns the larger of the floats sent and received, -1 past INT_MAX. */
+int64_t heads_counts(const strat_call *c, const head_xchg *x, int back);
 
-/* A received block (B, n_src, nh, d) of rank src's tokens (layout slice
- * of c's communicator) into the runs of dst (B, len, run width, d). */
-void to_natural(const strat_call *c, const head_group *hg, int src,
-                const head_dest *dst_of, int64_t nh, int64_t d, int kv,
-                const float *blk, float *dst);
+/* Sets x up for the group first .. first + size - 1 with send and recv
+ * sized for both all-to-alls and for at least most floats; the caller
+ * frees x->cnt_s (which holds all four count arrays), send and recv, also
+ * after a failure. */
+ra_status heads_xchg_alloc(const strat_call *c, head_xchg *x, int first,
+                           int size, int64_t most);
 
-/* The reverse for the outputs: rank dst's tokens of o (B, n_d, nh, Dv)
- * then lse (B, nh, n_d) into blk, from the gathered runs o, lse. */
-void from_natural(const strat_call *c, const head_group *hg, int dst,
-                  const head_dest *src_of, const float *o, const float *lse,
-                  float *blk);
+/* Sequence slices to head groups: this rank's q, k, v to each member;
+ * from each, its tokens of this rank's heads into the runs of q
+ * (B, qo->len, run width, D) and kv (K runs (B, ko->len, D) per kv head,
+ * then V runs). Watched, counted. */
+ra_status heads_scatter(strat_call *c, head_xchg *x, const head_order *qo,
+                        const head_order *ko, float *q, float *kv);
+
+/* Head groups back to sequence slices: each member's tokens of o and lse
+ * (runs as heads_scatter's q) go home, this rank's into c->o, c->lse. */
+ra_status heads_gather(strat_call *c, head_xchg *x, const head_order *qo,
+                       const float *o, const float *lse);
 
 /* Refuses a gather whose K/V (and ids with segs) do not fit
  * params->mem_limit, or by default this node's memory over its ranks (then

@@ -67,7 +67,6 @@ static ra_status tree_alloc(tree_state *t, const strat_call *c)
     const ra_shape *s = c->shape;
     const int P = c->P;
     const int64_t w = s->Dv + 1;
-    int64_t nmax = 0, bq, bkv;
     t->cnt = malloc(sizeof(int64_t) * (size_t)P);
     t->off = malloc(sizeof(int64_t) * (size_t)P);
     t->rcount = malloc(sizeof(int) * (size_t)P);
@@ -80,13 +79,11 @@ static ra_status tree_alloc(tree_state *t, const strat_call *c)
                             "cannot be described to MPI (counts are int); "
                             "strategy ring has no such limit",
                             (long long)(s->B * s->N * s->H));
+    const int64_t nmax = strat_rows(c, s->N, t->cnt, t->off);
     for (int j = 0; j < P; j++) {
-        t->cnt[j] = ra_layout_slice(c->lay, s->N, j, P).count;
-        t->off[j] = j ? t->off[j - 1] + s->B * t->cnt[j - 1] : 0;
         t->rcount[j] = (int)(s->B * t->cnt[j]);
         t->rdisp[j] = (int)t->off[j];
         t->ecount[j] = (int)(s->B * t->cnt[j] * s->H);
-        nmax = t->cnt[j] > nmax ? t->cnt[j] : nmax;
     }
     const size_t rows = (size_t)(s->B * s->N + 1), heads = (size_t)s->H;
     t->q = malloc(sizeof(float) * rows * heads * (size_t)s->D);
@@ -98,8 +95,7 @@ static ra_status tree_alloc(tree_state *t, const strat_call *c)
     t->qseg = c->segs ? malloc(sizeof(int64_t) * rows) : NULL;
     t->qpos = malloc(sizeof(int64_t) * (size_t)(nmax + 1));
     t->kpos = malloc(sizeof(int64_t) * (size_t)(c->m_own + 1));
-    ra_params_tiles(c->params, s, &bq, &bkv);
-    t->ws = ra_workspace_create(ra_params_threads(c->params), bq, bkv, s->Dv);
+    t->ws = strat_workspace(c);
     if (!t->q || !t->o || !t->lse || !t->pair || !t->mine ||
         (c->segs && !t->qseg) || !t->qpos || !t->kpos || !t->ws)
         return ra_error_set(RA_ERR_NOMEM, "tree: cannot allocate the "
@@ -107,22 +103,12 @@ static ra_status tree_alloc(tree_state *t, const strat_call *c)
     return RA_OK;
 }
 
-static void tree_free(tree_state *t)
+static void tree_free(tree_state *t, const strat_call *c)
 {
-    free(t->cnt);
-    free(t->off);
-    free(t->rcount);
-    free(t->rdisp);
-    free(t->ecount);
-    free(t->q);
-    free(t->o);
-    free(t->lse);
-    free(t->pair);
-    free(t->mine);
-    free(t->qseg);
-    free(t->qpos);
-    free(t->kpos);
-    ra_workspace_free(t->ws);
+    void *all[] = {t->cnt, t->off, t->rcount, t->rdisp, t->ecount, t->q,
+                   t->o, t->lse, t->pair, t->mine, t->qseg, t->qpos,
+                   t->kpos};
+    strat_free(c, all, (int)(sizeof all / sizeof *all), NULL, 0, t->ws);
 }
 
 /* Every rank's queries (and their segment ids) on every rank. */
@@ -130,21 +116,24 @@ static ra_status tree_gather(tree_state *t, strat_call *c)
 {
     const ra_shape *s = c->shape;
     MPI_Datatype qrow;
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     int rc = MPI_Type_contiguous((int)(s->H * s->D), MPI_FLOAT, &qrow);
     if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&qrow)) == MPI_SUCCESS) {
-        rc = MPI_Allgatherv(c->q, t->rcount[c->r], qrow, t->q, t->rcount,
-                            t->rdisp, qrow, c->comm);
-        MPI_Type_free(&qrow);
+        rc = MPI_Iallgatherv(c->q, t->rcount[c->r], qrow, t->q, t->rcount,
+                             t->rdisp, qrow, c->comm, &req[0]);
+        MPI_Type_free(&qrow); /* the gather keeps what it needs */
     }
     if (rc == MPI_SUCCESS && c->segs)
-        rc = MPI_Allgatherv(c->masks->q_segments, t->rcount[c->r],
-                            MPI_INT64_T, t->qseg, t->rcount, t->rdisp,
-                            MPI_INT64_T, c->comm);
+        rc = MPI_Iallgatherv(c->masks->q_segments, t->rcount[c->r],
+                             MPI_INT64_T, t->qseg, t->rcount, t->rdisp,
+                             MPI_INT64_T, c->comm, &req[1]);
     if (rc != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "tree: gathering the queries failed");
-    c->tm->bytes_sent += (int64_t)sizeof(float) * s->B * (s->N - c->n) *
-                         s->H * s->D;
-    return RA_OK;
+    strat_count_all(c, s->B * c->n *
+                           ((int64_t)sizeof(float) * s->H * s->D +
+                            (c->segs ? (int64_t)sizeof(int64_t) : 0)));
+    const strat_watch w = {"the gathering of the queries", NULL, 0};
+    return strat_wait(c, 2, req, &w);
 }
 
 /* The partials of every rank's queries against the own K/V slice, packed
@@ -186,20 +175,30 @@ static ra_status tree_reduce(tree_state *t, strat_call *c)
 {
     const ra_shape *s = c->shape;
     const int64_t H = s->H, Dv = s->Dv, w = Dv + 1, n = c->n;
-    MPI_Datatype elem;
-    MPI_Op merge;
+    MPI_Datatype elem = MPI_DATATYPE_NULL;
+    MPI_Op merge = MPI_OP_NULL;
+    MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Type_contiguous((int)w, MPI_FLOAT, &elem);
-    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(&elem)) == MPI_SUCCESS) {
-        if ((rc = MPI_Op_create(tree_merge, 0, &merge)) == MPI_SUCCESS) {
-            rc = MPI_Reduce_scatter(t->pair, t->mine, t->ecount, elem, merge,
-                                    c->comm);
-            MPI_Op_free(&merge);
-        }
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Type_commit(&elem);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Op_create(tree_merge, 0, &merge);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Ireduce_scatter(t->pair, t->mine, t->ecount, elem, merge,
+                                 c->comm, &req);
+    const strat_watch wt = {"the reduction of the partial results", NULL, 0};
+    ra_status st = rc == MPI_SUCCESS ? strat_wait(c, 1, &req, &wt)
+                                     : ra_error_set(RA_ERR_MPI, "tree: the "
+                                       "reduction of the partial results "
+                                       "failed");
+    if (c->stalled) /* the reduction still uses them */
+        return st;
+    if (merge != MPI_OP_NULL)
+        MPI_Op_free(&merge);
+    if (elem != MPI_DATATYPE_NULL)
         MPI_Type_free(&elem);
-    }
-    if (rc != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "tree: the reduction of the partial "
-                                        "results failed");
+    if (st != RA_OK)
+        return st;
     for (int64_t b = 0; b < s->B; b++)
         for (int64_t i = 0; i < n; i++)
             for (int64_t h = 0; h < H; h++) {
@@ -208,7 +207,9 @@ static ra_status tree_reduce(tree_state *t, strat_call *c)
                 memcpy(c->o + row * Dv, e, sizeof(float) * (size_t)Dv);
                 c->lse[(b * H + h) * n + i] = e[Dv];
             }
-    c->tm->bytes_sent += (int64_t)sizeof(float) * s->B * (s->N - n) * H * w;
+    for (int j = 0; j < c->P; j++)
+        if (j != c->r)
+            strat_count(c, j, (int64_t)sizeof(float) * t->ecount[j] * w);
     return RA_OK;
 }
 
@@ -230,6 +231,6 @@ ra_status tree_forward(strat_call *c)
         c->tm->compute = t2 - t1;
         c->tm->comm_wait = (t1 - t0) + (MPI_Wtime() - t2);
     }
-    tree_free(&t);
+    tree_free(&t, c);
     return st;
 }

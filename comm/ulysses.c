@@ -8,7 +8,11 @@
  * returns o and lse to the ranks that own the tokens. Memory O(N H / P);
  * no N x M matrix. With GQA a kv head goes only to the ranks whose query
  * heads read it: replicated only when a group of H/G query heads is split
- * over ranks. Needs P <= H (every rank gets a head). */
+ * over ranks. Needs P <= H (every rank gets a head).
+ *
+ * The exchange (heads_scatter, heads_gather) serves hybrid.c as well, for
+ * the all-to-alls inside its groups: a group is any run of consecutive
+ * ranks, here all of them. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +33,8 @@ head_group heads_of(const ra_shape *s, int p, int P)
 }
 
 typedef struct {
-    head_group *hg;      /* P */
-    int64_t *ns, *ms;    /* P: each rank's query and key counts */
-    int *cnt_s, *dsp_s, *cnt_r, *dsp_r; /* P each: one all-to-all's floats */
-    float *send, *recv;  /* packing buffers, sized for the largest */
+    head_group hg;       /* this rank's heads */
+    head_xchg x;         /* the all-to-alls over every rank */
     float *q, *k, *v, *o, *lse; /* natural order, one run per kv head:
                            q (B, N, hc, D), k (B, M, D), v (B, M, Dv),
                            o (B, N, hc, Dv), lse (B, hc, N) */
@@ -51,7 +53,9 @@ static head_run run_of(const ra_shape *s, const head_group *hg, int64_t hl,
     return (head_run){a - hg->h0, z - a};
 }
 
-void to_natural(const strat_call *c, const head_group *hg, int src,
+/* A received block (B, n_src, nh, d) of rank src's tokens (layout slice
+ * of c's communicator) into the runs of dst (B, len, run width, d). */
+static void to_natural(const strat_call *c, const head_group *hg, int src,
                 const head_dest *dst_of, int64_t nh, int64_t d, int kv,
                 const float *blk, float *dst)
 {
@@ -71,7 +75,9 @@ void to_natural(const strat_call *c, const head_group *hg, int src,
     }
 }
 
-void from_natural(const strat_call *c, const head_group *hg, int dst,
+/* The reverse for the outputs: rank dst's tokens of o (B, n_d, nh, Dv)
+ * then lse (B, nh, n_d) into blk, from the gathered runs o, lse. */
+static void from_natural(const strat_call *c, const head_group *hg, int dst,
                   const head_dest *src_of, const float *o, const float *lse,
                   float *blk)
 {
@@ -97,8 +103,9 @@ void from_natural(const strat_call *c, const head_group *hg, int dst,
 }
 
 /* Copies heads [a, z) of x (B, n, heads, d) into out (B, n, z - a, d). */
-float *pack_heads(const float *x, int64_t B, int64_t n, int64_t heads,
-                         int64_t d, int64_t a, int64_t z, float *out)
+static float *pack_heads(const float *x, int64_t B, int64_t n,
+                         int64_t heads, int64_t d, int64_t a, int64_t z,
+                         float *out)
 {
     for (int64_t row = 0; row < B * n; row++, out += (z - a) * d)
         memcpy(out, x + (row * heads + a) * d,
@@ -106,36 +113,108 @@ float *pack_heads(const float *x, int64_t B, int64_t n, int64_t heads,
     return out;
 }
 
-/* Float counts of both all-to-alls; -1 in *most when one passes INT_MAX. */
-static void uly_counts(uly_state *u, const strat_call *c, int back,
-                       int64_t *most)
+int64_t heads_counts(const strat_call *c, const head_xchg *x, int back)
 {
     const ra_shape *s = c->shape;
-    const head_group *me = &u->hg[c->r];
+    const head_group me = heads_of(s, c->r - x->first, x->size);
+    const int64_t hr = me.h1 - me.h0, gr = me.g1 - me.g0;
     int64_t sent = 0, got = 0;
-    for (int p = 0; p < c->P; p++) {
-        const head_group *hp = &u->hg[p];
-        const int64_t hp_n = hp->h1 - hp->h0, gp_n = hp->g1 - hp->g0;
-        const int64_t hr = me->h1 - me->h0, gr = me->g1 - me->g0;
-        const int64_t to = back ? s->B * u->ns[p] * hr * (s->Dv + 1)
-                                : s->B * (c->n * hp_n * s->D +
-                                          c->m_own * gp_n * (s->D + s->Dv));
-        const int64_t from = back ? s->B * c->n * hp_n * (s->Dv + 1)
-                                  : s->B * (u->ns[p] * hr * s->D +
-                                            u->ms[p] * gr * (s->D + s->Dv));
-        u->cnt_s[p] = (int)to;
-        u->dsp_s[p] = (int)sent;
-        u->cnt_r[p] = (int)from;
-        u->dsp_r[p] = (int)got;
+    for (int p = 0; p < x->size; p++) {
+        const head_group hp = heads_of(s, p, x->size);
+        const int gp = x->first + p;
+        const int64_t np = ra_layout_slice(c->lay, s->N, gp, c->P).count;
+        const int64_t mp = ra_layout_slice(c->lay, s->M, gp, c->P).count;
+        const int64_t hpn = hp.h1 - hp.h0, gpn = hp.g1 - hp.g0;
+        const int64_t to = back ? s->B * np * hr * (s->Dv + 1)
+                                : s->B * (c->n * hpn * s->D +
+                                          c->m_own * gpn * (s->D + s->Dv));
+        const int64_t from = back ? s->B * c->n * hpn * (s->Dv + 1)
+                                  : s->B * (np * hr * s->D +
+                                            mp * gr * (s->D + s->Dv));
+        x->cnt_s[p] = (int)to;
+        x->dsp_s[p] = (int)sent;
+        x->cnt_r[p] = (int)from;
+        x->dsp_r[p] = (int)got;
         sent += to;
         got += from;
         if (sent > INT_MAX || got > INT_MAX)
-            *most = -1;
+            return -1;
     }
-    if (*most >= 0) {
-        *most = sent > *most ? sent : *most;
-        *most = got > *most ? got : *most;
+    return sent > got ? sent : got;
+}
+
+/* One all-to-all of x with its counts and the bytes it sends. */
+static ra_status heads_exchange(strat_call *c, const head_xchg *x,
+                                const char *phase)
+{
+    const strat_a2a a = {x->first, x->size, x->cnt_s, x->dsp_s, x->cnt_r,
+                         x->dsp_r, phase};
+    return strat_alltoall(c, &a, x->send, x->recv);
+}
+
+ra_status heads_scatter(strat_call *c, head_xchg *x, const head_order *qo,
+                        const head_order *ko, float *q, float *kv)
+{
+    const ra_shape *s = c->shape;
+    const head_group me = heads_of(s, c->r - x->first, x->size);
+    const int64_t hr = me.h1 - me.h0, gr = me.g1 - me.g0;
+    float *v = kv + s->B * ko->len * gr * s->D;
+    heads_counts(c, x, 0);
+    for (int p = 0; p < x->size; p++) {
+        const head_group hp = heads_of(s, p, x->size);
+        float *at = x->send + x->dsp_s[p];
+        at = pack_heads(c->q, s->B, c->n, s->H, s->D, hp.h0, hp.h1, at);
+        at = pack_heads(c->k, s->B, c->m_own, s->G, s->D, hp.g0, hp.g1, at);
+        pack_heads(c->v, s->B, c->m_own, s->G, s->Dv, hp.g0, hp.g1, at);
     }
+    ra_status st = heads_exchange(c, x, "the all-to-all of q, k, v");
+    for (int p = 0; st == RA_OK && p < x->size; p++) {
+        const int src = x->first + p;
+        const int64_t np = ra_layout_slice(c->lay, s->N, src, c->P).count;
+        const int64_t mp = ra_layout_slice(c->lay, s->M, src, c->P).count;
+        const head_dest qd = {s->N, qo->len, qo->idx ? qo->idx + qo->off[p]
+                                                     : NULL};
+        const head_dest kd = {s->M, ko->len, ko->idx ? ko->idx + ko->off[p]
+                                                     : NULL};
+        const float *at = x->recv + x->dsp_r[p];
+        to_natural(c, &me, src, &qd, hr, s->D, 0, at, q);
+        at += s->B * np * hr * s->D;
+        to_natural(c, &me, src, &kd, gr, s->D, 1, at, kv);
+        at += s->B * mp * gr * s->D;
+        to_natural(c, &me, src, &kd, gr, s->Dv, 1, at, v);
+    }
+    return st;
+}
+
+ra_status heads_gather(strat_call *c, head_xchg *x, const head_order *qo,
+                       const float *o, const float *lse)
+{
+    const ra_shape *s = c->shape;
+    const head_group me = heads_of(s, c->r - x->first, x->size);
+    const int64_t n = c->n, Dv = s->Dv;
+    heads_counts(c, x, 1);
+    for (int p = 0; p < x->size; p++) {
+        const head_dest od = {s->N, qo->len, qo->idx ? qo->idx + qo->off[p]
+                                                     : NULL};
+        from_natural(c, &me, x->first + p, &od, o, lse,
+                     x->send + x->dsp_s[p]);
+    }
+    ra_status st = heads_exchange(c, x, "the all-to-all of o, lse");
+    for (int p = 0; st == RA_OK && p < x->size; p++) {
+        const head_group hp = heads_of(s, p, x->size);
+        const int64_t nh = hp.h1 - hp.h0;
+        const float *ob = x->recv + x->dsp_r[p], *lb = ob + s->B * n * nh * Dv;
+        for (int64_t b = 0; b < s->B; b++)
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t hl = 0; hl < nh; hl++) {
+                    const int64_t h = hp.h0 + hl;
+                    memcpy(c->o + ((b * n + i) * s->H + h) * Dv,
+                           ob + ((b * n + i) * nh + hl) * Dv,
+                           sizeof(float) * (size_t)Dv);
+                    c->lse[(b * s->H + h) * n + i] = lb[(b * nh + hl) * n + i];
+                }
+    }
+    return st;
 }
 
 ra_status ulysses_fits(const ra_shape *s, int P)
@@ -148,45 +227,51 @@ ra_status ulysses_fits(const ra_shape *s, int P)
     return RA_OK;
 }
 
+ra_status heads_xchg_alloc(const strat_call *c, head_xchg *x, int first,
+                           int size, int64_t most)
+{
+    const char *name = ra_strategy_name(c->params->strategy);
+    x->first = first;
+    x->size = size;
+    x->cnt_s = malloc(sizeof(int) * (size_t)size * 4);
+    if (!x->cnt_s)
+        return ra_error_set(RA_ERR_NOMEM, "%s: out of memory", name);
+    x->dsp_s = x->cnt_s + size;
+    x->cnt_r = x->dsp_s + size;
+    x->dsp_r = x->cnt_r + size;
+    const int64_t there = heads_counts(c, x, 0), back = heads_counts(c, x, 1);
+    if (there < 0 || back < 0 || most > INT_MAX)
+        return ra_error_set(RA_ERR_ARG, "%s: one all-to-all would move more "
+                            "than 2^31 floats per rank; use more ranks or "
+                            "strategy ring", name);
+    most = there > most ? there : most;
+    most = back > most ? back : most;
+    x->send = malloc(sizeof(float) * (size_t)(most + 1));
+    x->recv = malloc(sizeof(float) * (size_t)(most + 1));
+    if (!x->send || !x->recv)
+        return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate the "
+                            "all-to-all buffers", name);
+    return RA_OK;
+}
+
 static ra_status uly_alloc(uly_state *u, const strat_call *c)
 {
     const ra_shape *s = c->shape;
-    const size_t P = (size_t)c->P;
-    const head_group *me;
-    int64_t most = 0, bq, bkv;
     ra_status st = ulysses_fits(s, c->P);
+    /* with ids, the gathers of ids_natural use the all-to-all's recv */
+    if (st == RA_OK)
+        st = heads_xchg_alloc(c, &u->x, 0, c->P,
+                              c->segs ? 2 * s->B * (s->N > s->M ? s->N : s->M)
+                                      : 0);
     if (st != RA_OK)
         return st;
-    u->hg = malloc(sizeof(head_group) * P);
-    u->ns = malloc(sizeof(int64_t) * P);
-    u->ms = malloc(sizeof(int64_t) * P);
-    int **ia[4] = {&u->cnt_s, &u->dsp_s, &u->cnt_r, &u->dsp_r};
-    for (int i = 0; i < 4; i++)
-        *ia[i] = malloc(sizeof(int) * P);
-    if (!u->hg || !u->ns || !u->ms || !u->cnt_s || !u->dsp_s || !u->cnt_r ||
-        !u->dsp_r)
-        return ra_error_set(RA_ERR_NOMEM, "ulysses: out of memory");
-    for (int p = 0; p < c->P; p++) {
-        u->hg[p] = heads_of(s, p, c->P);
-        u->ns[p] = ra_layout_slice(c->lay, s->N, p, c->P).count;
-        u->ms[p] = ra_layout_slice(c->lay, s->M, p, c->P).count;
-    }
-    if (c->segs) /* ids_natural gathers B max(N, M) int64 ids in recv */
-        most = 2 * s->B * (s->N > s->M ? s->N : s->M);
-    uly_counts(u, c, 0, &most);
-    uly_counts(u, c, 1, &most);
-    if (most < 0 || most > INT_MAX)
-        return ra_error_set(RA_ERR_ARG, "ulysses: one all-to-all would move "
-                            "more than 2^31 floats per rank; use more ranks "
-                            "or strategy ring");
-    me = &u->hg[c->r];
-    const size_t hr = (size_t)(me->h1 - me->h0), gr = (size_t)(me->g1 - me->g0);
+    u->hg = heads_of(s, c->r, c->P);
+    const size_t hr = (size_t)(u->hg.h1 - u->hg.h0);
+    const size_t gr = (size_t)(u->hg.g1 - u->hg.g0);
     const size_t BN = (size_t)(s->B * s->N), BM = (size_t)(s->B * s->M);
-    u->send = malloc(sizeof(float) * (size_t)(most + 1));
-    u->recv = malloc(sizeof(float) * (size_t)(most + 1));
     u->q = malloc(sizeof(float) * BN * hr * (size_t)s->D + 1);
-    u->k = malloc(sizeof(float) * BM * gr * (size_t)s->D + 1);
-    u->v = malloc(sizeof(float) * BM * gr * (size_t)s->Dv + 1);
+    u->k = malloc(sizeof(float) * BM * gr * (size_t)(s->D + s->Dv) + 1);
+    u->v = u->k ? u->k + BM * gr * (size_t)s->D : NULL;
     u->o = malloc(sizeof(float) * BN * hr * (size_t)s->Dv + 1);
     u->lse = malloc(sizeof(float) * BN * hr + 1);
     u->qpos = malloc(sizeof(int64_t) * (size_t)(s->N + s->M));
@@ -195,117 +280,19 @@ static ra_status uly_alloc(uly_state *u, const strat_call *c)
         u->qseg = malloc(sizeof(int64_t) * (BN + BM));
         u->kseg = u->qseg ? u->qseg + BN : NULL;
     }
-    ra_params_tiles(c->params, s, &bq, &bkv);
-    u->ws = ra_workspace_create(ra_params_threads(c->params), bq, bkv, s->Dv);
-    if (!u->send || !u->recv || !u->q || !u->k || !u->v || !u->o || !u->lse ||
-        !u->qpos || (c->segs && !u->qseg) || !u->ws)
+    u->ws = strat_workspace(c);
+    if (!u->q || !u->k || !u->o || !u->lse || !u->qpos ||
+        (c->segs && !u->qseg) || !u->ws)
         return ra_error_set(RA_ERR_NOMEM, "ulysses: cannot allocate the head "
                                           "groups");
     return RA_OK;
 }
 
-static void uly_free(uly_state *u)
+static void uly_free(uly_state *u, const strat_call *c)
 {
-    void *all[] = {u->hg, u->ns, u->ms, u->cnt_s, u->dsp_s, u->cnt_r,
-                   u->dsp_r, u->send, u->recv, u->q, u->k, u->v, u->o,
-                   u->lse, u->qpos, u->qseg};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        free(all[i]);
-    ra_workspace_free(u->ws);
-}
-
-/* Every rank's segment ids of a length-len axis, in natural order. */
-static ra_status ids_natural(uly_state *u, const strat_call *c, int64_t len,
-                             const int64_t *mine, int64_t *out)
-{
-    const int64_t B = c->shape->B;
-    int64_t *all = (int64_t *)u->recv, at = 0; /* sized for them */
-    for (int p = 0; p < c->P; p++) {
-        const int64_t cnt = ra_layout_slice(c->lay, len, p, c->P).count;
-        u->cnt_r[p] = (int)(B * cnt);
-        u->dsp_r[p] = (int)at;
-        at += B * cnt;
-    }
-    if (MPI_Allgatherv(mine, u->cnt_r[c->r], MPI_INT64_T, all, u->cnt_r,
-                       u->dsp_r, MPI_INT64_T, c->comm) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "ulysses: gathering the segment ids "
-                                        "failed");
-    for (int p = 0; p < c->P; p++) {
-        const ra_slice sl = ra_layout_slice(c->lay, len, p, c->P);
-        for (int64_t b = 0; b < B; b++)
-            for (int64_t i = 0; i < sl.count; i++)
-                out[b * len + ra_slice_pos(&sl, i)] =
-                    all[u->dsp_r[p] + b * sl.count + i];
-    }
-    return RA_OK;
-}
-
-/* Sequence slices to head groups: q, k, v of every token for this rank's
- * heads, in natural order. */
-static ra_status uly_scatter(uly_state *u, strat_call *c)
-{
-    const ra_shape *s = c->shape;
-    const head_group *me = &u->hg[c->r];
-    const int64_t hr = me->h1 - me->h0, gr = me->g1 - me->g0;
-    int64_t most = 0;
-    uly_counts(u, c, 0, &most);
-    for (int p = 0; p < c->P; p++) {
-        const head_group *hp = &u->hg[p];
-        float *at = u->send + u->dsp_s[p];
-        at = pack_heads(c->q, s->B, c->n, s->H, s->D, hp->h0, hp->h1, at);
-        at = pack_heads(c->k, s->B, c->m_own, s->G, s->D, hp->g0, hp->g1, at);
-        pack_heads(c->v, s->B, c->m_own, s->G, s->Dv, hp->g0, hp->g1, at);
-        if (p != c->r)
-            c->tm->bytes_sent += (int64_t)sizeof(float) * u->cnt_s[p];
-    }
-    if (MPI_Alltoallv(u->send, u->cnt_s, u->dsp_s, MPI_FLOAT, u->recv,
-                      u->cnt_r, u->dsp_r, MPI_FLOAT, c->comm) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "ulysses: the all-to-all of q, k, v "
-                                        "failed");
-    for (int p = 0; p < c->P; p++) {
-        const float *at = u->recv + u->dsp_r[p];
-        const head_dest qd = {s->N, s->N, NULL}, kd = {s->M, s->M, NULL};
-        to_natural(c, me, p, &qd, hr, s->D, 0, at, u->q);
-        at += s->B * u->ns[p] * hr * s->D;
-        to_natural(c, me, p, &kd, gr, s->D, 1, at, u->k);
-        at += s->B * u->ms[p] * gr * s->D;
-        to_natural(c, me, p, &kd, gr, s->Dv, 1, at, u->v);
-    }
-    return RA_OK;
-}
-
-/* Head groups back to sequence slices: o and lse of this rank's tokens. */
-static ra_status uly_gather(uly_state *u, strat_call *c)
-{
-    const ra_shape *s = c->shape;
-    int64_t most = 0;
-    uly_counts(u, c, 1, &most);
-    const head_dest od = {s->N, s->N, NULL};
-    for (int p = 0; p < c->P; p++) {
-        from_natural(c, &u->hg[c->r], p, &od, u->o, u->lse,
-                     u->send + u->dsp_s[p]);
-        if (p != c->r)
-            c->tm->bytes_sent += (int64_t)sizeof(float) * u->cnt_s[p];
-    }
-    if (MPI_Alltoallv(u->send, u->cnt_s, u->dsp_s, MPI_FLOAT, u->recv,
-                      u->cnt_r, u->dsp_r, MPI_FLOAT, c->comm) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "ulysses: the all-to-all of o, lse "
-                                        "failed");
-    for (int p = 0; p < c->P; p++) {
-        const head_group *hp = &u->hg[p];
-        const int64_t nh = hp->h1 - hp->h0, n = c->n;
-        const float *ob = u->recv + u->dsp_r[p], *lb = ob + s->B * n * nh * s->Dv;
-        for (int64_t b = 0; b < s->B; b++)
-            for (int64_t i = 0; i < n; i++)
-                for (int64_t hl = 0; hl < nh; hl++) {
-                    const int64_t h = hp->h0 + hl;
-                    memcpy(c->o + ((b * n + i) * s->H + h) * s->Dv,
-                           ob + ((b * n + i) * nh + hl) * s->Dv,
-                           sizeof(float) * (size_t)s->Dv);
-                    c->lse[(b * s->H + h) * n + i] = lb[(b * nh + hl) * n + i];
-                }
-    }
-    return RA_OK;
+    void *all[] = {u->q, u->k, u->o, u->lse, u->qpos, u->qseg, u->x.cnt_s,
+                   u->x.send, u->x.recv};
+    strat_free(c, all, (int)(sizeof all / sizeof *all), NULL, 0, u->ws);
 }
 
 /* All N queries of this rank's heads against all M keys, one kernel call
@@ -313,7 +300,7 @@ static ra_status uly_gather(uly_state *u, strat_call *c)
 static void uly_attend(uly_state *u, const strat_call *c)
 {
     const ra_shape *s = c->shape;
-    const head_group *me = &u->hg[c->r];
+    const head_group *me = &u->hg;
     const int64_t per = s->H / s->G, B = s->B, N = s->N, M = s->M;
     ra_block blk;
     for (int64_t i = 0; i < N; i++)
@@ -347,21 +334,25 @@ ra_status ulysses_forward(strat_call *c)
         st = strat_check_range(c);
     const double t0 = MPI_Wtime();
     if (st == RA_OK && c->segs) {
-        st = ids_natural(&u, c, c->shape->N, c->masks->q_segments, u.qseg);
+        int64_t *all = (int64_t *)u.x.recv; /* sized for them */
+        st = strat_ids_natural(c, c->shape->N, c->masks->q_segments, all,
+                               u.qseg);
         if (st == RA_OK)
-            st = ids_natural(&u, c, c->shape->M, c->masks->kv_segments,
-                             u.kseg);
+            st = strat_ids_natural(c, c->shape->M, c->masks->kv_segments,
+                                   all, u.kseg);
     }
+    const head_order qo = {c->shape->N, NULL, NULL};
+    const head_order ko = {c->shape->M, NULL, NULL};
     if (st == RA_OK)
-        st = uly_scatter(&u, c);
+        st = heads_scatter(c, &u.x, &qo, &ko, u.q, u.k);
     const double t1 = MPI_Wtime();
     if (st == RA_OK)
         uly_attend(&u, c);
     const double t2 = MPI_Wtime();
     if (st == RA_OK)
-        st = uly_gather(&u, c);
+        st = heads_gather(c, &u.x, &qo, u.o, u.lse);
     c->tm->compute = t2 - t1;
     c->tm->comm_wait = (t1 - t0) + (MPI_Wtime() - t2);
-    uly_free(&u);
+    uly_free(&u, c);
     return st;
 }

@@ -191,10 +191,12 @@ typedef struct {
                           (costs a scan of every score tile) */
     int no_poll;       /* 1: never progress transfers between tiles (only
                           to measure how much overlap polling buys) */
-    double stall_timeout; /* seconds a rank may wait for a ring transfer
-                          with no progress before the call fails (RA_ERR_MPI,
-                          a message naming the step and the rank it waits
-                          for); 0: wait forever. The default,
+    double stall_timeout; /* seconds a rank may wait for a transfer with
+                          no progress before the call fails (RA_ERR_MPI, a
+                          message naming the step or phase and the rank it
+                          waits for, or the ranks taking part when a
+                          collective waits), in every strategy; 0: wait
+                          forever. The default,
                           RA_STALL_TIMEOUT_DEFAULT, is far above any wait of
                           a healthy run (a wait lasts about the imbalance of
                           one ring step between neighbours); raise it when a
@@ -349,7 +351,16 @@ typedef struct {
     double total;        /* wall time of the whole call */
     double compute;      /* time inside the kernel */
     double comm_wait;    /* time blocked waiting for ring transfers */
-    int64_t bytes_sent;  /* bytes this rank sent around the ring */
+    int64_t bytes_sent;  /* bytes this rank handed to MPI for other ranks:
+                            the payload it addresses to them (its ring hops;
+                            for a collective, its blocks times the ranks
+                            they go to) */
+    int64_t bytes_cross_node; /* the part of bytes_sent addressed to ranks
+                            on another node (MPI_COMM_TYPE_SHARED), counted
+                            per destination in every strategy. For a
+                            collective this is the payload's destinations;
+                            how MPI routes it inside (trees, relays) is its
+                            own and not counted */
     int steps;           /* ring steps run (P, or fewer with a window) */
     /* Wall time this rank's least and most busy threads spent inside the
      * kernel's work items (not waiting for the others at the end of a

@@ -84,6 +84,7 @@ ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *s,
         timing->comm_wait = t2 - t1;
         timing->compute = timing->total - timing->comm_wait;
         timing->bytes_sent = 0;
+        timing->bytes_cross_node = 0;
     }
     return st;
 }

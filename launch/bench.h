@@ -64,7 +64,7 @@ typedef struct {
     double bytes_sent;         /* per rank, max over ranks, one pass */
     double bytes_sent_avg;     /* per rank, mean over ranks, one pass */
     double cross_bytes;        /* sent to another node, busiest rank, one
-                                  pass (ring mode; 0 for naive) */
+                                  pass (every strategy; 0 for naive) */
     double cross_bytes_total;  /* the same summed over the ranks */
     int nodes, ranks_per_node; /* ranks_per_node: the most on any node */
     int node_aware;            /* the ring was ordered node by node */

@@ -129,7 +129,7 @@ static const cli_spec bench_spec = {
     "wait% is the exposed (not total) time blocked on ring\n"
     "transfers, worst rank; MB_sent is the busiest rank's per pass (JSON: also\n"
     "the mean); MB_xnode is the part of it sent to another node, MB_xn_all\n"
-    "that summed over the ranks (ring mode); ring_GB/s is a comm-only ring of\n"
+    "that summed over the ranks (every strategy); ring_GB/s is a comm-only ring of\n"
     "the same messages; rss_MB is\n"
     "the worst rank's peak resident memory during the timed passes; model_MB\n"
     "is its slices + two ring buffers + tiles; rel_err is ||o - ref|| / ||ref||\n"
@@ -260,10 +260,8 @@ static void config_times(const cli_ctx *ctx, const bench_opts *o,
     const spread sent = bench_spread(ctx->comm, (double)r->tm.bytes_sent);
     res->bytes_sent = sent.max;
     res->bytes_sent_avg = sent.avg;
-    /* a ring rank sends only to its successor: all or nothing crosses */
-    const spread cross = bench_spread(ctx->comm, ctx->nodes.next_on_other_node
-                                                     ? (double)r->tm.bytes_sent
-                                                     : 0.0);
+    const spread cross = bench_spread(ctx->comm,
+                                      (double)r->tm.bytes_cross_node);
     res->cross_bytes = cross.max;
     res->cross_bytes_total = cross.avg * ctx->nranks;
     res->peak_rss = bench_spread(ctx->comm, r->rss);
@@ -284,11 +282,6 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->flops = config_flops(ctx, o, s, r);
     res->pairs_max = r->pairs_max;
     config_times(ctx, o, r, res);
-    if (naive || (o->p.strategy != RA_STRATEGY_RING &&
-                  o->p.strategy != RA_STRATEGY_RING_Q))
-        /* counted for the two rings, whose ranks send only to their
-         * successor; the collectives' routes are MPI's own */
-        res->cross_bytes = res->cross_bytes_total = 0;
     res->nodes = ctx->nodes.nodes;
     res->ranks_per_node = ctx->nodes.ranks_per_node_max;
     res->node_aware = ctx->node_aware;

@@ -11,7 +11,8 @@ and removes the cluster afterwards, also when the check fails:
            reference) with the node-aware ring and with mpirun's order;
   bytes    bench's bytes sent across nodes equal the node-major minimum
            (one crossing per node boundary per ring step) computed from the
-           shape, and mpirun's order sends every block across;
+           shape, and mpirun's order sends every block across; ulysses' and
+           hybrid's equal the count computed from the shape;
   kill     killing every rank of one node ends the job in seconds, with a
            failure status and no output or temporary file left;
   api      TEST_NODES (tests/test_nodes_mpi.c): ra_comm_nodes and
@@ -27,6 +28,7 @@ Needs root (namespaces); exits 77 (skipped) with a message otherwise.
 `options` needs no cluster: the global options --ring-order, --align,
 --mpiio-hint and RINGATTN_MPIIO_HINTS on this machine.
 """
+import fcntl
 import json
 import os
 import signal
@@ -39,6 +41,7 @@ SKIP = 77
 NODES, PER_NODE = 3, 2
 P = NODES * PER_NODE
 KILL_DEADLINE_S = 20.0  # the job must end this soon after the kill
+LOCK = "/tmp/ra-fake-cluster.lock"  # shared by every user of the cluster
 
 
 class Failure(Exception):
@@ -64,16 +67,21 @@ class Cluster:
         self.extra = list(extra)
 
     def __enter__(self):
+        # one fake cluster on the machine at a time, whoever builds it
+        self.lock = open(LOCK, "w")
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
         r = sh([self.script, "up", str(self.nodes), "--rate", "1gbit",
                 "--slots", str(PER_NODE), *self.extra])
         if r.returncode != 0:
             sh([self.script, "down"])
+            self.lock.close()
             raise Failure("fake-cluster.sh up failed: " + r.stderr.strip())
         self.args = sh([self.script, "mpirun-args"]).stdout.split()
         return self
 
     def __exit__(self, *exc):
         sh([self.script, "down"])
+        self.lock.close()
         return False
 
     def mpirun(self, ringattn, *args):
@@ -116,12 +124,13 @@ def check_correct(ringattn, cl, work):
     check(not stray, f"files left beside the input and outputs: {stray}")
 
 
-def bench_row(ringattn, cl, work, order, N, H, D):
-    js = os.path.join(work, f"bench-{order}.json")
+def bench_row(ringattn, cl, work, order, N, H, D, strategy="ring"):
+    js = os.path.join(work, f"bench-{order}-{strategy}.json")
     r = sh(cl.mpirun(ringattn, "bench", "--ring-order", order, "--seq",
                      str(N), "--heads", str(H), "--dim", str(D), "--layout",
-                     "contiguous", "--reps", "1", "--json", js))
-    check(r.returncode == 0, f"bench {order} failed: " + r.stderr)
+                     "contiguous", "--reps", "1", "--strategy", strategy,
+                     "--json", js))
+    check(r.returncode == 0, f"bench {strategy} {order} failed: " + r.stderr)
     with open(js) as f:
         return json.load(f)[0]
 
@@ -141,6 +150,29 @@ def check_plan_bytes(ringattn, work, row, N, H, D):
               f"plan {key} {ring[key]} != bench {row[key]}")
     print(f"bytes: plan counts {ring['cross_node_bytes_total']:.0f} bytes "
           f"across nodes, as bench did")
+
+
+def check_bytes_heads(ringattn, cl, work):
+    """ulysses and hybrid on the node-major ranks (G = H, so no kv head is
+    replicated; P and the groups divide N and H): the cross-node bytes
+    bench counts equal those computed from the shape."""
+    N, H, D, B = 3000, 6, 32, 1
+    n = N // P
+    # ulysses: to each other rank, q of n tokens and k, v of n keys for its
+    # H/P heads, then o and lse (D + 1 floats) back; the ranks of the other
+    # nodes are P - PER_NODE of them
+    per_dest = 4 * B * n * (H // P) * (D + 2 * D + D + 1)
+    # hybrid: groups are nodes, the all-to-alls stay inside; the ring moves
+    # a group's keys (N / NODES) for H / PER_NODE kv heads, NODES - 1 hops
+    hop = 4 * B * (N // NODES) * (H // PER_NODE) * 2 * D
+    for strategy, want in (("ulysses", P * (P - PER_NODE) * per_dest),
+                           ("hybrid", P * (NODES - 1) * hop)):
+        row = bench_row(ringattn, cl, work, "node", N, H, D, strategy)
+        check(row["cross_node_bytes_total"] == want,
+              f"{strategy}: cross-node bytes {row['cross_node_bytes_total']}"
+              f" != {want} computed from the shape")
+        check(row["verdict"] == "PASS", f"{strategy}: bench verdict FAIL")
+        print(f"bytes: {strategy}: {want} bytes across nodes, as computed")
 
 
 def check_bytes(ringattn, cl, work):
@@ -164,6 +196,7 @@ def check_bytes(ringattn, cl, work):
             check_plan_bytes(ringattn, work, row, N, H, D)
         print(f"bytes: ring order {order}: {row['cross_node_bytes_total']:.0f}"
               f" bytes across nodes = {crossing} x {per_rank}")
+    check_bytes_heads(ringattn, cl, work)
 
 
 def node_ranks(node):

@@ -15,8 +15,9 @@ faults: a rank killed mid-run ends the job within seconds with nothing at
   write leave nothing, and what SIGKILL leaves the next write removes; a
   locked input is reported as locked; a 100 kB command line is stored;
   |scores| of 1e4 still give finite, correct results.
-  a rank stopped (SIGSTOP) mid-ring is found by the stall watchdog, named
-  in one line with the step, and the job is aborted.
+  a rank stopped (SIGSTOP) mid-pass is found by the stall watchdog of
+  every strategy, named in one line with the step or phase, and the job
+  is aborted.
 determinism: the same run twice gives bit-identical /o and /lse, with 1 and
   2 threads.
 
@@ -1424,28 +1425,54 @@ def fault_verify_nan(work):
     return problems
 
 
-def fault_stall(work):
-    """SIGSTOP one rank of a 2-rank run mid-ring with --stall-timeout 1: the
-    other rank's watchdog names the step and the rank it waits for, the job
-    is aborted (the stopped rank too) within seconds, nothing is left."""
-    subprocess.run([RINGATTN, "gen", "--out", "stall.h5", "--seq", "16384",
-                    "--heads", "8", "--dim", "32"], env=ENV, cwd=work,
-                   check=True, capture_output=True)
+# What the watchdog of each strategy says when the other rank stops: the
+# point-to-point ones name the rank they wait for, the collectives (which do
+# not say who is late) the phase and the ranks taking part; a rank stopped
+# after its last transfer is found at the end of the call (ring: of the
+# ring) and named.
+STALL_END = r"|the end of the call: no transfer (from|to) rank \d"
+STALL_MESSAGES = {
+    "ring": r"rank \d stalled at (step \d+|the end of the ring).*rank \d",
+    "ring-q": r"ring-q: rank \d stalled at (step \d+: no transfer (from|to) "
+              r"rank \d" + STALL_END + ")",
+    "allgather": r"allgather: rank \d stalled at (the broadcast of rank \d's "
+                 r"block: the collective over 2 ranks" + STALL_END + ")",
+    "tree": r"tree: rank \d stalled at ((the gathering of the queries|the "
+            r"reduction of the partial results): the collective over 2 "
+            r"ranks" + STALL_END + ")",
+    "ulysses": r"ulysses: rank \d stalled at (the all-to-all of (q, k, v|"
+               r"o, lse): no transfer (from|to) rank \d" + STALL_END + ")",
+    "hybrid": r"hybrid: rank \d stalled at (the all-to-all of (q, k, v|"
+              r"o, lse): no transfer (from|to) rank \d" + STALL_END + ")",
+}
+
+
+def fault_stall(work, strategy="ring"):
+    """SIGSTOP one rank of a 2-rank run mid-pass with --stall-timeout 1: the
+    other rank's watchdog names where it waits (STALL_MESSAGES), the job is
+    aborted (the stopped rank too) within seconds, nothing is left."""
+    if not os.path.exists(os.path.join(work, "stall.h5")):
+        subprocess.run([RINGATTN, "gen", "--out", "stall.h5", "--seq",
+                        "16384", "--heads", "8", "--dim", "32"], env=ENV,
+                       cwd=work, check=True, capture_output=True)
     cmd = ["mpirun", "-np", "2", "--oversubscribe", RINGATTN, "run", "--in",
            "stall.h5", "--out", "stalled.h5", "--block-q", "64",
-           "--stall-timeout", "1"]
+           "--stall-timeout", "1", "--strategy", strategy]
+    tag = f"stall {strategy}:"
     p = subprocess.Popen(cmd, env=ENV, cwd=work, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     line = p.stdout.readline()
     while time.time() < deadline and line and "threads" not in line:
         line = p.stdout.readline()
-    time.sleep(0.5)  # reading takes a tenth of that; the ring seconds
+    # reading takes a tenth of 0.5 s, the pass seconds; the strategies
+    # agree and map the nodes first (blocking collectives, not watched)
+    time.sleep(0.5 if strategy == "ring" else 1.5)
     kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
                           text=True).stdout.split()
     if len(kids) != 2 or p.poll() is not None:
         p.kill()
-        return [f"stall: expected 2 running ranks, found {kids}"]
+        return [f"{tag} expected 2 running ranks, found {kids}"]
     victim = int(kids[1])
     t0 = time.time()
     os.kill(victim, signal.SIGSTOP)
@@ -1454,19 +1481,18 @@ def fault_stall(work):
     except subprocess.TimeoutExpired:
         os.kill(victim, signal.SIGKILL)
         p.kill()
-        return ["stall: the job still runs 60 s after a rank was stopped"]
+        return [f"{tag} the job still runs 60 s after a rank was stopped"]
     secs = time.time() - t0
     lines = our_lines(err)
     problems = []
     if p.returncode == 0:
-        problems.append("stall: mpirun exited 0")
+        problems.append(f"{tag} mpirun exited 0")
     if secs > 30:
-        problems.append(f"stall: the job took {secs:.1f} s to end")
-    if len(lines) != 1 or not re.search(r"rank \d stalled at (step \d+|the "
-                                        r"end of the ring).*rank \d", lines[0]):
-        problems.append(f"stall: message: {err.strip()[:400]}")
+        problems.append(f"{tag} the job took {secs:.1f} s to end")
+    if len(lines) != 1 or not re.search(STALL_MESSAGES[strategy], lines[0]):
+        problems.append(f"{tag} message: {err.strip()[:400]}")
     if os.path.exists(os.path.join(work, "stalled.h5")) or leftovers(work):
-        problems.append("stall: an output or temporary file is left")
+        problems.append(f"{tag} an output or temporary file is left")
     time.sleep(1)  # the aborted ranks are reaped by init
     try:
         with open(f"/proc/{victim}/stat") as f:
@@ -1475,8 +1501,8 @@ def fault_stall(work):
         alive = False
     if alive:
         os.kill(victim, signal.SIGKILL)
-        problems.append("stall: the stopped rank is still alive")
-    print(f"{'FAIL' if problems else 'ok':4} stall       SIGSTOP pid {victim}: "
+        problems.append(f"{tag} the stopped rank is still alive")
+    print(f"{'FAIL' if problems else 'ok':4} {tag:17} SIGSTOP pid {victim}: "
           f"exit {p.returncode} after {secs:.1f} s: "
           f"{lines[0] if lines else ''}")
     return problems
@@ -1485,7 +1511,9 @@ def fault_stall(work):
 def run_faults():
     work = tempfile.mkdtemp(prefix="ra_fault_")
     try:
-        return (fault_stall(work) + fault_bench_few_tokens(work) +
+        stalls = [p for strategy in STALL_MESSAGES
+                  for p in fault_stall(work, strategy)]
+        return (stalls + fault_bench_few_tokens(work) +
                 fault_verify_nan(work) + fault_enospc(work) +
                 fault_locked(work) + fault_long_command_line(work) +
                 fault_large_scores(work) + fault_allow_nonfinite(work) +

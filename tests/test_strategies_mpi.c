@@ -262,6 +262,54 @@ static void test_ulysses_bytes(void **state)
     assert_false(any);
 }
 
+/* With a stall timeout every strategy's waits are the watched ones
+ * (polled, then a token at the end of the call): the same results, every
+ * layout, with padding and segments (whose ids are gathered watched too). */
+static void test_watched_waits(void **state)
+{
+    (void)state;
+    strat_case sc = base_case(2, 203, 250, 4, 2, 16, 1309);
+    sc.p.stall_timeout = 120;
+    sc.p.causal = 1;
+    sc.lens = 1;
+    sc.segment_avg = 40;
+    expect_all(&sc);
+}
+
+/* On one node (as ctest runs), no strategy counts a byte as crossing
+ * nodes, while each sends some at P > 1 (tests/multinode.py checks the
+ * counts across fake nodes). */
+static void test_one_node_no_cross_bytes(void **state)
+{
+    (void)state;
+    const int64_t H = 4 * nranks;
+    strat_case sc = base_case(1, 64 * nranks, 64 * nranks, H, H, 8, 1310);
+    problem p;
+    problem_make(&p, &sc.s, sc.seed);
+    local_part lp;
+    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    int bad = 0, any = 0;
+    for (int i = 0; i < RA_STRATEGY_COUNT; i++) {
+        ra_params prm = sc.p;
+        prm.layout = RA_LAYOUT_CONTIGUOUS;
+        prm.strategy = (ra_strategy)i;
+        ra_timing tm = {0};
+        tm.bytes_cross_node = -1;
+        const ra_status st = ra_forward_ex(MPI_COMM_WORLD, &sc.s, &prm, NULL,
+                                           lp.q, lp.k, lp.v, lp.o, lp.lse,
+                                           &tm);
+        bad |= st != RA_OK || tm.bytes_cross_node != 0 ||
+               (nranks > 1 && tm.bytes_sent <= 0);
+    }
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("# P=%d one node: no strategy counts bytes across nodes: "
+               "%s\n", nranks, any ? "FAIL" : "PASS");
+    local_part_free(&lp);
+    problem_free(&p);
+    assert_false(any);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -271,6 +319,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_padding_windows_segments),
         cmocka_unit_test(test_allgather_refuses_over_limit),
         cmocka_unit_test(test_ulysses_bytes),
+        cmocka_unit_test(test_watched_waits),
+        cmocka_unit_test(test_one_node_no_cross_bytes),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
