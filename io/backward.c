@@ -154,45 +154,26 @@ typedef struct {
     int nranks;
 } grads_ctx;
 
+/* The recorder's attributes (kind "gradients"), then what only a gradient
+ * file says: where o and lse came from and the sequence lengths. */
 static ra_status grads_attrs(hid_t file, MPI_Comm comm, const grads_ctx *c)
 {
     const ra_params *p = c->meta->params;
-    const ra_shape *s = c->shape;
-    const char *path = c->path;
+    const h5io_recipe recipe = {
+        .kind = "gradients", .params = p,
+        .scale = ra_params_scale(p, c->shape), .nranks = c->nranks,
+        .masks = c->meta->masks, .out_dtype = RA_DTYPE_F32,
+        .command_line = c->meta->command_line};
     ra_status st;
-    if ((st = h5io_attr_write_string(comm, file, path, "engine_version",
-                                     RA_VERSION_STRING)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "schema_version",
-                                  RA_SCHEMA_VERSION)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "pass",
+    if ((st = h5io_record(comm, file, c->path, &recipe)) != RA_OK ||
+        (st = h5io_attr_write_string(comm, file, c->path, "pass",
                                      "backward")) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "forward",
+        (st = h5io_attr_write_string(comm, file, c->path, "forward",
                                      c->meta->forward)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "causal",
-                                  p->causal)) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "window",
-                                  p->window ? 1 : 0)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "window_left",
-                                    p->window_left)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "window_right",
-                                    p->window_right)) != RA_OK ||
-        (st = h5io_attr_write_double(comm, file, path, "scale",
-                                     ra_params_scale(p, s))) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "score",
-                                     ra_score_name(p->score))) != RA_OK ||
-        (st = h5io_attr_write_double(comm, file, path, "sigma",
-                                     p->sigma)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "layout",
-                                     ra_layout_name(p->layout))) != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "ranks",
-                                  c->nranks)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "seq_q", s->N)) != RA_OK ||
-        (st = h5io_attr_write_int64(comm, file, path, "seq_kv", s->M)) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "masks",
-                                     c->meta->masks)) != RA_OK)
+        (st = h5io_attr_write_int64(comm, file, c->path, "seq_q",
+                                    c->shape->N)) != RA_OK)
         return st;
-    return h5io_attr_write_string(comm, file, path, "command_line",
-                                  c->meta->command_line);
+    return h5io_attr_write_int64(comm, file, c->path, "seq_kv", c->shape->M);
 }
 
 static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)

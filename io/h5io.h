@@ -140,9 +140,9 @@ typedef struct {
 
 /* Collective and atomic like ra_h5_write_outputs: /dq (B, N, H, D),
  * /dk (B, M, G, D), /dv (B, M, G, Dv) float32 from each rank's layout
- * slices, and root attributes pass = "backward", forward, causal, window,
- * window_left, window_right, scale, score, sigma, layout, ranks, seq_q,
- * seq_kv, masks, command_line, engine_version, schema_version. */
+ * slices, and root attributes: those of h5io_record (kind "gradients";
+ * scale for the dot score, sigma for the gaussian one), pass = "backward",
+ * forward, seq_q, seq_kv. */
 ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
                            const ra_shape *shape, const h5io_grads_meta *meta,
                            const float *dq, const float *dk, const float *dv);

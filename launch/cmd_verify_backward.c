@@ -293,7 +293,8 @@ static ra_status vb_validate(const cli_ctx *ctx, const vb_opts *o, vb_ctx *c)
         st = ra_error_set(RA_ERR_INPUT, "%s: attribute score: '%s' has no "
                           "gradient check (dot and gaussian only)", o->out,
                           c->run.score);
-    if (st == RA_OK && !(c->run.scale > 0 && isfinite(c->run.scale)))
+    if (st == RA_OK && score == RA_SCORE_DOT &&
+        !(c->run.scale > 0 && isfinite(c->run.scale)))
         st = ra_error_set(RA_ERR_INPUT, "%s: attribute scale: %g is not a "
                           "finite number > 0", o->out, c->run.scale);
     c->score = (ra_ref_score){.score = score, .scale = c->run.scale,
