@@ -38,6 +38,9 @@ void h5io_error_detail(char *buf);
  * and collective transfers. Negative on failure. */
 hid_t h5io_fapl_mpio(MPI_Comm comm);
 hid_t h5io_dxpl_collective(void);
+/* A property list whose set-up returned set: plist itself when set >= 0,
+ * else closed and negative. Ends every maker of a property list. */
+hid_t h5io_plist_keep(hid_t plist, herr_t set);
 /* Sets MPI-IO over comm on a file-access list, with collective metadata and
  * the settings of ra_h5_tuning_set (io/tuning.c). Negative on failure. */
 herr_t h5io_fapl_tune(hid_t fapl, MPI_Comm comm);
