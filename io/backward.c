@@ -48,21 +48,12 @@ static ra_status file_slab(MPI_Comm comm, const char *path, const char *name,
                            int rank, const int64_t *want, int axis,
                            const ra_slice *slice, float *buf)
 {
-    hid_t fapl = h5io_fapl_mpio(comm), dxpl = h5io_dxpl_collective();
-    hid_t file = H5I_INVALID_HID;
-    ra_status st = RA_OK;
-    if (fapl < 0 || dxpl < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",
-                          path);
-    if (st == RA_OK && (st = h5io_file_open(path, fapl, &file)) == RA_OK)
-        st = slab_read(file, dxpl, path, name, rank, want, axis, slice, buf);
-    if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: closing the file failed", path);
-    if (dxpl >= 0)
-        H5Pclose(dxpl);
-    if (fapl >= 0)
-        H5Pclose(fapl);
-    return st;
+    h5io_reader in;
+    ra_status st = h5io_reader_open(comm, path, &in);
+    if (st == RA_OK)
+        st = slab_read(in.file, in.dxpl, path, name, rank, want, axis, slice,
+                       buf);
+    return h5io_reader_close(&in, path, st);
 }
 
 ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,

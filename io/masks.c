@@ -193,8 +193,7 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
                             ra_layout layout, mask_spec *m)
 {
     const char *const *mask_names = nm->name;
-    hid_t fapl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
-    hid_t file = H5I_INVALID_HID;
+    h5io_reader in = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
     ra_slice sq, sk;
     ra_status st = RA_OK;
     int rank, nranks;
@@ -207,24 +206,21 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
     masks_plan(s, sq, sk, m);
 
     /* step 1: open the file; which masks are there (same on every rank) */
-    if ((fapl = h5io_fapl_mpio(comm)) < 0 ||
-        (dxpl = h5io_dxpl_collective()) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",
-                          path);
-    else
-        st = h5io_file_open(path, fapl, &file);
+    st = h5io_reader_open(comm, path, &in);
     if ((st = ra_agree(comm, st)) != RA_OK ||
-        (st = ra_agree(comm, masks_presence(file, path, nm, s, m))) != RA_OK)
+        (st = ra_agree(comm, masks_presence(in.file, path, nm, s,
+                                            m))) != RA_OK)
         goto cleanup;
 
     /* step 2: open and check the present datasets, allocate their parts */
-    if ((st = ra_agree(comm, masks_open(file, path, mask_names, s, m))) != RA_OK)
+    if ((st = ra_agree(comm, masks_open(in.file, path, mask_names, s,
+                                        m))) != RA_OK)
         goto cleanup;
 
     /* step 3: collective reads, then the range of the lengths */
     for (int i = 0; i < NMASKS && st == RA_OK; i++)
         if (m[i].present)
-            st = h5io_dset_read(m[i].dset, dxpl, path, mask_names[i],
+            st = h5io_dset_read(m[i].dset, in.dxpl, path, mask_names[i],
                                 H5T_NATIVE_INT64, m[i].rank, m[i].want,
                                 m[i].rank - 1, &m[i].slice, m[i].buf);
     if ((st = ra_agree(comm, st)) == RA_OK)
@@ -234,11 +230,7 @@ cleanup:
     for (int i = 0; i < NMASKS; i++)
         if (m[i].dset >= 0)
             H5Dclose(m[i].dset);
-    if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: closing the file failed", path);
-    if (dxpl >= 0) H5Pclose(dxpl);
-    if (fapl >= 0) H5Pclose(fapl);
-    return st;
+    return h5io_reader_close(&in, path, st);
 }
 
 ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
