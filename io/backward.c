@@ -107,18 +107,16 @@ ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
                              const ra_shape *s, const ra_params *p,
                              float *dout, float *o, float *lse)
 {
-    int rank, nranks;
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", in);
-    const ra_slice qs = ra_layout_slice(p->layout, s->N, rank, nranks);
+    ra_slice qs, ks;
+    ra_status st = h5io_rank_slices(comm, in, p->layout, s, &qs, &ks);
+    if (st != RA_OK)
+        return st;
     const int64_t odims[4] = {s->B, s->N, s->H, s->Dv};
     const int64_t ldims[3] = {s->B, s->H, s->N};
     const int64_t n_o = s->B * qs.count * s->H * s->Dv;
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    ra_status st = ra_agree(comm, file_slab(comm, in, "/do", 4, odims, 1, &qs,
-                                            dout));
+    st = ra_agree(comm, file_slab(comm, in, "/do", 4, odims, 1, &qs, dout));
     if (st == RA_OK)
         st = ra_agree(comm, finite_check(in, "/do", dout, n_o, 0));
     if (st == RA_OK && fwd) {
@@ -196,15 +194,15 @@ ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
                            const float *dq, const float *dk, const float *dv)
 {
     grads_ctx c = {path, shape, meta, dq, dk, dv, {0}, {0}, 0};
-    int rank;
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    c.qs = ra_layout_slice(meta->params->layout, shape->N, rank, c.nranks);
-    c.ks = ra_layout_slice(meta->params->layout, shape->M, rank, c.nranks);
+    ra_status st = h5io_rank_slices(comm, path, meta->params->layout, shape,
+                                    &c.qs, &c.ks);
+    if (st == RA_OK && MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
+        st = ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_size failed", path);
+    if (st != RA_OK)
+        return st;
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    const ra_status st = h5io_commit(comm, path, force, grads_write, &c);
+    st = h5io_commit(comm, path, force, grads_write, &c);
     h5io_quiet_end(&quiet);
     return st;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
 
@@ -195,14 +196,9 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
     const char *const *mask_names = nm->name;
     h5io_reader in = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
     ra_slice sq, sk;
-    ra_status st = RA_OK;
-    int rank, nranks;
-
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    sq = ra_layout_slice(layout, s->N, rank, nranks);
-    sk = ra_layout_slice(layout, s->M, rank, nranks);
+    ra_status st = h5io_rank_slices(comm, path, layout, s, &sq, &sk);
+    if (st != RA_OK)
+        return st;
     masks_plan(s, sq, sk, m);
 
     /* step 1: open the file; which masks are there (same on every rank) */

@@ -4,6 +4,7 @@
  * names. */
 #include <string.h>
 
+#include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
 
@@ -177,14 +178,9 @@ static ra_status inputs_read(MPI_Comm comm, const char *path,
     const int64_t vdims[4] = {s->B, s->M, s->G, s->Dv};
     ra_slice sq, sk;
     h5io_reader in;
-    ra_status st;
-    int rank, nranks;
-
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    sq = ra_layout_slice(layout, s->N, rank, nranks);
-    sk = ra_layout_slice(layout, s->M, rank, nranks);
+    ra_status st = h5io_rank_slices(comm, path, layout, s, &sq, &sk);
+    if (st != RA_OK)
+        return st;
 
     if ((st = h5io_reader_open(comm, path, &in)) == RA_OK &&
         (st = tensor_read(in.file, in.dxpl, path, nm, 0, qdims, &sq,

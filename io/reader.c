@@ -1,5 +1,7 @@
 /* reader.c: an input file open for collective reading with MPI-IO, the one
- * way every reader of io/ opens and closes one. */
+ * way every reader of io/ opens and closes one, and the token slices each
+ * rank reads or writes. */
+#include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
 
@@ -25,4 +27,16 @@ ra_status h5io_reader_close(h5io_reader *r, const char *path, ra_status st)
         H5Pclose(r->fapl);
     r->file = r->dxpl = r->fapl = H5I_INVALID_HID;
     return st;
+}
+
+ra_status h5io_rank_slices(MPI_Comm comm, const char *path, ra_layout layout,
+                           const ra_shape *s, ra_slice *sq, ra_slice *sk)
+{
+    int rank, nranks;
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
+    *sq = ra_layout_slice(layout, s->N, rank, nranks);
+    *sk = ra_layout_slice(layout, s->M, rank, nranks);
+    return RA_OK;
 }

@@ -17,7 +17,7 @@ static const char *const dtypes[] = {"float32", "float64", NULL};
 static const char *const lens_kinds[] = {"random", NULL};
 
 static const cli_opt gen_own[] = {
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
+    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE", .required = 1,
      .offset = CLI_FIELD(gen_opts, out, const char *),
      .help = "file to write (refused if it exists, unless --force)"},
     {.name = "--dtype", .kind = CLI_CHOICE, .meta = "T",
@@ -92,9 +92,6 @@ static void gen_report(const gen_opts *o)
 /* The shape and the output path, checked before anything is written. */
 static ra_status gen_validate(const cli_ctx *ctx, gen_opts *o)
 {
-    if (!o->out)
-        return ra_error_set(RA_ERR_ARG, "gen: --out is required (see ringattn "
-                            "gen --help)");
     cli_shape_finish(&o->cs);
     ra_status st = ra_shape_check(&o->cs.shape);
     return st == RA_OK ? cli_output_agree(ctx, o->out, o->force, NULL) : st;

@@ -31,9 +31,11 @@ _Static_assert(RA_AXES_BNHD == 0 && RA_AXES_BHND == 1 &&
 
 static const cli_opt run_own[] = {
     {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
+     .required = 1,
      .offset = CLI_FIELD(run_opts, in, const char *),
      .help = "input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)"},
     {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
+     .required = 1,
      .offset = CLI_FIELD(run_opts, out, const char *),
      .help = "output; written to a temporary file, renamed at the end"},
     {.name = "--qkv-layout", .kind = CLI_CHOICE, .meta = "ORDER",
@@ -436,15 +438,9 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
         else if (strcmp(argv[i], "--backward") == 0)
             return cmd_run_backward(ctx, argc, argv);
     run_opts o = {0};
-    cli_params_default(&o.p);
-    int code = cli_parse_or_exit(ctx, &run_spec, &o, argc, argv);
+    const int code = cli_parse_pass(ctx, &run_spec, &o, &o.p, argc, argv);
     if (code >= 0)
         return code;
-    if (!o.in || !o.out)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "run: --in and --out are "
-                        "required (see ringattn run --help)");
-    if (cli_params_finish(&o.p) != RA_OK)
-        return cli_fail_status(ctx, RA_ERR_ARG);
     run_state r = {0};
     ra_status st = run_validate(ctx, &o, &r);
     if (st == RA_OK && (st = run_setup(ctx, &o, &r)) == RA_OK) {
