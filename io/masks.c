@@ -252,11 +252,8 @@ ra_status ra_h5_read_masks_from(MPI_Comm comm, const char *path,
                             "are required");
     memset(masks, 0, sizeof *masks);
     memset(m, 0, sizeof m);
-    if ((st = ra_shape_check(shape)) != RA_OK)
+    if ((st = h5io_slices_check(path, shape, layout)) != RA_OK)
         return st;
-    if ((unsigned)layout > RA_LAYOUT_STRIPED)
-        return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
-                            (int)layout);
 
     h5io_quiet_begin(&quiet);
     st = ra_agree(comm, masks_read(comm, path, &nm, shape, layout, m));

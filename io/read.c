@@ -201,11 +201,8 @@ ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
     h5io_quiet quiet;
     ra_status st;
 
-    if ((st = ra_shape_check(shape)) != RA_OK)
+    if ((st = h5io_slices_check(path, shape, layout)) != RA_OK)
         return st;
-    if ((unsigned)layout > RA_LAYOUT_STRIPED)
-        return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
-                            (int)layout);
     h5io_quiet_begin(&quiet);
     st = ra_agree(comm, inputs_read(comm, path, &nm, shape, layout, q, k, v));
     h5io_quiet_end(&quiet);

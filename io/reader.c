@@ -40,3 +40,13 @@ ra_status h5io_rank_slices(MPI_Comm comm, const char *path, ra_layout layout,
     *sk = ra_layout_slice(layout, s->M, rank, nranks);
     return RA_OK;
 }
+
+ra_status h5io_slices_check(const char *path, const ra_shape *s,
+                            ra_layout layout)
+{
+    const ra_status st = ra_shape_check(s);
+    if (st == RA_OK && (unsigned)layout > RA_LAYOUT_STRIPED)
+        return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
+                            (int)layout);
+    return st;
+}

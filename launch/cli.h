@@ -155,6 +155,10 @@ extern const cli_opt cli_seq_opts[];
  * --threads --stall-timeout. */
 extern const cli_opt cli_forward_opts[];
 
+/* --force alone, into an int: replace an existing output (each output
+ * path goes through cli_output_agree). */
+extern const cli_opt cli_force_opts[];
+
 /* --backward alone, into an int: the mode flag of run, verify and bench
  * that hands the command to its backward-pass driver. */
 extern const cli_opt cli_backward_opts[];

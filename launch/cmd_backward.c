@@ -36,9 +36,6 @@ static const cli_opt bwd_own[] = {
     {.name = "--recompute", .kind = CLI_FLAG,
      .offset = CLI_FIELD(bwd_opts, recompute, int),
      .help = "recompute /o and /lse with a forward pass instead"},
-    {.name = "--force", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(bwd_opts, force, int),
-     .help = "replace OUT.h5 if it exists (refused otherwise)"},
     {0},
 };
 
@@ -53,7 +50,8 @@ static const cli_spec bwd_spec = {
     "IN.h5 (/q_lens /kv_lens, segments) apply as in run. Dot and gaussian\n"
     "scores.\n",
     .groups = {{cli_backward_opts, offsetof(bwd_opts, backward)},
-               {bwd_own, 0}, {cli_forward_opts, offsetof(bwd_opts, p)}},
+               {bwd_own, 0}, {cli_force_opts, offsetof(bwd_opts, force)},
+               {cli_forward_opts, offsetof(bwd_opts, p)}},
 };
 
 /* Everything one run owns between validate and report. */

@@ -46,9 +46,6 @@ static const cli_opt gen_own[] = {
      .hi = (int64_t)1 << 40,
      .help = "also write random packed-sequence ids of mean length\n"
      "AVG: /segments (N == M) or /q_segments, /kv_segments"},
-    {.name = "--force", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(gen_opts, force, int),
-     .help = "replace an existing file"},
     {.name = "--backward", .kind = CLI_FLAG,
      .offset = CLI_FIELD(gen_opts, backward, int),
      .help = "also write a random output gradient /do (B,N,H,Dv)\n"
@@ -65,7 +62,7 @@ static const cli_spec gen_spec = {
              "gives the same file contents.\n",
     .groups = {{cli_seq_opts, offsetof(gen_opts, cs)},
                {cli_shape_opts, offsetof(gen_opts, cs)},
-               {gen_own, 0}},
+               {gen_own, 0}, {cli_force_opts, offsetof(gen_opts, force)}},
 };
 
 static void gen_report(const gen_opts *o)

@@ -159,9 +159,6 @@ static const cli_opt mha_own[] = {
      .offset = CLI_FIELD(mha_opts, out, const char *),
      .help = "output /y (B,N,Eout); written to a temporary file,\n"
      "renamed at the end"},
-    {.name = "--force", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(mha_opts, force, int),
-     .help = "replace OUT.h5 if it exists (refused otherwise)"},
     {.name = "--heads", .kind = CLI_INT, .meta = "H",
      .offset = CLI_FIELD(mha_opts, H, int64_t), .lo = 1, .hi = 1 << 20,
      .help = "heads of the projections (default: the input's root\n"
@@ -188,7 +185,8 @@ static const cli_spec mha_spec = {
     "Linear convention, scale 1/sqrt(D) with D the per-head dim. Projections\n"
     "run on each rank's slice, then the ring, then the output projection.\n"
     "Masks (/q_lens ...) apply as in run.\n",
-    .groups = {{mha_own, 0}, {cli_forward_opts, offsetof(mha_opts, p)}},
+    .groups = {{mha_own, 0}, {cli_force_opts, offsetof(mha_opts, force)},
+               {cli_forward_opts, offsetof(mha_opts, p)}},
 };
 
 /* Everything one layer run owns between validate and report. */

@@ -95,9 +95,6 @@ static const cli_opt run_own[] = {
      .offset = CLI_FIELD(run_opts, json, const char *),
      .help = "also write a JSON summary of the run (shape, options,\n"
      "timings) to FILE"},
-    {.name = "--force", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(run_opts, force, int),
-     .help = "replace OUT.h5 if it exists (refused otherwise)"},
     {.name = "--attn-map", .kind = CLI_TEXT, .meta = "I0:I1",
      .offset = CLI_FIELD(run_opts, map_rows, const char *),
      .help = "also write /attn_map (B, heads, I1-I0, M): the exact\n"
@@ -133,7 +130,8 @@ static const cli_spec run_spec = {
     "rounded to float32 (24-bit significand, about 7 digits; values beyond\n"
     "3.4e38 become infinite and are refused). /o is stored as --out-dtype\n"
     "(rounded from float32), /lse as float32.\n",
-    .groups = {{run_own, 0}, {cli_forward_opts, offsetof(run_opts, p)}},
+    .groups = {{run_own, 0}, {cli_force_opts, offsetof(run_opts, force)},
+               {cli_forward_opts, offsetof(run_opts, p)}},
 };
 
 /* --attn-map I0:I1 and --attn-map-heads LIST, checked against the shape. */

@@ -307,6 +307,12 @@ int cli_parse_or_exit(const cli_ctx *ctx, const cli_spec *spec, void *opts,
 
 /* ---- shared groups ------------------------------------------------------- */
 
+const cli_opt cli_force_opts[] = {
+    {.name = "--force", .kind = CLI_FLAG, .offset = 0,
+     .help = "replace the output if it exists (refused otherwise)"},
+    {0},
+};
+
 const cli_opt cli_backward_opts[] = {
     {.name = "--backward", .kind = CLI_FLAG, .offset = 0,
      .help = "the backward pass: gradients dq, dk, dv (this mode)"},
