@@ -189,7 +189,7 @@ static int required_check(const cli_spec *spec, const char *opts)
     int n = 0, missing = 0;
     for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
         for (const cli_opt *o = spec->groups[g].opts; o->name; o++) {
-            if (!o->required)
+            if (!o->required || o->kind != CLI_TEXT)
                 continue;
             const char *base = opts + spec->groups[g].base;
             missing |= !*(const char *const *)(base + o->offset);
