@@ -549,6 +549,16 @@ VERIFY = ["verify", "--in", "good.h5", "--out"]
 
 # The tools beside run: options, bench, verify, plot-map.
 CASES_TOOLS = [
+    ("verify-backward-all-sample", "verify --backward with both --all and --sample",
+     {}, ["verify", "--backward", "--in", "good.h5", "--out", "good.h5", "--all",
+          "--sample", "3"], 2,
+     r"verify --backward: --all and --sample exclude each other"),
+    ("backward-sigma-dot", "run --backward --sigma 2 with the dot score",
+     {}, RUN_B + ["good.h5", "--recompute", "--sigma", "2"], 2,
+     r"--sigma: the dot score takes no bandwidth"),
+    ("verify-backward-no-in", "verify --backward without --in",
+     {}, ["verify", "--backward", "--out", "good.h5"], 2,
+     r"verify --backward: --in and --out are required \(see ringattn verify --backward --help\)"),
     ("option-equals", "--name=value is parsed like --name value", {},
      ["run", "--in=good.h5", "--out=o.h5", "--block-q=0"], 2,
      r"--block-q: 0 is outside \[1, 65536\]"),
