@@ -27,6 +27,26 @@ const char *ra_name_of(const char *const *names, int n, int value);
 ra_status ra_name_parse(const char *kind, const char *const *names, int n,
                         const char *name, int *value);
 
+/* Defines the pair every named enum of ringattn.h declares:
+ * ra_NOUN_name(TYPE), names[value] or "unknown", and
+ * ra_NOUN_parse(name, TYPE *out), which sets *out only on RA_OK and names
+ * KIND in its error. names is the enum's static table, in value order. */
+#define RA_NAMED_ENUM(noun, type, kind, names)                                \
+    const char *ra_##noun##_name(type value)                                  \
+    {                                                                         \
+        return ra_name_of(names, (int)(sizeof names / sizeof *names),         \
+                          (int)value);                                        \
+    }                                                                         \
+    ra_status ra_##noun##_parse(const char *name, type *out)                  \
+    {                                                                         \
+        int v = 0;                                                            \
+        ra_error_clear();                                                     \
+        const ra_status st = ra_name_parse(                                   \
+            kind, names, (int)(sizeof names / sizeof *names), name, &v);      \
+        *out = st == RA_OK ? (type)v : *out;                                  \
+        return st;                                                            \
+    }
+
 /* Whether keys may have another head dim than the queries: only the
  * additive score (whose projections W_k k give keys their own width)
  * allows Dk != D. */

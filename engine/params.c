@@ -91,25 +91,13 @@ ra_status ra_name_parse(const char *kind, const char *const *names, int n,
 }
 
 static const char *const score_names[] = {"dot", "gaussian", "additive"};
-enum { NSCORES = sizeof score_names / sizeof *score_names };
-
-const char *ra_score_name(ra_score score)
-{
-    return ra_name_of(score_names, NSCORES, (int)score);
-}
-
-ra_status ra_score_parse(const char *name, ra_score *out)
-{
-    int v = 0;
-    ra_error_clear();
-    const ra_status st = ra_name_parse("score", score_names, NSCORES, name, &v);
-    *out = st == RA_OK ? (ra_score)v : *out;
-    return st;
-}
+/* ra_score_name, ra_score_parse */
+RA_NAMED_ENUM(score, ra_score, "score", score_names)
 
 static const char *const layout_names[] = {"contiguous", "zigzag",
                                             "striped", "auto"};
-enum { NLAYOUTS = sizeof layout_names / sizeof *layout_names };
+/* ra_layout_name, ra_layout_parse */
+RA_NAMED_ENUM(layout, ra_layout, "layout", layout_names)
 
 /* Measured in docs/PERFORMANCE.md ("Layouts"): a window makes every
  * contiguous slice cost the same and lets the ring skip the hops it cannot
@@ -126,21 +114,6 @@ ra_layout ra_params_layout(const ra_params *params, int segments)
     if (segments)
         return RA_LAYOUT_STRIPED;
     return params->causal ? RA_LAYOUT_ZIGZAG : RA_LAYOUT_CONTIGUOUS;
-}
-
-const char *ra_layout_name(ra_layout layout)
-{
-    return ra_name_of(layout_names, NLAYOUTS, (int)layout);
-}
-
-ra_status ra_layout_parse(const char *name, ra_layout *out)
-{
-    int v = 0;
-    ra_error_clear();
-    const ra_status st = ra_name_parse("layout", layout_names, NLAYOUTS,
-                                       name, &v);
-    *out = st == RA_OK ? (ra_layout)v : *out;
-    return st;
 }
 
 ra_status ra_shape_check(const ra_shape *s)
@@ -194,18 +167,5 @@ double ra_forward_flops(const ra_shape *s, const ra_params *p,
 
 static const char *const strategy_names[RA_STRATEGY_COUNT] = {
     "ring", "allgather", "tree", "ring-q", "ulysses", "hybrid"};
-
-const char *ra_strategy_name(ra_strategy strategy)
-{
-    return ra_name_of(strategy_names, RA_STRATEGY_COUNT, (int)strategy);
-}
-
-ra_status ra_strategy_parse(const char *name, ra_strategy *out)
-{
-    int v = 0;
-    ra_error_clear();
-    const ra_status st = ra_name_parse("strategy", strategy_names,
-                                       RA_STRATEGY_COUNT, name, &v);
-    *out = st == RA_OK ? (ra_strategy)v : *out;
-    return st;
-}
+/* ra_strategy_name, ra_strategy_parse */
+RA_NAMED_ENUM(strategy, ra_strategy, "strategy", strategy_names)

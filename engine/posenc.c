@@ -7,23 +7,8 @@
 #include "internal.h"
 
 static const char *const rope_names[] = {"none", "interleaved", "half"};
-
-enum { NROPES = sizeof rope_names / sizeof *rope_names };
-
-const char *ra_rope_name(ra_rope rope)
-{
-    return ra_name_of(rope_names, NROPES, (int)rope);
-}
-
-ra_status ra_rope_parse(const char *name, ra_rope *out)
-{
-    int v = 0;
-    ra_error_clear();
-    const ra_status st = ra_name_parse("rotary pairing", rope_names, NROPES,
-                                       name, &v);
-    *out = st == RA_OK ? (ra_rope)v : *out;
-    return st;
-}
+/* ra_rope_name, ra_rope_parse */
+RA_NAMED_ENUM(rope, ra_rope, "rotary pairing", rope_names)
 
 /* Rotates the pair (x[a], x[b]) of every (batch, head) row of one token by
  * the angle whose cosine and sine are c and s. */

@@ -90,6 +90,19 @@ static herr_t head_select(hid_t fspace, hid_t mspace, const hsize_t fdims[4],
     return err;
 }
 
+/* The file dataspace of dset into *fspace and a memory one of mdims into
+ * *mspace; the caller closes both (those made), on failure too. */
+static ra_status spaces_open(hid_t dset, const char *path, const char *name,
+                             int mrank, const hsize_t *mdims, hid_t *fspace,
+                             hid_t *mspace)
+{
+    if ((*fspace = H5Dget_space(dset)) < 0 ||
+        (*mspace = H5Screate_simple(mrank, mdims, NULL)) < 0)
+        return ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot get its "
+                            "dataspace", path, name);
+    return RA_OK;
+}
+
 /* The (B, H, N, D) read: one transfer per batch and head, the same number
  * on every rank, also after a failure (an empty slice, or a rank that
  * failed, selects nothing), so that no rank is left in a collective. */
@@ -105,12 +118,9 @@ static ra_status heads_read(hid_t dset, hid_t dxpl, const char *path,
     int64_t dummy; /* a valid address for an empty selection */
     ra_status st = RA_OK;
 
-    if ((fspace = H5Dget_space(dset)) < 0 ||
-        (mspace = H5Screate_simple(4, mdims, NULL)) < 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot get its "
-                          "dataspace", path, name);
+    if ((st = spaces_open(dset, path, name, 4, mdims, &fspace,
+                          &mspace)) != RA_OK)
         goto cleanup;
-    }
     for (hsize_t bh = 0; bh < fdims[0] * fdims[1]; bh++) {
         const hsize_t b = bh / fdims[1], h = bh % fdims[1];
         const int mine = slice->count > 0 && st == RA_OK;
@@ -165,12 +175,9 @@ static ra_status rows_read_heads(hid_t dset, const char *path,
     char why[H5IO_DETAIL_LEN];
     ra_status st = RA_OK;
 
-    if ((fspace = H5Dget_space(dset)) < 0 ||
-        (mspace = H5Screate_simple(3, mdims, NULL)) < 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot get its "
-                          "dataspace", path, name);
+    if ((st = spaces_open(dset, path, name, 3, mdims, &fspace,
+                          &mspace)) != RA_OK)
         goto cleanup;
-    }
     for (hsize_t h = 0; h < fdims[1] && st == RA_OK; h++) {
         const hsize_t fstart[4] = {b, h, row0, 0};
         const hsize_t fcount[4] = {1, 1, n, fdims[3]};

@@ -49,21 +49,12 @@ static ra_status file_slab(MPI_Comm comm, const char *path, const char *name,
                            int rank, const int64_t *want, int axis,
                            const ra_slice *slice, float *buf)
 {
-    hid_t fapl = h5io_fapl_mpio(comm), dxpl = h5io_dxpl_collective();
-    hid_t file = H5I_INVALID_HID;
-    ra_status st = RA_OK;
-    if (fapl < 0 || dxpl < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",
-                          path);
-    if (st == RA_OK && (st = h5io_file_open(path, fapl, &file)) == RA_OK)
-        st = slab_read(file, dxpl, path, name, rank, want, axis, slice, buf);
-    if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: closing the file failed", path);
-    if (dxpl >= 0)
-        H5Pclose(dxpl);
-    if (fapl >= 0)
-        H5Pclose(fapl);
-    return st;
+    h5io_reader in;
+    ra_status st = h5io_reader_open(comm, path, &in);
+    if (st == RA_OK)
+        st = slab_read(in.file, in.dxpl, path, name, rank, want, axis, slice,
+                       buf);
+    return h5io_reader_close(&in, path, st);
 }
 
 ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
@@ -126,18 +117,16 @@ ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
                              const ra_shape *s, const ra_params *p,
                              float *dout, float *o, float *lse)
 {
-    int rank, nranks;
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", in);
-    const ra_slice qs = ra_layout_slice(p->layout, s->N, rank, nranks);
+    ra_slice qs, ks;
+    ra_status st = h5io_rank_slices(comm, in, p->layout, s, &qs, &ks);
+    if (st != RA_OK)
+        return st;
     const int64_t odims[4] = {s->B, s->N, s->H, s->Dv};
     const int64_t ldims[3] = {s->B, s->H, s->N};
     const int64_t n_o = s->B * qs.count * s->H * s->Dv;
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    ra_status st = ra_agree(comm, file_slab(comm, in, "/do", 4, odims, 1, &qs,
-                                            dout));
+    st = ra_agree(comm, file_slab(comm, in, "/do", 4, odims, 1, &qs, dout));
     if (st == RA_OK)
         st = ra_agree(comm, finite_check(in, "/do", dout, n_o, 0));
     if (st == RA_OK && fwd) {
@@ -179,7 +168,7 @@ static ra_status grads_attrs(hid_t file, MPI_Comm comm, const grads_ctx *c)
     if ((st = h5io_record(comm, file, path, &recipe)) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "pass",
                                      "backward")) != RA_OK ||
-        (st = h5io_attr_write_string(comm, file, path, "forward",
+        (st = h5io_attr_write_string(comm, file, c->path, "forward",
                                      c->meta->forward)) != RA_OK ||
         (st = h5io_attr_write_int64(comm, file, path, "seq_q", s->N)) != RA_OK)
         return st;
@@ -236,14 +225,16 @@ ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
                            const float *dq, const float *dk, const float *dv)
 {
     grads_ctx c = {path, shape, meta, dq, dk, dv, {0}, {0}, 0, 0};
-    if (MPI_Comm_rank(comm, &c.rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    c.qs = ra_layout_slice(meta->params->layout, shape->N, c.rank, c.nranks);
-    c.ks = ra_layout_slice(meta->params->layout, shape->M, c.rank, c.nranks);
+    ra_status st = h5io_rank_slices(comm, path, meta->params->layout, shape,
+                                    &c.qs, &c.ks);
+    if (st == RA_OK && (MPI_Comm_rank(comm, &c.rank) != MPI_SUCCESS ||
+                        MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS))
+        st = ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
+    if (st != RA_OK)
+        return st;
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    const ra_status st = h5io_commit(comm, path, force, grads_write, &c);
+    st = h5io_commit(comm, path, force, grads_write, &c);
     h5io_quiet_end(&quiet);
     return st;
 }

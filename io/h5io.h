@@ -15,6 +15,18 @@
 
 #include "ringattn.h"
 
+/* This rank's token slices under a resolved layout: of the N queries into
+ * *sq, of the M keys into *sk; RA_ERR_MPI naming path when comm cannot say
+ * which rank this is. Not collective. */
+ra_status h5io_rank_slices(MPI_Comm comm, const char *path, ra_layout layout,
+                           const ra_shape *s, ra_slice *sq, ra_slice *sk);
+
+/* The arguments of a reader of rank slices: a valid shape (ra_shape_check)
+ * and a resolved layout (not RA_LAYOUT_AUTO); RA_ERR_ARG naming path
+ * otherwise. */
+ra_status h5io_slices_check(const char *path, const ra_shape *s,
+                            ra_layout layout);
+
 /* ra_h5_gen() plus optional masks, collective over comm. lens: also write
  * /q_lens and /kv_lens (B,) int64, uniform in [0, N] and [0, M].
  * segment_avg > 0: also write packed-sequence ids of that mean segment

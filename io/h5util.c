@@ -25,28 +25,26 @@ void h5io_quiet_end(const h5io_quiet *saved)
 }
 
 
-hid_t h5io_fapl_mpio(MPI_Comm comm)
+hid_t h5io_plist_keep(hid_t plist, herr_t set)
 {
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl < 0)
-        return H5I_INVALID_HID;
-    if (h5io_fapl_tune(fapl, comm) < 0) {
-        H5Pclose(fapl);
+    if (plist >= 0 && set < 0) {
+        H5Pclose(plist);
         return H5I_INVALID_HID;
     }
-    return fapl;
+    return plist;
+}
+
+hid_t h5io_fapl_mpio(MPI_Comm comm)
+{
+    const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    return h5io_plist_keep(fapl, fapl < 0 ? -1 : h5io_fapl_tune(fapl, comm));
 }
 
 hid_t h5io_dxpl_collective(void)
 {
-    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-    if (dxpl < 0)
-        return H5I_INVALID_HID;
-    if (H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0) {
-        H5Pclose(dxpl);
-        return H5I_INVALID_HID;
-    }
-    return dxpl;
+    const hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    return h5io_plist_keep(dxpl, dxpl < 0 ? -1 : H5Pset_dxpl_mpio(
+                                     dxpl, H5FD_MPIO_COLLECTIVE));
 }
 
 /* H5Ewalk2 callback: keeps the description of the most specific error,

@@ -38,6 +38,9 @@ void h5io_error_detail(char *buf);
  * and collective transfers. Negative on failure. */
 hid_t h5io_fapl_mpio(MPI_Comm comm);
 hid_t h5io_dxpl_collective(void);
+/* A property list whose set-up returned set: plist itself when set >= 0,
+ * else closed and negative. Ends every maker of a property list. */
+hid_t h5io_plist_keep(hid_t plist, herr_t set);
 /* Sets MPI-IO over comm on a file-access list, with collective metadata and
  * the settings of ra_h5_tuning_set (io/tuning.c). Negative on failure. */
 herr_t h5io_fapl_tune(hid_t fapl, MPI_Comm comm);
@@ -45,6 +48,21 @@ herr_t h5io_fapl_tune(hid_t fapl, MPI_Comm comm);
 /* Opens an existing file read-only with the given access list; explains a
  * missing, unreadable or non-HDF5 file. */
 ra_status h5io_file_open(const char *path, hid_t fapl, hid_t *file);
+
+/* An input file open for collective reading: the file, its access list
+ * and the collective transfer list to read its datasets with. */
+typedef struct {
+    hid_t file, fapl, dxpl;
+} h5io_reader;
+
+/* Opens path read-only with MPI-IO over comm (collective, not agreed),
+ * explaining a failure like h5io_file_open. Whatever it returns, *r is
+ * ready for h5io_reader_close. */
+ra_status h5io_reader_open(MPI_Comm comm, const char *path, h5io_reader *r);
+
+/* Closes what h5io_reader_open made. Returns st, the status so far, or
+ * RA_ERR_IO when st was RA_OK and closing the file failed. */
+ra_status h5io_reader_close(h5io_reader *r, const char *path, ra_status st);
 
 /* Opens dataset name (e.g. "/q") and checks that it has the given rank,
  * every size positive, and a datatype of class cls: H5T_FLOAT means a

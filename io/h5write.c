@@ -25,11 +25,7 @@ static hid_t dcpl_make(int rank, const hsize_t *dims, int axis,
         if (err >= 0 && storage->gzip > 0)
             err = H5Pset_deflate(dcpl, (unsigned)storage->gzip);
     }
-    if (err < 0 && dcpl >= 0) {
-        H5Pclose(dcpl);
-        dcpl = H5I_INVALID_HID;
-    }
-    return dcpl;
+    return h5io_plist_keep(dcpl, err);
 }
 
 ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
@@ -121,33 +117,20 @@ static ra_status attr_write(MPI_Comm comm, hid_t file, const char *path,
     return ra_agree(comm, st);
 }
 
-ra_status h5io_attr_write_int(MPI_Comm comm, hid_t file, const char *path,
-                              const char *name, int value)
-{
-    return attr_write(comm, file, path, name, H5T_STD_I32LE, H5T_NATIVE_INT,
-                      &value);
-}
+/* Defines h5io_attr_write_SUFFIX(comm, file, path, name, ctype value):
+ * value as a scalar of file type ftype (declared in h5util.h). */
+#define ATTR_WRITER(suffix, ctype, ftype, mtype)                              \
+    ra_status h5io_attr_write_##suffix(MPI_Comm comm, hid_t file,             \
+                                       const char *path, const char *name,    \
+                                       ctype value)                           \
+    {                                                                         \
+        return attr_write(comm, file, path, name, ftype, mtype, &value);      \
+    }
 
-ra_status h5io_attr_write_int64(MPI_Comm comm, hid_t file, const char *path,
-                                const char *name, int64_t value)
-{
-    return attr_write(comm, file, path, name, H5T_STD_I64LE, H5T_NATIVE_INT64,
-                      &value);
-}
-
-ra_status h5io_attr_write_uint64(MPI_Comm comm, hid_t file, const char *path,
-                                 const char *name, uint64_t value)
-{
-    return attr_write(comm, file, path, name, H5T_STD_U64LE, H5T_NATIVE_UINT64,
-                      &value);
-}
-
-ra_status h5io_attr_write_double(MPI_Comm comm, hid_t file, const char *path,
-                                 const char *name, double value)
-{
-    return attr_write(comm, file, path, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
-                      &value);
-}
+ATTR_WRITER(int, int, H5T_STD_I32LE, H5T_NATIVE_INT)
+ATTR_WRITER(int64, int64_t, H5T_STD_I64LE, H5T_NATIVE_INT64)
+ATTR_WRITER(uint64, uint64_t, H5T_STD_U64LE, H5T_NATIVE_UINT64)
+ATTR_WRITER(double, double, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE)
 
 ra_status h5io_attr_write_string(MPI_Comm comm, hid_t file, const char *path,
                                  const char *name, const char *value)

@@ -335,6 +335,19 @@ static ra_status attr_open_one(hid_t file, const char *path, const char *name,
     return RA_OK;
 }
 
+/* Reads the open attribute name as mtype into buf; RA_ERR_INPUT with
+ * HDF5's cause when that fails. */
+static ra_status attr_fetch(hid_t attr, hid_t mtype, void *buf,
+                           const char *path, const char *name)
+{
+    char why[H5IO_DETAIL_LEN];
+    if (H5Aread(attr, mtype, buf) >= 0)
+        return RA_OK;
+    h5io_error_detail(why);
+    return ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: %s",
+                        path, name, why);
+}
+
 /* Reads the single-valued root attribute name, of class cls, as mtype.
  * present NULL: the attribute must exist; else an absent one sets
  * *present = 0 and leaves out alone. */
@@ -360,12 +373,7 @@ static ra_status attr_read(hid_t file, const char *path, const char *name,
                             cls == H5T_FLOAT ? "float" : "integer", &attr,
                             &type, &space)) != RA_OK)
         goto cleanup;
-    if (H5Aread(attr, mtype, out) < 0) {
-        char why[H5IO_DETAIL_LEN];
-        h5io_error_detail(why);
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
-                          "%s", path, name, why);
-    }
+    st = attr_fetch(attr, mtype, out, path, name);
 
 cleanup:
     if (space >= 0) H5Sclose(space);
@@ -380,7 +388,7 @@ ra_status h5io_attr_read_string(hid_t file, const char *path,
     hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
     hid_t space = H5I_INVALID_HID, mtype = H5I_INVALID_HID;
     ra_status st = RA_OK;
-    char *vstr = NULL, why[H5IO_DETAIL_LEN];
+    char *vstr = NULL;
     size_t size;
     int variable;
 
@@ -405,12 +413,9 @@ ra_status h5io_attr_read_string(hid_t file, const char *path,
                           "characters", path, name, len - 1);
         goto cleanup;
     }
-    if (H5Aread(attr, mtype, variable ? (void *)&vstr : (void *)out) < 0) {
-        h5io_error_detail(why);
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
-                          "%s", path, name, why);
+    if ((st = attr_fetch(attr, mtype, variable ? (void *)&vstr : (void *)out,
+                         path, name)) != RA_OK)
         goto cleanup;
-    }
     if (variable) {
         if (vstr && strlen(vstr) >= len)
             st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: longer than "
@@ -649,12 +654,7 @@ static ra_status attr_print(FILE *out, const char *path, const char *name,
     } else if (!(buf = calloc((size_t)n, size))) {
         st = ra_error_set(RA_ERR_NOMEM, "%s: attribute %s: out of memory",
                           path, name);
-    } else if (H5Aread(attr, mtype, buf) < 0) {
-        char why[H5IO_DETAIL_LEN];
-        h5io_error_detail(why);
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute %s: reading failed: "
-                          "%s", path, name, why);
-    } else {
+    } else if ((st = attr_fetch(attr, mtype, buf, path, name)) == RA_OK) {
         values_print(out, cls, type, vstr, buf, n, size);
     }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
 
@@ -193,38 +194,29 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
                             ra_layout layout, mask_spec *m)
 {
     const char *const *mask_names = nm->name;
-    hid_t fapl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
-    hid_t file = H5I_INVALID_HID;
+    h5io_reader in = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
     ra_slice sq, sk;
-    ra_status st = RA_OK;
-    int rank, nranks;
-
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    sq = ra_layout_slice(layout, s->N, rank, nranks);
-    sk = ra_layout_slice(layout, s->M, rank, nranks);
+    ra_status st = h5io_rank_slices(comm, path, layout, s, &sq, &sk);
+    if (st != RA_OK)
+        return st;
     masks_plan(s, sq, sk, m);
 
     /* step 1: open the file; which masks are there (same on every rank) */
-    if ((fapl = h5io_fapl_mpio(comm)) < 0 ||
-        (dxpl = h5io_dxpl_collective()) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",
-                          path);
-    else
-        st = h5io_file_open(path, fapl, &file);
+    st = h5io_reader_open(comm, path, &in);
     if ((st = ra_agree(comm, st)) != RA_OK ||
-        (st = ra_agree(comm, masks_presence(file, path, nm, s, m))) != RA_OK)
+        (st = ra_agree(comm, masks_presence(in.file, path, nm, s,
+                                            m))) != RA_OK)
         goto cleanup;
 
     /* step 2: open and check the present datasets, allocate their parts */
-    if ((st = ra_agree(comm, masks_open(file, path, mask_names, s, m))) != RA_OK)
+    if ((st = ra_agree(comm, masks_open(in.file, path, mask_names, s,
+                                        m))) != RA_OK)
         goto cleanup;
 
     /* step 3: collective reads, then the range of the lengths */
     for (int i = 0; i < NMASKS && st == RA_OK; i++)
         if (m[i].present)
-            st = h5io_dset_read(m[i].dset, dxpl, path, mask_names[i],
+            st = h5io_dset_read(m[i].dset, in.dxpl, path, mask_names[i],
                                 H5T_NATIVE_INT64, m[i].rank, m[i].want,
                                 m[i].rank - 1, &m[i].slice, m[i].buf);
     if ((st = ra_agree(comm, st)) == RA_OK)
@@ -234,11 +226,7 @@ cleanup:
     for (int i = 0; i < NMASKS; i++)
         if (m[i].dset >= 0)
             H5Dclose(m[i].dset);
-    if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: closing the file failed", path);
-    if (dxpl >= 0) H5Pclose(dxpl);
-    if (fapl >= 0) H5Pclose(fapl);
-    return st;
+    return h5io_reader_close(&in, path, st);
 }
 
 ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
@@ -264,11 +252,8 @@ ra_status ra_h5_read_masks_from(MPI_Comm comm, const char *path,
                             "are required");
     memset(masks, 0, sizeof *masks);
     memset(m, 0, sizeof m);
-    if ((st = ra_shape_check(shape)) != RA_OK)
+    if ((st = h5io_slices_check(path, shape, layout)) != RA_OK)
         return st;
-    if ((unsigned)layout > RA_LAYOUT_STRIPED)
-        return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
-                            (int)layout);
 
     h5io_quiet_begin(&quiet);
     st = ra_agree(comm, masks_read(comm, path, &nm, shape, layout, m));

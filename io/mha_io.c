@@ -14,21 +14,17 @@ ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
                            const int64_t dims[3], const ra_slice *slice,
                            float *out)
 {
-    hid_t fapl = H5I_INVALID_HID, file = H5I_INVALID_HID;
-    hid_t dset = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
+    hid_t dset = H5I_INVALID_HID;
     hsize_t found[3];
     const hsize_t want[3] = {(hsize_t)dims[0], (hsize_t)dims[1],
                              (hsize_t)dims[2]};
+    h5io_reader in;
     h5io_quiet quiet;
-    ra_status st = RA_OK;
 
     h5io_quiet_begin(&quiet);
-    if ((fapl = h5io_fapl_mpio(comm)) < 0 || (dxpl = h5io_dxpl_collective()) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO", path);
+    ra_status st = h5io_reader_open(comm, path, &in);
     if (st == RA_OK)
-        st = h5io_file_open(path, fapl, &file);
-    if (st == RA_OK)
-        st = h5io_dset_open(file, path, name, H5T_FLOAT, 3, found, &dset);
+        st = h5io_dset_open(in.file, path, name, H5T_FLOAT, 3, found, &dset);
     if (st == RA_OK && memcmp(found, want, sizeof want) != 0)
         st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: expected shape "
                           "(%lld, %lld, %lld), found (%llu, %llu, %llu)", path,
@@ -38,14 +34,12 @@ ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
                           (unsigned long long)found[2]);
     /* every rank checked the same metadata; agree before the collective */
     if ((st = ra_agree(comm, st)) == RA_OK)
-        st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, 3, want,
-                            1, slice, out);
+        st = h5io_dset_read(dset, in.dxpl, path, name, H5T_NATIVE_FLOAT, 3,
+                            want, 1, slice, out);
     if ((st = ra_agree(comm, st)) == RA_OK)
         st = h5io_scan_tokens(comm, path, name, dims, slice, out);
     if (dset >= 0) H5Dclose(dset);
-    if (file >= 0) H5Fclose(file);
-    if (dxpl >= 0) H5Pclose(dxpl);
-    if (fapl >= 0) H5Pclose(fapl);
+    st = ra_agree(comm, h5io_reader_close(&in, path, st));
     h5io_quiet_end(&quiet);
     return st;
 }

@@ -4,6 +4,7 @@
  * names. */
 #include <string.h>
 
+#include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
 
@@ -93,32 +94,19 @@ static ra_status shape_read(MPI_Comm comm, const char *path,
                             const source_names *nm, ra_shape *shape,
                             ra_axes used[3])
 {
-    hid_t fapl = H5I_INVALID_HID, file = H5I_INVALID_HID;
     hid_t dset[3] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
     hsize_t fdims[4], dims[3][4];
-    ra_status st = RA_OK;
+    h5io_reader in;
+    ra_status st = h5io_reader_open(comm, path, &in);
 
-    if ((fapl = h5io_fapl_mpio(comm)) < 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",
-                          path);
-        goto cleanup;
-    }
-    if ((st = h5io_file_open(path, fapl, &file)) != RA_OK)
-        goto cleanup;
     for (int i = 0; i < 3 && st == RA_OK; i++)
-        st = tensor_open(file, path, nm, i, &dset[i], fdims, &used[i],
+        st = tensor_open(in.file, path, nm, i, &dset[i], fdims, &used[i],
                          dims[i]);
     if (st == RA_OK)
         st = shape_match(path, nm, dims[0], dims[1], dims[2], shape);
-
-cleanup:
     for (int i = 0; i < 3; i++)
         if (dset[i] >= 0) H5Dclose(dset[i]);
-    if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: closing the file failed", path);
-    if (fapl >= 0)
-        H5Pclose(fapl);
-    return st;
+    return h5io_reader_close(&in, path, st);
 }
 
 ra_status ra_h5_read_shape_from(MPI_Comm comm, const char *path,
@@ -185,38 +173,22 @@ static ra_status inputs_read(MPI_Comm comm, const char *path,
                              const source_names *nm, const ra_shape *s,
                              ra_layout layout, float *q, float *k, float *v)
 {
-    hid_t fapl = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
-    hid_t file = H5I_INVALID_HID;
     const int64_t qdims[4] = {s->B, s->N, s->H, s->D};
     const int64_t kdims[4] = {s->B, s->M, s->G, ra_shape_dk(s)};
     const int64_t vdims[4] = {s->B, s->M, s->G, s->Dv};
     ra_slice sq, sk;
-    ra_status st;
-    int rank, nranks;
+    h5io_reader in;
+    ra_status st = h5io_rank_slices(comm, path, layout, s, &sq, &sk);
+    if (st != RA_OK)
+        return st;
 
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    sq = ra_layout_slice(layout, s->N, rank, nranks);
-    sk = ra_layout_slice(layout, s->M, rank, nranks);
-
-    if ((fapl = h5io_fapl_mpio(comm)) < 0 ||
-        (dxpl = h5io_dxpl_collective()) < 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",
-                          path);
-        goto cleanup;
-    }
-    if ((st = h5io_file_open(path, fapl, &file)) == RA_OK &&
-        (st = tensor_read(file, dxpl, path, nm, 0, qdims, &sq, q)) == RA_OK &&
-        (st = tensor_read(file, dxpl, path, nm, 1, kdims, &sk, k)) == RA_OK)
-        st = tensor_read(file, dxpl, path, nm, 2, vdims, &sk, v);
-
-cleanup:
-    if (file >= 0 && H5Fclose(file) < 0 && st == RA_OK)
-        st = ra_error_set(RA_ERR_IO, "%s: closing the file failed", path);
-    if (dxpl >= 0) H5Pclose(dxpl);
-    if (fapl >= 0) H5Pclose(fapl);
-    return st;
+    if ((st = h5io_reader_open(comm, path, &in)) == RA_OK &&
+        (st = tensor_read(in.file, in.dxpl, path, nm, 0, qdims, &sq,
+                          q)) == RA_OK &&
+        (st = tensor_read(in.file, in.dxpl, path, nm, 1, kdims, &sk,
+                          k)) == RA_OK)
+        st = tensor_read(in.file, in.dxpl, path, nm, 2, vdims, &sk, v);
+    return h5io_reader_close(&in, path, st);
 }
 
 ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
@@ -229,11 +201,8 @@ ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
     h5io_quiet quiet;
     ra_status st;
 
-    if ((st = ra_shape_check(shape)) != RA_OK)
+    if ((st = h5io_slices_check(path, shape, layout)) != RA_OK)
         return st;
-    if ((unsigned)layout > RA_LAYOUT_STRIPED)
-        return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
-                            (int)layout);
     h5io_quiet_begin(&quiet);
     st = ra_agree(comm, inputs_read(comm, path, &nm, shape, layout, q, k, v));
     h5io_quiet_end(&quiet);

@@ -98,15 +98,13 @@ ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
     static const char *const legends[3] = {"(b, i, h, d)", "(b, j, g, d)",
                                            "(b, j, g, d)"};
     int64_t global[3];
-    int kind[3], rank, nranks;
-    ra_status st;
+    int kind[3];
+    ra_slice sq, sk;
 
     bad->dataset = NULL;
-    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    const ra_slice sq = ra_layout_slice(layout, s->N, rank, nranks);
-    const ra_slice sk = ra_layout_slice(layout, s->M, rank, nranks);
+    ra_status st = h5io_rank_slices(comm, path, layout, s, &sq, &sk);
+    if (st != RA_OK)
+        return st;
     const int64_t Dk = ra_shape_dk(s);
     const scan_part t[3] = {{q, s->N, s->H * s->D, &sq},
                             {k, s->M, s->G * Dk, &sk},

@@ -68,30 +68,31 @@ def plot_gflops(rows, path):
     plt.close(fig)
 
 
+def plot_efficiency(ax, groups, marker, label):
+    """One line per group ({ranks: row}) of two ranks counts or more: the
+    rate per rank against the smallest P's (under weak scaling the work
+    grows as N^2, so the rate, not the time, is what stays flat)."""
+    for key, byp in sorted(groups.items()):
+        ps = sorted(byp)
+        if len(ps) < 2:
+            continue
+        base = byp[ps[0]]["gflops"] / ps[0]
+        ax.plot(ps, [byp[p]["gflops"] / (p * base) for p in ps],
+                marker=marker, label=label(*key))
+
+
 def plot_scaling(rows, path):
     ring = [r for r in rows if r["mode"] == "ring"]
     by_n = collections.defaultdict(dict)
-    for r in ring:
-        by_n[(r["seq_q"], r["dim"], r["causal"], r["threads"])][r["ranks"]] = r
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for (n, dim, causal, threads), byp in sorted(by_n.items()):
-        ps = sorted(byp)
-        if len(ps) < 2:
-            continue
-        base = byp[ps[0]]["gflops"] / ps[0]
-        ax1.plot(ps, [byp[p]["gflops"] / (p * base) for p in ps], marker="o",
-                 label=f"N={n} D={dim}{' causal' if causal else ''}")
     weak = collections.defaultdict(dict)
     for r in ring:
+        by_n[(r["seq_q"], r["dim"], r["causal"], r["threads"])][r["ranks"]] = r
         weak[(r["seq_q"] // r["ranks"], r["dim"], r["causal"])][r["ranks"]] = r
-    for (npp, dim, causal), byp in sorted(weak.items()):
-        ps = sorted(byp)
-        if len(ps) < 2:
-            continue
-        # work grows as N^2: per-rank rate against the smallest P's
-        base = byp[ps[0]]["gflops"] / ps[0]
-        ax2.plot(ps, [byp[p]["gflops"] / (p * base) for p in ps], marker="s",
-                 label=f"N/P={npp} D={dim}{' causal' if causal else ''}")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    plot_efficiency(ax1, by_n, "o", lambda n, dim, causal, threads:
+                    f"N={n} D={dim}{' causal' if causal else ''}")
+    plot_efficiency(ax2, weak, "s", lambda npp, dim, causal:
+                    f"N/P={npp} D={dim}{' causal' if causal else ''}")
     for ax, title in ((ax1, "strong scaling (fixed N)"),
                       (ax2, "weak scaling (fixed N/P)")):
         ax.set_xlabel("ranks P")

@@ -81,6 +81,7 @@ struct cli_opt {
     cli_parse_fn fn;    /* CLI_CUSTOM */
     const char *def;    /* default, parsed before argv and shown in --help;
                            NULL: the default is in the help text */
+    int required;       /* CLI_TEXT: refused when absent after parsing */
     const char *help;   /* one or more lines, '\n' separated */
 };
 
@@ -118,8 +119,9 @@ typedef struct {
 enum { CLI_PARSED = 0, CLI_HELP = 1 };
 
 /* Applies the table defaults to opts, then parses argv[1..argc): CLI_PARSED,
- * CLI_HELP (--help was given), or -1 with a message set. `--name value` and
- * `--name=value` both work. */
+ * CLI_HELP (--help was given), or -1 with a message set (a bad option, or a
+ * required one absent: "NAME: --in and --out are required"). `--name value`
+ * and `--name=value` both work. */
 int cli_parse(const cli_spec *spec, void *opts, int argc, char **argv);
 
 /* Writes the help of a subcommand, generated from its tables. */
@@ -153,6 +155,29 @@ extern const cli_opt cli_seq_opts[];
  * --threads --stall-timeout. */
 extern const cli_opt cli_forward_opts[];
 
+/* --force alone, into an int: replace an existing output (each output
+ * path goes through cli_output_agree). */
+extern const cli_opt cli_force_opts[];
+
+/* --backward alone, into an int: the mode flag of run, verify and bench
+ * that hands the command to its backward-pass driver. */
+extern const cli_opt cli_backward_opts[];
+
+/* What a checking tool compares, and how many rows. */
+typedef struct {
+    const char *in, *out;  /* the run's input, the output checked */
+    int64_t sample, seed;  /* sample 0: the tool's own default */
+    int all;
+    double tol;
+} cli_check;
+
+/* --in --out (required) --sample --all --seed --tol (into a cli_check). */
+extern const cli_opt cli_check_opts[];
+
+/* After parsing a cli_check: --all and --sample exclude each other
+ * (RA_ERR_ARG naming the command). */
+ra_status cli_check_finish(const char *command, const cli_check *c);
+
 /* What `--strategy all` stores in ra_params.strategy: not a strategy, a
  * request (bench only) to measure every applicable one. */
 #define CLI_STRATEGY_ALL (-1)
@@ -181,6 +206,13 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
                            const char *file);
 
 /* ---- what the drivers share --------------------------------------------- */
+
+/* The parse of a driver of one pass (run, run --mha, run --backward,
+ * bench --backward): cli_params_default(p) (p lies in opts), the tables,
+ * then cli_params_finish(p). Returns -1 when the caller goes on, else the
+ * exit code (0 after --help, 2 after a bad or refused option). */
+int cli_parse_pass(const cli_ctx *ctx, const cli_spec *spec, void *opts,
+                   ra_params *p, int argc, char **argv);
 
 /* A rank's local tensors under a resolved layout, one allocation:
  * q (B, n, H, D)  k (B, m, G, Dk)  v (B, m, G, Dv)  o (B, n, H, Dv)

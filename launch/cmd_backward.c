@@ -20,14 +20,13 @@ typedef struct {
 } bwd_opts;
 
 static const cli_opt bwd_own[] = {
-    {.name = "--backward", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(bwd_opts, backward, int),
-     .help = "compute gradients (this mode)"},
     {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
+     .required = 1,
      .offset = CLI_FIELD(bwd_opts, in, const char *),
      .help = "input with /q /k /v and the output gradient /do\n"
      "(B,N,H,Dv), e.g. from gen --backward"},
     {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
+     .required = 1,
      .offset = CLI_FIELD(bwd_opts, out, const char *),
      .help = "output /dq /dk /dv; written to a temporary file,\n"
      "renamed at the end"},
@@ -38,9 +37,6 @@ static const cli_opt bwd_own[] = {
     {.name = "--recompute", .kind = CLI_FLAG,
      .offset = CLI_FIELD(bwd_opts, recompute, int),
      .help = "recompute /o and /lse with a forward pass instead"},
-    {.name = "--force", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(bwd_opts, force, int),
-     .help = "replace OUT.h5 if it exists (refused otherwise)"},
     {0},
 };
 
@@ -55,7 +51,9 @@ static const cli_spec bwd_spec = {
     "--score additive the weights' /dw_q (A,D), /dw_k (A,Dk), /dw_v (A,).\n"
     "Masks, /additive weights and /alibi_slopes of IN.h5 apply as in run;\n"
     "every score, --rope and --alibi.\n",
-    .groups = {{bwd_own, 0}, {cli_forward_opts, offsetof(bwd_opts, p)}},
+    .groups = {{cli_backward_opts, offsetof(bwd_opts, backward)},
+               {bwd_own, 0}, {cli_force_opts, offsetof(bwd_opts, force)},
+               {cli_forward_opts, offsetof(bwd_opts, p)}},
 };
 
 /* Everything one run owns between validate and report. */
@@ -219,14 +217,9 @@ static void bwd_report(const cli_ctx *ctx, const bwd_opts *o,
 int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
 {
     bwd_opts o = {0};
-    ra_params_default(&o.p);
-    int code = cli_parse_or_exit(ctx, &bwd_spec, &o, argc, argv);
+    int code = cli_parse_pass(ctx, &bwd_spec, &o, &o.p, argc, argv);
     if (code >= 0)
         return code;
-    if (!o.in || !o.out)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "run --backward: --in and --out "
-                        "are required (see ringattn run --backward --help)");
-    cli_params_finish(&o.p);
     bwd_state r = {0};
     ra_status st = bwd_validate(ctx, &o, &r);
     if (st == RA_OK && (st = bwd_setup(ctx, &o, &r)) == RA_OK) {

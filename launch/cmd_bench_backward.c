@@ -23,9 +23,6 @@ typedef struct {
 } bb_opts;
 
 static const cli_opt bb_own[] = {
-    {.name = "--backward", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(bb_opts, backward, int),
-     .help = "measure the backward pass (this mode)"},
     {.name = "--warmup", .kind = CLI_INT, .meta = "W",
      .offset = CLI_FIELD(bb_opts, warmup, int64_t), .lo = 0, .hi = 1000,
      .def = "1", .help = "untimed passes first"},
@@ -57,6 +54,7 @@ static const cli_spec bb_spec = {
     "busy time per rank, exposed communication and peak memory.\n",
     .groups = {{cli_seq_opts, offsetof(bb_opts, cs)},
                {cli_shape_opts, offsetof(bb_opts, cs)},
+               {cli_backward_opts, offsetof(bb_opts, backward)},
                {bb_own, 0}, {cli_forward_opts, offsetof(bb_opts, p)}},
 };
 
@@ -177,12 +175,10 @@ int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv)
 {
     bb_opts o = {0};
     cli_shape_default(&o.cs);
-    ra_params_default(&o.p);
-    int code = cli_parse_or_exit(ctx, &bb_spec, &o, argc, argv);
+    const int code = cli_parse_pass(ctx, &bb_spec, &o, &o.p, argc, argv);
     if (code >= 0)
         return code;
     cli_shape_finish(&o.cs);
-    cli_params_finish(&o.p);
     const int layout_auto = o.p.layout == RA_LAYOUT_AUTO;
     o.p.layout = ra_params_layout(&o.p, 0);
     ra_status st = ra_shape_check(&o.cs.shape);

@@ -17,7 +17,7 @@ static const char *const dtypes[] = {"float32", "float64", NULL};
 static const char *const lens_kinds[] = {"random", NULL};
 
 static const cli_opt gen_own[] = {
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
+    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE", .required = 1,
      .offset = CLI_FIELD(gen_opts, out, const char *),
      .help = "file to write (refused if it exists, unless --force)"},
     {.name = "--dtype", .kind = CLI_CHOICE, .meta = "T",
@@ -46,9 +46,6 @@ static const cli_opt gen_own[] = {
      .hi = (int64_t)1 << 40,
      .help = "also write random packed-sequence ids of mean length\n"
      "AVG: /segments (N == M) or /q_segments, /kv_segments"},
-    {.name = "--force", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(gen_opts, force, int),
-     .help = "replace an existing file"},
     {.name = "--backward", .kind = CLI_FLAG,
      .offset = CLI_FIELD(gen_opts, backward, int),
      .help = "also write a random output gradient /do (B,N,H,Dv)\n"
@@ -65,7 +62,7 @@ static const cli_spec gen_spec = {
              "gives the same file contents.\n",
     .groups = {{cli_seq_opts, offsetof(gen_opts, cs)},
                {cli_shape_opts, offsetof(gen_opts, cs)},
-               {gen_own, 0}},
+               {gen_own, 0}, {cli_force_opts, offsetof(gen_opts, force)}},
 };
 
 static void gen_report(const gen_opts *o)
@@ -92,9 +89,6 @@ static void gen_report(const gen_opts *o)
 /* The shape and the output path, checked before anything is written. */
 static ra_status gen_validate(const cli_ctx *ctx, gen_opts *o)
 {
-    if (!o->out)
-        return ra_error_set(RA_ERR_ARG, "gen: --out is required (see ringattn "
-                            "gen --help)");
     cli_shape_finish(&o->cs);
     ra_status st = ra_shape_check(&o->cs.shape);
     return st == RA_OK ? cli_output_agree(ctx, o->out, o->force, NULL) : st;

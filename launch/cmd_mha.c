@@ -150,17 +150,16 @@ static const cli_opt mha_own[] = {
      .offset = CLI_FIELD(mha_opts, mha, int),
      .help = "the layer instead of plain attention (this text)"},
     {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
+     .required = 1,
      .offset = CLI_FIELD(mha_opts, in, const char *),
      .help = "input: /x (B,N,E), or /x_q (B,N,Eq) and /x_kv (B,M,Ekv);\n"
      "weights /w_q (H*D,Eq) /w_k (G*D,Ekv) /w_v (G*Dv,Ekv)\n"
      "/w_o (Eout,H*Dv), optional biases /b_q /b_k /b_v /b_o"},
     {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
+     .required = 1,
      .offset = CLI_FIELD(mha_opts, out, const char *),
      .help = "output /y (B,N,Eout); written to a temporary file,\n"
      "renamed at the end"},
-    {.name = "--force", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(mha_opts, force, int),
-     .help = "replace OUT.h5 if it exists (refused otherwise)"},
     {.name = "--heads", .kind = CLI_INT, .meta = "H",
      .offset = CLI_FIELD(mha_opts, H, int64_t), .lo = 1, .hi = 1 << 20,
      .help = "heads of the projections (default: the input's root\n"
@@ -187,7 +186,8 @@ static const cli_spec mha_spec = {
     "Linear convention, scale 1/sqrt(D) with D the per-head dim. Projections\n"
     "run on each rank's slice, then the ring, then the output projection.\n"
     "Masks (/q_lens ...) apply as in run.\n",
-    .groups = {{mha_own, 0}, {cli_forward_opts, offsetof(mha_opts, p)}},
+    .groups = {{mha_own, 0}, {cli_force_opts, offsetof(mha_opts, force)},
+               {cli_forward_opts, offsetof(mha_opts, p)}},
 };
 
 /* Everything one layer run owns between validate and report. */
@@ -332,15 +332,9 @@ static void mha_report(const cli_ctx *ctx, const mha_opts *o,
 int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
 {
     mha_opts o = {0};
-    cli_params_default(&o.p);
-    int code = cli_parse_or_exit(ctx, &mha_spec, &o, argc, argv);
+    const int code = cli_parse_pass(ctx, &mha_spec, &o, &o.p, argc, argv);
     if (code >= 0)
         return code;
-    if (!o.in || !o.out)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "run --mha: --in and --out are "
-                                             "required");
-    if (cli_params_finish(&o.p) != RA_OK)
-        return cli_fail_status(ctx, RA_ERR_ARG);
     mha_state r = {0};
     ra_status st = mha_validate(ctx, &o, &r);
     if (st == RA_OK && (st = mha_setup(ctx, &o, &r)) == RA_OK) {

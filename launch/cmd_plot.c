@@ -85,9 +85,6 @@ static const cli_opt plot_own[] = {
     {.name = "--vmax", .kind = CLI_CUSTOM, .meta = "V", .fn = keep_vmax,
      .help = "top of the colour scale (default: the largest\n"
      "weight); larger weights show at the top colour"},
-    {.name = "--force", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(plot_opts, force, int),
-     .help = "replace MAP.png if it exists (refused otherwise)"},
     {0},
 };
 
@@ -99,7 +96,7 @@ static const cli_spec plot_spec = {
              "heatmap: keys on x, queries on y, a colour scale. The PNG is\n"
              "written under a temporary name and renamed when complete. Needs\n"
              "python3-matplotlib and python3-h5py.\n",
-    .groups = {{plot_own, 0}},
+    .groups = {{plot_own, 0}, {cli_force_opts, offsetof(plot_opts, force)}},
     .npositional = 2,
     .pos_offset = offsetof(plot_opts, files),
 };

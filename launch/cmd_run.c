@@ -36,9 +36,11 @@ _Static_assert(RA_AXES_BNHD == 0 && RA_AXES_BHND == 1 &&
 
 static const cli_opt run_own[] = {
     {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
+     .required = 1,
      .offset = CLI_FIELD(run_opts, in, const char *),
      .help = "input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)"},
     {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
+     .required = 1,
      .offset = CLI_FIELD(run_opts, out, const char *),
      .help = "output; written to a temporary file, renamed at the end"},
     {.name = "--qkv-layout", .kind = CLI_CHOICE, .meta = "ORDER",
@@ -102,9 +104,6 @@ static const cli_opt run_own[] = {
      .offset = CLI_FIELD(run_opts, profile, const char *),
      .help = "machine profile for --strategy auto (default: this\n"
      "machine's built-in figures)"},
-    {.name = "--force", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(run_opts, force, int),
-     .help = "replace OUT.h5 if it exists (refused otherwise)"},
     {.name = "--attn-map", .kind = CLI_TEXT, .meta = "I0:I1",
      .offset = CLI_FIELD(run_opts, map_rows, const char *),
      .help = "also write /attn_map (B, heads, I1-I0, M): the exact\n"
@@ -140,7 +139,8 @@ static const cli_spec run_spec = {
     "rounded to float32 (24-bit significand, about 7 digits; values beyond\n"
     "3.4e38 become infinite and are refused). /o is stored as --out-dtype\n"
     "(rounded from float32), /lse as float32.\n",
-    .groups = {{run_own, 0}, {cli_forward_opts, offsetof(run_opts, p)},
+    .groups = {{run_own, 0}, {cli_force_opts, offsetof(run_opts, force)},
+               {cli_forward_opts, offsetof(run_opts, p)},
                {cli_progress_opts, offsetof(run_opts, prog)}},
 };
 
@@ -456,15 +456,9 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
         else if (strcmp(argv[i], "--backward") == 0)
             return cmd_run_backward(ctx, argc, argv);
     run_opts o = {0};
-    cli_params_default(&o.p);
-    int code = cli_parse_or_exit(ctx, &run_spec, &o, argc, argv);
+    const int code = cli_parse_pass(ctx, &run_spec, &o, &o.p, argc, argv);
     if (code >= 0)
         return code;
-    if (!o.in || !o.out)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "run: --in and --out are "
-                        "required (see ringattn run --help)");
-    if (cli_params_finish(&o.p) != RA_OK)
-        return cli_fail_status(ctx, RA_ERR_ARG);
     run_state r = {0};
     ra_status st = run_validate(ctx, &o, &r);
     if (st == RA_OK && (st = run_setup(ctx, &o, &r)) == RA_OK) {

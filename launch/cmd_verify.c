@@ -17,9 +17,6 @@
 #include "tally.h"
 #include "verify.h"
 
-#define RA_STR(x) #x
-#define RA_XSTR(x) RA_STR(x) /* a macro's value as a string */
-
 /* This rank's comparison with the reference (the one error tally) and the
  * NaN values of /o and /lse in any row, checked or not. */
 typedef struct {
@@ -117,36 +114,6 @@ static ra_status nan_scan(const char *out, const ra_shape *s, ra_range mine,
 
 /* ---- the driver ---------------------------------------------------------- */
 
-typedef struct {
-    const char *in, *out;
-    int64_t sample, seed;
-    int all;
-    double tol;
-} verify_opts;
-
-static const cli_opt verify_own[] = {
-    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(verify_opts, in, const char *),
-     .help = "the input of the run"},
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(verify_opts, out, const char *),
-     .help = "the output to check"},
-    {.name = "--sample", .kind = CLI_INT, .meta = "K",
-     .offset = CLI_FIELD(verify_opts, sample, int64_t),
-     .lo = 1, .hi = INT64_MAX,
-     .help = "check K random query rows (all heads, all keys)"},
-    {.name = "--all", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(verify_opts, all, int),
-     .help = "check every row, however long it takes"},
-    {.name = "--seed", .kind = CLI_INT, .meta = "S",
-     .offset = CLI_FIELD(verify_opts, seed, int64_t), .lo = 0, .hi = INT64_MAX,
-     .def = "1", .help = "seed of the sample"},
-    {.name = "--tol", .kind = CLI_REAL, .meta = "X",
-     .offset = CLI_FIELD(verify_opts, tol, double), .rlo = 0, .open_lo = 1,
-     .rhi = 1e300, .def = RA_XSTR(RA_TOLERANCE), .help = "tolerance"},
-    {0},
-};
-
 static const cli_spec verify_spec = {
     .name = "verify",
     .usage =
@@ -169,7 +136,7 @@ static const cli_spec verify_spec = {
     "where the reference is finite, or not -inf where the reference is -inf\n"
     "(the row sees no key), plus the entries of /o that are NaN where the\n"
     "reference is a number. Any bad row fails the check, whatever the errors.\n",
-    .groups = {{verify_own, 0}},
+    .groups = {{cli_check_opts, 0}},
 };
 
 /* The output must be run's: /o and /lse. Others are refused by name. */
@@ -251,7 +218,7 @@ static ra_status run_params(const char *in, const char *out, check_ctx *c)
 
 /* Everything before the check: the shapes of both files agree, the run's
  * parameters and the masks pass run's checks. Collective. */
-static ra_status verify_validate(const cli_ctx *ctx, const verify_opts *o,
+static ra_status verify_validate(const cli_ctx *ctx, const cli_check *o,
                                  ra_shape *s, check_ctx *c)
 {
     int64_t dims_o[4], dims_l[3];
@@ -283,7 +250,7 @@ static ra_status verify_validate(const cli_ctx *ctx, const verify_opts *o,
     return st;
 }
 
-static int verify_report(const cli_ctx *ctx, const verify_opts *o,
+static int verify_report(const cli_ctx *ctx, const cli_check *o,
                          const check_ctx *c, int64_t nrows, const tally *t)
 {
     const ra_shape *s = c->v.s;
@@ -321,7 +288,7 @@ static int verify_report(const cli_ctx *ctx, const verify_opts *o,
 }
 
 /* This rank's share of the sampled rows, then of all rows for NaN. */
-static ra_status verify_share(const cli_ctx *ctx, const verify_opts *o,
+static ra_status verify_share(const cli_ctx *ctx, const cli_check *o,
                               const check_ctx *c, const int64_t *rows,
                               int64_t nrows, tally *t)
 {
@@ -342,16 +309,12 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
     for (int i = 1; i < argc; i++) /* gradient files have their own check */
         if (strcmp(argv[i], "--backward") == 0)
             return cmd_verify_backward(ctx, argc, argv);
-    verify_opts o = {0};
+    cli_check o = {0};
     int code = cli_parse_or_exit(ctx, &verify_spec, &o, argc, argv);
     if (code >= 0)
         return code;
-    if (!o.in || !o.out)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "verify: --in and --out are "
-                                             "required");
-    if (o.all && o.sample)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "verify: --all and --sample "
-                                             "exclude each other");
+    if (cli_check_finish("verify", &o) != RA_OK)
+        return cli_fail_status(ctx, RA_ERR_ARG);
     ra_shape s;
     check_ctx c = {.v.s = &s};
     int64_t *rows = NULL, nrows = 0;

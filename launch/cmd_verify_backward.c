@@ -26,40 +26,12 @@
 #include "h5io.h"
 #include "internal.h"
 
-typedef struct {
-    const char *in, *out;
-    int64_t sample, seed;
-    int all, backward;
-    double tol;
-} vb_opts;
+enum { VB_SAMPLE = 256 }; /* rows of each side checked without --sample */
 
-static const cli_opt vb_own[] = {
-    {.name = "--backward", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(vb_opts, backward, int),
-     .help = "check a gradient file (this mode)"},
-    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(vb_opts, in, const char *),
-     .help = "the input of the run, with /do"},
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(vb_opts, out, const char *),
-     .help = "the gradient file to check"},
-    {.name = "--sample", .kind = CLI_INT, .meta = "K",
-     .offset = CLI_FIELD(vb_opts, sample, int64_t), .lo = 1,
-     .hi = INT64_MAX, .def = "256",
-     .help = "check K random query rows of dq and K random key\n"
-     "rows of dk and dv"},
-    {.name = "--all", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(vb_opts, all, int),
-     .help = "check every row"},
-    {.name = "--seed", .kind = CLI_INT, .meta = "S",
-     .offset = CLI_FIELD(vb_opts, seed, int64_t), .lo = 0, .hi = INT64_MAX,
-     .def = "1", .help = "seed of the samples"},
-    {.name = "--tol", .kind = CLI_REAL, .meta = "X",
-     .offset = CLI_FIELD(vb_opts, tol, double), .rlo = 0, .open_lo = 1,
-     .rhi = 1e300, .def = "1e-5",
-     .help = "tolerance of each relative error"},
-    {0},
-};
+typedef struct {
+    cli_check check;
+    int backward;
+} vb_opts;
 
 static const cli_spec vb_spec = {
     .name = "verify --backward",
@@ -72,8 +44,10 @@ static const cli_spec vb_spec = {
     "/alibi_slopes of IN.h5, and compares the checked rows of each (and\n"
     "for the additive score /dw_q, /dw_k, /dw_v whole): exit 0 when every\n"
     "relative error ||g - ref|| / ||ref|| is below the tolerance and no\n"
-    "checked value is NaN or infinite.\n",
-    .groups = {{vb_own, 0}},
+    "checked value is NaN or infinite.\n"
+    "Without --sample or --all: 256 random query rows and 256 key rows.\n",
+    .groups = {{cli_backward_opts, offsetof(vb_opts, backward)},
+               {cli_check_opts, offsetof(vb_opts, check)}},
 };
 
 /* The problem: shape, rules and masks (lens whole, segment names). */
@@ -149,7 +123,7 @@ static ra_status vb_bufs_alloc(const ra_shape *s, vb_bufs *w)
 }
 
 /* Batch b of the input and the gradient file, all heads, in double. */
-static ra_status vb_read(const vb_opts *o, const vb_ctx *c, int64_t b,
+static ra_status vb_read(const cli_check *o, const vb_ctx *c, int64_t b,
                          vb_bufs *w)
 {
     const int64_t N = c->s.N, M = c->s.M;
@@ -265,7 +239,7 @@ static int unit_needed(const vb_ctx *c, int64_t b)
 }
 
 /* This rank's units: (b, g) with (b G + g) mod P == rank. */
-static ra_status vb_check(const cli_ctx *ctx, const vb_opts *o,
+static ra_status vb_check(const cli_ctx *ctx, const cli_check *o,
                           const vb_ctx *c, double *t)
 {
     vb_bufs w = {0};
@@ -306,7 +280,7 @@ static ra_status dims_match(const char *out, const char *name,
 
 /* The score, RoPE and ALiBi that out records, with the input's additive
  * weights and ALiBi slopes; not collective. */
-static ra_status vb_rules(const vb_opts *o, vb_ctx *c)
+static ra_status vb_rules(const cli_check *o, vb_ctx *c)
 {
     const h5io_run_attrs *r = &c->run;
     ra_params_default(&c->p);
@@ -339,7 +313,7 @@ static ra_status vb_rules(const vb_opts *o, vb_ctx *c)
 }
 
 /* Shapes of both files, the recorded rules, the masks; collective. */
-static ra_status vb_validate(const cli_ctx *ctx, const vb_opts *o, vb_ctx *c)
+static ra_status vb_validate(const cli_ctx *ctx, const cli_check *o, vb_ctx *c)
 {
     ra_shape *s = &c->s;
     ra_status st = ra_h5_read_shape(ctx->comm, o->in, s);
@@ -361,8 +335,9 @@ static ra_status vb_validate(const cli_ctx *ctx, const vb_opts *o, vb_ctx *c)
                           &c->masks);
     if (st != RA_OK)
         return st;
-    c->pick_q = pick(s->B * s->N, o->sample, o->all, (uint64_t)o->seed, 0);
-    c->pick_k = pick(s->B * s->M, o->sample, o->all, (uint64_t)o->seed, 1);
+    const int64_t k = o->sample ? o->sample : VB_SAMPLE;
+    c->pick_q = pick(s->B * s->N, k, o->all, (uint64_t)o->seed, 0);
+    c->pick_k = pick(s->B * s->M, k, o->all, (uint64_t)o->seed, 1);
     return ra_agree(ctx->comm, c->pick_q && c->pick_k ? RA_OK
                     : ra_error_set(RA_ERR_NOMEM, "verify --backward: cannot "
                                    "allocate the row samples"));
@@ -371,7 +346,7 @@ static ra_status vb_validate(const cli_ctx *ctx, const vb_opts *o, vb_ctx *c)
 /* The additive weights' gradients: the ranks' sums against the file's
  * /dw_q, /dw_k, /dw_v; t[7], t[8] get the squared error and norm, t[6]
  * the non-finite entries. Collective. */
-static ra_status vb_weights(const cli_ctx *ctx, const vb_opts *o,
+static ra_status vb_weights(const cli_ctx *ctx, const cli_check *o,
                             const vb_ctx *c, double *t)
 {
     const int64_t A = c->p.additive->A, D = c->s.D, Dk = ra_shape_dk(&c->s);
@@ -406,7 +381,7 @@ static ra_status vb_weights(const cli_ctx *ctx, const vb_opts *o,
     return st;
 }
 
-static int vb_report(const cli_ctx *ctx, const vb_opts *o, const vb_ctx *c,
+static int vb_report(const cli_ctx *ctx, const cli_check *o, const vb_ctx *c,
                      const double *t)
 {
     double g[9];
@@ -441,17 +416,17 @@ int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv)
     int code = cli_parse_or_exit(ctx, &vb_spec, &o, argc, argv);
     if (code >= 0)
         return code;
-    if (!o.in || !o.out)
-        return cli_fail(ctx, CLI_EXIT_USAGE, "verify --backward: --in and "
-                                             "--out are required");
+    if (cli_check_finish("verify --backward", &o.check) != RA_OK)
+        return cli_fail_status(ctx, RA_ERR_ARG);
     vb_ctx c = {0};
     double t[9] = {0};
-    ra_status st = vb_validate(ctx, &o, &c);
+    ra_status st = vb_validate(ctx, &o.check, &c);
     if (st == RA_OK)
-        st = ra_agree(ctx->comm, vb_check(ctx, &o, &c, t));
+        st = ra_agree(ctx->comm, vb_check(ctx, &o.check, &c, t));
     if (st == RA_OK && c.dw)
-        st = vb_weights(ctx, &o, &c, t);
-    code = st == RA_OK ? vb_report(ctx, &o, &c, t) : cli_fail_status(ctx, st);
+        st = vb_weights(ctx, &o.check, &c, t);
+    code = st == RA_OK ? vb_report(ctx, &o.check, &c, t)
+                       : cli_fail_status(ctx, st);
     free(c.pick_q);
     free(c.pick_k);
     free(c.dw);

@@ -155,6 +155,17 @@ void cli_tensors_free(cli_tensors *t)
     memset(t, 0, sizeof *t);
 }
 
+int cli_parse_pass(const cli_ctx *ctx, const cli_spec *spec, void *opts,
+                   ra_params *p, int argc, char **argv)
+{
+    cli_params_default(p);
+    const int code = cli_parse_or_exit(ctx, spec, opts, argc, argv);
+    if (code >= 0)
+        return code;
+    return cli_params_finish(p) == RA_OK ? -1
+                                          : cli_fail_status(ctx, RA_ERR_ARG);
+}
+
 int cli_fail(const cli_ctx *ctx, int code, const char *what)
 {
     if (ctx->rank == 0)

@@ -10,7 +10,11 @@
 #include <string.h>
 
 #include "cli.h"
+#include "compare.h"
 #include "internal.h"
+
+#define RA_STR(x) #x
+#define RA_XSTR(x) RA_STR(x) /* a macro's value as a string */
 
 /* Option names longer than this, with their value, move their help to the
  * next line. */
@@ -177,6 +181,29 @@ static int positional(const cli_spec *spec, char *opts, const char *arg,
     return 0;
 }
 
+/* -1 with "NAME: --a and --b are required" when a required option of spec
+ * was not given, else 0. */
+static int required_check(const cli_spec *spec, const char *opts)
+{
+    char names[256] = "";
+    int n = 0, missing = 0;
+    for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
+        for (const cli_opt *o = spec->groups[g].opts; o->name; o++) {
+            if (!o->required || o->kind != CLI_TEXT)
+                continue;
+            const char *base = opts + spec->groups[g].base;
+            missing |= !*(const char *const *)(base + o->offset);
+            const size_t used = strlen(names);
+            snprintf(names + used, sizeof names - used, "%s%s",
+                     n++ ? " and " : "", o->name);
+        }
+    if (!missing)
+        return 0;
+    ra_error_set(RA_ERR_ARG, "%s: %s %s required (see ringattn %s --help)",
+                 spec->name, names, n > 1 ? "are" : "is", spec->name);
+    return -1;
+}
+
 int cli_parse(const cli_spec *spec, void *opts_, int argc, char **argv)
 {
     char *opts = opts_, *base;
@@ -215,7 +242,7 @@ int cli_parse(const cli_spec *spec, void *opts_, int argc, char **argv)
         if (opt_store(o, val, base) != 0)
             return -1;
     }
-    return CLI_PARSED;
+    return required_check(spec, opts) == 0 ? CLI_PARSED : -1;
 }
 
 /* Writes text indented by HELP_COLUMN on every line but the first, with
@@ -279,6 +306,51 @@ int cli_parse_or_exit(const cli_ctx *ctx, const cli_spec *spec, void *opts,
 }
 
 /* ---- shared groups ------------------------------------------------------- */
+
+const cli_opt cli_force_opts[] = {
+    {.name = "--force", .kind = CLI_FLAG, .offset = 0,
+     .help = "replace the output if it exists (refused otherwise)"},
+    {0},
+};
+
+const cli_opt cli_backward_opts[] = {
+    {.name = "--backward", .kind = CLI_FLAG, .offset = 0,
+     .help = "the backward pass: gradients dq, dk, dv (this mode)"},
+    {0},
+};
+
+const cli_opt cli_check_opts[] = {
+    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE", .required = 1,
+     .offset = CLI_FIELD(cli_check, in, const char *),
+     .help = "the input of the run (its masks; /do for gradients)"},
+    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE", .required = 1,
+     .offset = CLI_FIELD(cli_check, out, const char *),
+     .help = "the output to check"},
+    {.name = "--sample", .kind = CLI_INT, .meta = "K",
+     .offset = CLI_FIELD(cli_check, sample, int64_t), .lo = 1,
+     .hi = INT64_MAX,
+     .help = "check K random query rows (all heads, all keys) and,\n"
+     "for gradients, K random key rows of dk and dv"},
+    {.name = "--all", .kind = CLI_FLAG,
+     .offset = CLI_FIELD(cli_check, all, int),
+     .help = "check every row, however long it takes"},
+    {.name = "--seed", .kind = CLI_INT, .meta = "S",
+     .offset = CLI_FIELD(cli_check, seed, int64_t), .lo = 0, .hi = INT64_MAX,
+     .def = "1", .help = "seed of the sample"},
+    {.name = "--tol", .kind = CLI_REAL, .meta = "X",
+     .offset = CLI_FIELD(cli_check, tol, double), .rlo = 0, .open_lo = 1,
+     .rhi = 1e300, .def = RA_XSTR(RA_TOLERANCE),
+     .help = "tolerance of each relative error"},
+    {0},
+};
+
+ra_status cli_check_finish(const char *command, const cli_check *c)
+{
+    if (c->all && c->sample)
+        return ra_error_set(RA_ERR_ARG, "%s: --all and --sample exclude each "
+                            "other", command);
+    return RA_OK;
+}
 
 void cli_shape_default(cli_shape *cs)
 {

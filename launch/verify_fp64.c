@@ -71,6 +71,20 @@ static ra_status vwork_alloc(const verify_ctx *c, int64_t n, vwork *w)
     return RA_OK;
 }
 
+/* out (n, A) = rows (n, D) W^T in fp64, W (A, D): the additive score's
+ * projections W_q q and W_k k of n head rows. */
+static void rows_project(const float *W, int64_t A, int64_t D,
+                         const double *rows, int64_t n, double *out)
+{
+    for (int64_t x = 0; x < n; x++)
+        for (int64_t a = 0; a < A; a++) {
+            double acc = 0.0;
+            for (int64_t d = 0; d < D; d++)
+                acc += (double)W[a * D + d] * rows[x * D + d];
+            out[x * A + a] = acc;
+        }
+}
+
 /* The rows of batch b: q (rotated), o, their lse, segment ids; the additive
  * score's query projection; the softmax state reset. */
 static ra_status rows_load(const char *in, const char *out,
@@ -100,16 +114,9 @@ static ra_status rows_load(const char *in, const char *out,
             for (int64_t r = 0; r < nr; r++)
                 w->lse[h * nr + r] = w->lrow[w->pos[r]];
     }
-    if (st == RA_OK && w->qa) {
-        const ra_additive *ad = c->p.additive;
-        for (int64_t x = 0; x < nr * H; x++)
-            for (int64_t a = 0; a < ad->A; a++) {
-                double acc = 0.0;
-                for (int64_t d = 0; d < D; d++)
-                    acc += (double)ad->w_q[a * D + d] * w->q[x * D + d];
-                w->qa[x * ad->A + a] = acc;
-            }
-    }
+    if (st == RA_OK && w->qa)
+        rows_project(c->p.additive->w_q, c->p.additive->A, D, w->q, nr * H,
+                     w->qa);
     for (int64_t x = 0; x < nr * H; x++) {
         w->mx[x] = -INFINITY;
         w->sum[x] = 0.0;
@@ -142,16 +149,9 @@ static ra_status block_load(const char *in, const verify_ctx *c, int64_t b,
             ra_rope_row_ref(c->p.rope, c->p.rope_base, w->k + (j * G + g) * Dk,
                             Dk, j0 + j);
     }
-    if (w->ka) {
-        const ra_additive *ad = c->p.additive;
-        for (int64_t x = 0; x < kb * G; x++)
-            for (int64_t a = 0; a < ad->A; a++) {
-                double acc = 0.0;
-                for (int64_t d = 0; d < Dk; d++)
-                    acc += (double)ad->w_k[a * Dk + d] * w->k[x * Dk + d];
-                w->ka[x * ad->A + a] = acc;
-            }
-    }
+    if (w->ka)
+        rows_project(c->p.additive->w_k, c->p.additive->A, Dk, w->k, kb * G,
+                     w->ka);
     for (int64_t r = 0; r < w->nr; r++) {
         const ra_mask mk = {.causal = c->run.causal, .diag = s->M - s->N,
                             .window = c->run.window,
