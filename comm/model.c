@@ -270,25 +270,45 @@ static void bytes_ringq(const model_ctx *m, sent *x)
         }
 }
 
-/* allgather.c and tree.c count what a rank receives; spread over the
- * sources as a gather routes it. */
+/* allgather.c and tree.c count what a rank hands to MPI for each other
+ * rank: allgather its own K/V (and key ids) to all; tree its own queries
+ * (and query ids) to all, then each rank's merge elements (o, lse of that
+ * rank's queries against this rank's keys) to that rank. */
 static void bytes_gathered(const model_ctx *m, sent *x)
 {
     const ra_shape *s = m->s;
     const int P = m->P;
-    const double krow = 4.0 * (double)(s->G * (s->D + s->Dv));
+    const double ids = m->segs ? 8.0 : 0.0;
+    const double krow = 4.0 * (double)(s->G * (s->D + s->Dv)) + ids;
+    const double qrow = 4.0 * (double)(s->H * s->D) + ids;
     for (int r = 0; r < P; r++)
         for (int j = 0; j < P; j++) {
             if (j == r)
                 continue;
             double b;
             if (m->p.strategy == RA_STRATEGY_ALLGATHER)
-                b = (double)s->B * (double)slice_n(m, s->M, j) * krow;
-            else /* tree: the queries in, the merge elements out */
-                b = 4.0 * (double)s->B * (double)slice_n(m, s->N, j) *
-                    (double)s->H * (double)(s->D + s->Dv + 1);
+                b = (double)s->B * (double)slice_n(m, s->M, r) * krow;
+            else
+                b = (double)s->B *
+                    ((double)slice_n(m, s->N, r) * qrow +
+                     4.0 * (double)slice_n(m, s->N, j) * (double)s->H *
+                         (double)(s->Dv + 1));
             send_to(m, x, r, j, b);
         }
+}
+
+/* ulysses.c and hybrid.c with segments: strat_ids_natural gathers every
+ * rank's query and key ids on every rank. */
+static void bytes_ids(const model_ctx *m, sent *x)
+{
+    const ra_shape *s = m->s;
+    for (int r = 0; m->segs && r < m->P; r++)
+        for (int j = 0; j < m->P; j++)
+            if (j != r)
+                send_to(m, x, r, j,
+                        8.0 * (double)s->B *
+                            (double)(slice_n(m, s->N, r) +
+                                     slice_n(m, s->M, r)));
 }
 
 /* ulysses.c (group of all P) and hybrid.c's all-to-alls inside groups of
@@ -577,9 +597,11 @@ static void model_counts(const model_ctx *m, sent *x, double *step_bytes,
         break;
     case RA_STRATEGY_ULYSSES:
         bytes_heads(m, x, P);
+        bytes_ids(m, x);
         break;
     case RA_STRATEGY_HYBRID:
         bytes_heads(m, x, res->u);
+        bytes_ids(m, x);
         bytes_hybrid_ring(m, x, res->u, step_bytes);
         break;
     default:

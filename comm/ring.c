@@ -445,11 +445,7 @@ static ra_status ring_forward(MPI_Comm user_comm, const ring_args *a,
     ra_status st = ring_open(user_comm, a, mst, &rs);
     if (st == RA_OK)
         st = ring_run(&rs, a);
-    const ra_status fst = ring_close(&rs);
-    tm.total = MPI_Wtime() - t_start;
-    if (timing)
-        *timing = tm;
-    return st != RA_OK ? st : fst;
+    return ring_close(&rs, st, t_start, timing);
 }
 
 ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
@@ -507,9 +503,14 @@ ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
     return st;
 }
 
-ra_status ring_close(ring_state *rs)
+ra_status ring_close(ring_state *rs, ra_status st, double t_start,
+                     ra_timing *timing)
 {
     /* a ring rank sends only to its successor: all or nothing crosses */
     rs->tm->bytes_cross_node = rs->right_cross ? rs->tm->bytes_sent : 0;
-    return ring_free(rs);
+    const ra_status fst = ring_free(rs);
+    rs->tm->total = MPI_Wtime() - t_start;
+    if (timing)
+        *timing = *rs->tm;
+    return st != RA_OK ? st : fst;
 }

@@ -71,7 +71,12 @@ typedef struct {
  * status, and ring_close() ends the call in every case. */
 ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
                     ring_state *rs);
-ra_status ring_close(ring_state *rs);
+
+/* Ends a call that ring_open() began: frees the ring, completes rs's
+ * timing (cross-node bytes, total since t_start) into *timing when given,
+ * and returns the call's status: st, or the tear-down's failure. */
+ra_status ring_close(ring_state *rs, ra_status st, double t_start,
+                     ra_timing *timing);
 
 /* The additive score's projections of this rank's q and k into rs->qp,
  * rs->kp; RoPE's rotated copies of them into rs->qr, rs->kr (at global
@@ -99,6 +104,11 @@ ra_status ring_pass(ring_state *rs, ring_visit visit, void *arg);
  * stopped after the last transfer is found here, named, and not in the
  * caller's next collective. Nothing to do at P = 1 or without a timeout. */
 ra_status ring_finish(ring_state *rs);
+
+/* Tests every request of req[0..n) once (MPI_REQUEST_NULL entries count
+ * as done); *progressed is set when one of them completed. Returns the
+ * number still active, or -1 on an MPI error. */
+int ring_requests_test(MPI_Request *req, int n, int *progressed);
 
 /* Waits for req[0..n) (MPI_REQUEST_NULL entries count as done). With
  * timeout > 0 it gives up when none of them has completed for that many

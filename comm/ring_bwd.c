@@ -425,11 +425,7 @@ ra_status ra_backward_ex(MPI_Comm comm, const ra_shape *shape,
         st = bwd_run(&rs, &bs, &a, o, dk, dv,
                      params->score == RA_SCORE_ADDITIVE ? dw : NULL);
     bwd_free(&rs, &bs);
-    const ra_status fst = ring_close(&rs);
-    tm.total = MPI_Wtime() - t_start;
-    if (timing)
-        *timing = tm;
-    return st != RA_OK ? st : fst;
+    return ring_close(&rs, st, t_start, timing);
 }
 
 ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,

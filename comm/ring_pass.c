@@ -134,9 +134,7 @@ static ra_status step_post(ring_state *rs, int t, ring_span held,
     return RA_OK;
 }
 
-/* Tests every request once; *progressed when one of them completed.
- * Returns the number still active, or -1 on an MPI error. */
-static int requests_test(MPI_Request *req, int n, int *progressed)
+int ring_requests_test(MPI_Request *req, int n, int *progressed)
 {
     int active = 0;
     for (int i = 0; i < n; i++) {
@@ -159,7 +157,7 @@ int ring_requests_wait(MPI_Request *req, int n, double timeout)
     double since = MPI_Wtime();
     for (;;) {
         int progressed = 0;
-        const int active = requests_test(req, n, &progressed);
+        const int active = ring_requests_test(req, n, &progressed);
         if (active <= 0)
             return active;
         const double now = MPI_Wtime();

@@ -13,6 +13,7 @@
 #include "internal.h"
 #include "nodes.h"
 #include "range.h"
+#include "ring.h"
 #include "strategy.h"
 
 enum { TAG_A2A = 7331, TAG_END = 7332 };
@@ -98,23 +99,6 @@ ra_status strat_check_range(strat_call *c)
     return ra_input_bounds_check(c->shape, c->params, &bounds, block_keys);
 }
 
-/* Tests every request once; *progressed when one completed. Returns the
- * number still active, or -1 on an MPI error. */
-static int strat_test(int n, MPI_Request *req, int *progressed)
-{
-    int active = 0;
-    for (int i = 0; i < n; i++) {
-        if (req[i] == MPI_REQUEST_NULL)
-            continue;
-        int done = 0;
-        if (MPI_Test(&req[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-            return -1;
-        *progressed |= done;
-        active += !done;
-    }
-    return active;
-}
-
 /* The message of a wait that gave up on req[0 .. n). */
 static ra_status strat_stalled(strat_call *c, int n, const MPI_Request *req,
                                const strat_watch *w)
@@ -150,7 +134,7 @@ ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
     double since = MPI_Wtime();
     for (;;) {
         int progressed = 0;
-        const int active = strat_test(n, req, &progressed);
+        const int active = ring_requests_test(req, n, &progressed);
         if (active < 0)
             return ra_error_set(RA_ERR_MPI, "%s: %s: a transfer failed",
                                 ra_strategy_name(c->params->strategy),

@@ -301,6 +301,10 @@ typedef struct {
  * partial file. */
 ra_status cli_json_write(const char *path, const cli_run_summary *r);
 
+/* text as a JSON string to f: quotes, backslashes and control characters
+ * escaped (run_json.c). */
+void cli_json_string(FILE *f, const char *text);
+
 /* `ringattn --version`: the version and the build's BLAS, MPI, HDF5 and the
  * SIMD path of the exp, from rank 0. */
 int cli_version(const cli_ctx *ctx);

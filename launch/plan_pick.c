@@ -108,16 +108,17 @@ ra_status plan_job_alloc(const cli_ctx *ctx, const ra_params *p,
     return RA_OK;
 }
 
-/* Every strategy for this job under the resolved layout of p, into *t.
- * Collective. */
+/* Every strategy for this job under the resolved layout of p, into a new
+ * *out (the caller frees it, also on failure). Collective. */
 static ra_status plan_job_table(const cli_ctx *ctx, const ra_shape *s,
                                 const ra_params *p, const model_masks *masks,
-                                const char *profile, plan_table *t)
+                                const char *profile, plan_table **out)
 {
     ra_profile *pf = malloc(sizeof *pf);
     int *node_of = malloc(sizeof(int) * (size_t)ctx->nranks);
-    ra_status st = pf && node_of ? RA_OK
-                   : ra_error_set(RA_ERR_NOMEM, "plan: out of memory");
+    *out = malloc(sizeof **out);
+    ra_status st = pf && node_of && *out
+                   ? RA_OK : ra_error_set(RA_ERR_NOMEM, "plan: out of memory");
     if (st == RA_OK)
         st = plan_profile_load(profile, pf);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
@@ -127,7 +128,8 @@ static ra_status plan_job_table(const cli_ctx *ctx, const ra_shape *s,
         goto cleanup;
     ra_params q = *p; /* every strategy is evaluated; p's may be auto */
     q.strategy = RA_STRATEGY_RING;
-    st = ra_agree(ctx->comm, plan_evaluate(s, &q, 0, masks, &al, pf, 0, t));
+    st = ra_agree(ctx->comm,
+                  plan_evaluate(s, &q, 0, masks, &al, pf, 0, *out));
 cleanup:
     free(pf);
     free(node_of);
@@ -138,12 +140,8 @@ ra_status plan_pick(const cli_ctx *ctx, const ra_shape *s, ra_params *p,
                     const model_masks *masks, const char *profile,
                     model_result *pick)
 {
-    plan_table *t = malloc(sizeof *t);
-    ra_status st = ra_agree(ctx->comm, t ? RA_OK
-                            : ra_error_set(RA_ERR_NOMEM, "plan: out of "
-                                                         "memory"));
-    if (st == RA_OK)
-        st = plan_job_table(ctx, s, p, masks, profile, t);
+    plan_table *t;
+    ra_status st = plan_job_table(ctx, s, p, masks, profile, &t);
     if (st == RA_OK && t->best < 0)
         st = ra_error_set(RA_ERR_ARG, "--strategy auto: no strategy takes "
                           "this problem (ring: %s)", t->row[0].why);
@@ -159,19 +157,15 @@ ra_status plan_predict(const cli_ctx *ctx, const ra_shape *s,
                        const ra_params *p, const model_masks *masks,
                        const char *profile, model_result *out)
 {
-    plan_table *t = malloc(sizeof *t);
-    ra_status st = ra_agree(ctx->comm, t ? RA_OK
-                            : ra_error_set(RA_ERR_NOMEM, "plan: out of "
-                                                         "memory"));
-    if (st == RA_OK)
-        st = plan_job_table(ctx, s, p, masks, profile, t);
-    if (st == RA_OK) {
-        st = RA_ERR_ARG;
-        for (int k = 0; k < t->nrows && st != RA_OK; k++)
-            if (t->row[k].strategy == p->strategy && t->row[k].applies) {
-                *out = t->row[k];
-                st = RA_OK;
-            }
+    plan_table *t;
+    ra_status st = plan_job_table(ctx, s, p, masks, profile, &t);
+    for (int k = 0; st == RA_OK && k <= t->nrows; k++) {
+        if (k == t->nrows)
+            st = RA_ERR_ARG; /* the model says it does not apply */
+        else if (t->row[k].strategy == p->strategy && t->row[k].applies) {
+            *out = t->row[k];
+            break;
+        }
     }
     free(t);
     return st;

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "profile_json.h"
 
 enum {
@@ -89,20 +90,6 @@ double profile_kernel_rate(const ra_profile *p, int64_t D, int64_t Dv,
 
 /* ---- writing ------------------------------------------------------------ */
 
-static void json_text(FILE *f, const char *text)
-{
-    fputc('"', f);
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if (*c < 0x20)
-            fprintf(f, "\\u%04x", *c);
-        else
-            fputc(*c, f);
-    }
-    fputc('"', f);
-}
-
 static void json_link(FILE *f, const char *key, const profile_link *l)
 {
     fprintf(f, "  \"%s\": {\"latency\": %.17g, \"bandwidth\": %.17g},\n",
@@ -117,7 +104,7 @@ int profile_write_json(FILE *f, const ra_profile *p)
                               {"hosts", p->hosts}, {"io_dir", p->io_dir}};
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
         fprintf(f, "  \"%s\": ", texts[i][0]);
-        json_text(f, texts[i][1]);
+        cli_json_string(f, texts[i][1]);
         fputs(",\n", f);
     }
     fprintf(f, "  \"nodes\": %d,\n  \"ranks\": %d,\n  \"ranks_per_node\": "

@@ -8,9 +8,7 @@
 #include "cli.h"
 #include "internal.h"
 
-/* text as a JSON string: quotes, backslashes and control characters
- * escaped. */
-static void json_string(FILE *f, const char *text)
+void cli_json_string(FILE *f, const char *text)
 {
     fputc('"', f);
     for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
@@ -27,9 +25,9 @@ static void json_string(FILE *f, const char *text)
 static void json_field(FILE *f, const char *key, const char *text)
 {
     fprintf(f, "  ");
-    json_string(f, key);
+    cli_json_string(f, key);
     fprintf(f, ": ");
-    json_string(f, text);
+    cli_json_string(f, text);
     fprintf(f, ",\n");
 }
 
