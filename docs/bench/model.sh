@@ -12,6 +12,9 @@
 # (launch/fake-cluster.sh, root; one rank per node) at 400 Mbit/s and
 # 1 Gbit/s. The fake nodes share this machine's cores: plan gets --cores.
 #
+# PLAN_ONLY=1 keeps the bench outputs of an earlier run and redoes only the
+# predictions (after a change to the model's constants).
+#
 # The rates: PROFILE=FILE (a `ringattn probe` profile) when given; else the
 # kernel's rate per core measured here first (a one-rank bench) and passed
 # as --kernel-rate, with the built-in profile's other figures.
@@ -23,7 +26,7 @@ out=docs/bench/model
 fc=launch/fake-cluster.sh
 cores=$(nproc)
 mkdir -p "$out"
-rm -f "$out"/*.json "$out"/*.txt
+[ "${PLAN_ONLY:-0}" = 1 ] || rm -f "$out"/*.json "$out"/*.txt
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 common=(--heads 4 --dim 64 --reps 3 --warmup 1 --check-rows 1)
@@ -47,8 +50,10 @@ one() {
   while [ "$1" != "--" ]; do launch+=("$1"); shift; done
   shift
   echo "+ $name: P=$np nodes=$nodes link=$link $*"
-  "${launch[@]}" "$R" bench "$@" --json "$out/$name.bench.json" \
-    > "$out/$name.bench.txt"
+  if [ "${PLAN_ONLY:-0}" != 1 ]; then
+    "${launch[@]}" "$R" bench "$@" --json "$out/$name.bench.json" \
+      > "$out/$name.bench.txt"
+  fi
   local pargs=() skip=0 a # the problem's flags only (not bench's own)
   for a in "$@"; do
     if [ "$skip" = 1 ]; then skip=0; continue; fi
@@ -91,16 +96,18 @@ nodes() { # nodes K RATE_NAME RATE_BITS: K fake nodes x 1 rank, N = 8192,
   local k=$1 rname=$2 bits=$3
   exec 9> /tmp/ra-fake-cluster.lock
   flock 9
-  $fc up "$k" --rate "$rname" --slots 1 > /dev/null
-  up=1
+  if [ "${PLAN_ONLY:-0}" != 1 ]; then
+    $fc up "$k" --rate "$rname" --slots 1 > /dev/null
+    up=1
+  fi
   # shellcheck disable=SC2046
-  local mpi=(mpirun $($fc mpirun-args) -np "$k" --map-by node
+  local mpi=(mpirun $([ "$up" = 1 ] && $fc mpirun-args) -np "$k" --map-by node
              -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
   for c in "" --causal; do
     one "fake$k-$rname-n8192${c:+-causal}" "$k" "$k" "$bits" "${mpi[@]}" \
       -- --strategy all "${common[@]}" --seq 8192 $c
   done
-  $fc down > /dev/null
+  if [ "$up" = 1 ]; then $fc down > /dev/null; fi
   up=0
   flock -u 9
 }
