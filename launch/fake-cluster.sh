@@ -322,7 +322,10 @@ case "$cmd" in
     ;;
   mpirun-args)
     require_up
-    echo "--hostfile $state/hostfile --mca plm_rsh_agent $state/agent" \
+    # --bind-to none: every node sees all of this machine's cores, so a
+    # node's own binding (core 0 for its first rank) would stack the ranks
+    # of all nodes on the same physical cores
+    echo "--hostfile $state/hostfile --mca plm_rsh_agent $state/agent --bind-to none" \
          "--mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet"
     ;;
   slurm-conf)

@@ -101,6 +101,7 @@ nodes() { # nodes K RATE_NAME RATE_BITS: K fake nodes x 1 rank, N = 8192,
     up=1
   fi
   # shellcheck disable=SC2046
+  # (mpirun-args has --bind-to none: every fake node sees all cores)
   local mpi=(mpirun $([ "$up" = 1 ] && $fc mpirun-args) -np "$k" --map-by node
              -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
   for c in "" --causal; do
