@@ -199,17 +199,21 @@ def predicted_lines(plan, strategy):
 def plot_predicted(plt, groups, plan, strategy, path):
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     pred = predicted_lines(plan, strategy)
+    ticks = set()
     for i, (key, by_p) in enumerate(sorted(groups.items())):
         ps, med, lo, hi = series(by_p, lambda p: p["seconds"])
         ax.errorbar(ps, med, yerr=[[m - l for m, l in zip(med, lo)],
                                    [h - m for m, h in zip(med, hi)]],
                     marker="o", capsize=4, color=f"C{i}",
                     label="measured: " + label(key))
+        ticks.update(ps)
         kind = "strong" if key[0].startswith("strong") else "weak"
         if kind in pred:
             xs, ys = pred[kind]
             ax.plot(xs, ys, "x--", color=f"C{i}", ms=9,
                     label=f"predicted ({strategy}, {kind})")
+            ticks.update(xs)
+    ax.set_xticks(sorted(ticks))  # ranks are whole numbers
     ax.set_xlabel("ranks P")
     ax.set_ylabel("seconds per pass")
     ax.set_yscale("log")
