@@ -159,6 +159,13 @@ extern const cli_opt cli_forward_opts[];
  * path goes through cli_output_agree). */
 extern const cli_opt cli_force_opts[];
 
+/* --json FILE --csv FILE, into a cli_tables: a command's table written
+ * again as JSON and as CSV, each replaced if it exists. */
+typedef struct {
+    const char *json, *csv;
+} cli_tables;
+extern const cli_opt cli_table_opts[];
+
 /* --backward alone, into an int: the mode flag of run, verify and bench
  * that hands the command to its backward-pass driver. */
 extern const cli_opt cli_backward_opts[];

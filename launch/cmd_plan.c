@@ -96,12 +96,6 @@ static const cli_opt plan_own[] = {
     {.name = "--max-seq", .kind = CLI_FLAG,
      .offset = CLI_FIELD(plan_opts, max_seq, int),
      .help = "the longest N (= M) that fits in memory, per strategy"},
-    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(plan_opts, json, const char *),
-     .help = "also write the predictions as JSON (replaced)"},
-    {.name = "--csv", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(plan_opts, csv, const char *),
-     .help = "also write the predictions as CSV (replaced)"},
     {0},
 };
 
@@ -116,7 +110,8 @@ static const cli_spec plan_spec = {
     .groups = {{cli_seq_opts, offsetof(plan_opts, cs)},
                {cli_shape_opts, offsetof(plan_opts, cs)},
                {cli_forward_opts, offsetof(plan_opts, p)},
-               {plan_own, 0}},
+               {plan_own, 0},
+               {cli_table_opts, offsetof(plan_opts, tab)}},
     .epilog =
     "Counts (visible pairs, bytes, model memory) are exact and equal what\n"
     "bench counts; times are estimates from the profile's rates.\n",
@@ -155,7 +150,7 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     if (o->in && (o->lens || o->segment_avg))
         st = ra_error_set(RA_ERR_ARG, "--lens and --segments make random "
                           "masks; with --in the file's masks are used");
-    if (st == RA_OK && o->max_seq && (o->json || o->csv || o->nsweep))
+    if (st == RA_OK && o->max_seq && (o->tab.json || o->tab.csv || o->nsweep))
         st = ra_error_set(RA_ERR_ARG, "--max-seq prints its own table; "
                           "--json, --csv and --sweep-nodes go without it");
     if (st == RA_OK && o->in)
@@ -177,11 +172,11 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
         st = ra_error_set(RA_ERR_ARG, "--nodes: %lld nodes for %lld ranks "
                           "(at least one rank per node)",
                           (long long)o->nodes, (long long)o->ranks);
-    if (st == RA_OK && o->json)
-        st = h5io_output_check(o->json, 1, (const char *const[]){o->in,
+    if (st == RA_OK && o->tab.json)
+        st = h5io_output_check(o->tab.json, 1, (const char *const[]){o->in,
                                                                NULL});
-    if (st == RA_OK && o->csv)
-        st = h5io_output_check(o->csv, 1, (const char *const[]){o->in,
+    if (st == RA_OK && o->tab.csv)
+        st = h5io_output_check(o->tab.csv, 1, (const char *const[]){o->in,
                                                               NULL});
     if (st == RA_OK)
         st = plan_profile_load(o->profile, &w->pf);

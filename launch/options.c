@@ -313,6 +313,16 @@ const cli_opt cli_force_opts[] = {
     {0},
 };
 
+const cli_opt cli_table_opts[] = {
+    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(cli_tables, json, const char *),
+     .help = "also write the rows as JSON (replaced if it exists)"},
+    {.name = "--csv", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(cli_tables, csv, const char *),
+     .help = "also write the rows as CSV (replaced if it exists)"},
+    {0},
+};
+
 const cli_opt cli_backward_opts[] = {
     {.name = "--backward", .kind = CLI_FLAG, .offset = 0,
      .help = "the backward pass: gradients dq, dk, dv (this mode)"},
