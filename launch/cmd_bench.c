@@ -33,26 +33,10 @@
 static int parse_seq_list(const cli_opt *opt, const char *text, void *base)
 {
     bench_opts *o = base;
-    o->nseq = 0;
-    for (const char *p = text;;) {
-        char item[32];
-        size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof item || o->nseq == MAX_SEQS) {
-            ra_error_set(RA_ERR_ARG, "%s: bad list '%s' (expected up to %d "
-                         "comma-separated lengths)", opt->name, text,
-                         MAX_SEQS);
-            return -1;
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (cli_parse_i64(opt->name, item, 1, (int64_t)1 << 40,
-                          &o->seqs[o->nseq++]) != 0)
-            return -1;
-        p += len;
-        if (*p == '\0')
-            return 0;
-        p++; /* the comma */
-    }
+    const int n = cli_parse_i64_list(opt->name, text, 1, (int64_t)1 << 40,
+                                     o->seqs, MAX_SEQS, "lengths");
+    o->nseq = n > 0 ? n : 0;
+    return n > 0 ? 0 : -1;
 }
 
 static const char *const modes[] = {"ring", "naive", "both", NULL};

@@ -31,26 +31,10 @@ static const char *const lens_kinds[] = {"random", NULL};
 static int parse_nodes_list(const cli_opt *opt, const char *text, void *base)
 {
     plan_opts *o = base;
-    o->nsweep = 0;
-    for (const char *p = text;;) {
-        char item[32];
-        const size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof item || o->nsweep == PLAN_MAX_SWEEP) {
-            ra_error_set(RA_ERR_ARG, "%s: bad list '%s' (expected up to %d "
-                         "comma-separated node counts)", opt->name, text,
-                         PLAN_MAX_SWEEP);
-            return -1;
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (cli_parse_i64(opt->name, item, 1, 4096,
-                          &o->sweep[o->nsweep++]) != 0)
-            return -1;
-        p += len;
-        if (*p == '\0')
-            return 0;
-        p++;
-    }
+    const int n = cli_parse_i64_list(opt->name, text, 1, 4096, o->sweep,
+                                     PLAN_MAX_SWEEP, "node counts");
+    o->nsweep = n > 0 ? n : 0;
+    return n > 0 ? 0 : -1;
 }
 
 static const cli_opt plan_own[] = {
