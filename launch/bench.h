@@ -31,7 +31,7 @@ typedef struct {
     const char *profile;     /* the machine profile of that pick */
     int picked[MAX_SEQS];    /* the pick's strategy, per N */
     double predicted[MAX_SEQS]; /* and its predicted seconds */
-    const char *json, *csv;
+    cli_tables tab;          /* --json, --csv */
 } bench_opts;
 
 /* Fills o from argv[1..argc) (o holds the defaults); *help is set by

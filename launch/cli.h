@@ -137,6 +137,11 @@ int cli_parse_or_exit(const cli_ctx *ctx, const cli_spec *spec, void *opts,
 int cli_parse_i64(const char *opt, const char *text, int64_t lo, int64_t hi,
                   int64_t *out);
 int cli_parse_f64(const char *opt, const char *text, double *out);
+/* Parses "1,2,4" (no empty item, none after a trailing comma, at least one,
+ * at most max) into out, each within [lo, hi]: the count, or -1 with a
+ * message naming the option and what the items are ("node counts"). */
+int cli_parse_i64_list(const char *opt, const char *text, int64_t lo,
+                       int64_t hi, int64_t *out, int max, const char *what);
 
 /* ---- groups shared by several subcommands ------------------------------- */
 
@@ -158,6 +163,13 @@ extern const cli_opt cli_forward_opts[];
 /* --force alone, into an int: replace an existing output (each output
  * path goes through cli_output_agree). */
 extern const cli_opt cli_force_opts[];
+
+/* --json FILE --csv FILE, into a cli_tables: a command's table written
+ * again as JSON and as CSV, each replaced if it exists. */
+typedef struct {
+    const char *json, *csv;
+} cli_tables;
+extern const cli_opt cli_table_opts[];
 
 /* --backward alone, into an int: the mode flag of run, verify and bench
  * that hands the command to its backward-pass driver. */

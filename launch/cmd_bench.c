@@ -33,26 +33,10 @@
 static int parse_seq_list(const cli_opt *opt, const char *text, void *base)
 {
     bench_opts *o = base;
-    o->nseq = 0;
-    for (const char *p = text;;) {
-        char item[32];
-        size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof item || o->nseq == MAX_SEQS) {
-            ra_error_set(RA_ERR_ARG, "%s: bad list '%s' (expected up to %d "
-                         "comma-separated lengths)", opt->name, text,
-                         MAX_SEQS);
-            return -1;
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (cli_parse_i64(opt->name, item, 1, (int64_t)1 << 40,
-                          &o->seqs[o->nseq++]) != 0)
-            return -1;
-        p += len;
-        if (*p == '\0')
-            return 0;
-        p++; /* the comma */
-    }
+    const int n = cli_parse_i64_list(opt->name, text, 1, (int64_t)1 << 40,
+                                     o->seqs, MAX_SEQS, "lengths");
+    o->nseq = n > 0 ? n : 0;
+    return n > 0 ? 0 : -1;
 }
 
 static const char *const modes[] = {"ring", "naive", "both", NULL};
@@ -98,12 +82,6 @@ static const cli_opt bench_own[] = {
      .offset = CLI_FIELD(bench_opts, profile, const char *),
      .help = "machine profile for --strategy auto (default: this\n"
      "machine's built-in figures)"},
-    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(bench_opts, json, const char *),
-     .help = "also write the rows as JSON (replaced if it exists)"},
-    {.name = "--csv", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(bench_opts, csv, const char *),
-     .help = "also write the rows as CSV (replaced if it exists)"},
     {0},
 };
 
@@ -116,7 +94,8 @@ static const cli_spec bench_spec = {
              "configuration.\n",
     .groups = {{cli_shape_opts, B_AT(cs)},
                {cli_forward_opts, B_AT(p)},
-               {bench_own, 0}},
+               {bench_own, 0},
+               {cli_table_opts, B_AT(tab)}},
     .epilog =
     "Columns: time_s is the median over reps of the slowest rank's wall time;\n"
     "rank_min/max are the fastest and slowest ranks' medians; GFLOP/s counts\n"
@@ -398,13 +377,13 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
         const ra_shape s = config_shape(o, i);
         st = cli_params_check(&o->p, &s, NULL);
     }
-    if (st == RA_OK && o->json && o->csv && strcmp(o->json, o->csv) == 0)
+    if (st == RA_OK && o->tab.json && o->tab.csv && strcmp(o->tab.json, o->tab.csv) == 0)
         st = ra_error_set(RA_ERR_ARG, "%s: --json and --csv name the same "
-                          "file", o->json);
-    if (st == RA_OK && ctx->rank == 0 && o->json)
-        st = h5io_output_check(o->json, 1, NULL);
-    if (st == RA_OK && ctx->rank == 0 && o->csv)
-        st = h5io_output_check(o->csv, 1, NULL);
+                          "file", o->tab.json);
+    if (st == RA_OK && ctx->rank == 0 && o->tab.json)
+        st = h5io_output_check(o->tab.json, 1, NULL);
+    if (st == RA_OK && ctx->rank == 0 && o->tab.csv)
+        st = h5io_output_check(o->tab.csv, 1, NULL);
     st = ra_agree(ctx->comm, st);
     for (int i = 0; i < o->nseq && st == RA_OK && !o->all_strategies; i++) {
         const ra_shape s = config_shape(o, i); /* collective */
@@ -515,10 +494,10 @@ static ra_status bench_report(const cli_ctx *ctx, const bench_opts *o,
                               const bench_result *rows, int nrows, int *pass)
 {
     ra_status st = RA_OK;
-    if (ctx->rank == 0 && o->json)
-        st = write_rows(o->json, rows, nrows, bench_json_write);
-    if (st == RA_OK && ctx->rank == 0 && o->csv)
-        st = write_rows(o->csv, rows, nrows, bench_csv_write);
+    if (ctx->rank == 0 && o->tab.json)
+        st = write_rows(o->tab.json, rows, nrows, bench_json_write);
+    if (st == RA_OK && ctx->rank == 0 && o->tab.csv)
+        st = write_rows(o->tab.csv, rows, nrows, bench_csv_write);
     *pass = 1;
     for (int i = 0; i < nrows; i++)
         *pass &= rows[i].pass;

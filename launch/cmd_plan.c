@@ -31,26 +31,10 @@ static const char *const lens_kinds[] = {"random", NULL};
 static int parse_nodes_list(const cli_opt *opt, const char *text, void *base)
 {
     plan_opts *o = base;
-    o->nsweep = 0;
-    for (const char *p = text;;) {
-        char item[32];
-        const size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof item || o->nsweep == PLAN_MAX_SWEEP) {
-            ra_error_set(RA_ERR_ARG, "%s: bad list '%s' (expected up to %d "
-                         "comma-separated node counts)", opt->name, text,
-                         PLAN_MAX_SWEEP);
-            return -1;
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (cli_parse_i64(opt->name, item, 1, 4096,
-                          &o->sweep[o->nsweep++]) != 0)
-            return -1;
-        p += len;
-        if (*p == '\0')
-            return 0;
-        p++;
-    }
+    const int n = cli_parse_i64_list(opt->name, text, 1, 4096, o->sweep,
+                                     PLAN_MAX_SWEEP, "node counts");
+    o->nsweep = n > 0 ? n : 0;
+    return n > 0 ? 0 : -1;
 }
 
 static const cli_opt plan_own[] = {
@@ -96,12 +80,6 @@ static const cli_opt plan_own[] = {
     {.name = "--max-seq", .kind = CLI_FLAG,
      .offset = CLI_FIELD(plan_opts, max_seq, int),
      .help = "the longest N (= M) that fits in memory, per strategy"},
-    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(plan_opts, json, const char *),
-     .help = "also write the predictions as JSON (replaced)"},
-    {.name = "--csv", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(plan_opts, csv, const char *),
-     .help = "also write the predictions as CSV (replaced)"},
     {0},
 };
 
@@ -116,7 +94,8 @@ static const cli_spec plan_spec = {
     .groups = {{cli_seq_opts, offsetof(plan_opts, cs)},
                {cli_shape_opts, offsetof(plan_opts, cs)},
                {cli_forward_opts, offsetof(plan_opts, p)},
-               {plan_own, 0}},
+               {plan_own, 0},
+               {cli_table_opts, offsetof(plan_opts, tab)}},
     .epilog =
     "Counts (visible pairs, bytes, model memory) are exact and equal what\n"
     "bench counts; times are estimates from the profile's rates.\n",
@@ -155,7 +134,7 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     if (o->in && (o->lens || o->segment_avg))
         st = ra_error_set(RA_ERR_ARG, "--lens and --segments make random "
                           "masks; with --in the file's masks are used");
-    if (st == RA_OK && o->max_seq && (o->json || o->csv || o->nsweep))
+    if (st == RA_OK && o->max_seq && (o->tab.json || o->tab.csv || o->nsweep))
         st = ra_error_set(RA_ERR_ARG, "--max-seq prints its own table; "
                           "--json, --csv and --sweep-nodes go without it");
     if (st == RA_OK && o->in)
@@ -177,11 +156,11 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
         st = ra_error_set(RA_ERR_ARG, "--nodes: %lld nodes for %lld ranks "
                           "(at least one rank per node)",
                           (long long)o->nodes, (long long)o->ranks);
-    if (st == RA_OK && o->json)
-        st = h5io_output_check(o->json, 1, (const char *const[]){o->in,
+    if (st == RA_OK && o->tab.json)
+        st = h5io_output_check(o->tab.json, 1, (const char *const[]){o->in,
                                                                NULL});
-    if (st == RA_OK && o->csv)
-        st = h5io_output_check(o->csv, 1, (const char *const[]){o->in,
+    if (st == RA_OK && o->tab.csv)
+        st = h5io_output_check(o->tab.csv, 1, (const char *const[]){o->in,
                                                               NULL});
     if (st == RA_OK)
         st = plan_profile_load(o->profile, &w->pf);

@@ -62,6 +62,29 @@ int cli_parse_f64(const char *opt, const char *text, double *out)
     return 0;
 }
 
+int cli_parse_i64_list(const char *opt, const char *text, int64_t lo,
+                       int64_t hi, int64_t *out, int max, const char *what)
+{
+    int n = 0;
+    for (const char *p = text;;) {
+        char item[32];
+        const size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item || n == max) {
+            ra_error_set(RA_ERR_ARG, "%s: bad list '%s' (expected up to %d "
+                         "comma-separated %s)", opt, text, max, what);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (cli_parse_i64(opt, item, lo, hi, &out[n++]) != 0)
+            return -1;
+        p += len;
+        if (*p == '\0')
+            return n;
+        p++; /* the comma */
+    }
+}
+
 static int parse_real(const cli_opt *o, const char *val, double *dst)
 {
     double v;
@@ -310,6 +333,16 @@ int cli_parse_or_exit(const cli_ctx *ctx, const cli_spec *spec, void *opts,
 const cli_opt cli_force_opts[] = {
     {.name = "--force", .kind = CLI_FLAG, .offset = 0,
      .help = "replace the output if it exists (refused otherwise)"},
+    {0},
+};
+
+const cli_opt cli_table_opts[] = {
+    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(cli_tables, json, const char *),
+     .help = "also write the rows as JSON (replaced if it exists)"},
+    {.name = "--csv", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(cli_tables, csv, const char *),
+     .help = "also write the rows as CSV (replaced if it exists)"},
     {0},
 };
 

@@ -11,7 +11,8 @@ enum { PLAN_MAX_SWEEP = 32 };
 typedef struct {
     cli_shape cs;
     ra_params p;
-    const char *in, *profile, *json, *csv;
+    const char *in, *profile;
+    cli_tables tab;               /* --json, --csv */
     int64_t ranks, nodes, cores;  /* 0: not given */
     double link_rate;             /* bits/s between nodes; 0: the profile's */
     double kernel_rate;           /* GFLOP/s per core; 0: the profile's */

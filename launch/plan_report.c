@@ -236,10 +236,10 @@ ra_status plan_report(const cli_ctx *ctx, const plan_opts *o,
         if (o->nsweep > 0)
             print_sweep(o, w);
         fflush(stdout);
-        if (o->json)
-            st = write_file(o->json, o, w, json_write);
-        if (st == RA_OK && o->csv)
-            st = write_file(o->csv, o, w, csv_write);
+        if (o->tab.json)
+            st = write_file(o->tab.json, o, w, json_write);
+        if (st == RA_OK && o->tab.csv)
+            st = write_file(o->tab.csv, o, w, csv_write);
     }
     return ra_agree(ctx->comm, st);
 }

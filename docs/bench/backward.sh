@@ -5,11 +5,10 @@
 # 16384, the documented rows) only shortens a trial run; the additive rows
 # use SEQ / 4.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-R=${1:-build}/ringattn
+# shellcheck source-path=SCRIPTDIR source=prelude.sh
+. "$(dirname "$0")/prelude.sh"
 N=${2:-16384}
 out=docs/bench
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 b() { # b NAME BENCH_ARGS...: two ranks over shared memory
   local name=$1; shift

@@ -7,11 +7,11 @@
 # (default: a fresh directory under the current one). Output:
 # docs/bench/io-scaling.txt.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-R=${1:-build}/ringattn
+# shellcheck source-path=SCRIPTDIR source=prelude.sh
+. "$(dirname "$0")/prelude.sh"
 dir=${2:-$(mktemp -d ra-io-XXXXXX)}
 out=docs/bench/io-scaling.txt
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1
 trap 'rm -rf "$dir"' EXIT
 mpirun -np 2 "$R" gen --out "$dir/in.h5" --force --batch 8 --seq 1024 --heads 16 --dim 128 >/dev/null
 : >"$out"

@@ -19,15 +19,13 @@
 # kernel's rate per core measured here first (a one-rank bench) and passed
 # as --kernel-rate, with the built-in profile's other figures.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-build=${1:-build}
-R=$build/ringattn
+# shellcheck source-path=SCRIPTDIR source=prelude.sh
+. "$(dirname "$0")/prelude.sh"
 out=docs/bench/model
 fc=launch/fake-cluster.sh
 cores=$(nproc)
 mkdir -p "$out"
 [ "${PLAN_ONLY:-0}" = 1 ] || rm -f "$out"/*.json "$out"/*.txt
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 common=(--heads 4 --dim 64 --reps 3 --warmup 1 --check-rows 1)
 

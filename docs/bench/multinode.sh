@@ -8,13 +8,11 @@
 # Each part can be run alone: multinode.sh BUILD order|order2|crossover|study
 # (order2: the 2-node comparison only; ROUNDS=N sets its rounds).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-build=${1:-build}
-R=$build/ringattn
+# shellcheck source-path=SCRIPTDIR source=prelude.sh
+. "$(dirname "$0")/prelude.sh"
 out=docs/bench/multinode
 fc=launch/fake-cluster.sh
 mkdir -p "$out"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 trap '$fc down >/dev/null 2>&1 || true' EXIT
 
 # bench_on NAME NP MAP ORDER BENCH_ARGS...: one bench on the current cluster

@@ -6,10 +6,9 @@
 # docs/bench/probe-<name>.json, the printed table to probe-<name>.txt; the
 # I/O rates are those of docs/bench (a scratch file, removed).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-R=$(realpath "${1:-build}")/ringattn
+# shellcheck source-path=SCRIPTDIR source=prelude.sh
+. "$(dirname "$0")/prelude.sh"
 out=docs/bench
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 p() { # p NAME MPIRUN_ARGS...
   local name=$1; shift

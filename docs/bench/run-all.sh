@@ -3,10 +3,9 @@
 # after the other on an otherwise idle machine; each command's full output
 # goes to docs/bench/<name>.txt (and .json where the bench writes one).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-R=${1:-build}/ringattn
+# shellcheck source-path=SCRIPTDIR source=prelude.sh
+. "$(dirname "$0")/prelude.sh"
 out=docs/bench
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 b() { # b NAME MPIRUN_ARGS... -- BENCH_ARGS...
   local name=$1; shift
   local mpi=()

@@ -9,13 +9,12 @@
 # goes to docs/bench/threads/<case>-<layout>-<round>.txt and .json.
 # REPS (default 3) timed passes per bench.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-R=${1:-build}/ringattn
+# shellcheck source-path=SCRIPTDIR source=prelude.sh
+. "$(dirname "$0")/prelude.sh"
 ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-3}
 out=docs/bench/threads
 mkdir -p "$out"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 if [ ! -x "$R" ]; then
   echo "threads.sh: $R: no such program (build first, or give the build dir)" >&2
