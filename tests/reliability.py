@@ -1579,6 +1579,10 @@ def run_determinism():
 
 
 if __name__ == "__main__":
+    # a ctest timeout or a killed job sends SIGTERM: leave through the
+    # finally blocks, which unmount the read-only tmpfs and remove the work
+    # folders
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     t0 = time.time()
     if MODE == "faults":
         failures = run_faults()
