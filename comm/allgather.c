@@ -2,10 +2,14 @@
  *
  * Every rank ends up holding every rank's K/V block; its own query slice
  * (the same load-balanced layout as the ring) folds each block in as it
- * arrives. The gather is one MPI_Ibcast per source block, all posted at
- * once: the rank computes on its own block, then on each next block in ring
- * order, testing the outstanding broadcasts between tiles so that later
- * chunks move while earlier ones compute (Open MPI has no progress thread).
+ * arrives. The gather is point-to-point: each rank sends its block to every
+ * other rank and receives theirs, all posted at once, the block a peer
+ * folds first sent first. The rank computes on its own block, then on each
+ * next block in ring order, testing the outstanding transfers between tiles
+ * so that later blocks move while earlier ones compute (Open MPI has no
+ * progress thread). Broadcasts (one MPI_Ibcast per block) moved little
+ * while the ranks computed over TCP, even polled between tiles: the
+ * sends and receives progress like the ring's steps.
  * Memory is O(M) per rank; the whole of it is checked against
  * params->mem_limit before anything is allocated. */
 #include <limits.h>
@@ -19,6 +23,7 @@
 #include "strategy.h"
 
 enum { REQS_PER_BLOCK = 3 }; /* K, V, segment ids */
+enum { TAG_K = 71, TAG_V, TAG_SEG };
 
 /* The gathered blocks: block j's K (B, m_j, G, D), V (B, m_j, G, Dv) and
  * ids (B, m_j) start at row off[j] of kv and seg. */
@@ -27,8 +32,10 @@ typedef struct {
     float *kv;            /* K rows of all blocks, then V rows */
     int64_t *seg;         /* (B M) ids, or NULL */
     int64_t *qpos, *kpos; /* n, and the largest block */
-    MPI_Request *req;     /* REQS_PER_BLOCK per block */
+    MPI_Request *req;     /* REQS_PER_BLOCK per block received, then
+                             REQS_PER_BLOCK per rank sent to */
     int nreq;
+    int *peer;            /* REQS_PER_BLOCK per rank: that rank */
     int64_t mmax;         /* the largest block */
     MPI_Datatype krow, vrow;
     int may_poll;
@@ -82,10 +89,13 @@ static ra_status gather_alloc(gather_state *g, const strat_call *c)
     const int P = c->P;
     g->cnt = malloc(sizeof(int64_t) * (size_t)P);
     g->off = malloc(sizeof(int64_t) * (size_t)P);
-    g->req = malloc(sizeof(MPI_Request) * (size_t)(REQS_PER_BLOCK * P));
-    g->nreq = REQS_PER_BLOCK * P;
-    if (!g->cnt || !g->off || !g->req)
+    g->nreq = 2 * REQS_PER_BLOCK * P;
+    g->req = malloc(sizeof(MPI_Request) * (size_t)g->nreq);
+    g->peer = malloc(sizeof(int) * (size_t)(REQS_PER_BLOCK * P));
+    if (!g->cnt || !g->off || !g->req || !g->peer)
         return ra_error_set(RA_ERR_NOMEM, "allgather: out of memory");
+    for (int i = 0; i < REQS_PER_BLOCK * P; i++)
+        g->peer[i] = i / REQS_PER_BLOCK;
     const int64_t mmax = g->mmax = strat_rows(c, s->M, g->cnt, g->off);
     for (int i = 0; i < g->nreq; i++)
         g->req[i] = MPI_REQUEST_NULL;
@@ -107,13 +117,38 @@ static ra_status gather_alloc(gather_state *g, const strat_call *c)
 
 static void gather_free(gather_state *g, const strat_call *c)
 {
-    void *all[] = {g->cnt, g->off, g->req, g->kv, g->seg, g->qpos, g->kpos};
+    void *all[] = {g->cnt, g->off, g->req, g->peer, g->kv, g->seg, g->qpos,
+                   g->kpos};
     MPI_Datatype types[] = {g->krow, g->vrow};
     strat_free(c, all, (int)(sizeof all / sizeof *all), types, 2, g->ws);
 }
 
-/* Copies the own block in place and posts every block's broadcast, in the
- * same order on every rank. */
+/* Block j's three transfers with rank peer: K rows, V rows, segment ids
+ * (the last only with packed segments). send: the own block to peer, else
+ * block j from peer. */
+static int gather_xfer(gather_state *g, const strat_call *c, int j, int peer,
+                       int send)
+{
+    const ra_shape *s = c->shape;
+    const int64_t rk = s->G * s->D, rv = s->G * s->Dv;
+    float *k = g->kv + g->off[j] * rk;
+    float *v = g->kv + s->B * s->M * rk + g->off[j] * rv;
+    const int rows = (int)(s->B * g->cnt[j]);
+    MPI_Request *rq = g->req + REQS_PER_BLOCK * (send ? c->P + peer : j);
+    if (send)
+        return MPI_Isend(k, rows, g->krow, peer, TAG_K, c->comm, &rq[0]) ||
+               MPI_Isend(v, rows, g->vrow, peer, TAG_V, c->comm, &rq[1]) ||
+               (c->segs && MPI_Isend(g->seg + g->off[j], rows, MPI_INT64_T,
+                                     peer, TAG_SEG, c->comm, &rq[2]));
+    return MPI_Irecv(k, rows, g->krow, peer, TAG_K, c->comm, &rq[0]) ||
+           MPI_Irecv(v, rows, g->vrow, peer, TAG_V, c->comm, &rq[1]) ||
+           (c->segs && MPI_Irecv(g->seg + g->off[j], rows, MPI_INT64_T, peer,
+                                 TAG_SEG, c->comm, &rq[2]));
+}
+
+/* Copies the own block in place, then posts the receive of every other
+ * block and the send of the own one to every other rank: rank r - d folds
+ * the own block at its step d, so the sends go in that order. */
 static ra_status gather_post(gather_state *g, strat_call *c)
 {
     const ra_shape *s = c->shape;
@@ -131,21 +166,18 @@ static ra_status gather_post(gather_state *g, strat_call *c)
         MPI_Type_commit(&g->vrow) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "allgather: cannot make the row "
                                         "datatypes");
-    for (int j = 0; j < c->P; j++) {
-        const int rows = (int)(s->B * g->cnt[j]);
-        MPI_Request *rq = g->req + REQS_PER_BLOCK * j;
-        if (MPI_Ibcast(g->kv + g->off[j] * rk, rows, g->krow, j, c->comm,
-                       &rq[0]) != MPI_SUCCESS ||
-            MPI_Ibcast(vbase + g->off[j] * rv, rows, g->vrow, j, c->comm,
-                       &rq[1]) != MPI_SUCCESS ||
-            (c->segs && MPI_Ibcast(g->seg + g->off[j], rows, MPI_INT64_T, j,
-                                   c->comm, &rq[2]) != MPI_SUCCESS))
-            return ra_error_set(RA_ERR_MPI, "allgather: MPI_Ibcast of block "
-                                "%d failed", j);
+    for (int d = 1; d < c->P; d++) {
+        const int from = (c->r + d) % c->P, to = (c->r - d + c->P) % c->P;
+        if (gather_xfer(g, c, from, from, 0) != MPI_SUCCESS)
+            return ra_error_set(RA_ERR_MPI, "allgather: posting the receive "
+                                "of rank %d's block failed", from);
+        if (gather_xfer(g, c, c->r, to, 1) != MPI_SUCCESS)
+            return ra_error_set(RA_ERR_MPI, "allgather: posting the send "
+                                "to rank %d failed", to);
+        strat_count(c, to, s->B * c->m_own *
+                               ((int64_t)sizeof(float) * (rk + rv) +
+                                (c->segs ? (int64_t)sizeof(int64_t) : 0)));
     }
-    strat_count_all(c, s->B * c->m_own *
-                           ((int64_t)sizeof(float) * (rk + rv) +
-                            (c->segs ? (int64_t)sizeof(int64_t) : 0)));
     return RA_OK;
 }
 
@@ -173,8 +205,9 @@ static ra_status gather_run(gather_state *g, strat_call *c)
         const int j = (c->r + t) % c->P;
         const double t0 = MPI_Wtime();
         char phase[64];
-        snprintf(phase, sizeof phase, "the broadcast of rank %d's block", j);
-        const strat_watch w = {phase, NULL, 0};
+        snprintf(phase, sizeof phase, "rank %d's block", j);
+        const strat_watch w = {phase, g->peer + REQS_PER_BLOCK * j,
+                               REQS_PER_BLOCK};
         const ra_status st = strat_wait(c, REQS_PER_BLOCK,
                                         g->req + REQS_PER_BLOCK * j, &w);
         if (st != RA_OK)
@@ -192,7 +225,12 @@ static ra_status gather_run(gather_state *g, strat_call *c)
         c->tm->compute += MPI_Wtime() - t1;
         strat_step(c, t + 1, c->P);
     }
-    return RA_OK;
+    const strat_watch w = {"the sends of the own block", g->peer, 0};
+    const double t0 = MPI_Wtime();
+    const ra_status st = strat_wait(c, REQS_PER_BLOCK * c->P,
+                                    g->req + REQS_PER_BLOCK * c->P, &w);
+    c->tm->comm_wait += MPI_Wtime() - t0;
+    return st;
 }
 
 ra_status allgather_forward(strat_call *c)

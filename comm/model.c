@@ -218,13 +218,20 @@ typedef struct {
     double all, intra, inter;
 } sent;
 
+/* b bytes from rank from to rank to, into from's tally one. */
+static void sent_add(const model_ctx *m, sent *one, int from, int to,
+                     double b)
+{
+    one->all += b;
+    if (m->node[from] == m->node[to])
+        one->intra += b;
+    else
+        one->inter += b;
+}
+
 static void send_to(const model_ctx *m, sent *x, int from, int to, double b)
 {
-    x[from].all += b;
-    if (m->node[from] == m->node[to])
-        x[from].intra += b;
-    else
-        x[from].inter += b;
+    sent_add(m, &x[from], from, to, b);
 }
 
 /* ring_pass.c: at step t < last, rank r sends the part of block
@@ -274,26 +281,31 @@ static void bytes_ringq(const model_ctx *m, sent *x)
  * rank: allgather its own K/V (and key ids) to all; tree its own queries
  * (and query ids) to all, then each rank's merge elements (o, lse of that
  * rank's queries against this rank's keys) to that rank. */
+/* tree.c: rank r's sends to rank j, those of the queries' all-gather into
+ * r's tally q and those of the partial results' reduce-scatter into part. */
+static void tree_sends(const model_ctx *m, sent *q, sent *part, int r, int j)
+{
+    const ra_shape *s = m->s;
+    const double qrow = 4.0 * (double)(s->H * s->D) + (m->segs ? 8.0 : 0.0);
+    sent_add(m, q, r, j, (double)s->B * (double)slice_n(m, s->N, r) * qrow);
+    sent_add(m, part, r, j, 4.0 * (double)s->B * (double)slice_n(m, s->N, j) *
+                                (double)s->H * (double)(s->Dv + 1));
+}
+
 static void bytes_gathered(const model_ctx *m, sent *x)
 {
     const ra_shape *s = m->s;
-    const int P = m->P;
-    const double ids = m->segs ? 8.0 : 0.0;
-    const double krow = 4.0 * (double)(s->G * (s->D + s->Dv)) + ids;
-    const double qrow = 4.0 * (double)(s->H * s->D) + ids;
-    for (int r = 0; r < P; r++)
-        for (int j = 0; j < P; j++) {
+    const double krow = 4.0 * (double)(s->G * (s->D + s->Dv)) +
+                        (m->segs ? 8.0 : 0.0);
+    for (int r = 0; r < m->P; r++)
+        for (int j = 0; j < m->P; j++) {
             if (j == r)
                 continue;
-            double b;
             if (m->p.strategy == RA_STRATEGY_ALLGATHER)
-                b = (double)s->B * (double)slice_n(m, s->M, r) * krow;
+                send_to(m, x, r, j, (double)s->B *
+                                        (double)slice_n(m, s->M, r) * krow);
             else
-                b = (double)s->B *
-                    ((double)slice_n(m, s->N, r) * qrow +
-                     4.0 * (double)slice_n(m, s->N, j) * (double)s->H *
-                         (double)(s->Dv + 1));
-            send_to(m, x, r, j, b);
+                tree_sends(m, &x[r], &x[r], r, j);
         }
 }
 
@@ -446,6 +458,31 @@ static sent busiest(const model_ctx *m, const sent *x)
     return b;
 }
 
+/* tree.c's two collectives in turn, for the rank they take longest: the
+ * queries' all-gather, then the reduce-scatter of the partial results
+ * (the all-to-all rate where the profile has no reduce-scatter rate). */
+static double tree_time(const model_ctx *m)
+{
+    const ra_profile *pf = m->pf;
+    const double rs_intra = pf->reduce_scatter_intra > 0
+                                ? pf->reduce_scatter_intra
+                                : pf->alltoall_intra;
+    const double rs_inter = pf->reduce_scatter_inter > 0
+                                ? pf->reduce_scatter_inter
+                                : pf->alltoall_inter;
+    double worst = 0;
+    for (int r = 0; r < m->P; r++) {
+        sent q = {0, 0, 0}, part = {0, 0, 0};
+        for (int j = 0; j < m->P; j++)
+            if (j != r)
+                tree_sends(m, &q, &part, r, j);
+        worst = fmax(worst, coll_time(m, &q, pf->allgather_intra,
+                                      pf->allgather_inter) +
+                                coll_time(m, &part, rs_intra, rs_inter));
+    }
+    return worst;
+}
+
 /* The exposed time of the collectives of each strategy but the rings. */
 static void times_collective(const model_ctx *m, const sent *x, int u,
                              const double *step_bytes, model_result *res)
@@ -461,6 +498,8 @@ static void times_collective(const model_ctx *m, const sent *x, int u,
         break;
     }
     case RA_STRATEGY_TREE:
+        res->t_comm = tree_time(m);
+        break;
     case RA_STRATEGY_ULYSSES:
         res->t_comm = coll_time(m, &mine, pf->alltoall_intra,
                                 pf->alltoall_inter);

@@ -42,6 +42,11 @@ typedef struct {
     profile_link intra, inter;     /* same node; across nodes */
     double alltoall_intra, alltoall_inter;   /* bytes/s per rank sent */
     double allgather_intra, allgather_inter; /* bytes/s per rank received */
+    /* MPI_Ireduce_scatter with a non-commutative operation (as the tree
+     * strategy merges partial results): bytes/s per rank of the payload
+     * addressed to the other ranks (their parts of its vector); 0: not
+     * measured, the all-to-all rate stands in */
+    double reduce_scatter_intra, reduce_scatter_inter;
     double io_read, io_write;      /* parallel HDF5, bytes/s over all ranks */
     int64_t mem_per_node;          /* physical memory of one node, bytes */
 } ra_profile;

@@ -167,6 +167,7 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     if (st == RA_OK && o->link_rate > 0) { /* collectives share the link */
         w->pf.inter.bandwidth = o->link_rate / 8.0;
         w->pf.alltoall_inter = w->pf.allgather_inter = 0;
+        w->pf.reduce_scatter_inter = 0;
     }
     if (st == RA_OK && o->max_seq == 0)
         st = plan_masks(o, w);

@@ -17,7 +17,7 @@
 
 enum {
     PROBE_IO_ROWS = 4096, /* query rows per rank of the I/O probe (16 MiB) */
-    PROBE_COMM_ITEMS = 7, /* two links, four collectives, the I/O */
+    PROBE_COMM_ITEMS = 9, /* two links, six collectives, the I/O */
 };
 
 typedef struct {
@@ -190,6 +190,9 @@ static void probe_print(const ra_profile *p)
            cell(p->alltoall_intra, 1e9, a), cell(p->alltoall_inter, 1e9, b));
     printf("  %-26s %8s %8s\n", "all-gather (received)",
            cell(p->allgather_intra, 1e9, a), cell(p->allgather_inter, 1e9, b));
+    printf("  %-26s %8s %8s\n", "reduce-scatter (sent)",
+           cell(p->reduce_scatter_intra, 1e9, a),
+           cell(p->reduce_scatter_inter, 1e9, b));
     printf("%-28s %8s %8s\n", "parallel HDF5 (GB/s, all)", "write", "read");
     printf("  %-26s %8s %8s\n", p->io_dir, cell(p->io_write, 1e9, a),
            cell(p->io_read, 1e9, b));

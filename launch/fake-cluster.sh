@@ -325,8 +325,20 @@ case "$cmd" in
     # --bind-to none: every node sees all of this machine's cores, so a
     # node's own binding (core 0 for its first rank) would stack the ranks
     # of all nodes on the same physical cores
+    # mpi_yield_when_idle: the nodes' slots together outnumber this
+    # machine's cores, which Open MPI cannot see (each node reports only
+    # its own slots). It yields a waiting rank's core by default only when
+    # it knows a node is oversubscribed; spinning instead keeps the rank
+    # being waited for off the core, and every message then waits for a
+    # time slice (a 512-token ring on 4 nodes x 1 rank over 2 cores took
+    # 0.05-0.3 s instead of 6 ms)
+    yield=""
+    slots=$(awk '{sub("slots=", "", $2); n += $2} END {print n + 0}' \
+            "$state/hostfile")
+    [ "$slots" -le "$(nproc)" ] || yield="--mca mpi_yield_when_idle 1"
     echo "--hostfile $state/hostfile --mca plm_rsh_agent $state/agent --bind-to none" \
-         "--mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet"
+         "--mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet" \
+         "$yield"
     ;;
   slurm-conf)
     require_up

@@ -125,6 +125,13 @@ double probe_kernel(const probe_comms *c, int64_t D, ra_score score)
     const double secs = probe_time(c->world, c->share, kernel_op, &a);
     double rate = secs > 0 ? ra_forward_flops(&a.s, &a.p, NULL) / secs : 0.0,
            sum = 0.0;
+    /* Per core: where a node holds more ranks than cores, each rank ran on
+     * a share of one. Ranks that share cores unseen by MPI (fake nodes on
+     * one machine) keep their rate per rank, which is what a plan of the
+     * same allocation needs. */
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && c->node_size > cpus)
+        rate *= (double)c->node_size / (double)cpus;
     free(mem);
     MPI_Allreduce(&rate, &sum, 1, MPI_DOUBLE, MPI_SUM, c->world);
     return secs < 0 ? 0.0 : sum / P;
@@ -137,6 +144,8 @@ typedef struct {
     int left, right;
     int count;        /* floats per message or per peer */
     float *out, *in;
+    int *counts;      /* count for each peer (reduce-scatter) */
+    MPI_Op merge;     /* reduce-scatter's operation */
 } comm_arg;
 
 /* One ring step: send to the right, receive from the left, both at once. */
@@ -170,6 +179,28 @@ static int allgather_op(void *arg)
                          MPI_FLOAT, a->comm) == MPI_SUCCESS ? 0 : -1;
 }
 
+/* A stand-in for the tree strategy's LSE merge (a sum): MPI chooses its
+ * algorithm by the operation's commutativity and the sizes, not by what
+ * it computes, and the merge is declared non-commutative. */
+static void merge_stand_in(void *in, void *inout, int *len, MPI_Datatype *t)
+{
+    (void)t;
+    const float *a = in;
+    float *b = inout;
+    for (int i = 0; i < *len; i++)
+        b[i] += a[i];
+}
+
+static int reduce_scatter_op(void *arg)
+{
+    comm_arg *a = arg;
+    MPI_Request req;
+    return MPI_Ireduce_scatter(a->out, a->in, a->counts, MPI_FLOAT, a->merge,
+                               a->comm, &req) == MPI_SUCCESS &&
+                   MPI_Wait(&req, MPI_STATUS_IGNORE) == MPI_SUCCESS
+               ? 0 : -1;
+}
+
 /* Sets up a on comm with buffers for count floats per peer; 0, or -1 when
  * comm has one rank (nothing to measure) or memory is short. */
 static int comm_arg_make(comm_arg *a, MPI_Comm comm, int count)
@@ -177,14 +208,29 @@ static int comm_arg_make(comm_arg *a, MPI_Comm comm, int count)
     int r, k;
     MPI_Comm_rank(comm, &r);
     MPI_Comm_size(comm, &k);
-    *a = (comm_arg){comm, (r - 1 + k) % k, (r + 1) % k, count, NULL, NULL};
+    *a = (comm_arg){comm, (r - 1 + k) % k, (r + 1) % k, count, NULL, NULL,
+                    NULL, MPI_OP_NULL};
     if (k < 2)
         return -1;
     a->out = calloc((size_t)count * (size_t)k * 2, sizeof(float));
     a->in = a->out ? a->out + (size_t)count * (size_t)k : NULL;
-    int bad = a->out == NULL, any_bad;
+    a->counts = malloc(sizeof(int) * (size_t)k);
+    for (int i = 0; a->counts && i < k; i++)
+        a->counts[i] = count;
+    int bad = a->out == NULL || a->counts == NULL ||
+              MPI_Op_create(merge_stand_in, 0, &a->merge) != MPI_SUCCESS,
+        any_bad;
     MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
     return any_bad ? -1 : 0;
+}
+
+/* Frees what comm_arg_make made. */
+static void comm_arg_free(comm_arg *a)
+{
+    if (a->merge != MPI_OP_NULL)
+        MPI_Op_free(&a->merge);
+    free(a->out);
+    free(a->counts);
 }
 
 /* The link of comm's ring steps (this rank's view; zeros when not
@@ -196,14 +242,14 @@ static profile_link link_measure(MPI_Comm comm, double share)
     profile_link l = {0, 0};
     if (comm == MPI_COMM_NULL || comm_arg_make(&a, comm, LINK_LARGE) != 0) {
         if (comm != MPI_COMM_NULL)
-            free(a.out);
+            comm_arg_free(&a);
         return l;
     }
     a.count = LINK_SMALL;
     const double t_small = probe_time(comm, share / 4, step_op, &a);
     a.count = LINK_LARGE;
     const double t_large = probe_time(comm, share, step_op, &a);
-    free(a.out);
+    comm_arg_free(&a);
     if (t_small < 0 || t_large <= t_small)
         return l;
     l.bandwidth = 4.0 * (LINK_LARGE - LINK_SMALL) / (t_large - t_small);
@@ -231,9 +277,9 @@ void probe_links(const probe_comms *c, profile_link *intra,
     *inter = link_worst(c->world, link_measure(c->leaders, c->share));
 }
 
-/* Bytes per second per rank of op over comm (sent for all-to-all, received
- * for all-gather: count floats to or from each of the k - 1 peers); the
- * slowest over world, 0 when not measured anywhere. */
+/* Bytes per second per rank of op over comm (sent for all-to-all and
+ * reduce-scatter, received for all-gather: count floats to or from each of
+ * the k - 1 peers); the slowest over world, 0 when not measured anywhere. */
 static double coll_measure(MPI_Comm world, MPI_Comm comm, double share,
                            probe_op op)
 {
@@ -246,7 +292,7 @@ static double coll_measure(MPI_Comm world, MPI_Comm comm, double share,
         rate = secs > 0 ? 4.0 * COLL_FLOATS * (k - 1) / secs : 0;
     }
     if (comm != MPI_COMM_NULL)
-        free(a.out);
+        comm_arg_free(&a);
     double in = rate > 0 ? -rate : -1e300;
     MPI_Allreduce(&in, &worst, 1, MPI_DOUBLE, MPI_MAX, world);
     return worst < -1e299 ? 0.0 : -worst;
@@ -261,6 +307,10 @@ void probe_collectives(const probe_comms *c, ra_profile *p)
                                      alltoall_op);
     p->allgather_inter = coll_measure(c->world, c->leaders, c->share,
                                       allgather_op);
+    p->reduce_scatter_intra = coll_measure(c->world, c->node, c->share,
+                                           reduce_scatter_op);
+    p->reduce_scatter_inter = coll_measure(c->world, c->leaders, c->share,
+                                           reduce_scatter_op);
 }
 
 /* ---- the machine ------------------------------------------------------------ */

@@ -23,7 +23,7 @@ enum {
     JSON_MAX_BYTES = 1 << 20, /* a profile is a few kB */
     JSON_MAX_DEPTH = 8,
     JSON_PATH = 96,
-    JSON_SCHEMA = 1, /* the "schema" key: the layout of this file */
+    JSON_SCHEMA = 2, /* the "schema" key: the layout of this file */
 };
 
 /* Rates above this are refused as corrupt (1 EB/s or 1e18 FLOP/s). */
@@ -60,6 +60,10 @@ void profile_default(ra_profile *p)
      * point-to-point rates of the same path. */
     p->alltoall_intra = p->allgather_intra = 7.7e9;
     p->alltoall_inter = p->allgather_inter = 3.2e9;
+    /* Open MPI reduces to one rank and scatters from there: about a third
+     * of the point-to-point rate at two ranks ("Machine profile") */
+    p->reduce_scatter_intra = 7.7e9 / 3;
+    p->reduce_scatter_inter = 3.2e9 / 3;
     /* "I/O": reads 0.3-1.6 GB/s, writes 0.1-1.4 GB/s at P = 1..4; the
      * lower middles */
     p->io_read = 0.9e9;
@@ -120,10 +124,13 @@ int profile_write_json(FILE *f, const ra_profile *p)
     json_link(f, "inter", &p->inter);
     fprintf(f, "  \"alltoall_intra\": %.17g,\n  \"alltoall_inter\": %.17g,\n"
             "  \"allgather_intra\": %.17g,\n  \"allgather_inter\": %.17g,\n"
+            "  \"reduce_scatter_intra\": %.17g,\n"
+            "  \"reduce_scatter_inter\": %.17g,\n"
             "  \"io_read\": %.17g,\n  \"io_write\": %.17g,\n"
             "  \"mem_per_node\": %lld\n}\n", p->alltoall_intra,
             p->alltoall_inter, p->allgather_intra, p->allgather_inter,
-            p->io_read, p->io_write, (long long)p->mem_per_node);
+            p->reduce_scatter_intra, p->reduce_scatter_inter, p->io_read,
+            p->io_write, (long long)p->mem_per_node);
     return ferror(f) ? -1 : 0;
 }
 
@@ -390,6 +397,8 @@ static const json_key profile_keys[] = {
     {"alltoall_inter", JK_RATE, JK(ra_profile, alltoall_inter)},
     {"allgather_intra", JK_RATE, JK(ra_profile, allgather_intra)},
     {"allgather_inter", JK_RATE, JK(ra_profile, allgather_inter)},
+    {"reduce_scatter_intra", JK_RATE, JK(ra_profile, reduce_scatter_intra)},
+    {"reduce_scatter_inter", JK_RATE, JK(ra_profile, reduce_scatter_inter)},
     {"io_read", JK_RATE, JK(ra_profile, io_read)},
     {"io_write", JK_RATE, JK(ra_profile, io_write)},
     {"mem_per_node", JK_I64, JK(ra_profile, mem_per_node), 0, 0x1p62},

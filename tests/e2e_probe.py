@@ -74,12 +74,12 @@ def profile_checks(p, nodes, per_node):
           "a positive kernel rate for each asked dim and score")
     check(p["io_read"] > 0 and p["io_write"] > 0, "I/O rates > 0")
     intra = per_node > 1
-    for key in ("alltoall_intra", "allgather_intra"):
+    for key in ("alltoall_intra", "allgather_intra", "reduce_scatter_intra"):
         check((p[key] > 0) == intra, f"{key} measured iff a node has 2 ranks")
     check((p["intra"]["bandwidth"] > 0) == intra and
           p["intra"]["latency"] >= 0, "ring steps within a node")
     across = nodes > 1
-    for key in ("alltoall_inter", "allgather_inter"):
+    for key in ("alltoall_inter", "allgather_inter", "reduce_scatter_inter"):
         check((p[key] > 0) == across, f"{key} measured iff 2 nodes")
     check((p["inter"]["bandwidth"] > 0) == across,
           "ring steps between nodes")
@@ -173,7 +173,9 @@ def check_multinode(work, script):
               f"within the 400 Mbit/s link ({link / 1e6:.0f} MB/s)")
         for intra, inter in (("intra", "inter"),
                              ("alltoall_intra", "alltoall_inter"),
-                             ("allgather_intra", "allgather_inter")):
+                             ("allgather_intra", "allgather_inter"),
+                             ("reduce_scatter_intra",
+                              "reduce_scatter_inter")):
             a, b = p[intra], p[inter]
             if isinstance(a, dict):
                 a, b = a["bandwidth"], b["bandwidth"]

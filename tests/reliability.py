@@ -547,7 +547,7 @@ def write_text(text):
 def profile_text(**change):
     """A machine profile as `ringattn probe` writes it, with keys changed
     (values as JSON text)."""
-    keys = {"schema": "1", "measured": "true", "date": '"2026-11-29T00:00:00Z"',
+    keys = {"schema": "2", "measured": "true", "date": '"2026-11-29T00:00:00Z"',
             "version": '"ringattn 0.1.0"', "hosts": '"vm"', "io_dir": '"."',
             "nodes": "1", "ranks": "2", "ranks_per_node": "2", "threads": "1",
             "kernel": '[{"D": 64, "Dv": 64, "score": "dot", '
@@ -556,6 +556,7 @@ def profile_text(**change):
             "inter": '{"latency": 0, "bandwidth": 0}',
             "alltoall_intra": "7.7e9", "alltoall_inter": "0",
             "allgather_intra": "7.7e9", "allgather_inter": "0",
+            "reduce_scatter_intra": "2.6e9", "reduce_scatter_inter": "0",
             "io_read": "9e8", "io_write": "4e8", "mem_per_node": "25769803776"}
     keys.update(change)
     return "{\n" + ",\n".join(f'  "{k}": {v}' for k, v in keys.items()) + "\n}\n"
@@ -1445,8 +1446,9 @@ STALL_MESSAGES = {
     "ring": r"rank \d stalled at (step \d+|the end of the ring).*rank \d",
     "ring-q": r"ring-q: rank \d stalled at (step \d+: no transfer (from|to) "
               r"rank \d" + STALL_END + ")",
-    "allgather": r"allgather: rank \d stalled at (the broadcast of rank \d's "
-                 r"block: the collective over 2 ranks" + STALL_END + ")",
+    "allgather": r"allgather: rank \d stalled at (rank \d's block: no "
+                 r"transfer from rank \d|the sends of the own block: no "
+                 r"transfer to rank \d" + STALL_END + ")",
     "tree": r"tree: rank \d stalled at ((the gathering of the queries|the "
             r"reduction of the partial results): the collective over 2 "
             r"ranks" + STALL_END + ")",

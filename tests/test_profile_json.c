@@ -60,6 +60,7 @@ static void random_profile(ra_profile *p, unsigned seed)
                        &p->inter.latency, &p->inter.bandwidth,
                        &p->alltoall_intra, &p->alltoall_inter,
                        &p->allgather_intra, &p->allgather_inter,
+                       &p->reduce_scatter_intra, &p->reduce_scatter_inter,
                        &p->io_read, &p->io_write};
     for (size_t i = 0; i < sizeof rates / sizeof *rates; i++)
         *rates[i] = rand() % 5 == 0 ? 0.0 : rand() / (double)RAND_MAX *
@@ -93,6 +94,8 @@ static void assert_profiles_equal(const ra_profile *a, const ra_profile *b)
     assert_true(a->alltoall_inter == b->alltoall_inter);
     assert_true(a->allgather_intra == b->allgather_intra);
     assert_true(a->allgather_inter == b->allgather_inter);
+    assert_true(a->reduce_scatter_intra == b->reduce_scatter_intra);
+    assert_true(a->reduce_scatter_inter == b->reduce_scatter_inter);
     assert_true(a->io_read == b->io_read);
     assert_true(a->io_write == b->io_write);
     assert_int_equal(a->mem_per_node, b->mem_per_node);
@@ -234,8 +237,8 @@ static void test_refusals(void **state)
     refused("unknown.json", text, "key 'intra.speed': unknown key");
     edited(text, sizeof text, "inter", "{\"latency\": 1, \"latency\": 2}");
     refused("twice.json", text, "key 'inter.latency': given twice");
-    edited(text, sizeof text, "schema", "2");
-    refused("schema.json", text, "key 'schema': 2 is outside [1, 1]");
+    edited(text, sizeof text, "schema", "1");
+    refused("schema.json", text, "key 'schema': 1 is outside [2, 2]");
     edited(text, sizeof text, "io_read", "01");
     refused("zero.json", text, "leading zero");
     edited(text, sizeof text, "hosts", "\"a\\qb\"");
