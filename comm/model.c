@@ -377,6 +377,8 @@ static void bytes_hybrid_ring(const model_ctx *m, sent *x, int u,
 /* Seconds to move b bytes once over the link between ranks a and b. */
 static double link_time(const model_ctx *m, int from, int to, double b)
 {
+    if (from == to) /* one rank: its "next" is itself, nothing moves */
+        return 0.0;
     const int cross = m->node[from] != m->node[to];
     const profile_link *l = cross ? &m->pf->inter : &m->pf->intra;
     const double bw = l->bandwidth > 0 ? l->bandwidth : m->pf->intra.bandwidth;
