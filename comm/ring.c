@@ -186,14 +186,14 @@ static ra_status ring_size(ring_state *rs, const ring_args *a)
     return RA_OK;
 }
 
-/* The arrays of one call, carved out of one block (ring_alloc): the two
- * K/V blocks and their ids, the positions, the additive projections, the
- * rotated q and k, the ALiBi slopes; those a call does not use stay NULL. */
 typedef struct {
     ring_state *rs;
     const ring_args *a;
 } ring_carve_arg;
 
+/* The arrays of one call, carved out of one block (ring_alloc): the two
+ * K/V blocks and their ids, the positions, the additive projections, the
+ * rotated q and k, the ALiBi slopes; those a call does not use stay NULL. */
 static void ring_carve(void *arg, ra_carver *c)
 {
     ring_state *rs = ((ring_carve_arg *)arg)->rs;
