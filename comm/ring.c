@@ -186,42 +186,51 @@ static ra_status ring_size(ring_state *rs, const ring_args *a)
     return RA_OK;
 }
 
-/* Allocates the ring buffers, positions, projections and tiles. */
+typedef struct {
+    ring_state *rs;
+    const ring_args *a;
+} ring_carve_arg;
+
+/* The arrays of one call, carved out of one block (ring_alloc): the two
+ * K/V blocks and their ids, the positions, the additive projections, the
+ * rotated q and k, the ALiBi slopes; those a call does not use stay NULL. */
+static void ring_carve(void *arg, ra_carver *c)
+{
+    ring_state *rs = ((ring_carve_arg *)arg)->rs;
+    const ring_args *a = ((ring_carve_arg *)arg)->a;
+    const ra_shape *s = a->shape;
+    const ra_params *p = a->params;
+    const int64_t rows = s->B * rs->mmax;
+    for (int i = 0; i < 2; i++) {
+        rs->buf[i].kv = ra_carve(c, rows * (rs->row_k + rs->row_v),
+                                 sizeof(float));
+        if (rs->segs)
+            rs->buf[i].seg = ra_carve(c, rows, sizeof(int64_t));
+    }
+    rs->qpos = ra_carve(c, rs->n, sizeof(int64_t));
+    rs->kpos = ra_carve(c, rs->mmax, sizeof(int64_t));
+    if (p->score == RA_SCORE_ADDITIVE) {
+        const int64_t qp[4] = {s->B, rs->n, s->H, p->additive->A};
+        rs->qp = ra_carve(c, ra_count_checked(4, qp), sizeof(float));
+        rs->kp = ra_carve(c, s->B * rs->m_own * rs->row_k, sizeof(float));
+    }
+    if (p->rope != RA_ROPE_NONE) {
+        rs->qr = ra_carve(c, s->B * rs->n * s->H * s->D, sizeof(float));
+        rs->kr = ra_carve(c, s->B * rs->m_own * rs->row_k, sizeof(float));
+    }
+    if (p->alibi)
+        rs->slopes = ra_carve(c, s->H, sizeof(double));
+}
+
+/* Allocates the ring's arrays (one block) and the kernel's tiles. */
 static ra_status ring_alloc(ring_state *rs, const ring_args *a)
 {
-    const ra_shape *s = a->shape;
-    const int64_t rows = s->B * rs->mmax;
-    const int additive = a->params->score == RA_SCORE_ADDITIVE;
-    const int64_t A = additive ? a->params->additive->A : 0;
     int64_t bq, bkv;
-    ra_params_tiles(a->params, s, &bq, &bkv);
-    for (int i = 0; i < 2; i++) {
-        rs->buf[i].kv = malloc(sizeof(float) *
-                               (size_t)(rows * (rs->row_k + rs->row_v) + 1));
-        if (rs->segs)
-            rs->buf[i].seg = malloc(sizeof(int64_t) * (size_t)(rows + 1));
-    }
-    rs->qpos = malloc(sizeof(int64_t) * (size_t)(rs->n + 1));
-    rs->kpos = malloc(sizeof(int64_t) * (size_t)(rs->mmax + 1));
-    rs->ws = ra_workspace_create(rs->threads, bq, bkv, s->Dv);
-    if (additive) {
-        rs->qp = malloc(sizeof(float) * (size_t)(s->B * rs->n * s->H * A + 1));
-        rs->kp = malloc(sizeof(float) *
-                        (size_t)(s->B * rs->m_own * rs->row_k + 1));
-    }
-    if (a->params->rope != RA_ROPE_NONE) {
-        rs->qr = malloc(sizeof(float) * (size_t)(s->B * rs->n * s->H * s->D + 1));
-        rs->kr = malloc(sizeof(float) * (size_t)(s->B * rs->m_own * rs->row_k + 1));
-    }
-    if (a->params->alibi)
-        rs->slopes = malloc(sizeof(double) * (size_t)s->H);
-    if ((a->params->rope != RA_ROPE_NONE && (!rs->qr || !rs->kr)) ||
-        (a->params->alibi && !rs->slopes))
-        return ra_error_set(RA_ERR_NOMEM, "ring: cannot allocate the "
-                                          "positional encodings' buffers");
-    if (!rs->buf[0].kv || !rs->buf[1].kv ||
-        (rs->segs && (!rs->buf[0].seg || !rs->buf[1].seg)) || !rs->qpos ||
-        !rs->kpos || !rs->ws || (additive && (!rs->qp || !rs->kp)))
+    ra_params_tiles(a->params, a->shape, &bq, &bkv);
+    ring_carve_arg arg = {rs, a};
+    rs->mem = ra_carve_alloc(ring_carve, &arg);
+    rs->ws = ra_workspace_create(rs->threads, bq, bkv, a->shape->Dv);
+    if (!rs->mem || !rs->ws)
         return ra_error_set(RA_ERR_NOMEM, "ring: cannot allocate the ring "
                                           "buffers");
     rs->blk = (ra_block){.block_q = bq, .block_kv = bkv};
@@ -235,17 +244,7 @@ static ra_status ring_free(ring_state *rs)
 {
     if (rs->stalled)
         return RA_OK;
-    for (int i = 0; i < 2; i++) {
-        free(rs->buf[i].kv);
-        free(rs->buf[i].seg);
-    }
-    free(rs->qpos);
-    free(rs->kpos);
-    free(rs->qp);
-    free(rs->kp);
-    free(rs->qr);
-    free(rs->kr);
-    free(rs->slopes);
+    free(rs->mem);
     ra_workspace_free(rs->ws);
     if (rs->comm != MPI_COMM_NULL && MPI_Comm_free(&rs->comm) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "ring: MPI_Comm_free failed");

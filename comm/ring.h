@@ -40,6 +40,8 @@ typedef struct {
                              on another node */
     int64_t n, m_own, mmax; /* local queries, own keys, the largest block */
     int64_t row_k, row_v; /* floats per key row of K (or W_k k) and of V */
+    void *mem;            /* the one block behind buf, the positions,
+                             qp/kp, qr/kr and slopes (ring.c) */
     ring_buf buf[2];      /* the two alternating blocks */
     ra_block blk;         /* the kernel's view of the current block */
     int64_t *qpos, *kpos; /* global positions of local queries, block keys */

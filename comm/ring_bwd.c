@@ -42,6 +42,8 @@ typedef struct {
                              then dv (B, cnt, row_v) */
     float *loc;           /* one step's contribution, the same layout for
                              the rows the step holds */
+    void *mem;            /* the one block behind drow, acc, loc and the
+                             additive dq, dkp, dw (bwd_alloc) */
     ra_bwd_workspace *ws;
     MPI_Datatype row;     /* row_k + row_v floats */
     MPI_Request req[2];   /* receive, send of the accumulators */
@@ -208,28 +210,52 @@ static void acc_unpack(const ring_state *rs, const float *acc, float *dk,
     }
 }
 
-/* The backward pass's buffers, each sized for the largest block. */
+typedef struct {
+    const ring_state *rs;
+    bwd_state *bs;
+} bwd_carve_arg;
+
+/* Doubles of the additive weights' gradients: dw_q (A, D), dw_k (A, Dk),
+ * dw_v (A). */
+static int64_t dw_len(const ra_shape *s, int64_t A)
+{
+    return A * (s->D + ra_shape_dk(s) + 1);
+}
+
+/* The backward pass's arrays, carved out of one block (bwd_alloc): the
+ * row sums, the two travelling accumulators and one step's contribution
+ * (each sized for the largest block), and with the additive score the
+ * projections' gradients and the weights' sums. */
+static void bwd_carve(void *arg, ra_carver *c)
+{
+    const ring_state *rs = ((bwd_carve_arg *)arg)->rs;
+    bwd_state *bs = ((bwd_carve_arg *)arg)->bs;
+    const ra_shape *s = rs->shape;
+    const int64_t block = s->B * rs->mmax * (rs->row_k + rs->row_v);
+    const int64_t A = rs->blk.score == RA_SCORE_ADDITIVE ? rs->blk.D : 0;
+    bs->drow = ra_carve(c, s->B * s->H * rs->n, sizeof(float));
+    bs->acc[0] = ra_carve(c, block, sizeof(float));
+    bs->acc[1] = ra_carve(c, block, sizeof(float));
+    bs->loc = ra_carve(c, block, sizeof(float));
+    if (A) {
+        bs->dq = ra_carve(c, s->B * rs->n * s->H * A, sizeof(float));
+        bs->dkp = ra_carve(c, s->B * rs->m_own * s->G * A, sizeof(float));
+        bs->dw = ra_carve(c, dw_len(s, A), sizeof(double));
+    }
+}
+
 static ra_status bwd_alloc(ring_state *rs, bwd_state *bs)
 {
-    const ra_shape *s = rs->shape;
-    const size_t block = (size_t)(s->B * rs->mmax * (rs->row_k + rs->row_v));
-    bs->drow = malloc(sizeof(float) * (size_t)(s->B * s->H * rs->n + 1));
-    bs->acc[0] = malloc(sizeof(float) * (block + 1));
-    bs->acc[1] = malloc(sizeof(float) * (block + 1));
-    bs->loc = malloc(sizeof(float) * (block + 1));
     const int64_t A = rs->blk.score == RA_SCORE_ADDITIVE ? rs->blk.D : 0;
+    bwd_carve_arg arg = {rs, bs};
+    bs->mem = ra_carve_alloc(bwd_carve, &arg);
     bs->ws = ra_bwd_workspace_create(rs->threads, rs->blk.block_q,
                                      rs->blk.block_kv, A);
-    if (A) {
-        bs->dq = malloc(sizeof(float) * (size_t)(s->B * rs->n * s->H * A + 1));
-        bs->dkp = malloc(sizeof(float) * (size_t)(s->B * rs->m_own * s->G * A + 1));
-        bs->dw = calloc((size_t)(A * (s->D + ra_shape_dk(s) + 1)),
-                        sizeof(double));
-    }
-    if (!bs->drow || !bs->acc[0] || !bs->acc[1] || !bs->loc || !bs->ws ||
-        (A && (!bs->dq || !bs->dkp || !bs->dw)))
+    if (!bs->mem || !bs->ws)
         return ra_error_set(RA_ERR_NOMEM, "ring backward: cannot allocate "
                                           "the accumulators");
+    if (A) /* the weights' gradients are sums */
+        memset(bs->dw, 0, sizeof(double) * (size_t)dw_len(rs->shape, A));
     if (MPI_Type_contiguous((int)(rs->row_k + rs->row_v), MPI_FLOAT,
                             &bs->row) != MPI_SUCCESS ||
         MPI_Type_commit(&bs->row) != MPI_SUCCESS)
@@ -244,14 +270,7 @@ static void bwd_free(const ring_state *rs, bwd_state *bs)
 {
     if (rs->stalled)
         return;
-    free(bs->drow);
-    free(bs->acc[0]);
-    free(bs->acc[1]);
-    free(bs->loc);
-    if (bs->dq != bs->dq_user)
-        free(bs->dq);
-    free(bs->dkp);
-    free(bs->dw);
+    free(bs->mem);
     ra_bwd_workspace_free(bs->ws);
     if (bs->row != MPI_DATATYPE_NULL)
         MPI_Type_free(&bs->row);
@@ -329,7 +348,7 @@ static ra_status bwd_chain_additive(ring_state *rs, bwd_state *bs,
     if (!dw)
         return RA_OK;
     double *dwq = bs->dw, *dwk = dwq + A * D, *dwv = dwk + A * Dk;
-    const int64_t len = A * (D + Dk + 1);
+    const int64_t len = dw_len(s, A);
     weight_grad(bs->dq, nq, A, a->q, D, dwq);
     weight_grad(bs->dkp, nk, A, a->k, Dk, dwk);
     ra_bwd_workspace_take_dw_v(bs->ws, dwv);

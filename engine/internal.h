@@ -100,6 +100,24 @@ int64_t ra_count_checked(int n, const int64_t *f);
 /* a + b, or -1 when an operand is negative or the sum overflows int64. */
 int64_t ra_add_checked(int64_t a, int64_t b);
 
+/* One allocation carved into arrays, one free for all of them. Sizing and
+ * carving are the same calls run twice: first with base NULL, where
+ * ra_carve() only counts bytes and returns NULL, then over a block of at
+ * least `used` bytes, where it hands out consecutive arrays, each aligned
+ * to RA_CARVE_ALIGN bytes and never NULL (an empty one too). */
+enum { RA_CARVE_ALIGN = 64 };
+typedef struct {
+    char *base;   /* NULL while sizing */
+    int64_t used; /* bytes so far; -1 once a size overflowed */
+} ra_carver;
+
+void *ra_carve(ra_carver *c, int64_t count, size_t elem);
+
+/* Sizes with fill(ctx, c), allocates the block and carves it with a second
+ * fill: returns the block (the caller's to free) or NULL when a size
+ * overflowed or memory ran out. */
+void *ra_carve_alloc(void (*fill)(void *ctx, ra_carver *c), void *ctx);
+
 /* Fills out[0..count) with unit-normal floats that depend only on
  * (seed, stream, first + i): the same values whatever the slicing. */
 void ra_random_normal(uint64_t seed, uint64_t stream, uint64_t first,

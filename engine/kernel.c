@@ -28,13 +28,16 @@ struct ra_workspace {
     int64_t block_q, block_kv, Dv;
     size_t per_thread;  /* floats per thread, whole pages */
     float *mem;         /* threads * per_thread floats */
-    double *busy;       /* seconds in work items, thread t at t * BUSY_STRIDE */
+    double *busy;       /* seconds in work items, thread t at t * BUSY_STRIDE;
+                           both arrays live in the block of the struct */
 };
 
 /* Floats in a page, and doubles in a cache line: each thread's scratch
  * starts on a page of its own (first-touched by that thread) and its busy
  * counter on a line of its own (no false sharing). */
 enum { PAGE_FLOATS = 1024, BUSY_STRIDE = 8 };
+_Static_assert(sizeof(ra_workspace) <= PAGE_FLOATS * sizeof(float),
+               "the struct heads its block on one page");
 
 /* Scratch of one thread: scores (block_q x block_kv), accumulator
  * (block_q x Dv), running max and sum (block_q each), a per-key term
@@ -58,42 +61,31 @@ static void workspace_touch(ra_workspace *ws)
     }
 }
 
+/* One block: the struct on a page of its own, each thread's scratch on
+ * pages of its own, then the threads' busy counters. */
 ra_workspace *ra_workspace_create(int threads, int64_t block_q,
                                   int64_t block_kv, int64_t Dv)
 {
     if (threads < 1 || block_q < 1 || block_kv < 1 || Dv < 1)
         return NULL;
-    ra_workspace *ws = calloc(1, sizeof *ws);
-    if (!ws)
-        return NULL;
-    ws->threads = threads;
-    ws->block_q = block_q;
-    ws->block_kv = block_kv;
-    ws->Dv = Dv;
     const size_t floats = round16((size_t)(block_q * block_kv)) +
                           round16((size_t)(block_q * Dv)) +
                           2 * round16((size_t)block_q) +
                           round16((size_t)block_kv);
-    /* each thread's scratch starts on a page of its own */
-    ws->per_thread = (floats + PAGE_FLOATS - 1) / PAGE_FLOATS * PAGE_FLOATS;
-    ws->mem = ra_scratch_alloc(threads, ws->per_thread);
-    ws->busy = calloc((size_t)threads * BUSY_STRIDE, sizeof(double));
-    if (!ws->mem || !ws->busy) {
-        ra_workspace_free(ws);
+    const size_t per = (floats + PAGE_FLOATS - 1) / PAGE_FLOATS * PAGE_FLOATS;
+    const size_t scratch = PAGE_FLOATS + (size_t)threads * per;
+    const size_t busy = (size_t)threads * BUSY_STRIDE; /* doubles */
+    float *mem = ra_scratch_alloc(1, scratch + 2 * busy);
+    if (!mem)
         return NULL;
-    }
+    ra_workspace *ws = (ra_workspace *)mem;
+    *ws = (ra_workspace){threads, block_q, block_kv, Dv, per,
+                         mem + PAGE_FLOATS, (double *)(mem + scratch)};
     workspace_touch(ws);
     return ws;
 }
 
-void ra_workspace_free(ra_workspace *ws)
-{
-    if (!ws)
-        return;
-    free(ws->mem);
-    free(ws->busy);
-    free(ws);
-}
+void ra_workspace_free(ra_workspace *ws) { free(ws); }
 
 void ra_workspace_busy(const ra_workspace *ws, double *min, double *max)
 {

@@ -586,6 +586,7 @@ typedef struct {
     int64_t *q_lens, *kv_lens;         /* (B) each, or NULL when absent */
     int64_t *q_segments, *kv_segments; /* this rank's (B, n), (B, m) */
     ra_masks view;                     /* the same pointers, for ra_forward_ex */
+    void *block;                       /* the one allocation behind them */
 } ra_h5_masks;
 
 /* Reads the optional datasets /q_lens, /kv_lens (B,) and /q_segments

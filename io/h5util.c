@@ -344,9 +344,14 @@ static herr_t select_runs(hid_t fspace, int rank, const hsize_t *dims,
     return err;
 }
 
-ra_status h5io_slice_select(const char *path, const char *name, hid_t fspace,
-                            int rank, const hsize_t *dims, int axis,
-                            const ra_slice *slice, hid_t *mspace)
+/* Selects, in fspace of the given dims, the tokens of slice on axis (the
+ * union of its runs) and all of every other axis; *mspace becomes the
+ * matching dense memory space (caller closes). An empty slice selects
+ * nothing in both, so that the rank can still take part in a collective
+ * transfer. */
+static ra_status slice_select(const char *path, const char *name,
+                              hid_t fspace, int rank, const hsize_t *dims,
+                              int axis, const ra_slice *slice, hid_t *mspace)
 {
     hsize_t mdims[H5S_MAX_RANK];
     static const hsize_t one = 1;
@@ -382,34 +387,46 @@ done:
     return RA_OK;
 }
 
+ra_status h5io_slice_transfer(h5io_dir dir, hid_t dset, hid_t fspace,
+                              hid_t dxpl, const char *path, const char *name,
+                              hid_t mtype, int rank, const hsize_t *dims,
+                              int axis, const ra_slice *slice, void *buf)
+{
+    hid_t mspace = H5I_INVALID_HID;
+    int64_t dummy = 0; /* a valid address for an empty selection */
+    void *at = slice->count ? buf : (void *)&dummy;
+    char why[H5IO_DETAIL_LEN];
+    ra_status st = slice_select(path, name, fspace, rank, dims, axis, slice,
+                                &mspace);
+    if (st != RA_OK)
+        return st;
+    const herr_t err =
+        dir == H5IO_READ ? H5Dread(dset, mtype, mspace, fspace, dxpl, at)
+                         : H5Dwrite(dset, mtype, mspace, fspace, dxpl, at);
+    if (err < 0) {
+        h5io_error_detail(why);
+        st = ra_error_set(dir == H5IO_READ ? RA_ERR_INPUT : RA_ERR_IO,
+                          "%s: dataset %s: %s this rank's %lld tokens failed: "
+                          "%s", path, name,
+                          dir == H5IO_READ ? "reading" : "writing",
+                          (long long)slice->count, why);
+    }
+    H5Sclose(mspace);
+    return st;
+}
+
 ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
                          const char *name, hid_t mtype, int rank,
                          const hsize_t *dims, int axis, const ra_slice *slice,
                          void *buf)
 {
-    hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
-    int64_t dummy; /* a valid address for an empty selection */
-    char why[H5IO_DETAIL_LEN];
-    ra_status st;
-
-    if ((fspace = H5Dget_space(dset)) < 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot get its "
-                          "dataspace", path, name);
-        goto cleanup;
-    }
-    if ((st = h5io_slice_select(path, name, fspace, rank, dims, axis, slice,
-                                &mspace)) != RA_OK)
-        goto cleanup;
-    if (H5Dread(dset, mtype, mspace, fspace, dxpl,
-                slice->count ? buf : (void *)&dummy) < 0) {
-        h5io_error_detail(why);
-        st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: reading this rank's "
-                          "%lld tokens failed: %s", path, name,
-                          (long long)slice->count, why);
-    }
-
-cleanup:
-    if (mspace >= 0) H5Sclose(mspace);
-    if (fspace >= 0) H5Sclose(fspace);
+    const hid_t fspace = H5Dget_space(dset);
+    if (fspace < 0)
+        return ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot get its "
+                            "dataspace", path, name);
+    const ra_status st = h5io_slice_transfer(H5IO_READ, dset, fspace, dxpl,
+                                             path, name, mtype, rank, dims,
+                                             axis, slice, buf);
+    H5Sclose(fspace);
     return st;
 }

@@ -107,17 +107,24 @@ void h5io_type_name(hid_t type, char *buf, size_t len);
 /* The slice of one contiguous range, [r.start, r.start + r.count). */
 ra_slice h5io_slice_range(ra_range r);
 
-/* Selects, in fspace of the given dims, the tokens of slice on axis (the
- * union of its runs) and all of every other axis; *mspace becomes the
- * matching dense memory space, dims with slice->count on axis (caller
- * closes). An empty slice selects nothing in both, so that the rank can
- * still take part in a collective transfer. */
-ra_status h5io_slice_select(const char *path, const char *name, hid_t fspace,
-                            int rank, const hsize_t *dims, int axis,
-                            const ra_slice *slice, hid_t *mspace);
+/* Which way h5io_slice_transfer() moves the data. */
+typedef enum { H5IO_READ, H5IO_WRITE } h5io_dir;
+
+/* Moves this rank's slice on axis of the open dataset dset (dataspace
+ * fspace, of the given dims) between the file and buf, as mtype: reads it
+ * into buf (H5IO_READ) or writes it from buf (H5IO_WRITE, which only reads
+ * buf). In memory the slice is dense: dims with slice->count on axis, the
+ * union of its runs in order. With transfer list dxpl (collective: every
+ * rank calls it, empty slices too; buf may be NULL when the slice is
+ * empty). A failed read is RA_ERR_INPUT (the file's fault), a failed write
+ * RA_ERR_IO. */
+ra_status h5io_slice_transfer(h5io_dir dir, hid_t dset, hid_t fspace,
+                              hid_t dxpl, const char *path, const char *name,
+                              hid_t mtype, int rank, const hsize_t *dims,
+                              int axis, const ra_slice *slice, void *buf);
 
 /* Reads this rank's slice on axis of the open dataset dset (of the given
- * dims) into buf as mtype, dense as h5io_slice_select() describes, with
+ * dims) into buf as mtype, dense as h5io_slice_transfer() describes, with
  * transfer list dxpl (collective: every rank calls it, empty slices too).
  * buf may be NULL when the slice is empty. */
 ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
@@ -127,7 +134,7 @@ ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
 
 /* Creates dataset name of file type ftype and the given dims, and writes
  * buf (memory type mtype), this rank's slice on axis, dense as
- * h5io_slice_select() describes; collective over comm (the file's
+ * h5io_slice_transfer() describes; collective over comm (the file's
  * communicator), and every rank returns the same status (ra_agree), so
  * that a failure on one rank (a full disk) never leaves the others in the
  * next collective call. buf may be NULL when the slice is empty. */

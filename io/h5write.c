@@ -44,9 +44,7 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
                                  const h5io_storage *storage)
 {
     hid_t space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
-    hid_t dset = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
-    hid_t dxpl = H5I_INVALID_HID;
-    const int64_t dummy = 0; /* a valid address for an empty selection */
+    hid_t dset = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
     char why[H5IO_DETAIL_LEN];
     ra_status st = RA_OK;
 
@@ -65,19 +63,11 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
                           path, name, why);
         goto cleanup;
     }
-    if ((st = h5io_slice_select(path, name, space, rank, dims, axis, slice,
-                                &mspace)) != RA_OK)
-        goto cleanup;
-    if (H5Dwrite(dset, mtype, mspace, space, dxpl,
-                 slice->count ? buf : (const void *)&dummy) < 0) {
-        h5io_error_detail(why);
-        st = ra_error_set(RA_ERR_IO, "%s: dataset %s: writing this rank's "
-                          "%lld tokens failed: %s", path, name,
-                          (long long)slice->count, why);
-    }
+    /* the transfer only reads buf when it writes */
+    st = h5io_slice_transfer(H5IO_WRITE, dset, space, dxpl, path, name, mtype,
+                             rank, dims, axis, slice, (void *)buf);
 
 cleanup:
-    if (mspace >= 0) H5Sclose(mspace);
     if (dset >= 0 && H5Dclose(dset) < 0 && st == RA_OK) {
         h5io_error_detail(why);
         st = ra_error_set(RA_ERR_IO, "%s: dataset %s: closing failed: %s",

@@ -46,13 +46,19 @@ typedef struct {
     int64_t *buf;      /* (B) or (B, slice.count) */
 } mask_spec;
 
-/* Room for B rows of count ids (at least one value, so that a present mask
- * is never NULL on a rank with no tokens); NULL when out of memory. */
-static int64_t *mask_alloc(int64_t B, int64_t count)
+/* This rank's part of every present mask, and the keys' copy of
+ * /segments, carved out of one block (ra_carve_alloc): lens (B), segment
+ * ids (B, slice.count); never NULL, so a rank with no tokens still holds a
+ * present mask. */
+static void masks_carve(void *arg, ra_carver *c)
 {
-    const int64_t f[3] = {B, count ? count : 1, (int64_t)sizeof(int64_t)};
-    const int64_t bytes = ra_count_checked(3, f);
-    return bytes < 0 ? NULL : malloc((size_t)bytes);
+    mask_spec *m = arg;
+    for (int i = 0; i < NMASKS; i++)
+        if (m[i].present || (i == KV_SEGMENTS && m[SEGMENTS].present))
+            m[i].buf = ra_carve(c, ra_mul_checked(m[i].rank == 2 ?
+                                                  (int64_t)m[i].want[0] : 1,
+                                                  m[i].slice.count),
+                                sizeof(int64_t));
 }
 
 /* Checks which datasets are present and that they form an allowed set. */
@@ -144,26 +150,24 @@ static void masks_plan(const ra_shape *s, ra_slice sq, ra_slice sk,
 }
 
 /* Step 2 of masks_read(): opens and checks the present datasets and
- * allocates this rank's parts (not collective). */
+ * allocates this rank's parts in *block (not collective). */
 static ra_status masks_open(hid_t file, const char *path,
-                            const char *const *mask_names, const ra_shape *s,
-                            mask_spec *m)
+                            const char *const *mask_names, mask_spec *m,
+                            void **block)
 {
-    ra_status st = RA_OK;
-    for (int i = 0; i < NMASKS && st == RA_OK; i++) {
+    int any = 0;
+    for (int i = 0; i < NMASKS; i++) {
         if (!m[i].present)
             continue;
-        if ((st = mask_open(file, path, mask_names[i], &m[i])) != RA_OK)
-            break;
-        m[i].buf = mask_alloc(s->B, m[i].slice.count);
-        /* /segments stands for both: the keys get a copy of the ids */
-        if (i == SEGMENTS && m[i].buf)
-            m[KV_SEGMENTS].buf = mask_alloc(s->B, m[i].slice.count);
-        if (!m[i].buf || (i == SEGMENTS && !m[KV_SEGMENTS].buf))
-            st = ra_error_set(RA_ERR_NOMEM, "%s: dataset %s: cannot allocate "
-                              "this rank's part", path, mask_names[i]);
+        const ra_status st = mask_open(file, path, mask_names[i], &m[i]);
+        if (st != RA_OK)
+            return st;
+        any = 1;
     }
-    return st;
+    if (any && !(*block = ra_carve_alloc(masks_carve, m)))
+        return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate this rank's "
+                            "part of the masks", path);
+    return RA_OK;
 }
 
 /* Step 3's end: the keys' copy of /segments and the range of the lengths
@@ -188,10 +192,11 @@ static ra_status masks_finish(const char *path,
 
 /* The collective body of ra_h5_read_masks(): every rank returns the same
  * status. m[i].buf receives the present masks (with /segments, also
- * m[KV_SEGMENTS].buf, a copy); the caller owns them, on failure too. */
+ * m[KV_SEGMENTS].buf, a copy), all in *block, which the caller owns, on
+ * failure too. */
 static ra_status masks_read(MPI_Comm comm, const char *path,
                             const mask_set *nm, const ra_shape *s,
-                            ra_layout layout, mask_spec *m)
+                            ra_layout layout, mask_spec *m, void **block)
 {
     const char *const *mask_names = nm->name;
     h5io_reader in = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
@@ -209,8 +214,8 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
         goto cleanup;
 
     /* step 2: open and check the present datasets, allocate their parts */
-    if ((st = ra_agree(comm, masks_open(in.file, path, mask_names, s,
-                                        m))) != RA_OK)
+    if ((st = ra_agree(comm, masks_open(in.file, path, mask_names, m,
+                                        block))) != RA_OK)
         goto cleanup;
 
     /* step 3: collective reads, then the range of the lengths */
@@ -256,11 +261,11 @@ ra_status ra_h5_read_masks_from(MPI_Comm comm, const char *path,
         return st;
 
     h5io_quiet_begin(&quiet);
-    st = ra_agree(comm, masks_read(comm, path, &nm, shape, layout, m));
+    st = ra_agree(comm, masks_read(comm, path, &nm, shape, layout, m,
+                                   &masks->block));
     h5io_quiet_end(&quiet);
     if (st != RA_OK) {
-        for (int i = 0; i < NMASKS; i++)
-            free(m[i].buf);
+        ra_h5_masks_free(masks);
         return st;
     }
     masks->q_lens = m[Q_LENS].buf;
@@ -278,9 +283,6 @@ void ra_h5_masks_free(ra_h5_masks *masks)
 {
     if (!masks)
         return;
-    free(masks->q_lens);
-    free(masks->kv_lens);
-    free(masks->q_segments);
-    free(masks->kv_segments);
+    free(masks->block);
     memset(masks, 0, sizeof *masks);
 }

@@ -1,0 +1,36 @@
+/* carve.c: one allocation carved into the arrays of a struct (internal.h),
+ * so that a struct with many arrays has one malloc and one free. */
+#include <stdlib.h>
+
+#include "internal.h"
+
+void *ra_carve(ra_carver *c, int64_t count, size_t elem)
+{
+    const int64_t bytes = ra_mul_checked(count, (int64_t)elem);
+    const int64_t at = c->used;
+    if (at < 0 || bytes < 0) {
+        c->used = -1;
+        return NULL;
+    }
+    const int64_t end = ra_add_checked(at, bytes);
+    const int64_t pad = end < 0 ? -1 : (RA_CARVE_ALIGN - end % RA_CARVE_ALIGN) %
+                                           RA_CARVE_ALIGN;
+    c->used = pad < 0 ? -1 : ra_add_checked(end, pad);
+    return c->base && c->used >= 0 ? c->base + at : NULL;
+}
+
+void *ra_carve_alloc(void (*fill)(void *ctx, ra_carver *c), void *ctx)
+{
+    ra_carver c = {NULL, 0};
+    fill(ctx, &c);
+    if (c.used < 0 || (uint64_t)c.used > SIZE_MAX - RA_CARVE_ALIGN)
+        return NULL;
+    void *block = NULL;
+    /* at least one alignment unit, so that an empty plan still allocates */
+    if (posix_memalign(&block, RA_CARVE_ALIGN,
+                       (size_t)(c.used ? c.used : RA_CARVE_ALIGN)) != 0)
+        return NULL;
+    c = (ra_carver){block, 0};
+    fill(ctx, &c);
+    return block;
+}
