@@ -9,6 +9,7 @@
 
 #include "agree.h"
 #include "cli.h"
+#include "driver.h"
 #include "h5io.h"
 #include "internal.h"
 #include "placement.h"
@@ -193,17 +194,12 @@ static ra_status map_parse(const char *rows, const char *heads,
 
 /* Everything one run owns between validate and report. */
 typedef struct {
-    ra_shape s;
-    cli_score_inputs score_in;
-    double *slopes;             /* /alibi_slopes, or NULL */
+    cli_pass_data d;
     map_request mreq;
     ra_attn_map map;
     const char *q_seg, *kv_seg; /* segment datasets, or NULL */
-    int layout_auto;
     ra_axes axes[3];            /* the order q, k, v were read in */
     ra_h5_source recorded;      /* the datasets used, for the output */
-    cli_tensors t;
-    ra_h5_masks masks;
     char mask_names[64];        /* the "masks" attribute of the output */
     ra_timing tm;
     double t_read, t_write, t_total;
@@ -211,19 +207,13 @@ typedef struct {
     model_result pick;
 } run_state;
 
-static void run_free(run_state *r)
+/* What run owns beyond the shared data. */
+static void run_release(run_state *r)
 {
-    cli_score_free(&r->score_in);
-    free(r->slopes);
-    r->slopes = NULL;
-    cli_tensors_free(&r->t);
     free(r->map.out);
     r->map.out = NULL;
-    ra_h5_masks_free(&r->masks);
 }
 
-/* Every check that needs no compute, before the first collective of the
- * work; the ranks agree on the verdict. */
 /* The output options that need no file: the same verdict on every rank. */
 static ra_status out_opts_check(const run_opts *o)
 {
@@ -241,8 +231,12 @@ static ra_status out_opts_check(const run_opts *o)
     return RA_OK;
 }
 
+/* Every check that needs no compute, before the first collective of the
+ * work; the ranks agree on the verdict. */
 static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
+    r->d.in = o->in;
+    r->d.out = o->out;
     ra_status st = out_opts_check(o);
     if (st == RA_OK)
         st = cli_output_agree(ctx, o->out, o->force,
@@ -251,34 +245,34 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
         st = cli_output_agree(ctx, o->json, o->force,
                               (const char *const[]){o->in, NULL});
     if (st == RA_OK)
-        st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->s,
+        st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->d.s,
                                    r->axes);
     if (st == RA_OK && (r->picked = (int)o->p.strategy == CLI_STRATEGY_AUTO))
-        st = plan_pick(ctx, &r->s, &o->p, NULL, o->profile, &r->pick);
+        st = plan_pick(ctx, &r->d.s, &o->p, NULL, o->profile, &r->pick);
     if (st != RA_OK)
         return st;
     o->p.nonfinite = o->allow_nonfinite;
-    st = cli_params_check(&o->p, &r->s, NULL);
+    st = cli_params_check(&o->p, &r->d.s, NULL);
     if (st == RA_OK)
-        st = cli_score_setup(o->in, &r->s, &o->p, &r->score_in);
+        st = cli_score_setup(o->in, &r->d.s, &o->p, &r->d.score_in);
     if (st == RA_OK)
-        st = cli_alibi_setup(o->in, &r->s, &o->p, &r->slopes);
+        st = cli_alibi_setup(o->in, &r->d.s, &o->p, &r->d.slopes);
     if (st == RA_OK && o->map_rows)
-        st = map_parse(o->map_rows, o->map_heads, &r->s, &r->mreq);
+        st = map_parse(o->map_rows, o->map_heads, &r->d.s, &r->mreq);
     if (st == RA_OK)
         st = h5io_segment_names_from(o->in, &o->src, &r->q_seg, &r->kv_seg);
     st = ra_agree(ctx->comm, st);
     if (st == RA_OK) /* collective */
-        st = ra_strategy_check(ctx->comm, &r->s, &o->p, r->q_seg != NULL);
+        st = ra_strategy_check(ctx->comm, &r->d.s, &o->p, r->q_seg != NULL);
     return st;
 }
 
 /* The mask datasets in use, for the output's "masks" attribute. */
 static void mask_names(run_state *r)
 {
-    const char *names[3] = {r->masks.q_lens ? "q_lens" : NULL,
-                            r->masks.kv_lens ? "kv_lens" : NULL,
-                            r->masks.q_segments ? "segments" : NULL};
+    const char *names[3] = {r->d.masks.q_lens ? "q_lens" : NULL,
+                            r->d.masks.kv_lens ? "kv_lens" : NULL,
+                            r->d.masks.q_segments ? "segments" : NULL};
     r->mask_names[0] = '\0';
     for (int i = 0; i < 3; i++) {
         size_t used = strlen(r->mask_names);
@@ -296,9 +290,9 @@ static void mask_record(const run_opts *o, run_state *r)
     const ra_h5_source *src = &o->src;
     r->recorded = (ra_h5_source){.q = src->q, .k = src->k, .v = src->v,
                                  .axes = src->axes};
-    if (r->masks.q_lens)
+    if (r->d.masks.q_lens)
         r->recorded.q_lens = src->q_lens ? src->q_lens : "/q_lens";
-    if (r->masks.kv_lens)
+    if (r->d.masks.kv_lens)
         r->recorded.kv_lens = src->kv_lens ? src->kv_lens : "/kv_lens";
     if (r->q_seg && r->q_seg == r->kv_seg)
         r->recorded.segments = r->q_seg;
@@ -311,10 +305,9 @@ static void mask_record(const run_opts *o, run_state *r)
 /* The layout, this rank's buffers (agreed) and the masks. */
 static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
-    const ra_shape *s = &r->s;
-    r->layout_auto = o->p.layout == RA_LAYOUT_AUTO;
-    o->p.layout = ra_params_layout(&o->p, r->q_seg != NULL);
-    ra_status st = cli_tensors_alloc(&r->t, s, o->p.layout, ctx->rank,
+    const ra_shape *s = &r->d.s;
+    cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
+    ra_status st = cli_tensors_alloc(&r->d.t, s, o->p.layout, ctx->rank,
                                      ctx->nranks);
     r->map = (ra_attn_map){r->mreq.i0, r->mreq.i1, r->mreq.heads,
                            r->mreq.nheads, NULL};
@@ -332,7 +325,7 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
     if ((st = ra_h5_read_masks_from(ctx->comm, o->in, &o->src, s,
-                                    o->p.layout, &r->masks)) != RA_OK)
+                                    o->p.layout, &r->d.masks)) != RA_OK)
         return st;
     mask_names(r);
     mask_record(o, r);
@@ -342,12 +335,12 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 /* Reads this rank's slices and refuses non-finite values (collective). */
 static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
 {
-    cli_tensors *t = &r->t;
-    ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->s,
+    cli_tensors *t = &r->d.t;
+    ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->d.s,
                                           o->p.layout, t->q, t->k, t->v);
     h5io_nonfinite bad;
     if (st != RA_OK || o->allow_nonfinite ||
-        h5io_scan_nonfinite(ctx->comm, o->in, &o->src, &r->s, o->p.layout,
+        h5io_scan_nonfinite(ctx->comm, o->in, &o->src, &r->d.s, o->p.layout,
                             t->q, t->k, t->v, &bad) == RA_OK)
         return st;
     char why[512];
@@ -360,18 +353,18 @@ static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
 static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
                              run_state *r)
 {
-    cli_tensors *t = &r->t;
+    cli_tensors *t = &r->d.t;
     const double t0 = MPI_Wtime();
     ra_status st = run_read(ctx, o, r);
     const double t1 = MPI_Wtime();
     const int ran = st == RA_OK;
     progress_start(&o->p);
     if (st == RA_OK && o->map_rows) {
-        st = ra_forward_map(ctx->comm, &r->s, &o->p, &r->masks.view, t->q,
+        st = ra_forward_map(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, t->q,
                             t->k, t->v, t->o, t->lse, &r->map);
         r->tm.total = MPI_Wtime() - t1; /* forward and map passes together */
     } else if (st == RA_OK) {
-        st = ra_forward_ex(ctx->comm, &r->s, &o->p, &r->masks.view, t->q,
+        st = ra_forward_ex(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, t->q,
                            t->k, t->v, t->o, t->lse, &r->tm);
     }
     if (ran && st == RA_ERR_MPI) /* a stalled ring: the others wait for a
@@ -380,15 +373,15 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     const double t2 = MPI_Wtime();
     if (st == RA_OK) {
         int64_t bq, bkv;
-        ra_params_tiles(&o->p, &r->s, &bq, &bkv);
+        ra_params_tiles(&o->p, &r->d.s, &bq, &bkv);
         const ra_run_meta meta = {
-            .params = &o->p, .scale = ra_params_scale(&o->p, &r->s),
+            .params = &o->p, .scale = ra_params_scale(&o->p, &r->d.s),
             .block_q = bq, .block_kv = bkv,
             .command_line = ctx->command_line, .masks = r->mask_names,
             .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
             .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
             .out_compress = o->out_compress, .out_group = o->out_group};
-        st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->s, &meta,
+        st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->d.s, &meta,
                                  t->o, t->lse);
     }
     r->t_read = t1 - t0;
@@ -402,10 +395,10 @@ static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
                           const run_state *r, double attention, double flops)
 {
     int64_t bq, bkv;
-    ra_params_tiles(&o->p, &r->s, &bq, &bkv);
+    ra_params_tiles(&o->p, &r->d.s, &bq, &bkv);
     const cli_run_summary sum = {
-        .in = o->in, .out = o->out, .shape = &r->s, .params = &o->p,
-        .scale = ra_params_scale(&o->p, &r->s), .source = &o->src,
+        .in = o->in, .out = o->out, .shape = &r->d.s, .params = &o->p,
+        .scale = ra_params_scale(&o->p, &r->d.s), .source = &o->src,
         .masks = r->mask_names, .out_dtype = (ra_dtype)o->out_dtype,
         .block_q = bq, .block_kv = bkv, .nranks = ctx->nranks,
         .threads = ra_params_threads(&o->p), .t_attention = attention,
@@ -419,7 +412,7 @@ static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
 static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
                             const run_state *r)
 {
-    const double flops = ra_forward_flops(&r->s, &o->p, &r->masks.view);
+    const double flops = ra_forward_flops(&r->d.s, &o->p, &r->d.masks.view);
     double mine[4] = {r->tm.total, r->tm.comm_wait, r->t_read, r->t_write};
     double worst[4];
     char rates[128];
@@ -439,7 +432,7 @@ static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
            "%d threads (comm wait max %.3f s); %s; wrote %s\n", worst[0],
            flops / worst[0] * 1e-9, note, ctx->nranks,
            ra_params_threads(&o->p), worst[1],
-           cli_io_rates(&r->s, worst[2], worst[3], rates), o->out);
+           cli_io_rates(&r->d.s, worst[2], worst[3], rates), o->out);
     if (r->picked)
         printf("ringattn run: strategy %s by the plan: attention predicted "
                "%.3f s, measured %.3f s (measured/predicted %.2f)\n",
@@ -447,6 +440,26 @@ static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
                worst[0] / r->pick.t_total);
     return st;
 }
+
+/* What run prints after the parameter table. */
+static ra_status run_print(const cli_ctx *ctx, run_opts *o, run_state *r)
+{
+    cli_print_source(ctx, &o->src, r->axes);
+    if (r->picked)
+        plan_pick_print(ctx, &r->pick, o->profile);
+    progress_setup(ctx, &o->prog, &r->d.s, &o->p, o->profile);
+    progress_print_param(ctx, &o->prog);
+    return RA_OK;
+}
+
+CLI_PASS_STEPS(run, run_opts, run_state)
+CLI_PASS_STEP(run_print, run_opts, run_state)
+CLI_PASS_RELEASE(run_release, run_state)
+
+static const cli_pass run_pass = {
+    CLI_PASS_FIELDS(run, run_opts, run_state), .print = run_print_step,
+    .release = run_release_step,
+};
 
 int cmd_run(const cli_ctx *ctx, int argc, char **argv)
 {
@@ -456,23 +469,6 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
         else if (strcmp(argv[i], "--backward") == 0)
             return cmd_run_backward(ctx, argc, argv);
     run_opts o = {0};
-    const int code = cli_parse_pass(ctx, &run_spec, &o, &o.p, argc, argv);
-    if (code >= 0)
-        return code;
     run_state r = {0};
-    ra_status st = run_validate(ctx, &o, &r);
-    if (st == RA_OK && (st = run_setup(ctx, &o, &r)) == RA_OK) {
-        cli_placement_warn(ctx, ra_params_threads(&o.p));
-        cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
-        cli_print_source(ctx, &o.src, r.axes);
-        if (r.picked)
-            plan_pick_print(ctx, &r.pick, o.profile);
-        progress_setup(ctx, &o.prog, &r.s, &o.p, o.profile);
-        progress_print_param(ctx, &o.prog);
-        st = run_compute(ctx, &o, &r);
-    }
-    if (st == RA_OK)
-        st = run_report(ctx, &o, &r);
-    run_free(&r);
-    return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
+    return cli_pass_run(ctx, &run_pass, &o, &r, argc, argv);
 }
