@@ -324,17 +324,14 @@ int cli_version(const cli_ctx *ctx);
  * HDF5 ...; exp ..."), into buf. */
 void cli_version_line(char *buf, size_t n);
 
-int cmd_gen(const cli_ctx *ctx, int argc, char **argv);
-int cmd_run(const cli_ctx *ctx, int argc, char **argv);
-int cmd_verify(const cli_ctx *ctx, int argc, char **argv);
-int cmd_info(const cli_ctx *ctx, int argc, char **argv);
-int cmd_bench(const cli_ctx *ctx, int argc, char **argv);
-int cmd_plot(const cli_ctx *ctx, int argc, char **argv);
-int cmd_plan(const cli_ctx *ctx, int argc, char **argv);
-int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv);
-int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv);
-int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv);
-int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv);
-int cmd_probe(const cli_ctx *ctx, int argc, char **argv);
+/* A subcommand: argv from its name on; returns the exit code. */
+typedef int cli_command(const cli_ctx *ctx, int argc, char **argv);
+
+/* The subcommands main.c dispatches to (its table names them), and the
+ * modes run, bench and verify hand their argv to. */
+cli_command cmd_gen, cmd_run, cmd_verify, cmd_info, cmd_bench, cmd_plot,
+    cmd_probe, cmd_plan;
+cli_command cmd_run_mha, cmd_run_backward, cmd_bench_backward,
+    cmd_verify_backward;
 
 #endif /* RA_CLI_H */
