@@ -21,23 +21,17 @@ typedef struct {
 } bwd_opts;
 
 static const cli_opt bwd_own[] = {
-    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
-     .required = 1,
-     .offset = CLI_FIELD(bwd_opts, in, const char *),
-     .help = "input with /q /k /v and the output gradient /do\n"
-     "(B,N,H,Dv), e.g. from gen --backward"},
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
-     .required = 1,
-     .offset = CLI_FIELD(bwd_opts, out, const char *),
-     .help = "output /dq /dk /dv; written to a temporary file,\n"
-     "renamed at the end"},
-    {.name = "--fwd", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(bwd_opts, fwd, const char *),
-     .help = "read /o and /lse from this forward output of the\n"
-     "same problem (run on --in with the same options)"},
-    {.name = "--recompute", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(bwd_opts, recompute, int),
-     .help = "recompute /o and /lse with a forward pass instead"},
+    CLI_OPT_REQUIRED(bwd_opts, "--in", "FILE", in,
+                     "input with /q /k /v and the output gradient /do\n"
+                     "(B,N,H,Dv), e.g. from gen --backward"),
+    CLI_OPT_REQUIRED(bwd_opts, "--out", "FILE", out,
+                     "output /dq /dk /dv; written to a temporary file,\n"
+                     "renamed at the end"),
+    CLI_OPT_TEXT(bwd_opts, "--fwd", "FILE", fwd, NULL,
+                 "read /o and /lse from this forward output of the\n"
+                 "same problem (run on --in with the same options)"),
+    CLI_OPT_FLAG(bwd_opts, "--recompute", recompute,
+                 "recompute /o and /lse with a forward pass instead"),
     {0},
 };
 
@@ -81,11 +75,7 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
         st = ra_h5_read_shape(ctx->comm, o->in, &r->d.s);
     if (st != RA_OK)
         return st;
-    st = cli_params_check(&o->p, &r->d.s, NULL);
-    if (st == RA_OK)
-        st = cli_score_setup(o->in, &r->d.s, &o->p, &r->d.score_in);
-    if (st == RA_OK)
-        st = cli_alibi_setup(o->in, &r->d.s, &o->p, &r->d.slopes);
+    st = cli_pass_params(o->in, &r->d, &o->p);
     if (st == RA_OK && o->fwd)
         st = h5io_fwd_check(o->fwd, &r->d.s, &o->p);
     if (st == RA_OK)
@@ -128,9 +118,10 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
 static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
                              bwd_state *r)
 {
-    cli_tensors *t = &r->d.t;
+    const cli_tensors *t = &r->d.t;
+    const cli_grads *g = &r->d.g;
     const int additive = o->p.score == RA_SCORE_ADDITIVE;
-    const ra_additive_grads *dw = additive ? &r->d.g.dw_grads : NULL;
+    const ra_additive_grads *dw = additive ? &g->dw_grads : NULL;
     const double t0 = MPI_Wtime();
     ra_status st = bwd_read(ctx, o, r);
     const int ran = st == RA_OK;
@@ -139,8 +130,8 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
                            t->k, t->v, t->o, t->lse, &r->tm_fwd);
     if (st == RA_OK)
         st = ra_backward_ex(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, t->q,
-                            t->k, t->v, t->o, t->lse, r->d.g.dout, r->d.g.dq, r->d.g.dk,
-                            r->d.g.dv, dw, &r->tm);
+                            t->k, t->v, t->o, t->lse, g->dout, g->dq, g->dk,
+                            g->dv, dw, &r->tm);
     if (ran && st == RA_ERR_MPI) /* a stalled ring */
         cli_abort(ctx, ra_error_message());
     if (st == RA_OK) {
@@ -183,7 +174,5 @@ static const cli_pass bwd_pass = {CLI_PASS_FIELDS(bwd, bwd_opts, bwd_state)};
 
 int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
 {
-    bwd_opts o = {0};
-    bwd_state r = {0};
-    return cli_pass_run(ctx, &bwd_pass, &o, &r, argc, argv);
+    return cli_pass_run(ctx, &bwd_pass, argc, argv);
 }

@@ -22,23 +22,17 @@ typedef struct {
 } bb_opts;
 
 static const cli_opt bb_own[] = {
-    {.name = "--warmup", .kind = CLI_INT, .meta = "W",
-     .offset = CLI_FIELD(bb_opts, warmup, int64_t), .lo = 0, .hi = 1000,
-     .def = "1", .help = "untimed passes first"},
-    {.name = "--reps", .kind = CLI_INT, .meta = "R",
-     .offset = CLI_FIELD(bb_opts, reps, int64_t), .lo = 1, .hi = 1000,
-     .def = "3", .help = "timed passes (the median is reported)"},
-    {.name = "--seed", .kind = CLI_INT, .meta = "S",
-     .offset = CLI_FIELD(bb_opts, seed, int64_t), .lo = 0, .hi = INT64_MAX,
-     .def = "1", .help = "seed of the random inputs"},
-    {.name = "--additive-hidden", .kind = CLI_INT, .meta = "A",
-     .offset = CLI_FIELD(bb_opts, additive_hidden, int64_t), .lo = 1,
-     .hi = 65536, .def = "64",
-     .help = "hidden size of random additive weights"},
-    {.name = "--no-poll", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(bb_opts, p.no_poll, int),
-     .help = "do not progress transfers between tiles (shows what\n"
-     "overlap is worth)"},
+    CLI_OPT_INT(bb_opts, "--warmup", "W", warmup, 0, 1000, "1",
+                "untimed passes first"),
+    CLI_OPT_INT(bb_opts, "--reps", "R", reps, 1, 1000, "3",
+                "timed passes (the median is reported)"),
+    CLI_OPT_INT(bb_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
+                "seed of the random inputs"),
+    CLI_OPT_INT(bb_opts, "--additive-hidden", "A", additive_hidden, 1, 65536,
+                "64", "hidden size of random additive weights"),
+    CLI_OPT_FLAG(bb_opts, "--no-poll", p.no_poll,
+                 "do not progress transfers between tiles (shows what\n"
+                 "overlap is worth)"),
     {0},
 };
 
@@ -69,6 +63,13 @@ typedef struct {
     double sgemm;       /* this rank's sgemm GFLOP/s */
     bb_times med;
 } bb_state;
+
+/* Before parsing: the shape's defaults. */
+static ra_status bb_init(const cli_ctx *ctx, bb_opts *o, bb_state *b)
+{
+    cli_shape_default(&o->cs);
+    return RA_OK;
+}
 
 /* The shape and parameters checked (agreed), and the additive score's
  * random weights made. */
@@ -197,13 +198,12 @@ static ra_status bb_report(const cli_ctx *ctx, bb_opts *o, bb_state *b)
 }
 
 CLI_PASS_STEPS(bb, bb_opts, bb_state)
+CLI_PASS_STEP(bb_init, bb_opts, bb_state)
 
-static const cli_pass bb_pass = {CLI_PASS_FIELDS(bb, bb_opts, bb_state)};
+static const cli_pass bb_pass = {CLI_PASS_FIELDS(bb, bb_opts, bb_state),
+                                 .init = bb_init_step};
 
 int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv)
 {
-    bb_opts o = {0};
-    bb_state b = {0};
-    cli_shape_default(&o.cs);
-    return cli_pass_run(ctx, &bb_pass, &o, &b, argc, argv);
+    return cli_pass_run(ctx, &bb_pass, argc, argv);
 }

@@ -147,27 +147,20 @@ typedef struct {
 static const char *const encodings[] = {"sinusoidal", NULL};
 
 static const cli_opt mha_own[] = {
-    {.name = "--mha", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(mha_opts, mha, int),
-     .help = "the layer instead of plain attention (this text)"},
-    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
-     .required = 1,
-     .offset = CLI_FIELD(mha_opts, in, const char *),
-     .help = "input: /x (B,N,E), or /x_q (B,N,Eq) and /x_kv (B,M,Ekv);\n"
-     "weights /w_q (H*D,Eq) /w_k (G*D,Ekv) /w_v (G*Dv,Ekv)\n"
-     "/w_o (Eout,H*Dv), optional biases /b_q /b_k /b_v /b_o"},
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
-     .required = 1,
-     .offset = CLI_FIELD(mha_opts, out, const char *),
-     .help = "output /y (B,N,Eout); written to a temporary file,\n"
-     "renamed at the end"},
-    {.name = "--heads", .kind = CLI_INT, .meta = "H",
-     .offset = CLI_FIELD(mha_opts, H, int64_t), .lo = 1, .hi = 1 << 20,
-     .help = "heads of the projections (default: the input's root\n"
-     "attribute heads)"},
-    {.name = "--kv-heads", .kind = CLI_INT, .meta = "G",
-     .offset = CLI_FIELD(mha_opts, G, int64_t), .lo = 1, .hi = 1 << 20,
-     .help = "kv heads (default: the attribute kv_heads, else H)"},
+    CLI_OPT_FLAG(mha_opts, "--mha", mha,
+                 "the layer instead of plain attention (this text)"),
+    CLI_OPT_REQUIRED(mha_opts, "--in", "FILE", in,
+        "input: /x (B,N,E), or /x_q (B,N,Eq) and /x_kv (B,M,Ekv);\n"
+        "weights /w_q (H*D,Eq) /w_k (G*D,Ekv) /w_v (G*Dv,Ekv)\n"
+        "/w_o (Eout,H*Dv), optional biases /b_q /b_k /b_v /b_o"),
+    CLI_OPT_REQUIRED(mha_opts, "--out", "FILE", out,
+                     "output /y (B,N,Eout); written to a temporary file,\n"
+                     "renamed at the end"),
+    CLI_OPT_INT(mha_opts, "--heads", "H", H, 1, 1 << 20, NULL,
+                "heads of the projections (default: the input's root\n"
+                "attribute heads)"),
+    CLI_OPT_INT(mha_opts, "--kv-heads", "G", G, 1, 1 << 20, NULL,
+                "kv heads (default: the attribute kv_heads, else H)"),
     {.name = "--pos-encoding", .kind = CLI_CHOICE, .meta = "sinusoidal",
      .offset = CLI_FIELD(mha_opts, pos_kind, int), .choices = encodings,
      .seen = CLI_SEEN(mha_opts, pos),
@@ -337,7 +330,5 @@ static const cli_pass mha_pass = {
 
 int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
 {
-    mha_opts o = {0};
-    mha_state r = {0};
-    return cli_pass_run(ctx, &mha_pass, &o, &r, argc, argv);
+    return cli_pass_run(ctx, &mha_pass, argc, argv);
 }

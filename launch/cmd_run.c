@@ -36,90 +36,66 @@ _Static_assert(RA_AXES_BNHD == 0 && RA_AXES_BHND == 1 &&
                "--qkv-layout stores the ra_axes index as int");
 
 static const cli_opt run_own[] = {
-    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
-     .required = 1,
-     .offset = CLI_FIELD(run_opts, in, const char *),
-     .help = "input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)"},
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
-     .required = 1,
-     .offset = CLI_FIELD(run_opts, out, const char *),
-     .help = "output; written to a temporary file, renamed at the end"},
-    {.name = "--qkv-layout", .kind = CLI_CHOICE, .meta = "ORDER",
-     .offset = CLI_FIELD(run_opts, src.axes, int), .choices = qkv_layouts,
-     .noun = "tensor layout", .def = "bnhd",
-     .help = "axis order of q, k, v without an 'axes' attribute:\n"
-     "bnhd (B,N,H,D) or bhnd (B,H,N,D), as PyTorch's\n"
-     "attention takes them; an attribute axes = \"B,N,H,D\"\n"
-     "or \"B,H,N,D\" on a dataset wins"},
-    {.name = "--q", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.q, const char *), .def = "/q",
-     .help = "dataset of the queries, e.g. /layer3/attn/q"},
-    {.name = "--k", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.k, const char *), .def = "/k",
-     .help = "dataset of the keys"},
-    {.name = "--v", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.v, const char *), .def = "/v",
-     .help = "dataset of the values"},
-    {.name = "--q-lens", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.q_lens, const char *),
-     .help = "padding lengths of the queries (B,) (default /q_lens,\n"
-     "when present; a dataset named here must exist)"},
-    {.name = "--kv-lens", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.kv_lens, const char *),
-     .help = "padding lengths of the keys (B,) (default /kv_lens)"},
-    {.name = "--segments", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.segments, const char *),
-     .help = "packed-sequence ids of both sides (B, N), N == M\n"
-     "(default /segments)"},
-    {.name = "--q-segments", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.q_segments, const char *),
-     .help = "packed-sequence ids of the queries (B, N) (default\n"
-     "/q_segments)"},
-    {.name = "--kv-segments", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.kv_segments, const char *),
-     .help = "packed-sequence ids of the keys (B, M) (default\n"
-     "/kv_segments)"},
-    {.name = "--out-dtype", .kind = CLI_CHOICE, .meta = "T",
-     .offset = CLI_FIELD(run_opts, out_dtype, int), .choices = out_dtypes,
-     .noun = "output type", .def = "f32",
-     .help = "type of /o: f32, f16, bf16 (a 16-bit float with\n"
-     "float32's exponent) or f64; /lse stays f32"},
-    {.name = "--out-chunk", .kind = CLI_INT, .meta = "ROWS",
-     .offset = CLI_FIELD(run_opts, out_chunk, int64_t), .lo = 1,
-     .hi = (int64_t)1 << 40,
-     .help = "store /o and /lse in chunks of ROWS query rows"},
-    {.name = "--out-compress", .kind = CLI_INT32, .meta = "LEVEL",
-     .offset = CLI_FIELD(run_opts, out_compress, int), .lo = 1, .hi = 9,
-     .help = "gzip the chunks at LEVEL 1..9 (needs --out-chunk;\n"
-     "written collectively)"},
-    {.name = "--out-group", .kind = CLI_TEXT, .meta = "GROUP",
-     .offset = CLI_FIELD(run_opts, out_group, const char *),
-     .help = "write /o, /lse (and /attn_map) under GROUP of the\n"
-     "output, e.g. /layer3 (created); attributes stay at\n"
-     "the root, out_group names it"},
-    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(run_opts, json, const char *),
-     .help = "also write a JSON summary of the run (shape, options,\n"
-     "timings) to FILE"},
-    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(run_opts, profile, const char *),
-     .help = "machine profile for --strategy auto (default: this\n"
-     "machine's built-in figures)"},
-    {.name = "--attn-map", .kind = CLI_TEXT, .meta = "I0:I1",
-     .offset = CLI_FIELD(run_opts, map_rows, const char *),
-     .help = "also write /attn_map (B, heads, I1-I0, M): the exact\n"
-     "softmax weights of query rows [I0, I1) over all keys"},
-    {.name = "--attn-map-heads", .kind = CLI_TEXT, .meta = "LIST",
-     .offset = CLI_FIELD(run_opts, map_heads, const char *), .def = "0",
-     .help = "query heads of the map, e.g. 0,3"},
-    {.name = "--mha", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(run_opts, mha, int),
-     .help = "the multi-head attention layer instead (inputs /x or\n"
-     "/x_q, /x_kv and weights; see run --mha --help)"},
-    {.name = "--allow-nonfinite", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(run_opts, allow_nonfinite, int),
-     .help = "let NaN and infinite inputs through (refused by\n"
-     "default, naming the first one)"},
+    CLI_OPT_REQUIRED(run_opts, "--in", "FILE", in,
+                     "input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)"),
+    CLI_OPT_REQUIRED(run_opts, "--out", "FILE", out,
+                     "output; written to a temporary file, renamed at the end"),
+    CLI_OPT_CHOICE(run_opts, "--qkv-layout", "ORDER", src.axes, qkv_layouts,
+                   "tensor layout", "bnhd",
+                   "axis order of q, k, v without an 'axes' attribute:\n"
+                   "bnhd (B,N,H,D) or bhnd (B,H,N,D), as PyTorch's\n"
+                   "attention takes them; an attribute axes = \"B,N,H,D\"\n"
+                   "or \"B,H,N,D\" on a dataset wins"),
+    CLI_OPT_TEXT(run_opts, "--q", "PATH", src.q, "/q",
+                 "dataset of the queries, e.g. /layer3/attn/q"),
+    CLI_OPT_TEXT(run_opts, "--k", "PATH", src.k, "/k", "dataset of the keys"),
+    CLI_OPT_TEXT(run_opts, "--v", "PATH", src.v, "/v", "dataset of the values"),
+    CLI_OPT_TEXT(run_opts, "--q-lens", "PATH", src.q_lens, NULL,
+                 "padding lengths of the queries (B,) (default /q_lens,\n"
+                 "when present; a dataset named here must exist)"),
+    CLI_OPT_TEXT(run_opts, "--kv-lens", "PATH", src.kv_lens, NULL,
+                 "padding lengths of the keys (B,) (default /kv_lens)"),
+    CLI_OPT_TEXT(run_opts, "--segments", "PATH", src.segments, NULL,
+                 "packed-sequence ids of both sides (B, N), N == M\n"
+                 "(default /segments)"),
+    CLI_OPT_TEXT(run_opts, "--q-segments", "PATH", src.q_segments, NULL,
+                 "packed-sequence ids of the queries (B, N) (default\n"
+                 "/q_segments)"),
+    CLI_OPT_TEXT(run_opts, "--kv-segments", "PATH", src.kv_segments, NULL,
+                 "packed-sequence ids of the keys (B, M) (default\n"
+                 "/kv_segments)"),
+    CLI_OPT_CHOICE(run_opts, "--out-dtype", "T", out_dtype, out_dtypes,
+                   "output type", "f32",
+                   "type of /o: f32, f16, bf16 (a 16-bit float with\n"
+                   "float32's exponent) or f64; /lse stays f32"),
+    CLI_OPT_INT(run_opts, "--out-chunk", "ROWS", out_chunk, 1,
+                (int64_t)1 << 40, NULL,
+                "store /o and /lse in chunks of ROWS query rows"),
+    CLI_OPT_INT32(run_opts, "--out-compress", "LEVEL", out_compress, 1, 9,
+                  NULL,
+                  "gzip the chunks at LEVEL 1..9 (needs --out-chunk;\n"
+                  "written collectively)"),
+    CLI_OPT_TEXT(run_opts, "--out-group", "GROUP", out_group, NULL,
+                 "write /o, /lse (and /attn_map) under GROUP of the\n"
+                 "output, e.g. /layer3 (created); attributes stay at\n"
+                 "the root, out_group names it"),
+    CLI_OPT_TEXT(run_opts, "--json", "FILE", json, NULL,
+                 "also write a JSON summary of the run (shape, options,\n"
+                 "timings) to FILE"),
+    CLI_OPT_TEXT(run_opts, "--profile", "FILE", profile, NULL,
+                 "machine profile for --strategy auto (default: this\n"
+                 "machine's built-in figures)"),
+    CLI_OPT_TEXT(run_opts, "--attn-map", "I0:I1", map_rows, NULL,
+                 "also write /attn_map (B, heads, I1-I0, M): the exact\n"
+                 "softmax weights of query rows [I0, I1) over all keys"),
+    CLI_OPT_TEXT(run_opts, "--attn-map-heads", "LIST", map_heads, "0",
+                 "query heads of the map, e.g. 0,3"),
+    CLI_OPT_FLAG(run_opts, "--mha", mha,
+                 "the multi-head attention layer instead (inputs /x or\n"
+                 "/x_q, /x_kv and weights; see run --mha --help)"),
+    CLI_OPT_FLAG(run_opts, "--allow-nonfinite", allow_nonfinite,
+                 "let NaN and infinite inputs through (refused by\n"
+                 "default, naming the first one)"),
     {0},
 };
 
@@ -252,11 +228,7 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     if (st != RA_OK)
         return st;
     o->p.nonfinite = o->allow_nonfinite;
-    st = cli_params_check(&o->p, &r->d.s, NULL);
-    if (st == RA_OK)
-        st = cli_score_setup(o->in, &r->d.s, &o->p, &r->d.score_in);
-    if (st == RA_OK)
-        st = cli_alibi_setup(o->in, &r->d.s, &o->p, &r->d.slopes);
+    st = cli_pass_params(o->in, &r->d, &o->p);
     if (st == RA_OK && o->map_rows)
         st = map_parse(o->map_rows, o->map_heads, &r->d.s, &r->mreq);
     if (st == RA_OK)
@@ -468,7 +440,5 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
             return cmd_run_mha(ctx, argc, argv);
         else if (strcmp(argv[i], "--backward") == 0)
             return cmd_run_backward(ctx, argc, argv);
-    run_opts o = {0};
-    run_state r = {0};
-    return cli_pass_run(ctx, &run_pass, &o, &r, argc, argv);
+    return cli_pass_run(ctx, &run_pass, argc, argv);
 }

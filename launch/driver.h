@@ -36,6 +36,11 @@ void cli_pass_data_free(cli_pass_data *d);
  * whether it was chosen. */
 void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented);
 
+/* p checked against the shape d->s (cli_params_check), then the additive
+ * score's weights and the ALiBi slopes read from the input file in into
+ * d (cli_score_setup, cli_alibi_setup). Not collective. */
+ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p);
+
 /* Allocates d->g for d->t's slices with A additive hidden units (0: none);
  * RA_ERR_NOMEM naming the command otherwise. Not collective. */
 ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
@@ -46,22 +51,22 @@ typedef ra_status (*cli_pass_step)(const cli_ctx *ctx, void *opts,
                                    void *state);
 typedef void (*cli_pass_release)(void *state);
 
-/* A pass driver: its options table, where its ra_params lie in the
+/* A pass driver: its options table, the sizes of its options and state
+ * (allocated zeroed by cli_pass_run), where its ra_params lie in the
  * options and its cli_pass_data in the state, and its steps in the order
- * they run. print (after the parameter table) and release (before the
- * shared data is freed) may be NULL. */
+ * they run. init (before parsing), print (after the parameter table) and
+ * release (before the shared data is freed) may be NULL. */
 typedef struct {
     const cli_spec *spec;
-    size_t params, data;
-    cli_pass_step validate, setup, print, compute, report;
+    size_t opts_size, state_size, params, data;
+    cli_pass_step init, validate, setup, print, compute, report;
     cli_pass_release release;
 } cli_pass;
 
 /* parse -> validate -> set up -> parameter table (and print) -> compute ->
- * report -> free, on opts and state zeroed (or with parse defaults) by the
- * caller: the exit code. */
-int cli_pass_run(const cli_ctx *ctx, const cli_pass *d, void *opts,
-                 void *state, int argc, char **argv);
+ * report -> free: the exit code. */
+int cli_pass_run(const cli_ctx *ctx, const cli_pass *d, int argc,
+                 char **argv);
 
 /* Wraps a step ra_status fn(const cli_ctx *, OPTS *, STATE *) as the
  * cli_pass_step fn_step, so that the step itself is typed. */
@@ -87,7 +92,8 @@ int cli_pass_run(const cli_ctx *ctx, const cli_pass *d, void *opts,
  * OPTS holds its ra_params as p and whose STATE holds its cli_pass_data as
  * d, with the steps of CLI_PASS_STEPS(NAME, ...). */
 #define CLI_PASS_FIELDS(NAME, OPTS, STATE)                                    \
-    .spec = &NAME##_spec, .params = offsetof(OPTS, p),                        \
+    .spec = &NAME##_spec, .opts_size = sizeof(OPTS),                          \
+    .state_size = sizeof(STATE), .params = offsetof(OPTS, p),                 \
     .data = offsetof(STATE, d), .validate = NAME##_validate_step,             \
     .setup = NAME##_setup_step, .compute = NAME##_compute_step,               \
     .report = NAME##_report_step
