@@ -504,6 +504,9 @@ static int parse_strategy(const cli_opt *o, const char *val, void *base)
 }
 
 #define P_AT(f) offsetof(ra_params, f)
+/* A tile size: rows in [1, 65536]. */
+#define TILE_OPT(nm, f, help_)                                                \
+    CLI_OPT_INT(ra_params, nm, "N", f, 1, 1 << 16, NULL, help_)
 
 const cli_opt cli_forward_opts[] = {
     CLI_OPT_FLAG(ra_params, "--causal", causal,
@@ -534,11 +537,11 @@ const cli_opt cli_forward_opts[] = {
                  "i' = i + M - N; slopes from the input's /alibi_slopes\n"
                  "(H,) when present, else the standard geometric ones\n"
                  "(2^(-8h/H), h = 1..H, for H a power of two)"),
-    CLI_OPT_INT(ra_params, "--block-q", "N", block_q, 1, 1 << 16, NULL,
-                "query tile rows (default 256; 128 with a window)"),
-    CLI_OPT_INT(ra_params, "--block-kv", "N", block_kv, 1, 1 << 16, NULL,
-                "key tile rows (default 256 for D <= 64, else 512;\n"
-                "with a window of span w <= 1920: w + 127, rounded up)"),
+    TILE_OPT("--block-q", block_q,
+             "query tile rows (default 256; 128 with a window)"),
+    TILE_OPT("--block-kv", block_kv,
+             "key tile rows (default 256 for D <= 64, else 512;\n"
+             "with a window of span w <= 1920: w + 127, rounded up)"),
     {.name = "--layout", .kind = CLI_CUSTOM, .meta = "NAME",
      .offset = P_AT(layout), .noun = "layout", .fn = parse_layout,
      .help = "how the sequence is cut over ranks: contiguous,\n"
