@@ -212,6 +212,10 @@ typedef struct {
 } cli_tables;
 extern const cli_opt cli_table_opts[];
 
+/* --profile FILE alone, into a const char *: the machine profile the plan
+ * reads for --strategy auto (run and bench). */
+extern const cli_opt cli_profile_opts[];
+
 /* --backward alone, into an int: the mode flag of run, verify and bench
  * that hands the command to its backward-pass driver. */
 extern const cli_opt cli_backward_opts[];

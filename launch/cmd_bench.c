@@ -70,9 +70,6 @@ static const cli_opt bench_own[] = {
                 "query rows per rank checked in fp64"),
     CLI_OPT_INT(bench_opts, "--seed", "S", seed, 0, INT32_MAX, "1",
                 "input seed"),
-    CLI_OPT_TEXT(bench_opts, "--profile", "FILE", profile, NULL,
-                 "machine profile for --strategy auto (default: this\n"
-                 "machine's built-in figures)"),
     {0},
 };
 
@@ -86,6 +83,7 @@ static const cli_spec bench_spec = {
     .groups = {{cli_shape_opts, B_AT(cs)},
                {cli_forward_opts, B_AT(p)},
                {bench_own, 0},
+               {cli_profile_opts, B_AT(profile)},
                {cli_table_opts, B_AT(tab)}},
     .epilog =
     "Columns: time_s is the median over reps of the slowest rank's wall time;\n"

@@ -82,9 +82,6 @@ static const cli_opt run_own[] = {
     CLI_OPT_TEXT(run_opts, "--json", "FILE", json, NULL,
                  "also write a JSON summary of the run (shape, options,\n"
                  "timings) to FILE"),
-    CLI_OPT_TEXT(run_opts, "--profile", "FILE", profile, NULL,
-                 "machine profile for --strategy auto (default: this\n"
-                 "machine's built-in figures)"),
     CLI_OPT_TEXT(run_opts, "--attn-map", "I0:I1", map_rows, NULL,
                  "also write /attn_map (B, heads, I1-I0, M): the exact\n"
                  "softmax weights of query rows [I0, I1) over all keys"),
@@ -116,7 +113,8 @@ static const cli_spec run_spec = {
     "rounded to float32 (24-bit significand, about 7 digits; values beyond\n"
     "3.4e38 become infinite and are refused). /o is stored as --out-dtype\n"
     "(rounded from float32), /lse as float32.\n",
-    .groups = {{run_own, 0}, {cli_force_opts, offsetof(run_opts, force)},
+    .groups = {{run_own, 0}, {cli_profile_opts, offsetof(run_opts, profile)},
+               {cli_force_opts, offsetof(run_opts, force)},
                {cli_forward_opts, offsetof(run_opts, p)},
                {cli_progress_opts, offsetof(run_opts, prog)}},
 };

@@ -344,6 +344,13 @@ const cli_opt cli_table_opts[] = {
     {0},
 };
 
+const cli_opt cli_profile_opts[] = {
+    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE", .offset = 0,
+     .help = "machine profile for --strategy auto (default: this\n"
+     "machine's built-in figures)"},
+    {0},
+};
+
 const cli_opt cli_backward_opts[] = {
     {.name = "--backward", .kind = CLI_FLAG, .offset = 0,
      .help = "the backward pass: gradients dq, dk, dv (this mode)"},
