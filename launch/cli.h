@@ -96,6 +96,47 @@ struct cli_opt {
 /* The offset of a "given" marker (an int), distinct from "none" (0). */
 #define CLI_SEEN(type, field) (CLI_FIELD(type, field, int) + 1)
 
+/* Typed constructors of the common entries: each names only what is
+ * particular to its option. T is the group's struct and FIELD the
+ * destination within it (checked against the kind's C type); DEF is the
+ * default as text, or NULL (none, or it is in the help). */
+#define CLI_OPT_FLAG(T, NAME, FIELD, HELP)                                    \
+    {.name = NAME, .kind = CLI_FLAG, .offset = CLI_FIELD(T, FIELD, int),      \
+     .help = HELP}
+#define CLI_OPT_TEXT(T, NAME, META, FIELD, DEF, HELP)                         \
+    {.name = NAME, .kind = CLI_TEXT, .meta = META,                            \
+     .offset = CLI_FIELD(T, FIELD, const char *), .def = DEF, .help = HELP}
+/* A CLI_TEXT refused when absent. */
+#define CLI_OPT_REQUIRED(T, NAME, META, FIELD, HELP)                          \
+    {.name = NAME, .kind = CLI_TEXT, .meta = META, .required = 1,             \
+     .offset = CLI_FIELD(T, FIELD, const char *), .help = HELP}
+/* An int64_t within [LO, HI]. */
+#define CLI_OPT_INT(T, NAME, META, FIELD, LO, HI, DEF, HELP)                  \
+    {.name = NAME, .kind = CLI_INT, .meta = META,                             \
+     .offset = CLI_FIELD(T, FIELD, int64_t), .lo = LO, .hi = HI, .def = DEF,  \
+     .help = HELP}
+/* An int within [LO, HI]. */
+#define CLI_OPT_INT32(T, NAME, META, FIELD, LO, HI, DEF, HELP)                \
+    {.name = NAME, .kind = CLI_INT32, .meta = META,                           \
+     .offset = CLI_FIELD(T, FIELD, int), .lo = LO, .hi = HI, .def = DEF,      \
+     .help = HELP}
+/* A double within [LO, HI]. */
+#define CLI_OPT_REAL(T, NAME, META, FIELD, LO, HI, DEF, HELP)                 \
+    {.name = NAME, .kind = CLI_REAL, .meta = META,                            \
+     .offset = CLI_FIELD(T, FIELD, double), .rlo = LO, .rhi = HI,             \
+     .def = DEF, .help = HELP}
+/* A double within (0, HI]. */
+#define CLI_OPT_POSITIVE(T, NAME, META, FIELD, HI, DEF, HELP)                 \
+    {.name = NAME, .kind = CLI_REAL, .meta = META,                            \
+     .offset = CLI_FIELD(T, FIELD, double), .rlo = 0, .open_lo = 1,           \
+     .rhi = HI, .def = DEF, .help = HELP}
+/* An int: the index of the value in CHOICES; NOUN, or NULL, names the
+ * kind of value in the message on an unknown one. */
+#define CLI_OPT_CHOICE(T, NAME, META, FIELD, CHOICES, NOUN, DEF, HELP)        \
+    {.name = NAME, .kind = CLI_CHOICE, .meta = META,                          \
+     .offset = CLI_FIELD(T, FIELD, int), .choices = CHOICES, .noun = NOUN,    \
+     .def = DEF, .help = HELP}
+
 /* A table of options (ending with a NULL name) and where its struct lies
  * within a subcommand's options. */
 typedef struct {
@@ -170,6 +211,10 @@ typedef struct {
     const char *json, *csv;
 } cli_tables;
 extern const cli_opt cli_table_opts[];
+
+/* --profile FILE alone, into a const char *: the machine profile the plan
+ * reads for --strategy auto (run and bench). */
+extern const cli_opt cli_profile_opts[];
 
 /* --backward alone, into an int: the mode flag of run, verify and bench
  * that hands the command to its backward-pass driver. */
@@ -324,17 +369,14 @@ int cli_version(const cli_ctx *ctx);
  * HDF5 ...; exp ..."), into buf. */
 void cli_version_line(char *buf, size_t n);
 
-int cmd_gen(const cli_ctx *ctx, int argc, char **argv);
-int cmd_run(const cli_ctx *ctx, int argc, char **argv);
-int cmd_verify(const cli_ctx *ctx, int argc, char **argv);
-int cmd_info(const cli_ctx *ctx, int argc, char **argv);
-int cmd_bench(const cli_ctx *ctx, int argc, char **argv);
-int cmd_plot(const cli_ctx *ctx, int argc, char **argv);
-int cmd_plan(const cli_ctx *ctx, int argc, char **argv);
-int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv);
-int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv);
-int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv);
-int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv);
-int cmd_probe(const cli_ctx *ctx, int argc, char **argv);
+/* A subcommand: argv from its name on; returns the exit code. */
+typedef int cli_command(const cli_ctx *ctx, int argc, char **argv);
+
+/* The subcommands main.c dispatches to (its table names them), and the
+ * modes run, bench and verify hand their argv to. */
+cli_command cmd_gen, cmd_run, cmd_verify, cmd_info, cmd_bench, cmd_plot,
+    cmd_probe, cmd_plan;
+cli_command cmd_run_mha, cmd_run_backward, cmd_bench_backward,
+    cmd_verify_backward;
 
 #endif /* RA_CLI_H */

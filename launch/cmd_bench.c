@@ -43,10 +43,6 @@ static const char *const modes[] = {"ring", "naive", "both", NULL};
 static const char *const lens_kinds[] = {"random", NULL};
 
 #define B_AT(f) offsetof(bench_opts, f)
-#define COUNT_OPT(nm, meta_, f, lo_, def_, help_)                             \
-    {.name = nm, .kind = CLI_INT, .meta = meta_,                             \
-     .offset = CLI_FIELD(bench_opts, f, int64_t), .lo = lo_,                 \
-     .hi = INT32_MAX, .def = def_, .help = help_}
 
 static const cli_opt bench_own[] = {
     {.name = "--seq", .kind = CLI_CUSTOM, .meta = "LIST", .fn = parse_seq_list,
@@ -55,33 +51,25 @@ static const cli_opt bench_own[] = {
      .offset = CLI_FIELD(bench_opts, lens_kind, int), .choices = lens_kinds,
      .seen = CLI_SEEN(bench_opts, lens),
      .help = "random padding lengths q_lens, kv_lens in [0, len]"},
-    {.name = "--segments", .kind = CLI_INT, .meta = "AVG",
-     .offset = CLI_FIELD(bench_opts, segment_avg, int64_t),
-     .lo = 1, .hi = (int64_t)1 << 40,
-     .help = "random packed sequences of mean length AVG"},
-    {.name = "--additive-hidden", .kind = CLI_INT, .meta = "A",
-     .offset = CLI_FIELD(bench_opts, additive_hidden, int64_t),
-     .lo = 1, .hi = 1 << 16, .def = "64",
-     .help = "hidden size of random additive weights"},
-    {.name = "--mode", .kind = CLI_CHOICE, .meta = "MODE",
-     .offset = CLI_FIELD(bench_opts, mode, int),
-     .choices = modes, .def = "ring",
-     .help = "ring, naive (materialising baseline: gather K/V,\n"
-     "full score matrix, libm expf), or both"},
-    {.name = "--no-poll", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(bench_opts, p.no_poll, int),
-     .help = "do not progress transfers between tiles (shows what\n"
-     "overlap is worth)"},
-    COUNT_OPT("--warmup", "W", warmup, 0, "1", "untimed passes first"),
-    COUNT_OPT("--reps", "R", reps, 1, "5",
-              "timed passes; the median is reported"),
-    COUNT_OPT("--check-rows", "K", check_rows, 0, "3",
-              "query rows per rank checked in fp64"),
-    COUNT_OPT("--seed", "S", seed, 0, "1", "input seed"),
-    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(bench_opts, profile, const char *),
-     .help = "machine profile for --strategy auto (default: this\n"
-     "machine's built-in figures)"},
+    CLI_OPT_INT(bench_opts, "--segments", "AVG", segment_avg, 1,
+                (int64_t)1 << 40, NULL,
+                "random packed sequences of mean length AVG"),
+    CLI_OPT_INT(bench_opts, "--additive-hidden", "A", additive_hidden, 1,
+                1 << 16, "64", "hidden size of random additive weights"),
+    CLI_OPT_CHOICE(bench_opts, "--mode", "MODE", mode, modes, NULL, "ring",
+                   "ring, naive (materialising baseline: gather K/V,\n"
+                   "full score matrix, libm expf), or both"),
+    CLI_OPT_FLAG(bench_opts, "--no-poll", p.no_poll,
+                 "do not progress transfers between tiles (shows what\n"
+                 "overlap is worth)"),
+    CLI_OPT_INT(bench_opts, "--warmup", "W", warmup, 0, INT32_MAX, "1",
+                "untimed passes first"),
+    CLI_OPT_INT(bench_opts, "--reps", "R", reps, 1, INT32_MAX, "5",
+                "timed passes; the median is reported"),
+    CLI_OPT_INT(bench_opts, "--check-rows", "K", check_rows, 0, INT32_MAX, "3",
+                "query rows per rank checked in fp64"),
+    CLI_OPT_INT(bench_opts, "--seed", "S", seed, 0, INT32_MAX, "1",
+                "input seed"),
     {0},
 };
 
@@ -95,6 +83,7 @@ static const cli_spec bench_spec = {
     .groups = {{cli_shape_opts, B_AT(cs)},
                {cli_forward_opts, B_AT(p)},
                {bench_own, 0},
+               {cli_profile_opts, B_AT(profile)},
                {cli_table_opts, B_AT(tab)}},
     .epilog =
     "Columns: time_s is the median over reps of the slowest rank's wall time;\n"

@@ -10,6 +10,7 @@
 #include "agree.h"
 #include "bench.h"
 #include "cli.h"
+#include "driver.h"
 #include "internal.h"
 #include "placement.h"
 
@@ -18,28 +19,20 @@ typedef struct {
     ra_params p;
     int64_t warmup, reps, seed, additive_hidden;
     int backward;
-    float *additive_mem; /* the additive score's random weights */
-    ra_additive additive;
 } bb_opts;
 
 static const cli_opt bb_own[] = {
-    {.name = "--warmup", .kind = CLI_INT, .meta = "W",
-     .offset = CLI_FIELD(bb_opts, warmup, int64_t), .lo = 0, .hi = 1000,
-     .def = "1", .help = "untimed passes first"},
-    {.name = "--reps", .kind = CLI_INT, .meta = "R",
-     .offset = CLI_FIELD(bb_opts, reps, int64_t), .lo = 1, .hi = 1000,
-     .def = "3", .help = "timed passes (the median is reported)"},
-    {.name = "--seed", .kind = CLI_INT, .meta = "S",
-     .offset = CLI_FIELD(bb_opts, seed, int64_t), .lo = 0, .hi = INT64_MAX,
-     .def = "1", .help = "seed of the random inputs"},
-    {.name = "--additive-hidden", .kind = CLI_INT, .meta = "A",
-     .offset = CLI_FIELD(bb_opts, additive_hidden, int64_t), .lo = 1,
-     .hi = 65536, .def = "64",
-     .help = "hidden size of random additive weights"},
-    {.name = "--no-poll", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(bb_opts, p.no_poll, int),
-     .help = "do not progress transfers between tiles (shows what\n"
-     "overlap is worth)"},
+    CLI_OPT_INT(bb_opts, "--warmup", "W", warmup, 0, 1000, "1",
+                "untimed passes first"),
+    CLI_OPT_INT(bb_opts, "--reps", "R", reps, 1, 1000, "3",
+                "timed passes (the median is reported)"),
+    CLI_OPT_INT(bb_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
+                "seed of the random inputs"),
+    CLI_OPT_INT(bb_opts, "--additive-hidden", "A", additive_hidden, 1, 65536,
+                "64", "hidden size of random additive weights"),
+    CLI_OPT_FLAG(bb_opts, "--no-poll", p.no_poll,
+                 "do not progress transfers between tiles (shows what\n"
+                 "overlap is worth)"),
     {0},
 };
 
@@ -58,32 +51,60 @@ static const cli_spec bb_spec = {
                {bb_own, 0}, {cli_forward_opts, offsetof(bb_opts, p)}},
 };
 
-/* A rank's tensors: q k v o lse of cli_tensors, and dout dq dk dv. */
+/* Per rank: median wall time, busy (compute) time and wait of the passes. */
 typedef struct {
-    cli_tensors t;
-    float *mem, *dout, *dq, *dk, *dv;
+    double total, busy, wait;
+} bb_times;
+
+/* A run's tensors (q k v o lse and dout dq dk dv, in d) and results. */
+typedef struct {
+    cli_pass_data d;
     double model_bytes; /* tensors + the ring's buffers of ra_backward */
+    double sgemm;       /* this rank's sgemm GFLOP/s */
+    bb_times med;
 } bb_state;
+
+/* Before parsing: the shape's defaults. */
+static ra_status bb_init(const cli_ctx *ctx, bb_opts *o, bb_state *b)
+{
+    cli_shape_default(&o->cs);
+    return RA_OK;
+}
+
+/* The shape and parameters checked (agreed), and the additive score's
+ * random weights made. */
+static ra_status bb_validate(const cli_ctx *ctx, bb_opts *o, bb_state *b)
+{
+    cli_shape_finish(&o->cs);
+    b->d.s = o->cs.shape;
+    b->d.in = "(random)";
+    b->d.out = "(none)";
+    cli_pass_layout(&b->d, &o->p, 0);
+    ra_status st = ra_shape_check(&b->d.s);
+    if (st == RA_OK)
+        st = cli_params_check(&o->p, &b->d.s, NULL);
+    st = ra_agree(ctx->comm, st);
+    if (st == RA_OK && o->p.score == RA_SCORE_ADDITIVE) {
+        cli_score_inputs *si = &b->d.score_in;
+        st = bench_additive_make(ctx->comm, (uint64_t)o->seed,
+                                 o->additive_hidden, b->d.s.D, &si->mem,
+                                 &si->additive);
+        o->p.additive = &si->additive;
+    }
+    return st;
+}
 
 static ra_status bb_alloc(const cli_ctx *ctx, const bb_opts *o, bb_state *b)
 {
-    const ra_shape *s = &o->cs.shape;
-    ra_status st = cli_tensors_alloc(&b->t, s, o->p.layout, ctx->rank,
+    const ra_shape *s = &b->d.s;
+    cli_tensors *t = &b->d.t;
+    const int64_t A = o->p.score == RA_SCORE_ADDITIVE ? o->p.additive->A : 0;
+    ra_status st = cli_tensors_alloc(t, s, o->p.layout, ctx->rank,
                                      ctx->nranks);
-    const int64_t n = b->t.qs.count, m = b->t.ks.count;
-    const int64_t no = s->B * n * s->H * s->Dv, nq = s->B * n * s->H * s->D;
-    const int64_t nk = s->B * m * s->G * s->D, nv = s->B * m * s->G * s->Dv;
-    const int64_t total = no + nq + nk + nv + 64;
-    b->mem = st == RA_OK ? malloc(sizeof(float) * (size_t)total) : NULL;
-    if (st == RA_OK && !b->mem)
-        st = ra_error_set(RA_ERR_NOMEM, "bench --backward: cannot allocate "
-                          "the gradients of rank %d", ctx->rank);
+    if (st == RA_OK)
+        st = cli_grads_alloc(&b->d, A, "bench --backward", ctx->rank);
     if (st != RA_OK)
         return st;
-    b->dout = b->mem;
-    b->dq = b->dout + no + 16;
-    b->dk = b->dq + nq + 16;
-    b->dv = b->dk + nk + 16;
     int64_t mmax = 0;
     for (int r = 0; r < ctx->nranks; r++) {
         const int64_t c = ra_layout_slice(o->p.layout, s->M, r,
@@ -91,75 +112,79 @@ static ra_status bb_alloc(const cli_ctx *ctx, const bb_opts *o, bb_state *b)
         mmax = c > mmax ? c : mmax;
     }
     /* q k v o lse dout dq dk dv, then 2 K/V buffers and 3 dk|dv ones */
-    b->model_bytes = 4.0 * ((double)(b->t.nq + b->t.nk + b->t.nv + b->t.no +
-                                     b->t.nl) + no + nq + nk + nv +
+    b->model_bytes = 4.0 * ((double)(2 * (t->nq + t->nk + t->nv + t->no) +
+                                     t->nl) +
                             5.0 * s->B * mmax * s->G * (s->D + s->Dv));
     ra_random_slice((uint64_t)o->seed, RA_STREAM_Q, s->B, s->N, s->H * s->D,
-                    &b->t.qs, b->t.q);
+                    &t->qs, t->q);
     ra_random_slice((uint64_t)o->seed, RA_STREAM_K, s->B, s->M, s->G * s->D,
-                    &b->t.ks, b->t.k);
+                    &t->ks, t->k);
     ra_random_slice((uint64_t)o->seed, RA_STREAM_V, s->B, s->M, s->G * s->Dv,
-                    &b->t.ks, b->t.v);
+                    &t->ks, t->v);
     ra_random_slice((uint64_t)o->seed, RA_STREAM_DO, s->B, s->N, s->H * s->Dv,
-                    &b->t.qs, b->dout);
+                    &t->qs, b->d.g.dout);
     return RA_OK;
 }
 
-/* Per rank: median wall time, busy (compute) time and wait of the passes. */
-typedef struct {
-    double total, busy, wait;
-} bb_times;
-
-static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
-                            bb_state *b, bb_times *med)
+static ra_status bb_setup(const cli_ctx *ctx, bb_opts *o, bb_state *b)
 {
-    const ra_shape *s = &o->cs.shape;
-    double t[3][1000];
+    return ra_agree(ctx->comm, bb_alloc(ctx, o, b));
+}
+
+/* The warm-up and timed passes after one forward for o and lse:
+ * b->med. */
+static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
+                            bb_state *b)
+{
+    const ra_shape *s = &b->d.s;
+    const cli_tensors *t = &b->d.t;
+    const cli_grads *g = &b->d.g;
+    double times[3][1000];
     ra_timing tm;
-    const int64_t A = o->p.score == RA_SCORE_ADDITIVE ? o->additive.A : 0;
-    float *dw = malloc(sizeof(float) * (size_t)(A * (2 * s->D + 1) + 1));
-    const ra_additive_grads dwg = {dw, dw + A * s->D, dw + 2 * A * s->D};
-    ra_status st = ra_agree(ctx->comm, dw ? RA_OK
-                            : ra_error_set(RA_ERR_NOMEM, "bench --backward: "
-                                           "out of memory"));
-    if (st == RA_OK)
-        st = ra_forward_ex(ctx->comm, s, &o->p, NULL, b->t.q, b->t.k, b->t.v,
-                           b->t.o, b->t.lse, NULL);
+    const int additive = o->p.score == RA_SCORE_ADDITIVE;
+    ra_status st = ra_forward_ex(ctx->comm, s, &o->p, NULL, t->q, t->k, t->v,
+                                 t->o, t->lse, NULL);
     for (int64_t rep = -o->warmup; st == RA_OK && rep < o->reps; rep++) {
         MPI_Barrier(ctx->comm);
-        st = ra_backward_ex(ctx->comm, s, &o->p, NULL, b->t.q, b->t.k,
-                            b->t.v, b->t.o, b->t.lse, b->dout, b->dq, b->dk,
-                            b->dv, A ? &dwg : NULL, &tm);
+        st = ra_backward_ex(ctx->comm, s, &o->p, NULL, t->q, t->k, t->v,
+                            t->o, t->lse, g->dout, g->dq, g->dk, g->dv,
+                            additive ? &g->dw_grads : NULL, &tm);
         if (rep >= 0) {
-            t[0][rep] = tm.total;
-            t[1][rep] = tm.compute;
-            t[2][rep] = tm.comm_wait;
+            times[0][rep] = tm.total;
+            times[1][rep] = tm.compute;
+            times[2][rep] = tm.comm_wait;
         }
     }
-    free(dw);
     if (st == RA_ERR_MPI)
         cli_abort(ctx, ra_error_message());
     if (st == RA_OK)
-        *med = (bb_times){bench_median(t[0], o->reps),
-                          bench_median(t[1], o->reps),
-                          bench_median(t[2], o->reps)};
+        b->med = (bb_times){bench_median(times[0], o->reps),
+                            bench_median(times[1], o->reps),
+                            bench_median(times[2], o->reps)};
     return st;
 }
 
-static void bb_report(const cli_ctx *ctx, const bb_opts *o, const bb_state *b,
-                      const bb_times *med, double sgemm)
+/* This run's sgemm rate, then the passes. */
+static ra_status bb_compute(const cli_ctx *ctx, bb_opts *o, bb_state *b)
 {
-    const ra_shape *s = &o->cs.shape;
+    b->sgemm = bench_sgemm_rate(ctx->comm, ra_params_threads(&o->p));
+    bench_rss_reset();
+    return bb_measure(ctx, o, b);
+}
+
+static ra_status bb_report(const cli_ctx *ctx, bb_opts *o, bb_state *b)
+{
+    const bb_times *med = &b->med;
     const spread wall = bench_spread(ctx->comm, med->total);
     const spread busy = bench_spread(ctx->comm, med->busy);
     const spread wait = bench_spread(ctx->comm, med->wait / med->total);
     const spread rss = bench_spread(ctx->comm, bench_rss_peak());
     const spread model = bench_spread(ctx->comm, b->model_bytes);
     double sg_all = 0.0;
-    MPI_Allreduce(&sgemm, &sg_all, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
+    MPI_Allreduce(&b->sgemm, &sg_all, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
     if (ctx->rank != 0)
-        return;
-    const double flops = ra_backward_flops(s, &o->p, NULL);
+        return RA_OK;
+    const double flops = ra_backward_flops(&b->d.s, &o->p, NULL);
     const double gf = flops / wall.max * 1e-9;
     printf("# backward  seconds  GFLOP/s  sgemm GFLOP/s  of sgemm  busy "
            "min/max s  busy max/min  exposed comm max  peak RSS MB max  "
@@ -169,45 +194,16 @@ static void bb_report(const cli_ctx *ctx, const bb_opts *o, const bb_state *b,
            wall.max, gf, sg_all, gf / sg_all, busy.min, busy.max,
            busy.min > 0 ? busy.max / busy.min : 0.0, wait.max,
            rss.max / 1048576.0, model.max / 1048576.0);
+    return RA_OK;
 }
+
+CLI_PASS_STEPS(bb, bb_opts, bb_state)
+CLI_PASS_STEP(bb_init, bb_opts, bb_state)
+
+static const cli_pass bb_pass = {CLI_PASS_FIELDS(bb, bb_opts, bb_state),
+                                 .init = bb_init_step};
 
 int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv)
 {
-    bb_opts o = {0};
-    cli_shape_default(&o.cs);
-    const int code = cli_parse_pass(ctx, &bb_spec, &o, &o.p, argc, argv);
-    if (code >= 0)
-        return code;
-    cli_shape_finish(&o.cs);
-    const int layout_auto = o.p.layout == RA_LAYOUT_AUTO;
-    o.p.layout = ra_params_layout(&o.p, 0);
-    ra_status st = ra_shape_check(&o.cs.shape);
-    if (st == RA_OK)
-        st = cli_params_check(&o.p, &o.cs.shape, NULL);
-    st = ra_agree(ctx->comm, st);
-    if (st == RA_OK && o.p.score == RA_SCORE_ADDITIVE) {
-        st = bench_additive_make(ctx->comm, (uint64_t)o.seed,
-                                 o.additive_hidden, o.cs.shape.D,
-                                 &o.additive_mem, &o.additive);
-        o.p.additive = &o.additive;
-    }
-    bb_state b = {0};
-    bb_times med = {0};
-    if (st == RA_OK)
-        st = ra_agree(ctx->comm, bb_alloc(ctx, &o, &b));
-    if (st == RA_OK) {
-        cli_placement_warn(ctx, ra_params_threads(&o.p));
-        cli_print_params(ctx, &o.cs.shape, &o.p, layout_auto, "(random)",
-                         "(none)");
-        const double sgemm = bench_sgemm_rate(ctx->comm,
-                                              ra_params_threads(&o.p));
-        bench_rss_reset();
-        st = bb_measure(ctx, &o, &b, &med);
-        if (st == RA_OK)
-            bb_report(ctx, &o, &b, &med, sgemm);
-    }
-    cli_tensors_free(&b.t);
-    free(b.mem);
-    free(o.additive_mem);
-    return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
+    return cli_pass_run(ctx, &bb_pass, argc, argv);
 }

@@ -17,39 +17,29 @@ static const char *const dtypes[] = {"float32", "float64", NULL};
 static const char *const lens_kinds[] = {"random", NULL};
 
 static const cli_opt gen_own[] = {
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE", .required = 1,
-     .offset = CLI_FIELD(gen_opts, out, const char *),
-     .help = "file to write (refused if it exists, unless --force)"},
-    {.name = "--dtype", .kind = CLI_CHOICE, .meta = "T",
-     .offset = CLI_FIELD(gen_opts, f64, int),
-     .choices = dtypes, .def = "float32",
-     .help = "float32 or float64"},
-    {.name = "--seed", .kind = CLI_INT, .meta = "S",
-     .offset = CLI_FIELD(gen_opts, seed, int64_t),
-     .lo = 0, .hi = INT64_MAX, .def = "1",
-     .help = "seed of every value"},
-    {.name = "--mha", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(gen_opts, mha, int),
-     .help = "write layer inputs instead: /x (B,N,E) or, with\n"
-     "--seq-kv, /x_q and /x_kv; weights /w_q /w_k /w_v /w_o\n"
-     "and biases for --heads, --kv-heads, --dim, --dim-v"},
-    {.name = "--embed", .kind = CLI_INT, .meta = "E",
-     .offset = CLI_FIELD(gen_opts, embed, int64_t),
-     .lo = 1, .hi = 1 << 20, .def = "64",
-     .help = "model width of the layer inputs"},
+    CLI_OPT_REQUIRED(gen_opts, "--out", "FILE", out,
+                     "file to write (refused if it exists, unless --force)"),
+    CLI_OPT_CHOICE(gen_opts, "--dtype", "T", f64, dtypes, NULL, "float32",
+                   "float32 or float64"),
+    CLI_OPT_INT(gen_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
+                "seed of every value"),
+    CLI_OPT_FLAG(gen_opts, "--mha", mha,
+                 "write layer inputs instead: /x (B,N,E) or, with\n"
+                 "--seq-kv, /x_q and /x_kv; weights /w_q /w_k /w_v /w_o\n"
+                 "and biases for --heads, --kv-heads, --dim, --dim-v"),
+    CLI_OPT_INT(gen_opts, "--embed", "E", embed, 1, 1 << 20, "64",
+                "model width of the layer inputs"),
     {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
      .offset = CLI_FIELD(gen_opts, lens_kind, int), .choices = lens_kinds,
      .seen = CLI_SEEN(gen_opts, lens),
      .help = "also write random padding lengths /q_lens, /kv_lens"},
-    {.name = "--segments", .kind = CLI_INT, .meta = "AVG",
-     .offset = CLI_FIELD(gen_opts, segment_avg, int64_t), .lo = 1,
-     .hi = (int64_t)1 << 40,
-     .help = "also write random packed-sequence ids of mean length\n"
-     "AVG: /segments (N == M) or /q_segments, /kv_segments"},
-    {.name = "--backward", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(gen_opts, backward, int),
-     .help = "also write a random output gradient /do (B,N,H,Dv)\n"
-     "for run --backward"},
+    CLI_OPT_INT(gen_opts, "--segments", "AVG", segment_avg, 1,
+                (int64_t)1 << 40, NULL,
+                "also write random packed-sequence ids of mean length\n"
+                "AVG: /segments (N == M) or /q_segments, /kv_segments"),
+    CLI_OPT_FLAG(gen_opts, "--backward", backward,
+                 "also write a random output gradient /do (B,N,H,Dv)\n"
+                 "for run --backward"),
     {0},
 };
 

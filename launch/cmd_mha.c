@@ -11,6 +11,7 @@
 
 #include "agree.h"
 #include "cli.h"
+#include "driver.h"
 #include "h5io.h"
 #include "internal.h"
 #include "placement.h"
@@ -146,27 +147,20 @@ typedef struct {
 static const char *const encodings[] = {"sinusoidal", NULL};
 
 static const cli_opt mha_own[] = {
-    {.name = "--mha", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(mha_opts, mha, int),
-     .help = "the layer instead of plain attention (this text)"},
-    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
-     .required = 1,
-     .offset = CLI_FIELD(mha_opts, in, const char *),
-     .help = "input: /x (B,N,E), or /x_q (B,N,Eq) and /x_kv (B,M,Ekv);\n"
-     "weights /w_q (H*D,Eq) /w_k (G*D,Ekv) /w_v (G*Dv,Ekv)\n"
-     "/w_o (Eout,H*Dv), optional biases /b_q /b_k /b_v /b_o"},
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
-     .required = 1,
-     .offset = CLI_FIELD(mha_opts, out, const char *),
-     .help = "output /y (B,N,Eout); written to a temporary file,\n"
-     "renamed at the end"},
-    {.name = "--heads", .kind = CLI_INT, .meta = "H",
-     .offset = CLI_FIELD(mha_opts, H, int64_t), .lo = 1, .hi = 1 << 20,
-     .help = "heads of the projections (default: the input's root\n"
-     "attribute heads)"},
-    {.name = "--kv-heads", .kind = CLI_INT, .meta = "G",
-     .offset = CLI_FIELD(mha_opts, G, int64_t), .lo = 1, .hi = 1 << 20,
-     .help = "kv heads (default: the attribute kv_heads, else H)"},
+    CLI_OPT_FLAG(mha_opts, "--mha", mha,
+                 "the layer instead of plain attention (this text)"),
+    CLI_OPT_REQUIRED(mha_opts, "--in", "FILE", in,
+        "input: /x (B,N,E), or /x_q (B,N,Eq) and /x_kv (B,M,Ekv);\n"
+        "weights /w_q (H*D,Eq) /w_k (G*D,Ekv) /w_v (G*Dv,Ekv)\n"
+        "/w_o (Eout,H*Dv), optional biases /b_q /b_k /b_v /b_o"),
+    CLI_OPT_REQUIRED(mha_opts, "--out", "FILE", out,
+                     "output /y (B,N,Eout); written to a temporary file,\n"
+                     "renamed at the end"),
+    CLI_OPT_INT(mha_opts, "--heads", "H", H, 1, 1 << 20, NULL,
+                "heads of the projections (default: the input's root\n"
+                "attribute heads)"),
+    CLI_OPT_INT(mha_opts, "--kv-heads", "G", G, 1, 1 << 20, NULL,
+                "kv heads (default: the attribute kv_heads, else H)"),
     {.name = "--pos-encoding", .kind = CLI_CHOICE, .meta = "sinusoidal",
      .offset = CLI_FIELD(mha_opts, pos_kind, int), .choices = encodings,
      .seen = CLI_SEEN(mha_opts, pos),
@@ -192,24 +186,20 @@ static const cli_spec mha_spec = {
 
 /* Everything one layer run owns between validate and report. */
 typedef struct {
-    ra_shape s;
+    cli_pass_data d;
     layer_weights lw;
     int self;
     const char *q_seg, *kv_seg;
-    int layout_auto;
     ra_slice qs, ks;
     float *mem, *xq, *xkv, *y; /* x_q (B,n,Eq) | x_kv (B,m,Ekv) | y (B,n,Eout) */
-    ra_h5_masks masks;
-    double *slopes; /* /alibi_slopes, or NULL */
     double t_read, t_layer, t_write;
 } mha_state;
 
-static void mha_free(mha_state *r)
+/* What the layer owns beyond the shared data. */
+static void mha_release(mha_state *r)
 {
-    free(r->slopes);
     free(r->lw.mem);
     free(r->mem);
-    ra_h5_masks_free(&r->masks);
 }
 
 /* Heads from the options or the file's attributes. */
@@ -231,19 +221,21 @@ static ra_status mha_heads(mha_opts *o)
 /* Every check that needs no compute; the ranks agree on the verdict. */
 static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
 {
+    r->d.in = o->in;
+    r->d.out = o->out;
     ra_status st = cli_output_agree(ctx, o->out, o->force,
                                     (const char *const[]){o->in, NULL});
     if (st != RA_OK)
         return st;
     st = mha_heads(o);
     if (st == RA_OK)
-        st = layer_shape(o->in, o->H, o->G, &r->self, &r->s, &r->lw.layer);
+        st = layer_shape(o->in, o->H, o->G, &r->self, &r->d.s, &r->lw.layer);
     if (st == RA_OK)
-        st = cli_params_check(&o->p, &r->s, NULL);
+        st = cli_params_check(&o->p, &r->d.s, NULL);
     if (st == RA_OK)
-        st = weights_read(o->in, &r->s, &r->lw);
+        st = weights_read(o->in, &r->d.s, &r->lw);
     if (st == RA_OK)
-        st = cli_alibi_setup(o->in, &r->s, &o->p, &r->slopes);
+        st = cli_alibi_setup(o->in, &r->d.s, &o->p, &r->d.slopes);
     if (st == RA_OK)
         st = h5io_segment_names(o->in, &r->q_seg, &r->kv_seg);
     r->lw.layer.pos_encoding = o->pos;
@@ -252,10 +244,9 @@ static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
 
 static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
 {
-    const ra_shape *s = &r->s;
+    const ra_shape *s = &r->d.s;
     const ra_mha *L = &r->lw.layer;
-    r->layout_auto = o->p.layout == RA_LAYOUT_AUTO;
-    o->p.layout = ra_params_layout(&o->p, r->q_seg != NULL);
+    cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
     r->qs = ra_layout_slice(o->p.layout, s->N, ctx->rank, ctx->nranks);
     r->ks = ra_layout_slice(o->p.layout, s->M, ctx->rank, ctx->nranks);
     const int64_t nxq = ra_mul_checked(s->B * r->qs.count, L->Eq);
@@ -271,14 +262,14 @@ static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     r->xq = r->mem;
     r->xkv = r->self ? r->xq : r->xq + nxq;
     r->y = r->xq + nxq + nxk;
-    return ra_h5_read_masks(ctx->comm, o->in, s, o->p.layout, &r->masks);
+    return ra_h5_read_masks(ctx->comm, o->in, s, o->p.layout, &r->d.masks);
 }
 
 /* Reads this rank's tokens; the reader refuses non-finite ones
  * (collective). */
 static ra_status mha_read(const cli_ctx *ctx, const mha_opts *o, mha_state *r)
 {
-    const ra_shape *s = &r->s;
+    const ra_shape *s = &r->d.s;
     const ra_mha *L = &r->lw.layer;
     const char *xq_name = r->self ? "/x" : "/x_q";
     const int64_t dq[3] = {s->B, s->N, L->Eq}, dk[3] = {s->B, s->M, L->Ekv};
@@ -292,14 +283,14 @@ static ra_status mha_read(const cli_ctx *ctx, const mha_opts *o, mha_state *r)
 static ra_status mha_compute(const cli_ctx *ctx, const mha_opts *o,
                              mha_state *r)
 {
-    const ra_shape *s = &r->s;
+    const ra_shape *s = &r->d.s;
     const ra_mha *L = &r->lw.layer;
     const int64_t dy[3] = {s->B, s->N, L->Eout};
     const double t0 = MPI_Wtime();
     ra_status st = mha_read(ctx, o, r);
     const double t1 = MPI_Wtime();
     if (st == RA_OK &&
-        (st = ra_mha_forward(ctx->comm, s, &o->p, &r->masks.view, L, r->xq,
+        (st = ra_mha_forward(ctx->comm, s, &o->p, &r->d.masks.view, L, r->xq,
                              r->xkv, r->y, NULL)) == RA_ERR_MPI)
         cli_abort(ctx, ra_error_message()); /* a stalled ring */
     const double t2 = MPI_Wtime();
@@ -313,10 +304,10 @@ static ra_status mha_compute(const cli_ctx *ctx, const mha_opts *o,
     return st;
 }
 
-static void mha_report(const cli_ctx *ctx, const mha_opts *o,
-                       const mha_state *r)
+static ra_status mha_report(const cli_ctx *ctx, const mha_opts *o,
+                            const mha_state *r)
 {
-    const ra_shape *s = &r->s;
+    const ra_shape *s = &r->d.s;
     const ra_mha *L = &r->lw.layer;
     if (ctx->rank == 0)
         printf("ringattn run --mha: layer %.3f s on %d ranks (H=%lld G=%lld "
@@ -327,23 +318,17 @@ static void mha_report(const cli_ctx *ctx, const mha_opts *o,
                (long long)L->Ekv, (long long)L->Eout,
                o->pos ? ", sinusoidal positions" : "", r->t_read, r->t_write,
                o->out);
+    return RA_OK;
 }
+
+CLI_PASS_STEPS(mha, mha_opts, mha_state)
+CLI_PASS_RELEASE(mha_release, mha_state)
+
+static const cli_pass mha_pass = {
+    CLI_PASS_FIELDS(mha, mha_opts, mha_state), .release = mha_release_step,
+};
 
 int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
 {
-    mha_opts o = {0};
-    const int code = cli_parse_pass(ctx, &mha_spec, &o, &o.p, argc, argv);
-    if (code >= 0)
-        return code;
-    mha_state r = {0};
-    ra_status st = mha_validate(ctx, &o, &r);
-    if (st == RA_OK && (st = mha_setup(ctx, &o, &r)) == RA_OK) {
-        cli_placement_warn(ctx, ra_params_threads(&o.p));
-        cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
-        st = mha_compute(ctx, &o, &r);
-    }
-    if (st == RA_OK)
-        mha_report(ctx, &o, &r);
-    mha_free(&r);
-    return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
+    return cli_pass_run(ctx, &mha_pass, argc, argv);
 }

@@ -22,11 +22,6 @@
 
 static const char *const lens_kinds[] = {"random", NULL};
 
-#define PL_INT(nm, meta_, f, lo_, hi_, def_, help_)                           \
-    {.name = nm, .kind = CLI_INT, .meta = meta_,                             \
-     .offset = CLI_FIELD(plan_opts, f, int64_t), .lo = lo_, .hi = hi_,       \
-     .def = def_, .help = help_}
-
 /* Parses "1,2,4" into o->sweep. */
 static int parse_nodes_list(const cli_opt *opt, const char *text, void *base)
 {
@@ -38,48 +33,45 @@ static int parse_nodes_list(const cli_opt *opt, const char *text, void *base)
 }
 
 static const cli_opt plan_own[] = {
-    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(plan_opts, in, const char *),
-     .help = "take the problem from an input file: the shapes of\n"
-     "/q /k /v and its masks (no tensor is read)"},
-    PL_INT("--ranks", "P", ranks, 1, 1 << 20, NULL,
-           "ranks of the job (default: this mpirun's)"),
-    PL_INT("--nodes", "K", nodes, 1, 1 << 16, NULL,
-           "nodes the ranks run on, ring order node by node\n"
-           "(default: this mpirun's, else 1)"),
-    PL_INT("--cores", "C", cores, 1, 1 << 24, NULL,
-           "cores the ranks share in all (default: this machine's\n"
-           "times the nodes; fake nodes on one machine: its cores)"),
-    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(plan_opts, profile, const char *),
-     .help = "machine profile of `ringattn probe` (default: this\n"
-     "machine's built-in figures, not probed)"},
-    {.name = "--link-rate", .kind = CLI_REAL, .meta = "BITS",
-     .offset = CLI_FIELD(plan_opts, link_rate, double), .rlo = 0,
-     .open_lo = 1, .rhi = 1e15,
-     .help = "bits/s of a link between nodes, in place of the\n"
-     "profile's (what-if; e.g. 4e8 for 400 Mbit/s)"},
-    {.name = "--kernel-rate", .kind = CLI_REAL, .meta = "GFLOPS",
-     .offset = CLI_FIELD(plan_opts, kernel_rate, double), .rlo = 0,
-     .open_lo = 1, .rhi = 1e9,
-     .help = "the kernel's GFLOP/s on one core, in place of the\n"
-     "profile's (what-if, or a rate measured just now)"},
+    CLI_OPT_TEXT(plan_opts, "--in", "FILE", in, NULL,
+                 "take the problem from an input file: the shapes of\n"
+                 "/q /k /v and its masks (no tensor is read)"),
+    CLI_OPT_INT(plan_opts, "--ranks", "P", ranks, 1, 1 << 20, NULL,
+                "ranks of the job (default: this mpirun's)"),
+    CLI_OPT_INT(plan_opts, "--nodes", "K", nodes, 1, 1 << 16, NULL,
+                "nodes the ranks run on, ring order node by node\n"
+                "(default: this mpirun's, else 1)"),
+    CLI_OPT_INT(plan_opts, "--cores", "C", cores, 1, 1 << 24, NULL,
+                "cores the ranks share in all (default: this machine's\n"
+                "times the nodes; fake nodes on one machine: its cores)"),
+    CLI_OPT_TEXT(plan_opts, "--profile", "FILE", profile, NULL,
+                 "machine profile of `ringattn probe` (default: this\n"
+                 "machine's built-in figures, not probed)"),
+    CLI_OPT_POSITIVE(plan_opts, "--link-rate", "BITS", link_rate, 1e15, NULL,
+                     "bits/s of a link between nodes, in place of the\n"
+                     "profile's (what-if; e.g. 4e8 for 400 Mbit/s)"),
+    CLI_OPT_POSITIVE(plan_opts, "--kernel-rate", "GFLOPS", kernel_rate, 1e9,
+                     NULL,
+                     "the kernel's GFLOP/s on one core, in place of the\n"
+                     "profile's (what-if, or a rate measured just now)"),
     {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
      .offset = CLI_FIELD(plan_opts, lens_kind, int), .choices = lens_kinds,
      .seen = CLI_SEEN(plan_opts, lens),
      .help = "random padding lengths, as bench makes them"},
-    PL_INT("--segments", "AVG", segment_avg, 1, (int64_t)1 << 40, NULL,
-           "random packed sequences of mean length AVG, as bench"),
-    PL_INT("--seed", "S", seed, 0, INT64_MAX, "1", "seed of random masks"),
-    PL_INT("--additive-hidden", "A", additive_hidden, 1, 1 << 16, "64",
-           "hidden size of the additive score (without --in)"),
+    CLI_OPT_INT(plan_opts, "--segments", "AVG", segment_avg, 1,
+                (int64_t)1 << 40, NULL,
+                "random packed sequences of mean length AVG, as bench"),
+    CLI_OPT_INT(plan_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
+                "seed of random masks"),
+    CLI_OPT_INT(plan_opts, "--additive-hidden", "A", additive_hidden, 1,
+                1 << 16, "64",
+                "hidden size of the additive score (without --in)"),
     {.name = "--sweep-nodes", .kind = CLI_CUSTOM, .meta = "LIST",
      .fn = parse_nodes_list,
      .help = "predicted strong and weak scaling over these node\n"
      "counts (ranks per node as given)"},
-    {.name = "--max-seq", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(plan_opts, max_seq, int),
-     .help = "the longest N (= M) that fits in memory, per strategy"},
+    CLI_OPT_FLAG(plan_opts, "--max-seq", max_seq,
+                 "the longest N (= M) that fits in memory, per strategy"),
     {0},
 };
 

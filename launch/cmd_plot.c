@@ -78,10 +78,9 @@ static const cli_opt plot_own[] = {
      .fn = keep_reduce, .def = "max",
      .help = "how a pixel column reduces its keys: max keeps every\n"
      "peak, mean the weight mass; the image states it"},
-    {.name = "--log", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(plot_opts, log, int),
-     .help = "logarithmic colour scale over six decades below\n"
-     "the top (zeros show at the floor)"},
+    CLI_OPT_FLAG(plot_opts, "--log", log,
+                 "logarithmic colour scale over six decades below\n"
+                 "the top (zeros show at the floor)"),
     {.name = "--vmax", .kind = CLI_CUSTOM, .meta = "V", .fn = keep_vmax,
      .help = "top of the colour scale (default: the largest\n"
      "weight); larger weights show at the top colour"},

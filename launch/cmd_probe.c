@@ -27,34 +27,26 @@ typedef struct {
 } probe_opts;
 
 static const cli_opt probe_own[] = {
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(probe_opts, out, const char *),
-     .help = "write the profile as JSON to FILE (refused if it\n"
-     "exists, unless --force)"},
-    {.name = "--force", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(probe_opts, force, int),
-     .help = "replace an existing --out file"},
-    {.name = "--dir", .kind = CLI_TEXT, .meta = "DIR",
-     .offset = CLI_FIELD(probe_opts, dir, const char *), .def = ".",
-     .help = "directory whose parallel HDF5 rates are measured (a\n"
-     "scratch file, removed afterwards): where run's files\n"
-     "will live"},
-    {.name = "--dim", .kind = CLI_TEXT, .meta = "LIST",
-     .offset = CLI_FIELD(probe_opts, dims, const char *), .def = "64,128",
-     .help = "head dims (D = Dv) whose kernel rates are measured"},
-    {.name = "--score", .kind = CLI_TEXT, .meta = "LIST",
-     .offset = CLI_FIELD(probe_opts, scores, const char *), .def = "dot",
-     .help = "scores whose kernel rates are measured: dot,\n"
-     "gaussian, additive"},
-    {.name = "--seconds", .kind = CLI_REAL, .meta = "S",
-     .offset = CLI_FIELD(probe_opts, seconds, double), .rlo = 0,
-     .rhi = 3600, .open_lo = 1, .def = "8",
-     .help = "about how long the measurements take in all (each\n"
-     "one runs at least 3 times after a warm-up)"},
-    {.name = "--show", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(probe_opts, show, const char *),
-     .help = "measure nothing: read the profile FILE, print its\n"
-     "table (and write it again to --out)"},
+    CLI_OPT_TEXT(probe_opts, "--out", "FILE", out, NULL,
+                 "write the profile as JSON to FILE (refused if it\n"
+                 "exists, unless --force)"),
+    CLI_OPT_FLAG(probe_opts, "--force", force,
+                 "replace an existing --out file"),
+    CLI_OPT_TEXT(probe_opts, "--dir", "DIR", dir, ".",
+                 "directory whose parallel HDF5 rates are measured (a\n"
+                 "scratch file, removed afterwards): where run's files\n"
+                 "will live"),
+    CLI_OPT_TEXT(probe_opts, "--dim", "LIST", dims, "64,128",
+                 "head dims (D = Dv) whose kernel rates are measured"),
+    CLI_OPT_TEXT(probe_opts, "--score", "LIST", scores, "dot",
+                 "scores whose kernel rates are measured: dot,\n"
+                 "gaussian, additive"),
+    CLI_OPT_POSITIVE(probe_opts, "--seconds", "S", seconds, 3600, "8",
+                     "about how long the measurements take in all (each\n"
+                     "one runs at least 3 times after a warm-up)"),
+    CLI_OPT_TEXT(probe_opts, "--show", "FILE", show, NULL,
+                 "measure nothing: read the profile FILE, print its\n"
+                 "table (and write it again to --out)"),
     {0},
 };
 

@@ -9,6 +9,7 @@
 
 #include "agree.h"
 #include "cli.h"
+#include "driver.h"
 #include "h5io.h"
 #include "internal.h"
 #include "placement.h"
@@ -35,90 +36,63 @@ _Static_assert(RA_AXES_BNHD == 0 && RA_AXES_BHND == 1 &&
                "--qkv-layout stores the ra_axes index as int");
 
 static const cli_opt run_own[] = {
-    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE",
-     .required = 1,
-     .offset = CLI_FIELD(run_opts, in, const char *),
-     .help = "input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)"},
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE",
-     .required = 1,
-     .offset = CLI_FIELD(run_opts, out, const char *),
-     .help = "output; written to a temporary file, renamed at the end"},
-    {.name = "--qkv-layout", .kind = CLI_CHOICE, .meta = "ORDER",
-     .offset = CLI_FIELD(run_opts, src.axes, int), .choices = qkv_layouts,
-     .noun = "tensor layout", .def = "bnhd",
-     .help = "axis order of q, k, v without an 'axes' attribute:\n"
-     "bnhd (B,N,H,D) or bhnd (B,H,N,D), as PyTorch's\n"
-     "attention takes them; an attribute axes = \"B,N,H,D\"\n"
-     "or \"B,H,N,D\" on a dataset wins"},
-    {.name = "--q", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.q, const char *), .def = "/q",
-     .help = "dataset of the queries, e.g. /layer3/attn/q"},
-    {.name = "--k", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.k, const char *), .def = "/k",
-     .help = "dataset of the keys"},
-    {.name = "--v", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.v, const char *), .def = "/v",
-     .help = "dataset of the values"},
-    {.name = "--q-lens", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.q_lens, const char *),
-     .help = "padding lengths of the queries (B,) (default /q_lens,\n"
-     "when present; a dataset named here must exist)"},
-    {.name = "--kv-lens", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.kv_lens, const char *),
-     .help = "padding lengths of the keys (B,) (default /kv_lens)"},
-    {.name = "--segments", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.segments, const char *),
-     .help = "packed-sequence ids of both sides (B, N), N == M\n"
-     "(default /segments)"},
-    {.name = "--q-segments", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.q_segments, const char *),
-     .help = "packed-sequence ids of the queries (B, N) (default\n"
-     "/q_segments)"},
-    {.name = "--kv-segments", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.kv_segments, const char *),
-     .help = "packed-sequence ids of the keys (B, M) (default\n"
-     "/kv_segments)"},
-    {.name = "--out-dtype", .kind = CLI_CHOICE, .meta = "T",
-     .offset = CLI_FIELD(run_opts, out_dtype, int), .choices = out_dtypes,
-     .noun = "output type", .def = "f32",
-     .help = "type of /o: f32, f16, bf16 (a 16-bit float with\n"
-     "float32's exponent) or f64; /lse stays f32"},
-    {.name = "--out-chunk", .kind = CLI_INT, .meta = "ROWS",
-     .offset = CLI_FIELD(run_opts, out_chunk, int64_t), .lo = 1,
-     .hi = (int64_t)1 << 40,
-     .help = "store /o and /lse in chunks of ROWS query rows"},
-    {.name = "--out-compress", .kind = CLI_INT32, .meta = "LEVEL",
-     .offset = CLI_FIELD(run_opts, out_compress, int), .lo = 1, .hi = 9,
-     .help = "gzip the chunks at LEVEL 1..9 (needs --out-chunk;\n"
-     "written collectively)"},
-    {.name = "--out-group", .kind = CLI_TEXT, .meta = "GROUP",
-     .offset = CLI_FIELD(run_opts, out_group, const char *),
-     .help = "write /o, /lse (and /attn_map) under GROUP of the\n"
-     "output, e.g. /layer3 (created); attributes stay at\n"
-     "the root, out_group names it"},
-    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(run_opts, json, const char *),
-     .help = "also write a JSON summary of the run (shape, options,\n"
-     "timings) to FILE"},
-    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(run_opts, profile, const char *),
-     .help = "machine profile for --strategy auto (default: this\n"
-     "machine's built-in figures)"},
-    {.name = "--attn-map", .kind = CLI_TEXT, .meta = "I0:I1",
-     .offset = CLI_FIELD(run_opts, map_rows, const char *),
-     .help = "also write /attn_map (B, heads, I1-I0, M): the exact\n"
-     "softmax weights of query rows [I0, I1) over all keys"},
-    {.name = "--attn-map-heads", .kind = CLI_TEXT, .meta = "LIST",
-     .offset = CLI_FIELD(run_opts, map_heads, const char *), .def = "0",
-     .help = "query heads of the map, e.g. 0,3"},
-    {.name = "--mha", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(run_opts, mha, int),
-     .help = "the multi-head attention layer instead (inputs /x or\n"
-     "/x_q, /x_kv and weights; see run --mha --help)"},
-    {.name = "--allow-nonfinite", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(run_opts, allow_nonfinite, int),
-     .help = "let NaN and infinite inputs through (refused by\n"
-     "default, naming the first one)"},
+    CLI_OPT_REQUIRED(run_opts, "--in", "FILE", in,
+                     "input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)"),
+    CLI_OPT_REQUIRED(run_opts, "--out", "FILE", out,
+                     "output; written to a temporary file, renamed at the end"),
+    CLI_OPT_CHOICE(run_opts, "--qkv-layout", "ORDER", src.axes, qkv_layouts,
+                   "tensor layout", "bnhd",
+                   "axis order of q, k, v without an 'axes' attribute:\n"
+                   "bnhd (B,N,H,D) or bhnd (B,H,N,D), as PyTorch's\n"
+                   "attention takes them; an attribute axes = \"B,N,H,D\"\n"
+                   "or \"B,H,N,D\" on a dataset wins"),
+    CLI_OPT_TEXT(run_opts, "--q", "PATH", src.q, "/q",
+                 "dataset of the queries, e.g. /layer3/attn/q"),
+    CLI_OPT_TEXT(run_opts, "--k", "PATH", src.k, "/k", "dataset of the keys"),
+    CLI_OPT_TEXT(run_opts, "--v", "PATH", src.v, "/v", "dataset of the values"),
+    CLI_OPT_TEXT(run_opts, "--q-lens", "PATH", src.q_lens, NULL,
+                 "padding lengths of the queries (B,) (default /q_lens,\n"
+                 "when present; a dataset named here must exist)"),
+    CLI_OPT_TEXT(run_opts, "--kv-lens", "PATH", src.kv_lens, NULL,
+                 "padding lengths of the keys (B,) (default /kv_lens)"),
+    CLI_OPT_TEXT(run_opts, "--segments", "PATH", src.segments, NULL,
+                 "packed-sequence ids of both sides (B, N), N == M\n"
+                 "(default /segments)"),
+    CLI_OPT_TEXT(run_opts, "--q-segments", "PATH", src.q_segments, NULL,
+                 "packed-sequence ids of the queries (B, N) (default\n"
+                 "/q_segments)"),
+    CLI_OPT_TEXT(run_opts, "--kv-segments", "PATH", src.kv_segments, NULL,
+                 "packed-sequence ids of the keys (B, M) (default\n"
+                 "/kv_segments)"),
+    CLI_OPT_CHOICE(run_opts, "--out-dtype", "T", out_dtype, out_dtypes,
+                   "output type", "f32",
+                   "type of /o: f32, f16, bf16 (a 16-bit float with\n"
+                   "float32's exponent) or f64; /lse stays f32"),
+    CLI_OPT_INT(run_opts, "--out-chunk", "ROWS", out_chunk, 1,
+                (int64_t)1 << 40, NULL,
+                "store /o and /lse in chunks of ROWS query rows"),
+    CLI_OPT_INT32(run_opts, "--out-compress", "LEVEL", out_compress, 1, 9,
+                  NULL,
+                  "gzip the chunks at LEVEL 1..9 (needs --out-chunk;\n"
+                  "written collectively)"),
+    CLI_OPT_TEXT(run_opts, "--out-group", "GROUP", out_group, NULL,
+                 "write /o, /lse (and /attn_map) under GROUP of the\n"
+                 "output, e.g. /layer3 (created); attributes stay at\n"
+                 "the root, out_group names it"),
+    CLI_OPT_TEXT(run_opts, "--json", "FILE", json, NULL,
+                 "also write a JSON summary of the run (shape, options,\n"
+                 "timings) to FILE"),
+    CLI_OPT_TEXT(run_opts, "--attn-map", "I0:I1", map_rows, NULL,
+                 "also write /attn_map (B, heads, I1-I0, M): the exact\n"
+                 "softmax weights of query rows [I0, I1) over all keys"),
+    CLI_OPT_TEXT(run_opts, "--attn-map-heads", "LIST", map_heads, "0",
+                 "query heads of the map, e.g. 0,3"),
+    CLI_OPT_FLAG(run_opts, "--mha", mha,
+                 "the multi-head attention layer instead (inputs /x or\n"
+                 "/x_q, /x_kv and weights; see run --mha --help)"),
+    CLI_OPT_FLAG(run_opts, "--allow-nonfinite", allow_nonfinite,
+                 "let NaN and infinite inputs through (refused by\n"
+                 "default, naming the first one)"),
     {0},
 };
 
@@ -139,7 +113,8 @@ static const cli_spec run_spec = {
     "rounded to float32 (24-bit significand, about 7 digits; values beyond\n"
     "3.4e38 become infinite and are refused). /o is stored as --out-dtype\n"
     "(rounded from float32), /lse as float32.\n",
-    .groups = {{run_own, 0}, {cli_force_opts, offsetof(run_opts, force)},
+    .groups = {{run_own, 0}, {cli_profile_opts, offsetof(run_opts, profile)},
+               {cli_force_opts, offsetof(run_opts, force)},
                {cli_forward_opts, offsetof(run_opts, p)},
                {cli_progress_opts, offsetof(run_opts, prog)}},
 };
@@ -193,17 +168,12 @@ static ra_status map_parse(const char *rows, const char *heads,
 
 /* Everything one run owns between validate and report. */
 typedef struct {
-    ra_shape s;
-    cli_score_inputs score_in;
-    double *slopes;             /* /alibi_slopes, or NULL */
+    cli_pass_data d;
     map_request mreq;
     ra_attn_map map;
     const char *q_seg, *kv_seg; /* segment datasets, or NULL */
-    int layout_auto;
     ra_axes axes[3];            /* the order q, k, v were read in */
     ra_h5_source recorded;      /* the datasets used, for the output */
-    cli_tensors t;
-    ra_h5_masks masks;
     char mask_names[64];        /* the "masks" attribute of the output */
     ra_timing tm;
     double t_read, t_write, t_total;
@@ -211,19 +181,13 @@ typedef struct {
     model_result pick;
 } run_state;
 
-static void run_free(run_state *r)
+/* What run owns beyond the shared data. */
+static void run_release(run_state *r)
 {
-    cli_score_free(&r->score_in);
-    free(r->slopes);
-    r->slopes = NULL;
-    cli_tensors_free(&r->t);
     free(r->map.out);
     r->map.out = NULL;
-    ra_h5_masks_free(&r->masks);
 }
 
-/* Every check that needs no compute, before the first collective of the
- * work; the ranks agree on the verdict. */
 /* The output options that need no file: the same verdict on every rank. */
 static ra_status out_opts_check(const run_opts *o)
 {
@@ -241,8 +205,12 @@ static ra_status out_opts_check(const run_opts *o)
     return RA_OK;
 }
 
+/* Every check that needs no compute, before the first collective of the
+ * work; the ranks agree on the verdict. */
 static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
+    r->d.in = o->in;
+    r->d.out = o->out;
     ra_status st = out_opts_check(o);
     if (st == RA_OK)
         st = cli_output_agree(ctx, o->out, o->force,
@@ -251,34 +219,30 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
         st = cli_output_agree(ctx, o->json, o->force,
                               (const char *const[]){o->in, NULL});
     if (st == RA_OK)
-        st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->s,
+        st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->d.s,
                                    r->axes);
     if (st == RA_OK && (r->picked = (int)o->p.strategy == CLI_STRATEGY_AUTO))
-        st = plan_pick(ctx, &r->s, &o->p, NULL, o->profile, &r->pick);
+        st = plan_pick(ctx, &r->d.s, &o->p, NULL, o->profile, &r->pick);
     if (st != RA_OK)
         return st;
     o->p.nonfinite = o->allow_nonfinite;
-    st = cli_params_check(&o->p, &r->s, NULL);
-    if (st == RA_OK)
-        st = cli_score_setup(o->in, &r->s, &o->p, &r->score_in);
-    if (st == RA_OK)
-        st = cli_alibi_setup(o->in, &r->s, &o->p, &r->slopes);
+    st = cli_pass_params(o->in, &r->d, &o->p);
     if (st == RA_OK && o->map_rows)
-        st = map_parse(o->map_rows, o->map_heads, &r->s, &r->mreq);
+        st = map_parse(o->map_rows, o->map_heads, &r->d.s, &r->mreq);
     if (st == RA_OK)
         st = h5io_segment_names_from(o->in, &o->src, &r->q_seg, &r->kv_seg);
     st = ra_agree(ctx->comm, st);
     if (st == RA_OK) /* collective */
-        st = ra_strategy_check(ctx->comm, &r->s, &o->p, r->q_seg != NULL);
+        st = ra_strategy_check(ctx->comm, &r->d.s, &o->p, r->q_seg != NULL);
     return st;
 }
 
 /* The mask datasets in use, for the output's "masks" attribute. */
 static void mask_names(run_state *r)
 {
-    const char *names[3] = {r->masks.q_lens ? "q_lens" : NULL,
-                            r->masks.kv_lens ? "kv_lens" : NULL,
-                            r->masks.q_segments ? "segments" : NULL};
+    const char *names[3] = {r->d.masks.q_lens ? "q_lens" : NULL,
+                            r->d.masks.kv_lens ? "kv_lens" : NULL,
+                            r->d.masks.q_segments ? "segments" : NULL};
     r->mask_names[0] = '\0';
     for (int i = 0; i < 3; i++) {
         size_t used = strlen(r->mask_names);
@@ -296,9 +260,9 @@ static void mask_record(const run_opts *o, run_state *r)
     const ra_h5_source *src = &o->src;
     r->recorded = (ra_h5_source){.q = src->q, .k = src->k, .v = src->v,
                                  .axes = src->axes};
-    if (r->masks.q_lens)
+    if (r->d.masks.q_lens)
         r->recorded.q_lens = src->q_lens ? src->q_lens : "/q_lens";
-    if (r->masks.kv_lens)
+    if (r->d.masks.kv_lens)
         r->recorded.kv_lens = src->kv_lens ? src->kv_lens : "/kv_lens";
     if (r->q_seg && r->q_seg == r->kv_seg)
         r->recorded.segments = r->q_seg;
@@ -311,10 +275,9 @@ static void mask_record(const run_opts *o, run_state *r)
 /* The layout, this rank's buffers (agreed) and the masks. */
 static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
-    const ra_shape *s = &r->s;
-    r->layout_auto = o->p.layout == RA_LAYOUT_AUTO;
-    o->p.layout = ra_params_layout(&o->p, r->q_seg != NULL);
-    ra_status st = cli_tensors_alloc(&r->t, s, o->p.layout, ctx->rank,
+    const ra_shape *s = &r->d.s;
+    cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
+    ra_status st = cli_tensors_alloc(&r->d.t, s, o->p.layout, ctx->rank,
                                      ctx->nranks);
     r->map = (ra_attn_map){r->mreq.i0, r->mreq.i1, r->mreq.heads,
                            r->mreq.nheads, NULL};
@@ -332,7 +295,7 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
     if ((st = ra_h5_read_masks_from(ctx->comm, o->in, &o->src, s,
-                                    o->p.layout, &r->masks)) != RA_OK)
+                                    o->p.layout, &r->d.masks)) != RA_OK)
         return st;
     mask_names(r);
     mask_record(o, r);
@@ -342,12 +305,12 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 /* Reads this rank's slices and refuses non-finite values (collective). */
 static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
 {
-    cli_tensors *t = &r->t;
-    ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->s,
+    cli_tensors *t = &r->d.t;
+    ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->d.s,
                                           o->p.layout, t->q, t->k, t->v);
     h5io_nonfinite bad;
     if (st != RA_OK || o->allow_nonfinite ||
-        h5io_scan_nonfinite(ctx->comm, o->in, &o->src, &r->s, o->p.layout,
+        h5io_scan_nonfinite(ctx->comm, o->in, &o->src, &r->d.s, o->p.layout,
                             t->q, t->k, t->v, &bad) == RA_OK)
         return st;
     char why[512];
@@ -360,18 +323,18 @@ static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
 static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
                              run_state *r)
 {
-    cli_tensors *t = &r->t;
+    cli_tensors *t = &r->d.t;
     const double t0 = MPI_Wtime();
     ra_status st = run_read(ctx, o, r);
     const double t1 = MPI_Wtime();
     const int ran = st == RA_OK;
     progress_start(&o->p);
     if (st == RA_OK && o->map_rows) {
-        st = ra_forward_map(ctx->comm, &r->s, &o->p, &r->masks.view, t->q,
+        st = ra_forward_map(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, t->q,
                             t->k, t->v, t->o, t->lse, &r->map);
         r->tm.total = MPI_Wtime() - t1; /* forward and map passes together */
     } else if (st == RA_OK) {
-        st = ra_forward_ex(ctx->comm, &r->s, &o->p, &r->masks.view, t->q,
+        st = ra_forward_ex(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, t->q,
                            t->k, t->v, t->o, t->lse, &r->tm);
     }
     if (ran && st == RA_ERR_MPI) /* a stalled ring: the others wait for a
@@ -380,15 +343,15 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     const double t2 = MPI_Wtime();
     if (st == RA_OK) {
         int64_t bq, bkv;
-        ra_params_tiles(&o->p, &r->s, &bq, &bkv);
+        ra_params_tiles(&o->p, &r->d.s, &bq, &bkv);
         const ra_run_meta meta = {
-            .params = &o->p, .scale = ra_params_scale(&o->p, &r->s),
+            .params = &o->p, .scale = ra_params_scale(&o->p, &r->d.s),
             .block_q = bq, .block_kv = bkv,
             .command_line = ctx->command_line, .masks = r->mask_names,
             .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
             .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
             .out_compress = o->out_compress, .out_group = o->out_group};
-        st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->s, &meta,
+        st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->d.s, &meta,
                                  t->o, t->lse);
     }
     r->t_read = t1 - t0;
@@ -402,10 +365,10 @@ static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
                           const run_state *r, double attention, double flops)
 {
     int64_t bq, bkv;
-    ra_params_tiles(&o->p, &r->s, &bq, &bkv);
+    ra_params_tiles(&o->p, &r->d.s, &bq, &bkv);
     const cli_run_summary sum = {
-        .in = o->in, .out = o->out, .shape = &r->s, .params = &o->p,
-        .scale = ra_params_scale(&o->p, &r->s), .source = &o->src,
+        .in = o->in, .out = o->out, .shape = &r->d.s, .params = &o->p,
+        .scale = ra_params_scale(&o->p, &r->d.s), .source = &o->src,
         .masks = r->mask_names, .out_dtype = (ra_dtype)o->out_dtype,
         .block_q = bq, .block_kv = bkv, .nranks = ctx->nranks,
         .threads = ra_params_threads(&o->p), .t_attention = attention,
@@ -419,7 +382,7 @@ static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
 static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
                             const run_state *r)
 {
-    const double flops = ra_forward_flops(&r->s, &o->p, &r->masks.view);
+    const double flops = ra_forward_flops(&r->d.s, &o->p, &r->d.masks.view);
     double mine[4] = {r->tm.total, r->tm.comm_wait, r->t_read, r->t_write};
     double worst[4];
     char rates[128];
@@ -439,7 +402,7 @@ static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
            "%d threads (comm wait max %.3f s); %s; wrote %s\n", worst[0],
            flops / worst[0] * 1e-9, note, ctx->nranks,
            ra_params_threads(&o->p), worst[1],
-           cli_io_rates(&r->s, worst[2], worst[3], rates), o->out);
+           cli_io_rates(&r->d.s, worst[2], worst[3], rates), o->out);
     if (r->picked)
         printf("ringattn run: strategy %s by the plan: attention predicted "
                "%.3f s, measured %.3f s (measured/predicted %.2f)\n",
@@ -448,6 +411,26 @@ static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
     return st;
 }
 
+/* What run prints after the parameter table. */
+static ra_status run_print(const cli_ctx *ctx, run_opts *o, run_state *r)
+{
+    cli_print_source(ctx, &o->src, r->axes);
+    if (r->picked)
+        plan_pick_print(ctx, &r->pick, o->profile);
+    progress_setup(ctx, &o->prog, &r->d.s, &o->p, o->profile);
+    progress_print_param(ctx, &o->prog);
+    return RA_OK;
+}
+
+CLI_PASS_STEPS(run, run_opts, run_state)
+CLI_PASS_STEP(run_print, run_opts, run_state)
+CLI_PASS_RELEASE(run_release, run_state)
+
+static const cli_pass run_pass = {
+    CLI_PASS_FIELDS(run, run_opts, run_state), .print = run_print_step,
+    .release = run_release_step,
+};
+
 int cmd_run(const cli_ctx *ctx, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) /* the layer has its own options */
@@ -455,24 +438,5 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
             return cmd_run_mha(ctx, argc, argv);
         else if (strcmp(argv[i], "--backward") == 0)
             return cmd_run_backward(ctx, argc, argv);
-    run_opts o = {0};
-    const int code = cli_parse_pass(ctx, &run_spec, &o, &o.p, argc, argv);
-    if (code >= 0)
-        return code;
-    run_state r = {0};
-    ra_status st = run_validate(ctx, &o, &r);
-    if (st == RA_OK && (st = run_setup(ctx, &o, &r)) == RA_OK) {
-        cli_placement_warn(ctx, ra_params_threads(&o.p));
-        cli_print_params(ctx, &r.s, &o.p, r.layout_auto, o.in, o.out);
-        cli_print_source(ctx, &o.src, r.axes);
-        if (r.picked)
-            plan_pick_print(ctx, &r.pick, o.profile);
-        progress_setup(ctx, &o.prog, &r.s, &o.p, o.profile);
-        progress_print_param(ctx, &o.prog);
-        st = run_compute(ctx, &o, &r);
-    }
-    if (st == RA_OK)
-        st = run_report(ctx, &o, &r);
-    run_free(&r);
-    return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
+    return cli_pass_run(ctx, &run_pass, argc, argv);
 }

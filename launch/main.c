@@ -7,18 +7,12 @@
 #include "signals.h"
 #include "simd.h"
 
-static const char usage[] =
+static const char usage_head[] =
     "usage: ringattn <command> [options]   (launch with mpirun/srun for P ranks)\n"
     "\n"
-    "commands:\n"
-    "  gen      write random inputs /q /k /v to an HDF5 file\n"
-    "  run      ring attention from an input file to an output file\n"
-    "  verify   check an output file against the fp64 reference\n"
-    "  info     show the datasets and attributes of a file\n"
-    "  bench    measure the forward pass on in-memory inputs\n"
-    "  plot-map draw the attention map of an output file as a PNG\n"
-    "  probe    measure this allocation's machine profile (JSON)\n"
-    "  plan     predict time, memory and bytes of each strategy before a run\n"
+    "commands:\n";
+
+static const char usage_tail[] =
     "\n"
     "global options (any command):\n"
     "  --ring-order node|mpirun   order the ring node by node so that each\n"
@@ -32,6 +26,32 @@ static const char usage[] =
     "\n"
     "`ringattn <command> --help` describes each one; `ringattn --version`\n"
     "names the version and the BLAS, MPI, HDF5 and SIMD path of this build.\n";
+
+/* The subcommands, in the order --help lists them. */
+static const struct {
+    const char *name;
+    cli_command *fn;
+    const char *summary; /* one line of --help */
+} commands[] = {
+    {"gen", cmd_gen, "write random inputs /q /k /v to an HDF5 file"},
+    {"run", cmd_run, "ring attention from an input file to an output file"},
+    {"verify", cmd_verify, "check an output file against the fp64 reference"},
+    {"info", cmd_info, "show the datasets and attributes of a file"},
+    {"bench", cmd_bench, "measure the forward pass on in-memory inputs"},
+    {"plot-map", cmd_plot, "draw the attention map of an output file as a PNG"},
+    {"probe", cmd_probe, "measure this allocation's machine profile (JSON)"},
+    {"plan", cmd_plan,
+     "predict time, memory and bytes of each strategy before a run"},
+};
+enum { NCOMMANDS = sizeof commands / sizeof *commands };
+
+static void usage_print(FILE *out)
+{
+    fputs(usage_head, out);
+    for (int i = 0; i < NCOMMANDS; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fputs(usage_tail, out);
+}
 
 /* argv joined by spaces, arguments with spaces or quotes single-quoted. */
 static char *join_args(int argc, char **argv)
@@ -63,22 +83,11 @@ static char *join_args(int argc, char **argv)
     return s;
 }
 
-typedef int (*command_fn)(const cli_ctx *ctx, int argc, char **argv);
-
-static const struct {
-    const char *name;
-    command_fn fn;
-} commands[] = {
-    {"gen", cmd_gen},     {"run", cmd_run},     {"verify", cmd_verify},
-    {"info", cmd_info},   {"bench", cmd_bench}, {"plot-map", cmd_plot},
-    {"probe", cmd_probe}, {"plan", cmd_plan},
-};
-
 /* Runs the command argv[1] names, with its own argv (from the name on). */
 static int dispatch(const cli_ctx *ctx, int argc, char **argv)
 {
     const char *cmd = argc > 1 ? argv[1] : "";
-    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+    for (int i = 0; i < NCOMMANDS; i++)
         if (strcmp(cmd, commands[i].name) == 0)
             return commands[i].fn(ctx, argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0)
@@ -86,14 +95,17 @@ static int dispatch(const cli_ctx *ctx, int argc, char **argv)
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
         strcmp(cmd, "help") == 0) {
         if (ctx->rank == 0)
-            fputs(usage, stdout);
+            usage_print(stdout);
         return CLI_EXIT_OK;
     }
+    char names[256] = "";
+    for (int i = 0; i < NCOMMANDS; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                 i ? ", " : "", commands[i].name);
     if (ctx->rank == 0)
-        fprintf(stderr, "ringattn: %s%s%s (commands: gen, run, verify, info, "
-                "bench, plot-map, probe, plan; see ringattn --help)\n",
-                argc > 1 ? "unknown command '" : "no command",
-                argc > 1 ? cmd : "", argc > 1 ? "'" : "");
+        fprintf(stderr, "ringattn: %s%s%s (commands: %s; see ringattn "
+                "--help)\n", argc > 1 ? "unknown command '" : "no command",
+                argc > 1 ? cmd : "", argc > 1 ? "'" : "", names);
     return CLI_EXIT_USAGE;
 }
 

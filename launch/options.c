@@ -337,12 +337,17 @@ const cli_opt cli_force_opts[] = {
 };
 
 const cli_opt cli_table_opts[] = {
-    {.name = "--json", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(cli_tables, json, const char *),
-     .help = "also write the rows as JSON (replaced if it exists)"},
-    {.name = "--csv", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(cli_tables, csv, const char *),
-     .help = "also write the rows as CSV (replaced if it exists)"},
+    CLI_OPT_TEXT(cli_tables, "--json", "FILE", json, NULL,
+                 "also write the rows as JSON (replaced if it exists)"),
+    CLI_OPT_TEXT(cli_tables, "--csv", "FILE", csv, NULL,
+                 "also write the rows as CSV (replaced if it exists)"),
+    {0},
+};
+
+const cli_opt cli_profile_opts[] = {
+    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE", .offset = 0,
+     .help = "machine profile for --strategy auto (default: this\n"
+     "machine's built-in figures)"},
     {0},
 };
 
@@ -353,27 +358,18 @@ const cli_opt cli_backward_opts[] = {
 };
 
 const cli_opt cli_check_opts[] = {
-    {.name = "--in", .kind = CLI_TEXT, .meta = "FILE", .required = 1,
-     .offset = CLI_FIELD(cli_check, in, const char *),
-     .help = "the input of the run (its masks; /do for gradients)"},
-    {.name = "--out", .kind = CLI_TEXT, .meta = "FILE", .required = 1,
-     .offset = CLI_FIELD(cli_check, out, const char *),
-     .help = "the output to check"},
-    {.name = "--sample", .kind = CLI_INT, .meta = "K",
-     .offset = CLI_FIELD(cli_check, sample, int64_t), .lo = 1,
-     .hi = INT64_MAX,
-     .help = "check K random query rows (all heads, all keys) and,\n"
-     "for gradients, K random key rows of dk and dv"},
-    {.name = "--all", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(cli_check, all, int),
-     .help = "check every row, however long it takes"},
-    {.name = "--seed", .kind = CLI_INT, .meta = "S",
-     .offset = CLI_FIELD(cli_check, seed, int64_t), .lo = 0, .hi = INT64_MAX,
-     .def = "1", .help = "seed of the sample"},
-    {.name = "--tol", .kind = CLI_REAL, .meta = "X",
-     .offset = CLI_FIELD(cli_check, tol, double), .rlo = 0, .open_lo = 1,
-     .rhi = 1e300, .def = RA_XSTR(RA_TOLERANCE),
-     .help = "tolerance of each relative error"},
+    CLI_OPT_REQUIRED(cli_check, "--in", "FILE", in,
+                     "the input of the run (its masks; /do for gradients)"),
+    CLI_OPT_REQUIRED(cli_check, "--out", "FILE", out, "the output to check"),
+    CLI_OPT_INT(cli_check, "--sample", "K", sample, 1, INT64_MAX, NULL,
+                "check K random query rows (all heads, all keys) and,\n"
+                "for gradients, K random key rows of dk and dv"),
+    CLI_OPT_FLAG(cli_check, "--all", all,
+                 "check every row, however long it takes"),
+    CLI_OPT_INT(cli_check, "--seed", "S", seed, 0, INT64_MAX, "1",
+                "seed of the sample"),
+    CLI_OPT_POSITIVE(cli_check, "--tol", "X", tol, 1e300,
+                     RA_XSTR(RA_TOLERANCE), "tolerance of each relative error"),
     {0},
 };
 
@@ -515,48 +511,39 @@ static int parse_strategy(const cli_opt *o, const char *val, void *base)
 }
 
 #define P_AT(f) offsetof(ra_params, f)
+/* A tile size: rows in [1, 65536]. */
 #define TILE_OPT(nm, f, help_)                                                \
-    {.name = nm, .kind = CLI_INT, .meta = "N",                               \
-     .offset = CLI_FIELD(ra_params, f, int64_t), .lo = 1, .hi = 1 << 16,     \
-     .help = help_}
+    CLI_OPT_INT(ra_params, nm, "N", f, 1, 1 << 16, NULL, help_)
 
 const cli_opt cli_forward_opts[] = {
-    {.name = "--causal", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(ra_params, causal, int),
-     .help = "query i sees keys j <= i + (M - N) (bottom-right aligned)"},
+    CLI_OPT_FLAG(ra_params, "--causal", causal,
+                 "query i sees keys j <= i + (M - N) (bottom-right aligned)"),
     {.name = "--window", .kind = CLI_CUSTOM, .meta = "L[,R]",
      .fn = parse_window, .help = "sliding window: query i sees keys j with\n"
      "i' - L <= j <= i' + R, i' = i + (M - N); R defaults to 0"},
-    {.name = "--scale", .kind = CLI_REAL, .meta = "S",
-     .offset = CLI_FIELD(ra_params, scale, double),
-     .rlo = -DBL_MAX, .rhi = DBL_MAX,
-     .help = "dot score scale (default 1/sqrt(D))"},
+    CLI_OPT_REAL(ra_params, "--scale", "S", scale, -DBL_MAX, DBL_MAX, NULL,
+                 "dot score scale (default 1/sqrt(D))"),
     {.name = "--score", .kind = CLI_CUSTOM, .meta = "NAME",
      .offset = P_AT(score), .noun = "score", .fn = parse_score,
      .help = "dot (default), gaussian (-||q-k||^2 / (2 sigma^2)) or\n"
      "additive (w_v . tanh(W_q q + W_k k), weights from the\n"
      "input's /additive/w_q (A,D), /additive/w_k (A,Dk),\n"
      "/additive/w_v (A); /k may then have its own dim Dk)"},
-    {.name = "--sigma", .kind = CLI_REAL, .meta = "S",
-     .offset = CLI_FIELD(ra_params, sigma, double),
-     .rlo = 0, .open_lo = 1, .rhi = DBL_MAX,
-     .help = "bandwidth of the gaussian score (default 1)"},
+    CLI_OPT_POSITIVE(ra_params, "--sigma", "S", sigma, DBL_MAX, NULL,
+                     "bandwidth of the gaussian score (default 1)"),
     {.name = "--rope", .kind = CLI_CUSTOM, .meta = "PAIRING",
      .offset = P_AT(rope), .noun = "rotary pairing", .fn = parse_rope,
      .help = "rotary position embedding of q and k at global\n"
      "positions (queries at i + M - N): interleaved pairs\n"
      "dims (2i, 2i+1) (GPT-J), half pairs (i, i + D/2)\n"
      "(GPT-NeoX, Hugging Face Llama); none (default)"},
-    {.name = "--rope-base", .kind = CLI_REAL, .meta = "B",
-     .offset = CLI_FIELD(ra_params, rope_base, double),
-     .rlo = 0, .open_lo = 1, .rhi = DBL_MAX,
-     .help = "RoPE base: theta_i = B^(-2i/D) (default 10000)"},
-    {.name = "--alibi", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(ra_params, alibi, int),
-     .help = "ALiBi: add -slope_h * (i' - j) to head h's scores,\n"
-     "i' = i + M - N; slopes from the input's /alibi_slopes\n"
-     "(H,) when present, else the standard geometric ones\n"
-     "(2^(-8h/H), h = 1..H, for H a power of two)"},
+    CLI_OPT_POSITIVE(ra_params, "--rope-base", "B", rope_base, DBL_MAX, NULL,
+                     "RoPE base: theta_i = B^(-2i/D) (default 10000)"),
+    CLI_OPT_FLAG(ra_params, "--alibi", alibi,
+                 "ALiBi: add -slope_h * (i' - j) to head h's scores,\n"
+                 "i' = i + M - N; slopes from the input's /alibi_slopes\n"
+                 "(H,) when present, else the standard geometric ones\n"
+                 "(2^(-8h/H), h = 1..H, for H a power of two)"),
     TILE_OPT("--block-q", block_q,
              "query tile rows (default 256; 128 with a window)"),
     TILE_OPT("--block-kv", block_kv,
@@ -569,10 +556,9 @@ const cli_opt cli_forward_opts[] = {
      "window, else striped with packed segments, else\n"
      "zigzag when causal, else contiguous); files keep\n"
      "the natural token order either way"},
-    {.name = "--threads", .kind = CLI_INT32, .meta = "T",
-     .offset = CLI_FIELD(ra_params, threads, int), .lo = 1, .hi = 1024,
-     .help = "OpenMP threads per rank (default OMP_NUM_THREADS,\n"
-     "or 1 when it is unset)"},
+    CLI_OPT_INT32(ra_params, "--threads", "T", threads, 1, 1024, NULL,
+                  "OpenMP threads per rank (default OMP_NUM_THREADS,\n"
+                  "or 1 when it is unset)"),
     {.name = "--strategy", .kind = CLI_CUSTOM, .meta = "NAME",
      .offset = P_AT(strategy), .noun = "strategy", .fn = parse_strategy,
      .help = "how ranks split the work: ring (default, K/V travel),\n"
@@ -583,21 +569,18 @@ const cli_opt cli_forward_opts[] = {
      "hybrid (ulysses inside groups, a ring between);\n"
      "bench takes all: every applicable one side by side;\n"
      "run and bench take auto: the plan's fastest"},
-    {.name = "--mem-limit", .kind = CLI_INT, .meta = "BYTES",
-     .offset = CLI_FIELD(ra_params, mem_limit, int64_t), .lo = 1,
-     .hi = INT64_MAX,
-     .help = "bytes a rank may use for gathered K/V (allgather;\n"
-     "default: node memory / ranks on the node)"},
-    {.name = "--ulysses-size", .kind = CLI_INT, .meta = "U",
-     .offset = CLI_FIELD(ra_params, ulysses_size, int64_t), .lo = 1,
-     .hi = 1 << 20,
-     .help = "hybrid: ranks per head-parallel group, dividing P\n"
-     "(default: the ranks of one node)"},
-    {.name = "--stall-timeout", .kind = CLI_REAL, .meta = "SECONDS",
-     .offset = CLI_FIELD(ra_params, stall_timeout, double),
-     .rlo = 0, .rhi = 1e9,
-     .help = "abort when no ring step completes for this long,\n"
-     "naming the step and the rank waited for; 0: never\n"
-     "(default: the library's, far above a healthy step)"},
+    CLI_OPT_INT(ra_params, "--mem-limit", "BYTES", mem_limit, 1, INT64_MAX,
+                NULL,
+                "bytes a rank may use for gathered K/V (allgather;\n"
+                "default: node memory / ranks on the node)"),
+    CLI_OPT_INT(ra_params, "--ulysses-size", "U", ulysses_size, 1, 1 << 20,
+                NULL,
+                "hybrid: ranks per head-parallel group, dividing P\n"
+                "(default: the ranks of one node)"),
+    CLI_OPT_REAL(ra_params, "--stall-timeout", "SECONDS", stall_timeout, 0,
+                 1e9, NULL,
+                 "abort when no ring step completes for this long,\n"
+                 "naming the step and the rank waited for; 0: never\n"
+                 "(default: the library's, far above a healthy step)"),
     {0},
 };

@@ -12,18 +12,13 @@
 #define PROGRESS_THRESHOLD 10.0
 
 const cli_opt cli_progress_opts[] = {
-    {.name = "--progress", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(cli_progress, asked, int),
-     .help = "print progress lines (steps done, elapsed, ETA) on\n"
-     "stderr; by default only on a terminal for a run\n"
-     "predicted to take more than about 10 s"},
-    {.name = "--progress-every", .kind = CLI_REAL, .meta = "S",
-     .offset = CLI_FIELD(cli_progress, every, double), .rlo = 0,
-     .rhi = 86400, .open_lo = 1, .def = "5",
-     .help = "seconds between progress lines"},
-    {.name = "--quiet", .kind = CLI_FLAG,
-     .offset = CLI_FIELD(cli_progress, quiet, int),
-     .help = "no progress lines"},
+    CLI_OPT_FLAG(cli_progress, "--progress", asked,
+                 "print progress lines (steps done, elapsed, ETA) on\n"
+                 "stderr; by default only on a terminal for a run\n"
+                 "predicted to take more than about 10 s"),
+    CLI_OPT_POSITIVE(cli_progress, "--progress-every", "S", every, 86400, "5",
+                     "seconds between progress lines"),
+    CLI_OPT_FLAG(cli_progress, "--quiet", quiet, "no progress lines"),
     {0},
 };
 

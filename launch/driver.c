@@ -1,0 +1,121 @@
+/* driver.c: the one runner of the pass drivers and the data they share. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agree.h"
+#include "driver.h"
+#include "internal.h"
+#include "placement.h"
+
+void cli_pass_data_free(cli_pass_data *d)
+{
+    cli_tensors_free(&d->t);
+    free(d->g.mem);
+    d->g = (cli_grads){0};
+    cli_score_free(&d->score_in);
+    free(d->slopes);
+    d->slopes = NULL;
+    ra_h5_masks_free(&d->masks);
+}
+
+void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented)
+{
+    d->layout_auto = p->layout == RA_LAYOUT_AUTO;
+    p->layout = ra_params_layout(p, segmented);
+}
+
+/* Floats after each part of the gradients: every part, even an empty one,
+ * has an address of its own. */
+enum { GRADS_SPARE = 16 };
+
+ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
+                          int rank)
+{
+    const ra_shape *s = &d->s;
+    const int64_t n = d->t.qs.count, m = d->t.ks.count, Dk = ra_shape_dk(s);
+    const int64_t f[5][4] = {{s->B, n, s->H, s->Dv}, {s->B, n, s->H, s->D},
+                             {s->B, m, s->G, Dk}, {s->B, m, s->G, s->Dv},
+                             {A, s->D + Dk + 1, 1, 1}};
+    int64_t cnt[5], total = 0;
+    for (int i = 0; i < 5; i++) {
+        cnt[i] = ra_count_checked(4, f[i]);
+        total = ra_add_checked(total,
+                               ra_add_checked(cnt[i], GRADS_SPARE));
+    }
+    cli_grads *g = &d->g;
+    g->mem = total > 0 && (uint64_t)total < SIZE_MAX / sizeof(float)
+                 ? malloc(sizeof(float) * (size_t)total) : NULL;
+    if (!g->mem)
+        return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate the "
+                            "gradients of rank %d", command, rank);
+    g->dout = g->mem;
+    g->dq = g->dout + cnt[0] + GRADS_SPARE;
+    g->dk = g->dq + cnt[1] + GRADS_SPARE;
+    g->dv = g->dk + cnt[2] + GRADS_SPARE;
+    g->dw = g->dv + cnt[3] + GRADS_SPARE;
+    g->dw_grads = (ra_additive_grads){g->dw, g->dw + A * s->D,
+                                      g->dw + A * (s->D + Dk)};
+    return RA_OK;
+}
+
+ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p)
+{
+    ra_status st = cli_params_check(p, &d->s, NULL);
+    if (st == RA_OK)
+        st = cli_score_setup(in, &d->s, p, &d->score_in);
+    if (st == RA_OK)
+        st = cli_alibi_setup(in, &d->s, p, &d->slopes);
+    return st;
+}
+
+/* The steps after parsing, up to the report. */
+static ra_status pass_steps(const cli_ctx *ctx, const cli_pass *d,
+                            char *opts, char *state)
+{
+    const ra_params *p = (const ra_params *)(opts + d->params);
+    const cli_pass_data *data = (const cli_pass_data *)(state + d->data);
+    ra_status st = d->validate(ctx, opts, state);
+    if (st == RA_OK)
+        st = d->setup(ctx, opts, state);
+    if (st == RA_OK) {
+        cli_placement_warn(ctx, ra_params_threads(p));
+        cli_print_params(ctx, &data->s, p, data->layout_auto, data->in,
+                         data->out);
+        if (d->print)
+            st = d->print(ctx, opts, state);
+    }
+    if (st == RA_OK)
+        st = d->compute(ctx, opts, state);
+    if (st == RA_OK)
+        st = d->report(ctx, opts, state);
+    return st;
+}
+
+int cli_pass_run(const cli_ctx *ctx, const cli_pass *d, int argc,
+                 char **argv)
+{
+    char *opts = calloc(1, d->opts_size), *state = calloc(1, d->state_size);
+    int code;
+    ra_status st = ra_agree(ctx->comm, opts && state ? RA_OK
+                            : ra_error_set(RA_ERR_NOMEM, "%s: out of memory",
+                                           d->spec->name));
+    if (st == RA_OK && d->init)
+        st = d->init(ctx, opts, state);
+    if (st != RA_OK)
+        goto fail;
+    code = cli_parse_pass(ctx, d->spec, opts, (ra_params *)(opts + d->params),
+                          argc, argv);
+    if (code >= 0)
+        goto done;
+    st = pass_steps(ctx, d, opts, state);
+    if (d->release)
+        d->release(state);
+    cli_pass_data_free((cli_pass_data *)(state + d->data));
+fail:
+    code = st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
+done:
+    free(opts);
+    free(state);
+    return code;
+}
