@@ -26,7 +26,7 @@ fc=launch/fake-cluster.sh
 mkdir -p "$out"
 [ "${PLAN_ONLY:-0}" = 1 ] || rm -f "$out"/*.json "$out"/*.txt
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-common=(--heads 4 --dim 64 --reps 3 --warmup 1 --check-rows 1)
+common=(--heads 4 --dim 64 --reps 5 --warmup 1 --check-rows 1)
 profile=
 
 # probe NAME LAUNCH...: the profile of the allocation LAUNCH starts, for
