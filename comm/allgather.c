@@ -2,14 +2,15 @@
  *
  * Every rank ends up holding every rank's K/V block; its own query slice
  * (the same load-balanced layout as the ring) folds each block in as it
- * arrives. The gather is point-to-point: each rank sends its block to every
- * other rank and receives theirs, all posted at once, the block a peer
- * folds first sent first. The rank computes on its own block, then on each
- * next block in ring order, testing the outstanding transfers between tiles
- * so that later blocks move while earlier ones compute (Open MPI has no
- * progress thread). Broadcasts (one MPI_Ibcast per block) moved little
- * while the ranks computed over TCP, even polled between tiles: the
- * sends and receives progress like the ring's steps.
+ * arrives. The gather is point-to-point: each rank receives every other
+ * block (all receives posted at once) and sends its own to the others one
+ * after the other, first to the rank that folds it first (rank r - 1 at
+ * its step 1, r - 2 at step 2, ...), so that the block needed soonest has
+ * the link to itself, as in a ring. The rank computes on its own block,
+ * then on each next block in ring order, testing the transfers and posting
+ * its next send between tiles and while it waits (Open MPI has no progress
+ * thread). Broadcasts (one MPI_Ibcast per block) moved little while the
+ * ranks computed over TCP, even polled between tiles.
  * Memory is O(M) per rank; the whole of it is checked against
  * params->mem_limit before anything is allocated. */
 #include <limits.h>
@@ -36,6 +37,9 @@ typedef struct {
                              REQS_PER_BLOCK per rank sent to */
     int nreq;
     int *peer;            /* REQS_PER_BLOCK per rank: that rank */
+    int next_send;        /* the own block's next send: to rank r - d */
+    int failed;           /* posting a send failed between tiles */
+    strat_call *call;
     int64_t mmax;         /* the largest block */
     MPI_Datatype krow, vrow;
     int may_poll;
@@ -146,9 +150,8 @@ static int gather_xfer(gather_state *g, const strat_call *c, int j, int peer,
                                  TAG_SEG, c->comm, &rq[2]));
 }
 
-/* Copies the own block in place, then posts the receive of every other
- * block and the send of the own one to every other rank: rank r - d folds
- * the own block at its step d, so the sends go in that order. */
+/* Copies the own block in place, makes the row datatypes and posts the
+ * receive of every other block. */
 static ra_status gather_post(gather_state *g, strat_call *c)
 {
     const ra_shape *s = c->shape;
@@ -167,26 +170,68 @@ static ra_status gather_post(gather_state *g, strat_call *c)
         return ra_error_set(RA_ERR_MPI, "allgather: cannot make the row "
                                         "datatypes");
     for (int d = 1; d < c->P; d++) {
-        const int from = (c->r + d) % c->P, to = (c->r - d + c->P) % c->P;
+        const int from = (c->r + d) % c->P;
         if (gather_xfer(g, c, from, from, 0) != MPI_SUCCESS)
             return ra_error_set(RA_ERR_MPI, "allgather: posting the receive "
                                 "of rank %d's block failed", from);
-        if (gather_xfer(g, c, c->r, to, 1) != MPI_SUCCESS)
-            return ra_error_set(RA_ERR_MPI, "allgather: posting the send "
-                                "to rank %d failed", to);
-        strat_count(c, to, s->B * c->m_own *
-                               ((int64_t)sizeof(float) * (rk + rv) +
-                                (c->segs ? (int64_t)sizeof(int64_t) : 0)));
     }
     return RA_OK;
 }
 
-/* The kernel's progress callback: tests every outstanding broadcast. */
+/* Posts the own block's next send once the one before it has completed;
+ * 0, or -1 when posting failed. Between tiles and in every wait. */
+static int gather_advance(void *ctx)
+{
+    gather_state *g = ctx;
+    strat_call *c = g->call;
+    const ra_shape *s = c->shape;
+    while (g->next_send < c->P && !g->failed) {
+        if (g->next_send > 1) {
+            const int before = (c->r - g->next_send + 1 + c->P) % c->P;
+            int done = 0;
+            MPI_Testall(REQS_PER_BLOCK,
+                        g->req + REQS_PER_BLOCK * (c->P + before), &done,
+                        MPI_STATUSES_IGNORE);
+            if (!done)
+                return 0;
+        }
+        const int to = (c->r - g->next_send + c->P) % c->P;
+        g->failed = gather_xfer(g, c, c->r, to, 1) != MPI_SUCCESS;
+        strat_count(c, to, s->B * c->m_own *
+                               ((int64_t)sizeof(float) * s->G * (s->D + s->Dv) +
+                                (c->segs ? (int64_t)sizeof(int64_t) : 0)));
+        g->next_send++;
+    }
+    return g->failed ? -1 : 0;
+}
+
+/* The kernel's progress callback: tests every outstanding transfer and
+ * posts the next send when its turn has come. */
 static void gather_poll(void *ctx)
 {
     gather_state *g = ctx;
     int done = 0;
     MPI_Testall(g->nreq, g->req, &done, MPI_STATUSES_IGNORE);
+    gather_advance(g);
+}
+
+/* The own block's remaining sends, each posted after the one before it
+ * has completed; the wait is exposed communication. */
+static ra_status gather_finish(gather_state *g, strat_call *c)
+{
+    const strat_watch w = {"the sends of the own block", g->peer, 0,
+                           gather_advance, g};
+    MPI_Request *sends = g->req + REQS_PER_BLOCK * c->P;
+    const double t0 = MPI_Wtime();
+    ra_status st;
+    do {
+        st = gather_advance(g) == 0
+                 ? strat_wait(c, REQS_PER_BLOCK * c->P, sends, &w)
+                 : ra_error_set(RA_ERR_MPI, "allgather: posting a send of "
+                                            "the own block failed");
+    } while (st == RA_OK && g->next_send < c->P);
+    c->tm->comm_wait += MPI_Wtime() - t0;
+    return st;
 }
 
 /* Folds the blocks in ring order from the own one, waiting for each just
@@ -201,13 +246,16 @@ static ra_status gather_run(gather_state *g, strat_call *c)
     strat_block_init(c, c->n, g->qpos, c->segs ? c->masks->q_segments : NULL,
                      &blk);
     ra_state_reset(s->B, c->n, s->H, s->Dv, c->o, c->lse);
+    if (gather_advance(g) != 0) /* the first send */
+        return ra_error_set(RA_ERR_MPI, "allgather: posting a send of the "
+                                        "own block failed");
     for (int t = 0; t < c->P; t++) {
         const int j = (c->r + t) % c->P;
         const double t0 = MPI_Wtime();
         char phase[64];
         snprintf(phase, sizeof phase, "rank %d's block", j);
         const strat_watch w = {phase, g->peer + REQS_PER_BLOCK * j,
-                               REQS_PER_BLOCK};
+                               REQS_PER_BLOCK, gather_advance, g};
         const ra_status st = strat_wait(c, REQS_PER_BLOCK,
                                         g->req + REQS_PER_BLOCK * j, &w);
         if (st != RA_OK)
@@ -225,18 +273,14 @@ static ra_status gather_run(gather_state *g, strat_call *c)
         c->tm->compute += MPI_Wtime() - t1;
         strat_step(c, t + 1, c->P);
     }
-    const strat_watch w = {"the sends of the own block", g->peer, 0};
-    const double t0 = MPI_Wtime();
-    const ra_status st = strat_wait(c, REQS_PER_BLOCK * c->P,
-                                    g->req + REQS_PER_BLOCK * c->P, &w);
-    c->tm->comm_wait += MPI_Wtime() - t0;
-    return st;
+    return gather_finish(g, c);
 }
 
 ra_status allgather_forward(strat_call *c)
 {
     gather_state g = {.krow = MPI_DATATYPE_NULL, .vrow = MPI_DATATYPE_NULL,
-                      .may_poll = strat_may_poll(c)};
+                      .may_poll = strat_may_poll(c), .next_send = 1,
+                      .call = c};
     ra_status st = ra_agree(c->comm, allgather_fits(c->comm, c->shape,
                                                     c->params, c->segs));
     if (st == RA_OK)

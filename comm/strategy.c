@@ -124,7 +124,7 @@ ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
                      const strat_watch *w)
 {
     const double timeout = c->params->stall_timeout;
-    if (!(timeout > 0)) {
+    if (!(timeout > 0) && !w->tick) {
         if (MPI_Waitall(n, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
             return ra_error_set(RA_ERR_MPI, "%s: %s: a transfer failed",
                                 ra_strategy_name(c->params->strategy),
@@ -144,8 +144,13 @@ ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
         const double now = MPI_Wtime();
         if (progressed)
             since = now;
-        if (now - since > timeout)
+        if (timeout > 0 && now - since > timeout)
             return strat_stalled(c, n, req, w);
+        if (w->tick && w->tick(w->ctx) != 0)
+            return ra_error_set(RA_ERR_MPI, "%s: %s: posting a transfer "
+                                "failed",
+                                ra_strategy_name(c->params->strategy),
+                                w->phase);
         sched_yield();
     }
 }

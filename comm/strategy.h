@@ -47,6 +47,11 @@ typedef struct {
     const char *phase;
     const int *peer;
     int nrecv;
+    /* Called between tests while waiting, when not NULL (the wait then
+     * loops even without a timeout): a strategy's own progress, such as
+     * posting its next send. Returns 0, or -1 when that failed. */
+    int (*tick)(void *ctx);
+    void *ctx;
 } strat_watch;
 
 /* Waits for req[0 .. n) under params->stall_timeout (0: MPI_Waitall). With
