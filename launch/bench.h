@@ -18,12 +18,11 @@ typedef struct {
     int64_t seqs[MAX_SEQS];
     int nseq;
     int64_t warmup, reps, check_rows, seed;
-    int lens, lens_kind;     /* random padding lengths */
+    cli_random_masks rm;     /* --lens, --segments */
     int layout_auto;         /* the layout was chosen, not given */
     int64_t additive_hidden; /* A of the random additive weights */
     float *additive_mem;     /* w_q (A, D) | w_k (A, D) | w_v (A) */
     ra_additive additive;
-    int64_t segment_avg;     /* random packed segments of this mean length */
     int mode;                /* 0 ring, 1 naive, 2 both */
     int ring, naive;
     int all_strategies;      /* --strategy all: every applicable one */

@@ -32,7 +32,7 @@ ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
 {
     memset(bm, 0, sizeof *bm);
     const uint64_t seed = (uint64_t)o->seed;
-    if (o->lens) {
+    if (o->rm.lens) {
         bm->q_lens = malloc(sizeof(int64_t) * (size_t)s->B);
         bm->kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
         if (!bm->q_lens || !bm->kv_lens)
@@ -40,16 +40,16 @@ ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
         ra_random_lens(seed, RA_STREAM_Q_LENS, s->B, s->N, bm->q_lens);
         ra_random_lens(seed, RA_STREAM_KV_LENS, s->B, s->M, bm->kv_lens);
     }
-    if (o->segment_avg > 0) {
+    if (o->rm.segment_avg > 0) {
         bm->q_seg = malloc(sizeof(int64_t) * (size_t)(s->B * qs->count + 1));
         bm->kv_seg = malloc(sizeof(int64_t) * (size_t)(s->B * ks->count + 1));
         if (!bm->q_seg || !bm->kv_seg)
             return ra_error_set(RA_ERR_NOMEM, "bench: out of memory for "
                                               "segments");
         ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, s->B, s->N,
-                           o->segment_avg, qs, bm->q_seg);
+                           o->rm.segment_avg, qs, bm->q_seg);
         ra_random_segments(seed, kv_segment_stream(s), s->B, s->M,
-                           o->segment_avg, ks, bm->kv_seg);
+                           o->rm.segment_avg, ks, bm->kv_seg);
     }
     bm->view = (ra_masks){bm->q_lens, bm->kv_lens, bm->q_seg, bm->kv_seg};
     return RA_OK;
@@ -60,13 +60,13 @@ ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
 static int64_t *all_kv_segments(const bench_opts *o, const ra_shape *s,
                                 int64_t b)
 {
-    if (o->segment_avg <= 0)
+    if (o->rm.segment_avg <= 0)
         return NULL;
     const ra_slice all = {1, {{0, s->M, 1}}, s->M};
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
     if (ids)
         ra_random_segments((uint64_t)o->seed, kv_segment_stream(s), s->B,
-                           s->M, o->segment_avg, &all, ids);
+                           s->M, o->rm.segment_avg, &all, ids);
     if (ids && b > 0)
         memmove(ids, ids + b * s->M, sizeof(int64_t) * (size_t)s->M);
     return ids;
@@ -91,7 +91,7 @@ double bench_local_pairs(const bench_opts *o, const ra_shape *s,
     double pairs = 0;
     for (int64_t b = 0; b < s->B; b++) {
         int64_t *kseg = all_kv_segments(o, s, b);
-        if (o->segment_avg > 0 && !kseg)
+        if (o->rm.segment_avg > 0 && !kseg)
             return NAN;
         pairs += batch_pairs(o, s, qs, bm, kseg, b);
         free(kseg);
@@ -196,11 +196,11 @@ void bench_check_output(const bench_opts *o, const ra_shape *s,
     for (int bi = 0; ok && bi < (s->B > 1 ? 2 : 1); bi++) {
         free(w.kseg);
         w.kseg = all_kv_segments(o, s, batches[bi]);
-        if (o->segment_avg > 0 && !w.kseg)
+        if (o->rm.segment_avg > 0 && !w.kseg)
             break;
         check_batch(o, s, qs, bm, &w, batches[bi], out, lse, t);
     }
-    if (!ok || (o->segment_avg > 0 && !w.kseg))
+    if (!ok || (o->rm.segment_avg > 0 && !w.kseg))
         t->bad_inf++; /* could not check: fails the verdict */
     free(w.kseg);
     free(w.kd);

@@ -201,6 +201,15 @@ extern const cli_opt cli_seq_opts[];
  * --threads --stall-timeout. */
 extern const cli_opt cli_forward_opts[];
 
+/* Random masks made from the seed: padding lengths and packed sequences.
+ * gen writes them into its file, bench times with them and plan predicts
+ * bench's (cli_random_mask_opts: --lens random, --segments AVG). */
+typedef struct {
+    int lens, lens_kind;  /* --lens random was given */
+    int64_t segment_avg;  /* mean packed-sequence length; 0: none */
+} cli_random_masks;
+extern const cli_opt cli_random_mask_opts[];
+
 /* --force alone, into an int: replace an existing output (each output
  * path goes through cli_output_agree). */
 extern const cli_opt cli_force_opts[];

@@ -40,20 +40,12 @@ static int parse_seq_list(const cli_opt *opt, const char *text, void *base)
 }
 
 static const char *const modes[] = {"ring", "naive", "both", NULL};
-static const char *const lens_kinds[] = {"random", NULL};
 
 #define B_AT(f) offsetof(bench_opts, f)
 
 static const cli_opt bench_own[] = {
     {.name = "--seq", .kind = CLI_CUSTOM, .meta = "LIST", .fn = parse_seq_list,
      .def = "4096", .help = "query lengths, comma separated"},
-    {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
-     .offset = CLI_FIELD(bench_opts, lens_kind, int), .choices = lens_kinds,
-     .seen = CLI_SEEN(bench_opts, lens),
-     .help = "random padding lengths q_lens, kv_lens in [0, len]"},
-    CLI_OPT_INT(bench_opts, "--segments", "AVG", segment_avg, 1,
-                (int64_t)1 << 40, NULL,
-                "random packed sequences of mean length AVG"),
     CLI_OPT_INT(bench_opts, "--additive-hidden", "A", additive_hidden, 1,
                 1 << 16, "64", "hidden size of random additive weights"),
     CLI_OPT_CHOICE(bench_opts, "--mode", "MODE", mode, modes, NULL, "ring",
@@ -83,6 +75,7 @@ static const cli_spec bench_spec = {
     .groups = {{cli_shape_opts, B_AT(cs)},
                {cli_forward_opts, B_AT(p)},
                {bench_own, 0},
+               {cli_random_mask_opts, B_AT(rm)},
                {cli_profile_opts, B_AT(profile)},
                {cli_table_opts, B_AT(tab)}},
     .epilog =
@@ -260,8 +253,8 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->ring_gbps = naive ? 0.0
                            : bench_ring_bandwidth(ctx->comm, s, o->p.layout);
     res->steps = naive ? 1 : r->tm.steps;
-    res->lens = o->lens;
-    res->segment_avg = o->segment_avg;
+    res->lens = o->rm.lens;
+    res->segment_avg = o->rm.segment_avg;
     ra_tally mine = {0}, all = {0};
     bench_check_output(o, s, &r->t.qs, &r->bm, r->t.o, r->t.lse, &mine);
     if (ra_tally_allreduce(ctx->comm, &mine, &all) != RA_OK)
@@ -308,12 +301,12 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
     if (o->p.window)
         printf("# %-12s left %lld, right %lld\n", "window",
                (long long)o->p.window_left, (long long)o->p.window_right);
-    if (o->lens || o->segment_avg)
-        printf("# %-12s%s%s\n", "masks", o->lens ? " random lens" : "",
-               o->segment_avg ? " random segments" : "");
-    if (o->segment_avg)
+    if (o->rm.lens || o->rm.segment_avg)
+        printf("# %-12s%s%s\n", "masks", o->rm.lens ? " random lens" : "",
+               o->rm.segment_avg ? " random segments" : "");
+    if (o->rm.segment_avg)
         printf("# %-12s mean length %lld\n", "segments",
-               (long long)o->segment_avg);
+               (long long)o->rm.segment_avg);
     printf("# %-12s %s%s\n", "layout", ra_layout_name(o->p.layout),
            o->layout_auto ? " (auto)" : "");
     printf("# %-12s %s\n", "strategy",
@@ -355,9 +348,9 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
 {
     ra_status st = RA_OK;
     o->layout_auto = o->p.layout == RA_LAYOUT_AUTO;
-    o->p.layout = ra_params_layout(&o->p, o->segment_avg > 0);
+    o->p.layout = ra_params_layout(&o->p, o->rm.segment_avg > 0);
     if (o->naive && (o->p.layout != RA_LAYOUT_CONTIGUOUS || o->p.window ||
-                     o->lens || o->segment_avg ||
+                     o->rm.lens || o->rm.segment_avg ||
                      o->p.score != RA_SCORE_DOT))
         st = ra_error_set(RA_ERR_ARG, "bench: --mode naive/both takes the "
                           "contiguous layout, the dot score and causal masks "
@@ -384,7 +377,7 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
             o->predicted[i] = pick.t_total;
         }
         if (st == RA_OK)
-            st = ra_strategy_check(ctx->comm, &s, &p, o->segment_avg > 0);
+            st = ra_strategy_check(ctx->comm, &s, &p, o->rm.segment_avg > 0);
     }
     return st;
 }

@@ -9,12 +9,12 @@
 typedef struct {
     cli_shape cs;
     const char *out;
-    int force, f64, lens, lens_kind, mha, backward;
-    int64_t embed, seed, segment_avg;
+    int force, f64, mha, backward;
+    int64_t embed, seed;
+    cli_random_masks rm;
 } gen_opts;
 
 static const char *const dtypes[] = {"float32", "float64", NULL};
-static const char *const lens_kinds[] = {"random", NULL};
 
 static const cli_opt gen_own[] = {
     CLI_OPT_REQUIRED(gen_opts, "--out", "FILE", out,
@@ -29,14 +29,6 @@ static const cli_opt gen_own[] = {
                  "and biases for --heads, --kv-heads, --dim, --dim-v"),
     CLI_OPT_INT(gen_opts, "--embed", "E", embed, 1, 1 << 20, "64",
                 "model width of the layer inputs"),
-    {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
-     .offset = CLI_FIELD(gen_opts, lens_kind, int), .choices = lens_kinds,
-     .seen = CLI_SEEN(gen_opts, lens),
-     .help = "also write random padding lengths /q_lens, /kv_lens"},
-    CLI_OPT_INT(gen_opts, "--segments", "AVG", segment_avg, 1,
-                (int64_t)1 << 40, NULL,
-                "also write random packed-sequence ids of mean length\n"
-                "AVG: /segments (N == M) or /q_segments, /kv_segments"),
     CLI_OPT_FLAG(gen_opts, "--backward", backward,
                  "also write a random output gradient /do (B,N,H,Dv)\n"
                  "for run --backward"),
@@ -52,7 +44,8 @@ static const cli_spec gen_spec = {
              "gives the same file contents.\n",
     .groups = {{cli_seq_opts, offsetof(gen_opts, cs)},
                {cli_shape_opts, offsetof(gen_opts, cs)},
-               {gen_own, 0}, {cli_force_opts, offsetof(gen_opts, force)}},
+               {gen_own, 0}, {cli_random_mask_opts, offsetof(gen_opts, rm)},
+               {cli_force_opts, offsetof(gen_opts, force)}},
 };
 
 static void gen_report(const gen_opts *o)
@@ -91,7 +84,7 @@ static ra_status gen_write(const cli_ctx *ctx, const gen_opts *o)
         return h5io_gen_mha(ctx->comm, o->out, o->force, s, o->embed,
                             o->cs.seq_kv_set, (uint64_t)o->seed);
     return h5io_gen_backward(ctx->comm, o->out, o->force, s, o->f64,
-                             (uint64_t)o->seed, o->lens, o->segment_avg,
+                             (uint64_t)o->seed, o->rm.lens, o->rm.segment_avg,
                              o->backward);
 }
 

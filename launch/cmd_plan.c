@@ -20,7 +20,6 @@
 #include "plan_out.h"
 #include "profile_json.h"
 
-static const char *const lens_kinds[] = {"random", NULL};
 
 /* Parses "1,2,4" into o->sweep. */
 static int parse_nodes_list(const cli_opt *opt, const char *text, void *base)
@@ -54,13 +53,6 @@ static const cli_opt plan_own[] = {
                      NULL,
                      "the kernel's GFLOP/s on one core, in place of the\n"
                      "profile's (what-if, or a rate measured just now)"),
-    {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
-     .offset = CLI_FIELD(plan_opts, lens_kind, int), .choices = lens_kinds,
-     .seen = CLI_SEEN(plan_opts, lens),
-     .help = "random padding lengths, as bench makes them"},
-    CLI_OPT_INT(plan_opts, "--segments", "AVG", segment_avg, 1,
-                (int64_t)1 << 40, NULL,
-                "random packed sequences of mean length AVG, as bench"),
     CLI_OPT_INT(plan_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
                 "seed of random masks"),
     CLI_OPT_INT(plan_opts, "--additive-hidden", "A", additive_hidden, 1,
@@ -87,6 +79,7 @@ static const cli_spec plan_spec = {
                {cli_shape_opts, offsetof(plan_opts, cs)},
                {cli_forward_opts, offsetof(plan_opts, p)},
                {plan_own, 0},
+               {cli_random_mask_opts, offsetof(plan_opts, rm)},
                {cli_table_opts, offsetof(plan_opts, tab)}},
     .epilog =
     "Counts (visible pairs, bytes, model memory) are exact and equal what\n"
@@ -110,8 +103,7 @@ static ra_status plan_masks(const plan_opts *o, plan_state *w)
                               w->h5m.q_segments, w->h5m.kv_segments};
         return st;
     }
-    bench_opts bo = {.seed = o->seed, .lens = o->lens,
-                     .segment_avg = o->segment_avg};
+    bench_opts bo = {.seed = o->seed, .rm = o->rm};
     st = bench_masks_make(&bo, s, &qall, &kall, &w->bm);
     w->mk = (model_masks){w->bm.q_lens, w->bm.kv_lens, w->bm.q_seg,
                           w->bm.kv_seg};
@@ -123,7 +115,7 @@ static ra_status plan_masks(const plan_opts *o, plan_state *w)
 static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
 {
     ra_status st = RA_OK;
-    if (o->in && (o->lens || o->segment_avg))
+    if (o->in && (o->rm.lens || o->rm.segment_avg))
         st = ra_error_set(RA_ERR_ARG, "--lens and --segments make random "
                           "masks; with --in the file's masks are used");
     if (st == RA_OK && o->max_seq && (o->tab.json || o->tab.csv || o->nsweep))

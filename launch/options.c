@@ -330,6 +330,21 @@ int cli_parse_or_exit(const cli_ctx *ctx, const cli_spec *spec, void *opts,
 
 /* ---- shared groups ------------------------------------------------------- */
 
+static const char *const random_lens_kinds[] = {"random", NULL};
+
+const cli_opt cli_random_mask_opts[] = {
+    {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
+     .offset = CLI_FIELD(cli_random_masks, lens_kind, int),
+     .choices = random_lens_kinds, .seen = CLI_SEEN(cli_random_masks, lens),
+     .help = "random padding lengths q_lens, kv_lens in [0, len]\n"
+     "(gen writes them as /q_lens, /kv_lens)"},
+    CLI_OPT_INT(cli_random_masks, "--segments", "AVG", segment_avg, 1,
+                (int64_t)1 << 40, NULL,
+                "random packed sequences of mean length AVG (gen writes\n"
+                "their ids: /segments, or /q_segments and /kv_segments)"),
+    {0},
+};
+
 const cli_opt cli_force_opts[] = {
     {.name = "--force", .kind = CLI_FLAG, .offset = 0,
      .help = "replace the output if it exists (refused otherwise)"},

@@ -16,8 +16,8 @@ typedef struct {
     int64_t ranks, nodes, cores;  /* 0: not given */
     double link_rate;             /* bits/s between nodes; 0: the profile's */
     double kernel_rate;           /* GFLOP/s per core; 0: the profile's */
-    int lens, lens_kind;
-    int64_t segment_avg, seed, additive_hidden;
+    cli_random_masks rm;
+    int64_t seed, additive_hidden;
     int64_t sweep[PLAN_MAX_SWEEP];
     int nsweep;
     int max_seq;
