@@ -128,8 +128,8 @@ static void gather_free(gather_state *g, const strat_call *c)
 }
 
 /* Block j's three transfers with rank peer: K rows, V rows, segment ids
- * (the last only with packed segments). send: the own block to peer, else
- * block j from peer. */
+ * (the last only with packed segments). send: the own block to peer (and
+ * its bytes counted), else block j from peer. 0, or -1 when MPI refused. */
 static int gather_xfer(gather_state *g, const strat_call *c, int j, int peer,
                        int send)
 {
@@ -139,15 +139,21 @@ static int gather_xfer(gather_state *g, const strat_call *c, int j, int peer,
     float *v = g->kv + s->B * s->M * rk + g->off[j] * rv;
     const int rows = (int)(s->B * g->cnt[j]);
     MPI_Request *rq = g->req + REQS_PER_BLOCK * (send ? c->P + peer : j);
-    if (send)
+    if (send) {
+        strat_count(c, peer, (int64_t)rows *
+                                 ((int64_t)sizeof(float) * (rk + rv) +
+                                  (c->segs ? (int64_t)sizeof(int64_t) : 0)));
         return MPI_Isend(k, rows, g->krow, peer, TAG_K, c->comm, &rq[0]) ||
                MPI_Isend(v, rows, g->vrow, peer, TAG_V, c->comm, &rq[1]) ||
                (c->segs && MPI_Isend(g->seg + g->off[j], rows, MPI_INT64_T,
-                                     peer, TAG_SEG, c->comm, &rq[2]));
+                                     peer, TAG_SEG, c->comm, &rq[2]))
+                   ? -1 : 0;
+    }
     return MPI_Irecv(k, rows, g->krow, peer, TAG_K, c->comm, &rq[0]) ||
            MPI_Irecv(v, rows, g->vrow, peer, TAG_V, c->comm, &rq[1]) ||
            (c->segs && MPI_Irecv(g->seg + g->off[j], rows, MPI_INT64_T, peer,
-                                 TAG_SEG, c->comm, &rq[2]));
+                                 TAG_SEG, c->comm, &rq[2]))
+               ? -1 : 0;
 }
 
 /* Copies the own block in place, makes the row datatypes and posts the
@@ -171,7 +177,7 @@ static ra_status gather_post(gather_state *g, strat_call *c)
                                         "datatypes");
     for (int d = 1; d < c->P; d++) {
         const int from = (c->r + d) % c->P;
-        if (gather_xfer(g, c, from, from, 0) != MPI_SUCCESS)
+        if (gather_xfer(g, c, from, from, 0) != 0)
             return ra_error_set(RA_ERR_MPI, "allgather: posting the receive "
                                 "of rank %d's block failed", from);
     }
@@ -183,8 +189,7 @@ static ra_status gather_post(gather_state *g, strat_call *c)
 static int gather_advance(void *ctx)
 {
     gather_state *g = ctx;
-    strat_call *c = g->call;
-    const ra_shape *s = c->shape;
+    const strat_call *c = g->call;
     while (g->next_send < c->P && !g->failed) {
         if (g->next_send > 1) {
             const int before = (c->r - g->next_send + 1 + c->P) % c->P;
@@ -196,10 +201,7 @@ static int gather_advance(void *ctx)
                 return 0;
         }
         const int to = (c->r - g->next_send + c->P) % c->P;
-        g->failed = gather_xfer(g, c, c->r, to, 1) != MPI_SUCCESS;
-        strat_count(c, to, s->B * c->m_own *
-                               ((int64_t)sizeof(float) * s->G * (s->D + s->Dv) +
-                                (c->segs ? (int64_t)sizeof(int64_t) : 0)));
+        g->failed = gather_xfer(g, c, c->r, to, 1) != 0;
         g->next_send++;
     }
     return g->failed ? -1 : 0;

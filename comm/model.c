@@ -277,10 +277,6 @@ static void bytes_ringq(const model_ctx *m, sent *x)
         }
 }
 
-/* allgather.c and tree.c count what a rank hands to MPI for each other
- * rank: allgather its own K/V (and key ids) to all; tree its own queries
- * (and query ids) to all, then each rank's merge elements (o, lse of that
- * rank's queries against this rank's keys) to that rank. */
 /* tree.c: rank r's sends to rank j, those of the queries' all-gather into
  * r's tally q and those of the partial results' reduce-scatter into part. */
 static void tree_sends(const model_ctx *m, sent *q, sent *part, int r, int j)
@@ -292,6 +288,10 @@ static void tree_sends(const model_ctx *m, sent *q, sent *part, int r, int j)
                                 (double)s->H * (double)(s->Dv + 1));
 }
 
+/* allgather.c and tree.c count what a rank hands to MPI for each other
+ * rank: allgather its own K/V (and key ids) to all; tree its own queries
+ * (and query ids) to all, then each rank's merge elements (o, lse of that
+ * rank's queries against this rank's keys) to that rank. */
 static void bytes_gathered(const model_ctx *m, sent *x)
 {
     const ra_shape *s = m->s;
