@@ -64,10 +64,6 @@ typedef enum {
     RA_LAYOUT_AUTO = 3,       /* the default: see ra_params_layout() */
 } ra_layout;
 
-RA_API const char *ra_layout_name(ra_layout layout);
-/* Parses "contiguous", "zigzag", "striped" or "auto"; RA_ERR_ARG otherwise. */
-RA_API ra_status ra_layout_parse(const char *name, ra_layout *out);
-
 /* How the ranks split one attention call (docs/DESIGN.md, "Strategies").
  * Every strategy takes and returns the same layout slices (ra_forward_ex),
  * so the choice changes neither the files nor the results beyond rounding. */
@@ -91,11 +87,6 @@ typedef enum {
 } ra_strategy;
 
 #define RA_STRATEGY_COUNT 6
-
-RA_API const char *ra_strategy_name(ra_strategy strategy);
-/* Parses "ring", "allgather", "tree", "ring-q", "ulysses" or "hybrid";
- * RA_ERR_ARG otherwise. */
-RA_API ra_status ra_strategy_parse(const char *name, ra_strategy *out);
 
 /* Global problem shape. */
 typedef struct {
@@ -125,9 +116,6 @@ typedef enum {
     RA_SCORE_ADDITIVE = 2,
 } ra_score;
 
-RA_API const char *ra_score_name(ra_score score);
-RA_API ra_status ra_score_parse(const char *name, ra_score *out);
-
 /* Weights of the additive score, shared by all heads: w_q (A, D),
  * w_k (A, Dk), w_v (A). Owned by the caller. */
 typedef struct {
@@ -147,10 +135,6 @@ typedef enum {
     RA_ROPE_INTERLEAVED = 1,
     RA_ROPE_HALF = 2,
 } ra_rope;
-
-RA_API const char *ra_rope_name(ra_rope rope);
-/* Parses "none", "interleaved" or "half"; RA_ERR_ARG otherwise. */
-RA_API ra_status ra_rope_parse(const char *name, ra_rope *out);
 
 /* The default RoPE base. */
 #define RA_ROPE_BASE_DEFAULT 10000.0
@@ -556,9 +540,6 @@ RA_API ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
  * attention functions take them (likewise M and G for /k and /v). */
 typedef enum { RA_AXES_BNHD = 0, RA_AXES_BHND = 1 } ra_axes;
 
-/* "B,N,H,D" or "B,H,N,D": the value of a dataset's "axes" attribute. */
-RA_API const char *ra_axes_name(ra_axes axes);
-
 /* Where the inputs lie in a file. A dataset's own "axes" attribute
  * ("B,N,H,D" or "B,H,N,D") wins over axes; any other value is refused. */
 typedef struct {
@@ -614,7 +595,25 @@ typedef enum {
     RA_DTYPE_F64      /* IEEE binary64: the float32 values widened */
 } ra_dtype;
 
-/* "f32", "f16", "bf16" or "f64". */
+/* The names of the enums, as the command line, the files' attributes and
+ * the messages spell them. A name is a static string ("unknown" for a value
+ * outside the enum); a parse accepts exactly those names and returns
+ * RA_ERR_ARG, naming the expected ones, for any other.
+ *   layout:   "contiguous", "zigzag", "striped", "auto"
+ *   strategy: "ring", "allgather", "tree", "ring-q", "ulysses", "hybrid"
+ *   score:    "dot", "gaussian", "additive"
+ *   rope:     "none", "interleaved", "half"
+ *   axes:     "B,N,H,D", "B,H,N,D" (a dataset's "axes" attribute)
+ *   dtype:    "f32", "f16", "bf16", "f64" */
+RA_API const char *ra_layout_name(ra_layout layout);
+RA_API ra_status ra_layout_parse(const char *name, ra_layout *out);
+RA_API const char *ra_strategy_name(ra_strategy strategy);
+RA_API ra_status ra_strategy_parse(const char *name, ra_strategy *out);
+RA_API const char *ra_score_name(ra_score score);
+RA_API ra_status ra_score_parse(const char *name, ra_score *out);
+RA_API const char *ra_rope_name(ra_rope rope);
+RA_API ra_status ra_rope_parse(const char *name, ra_rope *out);
+RA_API const char *ra_axes_name(ra_axes axes);
 RA_API const char *ra_dtype_name(ra_dtype dtype);
 
 /* What an output file records besides the tensors. */

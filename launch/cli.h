@@ -137,6 +137,21 @@ struct cli_opt {
      .offset = CLI_FIELD(T, FIELD, int), .choices = CHOICES, .noun = NOUN,    \
      .def = DEF, .help = HELP}
 
+/* The options several subcommands take alone, each declared once as an
+ * entry of a subcommand's own table (T and FIELD as above). A group (below)
+ * is for options that fill a struct several subcommands share. */
+/* --force: replace an existing output (each output path goes through
+ * cli_output_agree). */
+#define CLI_OPT_FORCE(T, FIELD)                                               \
+    CLI_OPT_FLAG(T, "--force", FIELD,                                         \
+                 "replace the output if it exists (refused otherwise)")
+/* --profile FILE: the machine profile the plan reads for --strategy auto
+ * (run and bench). */
+#define CLI_OPT_PROFILE(T, FIELD)                                             \
+    CLI_OPT_TEXT(T, "--profile", "FILE", FIELD, NULL,                         \
+                 "machine profile for --strategy auto (default: this\n"       \
+                 "machine's built-in figures)")
+
 /* A table of options (ending with a NULL name) and where its struct lies
  * within a subcommand's options. */
 typedef struct {
@@ -156,6 +171,12 @@ typedef struct {
     size_t pos_offset;
     const char *epilog;    /* text after the options, or NULL */
 } cli_spec;
+
+/* The positional arguments of a spec: at most as many as the array FIELD
+ * of T holds (of const char *), stored there in order. */
+#define CLI_POSITIONAL(T, FIELD)                                              \
+    .npositional = (int)(sizeof(((T *)0)->FIELD) / sizeof(const char *)),     \
+    .pos_offset = CLI_FIELD(T, FIELD[0], const char *)
 
 enum { CLI_PARSED = 0, CLI_HELP = 1 };
 
@@ -210,24 +231,12 @@ typedef struct {
 } cli_random_masks;
 extern const cli_opt cli_random_mask_opts[];
 
-/* --force alone, into an int: replace an existing output (each output
- * path goes through cli_output_agree). */
-extern const cli_opt cli_force_opts[];
-
 /* --json FILE --csv FILE, into a cli_tables: a command's table written
  * again as JSON and as CSV, each replaced if it exists. */
 typedef struct {
     const char *json, *csv;
 } cli_tables;
 extern const cli_opt cli_table_opts[];
-
-/* --profile FILE alone, into a const char *: the machine profile the plan
- * reads for --strategy auto (run and bench). */
-extern const cli_opt cli_profile_opts[];
-
-/* --backward alone, into an int: the mode flag of run, verify and bench
- * that hands the command to its backward-pass driver. */
-extern const cli_opt cli_backward_opts[];
 
 /* What a checking tool compares, and how many rows. */
 typedef struct {
@@ -240,9 +249,11 @@ typedef struct {
 /* --in --out (required) --sample --all --seed --tol (into a cli_check). */
 extern const cli_opt cli_check_opts[];
 
-/* After parsing a cli_check: --all and --sample exclude each other
- * (RA_ERR_ARG naming the command). */
-ra_status cli_check_finish(const char *command, const cli_check *c);
+/* cli_parse_or_exit() of a checking tool, whose spec's groups fill the
+ * cli_check c, then the rule between them: --all and --sample exclude each
+ * other. -1 when the caller goes on, else the exit code. */
+int cli_check_parse(const cli_ctx *ctx, const cli_spec *spec, cli_check *c,
+                    int argc, char **argv);
 
 /* What `--strategy all` stores in ra_params.strategy: not a strategy, a
  * request (bench only) to measure every applicable one. */
@@ -381,11 +392,29 @@ void cli_version_line(char *buf, size_t n);
 /* A subcommand: argv from its name on; returns the exit code. */
 typedef int cli_command(const cli_ctx *ctx, int argc, char **argv);
 
-/* The subcommands main.c dispatches to (its table names them), and the
- * modes run, bench and verify hand their argv to. */
+/* The subcommands and the drivers of their modes (commands.c's tables
+ * name them all). */
 cli_command cmd_gen, cmd_run, cmd_verify, cmd_info, cmd_bench, cmd_plot,
     cmd_probe, cmd_plan;
 cli_command cmd_run_mha, cmd_run_backward, cmd_bench_backward,
     cmd_verify_backward;
+
+/* A mode: `ringattn run --backward ...` runs the mode's driver with the
+ * whole command line less the flag (the flag may stand anywhere after the
+ * subcommand; two modes of one subcommand exclude each other). */
+typedef struct {
+    const char *command, *flag;
+    cli_command *fn;
+    const char *help; /* for the subcommand's --help and ringattn --help */
+} cli_mode;
+extern const cli_mode cli_modes[]; /* ends with a NULL command */
+
+/* Runs the subcommand argv[1] names, or its mode, or --version and --help
+ * of the whole command: the exit code. */
+int cli_dispatch(const cli_ctx *ctx, int argc, char **argv);
+/* `ringattn --help`: the subcommands, their modes, the global options. */
+void cli_usage(FILE *out);
+/* The "modes" section of a subcommand's --help (nothing when it has none). */
+void cli_modes_help(const char *command, FILE *out);
 
 #endif /* RA_CLI_H */

@@ -17,7 +17,7 @@
 typedef struct {
     ra_params p;
     const char *in, *out, *fwd;
-    int force, recompute, backward;
+    int force, recompute;
 } bwd_opts;
 
 static const cli_opt bwd_own[] = {
@@ -27,6 +27,7 @@ static const cli_opt bwd_own[] = {
     CLI_OPT_REQUIRED(bwd_opts, "--out", "FILE", out,
                      "output /dq /dk /dv; written to a temporary file,\n"
                      "renamed at the end"),
+    CLI_OPT_FORCE(bwd_opts, force),
     CLI_OPT_TEXT(bwd_opts, "--fwd", "FILE", fwd, NULL,
                  "read /o and /lse from this forward output of the\n"
                  "same problem (run on --in with the same options)"),
@@ -46,9 +47,7 @@ static const cli_spec bwd_spec = {
     "--score additive the weights' /dw_q (A,D), /dw_k (A,Dk), /dw_v (A,).\n"
     "Masks, /additive weights and /alibi_slopes of IN.h5 apply as in run;\n"
     "every score, --rope and --alibi.\n",
-    .groups = {{cli_backward_opts, offsetof(bwd_opts, backward)},
-               {bwd_own, 0}, {cli_force_opts, offsetof(bwd_opts, force)},
-               {cli_forward_opts, offsetof(bwd_opts, p)}},
+    .groups = {{bwd_own, 0}, {cli_forward_opts, offsetof(bwd_opts, p)}},
 };
 
 /* Everything one run owns between validate and report. */

@@ -62,6 +62,7 @@ static const cli_opt bench_own[] = {
                 "query rows per rank checked in fp64"),
     CLI_OPT_INT(bench_opts, "--seed", "S", seed, 0, INT32_MAX, "1",
                 "input seed"),
+    CLI_OPT_PROFILE(bench_opts, profile),
     {0},
 };
 
@@ -76,7 +77,6 @@ static const cli_spec bench_spec = {
                {cli_forward_opts, B_AT(p)},
                {bench_own, 0},
                {cli_random_mask_opts, B_AT(rm)},
-               {cli_profile_opts, B_AT(profile)},
                {cli_table_opts, B_AT(tab)}},
     .epilog =
     "Columns: time_s is the median over reps of the slowest rank's wall time;\n"
@@ -488,9 +488,6 @@ static ra_status bench_report(const cli_ctx *ctx, const bench_opts *o,
 
 int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) /* the backward pass has its own driver */
-        if (strcmp(argv[i], "--backward") == 0)
-            return cmd_bench_backward(ctx, argc, argv);
     bench_opts o = {0};
     int help = 0, nrows = 0, pass = 0;
     cli_shape_default(&o.cs);

@@ -18,7 +18,6 @@ typedef struct {
     cli_shape cs;
     ra_params p;
     int64_t warmup, reps, seed, additive_hidden;
-    int backward;
 } bb_opts;
 
 static const cli_opt bb_own[] = {
@@ -47,7 +46,6 @@ static const cli_spec bb_spec = {
     "busy time per rank, exposed communication and peak memory.\n",
     .groups = {{cli_seq_opts, offsetof(bb_opts, cs)},
                {cli_shape_opts, offsetof(bb_opts, cs)},
-               {cli_backward_opts, offsetof(bb_opts, backward)},
                {bb_own, 0}, {cli_forward_opts, offsetof(bb_opts, p)}},
 };
 

@@ -19,6 +19,7 @@ static const char *const dtypes[] = {"float32", "float64", NULL};
 static const cli_opt gen_own[] = {
     CLI_OPT_REQUIRED(gen_opts, "--out", "FILE", out,
                      "file to write (refused if it exists, unless --force)"),
+    CLI_OPT_FORCE(gen_opts, force),
     CLI_OPT_CHOICE(gen_opts, "--dtype", "T", f64, dtypes, NULL, "float32",
                    "float32 or float64"),
     CLI_OPT_INT(gen_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
@@ -44,8 +45,7 @@ static const cli_spec gen_spec = {
              "gives the same file contents.\n",
     .groups = {{cli_seq_opts, offsetof(gen_opts, cs)},
                {cli_shape_opts, offsetof(gen_opts, cs)},
-               {gen_own, 0}, {cli_random_mask_opts, offsetof(gen_opts, rm)},
-               {cli_force_opts, offsetof(gen_opts, force)}},
+               {gen_own, 0}, {cli_random_mask_opts, offsetof(gen_opts, rm)}},
 };
 
 static void gen_report(const gen_opts *o)

@@ -20,8 +20,7 @@ static const cli_spec info_spec = {
              "Lists every dataset (shape, dtype) and root attribute of an input or\n"
              "output file.\n",
     .groups = {{info_own, 0}},
-    .npositional = 1,
-    .pos_offset = offsetof(info_opts, path),
+    CLI_POSITIONAL(info_opts, path),
 };
 
 int cmd_info(const cli_ctx *ctx, int argc, char **argv)

@@ -140,15 +140,13 @@ static ra_status weights_read(const char *in, const ra_shape *s,
 typedef struct {
     ra_params p;
     const char *in, *out;
-    int force, mha, pos, pos_kind;
+    int force, pos, pos_kind;
     int64_t H, G;
 } mha_opts;
 
 static const char *const encodings[] = {"sinusoidal", NULL};
 
 static const cli_opt mha_own[] = {
-    CLI_OPT_FLAG(mha_opts, "--mha", mha,
-                 "the layer instead of plain attention (this text)"),
     CLI_OPT_REQUIRED(mha_opts, "--in", "FILE", in,
         "input: /x (B,N,E), or /x_q (B,N,Eq) and /x_kv (B,M,Ekv);\n"
         "weights /w_q (H*D,Eq) /w_k (G*D,Ekv) /w_v (G*Dv,Ekv)\n"
@@ -156,6 +154,7 @@ static const cli_opt mha_own[] = {
     CLI_OPT_REQUIRED(mha_opts, "--out", "FILE", out,
                      "output /y (B,N,Eout); written to a temporary file,\n"
                      "renamed at the end"),
+    CLI_OPT_FORCE(mha_opts, force),
     CLI_OPT_INT(mha_opts, "--heads", "H", H, 1, 1 << 20, NULL,
                 "heads of the projections (default: the input's root\n"
                 "attribute heads)"),
@@ -180,8 +179,7 @@ static const cli_spec mha_spec = {
     "Linear convention, scale 1/sqrt(D) with D the per-head dim. Projections\n"
     "run on each rank's slice, then the ring, then the output projection.\n"
     "Masks (/q_lens ...) apply as in run.\n",
-    .groups = {{mha_own, 0}, {cli_force_opts, offsetof(mha_opts, force)},
-               {cli_forward_opts, offsetof(mha_opts, p)}},
+    .groups = {{mha_own, 0}, {cli_forward_opts, offsetof(mha_opts, p)}},
 };
 
 /* Everything one layer run owns between validate and report. */

@@ -63,6 +63,7 @@ static int keep_vmax(const cli_opt *o, const char *val, void *base)
 }
 
 static const cli_opt plot_own[] = {
+    CLI_OPT_FORCE(plot_opts, force),
     {.name = "--batch", .kind = CLI_CUSTOM, .meta = "B", .fn = keep_int,
      .offset = offsetof(plot_opts, batch), .def = "0",
      .help = "batch of the map"},
@@ -95,9 +96,8 @@ static const cli_spec plot_spec = {
              "heatmap: keys on x, queries on y, a colour scale. The PNG is\n"
              "written under a temporary name and renamed when complete. Needs\n"
              "python3-matplotlib and python3-h5py.\n",
-    .groups = {{plot_own, 0}, {cli_force_opts, offsetof(plot_opts, force)}},
-    .npositional = 2,
-    .pos_offset = offsetof(plot_opts, files),
+    .groups = {{plot_own, 0}},
+    CLI_POSITIONAL(plot_opts, files),
 };
 
 /* The script: $RINGATTN_SCRIPTS, the source tree, or the install tree. */

@@ -22,7 +22,7 @@ typedef struct {
     const char *in, *out, *json, *out_group;
     int out_dtype, out_compress;
     int64_t out_chunk;
-    int force, allow_nonfinite, mha;
+    int force, allow_nonfinite;
     const char *map_rows, *map_heads;
     cli_progress prog;
     const char *profile;        /* --strategy auto: the machine profile */
@@ -40,6 +40,7 @@ static const cli_opt run_own[] = {
                      "input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)"),
     CLI_OPT_REQUIRED(run_opts, "--out", "FILE", out,
                      "output; written to a temporary file, renamed at the end"),
+    CLI_OPT_FORCE(run_opts, force),
     CLI_OPT_CHOICE(run_opts, "--qkv-layout", "ORDER", src.axes, qkv_layouts,
                    "tensor layout", "bnhd",
                    "axis order of q, k, v without an 'axes' attribute:\n"
@@ -87,12 +88,10 @@ static const cli_opt run_own[] = {
                  "softmax weights of query rows [I0, I1) over all keys"),
     CLI_OPT_TEXT(run_opts, "--attn-map-heads", "LIST", map_heads, "0",
                  "query heads of the map, e.g. 0,3"),
-    CLI_OPT_FLAG(run_opts, "--mha", mha,
-                 "the multi-head attention layer instead (inputs /x or\n"
-                 "/x_q, /x_kv and weights; see run --mha --help)"),
     CLI_OPT_FLAG(run_opts, "--allow-nonfinite", allow_nonfinite,
                  "let NaN and infinite inputs through (refused by\n"
                  "default, naming the first one)"),
+    CLI_OPT_PROFILE(run_opts, profile),
     {0},
 };
 
@@ -113,9 +112,7 @@ static const cli_spec run_spec = {
     "rounded to float32 (24-bit significand, about 7 digits; values beyond\n"
     "3.4e38 become infinite and are refused). /o is stored as --out-dtype\n"
     "(rounded from float32), /lse as float32.\n",
-    .groups = {{run_own, 0}, {cli_profile_opts, offsetof(run_opts, profile)},
-               {cli_force_opts, offsetof(run_opts, force)},
-               {cli_forward_opts, offsetof(run_opts, p)},
+    .groups = {{run_own, 0}, {cli_forward_opts, offsetof(run_opts, p)},
                {cli_progress_opts, offsetof(run_opts, prog)}},
 };
 
@@ -433,10 +430,5 @@ static const cli_pass run_pass = {
 
 int cmd_run(const cli_ctx *ctx, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) /* the layer has its own options */
-        if (strcmp(argv[i], "--mha") == 0)
-            return cmd_run_mha(ctx, argc, argv);
-        else if (strcmp(argv[i], "--backward") == 0)
-            return cmd_run_backward(ctx, argc, argv);
     return cli_pass_run(ctx, &run_pass, argc, argv);
 }

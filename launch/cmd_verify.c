@@ -306,15 +306,10 @@ static ra_status verify_share(const cli_ctx *ctx, const cli_check *o,
 
 int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) /* gradient files have their own check */
-        if (strcmp(argv[i], "--backward") == 0)
-            return cmd_verify_backward(ctx, argc, argv);
-    cli_check o = {0};
-    int code = cli_parse_or_exit(ctx, &verify_spec, &o, argc, argv);
+    cli_check o;
+    int code = cli_check_parse(ctx, &verify_spec, &o, argc, argv);
     if (code >= 0)
         return code;
-    if (cli_check_finish("verify", &o) != RA_OK)
-        return cli_fail_status(ctx, RA_ERR_ARG);
     ra_shape s;
     check_ctx c = {.v.s = &s};
     int64_t *rows = NULL, nrows = 0;

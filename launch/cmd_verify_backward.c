@@ -28,10 +28,6 @@
 
 enum { VB_SAMPLE = 256 }; /* rows of each side checked without --sample */
 
-typedef struct {
-    cli_check check;
-    int backward;
-} vb_opts;
 
 static const cli_spec vb_spec = {
     .name = "verify --backward",
@@ -46,8 +42,7 @@ static const cli_spec vb_spec = {
     "relative error ||g - ref|| / ||ref|| is below the tolerance and no\n"
     "checked value is NaN or infinite.\n"
     "Without --sample or --all: 256 random query rows and 256 key rows.\n",
-    .groups = {{cli_backward_opts, offsetof(vb_opts, backward)},
-               {cli_check_opts, offsetof(vb_opts, check)}},
+    .groups = {{cli_check_opts, 0}},
 };
 
 /* The problem: shape, rules and masks (lens whole, segment names). */
@@ -412,20 +407,18 @@ static int vb_report(const cli_ctx *ctx, const cli_check *o, const vb_ctx *c,
 
 int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv)
 {
-    vb_opts o = {0};
-    int code = cli_parse_or_exit(ctx, &vb_spec, &o, argc, argv);
+    cli_check o;
+    int code = cli_check_parse(ctx, &vb_spec, &o, argc, argv);
     if (code >= 0)
         return code;
-    if (cli_check_finish("verify --backward", &o.check) != RA_OK)
-        return cli_fail_status(ctx, RA_ERR_ARG);
     vb_ctx c = {0};
     double t[9] = {0};
-    ra_status st = vb_validate(ctx, &o.check, &c);
+    ra_status st = vb_validate(ctx, &o, &c);
     if (st == RA_OK)
-        st = ra_agree(ctx->comm, vb_check(ctx, &o.check, &c, t));
+        st = ra_agree(ctx->comm, vb_check(ctx, &o, &c, t));
     if (st == RA_OK && c.dw)
-        st = vb_weights(ctx, &o.check, &c, t);
-    code = st == RA_OK ? vb_report(ctx, &o.check, &c, t)
+        st = vb_weights(ctx, &o, &c, t);
+    code = st == RA_OK ? vb_report(ctx, &o, &c, t)
                        : cli_fail_status(ctx, st);
     free(c.pick_q);
     free(c.pick_k);

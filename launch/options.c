@@ -308,6 +308,7 @@ void cli_help(const cli_spec *spec, FILE *out)
         for (const cli_opt *o = spec->groups[g].opts; o->name; o++)
             help_option(out, o);
     fprintf(out, "  %-*s%s\n", HELP_COLUMN - 2, "--help", "this text");
+    cli_modes_help(spec->name, out);
     if (spec->epilog) {
         fputc('\n', out);
         fputs(spec->epilog, out);
@@ -345,30 +346,11 @@ const cli_opt cli_random_mask_opts[] = {
     {0},
 };
 
-const cli_opt cli_force_opts[] = {
-    {.name = "--force", .kind = CLI_FLAG, .offset = 0,
-     .help = "replace the output if it exists (refused otherwise)"},
-    {0},
-};
-
 const cli_opt cli_table_opts[] = {
     CLI_OPT_TEXT(cli_tables, "--json", "FILE", json, NULL,
                  "also write the rows as JSON (replaced if it exists)"),
     CLI_OPT_TEXT(cli_tables, "--csv", "FILE", csv, NULL,
                  "also write the rows as CSV (replaced if it exists)"),
-    {0},
-};
-
-const cli_opt cli_profile_opts[] = {
-    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE", .offset = 0,
-     .help = "machine profile for --strategy auto (default: this\n"
-     "machine's built-in figures)"},
-    {0},
-};
-
-const cli_opt cli_backward_opts[] = {
-    {.name = "--backward", .kind = CLI_FLAG, .offset = 0,
-     .help = "the backward pass: gradients dq, dk, dv (this mode)"},
     {0},
 };
 
@@ -388,12 +370,19 @@ const cli_opt cli_check_opts[] = {
     {0},
 };
 
-ra_status cli_check_finish(const char *command, const cli_check *c)
+int cli_check_parse(const cli_ctx *ctx, const cli_spec *spec, cli_check *c,
+                    int argc, char **argv)
 {
-    if (c->all && c->sample)
-        return ra_error_set(RA_ERR_ARG, "%s: --all and --sample exclude each "
-                            "other", command);
-    return RA_OK;
+    *c = (cli_check){0};
+    const int code = cli_parse_or_exit(ctx, spec, c, argc, argv);
+    if (code >= 0)
+        return code;
+    if (c->all && c->sample) {
+        ra_error_set(RA_ERR_ARG, "%s: --all and --sample exclude each other",
+                     spec->name);
+        return cli_fail_status(ctx, RA_ERR_ARG);
+    }
+    return -1;
 }
 
 void cli_shape_default(cli_shape *cs)

@@ -1,0 +1,177 @@
+/* commands.c: what the `ringattn` command offers, in one place: its
+ * subcommands, the modes that hand a subcommand's whole command line to
+ * their own driver (run --mha, run --backward, ...), and the dispatch from
+ * argv to the function that runs one. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "internal.h"
+
+enum { HELP_COLUMN = 20 }; /* where help text starts, as in the options' */
+
+static const char usage_head[] =
+    "usage: ringattn <command> [options]   (launch with mpirun/srun for P ranks)\n"
+    "\n"
+    "commands:\n";
+
+static const char usage_tail[] =
+    "\n"
+    "global options (any command):\n"
+    "  --ring-order node|mpirun   order the ring node by node so that each\n"
+    "                   step crosses each node boundary once (default), or\n"
+    "                   keep the launcher's rank order\n"
+    "  --align BYTES    start datasets of 64 KiB or more at multiples of BYTES\n"
+    "                   (the parallel file system's stripe size)\n"
+    "  --mpiio-hint KEY=VALUE   an MPI-IO hint for every file (repeatable;\n"
+    "                   also from RINGATTN_MPIIO_HINTS=\"k=v;k=v\", which the\n"
+    "                   flags override)\n"
+    "\n"
+    "`ringattn <command> --help` describes each one; `ringattn --version`\n"
+    "names the version and the BLAS, MPI, HDF5 and SIMD path of this build.\n";
+
+/* The subcommands, in the order --help lists them. */
+static const struct {
+    const char *name;
+    cli_command *fn;
+    const char *summary; /* one line of --help */
+} commands[] = {
+    {"gen", cmd_gen, "write random inputs /q /k /v to an HDF5 file"},
+    {"run", cmd_run, "ring attention from an input file to an output file"},
+    {"verify", cmd_verify, "check an output file against the fp64 reference"},
+    {"info", cmd_info, "show the datasets and attributes of a file"},
+    {"bench", cmd_bench, "measure the forward pass on in-memory inputs"},
+    {"plot-map", cmd_plot, "draw the attention map of an output file as a PNG"},
+    {"probe", cmd_probe, "measure this allocation's machine profile (JSON)"},
+    {"plan", cmd_plan,
+     "predict time, memory and bytes of each strategy before a run"},
+};
+enum { NCOMMANDS = sizeof commands / sizeof *commands };
+
+const cli_mode cli_modes[] = {
+    {"run", "--mha", cmd_run_mha,
+     "the multi-head attention layer (inputs /x or /x_q,\n"
+     "/x_kv, and the projection weights)"},
+    {"run", "--backward", cmd_run_backward,
+     "the backward pass: gradients dq, dk, dv from /do"},
+    {"verify", "--backward", cmd_verify_backward,
+     "check gradients against the fp64 reference"},
+    {"bench", "--backward", cmd_bench_backward,
+     "measure the backward pass"},
+    {0},
+};
+
+/* Writes the lines of text after the first indented to column `col`. */
+static void indented(FILE *out, const char *text, int col)
+{
+    for (const char *c = text; *c; c++) {
+        fputc(*c, out);
+        if (*c == '\n' && c[1])
+            fprintf(out, "%*s", col, "");
+    }
+    fputc('\n', out);
+}
+
+void cli_usage(FILE *out)
+{
+    fputs(usage_head, out);
+    for (int i = 0; i < NCOMMANDS; i++) {
+        fprintf(out, "  %-*s", HELP_COLUMN - 2, commands[i].name);
+        indented(out, commands[i].summary, HELP_COLUMN);
+        for (const cli_mode *m = cli_modes; m->command; m++)
+            if (strcmp(m->command, commands[i].name) == 0) {
+                fprintf(out, "    %-*s", HELP_COLUMN - 4, m->flag);
+                indented(out, m->help, HELP_COLUMN);
+            }
+    }
+    fputs(usage_tail, out);
+}
+
+void cli_modes_help(const char *command, FILE *out)
+{
+    int any = 0;
+    for (const cli_mode *m = cli_modes; m->command; m++) {
+        if (strcmp(m->command, command) != 0)
+            continue;
+        if (!any++)
+            fprintf(out, "\nmodes (each has its own %s MODE --help):\n",
+                    command);
+        fprintf(out, "  %-*s", HELP_COLUMN - 2, m->flag);
+        indented(out, m->help, HELP_COLUMN);
+    }
+}
+
+/* The mode of command whose flag argv[1..argc) holds, or NULL; *other is
+ * a second mode whose flag it also holds, or NULL. */
+static const cli_mode *mode_of(const char *command, int argc, char **argv,
+                               const cli_mode **other)
+{
+    const cli_mode *found = NULL;
+    *other = NULL;
+    for (const cli_mode *m = cli_modes; m->command; m++) {
+        if (strcmp(m->command, command) != 0)
+            continue;
+        for (int i = 1; i < argc; i++)
+            if (strcmp(argv[i], m->flag) == 0) {
+                if (found && found != m)
+                    *other = m;
+                else
+                    found = m;
+            }
+    }
+    return found;
+}
+
+/* Hands argv (from the subcommand's name on), less every copy of the
+ * mode's flag, to the mode's driver. */
+static int run_mode(const cli_ctx *ctx, const cli_mode *m, int argc,
+                    char **argv)
+{
+    int kept = 1;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], m->flag) != 0)
+            argv[kept++] = argv[i];
+    argv[kept] = NULL;
+    return m->fn(ctx, kept, argv);
+}
+
+static int unknown_command(const cli_ctx *ctx, int argc, const char *cmd)
+{
+    char names[256] = "";
+    for (int i = 0; i < NCOMMANDS; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                 i ? ", " : "", commands[i].name);
+    if (ctx->rank == 0)
+        fprintf(stderr, "ringattn: %s%s%s (commands: %s; see ringattn "
+                "--help)\n", argc > 1 ? "unknown command '" : "no command",
+                argc > 1 ? cmd : "", argc > 1 ? "'" : "", names);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_dispatch(const cli_ctx *ctx, int argc, char **argv)
+{
+    const char *cmd = argc > 1 ? argv[1] : "";
+    for (int i = 0; i < NCOMMANDS; i++) {
+        if (strcmp(cmd, commands[i].name) != 0)
+            continue;
+        const cli_mode *other;
+        const cli_mode *m = mode_of(cmd, argc - 1, argv + 1, &other);
+        if (other) {
+            ra_error_set(RA_ERR_ARG, "%s: %s and %s exclude each other (see "
+                         "ringattn %s --help)", cmd, m->flag, other->flag,
+                         cmd);
+            return cli_fail_status(ctx, RA_ERR_ARG);
+        }
+        return m ? run_mode(ctx, m, argc - 1, argv + 1)
+                 : commands[i].fn(ctx, argc - 1, argv + 1);
+    }
+    if (strcmp(cmd, "--version") == 0)
+        return cli_version(ctx);
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
+        strcmp(cmd, "help") == 0) {
+        if (ctx->rank == 0)
+            cli_usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    return unknown_command(ctx, argc, cmd);
+}
