@@ -218,7 +218,18 @@ SlurmctldPort=6817
 SlurmdPort=6818
 NodeName=node[1-$k] NodeAddr=198.18.0.[1-$k] CPUs=$slots Sockets=1 CoresPerSocket=$slots ThreadsPerCore=1 State=UNKNOWN
 PartitionName=fake Nodes=node[1-$k] Default=YES MaxTime=60 State=UP
+TaskProlog=$d/task-prolog
 EOF
+  # every task's environment: a waiting rank yields its core when the
+  # nodes' CPUs together outnumber this machine's, as mpirun-args has it (a
+  # 2048-token ring on 2 nodes x 2 tasks took 0.14 s spinning, 0.027 s
+  # yielding)
+  {
+    echo '#!/bin/sh'
+    [ $((k * slots)) -le "$(nproc)" ] ||
+      echo 'echo export OMPI_MCA_mpi_yield_when_idle=1'
+  } >"$d/task-prolog"
+  chmod 755 "$d/task-prolog"
   # the nodes run no systemd: slurmd uses the cgroup v1 hierarchies as the
   # host mounted them and neither mounts nor constrains anything
   printf 'CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nConstrainCores=no\nConstrainRAMSpace=no\n' \
