@@ -188,6 +188,9 @@ int cli_parse(const cli_spec *spec, void *opts, int argc, char **argv);
 
 /* Writes the help of a subcommand, generated from its tables. */
 void cli_help(const cli_spec *spec, FILE *out);
+/* One row of a help table, as the options' are: left from column indent,
+ * the lines of text from the help column. */
+void cli_help_row(FILE *out, int indent, const char *left, const char *text);
 
 /* Parses and prints the help on rank 0: returns -1 when the caller goes on,
  * else the exit code (0 after --help, 2 after a bad option). */

@@ -8,8 +8,6 @@
 #include "cli.h"
 #include "internal.h"
 
-enum { HELP_COLUMN = 20 }; /* where help text starts, as in the options' */
-
 static const char usage_head[] =
     "usage: ringattn <command> [options]   (launch with mpirun/srun for P ranks)\n"
     "\n"
@@ -61,28 +59,14 @@ const cli_mode cli_modes[] = {
     {0},
 };
 
-/* Writes the lines of text after the first indented to column `col`. */
-static void indented(FILE *out, const char *text, int col)
-{
-    for (const char *c = text; *c; c++) {
-        fputc(*c, out);
-        if (*c == '\n' && c[1])
-            fprintf(out, "%*s", col, "");
-    }
-    fputc('\n', out);
-}
-
 void cli_usage(FILE *out)
 {
     fputs(usage_head, out);
     for (int i = 0; i < NCOMMANDS; i++) {
-        fprintf(out, "  %-*s", HELP_COLUMN - 2, commands[i].name);
-        indented(out, commands[i].summary, HELP_COLUMN);
+        cli_help_row(out, 2, commands[i].name, commands[i].summary);
         for (const cli_mode *m = cli_modes; m->command; m++)
-            if (strcmp(m->command, commands[i].name) == 0) {
-                fprintf(out, "    %-*s", HELP_COLUMN - 4, m->flag);
-                indented(out, m->help, HELP_COLUMN);
-            }
+            if (strcmp(m->command, commands[i].name) == 0)
+                cli_help_row(out, 4, m->flag, m->help);
     }
     fputs(usage_tail, out);
 }
@@ -94,10 +78,9 @@ void cli_modes_help(const char *command, FILE *out)
         if (strcmp(m->command, command) != 0)
             continue;
         if (!any++)
-            fprintf(out, "\nmodes (each has its own %s MODE --help):\n",
+            fprintf(out, "\nmodes (each described by ringattn %s MODE --help):\n",
                     command);
-        fprintf(out, "  %-*s", HELP_COLUMN - 2, m->flag);
-        indented(out, m->help, HELP_COLUMN);
+        cli_help_row(out, 2, m->flag, m->help);
     }
 }
 

@@ -288,16 +288,29 @@ static void help_lines(FILE *out, const char *text, const char *def)
     fputc('\n', out);
 }
 
+/* One row of a help table: left from column indent, text (and the default
+ * def, or NULL) from HELP_COLUMN, on the next line when left is too long. */
+static void help_row(FILE *out, int indent, const char *left,
+                     const char *text, const char *def)
+{
+    if (indent + (int)strlen(left) + 2 > HELP_COLUMN)
+        fprintf(out, "%*s%s\n%*s", indent, "", left, HELP_COLUMN, "");
+    else
+        fprintf(out, "%*s%-*s", indent, "", HELP_COLUMN - indent, left);
+    help_lines(out, text, def);
+}
+
+void cli_help_row(FILE *out, int indent, const char *left, const char *text)
+{
+    help_row(out, indent, left, text, NULL);
+}
+
 static void help_option(FILE *out, const cli_opt *o)
 {
     char left[MAX_OPTION_NAME + 32];
     snprintf(left, sizeof left, "%s%s%s", o->name, o->meta ? " " : "",
              o->meta ? o->meta : "");
-    if ((int)strlen(left) + 4 > HELP_COLUMN)
-        fprintf(out, "  %s\n%*s", left, HELP_COLUMN, "");
-    else
-        fprintf(out, "  %-*s", HELP_COLUMN - 2, left);
-    help_lines(out, o->help, o->kind == CLI_FLAG ? NULL : o->def);
+    help_row(out, 2, left, o->help, o->kind == CLI_FLAG ? NULL : o->def);
 }
 
 void cli_help(const cli_spec *spec, FILE *out)
