@@ -78,8 +78,8 @@ void cli_modes_help(const char *command, FILE *out)
         if (strcmp(m->command, command) != 0)
             continue;
         if (!any++)
-            fprintf(out, "\nmodes (each described by ringattn %s MODE --help):\n",
-                    command);
+            fprintf(out, "\nmodes (each described by ringattn %s MODE "
+                    "--help):\n", command);
         cli_help_row(out, 2, m->flag, m->help);
     }
 }
