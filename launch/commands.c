@@ -54,8 +54,7 @@ const cli_mode cli_modes[] = {
      "the backward pass: gradients dq, dk, dv from /do"},
     {"verify", "--backward", cmd_verify_backward,
      "check gradients against the fp64 reference"},
-    {"bench", "--backward", cmd_bench_backward,
-     "measure the backward pass"},
+    {"bench", "--backward", cmd_bench_backward, "measure the backward pass"},
     {0},
 };
 
