@@ -186,11 +186,10 @@ typedef struct {
 
 /* The all-to-alls of a head group: ranks first .. first + size - 1 of
  * c's communicator, member p holding heads_of(p, size); counts and
- * displacements in floats per member, and the packing buffers of floats
- * floats each. */
+ * displacements in floats per member, and the packing buffers. */
 typedef struct {
     int first, size;
-    int64_t floats;
+    int64_t floats;     /* the length of send and of recv */
     int *cnt_s, *dsp_s, *cnt_r, *dsp_r;
     float *send, *recv;
 } head_xchg;
