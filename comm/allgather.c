@@ -41,6 +41,7 @@ typedef struct {
     int failed;           /* posting a send failed between tiles */
     strat_call *call;
     int64_t mmax;         /* the largest block */
+    void *mem;            /* the block the arrays above are carved from */
     MPI_Datatype krow, vrow;
     int may_poll;
     ra_workspace *ws;
@@ -87,44 +88,49 @@ ra_status allgather_fits(MPI_Comm comm, const ra_shape *s,
     return st;
 }
 
+/* The arrays above (ids only with segments), carved out of g->mem
+ * (gather_alloc); kv and seg take the allgather_bytes() that
+ * allgather_fits checked. */
+static void gather_carve(void *state, const strat_call *c, ra_carver *cv)
+{
+    gather_state *g = state;
+    const ra_shape *s = c->shape;
+    g->cnt = ra_carve(cv, c->P, sizeof(int64_t));
+    g->off = ra_carve(cv, c->P, sizeof(int64_t));
+    g->req = ra_carve(cv, g->nreq, sizeof(MPI_Request));
+    g->peer = ra_carve(cv, REQS_PER_BLOCK * c->P, sizeof(int));
+    g->kv = ra_carve(cv, s->B * s->M * s->G * (s->D + s->Dv), sizeof(float));
+    if (c->segs)
+        g->seg = ra_carve(cv, s->B * s->M, sizeof(int64_t));
+    g->qpos = ra_carve(cv, c->n, sizeof(int64_t));
+    g->kpos = ra_carve(cv, g->mmax, sizeof(int64_t));
+}
+
 static ra_status gather_alloc(gather_state *g, const strat_call *c)
 {
     const ra_shape *s = c->shape;
-    const int P = c->P;
-    g->cnt = malloc(sizeof(int64_t) * (size_t)P);
-    g->off = malloc(sizeof(int64_t) * (size_t)P);
-    g->nreq = 2 * REQS_PER_BLOCK * P;
-    g->req = malloc(sizeof(MPI_Request) * (size_t)g->nreq);
-    g->peer = malloc(sizeof(int) * (size_t)(REQS_PER_BLOCK * P));
-    if (!g->cnt || !g->off || !g->req || !g->peer)
-        return ra_error_set(RA_ERR_NOMEM, "allgather: out of memory");
-    for (int i = 0; i < REQS_PER_BLOCK * P; i++)
-        g->peer[i] = i / REQS_PER_BLOCK;
-    const int64_t mmax = g->mmax = strat_rows(c, s->M, g->cnt, g->off);
-    for (int i = 0; i < g->nreq; i++)
-        g->req[i] = MPI_REQUEST_NULL;
-    if (s->B * mmax > INT_MAX)
+    g->nreq = 2 * REQS_PER_BLOCK * c->P;
+    g->mmax = strat_slice_most(c, s->M);
+    if (s->B * g->mmax > INT_MAX)
         return ra_error_set(RA_ERR_ARG, "allgather: a block of %lld rows "
                             "cannot be described to MPI (counts are int); "
-                            "use more ranks", (long long)(s->B * mmax));
-    g->kv = malloc((size_t)allgather_bytes(s, c->segs) + 1);
-    g->seg = c->segs ? malloc(sizeof(int64_t) * (size_t)(s->B * s->M + 1))
-                     : NULL;
-    g->qpos = malloc(sizeof(int64_t) * (size_t)(c->n + 1));
-    g->kpos = malloc(sizeof(int64_t) * (size_t)(mmax + 1));
-    g->ws = strat_workspace(c);
-    if (!g->kv || (c->segs && !g->seg) || !g->qpos || !g->kpos || !g->ws)
-        return ra_error_set(RA_ERR_NOMEM, "allgather: cannot allocate the "
-                                          "gathered K/V");
+                            "use more ranks", (long long)(s->B * g->mmax));
+    ra_status st = strat_alloc(c, gather_carve, g, "the gathered K/V",
+                               &g->mem, &g->ws);
+    if (st != RA_OK)
+        return st;
+    strat_rows(c, s->M, g->cnt, g->off);
+    for (int i = 0; i < REQS_PER_BLOCK * c->P; i++)
+        g->peer[i] = i / REQS_PER_BLOCK;
+    for (int i = 0; i < g->nreq; i++)
+        g->req[i] = MPI_REQUEST_NULL;
     return RA_OK;
 }
 
 static void gather_free(gather_state *g, const strat_call *c)
 {
-    void *all[] = {g->cnt, g->off, g->req, g->peer, g->kv, g->seg, g->qpos,
-                   g->kpos};
     MPI_Datatype types[] = {g->krow, g->vrow};
-    strat_free(c, all, (int)(sizeof all / sizeof *all), types, 2, g->ws);
+    strat_free(c, g->mem, types, 2, g->ws);
 }
 
 /* Block j's three transfers with rank peer: K rows, V rows, segment ids

@@ -36,7 +36,9 @@ typedef struct {
     float *q, *o, *lse;     /* runs per kv head: (B, Ng, width, D) ... */
     float *kv[2];           /* K runs (B, Mg, D) per kv head, then V runs */
     int64_t *qseg, *kseg;   /* natural ids (B, N), (B, M) */
-    int64_t *qsegg, *ksegb; /* my group's query ids, the block's key ids */
+    int64_t *qsegg, *ksegb; /* my group's query ids (B, Ng), the block's
+                               key ids (B, Mmax) */
+    void *mem;              /* the block the arrays above are carved from */
     MPI_Request req[2];
     int may_poll;           /* MPI allows polling from the kernel */
     ra_workspace *ws;
@@ -46,6 +48,16 @@ static int cmp_i64(const void *a, const void *b)
 {
     const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
+}
+
+/* The count of group g's tokens of a length-len axis. */
+static int64_t group_count(const hyb_state *h, const strat_call *c,
+                           int64_t len, int g)
+{
+    int64_t n = 0;
+    for (int j = 0; j < h->u; j++)
+        n += ra_layout_slice(c->lay, len, g * h->u + j, c->P).count;
+    return n;
 }
 
 /* The positions of group g's tokens of a length-len axis, increasing,
@@ -114,68 +126,78 @@ ra_status hybrid_group_size(MPI_Comm comm, const ra_shape *s,
     return st;
 }
 
+/* The exchange's arrays, the orders and the head groups' (the second
+ * K/V block only with a ring, ids only with segments), carved out of
+ * h->mem (hyb_alloc). */
+static void hyb_carve(void *state, const strat_call *c, ra_carver *cv)
+{
+    hyb_state *h = state;
+    const ra_shape *s = c->shape;
+    const int64_t B = s->B, hr = h->hg.h1 - h->hg.h0, gr = h->hg.g1 - h->hg.g0;
+    heads_xchg_carve(&h->x, cv);
+    h->qoff = ra_carve(cv, h->u + 1, sizeof(int64_t));
+    h->koff = ra_carve(cv, h->u + 1, sizeof(int64_t));
+    h->qidx = ra_carve(cv, s->N, sizeof(int64_t));
+    h->kidx = ra_carve(cv, s->M, sizeof(int64_t));
+    h->gq = ra_carve(cv, s->N, sizeof(int64_t));
+    h->gk = ra_carve(cv, s->M, sizeof(int64_t));
+    h->kgoff = ra_carve(cv, h->ng + 1, sizeof(int64_t));
+    h->q = ra_carve(cv, B * h->Ng * hr * s->D, sizeof(float));
+    h->o = ra_carve(cv, B * h->Ng * hr * s->Dv, sizeof(float));
+    h->lse = ra_carve(cv, B * h->Ng * hr, sizeof(float));
+    for (int i = 0; i < (h->ng > 1 ? 2 : 1); i++) /* one without a ring */
+        h->kv[i] = ra_carve(cv, B * h->Mmax * gr * (s->D + s->Dv),
+                            sizeof(float));
+    if (c->segs) {
+        h->qseg = ra_carve(cv, B * s->N, sizeof(int64_t));
+        h->kseg = ra_carve(cv, B * s->M, sizeof(int64_t));
+        h->qsegg = ra_carve(cv, B * h->Ng, sizeof(int64_t));
+        h->ksegb = ra_carve(cv, B * h->Mmax, sizeof(int64_t));
+    }
+}
+
+/* Every group's key positions and my group's orders of queries and
+ * keys, into the carved arrays. */
+static void hyb_orders(hyb_state *h, const strat_call *c)
+{
+    h->kgoff[0] = 0;
+    for (int g = 0; g < h->ng; g++)
+        h->kgoff[g + 1] =
+            h->kgoff[g] + group_order(h, c, c->shape->M, g,
+                                      h->gk + h->kgoff[g],
+                                      g == h->grp ? h->kidx : NULL,
+                                      g == h->grp ? h->koff : NULL);
+    group_order(h, c, c->shape->N, h->grp, h->gq, h->qidx, h->qoff);
+}
+
 static ra_status hyb_alloc(hyb_state *h, const strat_call *c)
 {
     const ra_shape *s = c->shape;
-    const size_t B = (size_t)s->B, u = (size_t)h->u;
-    const size_t hr = (size_t)(h->hg.h1 - h->hg.h0);
-    const size_t gr = (size_t)(h->hg.g1 - h->hg.g0);
-    h->qoff = malloc(sizeof(int64_t) * (u + 1));
-    h->koff = malloc(sizeof(int64_t) * (u + 1));
-    h->qidx = malloc(sizeof(int64_t) * (size_t)(s->N + 1));
-    h->kidx = malloc(sizeof(int64_t) * (size_t)(s->M + 1));
-    h->gq = malloc(sizeof(int64_t) * (size_t)(s->N + 1));
-    h->gk = malloc(sizeof(int64_t) * (size_t)(s->M + 1));
-    h->kgoff = malloc(sizeof(int64_t) * (size_t)(h->ng + 1));
-    if (!h->qoff || !h->koff || !h->qidx || !h->kidx || !h->gq || !h->gk ||
-        !h->kgoff)
-        return ra_error_set(RA_ERR_NOMEM, "hybrid: out of memory");
-    h->kgoff[0] = 0;
+    const int64_t gr = h->hg.g1 - h->hg.g0;
     for (int g = 0; g < h->ng; g++) {
-        const int64_t m = group_order(h, c, s->M, g, h->gk + h->kgoff[g],
-                                      g == h->grp ? h->kidx : NULL,
-                                      g == h->grp ? h->koff : NULL);
-        h->kgoff[g + 1] = h->kgoff[g] + m;
+        const int64_t m = group_count(h, c, s->M, g);
         h->Mmax = m > h->Mmax ? m : h->Mmax;
     }
-    h->Ng = group_order(h, c, s->N, h->grp, h->gq, h->qidx, h->qoff);
-    const int64_t block = s->B * h->Mmax * (int64_t)gr * (s->D + s->Dv);
-    if (block > INT_MAX)
+    h->Ng = group_count(h, c, s->N, h->grp);
+    if (s->B * h->Mmax * gr * (s->D + s->Dv) > INT_MAX)
         return ra_error_set(RA_ERR_ARG, "hybrid: a transfer of more than "
                             "2^31 floats; use more ranks or strategy ring");
     /* with ids, the gathers of strat_ids_natural use the all-to-all's recv */
-    ra_status st = heads_xchg_alloc(c, &h->x, h->grp * h->u, h->u,
-                                    c->segs ? 2 * s->B * (s->N > s->M ? s->N
-                                                                      : s->M)
-                                            : 0);
-    if (st != RA_OK)
-        return st;
-    h->q = malloc(sizeof(float) * (B * (size_t)h->Ng * hr * (size_t)s->D + 1));
-    h->o = malloc(sizeof(float) * (B * (size_t)h->Ng * hr * (size_t)s->Dv + 1));
-    h->lse = malloc(sizeof(float) * (B * (size_t)h->Ng * hr + 1));
-    for (int i = 0; i < (h->ng > 1 ? 2 : 1); i++) /* one without a ring */
-        h->kv[i] = malloc(sizeof(float) * (size_t)(block + 1));
-    if (c->segs) {
-        h->qseg = malloc(sizeof(int64_t) *
-                         B * (size_t)(2 * s->N + 2 * s->M + 1));
-        h->kseg = h->qseg ? h->qseg + B * (size_t)s->N : NULL;
-        h->qsegg = h->qseg ? h->kseg + B * (size_t)s->M : NULL;
-        h->ksegb = h->qseg ? h->qsegg + B * (size_t)s->N : NULL;
-    }
-    h->ws = strat_workspace(c);
-    if (!h->q || !h->o || !h->lse || !h->kv[0] || (h->ng > 1 && !h->kv[1]) ||
-        (c->segs && !h->qseg) || !h->ws)
-        return ra_error_set(RA_ERR_NOMEM, "hybrid: cannot allocate the head "
-                                          "groups");
-    return RA_OK;
+    ra_status st = heads_xchg_init(c, &h->x, h->grp * h->u, h->u,
+                                   c->segs ? 2 * s->B * (s->N > s->M ? s->N
+                                                                     : s->M)
+                                           : 0);
+    if (st == RA_OK)
+        st = strat_alloc(c, hyb_carve, h, "the head groups", &h->mem,
+                         &h->ws);
+    if (st == RA_OK)
+        hyb_orders(h, c);
+    return st;
 }
 
 static void hyb_free(hyb_state *h, const strat_call *c)
 {
-    void *all[] = {h->qoff, h->koff, h->qidx, h->kidx, h->gq, h->gk,
-                   h->kgoff, h->q, h->o, h->lse, h->kv[0], h->kv[1], h->qseg,
-                   h->x.cnt_s, h->x.send, h->x.recv};
-    strat_free(c, all, (int)(sizeof all / sizeof *all), NULL, 0, h->ws);
+    strat_free(c, h->mem, NULL, 0, h->ws);
 }
 
 /* Inside the group: sequence slices to this rank's heads over the group's

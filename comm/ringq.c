@@ -32,6 +32,7 @@ typedef struct {
     qblock buf[2];        /* held and arriving, alternating */
     int64_t *qpos, *kpos; /* the held block's queries, the own keys */
     int64_t nmax;
+    void *mem;            /* the block the arrays above are carved from */
     MPI_Datatype qrow, orow; /* H D and H Dv floats */
     MPI_Request req[4];   /* receive, receive, send, send */
     int may_poll;
@@ -43,32 +44,38 @@ static int64_t block_count(const strat_call *c, int j)
     return ra_layout_slice(c->lay, c->shape->N, j, c->P).count;
 }
 
+/* The two query blocks (ids only with segments, each sized for the
+ * largest block) and the positions, carved out of g->mem (ringq_alloc). */
+static void ringq_carve(void *state, const strat_call *c, ra_carver *cv)
+{
+    ringq_state *g = state;
+    const ra_shape *s = c->shape;
+    const int64_t rows = s->B * g->nmax;
+    for (int i = 0; i < 2; i++) {
+        qblock *b = &g->buf[i];
+        b->q = ra_carve(cv, rows * s->H * s->D, sizeof(float));
+        b->o = ra_carve(cv, rows * s->H * s->Dv, sizeof(float));
+        b->lse = ra_carve(cv, rows * s->H, sizeof(float));
+        if (c->segs)
+            b->seg = ra_carve(cv, rows, sizeof(int64_t));
+    }
+    g->qpos = ra_carve(cv, g->nmax, sizeof(int64_t));
+    g->kpos = ra_carve(cv, c->m_own, sizeof(int64_t));
+}
+
 static ra_status ringq_alloc(ringq_state *g, const strat_call *c)
 {
     const ra_shape *s = c->shape;
-    for (int j = 0; j < c->P; j++)
-        g->nmax = block_count(c, j) > g->nmax ? block_count(c, j) : g->nmax;
-    const int64_t rows = s->B * g->nmax;
+    g->nmax = strat_slice_most(c, s->N);
     if (s->B * s->H * g->nmax > INT_MAX)
         return ra_error_set(RA_ERR_ARG, "ring-q: a query block of %lld rows "
                             "and heads cannot be described to MPI (counts "
                             "are int); use more ranks",
                             (long long)(s->B * s->H * g->nmax));
-    for (int i = 0; i < 2; i++) {
-        qblock *b = &g->buf[i];
-        b->q = malloc(sizeof(float) * (size_t)(rows * s->H * s->D + 1));
-        b->o = malloc(sizeof(float) * (size_t)(rows * s->H * s->Dv + 1));
-        b->lse = malloc(sizeof(float) * (size_t)(rows * s->H + 1));
-        b->seg = c->segs ? malloc(sizeof(int64_t) * (size_t)(rows + 1)) : NULL;
-        if (!b->q || !b->o || !b->lse || (c->segs && !b->seg))
-            return ra_error_set(RA_ERR_NOMEM, "ring-q: cannot allocate the "
-                                              "query blocks");
-    }
-    g->qpos = malloc(sizeof(int64_t) * (size_t)(g->nmax + 1));
-    g->kpos = malloc(sizeof(int64_t) * (size_t)(c->m_own + 1));
-    g->ws = strat_workspace(c);
-    if (!g->qpos || !g->kpos || !g->ws)
-        return ra_error_set(RA_ERR_NOMEM, "ring-q: out of memory");
+    ra_status st = strat_alloc(c, ringq_carve, g, "the query blocks",
+                               &g->mem, &g->ws);
+    if (st != RA_OK)
+        return st;
     if (MPI_Type_contiguous((int)(s->H * s->D), MPI_FLOAT, &g->qrow) !=
             MPI_SUCCESS || MPI_Type_commit(&g->qrow) != MPI_SUCCESS ||
         MPI_Type_contiguous((int)(s->H * s->Dv), MPI_FLOAT, &g->orow) !=
@@ -80,11 +87,8 @@ static ra_status ringq_alloc(ringq_state *g, const strat_call *c)
 
 static void ringq_free(ringq_state *g, const strat_call *c)
 {
-    void *all[] = {g->buf[0].q, g->buf[0].o, g->buf[0].lse, g->buf[0].seg,
-                   g->buf[1].q, g->buf[1].o, g->buf[1].lse, g->buf[1].seg,
-                   g->qpos, g->kpos};
     MPI_Datatype types[] = {g->qrow, g->orow};
-    strat_free(c, all, (int)(sizeof all / sizeof *all), types, 2, g->ws);
+    strat_free(c, g->mem, types, 2, g->ws);
 }
 
 static void ringq_poll(void *ctx)

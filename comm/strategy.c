@@ -155,13 +155,36 @@ ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
     }
 }
 
-void strat_free(const strat_call *c, void **all, int n, MPI_Datatype *types,
+typedef struct {
+    strat_fill fill;
+    void *state;
+    const strat_call *c;
+} strat_carve_arg;
+
+static void strat_carve(void *arg, ra_carver *cv)
+{
+    const strat_carve_arg *a = arg;
+    a->fill(a->state, a->c, cv);
+}
+
+ra_status strat_alloc(const strat_call *c, strat_fill fill, void *state,
+                      const char *what, void **mem, ra_workspace **ws)
+{
+    strat_carve_arg arg = {fill, state, c};
+    *mem = ra_carve_alloc(strat_carve, &arg);
+    *ws = strat_workspace(c);
+    if (!*mem || !*ws)
+        return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate %s",
+                            ra_strategy_name(c->params->strategy), what);
+    return RA_OK;
+}
+
+void strat_free(const strat_call *c, void *mem, MPI_Datatype *types,
                 int ntypes, ra_workspace *ws)
 {
     if (c->stalled)
         return;
-    for (int i = 0; i < n; i++)
-        free(all[i]);
+    free(mem);
     for (int i = 0; i < ntypes; i++)
         if (types[i] != MPI_DATATYPE_NULL)
             MPI_Type_free(&types[i]);
@@ -209,6 +232,16 @@ ra_status strat_node_ranks(MPI_Comm comm, const char *what, int *count)
     MPI_Comm_size(node, count);
     MPI_Comm_free(&node);
     return RA_OK;
+}
+
+int64_t strat_slice_most(const strat_call *c, int64_t len)
+{
+    int64_t most = 0;
+    for (int j = 0; j < c->P; j++) {
+        const int64_t n = ra_layout_slice(c->lay, len, j, c->P).count;
+        most = n > most ? n : most;
+    }
+    return most;
 }
 
 int64_t strat_rows(const strat_call *c, int64_t len, int64_t *cnt,

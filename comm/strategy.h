@@ -14,6 +14,7 @@
 
 #include <mpi.h>
 
+#include "internal.h"
 #include "kernel.h"
 
 /* One call as the caller passed it, with this rank's sizes. */
@@ -61,11 +62,21 @@ typedef struct {
 ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
                      const strat_watch *w);
 
-/* The end of a strategy's call: frees the n buffers of all (NULL ones
- * too), the n datatypes of types (MPI_DATATYPE_NULL ones too) and the
+/* A strategy's arrays for one call: fill(state, c, cv) carves each of
+ * them (ra_carve; run twice, once to size and once to carve, so it
+ * depends on nothing but sizes already in state); the block they share
+ * goes to *mem, the kernel's tiles to *ws. RA_ERR_NOMEM naming the
+ * strategy and what when memory runs out or a size overflows; the caller
+ * frees both with strat_free, also after a failure. */
+typedef void (*strat_fill)(void *state, const strat_call *c, ra_carver *cv);
+ra_status strat_alloc(const strat_call *c, strat_fill fill, void *state,
+                      const char *what, void **mem, ra_workspace **ws);
+
+/* The end of a strategy's call: frees mem (strat_alloc's block, or NULL),
+ * the ntypes datatypes of types (MPI_DATATYPE_NULL ones too) and the
  * tiles ws; after a stall nothing, since transfers into them are still in
  * flight (the job must end). */
-void strat_free(const strat_call *c, void **all, int n, MPI_Datatype *types,
+void strat_free(const strat_call *c, void *mem, MPI_Datatype *types,
                 int ntypes, ra_workspace *ws);
 
 /* Adds bytes handed to MPI for rank dst of comm to c->tm's bytes_sent and,
@@ -85,6 +96,10 @@ ra_workspace *strat_workspace(const strat_call *c);
 
 /* Ranks of comm on this rank's node, into *count. Collective. */
 ra_status strat_node_ranks(MPI_Comm comm, const char *what, int *count);
+
+/* The largest slice of a length-len axis over the ranks of c's
+ * communicator. */
+int64_t strat_slice_most(const strat_call *c, int64_t len);
 
 /* For each rank j of c's communicator, cnt[j] = its slice of a length-len
  * axis and off[j] = the first row (of B rows per token) of that slice
@@ -174,6 +189,7 @@ typedef struct {
  * displacements in floats per member, and the packing buffers. */
 typedef struct {
     int first, size;
+    int64_t floats;     /* the length of send and of recv */
     int *cnt_s, *dsp_s, *cnt_r, *dsp_r;
     float *send, *recv;
 } head_xchg;
@@ -181,16 +197,18 @@ typedef struct {
 /* Query heads H/P each over P ranks (the first H % P one more). */
 head_group heads_of(const ra_shape *s, int p, int P);
 
-/* Fills x's counts for the inputs' all-to-all (back: the outputs');
- * returns the larger of the floats sent and received, -1 past INT_MAX. */
+/* Fills x's counts for the inputs' all-to-all (back: the outputs'), when
+ * x has its arrays; returns the larger of the floats sent and received,
+ * -1 past INT_MAX. */
 int64_t heads_counts(const strat_call *c, const head_xchg *x, int back);
 
-/* Sets x up for the group first .. first + size - 1 with send and recv
- * sized for both all-to-alls and for at least most floats; the caller
- * frees x->cnt_s (which holds all four count arrays), send and recv, also
- * after a failure. */
-ra_status heads_xchg_alloc(const strat_call *c, head_xchg *x, int first,
-                           int size, int64_t most);
+/* Sets x up for the group first .. first + size - 1, with send and recv
+ * sized for both all-to-alls and for at least most floats; RA_ERR_ARG
+ * past INT_MAX floats. The arrays come from heads_xchg_carve, in the
+ * fill of the strategy's block (strat_alloc). */
+ra_status heads_xchg_init(const strat_call *c, head_xchg *x, int first,
+                          int size, int64_t most);
+void heads_xchg_carve(head_xchg *x, ra_carver *cv);
 
 /* Sequence slices to head groups: this rank's q, k, v to each member;
  * from each, its tokens of this rank's heads into the runs of q

@@ -33,6 +33,8 @@ typedef struct {
     float *mine;          /* (B n H) merged elements of the own slice */
     int64_t *qseg;        /* (B N) ids, or NULL */
     int64_t *qpos, *kpos; /* the largest query slice, the own keys */
+    int64_t nmax;         /* the largest query slice */
+    void *mem;            /* the block the arrays above are carved from */
     ra_workspace *ws;
 } tree_state;
 
@@ -62,53 +64,55 @@ static void tree_merge(void *in, void *inout, int *len, MPI_Datatype *type)
     }
 }
 
+/* The arrays above (ids only with segments), carved out of t->mem
+ * (tree_alloc). */
+static void tree_carve(void *state, const strat_call *c, ra_carver *cv)
+{
+    tree_state *t = state;
+    const ra_shape *s = c->shape;
+    const int64_t P = c->P, w = s->Dv + 1;
+    const int64_t all = s->B * s->N * s->H, own = s->B * c->n * s->H;
+    t->cnt = ra_carve(cv, P, sizeof(int64_t));
+    t->off = ra_carve(cv, P, sizeof(int64_t));
+    t->rcount = ra_carve(cv, P, sizeof(int));
+    t->rdisp = ra_carve(cv, P, sizeof(int));
+    t->ecount = ra_carve(cv, P, sizeof(int));
+    t->q = ra_carve(cv, all * s->D, sizeof(float));
+    t->o = ra_carve(cv, all * s->Dv, sizeof(float));
+    t->lse = ra_carve(cv, all, sizeof(float));
+    t->pair = ra_carve(cv, all * w, sizeof(float));
+    t->mine = ra_carve(cv, own * w, sizeof(float));
+    if (c->segs)
+        t->qseg = ra_carve(cv, s->B * s->N, sizeof(int64_t));
+    t->qpos = ra_carve(cv, t->nmax, sizeof(int64_t));
+    t->kpos = ra_carve(cv, c->m_own, sizeof(int64_t));
+}
+
 static ra_status tree_alloc(tree_state *t, const strat_call *c)
 {
     const ra_shape *s = c->shape;
-    const int P = c->P;
-    const int64_t w = s->Dv + 1;
-    t->cnt = malloc(sizeof(int64_t) * (size_t)P);
-    t->off = malloc(sizeof(int64_t) * (size_t)P);
-    t->rcount = malloc(sizeof(int) * (size_t)P);
-    t->rdisp = malloc(sizeof(int) * (size_t)P);
-    t->ecount = malloc(sizeof(int) * (size_t)P);
-    if (!t->cnt || !t->off || !t->rcount || !t->rdisp || !t->ecount)
-        return ra_error_set(RA_ERR_NOMEM, "tree: out of memory");
     if (s->B * s->N * s->H > INT_MAX)
         return ra_error_set(RA_ERR_ARG, "tree: %lld query rows and heads "
                             "cannot be described to MPI (counts are int); "
                             "strategy ring has no such limit",
                             (long long)(s->B * s->N * s->H));
-    const int64_t nmax = strat_rows(c, s->N, t->cnt, t->off);
-    for (int j = 0; j < P; j++) {
+    t->nmax = strat_slice_most(c, s->N);
+    ra_status st = strat_alloc(c, tree_carve, t, "the gathered queries",
+                               &t->mem, &t->ws);
+    if (st != RA_OK)
+        return st;
+    strat_rows(c, s->N, t->cnt, t->off);
+    for (int j = 0; j < c->P; j++) {
         t->rcount[j] = (int)(s->B * t->cnt[j]);
         t->rdisp[j] = (int)t->off[j];
         t->ecount[j] = (int)(s->B * t->cnt[j] * s->H);
     }
-    const size_t rows = (size_t)(s->B * s->N + 1), heads = (size_t)s->H;
-    t->q = malloc(sizeof(float) * rows * heads * (size_t)s->D);
-    t->o = malloc(sizeof(float) * rows * heads * (size_t)s->Dv);
-    t->lse = malloc(sizeof(float) * rows * heads);
-    t->pair = malloc(sizeof(float) * rows * heads * (size_t)w);
-    t->mine = malloc(sizeof(float) * (size_t)(s->B * c->n + 1) * heads *
-                     (size_t)w);
-    t->qseg = c->segs ? malloc(sizeof(int64_t) * rows) : NULL;
-    t->qpos = malloc(sizeof(int64_t) * (size_t)(nmax + 1));
-    t->kpos = malloc(sizeof(int64_t) * (size_t)(c->m_own + 1));
-    t->ws = strat_workspace(c);
-    if (!t->q || !t->o || !t->lse || !t->pair || !t->mine ||
-        (c->segs && !t->qseg) || !t->qpos || !t->kpos || !t->ws)
-        return ra_error_set(RA_ERR_NOMEM, "tree: cannot allocate the "
-                                          "gathered queries");
     return RA_OK;
 }
 
 static void tree_free(tree_state *t, const strat_call *c)
 {
-    void *all[] = {t->cnt, t->off, t->rcount, t->rdisp, t->ecount, t->q,
-                   t->o, t->lse, t->pair, t->mine, t->qseg, t->qpos,
-                   t->kpos};
-    strat_free(c, all, (int)(sizeof all / sizeof *all), NULL, 0, t->ws);
+    strat_free(c, t->mem, NULL, 0, t->ws);
 }
 
 /* Every rank's queries (and their segment ids) on every rank. */

@@ -37,8 +37,10 @@ typedef struct {
     head_xchg x;         /* the all-to-alls over every rank */
     float *q, *k, *v, *o, *lse; /* natural order, one run per kv head:
                            q (B, N, hc, D), k (B, M, D), v (B, M, Dv),
-                           o (B, N, hc, Dv), lse (B, hc, N) */
+                           o (B, N, hc, Dv), lse (B, hc, N); v follows
+                           the K runs in the array of k */
     int64_t *qseg, *kseg, *qpos, *kpos; /* natural order ids, positions */
+    void *mem;           /* the block the arrays above are carved from */
     ra_workspace *ws;
 } uly_state;
 
@@ -113,28 +115,37 @@ static float *pack_heads(const float *x, int64_t B, int64_t n,
     return out;
 }
 
-int64_t heads_counts(const strat_call *c, const head_xchg *x, int back)
+/* Floats this rank sends member p of x's group (*to) and receives from
+ * it (*from) in the inputs' all-to-all (back: the outputs'). */
+static void heads_pair(const strat_call *c, const head_xchg *x, int p,
+                       int back, int64_t *to, int64_t *from)
 {
     const ra_shape *s = c->shape;
     const head_group me = heads_of(s, c->r - x->first, x->size);
+    const head_group hp = heads_of(s, p, x->size);
     const int64_t hr = me.h1 - me.h0, gr = me.g1 - me.g0;
+    const int64_t hpn = hp.h1 - hp.h0, gpn = hp.g1 - hp.g0;
+    const int gp = x->first + p;
+    const int64_t np = ra_layout_slice(c->lay, s->N, gp, c->P).count;
+    const int64_t mp = ra_layout_slice(c->lay, s->M, gp, c->P).count;
+    *to = back ? s->B * np * hr * (s->Dv + 1)
+               : s->B * (c->n * hpn * s->D + c->m_own * gpn * (s->D + s->Dv));
+    *from = back ? s->B * c->n * hpn * (s->Dv + 1)
+                 : s->B * (np * hr * s->D + mp * gr * (s->D + s->Dv));
+}
+
+int64_t heads_counts(const strat_call *c, const head_xchg *x, int back)
+{
     int64_t sent = 0, got = 0;
     for (int p = 0; p < x->size; p++) {
-        const head_group hp = heads_of(s, p, x->size);
-        const int gp = x->first + p;
-        const int64_t np = ra_layout_slice(c->lay, s->N, gp, c->P).count;
-        const int64_t mp = ra_layout_slice(c->lay, s->M, gp, c->P).count;
-        const int64_t hpn = hp.h1 - hp.h0, gpn = hp.g1 - hp.g0;
-        const int64_t to = back ? s->B * np * hr * (s->Dv + 1)
-                                : s->B * (c->n * hpn * s->D +
-                                          c->m_own * gpn * (s->D + s->Dv));
-        const int64_t from = back ? s->B * c->n * hpn * (s->Dv + 1)
-                                  : s->B * (np * hr * s->D +
-                                            mp * gr * (s->D + s->Dv));
-        x->cnt_s[p] = (int)to;
-        x->dsp_s[p] = (int)sent;
-        x->cnt_r[p] = (int)from;
-        x->dsp_r[p] = (int)got;
+        int64_t to, from;
+        heads_pair(c, x, p, back, &to, &from);
+        if (x->cnt_s) {
+            x->cnt_s[p] = (int)to;
+            x->dsp_s[p] = (int)sent;
+            x->cnt_r[p] = (int)from;
+            x->dsp_r[p] = (int)got;
+        }
         sent += to;
         got += from;
         if (sent > INT_MAX || got > INT_MAX)
@@ -227,31 +238,51 @@ ra_status ulysses_fits(const ra_shape *s, int P)
     return RA_OK;
 }
 
-ra_status heads_xchg_alloc(const strat_call *c, head_xchg *x, int first,
-                           int size, int64_t most)
+ra_status heads_xchg_init(const strat_call *c, head_xchg *x, int first,
+                          int size, int64_t most)
 {
-    const char *name = ra_strategy_name(c->params->strategy);
-    x->first = first;
-    x->size = size;
-    x->cnt_s = malloc(sizeof(int) * (size_t)size * 4);
-    if (!x->cnt_s)
-        return ra_error_set(RA_ERR_NOMEM, "%s: out of memory", name);
-    x->dsp_s = x->cnt_s + size;
-    x->cnt_r = x->dsp_s + size;
-    x->dsp_r = x->cnt_r + size;
+    *x = (head_xchg){.first = first, .size = size};
     const int64_t there = heads_counts(c, x, 0), back = heads_counts(c, x, 1);
     if (there < 0 || back < 0 || most > INT_MAX)
         return ra_error_set(RA_ERR_ARG, "%s: one all-to-all would move more "
                             "than 2^31 floats per rank; use more ranks or "
-                            "strategy ring", name);
+                            "strategy ring",
+                            ra_strategy_name(c->params->strategy));
     most = there > most ? there : most;
-    most = back > most ? back : most;
-    x->send = malloc(sizeof(float) * (size_t)(most + 1));
-    x->recv = malloc(sizeof(float) * (size_t)(most + 1));
-    if (!x->send || !x->recv)
-        return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate the "
-                            "all-to-all buffers", name);
+    x->floats = back > most ? back : most;
     return RA_OK;
+}
+
+void heads_xchg_carve(head_xchg *x, ra_carver *cv)
+{
+    x->cnt_s = ra_carve(cv, x->size, sizeof(int));
+    x->dsp_s = ra_carve(cv, x->size, sizeof(int));
+    x->cnt_r = ra_carve(cv, x->size, sizeof(int));
+    x->dsp_r = ra_carve(cv, x->size, sizeof(int));
+    x->send = ra_carve(cv, x->floats, sizeof(float));
+    x->recv = ra_carve(cv, x->floats, sizeof(float));
+}
+
+/* The exchange's arrays and the head groups' (ids only with segments),
+ * carved out of u->mem (uly_alloc). */
+static void uly_carve(void *state, const strat_call *c, ra_carver *cv)
+{
+    uly_state *u = state;
+    const ra_shape *s = c->shape;
+    const int64_t hr = u->hg.h1 - u->hg.h0, gr = u->hg.g1 - u->hg.g0;
+    const int64_t BN = s->B * s->N, BM = s->B * s->M;
+    heads_xchg_carve(&u->x, cv);
+    u->q = ra_carve(cv, BN * hr * s->D, sizeof(float));
+    u->k = ra_carve(cv, BM * gr * (s->D + s->Dv), sizeof(float));
+    u->v = u->k ? u->k + BM * gr * s->D : NULL;
+    u->o = ra_carve(cv, BN * hr * s->Dv, sizeof(float));
+    u->lse = ra_carve(cv, BN * hr, sizeof(float));
+    u->qpos = ra_carve(cv, s->N, sizeof(int64_t));
+    u->kpos = ra_carve(cv, s->M, sizeof(int64_t));
+    if (c->segs) {
+        u->qseg = ra_carve(cv, BN, sizeof(int64_t));
+        u->kseg = ra_carve(cv, BM, sizeof(int64_t));
+    }
 }
 
 static ra_status uly_alloc(uly_state *u, const strat_call *c)
@@ -260,39 +291,18 @@ static ra_status uly_alloc(uly_state *u, const strat_call *c)
     ra_status st = ulysses_fits(s, c->P);
     /* with ids, the gathers of ids_natural use the all-to-all's recv */
     if (st == RA_OK)
-        st = heads_xchg_alloc(c, &u->x, 0, c->P,
-                              c->segs ? 2 * s->B * (s->N > s->M ? s->N : s->M)
-                                      : 0);
+        st = heads_xchg_init(c, &u->x, 0, c->P,
+                             c->segs ? 2 * s->B * (s->N > s->M ? s->N : s->M)
+                                     : 0);
     if (st != RA_OK)
         return st;
     u->hg = heads_of(s, c->r, c->P);
-    const size_t hr = (size_t)(u->hg.h1 - u->hg.h0);
-    const size_t gr = (size_t)(u->hg.g1 - u->hg.g0);
-    const size_t BN = (size_t)(s->B * s->N), BM = (size_t)(s->B * s->M);
-    u->q = malloc(sizeof(float) * BN * hr * (size_t)s->D + 1);
-    u->k = malloc(sizeof(float) * BM * gr * (size_t)(s->D + s->Dv) + 1);
-    u->v = u->k ? u->k + BM * gr * (size_t)s->D : NULL;
-    u->o = malloc(sizeof(float) * BN * hr * (size_t)s->Dv + 1);
-    u->lse = malloc(sizeof(float) * BN * hr + 1);
-    u->qpos = malloc(sizeof(int64_t) * (size_t)(s->N + s->M));
-    u->kpos = u->qpos + s->N;
-    if (c->segs) {
-        u->qseg = malloc(sizeof(int64_t) * (BN + BM));
-        u->kseg = u->qseg ? u->qseg + BN : NULL;
-    }
-    u->ws = strat_workspace(c);
-    if (!u->q || !u->k || !u->o || !u->lse || !u->qpos ||
-        (c->segs && !u->qseg) || !u->ws)
-        return ra_error_set(RA_ERR_NOMEM, "ulysses: cannot allocate the head "
-                                          "groups");
-    return RA_OK;
+    return strat_alloc(c, uly_carve, u, "the head groups", &u->mem, &u->ws);
 }
 
 static void uly_free(uly_state *u, const strat_call *c)
 {
-    void *all[] = {u->q, u->k, u->o, u->lse, u->qpos, u->qseg, u->x.cnt_s,
-                   u->x.send, u->x.recv};
-    strat_free(c, all, (int)(sizeof all / sizeof *all), NULL, 0, u->ws);
+    strat_free(c, u->mem, NULL, 0, u->ws);
 }
 
 /* All N queries of this rank's heads against all M keys, one kernel call

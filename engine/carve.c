@@ -4,6 +4,22 @@
 
 #include "internal.h"
 
+/* Under AddressSanitizer each array is followed by one more alignment
+ * unit, and its gap is poisoned: an overrun into the next array of the
+ * block is reported as if the arrays were allocated apart. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CARVE_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(CARVE_ASAN)
+#include <sanitizer/asan_interface.h>
+enum { CARVE_REDZONE = RA_CARVE_ALIGN };
+#else
+#define ASAN_POISON_MEMORY_REGION(at, bytes) ((void)(at), (void)(bytes))
+enum { CARVE_REDZONE = 0 };
+#endif
+
 void *ra_carve(ra_carver *c, int64_t count, size_t elem)
 {
     const int64_t bytes = ra_mul_checked(count, (int64_t)elem);
@@ -13,9 +29,13 @@ void *ra_carve(ra_carver *c, int64_t count, size_t elem)
         return NULL;
     }
     const int64_t end = ra_add_checked(at, bytes);
-    const int64_t pad = end < 0 ? -1 : (RA_CARVE_ALIGN - end % RA_CARVE_ALIGN) %
-                                           RA_CARVE_ALIGN;
-    c->used = pad < 0 ? -1 : ra_add_checked(end, pad);
+    const int64_t gap = end < 0 ? -1
+                                : CARVE_REDZONE +
+                                      (RA_CARVE_ALIGN - end % RA_CARVE_ALIGN) %
+                                          RA_CARVE_ALIGN;
+    c->used = gap < 0 ? -1 : ra_add_checked(end, gap);
+    if (c->base && c->used >= 0)
+        ASAN_POISON_MEMORY_REGION(c->base + end, (size_t)gap);
     return c->base && c->used >= 0 ? c->base + at : NULL;
 }
 
