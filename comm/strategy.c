@@ -244,16 +244,13 @@ int64_t strat_slice_most(const strat_call *c, int64_t len)
     return most;
 }
 
-int64_t strat_rows(const strat_call *c, int64_t len, int64_t *cnt,
-                   int64_t *off)
+void strat_rows(const strat_call *c, int64_t len, int64_t *cnt,
+                int64_t *off)
 {
-    int64_t most = 0;
     for (int j = 0; j < c->P; j++) {
         cnt[j] = ra_layout_slice(c->lay, len, j, c->P).count;
         off[j] = j ? off[j - 1] + c->shape->B * cnt[j - 1] : 0;
-        most = cnt[j] > most ? cnt[j] : most;
     }
-    return most;
 }
 
 ra_status strat_ids_natural(strat_call *c, int64_t len, const int64_t *mine,

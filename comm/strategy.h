@@ -103,9 +103,10 @@ int64_t strat_slice_most(const strat_call *c, int64_t len);
 
 /* For each rank j of c's communicator, cnt[j] = its slice of a length-len
  * axis and off[j] = the first row (of B rows per token) of that slice
- * when the slices lie one after the other; returns the largest count. */
-int64_t strat_rows(const strat_call *c, int64_t len, int64_t *cnt,
-                   int64_t *off);
+ * when the slices lie one after the other (the largest count:
+ * strat_slice_most). */
+void strat_rows(const strat_call *c, int64_t len, int64_t *cnt,
+                int64_t *off);
 
 /* Every rank's segment ids (B, count of its slice of a length-len axis)
  * in natural order into out (B, len); all (B len entries) is scratch.
