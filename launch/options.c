@@ -598,6 +598,6 @@ const cli_opt cli_forward_opts[] = {
                  1e9, NULL,
                  "abort when no ring step completes for this long,\n"
                  "naming the step and the rank waited for; 0: never\n"
-                 "(default: the library's, far above a healthy step)"),
+                 "(default: 5 predicted steps, within 10-600 s)"),
     {0},
 };
