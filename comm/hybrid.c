@@ -238,6 +238,7 @@ static void hyb_visit(hyb_state *h, const strat_call *c, int og, int which)
         blk.H = z - a;
         blk.G = 1;
         blk.m = Mg;
+        blk.alibi = c->slopes ? c->slopes + a : NULL;
         blk.mask.kpos = kpos;
         blk.mask.k_seg = c->segs ? h->ksegb : NULL;
         ra_kernel_forward_block(&blk, h->q + B * Ng * s->D * st,

@@ -61,6 +61,63 @@ void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
                           .q_lens = mk ? mk->q_lens : NULL,
                           .kv_lens = mk ? mk->kv_lens : NULL,
                           .q_seg = q_seg};
+    blk->alibi = c->slopes;
+}
+
+typedef struct {
+    strat_call *c;
+    float *qr, *kr;
+    double *slopes;
+    int64_t *pos;
+} posenc_arrays;
+
+static void posenc_carve(void *arg, ra_carver *cv)
+{
+    posenc_arrays *a = arg;
+    const ra_shape *s = a->c->shape;
+    const ra_params *p = a->c->params;
+    if (p->rope != RA_ROPE_NONE) {
+        a->qr = ra_carve(cv, s->B * a->c->n * s->H * s->D, sizeof(float));
+        a->kr = ra_carve(cv, s->B * a->c->m_own * s->G * s->D, sizeof(float));
+        a->pos = ra_carve(cv, a->c->n > a->c->m_own ? a->c->n : a->c->m_own,
+                          sizeof(int64_t));
+    }
+    if (p->alibi)
+        a->slopes = ra_carve(cv, s->H, sizeof(double));
+}
+
+ra_status strat_posenc(strat_call *c)
+{
+    const ra_shape *s = c->shape;
+    const ra_params *p = c->params;
+    posenc_arrays a = {c, NULL, NULL, NULL, NULL};
+    if (p->rope == RA_ROPE_NONE && !p->alibi)
+        return RA_OK;
+    c->posenc_mem = ra_carve_alloc(posenc_carve, &a);
+    if (!c->posenc_mem)
+        return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate the rotated "
+                            "q and k", ra_strategy_name(p->strategy));
+    if (p->rope != RA_ROPE_NONE) {
+        memcpy(a.qr, c->q, sizeof(float) * (size_t)(s->B * c->n * s->H * s->D));
+        memcpy(a.kr, c->k,
+               sizeof(float) * (size_t)(s->B * c->m_own * s->G * s->D));
+        strat_slice_pos(c, s->N, c->r, a.pos);
+        ra_rope_apply(p->rope, p->rope_base, a.qr, s->B, c->n, s->H, s->D,
+                      a.pos, s->M - s->N);
+        strat_slice_pos(c, s->M, c->r, a.pos);
+        ra_rope_apply(p->rope, p->rope_base, a.kr, s->B, c->m_own, s->G, s->D,
+                      a.pos, 0);
+        c->q = a.qr;
+        c->k = a.kr;
+    }
+    if (p->alibi) {
+        if (p->alibi_slopes)
+            memcpy(a.slopes, p->alibi_slopes, sizeof(double) * (size_t)s->H);
+        else
+            ra_alibi_slopes(s->H, a.slopes);
+        c->slopes = a.slopes;
+    }
+    return RA_OK;
 }
 
 int64_t strat_slice_pos(const strat_call *c, int64_t len, int j,
@@ -436,6 +493,8 @@ ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
     if (st == RA_OK)
         st = ra_agree(c.comm, strat_size(&c));
     if (st == RA_OK)
+        st = ra_agree(c.comm, strat_posenc(&c));
+    if (st == RA_OK)
         st = ra_nodes_of(c.comm, ra_strategy_name(params->strategy),
                          &c.node_of);
     if (st == RA_OK) {
@@ -448,8 +507,10 @@ ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
             ra_step_report(params, 1, 1);
     }
     free(c.node_of);
-    if (c.stalled) /* the communicator stays with the transfers in flight */
+    if (c.stalled) /* the communicator and the buffers stay with the
+                      transfers in flight */
         return st;
+    free(c.posenc_mem);
     if (MPI_Comm_free(&c.comm) != MPI_SUCCESS && st == RA_OK)
         st = ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_free failed",
                           ra_strategy_name(params->strategy));

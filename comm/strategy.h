@@ -24,7 +24,8 @@ typedef struct {
     const ra_shape *shape;
     const ra_params *params;
     const ra_masks *masks;
-    const float *q, *k, *v; /* this rank's slices (ringattn.h) */
+    const float *q, *k, *v; /* this rank's slices (ringattn.h); with RoPE
+                           q and k are rotated copies (strat_posenc) */
     float *o, *lse;
     ra_layout lay;      /* resolved */
     int segs;           /* segment ids are given */
@@ -35,6 +36,8 @@ typedef struct {
                            must end) */
     ra_timing *tm;
     int stepped;        /* strat_step was called */
+    const double *slopes; /* ALiBi: the H slopes of the call, or NULL */
+    void *posenc_mem;   /* strat_posenc's block: rotated q, k and slopes */
 } strat_call;
 
 /* Reports step done of total to the caller's progress callback. */
@@ -137,10 +140,20 @@ ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
                            const float *q, const float *k, const float *v,
                            float *o, float *lse, ra_timing *timing);
 
+/* Position encodings resolved once per call, before any strategy runs:
+ * RoPE rotates this rank's q (at i + M - N) and k (at j) into copies that
+ * replace c->q and c->k, so every strategy moves and folds rotated rows;
+ * ALiBi's slopes (the caller's or the standard ones) in c->slopes, which
+ * strat_block_init hands the kernel. Frees nothing: strategy_forward
+ * frees c->posenc_mem. */
+ra_status strat_posenc(strat_call *c);
+
 /* The kernel's view of n queries at global positions qpos (increasing)
  * against key blocks whose positions the caller sets in blk->mask.kpos
  * and whose size in blk->m; q_seg: the queries' segment ids (B, n) or
- * NULL. Tiles as params give them. */
+ * NULL. Tiles as params give them; ALiBi's slopes are those of heads
+ * 0 .. H-1 (a caller folding a run of heads from h0 offsets blk->alibi
+ * by h0). */
 void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
                       const int64_t *q_seg, ra_block *blk);
 

@@ -326,6 +326,7 @@ static void uly_attend(uly_state *u, const strat_call *c)
         blk.H = z - a;
         blk.G = 1;
         blk.m = M;
+        blk.alibi = c->slopes ? c->slopes + a : NULL;
         blk.mask.kpos = u->kpos;
         blk.mask.k_seg = u->kseg;
         ra_state_reset(B, N, z - a, s->Dv, o, lse);

@@ -259,36 +259,52 @@ static void score_tile(const ra_block *blk, const float *qt, const float *kt,
     }
 }
 
-/* The key position that ALiBi measures a query at position qp from. With
- * rel, the last key it may see in this block: its largest scores then stay
- * near 0, where float32 is fine, and rows_merge adds the difference back to
- * the LSE; else its aligned position qp + diag (the map's absolute
- * scores, read against the final LSE). */
+/* The key position that ALiBi measures a query at position qp from, so
+ * that bias = -slope |kpos - ref| - slope |ref - (qp + diag)| for every key
+ * of the block. With rel, the visible key of this block nearest to the
+ * query's aligned position (that position itself when the block's keys lie
+ * on both sides): the tile's biases then start at 0, where float32 is fine,
+ * and rows_merge adds the second term to the LSE in double. Else the
+ * aligned position qp + diag (the map's absolute scores, read against the
+ * final LSE). */
 static int64_t alibi_ref(const ra_block *blk, const tile_rules *rl,
                          int64_t qp, int rel)
 {
+    const int64_t at = qp + blk->mask.diag;
     if (!rel)
-        return qp + blk->mask.diag;
-    int64_t cap = blk->mask.kpos[blk->m - 1];
-    cap = rl->kv_len - 1 < cap ? rl->kv_len - 1 : cap;
-    return qp + rl->hi < cap ? qp + rl->hi : cap;
+        return at;
+    int64_t lo = blk->mask.kpos[0], hi = blk->mask.kpos[blk->m - 1];
+    hi = rl->kv_len - 1 < hi ? rl->kv_len - 1 : hi;
+    hi = qp + rl->hi < hi ? qp + rl->hi : hi;
+    lo = qp + rl->lo > lo ? qp + rl->lo : lo;
+    if (lo > hi) /* the row sees nothing here: any reference will do */
+        return at;
+    return at < lo ? lo : at > hi ? hi : at;
 }
 
-/* ALiBi on a bq x bk tile of base-2 scores of head h: slope_h * log2(e) *
- * (kpos - ref) added (alibi_ref); distances are exact in float up to 2^24
+/* The ALiBi bias of a key at kp from a query aligned at `at`: -|kp - at|
+ * (times the slope), symmetric as in flash-attention; with a causal mask
+ * only keys left of the diagonal are visible, where it is kp - at. */
+static int64_t alibi_dist(int64_t kp, int64_t at)
+{
+    return kp > at ? kp - at : at - kp;
+}
+
+/* ALiBi on a bq x bk tile of base-2 scores of head h: -slope_h * log2(e) *
+ * |kpos - ref| added (alibi_ref); distances are exact in float up to 2^24
  * tokens, and rounded beyond only where the weight underflows anyway. */
 static void alibi_tile(const ra_block *blk, const tile_rules *rl, int rel,
                        int64_t h, int64_t i0, int64_t bq, int64_t j0,
                        int64_t bk, float *s)
 {
-    const float c = (float)(blk->alibi[h] * M_LOG2E);
+    const float c = (float)(-blk->alibi[h] * M_LOG2E);
     const int64_t *qp = blk->mask.qpos + i0, *kp = blk->mask.kpos + j0;
     const int64_t lds = blk->block_kv;
     for (int64_t r = 0; r < bq; r++) {
         const int64_t ref = alibi_ref(blk, rl, qp[r], rel);
         float *row = s + r * lds;
         for (int64_t col = 0; col < bk; col++)
-            row[col] += c * (float)(kp[col] - ref);
+            row[col] += c * (float)alibi_dist(kp[col], ref);
     }
 }
 
@@ -359,8 +375,9 @@ static void rows_merge(const ra_block *blk, const tile_rules *rl, int64_t b,
         double shift = 0.0;
         if (blk->alibi) { /* the scores were measured from alibi_ref */
             const int64_t qp = blk->mask.qpos[i0 + r];
-            shift = blk->alibi[h] * (double)(alibi_ref(blk, rl, qp, 1) - qp -
-                                             blk->mask.diag);
+            shift = -blk->alibi[h] *
+                    (double)alibi_dist(alibi_ref(blk, rl, qp, 1),
+                                       qp + blk->mask.diag);
         }
         if (blk->score == RA_SCORE_GAUSSIAN) {
             const float *qr = qt + r * H * D;

@@ -53,7 +53,7 @@ typedef struct {
      * (B, m, G, A), D is A, and w_v (A) weighs the tanh terms. */
     const float *w_v;
     /* ALiBi: slopes (H, natural log) or NULL; query head h's score gets
-     * slope_h * (kpos - qpos - diag) added */
+     * -slope_h * |kpos - qpos - diag| added */
     const double *alibi;
 } ra_block;
 
@@ -125,7 +125,7 @@ typedef struct {
     double scale, sigma;
     const ra_additive *additive;
     int64_t Dk;
-    int alibi;          /* 1: add alibi_slope * (kpos - qpos - diag) */
+    int alibi;          /* 1: add -alibi_slope * |kpos - qpos - diag| */
     double alibi_slope; /* of the head being computed */
 } ra_ref_score;
 
@@ -173,7 +173,7 @@ void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
  * rules, pair by pair. */
 int ra_ref_visible(const ra_mask *mask, int64_t i, int64_t j);
 
-/* kpos - (qpos + diag) of the pair (i, j) under mask as ra_ref_visible
+/* -|kpos - (qpos + diag)| of the pair (i, j) under mask as ra_ref_visible
  * reads it: what ALiBi's slope multiplies. */
 double ra_ref_alibi_distance(const ra_mask *mask, int64_t i, int64_t j);
 

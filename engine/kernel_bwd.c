@@ -158,16 +158,17 @@ typedef struct {
     int64_t i0, bq, j0, bk, h;
 } bwd_tile;
 
-/* ALiBi's bias slope_h log2(e) (kpos - qpos - diag) added to a tile of
+/* ALiBi's bias -slope_h log2(e) |kpos - qpos - diag| added to a tile of
  * base-2 scores, measured as the final LSE was (absolute positions). */
 static void alibi_bias(const ra_block *blk, const bwd_tile *x, float *s)
 {
-    const double c = blk->alibi[x->h] * M_LOG2E;
+    const double c = -blk->alibi[x->h] * M_LOG2E;
     const int64_t *qp = blk->mask.qpos + x->i0, *kp = blk->mask.kpos + x->j0;
     for (int64_t r = 0; r < x->bq; r++) {
         const int64_t at = qp[r] + blk->mask.diag;
         for (int64_t col = 0; col < x->bk; col++)
-            s[r * blk->block_kv + col] += (float)(c * (double)(kp[col] - at));
+            s[r * blk->block_kv + col] +=
+                (float)(c * (double)llabs(kp[col] - at));
     }
 }
 

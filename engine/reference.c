@@ -27,12 +27,14 @@ int ra_ref_visible(const ra_mask *mk, int64_t i, int64_t j)
     return 1;
 }
 
-/* kpos - (qpos + diag): minus the distance that ALiBi penalises. */
+/* -|kpos - (qpos + diag)|: minus the distance that ALiBi penalises, on
+ * both sides of the diagonal. */
 double ra_ref_alibi_distance(const ra_mask *mk, int64_t i, int64_t j)
 {
-    if (!mk)
-        return (double)(j - i);
-    return (double)(pos_at(mk->kpos, j) - pos_at(mk->qpos, i) - mk->diag);
+    const double d = !mk ? (double)(j - i)
+                         : (double)(pos_at(mk->kpos, j) - pos_at(mk->qpos, i) -
+                                    mk->diag);
+    return -fabs(d);
 }
 
 /* One score from its definition, in fp64. */

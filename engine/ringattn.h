@@ -196,9 +196,10 @@ typedef struct {
                           acts on the projected per-head q and k. */
     double rope_base;  /* > 0; RA_ROPE_BASE_DEFAULT */
     int alibi;         /* 1: ALiBi: the score of query head h gets
-                          -slope_h * (i' - j) added, i' = i + (M - N), at
+                          -slope_h * |j - i'| added, i' = i + (M - N), at
                           global positions, for every score, layout and
-                          mask (the bias changes no visibility) */
+                          mask (the bias changes no visibility); with a
+                          causal mask that is slope_h * (j - i') */
     const double *alibi_slopes; /* (H) finite slopes, owned by the caller,
                           or NULL: ra_alibi_slopes(H) */
     ra_strategy strategy; /* how the ranks split the call (default ring) */

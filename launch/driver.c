@@ -7,6 +7,8 @@
 #include "driver.h"
 #include "internal.h"
 #include "placement.h"
+#include "progress.h"
+#include "watchdog.h"
 
 void cli_pass_data_free(cli_pass_data *d)
 {
@@ -69,26 +71,70 @@ ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p)
     return st;
 }
 
-/* The steps after parsing, up to the report. */
+/* Seconds a rank may spend moving its share of the tensors at the
+ * slowest file system rate the watchdog allows (CLI_IO_FLOOR bytes/s). */
+#define CLI_IO_FLOOR 20e6
+static double pass_io_seconds(const cli_ctx *ctx, const ra_shape *s)
+{
+    const double floats = (double)s->B * ((double)s->N * s->H * (s->D + s->Dv) +
+                                          (double)s->M * s->G *
+                                              (ra_shape_dk(s) + s->Dv));
+    return 4.0 * floats / ctx->nranks / CLI_IO_FLOOR;
+}
+
+/* The stall timeout of the pass: the one given, or (the library's default
+ * left alone) one derived from the predicted time of a step; then the
+ * phase watchdog on the pass, which beats at every step of the run's
+ * progress callback. Collective (the prediction). */
+static void pass_watch(const cli_ctx *ctx, const ra_shape *s, ra_params *p)
+{
+    const int stepped = p->strategy == RA_STRATEGY_RING ||
+                        p->strategy == RA_STRATEGY_RING_Q ||
+                        p->strategy == RA_STRATEGY_ALLGATHER;
+    const double predicted = progress_predict(ctx, s, p, NULL);
+    if (p->stall_timeout == RA_STALL_TIMEOUT_DEFAULT)
+        p->stall_timeout = cli_stall_default(predicted,
+                                             stepped ? ctx->nranks : 1);
+    /* twice the library's timeout: its own watchdog, which names the
+     * step and the peer, speaks first when it can */
+    cli_watchdog_phase(ctx, "the pass (set-up, read, attention)",
+                       2.0 * p->stall_timeout, pass_io_seconds(ctx, s));
+}
+
+/* The steps after parsing, up to the report, each phase watched
+ * (watchdog.h). */
 static ra_status pass_steps(const cli_ctx *ctx, const cli_pass *d,
                             char *opts, char *state)
 {
-    const ra_params *p = (const ra_params *)(opts + d->params);
+    ra_params *p = (ra_params *)(opts + d->params);
     const cli_pass_data *data = (const cli_pass_data *)(state + d->data);
+    const int given_stall = p->stall_timeout != RA_STALL_TIMEOUT_DEFAULT;
+    const double setup_s = given_stall ? p->stall_timeout
+                                       : cli_stall_default(0.0, 1) * 3.0;
+    cli_watchdog_phase(ctx, "the set-up", setup_s, 0.0);
     ra_status st = d->validate(ctx, opts, state);
     if (st == RA_OK)
         st = d->setup(ctx, opts, state);
+    if (st == RA_OK)
+        pass_watch(ctx, &data->s, p);
     if (st == RA_OK) {
         cli_placement_warn(ctx, ra_params_threads(p));
         cli_print_params(ctx, &data->s, p, data->layout_auto, data->in,
                          data->out);
+        if (ctx->rank == 0)
+            printf("# %-10s %.3g s without progress ends the job%s\n",
+                   "stall", p->stall_timeout,
+                   given_stall ? "" : " (derived from the predicted step)");
         if (d->print)
             st = d->print(ctx, opts, state);
     }
     if (st == RA_OK)
         st = d->compute(ctx, opts, state);
+    cli_watchdog_phase(ctx, "the write of the output", p->stall_timeout,
+                       pass_io_seconds(ctx, &data->s));
     if (st == RA_OK)
         st = d->report(ctx, opts, state);
+    cli_watchdog_phase(ctx, NULL, 0.0, 0.0);
     return st;
 }
 

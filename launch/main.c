@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "signals.h"
+#include "watchdog.h"
 #include "simd.h"
 
 /* argv joined by spaces, arguments with spaces or quotes single-quoted. */
@@ -42,11 +43,13 @@ int main(int argc, char **argv)
 {
     int provided;
     cli_mpi_env();
+    cli_watchdog_start_mpi();
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     cli_signals_install();
     cli_ctx ctx = {.comm = MPI_COMM_WORLD};
     MPI_Comm_rank(ctx.comm, &ctx.rank);
     MPI_Comm_size(ctx.comm, &ctx.nranks);
+    cli_watchdog_phase(&ctx, NULL, 0.0, 0.0); /* MPI is up */
     ra_simd_cap(getenv("RA_EXP")); /* "avx2" or "scalar" caps the SIMD path */
     char *cmdline = join_args(argc, argv);
     ctx.command_line = cmdline ? cmdline : "";

@@ -557,7 +557,7 @@ const cli_opt cli_forward_opts[] = {
     CLI_OPT_POSITIVE(ra_params, "--rope-base", "B", rope_base, DBL_MAX, NULL,
                      "RoPE base: theta_i = B^(-2i/D) (default 10000)"),
     CLI_OPT_FLAG(ra_params, "--alibi", alibi,
-                 "ALiBi: add -slope_h * (i' - j) to head h's scores,\n"
+                 "ALiBi: add -slope_h * |j - i'| to head h's scores,\n"
                  "i' = i + M - N; slopes from the input's /alibi_slopes\n"
                  "(H,) when present, else the standard geometric ones\n"
                  "(2^(-8h/H), h = 1..H, for H a power of two)"),
@@ -598,6 +598,6 @@ const cli_opt cli_forward_opts[] = {
                  1e9, NULL,
                  "abort when no ring step completes for this long,\n"
                  "naming the step and the rank waited for; 0: never\n"
-                 "(default: the library's, far above a healthy step)"),
+                 "(default: 5 predicted steps, within 10-600 s)"),
     {0},
 };

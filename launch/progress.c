@@ -6,6 +6,7 @@
 #include "plan.h"
 #include "profile_json.h"
 #include "progress.h"
+#include "watchdog.h"
 
 /* A pass predicted to take longer than this shows progress on a
  * terminal. */
@@ -51,7 +52,8 @@ static void progress_step(void *ctx, int done, int total)
 {
     cli_progress *pg = ctx;
     const double now = MPI_Wtime(), elapsed = now - pg->start;
-    if (done < total && now - pg->last < pg->every)
+    cli_watchdog_beat();
+    if (!pg->on || (done < total && now - pg->last < pg->every))
         return;
     pg->last = now;
     const double eta = elapsed / done * (total - done);
@@ -67,8 +69,6 @@ void progress_setup(const cli_ctx *ctx, cli_progress *pg, const ra_shape *s,
     pg->on = ctx->rank == 0 &&
              progress_wanted(pg->predicted, pg->asked, pg->quiet,
                              isatty(STDERR_FILENO));
-    if (!pg->on)
-        return;
     pg->out = stderr;
     pg->start = pg->last = MPI_Wtime();
     p->on_step = progress_step;

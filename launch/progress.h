@@ -33,9 +33,10 @@ int progress_wanted(double predicted_seconds, int asked, int quiet,
 double progress_predict(const cli_ctx *ctx, const ra_shape *s,
                         const ra_params *p, const char *profile);
 
-/* Decides whether rank 0 prints (progress_wanted) and, if so, points
- * p->on_step at the printer; call just before the pass, which then starts
- * the clock (progress_start). Other ranks leave p alone. */
+/* Decides whether rank 0 prints (progress_wanted) and points p->on_step
+ * at the step callback on every rank (each step is also a beat of the
+ * phase watchdog, watchdog.h; only rank 0 prints, when on); call just
+ * before the pass, which then starts the clock (progress_start). */
 void progress_setup(const cli_ctx *ctx, cli_progress *pg, const ra_shape *s,
                     ra_params *p, const char *profile);
 

@@ -222,7 +222,7 @@ static void head_fold(const verify_ctx *c, int64_t h, int64_t kb, vwork *w)
         const int64_t qd = w->pos[r] + s->M - s->N;
         for (int64_t j = 0; j < kb; j++) {
             row[j] = !w->vis[r * kb + j] ? -INFINITY
-                     : row[j] + slope * (double)(w->kpos[j] - qd);
+                     : row[j] - slope * fabs((double)(w->kpos[j] - qd));
             bmax = row[j] > bmax ? row[j] : bmax;
         }
         double *mx = w->mx + h * nr + r, *sum = w->sum + h * nr + r;

@@ -1465,18 +1465,31 @@ STALL_MESSAGES = {
 }
 
 
-def fault_stall(work, strategy="ring"):
-    """SIGSTOP one rank of a 2-rank run mid-pass with --stall-timeout 1: the
-    other rank's watchdog names where it waits (STALL_MESSAGES), the job is
-    aborted (the stopped rank too) within seconds, nothing is left."""
+# The phase watchdog (launch/watchdog.c): a rank stopped in a phase the
+# library does not watch, or with the stall timeout left to its default.
+STALL_ANY = r"rank \d stalled at "
+STALL_PHASE = r"^ringattn: rank \d stalled at the pass \(set-up, read"
+
+
+def fault_stall(work, strategy="ring", timeout="1", delay=None,
+                pattern=None, tag=None, limit=30):
+    """SIGSTOP one rank of a 2-rank run `delay` s after the parameter table
+    (default: mid-pass) with --stall-timeout `timeout` (None: the default,
+    derived from the predicted step): the other rank's watchdog names where
+    it waits (STALL_MESSAGES, or pattern), the job is aborted (the stopped
+    rank too) within `limit` seconds, nothing is left. On a loaded machine
+    the rank may still be reading when it stops: the phase watchdog's line
+    is then as right as the strategy's."""
     if not os.path.exists(os.path.join(work, "stall.h5")):
         subprocess.run([RINGATTN, "gen", "--out", "stall.h5", "--seq",
                         "32768", "--heads", "8", "--dim", "32"], env=ENV,
                        cwd=work, check=True, capture_output=True)
     cmd = ["mpirun", "-np", "2", "--oversubscribe", RINGATTN, "run", "--in",
            "stall.h5", "--out", "stalled.h5", "--block-q", "64",
-           "--stall-timeout", "1", "--strategy", strategy]
-    tag = f"stall {strategy}:"
+           "--strategy", strategy]
+    cmd += ["--stall-timeout", timeout] if timeout else []
+    tag = tag or f"stall {strategy}:"
+    pattern = pattern or (STALL_MESSAGES[strategy] + "|" + STALL_PHASE)
     p = subprocess.Popen(cmd, env=ENV, cwd=work, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
@@ -1488,7 +1501,8 @@ def fault_stall(work, strategy="ring"):
     # which then stopped in the write, a collective no watchdog sees); the
     # strategies agree and map the nodes first (blocking collectives, not
     # watched)
-    time.sleep(0.5 if strategy == "ring" else 1.5)
+    time.sleep(delay if delay is not None else
+               0.5 if strategy == "ring" else 1.5)
     kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
                           text=True).stdout.split()
     if len(kids) != 2 or p.poll() is not None:
@@ -1508,9 +1522,9 @@ def fault_stall(work, strategy="ring"):
     problems = []
     if p.returncode == 0:
         problems.append(f"{tag} mpirun exited 0")
-    if secs > 30:
+    if secs > limit:
         problems.append(f"{tag} the job took {secs:.1f} s to end")
-    if len(lines) != 1 or not re.search(STALL_MESSAGES[strategy], lines[0]):
+    if len(lines) != 1 or not re.search(pattern, lines[0]):
         problems.append(f"{tag} message: {err.strip()[:400]}")
     if os.path.exists(os.path.join(work, "stalled.h5")) or leftovers(work):
         problems.append(f"{tag} an output or temporary file is left")
@@ -1534,6 +1548,13 @@ def run_faults():
     try:
         stalls = [p for strategy in STALL_MESSAGES
                   for p in fault_stall(work, strategy)]
+        # in the collective read, right after the table; mid-pass with the
+        # stall timeout derived from the predicted step (10 s floor)
+        stalls += fault_stall(work, delay=0.0, pattern=STALL_ANY,
+                              tag="stall read:")
+        stalls += fault_stall(work, timeout=None, delay=1.0,
+                              pattern=STALL_ANY, tag="stall default:",
+                              limit=60)
         return (stalls + fault_bench_few_tokens(work) +
                 fault_verify_nan(work) + fault_enospc(work) +
                 fault_locked(work) + fault_long_command_line(work) +
