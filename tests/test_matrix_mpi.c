@@ -37,10 +37,12 @@
  * the cancellation of dS = P (dP - rowsum(dO o)) and fp32 sums over up to
  * 101 rows or keys, about ten times more: < 1e-3 relative Frobenius per
  * tensor, against the reference's norm or REL_FLOOR per entry where the
- * reference is smaller (rel_err). A bug of the kind this matrix hunts (q
- * or k not rotated, a bias left out) moves every affected score by O(1)
- * and fails by far. Rows that see no key must give o = 0 and lse = -inf
- * exactly. */
+ * reference is smaller (rel_err). Measured on cases that pass (6 seeds,
+ * P = 1 and 3): o <= 4e-7, lse <= 2e-6, gradients <= 5e-6. A bug of the
+ * kind this matrix hunts (q or k not rotated, a bias left out) moves every
+ * affected score by O(1): on the code before issue 22's fix the mildest
+ * failing case was 300 times over the limits. Rows that see no key must
+ * give o = 0 and lse = -inf exactly. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -394,6 +396,7 @@ static int data_alloc(const mx_case *c, mx_data *d)
     const ra_shape *s = &c->s;
     const int64_t B = s->B, H = s->H, G = s->G, D = s->D, Dv = s->Dv;
     const int64_t N = s->N, M = s->M, n = d->qs.count, m = d->ks.count;
+    /* the floats of the full tensors, the weights, then this rank's */
     const int64_t len[16] = {B * N * H * D,  B * M * G * D,  B * M * G * Dv,
                              B * N * H * Dv, c->A * D,       c->A * D,
                              c->A,           B * n * H * D,  B * m * G * D,
@@ -436,17 +439,17 @@ static void data_free(mx_data *d)
  * case uses. */
 static mref_in ref_input(const mx_case *c, const mx_data *d, const ra_params *p)
 {
-    const mref_in in = {c->s,
-                        p,
-                        d->slopes,
-                        c->lens ? d->lens : NULL,
-                        c->lens ? d->lens + c->s.B : NULL,
-                        c->segs ? d->qseg : NULL,
-                        c->segs ? d->kseg : NULL,
-                        d->q,
-                        d->k,
-                        d->v,
-                        d->dout};
+    const mref_in in = {.s = c->s,
+                        .p = p,
+                        .slopes = d->slopes,
+                        .q_lens = c->lens ? d->lens : NULL,
+                        .kv_lens = c->lens ? d->lens + c->s.B : NULL,
+                        .q_seg = c->segs ? d->qseg : NULL,
+                        .kv_seg = c->segs ? d->kseg : NULL,
+                        .q = d->q,
+                        .k = d->k,
+                        .v = d->v,
+                        .dout = d->dout};
     return in;
 }
 
@@ -784,9 +787,10 @@ static void test_matrix(void **state)
 }
 
 /* The library's default ALiBi slopes are those of the paper's rule
- * (mref_alibi_slopes, written from it), for H = 1 .. 64; and two head
- * counts spelled out: 8 (a power of two) and 6 (4's, then 8's first and
- * third). */
+ * (mref_alibi_slopes, written from it), for H = 1 .. 64, to 1e-13
+ * relative (the rule's sequence is up to 64 rounded products); and two
+ * head counts spelled out: 8 (a power of two) and 6 (4's, then 8's first
+ * and third). */
 static void test_alibi_slopes(void **state)
 {
     (void)state;
@@ -800,7 +804,7 @@ static void test_alibi_slopes(void **state)
         mref_alibi_slopes(H, mine);
         ra_alibi_slopes(H, lib);
         for (int64_t h = 0; h < H; h++)
-            bad |= !(fabs(mine[h] - lib[h]) <= 1e-14 * mine[h]);
+            bad |= !(fabs(mine[h] - lib[h]) <= 1e-13 * mine[h]);
         for (int64_t h = 0; h < H && (H == 8 || H == 6); h++)
             bad |= mine[h] != (H == 8 ? h8[h] : h6[h]);
     }
