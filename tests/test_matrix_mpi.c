@@ -863,7 +863,8 @@ static void test_regression(void **state)
     c.causal = r->causal;
     c.alibi = r->alibi;
     c.backward = r->backward;
-    c.ulysses_size = nranks % 2 ? 1 : 2; /* hybrid: two groups of 2 at P = 4 */
+    if (r->strategy == RA_STRATEGY_HYBRID) /* two groups of 2 at P = 4 */
+        c.ulysses_size = nranks % 2 ? 1 : 2;
     const mx_verdict v = run_case(&c);
     report(&c, &v);
     assert_false(v.failed);
