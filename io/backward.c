@@ -1,5 +1,5 @@
 /* backward.c (io): the files of a backward pass. /do (B, N, H, Dv) is read
- * beside the inputs; /o and /lse from a forward output, whose attributes
+ * beside the inputs, in the order its axes attribute declares; /o and /lse from a forward output, whose attributes
  * must describe the same problem; /dq (B, N, H, D), /dk (B, M, G, Dk) and
  * /dv (B, M, G, Dv) (and the additive score's /dw_q, /dw_k, /dw_v) are
  * written as float32 into a file committed atomically, each rank writing

@@ -23,14 +23,17 @@ typedef struct {
 static const cli_opt bwd_own[] = {
     CLI_OPT_REQUIRED(bwd_opts, "--in", "FILE", in,
                      "input with /q /k /v and the output gradient /do\n"
-                     "(B,N,H,Dv), e.g. from gen --backward"),
+                     "(B,N,H,Dv), or (B,H,N,Dv) with axes=\"B,H,N,D\",\n"
+                     "e.g. from gen --backward"),
     CLI_OPT_REQUIRED(bwd_opts, "--out", "FILE", out,
                      "output /dq /dk /dv; written to a temporary file,\n"
                      "renamed at the end"),
     CLI_OPT_FORCE(bwd_opts, force),
     CLI_OPT_TEXT(bwd_opts, "--fwd", "FILE", fwd, NULL,
                  "read /o and /lse from this forward output of the\n"
-                 "same problem (run on --in with the same options)"),
+                 "same problem (run on --in with the same options);\n"
+                 "refused when its fingerprint, its f16/bf16 /o or\n"
+                 "its lse do not fit this run"),
     CLI_OPT_FLAG(bwd_opts, "--recompute", recompute,
                  "recompute /o and /lse with a forward pass instead"),
     {0},
@@ -120,7 +123,8 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
         st = cli_fingerprint(ctx, &r->d, &o->p, NULL, r->q_seg, r->kv_seg,
                              r->fp_in);
     if (st == RA_OK && o->fwd)
-        st = h5io_fingerprint_compare(o->fwd, r->fp_fwd, r->fp_in);
+        st = ra_agree(ctx->comm, h5io_fingerprint_compare(o->fwd, r->fp_fwd,
+                                                          r->fp_in));
     if (st == RA_OK && o->fwd)
         st = h5io_lse_check(ctx->comm, o->fwd, &r->d.s, &o->p,
                             &r->d.masks.view, t->lse);
