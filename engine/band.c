@@ -1,4 +1,6 @@
 /* band.c: see band.h. */
+#include <stdlib.h>
+
 #include "band.h"
 
 ra_band ra_band_make(int causal, int window, int64_t left, int64_t right,
@@ -48,4 +50,48 @@ double ra_pair_flops(const ra_shape *s, const ra_params *p)
                              ? 4.0 * (double)p->additive->A
                              : 2.0 * (double)s->D;
     return (score + 2.0 * (double)s->Dv) * (double)s->H;
+}
+
+static int key_id_order(const void *a, const void *b)
+{
+    const ra_key_id *x = a, *y = b;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+void ra_key_ids_sort(ra_key_id *keys, int64_t m)
+{
+    qsort(keys, (size_t)m, sizeof *keys, key_id_order);
+}
+
+/* The first of keys[0..m) not ordered before (id, pos). */
+static int64_t key_lower_bound(const ra_key_id *keys, int64_t m, int64_t id,
+                               int64_t pos)
+{
+    int64_t lo = 0, hi = m;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (keys[mid].id < id || (keys[mid].id == id && keys[mid].pos < pos))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void ra_rows_see_keys(const ra_visibility *v, const int64_t *pos,
+                      const int64_t *q_seg, int64_t n, unsigned char *seen)
+{
+    for (int64_t i = 0; i < n; i++) {
+        int64_t first, last;
+        int any = pos[i] < v->q_len &&
+                  ra_band_keys(v->band, pos[i], v->kv_len, &first, &last) > 0;
+        if (any && v->keys) { /* a key of its id in [first, last]? */
+            const int64_t j = key_lower_bound(v->keys, v->m, q_seg[i], first);
+            any = j < v->m && v->keys[j].id == q_seg[i] &&
+                  v->keys[j].pos <= last;
+        }
+        seen[i] = (unsigned char)any;
+    }
 }

@@ -41,6 +41,30 @@ int64_t ra_band_keys(ra_band band, int64_t p, int64_t kv_len, int64_t *first,
 double ra_band_pairs(ra_band band, const int64_t *pos, int64_t n,
                      int64_t q_len, int64_t kv_len);
 
+/* A key's segment id and position; ra_key_ids_sort orders them by id,
+ * then position. */
+typedef struct {
+    int64_t id, pos;
+} ra_key_id;
+
+void ra_key_ids_sort(ra_key_id *keys, int64_t m);
+
+/* What decides whether a query of one batch sees any key: its band, the
+ * batch's lengths, and with segments the batch's m keys sorted by
+ * ra_key_ids_sort (keys NULL: no segments). */
+typedef struct {
+    ra_band band;
+    int64_t q_len, kv_len;
+    const ra_key_id *keys;
+    int64_t m;
+} ra_visibility;
+
+/* seen[i] = 1 when the query at position pos[i] (segment id q_seg[i] when
+ * v->keys) sees at least one key, else 0: the rule of the kernel, which
+ * gives such a row a finite lse and the others -inf. */
+void ra_rows_see_keys(const ra_visibility *v, const int64_t *pos,
+                      const int64_t *q_seg, int64_t n, unsigned char *seen);
+
 /* Useful FLOPs of one visible pair for all H heads: the score (2 D for
  * q.k, 4 A for the additive score with a tanh as one operation) and 2 Dv
  * for the weighted values, times H. */

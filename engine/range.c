@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "internal.h"
+#include "kernel.h"
 #include "range.h"
 
 /* The kernel's float32 limit: scores, norm terms and accumulators must
@@ -134,12 +135,31 @@ static ra_status check_product(const ra_shape *s, const ra_params *p,
     return RA_OK;
 }
 
+ra_status ra_alibi_check(const ra_shape *s, const ra_params *p)
+{
+    const int64_t dist = s->N > s->M ? s->N : s->M;
+    for (int64_t h = 0; p->alibi && h < s->H; h++) {
+        const double slope = ra_params_alibi_slope(p, s->H, h);
+        const double bias = fabs(slope) * M_LOG2E * (double)dist;
+        if (!(bias <= SAFE_MAX))
+            return ra_error_set(RA_ERR_INPUT, "ALiBi slope %.3g of head %lld: "
+                                "times log2(e) and the largest distance %lld "
+                                "it gives a bias of %.3g, beyond the "
+                                "kernel's float32 limit (%.3g)", slope,
+                                (long long)h, (long long)dist, bias,
+                                SAFE_MAX);
+    }
+    return RA_OK;
+}
+
 ra_status ra_input_bounds_check(const ra_shape *s, const ra_params *p,
                                 const ra_input_bounds *b, int64_t block_keys)
 {
     ra_status st = p->score == RA_SCORE_ADDITIVE
                        ? check_additive(s, p->additive, b)
                        : check_product(s, p, b);
+    if (st == RA_OK)
+        st = ra_alibi_check(s, p);
     if (st != RA_OK)
         return st;
     /* acc = sum over a block's keys of p v with 0 <= p <= 1 */

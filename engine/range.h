@@ -34,6 +34,11 @@ int64_t ra_first_nonfinite(const float *x, int64_t n);
  * holds a NaN or inf. */
 ra_status ra_check_finite(const char *what, const float *x, int64_t n);
 
+/* With ALiBi on, checks that every head's bias, slope * log2(e) times the
+ * largest distance max(N, M), stays well inside float32: RA_OK, or
+ * RA_ERR_INPUT naming the head and its slope. */
+ra_status ra_alibi_check(const ra_shape *shape, const ra_params *params);
+
 /* Checks that every score, the key terms of the Gaussian score and the
  * accumulator of a block of up to block_keys keys stay well inside float32
  * for inputs within the bounds: RA_OK, or RA_ERR_ARG (the options alone

@@ -636,6 +636,9 @@ typedef struct {
     const char *out_group;     /* /o, /lse, /attn_map under this group
                                   (created, with its parents), or NULL:
                                   the root */
+    const char *fingerprint;   /* recorded as the attribute fingerprint:
+                                  what the run read (the command line's
+                                  text, see README), or NULL: none */
 } ra_run_meta;
 
 /* Writes this rank's slices (under meta->params->layout) of /o (B, n, H, Dv)

@@ -1,5 +1,5 @@
 /* backward.c (io): the files of a backward pass. /do (B, N, H, Dv) is read
- * beside the inputs; /o and /lse from a forward output, whose attributes
+ * beside the inputs, in the order its axes attribute declares; /o and /lse from a forward output, whose attributes
  * must describe the same problem; /dq (B, N, H, D), /dk (B, M, G, Dk) and
  * /dv (B, M, G, Dv) (and the additive score's /dw_q, /dw_k, /dw_v) are
  * written as float32 into a file committed atomically, each rank writing
@@ -13,47 +13,76 @@
 #include "h5util.h"
 #include "internal.h"
 
-/* Reads this rank's slice (on axis) of the float dataset name, which must
- * have exactly the dims want[rank]; collective. */
-static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
-                           const char *name, int rank, const int64_t *want,
-                           int axis, const ra_slice *slice, float *buf)
+/* One dataset a backward pass reads: its name, rank, logical dims (the
+ * (B, N, H, Dv) order for rank 4, whatever order its axes attribute
+ * declares) and the axis its slice runs along. */
+typedef struct {
+    const char *name;
+    int rank;
+    const int64_t *want;
+    int axis;
+} slab_spec;
+
+/* The dims of an open dataset in the logical order of sp (a rank-4 one
+ * read through its axes attribute, B,N,H,D when absent), checked against
+ * sp->want. */
+static ra_status slab_dims(hid_t dset, const char *path, const slab_spec *sp,
+                           const hsize_t *fdims, ra_axes *axes)
 {
-    hid_t dset = H5I_INVALID_HID;
     hsize_t dims[4], w[4];
     char found[96], expect[96];
-    ra_status st = h5io_dset_open(file, path, name, H5T_FLOAT, rank, dims,
-                                  &dset);
-    for (int i = 0; st == RA_OK && i < rank; i++) {
-        w[i] = (hsize_t)want[i];
-        if (dims[i] != w[i]) {
-            for (int j = 0; j < rank; j++)
-                w[j] = (hsize_t)want[j];
-            h5io_dims_format(dims, rank, found, sizeof found);
-            h5io_dims_format(w, rank, expect, sizeof expect);
-            st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: shape %s differs "
-                              "from the expected %s", path, name, found,
-                              expect);
-        }
+    ra_status st = RA_OK;
+    *axes = RA_AXES_BNHD;
+    if (sp->rank == 4 && (st = h5io_axes_of(dset, path, sp->name,
+                                            RA_AXES_BNHD, axes)) != RA_OK)
+        return st;
+    for (int i = 0; i < sp->rank; i++) {
+        dims[i] = fdims[i];
+        w[i] = (hsize_t)sp->want[i];
     }
+    if (sp->rank == 4)
+        h5io_axes_dims(*axes, fdims, dims);
+    if (memcmp(dims, w, sizeof(hsize_t) * (size_t)sp->rank) == 0)
+        return RA_OK;
+    h5io_dims_format(dims, sp->rank, found, sizeof found);
+    h5io_dims_format(w, sp->rank, expect, sizeof expect);
+    return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: shape %s differs from "
+                        "the expected %s", path, sp->name, found, expect);
+}
+
+/* Reads this rank's slice (on sp->axis) of the float dataset sp->name;
+ * collective. */
+static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
+                           const slab_spec *sp, const ra_slice *slice,
+                           float *buf)
+{
+    hid_t dset = H5I_INVALID_HID;
+    hsize_t fdims[4];
+    ra_axes axes = RA_AXES_BNHD;
+    ra_status st = h5io_dset_open(file, path, sp->name, H5T_FLOAT, sp->rank,
+                                  fdims, &dset);
     if (st == RA_OK)
-        st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, rank,
-                            dims, axis, slice, buf);
+        st = slab_dims(dset, path, sp, fdims, &axes);
+    if (st == RA_OK && sp->rank == 4)
+        st = h5io_dset_read_axes(dset, dxpl, path, sp->name,
+                                 H5T_NATIVE_FLOAT, axes, fdims, slice, buf);
+    else if (st == RA_OK)
+        st = h5io_dset_read(dset, dxpl, path, sp->name, H5T_NATIVE_FLOAT,
+                            sp->rank, fdims, sp->axis, slice, buf);
     if (dset >= 0)
         H5Dclose(dset);
     return st;
 }
 
-/* Reads dataset name's slab from path with MPI-IO; collective. */
-static ra_status file_slab(MPI_Comm comm, const char *path, const char *name,
-                           int rank, const int64_t *want, int axis,
-                           const ra_slice *slice, float *buf)
+/* Reads dataset sp->name's slab from path with MPI-IO; collective. */
+static ra_status file_slab(MPI_Comm comm, const char *path,
+                           const slab_spec *sp, const ra_slice *slice,
+                           float *buf)
 {
     h5io_reader in;
     ra_status st = h5io_reader_open(comm, path, &in);
     if (st == RA_OK)
-        st = slab_read(in.file, in.dxpl, path, name, rank, want, axis, slice,
-                       buf);
+        st = slab_read(in.file, in.dxpl, path, sp, slice, buf);
     return h5io_reader_close(&in, path, st);
 }
 
@@ -95,6 +124,12 @@ ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
         return ra_error_set(RA_ERR_INPUT, "%s: a forward output of another "
                             "problem: its %s do not match this run's", fwd,
                             what);
+    if (strcmp(a.out_dtype, "f16") == 0 || strcmp(a.out_dtype, "bf16") == 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: /o is stored as %s (attribute "
+                            "out_dtype, run --out-dtype %s): gradients from "
+                            "it would be off by its rounding; refused: rerun "
+                            "the forward with --out-dtype f32 or f64, or pass "
+                            "--recompute", fwd, a.out_dtype, a.out_dtype);
     return RA_OK;
 }
 
@@ -126,14 +161,15 @@ ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
     const int64_t n_o = s->B * qs.count * s->H * s->Dv;
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    st = ra_agree(comm, file_slab(comm, in, "/do", 4, odims, 1, &qs, dout));
+    const slab_spec dos = {"/do", 4, odims, 1}, os = {"/o", 4, odims, 1};
+    const slab_spec lses = {"/lse", 3, ldims, 2};
+    st = ra_agree(comm, file_slab(comm, in, &dos, &qs, dout));
     if (st == RA_OK)
         st = ra_agree(comm, finite_check(in, "/do", dout, n_o, 0));
     if (st == RA_OK && fwd) {
-        st = ra_agree(comm, file_slab(comm, fwd, "/o", 4, odims, 1, &qs, o));
+        st = ra_agree(comm, file_slab(comm, fwd, &os, &qs, o));
         if (st == RA_OK)
-            st = ra_agree(comm, file_slab(comm, fwd, "/lse", 3, ldims, 2, &qs,
-                                          lse));
+            st = ra_agree(comm, file_slab(comm, fwd, &lses, &qs, lse));
         if (st == RA_OK)
             st = ra_agree(comm, finite_check(fwd, "/o", o, n_o, 0));
         if (st == RA_OK)
@@ -163,7 +199,8 @@ static ra_status grads_attrs(hid_t file, MPI_Comm comm, const grads_ctx *c)
     const h5io_recipe recipe = {
         .kind = "gradients", .params = p, .scale = ra_params_scale(p, s),
         .nranks = c->nranks, .has_qkv = 1, .masks = c->meta->masks,
-        .out_dtype = RA_DTYPE_F32, .command_line = c->meta->command_line};
+        .out_dtype = RA_DTYPE_F32, .command_line = c->meta->command_line,
+        .fingerprint = c->meta->fingerprint};
     ra_status st;
     if ((st = h5io_record(comm, file, path, &recipe)) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "pass",

@@ -124,6 +124,46 @@ ra_status h5io_read_int_attr(const char *path, const char *name,
 ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
                             int64_t dims[4], int *present);
 
+/* ---- fingerprints (io/fingerprint.c) ---- */
+
+/* Room for a fingerprint text: the input path and ten lines of a dataset
+ * name and a hash. */
+#define H5IO_FP_LEN 8192
+
+/* What a fingerprint is computed from: the input path, this rank's q, k,
+ * v (B, n, H, D) ... as read (float32), their slices, the masks read and
+ * the params (additive weights, ALiBi slopes). names: the datasets of q,
+ * k, v, q_segments, kv_segments, q_lens, kv_lens (those of absent masks
+ * are not used). */
+typedef struct {
+    const char *in;
+    const ra_shape *shape;
+    const ra_params *params;
+    const float *q, *k, *v;
+    const ra_h5_masks *masks;
+    ra_slice qs, ks;
+    const char *names[7];
+} h5io_fp_source;
+
+/* The fingerprint text of src into text[len] (H5IO_FP_LEN): lines
+ * "input=PATH" and "KEY=NAME HEX" or "KEY=none" for q, k, v, q_segments,
+ * kv_segments, q_lens, kv_lens, additive, alibi_slopes. Each hash is a
+ * sum over tokens of a hash seeded by the token's global position, so it
+ * is the same for every P and layout. Collective. */
+ra_status h5io_fingerprint_make(MPI_Comm comm, const h5io_fp_source *src,
+                                char *text, size_t len);
+
+/* The fingerprint attribute of the output file path into text[len];
+ * RA_ERR_INPUT when it has none. Not collective. */
+ra_status h5io_fingerprint_read(const char *path, char *text, size_t len);
+
+/* RA_OK when every hash of recorded (the forward output fwd's) equals
+ * mine's; else RA_ERR_INPUT naming fwd, the first dataset that differs and
+ * both values. The input path is not compared: a copy of the input is the
+ * same data. */
+ra_status h5io_fingerprint_compare(const char *fwd, const char *recorded,
+                                   const char *mine);
+
 /* ---- the backward pass (run --backward; io/backward.c) ---- */
 
 /* The attributes of the forward output fwd against this run's problem
@@ -141,6 +181,17 @@ ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
                              const ra_shape *s, const ra_params *p,
                              float *dout, float *o, float *lse);
 
+/* The forward output fwd's lse, this rank's slice (B, H, n) under
+ * p->layout, against the masks mk of this run (this rank's parts, as
+ * ra_h5_read_masks gives them) and p's causal and window rules: a query
+ * that sees at least one key must have a finite lse, one that sees none
+ * -inf. RA_ERR_INPUT naming fwd, /lse and the first (b, h, i) that
+ * differs. Gathers the key segment ids (B * M int64) on every rank when
+ * there are segments. Collective; the same status on every rank. */
+ra_status h5io_lse_check(MPI_Comm comm, const char *fwd, const ra_shape *s,
+                         const ra_params *p, const ra_masks *mk,
+                         const float *lse);
+
 /* What a gradient file records besides the tensors. */
 typedef struct {
     const ra_params *params;  /* layout resolved */
@@ -150,6 +201,7 @@ typedef struct {
     const char *command_line;
     const ra_additive_grads *dw; /* the additive score's weight gradients
                                     (params->additive's shapes), or NULL */
+    const char *fingerprint;  /* of the input read (h5io_fingerprint_make) */
 } h5io_grads_meta;
 
 /* Collective and atomic like ra_h5_write_outputs: /dq (B, N, H, D),

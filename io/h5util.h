@@ -163,6 +163,15 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
  * types. out may not alias x. */
 void h5io_half_encode(const float *x, uint16_t *out, size_t n, int brain);
 
+/* Refuses, before anything is written, a float32 tensor whose largest
+ * finite |value| over all ranks of comm becomes infinite as a 16-bit float
+ * (dtype f16 or bf16; other dtypes pass): RA_ERR_IO naming path, the
+ * dataset name and that value. x[n] is this rank's part; collective, the
+ * same status on every rank. */
+ra_status h5io_half_range_check(MPI_Comm comm, const char *path,
+                                const char *name, ra_dtype dtype,
+                                const float *x, size_t n);
+
 /* The file type of a dtype (caller closes); negative on failure. bf16 is a
  * 16-bit float with float32's 8 exponent bits and bias. */
 hid_t h5io_dtype_file_type(ra_dtype dtype);
@@ -196,6 +205,7 @@ typedef struct {
     int out_compress;
     const char *out_group;       /* or NULL: the root */
     const char *command_line;
+    const char *fingerprint;     /* h5io_fingerprint_make's text, or NULL */
 } h5io_recipe;
 
 /* The one writer of the attributes that say how an output was made:

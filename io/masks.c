@@ -43,6 +43,8 @@ typedef struct {
     const char *legend;
     ra_slice slice;    /* lens: the whole axis 0; segments: axis 1 */
     hid_t dset;
+    int unsigned64;    /* stored as an unsigned 64-bit integer: read as
+                          such, then every value checked against int64 */
     int64_t *buf;      /* (B) or (B, slice.count) */
 } mask_spec;
 
@@ -96,6 +98,47 @@ static ra_status masks_presence(hid_t file, const char *path,
     return RA_OK;
 }
 
+/* Integers wider than 64 bits are refused; unsigned 64-bit ones are read
+ * as such and checked value by value (mask_values_check), since HDF5's
+ * conversion to int64 would clamp every value above INT64_MAX to it and
+ * so merge distinct ids. */
+static ra_status mask_int_type(const char *path, const char *name,
+                               mask_spec *m)
+{
+    const hid_t type = H5Dget_type(m->dset);
+    const size_t size = type >= 0 ? H5Tget_size(type) : 0;
+    const H5T_sign_t sign = type >= 0 ? H5Tget_sign(type) : H5T_SGN_ERROR;
+    if (type >= 0)
+        H5Tclose(type);
+    if (size == 0 || sign == H5T_SGN_ERROR)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: cannot read its "
+                            "integer type", path, name);
+    if (size > sizeof(int64_t))
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: a %zu-bit "
+                            "integer, wider than int64", path, name,
+                            size * 8);
+    m->unsigned64 = sign == H5T_SGN_NONE && size == sizeof(int64_t);
+    return RA_OK;
+}
+
+/* For a mask stored as uint64 (read bit for bit into int64): every value
+ * must be at most INT64_MAX, else it cannot be compared exactly. */
+static ra_status mask_values_check(const char *path, const char *name,
+                                   const mask_spec *m)
+{
+    const int64_t n = ra_mul_checked(m->rank == 2 ? (int64_t)m->want[0] : 1,
+                                     m->slice.count);
+    for (int64_t i = 0; m->unsigned64 && i < n; i++)
+        if (m->buf[i] < 0)
+            return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: value %llu "
+                                "is beyond int64 (at most %lld); ids and "
+                                "lengths must fit in a signed 64-bit "
+                                "integer", path, name,
+                                (unsigned long long)(uint64_t)m->buf[i],
+                                (long long)INT64_MAX);
+    return RA_OK;
+}
+
 /* Opens a present dataset and checks its class and shape. */
 static ra_status mask_open(hid_t file, const char *path, const char *name,
                            mask_spec *m)
@@ -105,7 +148,8 @@ static ra_status mask_open(hid_t file, const char *path, const char *name,
     ra_status st;
 
     if ((st = h5io_dset_open(file, path, name, H5T_INTEGER, m->rank, dims,
-                             &m->dset)) != RA_OK)
+                             &m->dset)) != RA_OK ||
+        (st = mask_int_type(path, name, m)) != RA_OK)
         return st;
     for (int i = 0; i < m->rank; i++) {
         if (dims[i] != m->want[i]) {
@@ -181,7 +225,10 @@ static ra_status masks_finish(const char *path,
                (size_t)ra_mul_checked(s->B, sk.count) *
                    sizeof *m[SEGMENTS].buf);
     ra_status st = RA_OK;
-    if (m[Q_LENS].present)
+    for (int i = 0; i < NMASKS && st == RA_OK; i++)
+        if (m[i].present)
+            st = mask_values_check(path, mask_names[i], &m[i]);
+    if (st == RA_OK && m[Q_LENS].present)
         st = lens_check(path, mask_names[Q_LENS], "N", s->N, m[Q_LENS].buf,
                         s->B);
     if (st == RA_OK && m[KV_LENS].present)
@@ -222,7 +269,9 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
     for (int i = 0; i < NMASKS && st == RA_OK; i++)
         if (m[i].present)
             st = h5io_dset_read(m[i].dset, in.dxpl, path, mask_names[i],
-                                H5T_NATIVE_INT64, m[i].rank, m[i].want,
+                                m[i].unsigned64 ? H5T_NATIVE_UINT64
+                                                : H5T_NATIVE_INT64,
+                                m[i].rank, m[i].want,
                                 m[i].rank - 1, &m[i].slice, m[i].buf);
     if ((st = ra_agree(comm, st)) == RA_OK)
         st = masks_finish(path, mask_names, s, sk, m);

@@ -69,7 +69,7 @@ static ra_status record_masks(MPI_Comm comm, hid_t file, const char *path,
 
 /* The data: the input datasets read and the order of those without an
  * axes attribute, the mask datasets applied, the output's type and
- * storage. */
+ * storage, the fingerprint of the values read. */
 static ra_status record_data(MPI_Comm comm, hid_t file, const char *path,
                              const h5io_recipe *r)
 {
@@ -102,6 +102,9 @@ static ra_status record_data(MPI_Comm comm, hid_t file, const char *path,
     if (st == RA_OK && r->out_group)
         st = h5io_attr_write_string(comm, file, path, "out_group",
                                     r->out_group);
+    if (st == RA_OK && r->fingerprint)
+        st = h5io_attr_write_string(comm, file, path, "fingerprint",
+                                    r->fingerprint);
     return st;
 }
 

@@ -132,7 +132,7 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
         .nranks = c->nranks, .has_qkv = 1, .source = m->source,
         .masks = m->masks ? m->masks : "", .out_dtype = m->out_dtype,
         .out_chunk = m->out_chunk, .out_compress = m->out_compress,
-        .command_line = m->command_line};
+        .command_line = m->command_line, .fingerprint = m->fingerprint};
     ra_status st;
 
     if (m->out_group && (st = group_make(file, comm, c->path,
@@ -199,6 +199,11 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
     snprintf(c.map_name, sizeof c.map_name, "%s%sattn_map", g, sep);
     c.rows = ra_layout_slice(ra_params_layout(meta->params, 0), shape->N, rank, c.nranks);
 
+    st = h5io_half_range_check(comm, path, c.o_name, meta->out_dtype, o,
+                               (size_t)(shape->B * c.rows.count * shape->H *
+                                        shape->Dv));
+    if (st != RA_OK)
+        return st;
     h5io_quiet_begin(&quiet);
     st = h5io_commit(comm, path, force, outputs_write, &c);
     h5io_quiet_end(&quiet);

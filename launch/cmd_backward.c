@@ -23,14 +23,17 @@ typedef struct {
 static const cli_opt bwd_own[] = {
     CLI_OPT_REQUIRED(bwd_opts, "--in", "FILE", in,
                      "input with /q /k /v and the output gradient /do\n"
-                     "(B,N,H,Dv), e.g. from gen --backward"),
+                     "(B,N,H,Dv), or (B,H,N,Dv) with axes=\"B,H,N,D\",\n"
+                     "e.g. from gen --backward"),
     CLI_OPT_REQUIRED(bwd_opts, "--out", "FILE", out,
                      "output /dq /dk /dv; written to a temporary file,\n"
                      "renamed at the end"),
     CLI_OPT_FORCE(bwd_opts, force),
     CLI_OPT_TEXT(bwd_opts, "--fwd", "FILE", fwd, NULL,
                  "read /o and /lse from this forward output of the\n"
-                 "same problem (run on --in with the same options)"),
+                 "same problem (run on --in with the same options);\n"
+                 "refused when its fingerprint, its f16/bf16 /o or\n"
+                 "its lse do not fit this run"),
     CLI_OPT_FLAG(bwd_opts, "--recompute", recompute,
                  "recompute /o and /lse with a forward pass instead"),
     {0},
@@ -54,6 +57,8 @@ static const cli_spec bwd_spec = {
 typedef struct {
     cli_pass_data d;
     const char *q_seg, *kv_seg;
+    char fp_fwd[H5IO_FP_LEN];  /* the --fwd file's fingerprint */
+    char fp_in[H5IO_FP_LEN];   /* this run's, from --in */
     ra_timing tm_fwd, tm;
     double t_total;
 } bwd_state;
@@ -77,6 +82,8 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
     st = cli_pass_params(o->in, &r->d, &o->p);
     if (st == RA_OK && o->fwd)
         st = h5io_fwd_check(o->fwd, &r->d.s, &o->p);
+    if (st == RA_OK && o->fwd)
+        st = h5io_fingerprint_read(o->fwd, r->fp_fwd, sizeof r->fp_fwd);
     if (st == RA_OK)
         st = h5io_segment_names(o->in, &r->q_seg, &r->kv_seg);
     return ra_agree(ctx->comm, st);
@@ -98,7 +105,8 @@ static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
 }
 
 /* Reads the inputs (and the forward state from --fwd), refusing
- * non-finite values; collective. */
+ * non-finite values, and a forward output that does not match the input
+ * (fingerprint) or the masks (lse); collective. */
 static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
 {
     cli_tensors *t = &r->d.t;
@@ -111,6 +119,15 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
     if (st == RA_OK)
         st = h5io_read_backward(ctx->comm, o->in, o->fwd, &r->d.s, &o->p,
                                 r->d.g.dout, t->o, t->lse);
+    if (st == RA_OK)
+        st = cli_fingerprint(ctx, &r->d, &o->p, NULL, r->q_seg, r->kv_seg,
+                             r->fp_in);
+    if (st == RA_OK && o->fwd)
+        st = ra_agree(ctx->comm, h5io_fingerprint_compare(o->fwd, r->fp_fwd,
+                                                          r->fp_in));
+    if (st == RA_OK && o->fwd)
+        st = h5io_lse_check(ctx->comm, o->fwd, &r->d.s, &o->p,
+                            &r->d.masks.view, t->lse);
     return st;
 }
 
@@ -142,7 +159,8 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
         if (masks[0])
             masks[strlen(masks) - 1] = '\0';
         const h5io_grads_meta meta = {&o->p, o->fwd ? o->fwd : "recomputed",
-                                      masks, ctx->command_line, dw};
+                                      masks, ctx->command_line, dw,
+                                      r->fp_in};
         st = h5io_write_grads(ctx->comm, o->out, o->force, &r->d.s, &meta,
                               r->d.g.dq, r->d.g.dk, r->d.g.dv);
     }

@@ -172,6 +172,7 @@ typedef struct {
     ra_axes axes[3];            /* the order q, k, v were read in */
     ra_h5_source recorded;      /* the datasets used, for the output */
     char mask_names[64];        /* the "masks" attribute of the output */
+    char fingerprint[H5IO_FP_LEN]; /* what was read, for the output */
     ra_timing tm;
     double t_read, t_write, t_total;
     int picked;                 /* --strategy auto chose pick.strategy */
@@ -323,6 +324,9 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     cli_tensors *t = &r->d.t;
     const double t0 = MPI_Wtime();
     ra_status st = run_read(ctx, o, r);
+    if (st == RA_OK)
+        st = cli_fingerprint(ctx, &r->d, &o->p, &r->recorded, r->q_seg,
+                             r->kv_seg, r->fingerprint);
     const double t1 = MPI_Wtime();
     const int ran = st == RA_OK;
     progress_start(&o->p);
@@ -347,7 +351,8 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .command_line = ctx->command_line, .masks = r->mask_names,
             .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
             .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
-            .out_compress = o->out_compress, .out_group = o->out_group};
+            .out_compress = o->out_compress, .out_group = o->out_group,
+            .fingerprint = r->fingerprint};
         st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->d.s, &meta,
                                  t->o, t->lse);
     }

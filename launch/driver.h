@@ -41,6 +41,14 @@ void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented);
  * d (cli_score_setup, cli_alibi_setup). Not collective. */
 ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p);
 
+/* The fingerprint (h5io_fingerprint_make) of what d holds after the read:
+ * d->in, q, k, v, the masks, p's weights and slopes; dataset names from
+ * src (NULL: the defaults) and the segment datasets q_seg, kv_seg.
+ * text has H5IO_FP_LEN characters. Collective. */
+ra_status cli_fingerprint(const cli_ctx *ctx, const cli_pass_data *d,
+                          const ra_params *p, const ra_h5_source *src,
+                          const char *q_seg, const char *kv_seg, char *text);
+
 /* Allocates d->g for d->t's slices with A additive hidden units (0: none);
  * RA_ERR_NOMEM naming the command otherwise. Not collective. */
 ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,

@@ -1,11 +1,13 @@
 /* posenc_inputs.c: the ALiBi slopes a run takes from its input file,
  * shared by run, run --mha and verify so that all three read the same
  * slopes and refuse the same files. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
+#include "range.h"
 
 ra_status cli_alibi_setup(const char *in, const ra_shape *s, ra_params *p,
                           double **slopes)
@@ -39,6 +41,12 @@ ra_status cli_alibi_setup(const char *in, const ra_shape *s, ra_params *p,
     for (int64_t h = 0; h < s->H; h++)
         (*slopes)[h] = f[h];
     p->alibi_slopes = *slopes;
+    if (ra_alibi_check(s, p) != RA_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", ra_error_message());
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset /alibi_slopes: %s", in,
+                          why);
+    }
 cleanup:
     free(f);
     if (st != RA_OK) {

@@ -4,7 +4,8 @@ an fp64 numpy computation of the same gradients (written here from the
 definition, independent of the C reference). Each case prints one line
 with its verdict; the exit status is 1 if any fails, never a traceback.
 
-usage: e2e_backward.py RINGATTN NP
+usage: e2e_backward.py RINGATTN NP [checks]
+(checks: only the cases of a forward output checked against its input)
 """
 import os
 import shutil
@@ -17,6 +18,7 @@ import numpy as np
 
 RINGATTN = os.path.abspath(sys.argv[1])
 NP = sys.argv[2]
+ONLY_CHECKS = len(sys.argv) > 3 and sys.argv[3] == "checks"
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
            OPENBLAS_NUM_THREADS="1")
@@ -47,6 +49,8 @@ def visible(N, M, causal, window, b, f):
     if "segments" in f:
         seg = f["segments"][b]
         vis &= seg[:, None] == seg[None, :]
+    if "q_segments" in f:
+        vis &= f["q_segments"][b][:, None] == f["kv_segments"][b][None, :]
     return vis
 
 
@@ -156,6 +160,8 @@ def main():
     work = tempfile.mkdtemp(prefix="ra_e2e_bwd_")
     try:
         os.chdir(work)
+        if ONLY_CHECKS:
+            return 0 if check_cases() else 1
         return cases()
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -188,7 +194,49 @@ def cases():
              f"g_{lay}.h5", "--causal", "--layout", lay])
         ok &= check(f"causal segments, {lay}", f"g_{lay}.h5",
                     reference("seg.h5", 1, None))
-    return 0 if (ok and encoded_cases()) else 1
+    return 0 if (ok and encoded_cases() and check_cases()) else 1
+
+
+def to_heads_first(src, dst):
+    """dst: src with q, k, v and do stored (B, H, N, D), axes="B,H,N,D"."""
+    with h5py.File(src, "r") as f, h5py.File(dst, "w") as g:
+        for n in ("q", "k", "v", "do"):
+            g[n] = np.ascontiguousarray(f[n][...].transpose(0, 2, 1, 3))
+            g[n].attrs["axes"] = "B,H,N,D"
+
+
+def unseen_segments(path):
+    """An input whose /q_segments hold ids that no key has (those rows see
+    nothing: lse -inf) beside shared ones, N = 37, M = 29."""
+    r = np.random.default_rng(3)
+    with h5py.File(path, "w") as f:
+        for n, shape in (("q", (2, 37, 4, 8)), ("k", (2, 29, 2, 8)),
+                         ("v", (2, 29, 2, 8)), ("do", (2, 37, 4, 8))):
+            f[n] = r.standard_normal(shape).astype("f4")
+        f["q_segments"] = r.integers(0, 5, (2, 37))
+        f["kv_segments"] = r.integers(0, 3, (2, 29))
+
+
+def check_cases():
+    """/do read through its axes attribute; a forward of P = 1 taken by a
+    backward at NP (the fingerprint does not depend on P or layout); rows
+    that see no key (-inf lse) accepted by the lse check."""
+    ok = True
+    run(["gen", "--out", "hd.h5", "--backward", "--seq", "4", "--heads",
+         "4", "--kv-heads", "2", "--dim", "8"], mpi=False)
+    to_heads_first("hd.h5", "hd_bhnd.h5")
+    run(["run", "--backward", "--in", "hd_bhnd.h5", "--recompute", "--out",
+         "g_bhnd.h5"])
+    ok &= check("/do (B,H,N,D) with axes, N = H = 4", "g_bhnd.h5",
+                reference("hd.h5", 0, None))
+    unseen_segments("us.h5")
+    run(["run", "--in", "us.h5", "--out", "fwd_us.h5", "--causal",
+         "--layout", "striped"], mpi=False)
+    run(["run", "--backward", "--in", "us.h5", "--fwd", "fwd_us.h5",
+         "--out", "g_us.h5", "--causal", "--layout", "zigzag"])
+    ok &= check("segments with unseen ids, --fwd of P = 1", "g_us.h5",
+                reference("us.h5", 1, None))
+    return ok
 
 
 def encoded_cases():

@@ -928,7 +928,77 @@ CASES_COMPUTE = [
      r"--vmax: -1 is not a number > 0"),
 ]
 
-CASES += CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE
+
+def fwd_of(src, *args):
+    """A builder: the forward output of src (a file of the case built
+    before it) by a 1-rank `ringattn run` with args."""
+    def build(path):
+        here = os.path.dirname(path)
+        subprocess.run([RINGATTN, "run", "--in", src, "--out",
+                        os.path.basename(path)] + list(args), env=ENV,
+                       cwd=here, check=True, capture_output=True)
+    return build
+
+
+def uint64_segments(f):
+    """/segments of two documents whose ids, 2^63 and 2^63 + 1, differ
+    only beyond int64."""
+    ids = np.full((2, 8), 2 ** 63, np.uint64)
+    ids[:, 4:] += np.uint64(1)
+    f["segments"] = ids
+
+
+# issue 22: a forward output checked, not trusted, by run --backward; values
+# that int64, float32 or a 16-bit output cannot hold. gdo.h5 is good.h5 with
+# a /do; out_old.h5 is good.h5's forward output.
+GDO = {"gdo.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 8))))}
+CASES_BACKWARD = [
+    ("backward-fwd-other-input", "run --backward --fwd of a forward of another input of the same shape",
+     dict(GDO, **{"oq.h5": copy_with("good.h5", scaled("q", 2.0)),
+                  "fwd_oq.h5": fwd_of("oq.h5")}),
+     RUN_B + ["gdo.h5", "--fwd", "fwd_oq.h5"], 2,
+     r"fwd_oq\.h5: a forward output of other data: attribute fingerprint: q was /q [0-9a-f]{16}, this run's is /q [0-9a-f]{16}"),
+    ("backward-fwd-other-masks", "run --backward --fwd of a forward made with --kv-lens /short_lens",
+     {"gdl.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 8)),
+                                                  short_lens=np.array([3, 20], "i8"))),
+      "fwd_l.h5": fwd_of("gdl.h5", "--kv-lens", "/short_lens")},
+     RUN_B + ["gdl.h5", "--fwd", "fwd_l.h5"], 2,
+     r"fwd_l\.h5: a forward output of other data: attribute fingerprint: kv_lens was /short_lens [0-9a-f]{16}, this run's is none"),
+    ("backward-fwd-no-fingerprint", "run --backward --fwd of a forward output without a fingerprint",
+     dict(GDO, **{"nofp.h5": copy_with("out_old.h5", lambda f: f.attrs.__delitem__("fingerprint"))}),
+     RUN_B + ["gdo.h5", "--fwd", "nofp.h5"], 2,
+     r"nofp\.h5: no attribute fingerprint \(a forward output of an older ringattn\)"),
+    ("backward-fwd-lse-inf", "run --backward --fwd of a forward output whose /lse is all -inf",
+     dict(GDO, **{"linf.h5": copy_with("out_old.h5", set_value("lse", Ellipsis, -np.inf))}),
+     RUN_B + ["gdo.h5", "--fwd", "linf.h5"], 2,
+     r"linf\.h5: dataset /lse: \(b, h, i\) = \(0, 0, 0\) is -inf, but under this run's masks that query sees at least one key"),
+    ("backward-fwd-lse-lens", "run --backward --fwd of a forward output with a finite /lse where /q_lens hides the row",
+     {"gql.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 8)),
+                                                  q_lens=np.array([40, 30], "i8"))),
+      "fql.h5": fwd_of("gql.h5"),
+      "fqlx.h5": copy_with("fql.h5", set_value("lse", (1, 2, 35), 0.5))},
+     RUN_B + ["gql.h5", "--fwd", "fqlx.h5"], 2,
+     r"fqlx\.h5: dataset /lse: \(b, h, i\) = \(1, 2, 35\) is 0\.5, but under this run's masks that query sees no key"),
+    ("backward-fwd-f16", "run --backward --fwd of a forward written with --out-dtype f16",
+     dict(GDO, **{"f16.h5": fwd_of("gdo.h5", "--out-dtype", "f16")}),
+     RUN_B + ["gdo.h5", "--fwd", "f16.h5"], 2,
+     r"f16\.h5: /o is stored as f16 \(attribute out_dtype, run --out-dtype f16\).*refused: rerun the forward with --out-dtype f32 or f64, or pass --recompute"),
+    ("segments-uint64", "/segments of uint64 ids 2^63 and 2^63 + 1 (both clamped to one id before)",
+     {"u64.h5": lambda p: make(p, k=(2, 8, 1, 4), v=(2, 8, 1, 3), edit=uint64_segments)},
+     RUN + ["u64.h5"], 2,
+     r"u64\.h5: dataset /segments: value 922337203685477580[89] is beyond int64"),
+    ("alibi-slope-overflow", "/alibi_slopes with a slope of 1e38 (NaN outputs before)",
+     {"slbig.h5": lambda p: make(p, extra={"alibi_slopes": np.array([0.5, 1e38], "f4")})},
+     RUN + ["slbig.h5", "--alibi"], 2,
+     r"slbig\.h5: dataset /alibi_slopes: ALiBi slope 1e\+38 of head 1: .* beyond the kernel's float32 limit"),
+    ("out-f16-overflow", "--out-dtype f16 with |o| above 65504 (inf written before)",
+     {"bigv.h5": lambda p: make(p, edit=scaled("v", 1e5))},
+     RUN + ["bigv.h5", "--out-dtype", "f16"], 1,
+     r"out\.h5: dataset /o: the largest \|value\| [0-9.e+]+ overflows f16 \(largest finite 65504\)"),
+]
+
+CASES += CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE + CASES_BACKWARD
+ONLY = os.environ.get("RA_CASES")  # a regex of case ids to run, for work on them
 
 
 def md5s(root):
@@ -1018,7 +1088,8 @@ def run_cases(table=False):
     from concurrent.futures import ThreadPoolExecutor
     work = tempfile.mkdtemp(prefix="ra_rel_")
     ro_mounted = setup_common(work)
-    cases = [c for c in CASES if ro_mounted or c[0] != "outdir-readonly"]
+    cases = [c for c in CASES if (ro_mounted or c[0] != "outdir-readonly")
+             and (not ONLY or re.search(ONLY, c[0]))]
     if not ro_mounted:
         print("SKIP outdir-readonly: mount -t tmpfs -o ro not permitted")
     try:
