@@ -40,9 +40,9 @@
 # folder only if `up` made it, else only what `up` put in it. A state path
 # with blanks works: what other programs are given (mpirun-args, the
 # agent, slurm.conf) names it through a symlink of plain characters in
-# /run. `up --dry-run` only checks the options, root and the tools. Exit
-# codes: 0 ok, 1 a step failed or a signal ended `up`, 2 usage, a bad
-# option, the state folder, not root, or a missing tool.
+# /run. `up --dry-run` only checks the options, root, the tools and the
+# state folder. Exit codes: 0 ok, 1 a step failed or a signal ended `up`,
+# 2 usage, a bad option, the state folder, not root, or a missing tool.
 set -euo pipefail
 
 prog=fake-cluster.sh

@@ -310,7 +310,7 @@ def study_fake_rate(work):
 # ---- ringattn-mpirun.sh -----------------------------------------------------
 
 def wrapper(work, *args, env=None):
-    return sh([script("ringattn-mpirun.sh"), "-b", BUILD, "-n", "2", *args],
+    return sh([script("ringattn-mpirun.sh"), "-b", BUILD, "-n", "1", *args],
               work, env={"SEQ": "128", "HEADS": "2", "DIM": "16",
                          **(env or {})})
 
@@ -570,11 +570,11 @@ def run_case(name, what, fake_case, fn):
         result, ok = fn(work), True
     except (Failure, subprocess.TimeoutExpired) as e:
         result, ok = str(e), False
-    result = result.replace(work, "WORK")
     finally:
         if fake_case:
             net_clean(work)
         shutil.rmtree(work, ignore_errors=True)
+    result = result.replace(work, "WORK")
     print(f"{'ok' if ok else 'FAIL':4} {name} ({time.time() - t0:.1f} s): "
           f"{result}", flush=True)
     return ok, result
