@@ -9,7 +9,8 @@ Writes, for whatever the rows contain:
   bench-scaling.png  strong scaling efficiency against P at each fixed N
                      (rate at P / (P * rate at the smallest P)), and weak
                      scaling efficiency for rows where N/P is constant
-Each PNG is written under a temporary name and renamed when complete.
+Each PNG is written under a temporary name and renamed when complete, with
+the permissions the umask gives a new file.
 Exit 0 on success, 2 with one "ringattn:" line for bad input (a missing or
 malformed rows file), 1 with one line for a failure while drawing or
 writing. Needs python3-matplotlib (Debian package).
@@ -19,11 +20,10 @@ import json
 import math
 import os
 import sys
-import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ra_script import Failed, Parser, Refused, run  # noqa: E402
+from ra_script import Failed, Parser, Refused, run, write_atomic  # noqa: E402
 
 plt = None  # matplotlib.pyplot, imported in main()
 
@@ -42,7 +42,7 @@ def label(key):
     return f"P={ranks} T={threads} {mode} D={dim}{' causal' if causal else ''}"
 
 
-def plot_gflops(rows, path):
+def plot_gflops(rows, out):
     groups = collections.defaultdict(list)
     for r in rows:
         groups[series_key(r)].append(r)
@@ -64,7 +64,7 @@ def plot_gflops(rows, path):
     ax2.set_title("efficiency against the BLAS yardstick")
     ax2.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
+    fig.savefig(out, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -81,7 +81,7 @@ def plot_efficiency(ax, groups, marker, label):
                 marker=marker, label=label(*key))
 
 
-def plot_scaling(rows, path):
+def plot_scaling(rows, out):
     ring = [r for r in rows if r["mode"] == "ring"]
     by_n = collections.defaultdict(dict)
     weak = collections.defaultdict(dict)
@@ -104,7 +104,7 @@ def plot_scaling(rows, path):
         if ax.lines:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
+    fig.savefig(out, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -136,17 +136,8 @@ def read_rows(path):
 
 
 def save(draw, rows, path):
-    """draw(rows, tmp) into a temporary file beside path, then rename."""
-    d, base = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.tmp.", suffix=".png",
-                               dir=d or ".")
-    os.close(fd)
-    try:
-        draw(rows, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """draw(rows, f) into path, whole or not at all (write_atomic)."""
+    write_atomic(path, lambda f: draw(rows, f), binary=True)
 
 
 def main(argv):

@@ -2,7 +2,8 @@
 # fake-cluster.sh: K fake nodes on one machine, for multi-node runs without a
 # cluster (tests, benchmarks, trying things on a laptop). Needs root.
 #
-#   launch/fake-cluster.sh up K [--rate R] [--slots S] [--slurm]   build K nodes
+#   launch/fake-cluster.sh up K [--rate R] [--slots S] [--slurm] [--dry-run]
+#                                         build K nodes (1..64, S 1..1024)
 #   launch/fake-cluster.sh hostfile       print the path of the hostfile
 #   launch/fake-cluster.sh mpirun-args    print the flags mpirun needs
 #   launch/fake-cluster.sh slurm-conf     print the SLURM_CONF of --slurm
@@ -11,8 +12,9 @@
 #
 # Node i (1 <= i <= K) is the network namespace ra-node<i>: one veth link on
 # the bridge ra-br0, address 198.18.0.<i>/24 (the bridge is 198.18.0.254), a
-# tc tbf rate limit R in each direction of its link (default 1gbit; R as tc
-# writes it: 400mbit, 1gbit, 10gbit). Open MPI starts its daemons there
+# tc tbf rate limit R in each direction of its link (default 1gbit; R is a
+# number and kbit, mbit or gbit, decimals allowed down to 1 bit/s: 400mbit,
+# 1.5gbit; from 1kbit to 1000gbit). Open MPI starts its daemons there
 # through plm_rsh_agent (the agent script below), which also gives each node
 # its own hostname (node<i>), its own /dev/shm and its own Open MPI session
 # directory, so that ranks of different nodes never share memory segments.
@@ -30,19 +32,41 @@
 #   sbatch --wait -N 2 --ntasks-per-node 1 --cpus-per-task 2 launch/ringattn.slurm
 #
 # `up` first removes any earlier cluster, and removes what it built when a
-# step fails. The state lives in RA_FAKE_CLUSTER_DIR (default
-# /run/ringattn-fake-cluster). Exit codes: 0 ok, 1 a step failed, 2 usage,
-# not root, or a missing tool.
+# step fails or a signal (INT, TERM, HUP) ends it. The state lives in
+# RA_FAKE_CLUSTER_DIR (default /run/ringattn-fake-cluster), an absolute
+# path whose parent exists; `up` makes it (or takes an empty folder) and
+# writes its marker file there, and both `up` and `down` refuse, touching
+# nothing, a folder that holds files but no marker. `down` removes the
+# folder only if `up` made it, else only what `up` put in it. A state path
+# with blanks works: what other programs are given (mpirun-args, the
+# agent, slurm.conf) names it through a symlink of plain characters in
+# /run. `up --dry-run` only checks the options, root, the tools and the
+# state folder. Exit codes: 0 ok, 1 a step failed or a signal ended `up`,
+# 2 usage, a bad option, the state folder, not root, or a missing tool.
 set -euo pipefail
 
 prog=fake-cluster.sh
 state=${RA_FAKE_CLUSTER_DIR:-/run/ringattn-fake-cluster}
+marker=.ringattn-fake-cluster # inside $state: the folder is this script's
 bridge=ra-br0
 subnet=198.18.0.0/24
 bridge_addr=198.18.0.254
 max_nodes=64
+max_slots=1024
+# tc rates this script accepts, in bit/s
+min_rate_bits=1000
+max_rate_bits=1000000000000
 
 die() { echo "$prog: $2" >&2; exit "$1"; }
+
+# The name of the state folder given to other programs: mpirun splits its
+# arguments, and Open MPI its plm_rsh_agent, on blanks. The folder itself
+# when its path is plain, else a symlink to it that `up` makes.
+if [[ "$state" =~ ^[A-Za-z0-9_./+:@%,=-]+$ ]]; then
+  plain=$state
+else
+  plain=/run/ringattn-fake-cluster.link-$(printf '%s' "$state" | cksum | cut -d' ' -f1)
+fi
 
 need_root_and_tools() {
   [ "$(id -u)" = 0 ] || die 2 "needs root (network namespaces, bridges, tc)"
@@ -53,22 +77,79 @@ need_root_and_tools() {
   done
 }
 
+# Refuses (exit 2) a state folder this script may not use: a relative path
+# (the agent runs elsewhere), characters the generated scripts cannot hold,
+# a missing parent, something that is not a folder, or a folder with files
+# but without the marker (someone else's: never emptied nor removed).
+state_check() {
+  local what="RA_FAKE_CLUSTER_DIR '$state'"
+  case "$state" in
+    /*) ;;
+    *) die 2 "$what: not an absolute path" ;;
+  esac
+  local unsafe=$'"\\$`\n'
+  [[ "$state" != *["$unsafe"]* ]] ||
+    die 2 "$what: holds a double quote, backslash, dollar, backquote or newline"
+  [ -d "$(dirname -- "$state")" ] || die 2 "$what: no parent folder $(dirname -- "$state")"
+  if [ -e "$state" ] || [ -L "$state" ]; then
+    [ -d "$state" ] || die 2 "$what: exists and is not a folder"
+    [ -f "$state/$marker" ] || [ -z "$(ls -A -- "$state")" ] ||
+      die 2 "$what: a folder with files that fake-cluster.sh did not make (no $marker); left untouched"
+  fi
+  if [ "$plain" != "$state" ] && { [ -e "$plain" ] || [ -L "$plain" ]; } &&
+     [ "$(readlink -- "$plain")" != "$state" ]; then
+    die 2 "$what: $plain, its plain name, is taken by something else"
+  fi
+  return 0
+}
+
+# Makes the state folder (or takes the empty one there) and marks it; the
+# marker records whether this script made the folder. Then the plain name.
+state_make() {
+  local made=0
+  [ -d "$state" ] || { mkdir -- "$state"; made=1; }
+  echo "made=$made" >"$state/$marker"
+  [ "$plain" = "$state" ] || ln -sfn -- "$state" "$plain"
+}
+
+# Removes what state_make and `up` put there: the whole folder if this
+# script made it, else its contents; nothing without the marker.
+state_remove() {
+  [ -f "$state/$marker" ] || return 0
+  [ "$plain" = "$state" ] || rm -f -- "$plain"
+  if grep -qx 'made=1' "$state/$marker"; then
+    rm -rf -- "$state"
+  else
+    find "$state" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
+  fi
+}
+
 # The namespaces this script made (ra-node<i>), whatever K was.
 our_namespaces() { ip netns list 2>/dev/null | awk '$1 ~ /^ra-node[0-9]+$/ {print $1}'; }
 
-# Bytes of tbf burst for a rate: at least 256 KiB, and at least 10 ms of
-# traffic, so that fast links are not limited by timer granularity.
-burst_for() {
-  local r=$1 num unit bits
-  num=${r%%[a-zA-Z]*}
-  unit=${r#"$num"}
+# Bits per second of a rate NUM[.FRAC]UNIT (UNIT kbit, mbit or gbit; FRAC
+# no finer than one bit/s), within [min_rate_bits, max_rate_bits]; status 1
+# for anything else.
+rate_bits() {
+  local int frac unit digits bits zeros=000000000
+  [[ "$1" =~ ^([0-9]{1,6})(\.([0-9]+))?(kbit|mbit|gbit)$ ]] || return 1
+  int=${BASH_REMATCH[1]} frac=${BASH_REMATCH[3]} unit=${BASH_REMATCH[4]}
   case "$unit" in
-    kbit) bits=$((num * 1000)) ;;
-    mbit) bits=$((num * 1000000)) ;;
-    gbit) bits=$((num * 1000000000)) ;;
-    *) return 1 ;;
+    kbit) digits=3 ;;
+    mbit) digits=6 ;;
+    gbit) digits=9 ;;
   esac
-  local b=$((bits / 8 / 100))
+  [ "${#frac}" -le "$digits" ] || return 1
+  frac=$frac${zeros:0:digits-${#frac}}
+  bits=$((10#$int * 10 ** digits + 10#$frac))
+  [ "$bits" -ge "$min_rate_bits" ] && [ "$bits" -le "$max_rate_bits" ] || return 1
+  echo "$bits"
+}
+
+# Bytes of tbf burst for a rate in bit/s: at least 256 KiB, and at least
+# 10 ms of traffic, so that fast links are not limited by timer granularity.
+burst_for() {
+  local b=$(($1 / 8 / 100))
   [ "$b" -lt 262144 ] && b=262144
   echo "$b"
 }
@@ -84,25 +165,28 @@ need_slurm_tools() {
 # Ends the Slurm daemons that `up --slurm` started (their pid files) and
 # waits until they are gone.
 slurm_down() {
-  local f pids="" pid n alive
+  local f pid alive pids=()
   for f in "$state"/slurm/*.pid; do
-    [ -f "$f" ] && pid=$(cat "$f" 2>/dev/null) && [ -n "$pid" ] && pids="$pids $pid"
+    [ -f "$f" ] && pid=$(cat "$f" 2>/dev/null) && [[ "$pid" =~ ^[1-9][0-9]*$ ]] &&
+      pids+=("$pid")
   done
-  [ -n "$pids" ] || return 0
-  kill -TERM $pids 2>/dev/null || true
-  for n in $(seq 1 20); do
+  [ "${#pids[@]}" -gt 0 ] || return 0
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  for _ in $(seq 1 20); do
     alive=0
-    for pid in $pids; do
+    for pid in "${pids[@]}"; do
       kill -0 "$pid" 2>/dev/null && alive=1
     done
     [ "$alive" = 0 ] && return 0
     sleep 0.1
   done
-  kill -KILL $pids 2>/dev/null || true
+  kill -KILL "${pids[@]}" 2>/dev/null || true
   return 0
 }
 
-cluster_down() {
+# Removes the Slurm daemons, the namespaces (with their processes) and the
+# bridge: the network part of any cluster, whichever state folder it has.
+net_down() {
   local ns pid
   slurm_down
   for ns in $(our_namespaces); do
@@ -112,11 +196,15 @@ cluster_down() {
     ip netns del "$ns" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
-  rm -rf "$state"
+}
+
+cluster_down() {
+  net_down
+  state_remove
 }
 
 write_agent() {
-  cat >"$state/agent" <<EOF
+  cat >"$plain/agent" <<EOF
 #!/bin/sh
 # plm_rsh_agent of the fake cluster: AGENT [flags] HOST COMMAND... runs
 # COMMAND in HOST's namespace with its own hostname, /dev/shm and Open MPI
@@ -135,14 +223,14 @@ esac
 ns=ra-node\$i
 ip netns list | grep -q "^\$ns\\( \\|\$\\)" ||
   { echo "fake-cluster agent: no node \$host" >&2; exit 2; }
-mkdir -p "$state/node\$i/session"
+mkdir -p "$plain/node\$i/session"
 exec ip netns exec "\$ns" unshare --uts --mount --propagation private /bin/sh -c '
   hostname "node\$1" && mount -t tmpfs -o size=4g tmpfs /dev/shm || exit 1
   export OMPI_MCA_orte_tmpdir_base="\$2"
   shift 2
-  exec /bin/sh -c "\$*"' agent "\$i" "$state/node\$i/session" "\$@"
+  exec /bin/sh -c "\$*"' agent "\$i" "$plain/node\$i/session" "\$@"
 EOF
-  chmod 755 "$state/agent"
+  chmod 755 "$plain/agent"
 }
 
 add_node() {
@@ -160,38 +248,68 @@ add_node() {
   tc qdisc add dev "$host" root tbf rate "$rate" burst "$burst" latency 50ms
 }
 
-cluster_up() {
-  local k=$1 rate=$2 slots=$3 slurm=$4 burst i
-  burst=$(burst_for "$rate") || die 2 "--rate '$rate' is not a number with kbit, mbit or gbit"
+# An asynchronous job of a script starts with SIGINT ignored, and a shell
+# cannot trap a signal it was started ignoring: `up` then runs itself again
+# through perl (Debian's perl-base) with SIGINT at its default action, so
+# that an interrupt removes what was built instead of being lost.
+sigint_default() {
+  local ign
+  [ -z "${RA_FAKE_CLUSTER_SIGINT:-}" ] && command -v perl >/dev/null 2>&1 ||
+    return 0
+  ign=$(awk '/^SigIgn:/ {print $2}' "/proc/$$/status" 2>/dev/null) || return 0
+  [[ "$ign" =~ ^[0-9a-f]+$ ]] && (( 16#$ign & 2 )) || return 0
+  RA_FAKE_CLUSTER_SIGINT=1 exec perl -e '$SIG{INT} = "DEFAULT";
+    exec { $ARGV[0] } @ARGV or die "fake-cluster.sh: $ARGV[0]: $!\n"' "$0" "$@"
+}
+
+# Ends `up` after a failing step (set -e, "failed") or a signal
+# ("interrupted"): removes what was built, exit 1.
+up_abort() {
+  trap - EXIT
+  trap '' INT TERM HUP
+  set +e
+  echo "$prog: up $1; removing the partial cluster" >&2
   cluster_down
-  # any failing step (set -e) or signal ends the script: remove what was built
-  trap 'echo "$prog: up failed; removing the partial cluster" >&2
-        cluster_down; trap - EXIT; exit 1' EXIT
-  trap 'exit 1' INT TERM HUP
-  mkdir -p "$state"
+  exit 1
+}
+
+# Builds K nodes at RATE (BITS bit/s) of SLOTS slots each, with Slurm when
+# SLURM is 1. The options and the state folder were checked.
+cluster_up() {
+  local k=$1 rate=$2 bits=$3 slots=$4 slurm=$5 burst i with=""
+  burst=$(burst_for "$bits")
+  # from the first change on, a failing step or a signal removes what was
+  # built
+  trap 'up_abort failed' EXIT
+  trap 'up_abort interrupted' INT TERM HUP
+  cluster_down
+  state_make
   ip link add "$bridge" type bridge
   ip addr add "$bridge_addr/24" dev "$bridge"
   ip link set "$bridge" up
   : >"$state/hostfile"
   for i in $(seq 1 "$k"); do
-    add_node "$i" "$rate" "$burst"
+    add_node "$i" "${bits}bit" "$burst"
     echo "198.18.0.$i slots=$slots" >>"$state/hostfile"
   done
   write_agent
   echo "$k" >"$state/nodes"
   echo "$rate" >"$state/rate"
-  local with=""
   if [ "$slurm" = 1 ]; then
     slurm_up "$k" "$slots"
     with=", Slurm partition fake"
   fi
-  trap - EXIT INT TERM HUP
+  # built: a signal from here on is ignored, and the exit is 0
+  trap '' INT TERM HUP
+  trap - EXIT
   echo "$prog: $k nodes up (198.18.0.1-$k, $rate per link, $slots slots each$with)"
+  trap - INT TERM HUP
 }
 
-# slurm.conf for K nodes of S CPUs, everything under $state/slurm.
+# slurm.conf for K nodes of S CPUs, everything under $plain/slurm (Slurm
+# takes paths without blanks).
 write_slurm_conf() {
-  local k=$1 slots=$2 d=$state/slurm
+  local k=$1 slots=$2 d=$plain/slurm
   cat >"$d/slurm.conf" <<EOF
 # written by fake-cluster.sh up --slurm
 ClusterName=ringattn-fake
@@ -241,7 +359,7 @@ EOF
 # hierarchies are mounted there again; a TmpFS of its own keeps the nodes'
 # PMIx directories apart.
 write_slurmd_start() {
-  local d=$state/slurm
+  local d=$plain/slurm
   cat >"$d/slurmd-start" <<EOF
 #!/bin/sh
 mount -t tmpfs none /sys/fs/cgroup || exit 1
@@ -260,7 +378,7 @@ EOF
 # Starts munge, the controller and one slurmd per node; returns when every
 # node is idle (within 30 s).
 slurm_up() {
-  local k=$1 slots=$2 d=$state/slurm i n
+  local k=$1 slots=$2 d=$plain/slurm i
   mkdir -p "$d/ctld" "$d/tmp"
   write_slurm_conf "$k" "$slots"
   write_slurmd_start
@@ -270,10 +388,10 @@ slurm_up() {
     --seed-file "$d/munged.seed"
   SLURM_CONF=$d/slurm.conf slurmctld -f "$d/slurm.conf"
   for i in $(seq 1 "$k"); do
-    setsid "$state/agent" "node$i" "$d/slurmd-start $i" \
+    setsid "$plain/agent" "node$i" "$d/slurmd-start $i" \
       </dev/null >"$d/slurmd-node$i.out" 2>&1 &
   done
-  for n in $(seq 1 60); do
+  for _ in $(seq 1 60); do
     [ "$(SLURM_CONF=$d/slurm.conf sinfo -h -t idle -o %D 2>/dev/null)" = "$k" ] &&
       return 0
     sleep 0.5
@@ -282,14 +400,17 @@ slurm_up() {
   return 1
 }
 
-require_up() { [ -f "$state/nodes" ] || die 2 "no cluster is up (run: $prog up K)"; }
+# A cluster is up in the state folder (the marker and the node count).
+is_up() { [ -f "$state/$marker" ] && [ -f "$state/nodes" ]; }
+
+require_up() { is_up || die 2 "no cluster is up in $state (run: $prog up K)"; }
 
 cluster_status() {
-  if [ ! -f "$state/nodes" ]; then
+  if ! is_up; then
     echo "no cluster"
     return 0
   fi
-  echo "nodes $(cat "$state/nodes"), rate $(cat "$state/rate"), hostfile $state/hostfile"
+  echo "nodes $(cat "$state/nodes"), rate $(cat "$state/rate"), hostfile $plain/hostfile"
   local ns
   for ns in $(our_namespaces); do
     printf '%s %s %s\n' "$ns" \
@@ -299,62 +420,84 @@ cluster_status() {
   done
 }
 
+# The flags mpirun needs, on one line of words without blanks.
+# --bind-to none: every node sees all of this machine's cores, so a node's
+# own binding (core 0 for its first rank) would stack the ranks of all
+# nodes on the same physical cores.
+# mpi_yield_when_idle: the nodes' slots together outnumber this machine's
+# cores, which Open MPI cannot see (each node reports only its own slots).
+# It yields a waiting rank's core by default only when it knows a node is
+# oversubscribed; spinning instead keeps the rank being waited for off the
+# core, and every message then waits for a time slice (a 512-token ring on
+# 4 nodes x 1 rank over 2 cores took 0.05-0.3 s instead of 6 ms).
+print_mpirun_args() {
+  local slots yield=""
+  slots=$(awk '{sub("slots=", "", $2); n += $2} END {print n + 0}' \
+          "$state/hostfile")
+  [ "$slots" -le "$(nproc)" ] || yield="--mca mpi_yield_when_idle 1"
+  echo "--hostfile $plain/hostfile --mca plm_rsh_agent $plain/agent --bind-to none" \
+       "--mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet" \
+       "$yield"
+}
+
+# `up K [--rate R] [--slots S] [--slurm] [--dry-run]`: every option,
+# root, the tools and the state folder are checked before anything
+# changes.
+cmd_up() {
+  local k rate=1gbit bits slots slurm=0 dry=0
+  slots=$(nproc)
+  [ $# -ge 1 ] || die 2 "up needs the number of nodes K"
+  k=$1
+  shift
+  [[ "$k" =~ ^[1-9][0-9]{0,5}$ ]] && [ "$k" -le "$max_nodes" ] ||
+    die 2 "K '$k' is not a number of nodes in 1..$max_nodes"
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --rate) [ $# -ge 2 ] || die 2 "--rate needs a value"; rate=$2; shift 2 ;;
+      --slots) [ $# -ge 2 ] || die 2 "--slots needs a value"; slots=$2; shift 2 ;;
+      --slurm) slurm=1; shift ;;
+      --dry-run) dry=1; shift ;;
+      *) die 2 "up: unknown option '$1'" ;;
+    esac
+  done
+  bits=$(rate_bits "$rate") ||
+    die 2 "--rate '$rate' is not a rate from 1kbit to 1000gbit (a number, decimals allowed down to 1 bit/s, then kbit, mbit or gbit)"
+  [[ "$slots" =~ ^[1-9][0-9]{0,5}$ ]] && [ "$slots" -le "$max_slots" ] ||
+    die 2 "--slots '$slots' is not a number of slots in 1..$max_slots"
+  need_root_and_tools
+  [ "$slurm" = 0 ] || need_slurm_tools
+  state_check
+  if [ "$dry" = 1 ]; then
+    echo "$prog: would build $k nodes ($rate = $bits bit/s per link, $slots slots each) in $state"
+    return 0
+  fi
+  cluster_up "$k" "$rate" "$bits" "$slots" "$slurm"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
   up)
-    need_root_and_tools
-    [ $# -ge 1 ] || die 2 "up needs the number of nodes K"
-    k=$1
-    shift
-    [[ "$k" =~ ^[0-9]+$ ]] && [ "$k" -ge 1 ] && [ "$k" -le "$max_nodes" ] ||
-      die 2 "K '$k' is not a number of nodes in 1..$max_nodes"
-    rate=1gbit
-    slots=$(nproc)
-    slurm=0
-    while [ $# -gt 0 ]; do
-      case "$1" in
-        --rate) [ $# -ge 2 ] || die 2 "--rate needs a value"; rate=$2; shift 2 ;;
-        --slots) [ $# -ge 2 ] || die 2 "--slots needs a value"; slots=$2; shift 2 ;;
-        --slurm) need_slurm_tools; slurm=1; shift ;;
-        *) die 2 "up: unknown option '$1'" ;;
-      esac
-    done
-    [[ "$slots" =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] || die 2 "--slots '$slots' is not a positive number"
-    cluster_up "$k" "$rate" "$slots" "$slurm"
+    sigint_default up "$@"
+    cmd_up "$@"
     ;;
   down)
     need_root_and_tools
+    state_check
     cluster_down
     ;;
   hostfile)
     require_up
-    echo "$state/hostfile"
+    echo "$plain/hostfile"
     ;;
   mpirun-args)
     require_up
-    # --bind-to none: every node sees all of this machine's cores, so a
-    # node's own binding (core 0 for its first rank) would stack the ranks
-    # of all nodes on the same physical cores
-    # mpi_yield_when_idle: the nodes' slots together outnumber this
-    # machine's cores, which Open MPI cannot see (each node reports only
-    # its own slots). It yields a waiting rank's core by default only when
-    # it knows a node is oversubscribed; spinning instead keeps the rank
-    # being waited for off the core, and every message then waits for a
-    # time slice (a 512-token ring on 4 nodes x 1 rank over 2 cores took
-    # 0.05-0.3 s instead of 6 ms)
-    yield=""
-    slots=$(awk '{sub("slots=", "", $2); n += $2} END {print n + 0}' \
-            "$state/hostfile")
-    [ "$slots" -le "$(nproc)" ] || yield="--mca mpi_yield_when_idle 1"
-    echo "--hostfile $state/hostfile --mca plm_rsh_agent $state/agent --bind-to none" \
-         "--mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet" \
-         "$yield"
+    print_mpirun_args
     ;;
   slurm-conf)
     require_up
     [ -f "$state/slurm/slurm.conf" ] || die 2 "the cluster was built without --slurm"
-    echo "$state/slurm/slurm.conf"
+    echo "$plain/slurm/slurm.conf"
     ;;
   status)
     cluster_status
@@ -363,6 +506,6 @@ case "$cmd" in
     awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"
     ;;
   *)
-    die 2 "unknown command '${cmd}' (up K [--rate R] [--slots S] [--slurm] | hostfile | mpirun-args | slurm-conf | status | down)"
+    die 2 "unknown command '${cmd}' (up K [--rate R] [--slots S] [--slurm] [--dry-run] | hostfile | mpirun-args | slurm-conf | status | down)"
     ;;
 esac

@@ -9,18 +9,18 @@ Keys run along x, queries along y; --head names a model head the map holds
 stands for a run of consecutive keys, reduced by max (default: no
 peak disappears) or mean (the weight mass); the reduction is written on the
 image. The PNG is written under a temporary name in its directory and
-renamed when complete; an existing MAP.png is replaced only with --force.
+renamed when complete, with the permissions the umask gives a new file; an
+existing MAP.png is replaced only with --force.
 Exit 0 on success, 2 with one "ringattn:" line for bad input, 1 with one
 line for a failure during the work. Needs python3-h5py and
 python3-matplotlib (Debian packages).
 """
 import os
 import sys
-import tempfile
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ra_script import Failed, Parser, Refused, run  # noqa: E402
+from ra_script import Failed, Parser, Refused, run, write_atomic  # noqa: E402
 
 
 
@@ -105,7 +105,7 @@ def read_map(h5py, np, a):
 
 
 def draw(plt, np, a, w, i0, head):
-    """Writes the figure to a temporary file beside MAP.png, then renames."""
+    """Writes the figure to MAP.png (write_atomic: whole or not at all)."""
     rows, m = w.shape
     img, group = downsample(np, w, a.width, a.reduce)
     vmax = a.vmax if a.vmax is not None else max(float(np.max(w)), 1e-30)
@@ -132,17 +132,9 @@ def draw(plt, np, a, w, i0, head):
         label += f", clipped at {a.vmax:g}"
     fig.colorbar(im, ax=ax, label=label)
     fig.tight_layout()
-    d, base = os.path.split(a.png)
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.tmp.", dir=d or ".")
     try:
-        with os.fdopen(fd, "wb") as out:
-            fig.savefig(out, dpi=100, format="png")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, a.png)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        write_atomic(a.png, lambda out: fig.savefig(out, dpi=100, format="png"),
+                     binary=True)
     finally:
         plt.close(fig)
     return rows, m, note

@@ -4,10 +4,12 @@ the work with exit 1 and one line, and never with a traceback.
 
 A script raises Refused or Failed with its message and hands its main to
 run(); Parser is argparse with errors as one refusal line instead of a usage
-block."""
+block; write_atomic() writes every output file whole or not at all, with
+the permissions the umask gives a new file."""
 import argparse
 import os
 import sys
+import tempfile
 
 
 class Refused(Exception):
@@ -42,6 +44,44 @@ def run(main, prog):
         sys.exit(code or 0)
     print(f"ringattn: {line}", file=sys.stderr)
     sys.exit(code)
+
+
+def new_file_mode():
+    """The mode open() gives a new file under this process's umask."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_atomic(path, write, binary=False):
+    """Writes path whole or not at all: write(f) fills a temporary file
+    beside it (same folder, so the rename is atomic), which is flushed to
+    disk, given the umask's permissions (mkstemp makes it 0600) and renamed
+    onto path, then the folder is flushed. On any failure or interrupt the
+    temporary file is removed and path keeps what it held. Raises OSError
+    or whatever write raises."""
+    folder, base = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.tmp.", dir=folder or ".")
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
+            f.flush()
+            os.fchmod(f.fileno(), new_file_mode())
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    fsync_folder(folder or ".")
+
+
+def fsync_folder(folder):
+    """Flushes a folder's entries (a rename in it) to disk."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def here():

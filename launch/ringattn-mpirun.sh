@@ -8,78 +8,163 @@
 #   -f HOSTFILE  hosts to run on (Open MPI format: "host slots=N" lines)
 #   -i INPUT     the user's own input file (/q /k /v); without it a random
 #                input is generated into WORKDIR first
-# Oversubscription (--oversubscribe) is asked for only when RANKS exceed the
-# slots of the allocation: the hostfile's slots (1 per line without slots=),
-# else Slurm's SLURM_NTASKS, else PBS's node file, else this machine's cores.
+# The output is WORKDIR/ringattn-out.h5 (replaced), or the --out FILE (or
+# --out=FILE) of the run options, which is then replaced only with --force
+# among them; verify checks the file the run wrote. Oversubscription
+# (--oversubscribe) is asked for only when RANKS exceed the slots of the
+# allocation: the hostfile's slots (1 per line without slots=), else
+# Slurm's SLURM_NTASKS, else PBS's node file, else this machine's cores.
 # Environment: SEQ (default 16384), HEADS (8), DIM (64), SEED (1) for the
 # generated input, and MPIRUN_FLAGS for site flags (e.g. "--mca btl
-# self,tcp"). Every command is echoed before it runs; the first failure
-# stops the script.
+# self,tcp"). Every option, count and path is checked before the first
+# mpirun (exit 2, one line); every command is echoed before it runs; the
+# first failure stops the script with its exit status.
 set -euo pipefail
 
 prog="ringattn-mpirun.sh"
+die() { echo "$prog: $1" >&2; exit 2; }
+
 ranks=2
 build=build
 work=.
 hostfile=
 input=
-while getopts "n:b:w:f:i:h" opt; do
+while getopts ":n:b:w:f:i:h" opt; do
   case "$opt" in
     n) ranks=$OPTARG ;;
     b) build=$OPTARG ;;
     w) work=$OPTARG ;;
     f) hostfile=$OPTARG ;;
     i) input=$OPTARG ;;
-    *) sed -n '2,18p' "$0"; exit 2 ;;
+    h) sed -n '2,21p' "$0"; exit 0 ;;
+    :) die "-$OPTARG needs a value" ;;
+    *) die "unknown option -$OPTARG (run options go after --; see $prog -h)" ;;
   esac
 done
 shift $((OPTIND - 1))
 [ "${1:-}" = "--" ] && shift
 
-die() { echo "$prog: $1" >&2; exit 2; }
-[[ "$ranks" =~ ^[1-9][0-9]*$ ]] || die "-n '$ranks' is not a positive number"
-ringattn=$build/ringattn
-[ -x "$ringattn" ] || die "no $ringattn; build first"
-[ -z "$hostfile" ] || [ -r "$hostfile" ] || die "cannot read hostfile $hostfile"
-[ -z "$input" ] || [ -r "$input" ] || die "cannot read input file $input"
+# A whole number of at most nine digits, no sign, no leading zero (MIN 0
+# allows 0 itself); else the refusal names WHAT.
+count_check() {
+  local what=$1 value=$2 min=$3
+  [[ "$value" =~ ^(0|[1-9][0-9]{0,8})$ ]] && [ "$value" -ge "$min" ] ||
+    die "$what '$value' is not a whole number from $min to 999999999"
+}
 
-# The slots of the allocation the job will run in.
-allocation_slots() {
-  if [ -n "$hostfile" ]; then
-    awk '!/^[ \t]*(#|$)/ { n = 1
-           for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) n = substr($i, 7)
-           s += n } END { print s + 0 }' "$hostfile"
-  elif [ -n "${SLURM_NTASKS:-}" ]; then
-    echo "$SLURM_NTASKS"
-  elif [ -n "${PBS_NODEFILE:-}" ] && [ -r "$PBS_NODEFILE" ]; then
-    wc -l <"$PBS_NODEFILE"
-  else
-    nproc
+# The run options' output (the last --out, as ringattn takes it) and
+# whether they hold --force; --in is refused: the input is -i's or the
+# generated one, and verify must read the same.
+run_out=
+run_out_given=0
+run_force=0
+run_options_scan() {
+  local a want_value=0
+  for a in "$@"; do
+    if [ "$want_value" = 1 ]; then
+      run_out=$a
+      want_value=0
+      continue
+    fi
+    case "$a" in
+      --out) want_value=1; run_out_given=1 ;;
+      --out=*) run_out=${a#--out=}; run_out_given=1 ;;
+      --force) run_force=1 ;;
+      --in | --in=*) die "run options: --in: give the input with -i INPUT" ;;
+    esac
+  done
+  if [ "$run_out_given" = 1 ] && { [ "$want_value" = 1 ] || [ -z "$run_out" ]; }; then
+    die "run options: --out needs a file name"
   fi
 }
 
-mkdir -p "$work"
+# The slots of the allocation the job will run in, into $slots.
+hostfile_slots() {
+  awk '!/^[ \t]*(#|$)/ { n = 1
+         for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) {
+           n = substr($i, 7)
+           if (n !~ /^[1-9][0-9]*$/ || length(n) > 6) {
+             bad = "line " NR ": " $i; exit
+           }
+         }
+         s += n }
+       END { if (bad != "") { print bad; exit 1 } print s + 0 }' "$hostfile"
+}
+
+allocation_slots() {
+  if [ -n "$hostfile" ]; then
+    slots=$(hostfile_slots) ||
+      die "hostfile $hostfile: $slots is not slots=N with N a whole number from 1 to 999999"
+    [ "$slots" -gt 0 ] || die "hostfile $hostfile lists no hosts"
+  elif [ -n "${SLURM_NTASKS:-}" ]; then
+    count_check SLURM_NTASKS "$SLURM_NTASKS" 1
+    slots=$SLURM_NTASKS
+  elif [ -n "${PBS_NODEFILE:-}" ] && [ -r "$PBS_NODEFILE" ]; then
+    slots=$(wc -l <"$PBS_NODEFILE")
+  else
+    slots=$(nproc)
+  fi
+}
+
+# The run options' output: its folder exists, it is not a folder, and it
+# is replaced only with --force.
+output_check() {
+  local dir
+  dir=$(dirname -- "$out")
+  [ -d "$dir" ] || die "--out $out: output folder $dir does not exist"
+  [ -w "$dir" ] || die "--out $out: output folder $dir is not writable"
+  [ ! -d "$out" ] || die "--out $out: output is a folder"
+  [ "$run_force" = 1 ] || [ ! -e "$out" ] ||
+    die "--out $out: output exists; add --force to the run options to replace it"
+}
+
+count_check -n "$ranks" 1
+ringattn=$build/ringattn
+[ -x "$ringattn" ] || die "-b $build: no $ringattn; build first"
+if [ -n "$hostfile" ] && ! { [ -f "$hostfile" ] && [ -r "$hostfile" ]; }; then
+  die "-f $hostfile: cannot read the hostfile"
+fi
+if [ -n "$input" ] && ! { [ -f "$input" ] && [ -r "$input" ]; }; then
+  die "-i $input: cannot read the input file"
+fi
+if [ -z "$input" ]; then
+  count_check SEQ "${SEQ:=16384}" 1
+  count_check HEADS "${HEADS:=8}" 1
+  count_check DIM "${DIM:=64}" 1
+  count_check SEED "${SEED:=1}" 0
+fi
+[ ! -e "$work" ] || [ -d "$work" ] || die "-w $work: not a folder"
+run_options_scan "$@"
+allocation_slots
+read -ra site <<<"${MPIRUN_FLAGS:-}"
+
 in=${input:-$work/ringattn-in.h5}
-out=$work/ringattn-out.h5
+out_args=()
+if [ "$run_out_given" = 1 ]; then
+  out=$run_out
+  output_check
+else
+  out=$work/ringattn-out.h5
+  out_args=(--out "$out" --force)
+  [ ! -d "$out" ] || die "-w $work: $out is a folder"
+fi
+mkdir -p -- "$work" 2>/dev/null || die "-w $work: cannot make the folder"
 
 # Open MPI refuses root without these; harmless for other users.
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-slots=$(allocation_slots)
 extra=()
 [ -n "$hostfile" ] && extra+=(--hostfile "$hostfile")
 if [ "$ranks" -gt "$slots" ]; then
   echo "$prog: $ranks ranks on $slots slots: oversubscribing" >&2
   extra+=(--oversubscribe)
 fi
-# shellcheck disable=SC2206
-site=(${MPIRUN_FLAGS:-})
 
 run() { echo "+ $*"; "$@"; }
 if [ -z "$input" ]; then
   run mpirun -np "$ranks" "${extra[@]}" "${site[@]}" "$ringattn" gen --out "$in" --force \
-      --seq "${SEQ:-16384}" --heads "${HEADS:-8}" --dim "${DIM:-64}" --seed "${SEED:-1}"
+      --seq "$SEQ" --heads "$HEADS" --dim "$DIM" --seed "$SEED"
 fi
-run mpirun -np "$ranks" "${extra[@]}" "${site[@]}" "$ringattn" run --in "$in" --out "$out" --force "$@"
+run mpirun -np "$ranks" "${extra[@]}" "${site[@]}" "$ringattn" run --in "$in" "${out_args[@]}" "$@"
 run mpirun -np "$ranks" "${extra[@]}" "${site[@]}" "$ringattn" verify --in "$in" --out "$out"

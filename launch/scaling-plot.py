@@ -21,7 +21,9 @@ Writes next to the JSON (or into --out-dir):
 One line per (scaling, ranks per node, threads). Markers are the median of
 the repeats, bars their min and max; hollow red-edged markers are
 oversubscribed points (more threads than cores), whose times say nothing
-about compute scaling. Needs python3-matplotlib.
+about compute scaling. Each PNG is written under a temporary name and
+renamed when complete, with the permissions the umask gives a new file.
+Needs python3-matplotlib.
 """
 import collections
 import json
@@ -31,10 +33,20 @@ import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ra_script import Failed, Parser, Refused, run  # noqa: E402
+from ra_script import Failed, Parser, Refused, run, write_atomic  # noqa: E402
 
 COLORS = {"compute": "#4c72b0", "imbalance": "#dd8452",
           "exposed comm": "#c44e52", "I/O": "#55a868", "other": "#bbbbbb"}
+
+
+def save_fig(plt, fig, path):
+    """The figure as a PNG at path, whole or not at all (write_atomic), and
+    closed."""
+    try:
+        write_atomic(path, lambda f: fig.savefig(f, dpi=110, format="png"),
+                     binary=True)
+    finally:
+        plt.close(fig)
 
 
 def groups_of(points):
@@ -109,8 +121,7 @@ def plot_lines(plt, groups, nodes_of, ps_all, path, efficiency):
                  " (median of repeats, bars min-max)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_fig(plt, fig, path)
 
 
 def parts_of(p):
@@ -149,8 +160,7 @@ def plot_breakdown(plt, groups, path):
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_fig(plt, fig, path)
 
 
 def plot_comm(plt, groups, nodes_of, ps_all, path):
@@ -175,8 +185,7 @@ def plot_comm(plt, groups, nodes_of, ps_all, path):
     a1.set_title("traffic over the network")
     a2.set_title("communication not hidden by compute")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_fig(plt, fig, path)
 
 
 def predicted_lines(plan, strategy):
@@ -221,8 +230,7 @@ def plot_predicted(plt, groups, plan, strategy, path):
     ax.set_title("scaling-study against `ringattn plan --sweep-nodes`")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_fig(plt, fig, path)
 
 
 def draw(meta, points, out_dir, plan=None):
@@ -270,10 +278,12 @@ def main(argv):
         meta, points = data["meta"], data["points"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise Refused(f"scaling-plot: {a.json}: not a scaling study: {e}")
+    out_dir = a.out_dir or os.path.dirname(os.path.abspath(a.json))
+    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK | os.X_OK):
+        raise Refused(f"scaling-plot: --out-dir {out_dir}: not a writable "
+                      "folder")
     try:
-        paths = draw(meta, points,
-                     a.out_dir or os.path.dirname(os.path.abspath(a.json)),
-                     plan)
+        paths = draw(meta, points, out_dir, plan)
     except ImportError as e:
         raise Failed(f"scaling-plot: needs python3-matplotlib ({e})")
     except OSError as e:

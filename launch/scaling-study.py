@@ -36,6 +36,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,7 +44,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, HERE)
-from ra_script import Failed, Parser, Refused, run  # noqa: E402
+from ra_script import Failed, Parser, Refused, run, write_atomic  # noqa: E402
 FAKE = os.path.join(HERE, "fake-cluster.sh")
 CSV_FIELDS = [
     "scaling", "nodes", "ranks_per_node", "threads", "ranks", "seq", "repeat",
@@ -108,6 +109,10 @@ def options(argv):
                          "weak-memory, weak-work")
     if a.seq < 1 or a.repeats < 1 or a.reps < 1:
         raise StudyError("--seq, --repeats and --reps must be >= 1")
+    if not 0 < a.timeout < math.inf:
+        raise StudyError(f"--timeout: {a.timeout:g} is not a number of "
+                         "seconds > 0")
+    out_dir_check(a.out_dir)
     if a.bench_args[:1] == ["--"]:
         a.bench_args = a.bench_args[1:]
     a.ringattn = os.path.abspath(os.path.join(a.build, "ringattn"))
@@ -121,7 +126,33 @@ def options(argv):
     if a.launcher == "slurm" and not os.environ.get("SLURM_JOB_ID"):
         raise StudyError("--launcher slurm runs inside an allocation "
                          "(salloc or sbatch)")
+    if a.launcher == "fake":
+        fake_check(a)
     return a
+
+
+def out_dir_check(path):
+    """--out-dir is a writable folder, or can be made: its nearest existing
+    ancestor is a writable folder."""
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise StudyError(f"--out-dir {path}: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise StudyError(f"--out-dir {path}: {probe} is not writable")
+
+
+def fake_check(a):
+    """fake-cluster.sh's own check of the largest cluster the study builds
+    (nodes, --rate, slots, root, tools, state folder), before any work."""
+    r = subprocess.run([FAKE, "up", str(max(a.nodes)), "--rate", a.rate,
+                        "--slots", str(max(a.ranks_per_node)), "--dry-run"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        lines = r.stderr.strip().splitlines()
+        raise StudyError(lines[-1] if lines else
+                         f"fake-cluster.sh up --dry-run: exit {r.returncode}")
 
 
 def bench_option(args, name, default):
@@ -296,10 +327,7 @@ def write_outputs(out_dir, meta, points):
     for name, dump in (("scaling.json", lambda f: json.dump(
             {"meta": meta, "points": points}, f, indent=1)),
             ("scaling.csv", lambda f: write_csv(f, points))):
-        path = os.path.join(out_dir, name)
-        with open(path + ".tmp", "w") as f:
-            dump(f)
-        os.replace(path + ".tmp", path)
+        write_atomic(os.path.join(out_dir, name), dump)
 
 
 def write_csv(f, points):
@@ -385,8 +413,16 @@ def run_study(a):
     return meta, points, failed
 
 
+def interrupted(signum, frame):
+    """SIGTERM and SIGHUP end the study as Ctrl-C does: the fake cluster is
+    taken down and the temporary folder removed."""
+    raise KeyboardInterrupt
+
+
 def main(argv):
     a = options(argv)
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGHUP, interrupted)
     try:
         meta, points, failed = run_study(a)
     except KeyboardInterrupt:

@@ -24,7 +24,6 @@ determinism: the same run twice gives bit-identical /o and /lse, with 1 and
 Needs /usr/bin/python3 with h5py and numpy (python3-h5py).
 """
 import glob
-import hashlib
 import os
 import re
 import shutil
@@ -37,6 +36,9 @@ import time
 
 import h5py
 import numpy as np
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the tests
+from tree_md5 import md5s  # noqa: E402
 
 RINGATTN = os.path.abspath(sys.argv[1])
 NP = int(sys.argv[2])
@@ -999,22 +1001,6 @@ CASES_BACKWARD = [
 
 CASES += CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE + CASES_BACKWARD
 ONLY = os.environ.get("RA_CASES")  # a regex of case ids to run, for work on them
-
-
-def md5s(root):
-    out = {}
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            p = os.path.join(dirpath, name)
-            if os.path.islink(p):
-                continue
-            mode = os.lstat(p).st_mode
-            if not stat.S_ISREG(mode):  # a FIFO or device: never read it
-                out[os.path.relpath(p, root)] = f"special {mode:o}"
-                continue
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = hashlib.md5(f.read()).hexdigest()
-    return out
 
 
 def leftovers(root):

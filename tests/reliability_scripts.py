@@ -1,0 +1,615 @@
+#!/usr/bin/python3
+"""reliability_scripts.py RINGATTN LAUNCH_DIR [cases|table]
+
+The scripts beside ringattn (LAUNCH_DIR: fake-cluster.sh, ringattn-mpirun.sh,
+bench-sweep.sh, ringattn.slurm, scaling-study.py and the plotting scripts)
+under bad options, foreign folders, interrupts and umasks
+(docs/RELIABILITY.md, "The scripts"). Each named case runs in a folder of
+its own and asserts what its docstring says: a refusal exits 2 with exactly
+one stderr line naming the script, before any mpirun (no `+ mpirun` echo)
+and with every file that existed before unchanged and nothing new; an
+interrupt ends the script with exit 1 and nothing left behind; outputs get
+the permissions the umask gives a new file.
+
+The fake-cluster cases need root (network namespaces) and take
+/tmp/ra-fake-cluster.lock, which every user of the fake cluster takes;
+without root, or without the lock within 240 s, they are skipped with a
+note. Each of them removes its nodes, bridge and state folder, whatever the
+script under test left. `table` prints the cases as Markdown.
+
+Needs /usr/bin/python3 with h5py and numpy (python3-h5py) and matplotlib.
+"""
+import fcntl
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the tests
+from tree_md5 import md5s  # noqa: E402
+
+RINGATTN = os.path.abspath(sys.argv[1])
+LAUNCH = os.path.abspath(sys.argv[2])
+MODE = sys.argv[3] if len(sys.argv) > 3 else "cases"
+BUILD = os.path.dirname(RINGATTN)
+PY = "/usr/bin/python3"
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+           OPENBLAS_NUM_THREADS="1")
+LOCK = "/tmp/ra-fake-cluster.lock"  # shared by every user of the cluster
+TINY = ["--seq", "128", "--heads", "2", "--dim", "16"]
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def script(name):
+    return os.path.join(LAUNCH, name)
+
+
+def sh(cmd, cwd, env=None, timeout=120, umask=None):
+    """Runs cmd in cwd with ENV (and env on top) under umask."""
+    pre = (lambda: os.umask(umask)) if umask is not None else None
+    return subprocess.run(cmd, cwd=cwd, env={**ENV, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=pre)
+
+
+def refused(r, prefix, before, work):
+    """r exited 2 with one stderr line starting with prefix, ran no mpirun,
+    and left work as it was (before: its snapshot). Returns the line."""
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 2, f"exit {r.returncode}, not 2: {r.stderr[-300:]}")
+    check(len(lines) == 1 and lines[0].startswith(prefix),
+          f"not one line starting {prefix!r}: {r.stderr[-300:]!r}")
+    check("+ mpirun" not in r.stdout, "ran mpirun before refusing")
+    after = md5s(work)
+    check(after == before, f"files changed or added: "
+          f"{sorted(set(after.items()) ^ set(before.items()))}")
+    return lines[0]
+
+
+def mode_of(path):
+    return oct(os.stat(path).st_mode & 0o777)
+
+
+CASES = []  # (name, what, needs the fake cluster, function(work))
+
+
+def case(name, what, fake=False):
+    def add(fn):
+        CASES.append((name, what, fake, fn))
+        return fn
+    return add
+
+
+# ---- fake-cluster.sh (root) ------------------------------------------------
+
+def namespaces():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True,
+                         text=True).stdout
+    return [w.split()[0] for w in out.splitlines()
+            if w.split() and w.split()[0].startswith("ra-node")]
+
+
+def bridge_up():
+    return subprocess.run(["ip", "link", "show", "ra-br0"],
+                          capture_output=True).returncode == 0
+
+
+def net_clean(work):
+    """Removes what any version of fake-cluster.sh may have left: the
+    namespaces and their processes, the bridge, and plain-name links into
+    work."""
+    for ns in namespaces():
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            os.kill(int(pid), signal.SIGKILL)
+        subprocess.run(["ip", "netns", "del", ns])
+    subprocess.run(["ip", "link", "del", "ra-br0"], capture_output=True)
+    for link in glob.glob("/run/ringattn-fake-cluster.link-*"):
+        if os.readlink(link).startswith(work):
+            os.unlink(link)
+
+
+def fake(work, args, state, **kw):
+    return sh([script("fake-cluster.sh"), *args], work,
+              env={"RA_FAKE_CLUSTER_DIR": state}, **kw)
+
+
+def nothing_up(state):
+    check(not namespaces(), f"namespaces left: {namespaces()}")
+    check(not bridge_up(), "bridge ra-br0 left")
+    check(not os.path.lexists(state), f"state folder {state} left")
+    links = glob.glob("/run/ringattn-fake-cluster.link-*")
+    check(not links, f"links left: {links}")
+
+
+def foreign_folder(work):
+    state = os.path.join(work, "mine")
+    os.mkdir(state)
+    with open(os.path.join(state, "thesis.tex"), "w") as f:
+        f.write("years of work\n")
+    return state, md5s(work)
+
+
+@case("fc-down-foreign", "down with RA_FAKE_CLUSTER_DIR on a folder of "
+      "the user's (no cluster up)", fake=True)
+def fc_down_foreign(work):
+    """the folder and its file stay; exit 2, one line"""
+    state, before = foreign_folder(work)
+    return refused(fake(work, ["down"], state), "fake-cluster.sh:", before,
+                   work)
+
+
+@case("fc-up-foreign", "up 2 with RA_FAKE_CLUSTER_DIR on a folder of the "
+      "user's", fake=True)
+def fc_up_foreign(work):
+    """refused before anything is built; the folder's contents stay"""
+    state, before = foreign_folder(work)
+    line = refused(fake(work, ["up", "2", "--slots", "1"], state),
+                   "fake-cluster.sh:", before, work)
+    check(not namespaces() and not bridge_up(), "built nodes anyway")
+    return line
+
+
+@case("fc-empty-folder-kept", "up 1 in an existing empty folder, then down",
+      fake=True)
+def fc_empty_folder_kept(work):
+    """the folder it did not make stays, emptied of what up put there"""
+    state = os.path.join(work, "empty")
+    os.mkdir(state)
+    r = fake(work, ["up", "1", "--slots", "1"], state)
+    check(r.returncode == 0, f"up: exit {r.returncode}: {r.stderr}")
+    d = fake(work, ["down"], state)
+    check(d.returncode == 0, f"down: exit {d.returncode}: {d.stderr}")
+    check(os.path.isdir(state) and not os.listdir(state),
+          f"folder {'gone' if not os.path.isdir(state) else os.listdir(state)}")
+    return "up exit 0, down exit 0; the folder is still there, empty"
+
+
+def interrupt_up(work, how):
+    """`up 16` interrupted once two nodes exist: (exit status, stderr).
+    None when up finished before the signal landed."""
+    state = os.path.join(work, "state")
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) \
+        if how == "INT to an asynchronous job" else None
+    p = subprocess.Popen([script("fake-cluster.sh"), "up", "16", "--slots",
+                          "1"], cwd=work, env={**ENV,
+                                               "RA_FAKE_CLUSTER_DIR": state},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=ignore,
+                         start_new_session=how == "INT to the process group")
+    deadline = time.time() + 30
+    while len(namespaces()) < 2 and p.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    if how == "INT to the process group":
+        os.killpg(p.pid, signal.SIGINT)
+    else:
+        os.kill(p.pid, signal.SIGTERM if how.startswith("TERM")
+                else signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    if p.returncode == 0 and len(namespaces()) == 16:
+        return None
+    nothing_up(state)
+    return p.returncode, err
+
+
+def fc_interrupt(work, how):
+    for attempt in range(3):
+        got = interrupt_up(work, how)
+        if got is not None:
+            break
+        net_clean(work)
+        shutil.rmtree(os.path.join(work, "state"), ignore_errors=True)
+    check(got is not None, "up finished before the signal, three times")
+    code, err = got
+    check(code == 1, f"exit {code}, not 1: {err[-300:]}")
+    return f"exit 1, nothing left: {err.strip()}"
+
+
+def interrupt_case(name, how, what):
+    def fn(work):
+        """exit 1; no namespace, bridge or state folder left"""
+        return fc_interrupt(work, how)
+    case(name, what, fake=True)(fn)
+
+
+for _name, _how, _what in (
+        ("fc-interrupt-async", "INT to an asynchronous job",
+         "SIGINT to `up 16` run as an asynchronous job (SIGINT ignored on "
+         "entry) once two nodes exist"),
+        ("fc-interrupt-ctrl-c", "INT to the process group",
+         "SIGINT to the process group of `up 16` (Ctrl-C) once two nodes "
+         "exist"),
+        ("fc-interrupt-term", "TERM to the script",
+         "SIGTERM to `up 16` once two nodes exist")):
+    interrupt_case(_name, _how, _what)
+
+
+def fc_rate_refused(work, rate):
+    state = os.path.join(work, "state")
+    line = refused(fake(work, ["up", "1", "--rate", rate], state),
+                   "fake-cluster.sh:", md5s(work), work)
+    nothing_up(state)
+    return line
+
+
+@case("fc-rate-negative", "up 1 --rate -1gbit", fake=True)
+def fc_rate_negative(work):
+    """refused (tc took it as 18446744Tbit); nothing built"""
+    return fc_rate_refused(work, "-1gbit")
+
+
+@case("fc-rate-too-fine", "up 1 --rate 1.0005kbit (finer than 1 bit/s)",
+      fake=True)
+def fc_rate_too_fine(work):
+    """refused; nothing built"""
+    return fc_rate_refused(work, "1.0005kbit")
+
+
+@case("fc-rate-decimal", "up 1 --rate 1.5gbit", fake=True)
+def fc_rate_decimal(work):
+    """built, each direction limited to 1500 Mbit/s"""
+    state = os.path.join(work, "state")
+    r = fake(work, ["up", "1", "--rate", "1.5gbit", "--slots", "1"], state)
+    check(r.returncode == 0 and not r.stderr,
+          f"exit {r.returncode}: {r.stderr[-300:]}")
+    status = fake(work, ["status"], state).stdout
+    check("tbf 1500Mbit" in status, f"status: {status}")
+    fake(work, ["down"], state)
+    nothing_up(state)
+    return status.splitlines()[-1]
+
+
+@case("fc-state-blanks", "state folder `a b/state` (a blank): up 2, "
+      "mpirun $(mpirun-args) -np 2 hostname, down", fake=True)
+def fc_state_blanks(work):
+    """mpirun reaches both nodes; down removes the folder and its link"""
+    os.mkdir(os.path.join(work, "a b"))
+    state = os.path.join(work, "a b", "state")
+    r = fake(work, ["up", "2", "--slots", "1"], state)
+    check(r.returncode == 0, f"up: exit {r.returncode}: {r.stderr}")
+    args = fake(work, ["mpirun-args"], state).stdout.split()
+    m = sh(["mpirun", *args, "-np", "2", "--map-by", "node", "hostname"],
+           work, timeout=60)
+    hosts = sorted(m.stdout.split())
+    check(m.returncode == 0 and hosts == ["node1", "node2"],
+          f"mpirun: exit {m.returncode}, hosts {hosts}: {m.stderr[-300:]}")
+    d = fake(work, ["down"], state)
+    check(d.returncode == 0, f"down: exit {d.returncode}: {d.stderr}")
+    nothing_up(state)
+    return f"mpirun ran on {', '.join(hosts)}; down left nothing"
+
+
+@case("study-fake-rate", "scaling-study.py --launcher fake --rate=-1gbit",
+      fake=True)
+def study_fake_rate(work):
+    """refused before the study (fake-cluster.sh up --dry-run): no output
+    folder, no cluster"""
+    state = os.path.join(work, "state")
+    r = sh([PY, script("scaling-study.py"), "--launcher", "fake", "--nodes",
+            "1,2", "--rate=-1gbit", "--build", BUILD, "--out-dir", "st"],
+           work, env={"RA_FAKE_CLUSTER_DIR": state})
+    line = refused(r, "ringattn: fake-cluster.sh:", {}, work)
+    nothing_up(state)
+    return line
+
+
+# ---- ringattn-mpirun.sh -----------------------------------------------------
+
+def wrapper(work, *args, env=None):
+    return sh([script("ringattn-mpirun.sh"), "-b", BUILD, "-n", "1", *args],
+              work, env={"SEQ": "128", "HEADS": "2", "DIM": "16",
+                         **(env or {})})
+
+
+def verify_line(r):
+    return [x for x in r.stdout.splitlines() if x.startswith("+ mpirun")
+            and " verify " in x][-1]
+
+
+@case("mpirun-out-option", "ringattn-mpirun.sh -- --out mine.h5, and "
+      "-- --out=mine2.h5, beside an older ringattn-out.h5")
+def mpirun_out_option(work):
+    """each run writes and verifies its own file; the older output stays"""
+    with open(os.path.join(work, "ringattn-out.h5"), "w") as f:
+        f.write("an older output\n")
+    old = md5s(work)["ringattn-out.h5"]
+    for opt, name in ((["--out", "mine.h5"], "mine.h5"),
+                      (["--out=mine2.h5"], "mine2.h5")):
+        r = wrapper(work, "--", *opt)
+        check(r.returncode == 0, f"{opt}: exit {r.returncode}: {r.stderr}")
+        check(verify_line(r).endswith(f"--out {name}"),
+              f"{opt}: verified another file: {verify_line(r)}")
+        check(os.path.exists(os.path.join(work, name)), f"no {name}")
+    check(md5s(work)["ringattn-out.h5"] == old,
+          "the older ringattn-out.h5 was rewritten")
+    return verify_line(r)
+
+
+@case("mpirun-out-exists", "ringattn-mpirun.sh -- --out mine.h5 onto an "
+      "existing mine.h5 without --force")
+def mpirun_out_exists(work):
+    """refused before gen"""
+    with open(os.path.join(work, "mine.h5"), "w") as f:
+        f.write("the user's\n")
+    return refused(wrapper(work, "--", "--out", "mine.h5"),
+                   "ringattn-mpirun.sh:", md5s(work), work)
+
+
+@case("mpirun-in-option", "ringattn-mpirun.sh -- --in x.h5 (the input "
+      "verify would not read)")
+def mpirun_in_option(work):
+    """refused: the input is -i's"""
+    return refused(wrapper(work, "--", "--in", "x.h5"), "ringattn-mpirun.sh:",
+                   {}, work)
+
+
+@case("mpirun-slurm-ntasks", "ringattn-mpirun.sh with SLURM_NTASKS=abc")
+def mpirun_slurm_ntasks(work):
+    """refused, no bash error"""
+    return refused(wrapper(work, env={"SLURM_NTASKS": "abc"}),
+                   "ringattn-mpirun.sh:", {}, work)
+
+
+@case("mpirun-hostfile-slots", "ringattn-mpirun.sh -f with a line "
+      "`localhost slots=two`")
+def mpirun_hostfile_slots(work):
+    """refused, naming the line"""
+    with open(os.path.join(work, "hosts"), "w") as f:
+        f.write("localhost slots=two\n")
+    return refused(wrapper(work, "-f", "hosts"), "ringattn-mpirun.sh:",
+                   md5s(work), work)
+
+
+@case("mpirun-seq-text", "ringattn-mpirun.sh with SEQ=1.5")
+def mpirun_seq_text(work):
+    """refused before gen"""
+    return refused(wrapper(work, env={"SEQ": "1.5"}), "ringattn-mpirun.sh:",
+                   {}, work)
+
+
+@case("mpirun-bad-flag", "ringattn-mpirun.sh -x")
+def mpirun_bad_flag(work):
+    """one line, not getopts' message and the usage"""
+    return refused(wrapper(work, "-x"), "ringattn-mpirun.sh:", {}, work)
+
+
+# ---- bench-sweep.sh ---------------------------------------------------------
+
+def sweep(work, *args, **kw):
+    return sh([script("bench-sweep.sh"), "-b", BUILD, *args], work, **kw)
+
+
+@case("sweep-ranks-text", "bench-sweep.sh -r two")
+def sweep_ranks_text(work):
+    """refused, no bash error"""
+    return refused(sweep(work, "-r", "two"), "bench-sweep.sh:", {}, work)
+
+
+@case("sweep-ranks-zero", "bench-sweep.sh -r 0 (mpirun -np 0 takes every "
+      "slot)")
+def sweep_ranks_zero(work):
+    """refused"""
+    return refused(sweep(work, "-r", "0"), "bench-sweep.sh:", {}, work)
+
+
+@case("sweep-out-missing", "bench-sweep.sh -o missing/x.json")
+def sweep_out_missing(work):
+    """refused before the first point"""
+    return refused(sweep(work, "-r", "1", "-o", "missing/x.json", "--",
+                         *TINY), "bench-sweep.sh:", {}, work)
+
+
+@case("sweep-json-option", "bench-sweep.sh -- --json x.json")
+def sweep_json_option(work):
+    """refused: the sweep writes the JSON itself"""
+    return refused(sweep(work, "-r", "1", "--", "--json", "x.json"),
+                   "bench-sweep.sh:", {}, work)
+
+
+@case("sweep-interrupt", "SIGTERM to bench-sweep.sh during a point")
+def sweep_interrupt(work):
+    """exit 1 within 10 s; the point's ranks end, the temporary folder goes"""
+    tmp = os.path.join(work, "tmp")
+    os.mkdir(tmp)
+    p = subprocess.Popen([script("bench-sweep.sh"), "-b", BUILD, "-r", "1",
+                          "-o", "sw.json", "--", "--seq", "16384", "--heads",
+                          "8", "--dim", "64", "--reps", "20"], cwd=work,
+                         env={**ENV, "TMPDIR": tmp}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    check(line.startswith("+ mpirun"), f"no point started: {line!r}")
+    time.sleep(1.5)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    try:
+        _, err = p.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        # the point's mpirun holds the pipes open: it goes first
+        subprocess.run(["pkill", "-KILL", "-f", tmp])
+        p.kill()
+        p.communicate()
+        raise Failure("still running 15 s after SIGTERM")
+    secs = time.time() - t0
+    time.sleep(0.5)
+    ranks = subprocess.run(["pgrep", "-f", tmp], capture_output=True,
+                           text=True).stdout.split()
+    subprocess.run(["pkill", "-KILL", "-f", tmp])
+    check(p.returncode == 1, f"exit {p.returncode}, not 1: {err[-300:]}")
+    check(secs < 10, f"took {secs:.1f} s")
+    check(not ranks, f"processes of the point left: {ranks}")
+    check(not os.listdir(tmp), f"left in TMPDIR: {os.listdir(tmp)}")
+    return f"exit 1 after {secs:.1f} s: {err.strip().splitlines()[-1]}"
+
+
+# ---- ringattn.slurm, scaling-study.py ----------------------------------------
+
+@case("slurm-outside", "ringattn.slurm run outside an allocation")
+def slurm_outside(work):
+    """refused, no unbound-variable error"""
+    env = {k: v for k, v in ENV.items() if not k.startswith("SLURM_")}
+    r = subprocess.run(["bash", script("ringattn.slurm")], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=60)
+    return refused(r, "ringattn.slurm:", {}, work)
+
+
+def study(work, *args):
+    return sh([PY, script("scaling-study.py"), "--launcher", "local",
+               "--nodes", "1", "--ranks-per-node", "1", "--scaling", "strong",
+               "--seq", "128", "--repeats", "1", "--reps", "1", "--build",
+               BUILD, *args, "--", "--heads", "2", "--dim", "16"], work)
+
+
+@case("study-timeout", "scaling-study.py --timeout=-1")
+def study_timeout(work):
+    """refused (exit 2), not a study of timed-out points (exit 1)"""
+    return refused(study(work, "--timeout=-1", "--out-dir", "st"),
+                   "ringattn:", {}, work)
+
+
+@case("study-outdir-file", "scaling-study.py --out-dir on a regular file")
+def study_outdir_file(work):
+    """refused (exit 2) before the study, the file untouched"""
+    with open(os.path.join(work, "st"), "w") as f:
+        f.write("the user's\n")
+    return refused(study(work, "--out-dir", "st"), "ringattn:",
+                   md5s(work), work)
+
+
+# ---- permissions -------------------------------------------------------------
+
+def modes_under(umask, paths):
+    want = oct(0o666 & ~umask)
+    got = {os.path.basename(p): mode_of(p) for p in paths}
+    check(all(m == want for m in got.values()),
+          f"umask {oct(umask)}: modes {got}, not {want}")
+    return got
+
+
+@case("perm-plot-map", "plot-map.py under umask 002 and 027")
+def perm_plot_map(work):
+    """the PNG is 0664, then 0640, as open() would make it"""
+    for args in (["gen", "--out", "in.h5", *TINY],
+                 ["run", "--in", "in.h5", "--out", "out.h5", "--attn-map",
+                  "0:8"]):
+        r = sh([RINGATTN, *args], work)
+        check(r.returncode == 0, f"{args[0]}: {r.stderr}")
+    for umask in (0o002, 0o027):
+        r = sh([PY, script("plot-map.py"), "out.h5", "map.png", "--force"],
+               work, umask=umask)
+        check(r.returncode == 0, f"plot-map: {r.stderr}")
+        modes_under(umask, [os.path.join(work, "map.png")])
+    return "map.png 0o664 under 002, 0o640 under 027"
+
+
+@case("perm-sweep-plot", "bench-sweep.sh -p (its JSON, bench-plot.py's "
+      "PNGs) under umask 027")
+def perm_sweep_plot(work):
+    """the JSON and both charts are 0640, as open() would make them"""
+    r = sweep(work, "-r", "1", "-o", "sw.json", "-p", "--", *TINY, "--reps",
+              "1", umask=0o027)
+    check(r.returncode == 0, f"sweep: exit {r.returncode}: {r.stderr}")
+    got = modes_under(0o027, [os.path.join(work, n) for n in
+                              ("sw.json", "bench-gflops.png",
+                               "bench-scaling.png")])
+    return ", ".join(f"{k} {v}" for k, v in got.items())
+
+
+@case("perm-study", "scaling-study.py (JSON, CSV, scaling-plot's charts) "
+      "under umask 027")
+def perm_study(work):
+    """every output gets the umask's permissions"""
+    r = sh([PY, script("scaling-study.py"), "--launcher", "local", "--nodes",
+            "1", "--ranks-per-node", "1", "--scaling", "strong", "--seq",
+            "128", "--repeats", "1", "--reps", "1", "--build", BUILD,
+            "--out-dir", "st", "--", "--heads", "2", "--dim", "16"], work,
+           umask=0o027)
+    check(r.returncode == 0, f"study: exit {r.returncode}: {r.stderr}")
+    outs = sorted(glob.glob(os.path.join(work, "st", "*")))
+    check(len(outs) >= 3, f"outputs: {outs}")
+    modes_under(0o027, outs)
+    return f"{len(outs)} files, each 0o640"
+
+
+# ---- driver ------------------------------------------------------------------
+
+def fake_lock():
+    """The fake cluster's lock, or None (not root, or busy for 240 s)."""
+    if os.geteuid() != 0:
+        return None
+    f = open(LOCK, "w")
+    deadline = time.time() + 240
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            if time.time() > deadline:
+                f.close()
+                return None
+            time.sleep(1)
+
+
+def run_case(name, what, fake_case, fn):
+    work = tempfile.mkdtemp(prefix=f"ra_scripts_{name}_")
+    t0 = time.time()
+    try:
+        result, ok = fn(work), True
+    except (Failure, subprocess.TimeoutExpired) as e:
+        result, ok = str(e), False
+    finally:
+        if fake_case:
+            net_clean(work)
+        shutil.rmtree(work, ignore_errors=True)
+    result = result.replace(work, "WORK")
+    print(f"{'ok' if ok else 'FAIL':4} {name} ({time.time() - t0:.1f} s): "
+          f"{result}", flush=True)
+    return ok, result
+
+
+def main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    t0 = time.time()
+    lock = fake_lock() if any(c[2] for c in CASES) else None
+    results = []
+    try:
+        for name, what, fake_case, fn in CASES:
+            if fake_case and lock is None:
+                print(f"SKIP {name}: the fake cluster needs root and "
+                      f"{LOCK}")
+                continue
+            results.append((name, what, fn.__doc__, *run_case(
+                name, what, fake_case, fn)))
+    finally:
+        if lock is not None:
+            lock.close()
+    failed = [r[0] for r in results if not r[3]]
+    if MODE == "table":
+        print("\n| # | case | input or fault | asserted | result |")
+        print("|---|------|----------------|----------|--------|")
+        for i, (name, what, doc, ok, result) in enumerate(results, 1):
+            cell = result.replace("|", "\\|")
+            print(f"| {i} | `{name}` | {what} | {' '.join(doc.split())} | "
+                  f"{'' if ok else 'FAIL: '}`{cell}` |")
+    print(f"reliability_scripts: {len(results)} cases, {len(failed)} failed, "
+          f"{time.time() - t0:.0f} s")
+    for name in failed:
+        print("FAIL", name)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
