@@ -426,46 +426,76 @@ static ra_status strat_size(strat_call *c)
     return RA_OK;
 }
 
+/* What each strategy can run, past the shared checks: collective over
+ * comm, the same verdict on every rank once agreed. */
+static ra_status fits_ulysses(MPI_Comm comm, const ra_shape *s,
+                              const ra_params *p, int segs)
+{
+    int P = 1;
+    (void)p;
+    (void)segs;
+    if (MPI_Comm_size(comm, &P) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "ulysses: cannot query the "
+                                        "communicator");
+    return ulysses_fits(s, P);
+}
+
+static ra_status fits_hybrid(MPI_Comm comm, const ra_shape *s,
+                             const ra_params *p, int segs)
+{
+    int u;
+    (void)segs;
+    return hybrid_group_size(comm, s, p, &u);
+}
+
+/* The strategies beside the ring, one row each: what it refuses before
+ * any work beyond the shared checks (NULL: nothing more) and its
+ * forward. Adding a strategy is its file and a row here (and one in the
+ * model, comm/model.c). */
+typedef struct {
+    ra_strategy id;
+    ra_status (*fits)(MPI_Comm comm, const ra_shape *s, const ra_params *p,
+                      int segs);
+    ra_status (*forward)(strat_call *c);
+} strat_row;
+
+static const strat_row strat_table[] = {
+    {RA_STRATEGY_ALLGATHER, allgather_fits, allgather_forward},
+    {RA_STRATEGY_TREE, NULL, tree_forward},
+    {RA_STRATEGY_RING_Q, NULL, ringq_forward},
+    {RA_STRATEGY_ULYSSES, fits_ulysses, ulysses_forward},
+    {RA_STRATEGY_HYBRID, fits_hybrid, hybrid_forward},
+};
+
+/* The row of strategy id, or NULL (the ring, or an unknown value). */
+static const strat_row *strat_row_of(ra_strategy id)
+{
+    for (size_t i = 0; i < sizeof strat_table / sizeof *strat_table; i++)
+        if (strat_table[i].id == id)
+            return &strat_table[i];
+    return NULL;
+}
+
 static ra_status strategy_run(strat_call *c)
 {
-    switch (c->params->strategy) {
-    case RA_STRATEGY_ALLGATHER:
-        return allgather_forward(c);
-    case RA_STRATEGY_TREE:
-        return tree_forward(c);
-    case RA_STRATEGY_RING_Q:
-        return ringq_forward(c);
-    case RA_STRATEGY_ULYSSES:
-        return ulysses_forward(c);
-    case RA_STRATEGY_HYBRID:
-        return hybrid_forward(c);
-    default:
+    const strat_row *row = strat_row_of(c->params->strategy);
+    if (!row)
         return ra_error_set(RA_ERR_ARG, "strategy %d is not one of ring, "
                             "allgather, tree, ring-q, ulysses, hybrid",
                             (int)c->params->strategy);
-    }
+    return row->forward(c);
 }
 
 ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
                             const ra_params *params, int segments)
 {
     ra_error_clear();
-    int P = 1;
     if (params->strategy == RA_STRATEGY_RING)
         return RA_OK;
-    ra_status st = strat_check(shape, params, NULL);
-    if (MPI_Comm_size(comm, &P) != MPI_SUCCESS)
-        st = ra_error_set(RA_ERR_MPI, "strategy: cannot query the "
-                                      "communicator");
-    if (st == RA_OK && params->strategy == RA_STRATEGY_ULYSSES)
-        st = ulysses_fits(shape, P);
-    st = ra_agree(comm, st);
-    if (st == RA_OK && params->strategy == RA_STRATEGY_ALLGATHER)
-        st = ra_agree(comm, allgather_fits(comm, shape, params, segments));
-    if (st == RA_OK && params->strategy == RA_STRATEGY_HYBRID) {
-        int u;
-        st = ra_agree(comm, hybrid_group_size(comm, shape, params, &u));
-    }
+    const strat_row *row = strat_row_of(params->strategy);
+    ra_status st = ra_agree(comm, strat_check(shape, params, NULL));
+    if (st == RA_OK && row && row->fits)
+        st = ra_agree(comm, row->fits(comm, shape, params, segments));
     return st;
 }
 

@@ -76,7 +76,7 @@ def head_grads(q, k, v, do, vis, opt):
         sc = q @ k.T / np.sqrt(q.shape[1])
     if "slope" in opt:
         i = np.arange(N)[:, None] + (M - N)
-        sc = sc + opt["slope"] * (np.arange(M)[None, :] - i)
+        sc = sc - opt["slope"] * np.abs(np.arange(M)[None, :] - i)
     sc = np.where(vis, sc, -np.inf)
     mx = sc.max(axis=1, keepdims=True)
     mx[~np.isfinite(mx)] = 0

@@ -83,8 +83,9 @@ def attention(q, k, v, causal, rope, base, slopes):
     v = v.repeat_interleave(H // G, dim=1)
     s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(D)
     if slopes is not None:
-        dist = (kpos[None, :] - qpos[:, None]).to(torch.float64)
-        s = s + torch.tensor(slopes, dtype=torch.float64)[:, None, None] * dist
+        # symmetric, as flash-attention's alibi_slopes: -slope * |j - i'|
+        dist = (kpos[None, :] - qpos[:, None]).abs().to(torch.float64)
+        s = s - torch.tensor(slopes, dtype=torch.float64)[:, None, None] * dist
     if causal:
         s = s.masked_fill(kpos[None, :] > qpos[:, None], float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
