@@ -14,16 +14,22 @@
 #include "internal.h"
 
 /* Reads this rank's slice (on axis) of the float dataset name, which must
- * have exactly the dims want[rank]; collective. */
+ * have exactly the dims want[rank]; a 4-D one is a tensor (B, N, H, D)
+ * stored in the order its axes attribute names, else axes (h5io_axes_of).
+ * Collective. */
 static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
                            const char *name, int rank, const int64_t *want,
-                           int axis, const ra_slice *slice, float *buf)
+                           ra_axes axes, const ra_slice *slice, float *buf)
 {
     hid_t dset = H5I_INVALID_HID;
-    hsize_t dims[4], w[4];
+    hsize_t fdims[4], dims[4], w[4];
     char found[96], expect[96];
-    ra_status st = h5io_dset_open(file, path, name, H5T_FLOAT, rank, dims,
+    ra_status st = h5io_dset_open(file, path, name, H5T_FLOAT, rank, fdims,
                                   &dset);
+    memcpy(dims, fdims, sizeof dims);
+    if (st == RA_OK && rank == 4 &&
+        (st = h5io_axes_of(dset, path, name, axes, &axes)) == RA_OK)
+        h5io_axes_dims(axes, fdims, dims);
     for (int i = 0; st == RA_OK && i < rank; i++) {
         w[i] = (hsize_t)want[i];
         if (dims[i] != w[i]) {
@@ -36,9 +42,12 @@ static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
                               expect);
         }
     }
-    if (st == RA_OK)
+    if (st == RA_OK && rank == 4)
+        st = h5io_dset_read_axes(dset, dxpl, path, name, H5T_NATIVE_FLOAT,
+                                 axes, fdims, slice, buf);
+    else if (st == RA_OK) /* (B, H, N): the tokens on axis 2 */
         st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, rank,
-                            dims, axis, slice, buf);
+                            dims, 2, slice, buf);
     if (dset >= 0)
         H5Dclose(dset);
     return st;
@@ -46,13 +55,13 @@ static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
 
 /* Reads dataset name's slab from path with MPI-IO; collective. */
 static ra_status file_slab(MPI_Comm comm, const char *path, const char *name,
-                           int rank, const int64_t *want, int axis,
+                           int rank, const int64_t *want, ra_axes axes,
                            const ra_slice *slice, float *buf)
 {
     h5io_reader in;
     ra_status st = h5io_reader_open(comm, path, &in);
     if (st == RA_OK)
-        st = slab_read(in.file, in.dxpl, path, name, rank, want, axis, slice,
+        st = slab_read(in.file, in.dxpl, path, name, rank, want, axes, slice,
                        buf);
     return h5io_reader_close(&in, path, st);
 }
@@ -113,10 +122,11 @@ static ra_status finite_check(const char *path, const char *name,
     return RA_OK;
 }
 
-ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
+ra_status h5io_read_backward(MPI_Comm comm, const h5io_bwd_files *f,
                              const ra_shape *s, const ra_params *p,
                              float *dout, float *o, float *lse)
 {
+    const char *in = f->in, *fwd = f->fwd;
     ra_slice qs, ks;
     ra_status st = h5io_rank_slices(comm, in, p->layout, s, &qs, &ks);
     if (st != RA_OK)
@@ -126,14 +136,16 @@ ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
     const int64_t n_o = s->B * qs.count * s->H * s->Dv;
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    st = ra_agree(comm, file_slab(comm, in, "/do", 4, odims, 1, &qs, dout));
+    st = ra_agree(comm, file_slab(comm, in, "/do", 4, odims, f->axes, &qs,
+                                  dout));
     if (st == RA_OK)
         st = ra_agree(comm, finite_check(in, "/do", dout, n_o, 0));
     if (st == RA_OK && fwd) {
-        st = ra_agree(comm, file_slab(comm, fwd, "/o", 4, odims, 1, &qs, o));
+        st = ra_agree(comm, file_slab(comm, fwd, "/o", 4, odims, RA_AXES_BNHD,
+                                      &qs, o));
         if (st == RA_OK)
-            st = ra_agree(comm, file_slab(comm, fwd, "/lse", 3, ldims, 2, &qs,
-                                          lse));
+            st = ra_agree(comm, file_slab(comm, fwd, "/lse", 3, ldims,
+                                          RA_AXES_NONE, &qs, lse));
         if (st == RA_OK)
             st = ra_agree(comm, finite_check(fwd, "/o", o, n_o, 0));
         if (st == RA_OK)
@@ -163,6 +175,7 @@ static ra_status grads_attrs(hid_t file, MPI_Comm comm, const grads_ctx *c)
     const h5io_recipe recipe = {
         .kind = "gradients", .params = p, .scale = ra_params_scale(p, s),
         .nranks = c->nranks, .has_qkv = 1, .masks = c->meta->masks,
+        .source = c->meta->source,
         .out_dtype = RA_DTYPE_F32, .command_line = c->meta->command_line};
     ra_status st;
     if ((st = h5io_record(comm, file, path, &recipe)) != RA_OK ||

@@ -41,10 +41,12 @@ void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented);
  * d (cli_score_setup, cli_alibi_setup). Not collective. */
 ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p);
 
-/* Allocates d->g for d->t's slices with A additive hidden units (0: none);
- * RA_ERR_NOMEM naming the command otherwise. Not collective. */
+/* Allocates d->g for d->t's slices with A additive hidden units (0: none),
+ * after cli_mem_check() of the tensors and gradients together against
+ * limit (--mem-limit, or 0); RA_ERR_ARG (they cannot fit) or RA_ERR_NOMEM
+ * naming the command otherwise. Not collective. */
 ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
-                          int rank);
+                          const cli_ctx *ctx, int64_t limit);
 
 /* One step of a driver on its options and state (see CLI_PASS_STEP). */
 typedef ra_status (*cli_pass_step)(const cli_ctx *ctx, void *opts,

@@ -56,8 +56,10 @@ def rng_tensor(shape, dtype=np.float32, seed=0):
 
 
 def make(path, q=(2, 8, 2, 4), k=(2, 6, 1, 4), v=(2, 6, 1, 3),
-         dtypes=("f4", "f4", "f4"), omit=(), extra=None, edit=None):
-    """An input file of the given shapes; extra: more datasets; edit(f)."""
+         dtypes=("f4", "f4", "f4"), omit=(), extra=None, edit=None,
+         axes="B,N,H,D"):
+    """An input file of the given shapes, each tensor with the attribute
+    axes (None: without); extra: more datasets; edit(f)."""
     with h5py.File(path, "w") as f:
         for name, shape, dt in zip("qkv", (q, k, v), dtypes):
             if name in omit:
@@ -66,10 +68,20 @@ def make(path, q=(2, 8, 2, 4), k=(2, 6, 1, 4), v=(2, 6, 1, 3),
                 f.create_dataset(name, data=np.full(shape, b"x", dtype="S4"))
             else:
                 f.create_dataset(name, data=rng_tensor(shape).astype(dt))
+            if axes is not None:
+                f[name].attrs["axes"] = axes
         for name, data in (extra or {}).items():
             f[name] = data
         if edit:
             edit(f)
+
+
+def tag(f, names="qkv"):
+    """The attribute axes = "B,N,H,D" on the tensors names of f that exist
+    (a 4-D shape alone does not say its order, so run refuses one without)."""
+    for name in names:
+        if f.get(name) is not None:
+            f[name].attrs["axes"] = "B,N,H,D"
 
 
 def set_value(name, index, value, dtype=None):
@@ -97,6 +109,7 @@ def huge(f):
     f.create_dataset("q", shape=(1 << 24, 1 << 24, 1 << 8, 16), dtype="f4")
     f.create_dataset("k", shape=(1 << 24, 1, 1, 16), dtype="f4")
     f.create_dataset("v", shape=(1 << 24, 1, 1, 16), dtype="f4")
+    tag(f)
 
 
 # ---- the cases -------------------------------------------------------------
@@ -280,6 +293,7 @@ def with_k(build_k):
         with h5py.File(p, "w") as f:
             f["q"], f["v"] = q, v
             build_k(f, k, os.path.dirname(p))
+            tag(f, "qv")
     return build
 
 
@@ -288,6 +302,7 @@ def k_elink(target, make_target=True):
         if make_target:
             with h5py.File(os.path.join(here, target), "w") as t:
                 t["k"] = k
+                tag(t, "k")
         f["k"] = h5py.ExternalLink(target, "/k")
     return build_k
 
@@ -301,6 +316,7 @@ def k_external(raw, keep_bytes=None):
             os.truncate(os.path.join(here, raw), keep_bytes)
         f.create_dataset("k", shape=k.shape, dtype="f4",
                          external=[(raw, 0, k.nbytes)])
+        tag(f, "k")
     return build_k
 
 
@@ -312,6 +328,7 @@ def k_virtual(source, make_source=True):
         layout = h5py.VirtualLayout(shape=k.shape, dtype="f4")
         layout[...] = h5py.VirtualSource(source, "k", shape=k.shape)
         f.create_virtual_dataset("k", layout)
+        tag(f, "k")
     return build_k
 
 
@@ -320,6 +337,7 @@ def k_chunked(damage=None, **kw):
     the stored chunk with 0x5a."""
     def build_k(f, k, here):
         f.create_dataset("k", data=np.round(k), chunks=k.shape, **kw)
+        tag(f, "k")
     def build(p):
         with_k(build_k)(p)
         if damage:
@@ -341,6 +359,7 @@ def additive_overflow(p):
     A = -(-(1 << 64) // (4 * (D + Dk + 1)))
     with h5py.File(p, "w") as f:
         f["q"], f["k"], f["v"] = q, k, v
+        tag(f)
         f.create_dataset("additive/w_q", shape=(A, D), dtype="f4", chunks=(1, D))
         f.create_dataset("additive/w_k", shape=(A, Dk), dtype="f4", chunks=(1, Dk))
         f.create_dataset("additive/w_v", shape=(A,), dtype="f4", chunks=(1,))
@@ -350,6 +369,7 @@ def additive_nan(p):
     q, k, v = good_arrays(p)
     with h5py.File(p, "w") as f:
         f["q"], f["k"], f["v"] = q, k, v
+        tag(f)
         f["additive/w_q"] = rng_tensor((3, q.shape[3]))
         f["additive/w_k"] = rng_tensor((3, k.shape[3]))
         w = rng_tensor((3,))
@@ -1344,6 +1364,7 @@ def fault_large_scores(work):
     q, k = q * c, k * c
     with h5py.File(os.path.join(work, "loud.h5"), "w") as f:
         f["q"], f["k"], f["v"] = (x.astype(np.float32) for x in (q, k, v))
+        tag(f)
     problems = []
     for flags in ([], ["--causal"]):
         if os.path.exists(os.path.join(work, "loud_out.h5")):
