@@ -338,6 +338,12 @@ int64_t cli_mem_share(const cli_ctx *ctx, int64_t limit, int *of_node);
 ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
                         const char *what);
 
+/* The bytes cli_tensors_alloc() allocates for rank of nranks; -1 when they
+ * overflow. What they are, in cli_mem_check()'s message. */
+int64_t cli_tensors_bytes(const ra_shape *s, ra_layout lay, int rank,
+                          int nranks);
+#define CLI_TENSORS_WHAT "the tensors (q, k, v, o, lse)"
+
 /* Allocates the tensors of this rank of ctx, after cli_mem_check() of
  * their bytes against limit (--mem-limit, or 0); RA_ERR_ARG (the shape
  * does not fit, or a size overflows) or RA_ERR_NOMEM with a message

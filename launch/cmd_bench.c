@@ -360,6 +360,10 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
         st = cli_params_check(&o->p, &s, NULL);
         if (st == RA_OK)
             st = cli_ulysses_check(&o->p, &s, ctx->nranks);
+        if (st == RA_OK) /* before the sgemm yardstick and every config */
+            st = cli_mem_check(ctx, cli_tensors_bytes(&s, o->p.layout,
+                                                      ctx->rank, ctx->nranks),
+                               o->p.mem_limit, CLI_TENSORS_WHAT);
     }
     if (st == RA_OK && o->tab.json && o->tab.csv && strcmp(o->tab.json, o->tab.csv) == 0)
         st = ra_error_set(RA_ERR_ARG, "%s: --json and --csv name the same "

@@ -196,32 +196,53 @@ ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
                         (double)share * 1e-9, why);
 }
 
-ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s, ra_layout lay,
-                            const cli_ctx *ctx, int64_t limit)
+/* The slices of rank and the element counts of cli_tensors in t (mem
+ * NULL) and its bytes in *total; -1 when a count overflows. */
+static int tensors_size(cli_tensors *t, const ra_shape *s, ra_layout lay,
+                        int rank, int nranks, size_t *total)
 {
-    const int rank = ctx->rank;
     memset(t, 0, sizeof *t);
-    t->qs = ra_layout_slice(lay, s->N, rank, ctx->nranks);
-    t->ks = ra_layout_slice(lay, s->M, rank, ctx->nranks);
+    t->qs = ra_layout_slice(lay, s->N, rank, nranks);
+    t->ks = ra_layout_slice(lay, s->M, rank, nranks);
     const int64_t n = t->qs.count, m = t->ks.count;
-    size_t total = 1; /* one spare element: empty slices still allocate */
+    *total = 1; /* one spare element: empty slices still allocate */
     if (count_of(&t->nq, s->B, n, s->H, s->D) ||
         count_of(&t->nk, s->B, m, s->G, ra_shape_dk(s)) ||
         count_of(&t->nv, s->B, m, s->G, s->Dv) ||
         count_of(&t->no, s->B, n, s->H, s->Dv) ||
         count_of(&t->nl, s->B, s->H, n, 1) ||
-        __builtin_add_overflow(total, t->nq + t->nk, &total) ||
-        __builtin_add_overflow(total, t->nv + t->no + t->nl, &total) ||
-        __builtin_mul_overflow(total, sizeof(float), &total))
+        __builtin_add_overflow(*total, t->nq + t->nk, total) ||
+        __builtin_add_overflow(*total, t->nv + t->no + t->nl, total) ||
+        __builtin_mul_overflow(*total, sizeof(float), total) ||
+        *total > INT64_MAX)
+        return -1;
+    return 0;
+}
+
+int64_t cli_tensors_bytes(const ra_shape *s, ra_layout lay, int rank,
+                          int nranks)
+{
+    cli_tensors t;
+    size_t total;
+    return tensors_size(&t, s, lay, rank, nranks, &total) ? -1
+                                                          : (int64_t)total;
+}
+
+ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s, ra_layout lay,
+                            const cli_ctx *ctx, int64_t limit)
+{
+    size_t total;
+    if (tensors_size(t, s, lay, ctx->rank, ctx->nranks, &total))
         return ra_error_set(RA_ERR_ARG, "shape: the local tensors of rank %d "
-                            "overflow the address space", rank);
-    ra_status st = cli_mem_check(ctx, total <= INT64_MAX ? (int64_t)total : -1,
-                                 limit, "the tensors (q, k, v, o, lse)");
+                            "overflow the address space", ctx->rank);
+    ra_status st = cli_mem_check(ctx, (int64_t)total, limit,
+                                 CLI_TENSORS_WHAT);
     if (st != RA_OK)
         return st;
     if (!(t->mem = malloc(total)))
         return ra_error_set(RA_ERR_NOMEM, "cannot allocate the local tensors "
-                            "(%.3g GB on rank %d)", (double)total * 1e-9, rank);
+                            "(%.3g GB on rank %d)", (double)total * 1e-9,
+                            ctx->rank);
     t->q = t->mem;
     t->k = t->q + t->nq;
     t->v = t->k + t->nk;
