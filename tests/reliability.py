@@ -523,6 +523,7 @@ def named_q_nan(f):
     q = f["q"][...]
     q[0, 3, 1, 2] = np.nan
     f["g/q"] = q
+    tag(f, ["g/q"])
 
 
 def additive_nan(f):
@@ -862,11 +863,11 @@ CASES_COMPUTE = [
      r"good\.h5: dataset /do: not found \(expected \(B, N, H, Dv\)\)"),
     ("backward-do-shape", "run --backward with /do of (2, 40, 4, 7)",
      {"bdo.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 7))))},
-     RUN_B + ["bdo.h5", "--recompute"], 2,
+     RUN_B + ["bdo.h5", "--recompute", "--qkv-layout", "bnhd"], 2,
      r"bdo\.h5: dataset /do: shape \(2, 40, 4, 7\) differs from the expected \(2, 40, 4, 8\)"),
     ("backward-do-nan", "run --backward with a NaN in /do",
      {"ndo.h5": copy_with("good.h5", add_datasets(do=np.where(np.arange(2 * 40 * 4 * 8).reshape(2, 40, 4, 8) == 1000, np.nan, 1.0).astype("f4")))},
-     RUN_B + ["ndo.h5", "--recompute"], 2,
+     RUN_B + ["ndo.h5", "--recompute", "--qkv-layout", "bnhd"], 2,
      r"ndo\.h5: dataset /do holds NaN values"),
     ("backward-fwd-other", "run --backward --causal --fwd of a non-causal forward output",
      {"gdo.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 8))))},
