@@ -525,7 +525,8 @@ RA_API const char *ra_error_message(void);
  * for --alibi; the API takes slopes in ra_params.alibi_slopes.
  * Every function here is collective over comm. */
 
-/* Reads the shape of an input file, checking ranks and consistency. */
+/* Reads the shape of an input file, checking ranks and consistency; its
+ * tensors must declare their order (see ra_h5_source, RA_AXES_NONE). */
 RA_API ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape);
 
 /* Reads this rank's slices under a resolved layout (not RA_LAYOUT_AUTO;
