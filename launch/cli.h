@@ -326,15 +326,12 @@ typedef struct {
     float *mem, *q, *k, *v, *o, *lse;
 } cli_tensors;
 
-/* The bytes one rank may allocate: limit when > 0 (--mem-limit), else this
- * node's physical memory (sysconf) shared evenly by the ranks of ctx on
- * it; *of_node says which. */
-int64_t cli_mem_share(const cli_ctx *ctx, int64_t limit, int *of_node);
-
-/* Refuses (RA_ERR_ARG, "shape: WHAT of rank R need X GB, more than the Y GB
- * a rank may use (...)") need bytes of this rank above cli_mem_share(),
- * or a need that overflowed (negative), before anything is allocated: the
- * shape alone says it cannot fit. Not collective. */
+/* Refuses (RA_ERR_ARG, "shape: WHAT of rank R need X bytes, more than the
+ * Y bytes a rank may use (...)") need bytes of this rank above what one
+ * rank may allocate: limit when > 0 (--mem-limit), else this node's
+ * physical memory (sysconf) shared evenly by the ranks of ctx on it; or a
+ * need that overflowed (negative). Call it before allocating: the shape
+ * alone says it cannot fit. Not collective. */
 ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
                         const char *what);
 

@@ -159,33 +159,32 @@ static int count_of(size_t *out, int64_t n0, int64_t n1, int64_t n2,
     return 0;
 }
 
-int64_t cli_mem_share(const cli_ctx *ctx, int64_t limit, int *of_node)
+/* The bytes one rank may allocate: limit when > 0 (--mem-limit), else
+ * this node's physical memory shared evenly by the *on_node ranks of ctx
+ * on it (*on_node 0: the limit was given). */
+static int64_t mem_share(const cli_ctx *ctx, int64_t limit, int *on_node)
 {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    const int on_node = ctx->nodes.ranks_on_node > 0
-                            ? ctx->nodes.ranks_on_node : 1;
-    *of_node = limit <= 0;
+    *on_node = limit > 0 ? 0 : ctx->nodes.ranks_on_node > 0
+                                   ? ctx->nodes.ranks_on_node : 1;
     if (limit > 0)
         return limit;
     return pages > 0 && page > 0
-               ? (int64_t)((double)pages * (double)page / on_node)
+               ? (int64_t)((double)pages * (double)page / *on_node)
                : INT64_MAX;
 }
 
 ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
                         const char *what)
 {
-    int of_node;
-    const int64_t share = cli_mem_share(ctx, limit, &of_node);
+    int on_node;
+    const int64_t share = mem_share(ctx, limit, &on_node);
     if (need >= 0 && need <= share)
         return RA_OK;
-    char why[160];
-    if (of_node)
+    char why[160] = "--mem-limit";
+    if (on_node)
         snprintf(why, sizeof why, "this node's physical memory shared by "
-                 "its %d ranks", ctx->nodes.ranks_on_node > 0
-                                     ? ctx->nodes.ranks_on_node : 1);
-    else
-        snprintf(why, sizeof why, "--mem-limit");
+                 "its %d ranks", on_node);
     if (need < 0)
         return ra_error_set(RA_ERR_ARG, "shape: %s of rank %d need more "
                             "than 2^63 bytes", what, ctx->rank);
