@@ -955,7 +955,8 @@ CASES_COMPUTE = [
 
 def strip_axes(f):
     for name in "qkv":
-        del f[name].attrs["axes"]
+        if "axes" in f[name].attrs:
+            del f[name].attrs["axes"]
 
 
 def bhnd_named(p):
