@@ -526,7 +526,8 @@ RA_API const char *ra_error_message(void);
  * for --alibi; the API takes slopes in ra_params.alibi_slopes.
  * Every function here is collective over comm. */
 
-/* Reads the shape of an input file, checking ranks and consistency. */
+/* Reads the shape of an input file, checking ranks and consistency; its
+ * tensors must declare their order (see ra_h5_source, RA_AXES_NONE). */
 RA_API ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape);
 
 /* Reads this rank's slices under a resolved layout (not RA_LAYOUT_AUTO;
@@ -538,11 +539,19 @@ RA_API ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
 
 /* The axis order of an input tensor in its file: (B, N, H, D), tokens
  * before heads, or (B, H, N, D), heads before tokens, as PyTorch's
- * attention functions take them (likewise M and G for /k and /v). */
-typedef enum { RA_AXES_BNHD = 0, RA_AXES_BHND = 1 } ra_axes;
+ * attention functions take them (likewise M and G for /k and /v). A 4-D
+ * dataset alone cannot say which it is: RA_AXES_NONE assumes neither. */
+typedef enum {
+    RA_AXES_NONE = 0, /* no order assumed: a dataset must declare its own */
+    RA_AXES_BNHD = 1,
+    RA_AXES_BHND = 2
+} ra_axes;
 
 /* Where the inputs lie in a file. A dataset's own "axes" attribute
- * ("B,N,H,D" or "B,H,N,D") wins over axes; any other value is refused. */
+ * ("B,N,H,D" or "B,H,N,D") wins over axes; any other value (the empty one
+ * too) is refused, and so is a dataset without one while axes is
+ * RA_AXES_NONE (a zeroed source, and the NULL source of the functions
+ * without _from). */
 typedef struct {
     const char *q, *k, *v; /* dataset paths; NULL: "/q", "/k", "/v" */
     ra_axes axes;          /* order of a dataset without an axes attribute */
@@ -604,7 +613,7 @@ typedef enum {
  *   strategy: "ring", "allgather", "tree", "ring-q", "ulysses", "hybrid"
  *   score:    "dot", "gaussian", "additive"
  *   rope:     "none", "interleaved", "half"
- *   axes:     "B,N,H,D", "B,H,N,D" (a dataset's "axes" attribute)
+ *   axes:     "B,N,H,D", "B,H,N,D" (a dataset's "axes" attribute), "none"
  *   dtype:    "f32", "f16", "bf16", "f64" */
 RA_API const char *ra_layout_name(ra_layout layout);
 RA_API ra_status ra_layout_parse(const char *name, ra_layout *out);

@@ -9,7 +9,23 @@
 
 const char *ra_axes_name(ra_axes axes)
 {
-    return axes == RA_AXES_BHND ? "B,H,N,D" : "B,N,H,D";
+    return axes == RA_AXES_BHND   ? "B,H,N,D"
+           : axes == RA_AXES_BNHD ? "B,N,H,D"
+                                  : "none";
+}
+
+const char *h5io_qkv_layout_name(ra_axes axes)
+{
+    return axes == RA_AXES_BHND ? "bhnd"
+           : axes == RA_AXES_BNHD ? "bnhd"
+                                  : "none";
+}
+
+ra_axes h5io_qkv_layout_parse(const char *name)
+{
+    return strcmp(name, "bhnd") == 0   ? RA_AXES_BHND
+           : strcmp(name, "bnhd") == 0 ? RA_AXES_BNHD
+                                       : RA_AXES_NONE;
 }
 
 /* value without blanks, into out[len] */
@@ -29,13 +45,23 @@ ra_status h5io_axes_of(hid_t dset, const char *path, const char *name,
     ra_status st;
 
     *out = fallback;
-    if ((st = h5io_attr_read_string(dset, path, "axes", value,
-                                    sizeof value)) != RA_OK) {
-        snprintf(why, sizeof why, "%s", ra_error_message());
-        return ra_error_set(st, "%s (of dataset %s)", why, name);
-    }
-    if (!value[0])
+    const htri_t has = H5Aexists(dset, "axes");
+    if (has == 0 && fallback == RA_AXES_NONE)
+        return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: no axes "
+                            "attribute, and a 4-D tensor alone cannot say "
+                            "whether it is (B,N,H,D) or (B,H,N,D): give "
+                            "--qkv-layout bnhd or --qkv-layout bhnd (or the "
+                            "attribute axes = \"B,N,H,D\" or \"B,H,N,D\")",
+                            path, name);
+    if (has == 0)
         return RA_OK;
+    if (has < 0 || (st = h5io_attr_read_string(dset, path, "axes", value,
+                                                sizeof value)) != RA_OK) {
+        snprintf(why, sizeof why, "%s", has < 0 ? "cannot query attribute "
+                 "axes" : ra_error_message());
+        return ra_error_set(has < 0 ? RA_ERR_IO : st, "%s (of dataset %s)",
+                            why, name);
+    }
     squeeze(value, text, sizeof text);
     if (strcmp(text, "B,N,H,D") == 0)
         *out = RA_AXES_BNHD;

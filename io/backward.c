@@ -1,5 +1,5 @@
 /* backward.c (io): the files of a backward pass. /do (B, N, H, Dv) is read
- * beside the inputs, in the order its axes attribute declares; /o and /lse from a forward output, whose attributes
+ * beside the inputs; /o and /lse from a forward output, whose attributes
  * must describe the same problem; /dq (B, N, H, D), /dk (B, M, G, Dk) and
  * /dv (B, M, G, Dv) (and the additive score's /dw_q, /dw_k, /dw_v) are
  * written as float32 into a file committed atomically, each rank writing
@@ -13,76 +13,56 @@
 #include "h5util.h"
 #include "internal.h"
 
-/* One dataset a backward pass reads: its name, rank, logical dims (the
- * (B, N, H, Dv) order for rank 4, whatever order its axes attribute
- * declares) and the axis its slice runs along. */
-typedef struct {
-    const char *name;
-    int rank;
-    const int64_t *want;
-    int axis;
-} slab_spec;
-
-/* The dims of an open dataset in the logical order of sp (a rank-4 one
- * read through its axes attribute, B,N,H,D when absent), checked against
- * sp->want. */
-static ra_status slab_dims(hid_t dset, const char *path, const slab_spec *sp,
-                           const hsize_t *fdims, ra_axes *axes)
-{
-    hsize_t dims[4], w[4];
-    char found[96], expect[96];
-    ra_status st = RA_OK;
-    *axes = RA_AXES_BNHD;
-    if (sp->rank == 4 && (st = h5io_axes_of(dset, path, sp->name,
-                                            RA_AXES_BNHD, axes)) != RA_OK)
-        return st;
-    for (int i = 0; i < sp->rank; i++) {
-        dims[i] = fdims[i];
-        w[i] = (hsize_t)sp->want[i];
-    }
-    if (sp->rank == 4)
-        h5io_axes_dims(*axes, fdims, dims);
-    if (memcmp(dims, w, sizeof(hsize_t) * (size_t)sp->rank) == 0)
-        return RA_OK;
-    h5io_dims_format(dims, sp->rank, found, sizeof found);
-    h5io_dims_format(w, sp->rank, expect, sizeof expect);
-    return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: shape %s differs from "
-                        "the expected %s", path, sp->name, found, expect);
-}
-
-/* Reads this rank's slice (on sp->axis) of the float dataset sp->name;
- * collective. */
+/* Reads this rank's slice (on axis) of the float dataset name, which must
+ * have exactly the dims want[rank]; a 4-D one is a tensor (B, N, H, D)
+ * stored in the order its axes attribute names, else axes (h5io_axes_of).
+ * Collective. */
 static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
-                           const slab_spec *sp, const ra_slice *slice,
-                           float *buf)
+                           const char *name, int rank, const int64_t *want,
+                           ra_axes axes, const ra_slice *slice, float *buf)
 {
     hid_t dset = H5I_INVALID_HID;
-    hsize_t fdims[4];
-    ra_axes axes = RA_AXES_BNHD;
-    ra_status st = h5io_dset_open(file, path, sp->name, H5T_FLOAT, sp->rank,
-                                  fdims, &dset);
-    if (st == RA_OK)
-        st = slab_dims(dset, path, sp, fdims, &axes);
-    if (st == RA_OK && sp->rank == 4)
-        st = h5io_dset_read_axes(dset, dxpl, path, sp->name,
-                                 H5T_NATIVE_FLOAT, axes, fdims, slice, buf);
-    else if (st == RA_OK)
-        st = h5io_dset_read(dset, dxpl, path, sp->name, H5T_NATIVE_FLOAT,
-                            sp->rank, fdims, sp->axis, slice, buf);
+    hsize_t fdims[4], dims[4], w[4];
+    char found[96], expect[96];
+    ra_status st = h5io_dset_open(file, path, name, H5T_FLOAT, rank, fdims,
+                                  &dset);
+    memcpy(dims, fdims, sizeof dims);
+    if (st == RA_OK && rank == 4 &&
+        (st = h5io_axes_of(dset, path, name, axes, &axes)) == RA_OK)
+        h5io_axes_dims(axes, fdims, dims);
+    for (int i = 0; st == RA_OK && i < rank; i++) {
+        w[i] = (hsize_t)want[i];
+        if (dims[i] != w[i]) {
+            for (int j = 0; j < rank; j++)
+                w[j] = (hsize_t)want[j];
+            h5io_dims_format(dims, rank, found, sizeof found);
+            h5io_dims_format(w, rank, expect, sizeof expect);
+            st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: shape %s differs "
+                              "from the expected %s", path, name, found,
+                              expect);
+        }
+    }
+    if (st == RA_OK && rank == 4)
+        st = h5io_dset_read_axes(dset, dxpl, path, name, H5T_NATIVE_FLOAT,
+                                 axes, fdims, slice, buf);
+    else if (st == RA_OK) /* (B, H, N): the tokens on axis 2 */
+        st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, rank,
+                            dims, 2, slice, buf);
     if (dset >= 0)
         H5Dclose(dset);
     return st;
 }
 
-/* Reads dataset sp->name's slab from path with MPI-IO; collective. */
-static ra_status file_slab(MPI_Comm comm, const char *path,
-                           const slab_spec *sp, const ra_slice *slice,
-                           float *buf)
+/* Reads dataset name's slab from path with MPI-IO; collective. */
+static ra_status file_slab(MPI_Comm comm, const char *path, const char *name,
+                           int rank, const int64_t *want, ra_axes axes,
+                           const ra_slice *slice, float *buf)
 {
     h5io_reader in;
     ra_status st = h5io_reader_open(comm, path, &in);
     if (st == RA_OK)
-        st = slab_read(in.file, in.dxpl, path, sp, slice, buf);
+        st = slab_read(in.file, in.dxpl, path, name, rank, want, axes, slice,
+                       buf);
     return h5io_reader_close(&in, path, st);
 }
 
@@ -148,10 +128,11 @@ static ra_status finite_check(const char *path, const char *name,
     return RA_OK;
 }
 
-ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
+ra_status h5io_read_backward(MPI_Comm comm, const h5io_bwd_files *f,
                              const ra_shape *s, const ra_params *p,
                              float *dout, float *o, float *lse)
 {
+    const char *in = f->in, *fwd = f->fwd;
     ra_slice qs, ks;
     ra_status st = h5io_rank_slices(comm, in, p->layout, s, &qs, &ks);
     if (st != RA_OK)
@@ -161,15 +142,16 @@ ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
     const int64_t n_o = s->B * qs.count * s->H * s->Dv;
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    const slab_spec dos = {"/do", 4, odims, 1}, os = {"/o", 4, odims, 1};
-    const slab_spec lses = {"/lse", 3, ldims, 2};
-    st = ra_agree(comm, file_slab(comm, in, &dos, &qs, dout));
+    st = ra_agree(comm, file_slab(comm, in, "/do", 4, odims, f->axes, &qs,
+                                  dout));
     if (st == RA_OK)
         st = ra_agree(comm, finite_check(in, "/do", dout, n_o, 0));
     if (st == RA_OK && fwd) {
-        st = ra_agree(comm, file_slab(comm, fwd, &os, &qs, o));
+        st = ra_agree(comm, file_slab(comm, fwd, "/o", 4, odims, RA_AXES_BNHD,
+                                      &qs, o));
         if (st == RA_OK)
-            st = ra_agree(comm, file_slab(comm, fwd, &lses, &qs, lse));
+            st = ra_agree(comm, file_slab(comm, fwd, "/lse", 3, ldims,
+                                          RA_AXES_NONE, &qs, lse));
         if (st == RA_OK)
             st = ra_agree(comm, finite_check(fwd, "/o", o, n_o, 0));
         if (st == RA_OK)
@@ -199,6 +181,7 @@ static ra_status grads_attrs(hid_t file, MPI_Comm comm, const grads_ctx *c)
     const h5io_recipe recipe = {
         .kind = "gradients", .params = p, .scale = ra_params_scale(p, s),
         .nranks = c->nranks, .has_qkv = 1, .masks = c->meta->masks,
+        .source = c->meta->source,
         .out_dtype = RA_DTYPE_F32, .command_line = c->meta->command_line,
         .fingerprint = c->meta->fingerprint};
     ra_status st;

@@ -152,13 +152,40 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
                              segment_avg, 0);
 }
 
+/* The floats of the largest slice of q, k, v (and /do) and the ids of
+ * the largest mask slice of rank of nranks: the buffers gen_write fills
+ * one tensor at a time. */
+static void gen_counts(const ra_shape *shape, int rank, int nranks,
+                       int dout, int64_t *nfloat, int64_t *nids)
+{
+    /* these fit int64 because the whole tensors do (ra_shape_check) */
+    const int64_t n = ra_shard_range(shape->N, rank, nranks).count;
+    const int64_t m = ra_shard_range(shape->M, rank, nranks).count;
+    const int64_t fq[4] = {shape->B, n, shape->H, shape->D};
+    const int64_t fk[4] = {shape->B, m, shape->G, shape->D};
+    const int64_t fv[4] = {shape->B, m, shape->G, shape->Dv};
+    const int64_t fdo[4] = {shape->B, n, shape->H, shape->Dv};
+    *nfloat = max3(ra_count_checked(4, fq), ra_count_checked(4, fk),
+                   ra_count_checked(4, fv));
+    *nfloat = dout ? max3(*nfloat, ra_count_checked(4, fdo), 0) : *nfloat;
+    *nids = max3(shape->B, ra_mul_checked(shape->B, n),
+                 ra_mul_checked(shape->B, m));
+}
+
+int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout)
+{
+    int64_t nfloat, nids;
+    gen_counts(shape, rank, nranks, dout, &nfloat, &nids);
+    return ra_add_checked(ra_mul_checked(nfloat, 4), ra_mul_checked(nids, 8));
+}
+
 ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
                             const ra_shape *shape, int f64, uint64_t seed,
                             int lens, int64_t segment_avg, int dout)
 {
     gen_ctx c = {path, shape, f64, seed, lens, segment_avg, 0, 0, NULL, NULL,
                  dout};
-    int64_t n, m, nfloat, nids;
+    int64_t nfloat, nids;
     h5io_quiet quiet;
     ra_status st;
 
@@ -174,18 +201,7 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
         MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
 
-    /* these fit int64 because the whole tensors do (ra_shape_check) */
-    n = ra_shard_range(shape->N, c.rank, c.nranks).count;
-    m = ra_shard_range(shape->M, c.rank, c.nranks).count;
-    const int64_t fq[4] = {shape->B, n, shape->H, shape->D};
-    const int64_t fk[4] = {shape->B, m, shape->G, shape->D};
-    const int64_t fv[4] = {shape->B, m, shape->G, shape->Dv};
-    const int64_t fdo[4] = {shape->B, n, shape->H, shape->Dv};
-    nfloat = max3(ra_count_checked(4, fq), ra_count_checked(4, fk),
-                  ra_count_checked(4, fv));
-    nfloat = dout ? max3(nfloat, ra_count_checked(4, fdo), 0) : nfloat;
-    nids = max3(shape->B, ra_mul_checked(shape->B, n),
-                ra_mul_checked(shape->B, m));
+    gen_counts(shape, c.rank, c.nranks, dout, &nfloat, &nids);
     c.buf = malloc((size_t)(nfloat ? nfloat : 1) * sizeof *c.buf);
     c.ids = malloc((size_t)nids * sizeof *c.ids);
     st = c.buf && c.ids ? RA_OK

@@ -37,6 +37,10 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
                          const ra_shape *shape, int f64, uint64_t seed,
                          int lens, int64_t segment_avg);
 
+/* The bytes h5io_gen_backward() allocates on rank of nranks (negative when
+ * they overflow), for a check before it runs. */
+int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout);
+
 /* h5io_gen_masks() that also writes /do (B, N, H, Dv) when dout is set:
  * the output gradient of a backward pass, stream RA_STREAM_DO. */
 ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
@@ -49,12 +53,30 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
 ra_status h5io_read_rows(const char *path, const char *dset, int64_t b,
                          int64_t row0, int64_t nrows, double *out);
 
+/* The names of an order as the option --qkv-layout and the output's
+ * qkv_layout attribute spell them: "bnhd", "bhnd", "none" (no order
+ * assumed). h5io_qkv_layout_parse returns RA_AXES_NONE for any other
+ * name, "none" included. */
+const char *h5io_qkv_layout_name(ra_axes axes);
+ra_axes h5io_qkv_layout_parse(const char *name);
+
 /* h5io_read_rows() of an input tensor stored in the order its "axes"
  * attribute names, else fallback (see ra_axes): out holds the rows as
  * (nrows, heads, dim) either way. */
 ra_status h5io_read_rows_as(const char *path, const char *dset,
                             ra_axes fallback, int64_t b, int64_t row0,
                             int64_t nrows, double *out);
+
+/* The longest out_group name (the readers' buffer holds one more). */
+#define H5IO_OUT_GROUP_MAX 255
+
+/* What is wrong with group as the group of an output's tensors, or NULL
+ * when nothing is: it must be absolute and below the root, at most
+ * H5IO_OUT_GROUP_MAX characters (one "/" may end it), without empty, "."
+ * or ".." components, and its first component must not be o, lse or
+ * attn_map (the names readers look for at the root). The writer and the
+ * readers apply this one rule; the message is a clause ("it has ..."). */
+const char *h5io_out_group_problem(const char *group);
 
 /* The path of an output dataset (leaf "o", "lse", "attn_map") under the
  * file's recorded out_group (root when none) into name[len]. */
@@ -173,11 +195,21 @@ ra_status h5io_fingerprint_compare(const char *fwd, const char *recorded,
 ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
                          const ra_params *p);
 
+/* The files a backward pass reads beside q, k, v: the input with /do,
+ * the forward output with /o and /lse (NULL: recomputed), and the order
+ * of a /do without an axes attribute (as --qkv-layout gives it for q, k,
+ * v; RA_AXES_NONE refuses one). */
+typedef struct {
+    const char *in, *fwd;
+    ra_axes axes;
+} h5io_bwd_files;
+
 /* Collective: this rank's slices (p->layout, resolved) of /do (B, N, H, Dv)
- * from in and, when fwd is not NULL, of /o (B, N, H, Dv) and /lse (B, H, N)
- * from the forward output fwd (see h5io_fwd_check). Non-finite values are
- * refused (lse may be -inf). The same verdict on every rank. */
-ra_status h5io_read_backward(MPI_Comm comm, const char *in, const char *fwd,
+ * (or (B, H, N, Dv), see h5io_axes_of) from f->in and, when f->fwd is not
+ * NULL, of /o (B, N, H, Dv) and /lse (B, H, N) from that forward output
+ * (see h5io_fwd_check). Non-finite values are refused (lse may be -inf).
+ * The same verdict on every rank. */
+ra_status h5io_read_backward(MPI_Comm comm, const h5io_bwd_files *f,
                              const ra_shape *s, const ra_params *p,
                              float *dout, float *o, float *lse);
 
@@ -202,6 +234,7 @@ typedef struct {
     const ra_additive_grads *dw; /* the additive score's weight gradients
                                     (params->additive's shapes), or NULL */
     const char *fingerprint;  /* of the input read (h5io_fingerprint_make) */
+    const ra_h5_source *source;  /* the inputs read (their order), or NULL */
 } h5io_grads_meta;
 
 /* Collective and atomic like ra_h5_write_outputs: /dq (B, N, H, D),

@@ -47,7 +47,8 @@ static ra_status probe_write_read(MPI_Comm comm, const char *name,
         /* the scratch file now exists under its owned name: a signal
          * removes it from here on */
         h5io_tmp_publish(name);
-        const ra_h5_source src = {.q = "/o", .k = "/o", .v = "/o"};
+        const ra_h5_source src = {.q = "/o", .k = "/o", .v = "/o",
+                                  .axes = RA_AXES_BNHD}; /* as written */
         MPI_Barrier(comm);
         t0 = MPI_Wtime();
         st = ra_h5_read_inputs_from(comm, name, &src, s, p.layout, o, o, o);

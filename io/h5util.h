@@ -81,7 +81,8 @@ ra_status h5io_attr_read_string(hid_t obj, const char *path,
 
 /* The axis order of the open rank-4 input dataset dset: its "axes"
  * attribute ("B,N,H,D" or "B,H,N,D") when present, else fallback; any
- * other attribute value is refused naming the dataset. */
+ * other attribute value (the empty one too), and no attribute with the
+ * fallback RA_AXES_NONE, are refused naming the file and the dataset. */
 ra_status h5io_axes_of(hid_t dset, const char *path, const char *name,
                        ra_axes fallback, ra_axes *out);
 
@@ -137,7 +138,9 @@ ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
  * h5io_slice_transfer() describes; collective over comm (the file's
  * communicator), and every rank returns the same status (ra_agree), so
  * that a failure on one rank (a full disk) never leaves the others in the
- * next collective call. buf may be NULL when the slice is empty. */
+ * next collective call. buf may be NULL when the slice is empty. A 4-D
+ * dataset sliced on axis 1 is a (B, N, H, D) tensor and gets the attribute
+ * axes = "B,N,H,D", so that readers need not be told its order. */
 ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
                           const char *name, hid_t ftype, hid_t mtype,
                           int rank, const hsize_t *dims, int axis,

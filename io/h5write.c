@@ -63,6 +63,12 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
                           path, name, why);
         goto cleanup;
     }
+    /* a tensor of tokens on axis 1 says its order, which a 4-D shape alone
+     * cannot (a reader would have to be told) */
+    if (rank == 4 && axis == 1 &&
+        (st = h5io_attr_write_string(comm, dset, path, "axes",
+                                     "B,N,H,D")) != RA_OK)
+        goto cleanup;
     /* the transfer only reads buf when it writes */
     st = h5io_slice_transfer(H5IO_WRITE, dset, space, dxpl, path, name, mtype,
                              rank, dims, axis, slice, (void *)buf);

@@ -118,7 +118,8 @@ ra_status h5io_read_rows(const char *path, const char *dset, int64_t b,
 ra_status h5io_out_name(const char *path, const char *leaf, char *name,
                         size_t len)
 {
-    char group[256] = "";
+    char group[H5IO_OUT_GROUP_MAX + 1] = "";
+    const char *problem;
     hid_t file = H5I_INVALID_HID;
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
@@ -128,6 +129,9 @@ ra_status h5io_out_name(const char *path, const char *leaf, char *name,
                                    sizeof group);
     if (file >= 0) H5Fclose(file);
     h5io_quiet_end(&quiet);
+    if (st == RA_OK && group[0] && (problem = h5io_out_group_problem(group)))
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute out_group '%s': %s",
+                          path, group, problem);
     const size_t used = strlen(group);
     snprintf(name, len, "%s%s%s", group,
              used && group[used - 1] == '/' ? "" : "/", leaf);

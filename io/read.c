@@ -16,7 +16,7 @@ typedef struct {
 
 static source_names source_resolve(const ra_h5_source *src)
 {
-    source_names n = {{"/q", "/k", "/v"}, RA_AXES_BNHD};
+    source_names n = {{"/q", "/k", "/v"}, RA_AXES_NONE};
     if (src) {
         n.name[0] = src->q ? src->q : n.name[0];
         n.name[1] = src->k ? src->k : n.name[1];

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
 
@@ -82,8 +83,8 @@ static ra_status record_data(MPI_Comm comm, hid_t file, const char *path,
     ra_status st = RA_OK;
     if (r->has_qkv)
         st = h5io_attr_write_string(comm, file, path, "qkv_layout",
-                                    src && src->axes == RA_AXES_BHND
-                                        ? "bhnd" : "bnhd");
+                                    h5io_qkv_layout_name(
+                                        src ? src->axes : RA_AXES_NONE));
     for (int i = 0; i < 3 && st == RA_OK && r->has_qkv; i++)
         st = h5io_attr_write_string(comm, file, path, attrs[i], names[i]);
     if (st == RA_OK && r->masks)

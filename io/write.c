@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
 
@@ -176,11 +177,12 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                             "and a gzip level 0..9 (above 0 only with chunks)",
                             path, (int)meta->out_dtype,
                             (long long)meta->out_chunk, meta->out_compress);
-    if (meta->out_group && (meta->out_group[0] != '/' ||
-                            strlen(meta->out_group) > 256))
-        return ra_error_set(RA_ERR_ARG, "%s: output group '%s': must be an "
-                            "absolute path of at most 256 characters, e.g. "
-                            "/layer3", path, meta->out_group);
+    const char *bad_group = meta->out_group
+                                ? h5io_out_group_problem(meta->out_group)
+                                : NULL;
+    if (bad_group)
+        return ra_error_set(RA_ERR_ARG, "%s: output group '%s': %s", path,
+                            meta->out_group, bad_group);
     if (meta->out_compress && !H5_VERSION_GE(1, 10, 2))
         return ra_error_set(RA_ERR_ARG, "%s: this parallel HDF5 (%d.%d.%d) "
                             "cannot write compressed datasets collectively "

@@ -152,6 +152,19 @@ struct cli_opt {
                  "machine profile for --strategy auto (default: this\n"       \
                  "machine's built-in figures)")
 
+/* --qkv-layout bnhd|bhnd: the order of the q, k, v (and do) datasets that
+ * carry no axes attribute, into the ra_axes FIELD of T; without it such
+ * datasets are refused (RA_AXES_NONE). */
+int cli_parse_qkv_layout(const cli_opt *opt, const char *val, void *base);
+#define CLI_OPT_QKV_LAYOUT(T, FIELD)                                          \
+    {.name = "--qkv-layout", .kind = CLI_CUSTOM, .meta = "ORDER",             \
+     .offset = CLI_FIELD(T, FIELD, ra_axes), .fn = cli_parse_qkv_layout,      \
+     .help = "axis order of the q, k, v datasets without an 'axes'\n"         \
+     "attribute: bnhd (B,N,H,D) or bhnd (B,H,N,D), as PyTorch's\n"           \
+     "attention takes them; without it such datasets are\n"                  \
+     "refused (an attribute axes = \"B,N,H,D\" or \"B,H,N,D\" on a\n"          \
+     "dataset wins)"}
+
 /* A table of options (ending with a NULL name) and where its struct lies
  * within a subcommand's options. */
 typedef struct {
@@ -159,7 +172,9 @@ typedef struct {
     size_t base;
 } cli_group;
 
-enum { CLI_MAX_GROUPS = 6, CLI_MAX_POSITIONAL = 2 };
+/* CLI_MAX_OPTIONS: the most options one subcommand (all its groups) may
+ * have: the parser marks each one given, to refuse a repeated one. */
+enum { CLI_MAX_GROUPS = 6, CLI_MAX_POSITIONAL = 2, CLI_MAX_OPTIONS = 128 };
 
 /* A subcommand: its name, its help text around the options, its groups,
  * and its positional arguments (stored as const char * at pos_offset). */
@@ -269,15 +284,23 @@ void cli_shape_default(cli_shape *cs);
 /* Resolves unset flags: M = N, G = H, Dv = D. */
 void cli_shape_finish(cli_shape *cs);
 
-/* ra_params_default() with the gaussian bandwidth marked "not given", so
- * that cli_params_finish() can tell --sigma 1 from no --sigma. */
+/* ra_params_default() with the gaussian bandwidth and the RoPE base marked
+ * "not given", so that cli_params_finish() can tell --sigma 1 from no
+ * --sigma. */
 void cli_params_default(ra_params *p);
 
 /* After parsing: threads come from the parameters only, an unset --threads
- * resolved from OMP_NUM_THREADS (1 when that is unset); --scale with a
- * score other than dot and --sigma with a score other than gaussian are
- * refused (RA_ERR_ARG); an unset sigma becomes 1. */
+ * resolved from OMP_NUM_THREADS (1 when that is unset); an option that
+ * would not apply is refused (RA_ERR_ARG): --scale with a score other than
+ * dot, --sigma with one other than gaussian, --rope-base without --rope,
+ * --ulysses-size with a strategy other than hybrid (or auto, all); an
+ * unset sigma becomes 1 and an unset RoPE base the library's. */
 ra_status cli_params_finish(ra_params *p);
+
+/* --ulysses-size U of strategy hybrid against the job's P ranks and the
+ * query heads: U must divide P and not exceed H (the library's own check,
+ * named by the option). Not collective. */
+ra_status cli_ulysses_check(const ra_params *p, const ra_shape *s, int P);
 
 /* The parameters of a run checked as one rule, for run (file NULL: they
  * came from options, named by flag, and a NaN scale means the default) and
@@ -303,10 +326,27 @@ typedef struct {
     float *mem, *q, *k, *v, *o, *lse;
 } cli_tensors;
 
-/* Allocates the tensors of this rank; RA_ERR_NOMEM (or RA_ERR_ARG when a
- * size overflows) with a message otherwise. Not collective. */
+/* Refuses (RA_ERR_ARG, "shape: WHAT of rank R need X bytes, more than the
+ * Y bytes a rank may use (...)") need bytes of this rank above what one
+ * rank may allocate: limit when > 0 (--mem-limit), else this node's
+ * physical memory (sysconf) shared evenly by the ranks of ctx on it; or a
+ * need that overflowed (negative). Call it before allocating: the shape
+ * alone says it cannot fit. Not collective. */
+ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
+                        const char *what);
+
+/* The bytes cli_tensors_alloc() allocates for rank of nranks; -1 when they
+ * overflow. What they are, in cli_mem_check()'s message. */
+int64_t cli_tensors_bytes(const ra_shape *s, ra_layout lay, int rank,
+                          int nranks);
+#define CLI_TENSORS_WHAT "the tensors (q, k, v, o, lse)"
+
+/* Allocates the tensors of this rank of ctx, after cli_mem_check() of
+ * their bytes against limit (--mem-limit, or 0); RA_ERR_ARG (the shape
+ * does not fit, or a size overflows) or RA_ERR_NOMEM with a message
+ * otherwise. Not collective. */
 ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s, ra_layout lay,
-                            int rank, int nranks);
+                            const cli_ctx *ctx, int64_t limit);
 void cli_tensors_free(cli_tensors *t);
 
 /* The additive score's weights, read from an input file. */

@@ -16,6 +16,7 @@
 
 typedef struct {
     ra_params p;
+    ra_h5_source src; /* /q /k /v, in src.axes without an axes attribute */
     const char *in, *out, *fwd;
     int force, recompute;
 } bwd_opts;
@@ -36,6 +37,7 @@ static const cli_opt bwd_own[] = {
                  "its lse do not fit this run"),
     CLI_OPT_FLAG(bwd_opts, "--recompute", recompute,
                  "recompute /o and /lse with a forward pass instead"),
+    CLI_OPT_QKV_LAYOUT(bwd_opts, src.axes),
     {0},
 };
 
@@ -76,7 +78,8 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
                                     (const char *const[]){o->in, o->fwd,
                                                           NULL});
     if (st == RA_OK)
-        st = ra_h5_read_shape(ctx->comm, o->in, &r->d.s);
+        st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->d.s,
+                                   NULL);
     if (st != RA_OK)
         return st;
     st = cli_pass_params(o->in, &r->d, &o->p);
@@ -93,11 +96,12 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
 static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
 {
     cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
-    ra_status st = cli_tensors_alloc(&r->d.t, &r->d.s, o->p.layout,
-                                     ctx->rank, ctx->nranks);
+    ra_status st = cli_tensors_alloc(&r->d.t, &r->d.s, o->p.layout, ctx,
+                                     o->p.mem_limit);
     const int64_t A = o->p.score == RA_SCORE_ADDITIVE ? o->p.additive->A : 0;
     if (st == RA_OK)
-        st = cli_grads_alloc(&r->d, A, "run --backward", ctx->rank);
+        st = cli_grads_alloc(&r->d, A, "run --backward", ctx,
+                             o->p.mem_limit);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
     return ra_h5_read_masks(ctx->comm, o->in, &r->d.s, o->p.layout,
@@ -111,13 +115,14 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
 {
     cli_tensors *t = &r->d.t;
     h5io_nonfinite bad;
-    ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &r->d.s, o->p.layout,
-                                     t->q, t->k, t->v);
+    const h5io_bwd_files files = {o->in, o->fwd, o->src.axes};
+    ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->d.s,
+                                          o->p.layout, t->q, t->k, t->v);
     if (st == RA_OK)
-        st = h5io_scan_nonfinite(ctx->comm, o->in, NULL, &r->d.s, o->p.layout,
-                                 t->q, t->k, t->v, &bad);
+        st = h5io_scan_nonfinite(ctx->comm, o->in, &o->src, &r->d.s,
+                                 o->p.layout, t->q, t->k, t->v, &bad);
     if (st == RA_OK)
-        st = h5io_read_backward(ctx->comm, o->in, o->fwd, &r->d.s, &o->p,
+        st = h5io_read_backward(ctx->comm, &files, &r->d.s, &o->p,
                                 r->d.g.dout, t->o, t->lse);
     if (st == RA_OK)
         st = cli_fingerprint(ctx, &r->d, &o->p, NULL, r->q_seg, r->kv_seg,
@@ -160,7 +165,7 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
             masks[strlen(masks) - 1] = '\0';
         const h5io_grads_meta meta = {&o->p, o->fwd ? o->fwd : "recomputed",
                                       masks, ctx->command_line, dw,
-                                      r->fp_in};
+                                      r->fp_in, &o->src};
         st = h5io_write_grads(ctx->comm, o->out, o->force, &r->d.s, &meta,
                               r->d.g.dq, r->d.g.dk, r->d.g.dv);
     }

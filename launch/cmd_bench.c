@@ -133,8 +133,8 @@ static ra_status config_setup(const cli_ctx *ctx, const bench_opts *o,
                               const ra_shape *s, bench_run *r)
 {
     const uint64_t seed = (uint64_t)o->seed;
-    ra_status st = cli_tensors_alloc(&r->t, s, o->p.layout, ctx->rank,
-                                     ctx->nranks);
+    ra_status st = cli_tensors_alloc(&r->t, s, o->p.layout, ctx,
+                                     o->p.mem_limit);
     if (st == RA_OK && !(r->wall = malloc(sizeof(double) * (size_t)o->reps * 5)))
         st = ra_error_set(RA_ERR_NOMEM, "bench: out of memory for timings");
     if (st == RA_OK)
@@ -358,6 +358,12 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
     for (int i = 0; i < o->nseq && st == RA_OK; i++) {
         const ra_shape s = config_shape(o, i);
         st = cli_params_check(&o->p, &s, NULL);
+        if (st == RA_OK)
+            st = cli_ulysses_check(&o->p, &s, ctx->nranks);
+        if (st == RA_OK) /* before the sgemm yardstick and every config */
+            st = cli_mem_check(ctx, cli_tensors_bytes(&s, o->p.layout,
+                                                      ctx->rank, ctx->nranks),
+                               o->p.mem_limit, CLI_TENSORS_WHAT);
     }
     if (st == RA_OK && o->tab.json && o->tab.csv && strcmp(o->tab.json, o->tab.csv) == 0)
         st = ra_error_set(RA_ERR_ARG, "%s: --json and --csv name the same "

@@ -97,10 +97,10 @@ static ra_status bb_alloc(const cli_ctx *ctx, const bb_opts *o, bb_state *b)
     const ra_shape *s = &b->d.s;
     cli_tensors *t = &b->d.t;
     const int64_t A = o->p.score == RA_SCORE_ADDITIVE ? o->p.additive->A : 0;
-    ra_status st = cli_tensors_alloc(t, s, o->p.layout, ctx->rank,
-                                     ctx->nranks);
+    ra_status st = cli_tensors_alloc(t, s, o->p.layout, ctx, o->p.mem_limit);
     if (st == RA_OK)
-        st = cli_grads_alloc(&b->d, A, "bench --backward", ctx->rank);
+        st = cli_grads_alloc(&b->d, A, "bench --backward", ctx,
+                             o->p.mem_limit);
     if (st != RA_OK)
         return st;
     int64_t mmax = 0;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "agree.h"
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
@@ -74,6 +75,11 @@ static ra_status gen_validate(const cli_ctx *ctx, gen_opts *o)
 {
     cli_shape_finish(&o->cs);
     ra_status st = ra_shape_check(&o->cs.shape);
+    if (st == RA_OK && !o->mha)
+        st = cli_mem_check(ctx, h5io_gen_bytes(&o->cs.shape, ctx->rank,
+                                               ctx->nranks, o->backward),
+                           0, "the generated slices");
+    st = ra_agree(ctx->comm, st);
     return st == RA_OK ? cli_output_agree(ctx, o->out, o->force, NULL) : st;
 }
 

@@ -231,6 +231,8 @@ static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     if (st == RA_OK)
         st = cli_params_check(&o->p, &r->d.s, NULL);
     if (st == RA_OK)
+        st = cli_ulysses_check(&o->p, &r->d.s, ctx->nranks);
+    if (st == RA_OK)
         st = weights_read(o->in, &r->d.s, &r->lw);
     if (st == RA_OK)
         st = cli_alibi_setup(o->in, &r->d.s, &o->p, &r->d.slopes);
@@ -250,9 +252,19 @@ static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     const int64_t nxq = ra_mul_checked(s->B * r->qs.count, L->Eq);
     const int64_t nxk = r->self ? 0 : ra_mul_checked(s->B * r->ks.count, L->Ekv);
     const int64_t ny = ra_mul_checked(s->B * r->qs.count, L->Eout);
-    ra_status st = RA_OK;
-    if (nxq < 0 || nxk < 0 || ny < 0 ||
-        !(r->mem = malloc(sizeof(float) * (size_t)(nxq + nxk + ny + 1))))
+    /* the library's projected heads beside them: q, o (B, n, H, D + Dv),
+     * lse (B, H, n), k, v (B, m, G, D + Dv) */
+    const int64_t fq[4] = {s->B, r->qs.count, s->H, s->D + s->Dv + 1};
+    const int64_t fk[4] = {s->B, r->ks.count, s->G, s->D + s->Dv};
+    const int64_t heads = ra_add_checked(ra_count_checked(4, fq),
+                                         ra_count_checked(4, fk));
+    ra_status st = cli_mem_check(
+        ctx, ra_mul_checked(ra_add_checked(ra_add_checked(nxq, nxk),
+                                           ra_add_checked(ny, heads)),
+                            (int64_t)sizeof(float)),
+        o->p.mem_limit, "the layer's slices and heads");
+    if (st == RA_OK && (nxq < 0 || nxk < 0 || ny < 0 ||
+        !(r->mem = malloc(sizeof(float) * (size_t)(nxq + nxk + ny + 1)))))
         st = ra_error_set(RA_ERR_NOMEM, "run --mha: cannot allocate the local "
                           "slices of rank %d", ctx->rank);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)

@@ -35,6 +35,7 @@ static const cli_opt plan_own[] = {
     CLI_OPT_TEXT(plan_opts, "--in", "FILE", in, NULL,
                  "take the problem from an input file: the shapes of\n"
                  "/q /k /v and its masks (no tensor is read)"),
+    CLI_OPT_QKV_LAYOUT(plan_opts, qkv_layout),
     CLI_OPT_INT(plan_opts, "--ranks", "P", ranks, 1, 1 << 20, NULL,
                 "ranks of the job (default: this mpirun's)"),
     CLI_OPT_INT(plan_opts, "--nodes", "K", nodes, 1, 1 << 16, NULL,
@@ -121,6 +122,10 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     if (st == RA_OK && o->max_seq && (o->tab.json || o->tab.csv || o->nsweep))
         st = ra_error_set(RA_ERR_ARG, "--max-seq prints its own table; "
                           "--json, --csv and --sweep-nodes go without it");
+    if (st == RA_OK && !o->in && o->qkv_layout != RA_AXES_NONE)
+        st = ra_error_set(RA_ERR_ARG, "--qkv-layout: applies to the datasets "
+                          "of --in, and none is given");
+    w->src.axes = o->qkv_layout;
     if (st == RA_OK && o->in)
         st = ra_h5_read_shape_from(MPI_COMM_SELF, o->in, &w->src, &w->s,
                                    NULL);

@@ -28,12 +28,8 @@ typedef struct {
     const char *profile;        /* --strategy auto: the machine profile */
 } run_opts;
 
-static const char *const qkv_layouts[] = {"bnhd", "bhnd", NULL};
 /* in ra_dtype order */
 static const char *const out_dtypes[] = {"f32", "f16", "bf16", "f64", NULL};
-_Static_assert(RA_AXES_BNHD == 0 && RA_AXES_BHND == 1 &&
-                   sizeof(ra_axes) == sizeof(int),
-               "--qkv-layout stores the ra_axes index as int");
 
 static const cli_opt run_own[] = {
     CLI_OPT_REQUIRED(run_opts, "--in", "FILE", in,
@@ -41,12 +37,7 @@ static const cli_opt run_own[] = {
     CLI_OPT_REQUIRED(run_opts, "--out", "FILE", out,
                      "output; written to a temporary file, renamed at the end"),
     CLI_OPT_FORCE(run_opts, force),
-    CLI_OPT_CHOICE(run_opts, "--qkv-layout", "ORDER", src.axes, qkv_layouts,
-                   "tensor layout", "bnhd",
-                   "axis order of q, k, v without an 'axes' attribute:\n"
-                   "bnhd (B,N,H,D) or bhnd (B,H,N,D), as PyTorch's\n"
-                   "attention takes them; an attribute axes = \"B,N,H,D\"\n"
-                   "or \"B,H,N,D\" on a dataset wins"),
+    CLI_OPT_QKV_LAYOUT(run_opts, src.axes),
     CLI_OPT_TEXT(run_opts, "--q", "PATH", src.q, "/q",
                  "dataset of the queries, e.g. /layer3/attn/q"),
     CLI_OPT_TEXT(run_opts, "--k", "PATH", src.k, "/k", "dataset of the keys"),
@@ -86,8 +77,9 @@ static const cli_opt run_own[] = {
     CLI_OPT_TEXT(run_opts, "--attn-map", "I0:I1", map_rows, NULL,
                  "also write /attn_map (B, heads, I1-I0, M): the exact\n"
                  "softmax weights of query rows [I0, I1) over all keys"),
-    CLI_OPT_TEXT(run_opts, "--attn-map-heads", "LIST", map_heads, "0",
-                 "query heads of the map, e.g. 0,3"),
+    CLI_OPT_TEXT(run_opts, "--attn-map-heads", "LIST", map_heads, NULL,
+                 "query heads of the map, e.g. 0,3 (default 0; only\n"
+                 "with --attn-map)"),
     CLI_OPT_FLAG(run_opts, "--allow-nonfinite", allow_nonfinite,
                  "let NaN and infinite inputs through (refused by\n"
                  "default, naming the first one)"),
@@ -192,11 +184,15 @@ static ra_status out_opts_check(const run_opts *o)
     if (o->out_compress && !o->out_chunk)
         return ra_error_set(RA_ERR_ARG, "--out-compress: needs --out-chunk "
                             "(gzip works on chunks)");
-    if (o->out_group && (o->out_group[0] != '/' || !o->out_group[1] ||
-                         strlen(o->out_group) > 256))
-        return ra_error_set(RA_ERR_ARG, "--out-group: '%s' is not a group "
-                            "path like /layer3 (absolute, not the root, at "
-                            "most 256 characters)", o->out_group);
+    const char *bad_group = o->out_group
+                                ? h5io_out_group_problem(o->out_group)
+                                : NULL;
+    if (bad_group)
+        return ra_error_set(RA_ERR_ARG, "--out-group: '%s': %s",
+                            o->out_group, bad_group);
+    if (o->map_heads && !o->map_rows)
+        return ra_error_set(RA_ERR_ARG, "--attn-map-heads: applies to the "
+                            "map of --attn-map, which is not given");
     if (o->json && strcmp(o->json, o->out) == 0)
         return ra_error_set(RA_ERR_ARG, "--json: %s is also the output file",
                             o->json);
@@ -225,8 +221,11 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
         return st;
     o->p.nonfinite = o->allow_nonfinite;
     st = cli_pass_params(o->in, &r->d, &o->p);
+    if (st == RA_OK)
+        st = cli_ulysses_check(&o->p, &r->d.s, ctx->nranks);
     if (st == RA_OK && o->map_rows)
-        st = map_parse(o->map_rows, o->map_heads, &r->d.s, &r->mreq);
+        st = map_parse(o->map_rows, o->map_heads ? o->map_heads : "0",
+                       &r->d.s, &r->mreq);
     if (st == RA_OK)
         st = h5io_segment_names_from(o->in, &o->src, &r->q_seg, &r->kv_seg);
     st = ra_agree(ctx->comm, st);
@@ -275,8 +274,8 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
     const ra_shape *s = &r->d.s;
     cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
-    ra_status st = cli_tensors_alloc(&r->d.t, s, o->p.layout, ctx->rank,
-                                     ctx->nranks);
+    ra_status st = cli_tensors_alloc(&r->d.t, s, o->p.layout, ctx,
+                                     o->p.mem_limit);
     r->map = (ra_attn_map){r->mreq.i0, r->mreq.i1, r->mreq.heads,
                            r->mreq.nheads, NULL};
     if (st == RA_OK && o->map_rows) {

@@ -70,8 +70,8 @@ static ra_h5_source verify_source(const h5io_run_attrs *run)
         run->mask_sets[3], run->mask_sets[4]};
     return (ra_h5_source){
         .q = run->names[0], .k = run->names[1], .v = run->names[2],
-        .axes = strcmp(run->qkv_layout, "bhnd") == 0 ? RA_AXES_BHND
-                                                       : RA_AXES_BNHD, .q_lens = m[0][0] ? m[0] : NULL,
+        .axes = h5io_qkv_layout_parse(run->qkv_layout),
+        .q_lens = m[0][0] ? m[0] : NULL,
         .kv_lens = m[1][0] ? m[1] : NULL, .segments = m[2][0] ? m[2] : NULL,
         .q_segments = m[3][0] ? m[3] : NULL,
         .kv_segments = m[4][0] ? m[4] : NULL};

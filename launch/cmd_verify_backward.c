@@ -122,12 +122,14 @@ static ra_status vb_read(const cli_check *o, const vb_ctx *c, int64_t b,
                          vb_bufs *w)
 {
     const int64_t N = c->s.N, M = c->s.M;
+    const ra_axes ax = h5io_qkv_layout_parse(c->run.qkv_layout);
     int present = 0;
     ra_status st;
-    if ((st = h5io_read_rows(o->in, "/q", b, 0, N, w->q)) != RA_OK ||
-        (st = h5io_read_rows(o->in, "/k", b, 0, M, w->k)) != RA_OK ||
-        (st = h5io_read_rows(o->in, "/v", b, 0, M, w->v)) != RA_OK ||
-        (st = h5io_read_rows(o->in, "/do", b, 0, N, w->dout)) != RA_OK ||
+    if ((st = h5io_read_rows_as(o->in, "/q", ax, b, 0, N, w->q)) != RA_OK ||
+        (st = h5io_read_rows_as(o->in, "/k", ax, b, 0, M, w->k)) != RA_OK ||
+        (st = h5io_read_rows_as(o->in, "/v", ax, b, 0, M, w->v)) != RA_OK ||
+        (st = h5io_read_rows_as(o->in, "/do", ax, b, 0, N,
+                                w->dout)) != RA_OK ||
         (st = h5io_read_rows(o->out, "/dq", b, 0, N, w->dq)) != RA_OK ||
         (st = h5io_read_rows(o->out, "/dk", b, 0, M, w->dk)) != RA_OK ||
         (st = h5io_read_rows(o->out, "/dv", b, 0, M, w->dv)) != RA_OK)
@@ -311,14 +313,18 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
 static ra_status vb_validate(const cli_ctx *ctx, const cli_check *o, vb_ctx *c)
 {
     ra_shape *s = &c->s;
-    ra_status st = ra_h5_read_shape(ctx->comm, o->in, s);
+    /* the gradients record the order the run read q, k, v in */
+    ra_status st = ra_agree(ctx->comm, h5io_read_run_attrs(o->out, &c->run));
+    const ra_h5_source src = {
+        .axes = h5io_qkv_layout_parse(c->run.qkv_layout)};
+    if (st == RA_OK)
+        st = ra_h5_read_shape_from(ctx->comm, o->in, &src, s, NULL);
     if (st != RA_OK)
         return st;
     const int64_t qd[4] = {s->B, s->N, s->H, s->D};
     const int64_t kd[4] = {s->B, s->M, s->G, ra_shape_dk(s)};
     const int64_t vd[4] = {s->B, s->M, s->G, s->Dv};
-    if ((st = h5io_read_run_attrs(o->out, &c->run)) == RA_OK &&
-        (st = dims_match(o->out, "/dq", qd, o->in)) == RA_OK &&
+    if ((st = dims_match(o->out, "/dq", qd, o->in)) == RA_OK &&
         (st = dims_match(o->out, "/dk", kd, o->in)) == RA_OK &&
         (st = dims_match(o->out, "/dv", vd, o->in)) == RA_OK)
         st = vb_rules(o, c);

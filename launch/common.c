@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include <omp.h>
 
 #include "agree.h"
@@ -18,15 +20,24 @@
 void cli_params_default(ra_params *p)
 {
     ra_params_default(p);
-    p->sigma = NAN; /* "not given", told apart from an explicit 1 */
+    p->sigma = NAN;     /* "not given", told apart from an explicit 1 */
+    p->rope_base = NAN; /* likewise from an explicit 10000 */
+}
+
+/* Whether --strategy (p->strategy as parsed) may run strategy s: it is s,
+ * or a choice (auto, bench's all) that may pick s. */
+static int strategy_may_be(const ra_params *p, ra_strategy s)
+{
+    return p->strategy == s || (int)p->strategy == CLI_STRATEGY_AUTO ||
+           (int)p->strategy == CLI_STRATEGY_ALL;
 }
 
 ra_status cli_params_finish(ra_params *p)
 {
     if (p->threads == 0)
         p->threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
-    /* an option the chosen score does not use is refused, never recorded
-     * as if it had been applied */
+    /* an option that the chosen score, encoding or strategy does not use is
+     * refused, never recorded as if it had been applied */
     if (p->score != RA_SCORE_DOT && !isnan(p->scale))
         return ra_error_set(RA_ERR_ARG, "--scale: the %s score takes no "
                             "scale (it applies to --score dot only)",
@@ -35,8 +46,36 @@ ra_status cli_params_finish(ra_params *p)
         return ra_error_set(RA_ERR_ARG, "--sigma: the %s score takes no "
                             "bandwidth (it applies to --score gaussian only)",
                             ra_score_name(p->score));
+    if (p->rope == RA_ROPE_NONE && !isnan(p->rope_base))
+        return ra_error_set(RA_ERR_ARG, "--rope-base: no rotary embedding "
+                            "to apply it to (it needs --rope interleaved or "
+                            "half)");
+    if (p->ulysses_size && !strategy_may_be(p, RA_STRATEGY_HYBRID))
+        return ra_error_set(RA_ERR_ARG, "--ulysses-size: the %s strategy "
+                            "has no head-parallel groups (it applies to "
+                            "--strategy hybrid, or auto)",
+                            ra_strategy_name(p->strategy));
     if (isnan(p->sigma))
         p->sigma = 1.0;
+    if (isnan(p->rope_base))
+        p->rope_base = RA_ROPE_BASE_DEFAULT;
+    return RA_OK;
+}
+
+ra_status cli_ulysses_check(const ra_params *p, const ra_shape *s, int P)
+{
+    const int64_t u = p->ulysses_size;
+    if (u == 0 || p->strategy != RA_STRATEGY_HYBRID)
+        return RA_OK; /* the plan checks what auto may pick */
+    if (P % u != 0)
+        return ra_error_set(RA_ERR_ARG, "--ulysses-size: groups of %lld "
+                            "ranks do not divide the %d ranks of the job",
+                            (long long)u, P);
+    if (u > s->H)
+        return ra_error_set(RA_ERR_ARG, "--ulysses-size: groups of %lld "
+                            "ranks outnumber the %lld query heads (groups of "
+                            "1 to %lld ranks work)", (long long)u,
+                            (long long)s->H, (long long)s->H);
     return RA_OK;
 }
 
@@ -121,27 +160,89 @@ static int count_of(size_t *out, int64_t n0, int64_t n1, int64_t n2,
     return 0;
 }
 
-ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s, ra_layout lay,
-                            int rank, int nranks)
+/* The bytes one rank may allocate: limit when > 0 (--mem-limit), else
+ * this node's physical memory shared evenly by the *on_node ranks of ctx
+ * on it (*on_node 0: the limit was given). */
+static int64_t mem_share(const cli_ctx *ctx, int64_t limit, int *on_node)
+{
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    *on_node = limit > 0 ? 0 : ctx->nodes.ranks_on_node > 0
+                                   ? ctx->nodes.ranks_on_node : 1;
+    if (limit > 0)
+        return limit;
+    return pages > 0 && page > 0
+               ? (int64_t)((double)pages * (double)page / *on_node)
+               : INT64_MAX;
+}
+
+ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
+                        const char *what)
+{
+    int on_node;
+    const int64_t share = mem_share(ctx, limit, &on_node);
+    if (need >= 0 && need <= share)
+        return RA_OK;
+    char why[160] = "--mem-limit";
+    if (on_node)
+        snprintf(why, sizeof why, "this node's physical memory shared by "
+                 "its %d ranks", on_node);
+    if (need < 0)
+        return ra_error_set(RA_ERR_ARG, "shape: %s of rank %d need more "
+                            "than 2^63 bytes", what, ctx->rank);
+    return ra_error_set(RA_ERR_ARG, "shape: %s of rank %d need %lld bytes "
+                        "(%.3g GB), more than the %lld bytes (%.3g GB) a rank "
+                        "may use (%s)", what, ctx->rank, (long long)need,
+                        (double)need * 1e-9, (long long)share,
+                        (double)share * 1e-9, why);
+}
+
+/* The slices of rank and the element counts of cli_tensors in t (mem
+ * NULL) and its bytes in *total; -1 when a count overflows. */
+static int tensors_size(cli_tensors *t, const ra_shape *s, ra_layout lay,
+                        int rank, int nranks, size_t *total)
 {
     memset(t, 0, sizeof *t);
     t->qs = ra_layout_slice(lay, s->N, rank, nranks);
     t->ks = ra_layout_slice(lay, s->M, rank, nranks);
     const int64_t n = t->qs.count, m = t->ks.count;
-    size_t total = 1; /* one spare element: empty slices still allocate */
+    *total = 1; /* one spare element: empty slices still allocate */
     if (count_of(&t->nq, s->B, n, s->H, s->D) ||
         count_of(&t->nk, s->B, m, s->G, ra_shape_dk(s)) ||
         count_of(&t->nv, s->B, m, s->G, s->Dv) ||
         count_of(&t->no, s->B, n, s->H, s->Dv) ||
         count_of(&t->nl, s->B, s->H, n, 1) ||
-        __builtin_add_overflow(total, t->nq + t->nk, &total) ||
-        __builtin_add_overflow(total, t->nv + t->no + t->nl, &total) ||
-        __builtin_mul_overflow(total, sizeof(float), &total))
+        __builtin_add_overflow(*total, t->nq + t->nk, total) ||
+        __builtin_add_overflow(*total, t->nv + t->no + t->nl, total) ||
+        __builtin_mul_overflow(*total, sizeof(float), total) ||
+        *total > INT64_MAX)
+        return -1;
+    return 0;
+}
+
+int64_t cli_tensors_bytes(const ra_shape *s, ra_layout lay, int rank,
+                          int nranks)
+{
+    cli_tensors t;
+    size_t total;
+    return tensors_size(&t, s, lay, rank, nranks, &total) ? -1
+                                                          : (int64_t)total;
+}
+
+ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s, ra_layout lay,
+                            const cli_ctx *ctx, int64_t limit)
+{
+    size_t total;
+    if (tensors_size(t, s, lay, ctx->rank, ctx->nranks, &total))
         return ra_error_set(RA_ERR_ARG, "shape: the local tensors of rank %d "
-                            "overflow the address space", rank);
+                            "overflow the address space", ctx->rank);
+    ra_status st = cli_mem_check(ctx, (int64_t)total, limit,
+                                 CLI_TENSORS_WHAT);
+    if (st != RA_OK)
+        return st;
     if (!(t->mem = malloc(total)))
         return ra_error_set(RA_ERR_NOMEM, "cannot allocate the local tensors "
-                            "(%.3g GB on rank %d)", (double)total * 1e-9, rank);
+                            "(%.3g GB on rank %d)", (double)total * 1e-9,
+                            ctx->rank);
     t->q = t->mem;
     t->k = t->q + t->nq;
     t->v = t->k + t->nk;
@@ -271,6 +372,6 @@ void cli_print_source(const cli_ctx *ctx, const ra_h5_source *src,
            ra_axes_name(used[0]), names[1], ra_axes_name(used[1]), names[2],
            ra_axes_name(used[2]));
     printf("# %-10s %s (datasets without an axes attribute)\n",
-           "qkv-layout", src->axes == RA_AXES_BHND ? "bhnd" : "bnhd");
+           "qkv-layout", h5io_qkv_layout_name(src->axes));
     fflush(stdout);
 }

@@ -32,7 +32,7 @@ void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented)
 enum { GRADS_SPARE = 16 };
 
 ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
-                          int rank)
+                          const cli_ctx *ctx, int64_t limit)
 {
     const ra_shape *s = &d->s;
     const int64_t n = d->t.qs.count, m = d->t.ks.count, Dk = ra_shape_dk(s);
@@ -45,12 +45,20 @@ ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
         total = ra_add_checked(total,
                                ra_add_checked(cnt[i], GRADS_SPARE));
     }
+    const cli_tensors *t = &d->t;
+    const int64_t held = (int64_t)(t->nq + t->nk + t->nv + t->no + t->nl + 1);
+    const int64_t need = ra_mul_checked(ra_add_checked(total, held),
+                                        (int64_t)sizeof(float));
+    ra_status st = cli_mem_check(ctx, need, limit, "the tensors and their "
+                                 "gradients");
+    if (st != RA_OK)
+        return st;
     cli_grads *g = &d->g;
     g->mem = total > 0 && (uint64_t)total < SIZE_MAX / sizeof(float)
                  ? malloc(sizeof(float) * (size_t)total) : NULL;
     if (!g->mem)
         return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate the "
-                            "gradients of rank %d", command, rank);
+                            "gradients of rank %d", command, ctx->rank);
     g->dout = g->mem;
     g->dq = g->dout + cnt[0] + GRADS_SPARE;
     g->dk = g->dq + cnt[1] + GRADS_SPARE;

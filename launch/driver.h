@@ -49,10 +49,12 @@ ra_status cli_fingerprint(const cli_ctx *ctx, const cli_pass_data *d,
                           const ra_params *p, const ra_h5_source *src,
                           const char *q_seg, const char *kv_seg, char *text);
 
-/* Allocates d->g for d->t's slices with A additive hidden units (0: none);
- * RA_ERR_NOMEM naming the command otherwise. Not collective. */
+/* Allocates d->g for d->t's slices with A additive hidden units (0: none),
+ * after cli_mem_check() of the tensors and gradients together against
+ * limit (--mem-limit, or 0); RA_ERR_ARG (they cannot fit) or RA_ERR_NOMEM
+ * naming the command otherwise. Not collective. */
 ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
-                          int rank);
+                          const cli_ctx *ctx, int64_t limit);
 
 /* One step of a driver on its options and state (see CLI_PASS_STEP). */
 typedef ra_status (*cli_pass_step)(const cli_ctx *ctx, void *opts,

@@ -33,23 +33,28 @@ static void args_remove(int *argc, char **argv, int i, int n)
     *argc -= n;
 }
 
-/* The value of --ring-order in argv, removed from it; "node" when absent,
- * NULL when the option has no value. */
-static const char *ring_order_take(int *argc, char **argv)
+/* The value of --ring-order in argv into *val, removed from it; "node"
+ * when absent. RA_ERR_ARG when it has no value or is given twice. */
+static ra_status ring_order_take(int *argc, char **argv, const char **val)
 {
-    const char *val = "node";
+    int given = 0;
+    *val = "node";
     for (int i = 1; i < *argc; i++) {
-        if (strncmp(argv[i], "--ring-order=", 13) == 0) {
-            val = argv[i] + 13;
-            args_remove(argc, argv, i--, 1);
-        } else if (strcmp(argv[i], "--ring-order") == 0) {
-            if (i + 1 >= *argc)
-                return NULL;
-            val = argv[i + 1];
-            args_remove(argc, argv, i--, 2);
-        }
+        const int joined = strncmp(argv[i], "--ring-order=", 13) == 0;
+        if (!joined && strcmp(argv[i], "--ring-order") != 0)
+            continue;
+        if (given++)
+            return ra_error_set(RA_ERR_ARG, "--ring-order: given twice; give "
+                                "it once (it takes a single value)");
+        if (!joined && i + 1 >= *argc)
+            return ra_error_set(RA_ERR_ARG, "--ring-order needs a value");
+        *val = joined ? argv[i] + 13 : argv[i + 1];
+        args_remove(argc, argv, i--, joined ? 1 : 2);
     }
-    return val;
+    if (strcmp(*val, "node") != 0 && strcmp(*val, "mpirun") != 0)
+        return ra_error_set(RA_ERR_ARG, "--ring-order: '%s' is not node or "
+                            "mpirun", *val);
+    return RA_OK;
 }
 
 /* Rank 0: mpirun's ranks in ring order, nodes separated by '|'. */
@@ -95,12 +100,15 @@ static ra_status io_take(int *argc, char **argv)
                                 "%d hints", MAX_HINTS);
         io.hints[io.nhints++] = tok;
     }
-    for (int i = 1; i < *argc; i++) {
+    for (int i = 1, aligned = 0; i < *argc; i++) {
         const int align = strcmp(argv[i], "--align") == 0;
         if (!align && strcmp(argv[i], "--mpiio-hint") != 0)
             continue;
         if (i + 1 >= *argc)
             return ra_error_set(RA_ERR_ARG, "%s needs a value", argv[i]);
+        if (align && aligned++) /* --mpiio-hint is repeatable, --align not */
+            return ra_error_set(RA_ERR_ARG, "--align: given twice; give it "
+                                "once (it takes a single value)");
         if (align && cli_parse_i64("--align", argv[i + 1], 0,
                                    (int64_t)1 << 40, &io.align) != 0)
             return RA_ERR_ARG;
@@ -129,11 +137,10 @@ int cli_global_setup(cli_ctx *ctx, int *argc, char **argv)
             fprintf(stderr, "ringattn: %s\n", ra_error_message());
         return CLI_EXIT_USAGE;
     }
-    const char *val = ring_order_take(argc, argv);
-    if (!val || (strcmp(val, "node") != 0 && strcmp(val, "mpirun") != 0)) {
+    const char *val;
+    if (ring_order_take(argc, argv, &val) != RA_OK) {
         if (world_rank == 0)
-            fprintf(stderr, "ringattn: --ring-order: '%s' is not node or "
-                            "mpirun\n", val ? val : "");
+            fprintf(stderr, "ringattn: %s\n", ra_error_message());
         return CLI_EXIT_USAGE;
     }
     ctx->node_aware = strcmp(val, "node") == 0;

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "compare.h"
+#include "h5io.h"
 #include "internal.h"
 
 #define RA_STR(x) #x
@@ -168,18 +169,44 @@ static int opt_store(const cli_opt *o, const char *val, char *base)
     return 0;
 }
 
-/* The option called name (the first len bytes of arg), and its group's
- * struct within opts. */
+/* The option called name (the first len bytes of arg), its group's struct
+ * within opts, and its number among the options of spec (*index). */
 static const cli_opt *opt_find(const cli_spec *spec, const char *arg,
-                               size_t len, char *opts, char **base)
+                               size_t len, char *opts, char **base,
+                               int *index)
 {
+    *index = 0;
     for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
-        for (const cli_opt *o = spec->groups[g].opts; o->name; o++)
+        for (const cli_opt *o = spec->groups[g].opts; o->name; o++) {
             if (strlen(o->name) == len && strncmp(o->name, arg, len) == 0) {
                 *base = opts + spec->groups[g].base;
                 return o;
             }
+            ++*index;
+        }
     return NULL;
+}
+
+/* Refuses a second value of an option: the last would win silently over
+ * the first. A flag said twice loses nothing. given[] marks the options
+ * of the spec already given. */
+static int once_check(const cli_opt *o, int index,
+                      unsigned char given[CLI_MAX_OPTIONS])
+{
+    if (o->kind == CLI_FLAG)
+        return 0;
+    if (index >= CLI_MAX_OPTIONS) {
+        ra_error_set(RA_ERR_ARG, "%s: its subcommand has more than %d "
+                     "options (CLI_MAX_OPTIONS)", o->name, CLI_MAX_OPTIONS);
+        return -1;
+    }
+    if (given[index]) {
+        ra_error_set(RA_ERR_ARG, "%s: given twice; give it once (it takes "
+                     "a single value)", o->name);
+        return -1;
+    }
+    given[index] = 1;
+    return 0;
 }
 
 static int defaults_apply(const cli_spec *spec, char *opts)
@@ -230,7 +257,8 @@ static int required_check(const cli_spec *spec, const char *opts)
 int cli_parse(const cli_spec *spec, void *opts_, int argc, char **argv)
 {
     char *opts = opts_, *base;
-    int npos = 0;
+    unsigned char given[CLI_MAX_OPTIONS] = {0};
+    int npos = 0, index;
     if (defaults_apply(spec, opts) != 0)
         return -1;
     for (int i = 1; i < argc; i++) {
@@ -244,7 +272,9 @@ int cli_parse(const cli_spec *spec, void *opts_, int argc, char **argv)
         }
         const char *eq = strchr(arg, '=');
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        const cli_opt *o = opt_find(spec, arg, len, opts, &base);
+        const cli_opt *o = opt_find(spec, arg, len, opts, &base, &index);
+        if (o && once_check(o, index, given) != 0)
+            return -1;
         if (!o) {
             ra_error_set(RA_ERR_ARG, "%s: unknown option '%.*s' (see ringattn "
                          "%s --help)", spec->name, (int)len, arg, spec->name);
@@ -340,6 +370,18 @@ int cli_parse_or_exit(const cli_ctx *ctx, const cli_spec *spec, void *opts,
         return CLI_EXIT_OK;
     }
     return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
+}
+
+int cli_parse_qkv_layout(const cli_opt *o, const char *val, void *base)
+{
+    const ra_axes axes = h5io_qkv_layout_parse(val);
+    if (axes == RA_AXES_NONE) {
+        ra_error_set(RA_ERR_ARG, "%s: unknown tensor layout '%s' (expected "
+                     "bnhd or bhnd)", o->name, val);
+        return -1;
+    }
+    *(ra_axes *)((char *)base + o->offset) = axes;
+    return 0;
 }
 
 /* ---- shared groups ------------------------------------------------------- */
@@ -588,8 +630,10 @@ const cli_opt cli_forward_opts[] = {
      "run and bench take auto: the plan's fastest"},
     CLI_OPT_INT(ra_params, "--mem-limit", "BYTES", mem_limit, 1, INT64_MAX,
                 NULL,
-                "bytes a rank may use for gathered K/V (allgather;\n"
-                "default: node memory / ranks on the node)"),
+                "bytes a rank may allocate: its tensors (every\n"
+                "strategy; a shape beyond it is refused before any\n"
+                "allocation) and allgather's gathered K/V (default:\n"
+                "node memory / ranks on the node)"),
     CLI_OPT_INT(ra_params, "--ulysses-size", "U", ulysses_size, 1, 1 << 20,
                 NULL,
                 "hybrid: ranks per head-parallel group, dividing P\n"

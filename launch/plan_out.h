@@ -12,6 +12,7 @@ typedef struct {
     cli_shape cs;
     ra_params p;
     const char *in, *profile;
+    ra_axes qkv_layout;     /* --qkv-layout: --in's order without axes */
     cli_tables tab;               /* --json, --csv */
     int64_t ranks, nodes, cores;  /* 0: not given */
     double link_rate;             /* bits/s between nodes; 0: the profile's */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "h5io.h"
 #include "internal.h"
 
 void cli_json_string(FILE *f, const char *text)
@@ -48,8 +49,7 @@ static void json_rules(FILE *f, const cli_run_summary *r)
     if (p->score == RA_SCORE_GAUSSIAN)
         fprintf(f, "  \"sigma\": %.17g,\n", p->sigma);
     json_field(f, "layout", ra_layout_name(p->layout));
-    json_field(f, "qkv_layout", r->source->axes == RA_AXES_BHND ? "bhnd"
-                                                                 : "bnhd");
+    json_field(f, "qkv_layout", h5io_qkv_layout_name(r->source->axes));
     json_field(f, "q_dataset", r->source->q ? r->source->q : "/q");
     json_field(f, "k_dataset", r->source->k ? r->source->k : "/k");
     json_field(f, "v_dataset", r->source->v ? r->source->v : "/v");

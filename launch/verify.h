@@ -27,8 +27,7 @@ typedef struct {
 /* The order the run read q, k, v in when they have no axes attribute. */
 static inline ra_axes verify_qkv_axes(const verify_ctx *c)
 {
-    return c->run.qkv_layout[0] == 'b' && c->run.qkv_layout[1] == 'h'
-               ? RA_AXES_BHND : RA_AXES_BNHD;
+    return h5io_qkv_layout_parse(c->run.qkv_layout);
 }
 
 ra_status verify_rows(const char *in, const char *out, const verify_ctx *c,

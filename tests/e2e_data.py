@@ -133,10 +133,10 @@ def layouts(tmp):
     info = run([RINGATTN, "info", out])
     assert re.search(r'^  k_dataset += "/layer3/attn/key"$', info, re.M), info
 
-    # the default order reads (B, H, N, D) as (B, N, H, D): k and v then
-    # disagree with q about the batch's kv heads, which is refused
+    # without an axes attribute or --qkv-layout no order is assumed
     refused(MPI + [RINGATTN, "run", "--in", plain, "--out", out, "--force"],
-            r"plain\.h5: dataset /k: kv heads G = 91 do not divide the query heads H = 67")
+            r"plain\.h5: dataset /q: no axes attribute, .* give --qkv-layout "
+            r"bnhd or --qkv-layout bhnd")
     with h5py.File(plain, "a") as f:
         f["q"].attrs["axes"] = "B,N,D,H"
     refused(MPI + [RINGATTN, "run", "--in", plain, "--out", out, "--force"],
@@ -160,7 +160,7 @@ def mask_datasets(tmp):
         f["q"], f["k"], f["v"] = q, k, v
         f["meta/qlen"], f["meta/kvlen"], f["meta/seg"] = ql, kl, seg
         f["q_lens"] = np.zeros(B, np.int64)  # the default name: must be ignored
-    run(MPI + [RINGATTN, "run", "--in", inp, "--out", out, "--q-lens", "/meta/qlen",
+    run(MPI + [RINGATTN, "run", "--in", inp, "--out", out, "--qkv-layout", "bnhd", "--q-lens", "/meta/qlen",
                "--kv-lens", "/meta/kvlen", "--segments", "/meta/seg"])
     i, j = np.arange(N)[:, None], np.arange(N)[None, :]
     seen = ((i < ql[:, None, None]) & (j < kl[:, None, None]) &
@@ -178,7 +178,8 @@ def mask_datasets(tmp):
     print(f"--q-lens --kv-lens --segments under /meta: max |err| against numpy fp64 {err:.2e}")
     assert err < TOL, err
     assert "PASS" in run(MPI + [RINGATTN, "verify", "--in", inp, "--out", out])
-    refused(MPI + [RINGATTN, "run", "--in", inp, "--out", out, "--force", "--kv-lens", "/nope"],
+    refused(MPI + [RINGATTN, "run", "--in", inp, "--out", out, "--force", "--qkv-layout", "bnhd",
+                   "--kv-lens", "/nope"],
             r"masks\.h5: dataset /nope: not found")
 
 

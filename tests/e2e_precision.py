@@ -71,6 +71,7 @@ def write_inputs(path, kind, t):
                       "float32 big-endian": ">f4", "float64 big-endian": ">f8"}[kind]
                 f[name] = x.astype(dt)
                 held[name] = f[name][()].astype(np.float64)
+            f[name].attrs["axes"] = "B,N,H,D"  # a 4-D shape cannot say
     return held
 
 

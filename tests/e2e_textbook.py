@@ -63,6 +63,8 @@ def additive(tmp):
     inp, out = os.path.join(tmp, "add-in.h5"), os.path.join(tmp, "add-out.h5")
     with h5py.File(inp, "w") as f:
         f["q"], f["k"], f["v"] = q.astype(np.float32), k.astype(np.float32), v.astype(np.float32)
+        for n in "qkv":
+            f[n].attrs["axes"] = "B,N,H,D"
         f["additive/w_q"], f["additive/w_k"], f["additive/w_v"] = (
             wq.astype(np.float32), wk.astype(np.float32), wv.astype(np.float32))
     run(MPI + [RINGATTN, "run", "--in", inp, "--out", out, "--score", "additive", "--causal"])

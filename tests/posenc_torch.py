@@ -104,6 +104,8 @@ def case(tmp, np_ranks, ringattn, name, shape, args, rope=None, base=10000.0,
     v = rng.standard_normal((B, M, G, D)).astype(np.float32)
     with h5py.File(inp, "w") as f:
         f["q"], f["k"], f["v"] = q, k, v
+        for n in "qkv":
+            f[n].attrs["axes"] = "B,N,H,D"
         if given is not None:
             f["alibi_slopes"] = np.asarray(given, dtype=np.float32)
     mpi = ["mpirun", "-np", str(np_ranks), "--oversubscribe"]

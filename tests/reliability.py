@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""reliability.py RINGATTN NP [cases|faults|determinism|table]
+"""reliability.py RINGATTN NP [cases|faults|determinism|table] [ID_REGEX]
 
 Bad inputs, bad options and faults through the command line at NP ranks
 (docs/RELIABILITY.md lists every case; `table` prints that list as Markdown
-from a run of the cases).
+from a run of the cases; ID_REGEX keeps the cases whose id it matches).
 
 cases: each bad input or option of CASES must give exactly one stderr line
   "ringattn: ..." that matches the case's pattern, the case's exit status
@@ -43,6 +43,7 @@ from tree_md5 import md5s  # noqa: E402
 RINGATTN = os.path.abspath(sys.argv[1])
 NP = int(sys.argv[2])
 MODE = sys.argv[3] if len(sys.argv) > 3 else "cases"
+ONLY = sys.argv[4] if len(sys.argv) > 4 else ""  # cases: the ids to run (regex)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
            OPENBLAS_NUM_THREADS="1")
@@ -58,8 +59,10 @@ def rng_tensor(shape, dtype=np.float32, seed=0):
 
 
 def make(path, q=(2, 8, 2, 4), k=(2, 6, 1, 4), v=(2, 6, 1, 3),
-         dtypes=("f4", "f4", "f4"), omit=(), extra=None, edit=None):
-    """An input file of the given shapes; extra: more datasets; edit(f)."""
+         dtypes=("f4", "f4", "f4"), omit=(), extra=None, edit=None,
+         axes="B,N,H,D"):
+    """An input file of the given shapes, each tensor with the attribute
+    axes (None: without); extra: more datasets; edit(f)."""
     with h5py.File(path, "w") as f:
         for name, shape, dt in zip("qkv", (q, k, v), dtypes):
             if name in omit:
@@ -68,10 +71,20 @@ def make(path, q=(2, 8, 2, 4), k=(2, 6, 1, 4), v=(2, 6, 1, 3),
                 f.create_dataset(name, data=np.full(shape, b"x", dtype="S4"))
             else:
                 f.create_dataset(name, data=rng_tensor(shape).astype(dt))
+            if axes is not None:
+                f[name].attrs["axes"] = axes
         for name, data in (extra or {}).items():
             f[name] = data
         if edit:
             edit(f)
+
+
+def tag(f, names="qkv"):
+    """The attribute axes = "B,N,H,D" on the tensors names of f that exist
+    (a 4-D shape alone does not say its order, so run refuses one without)."""
+    for name in names:
+        if f.get(name) is not None:
+            f[name].attrs["axes"] = "B,N,H,D"
 
 
 def set_value(name, index, value, dtype=None):
@@ -99,6 +112,7 @@ def huge(f):
     f.create_dataset("q", shape=(1 << 24, 1 << 24, 1 << 8, 16), dtype="f4")
     f.create_dataset("k", shape=(1 << 24, 1, 1, 16), dtype="f4")
     f.create_dataset("v", shape=(1 << 24, 1, 1, 16), dtype="f4")
+    tag(f)
 
 
 # ---- the cases -------------------------------------------------------------
@@ -282,6 +296,7 @@ def with_k(build_k):
         with h5py.File(p, "w") as f:
             f["q"], f["v"] = q, v
             build_k(f, k, os.path.dirname(p))
+            tag(f, "qv")
     return build
 
 
@@ -290,6 +305,7 @@ def k_elink(target, make_target=True):
         if make_target:
             with h5py.File(os.path.join(here, target), "w") as t:
                 t["k"] = k
+                tag(t, "k")
         f["k"] = h5py.ExternalLink(target, "/k")
     return build_k
 
@@ -303,6 +319,7 @@ def k_external(raw, keep_bytes=None):
             os.truncate(os.path.join(here, raw), keep_bytes)
         f.create_dataset("k", shape=k.shape, dtype="f4",
                          external=[(raw, 0, k.nbytes)])
+        tag(f, "k")
     return build_k
 
 
@@ -314,6 +331,7 @@ def k_virtual(source, make_source=True):
         layout = h5py.VirtualLayout(shape=k.shape, dtype="f4")
         layout[...] = h5py.VirtualSource(source, "k", shape=k.shape)
         f.create_virtual_dataset("k", layout)
+        tag(f, "k")
     return build_k
 
 
@@ -322,6 +340,7 @@ def k_chunked(damage=None, **kw):
     the stored chunk with 0x5a."""
     def build_k(f, k, here):
         f.create_dataset("k", data=np.round(k), chunks=k.shape, **kw)
+        tag(f, "k")
     def build(p):
         with_k(build_k)(p)
         if damage:
@@ -343,6 +362,7 @@ def additive_overflow(p):
     A = -(-(1 << 64) // (4 * (D + Dk + 1)))
     with h5py.File(p, "w") as f:
         f["q"], f["k"], f["v"] = q, k, v
+        tag(f)
         f.create_dataset("additive/w_q", shape=(A, D), dtype="f4", chunks=(1, D))
         f.create_dataset("additive/w_k", shape=(A, Dk), dtype="f4", chunks=(1, Dk))
         f.create_dataset("additive/w_v", shape=(A,), dtype="f4", chunks=(1,))
@@ -352,6 +372,7 @@ def additive_nan(p):
     q, k, v = good_arrays(p)
     with h5py.File(p, "w") as f:
         f["q"], f["k"], f["v"] = q, k, v
+        tag(f)
         f["additive/w_q"] = rng_tensor((3, q.shape[3]))
         f["additive/w_k"] = rng_tensor((3, k.shape[3]))
         w = rng_tensor((3,))
@@ -504,6 +525,7 @@ def named_q_nan(f):
     q = f["q"][...]
     q[0, 3, 1, 2] = np.nan
     f["g/q"] = q
+    tag(f, ["g/q"])
 
 
 def additive_nan(f):
@@ -632,7 +654,7 @@ CASES_TOOLS = [
      BENCH_SMALL + ["--json", "adir"], 2, r"adir: output is a directory"),
     ("bench-nomem", "bench whose slices exceed the address space (was a double free)", {},
      ["bench", "--seq", "1099511627776", "--heads", "1", "--dim", "32", "--reps",
-      "1", "--warmup", "0", "--lens", "random"], 1,
+      "1", "--warmup", "0", "--lens", "random", "--mem-limit", "9223372036854775807"], 1,
      r"cannot allocate the local tensors \([0-9.e+]+ GB on rank 0\)"),
     ("bench-naive-score", "bench --mode both --score gaussian (naive is dot only)", {},
      BENCH_SMALL + ["--mode", "both", "--score", "gaussian"], 2,
@@ -843,11 +865,11 @@ CASES_COMPUTE = [
      r"good\.h5: dataset /do: not found \(expected \(B, N, H, Dv\)\)"),
     ("backward-do-shape", "run --backward with /do of (2, 40, 4, 7)",
      {"bdo.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 7))))},
-     RUN_B + ["bdo.h5", "--recompute"], 2,
+     RUN_B + ["bdo.h5", "--recompute", "--qkv-layout", "bnhd"], 2,
      r"bdo\.h5: dataset /do: shape \(2, 40, 4, 7\) differs from the expected \(2, 40, 4, 8\)"),
     ("backward-do-nan", "run --backward with a NaN in /do",
      {"ndo.h5": copy_with("good.h5", add_datasets(do=np.where(np.arange(2 * 40 * 4 * 8).reshape(2, 40, 4, 8) == 1000, np.nan, 1.0).astype("f4")))},
-     RUN_B + ["ndo.h5", "--recompute"], 2,
+     RUN_B + ["ndo.h5", "--recompute", "--qkv-layout", "bnhd"], 2,
      r"ndo\.h5: dataset /do holds NaN values"),
     ("backward-fwd-other", "run --backward --causal --fwd of a non-causal forward output",
      {"gdo.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 8))))},
@@ -925,7 +947,7 @@ CASES_COMPUTE = [
      r"--sigma: the dot score takes no bandwidth"),
     ("out-group-relative", "--out-group without a leading /", {},
      RUN + ["good.h5", "--out-group", "layer3"], 2,
-     r"--out-group: 'layer3' is not a group path like /layer3"),
+     r"--out-group: 'layer3': it must be absolute and below the root, like /layer3"),
     ("plot-vmax", "plot-map --vmax -1", {}, ["plot-map", "out_old.h5", "map.png", "--vmax", "-1"], 2,
      r"--vmax: -1 is not a number > 0"),
 ]
@@ -940,6 +962,112 @@ def fwd_of(src, *args):
                         os.path.basename(path)] + list(args), env=ENV,
                        cwd=here, check=True, capture_output=True)
     return build
+
+
+# ---- issue 23 (6, 8, 9, 10): options that do not apply, 4-D inputs of no
+# stated order, shapes that cannot fit, axes values -------------------------
+
+def strip_axes(f):
+    for name in "qkv":
+        if "axes" in f[name].attrs:
+            del f[name].attrs["axes"]
+
+
+def bhnd_named(p):
+    """(B, H, N, D) tensors under /x without an axes attribute, as PyTorch
+    users write them: H = 4, N = 16, G = 2."""
+    with h5py.File(p, "w") as f:
+        f["x/q"] = rng_tensor((1, 4, 16, 8))
+        f["x/k"] = rng_tensor((1, 2, 16, 8), seed=1)
+        f["x/v"] = rng_tensor((1, 2, 16, 8), seed=2)
+
+
+def huge_unwritten(p):
+    """q (1, 2^20, 2^8, 2^8) and k, v (1, 2^20, 1, 2^8): 256 GB of q that
+    is never written, so the file stays small."""
+    with h5py.File(p, "w") as f:
+        f.create_dataset("q", shape=(1, 1 << 20, 1 << 8, 1 << 8), dtype="f4")
+        for name in "kv":
+            f.create_dataset(name, shape=(1, 1 << 20, 1, 1 << 8), dtype="f4")
+        tag(f)
+
+
+MEM_SHARE = (r"more than the \d+ bytes \([0-9.e+-]+ GB\) a rank may use "
+             r"\(this node's physical memory shared by its \d ranks\)")
+
+CASES_OPTIONS = [
+    # 6: an option that would not apply, or a value given twice
+    ("rope-base-without-rope", "--rope-base 500 without --rope", {},
+     RUN + ["good.h5", "--rope-base", "500"], 2,
+     r"--rope-base: no rotary embedding to apply it to \(it needs --rope interleaved or half\)"),
+    ("ulysses-size-ring", "--ulysses-size 2 with the ring strategy", {},
+     RUN + ["good.h5", "--ulysses-size", "2"], 2,
+     r"--ulysses-size: the ring strategy has no head-parallel groups"),
+    ("ulysses-size-not-dividing", "--strategy hybrid --ulysses-size 5 (divides no P of 1..4)", {},
+     RUN + ["good.h5", "--strategy", "hybrid", "--ulysses-size", "5"], 2,
+     r"--ulysses-size: groups of 5 ranks do not divide the \d ranks of the job"),
+    ("mem-limit-ring", "--mem-limit 1000 with the ring strategy: bounds its tensors too", {},
+     RUN + ["good.h5", "--mem-limit", "1000"], 2,
+     r"shape: the tensors \(q, k, v, o, lse\) of rank \d need \d+ bytes \([0-9.e+-]+ GB\), "
+     r"more than the 1000 bytes \(1e-06 GB\) a rank may use \(--mem-limit\)"),
+    ("attn-map-heads-alone", "--attn-map-heads without --attn-map", {},
+     RUN + ["good.h5", "--attn-map-heads", "1"], 2,
+     r"--attn-map-heads: applies to the map of --attn-map, which is not given"),
+    ("out-twice", "--out given twice", {},
+     ["run", "--in", "good.h5", "--out", "a.h5", "--out", "b.h5"], 2,
+     r"--out: given twice; give it once"),
+    ("scale-twice", "--scale given twice", {},
+     RUN + ["good.h5", "--scale", "0.5", "--scale=2"], 2, r"--scale: given twice; give it once"),
+    ("ring-order-twice", "--ring-order given twice (a global option)", {},
+     RUN + ["good.h5", "--ring-order", "node", "--ring-order", "mpirun"], 2,
+     r"--ring-order: given twice; give it once"),
+    ("out-group-empty-part", "--out-group //", {}, RUN + ["good.h5", "--out-group", "//"], 2,
+     r"--out-group: '//': it has an empty component \(//\)"),
+    ("out-group-dot", "--out-group /.", {}, RUN + ["good.h5", "--out-group", "/."], 2,
+     r"--out-group: '/\.': it has a component \. or \.\., which HDF5 does not create"),
+    ("out-group-hides-o", "--out-group /o (verify and info look for /o at the root)", {},
+     RUN + ["good.h5", "--out-group", "/o"], 2,
+     r"--out-group: '/o': its first component would hide the dataset of that name"),
+    ("verify-out-group-bad", "verify of an output whose out_group attribute is /a//b", 
+     {"og.h5": copy_with("out_old.h5", set_attrs(out_group="/a//b"))},
+     ["verify", "--in", "good.h5", "--out", "og.h5"], 2,
+     r"og\.h5: attribute out_group '/a//b': it has an empty component"),
+    # 8: a 4-D tensor without an axes attribute needs --qkv-layout
+    ("bhnd-no-axes", "(B,H,N,D) tensors under /x, no axes attribute, named by --q --k --v",
+     {"bhnd.h5": bhnd_named},
+     RUN + ["bhnd.h5", "--q", "/x/q", "--k", "/x/k", "--v", "/x/v"], 2,
+     r"bhnd\.h5: dataset /x/q: no axes attribute, and a 4-D tensor alone cannot say whether "
+     r"it is \(B,N,H,D\) or \(B,H,N,D\): give --qkv-layout bnhd or --qkv-layout bhnd"),
+    ("verify-no-axes", "verify of a run that named no order, on an input without axes",
+     {"plain.h5": copy_with("good.h5", strip_axes)},
+     ["verify", "--in", "plain.h5", "--out", "out_old.h5"], 2,
+     r"plain\.h5: dataset /q: no axes attribute"),
+    ("backward-do-no-axes", "run --backward: /do (B,N,H,Dv) without an axes attribute",
+     {"gdo.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 8))))},
+     RUN_B + ["gdo.h5", "--recompute"], 2, r"gdo\.h5: dataset /do: no axes attribute"),
+    ("plan-qkv-layout-no-in", "plan --qkv-layout without --in", {},
+     ["plan", "--ranks", "2", "--qkv-layout", "bhnd"], 2,
+     r"--qkv-layout: applies to the datasets of --in, and none is given"),
+    # 9: a shape that cannot fit is bad input, known before any allocation
+    ("run-shape-too-big", "/q (1, 2^20, 256, 256): 256 GB, never written",
+     {"big.h5": huge_unwritten}, RUN + ["big.h5"], 2,
+     r"shape: the tensors \(q, k, v, o, lse\) of rank \d need \d+ bytes \([0-9.e+-]+ GB\), "
+     + MEM_SHARE),
+    ("gen-shape-too-big", "gen --heads 10^6 --dim 10^4 (160 TB)", {},
+     ["gen", "--out", "gen.h5", "--seq", "4096", "--heads", "1000000", "--dim", "10000"], 2,
+     r"shape: the generated slices of rank \d need \d+ bytes \([0-9.e+-]+ GB\), " + MEM_SHARE),
+    ("bench-shape-too-big", "bench --heads 10^5 --dim 10^3", {},
+     ["bench", "--seq", "4096", "--heads", "100000", "--dim", "1000", "--reps", "1",
+      "--warmup", "0"], 2,
+     r"shape: the tensors \(q, k, v, o, lse\) of rank \d need \d+ bytes \([0-9.e+-]+ GB\), "
+     + MEM_SHARE),
+    # 10: any axes value but the two orders, the empty one too
+    ("axes-empty", "/k with an empty axes attribute",
+     {"axe.h5": lambda p: make(p, edit=lambda f: f["k"].attrs.__setitem__("axes", ""))},
+     RUN + ["axe.h5"], 2,
+     r"axe\.h5: dataset /k: attribute axes '' is neither B,N,H,D nor B,H,N,D"),
+]
+
 
 
 def uint64_segments(f):
@@ -999,8 +1127,10 @@ CASES_BACKWARD = [
      r"out\.h5: dataset /o: the largest \|value\| [0-9.e+]+ overflows f16 \(largest finite 65504\)"),
 ]
 
-CASES += CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE + CASES_BACKWARD
-ONLY = os.environ.get("RA_CASES")  # a regex of case ids to run, for work on them
+CASES += (CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE + CASES_OPTIONS +
+          CASES_BACKWARD)
+# the ids to run (a regex): the fourth argument, else $RA_CASES, else all
+ONLY = ONLY or os.environ.get("RA_CASES") or ""
 
 
 def leftovers(root):
@@ -1075,7 +1205,7 @@ def run_cases(table=False):
     work = tempfile.mkdtemp(prefix="ra_rel_")
     ro_mounted = setup_common(work)
     cases = [c for c in CASES if (ro_mounted or c[0] != "outdir-readonly")
-             and (not ONLY or re.search(ONLY, c[0]))]
+             and re.search(ONLY, c[0])]
     if not ro_mounted:
         print("SKIP outdir-readonly: mount -t tmpfs -o ro not permitted")
     try:
@@ -1401,6 +1531,7 @@ def fault_large_scores(work):
     q, k = q * c, k * c
     with h5py.File(os.path.join(work, "loud.h5"), "w") as f:
         f["q"], f["k"], f["v"] = (x.astype(np.float32) for x in (q, k, v))
+        tag(f)
     problems = []
     for flags in ([], ["--causal"]):
         if os.path.exists(os.path.join(work, "loud_out.h5")):

@@ -77,9 +77,9 @@ static ra_status t_setup(const cli_ctx *ctx, t_opts *o, t_state *r)
 {
     r->d.slopes = malloc(sizeof(double));
     ra_status st = cli_tensors_alloc(&r->d.t, &r->d.s, RA_LAYOUT_CONTIGUOUS,
-                                     ctx->rank, ctx->nranks);
+                                     ctx, 0);
     if (st == RA_OK)
-        st = cli_grads_alloc(&r->d, 0, "test", ctx->rank);
+        st = cli_grads_alloc(&r->d, 0, "test", ctx, 0);
     if (st != RA_OK)
         return ra_agree(ctx->comm, st);
     return step(o, r, "setup", 's');
@@ -169,10 +169,12 @@ static void test_grads_layout(void **unused)
     cli_pass_data d = {.s = {.B = 2, .N = 20 + rank, .M = 13, .H = 3,
                              .G = 1, .D = 8, .Dk = 5, .Dv = 6}};
     const int64_t A = 7, Dk = ra_shape_dk(&d.s);
-    ra_status st = cli_tensors_alloc(&d.t, &d.s, RA_LAYOUT_CONTIGUOUS, rank,
-                                     nranks);
+    const cli_ctx ctx = {.comm = MPI_COMM_WORLD, .rank = rank,
+                         .nranks = nranks};
+    ra_status st = cli_tensors_alloc(&d.t, &d.s, RA_LAYOUT_CONTIGUOUS, &ctx,
+                                     0);
     if (st == RA_OK)
-        st = cli_grads_alloc(&d, A, "test", rank);
+        st = cli_grads_alloc(&d, A, "test", &ctx, 0);
     int ok = st == RA_OK;
     if (ok) {
         const int64_t n = d.t.qs.count, m = d.t.ks.count;

@@ -56,6 +56,8 @@ def main():
             h["q"] = x_test.reshape(1, -1, 1, 1).astype(np.float32)
             h["k"] = x_train.reshape(1, -1, 1, 1).astype(np.float32)
             h["v"] = y_train.reshape(1, -1, 1, 1).astype(np.float32)
+            for n in "qkv":  # (B, N, H, D): a 4-D shape alone cannot say
+                h[n].attrs["axes"] = "B,N,H,D"
         cmd = ["mpirun", "-np", str(a.ranks), "--oversubscribe", a.ringattn,
                "run", "--in", inp, "--out", out, "--score", "gaussian",
                "--sigma", str(a.sigma), "--attn-map", f"0:{len(x_test)}"]
