@@ -131,6 +131,44 @@ def auto(ringattn, np_, work):
     r = sh([ringattn, "gen", "--out", os.path.join(work, "x.h5"),
             "--strategy", "auto"])
     check(r.returncode == 2, "gen --strategy auto not refused")
+    auto_fallback(ringattn, mpi, work, inp)
+
+
+def auto_fallback(ringattn, mpi, work, inp):
+    """A profile the plan cannot predict with (a gaussian kernel rate only,
+    for the dot score): run --strategy auto warns in one line and runs the
+    ring; nothing prints NaN or infinity."""
+    prof = os.path.join(work, "gauss.json")
+    with open(prof, "w") as f:
+        json.dump({"schema": 2, "measured": True, "date": "2026-12-01",
+                   "version": "t", "hosts": "vm", "io_dir": ".", "nodes": 1,
+                   "ranks": 4, "ranks_per_node": 4, "threads": 1,
+                   "kernel": [{"D": 16, "Dv": 16, "score": "gaussian",
+                               "flops_per_core": 1e11}],
+                   "intra": {"latency": 1e-6, "bandwidth": 7.7e9},
+                   "inter": {"latency": 0, "bandwidth": 0},
+                   "alltoall_intra": 7.7e9, "alltoall_inter": 0,
+                   "allgather_intra": 7.7e9, "allgather_inter": 0,
+                   "reduce_scatter_intra": 2.6e9, "reduce_scatter_inter": 0,
+                   "io_read": 9e8, "io_write": 4e8, "mem_per_node": 1 << 34},
+                  f)
+    out = os.path.join(work, "fallback.h5")
+    r = sh(mpi + [ringattn, "run", "--in", inp, "--out", out, "--strategy",
+                  "auto", "--profile", prof])
+    check(r.returncode == 0, f"run --strategy auto, unusable profile: exit "
+                             f"{r.returncode}: {r.stderr.strip()}")
+    ours = [l for l in r.stderr.splitlines() if l.startswith("ringattn:")]
+    check(len(ours) == 1 and ours[0].startswith(
+        "ringattn: warning: --strategy auto: ") and "gauss.json: key "
+        "'kernel'" in ours[0] and ours[0].endswith("running the ring"),
+        f"run --strategy auto, unusable profile: stderr {r.stderr!r}")
+    check(not re.search(r"\b(nan|inf)\b", r.stdout, re.I),
+          f"run --strategy auto printed NaN or inf: {r.stdout}")
+    check("chosen by the plan" not in r.stdout and
+          re.search(r"# strategy +ring", r.stdout),
+          f"run --strategy auto did not fall back to the ring: {r.stdout}")
+    r = sh(mpi + [ringattn, "verify", "--in", inp, "--out", out])
+    check(r.returncode == 0, f"verify after the fallback: {r.stdout}")
 
 
 def main():
