@@ -13,6 +13,7 @@ file) and `--strategy auto` in bench and run: it picks, runs and reports the
 prediction next to the measurement.
 """
 import json
+import math
 import os
 import re
 import subprocess
@@ -106,6 +107,28 @@ def refusals(ringattn, work):
           "plan: the first line does not say the profile is not probed")
 
 
+def large(ringattn, work):
+    """plan at 100000 ranks and a sweep to 4096 nodes answer (the model's
+    cost grows with P, not P^2), every prediction a finite number."""
+    for args in (["--ranks", "100000"],
+                 ["--ranks", "2", "--seq", "8192", "--sweep-nodes", "4096"],
+                 ["--ranks", "30000", "--seq", "65536"]):
+        out = os.path.join(work, "large.json")
+        r = sh([ringattn, "plan", "--json", out] + args)
+        check(r.returncode == 0, f"plan {args}: exit {r.returncode}: "
+                                 f"{r.stderr.strip()}")
+        with open(out) as f:
+            j = json.load(f, parse_constant=lambda c: float("nan"))
+        rows = j["rows"] + j["sweep"]
+        check(j["best"] is not None and rows,
+              f"plan {args}: no strategy applies")
+        times = [j["best"]["time_s"]] + [r_[k] for r_ in rows for k in
+                                         ("time_s", "compute_s", "comm_s",
+                                          "imbalance_s")]
+        check(all(isinstance(x, float) and math.isfinite(x) for x in times),
+              f"plan {args}: a prediction is not finite")
+
+
 def auto(ringattn, np_, work):
     mpi = ["mpirun", "-np", str(np_), "--oversubscribe"]
     r = sh(mpi + [ringattn, "bench", "--strategy", "auto", "--seq", "512",
@@ -188,6 +211,8 @@ def main():
             if np_ == 1:
                 refusals(ringattn, work)
                 print("plan_counts: refusals PASS")
+                large(ringattn, work)
+                print("plan_counts: 100000 ranks, 4096 nodes PASS")
             auto(ringattn, np_, work)
             print(f"plan_counts P={np_}: --strategy auto PASS")
     except (Failure, subprocess.TimeoutExpired, OSError, ValueError,
