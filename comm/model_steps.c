@@ -277,16 +277,85 @@ static int run_pair_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* The busiest rank at step t among ranks [lo, hi] whose key block comes
- * from run k, from the highest rank down (below a causal diagonal, the
- * high ranks' blocks are whole); stops at bound. */
+/* Where the runs of a layout's slices change length: ranks r at which a
+ * run of rank r is one token shorter than that of rank r - 1 (at most
+ * two, into k); returns how many. */
+static int layout_kinks(ra_layout lay, int64_t len, int P, int k[2])
+{
+    int n = 0;
+    const int64_t parts = lay == RA_LAYOUT_ZIGZAG ? 2 * (int64_t)P : P;
+    const int64_t e = len % parts; /* runs below e hold one more */
+    if (e > 0 && e < P)
+        k[n++] = (int)e;
+    if (lay == RA_LAYOUT_ZIGZAG && e > P) /* rank r's second chunk */
+        k[n++] = (int)(2 * (int64_t)P - e);
+    return n;
+}
+
+/* Whether every block (r, (r - t) mod P) for r in [a, z] holds the same
+ * pairs, the ranks' run lengths being the same throughout: without
+ * padding or segments a pair of runs' pairs depend only on their lengths
+ * and the offset between them. Striped runs keep their offset (the ranks
+ * move together); contiguous runs (contiguous, zigzag) move linearly, so
+ * a run pair is the same throughout when its offset is, or when its
+ * offsets at both ends show all pairs visible, or none. */
+static int diag_flat(const model_problem *pb, int t, int a, int z)
+{
+    const model_masks *mk = pb->mk;
+    const ra_layout lay = pb->p->layout;
+    const int P = pb->P;
+    if (mk->q_lens || mk->kv_lens || (mk->q_seg && mk->kv_seg))
+        return 0;
+    if (lay == RA_LAYOUT_STRIPED || a == z)
+        return 1;
+    const ra_band band = ra_band_of(pb->p, pb->s);
+    const ra_slice q[2] = {ra_layout_slice(lay, pb->s->N, a, P),
+                           ra_layout_slice(lay, pb->s->N, z, P)};
+    const ra_slice k[2] = {ra_layout_slice(lay, pb->s->M, (a - t + P) % P, P),
+                           ra_layout_slice(lay, pb->s->M, (z - t + P) % P, P)};
+    for (int i = 0; i < q[0].nruns; i++)
+        for (int j = 0; j < k[0].nruns; j++) {
+            const int64_t n = q[0].run[i].count, m = k[0].run[j].count;
+            int cls[2];
+            int64_t d[2];
+            for (int e = 0; e < 2; e++) { /* keys before every query's
+                                             band 1, after 3, inside 2 */
+                d[e] = k[e].run[j].start - q[e].run[i].start;
+                cls[e] = n == 0 || m == 0 ? 1
+                         : d[e] + m - 1 < band.lo ? 1
+                         : d[e] - (n - 1) > band.hi ? 3
+                         : d[e] - (n - 1) >= band.lo && d[e] + m - 1 <= band.hi
+                             ? 2 : 0;
+            }
+            if (cls[0] != cls[1] || (cls[0] == 0 && d[0] != d[1]))
+                return 0;
+        }
+    return 1;
+}
+
+/* The busiest rank at step t among ranks [lo, hi], from the highest rank
+ * down (below a causal diagonal, the high ranks' blocks are whole), in
+ * pieces between the layout's kinks; a piece diag_flat finds flat costs
+ * one block. Stops at bound. */
 static double diag_scan(const model_problem *pb, int t, int lo, int hi,
                         double best, double bound, int64_t *ids)
 {
-    for (int r = hi; r >= lo && best < bound; r--) {
-        const double v = model_block_pairs(pb, r, (r - t + pb->P) % pb->P,
-                                           ids);
-        best = v > best ? v : best;
+    const int P = pb->P;
+    int cut[4], nc = layout_kinks(pb->p->layout, pb->s->N, P, cut);
+    int kk[2];
+    const int nk = layout_kinks(pb->p->layout, pb->s->M, P, kk);
+    for (int i = 0; i < nk; i++) /* key rank kk[i]: rank kk[i] + t */
+        cut[nc++] = (kk[i] + t) % P;
+    for (int z = hi; z >= lo && best < bound;) {
+        int a = lo; /* the piece [a, z]: no kink inside */
+        for (int i = 0; i < nc; i++)
+            a = cut[i] <= z && cut[i] > a ? cut[i] : a;
+        const int flat = diag_flat(pb, t, a, z);
+        for (int r = z; r >= a && best < bound; r = flat ? a - 1 : r - 1) {
+            const double v = model_block_pairs(pb, r, (r - t + P) % P, ids);
+            best = v > best ? v : best;
+        }
+        z = a - 1;
     }
     return best;
 }
