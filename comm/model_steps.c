@@ -1,9 +1,12 @@
 /* model_steps.c: see model_steps.h.
  *
  * Cost, per layout: the rows O(B (N + M)) (segments: O(M) memory); the
- * ring's diagonal maxima O(P) block evaluations when the largest slices'
- * pairs are all visible (no mask, causal), else a scan of the steps the
- * plan keeps; the ring's sends O(P) without a band, else O(P x steps). */
+ * ring's diagonal maxima a few blocks per step without padding or segments
+ * (flat pieces between the layouts' kinks cost one block), else a scan of
+ * the steps the plan keeps; the plan's last step O(P log P) with
+ * contiguous slices; the ring's sends O(P) without a band, else per block the
+ * candidate steps until its hull is whole (O(P) for contiguous and zigzag
+ * slices under causal; striped slices under a band: O(P x steps)). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,6 +237,78 @@ int model_rows(const model_problem *pb, double *qrow, double *kcol)
     return 0;
 }
 
+/* ---- the ring plan's last step and candidates ----------------------------- */
+
+/* The ranks d whose queries may see block src's keys, from the band alone
+ * (what ring_plan_need checks exactly): with contiguous slices their first
+ * and last positions grow with d, so they are one range [*da, *dz]; other
+ * layouts: every rank. */
+static void plan_candidates(const ring_plan *pl, int src, int *da, int *dz)
+{
+    *da = 0;
+    *dz = pl->P - 1;
+    if (pl->layout != RA_LAYOUT_CONTIGUOUS)
+        return;
+    const ra_range k = ra_shard_range(pl->M, src, pl->P);
+    const int64_t kz = k.start + k.count - 1 < pl->kv_end - 1
+                           ? k.start + k.count - 1 : pl->kv_end - 1;
+    int lo = 0, hi = pl->P; /* first d whose last query reaches the keys */
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const ra_range q = ra_shard_range(pl->N, mid, pl->P);
+        if (q.start + q.count - 1 + pl->band.hi < k.start)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *da = lo;
+    hi = pl->P; /* first d whose first query is past the keys, or q_end */
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const ra_range q = ra_shard_range(pl->N, mid, pl->P);
+        if (q.start + pl->band.lo <= kz && q.start < pl->q_end)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *dz = k.count > 0 && k.start < pl->kv_end ? lo - 1 : -1;
+}
+
+/* The u-th candidate step of block src, counting from the farthest: the
+ * candidate ranks behind src (steps P - src + d), then those ahead (steps
+ * d - src); -1 after the last. */
+static int plan_step_at(const ring_plan *pl, int src, int da, int dz, int u)
+{
+    const int behind = (dz < src - 1 ? dz : src - 1) - da + 1;
+    if (u < behind)
+        return (dz < src - 1 ? dz : src - 1) - u - src + pl->P;
+    const int v = u - (behind > 0 ? behind : 0);
+    const int first = da > src + 1 ? da : src + 1;
+    return dz - v >= first ? dz - v - src : -1;
+}
+
+/* ring_plan_last_step, trying for each block only its candidate steps
+ * above the last found, farthest first. */
+static int plan_last(const ring_plan *pl)
+{
+    int last = 0;
+    for (int src = 0; src < pl->P; src++) {
+        int da, dz;
+        plan_candidates(pl, src, &da, &dz);
+        for (int i = 0;; i++) {
+            const int u = plan_step_at(pl, src, da, dz, i);
+            if (u <= last)
+                break;
+            const ring_span sp = ring_plan_need(pl, (src + u) % pl->P, src);
+            if (sp.a < sp.b) {
+                last = u;
+                break;
+            }
+        }
+    }
+    return last;
+}
+
 /* ---- the ring's busiest rank at each step --------------------------------- */
 
 enum { MAX_COUNT_RUNS = 8 };
@@ -400,7 +475,7 @@ int model_ring_diag(const model_problem *pb, double *diag)
         return -1;
     const ra_masks rm = {pb->mk->q_lens, pb->mk->kv_lens, NULL, NULL};
     const ring_plan pl = ring_plan_make(s, pb->p, &rm, P);
-    const int last = ring_plan_last_step(&pl); /* later steps see nothing */
+    const int last = plan_last(&pl); /* later steps see nothing */
     for (int t = 0; t < P; t++)
         diag[t] = t <= last ? diag_step(pb, t, rp, nq * nk, ids) : 0.0;
     free(ids);
@@ -471,31 +546,73 @@ static int sends_unbanded(const model_problem *pb, const ring_plan *pl,
     return 0;
 }
 
+/* Block src's bytes at steps [t1, t2] (v each, sent by rank src + t - 1
+ * at step t - 1): into the ranks' difference array acc and top[t2] (a
+ * block's bytes never grow with the step, so the steps' largest is a
+ * running maximum from the last step down). */
+static void sends_piece(int P, int src, int t1, int t2, double v,
+                        double *acc, double *top)
+{
+    if (t1 > t2 || v <= 0)
+        return;
+    cyclic_add(acc, P, (src + t1 - 1) % P, t2 - t1 + 1, v);
+    top[t2] = v > top[t2] ? v : top[t2];
+}
+
+/* Block src under a band: its hull grows, from the last step back, only
+ * at the candidate steps that need something, and stops growing once it
+ * holds every key below kv_end; between those steps the bytes are one
+ * piece. */
+static void sends_block(const ring_plan *pl, int src, int last, double per,
+                        double *acc, double *top)
+{
+    const ra_slice ks = ra_layout_slice(pl->layout, pl->M, src, pl->P);
+    const int64_t kc = slice_count_in(&ks, 0, pl->kv_end - 1);
+    int da, dz, upto = last; /* steps (u, upto] hold hull */
+    plan_candidates(pl, src, &da, &dz);
+    ring_span hull = {0, 0};
+    for (int i = 0; !(hull.a == 0 && hull.b == kc && kc > 0); i++) {
+        const int u = plan_step_at(pl, src, da, dz, i);
+        if (u < 1)
+            break;
+        if (u > last)
+            continue;
+        const ring_span sp = ring_plan_need(pl, (src + u) % pl->P, src);
+        if (sp.a >= sp.b)
+            continue;
+        sends_piece(pl->P, src, u + 1, upto, per * (double)(hull.b - hull.a),
+                    acc, top);
+        hull.a = hull.a < hull.b && hull.a < sp.a ? hull.a : sp.a;
+        hull.b = hull.b > sp.b ? hull.b : sp.b;
+        upto = u;
+    }
+    sends_piece(pl->P, src, 1, upto, per * (double)(hull.b - hull.a), acc,
+                top);
+}
+
 int model_ring_sends(const model_problem *pb, double row, double *sent,
                      double *step)
 {
-    const ra_shape *s = pb->s;
     const int P = pb->P;
     const ra_masks rm = {pb->mk->q_lens, pb->mk->kv_lens, NULL, NULL};
-    const ring_plan pl = ring_plan_make(s, pb->p, &rm, P);
-    const int last = ring_plan_last_step(&pl);
+    const ring_plan pl = ring_plan_make(pb->s, pb->p, &rm, P);
+    const int last = plan_last(&pl);
     if (pl.band.lo <= -RA_UNBOUNDED && pl.band.hi >= RA_UNBOUNDED)
         return sends_unbanded(pb, &pl, last, row, sent, step);
-    for (int src = 0; src < P; src++) { /* the hull of the steps still to
-                                           come, from the last one back */
-        ring_span hull = {0, 0};
-        for (int t = last; t >= 1; t--) {
-            const ring_span sp = ring_plan_need(&pl, (src + t) % P, src);
-            if (sp.a < sp.b && hull.a == hull.b)
-                hull = sp;
-            else if (sp.a < sp.b) {
-                hull.a = sp.a < hull.a ? sp.a : hull.a;
-                hull.b = sp.b > hull.b ? sp.b : hull.b;
-            }
-            const double b = (double)s->B * (double)(hull.b - hull.a) * row;
-            sent[(src + t - 1) % P] += b;
-            step[t - 1] = b > step[t - 1] ? b : step[t - 1];
-        }
+    double *acc = calloc((size_t)(2 * P + 2), sizeof(double));
+    if (!acc)
+        return -1;
+    double *top = acc + P + 1;
+    for (int src = 0; src < P; src++)
+        sends_block(&pl, src, last, (double)pb->s->B * row, acc, top);
+    for (int r = 0; r < P; r++) {
+        acc[r + 1] += acc[r];
+        sent[r] += acc[r];
     }
+    for (int t = last; t >= 1; t--) {
+        top[t] = t < last && top[t + 1] > top[t] ? top[t + 1] : top[t];
+        step[t - 1] = top[t] > step[t - 1] ? top[t] : step[t - 1];
+    }
+    free(acc);
     return 0;
 }
