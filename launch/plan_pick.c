@@ -169,13 +169,11 @@ ra_status plan_pick(const cli_ctx *ctx, const ra_shape *s, ra_params *p,
                     "running the ring\n", ra_error_message());
         memset(pick, 0, sizeof *pick);
         p->strategy = pick->strategy = RA_STRATEGY_RING;
-        free(t);
-        return RA_OK;
-    }
-    if (st == RA_OK && t->best < 0)
+        st = RA_OK;
+    } else if (st == RA_OK && t->best < 0) {
         st = ra_error_set(RA_ERR_ARG, "--strategy auto: no strategy takes "
                           "this problem (ring: %s)", t->row[0].why);
-    if (st == RA_OK) {
+    } else if (st == RA_OK) {
         *pick = t->row[t->best];
         p->strategy = pick->strategy;
     }
