@@ -2,9 +2,9 @@
  * (ring_pass.c, ringq.c, allgather.c, tree.c, ulysses.c, hybrid.c); the
  * times combine them with the profile's rates.
  *
- * Cost: the pair matrix (every rank's queries against every rank's keys)
- * is O(P N log(M / P)) per batch; well under a second up to a few hundred
- * ranks at N = 10^6. */
+ * Cost: per layout, the counts that pair ranks with ranks are
+ * model_steps.c's; everything else is O(P) per strategy, through sums per
+ * node and per group in place of loops over every pair of ranks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +12,7 @@
 
 #include "internal.h"
 #include "model.h"
-#include "plan.h"
+#include "model_steps.h"
 #include "strategy.h"
 
 /* Calibrated against bench on this machine (docs/PERFORMANCE.md, "The
@@ -24,78 +24,6 @@ const double model_eff[RA_STRATEGY_COUNT] = {
     [RA_STRATEGY_ULYSSES] = 0.95, [RA_STRATEGY_HYBRID] = 0.93,
 };
 
-/* ---- visible pairs -------------------------------------------------------- */
-
-/* How many tokens of slice sl lie at positions [a, b]: each run is an
- * arithmetic progression, so O(1). */
-static int64_t slice_count_in(const ra_slice *sl, int64_t a, int64_t b)
-{
-    int64_t n = 0;
-    for (int i = 0; i < sl->nruns; i++) {
-        const ra_run *r = &sl->run[i];
-        if (r->count <= 0 || b < r->start)
-            continue;
-        const int64_t st = r->stride > 0 ? r->stride : 1;
-        const int64_t lo = a <= r->start ? 0 : (a - r->start + st - 1) / st;
-        int64_t hi = (b - r->start) / st + 1; /* first index past b */
-        hi = hi < r->count ? hi : r->count;
-        n += hi > lo ? hi - lo : 0;
-    }
-    return n;
-}
-
-/* The keys [*a, *b) whose segment id is id: ids are numbered in order,
- * so two binary searches. */
-static void segment_run(const int64_t *kseg, int64_t M, int64_t id,
-                        int64_t *a, int64_t *b)
-{
-    int64_t lo = 0, hi = M;
-    while (lo < hi) { /* first id >= id */
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (kseg[mid] < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *a = lo;
-    hi = M;
-    while (lo < hi) { /* first id > id */
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (kseg[mid] <= id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *b = lo;
-}
-
-double model_slice_pairs(ra_band band, const ra_slice *qs, const ra_slice *ks,
-                         int64_t M, int64_t q_len, int64_t kv_len,
-                         const int64_t *q_seg, const int64_t *k_seg)
-{
-    int64_t run_a = 0, run_b = 0, run_id = -1; /* cached segment run */
-    double pairs = 0;
-    for (int64_t i = 0; i < qs->count; i++) {
-        const int64_t qp = ra_slice_pos(qs, i);
-        if (qp >= q_len)
-            continue;
-        int64_t first, last;
-        ra_band_keys(band, qp, kv_len, &first, &last);
-        if (k_seg) {
-            const int64_t id = q_seg[i];
-            if (id != run_id)
-                segment_run(k_seg, M, run_id = id, &run_a, &run_b);
-            first = first > run_a ? first : run_a;
-            last = last < run_b - 1 ? last : run_b - 1;
-        }
-        if (last < first)
-            continue;
-        pairs += ks ? (double)slice_count_in(ks, first, last)
-                    : (double)(last - first + 1);
-    }
-    return pairs;
-}
-
 /* ---- the problem as the model sees it ------------------------------------- */
 
 typedef struct {
@@ -104,73 +32,76 @@ typedef struct {
     const model_masks *mk;
     const model_alloc *al;
     const ra_profile *pf;
-    int P, segs;
+    int P, segs, nodes;   /* node ids are below nodes */
     int *node;            /* P: node of each rank */
-    double *pairs;        /* P x P: rank d's queries, rank src's keys */
-    double *qrow, *kcol;  /* P each: row and column sums */
-    int64_t *ids;         /* scratch: one slice's query ids */
+    double *nq, *nk;      /* P each: slice counts over N and over M */
+    double *qrow, *kcol;  /* P each: model_rows */
+    double *diag;         /* P: model_ring_diag */
+    double *grp;          /* P: per hybrid group sums (scratch) */
+    double *on_node;      /* 3 x nodes: ranks, query and key tokens of a
+                             node; then 3 x nodes of scratch */
+    double nq_all, nk_all;
+    int ring_intra, ring_inter; /* some rank's ring successor shares its
+                                   node; some does not */
     double rate;          /* FLOP/s of one rank's compute */
     double pair_cost;     /* seconds per pair-head on one rank */
 } model_ctx;
 
-static int64_t slice_n(const model_ctx *m, int64_t len, int r)
+/* Node ids (the allocation's, or r / ceil(P / nodes)), each node's ranks
+ * and tokens, and which ring links exist. */
+static void model_nodes(model_ctx *m)
 {
-    return ra_layout_slice(m->p.layout, len, r, m->P).count;
-}
-
-/* Fills the pair matrix, summed over batches. */
-static void pairs_fill(model_ctx *m)
-{
-    const ra_shape *s = m->s;
-    const model_masks *mk = m->mk;
-    const ra_band band = ra_band_of(&m->p, s);
-    for (int d = 0; d < m->P; d++) {
-        const ra_slice qs = ra_layout_slice(m->p.layout, s->N, d, m->P);
-        for (int64_t b = 0; b < s->B; b++) {
-            const int64_t ql = mk->q_lens ? mk->q_lens[b] : s->N;
-            const int64_t kl = mk->kv_lens ? mk->kv_lens[b] : s->M;
-            const int64_t *kseg = m->segs ? mk->kv_seg + b * s->M : NULL;
-            for (int64_t i = 0; m->segs && i < qs.count; i++)
-                m->ids[i] = mk->q_seg[b * s->N + ra_slice_pos(&qs, i)];
-            for (int src = 0; src < m->P; src++) {
-                const ra_slice ks = ra_layout_slice(m->p.layout, s->M, src,
-                                                    m->P);
-                m->pairs[d * m->P + src] +=
-                    model_slice_pairs(band, &qs, m->P > 1 ? &ks : NULL, s->M,
-                                      ql, kl, m->ids, kseg);
-            }
-        }
+    const int P = m->P;
+    const int nodes = m->al->nodes > 0 ? m->al->nodes : 1;
+    const int per = (P + nodes - 1) / nodes;
+    for (int r = 0; r < P; r++)
+        m->node[r] = m->al->node_of ? m->al->node_of[r] : r / per;
+    for (int r = 0; r < P; r++) {
+        double *at = &m->on_node[3 * m->node[r]];
+        at[0] += 1;
+        at[1] += m->nq[r];
+        at[2] += m->nk[r];
+        m->nq_all += m->nq[r];
+        m->nk_all += m->nk[r];
+        if (P > 1 && m->node[r] == m->node[(r + 1) % P])
+            m->ring_intra = 1;
+        if (m->node[r] != m->node[(r + 1) % P])
+            m->ring_inter = 1;
     }
-    for (int d = 0; d < m->P; d++)
-        for (int src = 0; src < m->P; src++) {
-            m->qrow[d] += m->pairs[d * m->P + src];
-            m->kcol[src] += m->pairs[d * m->P + src];
-        }
 }
 
 static int model_setup(model_ctx *m)
 {
     const int P = m->P;
+    const model_problem pb = {m->s, &m->p, m->mk, P};
+    m->nodes = m->al->nodes > 0 ? m->al->nodes : 1;
+    for (int r = 0; m->al->node_of && r < P; r++)
+        m->nodes = m->al->node_of[r] >= m->nodes ? m->al->node_of[r] + 1
+                                                 : m->nodes;
     m->node = malloc(sizeof(int) * (size_t)P);
-    m->pairs = calloc((size_t)P * (size_t)P + 2 * (size_t)P, sizeof(double));
-    m->ids = malloc(sizeof(int64_t) * (size_t)(m->s->N / P + 2));
-    if (!m->node || !m->pairs || !m->ids)
+    m->nq = calloc((size_t)(6 * P + 6 * m->nodes), sizeof(double));
+    if (!m->node || !m->nq)
         return -1;
-    m->qrow = m->pairs + (size_t)P * P;
+    m->nk = m->nq + P;
+    m->qrow = m->nk + P;
     m->kcol = m->qrow + P;
-    const int nodes = m->al->nodes > 0 ? m->al->nodes : 1;
-    const int per = (P + nodes - 1) / nodes;
-    for (int r = 0; r < P; r++)
-        m->node[r] = m->al->node_of ? m->al->node_of[r] : r / per;
-    pairs_fill(m);
-    return 0;
+    m->diag = m->kcol + P;
+    m->grp = m->diag + P;
+    m->on_node = m->grp + P;
+    for (int r = 0; r < P; r++) {
+        m->nq[r] = (double)ra_layout_slice(m->p.layout, m->s->N, r, P).count;
+        m->nk[r] = (double)ra_layout_slice(m->p.layout, m->s->M, r, P).count;
+    }
+    model_nodes(m);
+    if (model_rows(&pb, m->qrow, m->kcol) != 0)
+        return -1;
+    return model_ring_diag(&pb, m->diag);
 }
 
 static void model_free(model_ctx *m)
 {
     free(m->node);
-    free(m->pairs);
-    free(m->ids);
+    free(m->nq);
 }
 
 /* ---- memory ---------------------------------------------------------------- */
@@ -188,11 +119,8 @@ double model_rank_bytes(const ra_shape *s, const ra_params *p, ra_layout lay,
                                    (double)n * (double)s->H);
     const double kv_all = 4.0 * B * (double)s->M * (double)(s->G * (s->D + s->Dv));
     const double q_all = 4.0 * B * (double)s->N * (double)s->H;
-    int64_t mmax = 0, bq, bkv;
-    for (int i = 0; i < P; i++) {
-        const int64_t c = ra_layout_slice(lay, s->M, i, P).count;
-        mmax = c > mmax ? c : mmax;
-    }
+    const int64_t mmax = model_slice_most(lay, s->M, P);
+    int64_t bq, bkv;
     ra_params_tiles(p, s, &bq, &bkv);
     switch (p->strategy) {
     case RA_STRATEGY_ALLGATHER: /* every K/V block */
@@ -229,147 +157,170 @@ static void sent_add(const model_ctx *m, sent *one, int from, int to,
         one->inter += b;
 }
 
-static void send_to(const model_ctx *m, sent *x, int from, int to, double b)
+/* Into rank r's tally one: b each to every other rank of the job (here:
+ * how many of them share r's node). The counts stay integers below 2^53,
+ * so the products equal the sums of P - 1 terms they replace. */
+static void send_each(const model_ctx *m, sent *one, int r, double b)
 {
-    sent_add(m, &x[from], from, to, b);
+    const double here = m->on_node[3 * m->node[r]] - 1;
+    one->all += b * (double)(m->P - 1);
+    one->intra += b * here;
+    one->inter += b * ((double)(m->P - 1) - here);
 }
 
 /* ring_pass.c: at step t < last, rank r sends the part of block
- * (r - t) mod P that step t + 1 holds. Also the step's largest transfer
- * into step_bytes[t] (P entries). */
-static void bytes_ring(const model_ctx *m, sent *x, double *step_bytes)
+ * (r - t) mod P that step t + 1 holds (model_ring_sends), to rank r + 1. */
+static int bytes_ring(const model_ctx *m, sent *x, double *step_bytes)
 {
     const ra_shape *s = m->s;
-    const int P = m->P;
-    const ra_masks rm = {m->mk->q_lens, m->mk->kv_lens, NULL, NULL};
-    const ring_plan pl = ring_plan_make(s, &m->p, &rm, P);
-    const int last = ring_plan_last_step(&pl);
+    const model_problem pb = {s, &m->p, m->mk, m->P};
     const int64_t A = m->p.score == RA_SCORE_ADDITIVE && m->p.additive
                           ? m->p.additive->A : 0;
     const double row = 4.0 * (double)(s->G * ((A ? A : s->D) + s->Dv)) +
                        (m->segs ? 8.0 : 0.0);
-    for (int t = 0; t < last; t++)
-        for (int r = 0; r < P; r++) {
-            const ring_span out =
-                ring_plan_held(&pl, (r - t + P) % P, t + 1, last);
-            const double b = (double)s->B * (double)(out.b - out.a) * row;
-            send_to(m, x, r, (r + 1) % P, b);
-            step_bytes[t] = b > step_bytes[t] ? b : step_bytes[t];
-        }
+    if (model_ring_sends(&pb, row, m->grp, step_bytes) != 0)
+        return -1;
+    for (int r = 0; r < m->P; r++)
+        sent_add(m, &x[r], r, (r + 1) % m->P, m->grp[r]);
+    return 0;
 }
 
-/* ringq.c: queries (and ids) at steps t < P - 1, (o, lse) at every step. */
+/* ringq.c: queries (and ids) at steps t < P - 1, (o, lse) at every step,
+ * to rank r + 1: at step t the block of rank r - t, so every block but
+ * that of rank r + 1 travels with its queries. */
 static void bytes_ringq(const model_ctx *m, sent *x)
 {
     const ra_shape *s = m->s;
     const int P = m->P;
-    for (int t = 0; t < P && P > 1; t++)
-        for (int r = 0; r < P; r++) {
-            const double nj = (double)slice_n(m, s->N, (r - t % P + P) % P);
-            const double q = t < P - 1
-                                 ? (double)s->B * nj *
-                                       (4.0 * (double)(s->H * s->D) +
-                                        (m->segs ? 8.0 : 0.0))
-                                 : 0.0;
-            const double acc = 4.0 * (double)s->B * nj * (double)s->H *
-                               (double)(s->Dv + 1);
-            send_to(m, x, r, (r + 1) % P, q + acc);
-        }
+    const double qrow = (double)s->B * (4.0 * (double)(s->H * s->D) +
+                                        (m->segs ? 8.0 : 0.0));
+    const double acc = 4.0 * (double)s->B * (double)s->H *
+                       (double)(s->Dv + 1);
+    for (int r = 0; r < P && P > 1; r++)
+        sent_add(m, &x[r], r, (r + 1) % P,
+                 qrow * (m->nq_all - m->nq[(r + 1) % P]) + acc * m->nq_all);
 }
 
-/* tree.c: rank r's sends to rank j, those of the queries' all-gather into
- * r's tally q and those of the partial results' reduce-scatter into part. */
-static void tree_sends(const model_ctx *m, sent *q, sent *part, int r, int j)
+/* tree.c: rank r's queries (and query ids) to every other rank into q;
+ * each other rank j's merge elements (o, lse of j's queries against r's
+ * keys) to j into part. */
+static void tree_sent(const model_ctx *m, int r, sent *q, sent *part)
 {
     const ra_shape *s = m->s;
     const double qrow = 4.0 * (double)(s->H * s->D) + (m->segs ? 8.0 : 0.0);
-    sent_add(m, q, r, j, (double)s->B * (double)slice_n(m, s->N, r) * qrow);
-    sent_add(m, part, r, j, 4.0 * (double)s->B * (double)slice_n(m, s->N, j) *
-                                (double)s->H * (double)(s->Dv + 1));
+    const double elem = 4.0 * (double)s->B * (double)s->H *
+                        (double)(s->Dv + 1);
+    const double here = m->on_node[3 * m->node[r] + 1] - m->nq[r];
+    const double all = m->nq_all - m->nq[r];
+    send_each(m, q, r, (double)s->B * m->nq[r] * qrow);
+    part->all += elem * all;
+    part->intra += elem * here;
+    part->inter += elem * (all - here);
 }
 
 /* allgather.c and tree.c count what a rank hands to MPI for each other
- * rank: allgather its own K/V (and key ids) to all; tree its own queries
- * (and query ids) to all, then each rank's merge elements (o, lse of that
- * rank's queries against this rank's keys) to that rank. */
+ * rank: allgather its own K/V (and key ids) to all; tree as tree_sent. */
 static void bytes_gathered(const model_ctx *m, sent *x)
 {
     const ra_shape *s = m->s;
     const double krow = 4.0 * (double)(s->G * (s->D + s->Dv)) +
                         (m->segs ? 8.0 : 0.0);
     for (int r = 0; r < m->P; r++)
-        for (int j = 0; j < m->P; j++) {
-            if (j == r)
-                continue;
-            if (m->p.strategy == RA_STRATEGY_ALLGATHER)
-                send_to(m, x, r, j, (double)s->B *
-                                        (double)slice_n(m, s->M, r) * krow);
-            else
-                tree_sends(m, &x[r], &x[r], r, j);
-        }
+        if (m->p.strategy == RA_STRATEGY_ALLGATHER)
+            send_each(m, &x[r], r, (double)s->B * m->nk[r] * krow);
+        else
+            tree_sent(m, r, &x[r], &x[r]);
 }
 
 /* ulysses.c and hybrid.c with segments: strat_ids_natural gathers every
  * rank's query and key ids on every rank. */
 static void bytes_ids(const model_ctx *m, sent *x)
 {
-    const ra_shape *s = m->s;
     for (int r = 0; m->segs && r < m->P; r++)
-        for (int j = 0; j < m->P; j++)
-            if (j != r)
-                send_to(m, x, r, j,
-                        8.0 * (double)s->B *
-                            (double)(slice_n(m, s->N, r) +
-                                     slice_n(m, s->M, r)));
+        send_each(m, &x[r], r,
+                  8.0 * (double)m->s->B * (m->nq[r] + m->nk[r]));
+}
+
+/* Adds (heads, kv heads, query tokens) of group member p (rank r) to the
+ * per-node sums at (scratch) and to the group's tot; sign -1 takes them
+ * back out. */
+static void heads_tally(const model_ctx *m, int r, int p, int u, double sign,
+                        double *at, double *tot)
+{
+    const head_group hg = heads_of(m->s, p, u);
+    const double v[3] = {(double)(hg.h1 - hg.h0), (double)(hg.g1 - hg.g0),
+                         m->nq[r]};
+    for (int i = 0; i < 3; i++) {
+        at[3 * m->node[r] + i] += sign * v[i];
+        tot[i] += sign * v[i];
+    }
 }
 
 /* ulysses.c (group of all P) and hybrid.c's all-to-alls inside groups of
- * u consecutive ranks: q, k, v to the heads' owners, then o, lse back. */
+ * u consecutive ranks: q, k, v to the heads' owners, then o, lse back.
+ * A member sends to each other member p its share of p's heads, and gets
+ * back its own heads of p's queries: sums over the group and its node. */
 static void bytes_heads(const model_ctx *m, sent *x, int u)
 {
     const ra_shape *s = m->s;
-    for (int r = 0; r < m->P; r++) {
-        const int grp = r / u, gi = r % u;
-        const head_group me = heads_of(s, gi, u);
-        const double n = (double)slice_n(m, s->N, r);
-        const double mo = (double)slice_n(m, s->M, r);
+    double *at = m->on_node + 3 * m->nodes; /* scratch, zero between groups */
+    for (int g0 = 0; g0 < m->P; g0 += u) {
+        double tot[3] = {0, 0, 0};
+        for (int p = 0; p < u; p++)
+            heads_tally(m, g0 + p, p, u, 1.0, at, tot);
         for (int p = 0; p < u; p++) {
-            if (p == gi)
-                continue;
-            const head_group hp = heads_of(s, p, u);
-            const double np = (double)slice_n(m, s->N, grp * u + p);
-            const double to = (double)s->B *
-                              (n * (double)((hp.h1 - hp.h0) * s->D) +
-                               mo * (double)((hp.g1 - hp.g0) * (s->D + s->Dv)));
-            const double back = (double)s->B * np *
-                                (double)((me.h1 - me.h0) * (s->Dv + 1));
-            send_to(m, x, r, grp * u + p, 4.0 * (to + back));
+            const int r = g0 + p;
+            const head_group me = heads_of(s, p, u);
+            const double *here = &at[3 * m->node[r]];
+            const double w[2][3] = {{tot[0], tot[1], tot[2]}, /* the group */
+                                    {here[0], here[1], here[2]}}; /* node */
+            const double own[3] = {(double)(me.h1 - me.h0),
+                                   (double)(me.g1 - me.g0), m->nq[r]};
+            double b[2];
+            for (int k = 0; k < 2; k++)
+                b[k] = 4.0 * (double)s->B *
+                       (m->nq[r] * (w[k][0] - own[0]) * (double)s->D +
+                        m->nk[r] * (w[k][1] - own[1]) *
+                            (double)(s->D + s->Dv) +
+                        (w[k][2] - own[2]) * own[0] * (double)(s->Dv + 1));
+            x[r].all += b[0];
+            x[r].intra += b[1];
+            x[r].inter += b[0] - b[1];
         }
+        for (int p = 0; p < u; p++)
+            heads_tally(m, g0 + p, p, u, -1.0, at, tot);
     }
 }
 
 /* hybrid.c's ring between groups: at step t < ng - 1 the block of group
  * (grp - t) mod ng, this rank's kv heads, to the same index in the next
- * group. */
+ * group: every group's keys but those of the next group. */
 static void bytes_hybrid_ring(const model_ctx *m, sent *x, int u,
                               double *step_bytes)
 {
     const ra_shape *s = m->s;
     const int ng = m->P / u;
+    double most = 0, gmost = 0;
+    for (int g = 0; g < ng; g++) { /* each group's keys */
+        m->grp[g] = 0;
+        for (int j = 0; j < u; j++)
+            m->grp[g] += m->nk[g * u + j];
+        most = fmax(most, m->grp[g]);
+    }
     for (int r = 0; r < m->P; r++) {
         const int grp = r / u, gi = r % u;
         const head_group hg = heads_of(s, gi, u);
-        for (int t = 0; t < ng - 1; t++) {
-            const int og = (grp - t + ng) % ng;
-            double mg = 0;
-            for (int j = 0; j < u; j++)
-                mg += (double)slice_n(m, s->M, og * u + j);
-            const double b = 4.0 * (double)s->B * mg *
-                             (double)((hg.g1 - hg.g0) * (s->D + s->Dv));
-            send_to(m, x, r, ((grp + 1) % ng) * u + gi, b);
-            step_bytes[t] = b > step_bytes[t] ? b : step_bytes[t];
-        }
+        const double per = 4.0 * (double)s->B *
+                           (double)((hg.g1 - hg.g0) * (s->D + s->Dv));
+        if (ng > 1)
+            sent_add(m, &x[r], r, ((grp + 1) % ng) * u + gi,
+                     per * (m->nk_all - m->grp[(grp + 1) % ng]));
+        gmost = fmax(gmost, (double)(hg.g1 - hg.g0));
     }
+    for (int t = 0; t < ng - 1; t++) /* every group's block at every step */
+        step_bytes[t] = fmax(step_bytes[t],
+                             4.0 * (double)s->B * most *
+                                 (gmost * (double)(s->D + s->Dv)));
 }
 
 /* ---- times ----------------------------------------------------------------- */
@@ -383,6 +334,18 @@ static double link_time(const model_ctx *m, int from, int to, double b)
     const profile_link *l = cross ? &m->pf->inter : &m->pf->intra;
     const double bw = l->bandwidth > 0 ? l->bandwidth : m->pf->intra.bandwidth;
     return b > 0 ? l->latency + b / bw : 0.0;
+}
+
+/* The slowest ring link's time for b bytes: a link inside a node and one
+ * between nodes, where the ring has them. */
+static double ring_link_time(const model_ctx *m, double b)
+{
+    const profile_link *in = &m->pf->intra, *out = &m->pf->inter;
+    const double bw = out->bandwidth > 0 ? out->bandwidth : in->bandwidth;
+    const double t_in = m->ring_intra && b > 0 ? in->latency + b / in->bandwidth
+                                               : 0.0;
+    const double t_out = m->ring_inter && b > 0 ? out->latency + b / bw : 0.0;
+    return t_in > t_out ? t_in : t_out;
 }
 
 /* Seconds of a collective in which a rank sends x: its bytes inside the
@@ -405,49 +368,24 @@ static double coll_time(const model_ctx *m, const sent *x, double intra,
     return t > 0 ? t + m->pf->intra.latency * m->P : 0.0;
 }
 
-/* A ring of steps: each step's time is its slowest rank's compute or
- * transfer, whichever is longer. c[t * P + r]: rank r's compute at step t;
- * x[t]: the step's transfer. */
-static void ring_times(const model_ctx *m, int steps, const double *c,
-                       const double *x, model_result *res)
+/* Ring and ring-q: step t computes rank r's queries against block
+ * (r - t) (ring) or the queries of block (r - t) against its keys
+ * (ring-q); the step lasts its busiest rank's compute or its transfer,
+ * whichever is longer. */
+static void times_ring(const model_ctx *m, const double *step_bytes,
+                       model_result *res)
 {
+    const int P = m->P, q = m->p.strategy == RA_STRATEGY_RING_Q;
     double total = 0, busiest = 0;
-    for (int t = 0; t < steps; t++) {
-        double cm = 0;
-        for (int r = 0; r < m->P; r++)
-            cm = c[t * m->P + r] > cm ? c[t * m->P + r] : cm;
+    for (int t = 0; t < P; t++) {
+        const double cm = m->diag[q ? (P - t) % P : t] * (double)m->s->H *
+                          m->pair_cost;
+        const double x = ring_link_time(m, step_bytes[t]);
         busiest += cm;
-        total += cm > x[t] ? cm : x[t];
+        total += cm > x ? cm : x;
     }
     res->t_imbalance = busiest - res->t_compute;
     res->t_comm = total - busiest;
-}
-
-/* Ring and ring-q: step t computes rank r's queries against block
- * (r - t) (ring) or the queries of block (r - t) against its keys
- * (ring-q); the transfer of a step overlaps its compute. */
-static int times_ring(const model_ctx *m, const double *step_bytes,
-                      model_result *res)
-{
-    const int P = m->P, q = m->p.strategy == RA_STRATEGY_RING_Q;
-    double *c = calloc((size_t)P * (size_t)P + (size_t)P, sizeof(double));
-    if (!c)
-        return -1;
-    double *x = c + (size_t)P * P;
-    for (int t = 0; t < P; t++) {
-        double far = 0;
-        for (int r = 0; r < P; r++) {
-            const int j = (r - t + P) % P;
-            c[t * P + r] = (q ? m->pairs[j * P + r] : m->pairs[r * P + j]) *
-                           (double)m->s->H * m->pair_cost;
-            const double lt = link_time(m, r, (r + 1) % P, step_bytes[t]);
-            far = lt > far ? lt : far;
-        }
-        x[t] = far;
-    }
-    ring_times(m, P, c, x, res);
-    free(c);
-    return 0;
 }
 
 /* The busiest rank's bytes, by destination. */
@@ -475,9 +413,7 @@ static double tree_time(const model_ctx *m)
     double worst = 0;
     for (int r = 0; r < m->P; r++) {
         sent q = {0, 0, 0}, part = {0, 0, 0};
-        for (int j = 0; j < m->P; j++)
-            if (j != r)
-                tree_sends(m, &q, &part, r, j);
+        tree_sent(m, r, &q, &part);
         worst = fmax(worst, coll_time(m, &q, pf->allgather_intra,
                                       pf->allgather_inter) +
                                 coll_time(m, &part, rs_intra, rs_inter));
@@ -594,19 +530,16 @@ static double rank_work(const model_ctx *m, const model_result *res, int r)
     }
     case RA_STRATEGY_HYBRID: { /* its heads over its group's queries */
         const head_group hg = heads_of(s, r % res->u, res->u);
-        double g = 0;
-        for (int j = 0; j < res->u; j++)
-            g += m->qrow[(r / res->u) * res->u + j];
-        return g * (double)(hg.h1 - hg.h0);
+        return m->grp[r / res->u] * (double)(hg.h1 - hg.h0);
     }
     default: /* the own queries against every key */
         return m->qrow[r] * (double)s->H;
     }
 }
 
-/* Counts: pairs, work per rank, bytes; step_bytes for the times. */
-static void model_counts(const model_ctx *m, sent *x, double *step_bytes,
-                         model_result *res)
+/* Pairs, work per rank and memory (with hybrid, m->grp holds each group's
+ * queries' pairs). */
+static void model_work(const model_ctx *m, model_result *res)
 {
     const ra_shape *s = m->s;
     const int P = m->P;
@@ -617,37 +550,61 @@ static void model_counts(const model_ctx *m, sent *x, double *step_bytes,
                             model_rank_bytes(s, &m->p, m->p.layout, P, r));
     }
     res->flops = ra_pair_flops(s, &m->p) * res->pairs_total;
+    for (int g = 0; m->p.strategy == RA_STRATEGY_HYBRID && g < P / res->u;
+         g++) {
+        m->grp[g] = 0;
+        for (int j = 0; j < res->u; j++)
+            m->grp[g] += m->qrow[g * res->u + j];
+    }
     for (int r = 0; r < P; r++) {
         const double w = rank_work(m, res, r);
         res->work_max = fmax(res->work_max, w);
         res->work_avg += w / P;
     }
+}
+
+/* Bytes per rank (x) and per ring step (step_bytes); 0, or -1 when out of
+ * memory. */
+static int model_bytes(const model_ctx *m, sent *x, double *step_bytes,
+                       const model_result *res)
+{
+    const ra_shape *s = m->s;
     switch (m->p.strategy) {
     case RA_STRATEGY_RING:
-        bytes_ring(m, x, step_bytes);
-        break;
+        return bytes_ring(m, x, step_bytes);
     case RA_STRATEGY_RING_Q:
         bytes_ringq(m, x);
-        for (int t = 0; t < P; t++) /* queries overlap; o, lse do not */
-            step_bytes[t] = 4.0 * (double)s->B *
-                            (double)slice_n(m, s->N, 0) * (double)(s->H * s->D);
-        break;
+        for (int t = 0; t < m->P; t++) /* queries overlap; o, lse do not */
+            step_bytes[t] = 4.0 * (double)s->B * m->nq[0] *
+                            (double)(s->H * s->D);
+        return 0;
     case RA_STRATEGY_ALLGATHER:
     case RA_STRATEGY_TREE:
         bytes_gathered(m, x);
-        break;
+        return 0;
     case RA_STRATEGY_ULYSSES:
-        bytes_heads(m, x, P);
+        bytes_heads(m, x, m->P);
         bytes_ids(m, x);
-        break;
+        return 0;
     case RA_STRATEGY_HYBRID:
         bytes_heads(m, x, res->u);
         bytes_ids(m, x);
         bytes_hybrid_ring(m, x, res->u, step_bytes);
-        break;
+        return 0;
     default:
-        break;
+        return 0;
     }
+}
+
+/* Counts: pairs, work per rank, bytes; step_bytes for the times. 0, or -1
+ * when out of memory. */
+static int model_counts(const model_ctx *m, sent *x, double *step_bytes,
+                        model_result *res)
+{
+    const int P = m->P;
+    model_work(m, res);
+    if (model_bytes(m, x, step_bytes, res) != 0)
+        return -1;
     for (int r = 0; r < P; r++) {
         res->bytes_max = fmax(res->bytes_max, x[r].all);
         res->bytes_avg += x[r].all / P;
@@ -660,6 +617,7 @@ static void model_counts(const model_ctx *m, sent *x, double *step_bytes,
             res->cross_total += c;
         }
     }
+    return 0;
 }
 
 /* The exposed accumulator hops of ring-q (not overlapped): each step
@@ -669,7 +627,7 @@ static double ringq_acc_time(const model_ctx *m)
     const ra_shape *s = m->s;
     double worst = 0;
     for (int r = 0; r < m->P && m->P > 1; r++) {
-        const double b = 4.0 * (double)s->B * (double)slice_n(m, s->N, r) *
+        const double b = 4.0 * (double)s->B * m->nq[r] *
                          (double)s->H * (double)(s->Dv + 1);
         worst = fmax(worst, link_time(m, r, (r + 1) % m->P, b));
     }
@@ -712,7 +670,8 @@ static int predict_one(model_ctx *m, int with_io, model_result *res)
     m->rate = rank_rate(m);
     m->pair_cost = ra_pair_flops(s, &m->p) / (double)s->H / m->rate;
     ra_status ok = model_checks(m, res);
-    model_counts(m, x, step_bytes, res);
+    if (model_counts(m, x, step_bytes, res) != 0)
+        goto cleanup;
     if (ok == RA_OK)
         ok = model_fits(m, res);
     res->applies = ok == RA_OK;
@@ -720,8 +679,7 @@ static int predict_one(model_ctx *m, int with_io, model_result *res)
         snprintf(res->why, sizeof res->why, "%s", ra_error_message());
     res->t_compute = res->work_avg * m->pair_cost;
     if (strat == RA_STRATEGY_RING || strat == RA_STRATEGY_RING_Q) {
-        if (times_ring(m, step_bytes, res) != 0)
-            goto cleanup;
+        times_ring(m, step_bytes, res);
         if (strat == RA_STRATEGY_RING_Q)
             res->t_comm += ringq_acc_time(m);
     } else {
@@ -747,7 +705,7 @@ int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
                    .pf = pf, .P = al->P > 0 ? al->P : 1};
     m.p.layout = lay;
     m.segs = m.mk->q_seg && m.mk->kv_seg;
-    int rc = model_setup(&m); /* the pair matrix, shared by all */
+    int rc = model_setup(&m); /* the rows and steps, shared by all */
     for (int k = 0; k < RA_STRATEGY_COUNT && rc == 0; k++) {
         m.p.strategy = (ra_strategy)k;
         rc = predict_one(&m, with_io, &res[k]);

@@ -80,8 +80,9 @@ int model_predict(const ra_shape *s, const ra_params *p, ra_layout lay,
                   const model_masks *mk, const model_alloc *al,
                   const ra_profile *pf, int with_io, model_result *res);
 
-/* Every strategy at once (res[k] for ra_strategy k), sharing the pair
- * matrix; 0, or -1 when out of memory. */
+/* Every strategy at once (res[k] for ra_strategy k), sharing the counts
+ * that pair ranks with ranks (model_steps.h); 0, or -1 when out of
+ * memory. Time and memory grow with P, not P^2. */
 int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
                       const model_masks *mk, const model_alloc *al,
                       const ra_profile *pf, int with_io,

@@ -317,8 +317,9 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
         printf("# %-12s %s, chosen by the plan for N=%lld\n", "auto",
                ra_strategy_name((ra_strategy)o->picked[i]),
                (long long)o->seqs[i]);
-        printf("# %-12s %.4f s, %s\n", "predicted", o->predicted[i],
-               o->profile ? o->profile : "built-in profile, not probed");
+        if (o->predicted[i] > 0) /* 0: no prediction, the ring ran */
+            printf("# %-12s %.4f s, %s\n", "predicted", o->predicted[i],
+                   o->profile ? o->profile : "built-in profile, not probed");
     }
     printf("# %-12s %s%s\n", "mode",
            o->ring && o->naive ? "ring and naive" : o->ring ? "ring" : "naive",
@@ -466,7 +467,8 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
             st = run_config(ctx, &one, &s, naive, sgemm, &rows[*nrows]);
             if (st == RA_OK && ctx->rank == 0)
                 bench_print_row(stdout, &rows[*nrows]);
-            if (st == RA_OK && ctx->rank == 0 && !naive && o->auto_strategy)
+            if (st == RA_OK && ctx->rank == 0 && !naive && o->auto_strategy &&
+                o->predicted[i] > 0)
                 printf("# plan: %s predicted %.4f s, measured %.4f s "
                        "(measured/predicted %.2f)\n", rows[*nrows].mode,
                        o->predicted[i], rows[*nrows].seconds_median,

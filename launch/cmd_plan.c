@@ -111,6 +111,37 @@ static ra_status plan_masks(const plan_opts *o, plan_state *w)
     return st;
 }
 
+/* The allocation at K nodes of P ranks (fake nodes share --cores). */
+static model_alloc plan_alloc(const plan_opts *o, const plan_state *w,
+                              int64_t P, int64_t K)
+{
+    const long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    const int64_t cores = o->cores > 0 ? o->cores
+                                       : K * (nproc > 0 ? nproc : 1);
+    const double rate = o->kernel_rate > 0
+                            ? o->kernel_rate * 1e9
+                            : profile_kernel_rate(&w->pf, w->s.D, w->s.Dv,
+                                                  o->p.score);
+    return (model_alloc){.P = (int)P, .nodes = (int)K, .cores = (int)cores,
+                         .core_rate = rate};
+}
+
+/* Whether the profile can time every allocation the plan predicts: the
+ * job's and each of --sweep-nodes (--max-seq times nothing). */
+static ra_status plan_profile_fits(const plan_opts *o, const plan_state *w)
+{
+    const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
+    ra_status st = RA_OK;
+    for (int i = -1; i < o->nsweep && st == RA_OK && !o->max_seq; i++) {
+        const int64_t K = i < 0 ? o->nodes : o->sweep[i];
+        const model_alloc al = plan_alloc(o, w, i < 0 ? o->ranks : K * per,
+                                          K);
+        st = plan_profile_check(o->profile, &w->pf, &al, &w->s, o->p.score,
+                                o->in != NULL);
+    }
+    return st;
+}
+
 /* The problem, the allocation and the profile; every check before any
  * prediction. Collective (the ranks agree). */
 static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
@@ -158,24 +189,11 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
         w->pf.alltoall_inter = w->pf.allgather_inter = 0;
         w->pf.reduce_scatter_inter = 0;
     }
+    if (st == RA_OK)
+        st = plan_profile_fits(o, w);
     if (st == RA_OK && o->max_seq == 0)
         st = plan_masks(o, w);
     return ra_agree(ctx->comm, st);
-}
-
-/* The allocation at K nodes of P ranks (fake nodes share --cores). */
-static model_alloc plan_alloc(const plan_opts *o, const plan_state *w,
-                              int64_t P, int64_t K)
-{
-    const long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    const int64_t cores = o->cores > 0 ? o->cores
-                                       : K * (nproc > 0 ? nproc : 1);
-    const double rate = o->kernel_rate > 0
-                            ? o->kernel_rate * 1e9
-                            : profile_kernel_rate(&w->pf, w->s.D, w->s.Dv,
-                                                  o->p.score);
-    return (model_alloc){.P = (int)P, .nodes = (int)K, .cores = (int)cores,
-                         .core_rate = rate};
 }
 
 /* ---- the driver ------------------------------------------------------------ */

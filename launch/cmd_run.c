@@ -215,8 +215,10 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     if (st == RA_OK)
         st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->d.s,
                                    r->axes);
-    if (st == RA_OK && (r->picked = (int)o->p.strategy == CLI_STRATEGY_AUTO))
-        st = plan_pick(ctx, &r->d.s, &o->p, NULL, o->profile, &r->pick);
+    if (st == RA_OK && (int)o->p.strategy == CLI_STRATEGY_AUTO &&
+        (st = plan_pick(ctx, &r->d.s, &o->p, NULL, o->profile, &r->pick)) ==
+            RA_OK)
+        r->picked = r->pick.applies; /* 0: the ring, after a warning */
     if (st != RA_OK)
         return st;
     o->p.nonfinite = o->allow_nonfinite;

@@ -22,6 +22,14 @@ typedef struct {
  * RA_ERR_INPUT with the reader's one-line reason. */
 ra_status plan_profile_load(const char *path, ra_profile *pf);
 
+/* RA_OK when profile pf (read from path; NULL: the built-in one) holds
+ * every rate a prediction for allocation al, head shape s and score needs
+ * (with_io: the I/O rates too); else RA_ERR_INPUT, one line naming the file
+ * and the key. */
+ra_status plan_profile_check(const char *path, const ra_profile *pf,
+                             const model_alloc *al, const ra_shape *s,
+                             ra_score score, int with_io);
+
 /* Predicts every strategy for the problem under the layout of p (or, when
  * layout_auto, each of contiguous, zigzag, striped, and the one
  * ra_params_layout picks first). RA_ERR_NOMEM when out of memory. */
@@ -39,7 +47,10 @@ ra_status plan_job_alloc(const cli_ctx *ctx, const ra_params *p,
 /* `--strategy auto`: the fastest applicable strategy for this job under the
  * resolved layout of p (masks: the padding lengths, or NULL), into
  * p->strategy, and its prediction into *pick (compute only: no I/O).
- * profile: a file, or NULL. Collective; well under a second. */
+ * profile: a file, or NULL. A profile that cannot predict this job (see
+ * plan_profile_check): rank 0 warns on stderr in one line, the ring is
+ * chosen and *pick is zero with pick->applies 0 (no prediction). Collective;
+ * well under a second. */
 ra_status plan_pick(const cli_ctx *ctx, const ra_shape *s, ra_params *p,
                     const model_masks *masks, const char *profile,
                     model_result *pick);

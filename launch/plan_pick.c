@@ -22,6 +22,20 @@ ra_status plan_profile_load(const char *path, ra_profile *pf)
     return RA_OK;
 }
 
+ra_status plan_profile_check(const char *path, const ra_profile *pf,
+                             const model_alloc *al, const ra_shape *s,
+                             ra_score score, int with_io)
+{
+    const profile_need need = {al->P, al->nodes > 0 ? al->nodes : 1, score,
+                               s->D, s->Dv, al->core_rate, with_io};
+    char why[400];
+    if (profile_usable(pf, &need, why, sizeof why) == 0)
+        return RA_OK;
+    return ra_error_set(RA_ERR_INPUT, "%s: %s; the plan cannot predict "
+                        "with this profile",
+                        path ? path : "built-in profile", why);
+}
+
 /* Whether row a beats row b (applicable first, then faster). */
 static int plan_better(const model_result *a, const model_result *b)
 {
@@ -109,10 +123,12 @@ ra_status plan_job_alloc(const cli_ctx *ctx, const ra_params *p,
 }
 
 /* Every strategy for this job under the resolved layout of p, into a new
- * *out (the caller frees it, also on failure). Collective. */
+ * *out (the caller frees it, also on failure). A profile that cannot
+ * predict this job: RA_ERR_INPUT and *unusable set. Collective. */
 static ra_status plan_job_table(const cli_ctx *ctx, const ra_shape *s,
                                 const ra_params *p, const model_masks *masks,
-                                const char *profile, plan_table **out)
+                                const char *profile, plan_table **out,
+                                int *unusable)
 {
     ra_profile *pf = malloc(sizeof *pf);
     int *node_of = malloc(sizeof(int) * (size_t)ctx->nranks);
@@ -125,6 +141,10 @@ static ra_status plan_job_table(const cli_ctx *ctx, const ra_shape *s,
         goto cleanup;
     model_alloc al;
     if ((st = plan_job_alloc(ctx, p, pf, s, node_of, &al)) != RA_OK)
+        goto cleanup;
+    *unusable = (st = plan_profile_check(profile, pf, &al, s, p->score,
+                                         0)) != RA_OK;
+    if (st != RA_OK) /* the same verdict on every rank: the same inputs */
         goto cleanup;
     ra_params q = *p; /* every strategy is evaluated; p's may be auto */
     q.strategy = RA_STRATEGY_RING;
@@ -141,11 +161,19 @@ ra_status plan_pick(const cli_ctx *ctx, const ra_shape *s, ra_params *p,
                     model_result *pick)
 {
     plan_table *t;
-    ra_status st = plan_job_table(ctx, s, p, masks, profile, &t);
-    if (st == RA_OK && t->best < 0)
+    int unusable = 0;
+    ra_status st = plan_job_table(ctx, s, p, masks, profile, &t, &unusable);
+    if (unusable) { /* run on the ring, never on a prediction of NaN */
+        if (ctx->rank == 0)
+            fprintf(stderr, "ringattn: warning: --strategy auto: %s; "
+                    "running the ring\n", ra_error_message());
+        memset(pick, 0, sizeof *pick);
+        p->strategy = pick->strategy = RA_STRATEGY_RING;
+        st = RA_OK;
+    } else if (st == RA_OK && t->best < 0) {
         st = ra_error_set(RA_ERR_ARG, "--strategy auto: no strategy takes "
                           "this problem (ring: %s)", t->row[0].why);
-    if (st == RA_OK) {
+    } else if (st == RA_OK) {
         *pick = t->row[t->best];
         p->strategy = pick->strategy;
     }
@@ -158,7 +186,8 @@ ra_status plan_predict(const cli_ctx *ctx, const ra_shape *s,
                        const char *profile, model_result *out)
 {
     plan_table *t;
-    ra_status st = plan_job_table(ctx, s, p, masks, profile, &t);
+    int unusable = 0;
+    ra_status st = plan_job_table(ctx, s, p, masks, profile, &t, &unusable);
     for (int k = 0; st == RA_OK && k <= t->nrows; k++) {
         if (k == t->nrows)
             st = RA_ERR_ARG; /* the model says it does not apply */

@@ -9,6 +9,7 @@
  * and the key. */
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -475,6 +476,8 @@ static int json_value(json_in *j, const json_key *k, char *base)
         if (x < 0 || x > JSON_RATE_MAX)
             return json_fail(j, "%g is not a rate in [0, %g] (0: not "
                              "measured)", x, JSON_RATE_MAX);
+        if (x > 0 && x < DBL_MIN) /* would divide to infinity */
+            return json_fail(j, "%g is denormal, not a measured rate", x);
         *(double *)dst = x;
         return 0;
     case JK_TEXT:
@@ -615,4 +618,64 @@ int profile_read_json(const char *path, ra_profile *p, char *err, size_t n)
     if (rc == 0)
         *p = got;
     return rc;
+}
+
+/* ---- what a prediction divides by ----------------------------------------- */
+
+/* A rate the model may divide by: positive, normal and finite. */
+static int rate_ok(double x)
+{
+    return isfinite(x) && x >= DBL_MIN;
+}
+
+/* The links and collectives the model times for need: the rate it divides
+ * by and the key that is missing when that rate is not usable (the model's
+ * fall-backs for 0 included, as in comm/model.c). */
+static const char *profile_link_gap(const ra_profile *p,
+                                    const profile_need *need)
+{
+    const int shared = need->P > need->nodes, cross = need->nodes > 1;
+    const double per = (double)((need->P + need->nodes - 1) / need->nodes);
+    const double link = p->inter.bandwidth > 0 ? p->inter.bandwidth
+                                               : p->intra.bandwidth;
+    const struct {
+        const char *key;
+        int used;
+        double rate;
+    } uses[] = {
+        {"intra.bandwidth", shared, p->intra.bandwidth},
+        {"alltoall_intra", shared, p->alltoall_intra},
+        {"allgather_intra", shared, p->allgather_intra},
+        {"inter.bandwidth", cross, link},
+        {"alltoall_inter", cross, p->alltoall_inter > 0 ? p->alltoall_inter
+            : (p->inter.bandwidth > 0 ? link : p->alltoall_intra * per) / per},
+        {"allgather_inter", cross, p->allgather_inter > 0
+            ? p->allgather_inter
+            : (p->inter.bandwidth > 0 ? link : p->allgather_intra * per) / per},
+        {"io_read", need->with_io, p->io_read},
+        {"io_write", need->with_io, p->io_write},
+    };
+    for (size_t i = 0; i < sizeof uses / sizeof *uses; i++)
+        if (uses[i].used && !rate_ok(uses[i].rate))
+            return uses[i].key;
+    return NULL;
+}
+
+int profile_usable(const ra_profile *p, const profile_need *need, char *why,
+                   size_t n)
+{
+    if (!rate_ok(need->core_rate)) {
+        snprintf(why, n, "key 'kernel': no measured rate for the %s score "
+                 "(D = %lld, Dv = %lld) and no dot rate to stand in",
+                 ra_score_name(need->score), (long long)need->D,
+                 (long long)need->Dv);
+        return -1;
+    }
+    const char *gap = profile_link_gap(p, need);
+    if (!gap)
+        return 0;
+    snprintf(why, n, "key '%s': not measured (probed at %d rank(s) on %d "
+             "node(s)), and %d rank(s) on %d node(s) need it", gap, p->ranks,
+             p->nodes, need->P, need->nodes);
+    return -1;
 }

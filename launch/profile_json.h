@@ -24,4 +24,21 @@ int profile_write_json(FILE *f, const ra_profile *p);
 double profile_kernel_rate(const ra_profile *p, int64_t D, int64_t Dv,
                            ra_score score);
 
+/* What one prediction needs of a profile: its allocation, the head shape
+ * and score, the kernel rate in use (the profile's profile_kernel_rate, or
+ * a rate given in its place) and whether I/O is timed. */
+typedef struct {
+    int P, nodes;
+    ra_score score;
+    int64_t D, Dv;
+    double core_rate;
+    int with_io;
+} profile_need;
+
+/* 0 when every rate the model divides by for need is positive, normal and
+ * finite (a zero counts where the model has a fall-back for it); else -1
+ * and one line, "key 'FIELD': problem", naming the first missing rate. */
+int profile_usable(const ra_profile *p, const profile_need *need, char *why,
+                   size_t n);
+
 #endif /* RA_PROFILE_JSON_H */

@@ -13,6 +13,7 @@ file) and `--strategy auto` in bench and run: it picks, runs and reports the
 prediction next to the measurement.
 """
 import json
+import math
 import os
 import re
 import subprocess
@@ -106,6 +107,28 @@ def refusals(ringattn, work):
           "plan: the first line does not say the profile is not probed")
 
 
+def large(ringattn, work):
+    """plan at 100000 ranks and a sweep to 4096 nodes answer (the model's
+    cost grows with P, not P^2), every prediction a finite number."""
+    for args in (["--ranks", "100000"],
+                 ["--ranks", "2", "--seq", "8192", "--sweep-nodes", "4096"],
+                 ["--ranks", "30000", "--seq", "65536"]):
+        out = os.path.join(work, "large.json")
+        r = sh([ringattn, "plan", "--json", out] + args)
+        check(r.returncode == 0, f"plan {args}: exit {r.returncode}: "
+                                 f"{r.stderr.strip()}")
+        with open(out) as f:
+            j = json.load(f, parse_constant=lambda c: float("nan"))
+        rows = j["rows"] + j["sweep"]
+        check(j["best"] is not None and rows,
+              f"plan {args}: no strategy applies")
+        times = [j["best"]["time_s"]] + [r_[k] for r_ in rows for k in
+                                         ("time_s", "compute_s", "comm_s",
+                                          "imbalance_s")]
+        check(all(isinstance(x, float) and math.isfinite(x) for x in times),
+              f"plan {args}: a prediction is not finite")
+
+
 def auto(ringattn, np_, work):
     mpi = ["mpirun", "-np", str(np_), "--oversubscribe"]
     r = sh(mpi + [ringattn, "bench", "--strategy", "auto", "--seq", "512",
@@ -131,6 +154,44 @@ def auto(ringattn, np_, work):
     r = sh([ringattn, "gen", "--out", os.path.join(work, "x.h5"),
             "--strategy", "auto"])
     check(r.returncode == 2, "gen --strategy auto not refused")
+    auto_fallback(ringattn, mpi, work, inp)
+
+
+def auto_fallback(ringattn, mpi, work, inp):
+    """A profile the plan cannot predict with (a gaussian kernel rate only,
+    for the dot score): run --strategy auto warns in one line and runs the
+    ring; nothing prints NaN or infinity."""
+    prof = os.path.join(work, "gauss.json")
+    with open(prof, "w") as f:
+        json.dump({"schema": 2, "measured": True, "date": "2026-12-01",
+                   "version": "t", "hosts": "vm", "io_dir": ".", "nodes": 1,
+                   "ranks": 4, "ranks_per_node": 4, "threads": 1,
+                   "kernel": [{"D": 16, "Dv": 16, "score": "gaussian",
+                               "flops_per_core": 1e11}],
+                   "intra": {"latency": 1e-6, "bandwidth": 7.7e9},
+                   "inter": {"latency": 0, "bandwidth": 0},
+                   "alltoall_intra": 7.7e9, "alltoall_inter": 0,
+                   "allgather_intra": 7.7e9, "allgather_inter": 0,
+                   "reduce_scatter_intra": 2.6e9, "reduce_scatter_inter": 0,
+                   "io_read": 9e8, "io_write": 4e8, "mem_per_node": 1 << 34},
+                  f)
+    out = os.path.join(work, "fallback.h5")
+    r = sh(mpi + [ringattn, "run", "--in", inp, "--out", out, "--strategy",
+                  "auto", "--profile", prof])
+    check(r.returncode == 0, f"run --strategy auto, unusable profile: exit "
+                             f"{r.returncode}: {r.stderr.strip()}")
+    ours = [l for l in r.stderr.splitlines() if l.startswith("ringattn:")]
+    check(len(ours) == 1 and ours[0].startswith(
+        "ringattn: warning: --strategy auto: ") and "gauss.json: key "
+        "'kernel'" in ours[0] and ours[0].endswith("running the ring"),
+        f"run --strategy auto, unusable profile: stderr {r.stderr!r}")
+    check(not re.search(r"\b(nan|inf)\b", r.stdout, re.I),
+          f"run --strategy auto printed NaN or inf: {r.stdout}")
+    check("chosen by the plan" not in r.stdout and
+          re.search(r"# strategy +ring", r.stdout),
+          f"run --strategy auto did not fall back to the ring: {r.stdout}")
+    r = sh(mpi + [ringattn, "verify", "--in", inp, "--out", out])
+    check(r.returncode == 0, f"verify after the fallback: {r.stdout}")
 
 
 def main():
@@ -150,6 +211,8 @@ def main():
             if np_ == 1:
                 refusals(ringattn, work)
                 print("plan_counts: refusals PASS")
+                large(ringattn, work)
+                print("plan_counts: 100000 ranks, 4096 nodes PASS")
             auto(ringattn, np_, work)
             print(f"plan_counts P={np_}: --strategy auto PASS")
     except (Failure, subprocess.TimeoutExpired, OSError, ValueError,

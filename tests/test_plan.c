@@ -8,7 +8,15 @@
  * lens; a rank's queries as one range of positions, exact for contiguous
  * slices) its held ranges must be tight, its skipped hops exactly those
  * nobody needs, and its sent key rows exactly those the ranks after the
- * sender need. */
+ * sender need.
+ *
+ * Then the performance model's counts that pair ranks with ranks
+ * (comm/model_steps.h), computed without a loop over every pair, against
+ * those loops on random problems (P up to 64, every layout, causal,
+ * windows, padding, packed segments): each rank's row and column of the
+ * pair matrix, the ring's busiest rank per step, the ring's bytes per rank
+ * and per step, the largest slice. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +27,7 @@
 #include <cmocka.h>
 
 #include "internal.h"
+#include "model_steps.h"
 #include "plan.h"
 
 enum { MAXB = 3, MAXLEN = 20 };
@@ -232,11 +241,156 @@ static void test_plan_unmasked(void **state)
     }
 }
 
+/* ---- the model's counts against loops over every pair of ranks ------------ */
+
+enum { MODEL_CASES = 400, MODEL_MAXB = 3, MODEL_MAXLEN = 160 };
+
+/* One random problem: its shape, params, masks and P. */
+typedef struct {
+    ra_shape s;
+    ra_params p;
+    int64_t q_lens[MODEL_MAXB], kv_lens[MODEL_MAXB];
+    int64_t q_seg[MODEL_MAXB * MODEL_MAXLEN], kv_seg[MODEL_MAXB * MODEL_MAXLEN];
+    model_masks mk;
+    model_problem pb;
+} model_case;
+
+static int64_t pick(uint64_t seed, uint64_t i, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(ra_random_u64(seed, 77, i) % (uint64_t)(hi - lo + 1));
+}
+
+static void model_case_make(model_case *c, uint64_t seed)
+{
+    const ra_layout lays[] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
+                              RA_LAYOUT_STRIPED};
+    memset(c, 0, sizeof *c);
+    c->s = (ra_shape){pick(seed, 0, 1, MODEL_MAXB), pick(seed, 1, 1, MODEL_MAXLEN),
+                      pick(seed, 2, 1, MODEL_MAXLEN), 1, 1, 4, 4, 0};
+    if (pick(seed, 3, 0, 2) == 0) /* self-attention, the common case */
+        c->s.M = c->s.N;
+    ra_params_default(&c->p);
+    c->p.layout = lays[pick(seed, 4, 0, 2)];
+    c->p.causal = (int)pick(seed, 5, 0, 1);
+    c->p.window = pick(seed, 6, 0, 2) == 0;
+    c->p.window_left = c->p.window ? pick(seed, 7, 0, 40) : 0;
+    c->p.window_right = c->p.window ? pick(seed, 8, 0, 10) : 0;
+    const int64_t masks = pick(seed, 9, 0, 3); /* none, lens, segments, both */
+    if (masks & 1) {
+        ra_random_lens(seed, RA_STREAM_Q_LENS, c->s.B, c->s.N, c->q_lens);
+        ra_random_lens(seed, RA_STREAM_KV_LENS, c->s.B, c->s.M, c->kv_lens);
+        c->mk.q_lens = c->q_lens;
+        c->mk.kv_lens = c->kv_lens;
+    }
+    if (masks & 2) {
+        const ra_slice qall = {1, {{0, c->s.N, 1}}, c->s.N};
+        const ra_slice kall = {1, {{0, c->s.M, 1}}, c->s.M};
+        const int64_t avg = pick(seed, 10, 1, 30);
+        ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, c->s.B, c->s.N, avg,
+                           &qall, c->q_seg);
+        ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, c->s.B, c->s.M, avg,
+                           &kall, c->kv_seg);
+        c->mk.q_seg = c->q_seg;
+        c->mk.kv_seg = c->kv_seg;
+    }
+    c->pb = (model_problem){&c->s, &c->p, &c->mk, (int)pick(seed, 11, 1, 64)};
+}
+
+/* The pair matrix (P x P) from model_block_pairs, one block at a time. */
+static double *pair_matrix(const model_problem *pb)
+{
+    const int P = pb->P;
+    double *pm = calloc((size_t)P * (size_t)P, sizeof(double));
+    int64_t *ids = malloc(sizeof(int64_t) * MODEL_MAXLEN);
+    assert_non_null(pm);
+    assert_non_null(ids);
+    for (int d = 0; d < P; d++)
+        for (int src = 0; src < P; src++)
+            pm[d * P + src] = model_block_pairs(pb, d, src, ids);
+    free(ids);
+    return pm;
+}
+
+/* The ring's sends as ring_pass.c makes them: at step t < last, rank r
+ * sends ring_plan_held(block r - t, step t + 1). */
+static void sends_by_steps(const model_problem *pb, double row, double *sent,
+                           double *step)
+{
+    const int P = pb->P;
+    const ra_masks rm = {pb->mk->q_lens, pb->mk->kv_lens, NULL, NULL};
+    const ring_plan pl = ring_plan_make(pb->s, pb->p, &rm, P);
+    const int last = ring_plan_last_step(&pl);
+    for (int t = 0; t < last; t++)
+        for (int r = 0; r < P; r++) {
+            const ring_span out = ring_plan_held(&pl, (r - t + P) % P, t + 1,
+                                                 last);
+            const double b = (double)pb->s->B * (double)(out.b - out.a) * row;
+            sent[r] += b;
+            step[t] = b > step[t] ? b : step[t];
+        }
+}
+
+/* One problem: every count against its loop, exactly. */
+static void check_model_case(const model_case *c)
+{
+    const model_problem *pb = &c->pb;
+    const int P = pb->P;
+    double *pm = pair_matrix(pb);
+    double *v = calloc((size_t)(9 * P), sizeof(double));
+    assert_non_null(v);
+    double *qrow = v, *kcol = v + P, *diag = v + 2 * P, *sent = v + 3 * P,
+           *step = v + 4 * P, *bq = v + 5 * P, *bk = v + 6 * P,
+           *bsent = v + 7 * P, *bstep = v + 8 * P;
+    assert_int_equal(model_rows(pb, qrow, kcol), 0);
+    assert_int_equal(model_ring_diag(pb, diag), 0);
+    assert_int_equal(model_ring_sends(pb, 12.0, sent, step), 0);
+    sends_by_steps(pb, 12.0, bsent, bstep);
+    for (int t = 0; t < P; t++) {
+        double most = 0;
+        for (int r = 0; r < P; r++) {
+            most = fmax(most, pm[r * P + (r - t + P) % P]);
+            bq[t] += pm[t * P + r];
+            bk[t] += pm[r * P + t];
+        }
+        assert_true(diag[t] == most);
+        assert_true(qrow[t] == bq[t] && kcol[t] == bk[t]);
+        assert_true(sent[t] == bsent[t] && step[t] == bstep[t]);
+    }
+    for (int len = 0; len <= 2; len++) {
+        const int64_t n = len == 0 ? c->s.N : len == 1 ? c->s.M : P - 1;
+        int64_t most = 0;
+        for (int r = 0; r < P; r++)
+            most = fmax(most, ra_layout_slice(c->p.layout, n, r, P).count);
+        assert_int_equal(model_slice_most(c->p.layout, n, P), most);
+    }
+    free(pm);
+    free(v);
+}
+
+static void test_model_counts(void **state)
+{
+    (void)state;
+    model_case *c = malloc(sizeof *c);
+    assert_non_null(c);
+    int64_t masked = 0, sent = 0;
+    for (uint64_t seed = 1; seed <= MODEL_CASES; seed++) {
+        model_case_make(c, seed);
+        check_model_case(c);
+        masked += c->p.causal || c->p.window || c->mk.q_lens || c->mk.q_seg;
+        sent += c->pb.P > 1;
+    }
+    printf("# %d random problems (%lld with masks, %lld over several "
+           "ranks): the counts equal the loops over every pair of ranks\n",
+           MODEL_CASES, (long long)masked, (long long)sent);
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_unmasked),
         cmocka_unit_test(test_plan_brute_force),
+        cmocka_unit_test(test_model_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,53 @@
+/* model_steps.h: the counts of the performance model that pair ranks with
+ * ranks (internal, pure arithmetic: no MPI, no files): visible pairs per
+ * rank, the ring's busiest rank at each step, and the ring's bytes per
+ * rank and per step. comm/model.c times them.
+ *
+ * Each restates, in time that grows with P (not P^2), what a loop over
+ * every pair of ranks gives: tests/test_plan.c holds them to those loops
+ * (model_block_pairs over every pair, ring_plan_held at every step). */
+#ifndef RA_MODEL_STEPS_H
+#define RA_MODEL_STEPS_H
+
+#include <stdint.h>
+
+#include "model.h"
+
+/* One problem as the counts see it: the shape, the params with the layout
+ * resolved, the masks in natural token order (never NULL; members may be),
+ * and P ranks. */
+typedef struct {
+    const ra_shape *s;
+    const ra_params *p;
+    const model_masks *mk;
+    int P;
+} model_problem;
+
+/* The largest slice of a length-len axis over P ranks under layout lay, in
+ * closed form. */
+int64_t model_slice_most(ra_layout lay, int64_t len, int P);
+
+/* Visible pairs (one head, summed over batches) of rank d's queries against
+ * rank src's keys. ids: scratch of the largest query slice. */
+double model_block_pairs(const model_problem *pb, int d, int src,
+                         int64_t *ids);
+
+/* qrow[r]: pairs of rank r's queries against every key; kcol[r]: of every
+ * query against rank r's keys (P entries each). 0, or -1 when out of
+ * memory. */
+int model_rows(const model_problem *pb, double *qrow, double *kcol);
+
+/* diag[t] for t < P: the largest model_block_pairs(r, (r - t) mod P) over
+ * the ranks r (the ring's busiest rank at step t; ring-q's at step t is
+ * diag[(P - t) mod P]). 0, or -1 when out of memory. */
+int model_ring_diag(const model_problem *pb, double *diag);
+
+/* ring_pass.c's sends: at step t below the plan's last step, rank r sends
+ * the rows of block (r - t) mod P that step t + 1 holds, row bytes each, to
+ * rank r + 1. sent[r] (P entries): rank r's bytes in all; step[t] (P
+ * entries): the step's largest message. Both are added to. 0, or -1 when
+ * out of memory. */
+int model_ring_sends(const model_problem *pb, double row, double *sent,
+                     double *step);
+
+#endif /* RA_MODEL_STEPS_H */
