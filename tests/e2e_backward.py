@@ -213,6 +213,7 @@ def unseen_segments(path):
         for n, shape in (("q", (2, 37, 4, 8)), ("k", (2, 29, 2, 8)),
                          ("v", (2, 29, 2, 8)), ("do", (2, 37, 4, 8))):
             f[n] = r.standard_normal(shape).astype("f4")
+            f[n].attrs["axes"] = "B,N,H,D"
         f["q_segments"] = r.integers(0, 5, (2, 37))
         f["kv_segments"] = r.integers(0, 3, (2, 29))
 
