@@ -323,12 +323,13 @@ typedef struct {
     int output;         /* written (1) or read (0) */
 } h5io_named_path;
 
-/* Refuses two entries of list[n] of which at least one is an output and
- * that name the same file: by device and inode when both exist (links of
- * any kind), else by their normalised absolute paths ("./t.out" is
- * "t.out"). RA_ERR_ARG with one line naming both options and paths. Not
- * collective; call before any work. */
-ra_status h5io_paths_check(const h5io_named_path *list, int n);
+/* Refuses two entries of list (ended by an entry whose option is NULL)
+ * of which at least one is an output and that name the same file: by
+ * device and inode when both exist (links of any kind), else by their
+ * normalised absolute paths ("./t.out" is "t.out"). RA_ERR_ARG with one
+ * line naming both options and paths. Not collective; call before any
+ * work. */
+ra_status h5io_paths_check(const h5io_named_path *list);
 
 /* Lists the stale temporary files (owner gone, see io/tmpfile.c) of the
  * directory of path to out, under a heading; prints nothing when none. */
