@@ -65,6 +65,22 @@ static ra_status reserve_room(const char *path, const char *tmp,
                         strerror(err));
 }
 
+/* Room for the metadata that the close writes (object headers, the
+ * attributes' heap; a long command line takes its length): set aside
+ * before the file is created, and reserved past the end of the last
+ * dataset before the close; what is not used is cut off by the read-back. */
+#define COMMIT_METADATA_ROOM ((uint64_t)256 << 10)
+
+/* Rank 0: frees the room room_take() set aside (a no-op when none). */
+static void room_release(char *room)
+{
+    if (!room[0])
+        return;
+    unlink(room);
+    h5io_tmp_unpublish(room);
+    room[0] = '\0';
+}
+
 ra_status h5io_reserve_allocated(MPI_Comm comm, hid_t file, const char *path,
                                  uint64_t end)
 {
@@ -79,6 +95,35 @@ ra_status h5io_reserve_allocated(MPI_Comm comm, hid_t file, const char *path,
     else if (rank == 0)
         st = reserve_room(path, tmp, end);
     return ra_agree(comm, st);
+}
+
+/* Rank 0: sets COMMIT_METADATA_ROOM aside in a temporary file of the
+ * output's directory (name into room[PATH_MAX], "" when the file system
+ * cannot reserve), before the HDF5 file exists: a file system already full
+ * is refused here, and the room is freed for the close whatever fails
+ * later. */
+static ra_status room_take(const h5io_staged *s, char *room)
+{
+    char dir[PATH_MAX];
+    const char *base;
+    ra_status st = h5io_path_split(s->path, dir, sizeof dir, &base);
+    int fd = -1;
+
+    room[0] = '\0';
+    if (st == RA_OK && (st = h5io_tmp_name(dir, "room", room)) == RA_OK &&
+        (fd = open(room, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                             O_CLOEXEC, 0600)) < 0)
+        st = ra_error_set(RA_ERR_IO, "%s: cannot create temporary file %s: "
+                          "%s", s->path, room, strerror(errno));
+    if (fd < 0) {
+        room[0] = '\0';
+        return st;
+    }
+    close(fd);
+    h5io_tmp_publish(room);
+    if ((st = reserve_room(s->path, room, COMMIT_METADATA_ROOM)) != RA_OK)
+        room_release(room);
+    return st;
 }
 
 /* Every rank: creates the temporary file as HDF5 over comm. The root
@@ -132,11 +177,6 @@ static ra_status close_left(hid_t file, const char *path, ra_status st)
     return st;
 }
 
-/* Room reserved past the end of the last dataset for the metadata that
- * the close writes (object headers, the attributes' heap; a long command
- * line takes its length); what is not used is cut off by the read-back. */
-#define COMMIT_METADATA_ROOM ((uint64_t)256 << 10)
-
 /* Every rank, after the writer (st agreed): lists what the file holds
  * into *sum (for the read-back), reserves room up to the end of the data
  * and the metadata after it, and closes the file, each step agreed. No
@@ -145,12 +185,13 @@ static ra_status close_left(hid_t file, const char *path, ra_status st)
  * others wait in, and the job hangs; H5Fclose goes on to the collective
  * close whatever fails, and its status is agreed. A close that fails
  * leaves libhdf5 in a state that crashes at MPI_Finalize, and after a
- * failed write on a full disk the close fails when the metadata it
- * flushes does not fit: so rank 0 first empties the temporary file (it is
- * removed anyway), and every rank waits for that before the collective
- * close. */
+ * failed write on a full disk the close fails (or hangs: rank 0 skips a
+ * sync point the others wait in) when the metadata it flushes does not
+ * fit: so rank 0 first frees the room it set aside (room_take) and empties
+ * the temporary file (it is removed anyway), and every rank waits for that
+ * before the collective close. */
 static ra_status commit_close(MPI_Comm comm, hid_t file, const h5io_staged *s,
-                              ra_status st, h5io_summary **sum)
+                              ra_status st, h5io_summary **sum, char *room)
 {
     char why[H5IO_DETAIL_LEN];
     int rank = 0;
@@ -159,12 +200,15 @@ static ra_status commit_close(MPI_Comm comm, hid_t file, const h5io_staged *s,
     if ((st = ra_agree(comm, close_left(file, s->path, st))) == RA_OK &&
         !(*sum = h5io_summary_take(file, s->path)))
         st = RA_ERR_IO;
-    if ((st = ra_agree(comm, st)) == RA_OK)
+    if ((st = ra_agree(comm, st)) != RA_OK && rank == 0)
+        note_room(s->path, st);
+    if (rank == 0) /* for the reservation below, or the close */
+        room_release(room);
+    if (st == RA_OK)
         st = h5io_reserve_allocated(comm, file, s->path,
                                     h5io_summary_end(*sum) +
                                     COMMIT_METADATA_ROOM);
     if ((st = ra_agree(comm, st)) != RA_OK && rank == 0) {
-        note_room(s->path, st);
         int emptied = truncate(s->tmp, 0) == 0;
         (void)emptied; /* the close may fit without it */
     }
@@ -210,6 +254,7 @@ ra_status h5io_commit_stage(MPI_Comm comm, const h5io_job *job,
 {
     hid_t file = H5I_INVALID_HID;
     h5io_summary *sum = NULL;
+    char room[PATH_MAX] = "";
     int rank;
     ra_status st;
 
@@ -218,16 +263,20 @@ ra_status h5io_commit_stage(MPI_Comm comm, const h5io_job *job,
                             job->path);
     if ((st = commit_stage(comm, rank, job, s)) != RA_OK)
         goto cleanup;
-    /* step 2: every rank creates the file; rank 0 reserves its data's room
-     * (after the create, which truncates) */
-    st = ra_agree(comm, commit_create(comm, s, &file));
+    /* step 2: rank 0 sets the metadata's room aside; every rank creates
+     * the file; rank 0 reserves its data's room (after the create, which
+     * truncates) */
+    if (rank == 0)
+        st = room_take(s, room);
+    if ((st = ra_agree(comm, st)) == RA_OK)
+        st = ra_agree(comm, commit_create(comm, s, &file));
     if (st == RA_OK && rank == 0)
         st = reserve_room(s->path, s->tmp, job->reserve);
-    /* step 3: every rank writes its part, flushes and closes */
+    /* step 3: every rank writes its part and closes the file */
     if ((st = ra_agree(comm, st)) == RA_OK)
         st = ra_agree(comm, job->writer(file, comm, job->ctx));
     if (file >= 0)
-        st = commit_close(comm, file, s, st, &sum);
+        st = commit_close(comm, file, s, st, &sum, room);
     /* step 4: rank 0 reads back what the file system holds */
     if (st == RA_OK && rank == 0 &&
         (st = h5io_readback(s->path, s->tmp, sum)) != RA_OK)
@@ -235,6 +284,7 @@ ra_status h5io_commit_stage(MPI_Comm comm, const h5io_job *job,
     st = ra_agree(comm, st);
 
 cleanup:
+    room_release(room);
     h5io_summary_free(sum);
     if (st != RA_OK)
         h5io_discard(comm, s);
