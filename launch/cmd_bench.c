@@ -5,13 +5,10 @@
  * check of every configuration's output. Rank 0 alone prints.
  * parse -> validate -> set up -> measure -> report; bench_measure.c and
  * bench_check.c hold the measurements and the check. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <sys/stat.h>
 
 #include "agree.h"
 #include "baseline.h"

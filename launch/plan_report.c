@@ -1,10 +1,7 @@
 /* plan_report.c: what `ringattn plan` prints and writes (rank 0). */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agree.h"
