@@ -1,53 +1,60 @@
-/* atomic.c: create an HDF5 file so that path holds either nothing new or
- * the complete file: write a temporary file in the same directory, fsync,
- * rename, fsync the directory. Rank 0 alone touches names and directories;
- * every rank writes through MPI-IO. */
+/* atomic.c: the one way a file is written, whatever it holds: under a
+ * temporary name in its destination directory (io/tmpfile.c), made durable
+ * (fsync), and only then renamed onto its name, the directory fsynced
+ * after. The name holds its earlier file or the complete new one, never a
+ * part. Text files (JSON, CSV) are written here whole; HDF5 files by
+ * io/commit.c, which stages them through the same functions. Everything
+ * here runs on rank 0 alone unless it says otherwise. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
 
-/* Rank 0: checks the destination and creates an empty, unique temporary
- * file tmp (PATH_MAX bytes) in its directory, never following a symlink. */
-static ra_status commit_prepare(const char *path, int force, char *tmp)
+/* Empties s for path: no temporary file yet. */
+static void staged_init(h5io_staged *s, const char *path, int force)
+{
+    snprintf(s->path, sizeof s->path, "%s", path);
+    s->tmp[0] = '\0';
+    s->force = force;
+    s->f = NULL;
+}
+
+ra_status h5io_stage_create(h5io_staged *s, const char *path, int force,
+                            int *fd)
 {
     char dir[PATH_MAX];
     const char *base;
     ra_status st;
-    int fd = -1;
 
+    staged_init(s, path, force);
+    *fd = -1;
     if ((st = h5io_output_check(path, force, NULL)) != RA_OK ||
         (st = h5io_path_split(path, dir, sizeof dir, &base)) != RA_OK)
         return st;
-
     /* stale files of writers killed here before (see tmpfile.c) */
     h5io_tmp_sweep(dir);
-    for (int attempt = 0; fd < 0 && attempt < 16; attempt++) {
-        if ((st = h5io_tmp_name(dir, base, tmp)) != RA_OK)
+    for (int attempt = 0; *fd < 0 && attempt < 16; attempt++) {
+        if ((st = h5io_tmp_name(dir, base, s->tmp)) != RA_OK)
             return st;
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666);
-        if (fd < 0 && errno != EEXIST)
+        *fd = open(s->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                               O_CLOEXEC, 0666);
+        if (*fd < 0 && errno != EEXIST)
             break;
     }
-    if (fd < 0)
-        return ra_error_set(RA_ERR_IO, "%s: cannot create temporary file "
-                            "%s: %s", path, tmp, strerror(errno));
-    if (close(fd) != 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: cannot close temporary file %s: "
-                          "%s", path, tmp, strerror(errno));
-        unlink(tmp);
+    if (*fd < 0) {
+        st = ra_error_set(RA_ERR_IO, "%s: cannot create temporary file %s: "
+                          "%s", path, s->tmp, strerror(errno));
+        s->tmp[0] = '\0';
         return st;
     }
+    h5io_tmp_publish(s->tmp);
     return RA_OK;
 }
 
@@ -55,7 +62,7 @@ static ra_status commit_prepare(const char *path, int force, char *tmp)
  * support syncing it (directories on some file systems). */
 static int fsync_path(const char *name, int flags, int ok_einval)
 {
-    int fd = open(name, O_RDONLY | flags);
+    int fd = open(name, O_RDONLY | O_CLOEXEC | flags);
     int rc, saved;
 
     if (fd < 0)
@@ -69,170 +76,143 @@ static int fsync_path(const char *name, int flags, int ok_einval)
     return rc;
 }
 
-/* Rank 0: makes the complete temporary file tmp durable at path. On a
- * failure before the rename, tmp is removed. */
-static ra_status commit_publish(const char *path, int force, const char *tmp)
+void h5io_staged_discard(h5io_staged *s)
+{
+    if (s->f)
+        fclose(s->f);
+    s->f = NULL;
+    if (s->tmp[0]) {
+        unlink(s->tmp);
+        h5io_tmp_unpublish(s->tmp);
+    }
+    s->tmp[0] = '\0';
+}
+
+ra_status h5io_text_begin(h5io_staged *s, const char *path, int force)
+{
+    int fd;
+    ra_status st = h5io_stage_create(s, path, force, &fd);
+
+    if (st != RA_OK)
+        return st;
+    if (!(s->f = fdopen(fd, "w"))) {
+        st = ra_error_set(RA_ERR_IO, "%s: cannot open temporary file %s: %s",
+                          path, s->tmp, strerror(errno));
+        close(fd);
+        h5io_staged_discard(s);
+    }
+    return st;
+}
+
+ra_status h5io_text_end(h5io_staged *s)
+{
+    int bad = fflush(s->f) != 0 || ferror(s->f) || fsync(fileno(s->f)) != 0;
+    int err = errno;
+
+    if (fclose(s->f) != 0 && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    s->f = NULL;
+    if (!bad)
+        return RA_OK;
+    h5io_staged_discard(s);
+    return ra_error_set(RA_ERR_IO, "%s: writing failed: %s", s->path,
+                        strerror(err ? err : EIO));
+}
+
+/* The check of h5io_stage_create() again, in case path appeared since. */
+static ra_status publish_check(const h5io_staged *s)
+{
+    struct stat sb;
+
+    if (!s->force && lstat(s->path, &sb) == 0)
+        return ra_error_set(RA_ERR_EXISTS, "%s: output exists", s->path);
+    if (fsync_path(s->tmp, 0, 0) != 0)
+        return ra_error_set(RA_ERR_IO, "%s: fsync of temporary file %s "
+                            "failed: %s", s->path, s->tmp, strerror(errno));
+    return RA_OK;
+}
+
+/* Renames one checked, durable temporary file onto its path. */
+static ra_status publish_one(h5io_staged *s)
 {
     char dir[PATH_MAX];
     const char *base;
-    struct stat sb;
-    ra_status st;
+    ra_status st = h5io_path_split(s->path, dir, sizeof dir, &base);
 
-    if ((st = h5io_path_split(path, dir, sizeof dir, &base)) != RA_OK)
-        goto cleanup;
-    if (fsync_path(tmp, 0, 0) != 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: fsync of temporary file %s failed: "
-                          "%s", path, tmp, strerror(errno));
-        goto cleanup;
-    }
-    /* The check of commit_prepare() again, in case path appeared since. */
-    if (!force && lstat(path, &sb) == 0) {
-        st = ra_error_set(RA_ERR_EXISTS, "%s: output exists", path);
-        goto cleanup;
-    }
-    if (rename(tmp, path) != 0) {
+    if (st == RA_OK && rename(s->tmp, s->path) != 0)
         st = ra_error_set(RA_ERR_IO, "%s: rename of temporary file %s "
-                          "failed: %s", path, tmp, strerror(errno));
-        goto cleanup;
-    }
+                          "failed: %s", s->path, s->tmp, strerror(errno));
+    if (st != RA_OK)
+        return st;
+    h5io_tmp_unpublish(s->tmp);
+    s->tmp[0] = '\0';
     if (fsync_path(dir, O_DIRECTORY, 1) != 0)
         return ra_error_set(RA_ERR_IO, "%s: written, but fsync of directory "
-                            "%s failed: %s", path, dir, strerror(errno));
+                            "%s failed: %s", s->path, dir, strerror(errno));
     return RA_OK;
-
-cleanup:
-    unlink(tmp);
-    return st;
 }
 
-/* Rank 0, after a failed write: for an I/O error, adds to the message how
- * much room the file system has left (HDF5 reports a full disk only as
- * "file write failed"). */
-static void note_room(const char *path, ra_status st)
+ra_status h5io_staged_publish(h5io_staged *const *files, int n)
 {
-    char dir[PATH_MAX], why[512];
-    const char *base;
-    struct statvfs fs;
-
-    if (st == RA_ERR_IO &&
-        h5io_path_split(path, dir, sizeof dir, &base) == RA_OK &&
-        statvfs(dir, &fs) == 0) {
-        snprintf(why, sizeof why, "%s", ra_error_message());
-        ra_error_set(st, "%s (%llu KiB free in %s)", why,
-                     (unsigned long long)fs.f_bavail * fs.f_frsize / 1024,
-                     dir);
-    }
-}
-
-/* Every rank: creates the temporary file tmp as HDF5 over comm. The root
- * group keeps its attributes in dense storage (file format 1.8), where an
- * attribute of any size fits; the default compact storage refuses one over
- * 64 KiB (a long command line) only when it is written. */
-static ra_status commit_create(MPI_Comm comm, const char *path,
-                               const char *tmp, hid_t *file)
-{
-    hid_t fapl = h5io_fapl_mpio(comm), fcpl = H5Pcreate(H5P_FILE_CREATE);
-    char why[H5IO_DETAIL_LEN];
     ra_status st = RA_OK;
 
-    *file = H5I_INVALID_HID;
-    if (fapl < 0 || fcpl < 0 ||
-        H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18) < 0 ||
-        H5Pset_attr_phase_change(fcpl, 0, 0) < 0) {
-        st = ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file "
-                          "creation", path);
-    } else if ((*file = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl)) < 0) {
-        h5io_error_detail(why);
-        st = ra_error_set(RA_ERR_IO, "%s: cannot create temporary HDF5 file "
-                          "%s: %s", path, tmp, why);
-    }
-    if (fcpl >= 0) H5Pclose(fcpl);
-    if (fapl >= 0) H5Pclose(fapl);
+    /* every file checked and durable before the first rename */
+    for (int i = 0; i < n && st == RA_OK; i++)
+        if (files[i]->tmp[0])
+            st = publish_check(files[i]);
+    for (int i = 0; i < n && st == RA_OK; i++)
+        if (files[i]->tmp[0])
+            st = publish_one(files[i]);
+    for (int i = 0; i < n; i++)
+        h5io_staged_discard(files[i]);
     return st;
 }
 
-/* Every rank, after the writer (st agreed): closes the file, leaving no
- * HDF5 object of it open. A close that fails leaves libhdf5 in a state
- * that crashes at MPI_Finalize, and after a failed write on a full disk
- * the close fails when the metadata it flushes does not fit: so rank 0
- * first empties the temporary file (it is removed anyway), and every rank
- * waits for that before the collective close. */
-static ra_status commit_close(MPI_Comm comm, hid_t file, const char *path,
-                              const char *tmp, int rank, ra_status st)
+ra_status h5io_publish(MPI_Comm comm, h5io_staged *const *files, int n)
 {
-    const unsigned kinds = H5F_OBJ_DATASET | H5F_OBJ_GROUP | H5F_OBJ_DATATYPE |
-                           H5F_OBJ_ATTR;
-    ssize_t left = H5Fget_obj_count(file, kinds);
-    char why[H5IO_DETAIL_LEN];
-
-    if (left > 0) {
-        hid_t ids[64];
-        ssize_t n = H5Fget_obj_ids(file, kinds, 64, ids);
-        for (ssize_t i = 0; i < n; i++) {
-            if (H5Iget_type(ids[i]) == H5I_ATTR)
-                H5Aclose(ids[i]);
-            else
-                H5Oclose(ids[i]);
-        }
-        if (st == RA_OK)
-            st = ra_error_set(RA_ERR_IO, "%s: %zd HDF5 objects of the "
-                              "temporary file were left open", path, left);
-    }
-    if (st != RA_OK && rank == 0) {
-        note_room(path, st);
-        int emptied = truncate(tmp, 0) == 0;
-        (void)emptied; /* the close may fit without it */
-    }
-    st = ra_agree(comm, st);
-    if (H5Fclose(file) < 0 && st == RA_OK) {
-        h5io_error_detail(why);
-        st = ra_error_set(RA_ERR_IO, "%s: closing temporary file %s failed: "
-                          "%s", path, tmp, why);
-    }
-    return st;
-}
-
-ra_status h5io_commit(MPI_Comm comm, const char *path, int force,
-                      h5io_writer writer, void *ctx)
-{
-    char tmp[PATH_MAX] = "";
-    hid_t file = H5I_INVALID_HID;
-    ra_status st = RA_OK;
     int rank;
+    ra_status st = RA_OK;
 
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank failed", path);
-
-    /* step 1: rank 0 checks the destination and reserves a temporary name,
-     * which every rank publishes for its signal handler */
-    if (rank == 0)
-        st = commit_prepare(path, force, tmp);
-    if ((st = ra_agree(comm, st)) != RA_OK)
-        return st;
-    if (MPI_Bcast(tmp, PATH_MAX, MPI_CHAR, 0, comm) != MPI_SUCCESS)
-        st = ra_error_set(RA_ERR_MPI, "%s: MPI_Bcast of the temporary name "
-                          "failed", path);
-    if ((st = ra_agree(comm, st)) != RA_OK)
-        goto cleanup;
-    h5io_tmp_publish(tmp);
-
-    /* step 2: every rank creates the file, writes its part, closes it */
-    st = ra_agree(comm, commit_create(comm, path, tmp, &file));
-    if (st == RA_OK)
-        st = ra_agree(comm, writer(file, comm, ctx));
-    if (file >= 0)
-        st = commit_close(comm, file, path, tmp, rank, st);
-    st = ra_agree(comm, st);
-
-    /* step 3: rank 0 publishes the file, or removes it */
-cleanup:
-    if (rank == 0) {
-        if (st == RA_OK)
-            st = commit_publish(path, force, tmp);
-        else if (tmp[0])
-            unlink(tmp);
+        st = ra_error_set(RA_ERR_MPI, "MPI_Comm_rank failed");
+    else if (rank == 0)
+        st = h5io_staged_publish(files, n);
+    for (int i = 0; i < n; i++) {
+        if (files[i]->tmp[0])
+            h5io_tmp_unpublish(files[i]->tmp);
+        files[i]->tmp[0] = '\0';
     }
-    st = ra_agree(comm, st);
-    h5io_tmp_unpublish();
-    return st;
+    return ra_agree(comm, st);
+}
+
+void h5io_discard(MPI_Comm comm, h5io_staged *s)
+{
+    int rank = 0;
+
+    MPI_Comm_rank(comm, &rank);
+    if (rank == 0)
+        h5io_staged_discard(s);
+    else if (s->tmp[0])
+        h5io_tmp_unpublish(s->tmp);
+    s->tmp[0] = '\0';
+}
+
+ra_status h5io_text_write(const char *path, int force,
+                          int (*fill)(FILE *, const void *), const void *arg)
+{
+    h5io_staged s, *one = &s;
+    ra_status st = h5io_text_begin(&s, path, force);
+
+    if (st != RA_OK)
+        return st;
+    if (fill(s.f, arg) != 0) {
+        h5io_staged_discard(&s);
+        return ra_error_set(RA_ERR_IO, "%s: writing failed: %s", path,
+                            strerror(errno ? errno : EIO));
+    }
+    if ((st = h5io_text_end(&s)) != RA_OK)
+        return st;
+    return h5io_staged_publish(&one, 1);
 }

@@ -252,9 +252,15 @@ ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
         st = ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
     if (st != RA_OK)
         return st;
+    const int64_t dq4[4] = {shape->B, shape->N, shape->H, shape->D};
+    const int64_t dkv[4] = {shape->B, shape->M, shape->G,
+                            ra_shape_dk(shape) + shape->Dv};
+    const h5io_job job = {path, force, 4 * (uint64_t)(ra_count_checked(4, dq4)
+                                              + ra_count_checked(4, dkv)),
+                          grads_write, &c};
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    st = h5io_commit(comm, path, force, grads_write, &c);
+    st = h5io_commit(comm, &job);
     h5io_quiet_end(&quiet);
     return st;
 }

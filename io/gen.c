@@ -144,6 +144,21 @@ static int64_t max3(int64_t a, int64_t b, int64_t c)
     return m > c ? m : c;
 }
 
+/* The bytes of the tensors, reserved before they are written (the masks
+ * are small): q, k, v and, with dout, /do. */
+static uint64_t gen_bytes(const ra_shape *s, int f64, int dout)
+{
+    const int64_t all[4][4] = {{s->B, s->N, s->H, s->D},
+                               {s->B, s->M, s->G, s->D},
+                               {s->B, s->M, s->G, s->Dv},
+                               {s->B, s->N, s->H, s->Dv}};
+    uint64_t bytes = 0;
+
+    for (int i = 0; i < (dout ? 4 : 3); i++)
+        bytes += (uint64_t)ra_count_checked(4, all[i]) * (f64 ? 8 : 4);
+    return bytes;
+}
+
 ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
                          const ra_shape *shape, int f64, uint64_t seed,
                          int lens, int64_t segment_avg)
@@ -212,8 +227,10 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
     if ((st = ra_agree(comm, st)) != RA_OK)
         goto cleanup;
 
+    const h5io_job job = {path, force, gen_bytes(shape, f64, dout), gen_write,
+                          &c};
     h5io_quiet_begin(&quiet);
-    st = h5io_commit(comm, path, force, gen_write, &c);
+    st = h5io_commit(comm, &job);
     h5io_quiet_end(&quiet);
 
 cleanup:

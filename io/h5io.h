@@ -10,6 +10,7 @@
 #ifndef RA_H5IO_H
 #define RA_H5IO_H
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -335,9 +336,85 @@ ra_status h5io_scan_array(const char *path, const char *name, int rank,
 ra_status h5io_output_check(const char *path, int force,
                             const char *const *inputs);
 
-/* The temporary file this process is writing now, or NULL; async-signal
- * safe, for a signal handler that removes it before the process dies. */
-const char *h5io_tmp_active(void);
+/* The temporary files this process is writing now: slot 0 ..
+ * H5IO_TMP_SLOTS - 1 each holds one or NULL; async-signal safe, for a
+ * signal handler that removes them before the process dies. */
+#define H5IO_TMP_SLOTS 4
+const char *h5io_tmp_active(int slot);
+
+/* ---- atomic files (io/atomic.c) ----
+ *
+ * Every file a command writes is first written under a temporary name in
+ * its destination directory (io/tmpfile.c), made durable (fsync), and only
+ * then renamed onto its name (and the directory fsynced): the name holds
+ * the earlier file or the complete new one, never a part. A command that
+ * writes several files stages each, and publishes them all only once every
+ * one is complete. */
+
+/* A file written under a temporary name, not yet renamed onto path. tmp
+ * is "" when there is none (not begun, published or discarded); f is the
+ * stream of a text file being written, else NULL. */
+typedef struct {
+    char path[PATH_MAX];
+    char tmp[PATH_MAX];
+    int force;
+    FILE *f;
+} h5io_staged;
+
+/* Rank 0 alone (not collective): starts the text file path (the output
+ * check of h5io_output_check() without inputs, then a new temporary file
+ * open for writing as s->f). */
+ra_status h5io_text_begin(h5io_staged *s, const char *path, int force);
+
+/* Ends the writing of s->f: flushed, checked (ferror), fsynced, closed. On
+ * a failure the temporary file is removed and s is empty. */
+ra_status h5io_text_end(h5io_staged *s);
+
+/* Renames the n staged files onto their paths (rank 0 alone): each is
+ * checked first (an output that appeared meanwhile is refused without
+ * force), then renamed, then its directory fsynced. On a failure before
+ * the renames every temporary file is removed and every path keeps its
+ * earlier file. Entries with no temporary file are skipped. */
+ra_status h5io_staged_publish(h5io_staged *const *files, int n);
+
+/* Removes a staged file's temporary file (rank 0 alone; a no-op when there
+ * is none). */
+void h5io_staged_discard(h5io_staged *s);
+
+/* h5io_staged_publish() and h5io_staged_discard() over comm, for files
+ * staged by a collective writer: rank 0 renames or removes, every rank
+ * withdraws the temporary names and returns the same status. */
+ra_status h5io_publish(MPI_Comm comm, h5io_staged *const *files, int n);
+void h5io_discard(MPI_Comm comm, h5io_staged *s);
+
+/* The whole text file path written by fill(f, arg) (non-zero: failed),
+ * atomically; rank 0 alone. RA_ERR_IO naming path on any failure, the
+ * earlier file kept. */
+ra_status h5io_text_write(const char *path, int force,
+                          int (*fill)(FILE *, const void *), const void *arg);
+
+/* ra_h5_write_outputs() up to, not including, the rename: on RA_OK the
+ * complete output lies under a temporary name in *staged (every rank), for
+ * h5io_publish() or h5io_discard(). */
+ra_status h5io_write_outputs_staged(MPI_Comm comm, const char *path,
+                                    int force, const ra_shape *shape,
+                                    const ra_run_meta *meta, const float *o,
+                                    const float *lse, h5io_staged *staged);
+
+/* One file named on a command line, for h5io_paths_check(). */
+typedef struct {
+    const char *option; /* "--out", "--json" */
+    const char *path;   /* NULL: not given */
+    int output;         /* written (1) or read (0) */
+} h5io_named_path;
+
+/* Refuses two entries of list (ended by an entry whose option is NULL)
+ * of which at least one is an output and that name the same file: by
+ * device and inode when both exist (links of any kind), else by their
+ * normalised absolute paths ("./t.out" is "t.out"). RA_ERR_ARG with one
+ * line naming both options and paths. Not collective; call before any
+ * work. */
+ra_status h5io_paths_check(const h5io_named_path *list);
 
 /* Lists the stale temporary files (owner gone, see io/tmpfile.c) of the
  * directory of path to out, under a heading; prints nothing when none. */

@@ -87,7 +87,7 @@ ra_status h5io_probe_rates(MPI_Comm comm, const char *dir, int64_t rows,
     st = probe_write_read(comm, name, &s, o, o + no, t);
     if (rank == 0)
         unlink(name);
-    h5io_tmp_unpublish();
+    h5io_tmp_unpublish(name);
     MPI_Barrier(comm);
     const double bytes = 4.0 * (double)s.B * (double)s.N * PROBE_H;
     *written = bytes * (PROBE_D + 1);

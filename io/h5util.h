@@ -15,6 +15,7 @@
 #include <mpi.h>
 
 #include "agree.h"
+#include "h5io.h"
 #include "ringattn.h"
 
 /* The HDF5 error printer of the caller, saved while io/ silences it so that
@@ -224,15 +225,73 @@ ra_status h5io_record(MPI_Comm comm, hid_t file, const char *path,
  * attributes; returns this rank's status. */
 typedef ra_status (*h5io_writer)(hid_t file, MPI_Comm comm, void *ctx);
 
-/* Creates path atomically, collective over comm. Rank 0 refuses an existing
- * path unless force, and makes an empty temporary file next to it; every
- * rank creates it as HDF5 with MPI-IO, calls writer(file, ctx), closes it.
- * When all ranks succeeded, rank 0 fsyncs the file, renames it to path and
- * fsyncs the directory; otherwise it removes the temporary file. writer must
- * make the same collective HDF5 calls on every rank. Every rank returns the
- * same status and message. */
-ra_status h5io_commit(MPI_Comm comm, const char *path, int force,
-                      h5io_writer writer, void *ctx);
+/* What h5io_commit() writes: the destination, and the writer that fills
+ * the open file with the same collective HDF5 calls on every rank.
+ * reserve: the bytes of raw data the writer will write (the sizes of its
+ * datasets), reserved on the temporary file before the writer runs; 0:
+ * none. */
+typedef struct {
+    const char *path;
+    int force;
+    uint64_t reserve;
+    h5io_writer writer;
+    void *ctx;
+} h5io_job;
+
+/* Rank 0: the output check of path (h5io_output_check() without inputs),
+ * then a new, empty temporary file next to it (never following a symlink),
+ * open for writing as *fd and published for the signal handler (atomic.c);
+ * s holds both names. */
+ra_status h5io_stage_create(h5io_staged *s, const char *path, int force,
+                            int *fd);
+
+/* Collective over the file's communicator, agreed: rank 0 reserves the
+ * bytes [0, end) of the file open for writing on the file system, so that
+ * writes below end cannot run out of room; a file system that cannot
+ * reserve is let through (commit.c checks it afterwards). Called after a
+ * dataset is created, with the end of its storage, before its data is
+ * written. */
+ra_status h5io_reserve_allocated(MPI_Comm comm, hid_t file, const char *path,
+                                 uint64_t end);
+
+/* What a file holds, object by object, as h5io_summary_take() lists it:
+ * every group and dataset by path, its attribute count, and a dataset's
+ * storage size. */
+typedef struct h5io_summary h5io_summary;
+
+/* Lists the objects of the open file (collective when the file is open
+ * over MPI-IO: every rank calls it); NULL with a message on failure. */
+h5io_summary *h5io_summary_take(hid_t file, const char *path);
+void h5io_summary_free(h5io_summary *s);
+/* The end of the furthest contiguous dataset's storage in the file. */
+uint64_t h5io_summary_end(const h5io_summary *s);
+
+/* Rank 0, after the file was closed: reads the temporary file tmp back
+ * through the default driver and compares it with what the writer made
+ * (want), object by object; cuts the file to its end of allocation (a
+ * reservation may have left it longer); and checks that the file system
+ * holds at least the datasets' bytes (a sparse file means writes that were
+ * lost). RA_ERR_IO naming path and the first difference otherwise. */
+ra_status h5io_readback(const char *path, const char *tmp,
+                        const h5io_summary *want);
+
+/* Creates job->path atomically, collective over comm. Rank 0 refuses an
+ * existing path unless force, makes an empty temporary file next to it and
+ * reserves job->reserve bytes on it (a full file system is refused here,
+ * before any data is written); every rank creates it as HDF5 with MPI-IO,
+ * calls the writer and closes it, each step's status agreed over
+ * all ranks; then rank 0 reads the file back (every object the writer made,
+ * with its attribute count and storage size, and the room the file takes
+ * on disk) before it fsyncs, renames it onto path and fsyncs the
+ * directory. On any failure the temporary file is removed and path keeps
+ * its earlier file. Every rank returns the same status and message. */
+ra_status h5io_commit(MPI_Comm comm, const h5io_job *job);
+
+/* h5io_commit() up to, not including, the rename: on RA_OK *staged (every
+ * rank) holds the complete, verified temporary file for h5io_publish() or
+ * h5io_discard(). */
+ra_status h5io_commit_stage(MPI_Comm comm, const h5io_job *job,
+                            h5io_staged *staged);
 
 /* Splits an output path into its directory ("." when none) and its last
  * component; RA_ERR_ARG when the path names no file. */
@@ -248,9 +307,10 @@ ra_status h5io_tmp_name(const char *dir, const char *base, char *out);
 /* Removes the temporary files of dir whose owner, on this host, is gone. */
 void h5io_tmp_sweep(const char *dir);
 
-/* Publishes the temporary file being written, for h5io_tmp_active(). */
+/* Publishes a temporary file being written, for h5io_tmp_active(), and
+ * withdraws it once it is renamed or removed. */
 void h5io_tmp_publish(const char *tmp);
-void h5io_tmp_unpublish(void);
+void h5io_tmp_unpublish(const char *tmp);
 
 /* ---- the files an input depends on (deps.c) ---- */
 

@@ -69,9 +69,14 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
         (st = h5io_attr_write_string(comm, dset, path, "axes",
                                      "B,N,H,D")) != RA_OK)
         goto cleanup;
-    /* the transfer only reads buf when it writes */
-    st = h5io_slice_transfer(H5IO_WRITE, dset, space, dxpl, path, name, mtype,
-                             rank, dims, axis, slice, (void *)buf);
+    /* room for the data before it goes out; the transfer only reads buf
+     * when it writes */
+    const haddr_t at = H5Dget_offset(dset); /* undefined when chunked */
+    if (at == HADDR_UNDEF ||
+        (st = h5io_reserve_allocated(comm, file, path,
+                                     at + H5Dget_storage_size(dset))) == RA_OK)
+        st = h5io_slice_transfer(H5IO_WRITE, dset, space, dxpl, path, name,
+                                 mtype, rank, dims, axis, slice, (void *)buf);
 
 cleanup:
     if (dset >= 0 && H5Dclose(dset) < 0 && st == RA_OK) {

@@ -87,9 +87,11 @@ ra_status h5io_write_layer_output(MPI_Comm comm, const char *path, int force,
                                   const float *y, const char *command_line)
 {
     y_ctx c = {path, dims, slice, y, params, shape, pos_encoding, command_line};
+    const h5io_job job = {path, force, 4 * (uint64_t)ra_count_checked(3, dims),
+                          y_write, &c};
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    ra_status st = h5io_commit(comm, path, force, y_write, &c);
+    ra_status st = h5io_commit(comm, &job);
     h5io_quiet_end(&quiet);
     return st;
 }
@@ -188,9 +190,13 @@ ra_status h5io_gen_mha(MPI_Comm comm, const char *path, int force,
     mha_gen_ctx c = {path, shape, E, cross, seed, 0, 1};
     MPI_Comm_rank(comm, &c.rank);
     MPI_Comm_size(comm, &c.nranks);
+    /* the token tensors (the weights are small) */
+    const int64_t x[3] = {shape->B, cross ? shape->N + shape->M : shape->N, E};
+    const h5io_job job = {path, force, 4 * (uint64_t)ra_count_checked(3, x),
+                          mha_gen_write, &c};
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    ra_status st = h5io_commit(comm, path, force, mha_gen_write, &c);
+    ra_status st = h5io_commit(comm, &job);
     h5io_quiet_end(&quiet);
     return st;
 }

@@ -192,3 +192,83 @@ ra_status h5io_output_check(const char *path, int force,
                             path);
     return RA_OK;
 }
+
+/* path made absolute with "." and ".." folded and repeated slashes
+ * dropped, by its text alone, into out[PATH_MAX]. */
+static void path_fold(const char *path, char *out)
+{
+    char text[2 * PATH_MAX], cwd[PATH_MAX] = "";
+    size_t n = 0;
+
+    if (path[0] != '/' && !getcwd(cwd, sizeof cwd))
+        cwd[0] = '\0';
+    snprintf(text, sizeof text, "%s/%s", cwd, path);
+    for (char *part = strtok(text, "/"); part; part = strtok(NULL, "/")) {
+        if (strcmp(part, ".") == 0)
+            continue;
+        if (strcmp(part, "..") == 0) {
+            while (n > 0 && out[--n] != '/')
+                ;
+            continue;
+        }
+        n += (size_t)snprintf(out + n, PATH_MAX - n, "/%s", part);
+        if (n >= PATH_MAX)
+            n = PATH_MAX - 1;
+    }
+    out[n] = '\0';
+    if (n == 0)
+        snprintf(out, PATH_MAX, "/");
+}
+
+/* The normalised absolute form of path: its directory resolved through
+ * its links when it exists (realpath), then its last component. */
+static void path_normal(const char *path, char *out)
+{
+    char dir[PATH_MAX], real[PATH_MAX];
+    const char *base;
+
+    int n = -1;
+
+    if (h5io_path_split(path, dir, sizeof dir, &base) == RA_OK &&
+        realpath(dir, real))
+        n = snprintf(out, PATH_MAX, "%s/%s", strcmp(real, "/") ? real : "",
+                     base);
+    if (n < 0 || n >= PATH_MAX)
+        path_fold(path, out);
+}
+
+/* Whether a and b name one file: by device and inode when both exist,
+ * else by their normalised absolute paths. */
+static int same_file(const char *a, const char *b)
+{
+    char na[PATH_MAX], nb[PATH_MAX];
+    struct stat sa, sb;
+
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    path_normal(a, na);
+    path_normal(b, nb);
+    return strcmp(na, nb) == 0;
+}
+
+ra_status h5io_paths_check(const h5io_named_path *list)
+{
+    for (int i = 0; list[i].option; i++) {
+        for (int j = 0; j < i; j++) {
+            const h5io_named_path *a = &list[j], *b = &list[i];
+            if (!a->path || !b->path || (!a->output && !b->output) ||
+                !same_file(a->path, b->path))
+                continue;
+            if (a->output && b->output)
+                return ra_error_set(RA_ERR_ARG, "%s: %s is also the output "
+                                    "file of %s (%s)", b->option, b->path,
+                                    a->option, a->path);
+            const h5io_named_path *out = a->output ? a : b;
+            const h5io_named_path *in = a->output ? b : a;
+            return ra_error_set(RA_ERR_ARG, "%s: the output is the input "
+                                "file %s (%s and %s name the same file)",
+                                out->path, in->path, out->option, in->option);
+        }
+    }
+    return RA_OK;
+}

@@ -9,8 +9,9 @@
  * time, so it is not mistaken for the owner. A file whose owner is gone is
  * stale (its writer was killed by SIGKILL) and the next writer into the
  * directory removes it; files of other hosts or namespaces are never
- * judged. The name of the temporary file being written is also published
- * here for the signal handler of the command line (launch/signals.c). */
+ * judged. The names of the temporary files being written are also
+ * published here for the signal handler of the command line
+ * (launch/signals.c). */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -234,24 +235,34 @@ void h5io_tmp_list(const char *path, FILE *out)
     tmp_scan(dir, list_one, &c);
 }
 
-/* ---- the temporary file being written, for the signal handler ---- */
+/* ---- the temporary files being written, for the signal handler ---- */
 
-static char tmp_active[PATH_MAX];
-static volatile sig_atomic_t tmp_active_set;
+/* A command writes at most H5IO_TMP_SLOTS files at once (run: the HDF5
+ * output and its --json summary); each slot is valid while its flag is
+ * set, so that the handler never reads a name being copied. */
+static char tmp_active[H5IO_TMP_SLOTS][PATH_MAX];
+static volatile sig_atomic_t tmp_active_set[H5IO_TMP_SLOTS];
 
 void h5io_tmp_publish(const char *tmp)
 {
-    tmp_active_set = 0;
-    snprintf(tmp_active, sizeof tmp_active, "%s", tmp);
-    tmp_active_set = 1;
+    for (int i = 0; i < H5IO_TMP_SLOTS; i++) {
+        if (tmp_active_set[i])
+            continue;
+        snprintf(tmp_active[i], sizeof tmp_active[i], "%s", tmp);
+        tmp_active_set[i] = 1;
+        return;
+    }
 }
 
-void h5io_tmp_unpublish(void)
+void h5io_tmp_unpublish(const char *tmp)
 {
-    tmp_active_set = 0;
+    for (int i = 0; i < H5IO_TMP_SLOTS; i++)
+        if (tmp_active_set[i] && strcmp(tmp_active[i], tmp) == 0)
+            tmp_active_set[i] = 0;
 }
 
-const char *h5io_tmp_active(void)
+const char *h5io_tmp_active(int slot)
 {
-    return tmp_active_set ? tmp_active : NULL;
+    return slot >= 0 && slot < H5IO_TMP_SLOTS && tmp_active_set[slot]
+               ? tmp_active[slot] : NULL;
 }

@@ -153,16 +153,11 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
     return m->map ? map_write(file, comm, c) : RA_OK;
 }
 
-ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
-                              const ra_shape *shape, const ra_run_meta *meta,
-                              const float *o, const float *lse)
+/* The arguments of an output write, the same verdict on every rank. */
+static ra_status outputs_check(const char *path, const ra_shape *shape,
+                               const ra_run_meta *meta)
 {
-    ra_error_clear();
-    outputs_ctx c = {.path = path, .shape = shape, .meta = meta, .o = o,
-                     .lse = lse};
-    h5io_quiet quiet;
     ra_status st;
-    int rank;
 
     if (!path || !meta || !meta->params)
         return ra_error_set(RA_ERR_ARG, "ra_h5_write_outputs: path, meta and "
@@ -191,6 +186,41 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
     if ((unsigned)ra_params_layout(meta->params, 0) > RA_LAYOUT_STRIPED)
         return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
                             (int)ra_params_layout(meta->params, 0));
+    return RA_OK;
+}
+
+/* The bytes of /o, /lse and /attn_map, reserved before they are written;
+ * 0 (nothing reserved) when compressed, whose size is not known ahead. */
+static uint64_t outputs_bytes(const ra_shape *s, const ra_run_meta *m)
+{
+    const ra_dtype t = m->out_dtype;
+    const int64_t o[4] = {s->B, s->N, s->H, s->Dv}, lse[3] = {s->B, s->H, s->N};
+    const int64_t map[4] = {s->B, m->map ? m->map->nheads : 0,
+                            m->map ? m->map->i1 - m->map->i0 : 0, s->M};
+    const int64_t size = t == RA_DTYPE_F64 ? 8 : t == RA_DTYPE_F32 ? 4 : 2;
+
+    if (m->out_compress)
+        return 0;
+    return (uint64_t)ra_count_checked(4, o) * (uint64_t)size +
+           (uint64_t)ra_count_checked(3, lse) * 4 +
+           (uint64_t)ra_count_checked(4, map) * 4;
+}
+
+ra_status h5io_write_outputs_staged(MPI_Comm comm, const char *path,
+                                    int force, const ra_shape *shape,
+                                    const ra_run_meta *meta, const float *o,
+                                    const float *lse, h5io_staged *staged)
+{
+    outputs_ctx c = {.path = path, .shape = shape, .meta = meta, .o = o,
+                     .lse = lse};
+    h5io_quiet quiet;
+    ra_status st;
+    int rank;
+
+    staged->tmp[0] = '\0';
+    staged->f = NULL;
+    if ((st = outputs_check(path, shape, meta)) != RA_OK)
+        return st;
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
@@ -199,15 +229,30 @@ ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
     snprintf(c.o_name, sizeof c.o_name, "%s%so", g, sep);
     snprintf(c.lse_name, sizeof c.lse_name, "%s%slse", g, sep);
     snprintf(c.map_name, sizeof c.map_name, "%s%sattn_map", g, sep);
-    c.rows = ra_layout_slice(ra_params_layout(meta->params, 0), shape->N, rank, c.nranks);
-
+    c.rows = ra_layout_slice(ra_params_layout(meta->params, 0), shape->N,
+                             rank, c.nranks);
     st = h5io_half_range_check(comm, path, c.o_name, meta->out_dtype, o,
                                (size_t)(shape->B * c.rows.count * shape->H *
                                         shape->Dv));
     if (st != RA_OK)
         return st;
+    const h5io_job job = {path, force, outputs_bytes(shape, meta),
+                          outputs_write, &c};
     h5io_quiet_begin(&quiet);
-    st = h5io_commit(comm, path, force, outputs_write, &c);
+    st = h5io_commit_stage(comm, &job, staged);
     h5io_quiet_end(&quiet);
     return st;
+}
+
+ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
+                              const ra_shape *shape, const ra_run_meta *meta,
+                              const float *o, const float *lse)
+{
+    h5io_staged staged, *one = &staged;
+    ra_status st;
+
+    ra_error_clear();
+    st = h5io_write_outputs_staged(comm, path, force, shape, meta, o, lse,
+                                   &staged);
+    return st == RA_OK ? h5io_publish(comm, &one, 1) : st;
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "h5io.h"
 #include "ringattn.h"
 
 /* Exit codes: usage and input errors, runtime failures. */
@@ -374,6 +375,12 @@ ra_status cli_alibi_setup(const char *in, const ra_shape *s, ra_params *p,
 ra_status cli_output_agree(const cli_ctx *ctx, const char *out, int force,
                            const char *const *inputs);
 
+/* Rank 0 refuses two files of the command that are one and the same
+ * (h5io_paths_check: an output that is an input or another output), then
+ * every rank agrees: call it first in the validate step. list ends with an
+ * entry whose option is NULL; a NULL path is an option not given. */
+ra_status cli_paths_agree(const cli_ctx *ctx, const h5io_named_path *list);
+
 /* Prints "ringattn: <message>" once, from rank 0, and returns code. */
 int cli_fail(const cli_ctx *ctx, int code, const char *what);
 
@@ -402,7 +409,7 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
 void cli_print_source(const cli_ctx *ctx, const ra_h5_source *src,
                       const ra_axes used[3]);
 
-/* What `run --json FILE` writes: one run, after its output is committed. */
+/* What `run --json FILE` writes: one run, once its output is complete. */
 typedef struct {
     const char *in, *out;
     const ra_shape *shape;
@@ -416,10 +423,11 @@ typedef struct {
     double t_attention, t_read, t_write, gflops;
 } cli_run_summary;
 
-/* Writes the summary as JSON to path (checked before the run with
- * cli_output_agree); rank 0 alone; RA_ERR_IO on failure, leaving no
- * partial file. */
-ra_status cli_json_write(const char *path, const cli_run_summary *r);
+/* Writes the summary as JSON under a temporary name for path (checked
+ * before the run with cli_output_agree) into *staged, for h5io_publish()
+ * with the output; rank 0 alone; RA_ERR_IO on failure, nothing left. */
+ra_status cli_json_write(const char *path, int force,
+                         const cli_run_summary *r, h5io_staged *staged);
 
 /* text as a JSON string to f: quotes, backslashes and control characters
  * escaped (run_json.c). */

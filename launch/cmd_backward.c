@@ -74,9 +74,12 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
                         ra_error_set(RA_ERR_ARG, "run --backward: give "
                                      "exactly one of --fwd FILE and "
                                      "--recompute"));
-    ra_status st = cli_output_agree(ctx, o->out, o->force,
-                                    (const char *const[]){o->in, o->fwd,
-                                                          NULL});
+    ra_status st = cli_paths_agree(ctx, (const h5io_named_path[]){
+        {"--in", o->in, 0}, {"--fwd", o->fwd, 0}, {"--out", o->out, 1},
+        {NULL, NULL, 0}});
+    if (st == RA_OK)
+        st = cli_output_agree(ctx, o->out, o->force,
+                              (const char *const[]){o->in, o->fwd, NULL});
     if (st == RA_OK)
         st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->d.s,
                                    NULL);

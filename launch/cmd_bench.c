@@ -5,13 +5,10 @@
  * check of every configuration's output. Rank 0 alone prints.
  * parse -> validate -> set up -> measure -> report; bench_measure.c and
  * bench_check.c hold the measurements and the check. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <sys/stat.h>
 
 #include "agree.h"
 #include "baseline.h"
@@ -366,9 +363,10 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
                                                       ctx->rank, ctx->nranks),
                                o->p.mem_limit, CLI_TENSORS_WHAT);
     }
-    if (st == RA_OK && o->tab.json && o->tab.csv && strcmp(o->tab.json, o->tab.csv) == 0)
-        st = ra_error_set(RA_ERR_ARG, "%s: --json and --csv name the same "
-                          "file", o->tab.json);
+    if ((st = ra_agree(ctx->comm, st)) == RA_OK)
+        st = cli_paths_agree(ctx, (const h5io_named_path[]){
+            {"--profile", o->profile, 0}, {"--json", o->tab.json, 1},
+            {"--csv", o->tab.csv, 1}, {NULL, NULL, 0}});
     if (st == RA_OK && ctx->rank == 0 && o->tab.json)
         st = h5io_output_check(o->tab.json, 1, NULL);
     if (st == RA_OK && ctx->rank == 0 && o->tab.csv)
@@ -401,29 +399,28 @@ static ra_status bench_setup(const cli_ctx *ctx, bench_opts *o)
     return st;
 }
 
-/* Writes one output file of the rows (rank 0): the whole file or, on a
- * failed write, none (a regular file is removed; a device is left as is). */
+/* The rows and the writer of one output file's format. */
+typedef struct {
+    const bench_result *rows;
+    int nrows;
+    int (*writer)(FILE *, const bench_result *, int);
+} rows_file;
+
+static int rows_fill(FILE *f, const void *arg)
+{
+    const rows_file *r = arg;
+    return r->writer(f, r->rows, r->nrows);
+}
+
+/* Writes one output file of the rows (rank 0), atomically: the whole file
+ * or, on a failed write, the earlier one (they are replaced if they
+ * exist). */
 static ra_status write_rows(const char *path, const bench_result *rows,
                             int nrows,
                             int (*writer)(FILE *, const bench_result *, int))
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return ra_error_set(RA_ERR_IO, "%s: cannot open: %s", path,
-                            strerror(errno));
-    int bad = writer(f, rows, nrows) != 0 || fflush(f) != 0 || ferror(f);
-    int err = errno;
-    if (fclose(f) != 0 && !bad) {
-        bad = 1;
-        err = errno;
-    }
-    if (!bad)
-        return RA_OK;
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
-        remove(path);
-    return ra_error_set(RA_ERR_IO, "%s: writing the results failed: %s", path,
-                        strerror(err ? err : EIO));
+    const rows_file r = {rows, nrows, writer};
+    return h5io_text_write(path, 1, rows_fill, &r);
 }
 
 /* Whether pass k of a shape runs: the chosen strategy once, or with

@@ -221,8 +221,11 @@ static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
 {
     r->d.in = o->in;
     r->d.out = o->out;
-    ra_status st = cli_output_agree(ctx, o->out, o->force,
-                                    (const char *const[]){o->in, NULL});
+    ra_status st = cli_paths_agree(ctx, (const h5io_named_path[]){
+        {"--in", o->in, 0}, {"--out", o->out, 1}, {NULL, NULL, 0}});
+    if (st == RA_OK)
+        st = cli_output_agree(ctx, o->out, o->force,
+                              (const char *const[]){o->in, NULL});
     if (st != RA_OK)
         return st;
     st = mha_heads(o);

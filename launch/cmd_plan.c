@@ -176,6 +176,11 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
         st = ra_error_set(RA_ERR_ARG, "--nodes: %lld nodes for %lld ranks "
                           "(at least one rank per node)",
                           (long long)o->nodes, (long long)o->ranks);
+    if (st == RA_OK)
+        st = h5io_paths_check((const h5io_named_path[]){
+            {"--in", o->in, 0}, {"--profile", o->profile, 0},
+            {"--json", o->tab.json, 1}, {"--csv", o->tab.csv, 1},
+            {NULL, NULL, 0}});
     if (st == RA_OK && o->tab.json)
         st = h5io_output_check(o->tab.json, 1, (const char *const[]){o->in,
                                                                NULL});

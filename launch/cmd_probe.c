@@ -193,21 +193,19 @@ static void probe_print(const ra_profile *p)
     printf("  (GiB)\n");
 }
 
-/* Rank 0 writes the profile to path; every rank returns the verdict. */
-static ra_status probe_write(const cli_ctx *ctx, const char *path,
+static int profile_fill(FILE *f, const void *p)
+{
+    return profile_write_json(f, p);
+}
+
+/* Rank 0 writes the profile to path atomically (the earlier file kept on
+ * a failure); every rank returns the verdict. */
+static ra_status probe_write(const cli_ctx *ctx, const char *path, int force,
                              const ra_profile *p)
 {
     ra_status st = RA_OK;
-    if (ctx->rank == 0) {
-        FILE *f = fopen(path, "w");
-        const int bad = !f || profile_write_json(f, p) != 0;
-        if ((f && fclose(f) != 0) || bad) {
-            if (f)
-                remove(path);
-            st = ra_error_set(RA_ERR_IO, "%s: writing the profile failed",
-                              path);
-        }
-    }
+    if (ctx->rank == 0)
+        st = h5io_text_write(path, force, profile_fill, p);
     return ra_agree(ctx->comm, st);
 }
 
@@ -220,6 +218,9 @@ static ra_status probe_show(const cli_ctx *ctx, const probe_opts *o,
     if (ctx->rank == 0 && profile_read_json(o->show, p, err, sizeof err) != 0)
         st = ra_error_set(RA_ERR_INPUT, "%s", err);
     st = ra_agree(ctx->comm, st);
+    if (st == RA_OK && o->out)
+        st = cli_paths_agree(ctx, (const h5io_named_path[]){
+            {"--show", o->show, 0}, {"--out", o->out, 1}, {NULL, NULL, 0}});
     if (st == RA_OK && o->out)
         st = cli_output_agree(ctx, o->out, o->force, NULL);
     return st;
@@ -240,7 +241,7 @@ int cmd_probe(const cli_ctx *ctx, int argc, char **argv)
     if (st == RA_OK && ctx->rank == 0)
         probe_print(&p);
     if (st == RA_OK && o.out)
-        st = probe_write(ctx, o.out, &p);
+        st = probe_write(ctx, o.out, o.force, &p);
     if (st == RA_OK && ctx->rank == 0 && o.out)
         printf("ringattn probe: wrote %s\n", o.out);
     return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);

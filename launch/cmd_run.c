@@ -166,6 +166,7 @@ typedef struct {
     char mask_names[64];        /* the "masks" attribute of the output */
     char fingerprint[H5IO_FP_LEN]; /* what was read, for the output */
     ra_timing tm;
+    h5io_staged staged;         /* the output, complete, not yet renamed */
     double t_read, t_write, t_total;
     int picked;                 /* --strategy auto chose pick.strategy */
     model_result pick;
@@ -193,9 +194,6 @@ static ra_status out_opts_check(const run_opts *o)
     if (o->map_heads && !o->map_rows)
         return ra_error_set(RA_ERR_ARG, "--attn-map-heads: applies to the "
                             "map of --attn-map, which is not given");
-    if (o->json && strcmp(o->json, o->out) == 0)
-        return ra_error_set(RA_ERR_ARG, "--json: %s is also the output file",
-                            o->json);
     return RA_OK;
 }
 
@@ -206,6 +204,10 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     r->d.in = o->in;
     r->d.out = o->out;
     ra_status st = out_opts_check(o);
+    if (st == RA_OK)
+        st = cli_paths_agree(ctx, (const h5io_named_path[]){
+            {"--in", o->in, 0}, {"--profile", o->profile, 0},
+            {"--out", o->out, 1}, {"--json", o->json, 1}, {NULL, NULL, 0}});
     if (st == RA_OK)
         st = cli_output_agree(ctx, o->out, o->force,
                               (const char *const[]){o->in, NULL});
@@ -354,8 +356,8 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
             .out_compress = o->out_compress, .out_group = o->out_group,
             .fingerprint = r->fingerprint};
-        st = ra_h5_write_outputs(ctx->comm, o->out, o->force, &r->d.s, &meta,
-                                 t->o, t->lse);
+        st = h5io_write_outputs_staged(ctx->comm, o->out, o->force, &r->d.s,
+                                       &meta, t->o, t->lse, &r->staged);
     }
     r->t_read = t1 - t0;
     r->t_write = MPI_Wtime() - t2;
@@ -363,9 +365,10 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     return st;
 }
 
-/* The --json summary, from rank 0. */
+/* The --json summary, staged by rank 0. */
 static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
-                          const run_state *r, double attention, double flops)
+                          const run_state *r, double attention, double flops,
+                          h5io_staged *json)
 {
     int64_t bq, bkv;
     ra_params_tiles(&o->p, &r->d.s, &bq, &bkv);
@@ -377,25 +380,17 @@ static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
         .threads = ra_params_threads(&o->p), .t_attention = attention,
         .t_read = r->t_read, .t_write = r->t_write,
         .gflops = flops / attention * 1e-9};
-    return cli_json_write(o->json, &sum);
+    return cli_json_write(o->json, o->force, &sum, json);
 }
 
-/* Prints the result line (and writes --json) from rank 0; every rank
- * returns the same status. */
-static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
-                            const run_state *r)
+/* The result line, from rank 0, over the slowest rank's times worst. */
+static void run_result_print(const cli_ctx *ctx, const run_opts *o,
+                             const run_state *r, const double worst[4],
+                             double flops)
 {
-    const double flops = ra_forward_flops(&r->d.s, &o->p, &r->d.masks.view);
-    double mine[4] = {r->tm.total, r->tm.comm_wait, r->t_read, r->t_write};
-    double worst[4];
     char rates[128];
-    MPI_Reduce(mine, worst, 4, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
-    ra_status st = RA_OK;
-    if (ctx->rank == 0 && o->json)
-        st = run_json(ctx, o, r, worst[0], flops);
-    st = ra_agree(ctx->comm, st);
     if (ctx->rank != 0)
-        return st;
+        return;
     const char *note = "";
     if (strstr(r->mask_names, "segments"))
         note = " (useful: visible pairs, segments not discounted)";
@@ -411,6 +406,30 @@ static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
                "%.3f s, measured %.3f s (measured/predicted %.2f)\n",
                ra_strategy_name(r->pick.strategy), r->pick.t_total, worst[0],
                worst[0] / r->pick.t_total);
+}
+
+
+/* Stages --json (rank 0), then renames the output and the summary onto
+ * their names together: a summary that cannot be written leaves neither,
+ * the earlier files kept. Prints the result line from rank 0; every rank
+ * returns the same status. */
+static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
+                            run_state *r)
+{
+    const double flops = ra_forward_flops(&r->d.s, &o->p, &r->d.masks.view);
+    double mine[4] = {r->tm.total, r->tm.comm_wait, r->t_read, r->t_write};
+    double worst[4];
+    h5io_staged json = {.f = NULL}, *files[2] = {&r->staged, &json};
+    MPI_Reduce(mine, worst, 4, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
+    ra_status st = RA_OK;
+    if (ctx->rank == 0 && o->json)
+        st = run_json(ctx, o, r, worst[0], flops, &json);
+    if ((st = ra_agree(ctx->comm, st)) == RA_OK)
+        st = h5io_publish(ctx->comm, files, 2);
+    else
+        h5io_discard(ctx->comm, &r->staged);
+    if (st == RA_OK)
+        run_result_print(ctx, o, r, worst, flops);
     return st;
 }
 

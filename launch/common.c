@@ -149,6 +149,14 @@ ra_status cli_output_agree(const cli_ctx *ctx, const char *out, int force,
     return ra_agree(ctx->comm, st);
 }
 
+ra_status cli_paths_agree(const cli_ctx *ctx, const h5io_named_path *list)
+{
+    ra_status st = RA_OK;
+    if (ctx->rank == 0)
+        st = h5io_paths_check(list);
+    return ra_agree(ctx->comm, st);
+}
+
 /* n0 * n1 * n2 * n3 as a size_t count, or 0 (with a message) on overflow. */
 static int count_of(size_t *out, int64_t n0, int64_t n1, int64_t n2,
                     int64_t n3)

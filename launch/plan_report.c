@@ -1,10 +1,7 @@
 /* plan_report.c: what `ringattn plan` prints and writes (rank 0). */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agree.h"
@@ -195,26 +192,27 @@ static int csv_write(FILE *f, const plan_opts *o, const plan_state *w)
     return ferror(f) ? -1 : 0;
 }
 
-/* The whole file or, on a failed write, none. */
+/* The predictions and the writer of one output file's format. */
+typedef struct {
+    const plan_opts *o;
+    const plan_state *w;
+    int (*writer)(FILE *, const plan_opts *, const plan_state *);
+} plan_file;
+
+static int plan_fill(FILE *f, const void *arg)
+{
+    const plan_file *p = arg;
+    return p->writer(f, p->o, p->w);
+}
+
+/* The whole file, atomically, or on a failed write the earlier one. */
 static ra_status write_file(const char *path, const plan_opts *o,
                             const plan_state *w,
                             int (*writer)(FILE *, const plan_opts *,
                                           const plan_state *))
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return ra_error_set(RA_ERR_IO, "%s: cannot open: %s", path,
-                            strerror(errno));
-    int bad = writer(f, o, w) != 0 || fflush(f) != 0 || ferror(f);
-    const int err = errno;
-    bad |= fclose(f) != 0;
-    if (!bad)
-        return RA_OK;
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
-        remove(path);
-    return ra_error_set(RA_ERR_IO, "%s: writing the predictions failed: %s",
-                        path, strerror(err ? err : EIO));
+    const plan_file p = {o, w, writer};
+    return h5io_text_write(path, 1, plan_fill, &p);
 }
 
 ra_status plan_report(const cli_ctx *ctx, const plan_opts *o,

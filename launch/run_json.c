@@ -1,6 +1,6 @@
 /* run_json.c: `run --json FILE`: a machine-readable summary of one run (the
- * shape, every option that changed the result, the timings), written by
- * rank 0 after the output file is committed. */
+ * shape, every option that changed the result, the timings), staged by
+ * rank 0 once the output file is complete, and published with it. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,13 +57,10 @@ static void json_rules(FILE *f, const cli_run_summary *r)
     json_field(f, "out_dtype", ra_dtype_name(r->out_dtype));
 }
 
-ra_status cli_json_write(const char *path, const cli_run_summary *r)
+/* The summary as JSON to f; non-zero when a write failed. */
+static int json_fill(FILE *f, const cli_run_summary *r)
 {
     const ra_shape *s = r->shape;
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return ra_error_set(RA_ERR_IO, "%s: cannot write the JSON summary",
-                            path);
     fprintf(f, "{\n");
     json_field(f, "version", RA_VERSION_STRING);
     json_field(f, "input", r->in);
@@ -80,11 +77,19 @@ ra_status cli_json_write(const char *path, const cli_run_summary *r)
     fprintf(f, "  \"seconds\": {\"attention\": %.6f, \"read\": %.6f, "
             "\"write\": %.6f},\n  \"gflops\": %.3f\n}\n", r->t_attention,
             r->t_read, r->t_write, isfinite(r->gflops) ? r->gflops : 0.0);
-    const int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        remove(path);
+    return ferror(f);
+}
+
+ra_status cli_json_write(const char *path, int force,
+                         const cli_run_summary *r, h5io_staged *staged)
+{
+    ra_status st = h5io_text_begin(staged, path, force);
+    if (st != RA_OK)
+        return st;
+    if (json_fill(staged->f, r) != 0) {
+        h5io_staged_discard(staged);
         return ra_error_set(RA_ERR_IO, "%s: writing the JSON summary failed",
                             path);
     }
-    return RA_OK;
+    return h5io_text_end(staged);
 }

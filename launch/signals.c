@@ -1,9 +1,9 @@
 /* signals.c: Ctrl-C, a batch system's time limit, or mpirun passing either
  * on to the ranks must not leave a temporary output file behind. The
- * handler does only async-signal-safe work: it unlinks the name that io/
- * published (a static buffer, set before the file is created and cleared
- * after it is renamed or removed), then restores the default action and
- * raises the signal again, so that the process dies of it and the exit
+ * handler does only async-signal-safe work: it unlinks the names that io/
+ * published (static buffers, each set before its file is created and
+ * cleared after it is renamed or removed), then restores the default action
+ * and raises the signal again, so that the process dies of it and the exit
  * status says so. SIGKILL cannot be caught: io/tmpfile.c removes what it
  * leaves. */
 #include <signal.h>
@@ -15,11 +15,13 @@
 
 static void on_signal(int sig)
 {
-    const char *tmp = h5io_tmp_active();
     sigset_t mask;
 
-    if (tmp)
-        unlink(tmp);
+    for (int i = 0; i < H5IO_TMP_SLOTS; i++) {
+        const char *tmp = h5io_tmp_active(i);
+        if (tmp)
+            unlink(tmp);
+    }
     signal(sig, SIG_DFL);
     sigemptyset(&mask);
     sigaddset(&mask, sig);

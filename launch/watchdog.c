@@ -43,20 +43,20 @@ double cli_stall_default(double predicted, int beats)
     return t < STALL_FLOOR ? STALL_FLOOR : t > STALL_CAP ? STALL_CAP : t;
 }
 
-/* The end of the job from this rank: one line, the temporary output
+/* The end of the job from this rank: one line, the temporary outputs
  * removed, exit 1. */
 static void watchdog_fire(const char *phase, double waited, int rank)
 {
     char line[256];
-    const char *tmp = h5io_tmp_active();
     const int len = snprintf(line, sizeof line, "ringattn: rank %d stalled "
                              "at %s: no progress for %.3g s (a rank stopped, "
                              "frozen or lost?); ending the job\n", rank,
                              phase, waited);
     if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
         line[0] = '\0'; /* nothing more can be said */
-    if (tmp)
-        unlink(tmp);
+    for (int i = 0; i < H5IO_TMP_SLOTS; i++)
+        if (h5io_tmp_active(i))
+            unlink(h5io_tmp_active(i));
     _exit(CLI_EXIT_RUNTIME);
 }
 

@@ -999,6 +999,33 @@ def fwd_of(src, *args):
     return build
 
 
+# ---- issue 23 item 2: two paths of one command that are one file ----------
+# Every output against every input and every other output, before any work:
+# by device and inode when both exist, else by the normalised absolute path.
+CASES_SAME_FILE = [
+    ("json-is-output-dotslash", "run --out ./out.h5 --json out.h5: one file by path (the JSON overwrote the output)",
+     {}, ["run", "--in", "good.h5", "--out", "./out.h5", "--json", "out.h5"], 2,
+     r"--json: out\.h5 is also the output file of --out \(\./out\.h5\)"),
+    ("plan-json-is-csv", "plan --json t.out --csv ./t.out: one file by path",
+     {}, ["plan", "--json", "t.out", "--csv", "./t.out"], 2,
+     r"--csv: \./t\.out is also the output file of --json \(t\.out\)"),
+    ("bench-json-is-csv-link", "bench --json and --csv: a file and a symlink to it",
+     {"b.out": write_text("earlier"), "blink.out": lambda p: os.symlink("b.out", p)},
+     BENCH_SMALL + ["--json", "b.out", "--csv", "blink.out"], 2,
+     r"--csv: blink\.out is also the output file of --json \(b\.out\)"),
+    ("probe-out-is-show", "probe --show p.json --out p.json --force: the profile rewrote itself",
+     {"p.json": write_text(profile_text())},
+     ["probe", "--show", "p.json", "--out", "./p.json", "--force"], 2,
+     r"\./p\.json: the output is the input file p\.json \(--out and --show name the same file\)"),
+    ("json-is-profile", "run --json names the --profile it reads",
+     {"p.json": write_text(profile_text())},
+     ["run", "--in", "good.h5", "--out", "o.h5", "--strategy", "auto",
+      "--profile", "p.json", "--json", "p.json", "--force"], 2,
+     r"p\.json: the output is the input file p\.json \(--json and --profile name the same file\)"),
+]
+
+
+
 # ---- issue 23 (6, 8, 9, 10): options that do not apply, 4-D inputs of no
 # stated order, shapes that cannot fit, axes values -------------------------
 
@@ -1162,8 +1189,8 @@ CASES_BACKWARD = [
      r"out\.h5: dataset /o: the largest \|value\| [0-9.e+]+ overflows f16 \(largest finite 65504\)"),
 ]
 
-CASES += (CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE + CASES_OPTIONS +
-          CASES_BACKWARD)
+CASES += (CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE + CASES_SAME_FILE +
+          CASES_OPTIONS + CASES_BACKWARD)
 # the ids to run (a regex): the fourth argument, else $RA_CASES, else all
 ONLY = ONLY or os.environ.get("RA_CASES") or ""
 
@@ -1476,8 +1503,9 @@ def self_owner():
 
 
 def fault_stale(work):
-    """SIGKILL to every rank while writing leaves a temporary file; `info`
-    of a file in that directory lists it; the next write into the directory
+    """SIGKILL to every rank while writing leaves a temporary file (and the
+    metadata's room set aside beside it); `info` of a file in that
+    directory lists them; the next write into the directory
     removes it, and keeps temporary files whose owner runs (this script) or
     cannot be judged (another host)."""
     here = os.path.join(work, "stale")
@@ -1500,7 +1528,8 @@ def fault_stale(work):
     listed = subprocess.run([RINGATTN, "info", "in.h5"], env=ENV, cwd=here,
                             capture_output=True, text=True).stdout
     problems = []
-    if len(stale) != 1 or stale[0] not in listed:
+    if not any(".big.h5.tmp." in s for s in stale) or \
+            any(s not in listed for s in stale):
         problems.append(f"stale: info does not list {stale}: {listed[-300:]}")
     subprocess.run([RINGATTN, "gen", "--out", "in2.h5", "--seq", "16"],
                    env=ENV, cwd=here, check=True, capture_output=True)
@@ -1766,6 +1795,156 @@ def fault_stall(work, strategy="ring", timeout="1", delay=None,
     return problems
 
 
+# ---- issue 23: full disks at any rank count; side files written atomically --
+
+def mount_small(path, size):
+    """A tmpfs of size at path (made if missing); False when not permitted."""
+    os.makedirs(path, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
+                           "tmpfs", path], capture_output=True).returncode == 0
+
+
+def full_trial(work, np_, size, extra, want):
+    """`run` of mid4096.h5 (/o 2 MiB, /lse 64 KiB) onto a tmpfs of size at
+    np_ ranks with global options extra: exit 1 with one line naming the
+    output and nothing left, or (want 0) exit 0 with a complete file."""
+    small = os.path.join(work, "full")
+    if not mount_small(small, size):
+        return None
+    try:
+        r = mpirun(extra + ["run", "--in", "mid4096.h5", "--out",
+                            "full/out.h5"], np_=np_, cwd=work, timeout=120)
+        left = sorted(os.listdir(small))
+        complete = ""
+        if r.returncode == 0 and left == ["out.h5"]:
+            with h5py.File(os.path.join(small, "out.h5"), "r") as f:
+                complete = (f["o"].shape == (1, 4096, 4, 32) and
+                            "causal" in f.attrs and
+                            np.isfinite(f["lse"][...]).all() and
+                            f["o"][0, -1].any())
+    finally:
+        subprocess.run(["umount", small])
+    lines = our_lines(r.stderr)
+    bad = []
+    if r.returncode != want:
+        bad.append(f"exit {r.returncode}, expected {want}")
+    if want and (len(lines) != 1 or "full/out.h5" not in lines[0]):
+        bad.append(f"message: {r.stderr.strip()[-300:]}")
+    if want and left:
+        bad.append(f"left in the file system: {left}")
+    if not want and not complete:
+        bad.append(f"output incomplete or missing: {left}")
+    if "Segmentation" in r.stderr or "signal" in r.stderr:
+        bad.append("a rank crashed")
+    print(f"{'FAIL' if bad else 'ok':4} full P={np_} {size:>5} "
+          f"{' '.join(extra) or 'plain':34} exit {r.returncode}: "
+          f"{lines[0][:110] if lines else ''}", flush=True)
+    return [f"full P={np_} {size} {extra}: {b}" for b in bad]
+
+
+def fault_full_any_ranks(work):
+    """Output on tmpfs mounts too small at P = 1..4: before the data (64k),
+    in the middle of it (1m), at the metadata and close (2300k: /o and /lse
+    fit, the room of the metadata does not), with --align and
+    --mpiio-hint; each exit 1, one line, nothing left. On main at P >= 3
+    Open MPI reported these writes as done (exit 0, a sparse file without
+    data and attributes). A tmpfs that holds the file (2400k) gives a
+    complete one."""
+    if not os.path.exists(os.path.join(work, "mid4096.h5")):
+        subprocess.run([RINGATTN, "gen", "--out", "mid4096.h5", "--seq",
+                        "4096", "--heads", "4", "--dim", "32"], env=ENV,
+                       cwd=work, check=True, capture_output=True)
+    align = ["--align", "1048576"]
+    hint = ["--mpiio-hint", "cb_buffer_size=1048576"]
+    trials = [(p, size, [], 1) for p in (1, 2, 3, 4)
+              for size in ("64k", "1m", "2300k")]
+    trials += [(p, size, extra, 1) for p in (3, 4)
+               for size, extra in (("3m", align), ("2300k", hint))]
+    trials += [(p, "2400k", [], 0) for p in (1, 3)]
+    trials += [(4, "4m", align + hint, 0)]
+    problems = []
+    for np_, size, extra, want in trials:
+        got = full_trial(work, np_, size, extra, want)
+        if got is None:
+            print("SKIP full: mount -t tmpfs not permitted")
+            return []
+        problems += got
+    return problems
+
+
+def side_trial(work, argv, names):
+    """argv writing the files names into a full tmpfs where earlier files
+    of those names lie: exit 1, one line, the earlier files unchanged,
+    nothing else left; the HDF5 output (run --json) not replaced either."""
+    small = os.path.join(work, "side")
+    if not mount_small(small, "64k"):
+        return None
+    try:
+        for name in names:
+            with open(os.path.join(small, name), "w") as f:
+                f.write("earlier " + name)
+        with open(os.path.join(small, "fill"), "wb", buffering=0) as f:
+            try:
+                f.write(bytes(64 << 10))
+            except OSError:
+                pass
+        before = md5s(small)
+        r = mpirun(argv, cwd=work, timeout=120)
+        after = md5s(small)
+    finally:
+        subprocess.run(["umount", small])
+    lines = our_lines(r.stderr)
+    bad = []
+    if r.returncode != 1 or len(lines) != 1:
+        bad.append(f"exit {r.returncode}, {len(lines)} lines: "
+                   f"{r.stderr.strip()[-300:]}")
+    if after != before:
+        bad.append(f"files changed: {sorted(set(after) ^ set(before))} "
+                   f"or their bytes")
+    print(f"{'FAIL' if bad else 'ok':4} side file {argv[0]}: exit "
+          f"{r.returncode}: {lines[0][:110] if lines else ''}", flush=True)
+    return [f"side {' '.join(argv)}: {b}" for b in bad]
+
+
+def fault_side_files_full(work):
+    """JSON and CSV files on a full file system: bench --json, plan --csv,
+    probe --out keep the earlier file (they truncated or deleted it); run
+    --json keeps the earlier output and summary (the output was renamed
+    into place before the JSON failed)."""
+    problems = []
+    out_old = os.path.join(work, "side-old.h5")
+    subprocess.run([RINGATTN, "gen", "--out", "side-in.h5", "--seq", "64",
+                    "--heads", "2", "--dim", "8"], env=ENV, cwd=work,
+                   check=True, capture_output=True)
+    for argv, names in (
+            (BENCH_SMALL + ["--json", "side/b.json"], ["b.json"]),
+            (["plan", "--seq", "64", "--csv", "side/p.csv"], ["p.csv"]),
+            (["probe", "--dim", "16", "--seconds", "0.3", "--out",
+              "side/p.json", "--force"], ["p.json"])):
+        got = side_trial(work, argv, names)
+        if got is None:
+            print("SKIP side files: mount -t tmpfs not permitted")
+            return []
+        problems += got
+    # run --json into the full folder, the output beside its JSON there
+    got = side_trial(work, ["run", "--in", "side-in.h5", "--out",
+                            "side/o.h5", "--force", "--json", "side/o.json",
+                            "--force"], ["o.h5", "o.json"])
+    problems += got or []
+    # run --json full, the output elsewhere: the earlier output stays
+    subprocess.run([RINGATTN, "run", "--in", "side-in.h5", "--out",
+                    out_old], env=ENV, cwd=work, check=True,
+                   capture_output=True)
+    old = md5s(work).get("side-old.h5")
+    got = side_trial(work, ["run", "--in", "side-in.h5", "--out", out_old,
+                            "--force", "--json", "side/o.json"], ["o.json"])
+    problems += got or []
+    if md5s(work).get("side-old.h5") != old or leftovers(work):
+        problems.append("run --json: the output was replaced though its "
+                        "JSON summary failed")
+    return problems
+
+
 def run_faults():
     work = tempfile.mkdtemp(prefix="ra_fault_")
     try:
@@ -1783,7 +1962,8 @@ def run_faults():
                 fault_locked(work) + fault_long_command_line(work) +
                 fault_large_scores(work) + fault_allow_nonfinite(work) +
                 fault_signals(work) + fault_stale(work) + fault_kill(work) +
-                fault_kill(work, during_write=True) + fault_probe_full(work))
+                fault_kill(work, during_write=True) + fault_probe_full(work) +
+                fault_full_any_ranks(work) + fault_side_files_full(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
