@@ -1,12 +1,12 @@
 /* watchdog.h: the backstop of the stall watchdog (docs/RELIABILITY.md,
- * class 6). The library watches its own transfers (params->stall_timeout);
- * this thread watches the phases around and inside them that it cannot:
- * the set-up's collectives, the collective read and write, the library's
- * own set-up inside a pass. When this rank stays in one phase with no sign
- * of progress for longer than the phase allows, it prints one `ringattn:`
- * line naming the rank and the phase, removes the temporary output and
- * exits with status 1; mpirun then ends the other ranks, a stopped one
- * included. */
+ * class 5, hangs). The library watches its own transfers
+ * (params->stall_timeout); this thread watches the phases around and
+ * inside them that it cannot: the set-up's collectives, the collective
+ * read and write, the library's own set-up inside a pass. When this rank
+ * stays in one phase with no sign of progress for longer than the phase
+ * allows, it prints one `ringattn:` line naming the rank and the phase,
+ * removes the temporary outputs and exits with status 1; mpirun then ends
+ * the other ranks, a stopped one included. */
 #ifndef RA_WATCHDOG_H
 #define RA_WATCHDOG_H
 

@@ -1141,39 +1141,48 @@ def uint64_segments(f):
 
 
 # issue 22: a forward output checked, not trusted, by run --backward; values
-# that int64, float32 or a 16-bit output cannot hold. gdo.h5 is good.h5 with
+# that int64, float32 or a 16-bit output cannot hold. gdx.h5 is good.h5 with
 # a /do; out_old.h5 is good.h5's forward output.
-GDO = {"gdo.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 8))))}
+def add_do(**data):
+    """An edit adding /do (B, N, H, Dv) of good.h5, in the order its axes
+    attribute names, and the datasets of data."""
+    def edit(f):
+        f["do"] = rng_tensor((2, 40, 4, 8))
+        f["do"].attrs["axes"] = "B,N,H,D"
+        for name, value in data.items():
+            f[name] = value
+    return edit
+
+
+GDO = {"gdx.h5": copy_with("good.h5", add_do())}
 CASES_BACKWARD = [
     ("backward-fwd-other-input", "run --backward --fwd of a forward of another input of the same shape",
      dict(GDO, **{"oq.h5": copy_with("good.h5", scaled("q", 2.0)),
                   "fwd_oq.h5": fwd_of("oq.h5")}),
-     RUN_B + ["gdo.h5", "--fwd", "fwd_oq.h5"], 2,
+     RUN_B + ["gdx.h5", "--fwd", "fwd_oq.h5"], 2,
      r"fwd_oq\.h5: a forward output of other data: attribute fingerprint: q was /q [0-9a-f]{16}, this run's is /q [0-9a-f]{16}"),
     ("backward-fwd-other-masks", "run --backward --fwd of a forward made with --kv-lens /short_lens",
-     {"gdl.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 8)),
-                                                  short_lens=np.array([3, 20], "i8"))),
+     {"gdl.h5": copy_with("good.h5", add_do(short_lens=np.array([3, 20], "i8"))),
       "fwd_l.h5": fwd_of("gdl.h5", "--kv-lens", "/short_lens")},
      RUN_B + ["gdl.h5", "--fwd", "fwd_l.h5"], 2,
      r"fwd_l\.h5: a forward output of other data: attribute fingerprint: kv_lens was /short_lens [0-9a-f]{16}, this run's is none"),
     ("backward-fwd-no-fingerprint", "run --backward --fwd of a forward output without a fingerprint",
      dict(GDO, **{"nofp.h5": copy_with("out_old.h5", lambda f: f.attrs.__delitem__("fingerprint"))}),
-     RUN_B + ["gdo.h5", "--fwd", "nofp.h5"], 2,
+     RUN_B + ["gdx.h5", "--fwd", "nofp.h5"], 2,
      r"nofp\.h5: no attribute fingerprint \(a forward output of an older ringattn\)"),
     ("backward-fwd-lse-inf", "run --backward --fwd of a forward output whose /lse is all -inf",
      dict(GDO, **{"linf.h5": copy_with("out_old.h5", set_value("lse", Ellipsis, -np.inf))}),
-     RUN_B + ["gdo.h5", "--fwd", "linf.h5"], 2,
+     RUN_B + ["gdx.h5", "--fwd", "linf.h5"], 2,
      r"linf\.h5: dataset /lse: \(b, h, i\) = \(0, 0, 0\) is -inf, but under this run's masks that query sees at least one key"),
     ("backward-fwd-lse-lens", "run --backward --fwd of a forward output with a finite /lse where /q_lens hides the row",
-     {"gql.h5": copy_with("good.h5", add_datasets(do=rng_tensor((2, 40, 4, 8)),
-                                                  q_lens=np.array([40, 30], "i8"))),
+     {"gql.h5": copy_with("good.h5", add_do(q_lens=np.array([40, 30], "i8"))),
       "fql.h5": fwd_of("gql.h5"),
       "fqlx.h5": copy_with("fql.h5", set_value("lse", (1, 2, 35), 0.5))},
      RUN_B + ["gql.h5", "--fwd", "fqlx.h5"], 2,
      r"fqlx\.h5: dataset /lse: \(b, h, i\) = \(1, 2, 35\) is 0\.5, but under this run's masks that query sees no key"),
     ("backward-fwd-f16", "run --backward --fwd of a forward written with --out-dtype f16",
-     dict(GDO, **{"f16.h5": fwd_of("gdo.h5", "--out-dtype", "f16")}),
-     RUN_B + ["gdo.h5", "--fwd", "f16.h5"], 2,
+     dict(GDO, **{"f16.h5": fwd_of("gdx.h5", "--out-dtype", "f16")}),
+     RUN_B + ["gdx.h5", "--fwd", "f16.h5"], 2,
      r"f16\.h5: /o is stored as f16 \(attribute out_dtype, run --out-dtype f16\).*refused: rerun the forward with --out-dtype f32 or f64, or pass --recompute"),
     ("segments-uint64", "/segments of uint64 ids 2^63 and 2^63 + 1 (both clamped to one id before)",
      {"u64.h5": lambda p: make(p, k=(2, 8, 1, 4), v=(2, 8, 1, 3), edit=uint64_segments)},
