@@ -20,6 +20,8 @@
 #define STAGGER 1.0       /* seconds per rank number, at most 8 of them:
                              the lowest live rank speaks first */
 #define TICK_NS 100000000L
+#define SELF_STOP 1.0     /* seconds a tick may be late before the lateness
+                             counts as this process's own stop */
 
 static struct {
     pthread_mutex_t lock;
@@ -60,13 +62,23 @@ static void watchdog_fire(const char *phase, double waited, int rank)
     _exit(CLI_EXIT_RUNTIME);
 }
 
+/* The thread's loop. A tick that comes far later than asked means this
+ * process itself was stopped (SIGSTOP, a suspended job) or starved: that
+ * time is not a peer's stall, so the phase's clock skips it. Without this,
+ * a rank stopped and then continued (mpirun sends SIGCONT before it ends
+ * a job) would report its own stop as the others'. */
 static void *watchdog_loop(void *arg)
 {
     (void)arg;
     const struct timespec tick = {0, TICK_NS};
+    double last = now_s();
     for (;;) {
         nanosleep(&tick, NULL);
+        const double t = now_s(), lost = t - last - 1e-9 * TICK_NS;
+        last = t;
         pthread_mutex_lock(&wd.lock);
+        if (lost > SELF_STOP)
+            wd.since += lost;
         const char *phase = wd.phase;
         const double waited = now_s() - wd.since;
         const double limit = wd.limit + STAGGER * (wd.rank < 8 ? wd.rank : 8);
