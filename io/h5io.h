@@ -119,14 +119,9 @@ typedef struct {
 
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a);
 
-/* Reads the integer dataset dset (e.g. "/q_lens") of shape (B,) into
- * out[B] as int64. When it is absent: *present = 0 and RA_OK; else
- * *present = 1. Values are not range checked. */
-ra_status h5io_read_lens(const char *path, const char *dset, int64_t B,
-                         int64_t *out, int *present);
-
 /* Reads dset[b, start : start + count] of the rank-2 integer dataset dset
- * (e.g. "/segments") into out as int64; *present as h5io_read_lens(). */
+ * (e.g. "/segments") into out as int64. When it is absent: *present = 0
+ * and RA_OK; else *present = 1. Values are not range checked. */
 ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
                              int64_t start, int64_t count, int64_t *out,
                              int *present);
