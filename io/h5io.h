@@ -39,13 +39,17 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
 
 /* The bytes h5io_gen_backward() allocates on rank of nranks (negative when
  * they overflow), for a check before it runs. */
-int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout);
+int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout,
+                       ra_dtype dtype);
 
-/* h5io_gen_masks() that also writes /do (B, N, H, Dv) when dout is set:
- * the output gradient of a backward pass, stream RA_STREAM_DO. */
+/* h5io_gen_masks() that writes q, k, v in dtype (RA_DTYPE_F32, F64 or F16,
+ * the last rounded to nearest, ties to even) and also /do (B, N, H, Dv)
+ * when dout is set: the output gradient of a backward pass, stream
+ * RA_STREAM_DO. */
 ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
-                            const ra_shape *shape, int f64, uint64_t seed,
-                            int lens, int64_t segment_avg, int dout);
+                            const ra_shape *shape, ra_dtype dtype,
+                            uint64_t seed, int lens, int64_t segment_avg,
+                            int dout);
 
 /* Reads dset[b, row0 : row0 + nrows, :, :] of a rank-4 float dataset (e.g.
  * "/o" or "/q") into out, converted to double; out holds nrows * dims[2] *

@@ -1,7 +1,14 @@
-/* bench_report.c: the table, JSON and CSV of `ringattn bench`. */
+/* bench_report.c: the table, JSON and CSV of `ringattn bench` and
+ * `ringattn bench --backward`. */
+#include <errno.h>
 #include <math.h>
+#include <string.h>
+
+#include <sys/stat.h>
 
 #include "bench.h"
+#include "h5io.h"
+#include "internal.h"
 
 void bench_print_header(FILE *out)
 {
@@ -110,4 +117,53 @@ int bench_csv_write(FILE *out, const bench_result *rows, int count)
                 r->pass ? "PASS" : "FAIL");
     }
     return ferror(out) ? -1 : 0;
+}
+
+/* Writes one output file of the rows (rank 0): the whole file or, on a
+ * failed write, none (a regular file is removed; a device is left as is). */
+static ra_status write_rows(const char *path, const bench_result *rows,
+                            int nrows,
+                            int (*writer)(FILE *, const bench_result *, int))
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return ra_error_set(RA_ERR_IO, "%s: cannot open: %s", path,
+                            strerror(errno));
+    int bad = writer(f, rows, nrows) != 0 || fflush(f) != 0 || ferror(f);
+    int err = errno;
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    if (!bad)
+        return RA_OK;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+        remove(path);
+    return ra_error_set(RA_ERR_IO, "%s: writing the results failed: %s", path,
+                        strerror(err ? err : EIO));
+}
+
+ra_status bench_tables_check(const cli_ctx *ctx, const cli_tables *tab)
+{
+    if (tab->json && tab->csv && strcmp(tab->json, tab->csv) == 0)
+        return ra_error_set(RA_ERR_ARG, "%s: --json and --csv name the same "
+                            "file", tab->json);
+    ra_status st = RA_OK;
+    if (ctx->rank == 0 && tab->json)
+        st = h5io_output_check(tab->json, 1, NULL);
+    if (st == RA_OK && ctx->rank == 0 && tab->csv)
+        st = h5io_output_check(tab->csv, 1, NULL);
+    return st;
+}
+
+ra_status bench_tables_write(const cli_ctx *ctx, const cli_tables *tab,
+                             const bench_result *rows, int nrows)
+{
+    ra_status st = RA_OK;
+    if (ctx->rank == 0 && tab->json)
+        st = write_rows(tab->json, rows, nrows, bench_json_write);
+    if (st == RA_OK && ctx->rank == 0 && tab->csv)
+        st = write_rows(tab->csv, rows, nrows, bench_csv_write);
+    return st;
 }
