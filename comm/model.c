@@ -714,17 +714,6 @@ int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
     return rc;
 }
 
-int model_predict(const ra_shape *s, const ra_params *p, ra_layout lay,
-                  const model_masks *mk, const model_alloc *al,
-                  const ra_profile *pf, int with_io, model_result *res)
-{
-    model_result all[RA_STRATEGY_COUNT];
-    const int rc = model_predict_all(s, p, lay, mk, al, pf, with_io, all);
-    if (rc == 0)
-        *res = all[p->strategy];
-    return rc;
-}
-
 int64_t model_max_seq(const ra_shape *s, const ra_params *p, ra_layout lay,
                       const model_alloc *al, const ra_profile *pf)
 {

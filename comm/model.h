@@ -73,16 +73,11 @@ double model_slice_pairs(ra_band band, const ra_slice *qs, const ra_slice *ks,
 double model_rank_bytes(const ra_shape *s, const ra_params *p, ra_layout lay,
                         int P, int r);
 
-/* Predicts one strategy (p->strategy) under layout lay (resolved).
- * with_io: add reading q, k, v and writing o, lse at the profile's rates.
- * Returns 0, or -1 when out of memory. */
-int model_predict(const ra_shape *s, const ra_params *p, ra_layout lay,
-                  const model_masks *mk, const model_alloc *al,
-                  const ra_profile *pf, int with_io, model_result *res);
-
-/* Every strategy at once (res[k] for ra_strategy k), sharing the counts
- * that pair ranks with ranks (model_steps.h); 0, or -1 when out of
- * memory. Time and memory grow with P, not P^2. */
+/* Predicts every strategy at once (res[k] for ra_strategy k) under layout
+ * lay (resolved), sharing the counts that pair ranks with ranks
+ * (model_steps.h). with_io: add reading q, k, v and writing o, lse at the
+ * profile's rates. Returns 0, or -1 when out of memory. Time and memory
+ * grow with P, not P^2. */
 int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
                       const model_masks *mk, const model_alloc *al,
                       const ra_profile *pf, int with_io,

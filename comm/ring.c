@@ -484,6 +484,7 @@ ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
         st = ring_check_params(a->shape, a->params, a->masks);
     if (MPI_Comm_dup(user_comm, &rs->comm) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "ring: MPI_Comm_dup failed");
+    MPI_Comm_set_errhandler(rs->comm, MPI_ERRORS_RETURN); /* ringattn.h */
     st = ra_agree(rs->comm, st);
     if (st == RA_OK) {
         st = ring_size(rs, a);

@@ -519,6 +519,7 @@ ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
     if (MPI_Comm_dup(comm, &c.comm) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_dup failed",
                             ra_strategy_name(params->strategy));
+    MPI_Comm_set_errhandler(c.comm, MPI_ERRORS_RETURN); /* ringattn.h */
     st = ra_agree(c.comm, st);
     if (st == RA_OK)
         st = ra_agree(c.comm, strat_size(&c));

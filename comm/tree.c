@@ -3,8 +3,9 @@
  * Every rank gathers all queries (N is small), attends its own K/V slice
  * with them, and the partial (o, lse) of every query row and head are then
  * merged over the ranks by MPI_Reduce_scatter with a user-defined operation
- * doing the LSE merge (algorithms.md, sections 2 and 10), which MPI runs in
- * about log P steps; each rank keeps the merged rows of its own query slice.
+ * doing the LSE merge (tree_merge below, the merge the kernel applies to
+ * its tiles in engine/kernel.c), which MPI runs in about log P steps; each
+ * rank keeps the merged rows of its own query slice.
  *
  * The operation is declared non-commutative. The merge is commutative even
  * in floating point (it is symmetric in its operands), but only associative

@@ -57,7 +57,7 @@ void ra_kernel_backward_block(const ra_block *blk, const float *q,
 
 /* The fp64 reference gradients of one (batch, head), from the definition:
  * one query row at a time, the row's scores materialised (scores has m
- * entries), the mask batch-local as for ra_reference_rows. q (nq, D) stride
+ * entries), the mask batch-local as for ra_reference_scored. q (nq, D) stride
  * ldq, k (m, D) stride ldk, v (m, Dv) stride ldv, dout (nq, Dv) stride
  * lddo; dq (nq, D) stride lddq is overwritten; dk (m, D) stride lddk and
  * dv (m, Dv) stride lddv are added to (so that the heads of a GQA group

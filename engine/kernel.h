@@ -22,7 +22,7 @@
  *   kv_lens:  kpos[j] < kv_lens[b]
  *   segments: q_seg[b][i] == k_seg[b][j]
  * In the kernel, q_lens and kv_lens are (B) and q_seg, k_seg are (B, n) and
- * (B, m); in ra_reference_rows they are batch-local: one length each, and
+ * (B, m); in ra_reference_scored they are batch-local: one length each, and
  * the ids of the rows and keys passed. NULL turns a rule off. */
 typedef struct {
     int causal;
@@ -129,7 +129,12 @@ typedef struct {
     double alibi_slope; /* of the head being computed */
 } ra_ref_score;
 
-/* ra_reference_rows with any score; k rows have sc->Dk (or D) entries. */
+/* The fp64 reference: plain softmax(score) v with the same visibility
+ * (mask batch-local, see ra_mask; NULL positions mean 0, 1, 2...),
+ * materialising one query row of scores at a time (scores has m entries).
+ * q (nq, D) with row stride ldq, k (m, Dk or D) stride ldk, v (m, Dv)
+ * stride ldv, o (nq, Dv) stride ldo, lse (nq). Used by tests and
+ * `ringattn verify`. */
 void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
                          int64_t D, int64_t Dv, const ra_mask *mask,
                          const double *q, int64_t ldq, const double *k,
@@ -157,19 +162,8 @@ void ra_linear(const float *x, int64_t rows, int64_t in, const float *w,
 void ra_posenc_add(float *x, int64_t B, int64_t n, int64_t E,
                    const int64_t *pos);
 
-/* The fp64 reference: plain softmax(s * q k^T) v with the same visibility
- * (mask batch-local, see ra_mask; NULL positions mean 0, 1, 2...),
- * materialising one query row of scores at a time (scores has m entries).
- * q (nq, D) with row stride ldq, k (m, D) stride ldk, v (m, Dv) stride ldv,
- * o (nq, Dv) stride ldo, lse (nq). Used by tests and `ringattn verify`. */
-void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
-                       double scale, const ra_mask *mask,
-                       const double *q, int64_t ldq, const double *k,
-                       int64_t ldk, const double *v, int64_t ldv, double *o,
-                       int64_t ldo, double *lse, double *scores);
-
 /* Whether query i may see key j under mask (batch-local, as in
- * ra_reference_rows; NULL: always): the reference's one statement of the
+ * ra_reference_scored; NULL: always): the reference's one statement of the
  * rules, pair by pair. */
 int ra_ref_visible(const ra_mask *mask, int64_t i, int64_t j);
 

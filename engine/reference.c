@@ -68,17 +68,6 @@ static double score_of(const ra_ref_score *sc, int64_t D, const double *q,
     }
 }
 
-void ra_reference_rows(int64_t nq, int64_t m, int64_t D, int64_t Dv,
-                       double scale, const ra_mask *mask, const double *q,
-                       int64_t ldq, const double *k, int64_t ldk,
-                       const double *v, int64_t ldv, double *o, int64_t ldo,
-                       double *lse, double *scores)
-{
-    const ra_ref_score dot = {.score = RA_SCORE_DOT, .scale = scale};
-    ra_reference_scored(&dot, nq, m, D, Dv, mask, q, ldq, k, ldk, v, ldv, o,
-                        ldo, lse, scores);
-}
-
 void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
                          int64_t D, int64_t Dv, const ra_mask *mask,
                          const double *q, int64_t ldq, const double *k,

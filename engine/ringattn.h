@@ -495,7 +495,9 @@ RA_API ra_status ra_comm_nodes(MPI_Comm comm, ra_nodes *nodes);
  * so that each ring step crosses each node boundary once, whatever order
  * the launcher dealt the ranks in; 0: a duplicate of comm in its own order.
  * Slices follow the rank in the new communicator, and outputs written
- * through it land at their global positions all the same. Collective. */
+ * through it land at their global positions all the same. It is the
+ * caller's, with comm's error handler (MPI's rule for a new communicator).
+ * Collective. */
 RA_API ra_status ra_comm_ring_order(MPI_Comm comm, int node_aware,
                                     MPI_Comm *ring_comm);
 
@@ -504,7 +506,19 @@ RA_API ra_status ra_comm_ring_order(MPI_Comm comm, int node_aware,
 /* The message of the last error set on this thread by any ra_ function: one
  * line naming the file, the dataset and what is wrong where they apply.
  * Every function that returns ra_status clears it on entry, so after a
- * success it holds no stale message. */
+ * success it holds no stale message.
+ *
+ * MPI errors. ra_forward(), ra_forward_ex(), ra_forward_map(),
+ * ra_backward() and ra_backward_ex() run on a duplicate of the caller's
+ * communicator that carries MPI_ERRORS_RETURN: an MPI call failing there
+ * is returned as RA_ERR_MPI with a message naming the call, not fatal,
+ * whatever the caller's handler. The caller's communicator keeps its
+ * handler, which is the caller's to choose: what works on it directly
+ * (ra_strategy_check, ra_mha_forward's own checks and projections,
+ * ra_comm_nodes, ra_comm_ring_order, the HDF5 functions below) returns
+ * RA_ERR_MPI only under a handler that returns, such as
+ * MPI_ERRORS_RETURN; under MPI's default, MPI_ERRORS_ARE_FATAL, such a
+ * failure ends the job. */
 RA_API const char *ra_error_message(void);
 
 /* ---- HDF5 files (parallel, MPI-IO driver) ------------------------------ *

@@ -4,7 +4,8 @@
  * every value depends only on (seed, stream, index), never on P.
  *
  * Streams of the seed: 0 q, 1 k, 2 v, 3 q_lens, 4 kv_lens, 5 segments or
- * q_segments, 6 kv_segments. */
+ * q_segments, 6 kv_segments. Tensors are stored as float32, float64 or
+ * float16; float16 is encoded here (half.c), as run's outputs are. */
 #include <stdlib.h>
 
 #include "h5io.h"
@@ -14,15 +15,38 @@
 typedef struct {
     const char *path;
     const ra_shape *shape;
-    int f64;
+    ra_dtype dtype; /* of q, k, v and do in the file: F32, F64 or F16 */
     uint64_t seed;
     int lens;
     int64_t segment_avg;
     int rank, nranks;
     float *buf;    /* room for this rank's largest slab of q, k or v */
+    uint16_t *half; /* as much, float16 encoded (dtype F16 only) */
     int64_t *ids;  /* room for B lens, or this rank's (B, n) or (B, m) ids */
     int dout;      /* also /do (B, N, H, Dv), stream RA_STREAM_DO */
 } gen_ctx;
+
+/* Writes this rank's slab c->buf (n floats, rows slice of dims) of the
+ * tensor name in c's dtype. */
+static ra_status slab_write(hid_t file, MPI_Comm comm, const gen_ctx *c,
+                            const char *name, const hsize_t *dims,
+                            const ra_slice *slice, int64_t n)
+{
+    if (c->dtype != RA_DTYPE_F16)
+        return h5io_dset_write(comm, file, c->path, name,
+                               c->dtype == RA_DTYPE_F64 ? H5T_IEEE_F64LE
+                                                        : H5T_IEEE_F32LE,
+                               H5T_NATIVE_FLOAT, 4, dims, 1, slice, c->buf);
+    const hid_t type = h5io_dtype_file_type(RA_DTYPE_F16);
+    if (type < 0)
+        return ra_error_set(RA_ERR_IO, "%s: cannot make the type f16 of %s",
+                            c->path, name);
+    h5io_half_encode(c->buf, c->half, (size_t)n, 0);
+    const ra_status st = h5io_dset_write(comm, file, c->path, name, type,
+                                         type, 4, dims, 1, slice, c->half);
+    H5Tclose(type);
+    return st;
+}
 
 /* Writes /do (B, N, H, Dv), the output gradient of a backward pass. */
 static ra_status dout_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
@@ -34,9 +58,8 @@ static ra_status dout_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
                              (hsize_t)s->Dv};
     ra_random_slab(c->seed, RA_STREAM_DO, s->B, s->N, s->H * s->Dv, rows,
                    c->buf);
-    return h5io_dset_write(comm, file, c->path, "/do",
-                           c->f64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE,
-                           H5T_NATIVE_FLOAT, 4, dims, 1, &slice, c->buf);
+    return slab_write(file, comm, c, "/do", dims, &slice,
+                      s->B * rows.count * s->H * s->Dv);
 }
 
 /* Writes /q, /k and /v (and /do when asked). Element (b, i, h, d) of tensor t has the flat index
@@ -48,7 +71,6 @@ static ra_status tensors_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
     const int64_t len[3] = {s->N, s->M, s->M};
     const int64_t heads[3] = {s->H, s->G, s->G};
     const int64_t dim[3] = {s->D, s->D, s->Dv};
-    hid_t ftype = c->f64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE;
     ra_status st;
 
     for (int t = 0; t < 3; t++) {
@@ -59,9 +81,8 @@ static ra_status tensors_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
 
         ra_random_slab(c->seed, RA_STREAM_Q + (uint64_t)t, s->B, len[t],
                        heads[t] * dim[t], rows, c->buf);
-        if ((st = h5io_dset_write(comm, file, c->path, names[t], ftype,
-                                  H5T_NATIVE_FLOAT, 4, dims, 1, &slice,
-                                  c->buf)) != RA_OK)
+        if ((st = slab_write(file, comm, c, names[t], dims, &slice,
+                             s->B * rows.count * heads[t] * dim[t])) != RA_OK)
             return st;
     }
     return c->dout ? dout_write(file, comm, c) : RA_OK;
@@ -163,7 +184,8 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
                          const ra_shape *shape, int f64, uint64_t seed,
                          int lens, int64_t segment_avg)
 {
-    return h5io_gen_backward(comm, path, force, shape, f64, seed, lens,
+    return h5io_gen_backward(comm, path, force, shape,
+                             f64 ? RA_DTYPE_F64 : RA_DTYPE_F32, seed, lens,
                              segment_avg, 0);
 }
 
@@ -187,19 +209,23 @@ static void gen_counts(const ra_shape *shape, int rank, int nranks,
                  ra_mul_checked(shape->B, m));
 }
 
-int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout)
+int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout,
+                       ra_dtype dtype)
 {
     int64_t nfloat, nids;
     gen_counts(shape, rank, nranks, dout, &nfloat, &nids);
-    return ra_add_checked(ra_mul_checked(nfloat, 4), ra_mul_checked(nids, 8));
+    return ra_add_checked(ra_mul_checked(nfloat,
+                                         dtype == RA_DTYPE_F16 ? 6 : 4),
+                          ra_mul_checked(nids, 8));
 }
 
 ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
-                            const ra_shape *shape, int f64, uint64_t seed,
-                            int lens, int64_t segment_avg, int dout)
+                            const ra_shape *shape, ra_dtype dtype,
+                            uint64_t seed, int lens, int64_t segment_avg,
+                            int dout)
 {
-    gen_ctx c = {path, shape, f64, seed, lens, segment_avg, 0, 0, NULL, NULL,
-                 dout};
+    gen_ctx c = {path, shape, dtype, seed, lens, segment_avg, 0, 0, NULL,
+                 NULL, NULL, dout};
     int64_t nfloat, nids;
     h5io_quiet quiet;
     ra_status st;
@@ -219,11 +245,14 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
     gen_counts(shape, c.rank, c.nranks, dout, &nfloat, &nids);
     c.buf = malloc((size_t)(nfloat ? nfloat : 1) * sizeof *c.buf);
     c.ids = malloc((size_t)nids * sizeof *c.ids);
-    st = c.buf && c.ids ? RA_OK
-                        : ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate "
-                                       "%lld bytes for the generated slices",
-                                       path, (long long)(nfloat * 4 +
-                                                         nids * 8));
+    if (dtype == RA_DTYPE_F16)
+        c.half = malloc((size_t)(nfloat ? nfloat : 1) * sizeof *c.half);
+    st = c.buf && c.ids && (dtype != RA_DTYPE_F16 || c.half)
+             ? RA_OK
+             : ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate %lld bytes "
+                            "for the generated slices", path,
+                            (long long)h5io_gen_bytes(shape, c.rank, c.nranks,
+                                                      dout, dtype));
     if ((st = ra_agree(comm, st)) != RA_OK)
         goto cleanup;
 
@@ -234,6 +263,7 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
     h5io_quiet_end(&quiet);
 
 cleanup:
+    free(c.half);
     free(c.ids);
     free(c.buf);
     return st;

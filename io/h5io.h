@@ -40,13 +40,17 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
 
 /* The bytes h5io_gen_backward() allocates on rank of nranks (negative when
  * they overflow), for a check before it runs. */
-int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout);
+int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout,
+                       ra_dtype dtype);
 
-/* h5io_gen_masks() that also writes /do (B, N, H, Dv) when dout is set:
- * the output gradient of a backward pass, stream RA_STREAM_DO. */
+/* h5io_gen_masks() that writes q, k, v in dtype (RA_DTYPE_F32, F64 or F16,
+ * the last rounded to nearest, ties to even) and also /do (B, N, H, Dv)
+ * when dout is set: the output gradient of a backward pass, stream
+ * RA_STREAM_DO. */
 ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
-                            const ra_shape *shape, int f64, uint64_t seed,
-                            int lens, int64_t segment_avg, int dout);
+                            const ra_shape *shape, ra_dtype dtype,
+                            uint64_t seed, int lens, int64_t segment_avg,
+                            int dout);
 
 /* Reads dset[b, row0 : row0 + nrows, :, :] of a rank-4 float dataset (e.g.
  * "/o" or "/q") into out, converted to double; out holds nrows * dims[2] *
@@ -120,14 +124,9 @@ typedef struct {
 
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a);
 
-/* Reads the integer dataset dset (e.g. "/q_lens") of shape (B,) into
- * out[B] as int64. When it is absent: *present = 0 and RA_OK; else
- * *present = 1. Values are not range checked. */
-ra_status h5io_read_lens(const char *path, const char *dset, int64_t B,
-                         int64_t *out, int *present);
-
 /* Reads dset[b, start : start + count] of the rank-2 integer dataset dset
- * (e.g. "/segments") into out as int64; *present as h5io_read_lens(). */
+ * (e.g. "/segments") into out as int64. When it is absent: *present = 0
+ * and RA_OK; else *present = 1. Values are not range checked. */
 ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
                              int64_t start, int64_t count, int64_t *out,
                              int *present);

@@ -159,16 +159,6 @@ ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
                                        0, out, NULL);
 }
 
-ra_status h5io_read_lens(const char *path, const char *dset, int64_t B,
-                         int64_t *out, int *present)
-{
-    const int64_t start[1] = {0};
-    const int64_t count[1] = {B};
-
-    return box_read(path, dset, H5T_INTEGER, H5T_NATIVE_INT64, 1, 1, start,
-                    count, 1, out, present);
-}
-
 ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
                              int64_t start, int64_t count, int64_t *out,
                              int *present)

@@ -80,6 +80,28 @@ typedef struct {
 
 /* ---- measurement (bench_measure.c); collective where comm is given ---- */
 
+/* The timed passes of one configuration: per rep its wall, busy (compute)
+ * and wait (exposed communication over wall) seconds, its threads' most
+ * over least busy time (0: unknown), and the job's wall (the slowest
+ * rank's, filled by bench_times), in one allocation; the last pass's
+ * timing and the peak RSS over the passes. */
+typedef struct {
+    double *wall, *busy, *wait, *tbusy, *job;
+    ra_timing tm;
+    double rss;
+} bench_reps;
+
+/* Room for reps passes; RA_ERR_NOMEM naming command otherwise. */
+ra_status bench_reps_alloc(bench_reps *r, int64_t reps, const char *command);
+void bench_reps_free(bench_reps *r);
+/* Records r->tm as pass rep. */
+void bench_reps_record(bench_reps *r, int64_t rep);
+/* Timing statistics over the reps and the ranks into res: seconds_median,
+ * rank_seconds, busy_seconds, thread_busy, comm_wait_fraction, the bytes
+ * and the peak RSS. Collective. */
+void bench_times(MPI_Comm comm, int64_t reps, bench_reps *r,
+                 bench_result *res);
+
 /* Median of a[0..n), reordering a. */
 double bench_median(double *a, int64_t n);
 spread bench_spread(MPI_Comm comm, double x);
@@ -134,5 +156,16 @@ void bench_print_header(FILE *out);
 void bench_print_row(FILE *out, const bench_result *r);
 int bench_json_write(FILE *out, const bench_result *rows, int count);
 int bench_csv_write(FILE *out, const bench_result *rows, int count);
+
+/* The files of --json and --csv checked before any work (rank 0; an
+ * existing file is replaced), against each other and the --profile read
+ * (or NULL): RA_OK or the refusal. Not collective. */
+ra_status bench_tables_check(const cli_ctx *ctx, const cli_tables *tab,
+                             const char *profile);
+/* Writes the rows into the files of --json and --csv (rank 0), each
+ * atomically: the whole new file or, on a failed write, the earlier one.
+ * Not collective. */
+ra_status bench_tables_write(const cli_ctx *ctx, const cli_tables *tab,
+                             const bench_result *rows, int nrows);
 
 #endif

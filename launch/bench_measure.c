@@ -3,6 +3,7 @@
  * a comm-only ring for bandwidth. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cblas.h>
 
@@ -153,4 +154,56 @@ double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s, ra_layout lay)
     free(buf);
     const double secs = any_bad ? 0 : bench_median(t, TIMED_REPS);
     return secs > 0 ? bytes / secs * 1e-9 : 0.0;
+}
+
+ra_status bench_reps_alloc(bench_reps *r, int64_t reps, const char *command)
+{
+    memset(r, 0, sizeof *r);
+    if (!(r->wall = malloc(sizeof(double) * (size_t)reps * 5)))
+        return ra_error_set(RA_ERR_NOMEM, "%s: out of memory for timings",
+                            command);
+    r->busy = r->wall + reps;
+    r->wait = r->busy + reps;
+    r->tbusy = r->wait + reps;
+    r->job = r->tbusy + reps;
+    return RA_OK;
+}
+
+void bench_reps_free(bench_reps *r)
+{
+    free(r->wall);
+    memset(r, 0, sizeof *r);
+}
+
+void bench_reps_record(bench_reps *r, int64_t rep)
+{
+    const ra_timing *tm = &r->tm;
+    r->wall[rep] = tm->total;
+    r->busy[rep] = tm->compute;
+    r->wait[rep] = tm->total > 0 ? tm->comm_wait / tm->total : 0;
+    r->tbusy[rep] = tm->thread_busy_min > 0
+                        ? tm->thread_busy_max / tm->thread_busy_min
+                        : 0;
+}
+
+void bench_times(MPI_Comm comm, int64_t reps, bench_reps *r,
+                 bench_result *res)
+{
+    int P = 1;
+    MPI_Comm_size(comm, &P);
+    /* the job's time of each rep is its slowest rank's */
+    MPI_Allreduce(r->wall, r->job, (int)reps, MPI_DOUBLE, MPI_MAX, comm);
+    res->seconds_median = bench_median(r->job, reps);
+    res->rank_seconds = bench_spread(comm, bench_median(r->wall, reps));
+    res->busy_seconds = bench_spread(comm, bench_median(r->busy, reps));
+    res->thread_busy = bench_spread(comm, bench_median(r->tbusy, reps)).max;
+    res->comm_wait_fraction =
+        bench_spread(comm, bench_median(r->wait, reps)).max;
+    const spread sent = bench_spread(comm, (double)r->tm.bytes_sent);
+    res->bytes_sent = sent.max;
+    res->bytes_sent_avg = sent.avg;
+    const spread cross = bench_spread(comm, (double)r->tm.bytes_cross_node);
+    res->cross_bytes = cross.max;
+    res->cross_bytes_total = cross.avg * P;
+    res->peak_rss = bench_spread(comm, r->rss);
 }

@@ -1,7 +1,14 @@
-/* bench_report.c: the table, JSON and CSV of `ringattn bench`. */
+/* bench_report.c: the table, JSON and CSV of `ringattn bench` and
+ * `ringattn bench --backward`. */
+#include <errno.h>
 #include <math.h>
+#include <string.h>
+
+#include <sys/stat.h>
 
 #include "bench.h"
+#include "h5io.h"
+#include "internal.h"
 
 void bench_print_header(FILE *out)
 {
@@ -110,4 +117,55 @@ int bench_csv_write(FILE *out, const bench_result *rows, int count)
                 r->pass ? "PASS" : "FAIL");
     }
     return ferror(out) ? -1 : 0;
+}
+
+/* The rows and the writer of one output file's format. */
+typedef struct {
+    const bench_result *rows;
+    int nrows;
+    int (*writer)(FILE *, const bench_result *, int);
+} rows_file;
+
+static int rows_fill(FILE *f, const void *arg)
+{
+    const rows_file *r = arg;
+    return r->writer(f, r->rows, r->nrows);
+}
+
+/* Writes one output file of the rows (rank 0), atomically: the whole file
+ * or, on a failed write, the earlier one (they are replaced if they
+ * exist). */
+static ra_status write_rows(const char *path, const bench_result *rows,
+                            int nrows,
+                            int (*writer)(FILE *, const bench_result *, int))
+{
+    const rows_file r = {rows, nrows, writer};
+    return h5io_text_write(path, 1, rows_fill, &r);
+}
+
+ra_status bench_tables_check(const cli_ctx *ctx, const cli_tables *tab,
+                             const char *profile)
+{
+    ra_status st = RA_OK;
+    if (ctx->rank != 0)
+        return RA_OK;
+    st = h5io_paths_check((const h5io_named_path[]){
+        {"--profile", profile, 0}, {"--json", tab->json, 1},
+        {"--csv", tab->csv, 1}, {NULL, NULL, 0}});
+    if (st == RA_OK && tab->json)
+        st = h5io_output_check(tab->json, 1, NULL);
+    if (st == RA_OK && tab->csv)
+        st = h5io_output_check(tab->csv, 1, NULL);
+    return st;
+}
+
+ra_status bench_tables_write(const cli_ctx *ctx, const cli_tables *tab,
+                             const bench_result *rows, int nrows)
+{
+    ra_status st = RA_OK;
+    if (ctx->rank == 0 && tab->json)
+        st = write_rows(tab->json, rows, nrows, bench_json_write);
+    if (st == RA_OK && ctx->rank == 0 && tab->csv)
+        st = write_rows(tab->csv, rows, nrows, bench_csv_write);
+    return st;
 }

@@ -238,8 +238,11 @@ extern const cli_opt cli_shape_opts[];
 extern const cli_opt cli_seq_opts[];
 /* The forward pass (into ra_params): --causal --window --scale --score
  * --sigma --rope --rope-base --alibi --block-q --block-kv --layout
- * --threads --stall-timeout. */
+ * --threads --strategy --mem-limit --ulysses-size. */
 extern const cli_opt cli_forward_opts[];
+/* What only a command that runs passes takes (into ra_params):
+ * --stall-timeout. */
+extern const cli_opt cli_pass_opts[];
 
 /* Random masks made from the seed: padding lengths and packed sequences.
  * gen writes them into its file, bench times with them and plan predicts

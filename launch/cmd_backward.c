@@ -52,7 +52,8 @@ static const cli_spec bwd_spec = {
     "--score additive the weights' /dw_q (A,D), /dw_k (A,Dk), /dw_v (A,).\n"
     "Masks, /additive weights and /alibi_slopes of IN.h5 apply as in run;\n"
     "every score, --rope and --alibi.\n",
-    .groups = {{bwd_own, 0}, {cli_forward_opts, offsetof(bwd_opts, p)}},
+    .groups = {{bwd_own, 0}, {cli_forward_opts, offsetof(bwd_opts, p)},
+               {cli_pass_opts, offsetof(bwd_opts, p)}},
 };
 
 /* Everything one run owns between validate and report. */

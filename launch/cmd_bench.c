@@ -13,7 +13,6 @@
 #include "agree.h"
 #include "baseline.h"
 #include "bench.h"
-#include "h5io.h"
 #include "internal.h"
 #include "band.h"
 #include "kernel.h"
@@ -72,6 +71,7 @@ static const cli_spec bench_spec = {
              "configuration.\n",
     .groups = {{cli_shape_opts, B_AT(cs)},
                {cli_forward_opts, B_AT(p)},
+               {cli_pass_opts, B_AT(p)},
                {bench_own, 0},
                {cli_random_mask_opts, B_AT(rm)},
                {cli_table_opts, B_AT(tab)}},
@@ -111,17 +111,15 @@ int parse_bench(bench_opts *o, int argc, char **argv, int *help)
 typedef struct {
     cli_tensors t;
     bench_masks bm;
-    double *wall, *busy, *wait, *job, *tbusy; /* per rep; one allocation */
-    ra_timing tm;               /* of the last pass */
+    bench_reps reps;
     double pairs_max;           /* the busiest rank's visible pairs */
-    double rss;
 } bench_run;
 
 static void bench_run_free(bench_run *r)
 {
     cli_tensors_free(&r->t);
     bench_masks_free(&r->bm);
-    free(r->wall);
+    bench_reps_free(&r->reps);
     memset(r, 0, sizeof *r);
 }
 
@@ -132,16 +130,12 @@ static ra_status config_setup(const cli_ctx *ctx, const bench_opts *o,
     const uint64_t seed = (uint64_t)o->seed;
     ra_status st = cli_tensors_alloc(&r->t, s, o->p.layout, ctx,
                                      o->p.mem_limit);
-    if (st == RA_OK && !(r->wall = malloc(sizeof(double) * (size_t)o->reps * 5)))
-        st = ra_error_set(RA_ERR_NOMEM, "bench: out of memory for timings");
+    if (st == RA_OK)
+        st = bench_reps_alloc(&r->reps, o->reps, "bench");
     if (st == RA_OK)
         st = bench_masks_make(o, s, &r->t.qs, &r->t.ks, &r->bm);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    r->busy = r->wall + o->reps;
-    r->wait = r->busy + o->reps;
-    r->job = r->wait + o->reps;
-    r->tbusy = r->job + o->reps;
     ra_random_slice(seed, RA_STREAM_Q, s->B, s->N, s->H * s->D, &r->t.qs, r->t.q);
     ra_random_slice(seed, RA_STREAM_K, s->B, s->M, s->G * s->D, &r->t.ks, r->t.k);
     ra_random_slice(seed, RA_STREAM_V, s->B, s->M, s->G * s->Dv, &r->t.ks,
@@ -159,19 +153,13 @@ static ra_status config_measure(const cli_ctx *ctx, const bench_opts *o,
     for (int64_t rep = -o->warmup; rep < o->reps && st == RA_OK; rep++) {
         MPI_Barrier(ctx->comm);
         st = naive ? ra_baseline_forward(ctx->comm, s, &o->p, t->q, t->k, t->v,
-                                         t->o, t->lse, &r->tm)
+                                         t->o, t->lse, &r->reps.tm)
                    : ra_forward_ex(ctx->comm, s, &o->p, &r->bm.view, t->q,
-                                   t->k, t->v, t->o, t->lse, &r->tm);
-        if (rep >= 0) {
-            r->wall[rep] = r->tm.total;
-            r->busy[rep] = r->tm.compute;
-            r->wait[rep] = r->tm.total > 0 ? r->tm.comm_wait / r->tm.total : 0;
-            r->tbusy[rep] = r->tm.thread_busy_min > 0
-                                ? r->tm.thread_busy_max / r->tm.thread_busy_min
-                                : 0;
-        }
+                                   t->k, t->v, t->o, t->lse, &r->reps.tm);
+        if (rep >= 0)
+            bench_reps_record(&r->reps, rep);
     }
-    r->rss = bench_rss_peak();
+    r->reps.rss = bench_rss_peak();
     return st;
 }
 
@@ -201,30 +189,6 @@ static double config_flops(const cli_ctx *ctx, const bench_opts *o,
     return ra_pair_flops(s, &o->p) * all;
 }
 
-/* Timing statistics over reps and ranks. Collective. */
-static void config_times(const cli_ctx *ctx, const bench_opts *o,
-                         bench_run *r, bench_result *res)
-{
-    /* the job's time of each rep is its slowest rank's */
-    MPI_Allreduce(r->wall, r->job, (int)o->reps, MPI_DOUBLE, MPI_MAX,
-                  ctx->comm);
-    res->seconds_median = bench_median(r->job, o->reps);
-    res->rank_seconds = bench_spread(ctx->comm, bench_median(r->wall, o->reps));
-    res->busy_seconds = bench_spread(ctx->comm, bench_median(r->busy, o->reps));
-    res->thread_busy =
-        bench_spread(ctx->comm, bench_median(r->tbusy, o->reps)).max;
-    res->comm_wait_fraction =
-        bench_spread(ctx->comm, bench_median(r->wait, o->reps)).max;
-    const spread sent = bench_spread(ctx->comm, (double)r->tm.bytes_sent);
-    res->bytes_sent = sent.max;
-    res->bytes_sent_avg = sent.avg;
-    const spread cross = bench_spread(ctx->comm,
-                                      (double)r->tm.bytes_cross_node);
-    res->cross_bytes = cross.max;
-    res->cross_bytes_total = cross.avg * ctx->nranks;
-    res->peak_rss = bench_spread(ctx->comm, r->rss);
-}
-
 /* Everything a row says about one measured configuration. Collective. */
 static void config_result(const cli_ctx *ctx, const bench_opts *o,
                           const ra_shape *s, int naive, double sgemm,
@@ -239,7 +203,7 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
     res->flops = config_flops(ctx, o, s, r);
     res->pairs_max = r->pairs_max;
-    config_times(ctx, o, r, res);
+    bench_times(ctx->comm, o->reps, &r->reps, res);
     res->nodes = ctx->nodes.nodes;
     res->ranks_per_node = ctx->nodes.ranks_per_node_max;
     res->node_aware = ctx->node_aware;
@@ -249,7 +213,7 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
         bench_spread(ctx->comm, model_bytes(ctx, s, naive, r, res)).max;
     res->ring_gbps = naive ? 0.0
                            : bench_ring_bandwidth(ctx->comm, s, o->p.layout);
-    res->steps = naive ? 1 : r->tm.steps;
+    res->steps = naive ? 1 : r->reps.tm.steps;
     res->lens = o->rm.lens;
     res->segment_avg = o->rm.segment_avg;
     ra_tally mine = {0}, all = {0};
@@ -363,14 +327,8 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
                                                       ctx->rank, ctx->nranks),
                                o->p.mem_limit, CLI_TENSORS_WHAT);
     }
-    if ((st = ra_agree(ctx->comm, st)) == RA_OK)
-        st = cli_paths_agree(ctx, (const h5io_named_path[]){
-            {"--profile", o->profile, 0}, {"--json", o->tab.json, 1},
-            {"--csv", o->tab.csv, 1}, {NULL, NULL, 0}});
-    if (st == RA_OK && ctx->rank == 0 && o->tab.json)
-        st = h5io_output_check(o->tab.json, 1, NULL);
-    if (st == RA_OK && ctx->rank == 0 && o->tab.csv)
-        st = h5io_output_check(o->tab.csv, 1, NULL);
+    if (st == RA_OK)
+        st = bench_tables_check(ctx, &o->tab, o->profile);
     st = ra_agree(ctx->comm, st);
     for (int i = 0; i < o->nseq && st == RA_OK && !o->all_strategies; i++) {
         const ra_shape s = config_shape(o, i); /* collective */
@@ -397,30 +355,6 @@ static ra_status bench_setup(const cli_ctx *ctx, bench_opts *o)
                                        &o->additive_mem, &o->additive);
     o->p.additive = &o->additive;
     return st;
-}
-
-/* The rows and the writer of one output file's format. */
-typedef struct {
-    const bench_result *rows;
-    int nrows;
-    int (*writer)(FILE *, const bench_result *, int);
-} rows_file;
-
-static int rows_fill(FILE *f, const void *arg)
-{
-    const rows_file *r = arg;
-    return r->writer(f, r->rows, r->nrows);
-}
-
-/* Writes one output file of the rows (rank 0), atomically: the whole file
- * or, on a failed write, the earlier one (they are replaced if they
- * exist). */
-static ra_status write_rows(const char *path, const bench_result *rows,
-                            int nrows,
-                            int (*writer)(FILE *, const bench_result *, int))
-{
-    const rows_file r = {rows, nrows, writer};
-    return h5io_text_write(path, 1, rows_fill, &r);
 }
 
 /* Whether pass k of a shape runs: the chosen strategy once, or with
@@ -480,11 +414,7 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
 static ra_status bench_report(const cli_ctx *ctx, const bench_opts *o,
                               const bench_result *rows, int nrows, int *pass)
 {
-    ra_status st = RA_OK;
-    if (ctx->rank == 0 && o->tab.json)
-        st = write_rows(o->tab.json, rows, nrows, bench_json_write);
-    if (st == RA_OK && ctx->rank == 0 && o->tab.csv)
-        st = write_rows(o->tab.csv, rows, nrows, bench_csv_write);
+    const ra_status st = bench_tables_write(ctx, &o->tab, rows, nrows);
     *pass = 1;
     for (int i = 0; i < nrows; i++)
         *pass &= rows[i].pass;

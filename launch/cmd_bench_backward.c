@@ -2,7 +2,9 @@
  * ra_backward on random in-memory slices, against the same run's sgemm.
  * parse -> validate -> set up (tensors, one forward for o and lse) ->
  * measure (warm-up, then timed passes between barriers) -> report (rank 0,
- * every parameter echoed first, min/avg/max over the ranks). */
+ * every parameter echoed first, then bench's columns, JSON and CSV,
+ * bench_report.c). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@ typedef struct {
     cli_shape cs;
     ra_params p;
     int64_t warmup, reps, seed, additive_hidden;
+    cli_tables tab; /* --json, --csv */
 } bb_opts;
 
 static const cli_opt bb_own[] = {
@@ -41,25 +44,29 @@ static const cli_spec bb_spec = {
     "usage: mpirun -np P ringattn bench --backward [options]\n"
     "\n"
     "Times ra_backward on random q, k, v, dO (o and lse from one forward\n"
-    "pass) and reports seconds, GFLOP/s (2.5x the forward's useful FLOPs:\n"
-    "five products per tile), the fraction of the same run's sgemm rate,\n"
-    "busy time per rank, exposed communication and peak memory.\n",
+    "pass) and prints one row with the columns of `ringattn bench`\n"
+    "(mode backward).\n",
     .groups = {{cli_seq_opts, offsetof(bb_opts, cs)},
                {cli_shape_opts, offsetof(bb_opts, cs)},
-               {bb_own, 0}, {cli_forward_opts, offsetof(bb_opts, p)}},
+               {bb_own, 0}, {cli_forward_opts, offsetof(bb_opts, p)},
+               {cli_pass_opts, offsetof(bb_opts, p)},
+               {cli_table_opts, offsetof(bb_opts, tab)}},
+    .epilog =
+    "Columns as in `ringattn bench --help`, except: GFLOP/s counts 2.5x the\n"
+    "forward's useful FLOPs (five products per tile); MB_sent counts K/V and\n"
+    "the travelling dK/dV; model_MB is the tensors, gradients and the ring's\n"
+    "buffers; rel_err is not computed (0): the verdict is PASS when every\n"
+    "gradient is finite (`run --backward` then `verify --backward` checks\n"
+    "the values).\n",
 };
-
-/* Per rank: median wall time, busy (compute) time and wait of the passes. */
-typedef struct {
-    double total, busy, wait;
-} bb_times;
 
 /* A run's tensors (q k v o lse and dout dq dk dv, in d) and results. */
 typedef struct {
     cli_pass_data d;
     double model_bytes; /* tensors + the ring's buffers of ra_backward */
     double sgemm;       /* this rank's sgemm GFLOP/s */
-    bb_times med;
+    bench_reps reps;    /* the timed passes */
+    int finite;         /* every gradient of this rank is finite */
 } bb_state;
 
 /* Before parsing: the shape's defaults. */
@@ -81,6 +88,8 @@ static ra_status bb_validate(const cli_ctx *ctx, bb_opts *o, bb_state *b)
     ra_status st = ra_shape_check(&b->d.s);
     if (st == RA_OK)
         st = cli_params_check(&o->p, &b->d.s, NULL);
+    if (st == RA_OK)
+        st = bench_tables_check(ctx, &o->tab, NULL);
     st = ra_agree(ctx->comm, st);
     if (st == RA_OK && o->p.score == RA_SCORE_ADDITIVE) {
         cli_score_inputs *si = &b->d.score_in;
@@ -101,6 +110,8 @@ static ra_status bb_alloc(const cli_ctx *ctx, const bb_opts *o, bb_state *b)
     if (st == RA_OK)
         st = cli_grads_alloc(&b->d, A, "bench --backward", ctx,
                              o->p.mem_limit);
+    if (st == RA_OK)
+        st = bench_reps_alloc(&b->reps, o->reps, "bench --backward");
     if (st != RA_OK)
         return st;
     int64_t mmax = 0;
@@ -129,16 +140,23 @@ static ra_status bb_setup(const cli_ctx *ctx, bb_opts *o, bb_state *b)
     return ra_agree(ctx->comm, bb_alloc(ctx, o, b));
 }
 
-/* The warm-up and timed passes after one forward for o and lse:
- * b->med. */
+/* 1 when the n floats of x are finite. */
+static int all_finite(const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
+}
+
+/* The warm-up and timed passes after one forward for o and lse, into
+ * b->reps; whether the last pass's gradients are finite. */
 static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
                             bb_state *b)
 {
     const ra_shape *s = &b->d.s;
     const cli_tensors *t = &b->d.t;
     const cli_grads *g = &b->d.g;
-    double times[3][1000];
-    ra_timing tm;
     const int additive = o->p.score == RA_SCORE_ADDITIVE;
     ra_status st = ra_forward_ex(ctx->comm, s, &o->p, NULL, t->q, t->k, t->v,
                                  t->o, t->lse, NULL);
@@ -146,60 +164,73 @@ static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
         MPI_Barrier(ctx->comm);
         st = ra_backward_ex(ctx->comm, s, &o->p, NULL, t->q, t->k, t->v,
                             t->o, t->lse, g->dout, g->dq, g->dk, g->dv,
-                            additive ? &g->dw_grads : NULL, &tm);
-        if (rep >= 0) {
-            times[0][rep] = tm.total;
-            times[1][rep] = tm.compute;
-            times[2][rep] = tm.comm_wait;
-        }
+                            additive ? &g->dw_grads : NULL, &b->reps.tm);
+        if (rep >= 0)
+            bench_reps_record(&b->reps, rep);
     }
     if (st == RA_ERR_MPI)
         cli_abort(ctx, ra_error_message());
-    if (st == RA_OK)
-        b->med = (bb_times){bench_median(times[0], o->reps),
-                            bench_median(times[1], o->reps),
-                            bench_median(times[2], o->reps)};
+    b->reps.rss = bench_rss_peak();
+    b->finite = all_finite(g->dq, t->nq) && all_finite(g->dk, t->nk) &&
+                all_finite(g->dv, t->nv);
     return st;
 }
 
-/* This run's sgemm rate, then the passes. */
+/* This run's sgemm rate (summed over the ranks), then the passes. */
 static ra_status bb_compute(const cli_ctx *ctx, bb_opts *o, bb_state *b)
 {
-    b->sgemm = bench_sgemm_rate(ctx->comm, ra_params_threads(&o->p));
+    const double mine = bench_sgemm_rate(ctx->comm, ra_params_threads(&o->p));
+    MPI_Allreduce(&mine, &b->sgemm, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
     bench_rss_reset();
     return bb_measure(ctx, o, b);
 }
 
+/* The row of `ringattn bench` for this run. Collective. */
+static void bb_result(const cli_ctx *ctx, const bb_opts *o, bb_state *b,
+                      bench_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->s = b->d.s;
+    r->p = o->p;
+    r->ranks = ctx->nranks;
+    r->threads = ra_params_threads(&o->p);
+    r->mode = "backward";
+    ra_params_tiles(&o->p, &b->d.s, &r->block_q, &r->block_kv);
+    r->flops = ra_backward_flops(&b->d.s, &o->p, NULL);
+    bench_times(ctx->comm, o->reps, &b->reps, r);
+    r->nodes = ctx->nodes.nodes;
+    r->ranks_per_node = ctx->nodes.ranks_per_node_max;
+    r->node_aware = ctx->node_aware;
+    r->gflops = r->flops / r->seconds_median * 1e-9;
+    r->sgemm_gflops = b->sgemm;
+    r->model_bytes = bench_spread(ctx->comm, b->model_bytes).max;
+    r->ring_gbps = bench_ring_bandwidth(ctx->comm, &b->d.s, o->p.layout);
+    r->steps = b->reps.tm.steps;
+    int finite = b->finite;
+    MPI_Allreduce(MPI_IN_PLACE, &finite, 1, MPI_INT, MPI_MIN, ctx->comm);
+    r->pass = finite;
+}
+
 static ra_status bb_report(const cli_ctx *ctx, bb_opts *o, bb_state *b)
 {
-    const bb_times *med = &b->med;
-    const spread wall = bench_spread(ctx->comm, med->total);
-    const spread busy = bench_spread(ctx->comm, med->busy);
-    const spread wait = bench_spread(ctx->comm, med->wait / med->total);
-    const spread rss = bench_spread(ctx->comm, bench_rss_peak());
-    const spread model = bench_spread(ctx->comm, b->model_bytes);
-    double sg_all = 0.0;
-    MPI_Allreduce(&b->sgemm, &sg_all, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
-    if (ctx->rank != 0)
-        return RA_OK;
-    const double flops = ra_backward_flops(&b->d.s, &o->p, NULL);
-    const double gf = flops / wall.max * 1e-9;
-    printf("# backward  seconds  GFLOP/s  sgemm GFLOP/s  of sgemm  busy "
-           "min/max s  busy max/min  exposed comm max  peak RSS MB max  "
-           "model MB max\n");
-    printf("  %-8s  %7.3f  %7.1f  %13.1f  %8.3f  %6.3f/%-6.3f  %12.3f  "
-           "%15.3f  %15.1f  %12.1f\n", o->p.causal ? "causal" : "full",
-           wall.max, gf, sg_all, gf / sg_all, busy.min, busy.max,
-           busy.min > 0 ? busy.max / busy.min : 0.0, wait.max,
-           rss.max / 1048576.0, model.max / 1048576.0);
-    return RA_OK;
+    bench_result r;
+    bb_result(ctx, o, b, &r);
+    if (ctx->rank == 0) {
+        bench_print_header(stdout);
+        bench_print_row(stdout, &r);
+    }
+    return ra_agree(ctx->comm, bench_tables_write(ctx, &o->tab, &r, 1));
 }
+
+static void bb_release(bb_state *b) { bench_reps_free(&b->reps); }
 
 CLI_PASS_STEPS(bb, bb_opts, bb_state)
 CLI_PASS_STEP(bb_init, bb_opts, bb_state)
+CLI_PASS_RELEASE(bb_release, bb_state)
 
 static const cli_pass bb_pass = {CLI_PASS_FIELDS(bb, bb_opts, bb_state),
-                                 .init = bb_init_step};
+                                 .init = bb_init_step,
+                                 .release = bb_release_step};
 
 int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv)
 {

@@ -10,19 +10,21 @@
 typedef struct {
     cli_shape cs;
     const char *out;
-    int force, f64, mha, backward;
+    int force, dtype, mha, backward; /* dtype: an index of dtypes[] */
     int64_t embed, seed;
     cli_random_masks rm;
 } gen_opts;
 
-static const char *const dtypes[] = {"float32", "float64", NULL};
+static const char *const dtypes[] = {"float32", "float64", "float16", NULL};
+static const ra_dtype dtype_of[] = {RA_DTYPE_F32, RA_DTYPE_F64, RA_DTYPE_F16};
 
 static const cli_opt gen_own[] = {
     CLI_OPT_REQUIRED(gen_opts, "--out", "FILE", out,
                      "file to write (refused if it exists, unless --force)"),
     CLI_OPT_FORCE(gen_opts, force),
-    CLI_OPT_CHOICE(gen_opts, "--dtype", "T", f64, dtypes, NULL, "float32",
-                   "float32 or float64"),
+    CLI_OPT_CHOICE(gen_opts, "--dtype", "T", dtype, dtypes, NULL, "float32",
+                   "float32, float64 or float16 (IEEE binary16, rounded\n"
+                   "to nearest) for /q, /k, /v and /do"),
     CLI_OPT_INT(gen_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
                 "seed of every value"),
     CLI_OPT_FLAG(gen_opts, "--mha", mha,
@@ -43,7 +45,9 @@ static const cli_spec gen_spec = {
              "\n"
              "Writes /q (B,N,H,D), /k (B,M,G,D), /v (B,M,G,Dv) of unit-normal\n"
              "values. Every value depends only on the seed and its index: any P\n"
-             "gives the same file contents.\n",
+             "gives the same file contents. --lens adds /q_lens and /kv_lens\n"
+             "(B,) int64; --segments adds the ids /segments (B,N), or\n"
+             "/q_segments (B,N) and /kv_segments (B,M) when M differs.\n",
     .groups = {{cli_seq_opts, offsetof(gen_opts, cs)},
                {cli_shape_opts, offsetof(gen_opts, cs)},
                {gen_own, 0}, {cli_random_mask_opts, offsetof(gen_opts, rm)}},
@@ -67,7 +71,7 @@ static void gen_report(const gen_opts *o)
            (long long)s->D, (long long)s->B, (long long)s->M,
            (long long)s->G, (long long)s->D, (long long)s->B,
            (long long)s->M, (long long)s->G, (long long)s->Dv,
-           o->f64 ? "float64" : "float32", (long long)o->seed);
+           dtypes[o->dtype], (long long)o->seed);
 }
 
 /* The shape and the output path, checked before anything is written. */
@@ -77,7 +81,8 @@ static ra_status gen_validate(const cli_ctx *ctx, gen_opts *o)
     ra_status st = ra_shape_check(&o->cs.shape);
     if (st == RA_OK && !o->mha)
         st = cli_mem_check(ctx, h5io_gen_bytes(&o->cs.shape, ctx->rank,
-                                               ctx->nranks, o->backward),
+                                               ctx->nranks, o->backward,
+                                               dtype_of[o->dtype]),
                            0, "the generated slices");
     st = ra_agree(ctx->comm, st);
     return st == RA_OK ? cli_output_agree(ctx, o->out, o->force, NULL) : st;
@@ -89,7 +94,8 @@ static ra_status gen_write(const cli_ctx *ctx, const gen_opts *o)
     if (o->mha)
         return h5io_gen_mha(ctx->comm, o->out, o->force, s, o->embed,
                             o->cs.seq_kv_set, (uint64_t)o->seed);
-    return h5io_gen_backward(ctx->comm, o->out, o->force, s, o->f64,
+    return h5io_gen_backward(ctx->comm, o->out, o->force, s,
+                             dtype_of[o->dtype],
                              (uint64_t)o->seed, o->rm.lens, o->rm.segment_avg,
                              o->backward);
 }

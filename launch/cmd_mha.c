@@ -179,7 +179,8 @@ static const cli_spec mha_spec = {
     "Linear convention, scale 1/sqrt(D) with D the per-head dim. Projections\n"
     "run on each rank's slice, then the ring, then the output projection.\n"
     "Masks (/q_lens ...) apply as in run.\n",
-    .groups = {{mha_own, 0}, {cli_forward_opts, offsetof(mha_opts, p)}},
+    .groups = {{mha_own, 0}, {cli_forward_opts, offsetof(mha_opts, p)},
+               {cli_pass_opts, offsetof(mha_opts, p)}},
 };
 
 /* Everything one layer run owns between validate and report. */

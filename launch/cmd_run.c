@@ -105,6 +105,7 @@ static const cli_spec run_spec = {
     "3.4e38 become infinite and are refused). /o is stored as --out-dtype\n"
     "(rounded from float32), /lse as float32.\n",
     .groups = {{run_own, 0}, {cli_forward_opts, offsetof(run_opts, p)},
+               {cli_pass_opts, offsetof(run_opts, p)},
                {cli_progress_opts, offsetof(run_opts, prog)}},
 };
 

@@ -148,7 +148,7 @@ static ra_status output_kind(const char *out)
         {"/y", "an output of run --mha (/y); verify checks the attention "
                "outputs /o and /lse of run, not the layer"},
         {"/dq", "a backward output (/dq); verify checks forward outputs "
-                "(/o, /lse) only"},
+                "(/o, /lse): check gradients with verify --backward"},
     };
     int rank, present;
     int64_t dims[4], ldims[3];

@@ -1,6 +1,6 @@
 /* naive.c: materialising fp32 attention, the way a user would first write
  * it with BLAS: S = s * Q K^T for all keys at once, a plain softmax with
- * libm's expf, then O = S V. The baseline that `ringattn bench --baseline`
+ * libm's expf, then O = S V. The baseline that `ringattn bench --mode naive`
  * measures the tiled kernel against; never used for results. */
 #include <cblas.h>
 #include <math.h>

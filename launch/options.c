@@ -187,6 +187,70 @@ static const cli_opt *opt_find(const cli_spec *spec, const char *arg,
     return NULL;
 }
 
+enum { SUGGEST_MAX_NAME = 48, SUGGEST_DISTANCE = 2 };
+
+/* Levenshtein distance between a[0..la) and b, or SUGGEST_DISTANCE + 1
+ * when either is longer than SUGGEST_MAX_NAME. */
+static size_t edit_distance(const char *a, size_t la, const char *b)
+{
+    const size_t lb = strlen(b);
+    size_t row[SUGGEST_MAX_NAME + 1];
+    if (la > SUGGEST_MAX_NAME || lb > SUGGEST_MAX_NAME)
+        return SUGGEST_DISTANCE + 1;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0]; /* row[i - 1][j - 1] */
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            const size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            best = up + 1 < best ? up + 1 : best;
+            best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The option of spec the unknown name arg[0..len) most likely meant: the
+ * one whose name starts with it, else the one nearest within
+ * SUGGEST_DISTANCE edits; NULL when none or several qualify. */
+static const char *opt_suggest(const cli_spec *spec, const char *arg,
+                               size_t len)
+{
+    const char *near = NULL, *prefixed = NULL;
+    size_t best = SUGGEST_DISTANCE + 1;
+    int near_ties = 0, prefixes = 0;
+    for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
+        for (const cli_opt *o = spec->groups[g].opts; o->name; o++) {
+            const size_t d = edit_distance(arg, len, o->name);
+            near_ties = d == best ? near_ties + 1 : d < best ? 0 : near_ties;
+            if (d < best) {
+                best = d;
+                near = o->name;
+            }
+            if (len > 2 && strncmp(o->name, arg, len) == 0) {
+                prefixed = o->name;
+                prefixes++;
+            }
+        }
+    if (prefixes == 1)
+        return prefixed;
+    return near && !near_ties ? near : NULL;
+}
+
+/* The message of an unknown option, with the suggestion when there is one. */
+static void unknown_option(const cli_spec *spec, const char *arg, size_t len)
+{
+    const char *hint = opt_suggest(spec, arg, len);
+    ra_error_set(RA_ERR_ARG, "%s: unknown option '%.*s'%s%s%s (see ringattn "
+                 "%s --help)", spec->name, (int)len, arg,
+                 hint ? "; did you mean " : "", hint ? hint : "",
+                 hint ? "?" : "", spec->name);
+}
+
 /* Refuses a second value of an option: the last would win silently over
  * the first. A flag said twice loses nothing. given[] marks the options
  * of the spec already given. */
@@ -276,8 +340,7 @@ int cli_parse(const cli_spec *spec, void *opts_, int argc, char **argv)
         if (o && once_check(o, index, given) != 0)
             return -1;
         if (!o) {
-            ra_error_set(RA_ERR_ARG, "%s: unknown option '%.*s' (see ringattn "
-                         "%s --help)", spec->name, (int)len, arg, spec->name);
+            unknown_option(spec, arg, len);
             return -1;
         }
         const char *val = eq ? eq + 1 : NULL;
@@ -392,12 +455,10 @@ const cli_opt cli_random_mask_opts[] = {
     {.name = "--lens", .kind = CLI_CHOICE, .meta = "random",
      .offset = CLI_FIELD(cli_random_masks, lens_kind, int),
      .choices = random_lens_kinds, .seen = CLI_SEEN(cli_random_masks, lens),
-     .help = "random padding lengths q_lens, kv_lens in [0, len]\n"
-     "(gen writes them as /q_lens, /kv_lens)"},
+     .help = "random padding lengths q_lens, kv_lens in [0, len]"},
     CLI_OPT_INT(cli_random_masks, "--segments", "AVG", segment_avg, 1,
                 (int64_t)1 << 40, NULL,
-                "random packed sequences of mean length AVG (gen writes\n"
-                "their ids: /segments, or /q_segments and /kv_segments)"),
+                "random packed sequences of mean length AVG"),
     {0},
 };
 
@@ -638,6 +699,10 @@ const cli_opt cli_forward_opts[] = {
                 NULL,
                 "hybrid: ranks per head-parallel group, dividing P\n"
                 "(default: the ranks of one node)"),
+    {0},
+};
+
+const cli_opt cli_pass_opts[] = {
     CLI_OPT_REAL(ra_params, "--stall-timeout", "SECONDS", stall_timeout, 0,
                  1e9, NULL,
                  "abort when no ring step completes for this long,\n"

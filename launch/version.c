@@ -1,4 +1,5 @@
-/* version.c: `ringattn --version`: what this build runs on. */
+/* version.c: `ringattn --version`: what this build is (the version and
+ * the commit, RA_COMMIT from CMake) and what it runs on. */
 #include <stdio.h>
 #include <string.h>
 
@@ -27,7 +28,7 @@ int cli_version(const cli_ctx *ctx)
     char mpi[MPI_MAX_LIBRARY_VERSION_STRING], hdf5[64];
     versions(mpi, hdf5, sizeof hdf5);
     if (ctx->rank == 0) {
-        printf("ringattn %s\n", RA_VERSION_STRING);
+        printf("ringattn %s (commit %s)\n", RA_VERSION_STRING, RA_COMMIT);
         printf("  %-6s %s\n", "BLAS", openblas_get_config());
         printf("  %-6s %s\n", "MPI", mpi);
         printf("  %-6s %s\n", "HDF5", hdf5);
@@ -40,7 +41,7 @@ void cli_version_line(char *buf, size_t n)
 {
     char mpi[MPI_MAX_LIBRARY_VERSION_STRING], hdf5[64];
     versions(mpi, hdf5, sizeof hdf5);
-    snprintf(buf, n, "ringattn %s; BLAS %s; MPI %s; %s; exp %s",
-             RA_VERSION_STRING, openblas_get_config(), mpi, hdf5,
+    snprintf(buf, n, "ringattn %s (commit %s); BLAS %s; MPI %s; %s; exp %s",
+             RA_VERSION_STRING, RA_COMMIT, openblas_get_config(), mpi, hdf5,
              ra_exp2_impl());
 }

@@ -276,8 +276,8 @@ CASES = [
     ("gen-overflow", "gen --seq 2^40 --heads 2^20 --dim 2^20", {},
      ["gen", "--out", "gen.h5", "--seq", "1099511627776", "--heads", "1048576",
       "--dim", "1048576"], 2, r"shape: the byte count of q \(B, N, H, D\) overflows 64 bits"),
-    ("gen-dtype", "gen --dtype float16", {}, ["gen", "--out", "gen.h5", "--dtype", "float16"], 2,
-     r"--dtype: 'float16' is not float32 or float64"),
+    ("gen-dtype", "gen --dtype bfloat16", {}, ["gen", "--out", "gen.h5", "--dtype", "bfloat16"], 2,
+     r"--dtype: 'bfloat16' is not float32, float64 or float16"),
 ]
 
 # Output safety: outputs that would destroy an input, checks made before the
@@ -1198,8 +1198,35 @@ CASES_BACKWARD = [
      r"out\.h5: dataset /o: the largest \|value\| [0-9.e+]+ overflows f16 \(largest finite 65504\)"),
 ]
 
+# ---- issue 24: the house as its users meet it ------------------------------
+# Each fails on the main branch before issue 24: the option was accepted,
+# unknown, or its message named no way out.
+CASES_HOUSE = [
+    ("house-did-you-mean", "a misspelt option of bench (--seqq)",
+     {}, ["bench", "--seqq", "64"], 2,
+     r"^ringattn: bench: unknown option '--seqq'; did you mean --seq\? "
+     r"\(see ringattn bench --help\)$"),
+    ("house-did-you-mean-prefix", "a unique prefix of an option of run (--stall)",
+     {}, RUN + ["good.h5", "--stall", "5"], 2,
+     r"run: unknown option '--stall'; did you mean --stall-timeout\?"),
+    ("house-plan-no-stall", "plan --stall-timeout (plan runs no pass)",
+     {}, ["plan", "--seq", "64", "--stall-timeout", "5"], 2,
+     r"plan: unknown option '--stall-timeout' \(see ringattn plan --help\)"),
+    ("house-verify-gradients", "verify on a run --backward output (pass = backward) names verify --backward",
+     {"grads.h5": lambda p: make(p, omit="qkv", extra={
+         "dq": rng_tensor((2, 40, 4, 8)), "dk": rng_tensor((2, 24, 2, 8)),
+         "dv": rng_tensor((2, 24, 2, 8))},
+         edit=lambda f: f.attrs.__setitem__("pass", "backward"))},
+     ["verify", "--in", "good.h5", "--out", "grads.h5"], 2,
+     r"grads\.h5: a backward output \(/dq\); .*check gradients with verify --backward"),
+    ("house-bench-backward-json", "bench --backward --json and --csv naming one file",
+     {}, ["bench", "--backward", "--seq", "64", "--json", "t.json", "--csv",
+          "t.json"], 2,
+     r"--csv: t\.json is also the output file of --json \(t\.json\)"),
+]
+
 CASES += (CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE + CASES_SAME_FILE +
-          CASES_OPTIONS + CASES_BACKWARD)
+          CASES_OPTIONS + CASES_BACKWARD + CASES_HOUSE)
 # the ids to run (a regex): the fourth argument, else $RA_CASES, else all
 ONLY = ONLY or os.environ.get("RA_CASES") or ""
 

@@ -231,10 +231,10 @@ static void test_allgather_refuses_over_limit(void **state)
     assert_false(any);
 }
 
-/* Ulysses sends exactly the bytes of algorithms.md section 10 (q, k, v
+/* Ulysses sends exactly (P-1)/P of each local tensor it moves (q, k, v
  * out, o back, N = M, B = 1, G = H so no kv head is replicated), plus the
  * lse it returns with o: (N/P)(P-1)/P (H D + G D + G Dv + H Dv + H)
- * floats per rank, when P divides N. */
+ * floats per rank, when P divides N (docs/PERFORMANCE.md, ulysses). */
 static void test_ulysses_bytes(void **state)
 {
     (void)state;

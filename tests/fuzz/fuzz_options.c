@@ -56,6 +56,7 @@ static const cli_spec run_style_spec = {
     .name = "fuzz",
     .usage = "",
     .groups = {{cli_forward_opts, offsetof(run_style, p)},
+               {cli_pass_opts, offsetof(run_style, p)},
                {cli_seq_opts, offsetof(run_style, cs)},
                {cli_shape_opts, offsetof(run_style, cs)}},
 };

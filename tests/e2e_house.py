@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""e2e_house.py: what issue 24 added to the command line, end to end.
+
+    e2e_house.py RINGATTN NP
+
+  version    `ringattn --version` names the build's commit: a git
+             describe id (possibly -dirty) or "unknown".
+  gen-f16    `gen --dtype float16` writes /q /k /v /do as float16, each
+             value the float32 file's rounded to nearest (numpy's
+             astype('f2')); `run` reads it and `verify` passes.
+  bench-bwd  `bench --backward --json` prints bench's header and one row of
+             mode backward, and writes a JSON list whose row has exactly
+             the keys of `bench --json`'s, with verdict PASS.
+Prints from the test only; exits 1 on the first failed check.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+RINGATTN = os.path.abspath(sys.argv[1])
+NP = int(sys.argv[2])
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
+           OPENBLAS_NUM_THREADS="1")
+SHAPE = ["--seq", "96", "--heads", "2", "--dim", "16"]
+
+
+def ringattn(work, *args):
+    """Runs ringattn at NP ranks in work; exits 1 unless it exits 0."""
+    cmd = ["mpirun", "--oversubscribe", "-np", str(NP), RINGATTN, *args]
+    r = subprocess.run(cmd, cwd=work, env=ENV, capture_output=True,
+                       text=True, timeout=240)
+    if r.returncode != 0:
+        fail(f"{' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def fail(what):
+    print(f"FAIL {what}", flush=True)
+    sys.exit(1)
+
+
+def check_version(work):
+    first = ringattn(work, "--version").splitlines()[0]
+    if not re.fullmatch(r"ringattn \S+ \(commit ([0-9a-f]{7,}(-dirty)?|"
+                        r"unknown)\)", first):
+        fail(f"version: first line {first!r} names no commit")
+    print(f"ok   version: {first}")
+
+
+def check_gen_f16(work):
+    ringattn(work, "gen", "--out", "h16.h5", "--dtype", "float16",
+             "--backward", *SHAPE)
+    ringattn(work, "gen", "--out", "h32.h5", "--backward", *SHAPE)
+    with h5py.File(os.path.join(work, "h16.h5"), "r") as h16, \
+            h5py.File(os.path.join(work, "h32.h5"), "r") as h32:
+        for name in ("q", "k", "v", "do"):
+            if h16[name].dtype != np.float16:
+                fail(f"gen-f16: /{name} is {h16[name].dtype}")
+            want = h32[name][...].astype(np.float16)
+            if not np.array_equal(h16[name][...], want):
+                fail(f"gen-f16: /{name} is not the float32 values rounded")
+    ringattn(work, "run", "--in", "h16.h5", "--out", "o16.h5")
+    out = ringattn(work, "verify", "--in", "h16.h5", "--out", "o16.h5")
+    if not out.rstrip().endswith("PASS"):
+        fail(f"gen-f16: verify: {out.strip()[-200:]}")
+    print("ok   gen-f16: /q /k /v /do float16, rounded as numpy; verify PASS")
+
+
+def table(stdout):
+    """The header line and the rows of a bench table."""
+    lines = stdout.splitlines()
+    header = [l for l in lines if l.startswith("#") and "time_s" in l]
+    rows = [l for l in lines if l.strip() and not l.startswith("#")]
+    return header, rows
+
+
+def check_bench_backward(work):
+    fwd = ringattn(work, "bench", "--reps", "1", "--json", "f.json", *SHAPE)
+    bwd = ringattn(work, "bench", "--backward", "--reps", "1", "--json",
+                   "b.json", *SHAPE)
+    (fh, _), (bh, brows) = table(fwd), table(bwd)
+    if not fh or fh != bh or len(brows) != 1 or \
+            brows[0].split()[4] != "backward":
+        fail(f"bench-bwd: table {bh} {brows} against bench's {fh}")
+    with open(os.path.join(work, "f.json")) as f, \
+            open(os.path.join(work, "b.json")) as b:
+        frow, brow = json.load(f)[0], json.load(b)
+    if len(brow) != 1 or sorted(brow[0]) != sorted(frow):
+        fail(f"bench-bwd: JSON keys {sorted(brow[0])} against {sorted(frow)}")
+    if brow[0]["mode"] != "backward" or brow[0]["verdict"] != "PASS" or \
+            not brow[0]["seconds_median"] > 0:
+        fail(f"bench-bwd: JSON row {brow[0]}")
+    print("ok   bench-bwd: bench's columns and JSON keys, mode backward, PASS")
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="ra_house_")
+    try:
+        check_version(work)
+        check_gen_f16(work)
+        check_bench_backward(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
