@@ -106,6 +106,55 @@ static void model_free(model_ctx *m)
 
 /* ---- memory ---------------------------------------------------------------- */
 
+/* What a rank holds beyond its own slices, per strategy: the problem and
+ * the sizes every strategy's count starts from. */
+typedef struct {
+    const ra_shape *s;
+    const ra_params *p;
+    ra_layout lay;
+    int P;
+    double kv_all, q_all; /* all K/V rows; B N H floats, in bytes */
+} mem_view;
+
+/* ring: two K/V buffers and the tiles */
+static double mem_ring(const mem_view *v)
+{
+    const ra_shape *s = v->s;
+    int64_t bq, bkv;
+    ra_params_tiles(v->p, s, &bq, &bkv);
+    return 2.0 * 4.0 * (double)s->B *
+               (double)model_slice_most(v->lay, s->M, v->P) *
+               (double)(s->G * (s->D + s->Dv)) +
+           4.0 * ra_params_threads(v->p) * (double)(bq * (bkv + s->Dv + 2));
+}
+
+/* allgather: every K/V block */
+static double mem_gathered(const mem_view *v)
+{
+    return v->kv_all;
+}
+
+/* tree: all queries, their partials, merge elements */
+static double mem_tree(const mem_view *v)
+{
+    return v->q_all * (double)(v->s->D + 2 * v->s->Dv + 2);
+}
+
+/* ring-q: two travelling query blocks */
+static double mem_ringq(const mem_view *v)
+{
+    return 2.0 * v->q_all / v->P * (double)(v->s->D + v->s->Dv + 1);
+}
+
+/* ulysses, hybrid: head groups, twice for the all-to-all */
+static double mem_heads(const mem_view *v)
+{
+    return 3.0 * (v->q_all * (double)(v->s->D + v->s->Dv + 1) + v->kv_all) /
+           v->P;
+}
+
+static double model_row_mem(const mem_view *v); /* the table's, below */
+
 double model_rank_bytes(const ra_shape *s, const ra_params *p, ra_layout lay,
                         int P, int r)
 {
@@ -117,26 +166,11 @@ double model_rank_bytes(const ra_shape *s, const ra_params *p, ra_layout lay,
                                    (double)m * (double)(s->G * s->Dv) +
                                    (double)n * (double)(s->H * s->Dv) +
                                    (double)n * (double)s->H);
-    const double kv_all = 4.0 * B * (double)s->M * (double)(s->G * (s->D + s->Dv));
-    const double q_all = 4.0 * B * (double)s->N * (double)s->H;
-    const int64_t mmax = model_slice_most(lay, s->M, P);
-    int64_t bq, bkv;
-    ra_params_tiles(p, s, &bq, &bkv);
-    switch (p->strategy) {
-    case RA_STRATEGY_ALLGATHER: /* every K/V block */
-        return mine + kv_all;
-    case RA_STRATEGY_TREE: /* all queries, their partials, merge elements */
-        return mine + q_all * (double)(s->D + 2 * s->Dv + 2);
-    case RA_STRATEGY_RING_Q: /* two travelling query blocks */
-        return mine + 2.0 * q_all / P * (double)(s->D + s->Dv + 1);
-    case RA_STRATEGY_ULYSSES: /* head groups, twice for the all-to-all */
-    case RA_STRATEGY_HYBRID:
-        return mine + 3.0 * (q_all * (double)(s->D + s->Dv + 1) + kv_all) / P;
-    default: /* ring: two K/V buffers and the tiles */
-        return mine +
-               2.0 * 4.0 * B * (double)mmax * (double)(s->G * (s->D + s->Dv)) +
-               4.0 * ra_params_threads(p) * (double)(bq * (bkv + s->Dv + 2));
-    }
+    const mem_view v = {
+        s, p, lay, P,
+        4.0 * B * (double)s->M * (double)(s->G * (s->D + s->Dv)),
+        4.0 * B * (double)s->N * (double)s->H};
+    return mine + model_row_mem(&v);
 }
 
 /* ---- bytes sent ------------------------------------------------------------ */
@@ -421,44 +455,91 @@ static double tree_time(const model_ctx *m)
     return worst;
 }
 
-/* The exposed time of the collectives of each strategy but the rings. */
-static void times_collective(const model_ctx *m, const sent *x, int u,
-                             const double *step_bytes, model_result *res)
+/* The exposed accumulator hops of ring-q (not overlapped): each step
+ * waits for its slowest link. */
+static double ringq_acc_time(const model_ctx *m)
 {
-    const ra_profile *pf = m->pf;
-    const sent mine = busiest(m, x);
-    switch (m->p.strategy) {
-    case RA_STRATEGY_ALLGATHER: { /* blocks fold in as they arrive */
-        const double g = coll_time(m, &mine, pf->allgather_intra,
-                                   pf->allgather_inter);
-        const double hidden = res->t_compute * (m->P - 1) / m->P;
-        res->t_comm = g > hidden ? g - hidden : 0.0;
-        break;
+    const ra_shape *s = m->s;
+    double worst = 0;
+    for (int r = 0; r < m->P && m->P > 1; r++) {
+        const double b = 4.0 * (double)s->B * m->nq[r] *
+                         (double)s->H * (double)(s->Dv + 1);
+        worst = fmax(worst, link_time(m, r, (r + 1) % m->P, b));
     }
-    case RA_STRATEGY_TREE:
-        res->t_comm = tree_time(m);
-        break;
-    case RA_STRATEGY_ULYSSES:
-        res->t_comm = coll_time(m, &mine, pf->alltoall_intra,
-                                pf->alltoall_inter);
-        break;
-    case RA_STRATEGY_HYBRID: { /* the group's all-to-alls, then a ring
-                                  whose steps overlap 1/ng of the compute */
-        const int ng = m->P / u;
-        const double per_step = res->t_compute / ng;
-        sent heads = {0, 0, 0};
-        for (int r = 0; r < m->P; r++)
-            heads.intra = fmax(heads.intra, x[r].intra);
-        res->t_comm = coll_time(m, &heads, pf->alltoall_intra,
-                                pf->alltoall_inter);
-        for (int t = 0; t < ng - 1; t++) {
-            const double lt = link_time(m, 0, u % m->P, step_bytes[t]);
-            res->t_comm += lt > per_step ? lt - per_step : 0.0;
-        }
-        break;
-    }
-    default:
-        break;
+    return worst * m->P;
+}
+
+/* The exposed time of each strategy, given what each rank sends (x) and
+ * the bytes of each ring step; the strategies but the rings also pay for
+ * their ranks' unequal work, which no step evens out. */
+typedef struct {
+    const sent *x;
+    const double *step_bytes;
+} model_sends;
+
+static void times_of_ring(const model_ctx *m, const model_sends *d,
+                          model_result *res)
+{
+    times_ring(m, d->step_bytes, res);
+}
+
+static void times_of_ringq(const model_ctx *m, const model_sends *d,
+                           model_result *res)
+{
+    times_ring(m, d->step_bytes, res);
+    res->t_comm += ringq_acc_time(m);
+}
+
+static double imbalance(const model_ctx *m, const model_result *res)
+{
+    return (res->work_max - res->work_avg) * m->pair_cost;
+}
+
+/* allgather: blocks fold in as they arrive */
+static void times_of_allgather(const model_ctx *m, const model_sends *d,
+                               model_result *res)
+{
+    const sent mine = busiest(m, d->x);
+    const double g = coll_time(m, &mine, m->pf->allgather_intra,
+                               m->pf->allgather_inter);
+    const double hidden = res->t_compute * (m->P - 1) / m->P;
+    res->t_imbalance = imbalance(m, res);
+    res->t_comm = g > hidden ? g - hidden : 0.0;
+}
+
+static void times_of_tree(const model_ctx *m, const model_sends *d,
+                          model_result *res)
+{
+    (void)d;
+    res->t_imbalance = imbalance(m, res);
+    res->t_comm = tree_time(m);
+}
+
+static void times_of_ulysses(const model_ctx *m, const model_sends *d,
+                             model_result *res)
+{
+    const sent mine = busiest(m, d->x);
+    res->t_imbalance = imbalance(m, res);
+    res->t_comm = coll_time(m, &mine, m->pf->alltoall_intra,
+                            m->pf->alltoall_inter);
+}
+
+/* hybrid: the group's all-to-alls, then a ring whose steps overlap 1/ng
+ * of the compute */
+static void times_of_hybrid(const model_ctx *m, const model_sends *d,
+                            model_result *res)
+{
+    const int u = res->u, ng = m->P / u;
+    const double per_step = res->t_compute / ng;
+    sent heads = {0, 0, 0};
+    for (int r = 0; r < m->P; r++)
+        heads.intra = fmax(heads.intra, d->x[r].intra);
+    res->t_imbalance = imbalance(m, res);
+    res->t_comm = coll_time(m, &heads, m->pf->alltoall_intra,
+                            m->pf->alltoall_inter);
+    for (int t = 0; t < ng - 1; t++) {
+        const double lt = link_time(m, 0, u % m->P, d->step_bytes[t]);
+        res->t_comm += lt > per_step ? lt - per_step : 0.0;
     }
 }
 
@@ -516,26 +597,37 @@ static ra_status model_fits(const model_ctx *m, const model_result *res)
     return RA_OK;
 }
 
-/* Pair-heads rank r computes under the strategy. */
-static double rank_work(const model_ctx *m, const model_result *res, int r)
+/* Pair-heads rank r computes under each strategy. */
+static double work_own_queries(const model_ctx *m, const model_result *res,
+                               int r)
 {
-    const ra_shape *s = m->s;
-    switch (m->p.strategy) {
-    case RA_STRATEGY_RING_Q: /* every query against the own keys */
-    case RA_STRATEGY_TREE:
-        return m->kcol[r] * (double)s->H;
-    case RA_STRATEGY_ULYSSES: { /* its heads over the whole sequence */
-        const head_group hg = heads_of(s, r, m->P);
-        return res->pairs_total * (double)(hg.h1 - hg.h0);
-    }
-    case RA_STRATEGY_HYBRID: { /* its heads over its group's queries */
-        const head_group hg = heads_of(s, r % res->u, res->u);
-        return m->grp[r / res->u] * (double)(hg.h1 - hg.h0);
-    }
-    default: /* the own queries against every key */
-        return m->qrow[r] * (double)s->H;
-    }
+    (void)res; /* the own queries against every key */
+    return m->qrow[r] * (double)m->s->H;
 }
+
+static double work_own_keys(const model_ctx *m, const model_result *res,
+                            int r)
+{
+    (void)res; /* every query against the own keys */
+    return m->kcol[r] * (double)m->s->H;
+}
+
+static double work_ulysses(const model_ctx *m, const model_result *res,
+                           int r)
+{
+    const head_group hg = heads_of(m->s, r, m->P); /* its heads, all N */
+    return res->pairs_total * (double)(hg.h1 - hg.h0);
+}
+
+static double work_hybrid(const model_ctx *m, const model_result *res,
+                          int r)
+{
+    const head_group hg = heads_of(m->s, r % res->u, res->u);
+    return m->grp[r / res->u] * (double)(hg.h1 - hg.h0); /* its group's */
+}
+
+static double model_row_work(const model_ctx *m, const model_result *res,
+                             int r);
 
 /* Pairs, work per rank and memory (with hybrid, m->grp holds each group's
  * queries' pairs). */
@@ -557,43 +649,105 @@ static void model_work(const model_ctx *m, model_result *res)
             m->grp[g] += m->qrow[g * res->u + j];
     }
     for (int r = 0; r < P; r++) {
-        const double w = rank_work(m, res, r);
+        const double w = model_row_work(m, res, r);
         res->work_max = fmax(res->work_max, w);
         res->work_avg += w / P;
     }
 }
 
-/* Bytes per rank (x) and per ring step (step_bytes); 0, or -1 when out of
- * memory. */
-static int model_bytes(const model_ctx *m, sent *x, double *step_bytes,
-                       const model_result *res)
+/* Bytes per rank (x) and per ring step (step_bytes) of each strategy; 0,
+ * or -1 when out of memory. */
+static int bytes_of_ring(const model_ctx *m, sent *x, double *step_bytes,
+                         const model_result *res)
+{
+    (void)res;
+    return bytes_ring(m, x, step_bytes);
+}
+
+static int bytes_of_ringq(const model_ctx *m, sent *x, double *step_bytes,
+                          const model_result *res)
 {
     const ra_shape *s = m->s;
-    switch (m->p.strategy) {
-    case RA_STRATEGY_RING:
-        return bytes_ring(m, x, step_bytes);
-    case RA_STRATEGY_RING_Q:
-        bytes_ringq(m, x);
-        for (int t = 0; t < m->P; t++) /* queries overlap; o, lse do not */
-            step_bytes[t] = 4.0 * (double)s->B * m->nq[0] *
-                            (double)(s->H * s->D);
-        return 0;
-    case RA_STRATEGY_ALLGATHER:
-    case RA_STRATEGY_TREE:
-        bytes_gathered(m, x);
-        return 0;
-    case RA_STRATEGY_ULYSSES:
-        bytes_heads(m, x, m->P);
-        bytes_ids(m, x);
-        return 0;
-    case RA_STRATEGY_HYBRID:
-        bytes_heads(m, x, res->u);
-        bytes_ids(m, x);
-        bytes_hybrid_ring(m, x, res->u, step_bytes);
-        return 0;
-    default:
-        return 0;
-    }
+    (void)res;
+    bytes_ringq(m, x);
+    for (int t = 0; t < m->P; t++) /* queries overlap; o, lse do not */
+        step_bytes[t] = 4.0 * (double)s->B * m->nq[0] * (double)(s->H * s->D);
+    return 0;
+}
+
+static int bytes_of_gather(const model_ctx *m, sent *x, double *step_bytes,
+                           const model_result *res)
+{
+    (void)step_bytes;
+    (void)res;
+    bytes_gathered(m, x);
+    return 0;
+}
+
+static int bytes_of_ulysses(const model_ctx *m, sent *x, double *step_bytes,
+                            const model_result *res)
+{
+    (void)step_bytes;
+    (void)res;
+    bytes_heads(m, x, m->P);
+    bytes_ids(m, x);
+    return 0;
+}
+
+static int bytes_of_hybrid(const model_ctx *m, sent *x, double *step_bytes,
+                           const model_result *res)
+{
+    bytes_heads(m, x, res->u);
+    bytes_ids(m, x);
+    bytes_hybrid_ring(m, x, res->u, step_bytes);
+    return 0;
+}
+
+/* The strategies as the model counts them, a row each in the order of
+ * ra_strategy: what a rank holds beyond its slices, the work of rank r,
+ * what each rank sends, the exposed time; ring_like: each rank sends to
+ * its successor only (its cross-node bytes are all or none). Adding a
+ * strategy: its row here and one in strat_table (comm/strategy.c). */
+typedef struct {
+    double (*mem)(const mem_view *v);
+    double (*work)(const model_ctx *m, const model_result *res, int r);
+    int (*bytes)(const model_ctx *m, sent *x, double *step_bytes,
+                 const model_result *res);
+    void (*times)(const model_ctx *m, const model_sends *d,
+                  model_result *res);
+    int ring_like;
+} model_row;
+
+static const model_row model_table[RA_STRATEGY_COUNT] = {
+    [RA_STRATEGY_RING] = {mem_ring, work_own_queries, bytes_of_ring,
+                          times_of_ring, 1},
+    [RA_STRATEGY_ALLGATHER] = {mem_gathered, work_own_queries,
+                               bytes_of_gather, times_of_allgather, 0},
+    [RA_STRATEGY_TREE] = {mem_tree, work_own_keys, bytes_of_gather,
+                          times_of_tree, 0},
+    [RA_STRATEGY_RING_Q] = {mem_ringq, work_own_keys, bytes_of_ringq,
+                            times_of_ringq, 1},
+    [RA_STRATEGY_ULYSSES] = {mem_heads, work_ulysses, bytes_of_ulysses,
+                             times_of_ulysses, 0},
+    [RA_STRATEGY_HYBRID] = {mem_heads, work_hybrid, bytes_of_hybrid,
+                            times_of_hybrid, 0},
+};
+
+static const model_row *row_of(ra_strategy st)
+{
+    return &model_table[(unsigned)st < RA_STRATEGY_COUNT ? st
+                                                         : RA_STRATEGY_RING];
+}
+
+static double model_row_mem(const mem_view *v)
+{
+    return row_of(v->p->strategy)->mem(v);
+}
+
+static double model_row_work(const model_ctx *m, const model_result *res,
+                             int r)
+{
+    return row_of(m->p.strategy)->work(m, res, r);
 }
 
 /* Counts: pairs, work per rank, bytes; step_bytes for the times. 0, or -1
@@ -603,35 +757,20 @@ static int model_counts(const model_ctx *m, sent *x, double *step_bytes,
 {
     const int P = m->P;
     model_work(m, res);
-    if (model_bytes(m, x, step_bytes, res) != 0)
+    if (row_of(m->p.strategy)->bytes(m, x, step_bytes, res) != 0)
         return -1;
     for (int r = 0; r < P; r++) {
         res->bytes_max = fmax(res->bytes_max, x[r].all);
         res->bytes_avg += x[r].all / P;
         res->intra_max = fmax(res->intra_max, x[r].intra);
         res->inter_max = fmax(res->inter_max, x[r].inter);
-        if (m->p.strategy == RA_STRATEGY_RING ||
-            m->p.strategy == RA_STRATEGY_RING_Q) {
+        if (row_of(m->p.strategy)->ring_like) {
             const double c = m->node[r] != m->node[(r + 1) % P] ? x[r].all : 0;
             res->cross_max = fmax(res->cross_max, c);
             res->cross_total += c;
         }
     }
     return 0;
-}
-
-/* The exposed accumulator hops of ring-q (not overlapped): each step
- * waits for its slowest link. */
-static double ringq_acc_time(const model_ctx *m)
-{
-    const ra_shape *s = m->s;
-    double worst = 0;
-    for (int r = 0; r < m->P && m->P > 1; r++) {
-        const double b = 4.0 * (double)s->B * m->nq[r] *
-                         (double)s->H * (double)(s->Dv + 1);
-        worst = fmax(worst, link_time(m, r, (r + 1) % m->P, b));
-    }
-    return worst * m->P;
 }
 
 static double io_time(const ra_shape *s, const ra_profile *pf)
@@ -678,14 +817,8 @@ static int predict_one(model_ctx *m, int with_io, model_result *res)
     if (ok != RA_OK)
         snprintf(res->why, sizeof res->why, "%s", ra_error_message());
     res->t_compute = res->work_avg * m->pair_cost;
-    if (strat == RA_STRATEGY_RING || strat == RA_STRATEGY_RING_Q) {
-        times_ring(m, step_bytes, res);
-        if (strat == RA_STRATEGY_RING_Q)
-            res->t_comm += ringq_acc_time(m);
-    } else {
-        res->t_imbalance = (res->work_max - res->work_avg) * m->pair_cost;
-        times_collective(m, x, res->u, step_bytes, res);
-    }
+    const model_sends sends = {x, step_bytes};
+    row_of(strat)->times(m, &sends, res);
     res->t_io = with_io ? io_time(s, m->pf) : 0.0;
     res->t_total = res->t_compute + res->t_comm + res->t_imbalance + res->t_io;
     rc = 0;
