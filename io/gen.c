@@ -167,7 +167,7 @@ static int64_t max3(int64_t a, int64_t b, int64_t c)
 
 /* The bytes of the tensors, reserved before they are written (the masks
  * are small): q, k, v and, with dout, /do. */
-static uint64_t gen_bytes(const ra_shape *s, int f64, int dout)
+static uint64_t gen_bytes(const ra_shape *s, ra_dtype dtype, int dout)
 {
     const int64_t all[4][4] = {{s->B, s->N, s->H, s->D},
                                {s->B, s->M, s->G, s->D},
@@ -176,7 +176,8 @@ static uint64_t gen_bytes(const ra_shape *s, int f64, int dout)
     uint64_t bytes = 0;
 
     for (int i = 0; i < (dout ? 4 : 3); i++)
-        bytes += (uint64_t)ra_count_checked(4, all[i]) * (f64 ? 8 : 4);
+        bytes += (uint64_t)ra_count_checked(4, all[i]) *
+                 (dtype == RA_DTYPE_F64 ? 8 : dtype == RA_DTYPE_F16 ? 2 : 4);
     return bytes;
 }
 
@@ -256,8 +257,8 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
     if ((st = ra_agree(comm, st)) != RA_OK)
         goto cleanup;
 
-    const h5io_job job = {path, force, gen_bytes(shape, f64, dout), gen_write,
-                          &c};
+    const h5io_job job = {path, force, gen_bytes(shape, dtype, dout),
+                          gen_write, &c};
     h5io_quiet_begin(&quiet);
     st = h5io_commit(comm, &job);
     h5io_quiet_end(&quiet);
