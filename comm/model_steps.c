@@ -1,12 +1,14 @@
 /* model_steps.c: see model_steps.h.
  *
  * Cost, per layout: the rows O(B (N + M)) (segments: O(M) memory); the
- * ring's diagonal maxima a few blocks per step without padding or segments
- * (flat pieces between the layouts' kinks cost one block), else a scan of
- * the steps the plan keeps; the plan's last step O(P log P) with
- * contiguous slices; the ring's sends O(P) without a band, else per block the
- * candidate steps until its hull is whole (O(P) for contiguous and zigzag
- * slices under causal; striped slices under a band: O(P x steps)). */
+ * ring's diagonal maxima a few blocks per step without segments (pieces
+ * between the layouts' kinks whose blocks must be equal cost one block;
+ * padding lengths make a few ranks differ, found by halving), else a scan
+ * of the steps the plan keeps; the plan's last step O(P log P) with
+ * contiguous slices; the ring's sends O(P) without a band, else per block
+ * the steps that grow its hull until it is whole: contiguous slices try
+ * their candidate steps one by one (O(P) under causal), zigzag and
+ * striped slices find each such step by halving (O(log P) each). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,21 +26,25 @@ int64_t model_slice_most(ra_layout lay, int64_t len, int P)
 
 /* ---- visible pairs -------------------------------------------------------- */
 
-/* How many tokens of slice sl lie at positions [a, b]: each run is an
- * arithmetic progression, so O(1). */
+/* How many tokens of run r lie at positions [a, b]: an arithmetic
+ * progression, so O(1). */
+static int64_t run_count_in(const ra_run *r, int64_t a, int64_t b)
+{
+    if (r->count <= 0 || b < r->start)
+        return 0;
+    const int64_t st = r->stride > 0 ? r->stride : 1;
+    const int64_t lo = a <= r->start ? 0 : (a - r->start + st - 1) / st;
+    int64_t hi = (b - r->start) / st + 1; /* first index past b */
+    hi = hi < r->count ? hi : r->count;
+    return hi > lo ? hi - lo : 0;
+}
+
+/* How many tokens of slice sl lie at positions [a, b]. */
 static int64_t slice_count_in(const ra_slice *sl, int64_t a, int64_t b)
 {
     int64_t n = 0;
-    for (int i = 0; i < sl->nruns; i++) {
-        const ra_run *r = &sl->run[i];
-        if (r->count <= 0 || b < r->start)
-            continue;
-        const int64_t st = r->stride > 0 ? r->stride : 1;
-        const int64_t lo = a <= r->start ? 0 : (a - r->start + st - 1) / st;
-        int64_t hi = (b - r->start) / st + 1; /* first index past b */
-        hi = hi < r->count ? hi : r->count;
-        n += hi > lo ? hi - lo : 0;
-    }
+    for (int i = 0; i < sl->nruns; i++)
+        n += run_count_in(&sl->run[i], a, b);
     return n;
 }
 
@@ -287,13 +293,95 @@ static int plan_step_at(const ring_plan *pl, int src, int da, int dz, int u)
     return dz - v >= first ? dz - v - src : -1;
 }
 
-/* ring_plan_last_step, trying for each block only its candidate steps
- * above the last found, farthest first. */
+/* Where the runs of a layout's slices change length: ranks r at which a
+ * run of rank r is one token shorter than that of rank r - 1 (at most
+ * two, into k); returns how many. */
+static int layout_kinks(ra_layout lay, int64_t len, int P, int k[2])
+{
+    int n = 0;
+    const int64_t parts = lay == RA_LAYOUT_ZIGZAG ? 2 * (int64_t)P : P;
+    const int64_t e = len % parts; /* runs below e hold one more */
+    if (e > 0 && e < P)
+        k[n++] = (int)e;
+    if (lay == RA_LAYOUT_ZIGZAG && e > P) /* rank r's second chunk */
+        k[n++] = (int)(2 * (int64_t)P - e);
+    return n;
+}
+
+/* The pieces of ranks [lo, hi] between the kinks of the query axis, the
+ * highest first, into piece; returns how many. */
+static int kinked_pieces(const ring_plan *pl, int lo, int hi, int piece[3][2])
+{
+    int kink[2] = {0, 0}, n = 0;
+    const int nk = layout_kinks(pl->layout, pl->N, pl->P, kink);
+    if (nk == 2 && kink[0] < kink[1]) { /* the higher kink first */
+        const int k = kink[0];
+        kink[0] = kink[1];
+        kink[1] = k;
+    }
+    int z = hi;
+    for (int j = 0; j < nk; j++)
+        if (kink[j] > lo && kink[j] <= z) {
+            piece[n][0] = kink[j];
+            piece[n++][1] = z;
+            z = kink[j] - 1;
+        }
+    piece[n][0] = lo;
+    piece[n++][1] = z;
+    return n;
+}
+/* The highest rank in [x, y] whose need of block src is not empty, or -1,
+ * when both ends of the ranks' needs are monotone in the rank there: a
+ * range whose needs must all be empty is skipped, another halved. */
+static int need_highest(const ring_plan *pl, int src, int x, int y)
+{
+    if (x > y)
+        return -1;
+    const ring_span lo = ring_plan_ends(pl, x, src);
+    const ring_span hi = ring_plan_ends(pl, y, src);
+    if ((lo.a < hi.a ? lo.a : hi.a) >= (lo.b > hi.b ? lo.b : hi.b))
+        return -1;
+    if (x == y)
+        return x;
+    const int mid = x + (y - x) / 2;
+    const int d = need_highest(pl, src, mid + 1, y);
+    return d >= 0 ? d : need_highest(pl, src, x, mid);
+}
+
+/* Zigzag and striped slices: block src's highest step above last that
+ * needs something, or last; the steps fall with the rank behind src
+ * (steps P - src + d), then ahead of it (d - src), and the pieces between
+ * the kinks come highest first. */
+static int plan_last_kinked(const ring_plan *pl, int src, int last)
+{
+    const int P = pl->P;
+    const int behind = last + 1 > P - src ? last + 1 : P - src;
+    const int range[2][2] = {{behind + src - P, src - 1},
+                             {src + last + 1, P - 1}};
+    for (int i = 0; i < 2; i++) {
+        int piece[3][2];
+        const int n = kinked_pieces(pl, range[i][0], range[i][1], piece);
+        for (int j = 0; j < n; j++) {
+            const int d = need_highest(pl, src, piece[j][0], piece[j][1]);
+            if (d >= 0)
+                return (d - src + P) % P;
+        }
+    }
+    return last;
+}
+
+/* ring_plan_last_step, trying for each block only its steps above the
+ * last found, farthest first: with contiguous slices its candidate steps
+ * one by one, else by halving. */
 static int plan_last(const ring_plan *pl)
 {
     int last = 0;
     for (int src = 0; src < pl->P; src++) {
         int da, dz;
+        if (pl->layout != RA_LAYOUT_CONTIGUOUS) {
+            last = plan_last_kinked(pl, src, last);
+            continue;
+        }
         plan_candidates(pl, src, &da, &dz);
         for (int i = 0;; i++) {
             const int u = plan_step_at(pl, src, da, dz, i);
@@ -352,42 +440,47 @@ static int run_pair_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* Where the runs of a layout's slices change length: ranks r at which a
- * run of rank r is one token shorter than that of rank r - 1 (at most
- * two, into k); returns how many. */
-static int layout_kinks(ra_layout lay, int64_t len, int P, int k[2])
+/* Whether each run of the slices x[0] and x[1] holds as many tokens below
+ * end (every run: one count per batch of lens, none without lens). */
+static int lens_same(const ra_slice x[2], const int64_t *lens, int64_t B)
 {
-    int n = 0;
-    const int64_t parts = lay == RA_LAYOUT_ZIGZAG ? 2 * (int64_t)P : P;
-    const int64_t e = len % parts; /* runs below e hold one more */
-    if (e > 0 && e < P)
-        k[n++] = (int)e;
-    if (lay == RA_LAYOUT_ZIGZAG && e > P) /* rank r's second chunk */
-        k[n++] = (int)(2 * (int64_t)P - e);
-    return n;
+    for (int64_t b = 0; lens && b < B; b++)
+        for (int i = 0; i < x[0].nruns; i++)
+            if (run_count_in(&x[0].run[i], 0, lens[b] - 1) !=
+                run_count_in(&x[1].run[i], 0, lens[b] - 1))
+                return 0;
+    return 1;
 }
 
 /* Whether every block (r, (r - t) mod P) for r in [a, z] holds the same
- * pairs, the ranks' run lengths being the same throughout: without
- * padding or segments a pair of runs' pairs depend only on their lengths
- * and the offset between them. Striped runs keep their offset (the ranks
- * move together); contiguous runs (contiguous, zigzag) move linearly, so
- * a run pair is the same throughout when its offset is, or when its
- * offsets at both ends show all pairs visible, or none. */
+ * pairs, the ranks' run lengths being the same throughout and no segments:
+ * a pair of runs' pairs depend only on the tokens below the padding
+ * lengths and the offset between them. A run's tokens below a length move
+ * monotonically with r, so equal at a and z they are equal throughout:
+ * striped runs then keep their counts and offsets (the ranks move
+ * together); contiguous runs (contiguous, zigzag) move linearly, so each
+ * run is then whole or gone in each batch, and a pair of whole runs is the
+ * same throughout when its offset is, or when its offsets at both ends
+ * show all pairs visible, or none. */
 static int diag_flat(const model_problem *pb, int t, int a, int z)
 {
     const model_masks *mk = pb->mk;
     const ra_layout lay = pb->p->layout;
     const int P = pb->P;
-    if (mk->q_lens || mk->kv_lens || (mk->q_seg && mk->kv_seg))
-        return 0;
-    if (lay == RA_LAYOUT_STRIPED || a == z)
+    if (a == z)
         return 1;
-    const ra_band band = ra_band_of(pb->p, pb->s);
+    if (mk->q_seg && mk->kv_seg)
+        return 0;
     const ra_slice q[2] = {ra_layout_slice(lay, pb->s->N, a, P),
                            ra_layout_slice(lay, pb->s->N, z, P)};
     const ra_slice k[2] = {ra_layout_slice(lay, pb->s->M, (a - t + P) % P, P),
                            ra_layout_slice(lay, pb->s->M, (z - t + P) % P, P)};
+    if (!lens_same(q, mk->q_lens, pb->s->B) ||
+        !lens_same(k, mk->kv_lens, pb->s->B))
+        return 0;
+    if (lay == RA_LAYOUT_STRIPED)
+        return 1;
+    const ra_band band = ra_band_of(pb->p, pb->s);
     for (int i = 0; i < q[0].nruns; i++)
         for (int j = 0; j < k[0].nruns; j++) {
             const int64_t n = q[0].run[i].count, m = k[0].run[j].count;
@@ -408,10 +501,28 @@ static int diag_flat(const model_problem *pb, int t, int a, int z)
     return 1;
 }
 
+/* The busiest rank at step t among ranks [a, z] without a kink inside,
+ * from the highest rank down: a range diag_flat finds flat costs one
+ * block, another is halved (padding makes a few ranks differ, each found
+ * in O(log P) halvings). Stops at bound. */
+static double diag_piece(const model_problem *pb, int t, int a, int z,
+                         double best, double bound, int64_t *ids)
+{
+    if (a > z || best >= bound)
+        return best;
+    if (diag_flat(pb, t, a, z)) {
+        const double v = model_block_pairs(pb, z, (z - t + pb->P) % pb->P,
+                                           ids);
+        return v > best ? v : best;
+    }
+    const int mid = a + (z - a) / 2;
+    best = diag_piece(pb, t, mid + 1, z, best, bound, ids);
+    return diag_piece(pb, t, a, mid, best, bound, ids);
+}
+
 /* The busiest rank at step t among ranks [lo, hi], from the highest rank
  * down (below a causal diagonal, the high ranks' blocks are whole), in
- * pieces between the layout's kinks; a piece diag_flat finds flat costs
- * one block. Stops at bound. */
+ * pieces between the layout's kinks. Stops at bound. */
 static double diag_scan(const model_problem *pb, int t, int lo, int hi,
                         double best, double bound, int64_t *ids)
 {
@@ -425,11 +536,7 @@ static double diag_scan(const model_problem *pb, int t, int lo, int hi,
         int a = lo; /* the piece [a, z]: no kink inside */
         for (int i = 0; i < nc; i++)
             a = cut[i] <= z && cut[i] > a ? cut[i] : a;
-        const int flat = diag_flat(pb, t, a, z);
-        for (int r = z; r >= a && best < bound; r = flat ? a - 1 : r - 1) {
-            const double v = model_block_pairs(pb, r, (r - t + P) % P, ids);
-            best = v > best ? v : best;
-        }
+        best = diag_piece(pb, t, a, z, best, bound, ids);
         z = a - 1;
     }
     return best;
@@ -559,35 +666,111 @@ static void sends_piece(int P, int src, int t1, int t2, double v,
     top[t2] = v > top[t2] ? v : top[t2];
 }
 
+/* One block's sends under a band, gathered from the last step down: the
+ * steps (u, upto] hold hull (kc: the block's keys below kv_end). */
+typedef struct {
+    const ring_plan *pl;
+    int src, upto;
+    int64_t kc;
+    ring_span hull;
+    double per, *acc, *top;
+} block_sends;
+
+static int block_whole(const block_sends *bs)
+{
+    return bs->hull.a == 0 && bs->hull.b == bs->kc && bs->kc > 0;
+}
+
+/* Step u needs sp: when it is not empty, the steps above u make one piece
+ * and the hull takes sp in. */
+static void block_take(block_sends *bs, int u, ring_span sp)
+{
+    if (sp.a >= sp.b)
+        return;
+    sends_piece(bs->pl->P, bs->src, u + 1, bs->upto,
+                bs->per * (double)(bs->hull.b - bs->hull.a), bs->acc,
+                bs->top);
+    bs->hull.a = bs->hull.a < bs->hull.b && bs->hull.a < sp.a ? bs->hull.a
+                                                              : sp.a;
+    bs->hull.b = bs->hull.b > sp.b ? bs->hull.b : sp.b;
+    bs->upto = u;
+}
+
+/* Ranks [x, y] (steps beyond last left out), from y down, when each end
+ * of the ranks' needs is monotone in the rank (so its extremes over the
+ * range are at x or y): a range whose needs are all empty, or all inside
+ * the hull, changes nothing (a step that needs only what the hull holds
+ * only splits a piece of equal bytes), so the ranks that grow the hull
+ * are found by halving, O(log P) each. */
+static void sends_ranks(block_sends *bs, int x, int y)
+{
+    if (x > y || block_whole(bs))
+        return;
+    const ring_span lo = ring_plan_ends(bs->pl, x, bs->src);
+    const ring_span hi = ring_plan_ends(bs->pl, y, bs->src);
+    const int64_t amin = lo.a < hi.a ? lo.a : hi.a;
+    const int64_t bmax = lo.b > hi.b ? lo.b : hi.b;
+    if (amin >= bmax) /* a(d) >= amin >= bmax >= b(d): nothing */
+        return;
+    if (bs->hull.a < bs->hull.b && amin >= bs->hull.a && bmax <= bs->hull.b)
+        return;
+    if (x == y) {
+        block_take(bs, (x - bs->src + bs->pl->P) % bs->pl->P, lo);
+        return;
+    }
+    const int mid = x + (y - x) / 2;
+    sends_ranks(bs, mid + 1, y);
+    sends_ranks(bs, x, mid);
+}
+
+/* Striped and zigzag slices: steps last .. 1 visit the ranks behind src
+ * (step P - src + d), then those ahead (step d - src), each from the
+ * highest rank down; between the layout's kinks a rank's first query
+ * position grows with the rank and its last one grows (striped, zigzag
+ * with empty second chunks) or falls (zigzag). */
+static void sends_kinked(block_sends *bs, int last)
+{
+    const int P = bs->pl->P, src = bs->src;
+    const int ahead = last < P - 1 - src ? last : P - 1 - src;
+    const int range[2][2] = {{0, last + src - P}, {src + 1, src + ahead}};
+    for (int i = 0; i < 2; i++) {
+        int piece[3][2];
+        const int n = kinked_pieces(bs->pl, range[i][0], range[i][1], piece);
+        for (int j = 0; j < n; j++)
+            sends_ranks(bs, piece[j][0], piece[j][1]);
+    }
+}
+
+/* Contiguous slices: the candidate steps one by one, farthest first. */
+static void sends_scan(block_sends *bs, int last)
+{
+    int da, dz;
+    plan_candidates(bs->pl, bs->src, &da, &dz);
+    for (int i = 0; !block_whole(bs); i++) {
+        const int u = plan_step_at(bs->pl, bs->src, da, dz, i);
+        if (u < 1)
+            break;
+        if (u <= last)
+            block_take(bs, u, ring_plan_need(bs->pl, (bs->src + u) % bs->pl->P,
+                                             bs->src));
+    }
+}
+
 /* Block src under a band: its hull grows, from the last step back, only
- * at the candidate steps that need something, and stops growing once it
- * holds every key below kv_end; between those steps the bytes are one
- * piece. */
+ * at the steps that need something, and stops growing once it holds every
+ * key below kv_end; between those steps the bytes are one piece. */
 static void sends_block(const ring_plan *pl, int src, int last, double per,
                         double *acc, double *top)
 {
     const ra_slice ks = ra_layout_slice(pl->layout, pl->M, src, pl->P);
-    const int64_t kc = slice_count_in(&ks, 0, pl->kv_end - 1);
-    int da, dz, upto = last; /* steps (u, upto] hold hull */
-    plan_candidates(pl, src, &da, &dz);
-    ring_span hull = {0, 0};
-    for (int i = 0; !(hull.a == 0 && hull.b == kc && kc > 0); i++) {
-        const int u = plan_step_at(pl, src, da, dz, i);
-        if (u < 1)
-            break;
-        if (u > last)
-            continue;
-        const ring_span sp = ring_plan_need(pl, (src + u) % pl->P, src);
-        if (sp.a >= sp.b)
-            continue;
-        sends_piece(pl->P, src, u + 1, upto, per * (double)(hull.b - hull.a),
-                    acc, top);
-        hull.a = hull.a < hull.b && hull.a < sp.a ? hull.a : sp.a;
-        hull.b = hull.b > sp.b ? hull.b : sp.b;
-        upto = u;
-    }
-    sends_piece(pl->P, src, 1, upto, per * (double)(hull.b - hull.a), acc,
-                top);
+    block_sends bs = {pl, src, last, slice_count_in(&ks, 0, pl->kv_end - 1),
+                      {0, 0}, per, acc, top};
+    if (pl->layout != RA_LAYOUT_CONTIGUOUS)
+        sends_kinked(&bs, last);
+    else
+        sends_scan(&bs, last);
+    sends_piece(pl->P, src, 1, bs.upto,
+                per * (double)(bs.hull.b - bs.hull.a), acc, top);
 }
 
 int model_ring_sends(const model_problem *pb, double row, double *sent,

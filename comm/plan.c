@@ -41,28 +41,30 @@ static int64_t slice_lower_bound(const ra_slice *sl, int64_t x)
     return lo;
 }
 
-ring_span ring_plan_need(const ring_plan *pl, int d, int src)
+ring_span ring_plan_ends(const ring_plan *pl, int d, int src)
 {
-    const ring_span none = {0, 0};
     ra_slice qs = ra_layout_slice(pl->layout, pl->N, d, pl->P);
     ra_slice ks = ra_layout_slice(pl->layout, pl->M, src, pl->P);
     if (qs.count == 0 || ks.count == 0)
-        return none;
-    int64_t qmin = ra_slice_pos(&qs, 0), qmax = ra_slice_pos(&qs, qs.count - 1);
-    if (qmin >= pl->q_end)
-        return none;
+        return (ring_span){0, 0};
+    const int64_t qmin = ra_slice_pos(&qs, 0);
+    int64_t qmax = ra_slice_pos(&qs, qs.count - 1);
     if (qmax > pl->q_end - 1)
         qmax = pl->q_end - 1;
     /* the hull: from the first key of the first query to the last key of
-     * the last one */
+     * the last one (kfirst > klast gives a >= b) */
     int64_t kfirst, klast, unused;
     ra_band_keys(pl->band, qmin, pl->kv_end, &kfirst, &unused);
     ra_band_keys(pl->band, qmax, pl->kv_end, &unused, &klast);
-    if (kfirst > klast)
-        return none;
-    ring_span sp = {slice_lower_bound(&ks, kfirst),
-                    slice_lower_bound(&ks, klast + 1)};
-    return sp.a < sp.b ? sp : none;
+    return (ring_span){qmin < pl->q_end ? slice_lower_bound(&ks, kfirst)
+                                        : ks.count,
+                       slice_lower_bound(&ks, klast + 1)};
+}
+
+ring_span ring_plan_need(const ring_plan *pl, int d, int src)
+{
+    const ring_span sp = ring_plan_ends(pl, d, src);
+    return sp.a < sp.b ? sp : (ring_span){0, 0};
 }
 
 ring_span ring_plan_held(const ring_plan *pl, int src, int t, int last)

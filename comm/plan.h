@@ -36,6 +36,12 @@ ring_plan ring_plan_make(const ra_shape *shape, const ra_params *params,
 /* The keys of block src that rank d's queries may see (a hull). */
 ring_span ring_plan_need(const ring_plan *pl, int d, int src);
 
+/* ring_plan_need's ends before the emptiness test: .a from rank d's first
+ * query (the block's count when it is at or past q_end), .b from its last
+ * below q_end; the need is [a, b) when a < b, else nothing. Where the
+ * ranks' first and last query positions grow with d, so do both ends. */
+ring_span ring_plan_ends(const ring_plan *pl, int d, int src);
+
 /* The keys of block src held at step t (by rank (src + t) mod P) when the
  * ring runs steps 0 .. last. */
 ring_span ring_plan_held(const ring_plan *pl, int src, int t, int last);
