@@ -420,6 +420,39 @@ def sweep_json_option(work):
                    "bench-sweep.sh:", {}, work)
 
 
+# ---- bench-ab.sh ------------------------------------------------------------
+
+def ab(work, *args):
+    return sh([script("bench-ab.sh"), *args], work)
+
+
+@case("ab-missing-binary", "bench-ab.sh -a missing -b ringattn")
+def ab_missing_binary(work):
+    """refused before any run"""
+    return refused(ab(work, "-a", "missing", "-b", RINGATTN, "--", *TINY),
+                   "bench-ab.sh:", {}, work)
+
+
+@case("ab-rounds-text", "bench-ab.sh -n two")
+def ab_rounds_text(work):
+    """refused, no bash error"""
+    return refused(ab(work, "-a", RINGATTN, "-b", RINGATTN, "-n", "two"),
+                   "bench-ab.sh:", {}, work)
+
+
+@case("ab-alternates", "bench-ab.sh -a X -b X -n 2 -r 1 (one binary twice)")
+def ab_alternates(work):
+    """two rounds, each A then B, and the median of B/A"""
+    r = ab(work, "-a", RINGATTN, "-b", RINGATTN, "-n", "2", "-r", "1", "--",
+           *TINY)
+    check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-300:]}")
+    rounds = [l for l in r.stdout.splitlines() if l.startswith("round ")]
+    check(len(rounds) == 2, f"not two rounds: {r.stdout!r}")
+    check("B/A median" in r.stdout, f"no median: {r.stdout!r}")
+    check(os.listdir(work) == [], "left files behind")
+    return rounds[-1]
+
+
 @case("sweep-interrupt", "SIGTERM to bench-sweep.sh during a point")
 def sweep_interrupt(work):
     """exit 1 within 10 s; the point's ranks end, the temporary folder goes"""
