@@ -2,12 +2,13 @@
 # test.sh [CTEST_ARGS...]: set up, build, and run the test suite: unit, MPI
 # at P = 1..4, end to end, reliability, valgrind of the quick kernel tests,
 # fuzz replays. Without arguments the 20-minute valgrind run of the whole
-# test_kernel (label valgrind_long) is left out; arguments go to ctest
-# instead (e.g. -L unit, or -L valgrind_long).
+# test_kernel (label valgrind_long) and the 2 GiB message tests (label
+# large) are left out; arguments go to ctest instead (e.g. -L unit, or
+# -L valgrind_long).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 launch/setup.sh build
 if [ "$#" -eq 0 ]; then
-  set -- -LE valgrind_long
+  set -- -LE 'valgrind_long|large'
 fi
 ctest --test-dir build --output-on-failure "$@"

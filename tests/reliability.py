@@ -1229,6 +1229,18 @@ CASES += (CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE + CASES_SAME_FILE +
           CASES_OPTIONS + CASES_BACKWARD + CASES_HOUSE)
 # the ids to run (a regex): the fourth argument, else $RA_CASES, else all
 ONLY = ONLY or os.environ.get("RA_CASES") or ""
+# $RA_SHARD "k/n": only every n-th case from the k-th (0-based), so that n
+# runs at different rank counts share the cases (the README's test command
+# runs half at P = 2 and half at P = 3)
+SHARD = os.environ.get("RA_SHARD", "0/1")
+
+
+def shard_of(cases):
+    m = re.fullmatch(r"(\d+)/([1-9]\d*)", SHARD)
+    if not m or int(m[1]) >= int(m[2]):
+        sys.exit(f"reliability.py: RA_SHARD {SHARD!r}: not k/n with k < n")
+    k, n = int(m[1]), int(m[2])
+    return cases[k::n]
 
 
 def leftovers(root):
@@ -1302,8 +1314,9 @@ def run_cases(table=False):
     from concurrent.futures import ThreadPoolExecutor
     work = tempfile.mkdtemp(prefix="ra_rel_")
     ro_mounted = setup_common(work)
-    cases = [c for c in CASES if (ro_mounted or c[0] != "outdir-readonly")
-             and re.search(ONLY, c[0])]
+    cases = shard_of([c for c in CASES
+                      if (ro_mounted or c[0] != "outdir-readonly")
+                      and re.search(ONLY, c[0])])
     if not ro_mounted:
         print("SKIP outdir-readonly: mount -t tmpfs -o ro not permitted")
     try:
