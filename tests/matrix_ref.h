@@ -1,5 +1,5 @@
 /* matrix_ref.h: an fp64 attention, forward and backward, written from the
- * definitions that engine/ringattn.h states and nothing else, for the
+ * definitions that include/ringattn.h states and nothing else, for the
  * differential test matrix (test_matrix_mpi.c). It calls no library
  * function (not the library's reference either): a mistake shared by the
  * library's kernels and its own reference cannot hide from it.
