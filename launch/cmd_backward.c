@@ -194,11 +194,23 @@ static ra_status bwd_report(const cli_ctx *ctx, const bwd_opts *o,
     return RA_OK;
 }
 
-CLI_PASS_STEPS(bwd, bwd_opts, bwd_state)
-
-static const cli_pass bwd_pass = {CLI_PASS_FIELDS(bwd, bwd_opts, bwd_state)};
-
 int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
 {
-    return cli_pass_run(ctx, &bwd_pass, argc, argv);
+    bwd_opts o = {0};
+    bwd_state r = {0};
+    const int code = cli_parse_pass(ctx, &bwd_spec, &o, &o.p, argc, argv);
+    if (code >= 0)
+        return code;
+    cli_pass_begin(ctx, &o.p);
+    ra_status st = bwd_validate(ctx, &o, &r);
+    if (st == RA_OK)
+        st = bwd_setup(ctx, &o, &r);
+    if (st == RA_OK) {
+        cli_pass_echo(ctx, &r.d, &o.p);
+        st = bwd_compute(ctx, &o, &r);
+    }
+    cli_pass_writing(ctx, &r.d, &o.p);
+    if (st == RA_OK)
+        st = bwd_report(ctx, &o, &r);
+    return cli_pass_end(ctx, &r.d, st);
 }

@@ -69,13 +69,6 @@ typedef struct {
     int finite;         /* every gradient of this rank is finite */
 } bb_state;
 
-/* Before parsing: the shape's defaults. */
-static ra_status bb_init(const cli_ctx *ctx, bb_opts *o, bb_state *b)
-{
-    cli_shape_default(&o->cs);
-    return RA_OK;
-}
-
 /* The shape and parameters checked (agreed), and the additive score's
  * random weights made. */
 static ra_status bb_validate(const cli_ctx *ctx, bb_opts *o, bb_state *b)
@@ -222,17 +215,25 @@ static ra_status bb_report(const cli_ctx *ctx, bb_opts *o, bb_state *b)
     return ra_agree(ctx->comm, bench_tables_write(ctx, &o->tab, &r, 1));
 }
 
-static void bb_release(bb_state *b) { bench_reps_free(&b->reps); }
-
-CLI_PASS_STEPS(bb, bb_opts, bb_state)
-CLI_PASS_STEP(bb_init, bb_opts, bb_state)
-CLI_PASS_RELEASE(bb_release, bb_state)
-
-static const cli_pass bb_pass = {CLI_PASS_FIELDS(bb, bb_opts, bb_state),
-                                 .init = bb_init_step,
-                                 .release = bb_release_step};
-
 int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv)
 {
-    return cli_pass_run(ctx, &bb_pass, argc, argv);
+    bb_opts o = {0};
+    bb_state b = {0};
+    cli_shape_default(&o.cs);
+    const int code = cli_parse_pass(ctx, &bb_spec, &o, &o.p, argc, argv);
+    if (code >= 0)
+        return code;
+    cli_pass_begin(ctx, &o.p);
+    ra_status st = bb_validate(ctx, &o, &b);
+    if (st == RA_OK)
+        st = bb_setup(ctx, &o, &b);
+    if (st == RA_OK) {
+        cli_pass_echo(ctx, &b.d, &o.p);
+        st = bb_compute(ctx, &o, &b);
+    }
+    cli_pass_writing(ctx, &b.d, &o.p);
+    if (st == RA_OK)
+        st = bb_report(ctx, &o, &b);
+    bench_reps_free(&b.reps);
+    return cli_pass_end(ctx, &b.d, st);
 }

@@ -335,14 +335,24 @@ static ra_status mha_report(const cli_ctx *ctx, const mha_opts *o,
     return RA_OK;
 }
 
-CLI_PASS_STEPS(mha, mha_opts, mha_state)
-CLI_PASS_RELEASE(mha_release, mha_state)
-
-static const cli_pass mha_pass = {
-    CLI_PASS_FIELDS(mha, mha_opts, mha_state), .release = mha_release_step,
-};
-
 int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
 {
-    return cli_pass_run(ctx, &mha_pass, argc, argv);
+    mha_opts o = {0};
+    mha_state r = {0};
+    const int code = cli_parse_pass(ctx, &mha_spec, &o, &o.p, argc, argv);
+    if (code >= 0)
+        return code;
+    cli_pass_begin(ctx, &o.p);
+    ra_status st = mha_validate(ctx, &o, &r);
+    if (st == RA_OK)
+        st = mha_setup(ctx, &o, &r);
+    if (st == RA_OK) {
+        cli_pass_echo(ctx, &r.d, &o.p);
+        st = mha_compute(ctx, &o, &r);
+    }
+    cli_pass_writing(ctx, &r.d, &o.p);
+    if (st == RA_OK)
+        st = mha_report(ctx, &o, &r);
+    mha_release(&r);
+    return cli_pass_end(ctx, &r.d, st);
 }

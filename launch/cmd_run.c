@@ -445,16 +445,26 @@ static ra_status run_print(const cli_ctx *ctx, run_opts *o, run_state *r)
     return RA_OK;
 }
 
-CLI_PASS_STEPS(run, run_opts, run_state)
-CLI_PASS_STEP(run_print, run_opts, run_state)
-CLI_PASS_RELEASE(run_release, run_state)
-
-static const cli_pass run_pass = {
-    CLI_PASS_FIELDS(run, run_opts, run_state), .print = run_print_step,
-    .release = run_release_step,
-};
-
 int cmd_run(const cli_ctx *ctx, int argc, char **argv)
 {
-    return cli_pass_run(ctx, &run_pass, argc, argv);
+    run_opts o = {0};
+    run_state r = {0};
+    const int code = cli_parse_pass(ctx, &run_spec, &o, &o.p, argc, argv);
+    if (code >= 0)
+        return code;
+    cli_pass_begin(ctx, &o.p);
+    ra_status st = run_validate(ctx, &o, &r);
+    if (st == RA_OK)
+        st = run_setup(ctx, &o, &r);
+    if (st == RA_OK) {
+        cli_pass_echo(ctx, &r.d, &o.p);
+        st = run_print(ctx, &o, &r);
+    }
+    if (st == RA_OK)
+        st = run_compute(ctx, &o, &r);
+    cli_pass_writing(ctx, &r.d, &o.p);
+    if (st == RA_OK)
+        st = run_report(ctx, &o, &r);
+    run_release(&r);
+    return cli_pass_end(ctx, &r.d, st);
 }

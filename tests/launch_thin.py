@@ -5,6 +5,8 @@ and thin, and the records kept out of the source (issue 24, items 3 and 4).
   json     the command links jansson (ldd) and launch/ writes no JSON by
            hand (no fprintf of an escaped quote) nor parses it (none of
            the hand-written reader's json_space/json_expect helpers).
+  driver   launch/driver.h holds no runner macros (no #define with token
+           pasting, no cli_pass table).
 
 Each check prints what it found and exits 1 on the first failure.
 """
@@ -44,7 +46,18 @@ def check_json():
     print("json: ringattn links jansson; no hand JSON in launch/")
 
 
-CHECKS = {"json": check_json}
+def check_driver():
+    with open(os.path.join(SRC, "launch", "driver.h")) as f:
+        text = f.read()
+    if re.search(r"#define\s+\w+\(.*##", text, re.S) or "cli_pass_run" in text:
+        fail("launch/driver.h: a driver-runner macro or cli_pass_run")
+    for name, body in launch_sources():
+        if "CLI_PASS_STEP" in body:
+            fail(f"launch/{name}: uses CLI_PASS_STEP")
+    print("driver: no runner macros")
+
+
+CHECKS = {"json": check_json, "driver": check_driver}
 for key, check in CHECKS.items():
     if not ONLY or ONLY == key:
         check()
