@@ -4,6 +4,16 @@
 #include "h5io.h"
 #include "internal.h"
 
+const char bench_columns[] =
+    "Columns: time_s, the median over reps of the slowest rank (rank_min/max:\n"
+    "each rank's median); busy, tbusy: slowest over fastest compute time of\n"
+    "the ranks, of a rank's threads; GFLOP/s of the useful FLOPs (2(D+Dv) per\n"
+    "visible pair); sgemm: all ranks' 2048^3 sgemm, ratio = GFLOP/s / sgemm;\n"
+    "wait%: exposed transfer time; MB_sent (busiest rank), MB_xnode (to other\n"
+    "nodes), MB_xn_all (summed); ring_GB/s: a comm-only ring; rss_MB, model_MB:\n"
+    "peak and modelled memory; rel_err of the fp64-checked rows, PASS within\n"
+    "verify's --tol. Scores, strategies and layouts: ringattn run --help.\n";
+
 void bench_print_header(FILE *out)
 {
     fprintf(out, "#%7s %7s %2s %2s %9s %9s %9s %9s %5s %5s %8s %8s %6s %6s %9s "

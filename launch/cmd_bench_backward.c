@@ -33,8 +33,7 @@ static const cli_opt bb_own[] = {
     CLI_OPT_INT(bb_opts, "--additive-hidden", "A", additive_hidden, 1, 65536,
                 "64", "hidden size of random additive weights"),
     CLI_OPT_FLAG(bb_opts, "--no-poll", p.no_poll,
-                 "do not progress transfers between tiles (shows what\n"
-                 "overlap is worth)"),
+                 "no progress of transfers between tiles"),
     {0},
 };
 
@@ -58,6 +57,7 @@ static const cli_spec bb_spec = {
     "buffers; rel_err is not computed (0): the verdict is PASS when every\n"
     "gradient is finite (`run --backward` then `verify --backward` checks\n"
     "the values).\n",
+    .globals = CLI_GLOBAL_RING,
 };
 
 /* A run's tensors (q k v o lse and dout dq dk dv, in d) and results. */

@@ -43,6 +43,7 @@ static const cli_spec vb_spec = {
     "checked value is NaN or infinite.\n"
     "Without --sample or --all: 256 random query rows and 256 key rows.\n",
     .groups = {{cli_check_opts, 0}},
+    .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
 /* The problem: shape, rules and masks (lens whole, segment names). */

@@ -7,6 +7,10 @@ and thin, and the records kept out of the source (issue 24, items 3 and 4).
            the hand-written reader's json_space/json_expect helpers).
   driver   launch/driver.h holds no runner macros (no #define with token
            pasting, no cli_pass table).
+  help     every option of every subcommand's --help is one row (its text
+           on one line, at most a default below it), no line over 79
+           characters; run, bench and plan --help are under 60 lines and
+           list the global options they honour.
 
 Each check prints what it found and exits 1 on the first failure.
 """
@@ -18,6 +22,14 @@ import sys
 RINGATTN = os.path.abspath(sys.argv[1])
 SRC = os.path.abspath(sys.argv[2])
 ONLY = sys.argv[3] if len(sys.argv) > 3 else ""
+
+COMMANDS = ["", "gen", "run", "run --mha", "run --backward", "verify",
+            "verify --backward", "info", "bench", "bench --backward",
+            "plot-map", "probe", "plan"]
+# the global options each command's --help must list
+GLOBALS = {"run": ["--ring-order", "--align", "--mpiio-hint"],
+           "bench": ["--ring-order"], "plan": ["--align", "--mpiio-hint"]}
+HELP_COLUMN = 25
 
 
 def fail(what):
@@ -57,7 +69,47 @@ def check_driver():
     print("driver: no runner macros")
 
 
-CHECKS = {"json": check_json, "driver": check_driver}
+def option_rows(text):
+    """Help lines that continue an option's text onto a second line. A
+    line indented to the help column is allowed only as a default put
+    below, or as the text of an option whose name and value filled the
+    line above."""
+    bad = []
+    lines = text.splitlines()
+    for above, line in zip(lines, lines[1:]):
+        if not line.startswith(" " * HELP_COLUMN) or not line.strip():
+            continue
+        if not above.startswith(("  -", " " * HELP_COLUMN)):
+            continue  # not a table (a usage line going on)
+        named_above = above.strip().startswith("--") and \
+            len(above.split()) <= 2
+        if not line.strip().startswith("(default") and not named_above:
+            bad.append(line.strip())
+    return bad
+
+
+def check_help():
+    for cmd in COMMANDS:
+        r = subprocess.run([RINGATTN] + cmd.split() + ["--help"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"{cmd} --help: exit {r.returncode}")
+        n = len(r.stdout.splitlines())
+        bad = option_rows(r.stdout)
+        if bad:
+            fail(f"{cmd} --help: an option's help runs over lines: {bad[0]!r}")
+        wide = [l for l in r.stdout.splitlines() if len(l) > 79]
+        if wide:
+            fail(f"{cmd} --help: a line over 79 characters: {wide[0]!r}")
+        if cmd in GLOBALS and n >= 60:
+            fail(f"{cmd} --help: {n} lines (under 60 wanted)")
+        for g in GLOBALS.get(cmd, []):
+            if not re.search(rf"^  {g} ", r.stdout, re.M):
+                fail(f"{cmd} --help: no global option {g}")
+        print(f"help: {cmd}: {n} lines, one row per option")
+
+
+CHECKS = {"json": check_json, "driver": check_driver, "help": check_help}
 for key, check in CHECKS.items():
     if not ONLY or ONLY == key:
         check()
