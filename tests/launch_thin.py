@@ -11,9 +11,13 @@ and thin, and the records kept out of the source (issue 24, items 3 and 4).
            on one line, at most a default below it), no line over 79
            characters; run, bench and plan --help are under 60 lines and
            list the global options they honour.
+  records  bench/records holds JSON only, each file parses, none names an
+           absolute machine path (/tmp/..., /work/...); docs/ holds prose
+           (Markdown) and pictures (PNG) only, and the README's API example.
 
 Each check prints what it found and exits 1 on the first failure.
 """
+import json
 import os
 import re
 import subprocess
@@ -109,7 +113,37 @@ def check_help():
         print(f"help: {cmd}: {n} lines, one row per option")
 
 
-CHECKS = {"json": check_json, "driver": check_driver, "help": check_help}
+def check_records():
+    records = os.path.join(SRC, "bench", "records")
+    count = 0
+    for root, _, files in os.walk(records):
+        for name in files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, SRC)
+            if not name.endswith(".json"):
+                fail(f"{rel}: a record that is not JSON")
+            with open(path) as f:
+                text = f.read()
+            json.loads(text)
+            m = re.search(r"(/tmp/|/work/|/home/|/root/)\S*", text)
+            if m:
+                fail(f"{rel}: names a machine path {m.group(0)}")
+            count += 1
+    if count == 0:
+        fail("bench/records holds no record")
+    for root, _, files in os.walk(os.path.join(SRC, "docs")):
+        for name in files:
+            rel = os.path.relpath(os.path.join(root, name), SRC)
+            # the README's API example, which the install test builds
+            if not name.endswith((".md", ".png")) and \
+                    rel != "docs/examples/api_forward.c":
+                fail(f"{rel}: docs/ holds prose and pictures only")
+    print(f"records: {count} JSON records, no machine paths; docs/ prose "
+          "and pictures")
+
+
+CHECKS = {"json": check_json, "driver": check_driver, "help": check_help,
+          "records": check_records}
 for key, check in CHECKS.items():
     if not ONLY or ONLY == key:
         check()
