@@ -131,11 +131,11 @@ static ra_status config_measure(const cli_ctx *ctx, const bench_opts *o,
 {
     cli_tensors *t = &r->t;
     ra_status st = RA_OK;
+    const ra_baseline_operands x = {t->q, t->k, t->v, t->o, t->lse};
     bench_rss_reset();
     for (int64_t rep = -o->warmup; rep < o->reps && st == RA_OK; rep++) {
         MPI_Barrier(ctx->comm);
-        st = naive ? ra_baseline_forward(ctx->comm, s, &o->p, t->q, t->k, t->v,
-                                         t->o, t->lse, &r->reps.tm)
+        st = naive ? ra_baseline_forward(ctx->comm, s, &o->p, &x, &r->reps.tm)
                    : ra_forward_ex(ctx->comm, s, &o->p, &r->bm.view, t->q,
                                    t->k, t->v, t->o, t->lse, &r->reps.tm);
         if (rep >= 0)

@@ -14,6 +14,8 @@ and thin, and the records kept out of the source (issue 24, items 3 and 4).
   records  bench/records holds JSON only, each file parses, none names an
            absolute machine path (/tmp/..., /work/...); docs/ holds prose
            (Markdown) and pictures (PNG) only, and the README's API example.
+  params   no function of launch/ takes more than 8 parameters
+           (.ci/longest-functions.py --max-params 8).
 
 Each check prints what it found and exits 1 on the first failure.
 """
@@ -142,8 +144,19 @@ def check_records():
           "and pictures")
 
 
+def check_params():
+    r = subprocess.run([sys.executable,
+                        os.path.join(SRC, ".ci", "longest-functions.py"),
+                        "--max-params", "8", os.path.join(SRC, "launch")],
+                       capture_output=True, text=True)
+    over = [l for l in r.stdout.splitlines() if "parameters, over" in l]
+    if r.returncode != 0 or over:
+        fail(f"launch/: {over[0] if over else r.stderr.strip()}")
+    print("params: no launch/ function takes more than 8 parameters")
+
+
 CHECKS = {"json": check_json, "driver": check_driver, "help": check_help,
-          "records": check_records}
+          "records": check_records, "params": check_params}
 for key, check in CHECKS.items():
     if not ONLY or ONLY == key:
         check()
