@@ -6,14 +6,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=prelude.sh
 . "$(dirname "$0")/prelude.sh"
 out=bench/records
-b() { # b NAME MPIRUN_ARGS... -- BENCH_ARGS...
-  local name=$1; shift
-  local mpi=()
-  while [ "$1" != "--" ]; do mpi+=("$1"); shift; done
-  shift
-  echo "+ mpirun ${mpi[*]} ringattn bench $* --json $out/$name.json"
-  mpirun "${mpi[@]}" "$R" bench "$@" --json "$out/$name.json"
-}
+b() { bench_json "$@"; } # b NAME MPIRUN_ARGS... -- BENCH_ARGS...
 # issue 3: speed against the same run's sgemm, baseline, scaling, overlap
 b d128     -np 2 -- --seq 16384 --heads 4 --dim 128 --reps 5
 b d64      -np 2 -- --seq 16384 --heads 4 --dim 64 --reps 5

@@ -21,15 +21,6 @@ if [ ! -x "$R" ]; then
   exit 2
 fi
 
-one() { # one NAME MPIRUN_ARGS... -- BENCH_ARGS...
-  local name=$1; shift
-  local mpi=()
-  while [ "$1" != "--" ]; do mpi+=("$1"); shift; done
-  shift
-  echo "+ mpirun ${mpi[*]} ringattn bench $* --json $out/$name.json"
-  mpirun "${mpi[@]}" "$R" bench "$@" --json "$out/$name.json"
-}
-
 for round in $(seq 1 "$ROUNDS"); do
   for d in 64 128; do
     for n in 8192 16384; do
@@ -40,8 +31,8 @@ for round in $(seq 1 "$ROUNDS"); do
         p1=(p1t2 -np 1 --bind-to none -- "${args[@]}" --threads 2)
         if [ $((round % 2)) -eq 1 ]; then first=("${p2[@]}"); second=("${p1[@]}")
         else first=("${p1[@]}"); second=("${p2[@]}"); fi
-        one "$case_name-${first[0]}-$round" "${first[@]:1}"
-        one "$case_name-${second[0]}-$round" "${second[@]:1}"
+        bench_json "$case_name-${first[0]}-$round" "${first[@]:1}"
+        bench_json "$case_name-${second[0]}-$round" "${second[@]:1}"
         echo "threads.sh: round $round: $case_name done" >&2
       done
     done
