@@ -30,9 +30,9 @@ static int gather_seq(MPI_Comm comm, const ra_shape *s, int64_t row,
 }
 
 ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *s,
-                              const ra_params *params, const float *q,
-                              const float *k, const float *v, float *o,
-                              float *lse, ra_timing *timing)
+                              const ra_params *params,
+                              const ra_baseline_operands *x,
+                              ra_timing *timing)
 {
     double t0 = MPI_Wtime();
     int P = 1, r = 0;
@@ -61,8 +61,8 @@ ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *s,
     st = ra_agree(comm, st);
     double t1 = MPI_Wtime(), t2 = t1;
     if (st == RA_OK) {
-        if (gather_seq(comm, s, s->G * s->D, k, kf, counts, displs) != 0 ||
-            gather_seq(comm, s, s->G * s->Dv, v, vf, counts, displs) != 0)
+        if (gather_seq(comm, s, s->G * s->D, x->k, kf, counts, displs) ||
+            gather_seq(comm, s, s->G * s->Dv, x->v, vf, counts, displs))
             st = ra_error_set(RA_ERR_MPI, "baseline: MPI_Allgatherv failed");
         t2 = MPI_Wtime();
         const int blas = ra_blas_enter(ra_params_threads(params));
@@ -71,7 +71,7 @@ ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *s,
                            .q_start = qr.start, .causal = params->causal,
                            .scale = (float)ra_params_scale(params, s)};
         if (st == RA_OK && qr.count > 0)
-            ra_naive_forward(&a, q, kf, vf, o, lse, scores);
+            ra_naive_forward(&a, x->q, kf, vf, x->o, x->lse, scores);
         ra_blas_leave(blas);
     }
     free(kf);

@@ -20,12 +20,19 @@ typedef struct {
 void ra_naive_forward(const ra_naive_args *a, const float *q, const float *k,
                       const float *v, float *o, float *lse, float *scores);
 
+/* A rank's operands of a forward pass: its slices of the inputs q, k, v
+ * and of the outputs o, lse, shaped as ra_forward_ex() takes them. */
+typedef struct {
+    const float *q, *k, *v;
+    float *o, *lse;
+} ra_baseline_operands;
+
 /* Same contract as ra_forward_ex() without masks, computed the naive way:
  * every rank gathers the full K and V (MPI_Allgatherv) and materialises the
  * n x M score matrix of each head. Memory O(M + n * M) per rank. */
 ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *shape,
-                              const ra_params *params, const float *q,
-                              const float *k, const float *v, float *o,
-                              float *lse, ra_timing *timing);
+                              const ra_params *params,
+                              const ra_baseline_operands *x,
+                              ra_timing *timing);
 
 #endif

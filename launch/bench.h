@@ -155,6 +155,8 @@ void bench_check_output(const bench_opts *o, const ra_shape *s,
 void bench_print_header(FILE *out);
 void bench_print_row(FILE *out, const bench_result *r);
 int bench_json_write(FILE *out, const bench_result *rows, int count);
+/* The columns of the table, for --help. */
+extern const char bench_columns[];
 int bench_csv_write(FILE *out, const bench_result *rows, int count);
 
 /* The files of --json and --csv checked before any work (rank 0; an

@@ -109,31 +109,51 @@ typedef struct {
     int64_t *kseg;
 } check_scratch;
 
-/* Regenerates row j of (b, *, head, dim) of stream `stream` as doubles. */
-static void regen_row(const bench_opts *o, uint64_t stream, int64_t len,
-                      int64_t heads, int64_t dim, int64_t b, int64_t j,
-                      int64_t head, float *tmp, double *out)
+/* One sampled check: the configuration, the masks of its inputs, the
+ * output (o, lse) of the local queries, the tally it adds to, its
+ * scratch. */
+typedef struct {
+    const bench_opts *o;
+    const ra_shape *s;
+    const ra_slice *qs;
+    const bench_masks *bm;
+    const float *out, *lse;
+    ra_tally *t;
+    check_scratch w;
+} check_run;
+
+/* A random tensor (B, len, heads, dim) of one stream of the seed. */
+typedef struct {
+    uint64_t stream;
+    int64_t len, heads, dim;
+} regen_tensor;
+
+/* Regenerates row j of (b, *, head, *) of tensor x as doubles. */
+static void regen_row(const bench_opts *o, regen_tensor x, int64_t b,
+                      int64_t j, int64_t head, float *tmp, double *out)
 {
-    ra_random_normal((uint64_t)o->seed, stream,
-                     (uint64_t)(((b * len + j) * heads + head) * dim), dim, tmp);
-    for (int64_t d = 0; d < dim; d++)
+    ra_random_normal((uint64_t)o->seed, x.stream,
+                     (uint64_t)(((b * x.len + j) * x.heads + head) * x.dim),
+                     x.dim, tmp);
+    for (int64_t d = 0; d < x.dim; d++)
         out[d] = tmp[d];
 }
 
-/* Compares local row i, head h of batch b with its reference, into t. */
-static void check_one(const bench_opts *o, const ra_shape *s,
-                      const ra_slice *qs, const bench_masks *bm,
-                      check_scratch *w, int64_t b, int64_t h, int64_t i,
-                      const float *out, const float *lse, ra_tally *t)
+/* Compares local row i, head h of batch b with its reference. */
+static void check_one(check_run *c, int64_t b, int64_t h, int64_t i)
 {
-    const ra_params *p = &o->p;
+    const ra_shape *s = c->s;
+    const ra_params *p = &c->o->p;
+    const bench_masks *bm = c->bm;
+    check_scratch *w = &c->w;
     const ra_ref_score score = {p->score, ra_params_scale(p, s), p->sigma,
                                 p->additive, s->D, p->alibi,
                                 p->alibi ? ra_params_alibi_slope(p, s->H, h)
                                          : 0.0};
-    const int64_t n = qs->count;
-    int64_t gi = ra_slice_pos(qs, i);
-    regen_row(o, RA_STREAM_Q, s->N, s->H, s->D, b, gi, h, w->tmp, w->qd);
+    const int64_t n = c->qs->count;
+    int64_t gi = ra_slice_pos(c->qs, i);
+    regen_row(c->o, (regen_tensor){RA_STREAM_Q, s->N, s->H, s->D}, b, gi, h,
+              w->tmp, w->qd);
     ra_rope_row_ref(p->rope, p->rope_base, w->qd, s->D, gi + s->M - s->N);
     const ra_mask mk = {.causal = p->causal, .diag = s->M - s->N,
                         .window = p->window, .left = p->window_left,
@@ -145,34 +165,33 @@ static void check_one(const bench_opts *o, const ra_shape *s,
     double lref;
     ra_reference_scored(&score, 1, s->M, s->D, s->Dv, &mk, w->qd, s->D, w->kd,
                         s->D, w->vd, s->Dv, w->ref, s->Dv, &lref, w->sc);
-    const float *orow = out + ((b * n + i) * s->H + h) * s->Dv;
+    const float *orow = c->out + ((b * n + i) * s->H + h) * s->Dv;
     for (int64_t d = 0; d < s->Dv; d++)
-        ra_tally_o(t, orow[d], w->ref[d]);
-    ra_tally_lse(t, lse[(b * s->H + h) * n + i], lref);
+        ra_tally_o(c->t, orow[d], w->ref[d]);
+    ra_tally_lse(c->t, c->lse[(b * s->H + h) * n + i], lref);
 }
 
 /* Batch b: every kv head's K and V regenerated once, then the sampled rows
  * of its query heads, spread as first, last, then evenly between. */
-static void check_batch(const bench_opts *o, const ra_shape *s,
-                        const ra_slice *qs, const bench_masks *bm,
-                        check_scratch *w, int64_t b, const float *out,
-                        const float *lse, ra_tally *t)
+static void check_batch(check_run *c, int64_t b)
 {
-    const int64_t n = qs->count, rep = s->H / s->G;
+    const ra_shape *s = c->s;
+    const bench_opts *o = c->o;
+    const int64_t n = c->qs->count, rep = s->H / s->G;
+    const regen_tensor k = {RA_STREAM_K, s->M, s->G, s->D};
+    const regen_tensor v = {RA_STREAM_V, s->M, s->G, s->Dv};
     for (int64_t g = 0; g < s->G; g++) {
         for (int64_t j = 0; j < s->M; j++) {
-            regen_row(o, RA_STREAM_K, s->M, s->G, s->D, b, j, g, w->tmp,
-                      w->kd + j * s->D);
-            ra_rope_row_ref(o->p.rope, o->p.rope_base, w->kd + j * s->D,
+            regen_row(o, k, b, j, g, c->w.tmp, c->w.kd + j * s->D);
+            ra_rope_row_ref(o->p.rope, o->p.rope_base, c->w.kd + j * s->D,
                             s->D, j);
-            regen_row(o, RA_STREAM_V, s->M, s->G, s->Dv, b, j, g, w->tmp,
-                      w->vd + j * s->Dv);
+            regen_row(o, v, b, j, g, c->w.tmp, c->w.vd + j * s->Dv);
         }
         for (int64_t h = g * rep; h < (g + 1) * rep; h++)
-            for (int64_t c = 0; c < o->check_rows && c < n; c++) {
-                const int64_t i = c == 0 ? 0 : c == 1 ? n - 1
-                                  : (c * n) / (o->check_rows + 1);
-                check_one(o, s, qs, bm, w, b, h, i, out, lse, t);
+            for (int64_t r = 0; r < o->check_rows && r < n; r++) {
+                const int64_t i = r == 0 ? 0 : r == 1 ? n - 1
+                                  : (r * n) / (o->check_rows + 1);
+                check_one(c, b, h, i);
             }
     }
 }
@@ -184,29 +203,30 @@ void bench_check_output(const bench_opts *o, const ra_shape *s,
     if (qs->count == 0 || o->check_rows == 0)
         return;
     const int64_t Dmax = s->D > s->Dv ? s->D : s->Dv;
-    check_scratch w = {
+    check_run c = {o, s, qs, bm, out, lse, t, {
         .kd = malloc(sizeof(double) * (size_t)(s->M * s->D)),
         .vd = malloc(sizeof(double) * (size_t)(s->M * s->Dv)),
         .qd = malloc(sizeof(double) * (size_t)s->D),
         .ref = malloc(sizeof(double) * (size_t)s->Dv),
         .sc = malloc(sizeof(double) * (size_t)s->M),
-        .tmp = malloc(sizeof(float) * (size_t)Dmax)};
+        .tmp = malloc(sizeof(float) * (size_t)Dmax)}};
+    check_scratch *w = &c.w;
     const int64_t batches[2] = {0, s->B - 1};
-    const int ok = w.kd && w.vd && w.qd && w.ref && w.sc && w.tmp;
+    const int ok = w->kd && w->vd && w->qd && w->ref && w->sc && w->tmp;
     for (int bi = 0; ok && bi < (s->B > 1 ? 2 : 1); bi++) {
-        free(w.kseg);
-        w.kseg = all_kv_segments(o, s, batches[bi]);
-        if (o->rm.segment_avg > 0 && !w.kseg)
+        free(w->kseg);
+        w->kseg = all_kv_segments(o, s, batches[bi]);
+        if (o->rm.segment_avg > 0 && !w->kseg)
             break;
-        check_batch(o, s, qs, bm, &w, batches[bi], out, lse, t);
+        check_batch(&c, batches[bi]);
     }
-    if (!ok || (o->rm.segment_avg > 0 && !w.kseg))
+    if (!ok || (o->rm.segment_avg > 0 && !w->kseg))
         t->bad_inf++; /* could not check: fails the verdict */
-    free(w.kseg);
-    free(w.kd);
-    free(w.vd);
-    free(w.qd);
-    free(w.ref);
-    free(w.sc);
-    free(w.tmp);
+    free(w->kseg);
+    free(w->kd);
+    free(w->vd);
+    free(w->qd);
+    free(w->ref);
+    free(w->sc);
+    free(w->tmp);
 }

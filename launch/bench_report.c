@@ -1,14 +1,18 @@
 /* bench_report.c: the table, JSON and CSV of `ringattn bench` and
  * `ringattn bench --backward`. */
-#include <errno.h>
-#include <math.h>
-#include <string.h>
-
-#include <sys/stat.h>
-
 #include "bench.h"
 #include "h5io.h"
 #include "internal.h"
+
+const char bench_columns[] =
+    "Columns: time_s, the median over reps of the slowest rank (rank_min/max:\n"
+    "each rank's median); busy, tbusy: slowest over fastest compute time of\n"
+    "the ranks, of a rank's threads; GFLOP/s of the useful FLOPs (2(D+Dv) per\n"
+    "visible pair); sgemm: all ranks' 2048^3 sgemm, ratio = GFLOP/s / sgemm;\n"
+    "wait%: exposed transfer time; MB_sent (busiest rank), MB_xnode (to other\n"
+    "nodes), MB_xn_all (summed); ring_GB/s: a comm-only ring; rss_MB, model_MB:\n"
+    "peak and modelled memory; rel_err of the fp64-checked rows, PASS within\n"
+    "verify's --tol. Scores, strategies and layouts: ringattn run --help.\n";
 
 void bench_print_header(FILE *out)
 {
@@ -38,62 +42,85 @@ void bench_print_row(FILE *out, const bench_result *r)
     fflush(out);
 }
 
-/* JSON numbers must be finite. */
-static double finite_or_zero(double x) { return isfinite(x) ? x : 0.0; }
+/* Reals at 15 digits: each as the table rounds it, no digits of noise. */
+enum { BENCH_JSON_DIGITS = 15 };
+
+/* The problem and the decomposition of a row. */
+static json_t *row_problem(const bench_result *r)
+{
+    const ra_shape *s = &r->s;
+    const ra_layout lay = ra_params_layout(&r->p, r->segment_avg > 0);
+    return json_pack(
+        "{s:i, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:I, "
+        "s:b, s:I, s:s, s:i, s:I, s:I}",
+        "ranks", r->ranks, "threads", r->threads, "mode", r->mode,
+        "batch", (json_int_t)s->B, "seq_q", (json_int_t)s->N,
+        "seq_kv", (json_int_t)s->M, "heads", (json_int_t)s->H,
+        "kv_heads", (json_int_t)s->G, "dim", (json_int_t)s->D,
+        "dim_v", (json_int_t)s->Dv, "causal", r->p.causal,
+        "window_left", (json_int_t)(r->p.window ? r->p.window_left : -1),
+        "window_right", (json_int_t)(r->p.window ? r->p.window_right : -1),
+        "lens", r->lens, "segment_avg", (json_int_t)r->segment_avg,
+        "layout", ra_layout_name(lay), "steps", r->steps,
+        "block_q", (json_int_t)r->block_q, "block_kv",
+        (json_int_t)r->block_kv);
+}
+
+/* The times and rates of a row. */
+static json_t *row_times(const bench_result *r)
+{
+    return json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+        "s:o}",
+        "flops", cli_json_fixed(r->flops, "%.6e"),
+        "pairs_max", cli_json_count(r->pairs_max),
+        "seconds_median", cli_json_fixed(r->seconds_median, "%.6e"),
+        "rank_seconds_min", cli_json_fixed(r->rank_seconds.min, "%.6e"),
+        "rank_seconds_avg", cli_json_fixed(r->rank_seconds.avg, "%.6e"),
+        "rank_seconds_max", cli_json_fixed(r->rank_seconds.max, "%.6e"),
+        "busy_seconds_min", cli_json_fixed(r->busy_seconds.min, "%.6e"),
+        "busy_seconds_max", cli_json_fixed(r->busy_seconds.max, "%.6e"),
+        "thread_busy", cli_json_fixed(r->thread_busy, "%.4f"),
+        "gflops", cli_json_fixed(r->gflops, "%.4f"),
+        "sgemm_gflops", cli_json_fixed(r->sgemm_gflops, "%.4f"),
+        "fraction_of_sgemm",
+        cli_json_fixed(r->gflops / r->sgemm_gflops, "%.4f"),
+        "comm_wait_fraction", cli_json_fixed(r->comm_wait_fraction, "%.6f"),
+        "bytes_sent", cli_json_count(r->bytes_sent));
+}
+
+/* The traffic, memory and verdict of a row. */
+static json_t *row_costs(const bench_result *r)
+{
+    return json_pack(
+        "{s:o, s:o, s:o, s:i, s:i, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:s}",
+        "bytes_sent_avg", cli_json_count(r->bytes_sent_avg),
+        "cross_node_bytes", cli_json_count(r->cross_bytes),
+        "cross_node_bytes_total", cli_json_count(r->cross_bytes_total),
+        "nodes", r->nodes, "ranks_per_node", r->ranks_per_node,
+        "ring_order", r->node_aware ? "node" : "mpirun",
+        "ring_gbps", cli_json_fixed(r->ring_gbps, "%.4f"),
+        "peak_rss_bytes", cli_json_count(r->peak_rss.max),
+        "peak_rss_bytes_min", cli_json_count(r->peak_rss.min),
+        "model_bytes", cli_json_count(r->model_bytes),
+        "max_rel_error", cli_json_fixed(r->max_rel_error, "%.3e"),
+        "max_lse_error", cli_json_fixed(r->max_lse_error, "%.3e"),
+        "verdict", r->pass ? "PASS" : "FAIL");
+}
 
 int bench_json_write(FILE *out, const bench_result *rows, int count)
 {
-    fprintf(out, "[\n");
-    for (int i = 0; i < count; i++) {
-        const bench_result *r = &rows[i];
-        fprintf(out,
-                "  {\"ranks\": %d, \"threads\": %d, \"mode\": \"%s\", "
-                "\"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, "
-                "\"heads\": %lld, \"kv_heads\": %lld, \"dim\": %lld, "
-                "\"dim_v\": %lld, \"causal\": %s, \"window_left\": %lld, "
-                "\"window_right\": %lld, \"lens\": %s, \"segment_avg\": %lld, "
-                "\"layout\": \"%s\", \"steps\": %d, "
-                "\"block_q\": %lld, \"block_kv\": %lld, "
-                "\"flops\": %.6e, \"pairs_max\": %.0f, \"seconds_median\": %.6e, "
-                "\"rank_seconds_min\": %.6e, \"rank_seconds_avg\": %.6e, "
-                "\"rank_seconds_max\": %.6e, \"busy_seconds_min\": %.6e, "
-                "\"busy_seconds_max\": %.6e, \"thread_busy\": %.4f, "
-                "\"gflops\": %.4f, "
-                "\"sgemm_gflops\": %.4f, \"fraction_of_sgemm\": %.4f, "
-                "\"comm_wait_fraction\": %.6f, \"bytes_sent\": %.0f, "
-                "\"bytes_sent_avg\": %.0f, \"cross_node_bytes\": %.0f, "
-                "\"cross_node_bytes_total\": %.0f, \"nodes\": %d, "
-                "\"ranks_per_node\": %d, \"ring_order\": \"%s\", "
-                "\"ring_gbps\": %.4f, \"peak_rss_bytes\": %.0f, "
-                "\"peak_rss_bytes_min\": %.0f, \"model_bytes\": %.0f, "
-                "\"max_rel_error\": %.3e, \"max_lse_error\": %.3e, "
-                "\"verdict\": \"%s\"}%s\n",
-                r->ranks, r->threads, r->mode, (long long)r->s.B,
-                (long long)r->s.N, (long long)r->s.M, (long long)r->s.H,
-                (long long)r->s.G, (long long)r->s.D, (long long)r->s.Dv,
-                r->p.causal ? "true" : "false",
-                (long long)(r->p.window ? r->p.window_left : -1),
-                (long long)(r->p.window ? r->p.window_right : -1),
-                r->lens ? "true" : "false", (long long)r->segment_avg,
-                ra_layout_name(ra_params_layout(&r->p, r->segment_avg > 0)), r->steps,
-                (long long)r->block_q, (long long)r->block_kv, r->flops,
-                r->pairs_max, r->seconds_median, r->rank_seconds.min, r->rank_seconds.avg,
-                r->rank_seconds.max, r->busy_seconds.min,
-                r->busy_seconds.max, finite_or_zero(r->thread_busy),
-                finite_or_zero(r->gflops),
-                finite_or_zero(r->sgemm_gflops),
-                finite_or_zero(r->gflops / r->sgemm_gflops),
-                r->comm_wait_fraction, r->bytes_sent, r->bytes_sent_avg,
-                r->cross_bytes, r->cross_bytes_total, r->nodes,
-                r->ranks_per_node, r->node_aware ? "node" : "mpirun",
-                finite_or_zero(r->ring_gbps), r->peak_rss.max,
-                r->peak_rss.min, r->model_bytes,
-                finite_or_zero(r->max_rel_error),
-                finite_or_zero(r->max_lse_error), r->pass ? "PASS" : "FAIL",
-                i + 1 < count ? "," : "");
+    json_t *all = json_array();
+    for (int i = 0; i < count && all; i++) {
+        json_t *row = cli_json_merge(row_problem(&rows[i]),
+                                     row_times(&rows[i]));
+        row = cli_json_merge(row, row_costs(&rows[i]));
+        if (json_array_append_new(all, row) != 0) {
+            json_decref(all);
+            all = NULL;
+        }
     }
-    fprintf(out, "]\n");
-    return ferror(out) ? -1 : 0;
+    return cli_json_dump(out, all, BENCH_JSON_DIGITS);
 }
 
 int bench_csv_write(FILE *out, const bench_result *rows, int count)

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "h5io.h"
 #include "ringattn.h"
 
@@ -37,6 +39,8 @@ typedef struct {
  * releases the communicator. */
 int cli_global_setup(cli_ctx *ctx, int *argc, char **argv);
 void cli_global_free(cli_ctx *ctx);
+/* The help rows of the global options in which (CLI_GLOBAL_*). */
+void cli_global_help(int which, FILE *out);
 /* The nodes, ranks per node, ring order and MPI-IO lines of a parameter
  * table (rank 0; the caller prints the rest). */
 void cli_print_job(const cli_ctx *ctx, int width);
@@ -80,10 +84,11 @@ struct cli_opt {
     const char *const *choices; /* CLI_CHOICE: NULL-terminated names */
     const char *noun;   /* CLI_CHOICE: "unknown NOUN 'x'" in the message */
     cli_parse_fn fn;    /* CLI_CUSTOM */
-    const char *def;    /* default, parsed before argv and shown in --help;
-                           NULL: the default is in the help text */
+    const char *def;    /* default, parsed before argv and shown in --help */
+    const char *shown;  /* or the default --help shows when another part
+                           applies it (a library default, a rule) */
     int required;       /* CLI_TEXT: refused when absent after parsing */
-    const char *help;   /* one or more lines, '\n' separated */
+    const char *help;   /* one line */
 };
 
 /* The offset of a destination whose C type must be ctype (the kind's:
@@ -149,9 +154,9 @@ struct cli_opt {
 /* --profile FILE: the machine profile the plan reads for --strategy auto
  * (run and bench). */
 #define CLI_OPT_PROFILE(T, FIELD)                                             \
-    CLI_OPT_TEXT(T, "--profile", "FILE", FIELD, NULL,                         \
-                 "machine profile for --strategy auto (default: this\n"       \
-                 "machine's built-in figures)")
+    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",                   \
+     .offset = CLI_FIELD(T, FIELD, const char *), .shown = "built-in",        \
+     .help = "machine profile of --strategy auto"}
 
 /* --qkv-layout bnhd|bhnd: the order of the q, k, v (and do) datasets that
  * carry no axes attribute, into the ra_axes FIELD of T; without it such
@@ -160,11 +165,7 @@ int cli_parse_qkv_layout(const cli_opt *opt, const char *val, void *base);
 #define CLI_OPT_QKV_LAYOUT(T, FIELD)                                          \
     {.name = "--qkv-layout", .kind = CLI_CUSTOM, .meta = "ORDER",             \
      .offset = CLI_FIELD(T, FIELD, ra_axes), .fn = cli_parse_qkv_layout,      \
-     .help = "axis order of the q, k, v datasets without an 'axes'\n"         \
-     "attribute: bnhd (B,N,H,D) or bhnd (B,H,N,D), as PyTorch's\n"           \
-     "attention takes them; without it such datasets are\n"                  \
-     "refused (an attribute axes = \"B,N,H,D\" or \"B,H,N,D\" on a\n"          \
-     "dataset wins)"}
+     .help = "bnhd or bhnd: axis order of q, k, v without 'axes'"}
 
 /* A table of options (ending with a NULL name) and where its struct lies
  * within a subcommand's options. */
@@ -177,6 +178,10 @@ typedef struct {
  * have: the parser marks each one given, to refuse a repeated one. */
 enum { CLI_MAX_GROUPS = 6, CLI_MAX_POSITIONAL = 2, CLI_MAX_OPTIONS = 128 };
 
+/* The global options a subcommand honours (cli_global_setup takes them
+ * out of every command line): the ring order, and how files are opened. */
+enum { CLI_GLOBAL_RING = 1, CLI_GLOBAL_FILES = 2 };
+
 /* A subcommand: its name, its help text around the options, its groups,
  * and its positional arguments (stored as const char * at pos_offset). */
 typedef struct {
@@ -185,7 +190,8 @@ typedef struct {
     cli_group groups[CLI_MAX_GROUPS];
     int npositional;       /* at most this many; 0: none */
     size_t pos_offset;
-    const char *epilog;    /* text after the options, or NULL */
+    const char *epilog;    /* text after the options (details), or NULL */
+    int globals;           /* CLI_GLOBAL_* it honours, listed in --help */
 } cli_spec;
 
 /* The positional arguments of a spec: at most as many as the array FIELD
@@ -205,8 +211,10 @@ int cli_parse(const cli_spec *spec, void *opts, int argc, char **argv);
 /* Writes the help of a subcommand, generated from its tables. */
 void cli_help(const cli_spec *spec, FILE *out);
 /* One row of a help table, as the options' are: left from column indent,
- * the lines of text from the help column. */
-void cli_help_row(FILE *out, int indent, const char *left, const char *text);
+ * the text (one line) and the default def (or NULL) from the help
+ * column. */
+void cli_help_row(FILE *out, int indent, const char *left, const char *text,
+                  const char *def);
 
 /* Parses and prints the help on rank 0: returns -1 when the caller goes on,
  * else the exit code (0 after --help, 2 after a bad option). */
@@ -240,6 +248,9 @@ extern const cli_opt cli_seq_opts[];
  * --sigma --rope --rope-base --alibi --block-q --block-kv --layout
  * --threads --strategy --mem-limit --ulysses-size. */
 extern const cli_opt cli_forward_opts[];
+/* The footer of the --help of a command that takes cli_forward_opts: the
+ * scores, strategies and layouts in brief. */
+extern const char cli_forward_details[];
 /* What only a command that runs passes takes (into ra_params):
  * --stall-timeout. */
 extern const cli_opt cli_pass_opts[];
@@ -300,6 +311,8 @@ void cli_params_default(ra_params *p);
  * --ulysses-size with a strategy other than hybrid (or auto, all); an
  * unset sigma becomes 1 and an unset RoPE base the library's. */
 ra_status cli_params_finish(ra_params *p);
+/* The gaussian bandwidth without --sigma. */
+#define CLI_SIGMA_DEFAULT 1.0
 
 /* --ulysses-size U of strategy hybrid against the job's P ranks and the
  * query heads: U must divide P and not exceed H (the library's own check,
@@ -432,9 +445,19 @@ typedef struct {
 ra_status cli_json_write(const char *path, int force,
                          const cli_run_summary *r, h5io_staged *staged);
 
-/* text as a JSON string to f: quotes, backslashes and control characters
- * escaped (run_json.c). */
-void cli_json_string(FILE *f, const char *text);
+/* JSON values (json_out.c), NULL when out of memory: x as the table
+ * prints it with fmt ("%.6e"), a count (an integer while it is exact), a
+ * text (bytes that are not UTF-8 become '?'; NULL is null). Non-finite
+ * numbers are 0. */
+json_t *cli_json_fixed(double x, const char *fmt);
+json_t *cli_json_count(double x);
+json_t *cli_json_text(const char *s);
+/* The keys of object b added to object a, b released: a, or NULL (a
+ * released too) when either is NULL or out of memory. */
+json_t *cli_json_merge(json_t *a, json_t *b);
+/* Writes v (NULL: failed to build) to f, indented, reals with precision
+ * significant digits, then releases v; 0, or -1 when a write failed. */
+int cli_json_dump(FILE *f, json_t *v, int precision);
 
 /* `ringattn --version`: the version and the build's BLAS, MPI, HDF5 and the
  * SIMD path of the exp, from rank 0. */

@@ -23,18 +23,12 @@ typedef struct {
 
 static const cli_opt bwd_own[] = {
     CLI_OPT_REQUIRED(bwd_opts, "--in", "FILE", in,
-                     "input with /q /k /v and the output gradient /do\n"
-                     "(B,N,H,Dv), or (B,H,N,Dv) with axes=\"B,H,N,D\",\n"
-                     "e.g. from gen --backward"),
+                     "input with /q /k /v and the output gradient /do"),
     CLI_OPT_REQUIRED(bwd_opts, "--out", "FILE", out,
-                     "output /dq /dk /dv; written to a temporary file,\n"
-                     "renamed at the end"),
+                     "output /dq /dk /dv (renamed into place when complete)"),
     CLI_OPT_FORCE(bwd_opts, force),
     CLI_OPT_TEXT(bwd_opts, "--fwd", "FILE", fwd, NULL,
-                 "read /o and /lse from this forward output of the\n"
-                 "same problem (run on --in with the same options);\n"
-                 "refused when its fingerprint, its f16/bf16 /o or\n"
-                 "its lse do not fit this run"),
+                 "read /o, /lse from this run of the same problem"),
     CLI_OPT_FLAG(bwd_opts, "--recompute", recompute,
                  "recompute /o and /lse with a forward pass instead"),
     CLI_OPT_QKV_LAYOUT(bwd_opts, src.axes),
@@ -54,6 +48,7 @@ static const cli_spec bwd_spec = {
     "every score, --rope and --alibi.\n",
     .groups = {{bwd_own, 0}, {cli_forward_opts, offsetof(bwd_opts, p)},
                {cli_pass_opts, offsetof(bwd_opts, p)}},
+    .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
 /* Everything one run owns between validate and report. */
@@ -194,11 +189,23 @@ static ra_status bwd_report(const cli_ctx *ctx, const bwd_opts *o,
     return RA_OK;
 }
 
-CLI_PASS_STEPS(bwd, bwd_opts, bwd_state)
-
-static const cli_pass bwd_pass = {CLI_PASS_FIELDS(bwd, bwd_opts, bwd_state)};
-
 int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
 {
-    return cli_pass_run(ctx, &bwd_pass, argc, argv);
+    bwd_opts o = {0};
+    bwd_state r = {0};
+    const int code = cli_parse_pass(ctx, &bwd_spec, &o, &o.p, argc, argv);
+    if (code >= 0)
+        return code;
+    cli_pass_begin(ctx, &o.p);
+    ra_status st = bwd_validate(ctx, &o, &r);
+    if (st == RA_OK)
+        st = bwd_setup(ctx, &o, &r);
+    if (st == RA_OK) {
+        cli_pass_echo(ctx, &r.d, &o.p);
+        st = bwd_compute(ctx, &o, &r);
+    }
+    cli_pass_writing(ctx, &r.d, &o.p);
+    if (st == RA_OK)
+        st = bwd_report(ctx, &o, &r);
+    return cli_pass_end(ctx, &r.d, st);
 }

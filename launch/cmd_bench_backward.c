@@ -33,8 +33,7 @@ static const cli_opt bb_own[] = {
     CLI_OPT_INT(bb_opts, "--additive-hidden", "A", additive_hidden, 1, 65536,
                 "64", "hidden size of random additive weights"),
     CLI_OPT_FLAG(bb_opts, "--no-poll", p.no_poll,
-                 "do not progress transfers between tiles (shows what\n"
-                 "overlap is worth)"),
+                 "no progress of transfers between tiles"),
     {0},
 };
 
@@ -58,6 +57,7 @@ static const cli_spec bb_spec = {
     "buffers; rel_err is not computed (0): the verdict is PASS when every\n"
     "gradient is finite (`run --backward` then `verify --backward` checks\n"
     "the values).\n",
+    .globals = CLI_GLOBAL_RING,
 };
 
 /* A run's tensors (q k v o lse and dout dq dk dv, in d) and results. */
@@ -68,13 +68,6 @@ typedef struct {
     bench_reps reps;    /* the timed passes */
     int finite;         /* every gradient of this rank is finite */
 } bb_state;
-
-/* Before parsing: the shape's defaults. */
-static ra_status bb_init(const cli_ctx *ctx, bb_opts *o, bb_state *b)
-{
-    cli_shape_default(&o->cs);
-    return RA_OK;
-}
 
 /* The shape and parameters checked (agreed), and the additive score's
  * random weights made. */
@@ -222,17 +215,25 @@ static ra_status bb_report(const cli_ctx *ctx, bb_opts *o, bb_state *b)
     return ra_agree(ctx->comm, bench_tables_write(ctx, &o->tab, &r, 1));
 }
 
-static void bb_release(bb_state *b) { bench_reps_free(&b->reps); }
-
-CLI_PASS_STEPS(bb, bb_opts, bb_state)
-CLI_PASS_STEP(bb_init, bb_opts, bb_state)
-CLI_PASS_RELEASE(bb_release, bb_state)
-
-static const cli_pass bb_pass = {CLI_PASS_FIELDS(bb, bb_opts, bb_state),
-                                 .init = bb_init_step,
-                                 .release = bb_release_step};
-
 int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv)
 {
-    return cli_pass_run(ctx, &bb_pass, argc, argv);
+    bb_opts o = {0};
+    bb_state b = {0};
+    cli_shape_default(&o.cs);
+    const int code = cli_parse_pass(ctx, &bb_spec, &o, &o.p, argc, argv);
+    if (code >= 0)
+        return code;
+    cli_pass_begin(ctx, &o.p);
+    ra_status st = bb_validate(ctx, &o, &b);
+    if (st == RA_OK)
+        st = bb_setup(ctx, &o, &b);
+    if (st == RA_OK) {
+        cli_pass_echo(ctx, &b.d, &o.p);
+        st = bb_compute(ctx, &o, &b);
+    }
+    cli_pass_writing(ctx, &b.d, &o.p);
+    if (st == RA_OK)
+        st = bb_report(ctx, &o, &b);
+    bench_reps_free(&b.reps);
+    return cli_pass_end(ctx, &b.d, st);
 }

@@ -23,19 +23,15 @@ static const cli_opt gen_own[] = {
                      "file to write (refused if it exists, unless --force)"),
     CLI_OPT_FORCE(gen_opts, force),
     CLI_OPT_CHOICE(gen_opts, "--dtype", "T", dtype, dtypes, NULL, "float32",
-                   "float32, float64 or float16 (IEEE binary16, rounded\n"
-                   "to nearest) for /q, /k, /v and /do"),
+                   "float32, float64 or float16 for /q, /k, /v and /do"),
     CLI_OPT_INT(gen_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
                 "seed of every value"),
     CLI_OPT_FLAG(gen_opts, "--mha", mha,
-                 "write layer inputs instead: /x (B,N,E) or, with\n"
-                 "--seq-kv, /x_q and /x_kv; weights /w_q /w_k /w_v /w_o\n"
-                 "and biases for --heads, --kv-heads, --dim, --dim-v"),
+                 "write run --mha's inputs instead (/x or /x_q, /x_kv)"),
     CLI_OPT_INT(gen_opts, "--embed", "E", embed, 1, 1 << 20, "64",
                 "model width of the layer inputs"),
     CLI_OPT_FLAG(gen_opts, "--backward", backward,
-                 "also write a random output gradient /do (B,N,H,Dv)\n"
-                 "for run --backward"),
+                 "also write an output gradient /do for run --backward"),
     {0},
 };
 
@@ -51,6 +47,7 @@ static const cli_spec gen_spec = {
     .groups = {{cli_seq_opts, offsetof(gen_opts, cs)},
                {cli_shape_opts, offsetof(gen_opts, cs)},
                {gen_own, 0}, {cli_random_mask_opts, offsetof(gen_opts, rm)}},
+    .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
 static void gen_report(const gen_opts *o)

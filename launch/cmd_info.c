@@ -21,6 +21,7 @@ static const cli_spec info_spec = {
              "output file.\n",
     .groups = {{info_own, 0}},
     CLI_POSITIONAL(info_opts, path),
+    .globals = CLI_GLOBAL_FILES,
 };
 
 int cmd_info(const cli_ctx *ctx, int argc, char **argv)

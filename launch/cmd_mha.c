@@ -148,24 +148,20 @@ static const char *const encodings[] = {"sinusoidal", NULL};
 
 static const cli_opt mha_own[] = {
     CLI_OPT_REQUIRED(mha_opts, "--in", "FILE", in,
-        "input: /x (B,N,E), or /x_q (B,N,Eq) and /x_kv (B,M,Ekv);\n"
-        "weights /w_q (H*D,Eq) /w_k (G*D,Ekv) /w_v (G*Dv,Ekv)\n"
-        "/w_o (Eout,H*Dv), optional biases /b_q /b_k /b_v /b_o"),
+        "input: /x (or /x_q, /x_kv) and the weights (see below)"),
     CLI_OPT_REQUIRED(mha_opts, "--out", "FILE", out,
-                     "output /y (B,N,Eout); written to a temporary file,\n"
-                     "renamed at the end"),
+                     "output /y (B,N,Eout), renamed into place when complete"),
     CLI_OPT_FORCE(mha_opts, force),
-    CLI_OPT_INT(mha_opts, "--heads", "H", H, 1, 1 << 20, NULL,
-                "heads of the projections (default: the input's root\n"
-                "attribute heads)"),
-    CLI_OPT_INT(mha_opts, "--kv-heads", "G", G, 1, 1 << 20, NULL,
-                "kv heads (default: the attribute kv_heads, else H)"),
+    {.name = "--heads", .kind = CLI_INT, .meta = "H",
+     .offset = CLI_FIELD(mha_opts, H, int64_t), .lo = 1, .hi = 1 << 20,
+     .shown = "attribute heads", .help = "heads of the projections"},
+    {.name = "--kv-heads", .kind = CLI_INT, .meta = "G",
+     .offset = CLI_FIELD(mha_opts, G, int64_t), .lo = 1, .hi = 1 << 20,
+     .shown = "attribute kv_heads, else H", .help = "kv heads"},
     {.name = "--pos-encoding", .kind = CLI_CHOICE, .meta = "sinusoidal",
      .offset = CLI_FIELD(mha_opts, pos_kind, int), .choices = encodings,
      .seen = CLI_SEEN(mha_opts, pos),
-     .help = "add P(i,2j) = sin(i/10000^(2j/E)),\n"
-     "P(i,2j+1) = cos(...) at global positions i\n"
-     "to x_q and x_kv first"},
+     .help = "add sinusoidal positions to x_q and x_kv first"},
     {0},
 };
 
@@ -181,6 +177,7 @@ static const cli_spec mha_spec = {
     "Masks (/q_lens ...) apply as in run.\n",
     .groups = {{mha_own, 0}, {cli_forward_opts, offsetof(mha_opts, p)},
                {cli_pass_opts, offsetof(mha_opts, p)}},
+    .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
 /* Everything one layer run owns between validate and report. */
@@ -335,14 +332,24 @@ static ra_status mha_report(const cli_ctx *ctx, const mha_opts *o,
     return RA_OK;
 }
 
-CLI_PASS_STEPS(mha, mha_opts, mha_state)
-CLI_PASS_RELEASE(mha_release, mha_state)
-
-static const cli_pass mha_pass = {
-    CLI_PASS_FIELDS(mha, mha_opts, mha_state), .release = mha_release_step,
-};
-
 int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
 {
-    return cli_pass_run(ctx, &mha_pass, argc, argv);
+    mha_opts o = {0};
+    mha_state r = {0};
+    const int code = cli_parse_pass(ctx, &mha_spec, &o, &o.p, argc, argv);
+    if (code >= 0)
+        return code;
+    cli_pass_begin(ctx, &o.p);
+    ra_status st = mha_validate(ctx, &o, &r);
+    if (st == RA_OK)
+        st = mha_setup(ctx, &o, &r);
+    if (st == RA_OK) {
+        cli_pass_echo(ctx, &r.d, &o.p);
+        st = mha_compute(ctx, &o, &r);
+    }
+    cli_pass_writing(ctx, &r.d, &o.p);
+    if (st == RA_OK)
+        st = mha_report(ctx, &o, &r);
+    mha_release(&r);
+    return cli_pass_end(ctx, &r.d, st);
 }

@@ -33,36 +33,31 @@ static int parse_nodes_list(const cli_opt *opt, const char *text, void *base)
 
 static const cli_opt plan_own[] = {
     CLI_OPT_TEXT(plan_opts, "--in", "FILE", in, NULL,
-                 "take the problem from an input file: the shapes of\n"
-                 "/q /k /v and its masks (no tensor is read)"),
+                 "the problem of an input file (its shapes and masks)"),
     CLI_OPT_QKV_LAYOUT(plan_opts, qkv_layout),
-    CLI_OPT_INT(plan_opts, "--ranks", "P", ranks, 1, 1 << 20, NULL,
-                "ranks of the job (default: this mpirun's)"),
-    CLI_OPT_INT(plan_opts, "--nodes", "K", nodes, 1, 1 << 16, NULL,
-                "nodes the ranks run on, ring order node by node\n"
-                "(default: this mpirun's, else 1)"),
-    CLI_OPT_INT(plan_opts, "--cores", "C", cores, 1, 1 << 24, NULL,
-                "cores the ranks share in all (default: this machine's\n"
-                "times the nodes; fake nodes on one machine: its cores)"),
-    CLI_OPT_TEXT(plan_opts, "--profile", "FILE", profile, NULL,
-                 "machine profile of `ringattn probe` (default: this\n"
-                 "machine's built-in figures, not probed)"),
+    {.name = "--ranks", .kind = CLI_INT, .meta = "P",
+     .offset = CLI_FIELD(plan_opts, ranks, int64_t), .lo = 1, .hi = 1 << 20,
+     .shown = "this mpirun's", .help = "ranks of the job"},
+    {.name = "--nodes", .kind = CLI_INT, .meta = "K",
+     .offset = CLI_FIELD(plan_opts, nodes, int64_t), .lo = 1, .hi = 1 << 16,
+     .shown = "this mpirun's or 1", .help = "nodes the ranks run on"},
+    {.name = "--cores", .kind = CLI_INT, .meta = "C",
+     .offset = CLI_FIELD(plan_opts, cores, int64_t), .lo = 1, .hi = 1 << 24,
+     .shown = "machine's x nodes", .help = "cores the ranks share"},
+    {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",
+     .offset = CLI_FIELD(plan_opts, profile, const char *),
+     .shown = "built-in", .help = "profile of `ringattn probe`"},
     CLI_OPT_POSITIVE(plan_opts, "--link-rate", "BITS", link_rate, 1e15, NULL,
-                     "bits/s of a link between nodes, in place of the\n"
-                     "profile's (what-if; e.g. 4e8 for 400 Mbit/s)"),
+                     "bits/s between nodes, in place of the profile's"),
     CLI_OPT_POSITIVE(plan_opts, "--kernel-rate", "GFLOPS", kernel_rate, 1e9,
-                     NULL,
-                     "the kernel's GFLOP/s on one core, in place of the\n"
-                     "profile's (what-if, or a rate measured just now)"),
+                     NULL, "GFLOP/s per core, in place of the profile's"),
     CLI_OPT_INT(plan_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
                 "seed of random masks"),
     CLI_OPT_INT(plan_opts, "--additive-hidden", "A", additive_hidden, 1,
-                1 << 16, "64",
-                "hidden size of the additive score (without --in)"),
+                1 << 16, "64", "hidden size of the additive score"),
     {.name = "--sweep-nodes", .kind = CLI_CUSTOM, .meta = "LIST",
      .fn = parse_nodes_list,
-     .help = "predicted strong and weak scaling over these node\n"
-     "counts (ranks per node as given)"},
+     .help = "strong and weak scaling over these node counts"},
     CLI_OPT_FLAG(plan_opts, "--max-seq", max_seq,
                  "the longest N (= M) that fits in memory, per strategy"),
     {0},
@@ -84,7 +79,10 @@ static const cli_spec plan_spec = {
                {cli_table_opts, offsetof(plan_opts, tab)}},
     .epilog =
     "Counts (visible pairs, bytes, model memory) are exact and equal what\n"
-    "bench counts; times are estimates from the profile's rates.\n",
+    "bench counts; times are estimates from the profile's rates. Fake nodes\n"
+    "on one machine: --cores of that machine. Scores, strategies and\n"
+    "layouts: ringattn run --help.\n",
+    .globals = CLI_GLOBAL_FILES,
 };
 
 /* ---- set-up ---------------------------------------------------------------- */

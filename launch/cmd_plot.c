@@ -69,22 +69,18 @@ static const cli_opt plot_own[] = {
      .help = "batch of the map"},
     {.name = "--head", .kind = CLI_CUSTOM, .meta = "I", .fn = keep_int,
      .offset = offsetof(plot_opts, head),
-     .help = "model head number, one of those the map holds\n"
-     "(run --attn-map-heads; default: its first)"},
+     .shown = "the map's first", .help = "model head number, one the map "
+     "holds"},
     {.name = "--width", .kind = CLI_CUSTOM, .meta = "W", .fn = keep_int,
      .offset = offsetof(plot_opts, width), .def = "1000",
-     .help = "at most W pixel columns; wider maps reduce runs of\n"
-     "keys per column"},
+     .help = "at most W pixel columns (runs of keys reduced)"},
     {.name = "--reduce", .kind = CLI_CUSTOM, .meta = "max|mean",
      .fn = keep_reduce, .def = "max",
-     .help = "how a pixel column reduces its keys: max keeps every\n"
-     "peak, mean the weight mass; the image states it"},
+     .help = "how a pixel column reduces its keys (peaks or mass)"},
     CLI_OPT_FLAG(plot_opts, "--log", log,
-                 "logarithmic colour scale over six decades below\n"
-                 "the top (zeros show at the floor)"),
+                 "logarithmic colour scale over six decades"),
     {.name = "--vmax", .kind = CLI_CUSTOM, .meta = "V", .fn = keep_vmax,
-     .help = "top of the colour scale (default: the largest\n"
-     "weight); larger weights show at the top colour"},
+     .shown = "the largest weight", .help = "top of the colour scale"},
     {0},
 };
 
@@ -98,6 +94,7 @@ static const cli_spec plot_spec = {
              "python3-matplotlib and python3-h5py.\n",
     .groups = {{plot_own, 0}},
     CLI_POSITIONAL(plot_opts, files),
+    .globals = CLI_GLOBAL_FILES,
 };
 
 /* The script: $RINGATTN_SCRIPTS, the source tree, or the install tree. */

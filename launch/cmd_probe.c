@@ -28,25 +28,19 @@ typedef struct {
 
 static const cli_opt probe_own[] = {
     CLI_OPT_TEXT(probe_opts, "--out", "FILE", out, NULL,
-                 "write the profile as JSON to FILE (refused if it\n"
-                 "exists, unless --force)"),
+                 "write the profile as JSON to FILE"),
     CLI_OPT_FLAG(probe_opts, "--force", force,
                  "replace an existing --out file"),
     CLI_OPT_TEXT(probe_opts, "--dir", "DIR", dir, ".",
-                 "directory whose parallel HDF5 rates are measured (a\n"
-                 "scratch file, removed afterwards): where run's files\n"
-                 "will live"),
+                 "directory whose parallel HDF5 rates are measured"),
     CLI_OPT_TEXT(probe_opts, "--dim", "LIST", dims, "64,128",
                  "head dims (D = Dv) whose kernel rates are measured"),
     CLI_OPT_TEXT(probe_opts, "--score", "LIST", scores, "dot",
-                 "scores whose kernel rates are measured: dot,\n"
-                 "gaussian, additive"),
+                 "scores whose kernel rates are measured"),
     CLI_OPT_POSITIVE(probe_opts, "--seconds", "S", seconds, 3600, "8",
-                     "about how long the measurements take in all (each\n"
-                     "one runs at least 3 times after a warm-up)"),
+                     "about how long the measurements take in all"),
     CLI_OPT_TEXT(probe_opts, "--show", "FILE", show, NULL,
-                 "measure nothing: read the profile FILE, print its\n"
-                 "table (and write it again to --out)"),
+                 "measure nothing: print (and write to --out) FILE"),
     {0},
 };
 
@@ -63,6 +57,7 @@ static const cli_spec probe_spec = {
     "--dir, and the memory of a node. Rank 0 prints a table and writes the\n"
     "profile (with host names, date and versions) as JSON.\n",
     .groups = {{probe_own, 0}},
+    .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
 /* The asked kernel shapes: every dim with every score. */

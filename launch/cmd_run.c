@@ -35,54 +35,44 @@ static const cli_opt run_own[] = {
     CLI_OPT_REQUIRED(run_opts, "--in", "FILE", in,
                      "input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)"),
     CLI_OPT_REQUIRED(run_opts, "--out", "FILE", out,
-                     "output; written to a temporary file, renamed at the end"),
+                     "output /o, /lse (renamed into place when complete)"),
     CLI_OPT_FORCE(run_opts, force),
     CLI_OPT_QKV_LAYOUT(run_opts, src.axes),
-    CLI_OPT_TEXT(run_opts, "--q", "PATH", src.q, "/q",
-                 "dataset of the queries, e.g. /layer3/attn/q"),
-    CLI_OPT_TEXT(run_opts, "--k", "PATH", src.k, "/k", "dataset of the keys"),
-    CLI_OPT_TEXT(run_opts, "--v", "PATH", src.v, "/v", "dataset of the values"),
-    CLI_OPT_TEXT(run_opts, "--q-lens", "PATH", src.q_lens, NULL,
-                 "padding lengths of the queries (B,) (default /q_lens,\n"
-                 "when present; a dataset named here must exist)"),
-    CLI_OPT_TEXT(run_opts, "--kv-lens", "PATH", src.kv_lens, NULL,
-                 "padding lengths of the keys (B,) (default /kv_lens)"),
-    CLI_OPT_TEXT(run_opts, "--segments", "PATH", src.segments, NULL,
-                 "packed-sequence ids of both sides (B, N), N == M\n"
-                 "(default /segments)"),
-    CLI_OPT_TEXT(run_opts, "--q-segments", "PATH", src.q_segments, NULL,
-                 "packed-sequence ids of the queries (B, N) (default\n"
-                 "/q_segments)"),
-    CLI_OPT_TEXT(run_opts, "--kv-segments", "PATH", src.kv_segments, NULL,
-                 "packed-sequence ids of the keys (B, M) (default\n"
-                 "/kv_segments)"),
+    CLI_OPT_TEXT(run_opts, "--q", "PATH", src.q, "/q", "dataset of queries"),
+    CLI_OPT_TEXT(run_opts, "--k", "PATH", src.k, "/k", "dataset of keys"),
+    CLI_OPT_TEXT(run_opts, "--v", "PATH", src.v, "/v", "dataset of values"),
+    {.name = "--q-lens", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.q_lens, const char *),
+     .shown = "/q_lens", .help = "query padding lengths (B,)"},
+    {.name = "--kv-lens", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.kv_lens, const char *),
+     .shown = "/kv_lens", .help = "key padding lengths (B,)"},
+    {.name = "--segments", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.segments, const char *),
+     .shown = "/segments", .help = "packed ids of both sides (B,N)"},
+    {.name = "--q-segments", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.q_segments, const char *),
+     .shown = "/q_segments", .help = "packed ids of queries (B,N)"},
+    {.name = "--kv-segments", .kind = CLI_TEXT, .meta = "PATH",
+     .offset = CLI_FIELD(run_opts, src.kv_segments, const char *),
+     .shown = "/kv_segments", .help = "packed ids of keys (B,M)"},
     CLI_OPT_CHOICE(run_opts, "--out-dtype", "T", out_dtype, out_dtypes,
-                   "output type", "f32",
-                   "type of /o: f32, f16, bf16 (a 16-bit float with\n"
-                   "float32's exponent) or f64; /lse stays f32"),
+                   "output type", "f32", "type of /o: f32, f16, bf16 or f64"),
     CLI_OPT_INT(run_opts, "--out-chunk", "ROWS", out_chunk, 1,
-                (int64_t)1 << 40, NULL,
-                "store /o and /lse in chunks of ROWS query rows"),
+                (int64_t)1 << 40, NULL, "store /o, /lse in chunks of ROWS"),
     CLI_OPT_INT32(run_opts, "--out-compress", "LEVEL", out_compress, 1, 9,
-                  NULL,
-                  "gzip the chunks at LEVEL 1..9 (needs --out-chunk;\n"
-                  "written collectively)"),
+                  NULL, "gzip the chunks at LEVEL 1..9 (needs --out-chunk)"),
     CLI_OPT_TEXT(run_opts, "--out-group", "GROUP", out_group, NULL,
-                 "write /o, /lse (and /attn_map) under GROUP of the\n"
-                 "output, e.g. /layer3 (created); attributes stay at\n"
-                 "the root, out_group names it"),
+                 "write /o, /lse, /attn_map under GROUP, e.g. /layer3"),
     CLI_OPT_TEXT(run_opts, "--json", "FILE", json, NULL,
-                 "also write a JSON summary of the run (shape, options,\n"
-                 "timings) to FILE"),
+                 "also write a JSON summary (shape, options, timings)"),
     CLI_OPT_TEXT(run_opts, "--attn-map", "I0:I1", map_rows, NULL,
-                 "also write /attn_map (B, heads, I1-I0, M): the exact\n"
-                 "softmax weights of query rows [I0, I1) over all keys"),
-    CLI_OPT_TEXT(run_opts, "--attn-map-heads", "LIST", map_heads, NULL,
-                 "query heads of the map, e.g. 0,3 (default 0; only\n"
-                 "with --attn-map)"),
+                 "also write /attn_map: weights of query rows [I0, I1)"),
+    {.name = "--attn-map-heads", .kind = CLI_TEXT, .meta = "LIST",
+     .offset = CLI_FIELD(run_opts, map_heads, const char *), .shown = "0",
+     .help = "query heads of the map, e.g. 0,3"},
     CLI_OPT_FLAG(run_opts, "--allow-nonfinite", allow_nonfinite,
-                 "let NaN and infinite inputs through (refused by\n"
-                 "default, naming the first one)"),
+                 "let NaN and inf inputs through (refused otherwise)"),
     CLI_OPT_PROFILE(run_opts, profile),
     {0},
 };
@@ -92,21 +82,12 @@ static const cli_spec run_spec = {
     .usage =
     "usage: mpirun -np P ringattn run --in IN.h5 --out OUT.h5 [options]\n"
     "\n"
-    "Computes o = softmax(scale * q k^T) v and lse for /q /k /v of IN.h5 on P\n"
-    "ranks (blockwise ring attention) and writes /o and /lse to OUT.h5. The\n"
-    "optional datasets /q_lens /kv_lens (B,) (padding) and /q_segments (B,N)\n"
-    "/kv_segments (B,M) or /segments (packed sequences) of IN.h5 are applied.\n"
-    "\n"
-    "Precision: q, k, v of any float type HDF5 converts (float16, bfloat16,\n"
-    "float32, float64, either byte order) are read into float32, and the\n"
-    "attention (scores, softmax, sums, lse) is computed in float32. float16\n"
-    "and bfloat16 inputs lose nothing on the way in; float64 inputs are\n"
-    "rounded to float32 (24-bit significand, about 7 digits; values beyond\n"
-    "3.4e38 become infinite and are refused). /o is stored as --out-dtype\n"
-    "(rounded from float32), /lse as float32.\n",
+    "Attention of IN.h5's /q /k /v (and its masks) on P ranks into OUT.h5.\n",
     .groups = {{run_own, 0}, {cli_forward_opts, offsetof(run_opts, p)},
                {cli_pass_opts, offsetof(run_opts, p)},
                {cli_progress_opts, offsetof(run_opts, prog)}},
+    .epilog = cli_forward_details,
+    .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
 /* --attn-map I0:I1 and --attn-map-heads LIST, checked against the shape. */
@@ -445,16 +426,26 @@ static ra_status run_print(const cli_ctx *ctx, run_opts *o, run_state *r)
     return RA_OK;
 }
 
-CLI_PASS_STEPS(run, run_opts, run_state)
-CLI_PASS_STEP(run_print, run_opts, run_state)
-CLI_PASS_RELEASE(run_release, run_state)
-
-static const cli_pass run_pass = {
-    CLI_PASS_FIELDS(run, run_opts, run_state), .print = run_print_step,
-    .release = run_release_step,
-};
-
 int cmd_run(const cli_ctx *ctx, int argc, char **argv)
 {
-    return cli_pass_run(ctx, &run_pass, argc, argv);
+    run_opts o = {0};
+    run_state r = {0};
+    const int code = cli_parse_pass(ctx, &run_spec, &o, &o.p, argc, argv);
+    if (code >= 0)
+        return code;
+    cli_pass_begin(ctx, &o.p);
+    ra_status st = run_validate(ctx, &o, &r);
+    if (st == RA_OK)
+        st = run_setup(ctx, &o, &r);
+    if (st == RA_OK) {
+        cli_pass_echo(ctx, &r.d, &o.p);
+        st = run_print(ctx, &o, &r);
+    }
+    if (st == RA_OK)
+        st = run_compute(ctx, &o, &r);
+    cli_pass_writing(ctx, &r.d, &o.p);
+    if (st == RA_OK)
+        st = run_report(ctx, &o, &r);
+    run_release(&r);
+    return cli_pass_end(ctx, &r.d, st);
 }

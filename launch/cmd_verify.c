@@ -137,6 +137,7 @@ static const cli_spec verify_spec = {
     "(the row sees no key), plus the entries of /o that are NaN where the\n"
     "reference is a number. Any bad row fails the check, whatever the errors.\n",
     .groups = {{cli_check_opts, 0}},
+    .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
 /* The output must be run's: /o and /lse. Others are refused by name. */

@@ -43,6 +43,7 @@ static const cli_spec vb_spec = {
     "checked value is NaN or infinite.\n"
     "Without --sample or --all: 256 random query rows and 256 key rows.\n",
     .groups = {{cli_check_opts, 0}},
+    .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
 /* The problem: shape, rules and masks (lens whole, segment names). */
@@ -143,27 +144,31 @@ static ra_status vb_read(const cli_check *o, const vb_ctx *c, int64_t b,
     return RA_OK;
 }
 
-/* Head h of a (len, heads, dim) row block as a (len, dim) array. */
-static void head_of(const double *x, int64_t len, int64_t heads, int64_t h,
-                    int64_t dim, double *out)
+/* A (len, heads, dim) block of rows. */
+typedef struct {
+    const double *x;
+    int64_t len, heads, dim;
+} row_block;
+
+/* Head h of block a as a (len, dim) array. */
+static void head_of(row_block a, int64_t h, double *out)
 {
-    for (int64_t i = 0; i < len; i++)
-        memcpy(out + i * dim, x + (i * heads + h) * dim,
-               sizeof(double) * (size_t)dim);
+    for (int64_t i = 0; i < a.len; i++)
+        memcpy(out + i * a.dim, a.x + (i * a.heads + h) * a.dim,
+               sizeof(double) * (size_t)a.dim);
 }
 
-/* Adds the picked rows of got (len, heads, dim; head h) against ref
- * (len, dim) to err2, ref2 and the non-finite count t[6]. */
-static void compare(const double *got, const double *ref, int64_t len,
-                    int64_t heads, int64_t h, int64_t dim,
+/* Adds the picked rows of head h of got against ref (len, dim) to err2,
+ * ref2 and the non-finite count t[6]. */
+static void compare(row_block got, int64_t h, const double *ref,
                     const unsigned char *picked, int which, double *t)
 {
-    for (int64_t i = 0; i < len; i++) {
+    for (int64_t i = 0; i < got.len; i++) {
         if (!picked[i])
             continue;
-        for (int64_t d = 0; d < dim; d++) {
-            const double g = got[(i * heads + h) * dim + d];
-            const double r = ref[i * dim + d];
+        for (int64_t d = 0; d < got.dim; d++) {
+            const double g = got.x[(i * got.heads + h) * got.dim + d];
+            const double r = ref[i * got.dim + d];
             t[6] += !isfinite(g);
             t[which] += (g - r) * (g - r);
             t[3 + which] += r * r;
@@ -198,14 +203,14 @@ static void vb_unit(const vb_ctx *c, vb_bufs *w, int64_t b, int64_t g,
                         .q_seg = c->q_seg ? w->qseg : NULL,
                         .k_seg = c->q_seg ? w->kseg : NULL};
     ra_ref_score sc = c->score;
-    head_of(w->k, M, s->G, g, Dk, w->hk);
-    head_of(w->v, M, s->G, g, Dv, w->hv);
+    head_of((row_block){w->k, M, s->G, Dk}, g, w->hk);
+    head_of((row_block){w->v, M, s->G, Dv}, g, w->hv);
     rope_rows(c, w->hk, M, 0, 1);
     memset(w->rk, 0, sizeof(double) * (size_t)(M * Dk));
     memset(w->rv, 0, sizeof(double) * (size_t)(M * Dv));
     for (int64_t h = g * per; h < (g + 1) * per; h++) {
-        head_of(w->q, N, s->H, h, D, w->hq);
-        head_of(w->dout, N, s->H, h, Dv, w->hdo);
+        head_of((row_block){w->q, N, s->H, D}, h, w->hq);
+        head_of((row_block){w->dout, N, s->H, Dv}, h, w->hdo);
         rope_rows(c, w->hq, N, M - N, 1);
         sc.alibi_slope = ra_params_alibi_slope(&c->p, s->H, h);
         const ra_ref_grads gr = {w->hq, w->hk, w->hv, w->hdo, D, Dk, Dv, Dv,
@@ -214,11 +219,14 @@ static void vb_unit(const vb_ctx *c, vb_bufs *w, int64_t b, int64_t g,
                                  A ? c->dw + A * (D + Dk) : NULL};
         ra_reference_backward(&sc, N, M, D, Dv, &mk, &gr, w->p);
         rope_rows(c, w->rq, N, M - N, -1);
-        compare(w->dq, w->rq, N, s->H, h, D, c->pick_q + b * N, 0, t);
+        compare((row_block){w->dq, N, s->H, D}, h, w->rq, c->pick_q + b * N,
+                0, t);
     }
     rope_rows(c, w->rk, M, 0, -1);
-    compare(w->dk, w->rk, M, s->G, g, Dk, c->pick_k + b * M, 1, t);
-    compare(w->dv, w->rv, M, s->G, g, Dv, c->pick_k + b * M, 2, t);
+    compare((row_block){w->dk, M, s->G, Dk}, g, w->rk, c->pick_k + b * M, 1,
+            t);
+    compare((row_block){w->dv, M, s->G, Dv}, g, w->rv, c->pick_k + b * M, 2,
+            t);
 }
 
 /* Whether unit (b, any g) holds a picked row. */

@@ -15,16 +15,6 @@ static const char usage_head[] =
 
 static const char usage_tail[] =
     "\n"
-    "global options (any command):\n"
-    "  --ring-order node|mpirun   order the ring node by node so that each\n"
-    "                   step crosses each node boundary once (default), or\n"
-    "                   keep the launcher's rank order\n"
-    "  --align BYTES    start datasets of 64 KiB or more at multiples of BYTES\n"
-    "                   (the parallel file system's stripe size)\n"
-    "  --mpiio-hint KEY=VALUE   an MPI-IO hint for every file (repeatable;\n"
-    "                   also from RINGATTN_MPIIO_HINTS=\"k=v;k=v\", which the\n"
-    "                   flags override)\n"
-    "\n"
     "`ringattn <command> --help` describes each one; `ringattn --version`\n"
     "names the version and the BLAS, MPI, HDF5 and SIMD path of this build.\n";
 
@@ -42,14 +32,13 @@ static const struct {
     {"plot-map", cmd_plot, "draw the attention map of an output file as a PNG"},
     {"probe", cmd_probe, "measure this allocation's machine profile (JSON)"},
     {"plan", cmd_plan,
-     "predict time, memory and bytes of each strategy before a run"},
+     "predict each strategy's time, memory and bytes"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof *commands };
 
 const cli_mode cli_modes[] = {
     {"run", "--mha", cmd_run_mha,
-     "the multi-head attention layer (inputs /x or /x_q,\n"
-     "/x_kv, and the projection weights)"},
+     "the multi-head attention layer (/x or /x_q, /x_kv)"},
     {"run", "--backward", cmd_run_backward,
      "the backward pass: gradients dq, dk, dv from /do"},
     {"verify", "--backward", cmd_verify_backward,
@@ -62,11 +51,12 @@ void cli_usage(FILE *out)
 {
     fputs(usage_head, out);
     for (int i = 0; i < NCOMMANDS; i++) {
-        cli_help_row(out, 2, commands[i].name, commands[i].summary);
+        cli_help_row(out, 2, commands[i].name, commands[i].summary, NULL);
         for (const cli_mode *m = cli_modes; m->command; m++)
             if (strcmp(m->command, commands[i].name) == 0)
-                cli_help_row(out, 4, m->flag, m->help);
+                cli_help_row(out, 4, m->flag, m->help, NULL);
     }
+    cli_global_help(CLI_GLOBAL_RING | CLI_GLOBAL_FILES, out);
     fputs(usage_tail, out);
 }
 
@@ -79,7 +69,7 @@ void cli_modes_help(const char *command, FILE *out)
         if (!any++)
             fprintf(out, "\nmodes (each described by ringattn %s MODE "
                     "--help):\n", command);
-        cli_help_row(out, 2, m->flag, m->help);
+        cli_help_row(out, 2, m->flag, m->help, NULL);
     }
 }
 

@@ -56,7 +56,7 @@ ra_status cli_params_finish(ra_params *p)
                             "--strategy hybrid, or auto)",
                             ra_strategy_name(p->strategy));
     if (isnan(p->sigma))
-        p->sigma = 1.0;
+        p->sigma = CLI_SIGMA_DEFAULT;
     if (isnan(p->rope_base))
         p->rope_base = RA_ROPE_BASE_DEFAULT;
     return RA_OK;

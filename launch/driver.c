@@ -1,9 +1,8 @@
-/* driver.c: the one runner of the pass drivers and the data they share. */
+/* driver.c: the phases around the pass drivers and the data they share. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "agree.h"
 #include "driver.h"
 #include "internal.h"
 #include "placement.h"
@@ -109,67 +108,36 @@ static void pass_watch(const cli_ctx *ctx, const ra_shape *s, ra_params *p)
                        2.0 * p->stall_timeout, pass_io_seconds(ctx, s));
 }
 
-/* The steps after parsing, up to the report, each phase watched
- * (watchdog.h). */
-static ra_status pass_steps(const cli_ctx *ctx, const cli_pass *d,
-                            char *opts, char *state)
+void cli_pass_begin(const cli_ctx *ctx, const ra_params *p)
 {
-    ra_params *p = (ra_params *)(opts + d->params);
-    const cli_pass_data *data = (const cli_pass_data *)(state + d->data);
-    const int given_stall = p->stall_timeout != RA_STALL_TIMEOUT_DEFAULT;
-    const double setup_s = given_stall ? p->stall_timeout
-                                       : cli_stall_default(0.0, 1) * 3.0;
+    const double setup_s = p->stall_timeout != RA_STALL_TIMEOUT_DEFAULT
+                               ? p->stall_timeout
+                               : cli_stall_default(0.0, 1) * 3.0;
     cli_watchdog_phase(ctx, "the set-up", setup_s, 0.0);
-    ra_status st = d->validate(ctx, opts, state);
-    if (st == RA_OK)
-        st = d->setup(ctx, opts, state);
-    if (st == RA_OK)
-        pass_watch(ctx, &data->s, p);
-    if (st == RA_OK) {
-        cli_placement_warn(ctx, ra_params_threads(p));
-        cli_print_params(ctx, &data->s, p, data->layout_auto, data->in,
-                         data->out);
-        if (ctx->rank == 0)
-            printf("# %-10s %.3g s without progress ends the job%s\n",
-                   "stall", p->stall_timeout,
-                   given_stall ? "" : " (derived from the predicted step)");
-        if (d->print)
-            st = d->print(ctx, opts, state);
-    }
-    if (st == RA_OK)
-        st = d->compute(ctx, opts, state);
-    cli_watchdog_phase(ctx, "the write of the output", p->stall_timeout,
-                       pass_io_seconds(ctx, &data->s));
-    if (st == RA_OK)
-        st = d->report(ctx, opts, state);
-    cli_watchdog_phase(ctx, NULL, 0.0, 0.0);
-    return st;
 }
 
-int cli_pass_run(const cli_ctx *ctx, const cli_pass *d, int argc,
-                 char **argv)
+void cli_pass_echo(const cli_ctx *ctx, const cli_pass_data *d, ra_params *p)
 {
-    char *opts = calloc(1, d->opts_size), *state = calloc(1, d->state_size);
-    int code;
-    ra_status st = ra_agree(ctx->comm, opts && state ? RA_OK
-                            : ra_error_set(RA_ERR_NOMEM, "%s: out of memory",
-                                           d->spec->name));
-    if (st == RA_OK && d->init)
-        st = d->init(ctx, opts, state);
-    if (st != RA_OK)
-        goto fail;
-    code = cli_parse_pass(ctx, d->spec, opts, (ra_params *)(opts + d->params),
-                          argc, argv);
-    if (code >= 0)
-        goto done;
-    st = pass_steps(ctx, d, opts, state);
-    if (d->release)
-        d->release(state);
-    cli_pass_data_free((cli_pass_data *)(state + d->data));
-fail:
-    code = st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
-done:
-    free(opts);
-    free(state);
-    return code;
+    const int given_stall = p->stall_timeout != RA_STALL_TIMEOUT_DEFAULT;
+    pass_watch(ctx, &d->s, p);
+    cli_placement_warn(ctx, ra_params_threads(p));
+    cli_print_params(ctx, &d->s, p, d->layout_auto, d->in, d->out);
+    if (ctx->rank == 0)
+        printf("# %-10s %.3g s without progress ends the job%s\n", "stall",
+               p->stall_timeout,
+               given_stall ? "" : " (derived from the predicted step)");
+}
+
+void cli_pass_writing(const cli_ctx *ctx, const cli_pass_data *d,
+                      const ra_params *p)
+{
+    cli_watchdog_phase(ctx, "the write of the output", p->stall_timeout,
+                       pass_io_seconds(ctx, &d->s));
+}
+
+int cli_pass_end(const cli_ctx *ctx, cli_pass_data *d, ra_status st)
+{
+    cli_watchdog_phase(ctx, NULL, 0.0, 0.0);
+    cli_pass_data_free(d);
+    return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
 }

@@ -1,7 +1,6 @@
-/* driver.h: the runner of a pass driver (run, run --mha, run --backward,
- * bench --backward). Each driver is its step functions and a cli_pass
- * table; cli_pass_run takes the steps in one order, prints the parameter
- * table between set-up and compute, and frees through one path. */
+/* driver.h: what the pass drivers (run, run --mha, run --backward, bench
+ * --backward) share: the data they own, and the phases around their own
+ * steps (the watchdog, the parameter table). */
 #ifndef RA_DRIVER_H
 #define RA_DRIVER_H
 
@@ -18,7 +17,7 @@ typedef struct {
 } cli_grads;
 
 /* What every pass driver owns between validate and report, freed by
- * cli_pass_run through cli_pass_data_free. */
+ * cli_pass_data_free. */
 typedef struct {
     ra_shape s;
     int layout_auto;            /* p.layout was chosen by the library */
@@ -56,56 +55,25 @@ ra_status cli_fingerprint(const cli_ctx *ctx, const cli_pass_data *d,
 ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
                           const cli_ctx *ctx, int64_t limit);
 
-/* One step of a driver on its options and state (see CLI_PASS_STEP). */
-typedef ra_status (*cli_pass_step)(const cli_ctx *ctx, void *opts,
-                                   void *state);
-typedef void (*cli_pass_release)(void *state);
+/* The phases of a pass driver, each watched (watchdog.h). A driver is
+ * plain code: parse (cli_parse_pass), cli_pass_begin, validate, set up,
+ * cli_pass_echo, compute, cli_pass_writing, report, its own release, then
+ * cli_pass_end with the first failure. */
 
-/* A pass driver: its options table, the sizes of its options and state
- * (allocated zeroed by cli_pass_run), where its ra_params lie in the
- * options and its cli_pass_data in the state, and its steps in the order
- * they run. init (before parsing), print (after the parameter table) and
- * release (before the shared data is freed) may be NULL. */
-typedef struct {
-    const cli_spec *spec;
-    size_t opts_size, state_size, params, data;
-    cli_pass_step init, validate, setup, print, compute, report;
-    cli_pass_release release;
-} cli_pass;
+/* Before validating: the set-up phase watched. */
+void cli_pass_begin(const cli_ctx *ctx, const ra_params *p);
 
-/* parse -> validate -> set up -> parameter table (and print) -> compute ->
- * report -> free: the exit code. */
-int cli_pass_run(const cli_ctx *ctx, const cli_pass *d, int argc,
-                 char **argv);
+/* After setting up: the stall timeout derived when not given (collective:
+ * the prediction), the pass phase watched, then from rank 0 the placement
+ * warning and the parameter table of d with the stall line. */
+void cli_pass_echo(const cli_ctx *ctx, const cli_pass_data *d, ra_params *p);
 
-/* Wraps a step ra_status fn(const cli_ctx *, OPTS *, STATE *) as the
- * cli_pass_step fn_step, so that the step itself is typed. */
-#define CLI_PASS_STEP(fn, OPTS, STATE)                                        \
-    static ra_status fn##_step(const cli_ctx *ctx, void *opts, void *state)   \
-    {                                                                         \
-        return fn(ctx, (OPTS *)opts, (STATE *)state);                         \
-    }
+/* Before the report: the write of the output watched. */
+void cli_pass_writing(const cli_ctx *ctx, const cli_pass_data *d,
+                      const ra_params *p);
 
-/* Wraps void fn(STATE *) as the cli_pass_release fn_step. */
-#define CLI_PASS_RELEASE(fn, STATE)                                           \
-    static void fn##_step(void *state) { fn((STATE *)state); }
-
-/* The wrappers of a driver's four steps NAME_validate, NAME_setup,
- * NAME_compute and NAME_report. */
-#define CLI_PASS_STEPS(NAME, OPTS, STATE)                                     \
-    CLI_PASS_STEP(NAME##_validate, OPTS, STATE)                               \
-    CLI_PASS_STEP(NAME##_setup, OPTS, STATE)                                  \
-    CLI_PASS_STEP(NAME##_compute, OPTS, STATE)                                \
-    CLI_PASS_STEP(NAME##_report, OPTS, STATE)
-
-/* The cli_pass fields of a driver whose options table is NAME_spec, whose
- * OPTS holds its ra_params as p and whose STATE holds its cli_pass_data as
- * d, with the steps of CLI_PASS_STEPS(NAME, ...). */
-#define CLI_PASS_FIELDS(NAME, OPTS, STATE)                                    \
-    .spec = &NAME##_spec, .opts_size = sizeof(OPTS),                          \
-    .state_size = sizeof(STATE), .params = offsetof(OPTS, p),                 \
-    .data = offsetof(STATE, d), .validate = NAME##_validate_step,             \
-    .setup = NAME##_setup_step, .compute = NAME##_compute_step,               \
-    .report = NAME##_report_step
+/* The watch ended and d freed (cli_pass_data_free): the exit code of st,
+ * its message printed on a failure. */
+int cli_pass_end(const cli_ctx *ctx, cli_pass_data *d, ra_status st);
 
 #endif /* RA_DRIVER_H */

@@ -14,6 +14,32 @@ enum {
     MAX_HINTS = 32,
 };
 
+/* --ring-order without the option */
+static const char ring_order_default[] = "node";
+
+/* The global options as --help lists them. */
+static const struct {
+    int kind; /* CLI_GLOBAL_* */
+    const char *left, *help, *def;
+} global_rows[] = {
+    {CLI_GLOBAL_RING, "--ring-order ORDER",
+     "node by node, or mpirun (as launched)", ring_order_default},
+    {CLI_GLOBAL_FILES, "--align BYTES",
+     "datasets of 64 KiB or more at multiples of BYTES", NULL},
+    {CLI_GLOBAL_FILES, "--mpiio-hint K=V",
+     "an MPI-IO hint, repeatable (and RINGATTN_MPIIO_HINTS)", NULL},
+};
+
+void cli_global_help(int which, FILE *out)
+{
+    if (which)
+        fputs("\nglobal options (anywhere on the command line):\n", out);
+    for (size_t i = 0; i < sizeof global_rows / sizeof *global_rows; i++)
+        if (which & global_rows[i].kind)
+            cli_help_row(out, 2, global_rows[i].left, global_rows[i].help,
+                         global_rows[i].def);
+}
+
 /* at most 13 characters per rank (" | " and 10 digits) and the prefix */
 static char ring_order_text[RING_ORDER_SHOWN * 16 + 64];
 
@@ -38,7 +64,7 @@ static void args_remove(int *argc, char **argv, int i, int n)
 static ra_status ring_order_take(int *argc, char **argv, const char **val)
 {
     int given = 0;
-    *val = "node";
+    *val = ring_order_default;
     for (int i = 1; i < *argc; i++) {
         const int joined = strncmp(argv[i], "--ring-order=", 13) == 0;
         if (!joined && strcmp(argv[i], "--ring-order") != 0)

@@ -19,7 +19,7 @@
 
 /* Option names longer than this, with their value, move their help to the
  * next line. */
-enum { HELP_COLUMN = 20, MAX_OPTION_NAME = 64 };
+enum { HELP_COLUMN = 25, MAX_OPTION_NAME = 64 };
 
 int cli_parse_i64(const char *opt, const char *text, int64_t lo, int64_t hi,
                   int64_t *out)
@@ -361,28 +361,9 @@ int cli_parse(const cli_spec *spec, void *opts_, int argc, char **argv)
     return required_check(spec, opts) == 0 ? CLI_PARSED : -1;
 }
 
-/* Writes text indented by HELP_COLUMN on every line but the first, with
- * the default appended to its last line, or below it when that is full. */
-static void help_lines(FILE *out, const char *text, const char *def)
-{
-    const char *last = strrchr(text, '\n');
-    const size_t tail = strlen(last ? last + 1 : text);
-    for (const char *p = text; *p;) {
-        size_t len = strcspn(p, "\n");
-        fprintf(out, "%.*s", (int)len, p);
-        p += len;
-        if (*p == '\n' && *++p)
-            fprintf(out, "\n%*s", HELP_COLUMN, "");
-    }
-    if (def && HELP_COLUMN + tail + strlen(def) + 11 <= 79)
-        fprintf(out, " (default %s)", def);
-    else if (def)
-        fprintf(out, "\n%*s(default %s)", HELP_COLUMN, "", def);
-    fputc('\n', out);
-}
-
-/* One row of a help table: left from column indent, text (and the default
- * def, or NULL) from HELP_COLUMN, on the next line when left is too long. */
+/* One row of a help table: left from column indent, text (one line) and
+ * the default def (or NULL) from HELP_COLUMN, on the next line when left
+ * is too long, the default on the next when the line is full. */
 static void help_row(FILE *out, int indent, const char *left,
                      const char *text, const char *def)
 {
@@ -390,12 +371,18 @@ static void help_row(FILE *out, int indent, const char *left,
         fprintf(out, "%*s%s\n%*s", indent, "", left, HELP_COLUMN, "");
     else
         fprintf(out, "%*s%-*s", indent, "", HELP_COLUMN - indent, left);
-    help_lines(out, text, def);
+    fputs(text, out);
+    if (def && HELP_COLUMN + strlen(text) + strlen(def) + 11 <= 79)
+        fprintf(out, " (default %s)", def);
+    else if (def)
+        fprintf(out, "\n%*s(default %s)", HELP_COLUMN, "", def);
+    fputc('\n', out);
 }
 
-void cli_help_row(FILE *out, int indent, const char *left, const char *text)
+void cli_help_row(FILE *out, int indent, const char *left, const char *text,
+                  const char *def)
 {
-    help_row(out, indent, left, text, NULL);
+    help_row(out, indent, left, text, def);
 }
 
 static void help_option(FILE *out, const cli_opt *o)
@@ -403,7 +390,8 @@ static void help_option(FILE *out, const cli_opt *o)
     char left[MAX_OPTION_NAME + 32];
     snprintf(left, sizeof left, "%s%s%s", o->name, o->meta ? " " : "",
              o->meta ? o->meta : "");
-    help_row(out, 2, left, o->help, o->kind == CLI_FLAG ? NULL : o->def);
+    help_row(out, 2, left, o->help, o->kind == CLI_FLAG ? NULL
+                                    : o->def ? o->def : o->shown);
 }
 
 void cli_help(const cli_spec *spec, FILE *out)
@@ -414,6 +402,7 @@ void cli_help(const cli_spec *spec, FILE *out)
         for (const cli_opt *o = spec->groups[g].opts; o->name; o++)
             help_option(out, o);
     fprintf(out, "  %-*s%s\n", HELP_COLUMN - 2, "--help", "this text");
+    cli_global_help(spec->globals, out);
     cli_modes_help(spec->name, out);
     if (spec->epilog) {
         fputc('\n', out);
@@ -475,8 +464,7 @@ const cli_opt cli_check_opts[] = {
                      "the input of the run (its masks; /do for gradients)"),
     CLI_OPT_REQUIRED(cli_check, "--out", "FILE", out, "the output to check"),
     CLI_OPT_INT(cli_check, "--sample", "K", sample, 1, INT64_MAX, NULL,
-                "check K random query rows (all heads, all keys) and,\n"
-                "for gradients, K random key rows of dk and dv"),
+                "check K random query rows (and key rows of gradients)"),
     CLI_OPT_FLAG(cli_check, "--all", all,
                  "check every row, however long it takes"),
     CLI_OPT_INT(cli_check, "--seed", "S", seed, 0, INT64_MAX, "1",
@@ -520,25 +508,26 @@ void cli_shape_finish(cli_shape *cs)
 
 #define MAX_SIZE ((int64_t)1 << 40)
 #define SHAPE_AT(f) CLI_FIELD(cli_shape, shape.f, int64_t)
-#define SIZE_OPT(nm, meta_, f, seen_, def_, help_)                            \
+#define SIZE_OPT(nm, meta_, f, seen_, def_, shown_, help_)                    \
     {.name = nm, .kind = CLI_INT, .meta = meta_, .offset = SHAPE_AT(f),      \
-     .seen = seen_, .lo = 1, .hi = MAX_SIZE, .def = def_, .help = help_}
+     .seen = seen_, .lo = 1, .hi = MAX_SIZE, .def = def_, .shown = shown_,   \
+     .help = help_}
 
 const cli_opt cli_seq_opts[] = {
-    SIZE_OPT("--seq", "N", N, 0, "4096", "query length"),
+    SIZE_OPT("--seq", "N", N, 0, "4096", NULL, "query length"),
     {0},
 };
 
 const cli_opt cli_shape_opts[] = {
-    SIZE_OPT("--batch", "B", B, 0, "1", "batch size"),
-    SIZE_OPT("--seq-kv", "M", M, CLI_SEEN(cli_shape, seq_kv_set), NULL,
-             "key/value length (default N)"),
-    SIZE_OPT("--heads", "H", H, 0, "8", "query heads"),
+    SIZE_OPT("--batch", "B", B, 0, "1", NULL, "batch size"),
+    SIZE_OPT("--seq-kv", "M", M, CLI_SEEN(cli_shape, seq_kv_set), NULL, "N",
+             "key/value length"),
+    SIZE_OPT("--heads", "H", H, 0, "8", NULL, "query heads"),
     SIZE_OPT("--kv-heads", "G", G, CLI_SEEN(cli_shape, kv_heads_set), NULL,
-             "key/value heads, must divide H (default H)"),
-    SIZE_OPT("--dim", "D", D, 0, "64", "head dim of q and k"),
-    SIZE_OPT("--dim-v", "Dv", Dv, CLI_SEEN(cli_shape, dim_v_set), NULL,
-             "head dim of v (default D)"),
+             "H", "key/value heads, dividing H"),
+    SIZE_OPT("--dim", "D", D, 0, "64", NULL, "head dim of q and k"),
+    SIZE_OPT("--dim-v", "Dv", Dv, CLI_SEEN(cli_shape, dim_v_set), NULL, "D",
+             "head dim of v"),
     {0},
 };
 
@@ -631,82 +620,70 @@ static int parse_strategy(const cli_opt *o, const char *val, void *base)
 }
 
 #define P_AT(f) offsetof(ra_params, f)
-/* A tile size: rows in [1, 65536]. */
+/* A field of ra_params of C type ctype (CLI_FIELD). */
+#define P_FIELD(f, ctype) CLI_FIELD(ra_params, f, ctype)
+/* A tile size: rows in [1, 65536]; the library's choice by default. */
 #define TILE_OPT(nm, f, help_)                                                \
-    CLI_OPT_INT(ra_params, nm, "N", f, 1, 1 << 16, NULL, help_)
+    {.name = nm, .kind = CLI_INT, .meta = "N",                                \
+     .offset = P_FIELD(f, int64_t), .lo = 1, .hi = 1 << 16, .shown = "auto",  \
+     .help = help_}
 
 const cli_opt cli_forward_opts[] = {
     CLI_OPT_FLAG(ra_params, "--causal", causal,
-                 "query i sees keys j <= i + (M - N) (bottom-right aligned)"),
+                 "query i sees keys j <= i + M - N"),
     {.name = "--window", .kind = CLI_CUSTOM, .meta = "L[,R]",
-     .fn = parse_window, .help = "sliding window: query i sees keys j with\n"
-     "i' - L <= j <= i' + R, i' = i + (M - N); R defaults to 0"},
-    CLI_OPT_REAL(ra_params, "--scale", "S", scale, -DBL_MAX, DBL_MAX, NULL,
-                 "dot score scale (default 1/sqrt(D))"),
+     .fn = parse_window,
+     .help = "keys i'-L .. i'+R of query i, i' = i + M - N"},
+    {.name = "--scale", .kind = CLI_REAL, .meta = "S",
+     .offset = P_FIELD(scale, double), .rlo = -DBL_MAX, .rhi = DBL_MAX,
+     .shown = "1/sqrt(D)", .help = "scale of the dot score"},
     {.name = "--score", .kind = CLI_CUSTOM, .meta = "NAME",
      .offset = P_AT(score), .noun = "score", .fn = parse_score,
-     .help = "dot (default), gaussian (-||q-k||^2 / (2 sigma^2)) or\n"
-     "additive (w_v . tanh(W_q q + W_k k), weights from the\n"
-     "input's /additive/w_q (A,D), /additive/w_k (A,Dk),\n"
-     "/additive/w_v (A); /k may then have its own dim Dk)"},
-    CLI_OPT_POSITIVE(ra_params, "--sigma", "S", sigma, DBL_MAX, NULL,
-                     "bandwidth of the gaussian score (default 1)"),
+     .shown = "dot", .help = "dot, gaussian or additive (see below)"},
+    {.name = "--sigma", .kind = CLI_REAL, .meta = "S",
+     .offset = P_FIELD(sigma, double), .open_lo = 1, .rhi = DBL_MAX,
+     .shown = RA_XSTR(CLI_SIGMA_DEFAULT),
+     .help = "bandwidth of the gaussian score"},
     {.name = "--rope", .kind = CLI_CUSTOM, .meta = "PAIRING",
      .offset = P_AT(rope), .noun = "rotary pairing", .fn = parse_rope,
-     .help = "rotary position embedding of q and k at global\n"
-     "positions (queries at i + M - N): interleaved pairs\n"
-     "dims (2i, 2i+1) (GPT-J), half pairs (i, i + D/2)\n"
-     "(GPT-NeoX, Hugging Face Llama); none (default)"},
-    CLI_OPT_POSITIVE(ra_params, "--rope-base", "B", rope_base, DBL_MAX, NULL,
-                     "RoPE base: theta_i = B^(-2i/D) (default 10000)"),
+     .shown = "none", .help = "RoPE of q and k: interleaved or half"},
+    {.name = "--rope-base", .kind = CLI_REAL, .meta = "B",
+     .offset = P_FIELD(rope_base, double), .open_lo = 1, .rhi = DBL_MAX,
+     .shown = RA_XSTR(RA_ROPE_BASE_DEFAULT),
+     .help = "RoPE base: theta_i = B^(-2i/D)"},
     CLI_OPT_FLAG(ra_params, "--alibi", alibi,
-                 "ALiBi: add -slope_h * |j - i'| to head h's scores,\n"
-                 "i' = i + M - N; slopes from the input's /alibi_slopes\n"
-                 "(H,) when present, else the standard geometric ones\n"
-                 "(2^(-8h/H), h = 1..H, for H a power of two)"),
-    TILE_OPT("--block-q", block_q,
-             "query tile rows (default 256; 128 with a window)"),
-    TILE_OPT("--block-kv", block_kv,
-             "key tile rows (default 256 for D <= 64, else 512;\n"
-             "with a window of span w <= 1920: w + 127, rounded up)"),
+                 "ALiBi: add -slope_h * |j - i'| to head h's scores"),
+    TILE_OPT("--block-q", block_q, "query tile rows"),
+    TILE_OPT("--block-kv", block_kv, "key tile rows"),
     {.name = "--layout", .kind = CLI_CUSTOM, .meta = "NAME",
      .offset = P_AT(layout), .noun = "layout", .fn = parse_layout,
-     .help = "how the sequence is cut over ranks: contiguous,\n"
-     "zigzag, striped or auto (default: contiguous with a\n"
-     "window, else striped with packed segments, else\n"
-     "zigzag when causal, else contiguous); files keep\n"
-     "the natural token order either way"},
-    CLI_OPT_INT32(ra_params, "--threads", "T", threads, 1, 1024, NULL,
-                  "OpenMP threads per rank (default OMP_NUM_THREADS,\n"
-                  "or 1 when it is unset)"),
+     .shown = "auto",
+     .help = "contiguous, zigzag, striped or auto"},
+    {.name = "--threads", .kind = CLI_INT32, .meta = "T",
+     .offset = P_FIELD(threads, int), .lo = 1, .hi = 1024,
+     .shown = "$OMP_NUM_THREADS or 1", .help = "threads per rank"},
     {.name = "--strategy", .kind = CLI_CUSTOM, .meta = "NAME",
      .offset = P_AT(strategy), .noun = "strategy", .fn = parse_strategy,
-     .help = "how ranks split the work: ring (default, K/V travel),\n"
-     "allgather (all K/V gathered, memory O(M) per rank),\n"
-     "tree (decoding: partials merged by a reduction),\n"
-     "ring-q (queries and their (o, lse) travel, K/V stay)\n"
-     "ulysses (all-to-all to head groups; P <= H) or\n"
-     "hybrid (ulysses inside groups, a ring between);\n"
-     "bench takes all: every applicable one side by side;\n"
-     "run and bench take auto: the plan's fastest"},
-    CLI_OPT_INT(ra_params, "--mem-limit", "BYTES", mem_limit, 1, INT64_MAX,
-                NULL,
-                "bytes a rank may allocate: its tensors (every\n"
-                "strategy; a shape beyond it is refused before any\n"
-                "allocation) and allgather's gathered K/V (default:\n"
-                "node memory / ranks on the node)"),
-    CLI_OPT_INT(ra_params, "--ulysses-size", "U", ulysses_size, 1, 1 << 20,
-                NULL,
-                "hybrid: ranks per head-parallel group, dividing P\n"
-                "(default: the ranks of one node)"),
+     .shown = "ring", .help = "how ranks split the work (see below)"},
+    {.name = "--mem-limit", .kind = CLI_INT, .meta = "BYTES",
+     .offset = P_FIELD(mem_limit, int64_t), .lo = 1, .hi = INT64_MAX,
+     .shown = "node memory/ranks", .help = "bytes a rank may allocate"},
+    {.name = "--ulysses-size", .kind = CLI_INT, .meta = "U",
+     .offset = P_FIELD(ulysses_size, int64_t), .lo = 1, .hi = 1 << 20,
+     .shown = "a node's ranks", .help = "hybrid: ranks per head group"},
     {0},
 };
 
+const char cli_forward_details[] =
+    "Scores: dot, gaussian, additive. Strategies: ring, ring-q, allgather, tree,\n"
+    "ulysses, hybrid, auto (the plan's). Layout auto: contiguous with a window,\n"
+    "else striped with segments, else zigzag when causal. Details: README.md.\n";
+
 const cli_opt cli_pass_opts[] = {
-    CLI_OPT_REAL(ra_params, "--stall-timeout", "SECONDS", stall_timeout, 0,
-                 1e9, NULL,
-                 "abort when no ring step completes for this long,\n"
-                 "naming the step and the rank waited for; 0: never\n"
-                 "(default: 5 predicted steps, within 10-600 s)"),
+    {.name = "--stall-timeout", .kind = CLI_REAL, .meta = "S",
+     .offset = P_FIELD(stall_timeout, double), .rhi = 1e9,
+     .shown = "run: from the prediction; bench: "
+              RA_XSTR(RA_STALL_TIMEOUT_DEFAULT) " s",
+     .help = "abort after S s with no ring step (0: never)"},
     {0},
 };

@@ -1,7 +1,5 @@
 /* plan_report.c: what `ringattn plan` prints and writes (rank 0). */
-#include <math.h>
 #include <stdio.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "agree.h"
@@ -97,56 +95,76 @@ static void print_sweep(const plan_opts *o, const plan_state *w)
 
 /* ---- JSON and CSV ------------------------------------------------------------ */
 
-static void json_row(FILE *f, const plan_opts *o, const ra_shape *s,
-                     const model_result *r, int64_t P, int64_t K,
-                     const char *scaling)
+/* Reals at 15 digits: each as the table rounds it, no digits of noise. */
+enum { PLAN_JSON_DIGITS = 15 };
+
+/* Where a row's prediction is for: the allocation and the shape. */
+typedef struct {
+    const ra_shape *s;
+    int64_t ranks, nodes;
+    const char *scaling; /* "none", "strong", "weak" */
+} plan_point;
+
+static json_t *plan_json_row_problem(const plan_opts *o, const plan_point *at,
+                                const model_result *r)
 {
-    fprintf(f, "{\"strategy\": \"%s\", \"layout\": \"%s\", \"applies\": %s, "
-            "\"why\": \"", ra_strategy_name(r->strategy),
-            ra_layout_name(r->layout), r->applies ? "true" : "false");
-    for (const char *c = r->why; *c; c++) /* messages hold no control chars */
-        fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-    fprintf(f, "\", \"ranks\": %lld, \"nodes\": %lld, \"threads\": %d, "
-            "\"scaling\": \"%s\", \"batch\": %lld, \"seq_q\": %lld, "
-            "\"seq_kv\": %lld, \"heads\": %lld, \"kv_heads\": %lld, "
-            "\"dim\": %lld, \"dim_v\": %lld, \"causal\": %s, "
-            "\"time_s\": %.6e, \"compute_s\": %.6e, \"comm_s\": %.6e, "
-            "\"imbalance_s\": %.6e, \"io_s\": %.6e, \"flops\": %.6e, "
-            "\"pairs_total\": %.0f, \"pairs_max\": %.0f, "
-            "\"bytes_sent\": %.0f, \"bytes_sent_avg\": %.0f, "
-            "\"intra_bytes\": %.0f, \"inter_bytes\": %.0f, "
-            "\"cross_node_bytes\": %.0f, \"cross_node_bytes_total\": %.0f, "
-            "\"model_bytes\": %.0f}",
-            (long long)P, (long long)K, ra_params_threads(&o->p), scaling,
-            (long long)s->B, (long long)s->N, (long long)s->M,
-            (long long)s->H, (long long)s->G, (long long)s->D,
-            (long long)s->Dv, o->p.causal ? "true" : "false", r->t_total,
-            r->t_compute, r->t_comm, r->t_imbalance, r->t_io, r->flops,
-            r->pairs_total, r->pairs_ring_max, r->bytes_max, r->bytes_avg,
-            r->intra_max, r->inter_max, r->cross_max, r->cross_total,
-            r->mem_max);
+    const ra_shape *s = at->s;
+    return json_pack(
+        "{s:s, s:s, s:b, s:o, s:I, s:I, s:i, s:s, s:I, s:I, s:I, s:I, s:I, "
+        "s:I, s:I, s:b}",
+        "strategy", ra_strategy_name(r->strategy),
+        "layout", ra_layout_name(r->layout), "applies", r->applies,
+        "why", cli_json_text(r->why), "ranks", (json_int_t)at->ranks,
+        "nodes", (json_int_t)at->nodes, "threads", ra_params_threads(&o->p),
+        "scaling", at->scaling, "batch", (json_int_t)s->B,
+        "seq_q", (json_int_t)s->N, "seq_kv", (json_int_t)s->M,
+        "heads", (json_int_t)s->H, "kv_heads", (json_int_t)s->G,
+        "dim", (json_int_t)s->D, "dim_v", (json_int_t)s->Dv,
+        "causal", o->p.causal);
 }
 
-static int json_write(FILE *f, const plan_opts *o, const plan_state *w)
+static json_t *plan_json_row_costs(const model_result *r)
 {
-    const plan_table *t = &w->table;
-    fprintf(f, "{\"measured_profile\": %s, \"profile\": \"%s\", "
-            "\"seconds\": %.6f,\n \"best\": ", w->pf.measured ? "true"
-            : "false", o->profile ? o->profile : "built-in", w->seconds);
-    if (t->best >= 0)
-        fprintf(f, "{\"strategy\": \"%s\", \"layout\": \"%s\", "
-                "\"time_s\": %.6e}", ra_strategy_name(t->row[t->best].strategy),
-                ra_layout_name(t->row[t->best].layout),
-                t->row[t->best].t_total);
-    else
-        fprintf(f, "null");
-    fprintf(f, ",\n \"rows\": [\n");
-    for (int i = 0; i < t->nrows; i++) {
-        fprintf(f, "  ");
-        json_row(f, o, &w->s, &t->row[i], o->ranks, o->nodes, "none");
-        fprintf(f, "%s\n", i + 1 < t->nrows ? "," : "");
+    return json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
+        "s:o, s:o}",
+        "time_s", cli_json_fixed(r->t_total, "%.6e"),
+        "compute_s", cli_json_fixed(r->t_compute, "%.6e"),
+        "comm_s", cli_json_fixed(r->t_comm, "%.6e"),
+        "imbalance_s", cli_json_fixed(r->t_imbalance, "%.6e"),
+        "io_s", cli_json_fixed(r->t_io, "%.6e"),
+        "flops", cli_json_fixed(r->flops, "%.6e"),
+        "pairs_total", cli_json_count(r->pairs_total),
+        "pairs_max", cli_json_count(r->pairs_ring_max),
+        "bytes_sent", cli_json_count(r->bytes_max),
+        "bytes_sent_avg", cli_json_count(r->bytes_avg),
+        "intra_bytes", cli_json_count(r->intra_max),
+        "inter_bytes", cli_json_count(r->inter_max),
+        "cross_node_bytes", cli_json_count(r->cross_max),
+        "cross_node_bytes_total", cli_json_count(r->cross_total),
+        "model_bytes", cli_json_count(r->mem_max));
+}
+
+/* The rows of table t at point at appended to the array rows (NULL: a
+ * row failed, rows released). */
+static json_t *plan_json_rows(json_t *rows, const plan_opts *o,
+                         const plan_point *at, const plan_table *t)
+{
+    for (int i = 0; i < t->nrows && rows; i++) {
+        json_t *row = cli_json_merge(plan_json_row_problem(o, at, &t->row[i]),
+                                     plan_json_row_costs(&t->row[i]));
+        if (json_array_append_new(rows, row) != 0) {
+            json_decref(rows);
+            rows = NULL;
+        }
     }
-    fprintf(f, " ],\n \"sweep\": [\n");
+    return rows;
+}
+
+/* The sweep's tables, strong and weak for each node count. */
+static json_t *plan_json_sweep(const plan_opts *o, const plan_state *w)
+{
+    json_t *rows = json_array();
     const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
     for (int i = 0; i < 2 * o->nsweep; i++) {
         const int64_t K = o->sweep[i / 2];
@@ -155,16 +173,28 @@ static int json_write(FILE *f, const plan_opts *o, const plan_state *w)
             s.N = s.N * K / o->sweep[0];
             s.M = s.M * K / o->sweep[0];
         }
-        for (int j = 0; j < w->sweep[i].nrows; j++) {
-            fprintf(f, "  ");
-            json_row(f, o, &s, &w->sweep[i].row[j], K * per, K,
-                     i % 2 ? "weak" : "strong");
-            fprintf(f, "%s\n", i + 1 < 2 * o->nsweep ||
-                                       j + 1 < w->sweep[i].nrows ? "," : "");
-        }
+        const plan_point at = {&s, K * per, K, i % 2 ? "weak" : "strong"};
+        rows = plan_json_rows(rows, o, &at, &w->sweep[i]);
     }
-    fprintf(f, " ]}\n");
-    return ferror(f) ? -1 : 0;
+    return rows;
+}
+
+static int plan_json_write(FILE *f, const plan_opts *o, const plan_state *w)
+{
+    const plan_table *t = &w->table;
+    const model_result *b = t->best >= 0 ? &t->row[t->best] : NULL;
+    const plan_point at = {&w->s, o->ranks, o->nodes, "none"};
+    json_t *best = b ? json_pack("{s:s, s:s, s:o}", "strategy",
+                                 ra_strategy_name(b->strategy), "layout",
+                                 ra_layout_name(b->layout), "time_s",
+                                 cli_json_fixed(b->t_total, "%.6e"))
+                     : json_null();
+    return cli_json_dump(f, json_pack(
+        "{s:b, s:o, s:o, s:o, s:o, s:o}", "measured_profile", w->pf.measured,
+        "profile", cli_json_text(o->profile ? o->profile : "built-in"),
+        "seconds", cli_json_fixed(w->seconds, "%.6f"), "best", best,
+        "rows", plan_json_rows(json_array(), o, &at, t),
+        "sweep", plan_json_sweep(o, w)), PLAN_JSON_DIGITS);
 }
 
 static int csv_write(FILE *f, const plan_opts *o, const plan_state *w)
@@ -235,7 +265,7 @@ ra_status plan_report(const cli_ctx *ctx, const plan_opts *o,
             print_sweep(o, w);
         fflush(stdout);
         if (o->tab.json)
-            st = write_file(o->tab.json, o, w, json_write);
+            st = write_file(o->tab.json, o, w, plan_json_write);
         if (st == RA_OK && o->tab.csv)
             st = write_file(o->tab.csv, o, w, csv_write);
     }

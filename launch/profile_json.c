@@ -1,12 +1,10 @@
 /* profile_json.c: machine profiles (comm/profile.h) as JSON files, the
  * built-in profile of this machine, and the kernel rate of a head shape.
  *
- * The reader is a strict recursive-descent parser of the JSON subset the
- * writer emits (objects, arrays, strings, numbers, true/false), in any key
- * order and white space. The keys it knows are declared once, in tables of
- * json_key; a missing, repeated or unknown key, a value of the wrong type
- * or outside its range is refused with a one-line reason naming the file
- * and the key. */
+ * jansson parses and writes the text. The keys the reader knows are
+ * declared once, in tables of pj_key; a missing, repeated or unknown
+ * key, a value of the wrong type or outside its range is refused with a
+ * one-line reason naming the file and the key. */
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -22,7 +20,6 @@
 
 enum {
     JSON_MAX_BYTES = 1 << 20, /* a profile is a few kB */
-    JSON_MAX_DEPTH = 8,
     JSON_PATH = 96,
     JSON_SCHEMA = 2, /* the "schema" key: the layout of this file */
 };
@@ -95,250 +92,105 @@ double profile_kernel_rate(const ra_profile *p, int64_t D, int64_t Dv,
 
 /* ---- writing ------------------------------------------------------------ */
 
-static void json_link(FILE *f, const char *key, const profile_link *l)
+/* Reals at 17 digits: a profile reads back exactly. */
+enum { PROFILE_JSON_DIGITS = 17 };
+
+static json_t *pj_kernel(const ra_profile *p)
 {
-    fprintf(f, "  \"%s\": {\"latency\": %.17g, \"bandwidth\": %.17g},\n",
-            key, l->latency, l->bandwidth);
+    json_t *rates = json_array();
+    for (int i = 0; i < p->nrates && rates; i++) {
+        const profile_rate *r = &p->rate[i];
+        if (json_array_append_new(rates, json_pack(
+                "{s:I, s:I, s:s, s:f}", "D", (json_int_t)r->D,
+                "Dv", (json_int_t)r->Dv, "score", ra_score_name(r->score),
+                "flops_per_core", r->flops_per_core)) != 0) {
+            json_decref(rates);
+            rates = NULL;
+        }
+    }
+    return rates;
 }
 
 int profile_write_json(FILE *f, const ra_profile *p)
 {
-    fprintf(f, "{\n  \"schema\": %d,\n  \"measured\": %s,\n", JSON_SCHEMA,
-            p->measured ? "true" : "false");
-    const char *texts[][2] = {{"date", p->date}, {"version", p->version},
-                              {"hosts", p->hosts}, {"io_dir", p->io_dir}};
-    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
-        fprintf(f, "  \"%s\": ", texts[i][0]);
-        cli_json_string(f, texts[i][1]);
-        fputs(",\n", f);
-    }
-    fprintf(f, "  \"nodes\": %d,\n  \"ranks\": %d,\n  \"ranks_per_node\": "
-            "%d,\n  \"threads\": %d,\n  \"kernel\": [", p->nodes, p->ranks,
-            p->ranks_per_node, p->threads);
-    for (int i = 0; i < p->nrates; i++)
-        fprintf(f, "%s\n    {\"D\": %lld, \"Dv\": %lld, \"score\": \"%s\", "
-                "\"flops_per_core\": %.17g}", i ? "," : "",
-                (long long)p->rate[i].D, (long long)p->rate[i].Dv,
-                ra_score_name(p->rate[i].score), p->rate[i].flops_per_core);
-    fprintf(f, "%s],\n", p->nrates ? "\n  " : "");
-    json_link(f, "intra", &p->intra);
-    json_link(f, "inter", &p->inter);
-    fprintf(f, "  \"alltoall_intra\": %.17g,\n  \"alltoall_inter\": %.17g,\n"
-            "  \"allgather_intra\": %.17g,\n  \"allgather_inter\": %.17g,\n"
-            "  \"reduce_scatter_intra\": %.17g,\n"
-            "  \"reduce_scatter_inter\": %.17g,\n"
-            "  \"io_read\": %.17g,\n  \"io_write\": %.17g,\n"
-            "  \"mem_per_node\": %lld\n}\n", p->alltoall_intra,
-            p->alltoall_inter, p->allgather_intra, p->allgather_inter,
-            p->reduce_scatter_intra, p->reduce_scatter_inter, p->io_read,
-            p->io_write, (long long)p->mem_per_node);
-    return ferror(f) ? -1 : 0;
+    json_t *head = json_pack(
+        "{s:i, s:b, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:o, "
+        "s:{s:f, s:f}, s:{s:f, s:f}}", "schema", JSON_SCHEMA,
+        "measured", p->measured, "date", cli_json_text(p->date),
+        "version", cli_json_text(p->version), "hosts", cli_json_text(p->hosts),
+        "io_dir", cli_json_text(p->io_dir), "nodes", p->nodes,
+        "ranks", p->ranks, "ranks_per_node", p->ranks_per_node,
+        "threads", p->threads, "kernel", pj_kernel(p),
+        "intra", "latency", p->intra.latency, "bandwidth", p->intra.bandwidth,
+        "inter", "latency", p->inter.latency, "bandwidth", p->inter.bandwidth);
+    json_t *rates = json_pack(
+        "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
+        "alltoall_intra", p->alltoall_intra,
+        "alltoall_inter", p->alltoall_inter,
+        "allgather_intra", p->allgather_intra,
+        "allgather_inter", p->allgather_inter,
+        "reduce_scatter_intra", p->reduce_scatter_intra,
+        "reduce_scatter_inter", p->reduce_scatter_inter,
+        "io_read", p->io_read, "io_write", p->io_write,
+        "mem_per_node", (json_int_t)p->mem_per_node);
+    return cli_json_dump(f, cli_json_merge(head, rates), PROFILE_JSON_DIGITS);
 }
 
 /* ---- reading ------------------------------------------------------------ */
 
+/* Where the reader is: the file, the key being read ("kernel[1].D"), and
+ * the one-line reason of a refusal. */
 typedef struct {
     const char *file;
-    const char *s, *at, *end; /* the text, the cursor, its end */
-    int depth;
-    char path[JSON_PATH];     /* the key being read, "kernel[1].D" */
+    char path[JSON_PATH];
     char *err;
     size_t nerr;
-} json_in;
+} pj_in;
 
-/* Sets the one-line reason (the first one wins) and returns -1. */
-static int json_fail(json_in *j, const char *fmt, ...)
+/* Sets the one-line reason and returns -1. */
+static int pj_fail(pj_in *j, const char *fmt, ...)
 {
-    if (j->err[0])
-        return -1;
     char what[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    int line = 1;
-    for (const char *c = j->s; c < j->at && c < j->end; c++)
-        line += *c == '\n';
     if (j->path[0])
-        snprintf(j->err, j->nerr, "%s: key '%s': %s (line %d)", j->file,
-                 j->path, what, line);
+        snprintf(j->err, j->nerr, "%s: key '%s': %s", j->file, j->path, what);
     else
-        snprintf(j->err, j->nerr, "%s: %s (line %d)", j->file, what, line);
+        snprintf(j->err, j->nerr, "%s: %s", j->file, what);
     return -1;
 }
 
-static void json_space(json_in *j)
+/* What a value is, for messages: "a string", "an object". */
+static const char *pj_what(const json_t *v)
 {
-    while (j->at < j->end && (*j->at == ' ' || *j->at == '\t' ||
-                              *j->at == '\n' || *j->at == '\r'))
-        j->at++;
-}
-
-/* What the next value is, for messages: "a string", "the end of the file". */
-static const char *json_what(const json_in *j)
-{
-    if (j->at >= j->end)
-        return "the end of the file (truncated?)";
-    switch (*j->at) {
-    case '"': return "a string";
-    case '{': return "an object";
-    case '[': return "an array";
-    case 't': case 'f': return "a boolean";
-    case 'n': return "null";
-    default:
-        return (*j->at == '-' || (*j->at >= '0' && *j->at <= '9'))
-                   ? "a number" : "something that is not JSON";
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    default: return "a number";
     }
 }
 
-static int json_expect(json_in *j, char c)
+static int pj_number(pj_in *j, const json_t *v, double *x)
 {
-    json_space(j);
-    if (j->at < j->end && *j->at == c) {
-        j->at++;
-        return 0;
-    }
-    return json_fail(j, "expected '%c', found %s", c, json_what(j));
-}
-
-/* Four hex digits of a \u escape. */
-static int json_hex4(json_in *j, unsigned *u)
-{
-    *u = 0;
-    for (int i = 0; i < 4; i++, j->at++) {
-        const char c = j->at < j->end ? *j->at : '\0';
-        const int d = c >= '0' && c <= '9' ? c - '0'
-                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                      : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0)
-            return json_fail(j, "a \\u escape needs four hex digits");
-        *u = *u * 16 + (unsigned)d;
-    }
-    return 0;
-}
-
-/* Appends code point u as UTF-8 (no surrogates: the writer emits none). */
-static int json_utf8(json_in *j, unsigned u, char *out, size_t cap,
-                     size_t *len)
-{
-    char b[3];
-    size_t n = 0;
-    if (u == 0 || (u >= 0xd800 && u < 0xe000))
-        return json_fail(j, "\\u%04x is not allowed in a string", u);
-    if (u < 0x80) {
-        b[n++] = (char)u;
-    } else if (u < 0x800) {
-        b[n++] = (char)(0xc0 | (u >> 6));
-        b[n++] = (char)(0x80 | (u & 0x3f));
-    } else {
-        b[n++] = (char)(0xe0 | (u >> 12));
-        b[n++] = (char)(0x80 | ((u >> 6) & 0x3f));
-        b[n++] = (char)(0x80 | (u & 0x3f));
-    }
-    if (*len + n >= cap)
-        return json_fail(j, "string longer than %zu bytes", cap - 1);
-    memcpy(out + *len, b, n);
-    *len += n;
+    if (!json_is_number(v))
+        return pj_fail(j, "expected a number, found %s", pj_what(v));
+    *x = json_number_value(v);
     return 0;
 }
 
 /* A string into out (cap bytes with its NUL). */
-static int json_string(json_in *j, char *out, size_t cap)
+static int pj_text(pj_in *j, const json_t *v, char *out, size_t cap)
 {
-    static const char plain[] = "\"\\/bfnrt", meant[] = "\"\\/\b\f\n\r\t";
-    if (json_expect(j, '"') != 0)
-        return -1;
-    size_t len = 0;
-    while (j->at < j->end && *j->at != '"') {
-        unsigned c = (unsigned char)*j->at++;
-        if (c < 0x20)
-            return json_fail(j, "a control character inside a string");
-        if (c != '\\') { /* a byte as it stands (UTF-8 passes through) */
-            if (len + 1 >= cap)
-                return json_fail(j, "string longer than %zu bytes", cap - 1);
-            out[len++] = (char)c;
-            continue;
-        }
-        const char *e = j->at < j->end ? strchr(plain, *j->at) : NULL;
-        if (j->at < j->end && *j->at == 'u') {
-            j->at++;
-            if (json_hex4(j, &c) != 0)
-                return -1;
-        } else if (e && *e) {
-            c = (unsigned char)meant[e - plain];
-            j->at++;
-        } else {
-            return json_fail(j, "a bad escape in a string");
-        }
-        if (json_utf8(j, c, out, cap, &len) != 0)
-            return -1;
-    }
-    if (j->at >= j->end)
-        return json_fail(j, "a string without its closing quote "
-                            "(truncated?)");
-    j->at++;
-    out[len] = '\0';
-    return 0;
-}
-
-/* A number as JSON writes it, into a double (finite). */
-static int json_number(json_in *j, double *out)
-{
-    json_space(j);
-    const char *p = j->at;
-    if (p < j->end && *p == '-')
-        p++;
-    const char *digits = p;
-    while (p < j->end && *p >= '0' && *p <= '9')
-        p++;
-    if (p == digits)
-        return json_fail(j, "expected a number, found %s", json_what(j));
-    if (*digits == '0' && p - digits > 1)
-        return json_fail(j, "a number with a leading zero");
-    if (p < j->end && *p == '.') {
-        const char *frac = ++p;
-        while (p < j->end && *p >= '0' && *p <= '9')
-            p++;
-        if (p == frac)
-            return json_fail(j, "a number with no digits after '.'");
-    }
-    if (p < j->end && (*p == 'e' || *p == 'E')) {
-        p++;
-        if (p < j->end && (*p == '+' || *p == '-'))
-            p++;
-        const char *exp = p;
-        while (p < j->end && *p >= '0' && *p <= '9')
-            p++;
-        if (p == exp)
-            return json_fail(j, "a number with an empty exponent");
-    }
-    char text[64];
-    if ((size_t)(p - j->at) >= sizeof text)
-        return json_fail(j, "a number of more than %zu characters",
-                         sizeof text - 1);
-    memcpy(text, j->at, (size_t)(p - j->at));
-    text[p - j->at] = '\0';
-    *out = strtod(text, NULL);
-    if (!isfinite(*out))
-        return json_fail(j, "%s is beyond the range of a double", text);
-    j->at = p;
-    return 0;
-}
-
-static int json_bool(json_in *j, int *out)
-{
-    json_space(j);
-    const size_t left = (size_t)(j->end - j->at);
-    if (left >= 4 && memcmp(j->at, "true", 4) == 0) {
-        j->at += 4;
-        *out = 1;
-    } else if (left >= 5 && memcmp(j->at, "false", 5) == 0) {
-        j->at += 5;
-        *out = 0;
-    } else {
-        return json_fail(j, "expected true or false, found %s",
-                         json_what(j));
-    }
+    if (!json_is_string(v))
+        return pj_fail(j, "expected a string, found %s", pj_what(v));
+    if (json_string_length(v) >= cap)
+        return pj_fail(j, "string longer than %zu bytes", cap - 1);
+    memcpy(out, json_string_value(v), json_string_length(v) + 1);
     return 0;
 }
 
@@ -353,26 +205,26 @@ typedef enum {
     JK_SCORE,  /* ra_score by name */
     JK_OBJECT, /* an object of the keys in sub */
     JK_RATES,  /* ra_profile's kernel rates: an array of objects */
-} json_kind;
+} pj_kind;
 
-typedef struct json_key json_key;
-struct json_key {
+typedef struct pj_key pj_key;
+struct pj_key {
     const char *name;
-    json_kind kind;
+    pj_kind kind;
     size_t offset, size; /* destination in the object's struct */
     double lo, hi;       /* JK_INT, JK_I64 */
-    const json_key *sub; /* JK_OBJECT, JK_RATES: the keys of each object */
+    const pj_key *sub; /* JK_OBJECT, JK_RATES: the keys of each object */
 };
 
 #define JK(type, field) offsetof(type, field), sizeof(((type *)0)->field)
 
-static const json_key link_keys[] = {
+static const pj_key link_keys[] = {
     {"latency", JK_RATE, JK(profile_link, latency)},
     {"bandwidth", JK_RATE, JK(profile_link, bandwidth)},
     {0},
 };
 
-static const json_key rate_keys[] = {
+static const pj_key rate_keys[] = {
     {"D", JK_I64, JK(profile_rate, D), 1, 65536},
     {"Dv", JK_I64, JK(profile_rate, Dv), 1, 65536},
     {"score", JK_SCORE, JK(profile_rate, score)},
@@ -380,7 +232,7 @@ static const json_key rate_keys[] = {
     {0},
 };
 
-static const json_key profile_keys[] = {
+static const pj_key profile_keys[] = {
     {"schema", JK_INT, 0, 0, JSON_SCHEMA, JSON_SCHEMA},
     {"measured", JK_BOOL, JK(ra_profile, measured)},
     {"date", JK_TEXT, JK(ra_profile, date)},
@@ -406,215 +258,174 @@ static const json_key profile_keys[] = {
     {0},
 };
 
-static int json_object(json_in *j, const json_key *keys, void *base);
+static int pj_members(pj_in *j, const pj_key *keys, const json_t *v,
+                        void *base);
 
-/* An integer of a JK_INT or JK_I64 key, within its range. */
-static int json_integer(json_in *j, const json_key *k, void *dst)
+/* An integer of a JK_INT or JK_I64 key, within its range (dst NULL: only
+ * checked). */
+static int pj_integer(pj_in *j, const pj_key *k, const json_t *v,
+                        void *dst)
 {
-    double x;
-    if (json_number(j, &x) != 0)
+    double x = 0.0;
+    if (pj_number(j, v, &x) != 0)
         return -1;
     if (x != floor(x))
-        return json_fail(j, "%.17g is not an integer", x);
+        return pj_fail(j, "%.17g is not an integer", x);
     if (x < k->lo || x > k->hi)
-        return json_fail(j, "%.17g is outside [%.17g, %.17g]", x, k->lo,
+        return pj_fail(j, "%.17g is outside [%.17g, %.17g]", x, k->lo,
                          k->hi);
-    if (!dst)
-        return 0;
-    if (k->kind == JK_INT)
+    if (dst && k->kind == JK_INT)
         *(int *)dst = (int)x;
-    else
+    else if (dst)
         *(int64_t *)dst = (int64_t)x;
     return 0;
 }
 
+/* A rate: >= 0 (0: not measured), normal, at most JSON_RATE_MAX. */
+static int pj_rate(pj_in *j, const json_t *v, double *dst)
+{
+    double x = 0.0;
+    if (pj_number(j, v, &x) != 0)
+        return -1;
+    if (x < 0 || x > JSON_RATE_MAX)
+        return pj_fail(j, "%g is not a rate in [0, %g] (0: not measured)",
+                         x, JSON_RATE_MAX);
+    if (x > 0 && x < DBL_MIN) /* would divide to infinity */
+        return pj_fail(j, "%g is denormal, not a measured rate", x);
+    *dst = x;
+    return 0;
+}
+
 /* The kernel rates: an array of at most PROFILE_MAX_RATES objects. */
-static int json_rates(json_in *j, const json_key *k, ra_profile *p)
+static int pj_rates(pj_in *j, const pj_key *k, const json_t *v,
+                      ra_profile *p)
 {
     const size_t len = strlen(j->path);
-    p->nrates = 0;
-    if (json_expect(j, '[') != 0)
-        return -1;
-    json_space(j);
-    if (j->at < j->end && *j->at == ']') {
-        j->at++;
-        return 0;
-    }
-    for (;;) {
-        if (p->nrates == PROFILE_MAX_RATES)
-            return json_fail(j, "more than %d entries", PROFILE_MAX_RATES);
+    if (!json_is_array(v))
+        return pj_fail(j, "expected an array, found %s", pj_what(v));
+    if (json_array_size(v) > PROFILE_MAX_RATES)
+        return pj_fail(j, "more than %d entries", PROFILE_MAX_RATES);
+    for (p->nrates = 0; p->nrates < (int)json_array_size(v); p->nrates++) {
         snprintf(j->path + len, sizeof j->path - len, "[%d]", p->nrates);
-        if (json_object(j, k->sub, &p->rate[p->nrates]) != 0)
+        if (pj_members(j, k->sub, json_array_get(v, (size_t)p->nrates),
+                         &p->rate[p->nrates]) != 0)
             return -1;
-        p->nrates++;
-        j->path[len] = '\0';
-        json_space(j);
-        if (j->at < j->end && *j->at == ',') {
-            j->at++;
-            continue;
-        }
-        return json_expect(j, ']');
     }
-}
-
-/* The value of one key into base + k->offset. */
-static int json_value(json_in *j, const json_key *k, char *base)
-{
-    void *dst = base + k->offset;
-    double x;
-    char name[32];
-    ra_score sc;
-    switch (k->kind) {
-    case JK_BOOL:
-        return json_bool(j, (int *)dst);
-    case JK_INT:
-    case JK_I64:
-        return json_integer(j, k, k->size ? dst : NULL);
-    case JK_RATE:
-        if (json_number(j, &x) != 0)
-            return -1;
-        if (x < 0 || x > JSON_RATE_MAX)
-            return json_fail(j, "%g is not a rate in [0, %g] (0: not "
-                             "measured)", x, JSON_RATE_MAX);
-        if (x > 0 && x < DBL_MIN) /* would divide to infinity */
-            return json_fail(j, "%g is denormal, not a measured rate", x);
-        *(double *)dst = x;
-        return 0;
-    case JK_TEXT:
-        return json_string(j, dst, k->size);
-    case JK_SCORE:
-        if (json_string(j, name, sizeof name) != 0)
-            return -1;
-        if (ra_score_parse(name, &sc) != RA_OK)
-            return json_fail(j, "unknown score '%s' (dot, gaussian or "
-                             "additive)", name);
-        *(ra_score *)dst = sc;
-        return 0;
-    case JK_OBJECT:
-        return json_object(j, k->sub, dst);
-    case JK_RATES:
-        return json_rates(j, k, (ra_profile *)base);
-    }
-    return json_fail(j, "internal: unknown key kind");
-}
-
-/* One "key": value of an object whose keys are keys (seen: one flag per
- * key, for repeats). */
-static int json_member(json_in *j, const json_key *keys, void *base,
-                       char *seen)
-{
-    char key[64];
-    const size_t len = strlen(j->path);
-    json_space(j);
-    if (j->at < j->end && *j->at != '"')
-        return json_fail(j, "expected a key in quotes, found %s",
-                         json_what(j));
-    if (json_string(j, key, sizeof key) != 0)
-        return -1;
-    snprintf(j->path + len, sizeof j->path - len, "%s%s", len ? "." : "",
-             key);
-    int i = 0;
-    while (keys[i].name && strcmp(keys[i].name, key) != 0)
-        i++;
-    if (!keys[i].name)
-        return json_fail(j, "unknown key");
-    if (seen[i]++)
-        return json_fail(j, "given twice");
-    if (json_expect(j, ':') != 0 || json_value(j, &keys[i], base) != 0)
-        return -1;
     j->path[len] = '\0';
     return 0;
 }
 
-static int json_object(json_in *j, const json_key *keys, void *base)
+static int pj_score(pj_in *j, const json_t *v, ra_score *dst)
 {
-    char seen[32] = {0};
-    if (++j->depth > JSON_MAX_DEPTH)
-        return json_fail(j, "nested deeper than %d", JSON_MAX_DEPTH);
-    if (json_expect(j, '{') != 0)
+    char name[32];
+    if (pj_text(j, v, name, sizeof name) != 0)
         return -1;
-    json_space(j);
-    int more = !(j->at < j->end && *j->at == '}');
-    while (more) {
-        if (json_member(j, keys, base, seen) != 0)
-            return -1;
-        json_space(j);
-        more = j->at < j->end && *j->at == ',';
-        j->at += more;
-    }
-    if (json_expect(j, '}') != 0)
-        return -1;
-    for (int i = 0; keys[i].name; i++)
-        if (!seen[i]) {
-            const size_t len = strlen(j->path);
-            snprintf(j->path + len, sizeof j->path - len, "%s%s",
-                     len ? "." : "", keys[i].name);
-            return json_fail(j, "missing");
-        }
-    j->depth--;
+    if (ra_score_parse(name, dst) != RA_OK)
+        return pj_fail(j, "unknown score '%s' (dot, gaussian or additive)",
+                         name);
     return 0;
 }
 
-/* The whole file into a buffer (NUL-terminated); a regular file only, so
- * that a FIFO or a device is refused rather than waited on. */
-static char *json_load(const char *path, size_t *len, char *err, size_t n)
+/* The value v of key k into base + k->offset. */
+static int pj_value(pj_in *j, const pj_key *k, const json_t *v,
+                      char *base)
+{
+    void *dst = base + k->offset;
+    switch (k->kind) {
+    case JK_BOOL:
+        if (!json_is_boolean(v))
+            return pj_fail(j, "expected true or false, found %s",
+                             pj_what(v));
+        *(int *)dst = json_is_true(v);
+        return 0;
+    case JK_INT:
+    case JK_I64: return pj_integer(j, k, v, k->size ? dst : NULL);
+    case JK_RATE: return pj_rate(j, v, dst);
+    case JK_TEXT: return pj_text(j, v, dst, k->size);
+    case JK_SCORE: return pj_score(j, v, dst);
+    case JK_OBJECT: return pj_members(j, k->sub, v, dst);
+    case JK_RATES: return pj_rates(j, k, v, (ra_profile *)base);
+    }
+    return pj_fail(j, "internal: unknown key kind");
+}
+
+/* An object whose keys are keys, each read in the file's order, then the
+ * first key it lacks refused. */
+static int pj_members(pj_in *j, const pj_key *keys, const json_t *v,
+                        void *base)
+{
+    char seen[32] = {0};
+    const size_t len = strlen(j->path);
+    const char *name;
+    const json_t *val;
+    if (!json_is_object(v))
+        return pj_fail(j, "expected an object, found %s", pj_what(v));
+    json_object_foreach((json_t *)v, name, val) {
+        snprintf(j->path + len, sizeof j->path - len, "%s%s",
+                 len ? "." : "", name);
+        int i = 0;
+        while (keys[i].name && strcmp(keys[i].name, name) != 0)
+            i++;
+        if (!keys[i].name)
+            return pj_fail(j, "unknown key");
+        seen[i] = 1;
+        if (pj_value(j, &keys[i], val, base) != 0)
+            return -1;
+    }
+    for (int i = 0; keys[i].name; i++)
+        if (!seen[i]) {
+            snprintf(j->path + len, sizeof j->path - len, "%s%s",
+                     len ? "." : "", keys[i].name);
+            return pj_fail(j, "missing");
+        }
+    j->path[len] = '\0';
+    return 0;
+}
+
+/* The file parsed by jansson (a repeated key refused, every number read
+ * as a double); a regular file only, so that a FIFO or a device is refused
+ * rather than waited on. */
+static json_t *pj_load(const char *path, char *err, size_t n)
 {
     struct stat sb;
-    char *buf = NULL;
+    json_error_t e;
+    json_t *root = NULL;
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         snprintf(err, n, "%s: cannot open the profile: %s", path,
                  strerror(errno));
         return NULL;
     }
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
         snprintf(err, n, "%s: the profile is not a regular file (%s)", path,
                  S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode)
                  ? "a FIFO" : "a device or socket");
-        goto done;
-    }
-    if (sb.st_size > JSON_MAX_BYTES) {
+    else if (sb.st_size > JSON_MAX_BYTES)
         snprintf(err, n, "%s: the profile is %lld bytes, more than a "
                  "profile's %d", path, (long long)sb.st_size, JSON_MAX_BYTES);
-        goto done;
-    }
-    buf = malloc((size_t)sb.st_size + 1);
-    const ssize_t got = buf ? read(fd, buf, (size_t)sb.st_size) : -1;
-    if (got != (ssize_t)sb.st_size) {
-        snprintf(err, n, "%s: reading the profile failed: %s", path,
-                 buf ? strerror(errno) : "out of memory");
-        free(buf);
-        buf = NULL;
-        goto done;
-    }
-    buf[got] = '\0';
-    *len = (size_t)got;
-done:
+    else if (!(root = json_loadfd(fd, JSON_REJECT_DUPLICATES |
+                                  JSON_DECODE_INT_AS_REAL, &e)))
+        snprintf(err, n, "%s: %s%s (line %d)", path, e.text,
+                 json_error_code(&e) == json_error_premature_end_of_input
+                     ? " (truncated?)" : "", e.line);
     close(fd);
-    return buf;
+    return root;
 }
 
 int profile_read_json(const char *path, ra_profile *p, char *err, size_t n)
 {
-    size_t len = 0;
     err[0] = '\0';
-    char *text = json_load(path, &len, err, n);
-    if (!text)
+    json_t *root = pj_load(path, err, n);
+    if (!root)
         return -1;
     ra_profile got;
     memset(&got, 0, sizeof got);
-    json_in j = {.file = path, .s = text, .at = text, .end = text + len,
-                 .err = err, .nerr = n};
-    int rc = json_object(&j, profile_keys, &got);
-    json_space(&j);
-    if (rc == 0 && j.at != j.end)
-        rc = json_fail(&j, "text after the profile's closing brace");
-    if (rc == 0 && strlen(text) != len)
-        rc = json_fail(&j, "a NUL byte in the file");
+    pj_in j = {.file = path, .err = err, .nerr = n};
+    int rc = pj_members(&j, profile_keys, root, &got);
     if (rc == 0 && got.ranks_per_node > got.ranks)
-        rc = json_fail(&j, "ranks_per_node %d is above ranks %d",
+        rc = pj_fail(&j, "ranks_per_node %d is above ranks %d",
                        got.ranks_per_node, got.ranks);
-    free(text);
+    json_decref(root);
     if (rc == 0)
         *p = got;
     return rc;

@@ -14,9 +14,7 @@
 
 const cli_opt cli_progress_opts[] = {
     CLI_OPT_FLAG(cli_progress, "--progress", asked,
-                 "print progress lines (steps done, elapsed, ETA) on\n"
-                 "stderr; by default only on a terminal for a run\n"
-                 "predicted to take more than about 10 s"),
+                 "progress lines on stderr (steps done, elapsed, ETA)"),
     CLI_OPT_POSITIVE(cli_progress, "--progress-every", "S", every, 86400, "5",
                      "seconds between progress lines"),
     CLI_OPT_FLAG(cli_progress, "--quiet", quiet, "no progress lines"),

@@ -45,7 +45,7 @@ def check_png(path, width, height):
 
 
 def nadaraya_watson(tmp):
-    run([sys.executable, os.path.join(HERE, "..", "docs", "examples", "nadaraya_watson.py"),
+    run([sys.executable, os.path.join(HERE, "..", "bench", "nadaraya_watson.py"),
          "--ringattn", RINGATTN, "--ranks", str(NP), "--out-dir", tmp])
     check_png(os.path.join(tmp, "nadaraya-watson.png"), 700, 400)
     check_png(os.path.join(tmp, "nadaraya-watson-weights.png"), 500, 450)

@@ -1,9 +1,10 @@
-/* test_driver_mpi.c: the runner of the pass drivers (launch/driver.h) at
- * P = 1..4. A pass whose steps record the order they ran in: every step
- * once and in order on success; a step that fails on the last rank only
- * stops every rank after that step, with the input error's exit code 2 or
- * the runtime error's 1 on every rank; --help and a bad option run no step;
- * the release hook runs exactly once whenever validate was reached. And
+/* test_driver_mpi.c: the phases of the pass drivers (launch/driver.h) at
+ * P = 1..4. A driver written as the commands' are, whose steps record the
+ * order they ran in: every step once and in order on success; a step that
+ * fails on the last rank only stops every rank after that step, with the
+ * input error's exit code 2 or the runtime error's 1 on every rank; --help
+ * and a bad option run no step; the release runs exactly once whenever
+ * validate was reached. And
  * cli_grads_alloc: five disjoint parts of the sizes of the shape, the
  * additive weights' gradients laid out w_q | w_k | w_v. Verdicts are
  * reduced over the ranks; rank 0 prints. */
@@ -106,15 +107,33 @@ static void t_release(t_state *r)
     releases++;
 }
 
-CLI_PASS_STEPS(t, t_opts, t_state)
-CLI_PASS_STEP(t_print, t_opts, t_state)
-CLI_PASS_RELEASE(t_release, t_state)
+/* A pass driver written as the command's are (cmd_run.c): plain steps
+ * between the shared phases of driver.h, one cleanup path. */
+static int t_driver(const cli_ctx *ctx, int argc, char **argv)
+{
+    t_opts o = {0};
+    t_state r = {0};
+    const int code = cli_parse_pass(ctx, &t_spec, &o, &o.p, argc, argv);
+    if (code >= 0)
+        return code;
+    cli_pass_begin(ctx, &o.p);
+    ra_status st = t_validate(ctx, &o, &r);
+    if (st == RA_OK)
+        st = t_setup(ctx, &o, &r);
+    if (st == RA_OK) {
+        cli_pass_echo(ctx, &r.d, &o.p);
+        st = t_print(ctx, &o, &r);
+    }
+    if (st == RA_OK)
+        st = t_compute(ctx, &o, &r);
+    cli_pass_writing(ctx, &r.d, &o.p);
+    if (st == RA_OK)
+        st = t_report(ctx, &o, &r);
+    t_release(&r);
+    return cli_pass_end(ctx, &r.d, st);
+}
 
-static const cli_pass t_pass = {CLI_PASS_FIELDS(t, t_opts, t_state),
-                                .print = t_print_step,
-                                .release = t_release_step};
-
-/* Runs the pass on args (NULL-terminated after the name): the exit code,
+/* Runs the driver on args (NULL-terminated after the name): the exit code,
  * the trace and the releases it left in seen and releases. */
 static int run_pass(const char *const *args)
 {
@@ -127,7 +146,7 @@ static int run_pass(const char *const *args)
                          .nranks = nranks, .command_line = ""};
     seen[0] = '\0';
     releases = 0;
-    return cli_pass_run(&ctx, &t_pass, argc, argv);
+    return t_driver(&ctx, argc, argv);
 }
 
 /* 1 on every rank when ok holds on every rank. */
