@@ -664,6 +664,12 @@ const cli_opt cli_forward_opts[] = {
                  "i' = i + M - N; slopes from the input's /alibi_slopes\n"
                  "(H,) when present, else the standard geometric ones\n"
                  "(2^(-8h/H), h = 1..H, for H a power of two)"),
+    CLI_OPT_FLAG(ra_params, "--align-per-sequence", align,
+                 "align each sequence bottom-right on its own lengths,\n"
+                 "as flash-attention's varlen does: i' = i + kv_len -\n"
+                 "q_len per batch, or per packed segment its key end\n"
+                 "minus its query end; moves --causal, --window,\n"
+                 "--alibi and --rope alike (strategy ring only)"),
     TILE_OPT("--block-q", block_q,
              "query tile rows (default 256; 128 with a window)"),
     TILE_OPT("--block-kv", block_kv,
