@@ -192,16 +192,26 @@ def case(name, inp, opt):
     gerr = check_backward(inp, "g.h5", opt)
     vb = ringattn(["verify", "--backward", "--in", inp, "--out", "g.h5",
                    "--all"])
+    # the same outputs read as tensor-aligned runs must fail verification
+    for out in ("a.h5", "g.h5"):
+        shutil.copy(out, "x" + out)
+        with h5py.File("x" + out, "r+") as x:
+            x.attrs["align"] = "tensor"
+    wrong = [ringattn(["verify"] + extra + ["--in", inp, "--out", "x" + out,
+                                            "--all"]).returncode
+             for out, extra in (("a.h5", []), ("g.h5", ["--backward"]))]
     with h5py.File("a.h5", "r") as x, h5py.File("t.h5", "r") as y:
         differ = float(np.max(np.abs(x["o"][...] - y["o"][...])))
         align = x.attrs["align"]
     ok = (err < TOL and same and v.returncode == 0 and gerr < TOL and
-          vb.returncode == 0 and differ > 1e-2 and align == "sequence")
+          vb.returncode == 0 and differ > 1e-2 and align == "sequence" and
+          wrong == [1, 1])
     print(f"{'PASS' if ok else 'FAIL'} {name}: forward {err:.1e}, empty rows "
           f"{'match' if same else 'DIFFER'}, verify exit {v.returncode}, "
           f"gradients {gerr:.1e} (limits {TOL:g}), verify --backward exit "
           f"{vb.returncode}; tensor alignment differs by {differ:.2g}; "
-          f"attribute align {align}")
+          f"attribute align {align}; verify exits {wrong} (want [1, 1]) when "
+          f"told the run was tensor-aligned")
     return ok
 
 
