@@ -165,8 +165,8 @@ RA_API void ra_alibi_slopes(int64_t H, double *slopes);
  *     i' = i + (kend_s - qend_s), where qend_s and kend_s are one past the
  *     last query and the last key of id s in that batch (segments decide
  *     when lens are given too; a query whose id no key has sees nothing
- *     anyway). Strategy ring only (forward and ra_backward); the others
- *     and the attention map refuse it (RA_ERR_ARG). */
+ *     anyway). Strategy ring only (forward, attention map and
+ *     ra_backward); the other strategies refuse it (RA_ERR_ARG). */
 typedef enum {
     RA_ALIGN_TENSOR = 0,
     RA_ALIGN_SEQUENCE = 1,

@@ -1,6 +1,6 @@
 """End to end: `run --align-per-sequence` (each sequence aligned
 bottom-right on its own lengths, as flash-attention's varlen functions do)
-through the command line, forward and `run --backward --fwd`, every row
+through the command line, forward (with its attention map) and `run --backward --fwd`, every row
 against an fp64 numpy computation written here from the README's
 definition; `verify` and `verify --backward` must pass the outputs, and
 the tensor-aligned run of the same input must differ. One line per case;
@@ -153,6 +153,20 @@ def check_forward(inp, out, opt):
     return worst, same
 
 
+def check_map(inp, out, opt):
+    """Worst absolute error of /attn_map (all rows, heads 0 and 1)
+    against the probabilities."""
+    worst = 0.0
+    with h5py.File(inp, "r") as f, h5py.File(out, "r") as g:
+        B, N = f["q"].shape[:2]
+        for b in range(B):
+            at = aligned(f, b, N, f["k"].shape[1])
+            for hi in range(2):
+                p = head(f, b, hi, at, opt)[3]
+                worst = max(worst, float(np.max(np.abs(g["attn_map"][b, hi] - p))))
+    return worst
+
+
 def check_backward(inp, out, opt):
     with h5py.File(inp, "r") as f, h5py.File(out, "r") as g:
         B, N, H, _ = f["q"].shape
@@ -183,9 +197,13 @@ def case(name, inp, opt):
     """Forward, verify, backward from the forward; the tensor-aligned
     forward must differ."""
     base = ["--in", inp, "--layout", opt["layout"]] + flags(opt)
-    must(["run", "--out", "a.h5", "--force", "--align-per-sequence"] + base)
+    with h5py.File(inp, "r") as f:
+        n = f["q"].shape[1]
+    must(["run", "--out", "a.h5", "--force", "--align-per-sequence",
+          "--attn-map", f"0:{n}", "--attn-map-heads", "0,1"] + base)
     must(["run", "--out", "t.h5", "--force"] + base)
     err, same = check_forward(inp, "a.h5", opt)
+    merr = check_map(inp, "a.h5", opt)
     v = ringattn(["verify", "--in", inp, "--out", "a.h5", "--all"])
     must(["run", "--backward", "--fwd", "a.h5", "--out", "g.h5", "--force",
           "--align-per-sequence"] + base)
@@ -203,15 +221,15 @@ def case(name, inp, opt):
     with h5py.File("a.h5", "r") as x, h5py.File("t.h5", "r") as y:
         differ = float(np.max(np.abs(x["o"][...] - y["o"][...])))
         align = x.attrs["align"]
-    ok = (err < TOL and same and v.returncode == 0 and gerr < TOL and
-          vb.returncode == 0 and differ > 1e-2 and align == "sequence" and
-          wrong == [1, 1])
+    ok = (err < TOL and same and merr < TOL and v.returncode == 0 and
+          gerr < TOL and vb.returncode == 0 and differ > 1e-2 and
+          align == "sequence" and wrong == [1, 1])
     print(f"{'PASS' if ok else 'FAIL'} {name}: forward {err:.1e}, empty rows "
-          f"{'match' if same else 'DIFFER'}, verify exit {v.returncode}, "
-          f"gradients {gerr:.1e} (limits {TOL:g}), verify --backward exit "
-          f"{vb.returncode}; tensor alignment differs by {differ:.2g}; "
-          f"attribute align {align}; verify exits {wrong} (want [1, 1]) when "
-          f"told the run was tensor-aligned")
+          f"{'match' if same else 'DIFFER'}, map {merr:.1e}, verify exit "
+          f"{v.returncode}, gradients {gerr:.1e} (limits {TOL:g}), verify "
+          f"--backward exit {vb.returncode}; tensor alignment differs by "
+          f"{differ:.2g}; attribute align {align}; verify exits {wrong} (want "
+          f"[1, 1]) when told the run was tensor-aligned")
     return ok
 
 
