@@ -557,6 +557,9 @@ static ra_status model_checks(const model_ctx *m, model_result *res)
     if (st != RA_STRATEGY_RING && m->p.score == RA_SCORE_ADDITIVE)
         return ra_error_set(RA_ERR_ARG, "the additive score runs on strategy "
                                         "ring only");
+    if (st != RA_STRATEGY_RING && m->p.align == RA_ALIGN_SEQUENCE)
+        return ra_error_set(RA_ERR_ARG, "per-sequence alignment runs on "
+                                        "strategy ring only");
     if (st == RA_STRATEGY_ULYSSES)
         ok = ulysses_fits(s, P);
     if (st == RA_STRATEGY_HYBRID) {

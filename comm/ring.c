@@ -12,6 +12,7 @@
 #include <cblas.h>
 
 #include "agree.h"
+#include "align.h"
 #include "internal.h"
 #include "range.h"
 #include "nodes.h"
@@ -104,6 +105,9 @@ ra_status ring_check_params(const ra_shape *s, const ra_params *p,
     if ((unsigned)p->strategy >= RA_STRATEGY_COUNT || p->mem_limit < 0)
         return ra_error_set(RA_ERR_ARG, "strategy: unknown strategy %d or "
                             "negative memory limit", (int)p->strategy);
+    if ((unsigned)p->align > RA_ALIGN_SEQUENCE)
+        return ra_error_set(RA_ERR_ARG, "align: unknown alignment %d",
+                            (int)p->align);
     return check_masks(s, mk);
 }
 
@@ -220,6 +224,8 @@ static void ring_carve(void *arg, ra_carver *c)
     }
     if (p->alibi)
         rs->slopes = ra_carve(c, s->H, sizeof(double));
+    if (p->align == RA_ALIGN_SEQUENCE)
+        rs->qalign = ra_carve(c, s->B * rs->n, sizeof(int64_t));
 }
 
 /* Allocates the ring's arrays (one block) and the kernel's tiles. */
@@ -309,7 +315,8 @@ static void ring_block_init(ring_state *rs, const ring_args *a)
                           .kpos = rs->kpos,
                           .q_lens = mk ? mk->q_lens : NULL,
                           .kv_lens = mk ? mk->kv_lens : NULL,
-                          .q_seg = rs->segs ? mk->q_segments : NULL};
+                          .q_seg = rs->segs ? mk->q_segments : NULL,
+                          .qalign = rs->qalign};
     const ra_slice qs = ra_layout_slice(rs->lay, s->N, rs->r, rs->P);
     for (int64_t i = 0; i < rs->n; i++)
         rs->qpos[i] = ra_slice_pos(&qs, i);
@@ -335,10 +342,28 @@ void ring_rotate(ring_state *rs, const ring_args *a)
     memcpy(rs->qr, a->q, sizeof(float) * (size_t)(s->B * rs->n * s->H * s->D));
     memcpy(rs->kr, a->k,
            sizeof(float) * (size_t)(s->B * rs->m_own * s->G * s->D));
-    ra_rope_apply(p->rope, p->rope_base, rs->qr, s->B, rs->n, s->H, s->D,
-                  rs->qpos, s->M - s->N);
+    ring_rope_queries(rs, p, rs->qr, 0);
     ra_rope_apply(p->rope, p->rope_base, rs->kr, s->B, rs->m_own, s->G, s->D,
                   rs->kpos, 0);
+}
+
+void ring_rope_queries(const ring_state *rs, const ra_params *p, float *x,
+                       int transpose)
+{
+    const ra_shape *s = rs->shape;
+    const double sign = transpose ? -1.0 : 1.0;
+    ra_rope_rows r = {p->rope, p->rope_base, s->B, rs->n, s->H, s->D,
+                      rs->qpos, s->M - s->N};
+    if (!rs->qalign) {
+        ra_rope_turn(&r, x, sign);
+        return;
+    }
+    r.B = 1; /* each batch at its own aligned positions */
+    r.offset = 0;
+    for (int64_t b = 0; b < s->B; b++) {
+        r.pos = rs->qalign + b * rs->n;
+        ra_rope_turn(&r, x + b * rs->n * s->H * s->D, sign);
+    }
 }
 
 /* The additive score's projections: rows of q (B n H, D) and k (B m G, Dk)
@@ -496,6 +521,9 @@ ra_status ring_open(MPI_Comm user_comm, const ring_args *a, ra_status st,
         st = ring_find_nodes(rs);
     if (st == RA_OK)
         st = ring_check_range(rs, a);
+    if (st == RA_OK && a->params->align == RA_ALIGN_SEQUENCE)
+        st = ra_align_queries(rs->comm, a->shape, rs->lay, a->params,
+                              a->masks, rs->qalign);
     if (st == RA_OK)
         ring_block_init(rs, a);
     rs->params = a->params;

@@ -48,6 +48,9 @@ typedef struct {
     float *qp, *kp;       /* additive: W_q q (B, n, H, A), W_k k (B, m, G, A) */
     float *qr, *kr;       /* RoPE: rotated q (B, n, H, D), k (B, m, G, D) */
     double *slopes;       /* ALiBi: the slopes in use (H) */
+    int64_t *qalign;      /* per-sequence alignment: the local queries'
+                             aligned positions (B, n) (comm/align.h), or
+                             NULL: i + (M - N) */
     ra_workspace *ws;
     ra_timing *tm;
     const ra_params *params; /* for its progress callback */
@@ -86,6 +89,12 @@ ra_status ring_close(ring_state *rs, ra_status st, double t_start,
  * before the passes. */
 void ring_project(ring_state *rs, const ring_args *a);
 void ring_rotate(ring_state *rs, const ring_args *a);
+
+/* RoPE's rotation of this rank's queries x (B, n, H, D) at their aligned
+ * positions (rs->qalign, or rs->qpos + M - N), or with transpose its
+ * transpose (how a gradient goes back). */
+void ring_rope_queries(const ring_state *rs, const ra_params *p, float *x,
+                       int transpose);
 
 /* What a pass does with the block held at one step: kb holds blk.m key
  * rows (B, m, row_k floats), vb their values (B, m, G, Dv). */

@@ -152,9 +152,10 @@ static void visit_backward(ring_state *rs, const float *kb, const float *vb,
         return;
     memset(bs->loc, 0,
            sizeof(float) * (size_t)(B * m * (rs->row_k + rs->row_v)));
-    ra_kernel_backward_block(&rs->blk, bs->q, kb, vb, bs->dout, bs->lse,
-                             bs->drow, bs->dq, bs->loc,
-                             bs->loc + B * m * rs->row_k, bs->ws,
+    const ra_bwd_operands ops = {bs->q, kb, vb, bs->dout, bs->lse, bs->drow,
+                                 bs->dq, bs->loc,
+                                 bs->loc + B * m * rs->row_k};
+    ra_kernel_backward_block(&rs->blk, &ops, bs->ws,
                              rs->may_poll ? bwd_poll : NULL, bs);
     const double t0 = MPI_Wtime();
     bs->st = acc_wait(rs, bs, (rs->r - 1 + P) % P, "accumulator");
@@ -380,10 +381,10 @@ static ra_status bwd_chain(ring_state *rs, bwd_state *bs, const ring_args *a,
     const ra_slice ks = ra_layout_slice(rs->lay, s->M, rs->r, rs->P);
     for (int64_t j = 0; j < rs->m_own; j++)
         rs->kpos[j] = ra_slice_pos(&ks, j);
-    ra_rope_apply_transpose(p->rope, p->rope_base, bs->dq, s->B, rs->n, s->H,
-                            s->D, rs->qpos, s->M - s->N);
-    ra_rope_apply_transpose(p->rope, p->rope_base, dk, s->B, rs->m_own, s->G,
-                            s->D, rs->kpos, 0);
+    ring_rope_queries(rs, p, bs->dq, 1);
+    const ra_rope_rows keys = {p->rope, p->rope_base, s->B, rs->m_own, s->G,
+                               s->D, rs->kpos, 0};
+    ra_rope_turn(&keys, dk, -1.0);
     return RA_OK;
 }
 

@@ -29,6 +29,11 @@ static ra_status strat_check(const ra_shape *s, const ra_params *p,
         return ra_error_set(RA_ERR_ARG, "strategy %s: the additive score "
                             "runs on strategy ring only",
                             ra_strategy_name(p->strategy));
+    if (p->align == RA_ALIGN_SEQUENCE)
+        return ra_error_set(RA_ERR_ARG, "strategy %s does not support "
+                            "--align-per-sequence (per-sequence alignment "
+                            "runs on strategy ring only)",
+                            ra_strategy_name(p->strategy));
     return RA_OK;
 }
 

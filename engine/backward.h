@@ -36,10 +36,17 @@ void ra_bwd_workspace_free(ra_bwd_workspace *ws);
  * thread order (deterministic), to dw_v, and zeroes the partial sums. */
 void ra_bwd_workspace_take_dw_v(ra_bwd_workspace *ws, double *dw_v);
 
-/* Adds the gradients of one K/V block (blk->m keys) for all local queries:
+/* The operands of one backward kernel call, whole arrays:
  *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv), dout (B, n, H, Dv),
  *   lse and drow (B, H, n) (lse natural, from the whole forward pass),
- *   dq (B, n, H, D) +=, dk (B, m, G, D) +=, dv (B, m, G, Dv) +=.
+ *   dq (B, n, H, D) +=, dk (B, m, G, D) +=, dv (B, m, G, Dv) +=. */
+typedef struct {
+    const float *q, *k, *v, *dout, *lse, *drow;
+    float *dq, *dk, *dv;
+} ra_bwd_operands;
+
+/* Adds the gradients of one K/V block (blk->m keys) for all local queries
+ * (x: ra_bwd_operands).
  * Every score (blk->alpha as for the forward: the natural score's
  * coefficient times log2 e); for the additive one q, k, dq and dk are the
  * projections W_q q, W_k k (D is A) and their gradients, and dw_v goes to
@@ -48,12 +55,9 @@ void ra_bwd_workspace_take_dw_v(ra_bwd_workspace *ws, double *dw_v);
  * head): each thread owns the dq rows of a group's heads and the dk, dv rows
  * of its kv head, so threads never write the same element. Tiles outside
  * the mask's band, lens or segments are skipped. */
-void ra_kernel_backward_block(const ra_block *blk, const float *q,
-                              const float *k, const float *v,
-                              const float *dout, const float *lse,
-                              const float *drow, float *dq, float *dk,
-                              float *dv, ra_bwd_workspace *ws,
-                              ra_progress_fn progress, void *progress_ctx);
+void ra_kernel_backward_block(const ra_block *blk, const ra_bwd_operands *x,
+                              ra_bwd_workspace *ws, ra_progress_fn progress,
+                              void *progress_ctx);
 
 /* The fp64 reference gradients of one (batch, head), from the definition:
  * one query row at a time, the row's scores materialised (scores has m

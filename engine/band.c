@@ -65,6 +65,42 @@ void ra_key_ids_sort(ra_key_id *keys, int64_t m)
     qsort(keys, (size_t)m, sizeof *keys, key_id_order);
 }
 
+/* One past the last position of id among the len sorted keys, or -1. */
+static int64_t id_end(const ra_key_id *keys, int64_t len, int64_t id)
+{
+    int64_t lo = 0, hi = len;
+    while (lo < hi) { /* the first key of a larger id */
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (keys[mid].id <= id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && keys[lo - 1].id == id ? keys[lo - 1].pos + 1 : -1;
+}
+
+void ra_align_batch(const int64_t *q_ids, const int64_t *k_ids, int64_t N,
+                    int64_t M, int64_t q_len, int64_t kv_len, ra_key_id *keys,
+                    int64_t *at)
+{
+    if (!q_ids) {
+        for (int64_t i = 0; i < N; i++)
+            at[i] = i + (kv_len - q_len);
+        return;
+    }
+    ra_key_id *qk = keys, *kk = keys + N;
+    for (int64_t i = 0; i < N; i++)
+        qk[i] = (ra_key_id){q_ids[i], i};
+    for (int64_t j = 0; j < M; j++)
+        kk[j] = (ra_key_id){k_ids[j], j};
+    ra_key_ids_sort(qk, N);
+    ra_key_ids_sort(kk, M);
+    for (int64_t i = 0; i < N; i++) {
+        const int64_t kend = id_end(kk, M, q_ids[i]);
+        at[i] = i + (kend < 0 ? M - N : kend - id_end(qk, N, q_ids[i]));
+    }
+}
+
 /* The first of keys[0..m) not ordered before (id, pos). */
 static int64_t key_lower_bound(const ra_key_id *keys, int64_t m, int64_t id,
                                int64_t pos)
@@ -85,8 +121,9 @@ void ra_rows_see_keys(const ra_visibility *v, const int64_t *pos,
 {
     for (int64_t i = 0; i < n; i++) {
         int64_t first, last;
+        const int64_t at = v->aligned ? v->aligned[i] : pos[i];
         int any = pos[i] < v->q_len &&
-                  ra_band_keys(v->band, pos[i], v->kv_len, &first, &last) > 0;
+                  ra_band_keys(v->band, at, v->kv_len, &first, &last) > 0;
         if (any && v->keys) { /* a key of its id in [first, last]? */
             const int64_t j = key_lower_bound(v->keys, v->m, q_seg[i], first);
             any = j < v->m && v->keys[j].id == q_seg[i] &&

@@ -49,14 +49,28 @@ typedef struct {
 
 void ra_key_ids_sort(ra_key_id *keys, int64_t m);
 
+/* Per-sequence alignment (ringattn.h, ra_align) of one whole batch of N
+ * queries and M keys: at[i] = i + (kend - qend) for query i's id, from the
+ * batch's query ids q_ids (N) and key ids k_ids (M) (a query whose id no
+ * key has: i + M - N, it sees nothing anyway); without ids (q_ids NULL)
+ * at[i] = i + (kv_len - q_len). keys: scratch of N + M entries (unused
+ * without ids). For the checks that hold a whole batch; the ring resolves
+ * its slices collectively (comm/align.h). */
+void ra_align_batch(const int64_t *q_ids, const int64_t *k_ids, int64_t N,
+                    int64_t M, int64_t q_len, int64_t kv_len, ra_key_id *keys,
+                    int64_t *at);
+
 /* What decides whether a query of one batch sees any key: its band, the
  * batch's lengths, and with segments the batch's m keys sorted by
- * ra_key_ids_sort (keys NULL: no segments). */
+ * ra_key_ids_sort (keys NULL: no segments). With aligned (the queries'
+ * aligned positions, ra_align) the band is made with diag 0 and measured
+ * from them; NULL: from the positions. */
 typedef struct {
     ra_band band;
     int64_t q_len, kv_len;
     const ra_key_id *keys;
     int64_t m;
+    const int64_t *aligned;
 } ra_visibility;
 
 /* seen[i] = 1 when the query at position pos[i] (segment id q_seg[i] when

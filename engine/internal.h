@@ -22,6 +22,9 @@ void ra_error_clear(void);
 /* Names of an enum's values: names[value], or "unknown" outside [0, n). */
 const char *ra_name_of(const char *const *names, int n, int value);
 
+/* The alignment's name as output files record it: "tensor", "sequence". */
+const char *ra_align_name(ra_align align);
+
 /* Finds name among names[0..n) into *value; else RA_ERR_ARG "unknown KIND
  * 'name' (expected a, b or c)". The one parser of every named choice. */
 ra_status ra_name_parse(const char *kind, const char *const *names, int n,

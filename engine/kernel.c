@@ -270,7 +270,7 @@ static void score_tile(const ra_block *blk, const float *qt, const float *kt,
 static int64_t alibi_ref(const ra_block *blk, const tile_rules *rl,
                          int64_t qp, int rel)
 {
-    const int64_t at = qp + blk->mask.diag;
+    const int64_t at = qp + rl->diag;
     if (!rel)
         return at;
     int64_t lo = blk->mask.kpos[0], hi = blk->mask.kpos[blk->m - 1];
@@ -290,20 +290,24 @@ static int64_t alibi_dist(int64_t kp, int64_t at)
     return kp > at ? kp - at : at - kp;
 }
 
-/* ALiBi on a bq x bk tile of base-2 scores of head h: -slope_h * log2(e) *
+/* A tile: query rows [i0, i0 + bq) against keys [j0, j0 + bk). */
+typedef struct {
+    int64_t i0, bq, j0, bk;
+} tile_box;
+
+/* ALiBi on a tile x of base-2 scores of head h: -slope_h * log2(e) *
  * |kpos - ref| added (alibi_ref); distances are exact in float up to 2^24
  * tokens, and rounded beyond only where the weight underflows anyway. */
 static void alibi_tile(const ra_block *blk, const tile_rules *rl, int rel,
-                       int64_t h, int64_t i0, int64_t bq, int64_t j0,
-                       int64_t bk, float *s)
+                       int64_t h, tile_box x, float *s)
 {
     const float c = (float)(-blk->alibi[h] * M_LOG2E);
-    const int64_t *qp = blk->mask.qpos + i0, *kp = blk->mask.kpos + j0;
+    const int64_t *qp = blk->mask.qpos + x.i0, *kp = blk->mask.kpos + x.j0;
     const int64_t lds = blk->block_kv;
-    for (int64_t r = 0; r < bq; r++) {
+    for (int64_t r = 0; r < x.bq; r++) {
         const int64_t ref = alibi_ref(blk, rl, qp[r], rel);
         float *row = s + r * lds;
-        for (int64_t col = 0; col < bk; col++)
+        for (int64_t col = 0; col < x.bk; col++)
             row[col] += c * (float)alibi_dist(kp[col], ref);
     }
 }
@@ -363,21 +367,32 @@ static void softmax_tile(const ra_block *blk, int64_t bq, int64_t bk,
     }
 }
 
-/* The end of a work item: each row's partial, normalised, merged into
- * (o, lse); the Gaussian's query term -|q|^2 / (2 sigma^2), constant per
- * row, only shifts the LSE. */
-static void rows_merge(const ra_block *blk, const tile_rules *rl, int64_t b,
-                       int64_t h, int64_t i0, int64_t bq, const float *qt,
-                       float *o, float *lse, tile_scratch t)
+/* The operands of one forward call (ra_kernel_forward_block) and the
+ * caller's progress hook as one thread runs it: NULL on every thread but
+ * thread 0. */
+typedef struct {
+    const float *q, *k, *v;
+    float *o, *lse;
+    ra_progress_fn progress;
+    void *progress_ctx;
+} fwd_ops;
+
+/* The end of a work item (rows [i0, i0 + bq) of head h in batch b): each
+ * row's partial, normalised, merged into (o, lse); the Gaussian's query
+ * term -|q|^2 / (2 sigma^2), constant per row, only shifts the LSE. */
+static void rows_merge(const ra_block *blk, const tile_rules *rl,
+                       const fwd_ops *x, int64_t b, int64_t h, int64_t i0,
+                       int64_t bq, tile_scratch t)
 {
     const int64_t n = blk->n, H = blk->H, D = blk->D, Dv = blk->Dv;
+    const float *qt = x->q + ((b * n + i0) * H + h) * D;
     for (int64_t r = 0; r < bq; r++) {
         double shift = 0.0;
         if (blk->alibi) { /* the scores were measured from alibi_ref */
             const int64_t qp = blk->mask.qpos[i0 + r];
             shift = -blk->alibi[h] *
                     (double)alibi_dist(alibi_ref(blk, rl, qp, 1),
-                                       qp + blk->mask.diag);
+                                       qp + rl->diag);
         }
         if (blk->score == RA_SCORE_GAUSSIAN) {
             const float *qr = qt + r * H * D;
@@ -387,18 +402,16 @@ static void rows_merge(const ra_block *blk, const tile_rules *rl, int64_t b,
             shift -= qq * blk->half_inv_sigma2;
         }
         merge_row(Dv, t.acc + r * Dv, t.mx[r], t.sum[r], shift,
-                  o + ((b * n + i0 + r) * H + h) * Dv,
-                  lse + (b * H + h) * n + i0 + r);
+                  x->o + ((b * n + i0 + r) * H + h) * Dv,
+                  x->lse + (b * H + h) * n + i0 + r);
     }
 }
 
 /* Query rows [i0, i0 + bq) of head h in batch b against every key tile of
  * the block that any of them may see. */
 static void rows_forward(const ra_block *blk, const tile_rules *rlp,
-                         int64_t b, int64_t h, int64_t i0, int64_t bq,
-                         const float *q, const float *k, const float *v,
-                         float *o, float *lse, tile_scratch t, int poll,
-                         ra_progress_fn progress, void *progress_ctx)
+                         const fwd_ops *x, int64_t b, int64_t h, int64_t i0,
+                         int64_t bq, tile_scratch t)
 {
     const int64_t n = blk->n, m = blk->m, H = blk->H, G = blk->G;
     const int64_t D = blk->D, Dv = blk->Dv, bkv = blk->block_kv;
@@ -411,9 +424,9 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
     int64_t qs_min = 0, qs_max = 0, j_first, j_end;
     if (rl.q_seg)
         ra_minmax(rl.q_seg + i0, bq, &qs_min, &qs_max);
-    const float *qt = q + ((b * n + i0) * H + h) * D;  /* bq x D, ld H*D */
-    const float *kb = k + (b * m * G + g) * D;         /* m x D, ld G*D */
-    const float *vb = v + (b * m * G + g) * Dv;        /* m x Dv, ld G*Dv */
+    const float *qt = x->q + ((b * n + i0) * H + h) * D; /* bq x D, ld H*D */
+    const float *kb = x->k + (b * m * G + g) * D;        /* m x D, ld G*D */
+    const float *vb = x->v + (b * m * G + g) * Dv;       /* m x Dv, ld G*Dv */
 
     for (int64_t r = 0; r < bq; r++) {
         t.mx[r] = -INFINITY;
@@ -437,7 +450,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         /* pass 1: base-2 scores */
         score_tile(blk, qt, kb + j0 * G * D, bq, bk, t);
         if (blk->alibi)
-            alibi_tile(blk, &rl, 1, h, i0, bq, j0, bk, t.s);
+            alibi_tile(blk, &rl, 1, h, (tile_box){i0, bq, j0, bk}, t.s);
         /* pass 2: the mask, only on tiles that straddle an edge */
         if (need_mask)
             mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv);
@@ -447,32 +460,23 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bq,
                     (int)Dv, (int)bk, 1.0f, t.s, (int)bkv, vb + j0 * G * Dv,
                     (int)(G * Dv), 1.0f, t.acc, (int)Dv);
-        if (poll && progress)
-            progress(progress_ctx);
+        if (x->progress)
+            x->progress(x->progress_ctx);
     }
-    rows_merge(blk, &rl, b, h, i0, bq, qt, o, lse, t);
+    rows_merge(blk, &rl, x, b, h, i0, bq, t);
 }
 
 /* One work item: query rows [i0, i0 + bq) of head h in batch b. With
  * packed sequences the rows are cut where the segment id changes, so that
- * each piece meets only the keys of its own segment. */
-static void tile_forward(const ra_block *blk, int64_t b, int64_t h,
-                         int64_t i0, int64_t bq, const float *q,
-                         const float *k, const float *v, float *o, float *lse,
-                         tile_scratch t, int poll, ra_progress_fn progress,
-                         void *progress_ctx)
+ * each piece meets only the keys of its own segment, and with per-row
+ * alignment where the diag changes (ra_tile_run_end). */
+static void tile_forward(const ra_block *blk, const fwd_ops *x, int64_t b,
+                         int64_t h, int64_t i0, int64_t bq, tile_scratch t)
 {
-    const tile_rules rl = ra_tile_rules_of(blk, b);
-    if (!rl.q_seg) {
-        rows_forward(blk, &rl, b, h, i0, bq, q, k, v, o, lse, t, poll,
-                     progress, progress_ctx);
-        return;
-    }
     for (int64_t a = i0, z; a < i0 + bq; a = z) {
-        for (z = a + 1; z < i0 + bq && rl.q_seg[z] == rl.q_seg[a]; z++)
-            ;
-        rows_forward(blk, &rl, b, h, a, z - a, q, k, v, o, lse, t, poll,
-                     progress, progress_ctx);
+        z = ra_tile_run_end(blk, b, a, i0 + bq, 1);
+        const tile_rules rl = ra_tile_rules_of(blk, b, a);
+        rows_forward(blk, &rl, x, b, h, a, z - a, t);
     }
 }
 
@@ -513,6 +517,8 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
     {
         const int tid = omp_get_thread_num();
         const tile_scratch t = scratch_of(ws, tid);
+        const fwd_ops x = {q, k, v, o, lse, tid == 0 ? progress : NULL,
+                           progress_ctx};
         double busy = 0.0;
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t it = 0; it < items; it++) {
@@ -521,8 +527,7 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
             const int64_t qt = tiles - 1 - it % tiles, bh = it / tiles;
             const int64_t i0 = qt * bq;
             const int64_t rows = blk->n - i0 < bq ? blk->n - i0 : bq;
-            tile_forward(blk, bh / blk->H, bh % blk->H, i0, rows, q, k, v, o,
-                         lse, t, tid == 0, progress, progress_ctx);
+            tile_forward(blk, &x, bh / blk->H, bh % blk->H, i0, rows, t);
             busy += omp_get_wtime() - t0;
 #pragma omp atomic update
             done++;
@@ -533,23 +538,49 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
     }
 }
 
-/* One work item of the map: rows [i0, i0 + bq) of head h in batch b. */
-static void probs_rows(const ra_block *blk, int64_t b, int64_t h, int64_t hi,
-                       int64_t nh, int64_t r0, int64_t nr, int64_t i0,
-                       int64_t bq, const float *q, const float *k,
-                       const float *lse, float *out, int64_t M,
-                       tile_scratch t, int poll, ra_progress_fn progress,
-                       void *progress_ctx)
+/* The map's pass 2 on tile x of head h in batch b: ALiBi's absolute bias
+ * when on, then the mask, run by run of rows that share their rules. */
+static void map_bias_mask(const ra_block *blk, int64_t b, int64_t h,
+                          tile_box x, float *s)
+{
+    const int64_t lds = blk->block_kv, end = x.i0 + x.bq;
+    for (int64_t a = x.i0, z; a < end; a = z) {
+        z = ra_tile_run_end(blk, b, a, end, 0);
+        const tile_rules rl = ra_tile_rules_of(blk, b, a);
+        float *sa = s + (a - x.i0) * lds;
+        if (blk->alibi)
+            alibi_tile(blk, &rl, 0, h, (tile_box){a, z - a, x.j0, x.bk}, sa);
+        mask_tile(&blk->mask, &rl, a, z - a, x.j0, x.bk, sa, lds);
+    }
+}
+
+/* One map call (ra_kernel_probs): local rows [r0, r0 + nr), query heads
+ * heads[0..nh), the operands and the map out (B, nh, nr, M); the caller's
+ * progress hook as one thread runs it (NULL but on thread 0). */
+typedef struct {
+    int64_t r0, nr;
+    const int64_t *heads;
+    int64_t nh;
+    const float *q, *k, *lse;
+    float *out;
+    int64_t M;
+    ra_progress_fn progress;
+    void *progress_ctx;
+} map_ops;
+
+/* One work item of the map: rows [i0, i0 + bq) of head heads[hi] in
+ * batch b. */
+static void probs_rows(const ra_block *blk, const map_ops *x, int64_t b,
+                       int64_t hi, int64_t i0, int64_t bq, tile_scratch t)
 {
     const int64_t n = blk->n, m = blk->m, H = blk->H, G = blk->G;
-    const int64_t D = blk->D, bkv = blk->block_kv;
+    const int64_t D = blk->D, bkv = blk->block_kv, h = x->heads[hi];
     const int64_t g = h / (H / G);
-    const tile_rules rl = ra_tile_rules_of(blk, b);
-    const float *qt = q + ((b * n + i0) * H + h) * D;
-    const float *kb = k + (b * m * G + g) * D;
+    const float *qt = x->q + ((b * n + i0) * H + h) * D;
+    const float *kb = x->k + (b * m * G + g) * D;
     /* per row, the base-2 offset that turns a tile score into log2(p) */
     for (int64_t r = 0; r < bq; r++) {
-        double l = lse[(b * H + h) * n + i0 + r];
+        double l = x->lse[(b * H + h) * n + i0 + r];
         if (blk->score == RA_SCORE_GAUSSIAN) {
             double qq = 0.0;
             for (int64_t d = 0; d < D; d++)
@@ -561,19 +592,18 @@ static void probs_rows(const ra_block *blk, int64_t b, int64_t h, int64_t hi,
     for (int64_t j0 = 0; j0 < m; j0 += bkv) {
         const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
         score_tile(blk, qt, kb + j0 * G * D, bq, bk, t);
-        if (blk->alibi)
-            alibi_tile(blk, &rl, 0, h, i0, bq, j0, bk, t.s);
-        mask_tile(&blk->mask, &rl, i0, bq, j0, bk, t.s, bkv);
+        map_bias_mask(blk, b, h, (tile_box){i0, bq, j0, bk}, t.s);
         for (int64_t r = 0; r < bq; r++) {
-            float *dst = out + ((b * nh + hi) * nr + (i0 - r0 + r)) * M;
+            const int64_t row_at = (b * x->nh + hi) * x->nr + i0 - x->r0 + r;
+            float *dst = x->out + row_at * x->M;
             const float *row = t.s + r * bkv;
             for (int64_t c = 0; c < bk; c++)
                 dst[blk->mask.kpos[j0 + c]] =
                     t.mx[r] == -INFINITY ? 0.0f
                                          : exp2f(row[c] - t.mx[r]);
         }
-        if (poll && progress)
-            progress(progress_ctx);
+        if (x->progress)
+            x->progress(x->progress_ctx);
     }
 }
 
@@ -593,15 +623,15 @@ void ra_kernel_probs(const ra_block *blk, int64_t r0, int64_t nr,
 #pragma omp parallel num_threads(ws->threads)
     {
         const int tid = omp_get_thread_num();
+        const map_ops x = {r0, nr, heads, nh, q, k, lse, out, M,
+                           tid == 0 ? progress : NULL, progress_ctx};
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t it = 0; it < items; it++) {
             const int64_t qt = it % tiles, bh = it / tiles;
             const int64_t b = bh / nh, hi = bh % nh;
             const int64_t i0 = r0 + qt * bq;
             const int64_t rows = r0 + nr - i0 < bq ? r0 + nr - i0 : bq;
-            probs_rows(blk, b, heads[hi], hi, nh, r0, nr, i0, rows, q, k, lse,
-                       out, M, scratch_of(ws, tid), tid == 0, progress,
-                       progress_ctx);
+            probs_rows(blk, &x, b, hi, i0, rows, scratch_of(ws, tid));
 #pragma omp atomic update
             done++;
         }

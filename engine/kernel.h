@@ -15,15 +15,20 @@
 
 /* Which (query, key) pairs are visible. Positions are global token indices,
  * strictly increasing along each local array, so a tile's first and last
- * entries bound it. Query i sees key j when every rule that is on holds:
- *   causal:   kpos[j] <= qpos[i] + diag          (diag = M - N)
- *   window:   qpos[i] + diag - left <= kpos[j] <= qpos[i] + diag + right
+ * entries bound it. With a = qalign[b][i] when qalign is set, else
+ * qpos[i] + diag (query i's aligned position, ra_align), query i sees key
+ * j when every rule that is on holds:
+ *   causal:   kpos[j] <= a
+ *   window:   a - left <= kpos[j] <= a + right
  *   q_lens:   qpos[i] < q_lens[b]                (else the row sees nothing)
  *   kv_lens:  kpos[j] < kv_lens[b]
  *   segments: q_seg[b][i] == k_seg[b][j]
- * In the kernel, q_lens and kv_lens are (B) and q_seg, k_seg are (B, n) and
- * (B, m); in ra_reference_scored they are batch-local: one length each, and
- * the ids of the rows and keys passed. NULL turns a rule off. */
+ * In the kernel, q_lens and kv_lens are (B) and q_seg, k_seg, qalign are
+ * (B, n) and (B, m); in ra_reference_scored they are batch-local: one
+ * length each, and the ids and aligned positions of the rows and keys
+ * passed. NULL turns a rule off. qalign - qpos, the row's own diag, is
+ * constant over each run of equal segment ids (over each batch without
+ * segments). */
 typedef struct {
     int causal;
     int64_t diag;
@@ -33,6 +38,7 @@ typedef struct {
     const int64_t *kpos; /* m */
     const int64_t *q_lens, *kv_lens;
     const int64_t *q_seg, *k_seg;
+    const int64_t *qalign; /* (B, n) aligned query positions, or NULL */
 } ra_mask;
 
 /* One call folds one K/V block into the running (o, lse) of all local
@@ -53,19 +59,30 @@ typedef struct {
      * (B, m, G, A), D is A, and w_v (A) weighs the tanh terms. */
     const float *w_v;
     /* ALiBi: slopes (H, natural log) or NULL; query head h's score gets
-     * -slope_h * |kpos - qpos - diag| added */
+     * -slope_h * |kpos - a| added, a the aligned position (ra_mask) */
     const double *alibi;
 } ra_block;
 
-/* The rules of ra_mask for one batch, resolved once per work item: a query
- * at position p sees keys in [p + lo, p + hi], below kv_len, and none at
- * all when p >= q_len; with segments, only keys of its own id. */
+/* The rules of ra_mask for a run of query rows of one batch that share
+ * their diag (the whole batch without qalign), resolved once per work
+ * item: a query at position p sits at p + diag and sees keys in
+ * [p + lo, p + hi] (diag included), below kv_len, and none at all when
+ * p >= q_len; with segments, only keys of its own id. */
 typedef struct {
     int64_t lo, hi, q_len, kv_len;
     const int64_t *q_seg, *k_seg; /* this batch's ids, or NULL */
+    int64_t diag;
 } ra_tile_rules;
 
-ra_tile_rules ra_tile_rules_of(const ra_block *blk, int64_t b);
+/* The rules of local query row i of batch b (and of every row of its run,
+ * ra_tile_run_end). */
+ra_tile_rules ra_tile_rules_of(const ra_block *blk, int64_t b, int64_t i);
+
+/* The end of the run of rows [i, end) of batch b that share row i's diag:
+ * end itself without qalign; by_id also ends it where the segment id
+ * changes. */
+int64_t ra_tile_run_end(const ra_block *blk, int64_t b, int64_t i,
+                        int64_t end, int by_id);
 
 /* The smallest and largest of x[0..len) (INT64_MAX, INT64_MIN when empty). */
 void ra_minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx);
@@ -125,21 +142,32 @@ typedef struct {
     double scale, sigma;
     const ra_additive *additive;
     int64_t Dk;
-    int alibi;          /* 1: add -alibi_slope * |kpos - qpos - diag| */
+    int alibi;          /* 1: add -alibi_slope * |kpos - a| (ra_mask) */
     double alibi_slope; /* of the head being computed */
 } ra_ref_score;
 
+/* The operands of the fp64 reference: nq query rows against m keys,
+ * q (nq, D) with row stride ldq, k (m, Dk or D) stride ldk, v (m, Dv)
+ * stride ldv; results o (nq, Dv) stride ldo and lse (nq). */
+typedef struct {
+    int64_t nq, m, D, Dv;
+    const double *q;
+    int64_t ldq;
+    const double *k;
+    int64_t ldk;
+    const double *v;
+    int64_t ldv;
+    double *o;
+    int64_t ldo;
+    double *lse;
+} ra_ref_rows;
+
 /* The fp64 reference: plain softmax(score) v with the same visibility
  * (mask batch-local, see ra_mask; NULL positions mean 0, 1, 2...),
- * materialising one query row of scores at a time (scores has m entries).
- * q (nq, D) with row stride ldq, k (m, Dk or D) stride ldk, v (m, Dv)
- * stride ldv, o (nq, Dv) stride ldo, lse (nq). Used by tests and
- * `ringattn verify`. */
-void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
-                         int64_t D, int64_t Dv, const ra_mask *mask,
-                         const double *q, int64_t ldq, const double *k,
-                         int64_t ldk, const double *v, int64_t ldv, double *o,
-                         int64_t ldo, double *lse, double *scores);
+ * materialising one query row of scores at a time (scores has x->m
+ * entries). Used by tests, `ringattn bench` and `ringattn verify`. */
+void ra_reference_scored(const ra_ref_score *sc, const ra_mask *mask,
+                         const ra_ref_rows *x, double *scores);
 
 /* The attention weights of the local query rows [r0, r0 + nr) for query
  * heads heads[0..nh) against one block, from their final lse (B, H, n):
@@ -167,8 +195,8 @@ void ra_posenc_add(float *x, int64_t B, int64_t n, int64_t E,
  * rules, pair by pair. */
 int ra_ref_visible(const ra_mask *mask, int64_t i, int64_t j);
 
-/* -|kpos - (qpos + diag)| of the pair (i, j) under mask as ra_ref_visible
- * reads it: what ALiBi's slope multiplies. */
+/* -|kpos - a| of the pair (i, j), a the aligned position, under mask as
+ * ra_ref_visible reads it: what ALiBi's slope multiplies. */
 double ra_ref_alibi_distance(const ra_mask *mask, int64_t i, int64_t j);
 
 /* ALiBi slope of head h of H when the caller gave none (ra_alibi_slopes),
@@ -181,11 +209,20 @@ double ra_params_alibi_slope(const ra_params *params, int64_t H, int64_t h);
 void ra_rope_row_ref(ra_rope rope, double base, double *x, int64_t D,
                      int64_t pos);
 
-/* The transpose of ra_rope_apply (the rotation by minus the angle, at the
- * same positions): how a gradient taken after RoPE goes back through it. */
-void ra_rope_apply_transpose(ra_rope rope, double base, float *x, int64_t B,
-                             int64_t n, int64_t heads, int64_t D,
-                             const int64_t *pos, int64_t offset);
+/* What ra_rope_apply rotates: x (B, n, heads, D), token t at position
+ * pos[t] + offset, by the pairing rope and base. */
+typedef struct {
+    ra_rope rope;
+    double base;
+    int64_t B, n, heads, D;
+    const int64_t *pos;
+    int64_t offset;
+} ra_rope_rows;
+
+/* ra_rope_apply with the angles times sign: +1 the rotation, -1 its
+ * transpose (the rotation by minus the angle, at the same positions): how
+ * a gradient taken after RoPE goes back through it. */
+void ra_rope_turn(const ra_rope_rows *rows, float *x, double sign);
 
 /* The vectorised helpers (exp, max, tanh) are declared in simd.h. */
 

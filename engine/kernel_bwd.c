@@ -159,13 +159,15 @@ typedef struct {
 } bwd_tile;
 
 /* ALiBi's bias -slope_h log2(e) |kpos - qpos - diag| added to a tile of
- * base-2 scores, measured as the final LSE was (absolute positions). */
-static void alibi_bias(const ra_block *blk, const bwd_tile *x, float *s)
+ * base-2 scores (diag the rows' own, rl), measured as the final LSE was
+ * (absolute positions). */
+static void alibi_bias(const ra_block *blk, const ra_tile_rules *rl,
+                       const bwd_tile *x, float *s)
 {
     const double c = -blk->alibi[x->h] * M_LOG2E;
     const int64_t *qp = blk->mask.qpos + x->i0, *kp = blk->mask.kpos + x->j0;
     for (int64_t r = 0; r < x->bq; r++) {
-        const int64_t at = qp[r] + blk->mask.diag;
+        const int64_t at = qp[r] + rl->diag;
         for (int64_t col = 0; col < x->bk; col++)
             s[r * blk->block_kv + col] +=
                 (float)(c * (double)llabs(kp[col] - at));
@@ -191,7 +193,7 @@ static void probs_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
                     (int)x->bk, (int)D, blk->alpha, x->q, (int)(H * D), x->k,
                     (int)(G * D), 0.0f, t.p, (int)lds);
     if (blk->alibi)
-        alibi_bias(blk, x, t.p);
+        alibi_bias(blk, rl, x, t.p);
     if (cls == 1)
         mask_tile(blk, rl, x->i0, x->bq, x->j0, x->bk, t.p);
     for (int64_t r = 0; r < x->bq; r++) {
@@ -315,39 +317,49 @@ static void key_terms(const ra_block *blk, const float *kt, int64_t bk,
     }
 }
 
-/* Operands of the tile (b, h, i0, bq) x (g, j0, bk). */
-static bwd_tile tile_at(const ra_block *blk, const bwd_tile *base, int64_t b,
-                        int64_t h, int64_t g, int64_t i0, int64_t bq,
-                        int64_t j0, int64_t bk)
+/* Where a tile lies: query rows [i0, i0 + bq) of head h, keys
+ * [j0, j0 + bk) of kv head g, in batch b. */
+typedef struct {
+    int64_t b, h, g, i0, bq, j0, bk;
+} tile_span;
+
+/* Operands of the tile sp within the call's whole arrays x. */
+static bwd_tile tile_at(const ra_block *blk, const ra_bwd_operands *x,
+                        const tile_span *sp)
 {
     const int64_t n = blk->n, m = blk->m, H = blk->H, G = blk->G;
     const int64_t D = blk->D, Dv = blk->Dv;
-    const int64_t qi = (b * n + i0) * H + h, kj = (b * m + j0) * G + g;
-    const int64_t li = (b * H + h) * n + i0;
-    return (bwd_tile){base->q + qi * D, base->k + kj * D, base->v + kj * Dv,
-                      base->dout + qi * Dv, base->lse + li, base->drow + li,
-                      base->dq + qi * D, base->dk + kj * D, base->dv + kj * Dv,
-                      i0, bq, j0, bk, h};
+    const int64_t qi = (sp->b * n + sp->i0) * H + sp->h;
+    const int64_t kj = (sp->b * m + sp->j0) * G + sp->g;
+    const int64_t li = (sp->b * H + sp->h) * n + sp->i0;
+    return (bwd_tile){x->q + qi * D, x->k + kj * D, x->v + kj * Dv,
+                      x->dout + qi * Dv, x->lse + li, x->drow + li,
+                      x->dq + qi * D, x->dk + kj * D, x->dv + kj * Dv,
+                      sp->i0, sp->bq, sp->j0, sp->bk, sp->h};
 }
 
-/* One work item: every tile of kv head g in batch b. */
-static void item_backward(const ra_block *blk, const bwd_tile *base,
+/* One work item: every tile of kv head g in batch b; a query tile is cut
+ * into runs of rows that share their diag (ra_tile_run_end: the whole
+ * tile unless each sequence is aligned on its own). */
+static void item_backward(const ra_block *blk, const ra_bwd_operands *ops,
                           int64_t b, int64_t g, bwd_scratch t, int poll,
                           ra_progress_fn progress, void *progress_ctx)
 {
     const int64_t n = blk->n, m = blk->m, bqm = blk->block_q;
     const int64_t bkv = blk->block_kv, per = blk->H / blk->G;
-    const ra_tile_rules rl = ra_tile_rules_of(blk, b);
     for (int64_t j0 = 0; j0 < m; j0 += bkv) {
         const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
         int keys_ready = 0;
         for (int64_t h = g * per; h < (g + 1) * per; h++)
-            for (int64_t i0 = 0; i0 < n; i0 += bqm) {
-                const int64_t bq = n - i0 < bqm ? n - i0 : bqm;
-                const int cls = tile_class(blk, &rl, i0, bq, j0, bk);
+            for (int64_t i0 = 0, z; i0 < n; i0 = z) {
+                z = ra_tile_run_end(blk, b, i0, n - i0 < bqm ? n : i0 + bqm,
+                                    0);
+                const ra_tile_rules rl = ra_tile_rules_of(blk, b, i0);
+                const int cls = tile_class(blk, &rl, i0, z - i0, j0, bk);
                 if (cls == 0)
                     continue;
-                const bwd_tile x = tile_at(blk, base, b, h, g, i0, bq, j0, bk);
+                const tile_span sp = {b, h, g, i0, z - i0, j0, bk};
+                const bwd_tile x = tile_at(blk, ops, &sp);
                 if (!keys_ready && blk->score == RA_SCORE_GAUSSIAN)
                     key_terms(blk, x.k, bk, t);
                 keys_ready = 1;
@@ -358,23 +370,18 @@ static void item_backward(const ra_block *blk, const bwd_tile *base,
     }
 }
 
-void ra_kernel_backward_block(const ra_block *blk, const float *q,
-                              const float *k, const float *v,
-                              const float *dout, const float *lse,
-                              const float *drow, float *dq, float *dk,
-                              float *dv, ra_bwd_workspace *ws,
-                              ra_progress_fn progress, void *progress_ctx)
+void ra_kernel_backward_block(const ra_block *blk, const ra_bwd_operands *x,
+                              ra_bwd_workspace *ws, ra_progress_fn progress,
+                              void *progress_ctx)
 {
     if (blk->n == 0 || blk->m == 0)
         return;
-    const bwd_tile base = {q, k, v, dout, lse, drow, dq, dk, dv, 0, 0, 0, 0,
-                           0};
     const int64_t items = blk->B * blk->G;
 
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->threads)
     for (int64_t it = 0; it < items; it++) {
         const int tid = omp_get_thread_num();
-        item_backward(blk, &base, it / blk->G, it % blk->G, scratch_of(ws, tid),
+        item_backward(blk, x, it / blk->G, it % blk->G, scratch_of(ws, tid),
                       tid == 0, progress, progress_ctx);
     }
 }

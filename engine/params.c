@@ -31,6 +31,7 @@ void ra_params_default(ra_params *params)
     params->alibi_slopes = NULL;
     params->strategy = RA_STRATEGY_RING;
     params->mem_limit = 0;
+    params->align = RA_ALIGN_TENSOR;
 }
 
 double ra_params_scale(const ra_params *params, const ra_shape *shape)
@@ -156,13 +157,24 @@ int ra_shape_dk_allowed(const ra_shape *s, ra_score score)
 double ra_forward_flops(const ra_shape *s, const ra_params *p,
                         const ra_masks *masks)
 {
-    const ra_band band = ra_band_of(p, s);
+    ra_band band = ra_band_of(p, s);
     double pairs = 0.0;
-    for (int64_t b = 0; b < s->B; b++)
-        pairs += ra_band_pairs(band, NULL, s->N,
-                               masks && masks->q_lens ? masks->q_lens[b] : s->N,
-                               masks && masks->kv_lens ? masks->kv_lens[b] : s->M);
+    for (int64_t b = 0; b < s->B; b++) {
+        const int64_t ql = masks && masks->q_lens ? masks->q_lens[b] : s->N;
+        const int64_t kl = masks && masks->kv_lens ? masks->kv_lens[b] : s->M;
+        if (p->align == RA_ALIGN_SEQUENCE) /* each batch on its lengths */
+            band = ra_band_make(p->causal, p->window, p->window_left,
+                                p->window_right, kl - ql);
+        pairs += ra_band_pairs(band, NULL, s->N, ql, kl);
+    }
     return ra_pair_flops(s, p) * pairs;
+}
+
+static const char *const align_names[] = {"tensor", "sequence"};
+
+const char *ra_align_name(ra_align align)
+{
+    return ra_name_of(align_names, 2, (int)align);
 }
 
 static const char *const strategy_names[RA_STRATEGY_COUNT] = {

@@ -5,47 +5,51 @@
 #include <string.h>
 
 #include "internal.h"
+#include "kernel.h"
 
 static const char *const rope_names[] = {"none", "interleaved", "half"};
 /* ra_rope_name, ra_rope_parse */
 RA_NAMED_ENUM(rope, ra_rope, "rotary pairing", rope_names)
 
-/* Rotates the pair (x[a], x[b]) of every (batch, head) row of one token by
- * the angle whose cosine and sine are c and s. */
-static void rotate_pair(float *tok, int64_t B, int64_t stride_b,
-                        int64_t heads, int64_t D, int64_t a, int64_t b,
-                        double c, double s)
+/* One token's rows of every (batch, head) (row stride D, batch stride
+ * stride_b) and the cosine and sine of one pair's angle. */
+typedef struct {
+    float *tok;
+    int64_t B, stride_b, heads, D;
+    double c, s;
+} rope_token;
+
+/* Rotates the pair (x[a], x[b]) of every row of the token. */
+static void rotate_pair(const rope_token *t, int64_t a, int64_t b)
 {
-    for (int64_t bi = 0; bi < B; bi++)
-        for (int64_t h = 0; h < heads; h++) {
-            float *row = tok + bi * stride_b + h * D;
+    for (int64_t bi = 0; bi < t->B; bi++)
+        for (int64_t h = 0; h < t->heads; h++) {
+            float *row = t->tok + bi * t->stride_b + h * t->D;
             const double xa = row[a], xb = row[b];
-            row[a] = (float)(xa * c - xb * s);
-            row[b] = (float)(xb * c + xa * s);
+            row[a] = (float)(xa * t->c - xb * t->s);
+            row[b] = (float)(xb * t->c + xa * t->s);
         }
 }
 
-/* ra_rope_apply with the angles multiplied by sign (+1, or -1: the
- * transpose). */
-static void rope_rotate(ra_rope rope, double base, float *x, int64_t B,
-                        int64_t n, int64_t heads, int64_t D,
-                        const int64_t *pos, int64_t offset, double sign)
+void ra_rope_turn(const ra_rope_rows *r, float *x, double sign)
 {
-    if (rope == RA_ROPE_NONE)
+    if (r->rope == RA_ROPE_NONE)
         return;
-    const int64_t half = D / 2, stride_b = n * heads * D;
-    for (int64_t t = 0; t < n; t++) {
-        float *tok = x + t * heads * D; /* batch 0's row of token t */
-        const double p = (double)(pos[t] + offset);
-        for (int64_t i = 0; i < half; i++) {
-            /* theta_i = base^(-2i/D), as inv_freq in PyTorch models */
-            const double ang = sign * p * pow(base, -2.0 * (double)i / (double)D);
-            const double c = cos(ang), s = sin(ang);
-            if (rope == RA_ROPE_INTERLEAVED)
-                rotate_pair(tok, B, stride_b, heads, D, 2 * i, 2 * i + 1, c,
-                            s);
+    const int64_t D = r->D, half = D / 2;
+    rope_token t = {NULL, r->B, r->n * r->heads * D, r->heads, D, 0.0, 0.0};
+    for (int64_t i = 0; i < r->n; i++) {
+        t.tok = x + i * r->heads * D; /* batch 0's row of token i */
+        const double p = (double)(r->pos[i] + r->offset);
+        for (int64_t k = 0; k < half; k++) {
+            /* theta_k = base^(-2k/D), as inv_freq in PyTorch models */
+            const double ang =
+                sign * p * pow(r->base, -2.0 * (double)k / (double)D);
+            t.c = cos(ang);
+            t.s = sin(ang);
+            if (r->rope == RA_ROPE_INTERLEAVED)
+                rotate_pair(&t, 2 * k, 2 * k + 1);
             else
-                rotate_pair(tok, B, stride_b, heads, D, i, i + half, c, s);
+                rotate_pair(&t, k, k + half);
         }
     }
 }
@@ -54,14 +58,8 @@ void ra_rope_apply(ra_rope rope, double base, float *x, int64_t B, int64_t n,
                    int64_t heads, int64_t D, const int64_t *pos,
                    int64_t offset)
 {
-    rope_rotate(rope, base, x, B, n, heads, D, pos, offset, 1.0);
-}
-
-void ra_rope_apply_transpose(ra_rope rope, double base, float *x, int64_t B,
-                             int64_t n, int64_t heads, int64_t D,
-                             const int64_t *pos, int64_t offset)
-{
-    rope_rotate(rope, base, x, B, n, heads, D, pos, offset, -1.0);
+    const ra_rope_rows r = {rope, base, B, n, heads, D, pos, offset};
+    ra_rope_turn(&r, x, 1.0);
 }
 
 /* Head h (0-based) of H: of the largest power of two p <= H, slope

@@ -7,16 +7,22 @@
 
 static int64_t pos_at(const int64_t *pos, int64_t i) { return pos ? pos[i] : i; }
 
+/* Query i's aligned position: qalign[i], or its position plus diag. */
+static int64_t aligned_at(const ra_mask *mk, int64_t i)
+{
+    return mk->qalign ? mk->qalign[i] : pos_at(mk->qpos, i) + mk->diag;
+}
+
 /* The visibility rules of ra_mask, one pair at a time, batch-local. */
 int ra_ref_visible(const ra_mask *mk, int64_t i, int64_t j)
 {
     if (!mk)
         return 1;
     const int64_t qp = pos_at(mk->qpos, i), kp = pos_at(mk->kpos, j);
-    if (mk->causal && kp > qp + mk->diag)
+    const int64_t at = aligned_at(mk, i);
+    if (mk->causal && kp > at)
         return 0;
-    if (mk->window &&
-        (kp < qp + mk->diag - mk->left || kp > qp + mk->diag + mk->right))
+    if (mk->window && (kp < at - mk->left || kp > at + mk->right))
         return 0;
     if (mk->q_lens && qp >= mk->q_lens[0])
         return 0;
@@ -27,13 +33,12 @@ int ra_ref_visible(const ra_mask *mk, int64_t i, int64_t j)
     return 1;
 }
 
-/* -|kpos - (qpos + diag)|: minus the distance that ALiBi penalises, on
- * both sides of the diagonal. */
+/* -|kpos - a| (a the aligned position): minus the distance that ALiBi
+ * penalises, on both sides of the diagonal. */
 double ra_ref_alibi_distance(const ra_mask *mk, int64_t i, int64_t j)
 {
     const double d = !mk ? (double)(j - i)
-                         : (double)(pos_at(mk->kpos, j) - pos_at(mk->qpos, i) -
-                                    mk->diag);
+                         : (double)(pos_at(mk->kpos, j) - aligned_at(mk, i));
     return -fabs(d);
 }
 
@@ -68,14 +73,15 @@ static double score_of(const ra_ref_score *sc, int64_t D, const double *q,
     }
 }
 
-void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
-                         int64_t D, int64_t Dv, const ra_mask *mask,
-                         const double *q, int64_t ldq, const double *k,
-                         int64_t ldk, const double *v, int64_t ldv, double *o,
-                         int64_t ldo, double *lse, double *scores)
+void ra_reference_scored(const ra_ref_score *sc, const ra_mask *mask,
+                         const ra_ref_rows *x, double *scores)
 {
-    for (int64_t i = 0; i < nq; i++) {
-        const double *qi = q + i * ldq;
+    const int64_t m = x->m, D = x->D, Dv = x->Dv;
+    const double *k = x->k, *v = x->v;
+    const int64_t ldk = x->ldk, ldv = x->ldv;
+    double *lse = x->lse;
+    for (int64_t i = 0; i < x->nq; i++) {
+        const double *qi = x->q + i * x->ldq;
         double mx = -INFINITY;
         for (int64_t j = 0; j < m; j++) {
             double s = ra_ref_visible(mask, i, j) ? score_of(sc, D, qi, k + j * ldk)
@@ -86,7 +92,7 @@ void ra_reference_scored(const ra_ref_score *sc, int64_t nq, int64_t m,
             if (s > mx)
                 mx = s;
         }
-        double *oi = o + i * ldo;
+        double *oi = x->o + i * x->ldo;
         for (int64_t d = 0; d < Dv; d++)
             oi[d] = 0.0;
         if (mx == -INFINITY) { /* sees no key: o = 0, lse = -inf */

@@ -16,7 +16,10 @@
  *   sees, -inf for a row that sees none (its o row is then 0).
  *
  * Causal convention (bottom-right aligned, as in flash-attention): query i
- * sees key j when j <= i + (M - N). With N == M this is j <= i.
+ * sees key j when j <= i + (M - N). With N == M this is j <= i. Every rule
+ * that places a query (causal, window, ALiBi, RoPE) places it at its
+ * aligned position i', i + (M - N) by default; ra_params.align can align
+ * each sequence on its own lengths instead (ra_align).
  */
 #ifndef RINGATTN_H
 #define RINGATTN_H
@@ -152,12 +155,30 @@ RA_API void ra_rope_apply(ra_rope rope, double base, float *x, int64_t B,
  * (2^(-8(2i+1)/(2p)), i = 0 .. H-p-1), as the reference code does. */
 RA_API void ra_alibi_slopes(int64_t H, double *slopes);
 
+/* Where a query sits for the rules that compare it with keys (causal,
+ * window, ALiBi's distance, RoPE's query angle): its aligned position i'.
+ *   RA_ALIGN_TENSOR (default): i' = i + (M - N), the tensor's bottom-right.
+ *   RA_ALIGN_SEQUENCE: each sequence bottom-right on its own lengths, as
+ *     flash-attention's varlen functions do. In batch b without segments,
+ *     i' = i + (kv_len_b - q_len_b) (a missing q_lens means N, a missing
+ *     kv_lens M); with packed segments, a query of id s sits at
+ *     i' = i + (kend_s - qend_s), where qend_s and kend_s are one past the
+ *     last query and the last key of id s in that batch (segments decide
+ *     when lens are given too; a query whose id no key has sees nothing
+ *     anyway). Strategy ring only (forward, attention map and
+ *     ra_backward); the other strategies refuse it (RA_ERR_ARG). */
+typedef enum {
+    RA_ALIGN_TENSOR = 0,
+    RA_ALIGN_SEQUENCE = 1,
+} ra_align;
+
 /* Options of one forward pass: one home for the command line and the API. */
 typedef struct {
-    int causal;        /* 1: query i sees keys j <= i + (M - N) */
+    int causal;        /* 1: query i sees keys j <= i', its aligned
+                          position (align: i + (M - N) by default) */
     int window;        /* 1: query i sees only keys j with
                           i' - window_left <= j <= i' + window_right,
-                          i' = i + (M - N) (aligned as causal) */
+                          i' aligned as causal (align) */
     int64_t window_left, window_right; /* >= 0 when window is set */
     double scale;      /* dot score scale s; NAN means 1/sqrt(D) */
     ra_score score;    /* dot (default), gaussian or additive */
@@ -191,12 +212,12 @@ typedef struct {
     ra_rope rope;      /* rotary embedding of q and k (RA_ROPE_NONE: off),
                           applied to copies of each rank's slices before the
                           ring, at global positions: key j at j, query i at
-                          i + (M - N) (aligned as causal). The dot and
+                          i' (aligned as causal, align). The dot and
                           gaussian scores only; D even. In ra_mha_forward it
                           acts on the projected per-head q and k. */
     double rope_base;  /* > 0; RA_ROPE_BASE_DEFAULT */
     int alibi;         /* 1: ALiBi: the score of query head h gets
-                          -slope_h * |j - i'| added, i' = i + (M - N), at
+                          -slope_h * |j - i'| added, i' as causal, at
                           global positions, for every score, layout and
                           mask (the bias changes no visibility); with a
                           causal mask that is slope_h * (j - i') */
@@ -220,6 +241,7 @@ typedef struct {
                           at the end. It must not call
                           MPI on comm; its time counts in the pass. */
     void *on_step_ctx; /* passed to on_step as ctx */
+    ra_align align;    /* where queries sit (ra_align); RA_ALIGN_TENSOR */
 } ra_params;
 
 /* The default stall_timeout in seconds. */
@@ -533,7 +555,7 @@ RA_API const char *ra_error_message(void);
  * command_line, seq_q, seq_kv, masks (the mask datasets used, e.g.
  * "q_lens,kv_lens" or ""), rope ("none", "interleaved", "half"),
  * rope_base, alibi (0/1), alibi_slopes ("standard", "/alibi_slopes" or
- * ""), qkv_layout, q_dataset, k_dataset, v_dataset, the *_dataset of each
+ * ""), align ("tensor" or "sequence", ra_align), qkv_layout, q_dataset, k_dataset, v_dataset, the *_dataset of each
  * mask applied, out_dtype, out_chunk, out_compress, out_group (when the
  * tensors lie in a group). String attributes are variable-length UTF-8.
  * The command line also reads an optional /alibi_slopes (H,) of the input

@@ -100,6 +100,8 @@ ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
                                                      ? "/alibi_slopes"
                                                      : "standard") != 0))
         what = "ALiBi (attributes alibi, alibi_slopes)";
+    else if (strcmp(a.align, ra_align_name(p->align)) != 0)
+        what = "query alignment (attribute align, --align-per-sequence)";
     if (what)
         return ra_error_set(RA_ERR_INPUT, "%s: a forward output of another "
                             "problem: its %s do not match this run's", fwd,

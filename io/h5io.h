@@ -113,6 +113,7 @@ typedef struct {
     double rope_base;       /* RA_ROPE_BASE_DEFAULT when absent */
     int alibi;              /* 0 when absent */
     char alibi_slopes[16];  /* "standard", "/alibi_slopes" or "" */
+    char align[16];         /* "tensor" (also when absent) or "sequence" */
     char qkv_layout[8];   /* "bnhd" when absent */
     char out_dtype[8];    /* type of /o: "f32" when absent */
     char names[3][256];   /* q, k, v datasets read; "/q", "/k", "/v" when

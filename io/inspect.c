@@ -434,13 +434,16 @@ static ra_status posenc_attrs_read(hid_t file, const char *path,
     int present;
     ra_status st;
     snprintf(a->rope, sizeof a->rope, "none");
+    snprintf(a->align, sizeof a->align, "tensor");
     a->rope_base = RA_ROPE_BASE_DEFAULT;
     if ((st = h5io_attr_read_string(file, path, "rope", a->rope,
                                sizeof a->rope)) != RA_OK ||
         (st = attr_read(file, path, "rope_base", H5T_FLOAT, H5T_NATIVE_DOUBLE,
                         &a->rope_base, &present)) != RA_OK ||
         (st = attr_read(file, path, "alibi", H5T_INTEGER, H5T_NATIVE_INT,
-                        &a->alibi, &present)) != RA_OK)
+                        &a->alibi, &present)) != RA_OK ||
+        (st = h5io_attr_read_string(file, path, "align", a->align,
+                                    sizeof a->align)) != RA_OK)
         return st;
     return h5io_attr_read_string(file, path, "alibi_slopes", a->alibi_slopes,
                             sizeof a->alibi_slopes);

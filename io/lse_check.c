@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "agree.h"
+#include "align.h"
 #include "band.h"
 #include "h5io.h"
 #include "internal.h"
@@ -17,6 +18,8 @@
  * batch's keys sorted. */
 typedef struct {
     int64_t *pos;          /* (n) global positions of the local queries */
+    int64_t *aligned;      /* (B, n) their aligned positions, per-sequence
+                              alignment only (else NULL) */
     unsigned char *seen;   /* (n) */
     int64_t *ids;          /* (B, M) or NULL */
     ra_key_id *keys;       /* (M) or NULL */
@@ -93,7 +96,10 @@ static ra_status batches_check(const char *fwd, const ra_shape *s,
         ra_visibility v = {ra_band_of(p, s),
                            mk && mk->q_lens ? mk->q_lens[b] : s->N,
                            mk && mk->kv_lens ? mk->kv_lens[b] : s->M,
-                           NULL, s->M};
+                           NULL, s->M, w->aligned ? w->aligned + b * n : NULL};
+        if (w->aligned)
+            v.band = ra_band_make(p->causal, p->window, p->window_left,
+                                  p->window_right, 0);
         if (w->ids) {
             for (int64_t j = 0; j < s->M; j++)
                 w->keys[j] = (ra_key_id){w->ids[b * s->M + j], j};
@@ -124,11 +130,14 @@ ra_status h5io_lse_check(MPI_Comm comm, const char *fwd, const ra_shape *s,
     w.seen = malloc((size_t)qs.count + 1);
     w.counts = malloc(sizeof(int) * 2 * (size_t)P);
     w.displs = w.counts ? w.counts + P : NULL;
+    if (p->align == RA_ALIGN_SEQUENCE)
+        w.aligned = malloc(sizeof(int64_t) * (size_t)(s->B * qs.count + 1));
     if (segs) {
         w.ids = malloc(sizeof(int64_t) * (size_t)((s->B + 1) * s->M));
         w.keys = malloc(sizeof(ra_key_id) * (size_t)s->M);
     }
-    if (!w.pos || !w.seen || !w.counts || (segs && (!w.ids || !w.keys)))
+    if (!w.pos || !w.seen || !w.counts || (segs && (!w.ids || !w.keys)) ||
+        (p->align == RA_ALIGN_SEQUENCE && !w.aligned))
         st = ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate the check of "
                           "/lse against the masks", fwd);
     else if (segs && s->M > INT_MAX)
@@ -136,12 +145,15 @@ ra_status h5io_lse_check(MPI_Comm comm, const char *fwd, const ra_shape *s,
                           "segments takes M up to %d keys", fwd, INT_MAX);
     if ((st = ra_agree(comm, st)) == RA_OK && segs)
         st = ra_agree(comm, ids_gather(comm, s, p->layout, mk, ks.count, &w));
+    if (st == RA_OK && w.aligned) /* collective; agreed */
+        st = ra_align_queries(comm, s, p->layout, p, mk, w.aligned);
     /* steps 2 and 3: per batch, which local queries see a key; their lse */
     if (st == RA_OK) {
         slice_positions(&qs, w.pos);
         st = ra_agree(comm, batches_check(fwd, s, p, mk, lse, qs.count, &w));
     }
     free(w.pos);
+    free(w.aligned);
     free(w.seen);
     free(w.ids);
     free(w.keys);

@@ -110,7 +110,8 @@ static ra_status record_data(MPI_Comm comm, hid_t file, const char *path,
 }
 
 /* The positional encodings: RoPE's pairing and base, ALiBi on and where
- * its slopes came from ("standard", "/alibi_slopes" or ""). */
+ * its slopes came from ("standard", "/alibi_slopes" or ""), and where the
+ * queries sit for them and the masks (align: "tensor" or "sequence"). */
 static ra_status record_posenc(MPI_Comm comm, hid_t file, const char *path,
                                 const ra_params *p)
 {
@@ -120,7 +121,9 @@ static ra_status record_posenc(MPI_Comm comm, hid_t file, const char *path,
         (st = h5io_attr_write_double(comm, file, path, "rope_base",
                                      p->rope_base)) != RA_OK ||
         (st = h5io_attr_write_int(comm, file, path, "alibi",
-                                  p->alibi ? 1 : 0)) != RA_OK)
+                                  p->alibi ? 1 : 0)) != RA_OK ||
+        (st = h5io_attr_write_string(comm, file, path, "align",
+                                     ra_align_name(p->align))) != RA_OK)
         return st;
     return h5io_attr_write_string(comm, file, path, "alibi_slopes",
                                   !p->alibi ? "" : p->alibi_slopes

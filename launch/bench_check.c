@@ -55,21 +55,28 @@ ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
     return RA_OK;
 }
 
-/* Segment ids of all M keys of batch b (contiguous), for checks and
- * counts; NULL without segments or memory. */
-static int64_t *all_kv_segments(const bench_opts *o, const ra_shape *s,
-                                int64_t b)
+/* Segment ids of all len tokens of batch b (contiguous) from stream, for
+ * checks and counts; NULL without segments or memory. */
+static int64_t *all_segments(const bench_opts *o, const ra_shape *s,
+                             uint64_t stream, int64_t len, int64_t b)
 {
     if (o->rm.segment_avg <= 0)
         return NULL;
-    const ra_slice all = {1, {{0, s->M, 1}}, s->M};
-    int64_t *ids = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
+    const ra_slice all = {1, {{0, len, 1}}, len};
+    int64_t *ids = malloc(sizeof(int64_t) * (size_t)(s->B * len));
     if (ids)
-        ra_random_segments((uint64_t)o->seed, kv_segment_stream(s), s->B,
-                           s->M, o->rm.segment_avg, &all, ids);
+        ra_random_segments((uint64_t)o->seed, stream, s->B, len,
+                           o->rm.segment_avg, &all, ids);
     if (ids && b > 0)
-        memmove(ids, ids + b * s->M, sizeof(int64_t) * (size_t)s->M);
+        memmove(ids, ids + b * len, sizeof(int64_t) * (size_t)len);
     return ids;
+}
+
+/* The segment ids of all M keys of batch b. */
+static int64_t *all_kv_segments(const bench_opts *o, const ra_shape *s,
+                                int64_t b)
+{
+    return all_segments(o, s, kv_segment_stream(s), s->M, b);
 }
 
 /* Visible pairs of the local queries of batch b: each row's keys are an
@@ -79,9 +86,17 @@ static double batch_pairs(const bench_opts *o, const ra_shape *s,
                           const ra_slice *qs, const bench_masks *bm,
                           const int64_t *kseg, int64_t b)
 {
-    return model_slice_pairs(ra_band_of(&o->p, s), qs, NULL, s->M,
-                             bm->q_lens ? bm->q_lens[b] : s->N,
-                             bm->kv_lens ? bm->kv_lens[b] : s->M,
+    const ra_params *p = &o->p;
+    const int64_t ql = bm->q_lens ? bm->q_lens[b] : s->N;
+    const int64_t kl = bm->kv_lens ? bm->kv_lens[b] : s->M;
+    /* per-sequence alignment: the batch's own diagonal (with segments the
+     * count keeps it, an estimate of the segments' own) */
+    const ra_band band = p->align == RA_ALIGN_SEQUENCE
+                             ? ra_band_make(p->causal, p->window,
+                                            p->window_left, p->window_right,
+                                            kl - ql)
+                             : ra_band_of(p, s);
+    return model_slice_pairs(band, qs, NULL, s->M, ql, kl,
                              kseg ? bm->q_seg + b * qs->count : NULL, kseg);
 }
 
@@ -102,11 +117,14 @@ double bench_local_pairs(const bench_opts *o, const ra_shape *s,
 /* ---- the fp64 check ---------------------------------------------------- */
 
 /* Scratch of the check: K (M, D) and V (M, Dv) of one kv head, one query
- * row, its reference and scores, and the key segment ids of one batch. */
+ * row, its reference and scores, the key segment ids of one batch, and for
+ * per-sequence alignment the batch's query ids (with segments), the
+ * aligned positions of its queries (N) and their scratch (N + M). */
 typedef struct {
     double *kd, *vd, *qd, *ref, *sc;
     float *tmp;
-    int64_t *kseg;
+    int64_t *kseg, *qseg, *qat;
+    ra_key_id *keys;
 } check_scratch;
 
 /* One sampled check: the configuration, the masks of its inputs, the
@@ -152,19 +170,21 @@ static void check_one(check_run *c, int64_t b, int64_t h, int64_t i)
                                          : 0.0};
     const int64_t n = c->qs->count;
     int64_t gi = ra_slice_pos(c->qs, i);
+    int64_t at = w->qat ? w->qat[gi] : gi + s->M - s->N;
     regen_row(c->o, (regen_tensor){RA_STREAM_Q, s->N, s->H, s->D}, b, gi, h,
               w->tmp, w->qd);
-    ra_rope_row_ref(p->rope, p->rope_base, w->qd, s->D, gi + s->M - s->N);
+    ra_rope_row_ref(p->rope, p->rope_base, w->qd, s->D, at);
     const ra_mask mk = {.causal = p->causal, .diag = s->M - s->N,
                         .window = p->window, .left = p->window_left,
                         .right = p->window_right, .qpos = &gi,
                         .q_lens = bm->q_lens ? bm->q_lens + b : NULL,
                         .kv_lens = bm->kv_lens ? bm->kv_lens + b : NULL,
                         .q_seg = w->kseg ? bm->q_seg + b * n + i : NULL,
-                        .k_seg = w->kseg};
+                        .k_seg = w->kseg, .qalign = &at};
     double lref;
-    ra_reference_scored(&score, 1, s->M, s->D, s->Dv, &mk, w->qd, s->D, w->kd,
-                        s->D, w->vd, s->Dv, w->ref, s->Dv, &lref, w->sc);
+    const ra_ref_rows rr = {1, s->M, s->D, s->Dv, w->qd, s->D, w->kd, s->D,
+                            w->vd, s->Dv, w->ref, s->Dv, &lref};
+    ra_reference_scored(&score, &mk, &rr, w->sc);
     const float *orow = c->out + ((b * n + i) * s->H + h) * s->Dv;
     for (int64_t d = 0; d < s->Dv; d++)
         ra_tally_o(c->t, orow[d], w->ref[d]);
@@ -196,6 +216,23 @@ static void check_batch(check_run *c, int64_t b)
     }
 }
 
+/* Whether the check lacks segment ids it needs (out of memory). */
+static int segs_missing(const bench_opts *o, const check_scratch *w)
+{
+    return o->rm.segment_avg > 0 &&
+           (!w->kseg || (o->p.align == RA_ALIGN_SEQUENCE && !w->qseg));
+}
+
+/* Per-sequence alignment: the aligned positions of batch b's queries into
+ * w->qat (ra_align_batch), from its lens or its whole id rows. */
+static void batch_align(const bench_opts *o, const ra_shape *s,
+                        const bench_masks *bm, check_scratch *w, int64_t b)
+{
+    ra_align_batch(w->kseg ? w->qseg : NULL, w->kseg, s->N, s->M,
+                   bm->q_lens ? bm->q_lens[b] : s->N,
+                   bm->kv_lens ? bm->kv_lens[b] : s->M, w->keys, w->qat);
+}
+
 void bench_check_output(const bench_opts *o, const ra_shape *s,
                         const ra_slice *qs, const bench_masks *bm,
                         const float *out, const float *lse, ra_tally *t)
@@ -211,22 +248,29 @@ void bench_check_output(const bench_opts *o, const ra_shape *s,
         .sc = malloc(sizeof(double) * (size_t)s->M),
         .tmp = malloc(sizeof(float) * (size_t)Dmax)}};
     check_scratch *w = &c.w;
+    const int seq = o->p.align == RA_ALIGN_SEQUENCE;
+    w->qat = seq ? malloc(sizeof(int64_t) * (size_t)s->N) : NULL;
+    w->keys = seq ? malloc(sizeof(ra_key_id) * (size_t)(s->N + s->M)) : NULL;
     const int64_t batches[2] = {0, s->B - 1};
-    const int ok = w->kd && w->vd && w->qd && w->ref && w->sc && w->tmp;
+    const int ok = w->kd && w->vd && w->qd && w->ref && w->sc && w->tmp &&
+                   (!seq || (w->qat && w->keys));
     for (int bi = 0; ok && bi < (s->B > 1 ? 2 : 1); bi++) {
         free(w->kseg);
+        free(w->qseg);
         w->kseg = all_kv_segments(o, s, batches[bi]);
-        if (o->rm.segment_avg > 0 && !w->kseg)
+        w->qseg = seq ? all_segments(o, s, RA_STREAM_Q_SEGMENTS, s->N,
+                                     batches[bi])
+                      : NULL;
+        if (segs_missing(o, w))
             break;
+        if (w->qat)
+            batch_align(o, s, bm, w, batches[bi]);
         check_batch(&c, batches[bi]);
     }
-    if (!ok || (o->rm.segment_avg > 0 && !w->kseg))
+    if (!ok || segs_missing(o, w))
         t->bad_inf++; /* could not check: fails the verdict */
-    free(w->kseg);
-    free(w->kd);
-    free(w->vd);
-    free(w->qd);
-    free(w->ref);
-    free(w->sc);
-    free(w->tmp);
+    void *all[] = {w->kseg, w->qseg, w->qat, w->keys, w->kd, w->vd, w->qd,
+                   w->ref, w->sc, w->tmp};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
 }

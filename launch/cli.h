@@ -245,8 +245,8 @@ typedef struct {
 extern const cli_opt cli_shape_opts[];
 extern const cli_opt cli_seq_opts[];
 /* The forward pass (into ra_params): --causal --window --scale --score
- * --sigma --rope --rope-base --alibi --block-q --block-kv --layout
- * --threads --strategy --mem-limit --ulysses-size. */
+ * --sigma --rope --rope-base --alibi --align-per-sequence --block-q
+ * --block-kv --layout --threads --strategy --mem-limit --ulysses-size. */
 extern const cli_opt cli_forward_opts[];
 /* The footer of the --help of a command that takes cli_forward_opts: the
  * scores, strategies and layouts in brief. */

@@ -180,6 +180,11 @@ static ra_status run_posenc(const char *in, const char *out, check_ctx *c,
                             "pairing '%s'", out, r->rope);
     p->rope_base = r->rope_base;
     p->alibi = r->alibi;
+    if (strcmp(r->align, "tensor") != 0 && strcmp(r->align, "sequence") != 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute align: unknown "
+                            "alignment '%s' (expected tensor or sequence)",
+                            out, r->align);
+    p->align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
     ra_status st = cli_alibi_setup(in, c->v.s, p, &c->slopes);
     if (st == RA_OK && p->alibi &&
         (strcmp(r->alibi_slopes, "/alibi_slopes") == 0) != !!p->alibi_slopes)

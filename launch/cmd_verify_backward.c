@@ -22,6 +22,7 @@
 
 #include "agree.h"
 #include "backward.h"
+#include "band.h"
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
@@ -83,6 +84,8 @@ typedef struct {
     double *q, *k, *v, *dout, *dq, *dk, *dv; /* file rows of batch b */
     double *hq, *hk, *hv, *hdo, *rq, *rk, *rv, *p; /* one head's */
     int64_t *qseg, *kseg;
+    int64_t *qat;   /* (N) the queries' aligned positions (ra_align) */
+    ra_key_id *keys; /* (N + M) scratch of ra_align_batch */
 } vb_bufs;
 
 static void vb_bufs_free(vb_bufs *w)
@@ -94,6 +97,8 @@ static void vb_bufs_free(vb_bufs *w)
         free(*d[i]);
     free(w->qseg);
     free(w->kseg);
+    free(w->qat);
+    free(w->keys);
 }
 
 static ra_status vb_bufs_alloc(const ra_shape *s, vb_bufs *w)
@@ -112,7 +117,9 @@ static ra_status vb_bufs_alloc(const ra_shape *s, vb_bufs *w)
         ok &= (*d[i] = malloc(sizeof(double) * (size_t)(len[i] + 1))) != NULL;
     w->qseg = malloc(sizeof(int64_t) * (size_t)(N + 1));
     w->kseg = malloc(sizeof(int64_t) * (size_t)(M + 1));
-    if (!ok || !w->qseg || !w->kseg)
+    w->qat = malloc(sizeof(int64_t) * (size_t)(N + 1));
+    w->keys = malloc(sizeof(ra_key_id) * (size_t)(N + M + 1));
+    if (!ok || !w->qseg || !w->kseg || !w->qat || !w->keys)
         return ra_error_set(RA_ERR_NOMEM, "verify --backward: cannot allocate "
                             "one batch of the tensors");
     return RA_OK;
@@ -141,6 +148,11 @@ static ra_status vb_read(const cli_check *o, const vb_ctx *c, int64_t b,
          (st = h5io_read_segments(o->in, c->kv_seg, b, 0, M, w->kseg,
                                   &present)) != RA_OK))
         return st;
+    const int seq = c->p.align == RA_ALIGN_SEQUENCE;
+    ra_align_batch(seq && c->q_seg ? w->qseg : NULL, w->kseg, N, M,
+                   seq && c->masks.q_lens ? c->masks.q_lens[b] : N,
+                   seq && c->masks.kv_lens ? c->masks.kv_lens[b] : M, w->keys,
+                   w->qat);
     return RA_OK;
 }
 
@@ -176,14 +188,14 @@ static void compare(row_block got, int64_t h, const double *ref,
     }
 }
 
-/* RoPE on the len rows (dim D) of one head at positions first, first + 1,
- * ... times sign (-1: the transpose, for gradients). */
-static void rope_rows(const vb_ctx *c, double *x, int64_t len, int64_t first,
-                      int64_t sign)
+/* RoPE on the len rows (dim D) of one head at positions pos[i] (NULL:
+ * 0, 1, 2, ...) times sign (-1: the transpose, for gradients). */
+static void rope_rows(const vb_ctx *c, double *x, int64_t len,
+                      const int64_t *pos, int64_t sign)
 {
     for (int64_t i = 0; i < len && c->p.rope != RA_ROPE_NONE; i++)
         ra_rope_row_ref(c->p.rope, c->p.rope_base, x + i * c->s.D, c->s.D,
-                        sign * (first + i));
+                        sign * (pos ? pos[i] : i));
 }
 
 /* The fp64 gradients of unit (b, g) against the file's picked rows. */
@@ -201,28 +213,28 @@ static void vb_unit(const vb_ctx *c, vb_bufs *w, int64_t b, int64_t g,
                         .kv_lens = c->masks.kv_lens ? c->masks.kv_lens + b
                                                     : NULL,
                         .q_seg = c->q_seg ? w->qseg : NULL,
-                        .k_seg = c->q_seg ? w->kseg : NULL};
+                        .k_seg = c->q_seg ? w->kseg : NULL, .qalign = w->qat};
     ra_ref_score sc = c->score;
     head_of((row_block){w->k, M, s->G, Dk}, g, w->hk);
     head_of((row_block){w->v, M, s->G, Dv}, g, w->hv);
-    rope_rows(c, w->hk, M, 0, 1);
+    rope_rows(c, w->hk, M, NULL, 1);
     memset(w->rk, 0, sizeof(double) * (size_t)(M * Dk));
     memset(w->rv, 0, sizeof(double) * (size_t)(M * Dv));
     for (int64_t h = g * per; h < (g + 1) * per; h++) {
         head_of((row_block){w->q, N, s->H, D}, h, w->hq);
         head_of((row_block){w->dout, N, s->H, Dv}, h, w->hdo);
-        rope_rows(c, w->hq, N, M - N, 1);
+        rope_rows(c, w->hq, N, w->qat, 1);
         sc.alibi_slope = ra_params_alibi_slope(&c->p, s->H, h);
         const ra_ref_grads gr = {w->hq, w->hk, w->hv, w->hdo, D, Dk, Dv, Dv,
                                  w->rq, w->rk, w->rv, D, Dk, Dv,
                                  c->dw, A ? c->dw + A * D : NULL,
                                  A ? c->dw + A * (D + Dk) : NULL};
         ra_reference_backward(&sc, N, M, D, Dv, &mk, &gr, w->p);
-        rope_rows(c, w->rq, N, M - N, -1);
+        rope_rows(c, w->rq, N, w->qat, -1);
         compare((row_block){w->dq, N, s->H, D}, h, w->rq, c->pick_q + b * N,
                 0, t);
     }
-    rope_rows(c, w->rk, M, 0, -1);
+    rope_rows(c, w->rk, M, NULL, -1);
     compare((row_block){w->dk, M, s->G, Dk}, g, w->rk, c->pick_k + b * M, 1,
             t);
     compare((row_block){w->dv, M, s->G, Dv}, g, w->rv, c->pick_k + b * M, 2,
@@ -299,6 +311,11 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
                             r->rope, r->rope_base);
     c->p.rope_base = r->rope_base;
     c->p.alibi = r->alibi != 0;
+    if (strcmp(r->align, "tensor") != 0 && strcmp(r->align, "sequence") != 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute align: unknown "
+                            "alignment '%s' (expected tensor or sequence)",
+                            o->out, r->align);
+    c->p.align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
     if (c->p.score == RA_SCORE_DOT && !(r->scale > 0 && isfinite(r->scale)))
         return ra_error_set(RA_ERR_INPUT, "%s: attribute scale: %g is not a "
                             "finite number > 0", o->out, r->scale);

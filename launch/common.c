@@ -50,6 +50,11 @@ ra_status cli_params_finish(ra_params *p)
         return ra_error_set(RA_ERR_ARG, "--rope-base: no rotary embedding "
                             "to apply it to (it needs --rope interleaved or "
                             "half)");
+    if (p->align == RA_ALIGN_SEQUENCE && !p->causal && !p->window &&
+        !p->alibi && p->rope == RA_ROPE_NONE)
+        return ra_error_set(RA_ERR_ARG, "--align-per-sequence: no rule to "
+                            "align (it moves the queries of --causal, "
+                            "--window, --alibi and --rope)");
     if (p->ulysses_size && !strategy_may_be(p, RA_STRATEGY_HYBRID))
         return ra_error_set(RA_ERR_ARG, "--ulysses-size: the %s strategy "
                             "has no head-parallel groups (it applies to "
@@ -342,7 +347,12 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
            "shape", (long long)s->B, (long long)s->N, (long long)s->M,
            (long long)s->H, (long long)s->G, (long long)s->D,
            (long long)s->Dv);
-    printf("# %-10s %s\n", "causal", p->causal ? "yes (j <= i + M - N)" : "no");
+    const int seq = p->align == RA_ALIGN_SEQUENCE;
+    printf("# %-10s %s\n", "causal",
+           !p->causal ? "no" : seq ? "yes (j <= i')" : "yes (j <= i + M - N)");
+    if (seq)
+        printf("# %-10s i' = i + kv_len - q_len per sequence (or segment)\n",
+               "align");
     if (p->rope != RA_ROPE_NONE)
         printf("# %-10s %s pairs, base %g\n", "rope", ra_rope_name(p->rope),
                p->rope_base);
@@ -350,9 +360,9 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
         printf("# %-10s %s slopes\n", "alibi",
                p->alibi_slopes ? "/alibi_slopes" : "standard");
     if (p->window)
-        printf("# %-10s i' - %lld <= j <= i' + %lld (i' = i + M - N)\n",
-               "window", (long long)p->window_left,
-               (long long)p->window_right);
+        printf("# %-10s i' - %lld <= j <= i' + %lld%s\n", "window",
+               (long long)p->window_left, (long long)p->window_right,
+               seq ? "" : " (i' = i + M - N)");
     print_score(s, p);
     printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
            layout_auto ? " (auto)" : "");

@@ -653,6 +653,8 @@ const cli_opt cli_forward_opts[] = {
      .help = "RoPE base: theta_i = B^(-2i/D)"},
     CLI_OPT_FLAG(ra_params, "--alibi", alibi,
                  "ALiBi: add -slope_h * |j - i'| to head h's scores"),
+    CLI_OPT_FLAG(ra_params, "--align-per-sequence", align,
+                 "align causal/window/ALiBi/RoPE per sequence (varlen)"),
     TILE_OPT("--block-q", block_q, "query tile rows"),
     TILE_OPT("--block-kv", block_kv, "key tile rows"),
     {.name = "--layout", .kind = CLI_CUSTOM, .meta = "NAME",

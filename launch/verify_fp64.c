@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "band.h"
 #include "internal.h"
 #include "verify.h"
 
@@ -20,6 +21,12 @@ enum { KEY_BLOCK = 2048, ROW_CHUNK = 1024 };
 typedef struct {
     int64_t nr;           /* rows of the current batch */
     int64_t *pos, *qseg;  /* (nr) query positions, segment ids or NULL */
+    int64_t *qat;         /* (nr) their aligned positions (ra_align) */
+    /* per-sequence alignment with segments, else NULL: one batch's query
+     * ids (N) then key ids (M), the scratch of ra_align_batch (N + M) and
+     * the aligned positions of all its queries (N) */
+    int64_t *ids, *at;
+    ra_key_id *keys;
     double *q, *o, *lse;  /* (nr, H, D) (nr, H, Dv) (H, nr) */
     double *mx, *sum;     /* (H, nr): running max and sum */
     double *acc;          /* (H, nr, Dv) */
@@ -32,7 +39,7 @@ typedef struct {
 
 static void vwork_free(vwork *w)
 {
-    void *p[] = {w->pos, w->qseg, w->q, w->o, w->lse, w->mx, w->sum, w->acc,
+    void *p[] = {w->pos, w->qseg, w->qat, w->ids, w->at, w->keys, w->q, w->o, w->lse, w->mx, w->sum, w->acc,
                  w->qa, w->ka, w->lrow, w->k, w->v, w->sc, w->vis, w->kpos,
                  w->kseg};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
@@ -47,6 +54,11 @@ static ra_status vwork_alloc(const verify_ctx *c, int64_t n, vwork *w)
     const size_t d = sizeof(double), i8 = sizeof(int64_t);
     w->pos = malloc(i8 * (size_t)n);
     w->qseg = c->q_seg_name ? malloc(i8 * (size_t)n) : NULL;
+    w->qat = malloc(i8 * (size_t)n);
+    const int ids = c->q_seg_name && c->p.align == RA_ALIGN_SEQUENCE;
+    w->ids = ids ? malloc(i8 * (size_t)(s->N + s->M)) : NULL;
+    w->at = ids ? malloc(i8 * (size_t)s->N) : NULL;
+    w->keys = ids ? malloc(sizeof *w->keys * (size_t)(s->N + s->M)) : NULL;
     w->q = malloc(d * (size_t)(n * H * s->D));
     w->o = malloc(d * (size_t)(n * H * s->Dv));
     w->lse = malloc(d * (size_t)(n * H));
@@ -65,6 +77,7 @@ static ra_status vwork_alloc(const verify_ctx *c, int64_t n, vwork *w)
     if (!w->pos || !w->q || !w->o || !w->lse || !w->mx || !w->sum ||
         !w->acc || !w->lrow || !w->k || !w->v || !w->sc || !w->vis ||
         !w->kpos || (c->q_seg_name && (!w->qseg || !w->kseg)) ||
+        !w->qat || (ids && (!w->ids || !w->at || !w->keys)) ||
         (A && (!w->qa || !w->ka)))
         return ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the "
                             "buffers of %lld sampled rows", (long long)n);
@@ -83,6 +96,36 @@ static void rows_project(const float *W, int64_t A, int64_t D,
                 acc += (double)W[a * D + d] * rows[x * D + d];
             out[x * A + a] = acc;
         }
+}
+
+/* The aligned positions of the rows of batch b (ringattn.h, ra_align): the
+ * tensor's, each batch's lens', or with segments each id's own ends, from
+ * the batch's whole id rows. */
+static ra_status rows_align(const char *in, const verify_ctx *c, int64_t b,
+                            vwork *w)
+{
+    const ra_shape *s = c->s;
+    int64_t diag = s->M - s->N;
+    if (c->p.align == RA_ALIGN_SEQUENCE)
+        diag = (c->kv_lens ? c->kv_lens[b] : s->M) -
+               (c->q_lens ? c->q_lens[b] : s->N);
+    for (int64_t r = 0; r < w->nr; r++)
+        w->qat[r] = w->pos[r] + diag;
+    if (!w->ids)
+        return RA_OK;
+    int present;
+    ra_status st = h5io_read_segments(in, c->q_seg_name, b, 0, s->N, w->ids,
+                                      &present);
+    if (st == RA_OK)
+        st = h5io_read_segments(in, c->kv_seg_name, b, 0, s->M,
+                                w->ids + s->N, &present);
+    if (st != RA_OK)
+        return st;
+    ra_align_batch(w->ids, w->ids + s->N, s->N, s->M, s->N, s->M, w->keys,
+                   w->at);
+    for (int64_t r = 0; r < w->nr; r++)
+        w->qat[r] = w->at[w->pos[r]];
+    return RA_OK;
 }
 
 /* The rows of batch b: q (rotated), o, their lse, segment ids; the additive
@@ -105,10 +148,13 @@ static ra_status rows_load(const char *in, const char *out,
             w->qseg)
             st = h5io_read_segments(in, c->q_seg_name, b, w->pos[r], 1,
                                     w->qseg + r, &present);
+    }
+    if (st == RA_OK)
+        st = rows_align(in, c, b, w);
+    for (int64_t r = 0; r < nr && st == RA_OK; r++)
         for (int64_t h = 0; h < H; h++)
             ra_rope_row_ref(c->p.rope, c->p.rope_base, w->q + (r * H + h) * D,
-                            D, w->pos[r] + s->M - s->N);
-    }
+                            D, w->qat[r]);
     for (int64_t h = 0; h < H && st == RA_OK; h++) {
         if ((st = h5io_read_lse(out, b, h, 0, s->N, w->lrow)) == RA_OK)
             for (int64_t r = 0; r < nr; r++)
@@ -161,7 +207,7 @@ static ra_status block_load(const char *in, const verify_ctx *c, int64_t b,
                             .q_lens = c->q_lens ? c->q_lens + b : NULL,
                             .kv_lens = c->kv_lens ? c->kv_lens + b : NULL,
                             .q_seg = w->qseg ? w->qseg + r : NULL,
-                            .k_seg = w->kseg};
+                            .k_seg = w->kseg, .qalign = w->qat + r};
         for (int64_t j = 0; j < kb; j++)
             w->vis[r * kb + j] = (unsigned char)ra_ref_visible(&mk, 0, j);
     }
@@ -219,7 +265,7 @@ static void head_fold(const verify_ctx *c, int64_t h, int64_t kb, vwork *w)
                                     : 0.0;
     for (int64_t r = 0; r < nr; r++) {
         double *row = w->sc + r * kb, bmax = -INFINITY;
-        const int64_t qd = w->pos[r] + s->M - s->N;
+        const int64_t qd = w->qat[r];
         for (int64_t j = 0; j < kb; j++) {
             row[j] = !w->vis[r * kb + j] ? -INFINITY
                      : row[j] - slope * fabs((double)(w->kpos[j] - qd));

@@ -33,9 +33,34 @@ static void rope_turn(const ra_params *p, double *x, int64_t D, double pos,
     }
 }
 
+/* One past the last index of x[0..len) holding id, or 0 when none does. */
+static int64_t last_of(const int64_t *x, int64_t len, int64_t id)
+{
+    int64_t end = 0;
+    for (int64_t t = 0; t < len; t++)
+        if (x[t] == id)
+            end = t + 1;
+    return end;
+}
+
+/* Query i's aligned position i' in batch b (matrix_ref.h). */
+static int64_t aligned(const mref_in *in, int64_t b, int64_t i)
+{
+    const int64_t N = in->s.N, M = in->s.M;
+    if (in->p->align != RA_ALIGN_SEQUENCE)
+        return i + M - N;
+    if (in->q_seg) {
+        const int64_t id = in->q_seg[b * N + i];
+        return i + last_of(in->kv_seg + b * M, M, id) -
+               last_of(in->q_seg + b * N, N, id);
+    }
+    return i + (in->kv_lens ? in->kv_lens[b] : M) -
+           (in->q_lens ? in->q_lens[b] : N);
+}
+
 static int visible(const mref_in *in, int64_t b, int64_t i, int64_t j)
 {
-    const int64_t N = in->s.N, M = in->s.M, ip = i + M - N;
+    const int64_t N = in->s.N, M = in->s.M, ip = aligned(in, b, i);
     const ra_params *p = in->p;
     if (p->causal && j > ip)
         return 0;
@@ -100,7 +125,7 @@ static void head_load(const mref_in *in, int64_t b, int64_t h, head_work *w)
         for (int64_t d = 0; d < Dv; d++)
             w->dout[i * Dv + d] =
                 in->dout[((b * s->N + i) * s->H + h) * Dv + d];
-        rope_turn(in->p, w->q + i * D, D, (double)(i + s->M - s->N), 1.0);
+        rope_turn(in->p, w->q + i * D, D, (double)aligned(in, b, i), 1.0);
     }
     for (int64_t j = 0; j < s->M; j++) {
         for (int64_t d = 0; d < D; d++)
@@ -118,7 +143,7 @@ static double row_forward(const mref_in *in, int64_t b, int64_t h, int64_t i,
                           head_work *w, double *o)
 {
     const ra_shape *s = &in->s;
-    const int64_t ip = i + s->M - s->N;
+    const int64_t ip = aligned(in, b, i);
     double mx = -INFINITY, sum = 0.0;
     for (int64_t j = 0; j < s->M; j++) {
         w->s[j] = -INFINITY;
@@ -182,7 +207,7 @@ static void head_store(const mref_in *in, int64_t b, int64_t h, head_work *w,
     const ra_shape *s = &in->s;
     const int64_t g = h / (s->H / s->G), D = s->D;
     for (int64_t i = 0; i < s->N; i++) {
-        rope_turn(in->p, w->dq + i * D, D, (double)(i + s->M - s->N), -1.0);
+        rope_turn(in->p, w->dq + i * D, D, (double)aligned(in, b, i), -1.0);
         for (int64_t d = 0; d < D; d++)
             out->dq[((b * s->N + i) * s->H + h) * D + d] = w->dq[i * D + d];
     }

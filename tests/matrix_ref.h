@@ -4,7 +4,11 @@
  * function (not the library's reference either): a mistake shared by the
  * library's kernels and its own reference cannot hide from it.
  *
- * Definitions (global positions; i' = i + (M - N) is query i's position):
+ * Definitions (global positions; i' is query i's aligned position):
+ *   i' = i + (M - N); with p->align == RA_ALIGN_SEQUENCE, in batch b
+ *     i' = i + (kv_len - q_len) (a missing length: M resp. N), or with
+ *     segments, for query i of id s, i' = i + (kend - qend), qend and kend
+ *     one past the last query and key of id s in batch b;
  *   visible(i, j): causal: j <= i'; window: i' - left <= j <= i' + right;
  *     q_lens[b]: i < q_lens[b]; kv_lens[b]: j < kv_lens[b];
  *     segments: q_seg[b, i] == kv_seg[b, j].
@@ -25,7 +29,8 @@
 typedef struct {
     ra_shape s;                      /* Dk must be 0 (k has D columns) */
     const ra_params *p;              /* causal, window, score, scale, sigma,
-                                      additive, rope, rope_base, alibi */
+                                      additive, rope, rope_base, alibi,
+                                      align */
     const double *slopes;            /* (H): ALiBi's slopes when p->alibi */
     const int64_t *q_lens, *kv_lens; /* (B) each, or NULL */
     const int64_t *q_seg, *kv_seg;   /* (B, N), (B, M), or NULL */

@@ -1156,6 +1156,22 @@ def add_do(**data):
 
 GDO = {"gdx.h5": copy_with("good.h5", add_do())}
 CASES_BACKWARD = [
+    ("align-strategy-allgather", "--align-per-sequence --strategy allgather (ring only)", {},
+     RUN + ["good.h5", "--causal", "--align-per-sequence", "--strategy", "allgather"], 2,
+     r"strategy allgather does not support --align-per-sequence"),
+    ("align-strategy-tree", "--align-per-sequence --strategy tree (ring only)", {},
+     RUN + ["good.h5", "--alibi", "--align-per-sequence", "--strategy", "tree"], 2,
+     r"strategy tree does not support --align-per-sequence"),
+    ("align-bench-ring-q", "bench --align-per-sequence --strategy ring-q (ring only)", {},
+     ["bench", "--seq", "64", "--causal", "--align-per-sequence", "--strategy", "ring-q"], 2,
+     r"strategy ring-q does not support --align-per-sequence"),
+    ("align-nothing", "--align-per-sequence without causal, window, ALiBi or RoPE", {},
+     RUN + ["good.h5", "--align-per-sequence"], 2,
+     r"--align-per-sequence: no rule to align \(it moves the queries of --causal, --window, --alibi and --rope\)"),
+    ("backward-fwd-align", "run --backward --causal --align-per-sequence --fwd of a tensor-aligned causal forward",
+     dict(GDO, **{"fwd_c.h5": fwd_of("good.h5", "--causal")}),
+     RUN_B + ["gdx.h5", "--fwd", "fwd_c.h5", "--causal", "--align-per-sequence"], 2,
+     r"fwd_c\.h5: a forward output of another problem: its query alignment \(attribute align, --align-per-sequence\)"),
     ("backward-fwd-other-input", "run --backward --fwd of a forward of another input of the same shape",
      dict(GDO, **{"oq.h5": copy_with("good.h5", scaled("q", 2.0)),
                   "fwd_oq.h5": fwd_of("oq.h5")}),

@@ -76,8 +76,9 @@ check_result check_slice(const problem *p, const ra_params *params,
                              .q_seg = mk->q_seg ? mk->q_seg + b * s->N + gi : NULL,
                              .k_seg = mk->kv_seg ? mk->kv_seg + b * s->M : NULL};
                 double ld;
-                ra_reference_scored(&score, 1, s->M, s->D, s->Dv, &m, qd, s->D,
-                                    kd, Dk, vd, s->Dv, od, s->Dv, &ld, sc);
+                const ra_ref_rows rr = {1, s->M, s->D, s->Dv, qd, s->D, kd, Dk,
+                                        vd, s->Dv, od, s->Dv, &ld};
+                ra_reference_scored(&score, &m, &rr, sc);
                 const float *oi = o + ((b * n + i) * s->H + h) * s->Dv;
                 for (int64_t d = 0; d < s->Dv; d++)
                     ra_tally_o(&c, oi[d], od[d]);

@@ -64,8 +64,9 @@ static void ref_head(bwd_ref *r, const problem *p, const ra_params *prm,
     head_gather(dout, b, N, s->H, h, Dv, w[3]);
     rope_rows(prm, w[0], N, D, M - N, 1);
     rope_rows(prm, w[1], M, Dk, 0, 1);
-    ra_reference_scored(&sc, N, M, D, Dv, &m, w[0], D, w[1], Dk, w[2], Dv,
-                        w[4], Dv, w[5], w[9]);
+    const ra_ref_rows rr = {N, M, D, Dv, w[0], D, w[1], Dk, w[2], Dv, w[4], Dv,
+                            w[5]};
+    ra_reference_scored(&sc, &m, &rr, w[9]);
     for (int64_t i = 0; i < N; i++) {
         for (int64_t d = 0; d < Dv; d++)
             r->o[((b * N + i) * s->H + h) * Dv + d] = (float)w[4][i * Dv + d];

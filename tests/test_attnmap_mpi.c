@@ -44,8 +44,9 @@ static void check_map(const problem *p, const ra_params *prm,
                               .qpos = &gi,
                               .q_lens = q_lens ? q_lens + b : NULL};
                 double o1, l;
-                ra_reference_scored(&score, 1, s->M, s->D, 1, &mk, qd, s->D,
-                                    kd, Dk, vd, 1, &o1, 1, &l, sc);
+                const ra_ref_rows rr = {1, s->M, s->D, 1, qd, s->D, kd, Dk, vd,
+                                        1, &o1, 1, &l};
+                ra_reference_scored(&score, &mk, &rr, sc);
                 const float *row = map->out +
                                    ((b * map->nheads + hi) * rows.count + r) * s->M;
                 double sum = 0, ref_sum = 0;

@@ -83,8 +83,9 @@ static bwd_tally run_kernel(const problem *p, const kcase *c,
         ra_block blk = block_of(s, c, ra_params_scale(prm, s), pos, pos + j0,
                                 mk, mk->kv_seg ? kseg : NULL);
         blk.m = m;
-        ra_kernel_backward_block(&blk, p->q, kb, vb, dout, ref->lse, drow, dq,
-                                 dkb, dvb, ws, NULL, NULL);
+        const ra_bwd_operands ops = {p->q, kb, vb, dout, ref->lse, drow, dq,
+                                     dkb, dvb};
+        ra_kernel_backward_block(&blk, &ops, ws, NULL, NULL);
         for (int64_t b = 0; b < B; b++) {
             memcpy(dk + (b * M + j0) * G * s->D, dkb + b * m * G * s->D,
                    sizeof(float) * (size_t)(m * G * s->D));

@@ -43,8 +43,9 @@ static void tiny_make(tiny *t)
 static double loss(const ra_ref_score *sc, const ra_mask *mk, const tiny *t)
 {
     double o[NQ * DV], lse[NQ], scores[MK], l = 0.0;
-    ra_reference_scored(sc, NQ, MK, DQ, DV, mk, t->q, DQ, t->k, DQ, t->v, DV,
-                        o, DV, lse, scores);
+    const ra_ref_rows rr = {NQ, MK, DQ, DV, t->q, DQ, t->k, DQ, t->v, DV, o, DV,
+                            lse};
+    ra_reference_scored(sc, mk, &rr, scores);
     for (int i = 0; i < NQ * DV; i++)
         l += t->dout[i] * o[i];
     return l;
@@ -87,8 +88,9 @@ static double check_case(const char *name, const ra_ref_score *sc,
     e = ek > e ? ek : e;
     e = ev > e ? ev : e;
     double o[NQ * DV], lse[NQ], scores[MK];
-    ra_reference_scored(sc, NQ, MK, DQ, DV, mk, t.q, DQ, t.k, DQ, t.v, DV, o,
-                        DV, lse, scores);
+    const ra_ref_rows rr = {NQ, MK, DQ, DV, t.q, DQ, t.k, DQ, t.v, DV, o, DV,
+                            lse};
+    ra_reference_scored(sc, mk, &rr, scores);
     int empty = 0;
     for (int i = 0; i < NQ; i++)
         if (lse[i] == -INFINITY) {
@@ -152,8 +154,9 @@ typedef struct {
 static double loss_add(const tiny_add *t, const ra_mask *mk)
 {
     double o[NQ * DV], lse[NQ], scores[MK], l = 0.0;
-    ra_reference_scored(&t->sc, NQ, MK, DQ, DV, mk, t->q, DQ, t->k, DK, t->v,
-                        DV, o, DV, lse, scores);
+    const ra_ref_rows rr = {NQ, MK, DQ, DV, t->q, DQ, t->k, DK, t->v, DV, o, DV,
+                            lse};
+    ra_reference_scored(&t->sc, mk, &rr, scores);
     for (int i = 0; i < NQ * DV; i++)
         l += t->dout[i] * o[i];
     return l;
@@ -275,8 +278,8 @@ static double loss_rope(const tiny_rope *t, const ra_ref_score *sc)
     memcpy(k, t->k, sizeof k);
     rope_rows(t, q, NQ, t->mk.diag, 1);
     rope_rows(t, k, MK, 0, 1);
-    ra_reference_scored(sc, NQ, MK, DK, DV, &t->mk, q, DK, k, DK, t->v, DV, o,
-                        DV, lse, scores);
+    const ra_ref_rows rr = {NQ, MK, DK, DV, q, DK, k, DK, t->v, DV, o, DV, lse};
+    ra_reference_scored(sc, &t->mk, &rr, scores);
     for (int i = 0; i < NQ * DV; i++)
         l += t->dout[i] * o[i];
     return l;

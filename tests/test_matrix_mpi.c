@@ -5,7 +5,9 @@
  * (none, interleaved, half) x ALiBi (none, default slopes, caller slopes) x
  * shapes (N == M, N < M, N > M, decoding N = 1, N < P with M tiny) x heads
  * (GQA 6/2 and 4/1, MHA 3/3) x (D, Dv) with Dv != D x scores (dot,
- * gaussian, additive) x layouts x batches x tile sizes x hybrid group sizes,
+ * gaussian, additive) x layouts x batches x tile sizes x hybrid group sizes
+ * x the alignment of queries (the tensor's, or each sequence's own, which
+ * the ring alone runs and every other strategy must refuse),
  * forward (o, lse) and then ra_backward (dq, dk, dv) on the strategy's o
  * and lse, as `run --backward --recompute --strategy X` does. Run by ctest
  * under mpiexec at P = 1..4.
@@ -13,7 +15,8 @@
  * The cases are a covering design (matrix_gen.c): every strategy with
  * every mask x RoPE x ALiBi combination, and every pair of levels of any
  * two factors in some case, among the cases each strategy must run; then
- * the cases a strategy must refuse (additive off the ring, ulysses with
+ * the cases a strategy must refuse (additive or per-sequence alignment off
+ * the ring, ulysses with
  * P > H, hybrid groups that do not divide P or exceed H), which must be
  * refused with RA_ERR_ARG on every rank, by a message naming the reason,
  * and the same by ra_strategy_check. Each case draws fresh inputs from its
@@ -83,10 +86,11 @@ enum {
     F_BATCH,
     F_GROUP,
     F_TILES,
+    F_ALIGN,
     NF
 };
 
-static const int nlev[NF] = {6, 4, 4, 3, 3, 3, 5, 3, 2, 3, 2, 3, 3};
+static const int nlev[NF] = {6, 4, 4, 3, 3, 3, 5, 3, 2, 3, 2, 3, 3, 2};
 
 static const ra_strategy strategies[6] = {RA_STRATEGY_RING,
                                           RA_STRATEGY_RING_Q,
@@ -98,8 +102,10 @@ static const ra_layout layouts[4] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
                                      RA_LAYOUT_STRIPED, RA_LAYOUT_AUTO};
 static const char *const mask_names[4] = {"none", "causal", "window",
                                           "causal+window"};
-static const char *const pad_names[3] = {"none", "lens", "segments"};
+static const char *const pad_names[4] = {"none", "lens", "segments",
+                                         "lens+segments"};
 static const char *const alibi_names[3] = {"none", "default", "caller"};
+static const char *const align_names[2] = {"tensor", "sequence"};
 static const int64_t heads[3][2] = {{6, 2}, {4, 1}, {3, 3}};
 static const int64_t dims[2][2] = {{8, 5}, {16, 11}};
 static const ra_score scores[3] = {RA_SCORE_DOT, RA_SCORE_GAUSSIAN,
@@ -124,6 +130,7 @@ typedef struct {
     ra_rope rope;
     double rope_base;
     int alibi; /* 0 off, 1 default slopes, 2 the caller's */
+    int align; /* 1: per-sequence alignment */
     ra_score score;
     double scale, sigma;
     int64_t A; /* additive: hidden size */
@@ -198,6 +205,11 @@ static int case_allowed(const int *lev, unsigned set)
         return 0;
     if (has_st && has_g && lev[F_GROUP] != 0 && st != RA_STRATEGY_HYBRID)
         return 0;
+    /* per-sequence alignment runs on the ring alone, where group sizes
+     * mean nothing */
+    if (set >> F_ALIGN & 1 && lev[F_ALIGN] &&
+        ((has_st && st != RA_STRATEGY_RING) || (has_g && lev[F_GROUP] != 0)))
+        return 0;
     if (has_st && has_h && st == RA_STRATEGY_ULYSSES && H < nranks)
         return 0;
     return !(has_st && has_h && has_g && st == RA_STRATEGY_HYBRID &&
@@ -232,6 +244,7 @@ static mx_case case_of_levels(int idx, const int *lev, uint64_t seed)
     c.ulysses_size = group_of(lev[F_GROUP]);
     c.block_q = tiles[lev[F_TILES]][0];
     c.block_kv = tiles[lev[F_TILES]][1];
+    c.align = lev[F_ALIGN];
     return c;
 }
 
@@ -244,6 +257,8 @@ static const char *case_refusal(const mx_case *c)
     const int64_t u = c->ulysses_size ? c->ulysses_size : nranks;
     if (c->strategy != RA_STRATEGY_RING && c->score == RA_SCORE_ADDITIVE)
         return "additive";
+    if (c->strategy != RA_STRATEGY_RING && c->align)
+        return "does not support --align-per-sequence";
     if (c->strategy == RA_STRATEGY_ULYSSES && c->s.H < nranks)
         return "ulysses";
     if (c->strategy == RA_STRATEGY_HYBRID && (nranks % u || c->s.H < u))
@@ -253,9 +268,10 @@ static const char *case_refusal(const mx_case *c)
 
 /* The cases a strategy must refuse (case_refusal), each a design case
  * (base, a row of levels) changed in what makes it unrunnable: the
- * additive score off the ring, a hybrid group that does not divide P, and
- * at P > 1 fewer heads than ulysses' ranks or than hybrid's group. */
-static int refusal_count(void) { return nranks > 1 ? 8 : 6; }
+ * additive score off the ring, per-sequence alignment off the ring, a
+ * hybrid group that does not divide P, and at P > 1 fewer heads than
+ * ulysses' ranks or than hybrid's group. */
+static int refusal_count(void) { return nranks > 1 ? 13 : 11; }
 
 static mx_case refusal_case(int r, int idx, const int *base, uint64_t seed)
 {
@@ -265,15 +281,19 @@ static mx_case refusal_case(int r, int idx, const int *base, uint64_t seed)
     c.ulysses_size = 0;
     if (c.score == RA_SCORE_ADDITIVE)
         c.score = RA_SCORE_DOT;
+    c.align = 0;
     if (r < 5) {
         c.strategy = strategies[r + 1];
         c.score = RA_SCORE_ADDITIVE;
         c.rope = RA_ROPE_NONE;
-    } else if (r == 5) {
+    } else if (r < 10) {
+        c.strategy = strategies[r - 4];
+        c.align = 1;
+    } else if (r == 10) {
         c.strategy = RA_STRATEGY_HYBRID;
         c.ulysses_size = group_nondivisor();
     } else {
-        c.strategy = r == 6 ? RA_STRATEGY_ULYSSES : RA_STRATEGY_HYBRID;
+        c.strategy = r == 11 ? RA_STRATEGY_ULYSSES : RA_STRATEGY_HYBRID;
         c.s.H = nranks - 1;
         c.s.G = 1;
     }
@@ -334,6 +354,42 @@ static void rng_segments(uint64_t *st, int64_t B, int64_t N, int64_t M,
     }
 }
 
+/* Ids 0 .. S-1 in runs over len tokens, cut at S - 1 uniform points
+ * (runs may be empty), into ids[0..len). */
+static void rng_runs(uint64_t *st, int64_t len, int64_t S, int64_t *ids)
+{
+    int64_t cut[8];
+    for (int64_t s = 0; s < S - 1; s++) { /* insertion-sorted */
+        const int64_t x = (int64_t)(rng_next(st) % (uint64_t)(len + 1));
+        int64_t t = s;
+        for (; t > 0 && cut[t - 1] > x; t--)
+            cut[t] = cut[t - 1];
+        cut[t] = x;
+    }
+    for (int64_t i = 0, s = 0; i < len; i++) {
+        while (s < S - 1 && i >= cut[s])
+            s++;
+        ids[i] = s;
+    }
+}
+
+/* Packed-sequence ids for per-sequence alignment: per batch 2 to 5
+ * segments, cut on the query and the key side independently, so that a
+ * segment's queries and keys end at unrelated places (kend - qend is not
+ * M - N); the last id of the keys is moved away, so that some queries see
+ * no key. */
+static void rng_segments_unequal(uint64_t *st, int64_t B, int64_t N,
+                                 int64_t M, int64_t *qids, int64_t *kids)
+{
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t S = 2 + (int64_t)(rng_next(st) % 4);
+        rng_runs(st, N, S, qids + b * N);
+        rng_runs(st, M, S, kids + b * M);
+        for (int64_t j = 0; j < M; j++)
+            kids[b * M + j] += kids[b * M + j] == S - 1 ? 1000 : 0;
+    }
+}
+
 /* Padding lengths of B batches over len tokens: in [ceil(len/2), len],
  * but the first of two batches in [0, len], so that whole batches of
  * empty rows appear without emptying most cases. */
@@ -386,6 +442,7 @@ static ra_params params_of(const mx_case *c, const mx_data *d)
     p.ulysses_size = c->ulysses_size;
     p.block_q = c->block_q;
     p.block_kv = c->block_kv;
+    p.align = c->align ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
     return p;
 }
 
@@ -462,7 +519,10 @@ static void data_masks(const mx_case *c, mx_data *d, uint64_t *st)
     for (int draw = 0; draw < MASK_DRAWS; draw++) {
         rng_lens(st, s->B, s->N, d->lens);
         rng_lens(st, s->B, s->M, d->lens + s->B);
-        rng_segments(st, s->B, s->N, s->M, d->qseg, d->kseg);
+        if (c->align)
+            rng_segments_unequal(st, s->B, s->N, s->M, d->qseg, d->kseg);
+        else
+            rng_segments(st, s->B, s->N, s->M, d->qseg, d->kseg);
         const mref_in in = ref_input(c, d, &p);
         d->blind = mref_rows_multi(&in) == 0;
         if (!d->blind || !(c->lens || c->segs))
@@ -661,6 +721,32 @@ static void judge_refusal(ra_status st, ra_status chk, const char *want,
                  want, ra_status_str(st), ra_status_str(chk), msg);
 }
 
+/* The masks of a case on this rank. */
+static ra_masks masks_of(const mx_case *c, const mx_data *d)
+{
+    return (ra_masks){c->lens ? d->lens : NULL,
+                      c->lens ? d->lens + c->s.B : NULL,
+                      c->segs ? d->lqseg : NULL, c->segs ? d->lkseg : NULL};
+}
+
+/* The forward (status st, strategy check chk) and then the backward of a
+ * case that must run, judged against the reference under p. */
+static void run_numbers(const mx_case *c, mx_data *d, const ra_params *p,
+                        ra_status st, ra_status chk, mx_verdict *v)
+{
+    const ra_masks mk = masks_of(c, d);
+    int ok = all_ok(st == RA_OK && chk == RA_OK, v, "forward or check");
+    if (ok && c->backward)
+        ok = all_ok(ra_backward(MPI_COMM_WORLD, &c->s, p, &mk, d->lq, d->lk,
+                                d->lv, d->o, d->lse, d->ldout, d->dq, d->dk,
+                                d->dv, NULL) == RA_OK,
+                    v, "backward");
+    if (ok)
+        judge_numbers(c, d, p, v);
+    else
+        v->failed = 1;
+}
+
 static mx_verdict run_case(const mx_case *c)
 {
     mx_verdict v = {0};
@@ -670,27 +756,15 @@ static mx_verdict run_case(const mx_case *c)
         return v;
     }
     const ra_params p = params_of(c, &d);
-    const ra_masks mk = {c->lens ? d.lens : NULL,
-                         c->lens ? d.lens + c->s.B : NULL,
-                         c->segs ? d.lqseg : NULL, c->segs ? d.lkseg : NULL};
+    const ra_masks mk = masks_of(c, &d);
     const char *want = case_refusal(c);
     const ra_status chk = ra_strategy_check(MPI_COMM_WORLD, &c->s, &p, c->segs);
     const ra_status st = ra_forward_ex(MPI_COMM_WORLD, &c->s, &p, &mk, d.lq,
                                        d.lk, d.lv, d.o, d.lse, NULL);
-    if (want) {
+    if (want)
         judge_refusal(st, chk, want, &v);
-    } else {
-        int ok = all_ok(st == RA_OK && chk == RA_OK, &v, "forward or check");
-        if (ok && c->backward)
-            ok = all_ok(ra_backward(MPI_COMM_WORLD, &c->s, &p, &mk, d.lq, d.lk,
-                                    d.lv, d.o, d.lse, d.ldout, d.dq, d.dk, d.dv,
-                                    NULL) == RA_OK,
-                        &v, "backward");
-        if (ok)
-            judge_numbers(c, &d, &p, &v);
-        else
-            v.failed = 1;
-    }
+    else
+        run_numbers(c, &d, &p, st, chk, &v);
     data_free(&d);
     return v;
 }
@@ -701,13 +775,14 @@ static void case_describe(const mx_case *c, char *buf, size_t len)
 {
     const ra_shape *s = &c->s;
     snprintf(buf, len,
-             "%s layout=%s mask=%s pad=%s rope=%s alibi=%s score=%s "
-             "B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld u=%lld "
-             "tiles=%lldx%lld%s seed=%llu",
+             "%s layout=%s mask=%s pad=%s rope=%s alibi=%s align=%s "
+             "score=%s B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld "
+             "u=%lld tiles=%lldx%lld%s seed=%llu",
              ra_strategy_name(c->strategy), ra_layout_name(c->layout),
              mask_names[c->causal + 2 * c->window],
              pad_names[c->lens + 2 * c->segs], ra_rope_name(c->rope),
-             alibi_names[c->alibi], ra_score_name(c->score), (long long)s->B,
+             alibi_names[c->alibi], align_names[c->align],
+             ra_score_name(c->score), (long long)s->B,
              (long long)s->N, (long long)s->M, (long long)s->H, (long long)s->G,
              (long long)s->D, (long long)s->Dv, (long long)c->ulysses_size,
              (long long)c->block_q, (long long)c->block_kv,
@@ -764,6 +839,7 @@ static void test_matrix(void **state)
                "be refused), base seed %llu\n",
                nranks, total, n, total - n, (unsigned long long)seed);
     int count[6][4] = {{0}}, failed = 0; /* passed, refused, failed, blind */
+    int aligned = 0; /* ring cases run with per-sequence alignment */
     const double t0 = MPI_Wtime();
     for (int i = 0; i < total; i++) {
         const mx_case c =
@@ -773,6 +849,7 @@ static void test_matrix(void **state)
         report(&c, &v);
         count[strategy_index(c.strategy)][v.failed ? 2 : v.refused]++;
         count[strategy_index(c.strategy)][3] += v.blind;
+        aligned += c.align && !v.refused;
         failed += v.failed;
     }
     for (int k = 0; rank == 0 && k < 6; k++)
@@ -781,8 +858,9 @@ static void test_matrix(void **state)
                ra_strategy_name(strategies[k]), count[k][0], count[k][1],
                count[k][2], count[k][3]);
     if (rank == 0)
-        printf("# matrix: P=%d, %d of %d cases failed, %.1f s\n", nranks,
-               failed, total, MPI_Wtime() - t0);
+        printf("# matrix: P=%d, %d of %d cases failed (%d ran aligned per "
+               "sequence), %.1f s\n", nranks, failed, total, aligned,
+               MPI_Wtime() - t0);
     assert_int_equal(failed, 0);
 }
 
@@ -870,15 +948,126 @@ static void test_regression(void **state)
     assert_false(v.failed);
 }
 
+/* ---- Per-sequence alignment (issue 22 item 5) ------------------------ */
+
+/* A ring case with each sequence aligned on its own lengths: the masks and
+ * encodings that place queries, in the combinations the covering design
+ * need not hold together; forward and backward against the reference. */
+typedef struct {
+    const char *id, *desc;
+    int64_t B, N, M;
+    int causal, window, lens, segs, alibi;
+    ra_rope rope;
+    ra_layout layout;
+} align_named;
+
+static const align_named align_cases[] = {
+    {"align_lens_causal_window", "align: lens, causal+window, N < M", 2, 37,
+     101, 1, 1, 1, 0, 0, RA_ROPE_NONE, RA_LAYOUT_CONTIGUOUS},
+    {"align_segments_causal_rope_half",
+     "align: segments (unequal q/k runs), causal, RoPE half, N > M", 2, 101,
+     37, 1, 0, 0, 1, 0, RA_ROPE_HALF, RA_LAYOUT_ZIGZAG},
+    {"align_segments_window_alibi",
+     "align: segments (unequal q/k runs), window, ALiBi, N < M", 2, 37, 101,
+     0, 1, 0, 1, 1, RA_ROPE_NONE, RA_LAYOUT_STRIPED},
+    {"align_lens_causal_alibi_rope", "align: lens, causal, ALiBi + RoPE "
+     "interleaved, N < M", 2, 61, 89, 1, 0, 1, 0, 1, RA_ROPE_INTERLEAVED,
+     RA_LAYOUT_ZIGZAG},
+    {"align_segments_lens_causal_window",
+     "align: segments and lens, causal+window, N < M", 2, 37, 101, 1, 1, 1,
+     1, 0, RA_ROPE_HALF, RA_LAYOUT_CONTIGUOUS},
+};
+
+#define NALIGN (sizeof align_cases / sizeof align_cases[0])
+
+static mx_case align_case(const align_named *a, int align)
+{
+    mx_case c = case_blank();
+    c.name = a->desc;
+    c.strategy = RA_STRATEGY_RING;
+    c.layout = a->layout;
+    c.s = (ra_shape){a->B, a->N, a->M, 4, 2, 16, 11, 0};
+    c.seed = 22200u + (uint64_t)(a - align_cases);
+    c.block_q = 16; /* several tiles at these sizes */
+    c.block_kv = 24;
+    c.causal = a->causal;
+    c.window = a->window;
+    c.left = 9;
+    c.right = 3;
+    c.lens = a->lens;
+    c.segs = a->segs;
+    c.alibi = a->alibi;
+    c.rope = a->rope;
+    c.align = align;
+    return c;
+}
+
+/* state: the align_named to run, per-sequence aligned. */
+static void test_align(void **state)
+{
+    const mx_case c = align_case(*state, 1);
+    const mx_verdict v = run_case(&c);
+    report(&c, &v);
+    assert_false(v.failed);
+}
+
+/* The regression of the option itself: on one problem (lens, causal,
+ * N < M) the tensor's and the sequences' alignments both match their own
+ * reference, and their outputs differ (by far more than rounding), so
+ * the option does change which keys a query sees. */
+static void test_align_differs(void **state)
+{
+    (void)state;
+    mx_case c = align_case(&align_cases[0], 0);
+    mx_verdict v[2] = {{0}, {0}};
+    mx_data d;
+    float *o0 = NULL;
+    double diff = 0.0, all = 0.0;
+    int ok = data_make(&c, &d) == 0, every = 0;
+    const int64_t no = c.s.B * d.qs.count * c.s.H * c.s.Dv;
+    ok = ok && (o0 = malloc(sizeof(float) * (size_t)(no + 1)));
+    MPI_Allreduce(&ok, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    assert_true(every);
+    for (int align = 0; align < 2; align++) {
+        c.align = align;
+        const ra_params p = params_of(&c, &d);
+        const ra_masks mk = masks_of(&c, &d);
+        const ra_status st = ra_forward_ex(MPI_COMM_WORLD, &c.s, &p, &mk,
+                                           d.lq, d.lk, d.lv, d.o, d.lse,
+                                           NULL);
+        run_numbers(&c, &d, &p, st, RA_OK, &v[align]);
+        for (int64_t x = 0; x < no; x++)
+            diff = align ? fmax(diff, fabs((double)o0[x] - d.o[x])) : diff;
+        if (!align)
+            memcpy(o0, d.o, sizeof(float) * (size_t)no);
+    }
+    MPI_Allreduce(&diff, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("# align: tensor %s, per-sequence %s, outputs differ by %.3g "
+               "(must exceed 0.01)\n", v[0].failed ? "FAIL" : "PASS",
+               v[1].failed ? "FAIL" : "PASS", all);
+    free(o0);
+    data_free(&d);
+    assert_false(v[0].failed || v[1].failed);
+    assert_true(all > 0.01);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
-    struct CMUnitTest tests[NREGRESSIONS + 2] = {
+    struct CMUnitTest tests[NREGRESSIONS + NALIGN + 3] = {
         cmocka_unit_test(test_alibi_slopes),
     };
     for (size_t i = 0; i < NREGRESSIONS; i++)
         tests[i + 1] = (struct CMUnitTest){regressions[i].id, test_regression,
                                            NULL, NULL, (void *)&regressions[i]};
-    tests[NREGRESSIONS + 1] = (struct CMUnitTest)cmocka_unit_test(test_matrix);
+    for (size_t i = 0; i < NALIGN; i++)
+        tests[NREGRESSIONS + 1 + i] =
+            (struct CMUnitTest){align_cases[i].id, test_align, NULL, NULL,
+                                (void *)&align_cases[i]};
+    tests[NREGRESSIONS + NALIGN + 1] =
+        (struct CMUnitTest)cmocka_unit_test(test_align_differs);
+    tests[NREGRESSIONS + NALIGN + 2] =
+        (struct CMUnitTest)cmocka_unit_test(test_matrix);
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -139,12 +139,13 @@ static void run_layer(const layer_case *lc)
                               .q_lens = lc->lens ? q_lens + b : NULL,
                               .kv_lens = lc->lens ? kv_lens + b : NULL};
                 double l;
-                ra_reference_scored(&score, 1, s->M, s->D, s->Dv, &mk,
-                                  q + (b * s->N + i) * HD + h * s->D, HD,
-                                  k + b * s->M * GD + g * s->D, GD,
-                                  v + b * s->M * GDv + g * s->Dv, GDv,
-                                  o + (b * s->N + i) * HDv + h * s->Dv, HDv,
-                                  &l, sc);
+                const ra_ref_rows rr = {
+                    1, s->M, s->D, s->Dv,
+                    q + (b * s->N + i) * HD + h * s->D, HD,
+                    k + b * s->M * GD + g * s->D, GD,
+                    v + b * s->M * GDv + g * s->Dv, GDv,
+                    o + (b * s->N + i) * HDv + h * s->Dv, HDv, &l};
+                ra_reference_scored(&score, &mk, &rr, sc);
             }
         }
     linear64(o, s->B * s->N, HDv, L.w_o, L.b_o, lc->Eout, yd);
