@@ -3,9 +3,9 @@
  * Cost, per layout: the rows O(B (N + M)) (segments: O(M) memory); the
  * ring's diagonal maxima a few blocks per step without segments (pieces
  * between the layouts' kinks whose blocks must be equal cost one block;
- * padding lengths make a few ranks differ, found by halving), else a scan
- * of the steps the plan keeps; the plan's last step O(P log P) with
- * contiguous slices; the ring's sends O(P) without a band, else per block
+ * padding lengths make a few ranks differ, found by halving), with them
+ * O(B N log N + P) (model_segments.c); the plan's last step O(P log P)
+ * (comm/plan.c); the ring's sends O(P) without a band, else per block
  * the steps that grow its hull until it is whole: contiguous slices try
  * their candidate steps one by one (O(P) under causal), zigzag and
  * striped slices find each such step by halving (O(log P) each). */
@@ -73,34 +73,32 @@ static void segment_run(const int64_t *kseg, int64_t M, int64_t id,
     *b = lo;
 }
 
-/* The keys query qp (segment id, or -1 without segments) sees: [*first,
- * *last]; empty when *last < *first. */
-static void query_keys(ra_band band, int64_t qp, int64_t kv_len, int64_t M,
-                       const int64_t *k_seg, int64_t id, int64_t run[3],
-                       int64_t *first, int64_t *last)
+void model_query_keys(ra_band band, int64_t qp, int64_t kv_len,
+                      model_key_segs *ks, int64_t id, int64_t *first,
+                      int64_t *last)
 {
     ra_band_keys(band, qp, kv_len, first, last);
-    if (!k_seg)
+    if (!ks->ids)
         return;
-    if (id != run[2]) /* run: the cached segment's keys [a, b) and id */
-        segment_run(k_seg, M, run[2] = id, &run[0], &run[1]);
-    *first = *first > run[0] ? *first : run[0];
-    *last = *last < run[1] - 1 ? *last : run[1] - 1;
+    if (id != ks->id)
+        segment_run(ks->ids, ks->M, ks->id = id, &ks->a, &ks->b);
+    *first = *first > ks->a ? *first : ks->a;
+    *last = *last < ks->b - 1 ? *last : ks->b - 1;
 }
 
 double model_slice_pairs(ra_band band, const ra_slice *qs, const ra_slice *ks,
                          int64_t M, int64_t q_len, int64_t kv_len,
                          const int64_t *q_seg, const int64_t *k_seg)
 {
-    int64_t run[3] = {0, 0, -1};
+    model_key_segs segs = {k_seg, M, 0, 0, -1};
     double pairs = 0;
     for (int64_t i = 0; i < qs->count; i++) {
         const int64_t qp = ra_slice_pos(qs, i);
         if (qp >= q_len)
             continue;
         int64_t first, last;
-        query_keys(band, qp, kv_len, M, k_seg, k_seg ? q_seg[i] : -1, run,
-                   &first, &last);
+        model_query_keys(band, qp, kv_len, &segs, k_seg ? q_seg[i] : -1,
+                         &first, &last);
         if (last < first)
             continue;
         pairs += ks ? (double)slice_count_in(ks, first, last)
@@ -155,12 +153,12 @@ static void keys_seen_segments(const model_problem *pb, int64_t b,
     const ra_shape *s = pb->s;
     const model_masks *mk = pb->mk;
     const batch_view v = batch_of(pb, b);
-    int64_t run[3] = {0, 0, -1};
+    model_key_segs segs = {mk->kv_seg + b * s->M, s->M, 0, 0, -1};
     memset(seen, 0, sizeof(int64_t) * (size_t)(s->M + 1));
     for (int64_t qp = 0; qp < s->N && qp < v.ql; qp++) {
         int64_t first, last;
-        query_keys(v.band, qp, v.kl, s->M, mk->kv_seg + b * s->M,
-                   mk->q_seg[b * s->N + qp], run, &first, &last);
+        model_query_keys(v.band, qp, v.kl, &segs, mk->q_seg[b * s->N + qp],
+                         &first, &last);
         if (last >= first) {
             seen[first]++;
             seen[last + 1]--;
@@ -243,160 +241,6 @@ int model_rows(const model_problem *pb, double *qrow, double *kcol)
     return 0;
 }
 
-/* ---- the ring plan's last step and candidates ----------------------------- */
-
-/* The ranks d whose queries may see block src's keys, from the band alone
- * (what ring_plan_need checks exactly): with contiguous slices their first
- * and last positions grow with d, so they are one range [*da, *dz]; other
- * layouts: every rank. */
-static void plan_candidates(const ring_plan *pl, int src, int *da, int *dz)
-{
-    *da = 0;
-    *dz = pl->P - 1;
-    if (pl->layout != RA_LAYOUT_CONTIGUOUS)
-        return;
-    const ra_range k = ra_shard_range(pl->M, src, pl->P);
-    const int64_t kz = k.start + k.count - 1 < pl->kv_end - 1
-                           ? k.start + k.count - 1 : pl->kv_end - 1;
-    int lo = 0, hi = pl->P; /* first d whose last query reaches the keys */
-    while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        const ra_range q = ra_shard_range(pl->N, mid, pl->P);
-        if (q.start + q.count - 1 + pl->band.hi < k.start)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *da = lo;
-    hi = pl->P; /* first d whose first query is past the keys, or q_end */
-    while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        const ra_range q = ra_shard_range(pl->N, mid, pl->P);
-        if (q.start + pl->band.lo <= kz && q.start < pl->q_end)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *dz = k.count > 0 && k.start < pl->kv_end ? lo - 1 : -1;
-}
-
-/* The u-th candidate step of block src, counting from the farthest: the
- * candidate ranks behind src (steps P - src + d), then those ahead (steps
- * d - src); -1 after the last. */
-static int plan_step_at(const ring_plan *pl, int src, int da, int dz, int u)
-{
-    const int behind = (dz < src - 1 ? dz : src - 1) - da + 1;
-    if (u < behind)
-        return (dz < src - 1 ? dz : src - 1) - u - src + pl->P;
-    const int v = u - (behind > 0 ? behind : 0);
-    const int first = da > src + 1 ? da : src + 1;
-    return dz - v >= first ? dz - v - src : -1;
-}
-
-/* Where the runs of a layout's slices change length: ranks r at which a
- * run of rank r is one token shorter than that of rank r - 1 (at most
- * two, into k); returns how many. */
-static int layout_kinks(ra_layout lay, int64_t len, int P, int k[2])
-{
-    int n = 0;
-    const int64_t parts = lay == RA_LAYOUT_ZIGZAG ? 2 * (int64_t)P : P;
-    const int64_t e = len % parts; /* runs below e hold one more */
-    if (e > 0 && e < P)
-        k[n++] = (int)e;
-    if (lay == RA_LAYOUT_ZIGZAG && e > P) /* rank r's second chunk */
-        k[n++] = (int)(2 * (int64_t)P - e);
-    return n;
-}
-
-/* The pieces of ranks [lo, hi] between the kinks of the query axis, the
- * highest first, into piece; returns how many. */
-static int kinked_pieces(const ring_plan *pl, int lo, int hi, int piece[3][2])
-{
-    int kink[2] = {0, 0}, n = 0;
-    const int nk = layout_kinks(pl->layout, pl->N, pl->P, kink);
-    if (nk == 2 && kink[0] < kink[1]) { /* the higher kink first */
-        const int k = kink[0];
-        kink[0] = kink[1];
-        kink[1] = k;
-    }
-    int z = hi;
-    for (int j = 0; j < nk; j++)
-        if (kink[j] > lo && kink[j] <= z) {
-            piece[n][0] = kink[j];
-            piece[n++][1] = z;
-            z = kink[j] - 1;
-        }
-    piece[n][0] = lo;
-    piece[n++][1] = z;
-    return n;
-}
-/* The highest rank in [x, y] whose need of block src is not empty, or -1,
- * when both ends of the ranks' needs are monotone in the rank there: a
- * range whose needs must all be empty is skipped, another halved. */
-static int need_highest(const ring_plan *pl, int src, int x, int y)
-{
-    if (x > y)
-        return -1;
-    const ring_span lo = ring_plan_ends(pl, x, src);
-    const ring_span hi = ring_plan_ends(pl, y, src);
-    if ((lo.a < hi.a ? lo.a : hi.a) >= (lo.b > hi.b ? lo.b : hi.b))
-        return -1;
-    if (x == y)
-        return x;
-    const int mid = x + (y - x) / 2;
-    const int d = need_highest(pl, src, mid + 1, y);
-    return d >= 0 ? d : need_highest(pl, src, x, mid);
-}
-
-/* Zigzag and striped slices: block src's highest step above last that
- * needs something, or last; the steps fall with the rank behind src
- * (steps P - src + d), then ahead of it (d - src), and the pieces between
- * the kinks come highest first. */
-static int plan_last_kinked(const ring_plan *pl, int src, int last)
-{
-    const int P = pl->P;
-    const int behind = last + 1 > P - src ? last + 1 : P - src;
-    const int range[2][2] = {{behind + src - P, src - 1},
-                             {src + last + 1, P - 1}};
-    for (int i = 0; i < 2; i++) {
-        int piece[3][2];
-        const int n = kinked_pieces(pl, range[i][0], range[i][1], piece);
-        for (int j = 0; j < n; j++) {
-            const int d = need_highest(pl, src, piece[j][0], piece[j][1]);
-            if (d >= 0)
-                return (d - src + P) % P;
-        }
-    }
-    return last;
-}
-
-/* ring_plan_last_step, trying for each block only its steps above the
- * last found, farthest first: with contiguous slices its candidate steps
- * one by one, else by halving. */
-static int plan_last(const ring_plan *pl)
-{
-    int last = 0;
-    for (int src = 0; src < pl->P; src++) {
-        int da, dz;
-        if (pl->layout != RA_LAYOUT_CONTIGUOUS) {
-            last = plan_last_kinked(pl, src, last);
-            continue;
-        }
-        plan_candidates(pl, src, &da, &dz);
-        for (int i = 0;; i++) {
-            const int u = plan_step_at(pl, src, da, dz, i);
-            if (u <= last)
-                break;
-            const ring_span sp = ring_plan_need(pl, (src + u) % pl->P, src);
-            if (sp.a < sp.b) {
-                last = u;
-                break;
-            }
-        }
-    }
-    return last;
-}
-
 /* ---- the ring's busiest rank at each step --------------------------------- */
 
 enum { MAX_COUNT_RUNS = 8 };
@@ -453,7 +297,8 @@ static int lens_same(const ra_slice x[2], const int64_t *lens, int64_t B)
 }
 
 /* Whether every block (r, (r - t) mod P) for r in [a, z] holds the same
- * pairs, the ranks' run lengths being the same throughout and no segments:
+ * pairs (without segments, the only case that comes here), the ranks' run
+ * lengths being the same throughout:
  * a pair of runs' pairs depend only on the tokens below the padding
  * lengths and the offset between them. A run's tokens below a length move
  * monotonically with r, so equal at a and z they are equal throughout:
@@ -469,8 +314,6 @@ static int diag_flat(const model_problem *pb, int t, int a, int z)
     const int P = pb->P;
     if (a == z)
         return 1;
-    if (mk->q_seg && mk->kv_seg)
-        return 0;
     const ra_slice q[2] = {ra_layout_slice(lay, pb->s->N, a, P),
                            ra_layout_slice(lay, pb->s->N, z, P)};
     const ra_slice k[2] = {ra_layout_slice(lay, pb->s->M, (a - t + P) % P, P),
@@ -527,9 +370,9 @@ static double diag_scan(const model_problem *pb, int t, int lo, int hi,
                         double best, double bound, int64_t *ids)
 {
     const int P = pb->P;
-    int cut[4], nc = layout_kinks(pb->p->layout, pb->s->N, P, cut);
+    int cut[4], nc = ring_layout_kinks(pb->p->layout, pb->s->N, P, cut);
     int kk[2];
-    const int nk = layout_kinks(pb->p->layout, pb->s->M, P, kk);
+    const int nk = ring_layout_kinks(pb->p->layout, pb->s->M, P, kk);
     for (int i = 0; i < nk; i++) /* key rank kk[i]: rank kk[i] + t */
         cut[nc++] = (kk[i] + t) % P;
     for (int z = hi; z >= lo && best < bound;) {
@@ -563,7 +406,9 @@ static double diag_step(const model_problem *pb, int t, const run_pair *rp,
     return best;
 }
 
-int model_ring_diag(const model_problem *pb, double *diag)
+/* diag[t] for the steps t <= last without segments: per step, the run
+ * pairs by falling bound. */
+static int diag_banded(const model_problem *pb, int last, double *diag)
 {
     const ra_shape *s = pb->s;
     const int P = pb->P;
@@ -580,13 +425,23 @@ int model_ring_diag(const model_problem *pb, double *diag)
                                    1));
     if (!ids)
         return -1;
-    const ra_masks rm = {pb->mk->q_lens, pb->mk->kv_lens, NULL, NULL};
-    const ring_plan pl = ring_plan_make(s, pb->p, &rm, P);
-    const int last = plan_last(&pl); /* later steps see nothing */
-    for (int t = 0; t < P; t++)
-        diag[t] = t <= last ? diag_step(pb, t, rp, nq * nk, ids) : 0.0;
+    for (int t = 0; t <= last; t++)
+        diag[t] = diag_step(pb, t, rp, nq * nk, ids);
     free(ids);
     return 0;
+}
+
+int model_ring_diag(const model_problem *pb, double *diag)
+{
+    const ra_masks rm = {pb->mk->q_lens, pb->mk->kv_lens, NULL, NULL};
+    const ring_plan pl = ring_plan_make(pb->s, pb->p, &rm, pb->P);
+    const int last = ring_plan_last_step(&pl); /* later steps see nothing */
+    const int rc = pb->mk->q_seg && pb->mk->kv_seg
+                       ? model_diag_segments(pb, diag)
+                       : diag_banded(pb, last, diag);
+    for (int t = last + 1; t < pb->P; t++)
+        diag[t] = 0.0;
+    return rc;
 }
 
 /* ---- the ring's bytes ------------------------------------------------------ */
@@ -735,7 +590,7 @@ static void sends_kinked(block_sends *bs, int last)
     const int range[2][2] = {{0, last + src - P}, {src + 1, src + ahead}};
     for (int i = 0; i < 2; i++) {
         int piece[3][2];
-        const int n = kinked_pieces(bs->pl, range[i][0], range[i][1], piece);
+        const int n = ring_plan_pieces(bs->pl, range[i][0], range[i][1], piece);
         for (int j = 0; j < n; j++)
             sends_ranks(bs, piece[j][0], piece[j][1]);
     }
@@ -745,9 +600,9 @@ static void sends_kinked(block_sends *bs, int last)
 static void sends_scan(block_sends *bs, int last)
 {
     int da, dz;
-    plan_candidates(bs->pl, bs->src, &da, &dz);
+    ring_plan_candidates(bs->pl, bs->src, &da, &dz);
     for (int i = 0; !block_whole(bs); i++) {
-        const int u = plan_step_at(bs->pl, bs->src, da, dz, i);
+        const int u = ring_plan_step_at(bs->pl, bs->src, da, dz, i);
         if (u < 1)
             break;
         if (u <= last)
@@ -779,7 +634,7 @@ int model_ring_sends(const model_problem *pb, double row, double *sent,
     const int P = pb->P;
     const ra_masks rm = {pb->mk->q_lens, pb->mk->kv_lens, NULL, NULL};
     const ring_plan pl = ring_plan_make(pb->s, pb->p, &rm, P);
-    const int last = plan_last(&pl);
+    const int last = ring_plan_last_step(&pl);
     if (pl.band.lo <= -RA_UNBOUNDED && pl.band.hi >= RA_UNBOUNDED)
         return sends_unbanded(pb, &pl, last, row, sent, step);
     double *acc = calloc((size_t)(2 * P + 2), sizeof(double));

@@ -42,6 +42,25 @@ int model_rows(const model_problem *pb, double *qrow, double *kcol);
  * diag[(P - t) mod P]). 0, or -1 when out of memory. */
 int model_ring_diag(const model_problem *pb, double *diag);
 
+/* One batch's key segment ids (M, in order; NULL without segments) and
+ * the keys [a, b) of segment id, the last looked up: {ids, M, 0, 0, -1}
+ * at the start of each batch. */
+typedef struct {
+    const int64_t *ids;
+    int64_t M;
+    int64_t a, b, id;
+} model_key_segs;
+
+/* The keys query qp of a batch sees under the band, kv_len and, with
+ * segments, its segment id: [*first, *last], empty when *last < *first. */
+void model_query_keys(ra_band band, int64_t qp, int64_t kv_len,
+                      model_key_segs *ks, int64_t id, int64_t *first,
+                      int64_t *last);
+
+/* model_ring_diag's steps with packed segments (every step; the caller
+ * clears those past the plan's last): 0, or -1 when out of memory. */
+int model_diag_segments(const model_problem *pb, double *diag);
+
 /* ring_pass.c's sends: at step t below the plan's last step, rank r sends
  * the rows of block (r - t) mod P that step t + 1 holds, row bytes each, to
  * rank r + 1. sent[r] (P entries): rank r's bytes in all; step[t] (P

@@ -1,5 +1,9 @@
-/* plan.c: see plan.h. Cost O(P^2 log(M/P)) per call, negligible next to
- * the attention itself up to thousands of ranks. */
+/* plan.c: see plan.h. Costs: ring_plan_need O(log(M/P)); ring_plan_held
+ * that times its steps; ring_plan_last_step O(P log P log(M/P)) (each
+ * block tries only its steps above the last found: with contiguous slices
+ * the candidates the band allows, one by one; with zigzag and striped
+ * slices the highest rank that needs the block, found by halving between
+ * the layout's kinks). */
 #include "plan.h"
 
 /* The highest of the B padding lengths, or len without them. */
@@ -88,14 +92,144 @@ ring_span ring_plan_held(const ring_plan *pl, int src, int t, int last)
     return hull;
 }
 
+/* ---- the last step and the candidates ------------------------------------ */
+
+void ring_plan_candidates(const ring_plan *pl, int src, int *da, int *dz)
+{
+    *da = 0;
+    *dz = pl->P - 1;
+    if (pl->layout != RA_LAYOUT_CONTIGUOUS)
+        return;
+    const ra_range k = ra_shard_range(pl->M, src, pl->P);
+    const int64_t kz = k.start + k.count - 1 < pl->kv_end - 1
+                           ? k.start + k.count - 1 : pl->kv_end - 1;
+    int lo = 0, hi = pl->P; /* first d whose last query reaches the keys */
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const ra_range q = ra_shard_range(pl->N, mid, pl->P);
+        if (q.start + q.count - 1 + pl->band.hi < k.start)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *da = lo;
+    hi = pl->P; /* first d whose first query is past the keys, or q_end */
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const ra_range q = ra_shard_range(pl->N, mid, pl->P);
+        if (q.start + pl->band.lo <= kz && q.start < pl->q_end)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *dz = k.count > 0 && k.start < pl->kv_end ? lo - 1 : -1;
+}
+
+int ring_plan_step_at(const ring_plan *pl, int src, int da, int dz, int u)
+{
+    const int behind = (dz < src - 1 ? dz : src - 1) - da + 1;
+    if (u < behind)
+        return (dz < src - 1 ? dz : src - 1) - u - src + pl->P;
+    const int v = u - (behind > 0 ? behind : 0);
+    const int first = da > src + 1 ? da : src + 1;
+    return dz - v >= first ? dz - v - src : -1;
+}
+
+int ring_layout_kinks(ra_layout lay, int64_t len, int P, int k[2])
+{
+    int n = 0;
+    const int64_t parts = lay == RA_LAYOUT_ZIGZAG ? 2 * (int64_t)P : P;
+    const int64_t e = len % parts; /* runs below e hold one more */
+    if (e > 0 && e < P)
+        k[n++] = (int)e;
+    if (lay == RA_LAYOUT_ZIGZAG && e > P) /* rank r's second chunk */
+        k[n++] = (int)(2 * (int64_t)P - e);
+    return n;
+}
+
+int ring_plan_pieces(const ring_plan *pl, int lo, int hi, int piece[3][2])
+{
+    int kink[2] = {0, 0}, n = 0;
+    const int nk = ring_layout_kinks(pl->layout, pl->N, pl->P, kink);
+    if (nk == 2 && kink[0] < kink[1]) { /* the higher kink first */
+        const int k = kink[0];
+        kink[0] = kink[1];
+        kink[1] = k;
+    }
+    int z = hi;
+    for (int j = 0; j < nk; j++)
+        if (kink[j] > lo && kink[j] <= z) {
+            piece[n][0] = kink[j];
+            piece[n++][1] = z;
+            z = kink[j] - 1;
+        }
+    piece[n][0] = lo;
+    piece[n++][1] = z;
+    return n;
+}
+
+/* The highest rank in [x, y] whose need of block src is not empty, or -1,
+ * when both ends of the ranks' needs are monotone in the rank there: a
+ * range whose needs must all be empty is skipped, another halved. */
+static int need_highest(const ring_plan *pl, int src, int x, int y)
+{
+    if (x > y)
+        return -1;
+    const ring_span lo = ring_plan_ends(pl, x, src);
+    const ring_span hi = ring_plan_ends(pl, y, src);
+    if ((lo.a < hi.a ? lo.a : hi.a) >= (lo.b > hi.b ? lo.b : hi.b))
+        return -1;
+    if (x == y)
+        return x;
+    const int mid = x + (y - x) / 2;
+    const int d = need_highest(pl, src, mid + 1, y);
+    return d >= 0 ? d : need_highest(pl, src, x, mid);
+}
+
+/* Zigzag and striped slices: block src's highest step above last that
+ * needs something, or last; the steps fall with the rank behind src
+ * (steps P - src + d), then ahead of it (d - src), and the pieces between
+ * the kinks come highest first. */
+static int plan_last_kinked(const ring_plan *pl, int src, int last)
+{
+    const int P = pl->P;
+    const int behind = last + 1 > P - src ? last + 1 : P - src;
+    const int range[2][2] = {{behind + src - P, src - 1},
+                             {src + last + 1, P - 1}};
+    for (int i = 0; i < 2; i++) {
+        int piece[3][2];
+        const int n = ring_plan_pieces(pl, range[i][0], range[i][1], piece);
+        for (int j = 0; j < n; j++) {
+            const int d = need_highest(pl, src, piece[j][0], piece[j][1]);
+            if (d >= 0)
+                return (d - src + P) % P;
+        }
+    }
+    return last;
+}
+
+/* Each block tries only its steps above the last found, farthest first:
+ * with contiguous slices its candidate steps one by one, else by halving. */
 int ring_plan_last_step(const ring_plan *pl)
 {
     int last = 0;
-    for (int src = 0; src < pl->P; src++)
-        for (int u = last + 1; u < pl->P; u++) {
-            ring_span sp = ring_plan_need(pl, (src + u) % pl->P, src);
-            if (sp.a < sp.b)
-                last = u;
+    for (int src = 0; src < pl->P; src++) {
+        int da, dz;
+        if (pl->layout != RA_LAYOUT_CONTIGUOUS) {
+            last = plan_last_kinked(pl, src, last);
+            continue;
         }
+        ring_plan_candidates(pl, src, &da, &dz);
+        for (int i = 0;; i++) {
+            const int u = ring_plan_step_at(pl, src, da, dz, i);
+            if (u <= last)
+                break;
+            const ring_span sp = ring_plan_need(pl, (src + u) % pl->P, src);
+            if (sp.a < sp.b) {
+                last = u;
+                break;
+            }
+        }
+    }
     return last;
 }

@@ -46,7 +46,27 @@ ring_span ring_plan_ends(const ring_plan *pl, int d, int src);
  * ring runs steps 0 .. last. */
 ring_span ring_plan_held(const ring_plan *pl, int src, int t, int last);
 
-/* The last step anybody needs: 0 .. P-1. */
+/* The last step anybody needs: 0 .. P-1, in O(P log P) need tests. */
 int ring_plan_last_step(const ring_plan *pl);
+
+/* The ranks d whose queries may see block src's keys, from the band alone
+ * (what ring_plan_need checks exactly): with contiguous slices their first
+ * and last positions grow with d, so they are one range [*da, *dz] (empty
+ * when *dz < *da); other layouts: every rank. */
+void ring_plan_candidates(const ring_plan *pl, int src, int *da, int *dz);
+
+/* The u-th candidate step of block src, counting from the farthest: the
+ * candidate ranks [da, dz] behind src (steps P - src + d), then those
+ * ahead (steps d - src); -1 after the last. */
+int ring_plan_step_at(const ring_plan *pl, int src, int da, int dz, int u);
+
+/* Where the runs of a layout's slices of a length-len axis change length:
+ * ranks r at which a run of rank r is one token shorter than that of rank
+ * r - 1 (at most two, into k); returns how many. */
+int ring_layout_kinks(ra_layout lay, int64_t len, int P, int k[2]);
+
+/* The pieces of ranks [lo, hi] between the kinks of the query axis, the
+ * highest first, into piece; returns how many (1 to 3). */
+int ring_plan_pieces(const ring_plan *pl, int lo, int hi, int piece[3][2]);
 
 #endif

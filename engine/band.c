@@ -32,6 +32,19 @@ int64_t ra_band_keys(ra_band band, int64_t p, int64_t kv_len, int64_t *first,
     return z >= a ? z - a + 1 : 0;
 }
 
+int64_t ra_lower_bound(const int64_t *pos, int64_t len, int64_t x)
+{
+    int64_t lo = 0, hi = len;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (pos[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 double ra_band_pairs(ra_band band, const int64_t *pos, int64_t n,
                      int64_t q_len, int64_t kv_len)
 {

@@ -35,6 +35,10 @@ ra_band ra_band_of(const ra_params *params, const ra_shape *shape);
 int64_t ra_band_keys(ra_band band, int64_t p, int64_t kv_len, int64_t *first,
                      int64_t *last);
 
+/* The first index of the sorted pos[0..len) whose value is >= x (len when
+ * none): how many lie below x. */
+int64_t ra_lower_bound(const int64_t *pos, int64_t len, int64_t x);
+
 /* Visible (query, key) pairs of the queries at positions pos[0..n) of one
  * (batch, head), those at or after q_len seeing nothing. pos NULL means
  * 0, 1, 2... */

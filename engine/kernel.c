@@ -167,20 +167,6 @@ static void merge_row(int64_t Dv, const float *acc, float mx, float sum,
 
 typedef ra_tile_rules tile_rules; /* kernel.h */
 
-/* First index in the sorted pos[0..len) whose value is >= x. */
-static int64_t lower_bound(const int64_t *pos, int64_t len, int64_t x)
-{
-    int64_t lo = 0, hi = len;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (pos[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 static int is_sorted(const int64_t *x, int64_t len)
 {
     for (int64_t i = 1; i < len; i++)
@@ -323,13 +309,14 @@ static void key_range(const ra_block *blk, const tile_rules *rl, int64_t qmin,
     int64_t k_end = rl->hi < RA_UNBOUNDED ? qmax + rl->hi : RA_UNBOUNDED;
     if (k_end > rl->kv_len - 1)
         k_end = rl->kv_len - 1;
-    *j_first = rl->lo > -RA_UNBOUNDED ? lower_bound(kpos, m, qmin + rl->lo) : 0;
-    *j_end = k_end < RA_UNBOUNDED ? lower_bound(kpos, m, k_end + 1) : m;
+    *j_first = rl->lo > -RA_UNBOUNDED ? ra_lower_bound(kpos, m, qmin + rl->lo)
+                                      : 0;
+    *j_end = k_end < RA_UNBOUNDED ? ra_lower_bound(kpos, m, k_end + 1) : m;
     /* Packed sequences are usually numbered in order: then the keys of the
      * tile's segments are one run, found by bisection. */
     if (rl->k_seg && is_sorted(rl->k_seg, m)) {
-        const int64_t a = lower_bound(rl->k_seg, m, qs_min);
-        const int64_t z = lower_bound(rl->k_seg, m, qs_max + 1);
+        const int64_t a = ra_lower_bound(rl->k_seg, m, qs_min);
+        const int64_t z = ra_lower_bound(rl->k_seg, m, qs_max + 1);
         *j_first = a > *j_first ? a : *j_first;
         *j_end = z < *j_end ? z : *j_end;
     }

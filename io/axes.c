@@ -133,10 +133,11 @@ static ra_status spaces_open(hid_t dset, const char *path, const char *name,
  * on every rank, also after a failure (an empty slice, or a rank that
  * failed, selects nothing), so that no rank is left in a collective. */
 static ra_status heads_read(hid_t dset, hid_t dxpl, const char *path,
-                            const char *name, hid_t mtype,
-                            const hsize_t fdims[4], const ra_slice *slice,
+                            const char *name, const h5io_region *rg,
                             void *buf)
 {
+    const hsize_t *fdims = rg->dims;
+    const ra_slice *slice = rg->slice;
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
     const hsize_t mdims[4] = {fdims[0], slice->count ? slice->count : 1,
                               fdims[1], fdims[3]};
@@ -162,7 +163,7 @@ static ra_status heads_read(hid_t dset, hid_t dxpl, const char *path,
                 st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select "
                                   "nothing", path, name);
         }
-        if (H5Dread(dset, mtype, mspace, fspace, dxpl,
+        if (H5Dread(dset, rg->mtype, mspace, fspace, dxpl,
                     err >= 0 ? buf : (void *)&dummy) < 0 && st == RA_OK) {
             h5io_error_detail(why);
             st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: reading head "
@@ -178,15 +179,18 @@ cleanup:
     return st;
 }
 
+int h5io_axes_token_axis(ra_axes axes)
+{
+    return axes == RA_AXES_BNHD ? 1 : 2;
+}
+
 ra_status h5io_dset_read_axes(hid_t dset, hid_t dxpl, const char *path,
-                              const char *name, hid_t mtype, ra_axes axes,
-                              const hsize_t fdims[4], const ra_slice *slice,
+                              const char *name, const h5io_region *rg,
                               void *buf)
 {
-    if (axes == RA_AXES_BNHD)
-        return h5io_dset_read(dset, dxpl, path, name, mtype, 4, fdims, 1,
-                              slice, buf);
-    return heads_read(dset, dxpl, path, name, mtype, fdims, slice, buf);
+    if (rg->axis == 1) /* stored (B, N, H, D): as it lies in memory */
+        return h5io_dset_read(dset, dxpl, path, name, rg, buf);
+    return heads_read(dset, dxpl, path, name, rg, buf);
 }
 
 /* Rows [row0, row0 + n) of batch b of an open (B, H, N, D) dataset into

@@ -13,14 +13,27 @@
 #include "h5util.h"
 #include "internal.h"
 
-/* Reads this rank's slice (on axis) of the float dataset name, which must
- * have exactly the dims want[rank]; a 4-D one is a tensor (B, N, H, D)
- * stored in the order its axes attribute names, else axes (h5io_axes_of).
- * Collective. */
+/* One float dataset a backward pass reads: its name, rank and expected
+ * dims want[rank]; a 4-D one is a tensor (B, N, H, D) stored in the order
+ * its axes attribute names, else axes (h5io_axes_of); a 3-D one is
+ * (B, H, N). */
+typedef struct {
+    const char *name;
+    int rank;
+    const int64_t *want;
+    ra_axes axes;
+} slab_spec;
+
+/* Reads this rank's slice (of the token axis) of dataset sp from the open
+ * file; collective. */
 static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
-                           const char *name, int rank, const int64_t *want,
-                           ra_axes axes, const ra_slice *slice, float *buf)
+                           const slab_spec *sp, const ra_slice *slice,
+                           float *buf)
 {
+    const char *name = sp->name;
+    const int rank = sp->rank;
+    const int64_t *want = sp->want;
+    ra_axes axes = sp->axes;
     hid_t dset = H5I_INVALID_HID;
     hsize_t fdims[4], dims[4], w[4];
     char found[96], expect[96];
@@ -43,26 +56,30 @@ static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
         }
     }
     if (st == RA_OK && rank == 4)
-        st = h5io_dset_read_axes(dset, dxpl, path, name, H5T_NATIVE_FLOAT,
-                                 axes, fdims, slice, buf);
+        st = h5io_dset_read_axes(dset, dxpl, path, name,
+                                 &(h5io_region){H5T_NATIVE_FLOAT, 4, fdims,
+                                                h5io_axes_token_axis(axes),
+                                                slice},
+                                 buf);
     else if (st == RA_OK) /* (B, H, N): the tokens on axis 2 */
-        st = h5io_dset_read(dset, dxpl, path, name, H5T_NATIVE_FLOAT, rank,
-                            dims, 2, slice, buf);
+        st = h5io_dset_read(dset, dxpl, path, name,
+                            &(h5io_region){H5T_NATIVE_FLOAT, rank, dims, 2,
+                                           slice},
+                            buf);
     if (dset >= 0)
         H5Dclose(dset);
     return st;
 }
 
-/* Reads dataset name's slab from path with MPI-IO; collective. */
-static ra_status file_slab(MPI_Comm comm, const char *path, const char *name,
-                           int rank, const int64_t *want, ra_axes axes,
-                           const ra_slice *slice, float *buf)
+/* Reads dataset sp's slab from path with MPI-IO; collective. */
+static ra_status file_slab(MPI_Comm comm, const char *path,
+                           const slab_spec *sp, const ra_slice *slice,
+                           float *buf)
 {
     h5io_reader in;
     ra_status st = h5io_reader_open(comm, path, &in);
     if (st == RA_OK)
-        st = slab_read(in.file, in.dxpl, path, name, rank, want, axes, slice,
-                       buf);
+        st = slab_read(in.file, in.dxpl, path, sp, slice, buf);
     return h5io_reader_close(&in, path, st);
 }
 
@@ -144,16 +161,16 @@ ra_status h5io_read_backward(MPI_Comm comm, const h5io_bwd_files *f,
     const int64_t n_o = s->B * qs.count * s->H * s->Dv;
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
-    st = ra_agree(comm, file_slab(comm, in, "/do", 4, odims, f->axes, &qs,
-                                  dout));
+    const slab_spec sdo = {"/do", 4, odims, f->axes};
+    const slab_spec so = {"/o", 4, odims, RA_AXES_BNHD};
+    const slab_spec slse = {"/lse", 3, ldims, RA_AXES_NONE};
+    st = ra_agree(comm, file_slab(comm, in, &sdo, &qs, dout));
     if (st == RA_OK)
         st = ra_agree(comm, finite_check(in, "/do", dout, n_o, 0));
     if (st == RA_OK && fwd) {
-        st = ra_agree(comm, file_slab(comm, fwd, "/o", 4, odims, RA_AXES_BNHD,
-                                      &qs, o));
+        st = ra_agree(comm, file_slab(comm, fwd, &so, &qs, o));
         if (st == RA_OK)
-            st = ra_agree(comm, file_slab(comm, fwd, "/lse", 3, ldims,
-                                          RA_AXES_NONE, &qs, lse));
+            st = ra_agree(comm, file_slab(comm, fwd, &slse, &qs, lse));
         if (st == RA_OK)
             st = ra_agree(comm, finite_check(fwd, "/o", o, n_o, 0));
         if (st == RA_OK)
@@ -212,8 +229,9 @@ static ra_status weights_write(hid_t file, MPI_Comm comm, const grads_ctx *c)
     ra_status st = RA_OK;
     for (int i = 0; i < 3 && st == RA_OK; i++)
         st = h5io_dset_write(comm, file, c->path, names[i], H5T_IEEE_F32LE,
-                             H5T_NATIVE_FLOAT, i == 2 ? 1 : 2, dims[i], 0,
-                             &slice, bufs[i]);
+                             &(h5io_region){H5T_NATIVE_FLOAT, i == 2 ? 1 : 2,
+                                            dims[i], 0, &slice},
+                             bufs[i]);
     return st;
 }
 
@@ -227,15 +245,15 @@ static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)
                            (hsize_t)ra_shape_dk(s)};
     const hsize_t vd[4] = {(hsize_t)s->B, (hsize_t)s->M, (hsize_t)s->G,
                            (hsize_t)s->Dv};
+    const h5io_region rq = {H5T_NATIVE_FLOAT, 4, qd, 1, &c->qs};
+    const h5io_region rk = {H5T_NATIVE_FLOAT, 4, kd, 1, &c->ks};
+    const h5io_region rv = {H5T_NATIVE_FLOAT, 4, vd, 1, &c->ks};
     ra_status st;
-    if ((st = h5io_dset_write(comm, file, c->path, "/dq", H5T_IEEE_F32LE,
-                              H5T_NATIVE_FLOAT, 4, qd, 1, &c->qs,
+    if ((st = h5io_dset_write(comm, file, c->path, "/dq", H5T_IEEE_F32LE, &rq,
                               c->dq)) != RA_OK ||
-        (st = h5io_dset_write(comm, file, c->path, "/dk", H5T_IEEE_F32LE,
-                              H5T_NATIVE_FLOAT, 4, kd, 1, &c->ks,
+        (st = h5io_dset_write(comm, file, c->path, "/dk", H5T_IEEE_F32LE, &rk,
                               c->dk)) != RA_OK ||
-        (st = h5io_dset_write(comm, file, c->path, "/dv", H5T_IEEE_F32LE,
-                              H5T_NATIVE_FLOAT, 4, vd, 1, &c->ks,
+        (st = h5io_dset_write(comm, file, c->path, "/dv", H5T_IEEE_F32LE, &rv,
                               c->dv)) != RA_OK ||
         (c->meta->dw && (st = weights_write(file, comm, c)) != RA_OK))
         return st;

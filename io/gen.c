@@ -36,14 +36,17 @@ static ra_status slab_write(hid_t file, MPI_Comm comm, const gen_ctx *c,
         return h5io_dset_write(comm, file, c->path, name,
                                c->dtype == RA_DTYPE_F64 ? H5T_IEEE_F64LE
                                                         : H5T_IEEE_F32LE,
-                               H5T_NATIVE_FLOAT, 4, dims, 1, slice, c->buf);
+                               &(h5io_region){H5T_NATIVE_FLOAT, 4, dims, 1,
+                                              slice},
+                               c->buf);
     const hid_t type = h5io_dtype_file_type(RA_DTYPE_F16);
     if (type < 0)
         return ra_error_set(RA_ERR_IO, "%s: cannot make the type f16 of %s",
                             c->path, name);
     h5io_half_encode(c->buf, c->half, (size_t)n, 0);
-    const ra_status st = h5io_dset_write(comm, file, c->path, name, type,
-                                         type, 4, dims, 1, slice, c->half);
+    const ra_status st = h5io_dset_write(
+        comm, file, c->path, name, type,
+        &(h5io_region){type, 4, dims, 1, slice}, c->half);
     H5Tclose(type);
     return st;
 }
@@ -103,7 +106,8 @@ static ra_status lens_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
         ra_random_lens(c->seed, RA_STREAM_Q_LENS + (uint64_t)t, s->B, len[t],
                        c->ids);
         if ((st = h5io_dset_write(comm, file, c->path, names[t], H5T_STD_I64LE,
-                                  H5T_NATIVE_INT64, 1, dims, 0, &slice,
+                                  &(h5io_region){H5T_NATIVE_INT64, 1, dims, 0,
+                                                 &slice},
                                   c->ids)) != RA_OK)
             return st;
     }
@@ -129,7 +133,8 @@ static ra_status segments_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
         ra_random_segments(c->seed, RA_STREAM_Q_SEGMENTS + (uint64_t)t, s->B,
                            len[t], c->segment_avg, &slice, c->ids);
         if ((st = h5io_dset_write(comm, file, c->path, names[t], H5T_STD_I64LE,
-                                  H5T_NATIVE_INT64, 2, dims, 1, &slice,
+                                  &(h5io_region){H5T_NATIVE_INT64, 2, dims, 1,
+                                                 &slice},
                                   c->ids)) != RA_OK)
             return st;
     }
@@ -185,9 +190,9 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
                          const ra_shape *shape, int f64, uint64_t seed,
                          int lens, int64_t segment_avg)
 {
-    return h5io_gen_backward(comm, path, force, shape,
-                             f64 ? RA_DTYPE_F64 : RA_DTYPE_F32, seed, lens,
-                             segment_avg, 0);
+    const h5io_gen_spec g = {f64 ? RA_DTYPE_F64 : RA_DTYPE_F32, seed, lens,
+                             segment_avg, 0};
+    return h5io_gen_backward(comm, path, force, shape, &g);
 }
 
 /* The floats of the largest slice of q, k, v (and /do) and the ids of
@@ -221,12 +226,13 @@ int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout,
 }
 
 ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
-                            const ra_shape *shape, ra_dtype dtype,
-                            uint64_t seed, int lens, int64_t segment_avg,
-                            int dout)
+                            const ra_shape *shape, const h5io_gen_spec *g)
 {
-    gen_ctx c = {path, shape, dtype, seed, lens, segment_avg, 0, 0, NULL,
-                 NULL, NULL, dout};
+    const ra_dtype dtype = g->dtype;
+    const int64_t segment_avg = g->segment_avg;
+    const int dout = g->dout;
+    gen_ctx c = {path, shape, dtype, g->seed, g->lens, segment_avg, 0, 0,
+                 NULL, NULL, NULL, dout};
     int64_t nfloat, nids;
     h5io_quiet quiet;
     ra_status st;

@@ -43,14 +43,21 @@ ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
 int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout,
                        ra_dtype dtype);
 
-/* h5io_gen_masks() that writes q, k, v in dtype (RA_DTYPE_F32, F64 or F16,
- * the last rounded to nearest, ties to even) and also /do (B, N, H, Dv)
- * when dout is set: the output gradient of a backward pass, stream
- * RA_STREAM_DO. */
+/* What h5io_gen_backward() writes: q, k, v in dtype (RA_DTYPE_F32, F64 or
+ * F16, the last rounded to nearest, ties to even) from seed; lens and
+ * segment_avg as h5io_gen_masks() takes them; dout: also /do (B, N, H, Dv),
+ * the output gradient of a backward pass, stream RA_STREAM_DO. */
+typedef struct {
+    ra_dtype dtype;
+    uint64_t seed;
+    int lens;
+    int64_t segment_avg;
+    int dout;
+} h5io_gen_spec;
+
+/* h5io_gen_masks() as g asks, collective over comm. */
 ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
-                            const ra_shape *shape, ra_dtype dtype,
-                            uint64_t seed, int lens, int64_t segment_avg,
-                            int dout);
+                            const ra_shape *shape, const h5io_gen_spec *g);
 
 /* Reads dset[b, row0 : row0 + nrows, :, :] of a rank-4 float dataset (e.g.
  * "/o" or "/q") into out, converted to double; out holds nrows * dims[2] *
@@ -257,13 +264,21 @@ ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
                            const int64_t dims[3], const ra_slice *slice,
                            float *out);
 
-/* Collective and atomic like ra_h5_write_outputs: /y (dims) from each
- * rank's slice of tokens, and root attributes of the layer run. */
+/* What the layer writes: /y of dims (B, N, Eout) from each rank's tokens
+ * y (a slice of axis 1), and the root attributes of the layer run. */
+typedef struct {
+    const ra_shape *shape;
+    const ra_params *params;
+    int pos_encoding;
+    const int64_t *dims;
+    const ra_slice *slice;
+    const float *y;
+    const char *command_line;
+} h5io_layer_output;
+
+/* Writes out into path, collective and atomic like ra_h5_write_outputs. */
 ra_status h5io_write_layer_output(MPI_Comm comm, const char *path, int force,
-                                  const ra_shape *shape,
-                                  const ra_params *params, int pos_encoding,
-                                  const int64_t dims[3], const ra_slice *slice,
-                                  const float *y, const char *command_line);
+                                  const h5io_layer_output *out);
 
 /* Collective: random layer inputs: /x (B, N, E) (or /x_q (B, N, E) and
  * /x_kv (B, M, E) when cross), weights /w_q (H*D, E), /w_k (G*D, E),
@@ -296,16 +311,22 @@ typedef struct {
     const char *kind;    /* "nan", "inf" or "-inf" */
 } h5io_nonfinite;
 
-/* Scans this rank's slices q, k, v (as ra_h5_read_inputs_from() filled them
- * from the datasets src names, /q /k /v with NULL, under the resolved
- * layout) for values that are not finite; collective over
+/* This rank's slices q, k, v as ra_h5_read_inputs_from() filled them from
+ * the datasets src names (/q /k /v with NULL src) under the resolved
+ * layout. */
+typedef struct {
+    const ra_h5_source *src;
+    const ra_shape *shape;
+    ra_layout layout;
+    const float *q, *k, *v;
+} h5io_inputs;
+
+/* Scans the slices of in for values that are not finite; collective over
  * comm. RA_ERR_INPUT naming the file, dataset, value and global index when
  * any rank holds one (the same verdict on every rank), else RA_OK. A
  * float64 file value beyond the float32 range reads as inf and is caught. */
 ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
-                              const ra_h5_source *src, const ra_shape *s,
-                              ra_layout layout, const float *q, const float *k,
-                              const float *v, h5io_nonfinite *bad);
+                              const h5io_inputs *in, h5io_nonfinite *bad);
 
 /* The same scan for the token tensors of the layer, /x or /x_q and /x_kv
  * (B, len, E), this rank holding slice of axis 1; collective, the same

@@ -310,19 +310,20 @@ ra_slice h5io_slice_range(ra_range r)
  * within each index of the leading axes the tokens come in increasing
  * position: the local order of the slice, which is also the order of the
  * dense memory space. */
-static herr_t select_runs(hid_t fspace, int rank, const hsize_t *dims,
-                          int axis, const ra_slice *slice)
+static herr_t select_runs(hid_t fspace, const h5io_region *rg)
 {
+    const ra_slice *slice = rg->slice;
+    const int axis = rg->axis;
     hsize_t start[H5S_MAX_RANK], stride[H5S_MAX_RANK];
     hsize_t count[H5S_MAX_RANK], block[H5S_MAX_RANK];
     H5S_seloper_t op = H5S_SELECT_SET;
     herr_t err = 0;
 
-    for (int i = 0; i < rank; i++) {
+    for (int i = 0; i < rg->rank; i++) {
         start[i] = 0;
         stride[i] = 1;
         count[i] = 1;
-        block[i] = dims[i];
+        block[i] = rg->dims[i];
     }
     for (int r = 0; r < slice->nruns && err >= 0; r++) {
         const ra_run *run = &slice->run[r];
@@ -344,15 +345,15 @@ static herr_t select_runs(hid_t fspace, int rank, const hsize_t *dims,
     return err;
 }
 
-/* Selects, in fspace of the given dims, the tokens of slice on axis (the
- * union of its runs) and all of every other axis; *mspace becomes the
- * matching dense memory space (caller closes). An empty slice selects
- * nothing in both, so that the rank can still take part in a collective
- * transfer. */
+/* Selects region rg in fspace (the union of the slice's runs); *mspace
+ * becomes the matching dense memory space (caller closes). An empty slice
+ * selects nothing in both, so that the rank can still take part in a
+ * collective transfer. */
 static ra_status slice_select(const char *path, const char *name,
-                              hid_t fspace, int rank, const hsize_t *dims,
-                              int axis, const ra_slice *slice, hid_t *mspace)
+                              hid_t fspace, const h5io_region *rg,
+                              hid_t *mspace)
 {
+    const ra_slice *slice = rg->slice;
     hsize_t mdims[H5S_MAX_RANK];
     static const hsize_t one = 1;
     herr_t err = 0;
@@ -365,12 +366,12 @@ static ra_status slice_select(const char *path, const char *name,
             err = H5Sselect_none(fspace);
         goto done;
     }
-    for (int i = 0; i < rank; i++)
-        mdims[i] = dims[i];
-    mdims[axis] = (hsize_t)slice->count;
-    err = select_runs(fspace, rank, dims, axis, slice);
+    for (int i = 0; i < rg->rank; i++)
+        mdims[i] = rg->dims[i];
+    mdims[rg->axis] = (hsize_t)slice->count;
+    err = select_runs(fspace, rg);
     if (err >= 0)
-        *mspace = H5Screate_simple(rank, mdims, NULL);
+        *mspace = H5Screate_simple(rg->rank, mdims, NULL);
     if (*mspace < 0)
         err = -1;
 
@@ -381,52 +382,49 @@ done:
         *mspace = H5I_INVALID_HID;
         return ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select this "
                             "rank's %lld tokens on axis %d (%d runs from "
-                            "%lld)", path, name, (long long)slice->count, axis,
-                            slice->nruns, (long long)slice->run[0].start);
+                            "%lld)", path, name, (long long)slice->count,
+                            rg->axis, slice->nruns,
+                            (long long)slice->run[0].start);
     }
     return RA_OK;
 }
 
 ra_status h5io_slice_transfer(h5io_dir dir, hid_t dset, hid_t fspace,
                               hid_t dxpl, const char *path, const char *name,
-                              hid_t mtype, int rank, const hsize_t *dims,
-                              int axis, const ra_slice *slice, void *buf)
+                              const h5io_region *rg, void *buf)
 {
     hid_t mspace = H5I_INVALID_HID;
     int64_t dummy = 0; /* a valid address for an empty selection */
-    void *at = slice->count ? buf : (void *)&dummy;
+    void *at = rg->slice->count ? buf : (void *)&dummy;
     char why[H5IO_DETAIL_LEN];
-    ra_status st = slice_select(path, name, fspace, rank, dims, axis, slice,
-                                &mspace);
+    ra_status st = slice_select(path, name, fspace, rg, &mspace);
     if (st != RA_OK)
         return st;
     const herr_t err =
-        dir == H5IO_READ ? H5Dread(dset, mtype, mspace, fspace, dxpl, at)
-                         : H5Dwrite(dset, mtype, mspace, fspace, dxpl, at);
+        dir == H5IO_READ
+            ? H5Dread(dset, rg->mtype, mspace, fspace, dxpl, at)
+            : H5Dwrite(dset, rg->mtype, mspace, fspace, dxpl, at);
     if (err < 0) {
         h5io_error_detail(why);
         st = ra_error_set(dir == H5IO_READ ? RA_ERR_INPUT : RA_ERR_IO,
                           "%s: dataset %s: %s this rank's %lld tokens failed: "
                           "%s", path, name,
                           dir == H5IO_READ ? "reading" : "writing",
-                          (long long)slice->count, why);
+                          (long long)rg->slice->count, why);
     }
     H5Sclose(mspace);
     return st;
 }
 
 ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
-                         const char *name, hid_t mtype, int rank,
-                         const hsize_t *dims, int axis, const ra_slice *slice,
-                         void *buf)
+                         const char *name, const h5io_region *rg, void *buf)
 {
     const hid_t fspace = H5Dget_space(dset);
     if (fspace < 0)
         return ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot get its "
                             "dataspace", path, name);
     const ra_status st = h5io_slice_transfer(H5IO_READ, dset, fspace, dxpl,
-                                             path, name, mtype, rank, dims,
-                                             axis, slice, buf);
+                                             path, name, rg, buf);
     H5Sclose(fspace);
     return st;
 }

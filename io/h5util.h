@@ -90,14 +90,29 @@ ra_status h5io_axes_of(hid_t dset, const char *path, const char *name,
 /* The logical sizes (B, N, H, D) of file sizes fdims under an order. */
 void h5io_axes_dims(ra_axes axes, const hsize_t fdims[4], hsize_t dims[4]);
 
-/* Reads this rank's slice on the token axis of the open rank-4 dataset
- * dset, stored in the given order with file sizes fdims, into buf as mtype,
- * dense (B, slice->count, H, D); (B, H, N, D) storage is read head by head
- * through hyperslabs, with no full-tensor copy. Collective with a
- * collective dxpl, as h5io_dset_read(). */
+/* This rank's region of a dataset: the dataset's rank and sizes dims, the
+ * slice on axis and the whole of every other axis; in memory, elements of
+ * mtype, dense (dims with slice->count on axis, the union of the slice's
+ * runs in order) unless the function says otherwise. */
+typedef struct {
+    hid_t mtype;
+    int rank;
+    const hsize_t *dims;
+    int axis;
+    const ra_slice *slice;
+} h5io_region;
+
+/* The token axis of a rank-4 tensor stored in order axes (resolved): 1
+ * for (B, N, H, D), else 2. */
+int h5io_axes_token_axis(ra_axes axes);
+
+/* Reads region rg of the open rank-4 dataset dset (its file sizes, the
+ * slice on its token axis, h5io_axes_token_axis() of its order) into buf,
+ * dense (B, slice->count, H, D) whatever the order: (B, H, N, D) storage
+ * is read head by head through hyperslabs, with no full-tensor copy.
+ * Collective with a collective dxpl, as h5io_dset_read(). */
 ra_status h5io_dset_read_axes(hid_t dset, hid_t dxpl, const char *path,
-                              const char *name, hid_t mtype, ra_axes axes,
-                              const hsize_t fdims[4], const ra_slice *slice,
+                              const char *name, const h5io_region *rg,
                               void *buf);
 
 /* Formats dims as "(2, 128, 8, 64)" into buf. */
@@ -112,40 +127,32 @@ ra_slice h5io_slice_range(ra_range r);
 /* Which way h5io_slice_transfer() moves the data. */
 typedef enum { H5IO_READ, H5IO_WRITE } h5io_dir;
 
-/* Moves this rank's slice on axis of the open dataset dset (dataspace
- * fspace, of the given dims) between the file and buf, as mtype: reads it
- * into buf (H5IO_READ) or writes it from buf (H5IO_WRITE, which only reads
- * buf). In memory the slice is dense: dims with slice->count on axis, the
- * union of its runs in order. With transfer list dxpl (collective: every
- * rank calls it, empty slices too; buf may be NULL when the slice is
- * empty). A failed read is RA_ERR_INPUT (the file's fault), a failed write
- * RA_ERR_IO. */
+/* Moves region rg of the open dataset dset (dataspace fspace) between the
+ * file and buf: reads it into buf (H5IO_READ) or writes it from buf
+ * (H5IO_WRITE, which only reads buf). With transfer list dxpl
+ * (collective: every rank calls it, empty slices too; buf may be NULL
+ * when the slice is empty). A failed read is RA_ERR_INPUT (the file's
+ * fault), a failed write RA_ERR_IO. */
 ra_status h5io_slice_transfer(h5io_dir dir, hid_t dset, hid_t fspace,
                               hid_t dxpl, const char *path, const char *name,
-                              hid_t mtype, int rank, const hsize_t *dims,
-                              int axis, const ra_slice *slice, void *buf);
+                              const h5io_region *rg, void *buf);
 
-/* Reads this rank's slice on axis of the open dataset dset (of the given
- * dims) into buf as mtype, dense as h5io_slice_transfer() describes, with
- * transfer list dxpl (collective: every rank calls it, empty slices too).
- * buf may be NULL when the slice is empty. */
+/* Reads region rg of the open dataset dset into buf, with transfer list
+ * dxpl (collective: every rank calls it, empty slices too). buf may be
+ * NULL when the slice is empty. */
 ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
-                         const char *name, hid_t mtype, int rank,
-                         const hsize_t *dims, int axis, const ra_slice *slice,
-                         void *buf);
+                         const char *name, const h5io_region *rg, void *buf);
 
-/* Creates dataset name of file type ftype and the given dims, and writes
- * buf (memory type mtype), this rank's slice on axis, dense as
- * h5io_slice_transfer() describes; collective over comm (the file's
+/* Creates dataset name of file type ftype and sizes rg->dims, and writes
+ * this rank's region rg of it from buf; collective over comm (the file's
  * communicator), and every rank returns the same status (ra_agree), so
  * that a failure on one rank (a full disk) never leaves the others in the
  * next collective call. buf may be NULL when the slice is empty. A 4-D
  * dataset sliced on axis 1 is a (B, N, H, D) tensor and gets the attribute
  * axes = "B,N,H,D", so that readers need not be told its order. */
 ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
-                          const char *name, hid_t ftype, hid_t mtype,
-                          int rank, const hsize_t *dims, int axis,
-                          const ra_slice *slice, const void *buf);
+                          const char *name, hid_t ftype,
+                          const h5io_region *rg, const void *buf);
 
 /* How a dataset is stored: chunk_rows > 0 cuts it into chunks of that
  * many tokens of the token axis, gzip 1..9 compresses them (parallel HDF5
@@ -157,9 +164,8 @@ typedef struct {
 
 /* h5io_dset_write() with a storage layout (NULL: contiguous). */
 ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
-                                 const char *name, hid_t ftype, hid_t mtype,
-                                 int rank, const hsize_t *dims, int axis,
-                                 const ra_slice *slice, const void *buf,
+                                 const char *name, hid_t ftype,
+                                 const h5io_region *rg, const void *buf,
                                  const h5io_storage *storage);
 
 /* x[n] as 16-bit floats, rounded to nearest (ties to even): IEEE binary16

@@ -7,12 +7,13 @@
 #include "internal.h"
 
 /* The creation list of a dataset: no fill pass (every element gets
- * written); with storage, chunks of chunk_rows tokens on axis (one index
- * of the axes before it, all of those after), gzip-compressed when asked.
- * Negative on failure. */
-static hid_t dcpl_make(int rank, const hsize_t *dims, int axis,
-                       const h5io_storage *storage)
+ * written); with storage, chunks of chunk_rows tokens on the region's axis
+ * (one index of the axes before it, all of those after), gzip-compressed
+ * when asked. Negative on failure. */
+static hid_t dcpl_make(const h5io_region *rg, const h5io_storage *storage)
 {
+    const int rank = rg->rank, axis = rg->axis;
+    const hsize_t *dims = rg->dims;
     hsize_t chunk[H5S_MAX_RANK];
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     herr_t err = dcpl < 0 ? -1 : H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
@@ -29,18 +30,16 @@ static hid_t dcpl_make(int rank, const hsize_t *dims, int axis,
 }
 
 ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
-                          const char *name, hid_t ftype, hid_t mtype,
-                          int rank, const hsize_t *dims, int axis,
-                          const ra_slice *slice, const void *buf)
+                          const char *name, hid_t ftype,
+                          const h5io_region *rg, const void *buf)
 {
-    return h5io_dset_write_stored(comm, file, path, name, ftype, mtype, rank,
-                                  dims, axis, slice, buf, NULL);
+    return h5io_dset_write_stored(comm, file, path, name, ftype, rg, buf,
+                                  NULL);
 }
 
 ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
-                                 const char *name, hid_t ftype, hid_t mtype,
-                                 int rank, const hsize_t *dims, int axis,
-                                 const ra_slice *slice, const void *buf,
+                                 const char *name, hid_t ftype,
+                                 const h5io_region *rg, const void *buf,
                                  const h5io_storage *storage)
 {
     hid_t space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
@@ -48,8 +47,8 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
     char why[H5IO_DETAIL_LEN];
     ra_status st = RA_OK;
 
-    if ((space = H5Screate_simple(rank, dims, NULL)) < 0 ||
-        (dcpl = dcpl_make(rank, dims, axis, storage)) < 0 ||
+    if ((space = H5Screate_simple(rg->rank, rg->dims, NULL)) < 0 ||
+        (dcpl = dcpl_make(rg, storage)) < 0 ||
         (dxpl = h5io_dxpl_collective()) < 0) {
         st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot set up its "
                           "dataspace or property lists", path, name);
@@ -65,7 +64,7 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
     }
     /* a tensor of tokens on axis 1 says its order, which a 4-D shape alone
      * cannot (a reader would have to be told) */
-    if (rank == 4 && axis == 1 &&
+    if (rg->rank == 4 && rg->axis == 1 &&
         (st = h5io_attr_write_string(comm, dset, path, "axes",
                                      "B,N,H,D")) != RA_OK)
         goto cleanup;
@@ -76,7 +75,7 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
         (st = h5io_reserve_allocated(comm, file, path,
                                      at + H5Dget_storage_size(dset))) == RA_OK)
         st = h5io_slice_transfer(H5IO_WRITE, dset, space, dxpl, path, name,
-                                 mtype, rank, dims, axis, slice, (void *)buf);
+                                 rg, (void *)buf);
 
 cleanup:
     if (dset >= 0 && H5Dclose(dset) < 0 && st == RA_OK) {

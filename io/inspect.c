@@ -11,21 +11,26 @@
 #include "h5util.h"
 #include "internal.h"
 
-/* Reads the box start[i] .. start[i] + count[i] on the first nfixed axes,
- * and the whole of the others, of dataset name (rank dimensions, class cls
- * as h5io_dset_open() checks) into out as mtype, row-major. RA_ERR_ARG when
- * the box sticks out of the dataset; with exact, RA_ERR_INPUT unless the box
- * is the whole dataset (a shape check). present NULL: the dataset must
- * exist; else an absent one sets *present = 0 and returns RA_OK. */
-/* The file box of box_read(): fstart, fcount from the first nfixed axes
- * of start and count and the whole of the others, checked against dims;
- * *empty when it holds nothing. */
-static ra_status box_bounds(const char *path, const char *name, int rank,
-                            int nfixed, const int64_t *start,
-                            const int64_t *count, int exact,
-                            const hsize_t *dims, hsize_t *fstart,
-                            hsize_t *fcount, int *empty)
+/* A box of a dataset: start[i] .. start[i] + count[i] on the first nfixed
+ * axes and the whole of the others, of a dataset of rank dimensions and
+ * class cls (as h5io_dset_open() checks), read as mtype. exact: the box
+ * must be the whole dataset (a shape check). */
+typedef struct {
+    H5T_class_t cls;
+    hid_t mtype;
+    int rank, nfixed;
+    const int64_t *start, *count;
+    int exact;
+} box_spec;
+
+/* The file box of box_read(): fstart, fcount from bx, checked against
+ * dims; *empty when it holds nothing. */
+static ra_status box_bounds(const char *path, const char *name,
+                            const box_spec *bx, const hsize_t *dims,
+                            hsize_t *fstart, hsize_t *fcount, int *empty)
 {
+    const int rank = bx->rank, nfixed = bx->nfixed;
+    const int64_t *start = bx->start, *count = bx->count;
     char found[96], expect[96];
     *empty = 0;
     for (int i = 0; i < rank; i++) {
@@ -33,7 +38,7 @@ static ra_status box_bounds(const char *path, const char *name, int rank,
         fcount[i] = i < nfixed ? (hsize_t)count[i] : dims[i];
         *empty |= fcount[i] == 0;
     }
-    for (int i = 0; exact && i < rank; i++) {
+    for (int i = 0; bx->exact && i < rank; i++) {
         if (fstart[i] != 0 || fcount[i] != dims[i]) {
             h5io_dims_format(fcount, rank, expect, sizeof expect);
             h5io_dims_format(dims, rank, found, sizeof found);
@@ -53,10 +58,12 @@ static ra_status box_bounds(const char *path, const char *name, int rank,
     return RA_OK;
 }
 
+/* Reads box bx of dataset name into out, row-major. RA_ERR_ARG when the
+ * box sticks out of the dataset; with bx->exact, RA_ERR_INPUT unless the
+ * box is the whole dataset. present NULL: the dataset must exist; else an
+ * absent one sets *present = 0 and returns RA_OK. */
 static ra_status box_read(const char *path, const char *name,
-                          H5T_class_t cls, hid_t mtype, int rank, int nfixed,
-                          const int64_t *start, const int64_t *count,
-                          int exact, void *out, int *present)
+                          const box_spec *bx, void *out, int *present)
 {
     hid_t file = H5I_INVALID_HID, dset = H5I_INVALID_HID;
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
@@ -74,23 +81,23 @@ static ra_status box_read(const char *path, const char *name,
     if ((st = h5io_link_check(file, path, name)) != RA_OK ||
         (present && H5Lexists(file, name, H5P_DEFAULT) <= 0))
         goto cleanup;
-    if ((st = h5io_dset_open(file, path, name, cls, rank, dims,
+    if ((st = h5io_dset_open(file, path, name, bx->cls, bx->rank, dims,
                              &dset)) != RA_OK)
         goto cleanup;
     if (present)
         *present = 1;
-    if ((st = box_bounds(path, name, rank, nfixed, start, count, exact, dims,
-                         fstart, fcount, &empty)) != RA_OK || empty)
+    if ((st = box_bounds(path, name, bx, dims, fstart, fcount,
+                         &empty)) != RA_OK || empty)
         goto cleanup;
     if ((fspace = H5Dget_space(dset)) < 0 ||
         H5Sselect_hyperslab(fspace, H5S_SELECT_SET, fstart, NULL, fcount,
                             NULL) < 0 ||
-        (mspace = H5Screate_simple(rank, fcount, NULL)) < 0) {
+        (mspace = H5Screate_simple(bx->rank, fcount, NULL)) < 0) {
         st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select the "
                           "elements to read", path, name);
         goto cleanup;
     }
-    if (H5Dread(dset, mtype, mspace, fspace, H5P_DEFAULT, out) < 0) {
+    if (H5Dread(dset, bx->mtype, mspace, fspace, H5P_DEFAULT, out) < 0) {
         h5io_error_detail(why);
         st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: reading failed: %s",
                           path, name, why);
@@ -110,9 +117,9 @@ ra_status h5io_read_rows(const char *path, const char *dset, int64_t b,
 {
     const int64_t start[2] = {b, row0};
     const int64_t count[2] = {1, nrows};
+    const box_spec bx = {H5T_FLOAT, H5T_NATIVE_DOUBLE, 4, 2, start, count, 0};
 
-    return box_read(path, dset, H5T_FLOAT, H5T_NATIVE_DOUBLE, 4, 2, start,
-                    count, 0, out, NULL);
+    return box_read(path, dset, &bx, out, NULL);
 }
 
 ra_status h5io_out_name(const char *path, const char *leaf, char *name,
@@ -151,12 +158,11 @@ ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
 {
     const int64_t start[3] = {b, h, i0};
     const int64_t count[3] = {1, 1, n};
+    const box_spec bx = {H5T_FLOAT, H5T_NATIVE_DOUBLE, 3, 3, start, count, 0};
     char name[300];
     ra_status st = h5io_out_name(path, "lse", name, sizeof name);
 
-    return st != RA_OK ? st : box_read(path, name, H5T_FLOAT,
-                                       H5T_NATIVE_DOUBLE, 3, 3, start, count,
-                                       0, out, NULL);
+    return st != RA_OK ? st : box_read(path, name, &bx, out, NULL);
 }
 
 ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
@@ -165,9 +171,9 @@ ra_status h5io_read_segments(const char *path, const char *dset, int64_t b,
 {
     const int64_t first[2] = {b, start};
     const int64_t n[2] = {1, count};
+    const box_spec bx = {H5T_INTEGER, H5T_NATIVE_INT64, 2, 2, first, n, 0};
 
-    return box_read(path, dset, H5T_INTEGER, H5T_NATIVE_INT64, 2, 2, first,
-                    n, 0, out, present);
+    return box_read(path, dset, &bx, out, present);
 }
 
 ra_status h5io_read_weights(const char *path, const char *name, int rank,
@@ -178,8 +184,9 @@ ra_status h5io_read_weights(const char *path, const char *name, int rank,
         ra_mul_checked(ra_count_checked(rank, dims), 4) < 0)
         return ra_error_set(RA_ERR_INPUT, "%s: dataset %s: its size "
                             "overflows 64 bits", path, name);
-    ra_status st = box_read(path, name, H5T_FLOAT, H5T_NATIVE_FLOAT, rank,
-                            rank, zero, dims, 1, out, present);
+    const box_spec bx = {H5T_FLOAT, H5T_NATIVE_FLOAT, rank, rank, zero, dims,
+                         1};
+    ra_status st = box_read(path, name, &bx, out, present);
     if (st != RA_OK || !*present)
         return st;
     return h5io_scan_array(path, name, rank, dims, out);

@@ -268,11 +268,13 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
     /* step 3: collective reads, then the range of the lengths */
     for (int i = 0; i < NMASKS && st == RA_OK; i++)
         if (m[i].present)
-            st = h5io_dset_read(m[i].dset, in.dxpl, path, mask_names[i],
-                                m[i].unsigned64 ? H5T_NATIVE_UINT64
-                                                : H5T_NATIVE_INT64,
-                                m[i].rank, m[i].want,
-                                m[i].rank - 1, &m[i].slice, m[i].buf);
+            st = h5io_dset_read(
+                m[i].dset, in.dxpl, path, mask_names[i],
+                &(h5io_region){m[i].unsigned64 ? H5T_NATIVE_UINT64
+                                               : H5T_NATIVE_INT64,
+                               m[i].rank, m[i].want, m[i].rank - 1,
+                               &m[i].slice},
+                m[i].buf);
     if ((st = ra_agree(comm, st)) == RA_OK)
         st = masks_finish(path, mask_names, s, sk, m);
 

@@ -34,8 +34,10 @@ ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
                           (unsigned long long)found[2]);
     /* every rank checked the same metadata; agree before the collective */
     if ((st = ra_agree(comm, st)) == RA_OK)
-        st = h5io_dset_read(dset, in.dxpl, path, name, H5T_NATIVE_FLOAT, 3,
-                            want, 1, slice, out);
+        st = h5io_dset_read(dset, in.dxpl, path, name,
+                            &(h5io_region){H5T_NATIVE_FLOAT, 3, want, 1,
+                                           slice},
+                            out);
     if ((st = ra_agree(comm, st)) == RA_OK)
         st = h5io_scan_tokens(comm, path, name, dims, slice, out);
     if (dset >= 0) H5Dclose(dset);
@@ -46,48 +48,41 @@ ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
 
 typedef struct {
     const char *path;
-    const int64_t *dims; /* B, N, Eout */
-    const ra_slice *slice;
-    const float *y;
-    const ra_params *params;
-    const ra_shape *shape;
-    int pos_encoding;
-    const char *command_line;
+    const h5io_layer_output *out;
 } y_ctx;
 
 static ra_status y_write(hid_t file, MPI_Comm comm, void *arg)
 {
     const y_ctx *c = arg;
-    const hsize_t dims[3] = {(hsize_t)c->dims[0], (hsize_t)c->dims[1],
-                             (hsize_t)c->dims[2]};
+    const h5io_layer_output *out = c->out;
+    const hsize_t dims[3] = {(hsize_t)out->dims[0], (hsize_t)out->dims[1],
+                             (hsize_t)out->dims[2]};
     ra_status st;
     int nranks;
     MPI_Comm_size(comm, &nranks);
     const h5io_recipe recipe = {
-        .kind = "mha", .params = c->params,
-        .scale = ra_params_scale(c->params, c->shape), .nranks = nranks,
-        .command_line = c->command_line};
-    if ((st = h5io_dset_write(comm, file, c->path, "/y", H5T_IEEE_F32LE,
-                              H5T_NATIVE_FLOAT, 3, dims, 1, c->slice,
-                              c->y)) != RA_OK ||
+        .kind = "mha", .params = out->params,
+        .scale = ra_params_scale(out->params, out->shape), .nranks = nranks,
+        .command_line = out->command_line};
+    const h5io_region rg = {H5T_NATIVE_FLOAT, 3, dims, 1, out->slice};
+    if ((st = h5io_dset_write(comm, file, c->path, "/y", H5T_IEEE_F32LE, &rg,
+                              out->y)) != RA_OK ||
         (st = h5io_record(comm, file, c->path, &recipe)) != RA_OK ||
         (st = h5io_attr_write_int(comm, file, c->path, "heads",
-                                  (int)c->shape->H)) != RA_OK ||
+                                  (int)out->shape->H)) != RA_OK ||
         (st = h5io_attr_write_int(comm, file, c->path, "kv_heads",
-                                  (int)c->shape->G)) != RA_OK)
+                                  (int)out->shape->G)) != RA_OK)
         return st;
     return h5io_attr_write_int(comm, file, c->path, "pos_encoding",
-                               c->pos_encoding);
+                               out->pos_encoding);
 }
 
 ra_status h5io_write_layer_output(MPI_Comm comm, const char *path, int force,
-                                  const ra_shape *shape,
-                                  const ra_params *params, int pos_encoding,
-                                  const int64_t dims[3], const ra_slice *slice,
-                                  const float *y, const char *command_line)
+                                  const h5io_layer_output *out)
 {
-    y_ctx c = {path, dims, slice, y, params, shape, pos_encoding, command_line};
-    const h5io_job job = {path, force, 4 * (uint64_t)ra_count_checked(3, dims),
+    y_ctx c = {path, out};
+    const h5io_job job = {path, force,
+                          4 * (uint64_t)ra_count_checked(3, out->dims),
                           y_write, &c};
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
@@ -133,9 +128,10 @@ static ra_status weight_write(hid_t file, MPI_Comm comm, const mha_gen_ctx *c,
                            c->rank == 0 ? rows : 0};
     const int rank = cols > 0 ? 2 : 1;
     const hsize_t dims1[1] = {(hsize_t)rows};
+    const h5io_region rg = {H5T_NATIVE_FLOAT, rank, rank == 2 ? dims : dims1,
+                            0, &mine};
     ra_status st = h5io_dset_write(comm, file, c->path, name, H5T_IEEE_F32LE,
-                                   H5T_NATIVE_FLOAT, rank,
-                                   rank == 2 ? dims : dims1, 0, &mine, w);
+                                   &rg, w);
     free(w);
     return st;
 }
@@ -163,7 +159,8 @@ static ra_status mha_gen_write(hid_t file, MPI_Comm comm, void *arg)
         const hsize_t dims[3] = {(hsize_t)s->B, (hsize_t)lens[t], (hsize_t)E};
         const ra_slice sl = {1, {{r.start, r.count, 1}}, r.count};
         st = h5io_dset_write(comm, file, c->path, names[t], H5T_IEEE_F32LE,
-                             H5T_NATIVE_FLOAT, 3, dims, 1, &sl, x);
+                             &(h5io_region){H5T_NATIVE_FLOAT, 3, dims, 1, &sl},
+                             x);
         free(x);
         if (st != RA_OK)
             return st;

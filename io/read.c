@@ -161,8 +161,9 @@ static ra_status tensor_read(hid_t file, hid_t dxpl, const char *path,
             goto cleanup;
         }
     }
-    st = h5io_dset_read_axes(dset, dxpl, path, nm->name[i], H5T_NATIVE_FLOAT,
-                             axes, fdims, slice, buf);
+    const h5io_region rg = {H5T_NATIVE_FLOAT, 4, fdims,
+                            h5io_axes_token_axis(axes), slice};
+    st = h5io_dset_read_axes(dset, dxpl, path, nm->name[i], &rg, buf);
 
 cleanup:
     if (dset >= 0) H5Dclose(dset);

@@ -88,10 +88,10 @@ static ra_status nonfinite_error(const char *path, const char *name,
 }
 
 ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
-                              const ra_h5_source *src, const ra_shape *s,
-                              ra_layout layout, const float *q, const float *k,
-                              const float *v, h5io_nonfinite *bad)
+                              const h5io_inputs *in, h5io_nonfinite *bad)
 {
+    const ra_h5_source *src = in->src;
+    const ra_shape *s = in->shape;
     const char *const names[3] = {src && src->q ? src->q : "/q",
                                   src && src->k ? src->k : "/k",
                                   src && src->v ? src->v : "/v"};
@@ -102,13 +102,13 @@ ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
     ra_slice sq, sk;
 
     bad->dataset = NULL;
-    ra_status st = h5io_rank_slices(comm, path, layout, s, &sq, &sk);
+    ra_status st = h5io_rank_slices(comm, path, in->layout, s, &sq, &sk);
     if (st != RA_OK)
         return st;
     const int64_t Dk = ra_shape_dk(s);
-    const scan_part t[3] = {{q, s->N, s->H * s->D, &sq},
-                            {k, s->M, s->G * Dk, &sk},
-                            {v, s->M, s->G * s->Dv, &sk}};
+    const scan_part t[3] = {{in->q, s->N, s->H * s->D, &sq},
+                            {in->k, s->M, s->G * Dk, &sk},
+                            {in->v, s->M, s->G * s->Dv, &sk}};
     const int64_t dims[3][4] = {{s->B, s->N, s->H, s->D},
                                 {s->B, s->M, s->G, Dk},
                                 {s->B, s->M, s->G, s->Dv}};

@@ -40,9 +40,9 @@ static ra_status map_write(hid_t file, MPI_Comm comm, const outputs_ctx *c)
     }
     snprintf(text, sizeof text, "%lld:%lld", (long long)map->i0,
              (long long)map->i1);
+    const h5io_region rg = {H5T_NATIVE_FLOAT, 4, dims, 2, &rows};
     if ((st = h5io_dset_write(comm, file, c->path, c->map_name,
-                              H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dims, 2,
-                              &rows, map->out)) != RA_OK ||
+                              H5T_IEEE_F32LE, &rg, map->out)) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, c->path, "attn_map_rows",
                                      text)) != RA_OK)
         return st;
@@ -91,14 +91,13 @@ static ra_status tensors_write(hid_t file, MPI_Comm comm,
                                             "type %s of /o", c->path,
                                             ra_dtype_name(m->out_dtype))
                              : o_convert(c, otype, &o);
+    const h5io_region org = {otype, 4, odims, 1, &c->rows};
+    const h5io_region lrg = {H5T_NATIVE_FLOAT, 3, ldims, 2, &c->rows};
     if ((st = ra_agree(comm, st)) == RA_OK &&
         (st = h5io_dset_write_stored(comm, file, c->path, c->o_name, otype,
-                                     otype,
-                                     4, odims, 1, &c->rows, o,
-                                     &storage)) == RA_OK)
+                                     &org, o, &storage)) == RA_OK)
         st = h5io_dset_write_stored(comm, file, c->path, c->lse_name,
-                                    H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, ldims,
-                                    2, &c->rows, c->lse, &storage);
+                                    H5T_IEEE_F32LE, &lrg, c->lse, &storage);
     free(o);
     if (otype >= 0)
         H5Tclose(otype);

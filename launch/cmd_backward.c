@@ -117,9 +117,9 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
     const h5io_bwd_files files = {o->in, o->fwd, o->src.axes};
     ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->d.s,
                                           o->p.layout, t->q, t->k, t->v);
+    const h5io_inputs in = {&o->src, &r->d.s, o->p.layout, t->q, t->k, t->v};
     if (st == RA_OK)
-        st = h5io_scan_nonfinite(ctx->comm, o->in, &o->src, &r->d.s,
-                                 o->p.layout, t->q, t->k, t->v, &bad);
+        st = h5io_scan_nonfinite(ctx->comm, o->in, &in, &bad);
     if (st == RA_OK)
         st = h5io_read_backward(ctx->comm, &files, &r->d.s, &o->p,
                                 r->d.g.dout, t->o, t->lse);

@@ -91,10 +91,9 @@ static ra_status gen_write(const cli_ctx *ctx, const gen_opts *o)
     if (o->mha)
         return h5io_gen_mha(ctx->comm, o->out, o->force, s, o->embed,
                             o->cs.seq_kv_set, (uint64_t)o->seed);
-    return h5io_gen_backward(ctx->comm, o->out, o->force, s,
-                             dtype_of[o->dtype],
-                             (uint64_t)o->seed, o->rm.lens, o->rm.segment_avg,
-                             o->backward);
+    const h5io_gen_spec g = {dtype_of[o->dtype], (uint64_t)o->seed,
+                             o->rm.lens, o->rm.segment_avg, o->backward};
+    return h5io_gen_backward(ctx->comm, o->out, o->force, s, &g);
 }
 
 int cmd_gen(const cli_ctx *ctx, int argc, char **argv)

@@ -305,10 +305,10 @@ static ra_status mha_compute(const cli_ctx *ctx, const mha_opts *o,
                              r->xkv, r->y, NULL)) == RA_ERR_MPI)
         cli_abort(ctx, ra_error_message()); /* a stalled ring */
     const double t2 = MPI_Wtime();
+    const h5io_layer_output out = {s, &o->p, o->pos, dy, &r->qs, r->y,
+                                   ctx->command_line};
     if (st == RA_OK)
-        st = h5io_write_layer_output(ctx->comm, o->out, o->force, s, &o->p,
-                                     o->pos, dy, &r->qs, r->y,
-                                     ctx->command_line);
+        st = h5io_write_layer_output(ctx->comm, o->out, o->force, &out);
     r->t_read = t1 - t0;
     r->t_layer = t2 - t1;
     r->t_write = MPI_Wtime() - t2;

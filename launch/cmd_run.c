@@ -291,10 +291,10 @@ static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
     cli_tensors *t = &r->d.t;
     ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->d.s,
                                           o->p.layout, t->q, t->k, t->v);
+    const h5io_inputs in = {&o->src, &r->d.s, o->p.layout, t->q, t->k, t->v};
     h5io_nonfinite bad;
     if (st != RA_OK || o->allow_nonfinite ||
-        h5io_scan_nonfinite(ctx->comm, o->in, &o->src, &r->d.s, o->p.layout,
-                            t->q, t->k, t->v, &bad) == RA_OK)
+        h5io_scan_nonfinite(ctx->comm, o->in, &in, &bad) == RA_OK)
         return st;
     char why[512];
     snprintf(why, sizeof why, "%s", ra_error_message());

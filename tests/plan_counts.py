@@ -109,14 +109,17 @@ def refusals(ringattn, work):
 
 def large(ringattn, work):
     """plan at 100000 ranks, a sweep to 4096 nodes and 30000 ranks under a
-    causal mask, with padding or not, answer (the model's cost grows with
-    P, not P^2), every prediction a finite number."""
+    causal mask, with padding, packed segments or neither, answer (the
+    model's cost grows with P, not P^2), every prediction a finite
+    number."""
     for args in (["--ranks", "100000"],
                  ["--ranks", "2", "--seq", "8192", "--sweep-nodes", "4096"],
                  ["--ranks", "30000", "--seq", "65536"],
                  ["--ranks", "30000", "--seq", "65536", "--causal"],
                  ["--ranks", "30000", "--seq", "65536", "--causal", "--lens",
-                  "random"]):
+                  "random"],
+                 ["--ranks", "30000", "--seq", "65536", "--segments", "300",
+                  "--causal"]):
         out = os.path.join(work, "large.json")
         r = sh([ringattn, "plan", "--json", out] + args)
         check(r.returncode == 0, f"plan {args}: exit {r.returncode}: "

@@ -15,7 +15,7 @@
  * those loops on random problems (P up to 64, every layout, causal,
  * windows, padding, packed segments): each rank's row and column of the
  * pair matrix, the ring's busiest rank per step, the ring's bytes per rank
- * and per step, the largest slice. */
+ * and per step, the largest slice, the plan's last step. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -330,11 +330,26 @@ static void sends_by_steps(const model_problem *pb, double row, double *sent,
         }
 }
 
+/* The last step anybody needs, every block at every step asked. */
+static int last_step_by_steps(const ring_plan *pl)
+{
+    int last = 0;
+    for (int src = 0; src < pl->P; src++)
+        for (int u = 1; u < pl->P; u++) {
+            const ring_span sp = ring_plan_need(pl, (src + u) % pl->P, src);
+            last = sp.a < sp.b && u > last ? u : last;
+        }
+    return last;
+}
+
 /* One problem: every count against its loop, exactly. */
 static void check_model_case(const model_case *c)
 {
     const model_problem *pb = &c->pb;
     const int P = pb->P;
+    const ra_masks rm = {c->mk.q_lens, c->mk.kv_lens, NULL, NULL};
+    const ring_plan pl = ring_plan_make(&c->s, &c->p, &rm, P);
+    assert_int_equal(ring_plan_last_step(&pl), last_step_by_steps(&pl));
     double *pm = pair_matrix(pb);
     double *v = calloc((size_t)(9 * P), sizeof(double));
     assert_non_null(v);

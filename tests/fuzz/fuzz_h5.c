@@ -55,9 +55,10 @@ static void read_tensors(const ra_shape *s)
     if (ra_h5_read_inputs_from(MPI_COMM_SELF, path, &source, s,
                                RA_LAYOUT_CONTIGUOUS, mem, mem + nq,
                                mem + nq + nk) == RA_OK) {
+        const h5io_inputs in = {NULL, s, RA_LAYOUT_CONTIGUOUS, mem, mem + nq,
+                                mem + nq + nk};
         h5io_nonfinite bad;
-        h5io_scan_nonfinite(MPI_COMM_SELF, path, NULL, s, RA_LAYOUT_CONTIGUOUS, mem,
-                            mem + nq, mem + nq + nk, &bad);
+        h5io_scan_nonfinite(MPI_COMM_SELF, path, &in, &bad);
     }
     free(mem);
 }
