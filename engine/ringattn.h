@@ -219,7 +219,16 @@ typedef struct {
                           steps (ulysses, tree) calls it once, with 1 of 1,
                           at the end. It must not call
                           MPI on comm; its time counts in the pass. */
-    void *on_step_ctx; /* passed to on_step as ctx */
+    void (*on_tick)(void *ctx, double done); /* finer progress, or NULL:
+                          called often (between the kernel's tiles, by
+                          OpenMP thread 0, which is the calling thread) with
+                          the share 0 .. 1 of the current kernel call's work
+                          done (a step may make several calls). It must be
+                          cheap (read a clock, print now and then), must
+                          not call MPI on comm nor start OpenMP work; ring,
+                          ring-q, allgather, hybrid, ulysses and tree
+                          forward passes call it, ra_backward does not */
+    void *on_step_ctx; /* passed to on_step and on_tick as ctx */
 } ra_params;
 
 /* The default stall_timeout in seconds. */

@@ -206,6 +206,8 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     r->d.out = o->out;
     ra_status st = out_opts_check(o);
     if (st == RA_OK)
+        st = progress_check(&o->prog);
+    if (st == RA_OK)
         st = cli_paths_agree(ctx, (const h5io_named_path[]){
             {"--in", o->in, 0}, {"--profile", o->profile, 0},
             {"--out", o->out, 1}, {"--json", o->json, 1}, {NULL, NULL, 0}});
