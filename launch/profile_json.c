@@ -4,9 +4,9 @@
  * The reader is a strict recursive-descent parser of the JSON subset the
  * writer emits (objects, arrays, strings, numbers, true/false), in any key
  * order and white space. The keys it knows are declared once, in tables of
- * json_key; a missing, repeated or unknown key, a value of the wrong type
- * or outside its range is refused with a one-line reason naming the file
- * and the key. */
+ * json_key; a missing (unless optional), repeated or unknown key, a value
+ * of the wrong type or outside its range is refused with a one-line reason
+ * naming the file and the key. */
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -103,8 +103,10 @@ static void json_link(FILE *f, const char *key, const profile_link *l)
 
 int profile_write_json(FILE *f, const ra_profile *p)
 {
-    fprintf(f, "{\n  \"schema\": %d,\n  \"measured\": %s,\n", JSON_SCHEMA,
-            p->measured ? "true" : "false");
+    fprintf(f, "{\n  \"schema\": %d,\n  \"measured\": %s,\n"
+            "  \"oversubscribed\": %s,\n", JSON_SCHEMA,
+            p->measured ? "true" : "false",
+            p->oversubscribed ? "true" : "false");
     const char *texts[][2] = {{"date", p->date}, {"version", p->version},
                               {"hosts", p->hosts}, {"io_dir", p->io_dir}};
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
@@ -362,6 +364,8 @@ struct json_key {
     size_t offset, size; /* destination in the object's struct */
     double lo, hi;       /* JK_INT, JK_I64 */
     const json_key *sub; /* JK_OBJECT, JK_RATES: the keys of each object */
+    int optional;        /* 1: may be absent (left 0; profiles written
+                            before the key existed) */
 };
 
 #define JK(type, field) offsetof(type, field), sizeof(((type *)0)->field)
@@ -383,6 +387,8 @@ static const json_key rate_keys[] = {
 static const json_key profile_keys[] = {
     {"schema", JK_INT, 0, 0, JSON_SCHEMA, JSON_SCHEMA},
     {"measured", JK_BOOL, JK(ra_profile, measured)},
+    {"oversubscribed", JK_BOOL, JK(ra_profile, oversubscribed), 0, 0, NULL,
+     1},
     {"date", JK_TEXT, JK(ra_profile, date)},
     {"version", JK_TEXT, JK(ra_profile, version)},
     {"hosts", JK_TEXT, JK(ra_profile, hosts)},
@@ -545,7 +551,7 @@ static int json_object(json_in *j, const json_key *keys, void *base)
     if (json_expect(j, '}') != 0)
         return -1;
     for (int i = 0; keys[i].name; i++)
-        if (!seen[i]) {
+        if (!seen[i] && !keys[i].optional) {
             const size_t len = strlen(j->path);
             snprintf(j->path + len, sizeof j->path - len, "%s%s",
                      len ? "." : "", keys[i].name);

@@ -116,15 +116,40 @@ def round_trip(work, prefix=()):
               "same bytes (round trip)")
 
 
+def plan_warns(work, p):
+    """plan warns in one line about a profile probed oversubscribed, and
+    says nothing about one that was not."""
+    for over in (True, False):
+        with open(os.path.join(work, "q.json"), "w") as f:
+            json.dump(dict(p, oversubscribed=over), f)
+        r = ran(mpirun(["plan", "--profile", "q.json", "--ranks", str(NP)],
+                       np_=1, cwd=work), "plan --profile")
+        lines = r.stderr.strip().splitlines()
+        check(lines == [] if not over else (
+            len(lines) == 1 and lines[0].startswith(
+                "ringattn: warning: q.json: probed oversubscribed")),
+            f"plan with a profile probed oversubscribed={over}: "
+            f"{'one warning' if over else 'no warning'} ({lines})")
+    os.remove(os.path.join(work, "q.json"))
+
+
 def check_probe(work):
     r = ran(mpirun(["probe", "--out", "p.json", "--dir", work, "--seconds",
                     "2", "--dim", "32,64", "--score", "dot,gaussian"],
                    cwd=work), "probe")
+    over = NP > (os.cpu_count() or 1)
+    warn = [l for l in r.stderr.splitlines() if l.strip()]
     check(r.stdout.count("ringattn probe: wrote p.json") == 1 and
-          not r.stderr.strip(), "rank 0 alone reports, nothing on stderr")
+          len(warn) == over and all(l.startswith(
+              "ringattn: warning: ") and "oversubscribed" in l
+              for l in warn), "rank 0 alone reports; on stderr one "
+          "warning line when ranks outnumber the cores, else nothing")
     with open(os.path.join(work, "p.json")) as f:
         p = json.load(f)
     profile_checks(p, 1, NP)
+    check(p["oversubscribed"] is over, f"the profile records "
+          f"oversubscribed = {over}")
+    plan_warns(work, p)
     check(p["inter"] == {"latency": 0, "bandwidth": 0},
           "no link between nodes on one node")
     check(p["hosts"] == socket.gethostname(), "the host name")
