@@ -665,6 +665,11 @@ typedef struct {
                                   many query rows; 0: contiguous */
     int out_compress;          /* 1..9: gzip level of the chunks (needs
                                   out_chunk); 0: none */
+    ra_axes out_axes;          /* RA_AXES_BHND: /o stored heads-first
+                                  (B, H, N, Dv); otherwise (B, N, H, Dv).
+                                  Its attribute axes says which ("B,H,N,D"
+                                  or "B,N,H,D"); /lse is (B, H, N), axes
+                                  "B,H,N" */
     const char *out_group;     /* /o, /lse, /attn_map under this group
                                   (created, with its parents), or NULL:
                                   the root */

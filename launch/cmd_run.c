@@ -20,7 +20,7 @@ typedef struct {
     ra_params p;
     ra_h5_source src;
     const char *in, *out, *json, *out_group;
-    int out_dtype, out_compress;
+    int out_dtype, out_compress, out_axes;
     int64_t out_chunk;
     int force, allow_nonfinite;
     const char *map_rows, *map_heads;
@@ -60,6 +60,7 @@ static const cli_opt run_own[] = {
                    "output type", "f32",
                    "type of /o: f32, f16, bf16 (a 16-bit float with\n"
                    "float32's exponent) or f64; /lse stays f32"),
+    CLI_OPT_OUT_AXES(run_opts, out_axes),
     CLI_OPT_INT(run_opts, "--out-chunk", "ROWS", out_chunk, 1,
                 (int64_t)1 << 40, NULL,
                 "store /o and /lse in chunks of ROWS query rows"),
@@ -357,6 +358,7 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .command_line = ctx->command_line, .masks = r->mask_names,
             .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
             .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
+            .out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes),
             .out_compress = o->out_compress, .out_group = o->out_group,
             .fingerprint = r->fingerprint};
         st = h5io_write_outputs_staged(ctx->comm, o->out, o->force, &r->d.s,
