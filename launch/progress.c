@@ -73,7 +73,8 @@ static void progress_step(void *ctx, int done, int total)
 
 /* The tile callback (rank 0, when on): a line within a step when `every`
  * has passed, with the share of the step's tiles done. The ETA follows
- * the steps done when one has ended, the prediction before. */
+ * the steps done when one has ended; before, the first step's own pace
+ * (the end of that step), or the prediction while no tile is done. */
 static void progress_tick(void *ctx, double share)
 {
     cli_progress *pg = ctx;
@@ -86,6 +87,9 @@ static void progress_tick(void *ctx, double share)
     if (pg->total > 0) {
         snprintf(total, sizeof total, "%d", pg->total);
         snprintf(eta, sizeof eta, "%.1f s", elapsed / at * (pg->total - at));
+    } else if (share > 0) {
+        snprintf(eta, sizeof eta, "%.1f s to the end of the step",
+                 elapsed / share * (1.0 - share));
     } else if (pg->predicted > elapsed) {
         snprintf(eta, sizeof eta, "%.1f s (predicted)",
                  pg->predicted - elapsed);
