@@ -37,6 +37,9 @@ typedef struct {
     char hosts[PROFILE_HOSTS];     /* host names, comma-separated */
     char io_dir[PROFILE_TEXT];     /* the directory the I/O rates are of */
     int nodes, ranks, ranks_per_node, threads; /* the probed allocation */
+    int oversubscribed;            /* 1: some machine ran more ranks x
+                                      threads than it has cores while
+                                      probed: rates are shares of a core */
     int nrates;
     profile_rate rate[PROFILE_MAX_RATES];
     profile_link intra, inter;     /* same node; across nodes */

@@ -236,6 +236,9 @@ static ra_status ring_alloc(ring_state *rs, const ring_args *a)
     ring_carve_arg arg = {rs, a};
     rs->mem = ra_carve_alloc(ring_carve, &arg);
     rs->ws = ra_workspace_create(rs->threads, bq, bkv, a->shape->Dv);
+    if (rs->ws)
+        ra_workspace_set_tick(rs->ws, a->params->on_tick,
+                              a->params->on_step_ctx);
     if (!rs->mem || !rs->ws)
         return ra_error_set(RA_ERR_NOMEM, "ring: cannot allocate the ring "
                                           "buffers");

@@ -279,8 +279,11 @@ ra_workspace *strat_workspace(const strat_call *c)
 {
     int64_t bq, bkv;
     ra_params_tiles(c->params, c->shape, &bq, &bkv);
-    return ra_workspace_create(ra_params_threads(c->params), bq, bkv,
-                               c->shape->Dv);
+    ra_workspace *ws = ra_workspace_create(ra_params_threads(c->params), bq,
+                                           bkv, c->shape->Dv);
+    if (ws)
+        ra_workspace_set_tick(ws, c->params->on_tick, c->params->on_step_ctx);
+    return ws;
 }
 
 ra_status strat_node_ranks(MPI_Comm comm, const char *what, int *count)

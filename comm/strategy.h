@@ -94,7 +94,8 @@ void strat_count_all(const strat_call *c, int64_t bytes);
  * the calling thread while the others run (as in ring.c). */
 int strat_may_poll(const strat_call *c);
 
-/* The kernel's per-thread tiles for params' tiles and threads, or NULL. */
+/* The kernel's per-thread tiles for params' tiles and threads, ticking
+ * params->on_tick between tiles, or NULL. */
 ra_workspace *strat_workspace(const strat_call *c);
 
 /* Ranks of comm on this rank's node, into *count. Collective. */

@@ -30,6 +30,8 @@ struct ra_workspace {
     float *mem;         /* threads * per_thread floats */
     double *busy;       /* seconds in work items, thread t at t * BUSY_STRIDE;
                            both arrays live in the block of the struct */
+    ra_tick_fn tick;    /* the caller's progress between tiles, or NULL */
+    void *tick_ctx;
 };
 
 /* Floats in a page, and doubles in a cache line: each thread's scratch
@@ -80,7 +82,8 @@ ra_workspace *ra_workspace_create(int threads, int64_t block_q,
         return NULL;
     ra_workspace *ws = (ra_workspace *)mem;
     *ws = (ra_workspace){threads, block_q, block_kv, Dv, per,
-                         mem + PAGE_FLOATS, (double *)(mem + scratch)};
+                         mem + PAGE_FLOATS, (double *)(mem + scratch), NULL,
+                         NULL};
     workspace_touch(ws);
     return ws;
 }
@@ -98,6 +101,47 @@ void ra_workspace_busy(const ra_workspace *ws, double *min, double *max)
 }
 
 int ra_workspace_threads(const ra_workspace *ws) { return ws->threads; }
+
+void ra_workspace_set_tick(ra_workspace *ws, ra_tick_fn tick, void *ctx)
+{
+    ws->tick = tick;
+    ws->tick_ctx = ctx;
+}
+
+/* What thread 0 runs between its tiles in one kernel call: the caller's
+ * transfers (poll, may be NULL), then the tick with the share of the
+ * call's work items done. */
+typedef struct {
+    ra_progress_fn poll;
+    void *poll_ctx;
+    const ra_workspace *ws;
+    const int64_t *done;
+    int64_t items;
+} tile_hook;
+
+static void tile_hook_run(void *ctx)
+{
+    const tile_hook *hk = ctx;
+    int64_t d;
+    if (hk->poll)
+        hk->poll(hk->poll_ctx);
+#pragma omp atomic read
+    d = *hk->done;
+    hk->ws->tick(hk->ws->tick_ctx, (double)d / (double)hk->items);
+}
+
+/* The hook of a kernel call: the poll alone without a tick, else the poll
+ * and the tick together (hk filled, *ctx set to it). */
+static ra_progress_fn tile_hook_of(const ra_workspace *ws, tile_hook *hk,
+                                   void **ctx)
+{
+    if (!ws->tick) {
+        *ctx = hk->poll_ctx;
+        return hk->poll;
+    }
+    *ctx = hk;
+    return tile_hook_run;
+}
 
 static tile_scratch scratch_of(const ra_workspace *ws, int tid)
 {
@@ -499,13 +543,16 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
     const int64_t tiles = (blk->n + bq - 1) / bq;
     const int64_t items = blk->B * blk->H * tiles;
     int64_t done = 0;
+    tile_hook hk = {progress, progress_ctx, ws, &done, items};
+    void *hook_ctx;
+    const ra_progress_fn hook = tile_hook_of(ws, &hk, &hook_ctx);
 
 #pragma omp parallel num_threads(ws->threads)
     {
         const int tid = omp_get_thread_num();
         const tile_scratch t = scratch_of(ws, tid);
-        const fwd_ops x = {q, k, v, o, lse, tid == 0 ? progress : NULL,
-                           progress_ctx};
+        const fwd_ops x = {q, k, v, o, lse, tid == 0 ? hook : NULL,
+                           hook_ctx};
         double busy = 0.0;
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t it = 0; it < items; it++) {
@@ -520,7 +567,7 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
             done++;
         }
         if (tid == 0 && progress)
-            tail_progress(&done, items, progress, progress_ctx);
+            tail_progress(&done, items, hook, hook_ctx);
         ws->busy[tid * BUSY_STRIDE] += busy;
     }
 }
@@ -605,13 +652,16 @@ void ra_kernel_probs(const ra_block *blk, int64_t r0, int64_t nr,
         return;
     const int64_t tiles = (nr + bq - 1) / bq;
     const int64_t items = blk->B * nh * tiles;
-
     int64_t done = 0;
+    tile_hook hk = {progress, progress_ctx, ws, &done, items};
+    void *hook_ctx;
+    const ra_progress_fn hook = tile_hook_of(ws, &hk, &hook_ctx);
+
 #pragma omp parallel num_threads(ws->threads)
     {
         const int tid = omp_get_thread_num();
         const map_ops x = {r0, nr, heads, nh, q, k, lse, out, M,
-                           tid == 0 ? progress : NULL, progress_ctx};
+                           tid == 0 ? hook : NULL, hook_ctx};
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t it = 0; it < items; it++) {
             const int64_t qt = it % tiles, bh = it / tiles;
@@ -623,6 +673,6 @@ void ra_kernel_probs(const ra_block *blk, int64_t r0, int64_t nr,
             done++;
         }
         if (tid == 0 && progress)
-            tail_progress(&done, items, progress, progress_ctx);
+            tail_progress(&done, items, hook, hook_ctx);
     }
 }

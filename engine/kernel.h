@@ -116,6 +116,15 @@ void ra_workspace_busy(const ra_workspace *ws, double *min, double *max);
  * other threads. It must not block. */
 typedef void (*ra_progress_fn)(void *ctx);
 
+/* The caller's progress between tiles (ra_params.on_tick): run by thread
+ * 0 of a kernel call after its poll, with the share of the call's work
+ * items done so far (0 .. 1). */
+typedef void (*ra_tick_fn)(void *ctx, double done);
+
+/* Makes every later kernel call on ws run tick(ctx, done) between thread
+ * 0's tiles (NULL: none). */
+void ra_workspace_set_tick(ra_workspace *ws, ra_tick_fn tick, void *ctx);
+
 /* Sets o = 0 and lse = -inf: the empty partial that every merge starts from.
  * o (B, n, H, Dv), lse (B, H, n). */
 void ra_state_reset(int64_t B, int64_t n, int64_t H, int64_t Dv,

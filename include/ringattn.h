@@ -240,7 +240,16 @@ typedef struct {
                           steps (ulysses, tree) calls it once, with 1 of 1,
                           at the end. It must not call
                           MPI on comm; its time counts in the pass. */
-    void *on_step_ctx; /* passed to on_step as ctx */
+    void (*on_tick)(void *ctx, double done); /* finer progress, or NULL:
+                          called often (between the kernel's tiles, by
+                          OpenMP thread 0, which is the calling thread) with
+                          the share 0 .. 1 of the current kernel call's work
+                          done (a step may make several calls). It must be
+                          cheap (read a clock, print now and then), must
+                          not call MPI on comm nor start OpenMP work; ring,
+                          ring-q, allgather, hybrid, ulysses and tree
+                          forward passes call it, ra_backward does not */
+    void *on_step_ctx; /* passed to on_step and on_tick as ctx */
     ra_align align;    /* where queries sit (ra_align); RA_ALIGN_TENSOR */
 } ra_params;
 
@@ -678,6 +687,11 @@ typedef struct {
                                   many query rows; 0: contiguous */
     int out_compress;          /* 1..9: gzip level of the chunks (needs
                                   out_chunk); 0: none */
+    ra_axes out_axes;          /* RA_AXES_BHND: /o stored heads-first
+                                  (B, H, N, Dv); otherwise (B, N, H, Dv).
+                                  Its attribute axes says which ("B,H,N,D"
+                                  or "B,N,H,D"); /lse is (B, H, N), axes
+                                  "B,H,N" */
     const char *out_group;     /* /o, /lse, /attn_map under this group
                                   (created, with its parents), or NULL:
                                   the root */

@@ -1,6 +1,7 @@
-/* axes.c: input tensors stored tokens-first (B, N, H, D) or heads-first
- * (B, H, N, D): the order a dataset declares, and reading a rank's tokens
- * of either into the engine's (B, n, H, D) without a full-tensor copy. */
+/* axes.c: tensors stored tokens-first (B, N, H, D) or heads-first
+ * (B, H, N, D): the order a dataset declares, and reading or writing a
+ * rank's tokens of either from or into the engine's (B, n, H, D) without a
+ * full-tensor copy. */
 #include <string.h>
 
 #include "h5io.h"
@@ -129,26 +130,26 @@ static ra_status spaces_open(hid_t dset, const char *path, const char *name,
     return RA_OK;
 }
 
-/* The (B, H, N, D) read: one transfer per batch and head, the same number
- * on every rank, also after a failure (an empty slice, or a rank that
- * failed, selects nothing), so that no rank is left in a collective. */
-static ra_status heads_read(hid_t dset, hid_t dxpl, const char *path,
-                            const char *name, const h5io_region *rg,
-                            void *buf)
+/* The (B, H, N, D) transfer (dir: read into buf or write from it; where:
+ * the file's path and the dataset's name): one per batch and head, the
+ * same number on every rank, also after a failure (an empty slice, or a
+ * rank that failed, selects nothing), so that no rank is left in a
+ * collective. */
+static ra_status heads_transfer(h5io_dir dir, hid_t dset, hid_t dxpl,
+                                const char *const where[2], hid_t mtype,
+                                const hsize_t fdims[4], const ra_slice *slice,
+                                void *buf)
 {
-    const hsize_t *fdims = rg->dims;
-    const ra_slice *slice = rg->slice;
+    const char *path = where[0], *name = where[1];
+    const char *verb = dir == H5IO_READ ? "reading" : "writing";
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
     const hsize_t mdims[4] = {fdims[0], slice->count ? slice->count : 1,
                               fdims[1], fdims[3]};
     char why[H5IO_DETAIL_LEN];
-    int64_t dummy; /* a valid address for an empty selection */
-    ra_status st = RA_OK;
-
-    if ((st = spaces_open(dset, path, name, 4, mdims, &fspace,
-                          &mspace)) != RA_OK)
-        goto cleanup;
-    for (hsize_t bh = 0; bh < fdims[0] * fdims[1]; bh++) {
+    int64_t dummy = 0; /* a valid address for an empty selection */
+    ra_status st = spaces_open(dset, path, name, 4, mdims, &fspace, &mspace);
+    const hsize_t heads = st == RA_OK ? fdims[0] * fdims[1] : 0;
+    for (hsize_t bh = 0; bh < heads; bh++) {
         const hsize_t b = bh / fdims[1], h = bh % fdims[1];
         const int mine = slice->count > 0 && st == RA_OK;
         herr_t err = mine ? head_select(fspace, mspace, fdims, slice, b, h)
@@ -158,22 +159,23 @@ static ra_status heads_read(hid_t dset, hid_t dxpl, const char *path,
                               "tokens of head %llu", path, name,
                               (unsigned long long)h);
         if (err < 0 &&
-            (H5Sselect_none(fspace) < 0 || H5Sselect_none(mspace) < 0)) {
-            if (st == RA_OK)
-                st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select "
-                                  "nothing", path, name);
-        }
-        if (H5Dread(dset, rg->mtype, mspace, fspace, dxpl,
-                    err >= 0 ? buf : (void *)&dummy) < 0 && st == RA_OK) {
+            (H5Sselect_none(fspace) < 0 || H5Sselect_none(mspace) < 0) &&
+            st == RA_OK)
+            st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot select "
+                              "nothing", path, name);
+        void *at = err >= 0 ? buf : (void *)&dummy;
+        const herr_t moved =
+            dir == H5IO_READ ? H5Dread(dset, mtype, mspace, fspace, dxpl, at)
+                             : H5Dwrite(dset, mtype, mspace, fspace, dxpl, at);
+        if (moved < 0 && st == RA_OK) {
             h5io_error_detail(why);
-            st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: reading head "
-                              "%llu of this rank's %lld tokens failed: %s",
-                              path, name, (unsigned long long)h,
-                              (long long)slice->count, why);
+            st = ra_error_set(dir == H5IO_READ ? RA_ERR_INPUT : RA_ERR_IO,
+                              "%s: dataset %s: %s head %llu of this rank's "
+                              "%lld tokens failed: %s", path, name, verb,
+                              (unsigned long long)h, (long long)slice->count,
+                              why);
         }
     }
-
-cleanup:
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
     return st;
@@ -190,7 +192,19 @@ ra_status h5io_dset_read_axes(hid_t dset, hid_t dxpl, const char *path,
 {
     if (rg->axis == 1) /* stored (B, N, H, D): as it lies in memory */
         return h5io_dset_read(dset, dxpl, path, name, rg, buf);
-    return heads_read(dset, dxpl, path, name, rg, buf);
+    const char *const where[2] = {path, name};
+    return heads_transfer(H5IO_READ, dset, dxpl, where, rg->mtype, rg->dims,
+                          rg->slice, buf);
+}
+
+ra_status h5io_dset_write_heads(hid_t dset, hid_t dxpl, const char *path,
+                                const char *name, hid_t mtype,
+                                const hsize_t fdims[4], const ra_slice *slice,
+                                const void *buf)
+{
+    const char *const where[2] = {path, name};
+    return heads_transfer(H5IO_WRITE, dset, dxpl, where, mtype, fdims, slice,
+                          (void *)buf);
 }
 
 /* Rows [row0, row0 + n) of batch b of an open (B, H, N, D) dataset into

@@ -1,9 +1,10 @@
 /* backward.c (io): the files of a backward pass. /do (B, N, H, Dv) is read
- * beside the inputs; /o and /lse from a forward output, whose attributes
- * must describe the same problem; /dq (B, N, H, D), /dk (B, M, G, Dk) and
- * /dv (B, M, G, Dv) (and the additive score's /dw_q, /dw_k, /dw_v) are
- * written as float32 into a file committed atomically, each rank writing
- * the tokens of its layout slices. */
+ * beside the inputs; /o (either order) and /lse from a forward output,
+ * whose attributes must describe the same problem; /dq (B, N, H, D), /dk
+ * (B, M, G, Dk) and /dv (B, M, G, Dv) (or each heads-first; and the
+ * additive score's /dw_q, /dw_k, /dw_v) are written as float32 into a file
+ * committed atomically, each rank writing the tokens of its layout
+ * slices. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -248,13 +249,15 @@ static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)
     const h5io_region rq = {H5T_NATIVE_FLOAT, 4, qd, 1, &c->qs};
     const h5io_region rk = {H5T_NATIVE_FLOAT, 4, kd, 1, &c->ks};
     const h5io_region rv = {H5T_NATIVE_FLOAT, 4, vd, 1, &c->ks};
+    const h5io_storage order = {0, 0, c->meta->out_axes == RA_AXES_BHND};
+    const hid_t f32 = H5T_IEEE_F32LE;
     ra_status st;
-    if ((st = h5io_dset_write(comm, file, c->path, "/dq", H5T_IEEE_F32LE, &rq,
-                              c->dq)) != RA_OK ||
-        (st = h5io_dset_write(comm, file, c->path, "/dk", H5T_IEEE_F32LE, &rk,
-                              c->dk)) != RA_OK ||
-        (st = h5io_dset_write(comm, file, c->path, "/dv", H5T_IEEE_F32LE, &rv,
-                              c->dv)) != RA_OK ||
+    if ((st = h5io_dset_write_stored(comm, file, c->path, "/dq", f32, &rq,
+                                     c->dq, &order)) != RA_OK ||
+        (st = h5io_dset_write_stored(comm, file, c->path, "/dk", f32, &rk,
+                                     c->dk, &order)) != RA_OK ||
+        (st = h5io_dset_write_stored(comm, file, c->path, "/dv", f32, &rv,
+                                     c->dv, &order)) != RA_OK ||
         (c->meta->dw && (st = weights_write(file, comm, c)) != RA_OK))
         return st;
     return grads_attrs(file, comm, c);

@@ -95,7 +95,8 @@ const char *h5io_out_group_problem(const char *group);
 ra_status h5io_out_name(const char *path, const char *leaf, char *name,
                         size_t len);
 
-/* h5io_read_rows() of an output file's /o, wherever out_group put it. */
+/* h5io_read_rows() of an output file's /o, wherever out_group put it,
+ * stored in either order (its axes attribute; none: (B, N, H, Dv)). */
 ra_status h5io_read_o_rows(const char *path, int64_t b, int64_t row0,
                            int64_t nrows, double *out);
 
@@ -150,7 +151,9 @@ ra_status h5io_read_weights(const char *path, const char *name, int rank,
 ra_status h5io_read_int_attr(const char *path, const char *name,
                              int64_t *out, int *present);
 
-/* The rank and dims of dataset name; *present = 0 when it is absent. */
+/* The rank and dims of dataset name; *present = 0 when it is absent. A
+ * 4-D tensor's dims come in (B, N, H, D) order whichever order its axes
+ * attribute names (none: stored so). */
 ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
                             int64_t dims[4], int *present);
 
@@ -243,6 +246,10 @@ typedef struct {
                                     (params->additive's shapes), or NULL */
     const char *fingerprint;  /* of the input read (h5io_fingerprint_make) */
     const ra_h5_source *source;  /* the inputs read (their order), or NULL */
+    ra_axes out_axes;         /* RA_AXES_BHND: /dq, /dk, /dv stored
+                                 heads-first (B, H, N, D), (B, G, M, Dk),
+                                 (B, G, M, Dv); else tokens-first. Their
+                                 attribute axes says which */
 } h5io_grads_meta;
 
 /* Collective and atomic like ra_h5_write_outputs: /dq (B, N, H, D),
@@ -297,8 +304,8 @@ ra_status h5io_segment_names(const char *path, const char **q_name,
 ra_status h5io_segment_names_from(const char *path, const ra_h5_source *src,
                                   const char **q_name, const char **kv_name);
 
-/* Reads the sizes of /o (B, N, H, Dv) and /lse (B, H, N) (under the
- * recorded out_group). */
+/* Reads the sizes of /o (B, N, H, Dv), whichever order it is stored in,
+ * and /lse (B, H, N) (under the recorded out_group). */
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
                               int64_t dims_lse[3]);
 

@@ -115,6 +115,15 @@ ra_status h5io_dset_read_axes(hid_t dset, hid_t dxpl, const char *path,
                               const char *name, const h5io_region *rg,
                               void *buf);
 
+/* Writes this rank's slice, dense (B, slice->count, H, D) in buf as mtype,
+ * into the open rank-4 dataset dset stored heads-first with file sizes
+ * fdims (B, H, N, D), head by head through hyperslabs. Collective with a
+ * collective dxpl, every rank the same number of transfers. */
+ra_status h5io_dset_write_heads(hid_t dset, hid_t dxpl, const char *path,
+                                const char *name, hid_t mtype,
+                                const hsize_t fdims[4], const ra_slice *slice,
+                                const void *buf);
+
 /* Formats dims as "(2, 128, 8, 64)" into buf. */
 void h5io_dims_format(const hsize_t *dims, int rank, char *buf, size_t len);
 
@@ -149,17 +158,22 @@ ra_status h5io_dset_read(hid_t dset, hid_t dxpl, const char *path,
  * that a failure on one rank (a full disk) never leaves the others in the
  * next collective call. buf may be NULL when the slice is empty. A 4-D
  * dataset sliced on axis 1 is a (B, N, H, D) tensor and gets the attribute
- * axes = "B,N,H,D", so that readers need not be told its order. */
+ * axes = "B,N,H,D", so that readers need not be told its order; a 3-D one
+ * sliced on axis 2 (lse) gets "B,H,N", a 4-D one on axis 2 (a map of query
+ * rows over keys) "B,H,N,M". */
 ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
                           const char *name, hid_t ftype,
                           const h5io_region *rg, const void *buf);
 
 /* How a dataset is stored: chunk_rows > 0 cuts it into chunks of that
  * many tokens of the token axis, gzip 1..9 compresses them (parallel HDF5
- * 1.10.2 and later writes filtered chunks collectively). */
+ * 1.10.2 and later writes filtered chunks collectively); heads_first
+ * stores a (B, N, H, D) tensor (4-D, tokens on axis 1) as (B, H, N, D),
+ * its axes attribute saying so. */
 typedef struct {
     int64_t chunk_rows;
     int gzip;
+    int heads_first;
 } h5io_storage;
 
 /* h5io_dset_write() with a storage layout (NULL: contiguous). */

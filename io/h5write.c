@@ -29,6 +29,33 @@ static hid_t dcpl_make(const h5io_region *rg, const h5io_storage *storage)
     return h5io_plist_keep(dcpl, err);
 }
 
+/* The order a tensor's axes attribute names, from its rank, its token axis
+ * and whether it is stored heads-first; NULL: none (not a tensor of
+ * tokens). */
+static const char *axes_text(int rank, int axis, int heads_first)
+{
+    if (rank == 4 && axis == 1)
+        return heads_first ? "B,H,N,D" : "B,N,H,D";
+    if (rank == 3 && axis == 2)
+        return "B,H,N";
+    return rank == 4 && axis == 2 ? "B,H,N,M" : NULL;
+}
+
+/* Whether the dataset is a (B, N, H, D) tensor stored heads-first: then
+ * fdims gets its file sizes (B, H, N, D), else dims. */
+static int heads_first_dims(int rank, const hsize_t *dims, int axis,
+                            const h5io_storage *storage, hsize_t *fdims)
+{
+    const int heads = rank == 4 && axis == 1 && storage &&
+                      storage->heads_first;
+    memcpy(fdims, dims, sizeof *dims * (size_t)rank);
+    if (heads) {
+        fdims[1] = dims[2];
+        fdims[2] = dims[1];
+    }
+    return heads;
+}
+
 ra_status h5io_dset_write(MPI_Comm comm, hid_t file, const char *path,
                           const char *name, hid_t ftype,
                           const h5io_region *rg, const void *buf)
@@ -44,11 +71,18 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
 {
     hid_t space = H5I_INVALID_HID, dcpl = H5I_INVALID_HID;
     hid_t dset = H5I_INVALID_HID, dxpl = H5I_INVALID_HID;
+    hsize_t fdims[H5S_MAX_RANK];
     char why[H5IO_DETAIL_LEN];
     ra_status st = RA_OK;
+    const int heads = heads_first_dims(rg->rank, rg->dims, rg->axis, storage,
+                                       fdims);
+    const char *axes = axes_text(rg->rank, rg->axis, heads);
+    /* the dataset as the file holds it: heads-first moves the token axis */
+    const h5io_region file_rg = {rg->mtype, rg->rank, fdims,
+                                 heads ? 2 : rg->axis, rg->slice};
 
-    if ((space = H5Screate_simple(rg->rank, rg->dims, NULL)) < 0 ||
-        (dcpl = dcpl_make(rg, storage)) < 0 ||
+    if ((space = H5Screate_simple(rg->rank, fdims, NULL)) < 0 ||
+        (dcpl = dcpl_make(&file_rg, storage)) < 0 ||
         (dxpl = h5io_dxpl_collective()) < 0) {
         st = ra_error_set(RA_ERR_IO, "%s: dataset %s: cannot set up its "
                           "dataspace or property lists", path, name);
@@ -62,20 +96,22 @@ ra_status h5io_dset_write_stored(MPI_Comm comm, hid_t file, const char *path,
                           path, name, why);
         goto cleanup;
     }
-    /* a tensor of tokens on axis 1 says its order, which a 4-D shape alone
-     * cannot (a reader would have to be told) */
-    if (rg->rank == 4 && rg->axis == 1 &&
-        (st = h5io_attr_write_string(comm, dset, path, "axes",
-                                     "B,N,H,D")) != RA_OK)
+    /* a tensor of tokens says its order, which a shape alone cannot (a
+     * reader would have to be told) */
+    if (axes && (st = h5io_attr_write_string(comm, dset, path, "axes",
+                                             axes)) != RA_OK)
         goto cleanup;
     /* room for the data before it goes out; the transfer only reads buf
      * when it writes */
     const haddr_t at = H5Dget_offset(dset); /* undefined when chunked */
-    if (at == HADDR_UNDEF ||
+    if (at != HADDR_UNDEF &&
         (st = h5io_reserve_allocated(comm, file, path,
-                                     at + H5Dget_storage_size(dset))) == RA_OK)
-        st = h5io_slice_transfer(H5IO_WRITE, dset, space, dxpl, path, name,
-                                 rg, (void *)buf);
+                                     at + H5Dget_storage_size(dset))) != RA_OK)
+        goto cleanup;
+    st = heads ? h5io_dset_write_heads(dset, dxpl, path, name, rg->mtype,
+                                       fdims, rg->slice, buf)
+               : h5io_slice_transfer(H5IO_WRITE, dset, space, dxpl, path,
+                                     name, rg, (void *)buf);
 
 cleanup:
     if (dset >= 0 && H5Dclose(dset) < 0 && st == RA_OK) {

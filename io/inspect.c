@@ -150,7 +150,8 @@ ra_status h5io_read_o_rows(const char *path, int64_t b, int64_t row0,
 {
     char name[300];
     ra_status st = h5io_out_name(path, "o", name, sizeof name);
-    return st != RA_OK ? st : h5io_read_rows(path, name, b, row0, nrows, out);
+    return st != RA_OK ? st : h5io_read_rows_as(path, name, RA_AXES_BNHD, b,
+                                                row0, nrows, out);
 }
 
 ra_status h5io_read_lse(const char *path, int64_t b, int64_t h, int64_t i0,
@@ -217,7 +218,8 @@ ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
 {
     hid_t file = H5I_INVALID_HID, dset = H5I_INVALID_HID;
     hid_t space = H5I_INVALID_HID;
-    hsize_t d[4];
+    hsize_t d[4], fd[4];
+    ra_axes axes = RA_AXES_BNHD;
     h5io_quiet quiet;
     ra_status st;
 
@@ -231,10 +233,17 @@ ra_status h5io_dataset_dims(const char *path, const char *name, int *rank,
     if ((dset = H5Dopen2(file, name, H5P_DEFAULT)) < 0 ||
         (space = H5Dget_space(dset)) < 0 ||
         (*rank = H5Sget_simple_extent_ndims(space)) < 0 || *rank > 4 ||
-        H5Sget_simple_extent_dims(space, d, NULL) < 0) {
+        H5Sget_simple_extent_dims(space, fd, NULL) < 0) {
         st = ra_error_set(RA_ERR_INPUT, "%s: dataset %s: cannot read its "
                           "shape (rank must be at most 4)", path, name);
         goto cleanup;
+    }
+    memcpy(d, fd, sizeof d);
+    if (*rank == 4) { /* a tensor: (B, N, H, D) in either stored order */
+        if ((st = h5io_axes_of(dset, path, name, RA_AXES_BNHD, &axes)) !=
+            RA_OK)
+            goto cleanup;
+        h5io_axes_dims(axes, fd, d);
     }
     for (int i = 0; i < *rank; i++)
         dims[i] = (int64_t)d[i];
@@ -285,9 +294,10 @@ ra_status h5io_segment_names(const char *path, const char **q_name,
 ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
                               int64_t dims_lse[3])
 {
-    hid_t file = H5I_INVALID_HID;
-    hsize_t o[4], lse[3];
+    hid_t file = H5I_INVALID_HID, oset = H5I_INVALID_HID;
+    hsize_t fo[4], o[4], lse[3];
     char oname[300], lname[300];
+    ra_axes axes;
     h5io_quiet quiet;
     ra_status st;
 
@@ -296,17 +306,21 @@ ra_status h5io_read_out_shape(const char *path, int64_t dims_o[4],
         return st;
     h5io_quiet_begin(&quiet);
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||
-        (st = h5io_dset_open(file, path, oname, H5T_FLOAT, 4, o,
-                             NULL)) != RA_OK ||
+        (st = h5io_dset_open(file, path, oname, H5T_FLOAT, 4, fo,
+                             &oset)) != RA_OK ||
+        (st = h5io_axes_of(oset, path, oname, RA_AXES_BNHD, &axes)) !=
+            RA_OK ||
         (st = h5io_dset_open(file, path, lname, H5T_FLOAT, 3, lse,
                              NULL)) != RA_OK)
         goto cleanup;
+    h5io_axes_dims(axes, fo, o); /* (B, N, H, Dv) in either order */
     for (int i = 0; i < 4; i++)
         dims_o[i] = (int64_t)o[i];
     for (int i = 0; i < 3; i++)
         dims_lse[i] = (int64_t)lse[i];
 
 cleanup:
+    if (oset >= 0) H5Dclose(oset);
     if (file >= 0) H5Fclose(file);
     h5io_quiet_end(&quiet);
     return st;
@@ -681,7 +695,7 @@ static herr_t info_dataset(hid_t group, const char *name,
     hid_t obj = H5I_INVALID_HID, space = H5I_INVALID_HID;
     hid_t type = H5I_INVALID_HID;
     hsize_t dims[H5S_MAX_RANK];
-    char shape[256], tname[32];
+    char shape[256], tname[32], axes[64] = "";
     herr_t rc = 0;
     int rank, len;
 
@@ -705,14 +719,17 @@ static herr_t info_dataset(hid_t group, const char *name,
     else
         h5io_dims_format(dims, rank, shape, sizeof shape);
     h5io_type_name(type, tname, sizeof tname);
+    if (h5io_attr_read_string(obj, c->path, "axes", axes, sizeof axes) !=
+        RA_OK)
+        ra_error_clear(); /* an unreadable order: the line says none */
     len = (int)strlen(name) + 1;
     if (c->pass == 0) {
         c->name_w = len > c->name_w ? len : c->name_w;
         c->shape_w = (int)strlen(shape) > c->shape_w ? (int)strlen(shape)
                                                      : c->shape_w;
     } else {
-        fprintf(c->out, "  /%-*s  %-*s  %s\n", c->name_w - 1, name,
-                c->shape_w, shape, tname);
+        fprintf(c->out, "  /%-*s  %-*s  %s%s%s\n", c->name_w - 1, name,
+                c->shape_w, shape, tname, axes[0] ? "  axes " : "", axes);
     }
     c->count++;
 

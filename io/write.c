@@ -1,5 +1,5 @@
-/* write.c: parallel writing of output files, /o (B, N, H, Dv), /lse
- * (B, H, N) and the run's attributes, each rank writing only the queries
+/* write.c: parallel writing of output files, /o (B, N, H, Dv) or
+ * heads-first (B, H, N, Dv), /lse (B, H, N) and the run's attributes, each rank writing only the queries
  * its layout slice names, into a file committed atomically. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +84,8 @@ static ra_status tensors_write(hid_t file, MPI_Comm comm,
     const hsize_t odims[4] = {(hsize_t)s->B, (hsize_t)s->N, (hsize_t)s->H,
                               (hsize_t)s->Dv};
     const hsize_t ldims[3] = {(hsize_t)s->B, (hsize_t)s->H, (hsize_t)s->N};
-    const h5io_storage storage = {m->out_chunk, m->out_compress};
+    const h5io_storage storage = {m->out_chunk, m->out_compress,
+                                  m->out_axes == RA_AXES_BHND};
     hid_t otype = h5io_dtype_file_type(m->out_dtype);
     void *o = NULL;
     ra_status st = otype < 0 ? ra_error_set(RA_ERR_IO, "%s: cannot make the "

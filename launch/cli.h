@@ -158,6 +158,15 @@ struct cli_opt {
      .offset = CLI_FIELD(T, FIELD, const char *), .shown = "built-in",        \
      .help = "machine profile of --strategy auto"}
 
+/* --out-axes B,N,H,D|B,H,N,D: the order the 4-D outputs (/o, the
+ * gradients) are written in, into the int FIELD of T, an index of
+ * cli_out_axes: the ra_axes is RA_AXES_BNHD + FIELD. */
+extern const char *const cli_out_axes[];
+#define CLI_OPT_OUT_AXES(T, FIELD)                                            \
+    CLI_OPT_CHOICE(T, "--out-axes", "AXES", FIELD, cli_out_axes,              \
+                   "output order", "B,N,H,D",                                 \
+                   "order of the 4-D outputs: B,N,H,D or B,H,N,D")
+
 /* --qkv-layout bnhd|bhnd: the order of the q, k, v (and do) datasets that
  * carry no axes attribute, into the ra_axes FIELD of T; without it such
  * datasets are refused (RA_AXES_NONE). */

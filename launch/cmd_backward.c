@@ -18,7 +18,7 @@ typedef struct {
     ra_params p;
     ra_h5_source src; /* /q /k /v, in src.axes without an axes attribute */
     const char *in, *out, *fwd;
-    int force, recompute;
+    int force, recompute, out_axes;
 } bwd_opts;
 
 static const cli_opt bwd_own[] = {
@@ -27,6 +27,7 @@ static const cli_opt bwd_own[] = {
     CLI_OPT_REQUIRED(bwd_opts, "--out", "FILE", out,
                      "output /dq /dk /dv (renamed into place when complete)"),
     CLI_OPT_FORCE(bwd_opts, force),
+    CLI_OPT_OUT_AXES(bwd_opts, out_axes),
     CLI_OPT_TEXT(bwd_opts, "--fwd", "FILE", fwd, NULL,
                  "read /o, /lse from this run of the same problem"),
     CLI_OPT_FLAG(bwd_opts, "--recompute", recompute,
@@ -164,7 +165,8 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
             masks[strlen(masks) - 1] = '\0';
         const h5io_grads_meta meta = {&o->p, o->fwd ? o->fwd : "recomputed",
                                       masks, ctx->command_line, dw,
-                                      r->fp_in, &o->src};
+                                      r->fp_in, &o->src,
+                                      (ra_axes)(RA_AXES_BNHD + o->out_axes)};
         st = h5io_write_grads(ctx->comm, o->out, o->force, &r->d.s, &meta,
                               r->d.g.dq, r->d.g.dk, r->d.g.dv);
     }

@@ -438,8 +438,11 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     }
     if (st == RA_OK)
         st = bench_measure(ctx, &o, rows, &nrows);
-    if (st == RA_OK)
+    if (st == RA_OK) { /* with the results: what they are worth */
+        cli_oversubscribed_warn(ctx, ra_params_threads(&o.p), "times are "
+                                "shares of a core, not this machine's speed");
         st = bench_report(ctx, &o, rows, nrows, &pass);
+    }
     free(rows);
     free(o.additive_mem);
     if (st != RA_OK)

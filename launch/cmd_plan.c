@@ -235,6 +235,7 @@ int cmd_plan(const cli_ctx *ctx, int argc, char **argv)
     w->layout_auto = o.p.layout == RA_LAYOUT_AUTO;
     st = plan_setup(ctx, &o, w);
     if (st == RA_OK) {
+        plan_profile_warn(ctx, o.profile, &w->pf);
         const double t0 = MPI_Wtime();
         const model_alloc al = plan_alloc(&o, w, o.ranks, o.nodes);
         if (o.max_seq)

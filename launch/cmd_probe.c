@@ -12,6 +12,7 @@
 #include "h5io.h"
 #include "h5probe.h"
 #include "internal.h"
+#include "placement.h"
 #include "probe.h"
 #include "profile_json.h"
 
@@ -120,6 +121,9 @@ static ra_status probe_measure(const cli_ctx *ctx, const probe_opts *o,
     if (st != RA_OK)
         return st;
     probe_machine(ctx, &c, p);
+    p->oversubscribed = cli_oversubscribed_warn(
+        ctx, p->threads, "every rate measured is a share of a core; the "
+        "profile records it and plan warns when it uses it");
     for (int i = 0; i < p->nrates; i++)
         p->rate[i].flops_per_core = probe_kernel(&c, p->rate[i].D,
                                                  p->rate[i].score);
@@ -156,10 +160,11 @@ static void probe_print(const ra_profile *p)
 {
     char a[32], b[32];
     printf("# ringattn probe: %s\n# %d ranks on %d node%s (at most %d per "
-           "node), %d thread%s per rank; %s\n# %s\n# hosts: %s\n",
+           "node), %d thread%s per rank%s; %s\n# %s\n# hosts: %s\n",
            p->measured ? "measured" : "built-in default, not measured",
            p->ranks, p->nodes, p->nodes == 1 ? "" : "s", p->ranks_per_node,
-           p->threads, p->threads == 1 ? "" : "s", p->date, p->version,
+           p->threads, p->threads == 1 ? "" : "s",
+           p->oversubscribed ? ", oversubscribed" : "", p->date, p->version,
            p->hosts);
     printf("%-28s %8s %8s\n", "kernel (per core)", "D = Dv", "GFLOP/s");
     for (int i = 0; i < p->nrates; i++)

@@ -20,7 +20,7 @@ typedef struct {
     ra_params p;
     ra_h5_source src;
     const char *in, *out, *json, *out_group;
-    int out_dtype, out_compress;
+    int out_dtype, out_compress, out_axes;
     int64_t out_chunk;
     int force, allow_nonfinite;
     const char *map_rows, *map_heads;
@@ -58,6 +58,7 @@ static const cli_opt run_own[] = {
      .shown = "/kv_segments", .help = "packed ids of keys (B,M)"},
     CLI_OPT_CHOICE(run_opts, "--out-dtype", "T", out_dtype, out_dtypes,
                    "output type", "f32", "type of /o: f32, f16, bf16 or f64"),
+    CLI_OPT_OUT_AXES(run_opts, out_axes),
     CLI_OPT_INT(run_opts, "--out-chunk", "ROWS", out_chunk, 1,
                 (int64_t)1 << 40, NULL, "store /o, /lse in chunks of ROWS"),
     CLI_OPT_INT32(run_opts, "--out-compress", "LEVEL", out_compress, 1, 9,
@@ -186,6 +187,8 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     r->d.in = o->in;
     r->d.out = o->out;
     ra_status st = out_opts_check(o);
+    if (st == RA_OK)
+        st = progress_check(&o->prog);
     if (st == RA_OK)
         st = cli_paths_agree(ctx, (const h5io_named_path[]){
             {"--in", o->in, 0}, {"--profile", o->profile, 0},
@@ -336,6 +339,7 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .command_line = ctx->command_line, .masks = r->mask_names,
             .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
             .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
+            .out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes),
             .out_compress = o->out_compress, .out_group = o->out_group,
             .fingerprint = r->fingerprint};
         st = h5io_write_outputs_staged(ctx->comm, o->out, o->force, &r->d.s,

@@ -138,9 +138,12 @@ static ra_status vb_read(const cli_check *o, const vb_ctx *c, int64_t b,
         (st = h5io_read_rows_as(o->in, "/v", ax, b, 0, M, w->v)) != RA_OK ||
         (st = h5io_read_rows_as(o->in, "/do", ax, b, 0, N,
                                 w->dout)) != RA_OK ||
-        (st = h5io_read_rows(o->out, "/dq", b, 0, N, w->dq)) != RA_OK ||
-        (st = h5io_read_rows(o->out, "/dk", b, 0, M, w->dk)) != RA_OK ||
-        (st = h5io_read_rows(o->out, "/dv", b, 0, M, w->dv)) != RA_OK)
+        (st = h5io_read_rows_as(o->out, "/dq", RA_AXES_BNHD, b, 0, N,
+                                w->dq)) != RA_OK ||
+        (st = h5io_read_rows_as(o->out, "/dk", RA_AXES_BNHD, b, 0, M,
+                                w->dk)) != RA_OK ||
+        (st = h5io_read_rows_as(o->out, "/dv", RA_AXES_BNHD, b, 0, M,
+                                w->dv)) != RA_OK)
         return st;
     if (c->q_seg &&
         ((st = h5io_read_segments(o->in, c->q_seg, b, 0, N, w->qseg,

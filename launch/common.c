@@ -17,6 +17,9 @@
 #include "internal.h"
 #include "watchdog.h"
 
+/* in ra_axes order, from RA_AXES_BNHD */
+const char *const cli_out_axes[] = {"B,N,H,D", "B,H,N,D", NULL};
+
 void cli_params_default(ra_params *p)
 {
     ra_params_default(p);

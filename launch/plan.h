@@ -22,6 +22,11 @@ typedef struct {
  * RA_ERR_INPUT with the reader's one-line reason. */
 ra_status plan_profile_load(const char *path, ra_profile *pf);
 
+/* Rank 0: one warning line on stderr when the profile read from path was
+ * probed oversubscribed (nothing for the built-in one). */
+void plan_profile_warn(const cli_ctx *ctx, const char *path,
+                       const ra_profile *pf);
+
 /* RA_OK when profile pf (read from path; NULL: the built-in one) holds
  * every rate a prediction for allocation al, head shape s and score needs
  * (with_io: the I/O rates too); else RA_ERR_INPUT, one line naming the file

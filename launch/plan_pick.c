@@ -8,6 +8,7 @@
 
 #include "agree.h"
 #include "internal.h"
+#include "placement.h"
 #include "plan.h"
 #include "profile_json.h"
 
@@ -20,6 +21,18 @@ ra_status plan_profile_load(const char *path, ra_profile *pf)
     if (profile_read_json(path, pf, why, sizeof why) != 0)
         return ra_error_set(RA_ERR_INPUT, "%s", why);
     return RA_OK;
+}
+
+void plan_profile_warn(const cli_ctx *ctx, const char *path,
+                       const ra_profile *pf)
+{
+    if (ctx->rank != 0 || !path || !pf->oversubscribed)
+        return;
+    fprintf(stderr, "ringattn: warning: %s: probed oversubscribed (more ranks "
+            "x threads than cores on a machine): its rates are shares of a "
+            "core, so the predictions run slow; probe again with a rank per "
+            "core\n", path);
+    fflush(stderr);
 }
 
 ra_status plan_profile_check(const char *path, const ra_profile *pf,
@@ -72,28 +85,12 @@ ra_status plan_evaluate(const ra_shape *s, const ra_params *p,
     return RA_OK;
 }
 
-/* The machine a rank runs on, as an id that fake nodes (namespaces of one
- * machine) share: the kernel's boot id, else the host name. */
-static uint64_t machine_id(void)
-{
-    char text[128] = "";
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (!f || !fgets(text, sizeof text, f))
-        gethostname(text, sizeof text - 1);
-    if (f)
-        fclose(f);
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const char *c = text; *c; c++)
-        h = (h ^ (uint64_t)(unsigned char)*c) * 1099511628211ull;
-    return h;
-}
-
 ra_status plan_job_alloc(const cli_ctx *ctx, const ra_params *p,
                          const ra_profile *pf, const ra_shape *s,
                          int *node_of, model_alloc *al)
 {
     const int P = ctx->nranks;
-    uint64_t mine = machine_id();
+    uint64_t mine = cli_machine_id();
     uint64_t *ids = malloc(sizeof(uint64_t) * (size_t)P);
     ra_status st = ra_agree(ctx->comm, ids ? RA_OK
                             : ra_error_set(RA_ERR_NOMEM, "plan: out of "

@@ -1,5 +1,6 @@
 /* plan_report.c: what `ringattn plan` prints and writes (rank 0). */
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "agree.h"
@@ -8,6 +9,11 @@
 
 static const char *const no_profile =
     "no machine profile: using this machine's built-in figures, not probed";
+
+/* The model's median error, |measured / predicted - 1| over 85 measured
+ * cases (docs/PERFORMANCE.md, "Accuracy"): strategies predicted closer
+ * than this to the fastest are a tie, not a ranking. */
+#define PLAN_MODEL_ERROR 0.048
 
 /* The row of strategy k with the best layout (the first when none
  * applies). */
@@ -23,6 +29,27 @@ static const model_result *best_of(const plan_table *t, int k)
             best = r;
     }
     return best;
+}
+
+/* The strategies (each at its best layout) predicted within the model's
+ * error of t's best, the best first, joined by sep into buf; how many. */
+static int plan_ties(const plan_table *t, const char *sep, char *buf,
+                     size_t size)
+{
+    const model_result *b = &t->row[t->best];
+    int n = 1;
+    snprintf(buf, size, "%s", ra_strategy_name(b->strategy));
+    for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
+        const model_result *r = best_of(t, k);
+        if (k == (int)b->strategy || !r->applies ||
+            r->t_total > b->t_total * (1.0 + PLAN_MODEL_ERROR))
+            continue;
+        const size_t used = strlen(buf);
+        snprintf(buf + used, size - used, "%s%s", sep,
+                 ra_strategy_name(r->strategy));
+        n++;
+    }
+    return n;
 }
 
 static void print_echo(const plan_opts *o, const plan_state *w)
@@ -53,28 +80,70 @@ static void print_echo(const plan_opts *o, const plan_state *w)
                           : ra_layout_name(o->p.layout));
 }
 
+/* vs_best of a row: its time over the best's, "tie" within the model's
+ * error; "-" when it or nothing applies. */
+static const char *vs_best(const plan_table *t, const model_result *r,
+                           char *buf, size_t size)
+{
+    if (!r->applies || t->best < 0)
+        return "-";
+    const double x = r->t_total / t->row[t->best].t_total - 1.0;
+    snprintf(buf, size, "%+.1f%%%s", 100.0 * x,
+             x <= PLAN_MODEL_ERROR ? " tie" : "");
+    return buf;
+}
+
 static void print_table(const plan_state *w)
 {
-    printf("#%9s %10s %7s %9s %9s %9s %9s %8s %9s %9s %9s  %s\n", "strategy",
-           "layout", "applies", "time_s", "compute", "comm", "imbalance",
-           "io", "peak_MB", "MB_intra", "MB_inter", "why not");
+    char vs[32];
+    printf("#%9s %10s %7s %9s %12s %9s %9s %9s %8s %9s %9s %9s  %s\n",
+           "strategy", "layout", "applies", "time_s", "vs_best", "compute",
+           "comm", "imbalance", "io", "peak_MB", "MB_intra", "MB_inter",
+           "why not");
     for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
         const model_result *r = best_of(&w->table, k);
-        printf(" %9s %10s %7s %9.4f %9.4f %9.4f %9.4f %8.4f %9.1f %9.2f "
-               "%9.2f  %s\n", ra_strategy_name(r->strategy),
+        printf(" %9s %10s %7s %9.4f %12s %9.4f %9.4f %9.4f %8.4f %9.1f "
+               "%9.2f %9.2f  %s\n", ra_strategy_name(r->strategy),
                ra_layout_name(r->layout), r->applies ? "yes" : "no",
-               r->t_total, r->t_compute, r->t_comm, r->t_imbalance, r->t_io,
-               r->mem_max / 1048576.0, r->intra_max / 1e6,
-               r->inter_max / 1e6, r->applies ? "" : r->why);
+               r->t_total, vs_best(&w->table, r, vs, sizeof vs), r->t_compute,
+               r->t_comm, r->t_imbalance, r->t_io, r->mem_max / 1048576.0,
+               r->intra_max / 1e6, r->inter_max / 1e6,
+               r->applies ? "" : r->why);
     }
+}
+
+/* The verdict line: the fastest, or the strategies the model cannot tell
+ * apart (within its error), with the error stated. */
+static void print_fastest(const plan_state *w)
+{
+    const plan_table *t = &w->table;
+    char ties[256];
+    if (t->best < 0) {
+        printf("fastest: none: no strategy takes this problem\n");
+        return;
+    }
+    const model_result *b = &t->row[t->best];
+    const int n = plan_ties(t, ", ", ties, sizeof ties);
+    const char *last = strrchr(ties, ','); /* names hold no comma */
+    if (n > 1)
+        printf("fastest: %.*s and %s within the model's error (%.1f%%): a "
+               "tie; ", (int)(last - ties), ties, last + 2,
+               100.0 * PLAN_MODEL_ERROR);
+    else
+        printf("fastest: ");
+    printf("strategy %s, layout %s, predicted %.4f s +- %.1f%% (model took "
+           "%.3f s)\n", ra_strategy_name(b->strategy),
+           ra_layout_name(b->layout), b->t_total, 100.0 * PLAN_MODEL_ERROR,
+           w->seconds);
 }
 
 static void print_sweep(const plan_opts *o, const plan_state *w)
 {
     printf("# predicted scaling (ranks per node %lld; weak: N and M grow "
            "with the nodes)\n", (long long)(o->ranks / o->nodes));
-    printf("#%7s %6s %8s %9s %9s %10s %9s\n", "scaling", "nodes", "ranks",
-           "N", "best", "layout", "time_s");
+    printf("#%7s %6s %8s %9s %9s %10s %9s  %s\n", "scaling", "nodes",
+           "ranks", "N", "best", "layout", "time_s", "within the model's "
+           "error");
     const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
     for (int i = 0; i < 2 * o->nsweep; i++) {
         const plan_table *t = &w->sweep[i];
@@ -86,10 +155,12 @@ static void print_sweep(const plan_opts *o, const plan_state *w)
             continue;
         }
         const model_result *b = &t->row[t->best];
-        printf(" %7s %6lld %8lld %9lld %9s %10s %9.4f\n",
+        char ties[256];
+        const int n = plan_ties(t, ",", ties, sizeof ties);
+        printf(" %7s %6lld %8lld %9lld %9s %10s %9.4f  %s\n",
                i % 2 ? "weak" : "strong", (long long)K, (long long)(K * per),
                (long long)N, ra_strategy_name(b->strategy),
-               ra_layout_name(b->layout), b->t_total);
+               ra_layout_name(b->layout), b->t_total, n > 1 ? ties : "-");
     }
 }
 
@@ -250,17 +321,9 @@ ra_status plan_report(const cli_ctx *ctx, const plan_opts *o,
 {
     ra_status st = RA_OK;
     if (ctx->rank == 0) {
-        const plan_table *t = &w->table;
         print_echo(o, w);
         print_table(w);
-        if (t->best >= 0)
-            printf("fastest: strategy %s, layout %s, predicted %.4f s "
-                   "(model took %.3f s)\n",
-                   ra_strategy_name(t->row[t->best].strategy),
-                   ra_layout_name(t->row[t->best].layout),
-                   t->row[t->best].t_total, w->seconds);
-        else
-            printf("fastest: none: no strategy takes this problem\n");
+        print_fastest(w);
         if (o->nsweep > 0)
             print_sweep(o, w);
         fflush(stdout);

@@ -2,9 +2,9 @@
  * built-in profile of this machine, and the kernel rate of a head shape.
  *
  * jansson parses and writes the text. The keys the reader knows are
- * declared once, in tables of pj_key; a missing, repeated or unknown
- * key, a value of the wrong type or outside its range is refused with a
- * one-line reason naming the file and the key. */
+ * declared once, in tables of pj_key; a missing (unless optional),
+ * repeated or unknown key, a value of the wrong type or outside its range
+ * is refused with a one-line reason naming the file and the key. */
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -114,9 +114,10 @@ static json_t *pj_kernel(const ra_profile *p)
 int profile_write_json(FILE *f, const ra_profile *p)
 {
     json_t *head = json_pack(
-        "{s:i, s:b, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:o, "
+        "{s:i, s:b, s:b, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:o, "
         "s:{s:f, s:f}, s:{s:f, s:f}}", "schema", JSON_SCHEMA,
-        "measured", p->measured, "date", cli_json_text(p->date),
+        "measured", p->measured, "oversubscribed", p->oversubscribed,
+        "date", cli_json_text(p->date),
         "version", cli_json_text(p->version), "hosts", cli_json_text(p->hosts),
         "io_dir", cli_json_text(p->io_dir), "nodes", p->nodes,
         "ranks", p->ranks, "ranks_per_node", p->ranks_per_node,
@@ -214,6 +215,8 @@ struct pj_key {
     size_t offset, size; /* destination in the object's struct */
     double lo, hi;       /* JK_INT, JK_I64 */
     const pj_key *sub; /* JK_OBJECT, JK_RATES: the keys of each object */
+    int optional;      /* 1: may be absent (left 0; profiles written
+                          before the key existed) */
 };
 
 #define JK(type, field) offsetof(type, field), sizeof(((type *)0)->field)
@@ -235,6 +238,8 @@ static const pj_key rate_keys[] = {
 static const pj_key profile_keys[] = {
     {"schema", JK_INT, 0, 0, JSON_SCHEMA, JSON_SCHEMA},
     {"measured", JK_BOOL, JK(ra_profile, measured)},
+    {"oversubscribed", JK_BOOL, JK(ra_profile, oversubscribed), 0, 0, NULL,
+     1},
     {"date", JK_TEXT, JK(ra_profile, date)},
     {"version", JK_TEXT, JK(ra_profile, version)},
     {"hosts", JK_TEXT, JK(ra_profile, hosts)},
@@ -373,7 +378,7 @@ static int pj_members(pj_in *j, const pj_key *keys, const json_t *v,
             return -1;
     }
     for (int i = 0; keys[i].name; i++)
-        if (!seen[i]) {
+        if (!seen[i] && !keys[i].optional) {
             snprintf(j->path + len, sizeof j->path - len, "%s%s",
                      len ? "." : "", keys[i].name);
             return pj_fail(j, "missing");

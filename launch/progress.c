@@ -1,34 +1,41 @@
-/* progress.c: progress lines of a long run: "step done/total, elapsed,
- * ETA" on stderr of rank 0, every few seconds and once at the end. */
+/* progress.c: progress lines of a long run on stderr of rank 0: "step
+ * done/total, elapsed, ETA" after a step, "in step s/total, x% of its
+ * tiles, elapsed, ETA" within one, every few seconds and once at the end. */
 #include <stddef.h>
-#include <unistd.h>
 
+#include "internal.h"
 #include "plan.h"
 #include "profile_json.h"
 #include "progress.h"
 #include "watchdog.h"
 
-/* A pass predicted to take longer than this shows progress on a
- * terminal. */
+/* A pass predicted to take longer than this shows progress by default. */
 #define PROGRESS_THRESHOLD 10.0
 
 const cli_opt cli_progress_opts[] = {
     CLI_OPT_FLAG(cli_progress, "--progress", asked,
-                 "progress lines on stderr (steps done, elapsed, ETA)"),
+                 "progress lines on stderr (default: runs over ~10 s)"),
+    CLI_OPT_FLAG(cli_progress, "--no-progress", refused, "no progress lines"),
     CLI_OPT_POSITIVE(cli_progress, "--progress-every", "S", every, 86400, "5",
                      "seconds between progress lines"),
     CLI_OPT_FLAG(cli_progress, "--quiet", quiet, "no progress lines"),
     {0},
 };
 
-int progress_wanted(double predicted_seconds, int asked, int quiet,
-                    int stderr_is_tty)
+ra_status progress_check(const cli_progress *pg)
 {
-    if (quiet)
+    if (pg->asked && pg->refused)
+        return ra_error_set(RA_ERR_ARG, "--progress, --no-progress: give "
+                            "one of them");
+    return RA_OK;
+}
+
+/* Whether rank 0 prints: the rule of progress_setup (progress.h). */
+static int progress_wanted(const cli_progress *pg, double predicted_seconds)
+{
+    if (pg->quiet || pg->refused)
         return 0;
-    if (asked)
-        return 1;
-    return stderr_is_tty && predicted_seconds > PROGRESS_THRESHOLD;
+    return pg->asked || predicted_seconds > PROGRESS_THRESHOLD;
 }
 
 double progress_predict(const cli_ctx *ctx, const ra_shape *s,
@@ -51,6 +58,8 @@ static void progress_step(void *ctx, int done, int total)
     cli_progress *pg = ctx;
     const double now = MPI_Wtime(), elapsed = now - pg->start;
     cli_watchdog_beat();
+    pg->done = done;
+    pg->total = total;
     if (!pg->on || (done < total && now - pg->last < pg->every))
         return;
     pg->last = now;
@@ -60,16 +69,44 @@ static void progress_step(void *ctx, int done, int total)
     fflush(pg->out);
 }
 
+/* The tile callback (rank 0, when on): a line within a step when `every`
+ * has passed, with the share of the step's tiles done. The ETA follows
+ * the steps done when one has ended; before, the first step's own pace
+ * (the end of that step), or the prediction while no tile is done. */
+static void progress_tick(void *ctx, double share)
+{
+    cli_progress *pg = ctx;
+    const double now = MPI_Wtime(), elapsed = now - pg->start;
+    if (now - pg->last < pg->every || (pg->total && pg->done >= pg->total))
+        return;
+    pg->last = now;
+    char total[24] = "?", eta[48] = "?";
+    const double at = pg->done + share;
+    if (pg->total > 0) {
+        snprintf(total, sizeof total, "%d", pg->total);
+        snprintf(eta, sizeof eta, "%.1f s", elapsed / at * (pg->total - at));
+    } else if (share > 0) {
+        snprintf(eta, sizeof eta, "%.1f s to the end of the step",
+                 elapsed / share * (1.0 - share));
+    } else if (pg->predicted > elapsed) {
+        snprintf(eta, sizeof eta, "%.1f s (predicted)",
+                 pg->predicted - elapsed);
+    }
+    fprintf(pg->out, "ringattn run: in step %d/%s, %.0f%% of its tiles, "
+            "%.1f s elapsed, ETA %s\n", pg->done + 1, total, 100.0 * share,
+            elapsed, eta);
+    fflush(pg->out);
+}
+
 void progress_setup(const cli_ctx *ctx, cli_progress *pg, const ra_shape *s,
                     ra_params *p, const char *profile)
 {
     pg->predicted = progress_predict(ctx, s, p, profile);
-    pg->on = ctx->rank == 0 &&
-             progress_wanted(pg->predicted, pg->asked, pg->quiet,
-                             isatty(STDERR_FILENO));
+    pg->on = ctx->rank == 0 && progress_wanted(pg, pg->predicted);
     pg->out = stderr;
     pg->start = pg->last = MPI_Wtime();
     p->on_step = progress_step;
+    p->on_tick = pg->on ? progress_tick : NULL;
     p->on_step_ctx = pg;
 }
 
@@ -79,6 +116,7 @@ void progress_start(const ra_params *p)
         return;
     cli_progress *pg = p->on_step_ctx;
     pg->start = pg->last = MPI_Wtime();
+    pg->done = pg->total = 0;
 }
 
 void progress_print_param(const cli_ctx *ctx, const cli_progress *pg)
@@ -90,6 +128,7 @@ void progress_print_param(const cli_ctx *ctx, const cli_progress *pg)
                "progress", pg->every, pg->predicted);
     else
         printf("# %-10s off (%s; predicted %.1f s)\n", "progress",
-               pg->quiet ? "--quiet" : "stderr is not a terminal or the run "
-               "is short", pg->predicted);
+               pg->quiet     ? "--quiet"
+               : pg->refused ? "--no-progress"
+                             : "a short run", pg->predicted);
 }

@@ -1,5 +1,6 @@
 /* progress.h: progress lines of a long run on rank 0 (`run --progress`),
- * fed by the library's step callback (ra_params.on_step). */
+ * fed by the library's step callback (ra_params.on_step) and, within a
+ * step, by its tile callback (ra_params.on_tick). */
 #ifndef RA_PROGRESS_H
 #define RA_PROGRESS_H
 
@@ -9,21 +10,20 @@
 
 /* The options (a group of run's table) and the state of the lines. */
 typedef struct {
-    int asked, quiet;   /* --progress, --quiet */
+    int asked, refused, quiet; /* --progress, --no-progress, --quiet */
     double every;       /* --progress-every: seconds between lines */
     int on;             /* lines are printed (rank 0) */
     double predicted;   /* seconds the forward pass should take */
     double start, last; /* MPI_Wtime of the pass's start, of the last line */
+    int done, total;    /* steps done and in all (0: none reported yet) */
     FILE *out;
 } cli_progress;
 
 extern const cli_opt cli_progress_opts[];
 
-/* The rule: never with --quiet; always with --progress; otherwise only
- * when stderr is a terminal and the pass should take more than about ten
- * seconds. */
-int progress_wanted(double predicted_seconds, int asked, int quiet,
-                    int stderr_is_tty);
+/* --progress with --no-progress is refused (RA_ERR_ARG); --quiet wins over
+ * --progress. */
+ra_status progress_check(const cli_progress *pg);
 
 /* The predicted seconds of a forward pass: the performance model's time for
  * p's strategy on this job (comm/model.c, without I/O and masks: an upper
@@ -33,10 +33,15 @@ int progress_wanted(double predicted_seconds, int asked, int quiet,
 double progress_predict(const cli_ctx *ctx, const ra_shape *s,
                         const ra_params *p, const char *profile);
 
-/* Decides whether rank 0 prints (progress_wanted) and points p->on_step
+/* Decides whether rank 0 prints (never with --quiet or --no-progress;
+ * always with --progress; otherwise when the pass is predicted to take
+ * more than about ten seconds, whether or not stderr is a terminal: under
+ * mpirun it never is) and points p->on_step
  * at the step callback on every rank (each step is also a beat of the
- * phase watchdog, watchdog.h; only rank 0 prints, when on); call just
- * before the pass, which then starts the clock (progress_start). */
+ * phase watchdog, watchdog.h; only rank 0 prints, when on), and, where
+ * lines are printed, p->on_tick at the tile callback: a line every
+ * `every` seconds even within a long step. Call just before the pass,
+ * which then starts the clock (progress_start). */
 void progress_setup(const cli_ctx *ctx, cli_progress *pg, const ra_shape *s,
                     ra_params *p, const char *profile);
 

@@ -21,7 +21,8 @@ Writes next to the JSON (or into --out-dir):
 One line per (scaling, ranks per node, threads). Markers are the median of
 the repeats, bars their min and max; hollow red-edged markers are
 oversubscribed points (more threads than cores), whose times say nothing
-about compute scaling. Each PNG is written under a temporary name and
+about compute scaling. A point whose every repeat failed is a red cross on
+the speed-up and efficiency charts (its reason is in the JSON). Each PNG is written under a temporary name and
 renamed when complete, with the permissions the umask gives a new file.
 Needs python3-matplotlib.
 """
@@ -61,6 +62,37 @@ def groups_of(points):
     return g
 
 
+def failed_keys(points):
+    """The points (scaling, R, T, P) none of whose repeats finished."""
+    key = lambda p: (p["scaling"], p["ranks_per_node"], p["threads"],
+                     p["ranks"])
+    return ({key(p) for p in points if p.get("status") != "ok"} -
+            {key(p) for p in points if p.get("status") == "ok"})
+
+
+def failed_count(points):
+    """How many points failed in every repeat (marked on the charts)."""
+    return len(failed_keys(points))
+
+
+def failed_points(points):
+    """{P: nodes} of the points that failed in every repeat."""
+    keys = failed_keys(points)
+    return {p["ranks"]: p["nodes"] for p in points
+            if (p["scaling"], p["ranks_per_node"], p["threads"], p["ranks"])
+            in keys}
+
+
+def mark_failed(ax, xs):
+    """A red cross on the axis at each failed point's x, labelled once."""
+    for i, x in enumerate(sorted(xs)):
+        ax.plot([x], [0], "x", color="red", ms=11, mew=2.5, clip_on=False,
+                zorder=6, label="failed (reason in scaling.json)"
+                if i == 0 else None)
+        ax.annotate("failed", (x, 0), textcoords="offset points",
+                    xytext=(0, 8), ha="center", fontsize=7, color="red")
+
+
 def label(key):
     scaling, R, T = key
     where = f"{R} ranks/node" if R else "one node"
@@ -90,7 +122,7 @@ def mark_oversubscribed(ax, xs, ys, over, color):
                     zorder=5)
 
 
-def plot_lines(plt, groups, nodes_of, ps_all, path, efficiency):
+def plot_lines(plt, groups, failed, nodes_of, ps_all, path, efficiency):
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for i, (key, by_p) in enumerate(sorted(groups.items())):
         ps, med, lo, hi = series(by_p, lambda p: p["gflops"])
@@ -115,6 +147,7 @@ def plot_lines(plt, groups, nodes_of, ps_all, path, efficiency):
         ax.set_ylabel("throughput speed-up over the line's smallest P")
     ax.plot([], [], "o", mfc="white", mec="red", mew=1.8,
             label="oversubscribed (more threads than cores)")
+    mark_failed(ax, failed)
     p_axis(ax, ps_all, nodes_of)
     ax.set_title("scaling-study: " + ("efficiency" if efficiency
                                       else "speed-up") +
@@ -241,13 +274,17 @@ def draw(meta, points, out_dir, plan=None):
     groups = groups_of(points)
     if not groups:
         return []
+    failed = failed_points(points)
     nodes_of = {p["ranks"]: p["nodes"] for p in points
                 if p.get("status") == "ok"}
+    nodes_of.update(failed)
     ps_all = sorted(nodes_of)
     paths = [os.path.join(out_dir, f"scaling-{n}.png")
              for n in ("speedup", "efficiency", "breakdown", "comm")]
-    plot_lines(plt, groups, nodes_of, ps_all, paths[0], efficiency=False)
-    plot_lines(plt, groups, nodes_of, ps_all, paths[1], efficiency=True)
+    plot_lines(plt, groups, failed, nodes_of, ps_all, paths[0],
+               efficiency=False)
+    plot_lines(plt, groups, failed, nodes_of, ps_all, paths[1],
+               efficiency=True)
     plot_breakdown(plt, groups, paths[2])
     plot_comm(plt, groups, nodes_of, ps_all, paths[3])
     if plan is not None:

@@ -25,6 +25,12 @@ hostfile and local launchers' mpirun. BENCH_OPTIONS go to every bench
 DIR/scaling.json and DIR/scaling.csv as soon as it finishes, so a failed or
 timed-out point never loses the others; the charts (speed-up against ideal,
 efficiency, time breakdown) are drawn at the end from whatever finished.
+A failed point keeps its row, with the failure's own message whole (the
+`ringattn:` line of the command), and is marked on the charts. As root, the
+launchers' mpirun gets Open MPI's OMPI_ALLOW_RUN_AS_ROOT variables, as
+ringattn-mpirun.sh gives them. Where ranks (times threads) outnumber a
+node's cores, one `ringattn: warning:` line on stderr names the points;
+their rows and markers say oversubscribed.
 Exit status: 0 when every point finished, 1 when some failed, 2 on bad
 options.
 """
@@ -46,6 +52,11 @@ sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, HERE)
 from ra_script import Failed, Parser, Refused, run, write_atomic  # noqa: E402
 FAKE = os.path.join(HERE, "fake-cluster.sh")
+# Open MPI refuses to start as root without these (ringattn-mpirun.sh sets
+# them too); other MPIs ignore them.
+ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1",
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+REASON_CHARS = 300  # the longest failure reason a row keeps
 CSV_FIELDS = [
     "scaling", "nodes", "ranks_per_node", "threads", "ranks", "seq", "repeat",
     "seconds", "gflops", "compute_s", "imbalance_s", "exposed_comm_s",
@@ -238,10 +249,12 @@ class Launcher:
 
 
 def run_cmd(cmd, timeout):
-    """(returncode, stdout, stderr); returncode None on a timeout."""
+    """(returncode, stdout, stderr); returncode None on a timeout. As root,
+    with Open MPI's permission to run as root."""
+    env = dict(os.environ, **ROOT_ENV) if os.geteuid() == 0 else None
     try:
         r = subprocess.run(cmd, capture_output=True, text=True,
-                           timeout=timeout)
+                           timeout=timeout, env=env)
         return r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else ""
@@ -267,9 +280,27 @@ def bench_point(a, launch, K, R, T, N, work):
     code, out, err = run_cmd(cmd, a.timeout)
     if code != 0:
         why = "timeout" if code is None else f"exit {code}"
-        return None, cmd, f"{why}: {err.strip()[-300:]}"
+        return None, cmd, f"{why}: {failure_reason(err)}"
     with open(js) as f:
         return json.load(f)[0], cmd, ""
+
+
+def failure_reason(err):
+    """Why a command failed, in whole lines: its `ringattn:` lines when it
+    printed any (the command's own message), else its last lines (MPI's
+    banner rules dropped); over REASON_CHARS, cut at a word with "..."."""
+    lines = [l.strip() for l in err.splitlines()
+             if l.strip() and l.strip().strip("-=*")]
+    own = [l for l in lines if l.startswith("ringattn:")]
+    text = ""
+    for line in own or reversed(lines):
+        joined = (text + " " + line) if own else (line + " " + text)
+        if len(joined.strip()) > REASON_CHARS and text:
+            break
+        text = joined.strip()
+    if len(text) > REASON_CHARS:
+        text = text[:REASON_CHARS].rsplit(" ", 1)[0] + " ..."
+    return text or "no message"
 
 
 RUN_TIMES = re.compile(r"read ([0-9.]+) s .*write ([0-9.]+) s")
@@ -376,6 +407,7 @@ def measure(a, launch, K, R, T, scaling, N, work, meta, points):
             points.append({"scaling": scaling, "nodes": K,
                            "ranks_per_node": R, "threads": T,
                            "ranks": K * R, "seq": N, "repeat": rep,
+                           "oversubscribed": launch.oversubscribed(K, R, T),
                            "status": err, "command": " ".join(cmd)})
             print(f"scaling-study: {where}: FAILED ({err})", file=sys.stderr)
         else:
@@ -389,12 +421,26 @@ def measure(a, launch, K, R, T, scaling, N, work, meta, points):
     return failed
 
 
+def warn_oversubscribed(a, launch):
+    """One warning line naming the points whose ranks times threads
+    outnumber a node's cores (fake nodes share this machine's)."""
+    over = [f"{K}x{R}x{T}" for K in a.nodes for R in a.ranks_per_node
+            for T in a.threads if launch.oversubscribed(K, R, T)]
+    if over:
+        print(f"ringattn: warning: scaling-study: ranks x threads outnumber "
+              f"the cores of a node ({launch.cores_per_node()}) at nodes x "
+              f"ranks per node x threads {', '.join(over)}: those points "
+              "are oversubscribed and their times say nothing about compute "
+              "scaling", file=sys.stderr, flush=True)
+
+
 def run_study(a):
     os.makedirs(a.out_dir, exist_ok=True)
     meta, points, failed = study_meta(a), [], 0
     P0 = min(a.nodes) * min(a.ranks_per_node)
     work = tempfile.mkdtemp(prefix="ra-scaling-", dir=os.getcwd())
     launch = Launcher(a, work)
+    warn_oversubscribed(a, launch)
     try:
         for K in a.nodes:
             for R in a.ranks_per_node:
@@ -436,8 +482,13 @@ def main(argv):
             "scaling_plot", os.path.join(HERE, "scaling-plot.py"))
         plot = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(plot)
-        for path in plot.draw(meta, points, a.out_dir):
+        paths = plot.draw(meta, points, a.out_dir)
+        for path in paths:
             print(f"scaling-study: wrote {path}")
+        marked = plot.failed_count(points)
+        if marked and paths:
+            print(f"scaling-study: the charts mark {marked} failed point"
+                  f"{'s' if marked > 1 else ''} (reasons in scaling.json)")
     except ImportError as e:
         print(f"scaling-study: no charts ({e}); the JSON and CSV are "
               "complete", file=sys.stderr)

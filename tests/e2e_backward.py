@@ -179,6 +179,29 @@ def cases():
     run(["run", "--backward", "--in", "in.h5", "--fwd", "fwd.h5", "--out",
          "g_fwd.h5", "--causal"])
     ok &= check("causal lens, --fwd", "g_fwd.h5", reference("in.h5", 1, None))
+    # a forward output written heads-first is read through its axes
+    run(["run", "--in", "in.h5", "--out", "fwd_h.h5", "--causal",
+         "--out-axes", "B,H,N,D"])
+    run(["run", "--backward", "--in", "in.h5", "--fwd", "fwd_h.h5", "--out",
+         "g_fwd_h.h5", "--causal"])
+    with h5py.File("g_fwd.h5", "r") as a, h5py.File("g_fwd_h.h5", "r") as b:
+        same = all(np.array_equal(a[n][...], b[n][...])
+                   for n in ("dq", "dk", "dv"))
+    print(f"{'PASS' if same else 'FAIL'} --fwd of a heads-first /o: the same "
+          "gradients as of a tokens-first one")
+    ok &= same
+    # gradients written heads-first: the same values, their order said
+    run(["run", "--backward", "--in", "in.h5", "--fwd", "fwd.h5", "--out",
+         "g_heads.h5", "--causal", "--out-axes", "B,H,N,D"])
+    with h5py.File("g_fwd.h5", "r") as a, h5py.File("g_heads.h5", "r") as b:
+        same = all(b[n].attrs["axes"] == "B,H,N,D" and a[n].attrs["axes"] ==
+                   "B,N,H,D" and np.array_equal(
+                       a[n][...], b[n][...].transpose(0, 2, 1, 3))
+                   for n in ("dq", "dk", "dv"))
+    print(f"{'PASS' if same else 'FAIL'} --out-axes B,H,N,D: /dq /dk /dv "
+          "heads-first, the same values, axes recorded")
+    ok &= same
+    ok &= verify("g_heads.h5", ["--all"], 0)
     ok &= verify("g_fwd.h5", ["--all"], 0)
     ok &= verify("g_fwd.h5", ["--sample", "17"], 0)
     # the same gradients checked as a non-causal run's must fail

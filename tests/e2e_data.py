@@ -11,7 +11,9 @@ the command line at NP ranks, each result checked against numpy in fp64:
 2. Mask datasets under other names (--q-lens --kv-lens --segments), against
    numpy, verify following the recorded names; --scale with the gaussian
    score and --sigma with the dot score: refused.
-3. plot-map at M = 1500, width 1000: a known diagonal lands in the pixel
+3. run --out-axes B,H,N,D writes /o heads-first with its axes attribute
+   (and /lse's), right against numpy; verify and info read it.
+4. plot-map at M = 1500, width 1000: a known diagonal lands in the pixel
    columns of its keys (the padding is ceil(M / group) * group); --head
    names a model head, the error lists the heads the map holds; --log and
    --vmax draw, bad values are refused.
@@ -129,7 +131,7 @@ def layouts(tmp):
     assert re.search(r"/q -> /inner/q \(soft\), followed", info), info
     assert re.search(r"/k -> named\.h5:/layer3/attn/key \(external\), followed", info), info
     assert re.search(r"/gone -> /nothing \(soft\), not followed", info), info
-    assert re.search(r"^  /k +\(2, 2, 91, 8\) +float32$", info, re.M), info
+    assert re.search(r"^  /k +\(2, 2, 91, 8\) +float32(  axes \S+)?$", info, re.M), info
     info = run([RINGATTN, "info", out])
     assert re.search(r'^  k_dataset += "/layer3/attn/key"$', info, re.M), info
 
@@ -145,6 +147,43 @@ def layouts(tmp):
             r"--qkv-layout")
     refused([RINGATTN, "run", "--in", named, "--out", out, "--force", "--q", "/nope"],
             r"named\.h5: dataset /nope: not found")
+
+
+def out_axes(tmp):
+    """--out-axes B,H,N,D: /o stored (B, H, N, Dv) with axes "B,H,N,D", /lse
+    with "B,H,N", values against numpy; verify and info read it; the
+    default order says "B,N,H,D"."""
+    rng = np.random.default_rng(40 + NP)
+    B, H, N, D, Dv = 2, 3, 53, 8, 5
+    q, k, v = (rng.standard_normal((B, H, N, d)).astype(np.float32)
+               for d in (D, D, Dv))
+    o_ref, lse_ref = attention_bhnd(*(t.astype(np.float64) for t in (q, k, v)))
+    inp, tok, heads = (os.path.join(tmp, n) for n in
+                       ("ax.h5", "ax_tok.h5", "ax_heads.h5"))
+    with h5py.File(inp, "w") as f:
+        for n, t in (("q", q), ("k", k), ("v", v)):
+            f[n] = t
+            f[n].attrs["axes"] = "B,H,N,D"
+    run(MPI + [RINGATTN, "run", "--in", inp, "--out", tok])
+    run(MPI + [RINGATTN, "run", "--in", inp, "--out", heads, "--out-axes",
+               "B,H,N,D", "--layout", "striped", "--out-chunk", "7"])
+    with h5py.File(tok, "r") as f:
+        assert f["o"].attrs["axes"] == "B,N,H,D", dict(f["o"].attrs)
+        assert f["lse"].attrs["axes"] == "B,H,N", dict(f["lse"].attrs)
+    with h5py.File(heads, "r") as f:
+        assert f["o"].shape == (B, H, N, Dv), f["o"].shape
+        assert f["o"].attrs["axes"] == "B,H,N,D", dict(f["o"].attrs)
+        o = f["o"][()].transpose(0, 2, 1, 3).astype(np.float64)
+        lse = f["lse"][()].astype(np.float64)
+    err = max(np.max(np.abs(o - o_ref)), np.max(np.abs(lse - lse_ref)))
+    print(f"--out-axes B,H,N,D: max |err| against numpy fp64 {err:.2e}")
+    assert err < TOL, err
+    run(MPI + [RINGATTN, "verify", "--in", inp, "--out", heads])
+    info = run([RINGATTN, "info", heads])
+    assert re.search(r"^  /o +\(2, 3, 53, 5\) +float32  axes B,H,N,D$", info,
+                     re.M), info
+    refused([RINGATTN, "run", "--in", inp, "--out", heads, "--force",
+             "--out-axes", "B,H,D,N"], r"--out-axes")
 
 
 def mask_datasets(tmp):
@@ -254,6 +293,7 @@ def plot(tmp):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         layouts(tmp)
+        out_axes(tmp)
         mask_datasets(tmp)
         score_options(tmp)
         if NP == 1:  # plot-map runs on rank 0 alone: once is enough

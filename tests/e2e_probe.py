@@ -12,8 +12,10 @@ line.
              it back and writes it again byte for byte (the round trip).
   progress   run --progress prints step lines whose done counts increase to
              total/total (ring, ring-q, and a strategy without steps);
-             without --progress (stderr not a terminal) and with --quiet,
-             none.
+             a run predicted over 10 s (a profile of a slow kernel) prints
+             them without --progress, stderr not a terminal, with lines
+             within a step (share of its tiles); a short run without
+             --progress, --no-progress and --quiet print none.
   multinode  2 fake nodes of 2 ranks on a 400 Mbit/s link: the rates
              between nodes are measured, below 400 Mbit/s, and below the
              rates within a node. Needs root; exits 77 (skipped) otherwise.
@@ -37,6 +39,20 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
            OPENBLAS_NUM_THREADS="1")
 STEP = re.compile(r"^ringattn run: step (\d+)/(\d+), ([\d.]+) s elapsed, "
                   r"ETA ([\d.]+) s$")
+TICK = re.compile(r"^ringattn run: in step (\d+)/(\d+|\?), (\d+)% of its "
+                  r"tiles, ([\d.]+) s elapsed, ETA ")
+# A machine profile whose kernel does 10 kFLOP/s: every run is predicted long.
+SLOW_PROFILE = {
+    "schema": 2, "measured": True, "date": "2026-12-01T00:00:00Z",
+    "version": "ringattn", "hosts": "vm", "io_dir": ".", "nodes": 1,
+    "ranks": NP, "ranks_per_node": NP, "threads": 1,
+    "kernel": [{"D": 16, "Dv": 16, "score": "dot", "flops_per_core": 1e4}],
+    "intra": {"latency": 1e-06, "bandwidth": 7.7e9},
+    "inter": {"latency": 0, "bandwidth": 0},
+    "alltoall_intra": 7.7e9, "alltoall_inter": 0, "allgather_intra": 7.7e9,
+    "allgather_inter": 0, "reduce_scatter_intra": 2.6e9,
+    "reduce_scatter_inter": 0, "io_read": 9e8, "io_write": 4e8,
+    "mem_per_node": 25769803776}
 
 
 class Failure(Exception):
@@ -100,15 +116,40 @@ def round_trip(work, prefix=()):
               "same bytes (round trip)")
 
 
+def plan_warns(work, p):
+    """plan warns in one line about a profile probed oversubscribed, and
+    says nothing about one that was not."""
+    for over in (True, False):
+        with open(os.path.join(work, "q.json"), "w") as f:
+            json.dump(dict(p, oversubscribed=over), f)
+        r = ran(mpirun(["plan", "--profile", "q.json", "--ranks", str(NP)],
+                       np_=1, cwd=work), "plan --profile")
+        lines = r.stderr.strip().splitlines()
+        check(lines == [] if not over else (
+            len(lines) == 1 and lines[0].startswith(
+                "ringattn: warning: q.json: probed oversubscribed")),
+            f"plan with a profile probed oversubscribed={over}: "
+            f"{'one warning' if over else 'no warning'} ({lines})")
+    os.remove(os.path.join(work, "q.json"))
+
+
 def check_probe(work):
     r = ran(mpirun(["probe", "--out", "p.json", "--dir", work, "--seconds",
                     "2", "--dim", "32,64", "--score", "dot,gaussian"],
                    cwd=work), "probe")
+    over = NP > (os.cpu_count() or 1)
+    warn = [l for l in r.stderr.splitlines() if l.strip()]
     check(r.stdout.count("ringattn probe: wrote p.json") == 1 and
-          not r.stderr.strip(), "rank 0 alone reports, nothing on stderr")
+          len(warn) == over and all(l.startswith(
+              "ringattn: warning: ") and "oversubscribed" in l
+              for l in warn), "rank 0 alone reports; on stderr one "
+          "warning line when ranks outnumber the cores, else nothing")
     with open(os.path.join(work, "p.json")) as f:
         p = json.load(f)
     profile_checks(p, 1, NP)
+    check(p["oversubscribed"] is over, f"the profile records "
+          f"oversubscribed = {over}")
+    plan_warns(work, p)
     check(p["inter"] == {"latency": 0, "bandwidth": 0},
           "no link between nodes on one node")
     check(p["hosts"] == socket.gethostname(), "the host name")
@@ -142,8 +183,22 @@ def check_progress(work):
           "line")
     r = ran(mpirun(base, cwd=work), "run")
     check(steps(r.stderr) == [] and "# progress   off" in r.stdout,
-          "without --progress and stderr not a terminal: no lines, the "
-          "table says off")
+          "a short run without --progress: no lines, the table says off")
+    with open(os.path.join(work, "slow.json"), "w") as f:
+        json.dump(SLOW_PROFILE, f)
+    r = ran(mpirun(base + ["--profile", "slow.json", "--progress-every",
+                           "0.000001", "--block-kv", "32"], cwd=work),
+            "run predicted long")
+    ticks = [TICK.match(l) for l in r.stderr.splitlines() if TICK.match(l)]
+    check("# progress   on" in r.stdout and steps(r.stderr)[-1:] ==
+          [(NP, NP)], "predicted over 10 s, stderr not a terminal: on by "
+          "default, up to the last step")
+    check(len(ticks) > 0 and all(0 <= int(m.group(3)) <= 100 for m in ticks),
+          f"lines within a step ({len(ticks)}), shares in 0..100%")
+    r = ran(mpirun(base + ["--profile", "slow.json", "--no-progress"],
+                   cwd=work), "run predicted long, --no-progress")
+    check(steps(r.stderr) == [] and "# progress   off (--no-progress"
+          in r.stdout, "--no-progress: no lines, the table says why")
     r = ran(mpirun(base + ["--progress", "--quiet"], cwd=work),
             "run --progress --quiet")
     check(steps(r.stderr) == [], "--quiet: no lines")

@@ -5,9 +5,10 @@
 # install into a fresh prefix under /tmp, move the prefix elsewhere (the
 # install must not depend on where it was put), then build the README's API
 # example (docs/examples/api_forward.c, checked identical to the README) once
-# through find_package(ringattn) and once through pkg-config, run it under
-# mpirun at P = 2, and run PREFIX/bin/ringattn --version from another directory
-# with no LD_LIBRARY_PATH. Last, a project that embeds the source tree with
+# through find_package(ringattn) and through pkg-config by the README's own
+# lines (PKG_CONFIG_PATH, mpicc; also plain cc), run it under mpirun at P = 2
+# with no LD_LIBRARY_PATH, and run PREFIX/bin/ringattn --version from another
+# directory. Last, a project that embeds the source tree with
 # add_subdirectory, shared and static, builds and runs the example.
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -31,6 +32,12 @@ readme_example() {
 }
 cmp -s <(readme_example) "$example" ||
     fail "README's API example and docs/examples/api_forward.c differ"
+for line in 'export PKG_CONFIG_PATH=PREFIX/lib/pkgconfig' \
+    'mpicc api_forward.c $(pkg-config --cflags --libs ringattn) -lm' \
+    'mpirun -np 2 ./a.out'; do
+    grep -qxF "  $line" "$src/README.md" ||
+        fail "README's pkg-config lines: no '$line'"
+done
 
 run_example() { # BINARY LABEL
     local out
@@ -47,14 +54,16 @@ check_prefix() {
     quiet cmake --build "$work/find-$k"
     run_example "$work/find-$k/api_forward" "$k, find_package(ringattn)"
 
-    local pcdir
-    pcdir=$(dirname "$(find "$prefix" -name ringattn.pc)")
+    # The README's lines, verbatim but for PREFIX (and --static), in a
+    # folder of their own with no LD_LIBRARY_PATH: then plain cc.
     [ "$k" = STATIC ] && static=--static
-    local flags libdir
-    flags=$(PKG_CONFIG_PATH=$pcdir pkg-config $static --cflags --libs ringattn)
-    libdir=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=libdir ringattn)
-    quiet mpicc "$example" $flags -lm -Wl,-rpath,"$libdir" -o "$work/pc-$k"
-    run_example "$work/pc-$k" "$k, pkg-config${static:+ $static}"
+    local pc="$work/pc-$k"
+    mkdir "$pc" && cp "$example" "$pc/api_forward.c"
+    (cd "$pc" && export PKG_CONFIG_PATH=$prefix/lib/pkgconfig &&
+        quiet mpicc api_forward.c $(pkg-config $static --cflags --libs ringattn) -lm &&
+        quiet cc api_forward.c $(pkg-config $static --cflags --libs ringattn) -lm -o cc.out)
+    run_example "$pc/a.out" "$k, README's pkg-config lines${static:+ with $static}"
+    run_example "$pc/cc.out" "$k, pkg-config with plain cc${static:+ $static}"
 
     # --version names the build's BLAS, MPI and HDF5: it loads them all.
     (cd "$work" && env -u LD_LIBRARY_PATH "$prefix/bin/ringattn" --version |

@@ -107,6 +107,37 @@ def refusals(ringattn, work):
           "plan: the first line does not say the profile is not probed")
 
 
+FASTEST = re.compile(r"^fastest: (?:(.+) within the model's error "
+                     r"\(4\.8%\): a tie; )?strategy (\S+), layout (\S+), "
+                     r"predicted [0-9.]+ s \+- 4\.8%", re.M)
+
+
+def ties(ringattn):
+    """plan states the model's error with its prediction; strategies within
+    it of the fastest are called a tie (at P = 1 the ring, ring-q and
+    allgather compute alike), marked in the table; at the job's own node
+    count the sweep names the same best strategy and layout as the
+    verdict."""
+    r = sh([ringattn, "plan", "--ranks", "1", "--seq", "4096", "--heads",
+            "8"])
+    m = FASTEST.search(r.stdout)
+    check(r.returncode == 0 and m and m.group(1) and
+          "ring-q" in m.group(1) and " and " in m.group(1),
+          f"plan at P = 1: no tie named: {r.stdout}")
+    check(re.search(r"^ +ring-q +\S+ +yes +[0-9.]+ +[-+][0-9.]+% tie ",
+                    r.stdout, re.M), f"plan: the table marks no tie: "
+          f"{r.stdout}")
+    r = sh([ringattn, "plan", "--ranks", "4", "--nodes", "2", "--seq",
+            "65536", "--heads", "8", "--causal", "--link-rate", "1e9",
+            "--sweep-nodes", "1,2,4"])
+    m = FASTEST.search(r.stdout)
+    row = re.search(r"^ +strong +2 +4 +65536 +(\S+) +(\S+) ", r.stdout,
+                    re.M)
+    check(r.returncode == 0 and m and row and
+          row.groups() == m.group(2, 3),
+          f"plan: the verdict and the sweep at 2 nodes differ: {r.stdout}")
+
+
 def large(ringattn, work):
     """plan at 100000 ranks, a sweep to 4096 nodes and 30000 ranks under a
     causal mask, with padding, packed segments or neither, answer (the
@@ -218,6 +249,8 @@ def main():
             if np_ == 1:
                 refusals(ringattn, work)
                 print("plan_counts: refusals PASS")
+                ties(ringattn)
+                print("plan_counts: the model's error and ties PASS")
                 large(ringattn, work)
                 print("plan_counts: 100000 ranks, 4096 nodes PASS")
             auto(ringattn, np_, work)

@@ -592,6 +592,9 @@ VERIFY = ["verify", "--in", "good.h5", "--out"]
 
 # The tools beside run: options, bench, verify, plot-map.
 CASES_TOOLS = [
+    ("progress-both", "run --progress --no-progress", {},
+     RUN + ["good.h5", "--progress", "--no-progress"], 2,
+     r"--progress, --no-progress: give one of them"),
     ("plan-text-input", "plan --in a text file", {"text.h5": lambda p: open(p, "w").write("hello\n" * 100)},
      ["plan", "--in", "text.h5"], 2, r"text\.h5: cannot open as HDF5"),
     ("plan-json-is-input", "plan --json names its own input", {},

@@ -21,6 +21,7 @@ Needs /usr/bin/python3 with h5py and numpy (python3-h5py) and matplotlib.
 """
 import fcntl
 import glob
+import json
 import os
 import shutil
 import signal
@@ -520,6 +521,76 @@ def study_outdir_file(work):
         f.write("the user's\n")
     return refused(study(work, "--out-dir", "st"), "ringattn:",
                    md5s(work), work)
+
+
+def study_json(work, out_dir="st"):
+    with open(os.path.join(work, out_dir, "scaling.json")) as f:
+        return json.load(f)["points"]
+
+
+@case("study-root", "scaling-study.py as root, without Open MPI's "
+      "OMPI_ALLOW_RUN_AS_ROOT variables in the environment")
+def study_root(work):
+    """every point finishes: the study gives its mpirun the variables, as
+    ringattn-mpirun.sh does (was: every point failed)"""
+    if os.geteuid() != 0:
+        return "not root: nothing to show"
+    env = {k: v for k, v in ENV.items()
+           if not k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+    r = subprocess.run([PY, script("scaling-study.py"), "--launcher",
+                        "local", "--nodes", "1", "--ranks-per-node", "1,2",
+                        "--scaling", "strong", "--seq", "128", "--repeats",
+                        "1", "--reps", "1", "--build", BUILD, "--out-dir",
+                        "st", "--", "--heads", "2", "--dim", "16"], cwd=work,
+                       env=env, capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-500:]}")
+    status = [p["status"] for p in study_json(work)]
+    check(status == ["ok", "ok"], f"points: {status}")
+    return "2 points ok"
+
+
+@case("study-failed-point", "scaling-study.py where the P = 2 point fails "
+      "(ulysses over 1 head)")
+def study_failed_point(work):
+    """exit 1; the failed row keeps the bench's own `ringattn:` line whole
+    (was: the last 300 characters of mpirun's banner, cut mid-word); the
+    charts are drawn with the failed point marked"""
+    bench = ["bench", "--seq", "128", "--threads", "1", "--reps", "1",
+             "--heads", "1", "--dim", "16", "--strategy", "ulysses"]
+    own = sh(["mpirun", "-np", "2", RINGATTN, *bench], work)
+    line = [l for l in own.stderr.splitlines() if l.startswith("ringattn:")]
+    check(own.returncode == 2 and len(line) == 1,
+          f"bench at P = 2 is refused: {own.stderr[-300:]}")
+    r = sh([PY, script("scaling-study.py"), "--launcher", "local", "--nodes",
+            "1", "--ranks-per-node", "1,2", "--scaling", "strong", "--seq",
+            "128", "--repeats", "1", "--reps", "1", "--build", BUILD,
+            "--out-dir", "st", "--", "--heads", "1", "--dim", "16",
+            "--strategy", "ulysses"], work, timeout=300)
+    check(r.returncode == 1, f"exit {r.returncode}: {r.stderr[-300:]}")
+    status = {p["ranks"]: p["status"] for p in study_json(work)}
+    check(status == {1: "ok", 2: f"exit 2: {line[0]}"},
+          f"rows: {status}, want P = 2 to say 'exit 2: {line[0]}'")
+    check("the charts mark 1 failed point" in r.stdout and
+          os.path.exists(os.path.join(work, "st", "scaling-speedup.png")),
+          f"charts with the failed point marked: {r.stdout[-300:]}")
+    return status[2]
+
+
+@case("study-oversubscribed", "scaling-study.py with more ranks on the node "
+      "than it has cores")
+def study_oversubscribed(work):
+    """one `ringattn: warning:` line on stderr naming the point, the row
+    says oversubscribed, the study goes on"""
+    R = (os.cpu_count() or 1) + 1
+    r = study(work, "--ranks-per-node", str(R), "--out-dir", "st")
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-300:]}")
+    check(len(lines) == 1 and lines[0].startswith("ringattn: warning: "
+                                                  "scaling-study:") and
+          f"1x{R}x1" in lines[0], f"stderr: {lines}")
+    check([p["oversubscribed"] for p in study_json(work)] == [True],
+          "the row says oversubscribed")
+    return lines[0]
 
 
 # ---- permissions -------------------------------------------------------------

@@ -41,6 +41,7 @@ static void random_profile(ra_profile *p, unsigned seed)
     srand(seed);
     memset(p, 0, sizeof *p);
     p->measured = rand() % 2;
+    p->oversubscribed = rand() % 2;
     snprintf(p->date, sizeof p->date, "2026-%02d-%02dT01:02:03Z",
              1 + rand() % 12, 1 + rand() % 28);
     snprintf(p->version, sizeof p->version, "ringattn \"q\" \\ \t%d\x01",
@@ -72,6 +73,7 @@ static void random_profile(ra_profile *p, unsigned seed)
 static void assert_profiles_equal(const ra_profile *a, const ra_profile *b)
 {
     assert_int_equal(a->measured, b->measured);
+    assert_int_equal(a->oversubscribed, b->oversubscribed);
     assert_string_equal(a->date, b->date);
     assert_string_equal(a->version, b->version);
     assert_string_equal(a->hosts, b->hosts);
@@ -212,6 +214,27 @@ static void refused(const char *name, const char *text, const char *want)
         fail_msg("%s: '%s' does not say '%s'", name, err, want);
 }
 
+/* "oversubscribed" is read when given and may be absent (a profile
+ * written before the key existed): then 0. */
+static void test_oversubscribed(void **state)
+{
+    char text[8192], path[256], err[512];
+    ra_profile p;
+    const char *const values[] = {"true", NULL};
+    for (int i = 0; i < 2; i++) {
+        edited(text, sizeof text, "oversubscribed", values[i]);
+        write_file("over.json", text);
+        path_of(path, "over.json");
+        memset(&p, 0x5a, sizeof p);
+        if (profile_read_json(path, &p, err, sizeof err) != 0)
+            fail_msg("%s", err);
+        assert_int_equal(p.oversubscribed, i == 0);
+    }
+    edited(text, sizeof text, "oversubscribed", "1");
+    refused("over_int.json", text, "key 'oversubscribed': expected true or "
+            "false");
+}
+
 static void test_refusals(void **state)
 {
     char text[8192];
@@ -313,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_default),
         cmocka_unit_test(test_kernel_rate),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_oversubscribed),
         cmocka_unit_test(test_damage),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -5,7 +5,10 @@
  * steps it ran (ra_timing.steps), a strategy without steps once with 1 of
  * 1; always on the calling thread and outside OpenMP regions; and the
  * results are the same bits with and without it, and right against the
- * fp64 reference. Verdicts are reduced over the ranks; rank 0 prints. */
+ * fp64 reference. The tile callback ra_params.on_tick is called on the
+ * calling thread between tiles, for every strategy, with shares in [0, 1],
+ * and changes no bit of the results. Verdicts are reduced over the ranks;
+ * rank 0 prints. */
 #include <omp.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -74,6 +77,17 @@ static int steps_of(ra_strategy st, int64_t u)
     }
 }
 
+/* The options every case starts from: causal, contiguous, the strategy
+ * (hybrid in groups of 2 ranks where P is even). */
+static void case_params(ra_params *prm, ra_strategy strategy)
+{
+    ra_params_default(prm);
+    prm->layout = RA_LAYOUT_CONTIGUOUS;
+    prm->strategy = strategy;
+    prm->causal = 1;
+    prm->ulysses_size = nranks % 2 ? 1 : 2;
+}
+
 /* One forward call with and without the callback; 1 when all is well on
  * every rank. */
 static int forward_case(ra_strategy strategy, int window, int map)
@@ -85,14 +99,10 @@ static int forward_case(ra_strategy strategy, int window, int map)
     local_part lp;
     local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     ra_params prm;
-    ra_params_default(&prm);
-    prm.layout = RA_LAYOUT_CONTIGUOUS;
-    prm.strategy = strategy;
+    case_params(&prm, strategy);
     prm.threads = 2;
-    prm.causal = 1;
     prm.window = window;
     prm.window_left = 9;
-    prm.ulysses_size = nranks % 2 ? 1 : 2;
     const size_t no = (size_t)(s.B * lp.qs.count * s.H * s.Dv);
     const size_t nl = (size_t)(s.B * s.H * lp.qs.count);
     float *o0 = malloc(sizeof(float) * (no + nl + 1)), *l0 = o0 + no;
@@ -138,13 +148,16 @@ static int forward_case(ra_strategy strategy, int window, int map)
     return all_ok;
 }
 
+/* Every strategy, in the order the tests try them. */
+static const ra_strategy all[] = {
+    RA_STRATEGY_RING, RA_STRATEGY_RING_Q, RA_STRATEGY_ALLGATHER,
+    RA_STRATEGY_ULYSSES, RA_STRATEGY_HYBRID, RA_STRATEGY_TREE};
+enum { STRATEGIES = sizeof all / sizeof *all };
+
 static void test_strategies(void **state)
 {
-    static const ra_strategy all[] = {
-        RA_STRATEGY_RING, RA_STRATEGY_RING_Q, RA_STRATEGY_ALLGATHER,
-        RA_STRATEGY_ULYSSES, RA_STRATEGY_HYBRID, RA_STRATEGY_TREE};
     int ok = 1;
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    for (size_t i = 0; i < STRATEGIES; i++)
         ok &= forward_case(all[i], 0, 0);
     assert_true(ok);
 }
@@ -154,6 +167,67 @@ static void test_ring_window_and_map(void **state)
     const int window = forward_case(RA_STRATEGY_RING, 1, 0);
     const int map = forward_case(RA_STRATEGY_RING, 0, 1);
     assert_true(window && map);
+}
+
+/* What the tile callback saw. */
+typedef struct {
+    int n, wrong_thread, bad_share;
+    pthread_t caller;
+} ticks;
+
+static void on_tick(void *ctx, double share)
+{
+    ticks *t = ctx;
+    t->n++;
+    t->wrong_thread |= !pthread_equal(pthread_self(), t->caller);
+    t->bad_share |= !(share >= 0.0 && share <= 1.0);
+}
+
+/* One forward call with 32 x 32 tiles (every rank computes several of
+ * them) without and with the tile callback; 1 when, on every rank, it was
+ * called at least once, on the calling thread, with shares in [0, 1], and
+ * the outputs are the same bits. */
+static int tick_case(ra_strategy strategy)
+{
+    const ra_shape s = {.B = 1, .N = 300, .M = 300, .H = 4, .G = 2, .D = 16,
+                        .Dv = 16};
+    problem p;
+    problem_make(&p, &s, 31u + (unsigned)strategy);
+    local_part lp;
+    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    ra_params prm;
+    case_params(&prm, strategy);
+    prm.block_q = prm.block_kv = 32;
+    const size_t no = (size_t)(s.B * lp.qs.count * s.H * s.Dv);
+    const size_t nl = (size_t)(s.B * s.H * lp.qs.count);
+    float *o0 = malloc(sizeof(float) * (no + nl + 1)), *l0 = o0 + no;
+    ra_status st = ra_forward(MPI_COMM_WORLD, &s, &prm, lp.q, lp.k, lp.v, o0,
+                              l0);
+    ticks t = {.caller = pthread_self()};
+    prm.on_tick = on_tick;
+    prm.on_step_ctx = &t;
+    if (st == RA_OK)
+        st = ra_forward(MPI_COMM_WORLD, &s, &prm, lp.q, lp.k, lp.v, lp.o,
+                        lp.lse);
+    int ok = st == RA_OK && t.n > 0 && !t.wrong_thread && !t.bad_share &&
+             memcmp(o0, lp.o, sizeof(float) * no) == 0 &&
+             memcmp(l0, lp.lse, sizeof(float) * nl) == 0, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("# P=%d %-9s ticks on rank 0: %d %s\n", nranks,
+               ra_strategy_name(strategy), t.n, all_ok ? "PASS" : "FAIL");
+    free(o0);
+    local_part_free(&lp);
+    problem_free(&p);
+    return all_ok;
+}
+
+static void test_ticks(void **state)
+{
+    int ok = 1;
+    for (size_t i = 0; i < STRATEGIES; i++)
+        ok &= tick_case(all[i]);
+    assert_true(ok);
 }
 
 /* The backward pass reports its ring steps too. */
@@ -202,6 +276,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_strategies),
         cmocka_unit_test(test_ring_window_and_map),
         cmocka_unit_test(test_backward),
+        cmocka_unit_test(test_ticks),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
