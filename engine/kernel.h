@@ -55,6 +55,7 @@ typedef struct {
     /* ALiBi: slopes (H, natural log) or NULL; query head h's score gets
      * -slope_h * |kpos - qpos - diag| added */
     const double *alibi;
+    ra_gemm gemm;    /* the tile products' engine (gemm.h) */
 } ra_block;
 
 /* The rules of ra_mask for one batch, resolved once per work item: a query
