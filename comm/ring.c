@@ -100,6 +100,10 @@ ra_status ring_check_params(const ra_shape *s, const ra_params *p,
         return ra_error_set(RA_ERR_ARG, "tiles: block sizes must be >= 0");
     if (p->threads < 0)
         return ra_error_set(RA_ERR_ARG, "threads: %d is negative", p->threads);
+    if (!ra_gemm_available(p->gemm))
+        return ra_error_set(RA_ERR_ARG, "gemm: engine '%s' is not in this "
+                            "build of the library (oneDNN: build with "
+                            "libdnnl-dev installed)", ra_gemm_name(p->gemm));
     if (!(p->stall_timeout >= 0))
         return ra_error_set(RA_ERR_ARG, "stall timeout: must be >= 0 seconds");
     if ((unsigned)p->strategy >= RA_STRATEGY_COUNT || p->mem_limit < 0)
@@ -310,6 +314,7 @@ static void ring_block_init(ring_state *rs, const ring_args *a)
     blk->alpha = (float)alpha;
     blk->score = p->score;
     blk->nan_check = p->nonfinite;
+    blk->gemm = p->gemm;
     blk->half_inv_sigma2 = gauss ? 0.5 / (p->sigma * p->sigma) : 0.0;
     blk->w_v = additive ? p->additive->w_v : NULL;
     blk->mask = (ra_mask){.causal = p->causal, .diag = s->M - s->N,

@@ -9,7 +9,6 @@
  * runs the online softmax (rescaling the accumulator
  * only where the row max moved), pass 4 adds P V with sgemm; at the end of
  * the block the normalised partial is merged into (o, lse). */
-#include <cblas.h>
 #include <math.h>
 #include <sched.h>
 #include <stdint.h>
@@ -19,6 +18,7 @@
 #include <omp.h>
 
 #include "band.h"
+#include "gemm.h"
 #include "kernel.h"
 
 #define LN2 0.693147180559945309
@@ -271,9 +271,9 @@ static void score_tile(const ra_block *blk, const float *qt, const float *kt,
                                                      blk->w_v, D);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)bq, (int)bk,
-                (int)D, blk->alpha, qt, (int)ldq, kt, (int)ldk, 0.0f, t.s,
-                (int)lds);
+    ra_sgemm(blk->gemm, &(ra_mm){.tb = 1, .m = bq, .n = bk, .k = D,
+                                 .alpha = blk->alpha, .a = qt, .lda = ldq,
+                                 .b = kt, .ldb = ldk, .c = t.s, .ldc = lds});
     if (blk->score == RA_SCORE_GAUSSIAN) {
         /* the key term, log2(e) |k|^2 / (2 sigma^2), off every column */
         const float coef = (float)(M_LOG2E * blk->half_inv_sigma2);
@@ -488,9 +488,11 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         /* pass 3: online softmax */
         softmax_tile(blk, bq, bk, t);
         /* pass 4: acc += P V */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bq,
-                    (int)Dv, (int)bk, 1.0f, t.s, (int)bkv, vb + j0 * G * Dv,
-                    (int)(G * Dv), 1.0f, t.acc, (int)Dv);
+        ra_sgemm(blk->gemm,
+                 &(ra_mm){.m = bq, .n = Dv, .k = bk, .alpha = 1.0f,
+                          .beta = 1.0f, .a = t.s, .lda = bkv,
+                          .b = vb + j0 * G * Dv, .ldb = G * Dv, .c = t.acc,
+                          .ldc = Dv});
         if (x->progress)
             x->progress(x->progress_ctx);
     }

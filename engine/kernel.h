@@ -61,6 +61,7 @@ typedef struct {
     /* ALiBi: slopes (H, natural log) or NULL; query head h's score gets
      * -slope_h * |kpos - a| added, a the aligned position (ra_mask) */
     const double *alibi;
+    ra_gemm gemm;    /* the tile products' engine (gemm.h) */
 } ra_block;
 
 /* The rules of ra_mask for a run of query rows of one batch that share

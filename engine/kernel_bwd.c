@@ -13,7 +13,6 @@
  * scores and their derivatives are made pair by pair, and each thread sums
  * its part of dw_v apart, added up in thread order afterwards. ALiBi adds
  * its bias to the recomputed scores and changes no derivative. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 
 #include "backward.h"
 #include "band.h"
+#include "gemm.h"
 
 #define LN2 0.693147180559945309
 
@@ -189,9 +189,10 @@ static void probs_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
                                                        x->k + c * G * D,
                                                        blk->w_v, D);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)x->bq,
-                    (int)x->bk, (int)D, blk->alpha, x->q, (int)(H * D), x->k,
-                    (int)(G * D), 0.0f, t.p, (int)lds);
+        ra_sgemm(blk->gemm, &(ra_mm){.tb = 1, .m = x->bq, .n = x->bk,
+                                     .k = D, .alpha = blk->alpha, .a = x->q,
+                                     .lda = H * D, .b = x->k, .ldb = G * D,
+                                     .c = t.p, .ldc = lds});
     if (blk->alibi)
         alibi_bias(blk, rl, x, t.p);
     if (cls == 1)
@@ -273,17 +274,20 @@ static void grads_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
                        const bwd_tile *x, bwd_scratch t)
 {
     const int64_t D = blk->D, Dv = blk->Dv, lds = blk->block_kv;
-    const int ldq = (int)(blk->H * D), ldk = (int)(blk->G * D);
-    const int ldo = (int)(blk->H * Dv), ldv = (int)(blk->G * Dv);
-    const int bq = (int)x->bq, bk = (int)x->bk;
+    const int64_t ldq = blk->H * D, ldk = blk->G * D;
+    const int64_t ldo = blk->H * Dv, ldv = blk->G * Dv;
+    const int64_t bq = x->bq, bk = x->bk;
+    const ra_gemm g = blk->gemm;
     const float c = (float)(blk->alpha * LN2); /* the natural coefficient */
     probs_tile(blk, rl, cls, x, t);
     /* pass 4: dV += P^T dO */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, (int)Dv, bq,
-                1.0f, t.p, (int)lds, x->dout, ldo, 1.0f, x->dv, ldv);
+    ra_sgemm(g, &(ra_mm){.ta = 1, .m = bk, .n = Dv, .k = bq, .alpha = 1.0f,
+                         .beta = 1.0f, .a = t.p, .lda = lds, .b = x->dout,
+                         .ldb = ldo, .c = x->dv, .ldc = ldv});
     /* pass 5: dP = dO V^T, then dS = P * (dP - Drow) in its place */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, (int)Dv,
-                1.0f, x->dout, ldo, x->v, ldv, 0.0f, t.dp, (int)lds);
+    ra_sgemm(g, &(ra_mm){.tb = 1, .m = bq, .n = bk, .k = Dv, .alpha = 1.0f,
+                         .a = x->dout, .lda = ldo, .b = x->v, .ldb = ldv,
+                         .c = t.dp, .ldc = lds});
     for (int64_t r = 0; r < x->bq; r++) {
         const float *pr = t.p + r * lds, dr = x->drow[r];
         float *dsr = t.dp + r * lds;
@@ -295,10 +299,12 @@ static void grads_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
         return;
     }
     /* pass 6: dQ += c dS K;  pass 7: dK += c dS^T Q */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, (int)D, bk, c,
-                t.dp, (int)lds, x->k, ldk, 1.0f, x->dq, ldq);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, (int)D, bq, c,
-                t.dp, (int)lds, x->q, ldq, 1.0f, x->dk, ldk);
+    ra_sgemm(g, &(ra_mm){.m = bq, .n = D, .k = bk, .alpha = c, .beta = 1.0f,
+                         .a = t.dp, .lda = lds, .b = x->k, .ldb = ldk,
+                         .c = x->dq, .ldc = ldq});
+    ra_sgemm(g, &(ra_mm){.ta = 1, .m = bk, .n = D, .k = bq, .alpha = c,
+                         .beta = 1.0f, .a = t.dp, .lda = lds, .b = x->q,
+                         .ldb = ldq, .c = x->dk, .ldc = ldk});
     if (blk->score == RA_SCORE_GAUSSIAN)
         gauss_terms(blk, x, c, t);
 }

@@ -172,6 +172,21 @@ typedef enum {
     RA_ALIGN_SEQUENCE = 1,
 } ra_align;
 
+/* The engine of the kernels' tile products (Q K^T and P V forward, the
+ * five products backward); the online softmax, masks, position encodings
+ * and scores are the library's own on either. */
+typedef enum {
+    RA_GEMM_AUTO = 0,     /* the default: oneDNN when the library was built
+                             with it, else OpenBLAS */
+    RA_GEMM_OPENBLAS = 1, /* OpenBLAS, always built: the portable engine */
+    RA_GEMM_ONEDNN = 2,   /* oneDNN (libdnnl), JIT-compiled for the core's
+                             instruction set (AVX-512, AMX) */
+} ra_gemm;
+
+/* 1 when this build of the library can run engine gemm (RA_GEMM_AUTO and
+ * RA_GEMM_OPENBLAS always; RA_GEMM_ONEDNN when built with oneDNN). */
+RA_API int ra_gemm_available(ra_gemm gemm);
+
 /* Options of one forward pass: one home for the command line and the API. */
 typedef struct {
     int causal;        /* 1: query i sees keys j <= i', its aligned
@@ -187,6 +202,8 @@ typedef struct {
     int64_t block_q;   /* query tile rows; 0 picks a default per D */
     int64_t block_kv;  /* key tile rows; 0 picks a default per D */
     ra_layout layout;
+    ra_gemm gemm;      /* engine of the tile products (RA_GEMM_AUTO); one
+                          that ra_gemm_available() denies is refused */
     int threads;       /* OpenMP and BLAS threads per rank; 0 means 1 (MPI
                           usually runs a rank per core). The library reads
                           no environment variable and leaves OpenBLAS's
@@ -658,6 +675,7 @@ typedef enum {
  *   strategy: "ring", "allgather", "tree", "ring-q", "ulysses", "hybrid"
  *   score:    "dot", "gaussian", "additive"
  *   rope:     "none", "interleaved", "half"
+ *   gemm:     "auto", "openblas", "onednn"
  *   axes:     "B,N,H,D", "B,H,N,D" (a dataset's "axes" attribute), "none"
  *   dtype:    "f32", "f16", "bf16", "f64" */
 RA_API const char *ra_layout_name(ra_layout layout);
@@ -668,6 +686,8 @@ RA_API const char *ra_score_name(ra_score score);
 RA_API ra_status ra_score_parse(const char *name, ra_score *out);
 RA_API const char *ra_rope_name(ra_rope rope);
 RA_API ra_status ra_rope_parse(const char *name, ra_rope *out);
+RA_API const char *ra_gemm_name(ra_gemm gemm);
+RA_API ra_status ra_gemm_parse(const char *name, ra_gemm *out);
 RA_API const char *ra_axes_name(ra_axes axes);
 RA_API const char *ra_dtype_name(ra_dtype dtype);
 

@@ -13,6 +13,7 @@
 #include "agree.h"
 #include "baseline.h"
 #include "bench.h"
+#include "gemm.h"
 #include "internal.h"
 #include "band.h"
 #include "kernel.h"
@@ -270,6 +271,7 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
     printf("# %-12s %lld warm-up, %lld timed (median)\n", "passes",
            (long long)o->warmup, (long long)o->reps);
     printf("# %-12s %s\n", "exp", ra_exp2_impl());
+    printf("# %-12s %s\n", "gemm", ra_gemm_name(ra_gemm_resolve(o->p.gemm)));
     printf("# %-12s %d^3 sgemm on every rank at once: %.1f GFLOP/s in all\n",
            "sgemm", SGEMM_N, sgemm);
     printf("# %-12s %s\n", "command", ctx->command_line);

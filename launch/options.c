@@ -576,8 +576,9 @@ static int parse_named(const cli_opt *o, const char *val, void *base,
 /* parse_named() stores the enums as int. */
 _Static_assert(sizeof(ra_layout) == sizeof(int) &&
                    sizeof(ra_score) == sizeof(int) &&
-                   sizeof(ra_rope) == sizeof(int),
-               "the layout, score and rope enums are stored as int");
+                   sizeof(ra_rope) == sizeof(int) &&
+                   sizeof(ra_gemm) == sizeof(int),
+               "the layout, score, rope and gemm enums are stored as int");
 
 static const char *layout_name(int i) { return ra_layout_name((ra_layout)i); }
 static const char *score_name(int i) { return ra_score_name((ra_score)i); }
@@ -592,6 +593,21 @@ static const char *rope_name(int i) { return ra_rope_name((ra_rope)i); }
 static int parse_rope(const cli_opt *o, const char *val, void *base)
 {
     return parse_named(o, val, base, rope_name, RA_ROPE_HALF + 1);
+}
+
+static const char *gemm_name(int i) { return ra_gemm_name((ra_gemm)i); }
+
+/* An engine this build lacks is refused here, naming the flag. */
+static int parse_gemm(const cli_opt *o, const char *val, void *base)
+{
+    if (parse_named(o, val, base, gemm_name, RA_GEMM_ONEDNN + 1) != 0)
+        return -1;
+    const ra_gemm g = *(ra_gemm *)((char *)base + o->offset);
+    if (ra_gemm_available(g))
+        return 0;
+    ra_error_set(RA_ERR_ARG, "%s %s: this build has no oneDNN (rebuild with "
+                 "libdnnl-dev installed)", o->name, val);
+    return -1;
 }
 
 static int parse_score(const cli_opt *o, const char *val, void *base)
@@ -661,6 +677,10 @@ const cli_opt cli_forward_opts[] = {
      .offset = P_AT(layout), .noun = "layout", .fn = parse_layout,
      .shown = "auto",
      .help = "contiguous, zigzag, striped or auto"},
+    {.name = "--gemm", .kind = CLI_CUSTOM, .meta = "ENGINE",
+     .offset = P_AT(gemm), .noun = "gemm engine", .fn = parse_gemm,
+     .shown = "auto",
+     .help = "tile products on onednn, openblas or auto"},
     {.name = "--threads", .kind = CLI_INT32, .meta = "T",
      .offset = P_FIELD(threads, int), .lo = 1, .hi = 1024,
      .shown = "$OMP_NUM_THREADS or 1", .help = "threads per rank"},

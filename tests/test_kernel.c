@@ -64,6 +64,9 @@ static tiles tiles_resolve(tiles t, const ra_shape *s)
 
 static void count_progress(void *ctx) { ++*(int64_t *)ctx; }
 
+/* The engine of the folds' tile products (RA_GEMM_AUTO: the build's). */
+static ra_gemm fold_gemm = RA_GEMM_AUTO;
+
 /* The least and most busy threads' times of the last fold (seconds). */
 static double fold_busy_min, fold_busy_max;
 
@@ -90,6 +93,7 @@ static int64_t fold(const problem *p, int causal, double scale, ra_range qr,
         .block_q = t.bq, .block_kv = t.bkv,
         .mask = {.causal = causal, .diag = s->M - s->N, .qpos = qpos,
                  .kpos = kpos},
+        .gemm = fold_gemm,
     };
     ra_workspace *ws = ra_workspace_create(threads, t.bq, t.bkv, s->Dv);
     assert_non_null(ws);
@@ -223,6 +227,34 @@ static void test_kernel_gqa_dv(void **state)
                 expect_case(s, causal, rot[turn++ % 3], 1);
             }
     worst_print("gqa_dv");
+}
+
+/* Both tile engines (engine/gemm.c) against the reference: OpenBLAS, and
+ * oneDNN when the build has it (ra_gemm_available), on odd sizes, GQA,
+ * Dv != D, odd tiles and two threads, causal and not. */
+static void test_kernel_engines(void **state)
+{
+    (void)state;
+    static const ra_shape shapes[3] = {
+        {1, 1001, 777, 4, 2, 64, 32},
+        {2, 7, 1001, 2, 1, 128, 128},
+        {1, 3816, 3816, 1, 1, 80, 80},
+    };
+    static const tiles rot[3] = {{0, 0}, {7, 33}, {100, 300}};
+    for (ra_gemm g = RA_GEMM_OPENBLAS; g <= RA_GEMM_ONEDNN; g++) {
+        if (!ra_gemm_available(g)) {
+            print_message("engines: %s not in this build\n", ra_gemm_name(g));
+            continue;
+        }
+        fold_gemm = g;
+        worst_reset();
+        for (int si = 0; si < 3; si++)
+            for (int causal = 0; causal <= 1; causal++)
+                expect_case(shapes[si], causal, rot[(si + causal) % 3],
+                            1 + causal);
+        worst_print(ra_gemm_name(g));
+    }
+    fold_gemm = RA_GEMM_AUTO;
 }
 
 /* Every pair of query and key tiles among 1, 7, 33 and the defaults, on a
@@ -670,6 +702,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_sizes),
         cmocka_unit_test(test_kernel_gqa_dv),
+        cmocka_unit_test(test_kernel_engines),
         cmocka_unit_test(test_kernel_tiles),
         cmocka_unit_test(test_kernel_split_blocks),
         cmocka_unit_test(test_kernel_empty_partial),
