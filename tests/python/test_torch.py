@@ -57,7 +57,7 @@ def test_attention_bfloat16(rng):
     o_ref, _, g_ref = reference_grads(*full, dout)
     agreed(o.dtype == torch.bfloat16 and ts[0].grad.dtype == torch.bfloat16,
            f"dtypes {o.dtype} {ts[0].grad.dtype}")
-    close("o bf16", o.float().numpy(), mine(o_ref), 1e-2)
+    close("o bf16", o.detach().float().numpy(), mine(o_ref), 1e-2)
     for name, t, want in zip(("dq", "dk", "dv"), ts, g_ref):
         close(name + " bf16", t.grad.float().numpy(), mine(want), 3e-2)
 
@@ -130,5 +130,11 @@ def test_layer_and_parameter_grads(rng):
     close("dx", xl.grad.numpy(), mine(dx_ref, causal=True), 1e-4)
     names = [n for n, _ in layer.named_parameters()]
     agreed(len(names) == 8, f"parameters {names}")
+    # Each gradient against its own largest entry, or a thousandth of the
+    # layer's largest when its own is smaller: k_proj.bias's gradient is 0
+    # by definition (softmax ignores a shift shared by all keys).
+    floor = 1e-3 * max(np.abs(g).max() for g in grads_ref)
     for (name, p), want in zip(layer.named_parameters(), grads_ref):
-        close(name, p.grad.numpy(), want, 1e-4)
+        err = np.abs(p.grad.numpy() - want).max() / max(np.abs(want).max(),
+                                                        floor)
+        agreed(err <= 1e-4, f"{name}: relative error {err:.3g}")
