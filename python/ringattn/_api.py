@@ -172,9 +172,10 @@ def verdict(comm, table, opts):
         col = table[:, j]
         if (col != col[0]).any():
             r = int(np.flatnonzero(col != col[0])[0])
+            values = ("" if name in ("options", "masks")  # checksums
+                      else f" ({col[r]} against {col[0]})")
             raise error(f"rank {r} passes other {FACT_NAMES[name]} than rank"
-                        f" 0 ({col[r]} against {col[0]}); every rank must "
-                        "pass the same")
+                        f" 0{values}; every rank must pass the same")
     N, M = (int(x) for x in table[:, :2].sum(axis=0))
     layout = _core.layout_resolve(opts, bool(table[0, 9]))
     P = comm.Get_size()
