@@ -3,7 +3,7 @@
 longest C functions, and those with the most parameters.
 
 Prints the K (default 10) longest function definitions of the C sources under
-DIR (default: engine comm io launch, relative to the repository), longest
+DIR (default: engine comm io launch python, relative to the repository), longest
 first, as `file:line name length`, where length counts the lines from the
 one holding the function's name to its closing brace. With --max N, exits 1
 when a function outside the inner kernels (engine/kernel.c, engine/vexp.c,
@@ -19,7 +19,7 @@ import statistics
 import sys
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), ".."))
-DEFAULT_DIRS = ["engine", "comm", "io", "launch"]
+DEFAULT_DIRS = ["engine", "comm", "io", "launch", "python"]
 INNER_KERNELS = ["engine/kernel.c", "engine/vexp.c", "engine/simd*.c"]
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do"}
 

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Trains a small transformer whose attention is ringattn over MPI ranks.
+
+The task, needle retrieval over a long sequence: each sequence of N tokens
+(N = 8192 by default) holds random filler symbols and, at a random place
+among its first 64 tokens, one needle symbol from a separate range; from
+the needle on, every position must name the needle. Position N - 1 must
+therefore find one token more than N - 65 places back among N - 1 fillers:
+what long-context attention is for.
+
+The model: token embedding, one causal ringattn.torch.RingSelfAttention
+layer with a residual connection, LayerNorm, and a linear readout. Every
+rank holds the same parameters and its slice of each sequence (the layout
+ringattn picks for causal attention); the loss is the mean over all
+positions of all ranks, and each parameter's gradient is summed over the
+ranks (allreduce_grads) before Adam steps, so every rank steps alike.
+
+At step 0 the gradients are checked against a single-process float64
+PyTorch run of the same model on the whole sequence (attention written out
+from its definition, in query blocks under torch.utils.checkpoint so its
+N x N scores never exist at once); the largest relative difference over
+the parameters is printed (each gradient against its own largest entry,
+or a thousandth of the model's largest when its own is smaller: the key
+projection's bias has a gradient of 0 by definition). ringattn computes in float32, so expect about
+1e-6 to 1e-5, not float64's rounding.
+
+    mpirun -np 2 /usr/bin/python3 examples/train_ringattn.py \\
+        [--seq 8192] [--steps 300] [--batch 1] [--lr 3e-3] [--seed 0]
+
+with PYTHONPATH=build/python (or the package installed). Rank 0 prints a
+'#' table of the parameters, the gradient check, the loss every
+--print-every steps and a final verdict: exit 0 when the loss fell (the
+last tenth of the steps below half the first step's loss) and the gradient
+check passed (--grad-tol), 1 otherwise.
+"""
+import argparse
+import math
+import sys
+import time
+
+import numpy as np
+import torch
+from mpi4py import MPI
+from torch.utils.checkpoint import checkpoint
+
+import ringattn
+import ringattn.torch as rt
+
+COMM = MPI.COMM_WORLD
+RANK = COMM.Get_rank()
+# The needle lies among the first tokens: nearly every position has a
+# target, and the farthest must look back N - 1 - NEEDLE_WITHIN places.
+NEEDLE_WITHIN = 64
+
+
+def say(*args):
+    if RANK == 0:
+        print(*args, flush=True)
+
+
+class Parser(argparse.ArgumentParser):
+    """A bad option is one `ringattn:` line and exit 2, on every rank."""
+
+    def error(self, message):
+        say(f"ringattn: train_ringattn: {message}")
+        sys.exit(2)
+
+
+def options(argv):
+    ap = Parser(prog="train_ringattn.py",
+                description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, default=8192, help="tokens N")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--embed", type=int, default=32, help="model width E")
+    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--symbols", type=int, default=8,
+                    help="needle symbols (the classes)")
+    ap.add_argument("--fillers", type=int, default=1,
+                    help="filler symbols (1: a blank haystack)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--print-every", type=int, default=25)
+    ap.add_argument("--grad-tol", type=float, default=1e-4,
+                    help="largest relative gradient difference allowed")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads per rank of the library")
+    a = ap.parse_args(argv)
+    if a.seq < 2 or a.steps < 1 or a.batch < 1 or a.embed % a.heads:
+        ap.error("need --seq >= 2, --steps >= 1, --batch >= 1 and --embed "
+                 "a multiple of --heads")
+    return a
+
+
+class Model(torch.nn.Module):
+    """Embedding, causal ring self-attention with a residual, LayerNorm,
+    readout; attention_layer may be replaced (the reference run)."""
+
+    def __init__(self, a):
+        super().__init__()
+        vocab = a.fillers + a.symbols  # filler symbols, then needles
+        self.embed = torch.nn.Embedding(vocab, a.embed)
+        self.attn = rt.RingSelfAttention(a.embed, a.heads, comm=COMM,
+                                         causal=True, threads=a.threads)
+        self.norm = torch.nn.LayerNorm(a.embed)
+        self.readout = torch.nn.Linear(a.embed, a.symbols)
+
+    def forward(self, tokens, attention=None):
+        x = self.embed(tokens)
+        h = x + (attention or self.attn)(x)
+        return self.readout(self.norm(h))
+
+
+def batch(a, rng):
+    """tokens (B, N) and targets (B, N) (-1: no needle yet, ignored)."""
+    tokens = rng.integers(0, a.fillers, size=(a.batch, a.seq))
+    where = rng.integers(0, min(a.seq // 2, NEEDLE_WITHIN), size=a.batch)
+    needle = rng.integers(0, a.symbols, size=a.batch)
+    tokens[np.arange(a.batch), where] = a.fillers + needle
+    after = np.arange(a.seq)[None, :] >= where[:, None]
+    targets = np.where(after, needle[:, None], -1)
+    return tokens, targets
+
+
+def loss_of(model, tokens, targets, count, attention=None):
+    """The summed loss of these positions over `count`: on a rank's slice,
+    its share of the mean over all ranks' positions."""
+    logits = model(torch.from_numpy(tokens), attention)
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        torch.from_numpy(targets).reshape(-1), ignore_index=-1,
+        reduction="sum") / count
+
+
+def reference_attention(layer, block=512):
+    """The layer's function in float64 on the whole sequence, from the
+    definition of causal attention, one query block at a time."""
+    H, D = layer.H, layer.D
+
+    def rows(q, k, v, i0):
+        s = torch.einsum("bihd,bjhd->bhij", q, k) / math.sqrt(D)
+        i = torch.arange(i0, i0 + q.shape[1])[:, None]
+        s = s.masked_fill(torch.arange(k.shape[1])[None, :] > i, -math.inf)
+        return torch.einsum("bhij,bjhd->bihd", torch.softmax(s, -1), v)
+
+    def attend(x):
+        B, N, _ = x.shape
+        q = layer.q_proj(x).view(B, N, H, D)
+        k = layer.k_proj(x).view(B, N, layer.G, D)
+        v = layer.v_proj(x).view(B, N, layer.G, D)
+        k = k.repeat_interleave(H // layer.G, 2)
+        v = v.repeat_interleave(H // layer.G, 2)
+        o = torch.cat([checkpoint(rows, q[:, i:i + block], k, v, i)
+                       for i in range(0, N, block)], dim=1)
+        return layer.out_proj(o.reshape(B, N, H * D))
+
+    return attend
+
+
+def gradient_check(a, model, tokens, targets):
+    """Largest relative difference, over the parameters, between the ring
+    gradients (already summed over ranks) and a float64 single-process run
+    of a copy of the model on the whole sequence; rank 0 computes it."""
+    worst = None
+    if RANK == 0:
+        ref = Model(a).double()
+        ref.load_state_dict(model.state_dict())
+        count = int((targets >= 0).sum())
+        loss_of(ref, tokens, targets, count,
+                attention=reference_attention(ref.attn)).backward()
+        # A gradient against its own largest entry, or a thousandth of the
+        # model's largest when its own is smaller: the key bias's gradient
+        # is 0 by definition (softmax ignores a shift shared by all keys).
+        floor = 1e-3 * max(float(r.grad.abs().max())
+                           for r in ref.parameters())
+        worst = max(
+            float((p.grad.double() - r.grad).abs().max()) /
+            max(float(r.grad.abs().max()), floor)
+            for p, r in zip(model.parameters(), ref.parameters()))
+    return COMM.bcast(worst)
+
+
+def train(a):
+    torch.manual_seed(a.seed)
+    rng = np.random.default_rng(a.seed)
+    model = Model(a)
+    opt = torch.optim.Adam(model.parameters(), lr=a.lr)
+    losses, worst, t0 = [], None, time.time()
+    for step in range(a.steps):
+        tokens, targets = batch(a, rng)
+        count = int((targets >= 0).sum())
+        mine = [ringattn.shard(x, "auto", COMM, 1, causal=True)
+                for x in (tokens, targets)]
+        opt.zero_grad()
+        loss = loss_of(model, mine[0], mine[1], count)
+        loss.backward()
+        rt.allreduce_grads(model, COMM)
+        if step == 0:
+            worst = gradient_check(a, model, tokens, targets)
+            say(f"# step 0 gradients vs float64 single process: max "
+                f"relative difference {worst:.2e} "
+                f"({'PASS' if worst <= a.grad_tol else 'FAIL'} at "
+                f"{a.grad_tol:.0e})")
+        opt.step()
+        losses.append(COMM.allreduce(float(loss)))
+        if step % a.print_every == 0 or step == a.steps - 1:
+            say(f"step {step:5d}  loss {losses[-1]:.4f}  "
+                f"{time.time() - t0:7.1f} s")
+    return losses, worst
+
+
+def main(argv):
+    a = options(argv)
+    say(f"# train_ringattn: ranks {COMM.Get_size()}, seq {a.seq}, batch "
+        f"{a.batch}, steps {a.steps}, lr {a.lr}, embed {a.embed}, heads "
+        f"{a.heads}, symbols {a.symbols}, fillers {a.fillers}, seed {a.seed}, threads "
+        f"{a.threads}, layout {ringattn.resolve_layout(causal=True)}")
+    losses, worst = train(a)
+    tail = np.mean(losses[-max(len(losses) // 10, 1):])
+    fell = tail < 0.5 * losses[0]
+    say(f"# loss {losses[0]:.4f} -> {tail:.4f} (mean of the last tenth): "
+        f"{'fell' if fell else 'did NOT fall by half'}; gradient check "
+        f"{worst:.2e}")
+    return 0 if fell and worst <= a.grad_tol else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except ringattn.Error as exc:  # raised on every rank alike
+        say(f"ringattn: train_ringattn: {exc}")
+        sys.exit(1)
+    except Exception as exc:  # one rank alone: end the whole job
+        print(f"ringattn: train_ringattn: rank {RANK}: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        COMM.Abort(1)

@@ -1,0 +1,517 @@
+/* _core.c: the C side of `import ringattn` (private; the API is the Python
+ * package around it). It hands the library the caller's own buffers:
+ * ra_forward_ex and ra_backward_ex run on the memory of numpy arrays (and of
+ * torch tensors seen through .numpy()) taken by the buffer protocol, with
+ * the GIL released while the library runs. The communicator comes from
+ * mpi4py's C API, the structs from ringattn.h itself, so nothing here
+ * mirrors a struct layout.
+ *
+ * Contract with the Python layer (ringattn/_api.py): it has checked and
+ * agreed over the ranks every dtype, contiguity and shape before it calls
+ * forward() or backward(), so that a refusal here cannot leave the other
+ * ranks in a collective. What this file refuses itself (a buffer of the
+ * wrong format) is a programming error of that layer. Options travel as a
+ * dict whose keys are the names of ra_params' fields, filled from
+ * defaults(), the library's own ra_params_default. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <mpi4py/mpi4py.h>
+#include <ringattn.h>
+
+/* ringattn.Error: a library error; .status names the ra_status. */
+static PyObject *core_error;
+
+/* ---- options: one row per ra_params field the package exposes -------- */
+
+typedef enum {
+    OPT_INT,      /* int field */
+    OPT_I64,      /* int64_t field */
+    OPT_REAL,     /* double field */
+    OPT_LAYOUT,   /* ra_layout, by name */
+    OPT_STRATEGY, /* ra_strategy, by name */
+    OPT_SCORE,    /* ra_score, by name */
+    OPT_ROPE,     /* ra_rope, by name */
+} opt_kind;
+
+typedef struct {
+    const char *name; /* the field's name, the dict's key */
+    opt_kind kind;
+    size_t offset;
+} opt_row;
+
+#define OPT(field, kind) {#field, kind, offsetof(ra_params, field)}
+static const opt_row opt_table[] = {
+    OPT(causal, OPT_INT),        OPT(window, OPT_INT),
+    OPT(window_left, OPT_I64),   OPT(window_right, OPT_I64),
+    OPT(scale, OPT_REAL),        OPT(score, OPT_SCORE),
+    OPT(sigma, OPT_REAL),        OPT(block_q, OPT_I64),
+    OPT(block_kv, OPT_I64),      OPT(layout, OPT_LAYOUT),
+    OPT(threads, OPT_INT),       OPT(nonfinite, OPT_INT),
+    OPT(no_poll, OPT_INT),       OPT(stall_timeout, OPT_REAL),
+    OPT(rope, OPT_ROPE),         OPT(rope_base, OPT_REAL),
+    OPT(alibi, OPT_INT),         OPT(strategy, OPT_STRATEGY),
+    OPT(mem_limit, OPT_I64),     OPT(ulysses_size, OPT_I64),
+};
+#undef OPT
+#define OPT_COUNT (sizeof opt_table / sizeof opt_table[0])
+
+/* Raises ringattn.Error with the library's last message; returns NULL. */
+static PyObject *raise_status(ra_status st)
+{
+    PyObject *exc = PyObject_CallFunction(core_error, "s",
+                                          ra_error_message());
+    PyObject *name = PyUnicode_FromString(ra_status_str(st));
+    if (exc && name && PyObject_SetAttrString(exc, "status", name) == 0)
+        PyErr_SetObject(core_error, exc);
+    Py_XDECREF(name);
+    Py_XDECREF(exc);
+    return NULL;
+}
+
+/* The value of an enum field as a Python string. */
+static PyObject *enum_to_py(opt_kind kind, const void *field)
+{
+    switch (kind) {
+    case OPT_LAYOUT:
+        return PyUnicode_FromString(ra_layout_name(*(const ra_layout *)field));
+    case OPT_STRATEGY:
+        return PyUnicode_FromString(
+            ra_strategy_name(*(const ra_strategy *)field));
+    case OPT_SCORE:
+        return PyUnicode_FromString(ra_score_name(*(const ra_score *)field));
+    default:
+        return PyUnicode_FromString(ra_rope_name(*(const ra_rope *)field));
+    }
+}
+
+/* Parses an enum field's name with the library's own parser. */
+static ra_status enum_parse(opt_kind kind, const char *name, void *field)
+{
+    switch (kind) {
+    case OPT_LAYOUT: return ra_layout_parse(name, field);
+    case OPT_STRATEGY: return ra_strategy_parse(name, field);
+    case OPT_SCORE: return ra_score_parse(name, field);
+    default: return ra_rope_parse(name, field);
+    }
+}
+
+/* One field as a Python object (a new reference). */
+static PyObject *opt_to_py(const opt_row *row, const ra_params *p)
+{
+    const void *field = (const char *)p + row->offset;
+    switch (row->kind) {
+    case OPT_INT: return PyLong_FromLong(*(const int *)field);
+    case OPT_I64: return PyLong_FromLongLong(*(const int64_t *)field);
+    case OPT_REAL: return PyFloat_FromDouble(*(const double *)field);
+    default: return enum_to_py(row->kind, field);
+    }
+}
+
+/* An integer field from x. */
+static int opt_int_from_py(const opt_row *row, PyObject *x, void *field)
+{
+    const long long v = PyLong_AsLongLong(x);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (row->kind == OPT_I64) {
+        *(int64_t *)field = v;
+        return 0;
+    }
+    if (v < INT_MIN || v > INT_MAX) {
+        PyErr_Format(PyExc_OverflowError, "option %s: %lld is out of range",
+                     row->name, v);
+        return -1;
+    }
+    *(int *)field = (int)v;
+    return 0;
+}
+
+/* One field from the dict; -1 with an exception set when it is missing or
+ * of the wrong type, or an unknown name (ringattn.Error, the library's
+ * message). */
+static int opt_from_py(const opt_row *row, PyObject *opts, ra_params *p)
+{
+    void *field = (char *)p + row->offset;
+    PyObject *x = PyDict_GetItemString(opts, row->name); /* borrowed */
+    if (!x) {
+        PyErr_Format(PyExc_KeyError, "option %s is missing", row->name);
+        return -1;
+    }
+    if (row->kind == OPT_REAL) {
+        *(double *)field = PyFloat_AsDouble(x);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (row->kind == OPT_INT || row->kind == OPT_I64)
+        return opt_int_from_py(row, x, field);
+    const char *name = PyUnicode_AsUTF8(x);
+    if (!name)
+        return -1;
+    const ra_status st = enum_parse(row->kind, name, field);
+    if (st != RA_OK) {
+        raise_status(st);
+        return -1;
+    }
+    return 0;
+}
+
+/* ra_params from the options dict: -1 with an exception set. */
+static int params_from_py(PyObject *opts, ra_params *p)
+{
+    ra_params_default(p);
+    if (!PyDict_Check(opts)) {
+        PyErr_SetString(PyExc_TypeError, "options must be a dict");
+        return -1;
+    }
+    for (size_t i = 0; i < OPT_COUNT; i++)
+        if (opt_from_py(&opt_table[i], opts, p) < 0)
+            return -1;
+    return 0;
+}
+
+/* defaults(): the library's default options as a dict. */
+static PyObject *core_defaults(PyObject *self, PyObject *unused)
+{
+    ra_params p;
+    ra_params_default(&p);
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < OPT_COUNT; i++) {
+        PyObject *v = opt_to_py(&opt_table[i], &p);
+        if (!v || PyDict_SetItemString(d, opt_table[i].name, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+/* check_options(opts): refuses what the library's parsers refuse. */
+static PyObject *core_check_options(PyObject *self, PyObject *opts)
+{
+    ra_params p;
+    if (params_from_py(opts, &p) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- buffers ----------------------------------------------------------- */
+
+enum { MAX_VIEWS = 24 };
+
+/* The buffers of one call, released together. */
+typedef struct {
+    Py_buffer view[MAX_VIEWS];
+    int n;
+} views;
+
+/* Whether a buffer holds items of struct type code `type` ('f' float32,
+ * 'd' float64, 'q' int64), native order. */
+static int format_is(const Py_buffer *b, char type)
+{
+    const char *f = b->format ? b->format : "B";
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    if (type == 'q')
+        return b->itemsize == 8 && (strcmp(f, "q") == 0 || strcmp(f, "l") == 0);
+    return strlen(f) == 1 && *f == type &&
+           b->itemsize == (type == 'f' ? 4 : 8);
+}
+
+/* The C-contiguous buffer of obj (NULL for None) into *ptr; -1 with an
+ * exception set. The view stays held until views_release. */
+static int views_get(views *vs, PyObject *obj, char type, int writable,
+                     void **ptr)
+{
+    *ptr = NULL;
+    if (obj == Py_None)
+        return 0;
+    if (vs->n == MAX_VIEWS) {
+        PyErr_SetString(PyExc_ValueError, "too many buffers");
+        return -1;
+    }
+    Py_buffer *b = &vs->view[vs->n];
+    const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+                      (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, b, flags) < 0)
+        return -1;
+    vs->n++;
+    if (!format_is(b, type)) {
+        PyErr_Format(PyExc_TypeError, "a buffer of format '%s' where '%c' "
+                     "is expected", b->format ? b->format : "B", type);
+        return -1;
+    }
+    *ptr = b->buf;
+    return 0;
+}
+
+/* The buffers of a tuple, item i of struct type types[i]; items from
+ * index `writable` on are written. */
+static int views_tuple(views *vs, PyObject *tuple, const char *types,
+                       Py_ssize_t writable, void **ptr)
+{
+    const Py_ssize_t count = (Py_ssize_t)strlen(types);
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != count) {
+        PyErr_Format(PyExc_TypeError, "a tuple of %zd buffers is expected",
+                     count);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (views_get(vs, PyTuple_GET_ITEM(tuple, i), types[i], i >= writable,
+                      &ptr[i]) < 0)
+            return -1;
+    return 0;
+}
+
+static void views_release(views *vs)
+{
+    for (int i = 0; i < vs->n; i++)
+        PyBuffer_Release(&vs->view[i]);
+    vs->n = 0;
+}
+
+/* ---- one forward or backward call ------------------------------------- */
+
+/* The addresses of q, k, v, o, lse (and dout, dq, dk, dv) that the last
+ * call handed the library: what the zero-copy test compares. */
+static uintptr_t last_ptr[9];
+static int last_count;
+
+enum { T_Q, T_K, T_V, T_O, T_LSE, T_DOUT, T_DQ, T_DK, T_DV };
+enum { X_SLOPES, X_WQ, X_WK, X_WV, X_DWQ, X_DWK, X_DWV };
+
+/* Everything one library call takes, from the arguments
+ * (comm, shape, opts, tensors, masks, extras). */
+typedef struct {
+    MPI_Comm comm;
+    ra_shape s;
+    ra_params p;
+    ra_additive ad;
+    ra_masks mk;
+    void *t[9];     /* tensors, by T_* */
+    void *m[4];     /* q_lens, kv_lens, q_segments, kv_segments */
+    void *x[7];     /* extras, by X_* */
+    views vs;
+} core_call;
+
+/* shape (B, N, M, H, G, D, Dv, Dk) and the additive score's hidden size A
+ * (0 for the other scores) from a tuple of ints. */
+static int shape_from_py(PyObject *t, ra_shape *s, int64_t *A)
+{
+    long long v[9];
+    if (!PyArg_ParseTuple(t, "LLLLLLLLL;shape is (B, N, M, H, G, D, Dv, Dk, "
+                          "A)", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                          &v[6], &v[7], &v[8]))
+        return -1;
+    *s = (ra_shape){.B = v[0], .N = v[1], .M = v[2], .H = v[3], .G = v[4],
+                    .D = v[5], .Dv = v[6], .Dk = v[7]};
+    *A = v[8];
+    return 0;
+}
+
+/* Fills c from args (comm, shape, opts, tensors, masks, extras): tensors
+ * of types ttypes whose outputs start at index tout, extras likewise.
+ * -1 with an exception set. */
+static int call_open(core_call *c, PyObject *args, const char *ttypes,
+                     Py_ssize_t tout, const char *xtypes, Py_ssize_t xout)
+{
+    PyObject *comm, *shape, *opts, *tensors, *masks, *extras;
+    int64_t A;
+    memset(c, 0, sizeof *c);
+    if (!PyArg_ParseTuple(args, "OOOOOO", &comm, &shape, &opts, &tensors,
+                          &masks, &extras) ||
+        shape_from_py(shape, &c->s, &A) < 0 || params_from_py(opts, &c->p) < 0)
+        return -1;
+    MPI_Comm *handle = PyMPIComm_Get(comm);
+    if (!handle)
+        return -1;
+    c->comm = *handle;
+    if (views_tuple(&c->vs, tensors, ttypes, tout, c->t) < 0 ||
+        views_tuple(&c->vs, masks, "qqqq", 4, c->m) < 0 ||
+        views_tuple(&c->vs, extras, xtypes, xout, c->x) < 0)
+        return -1;
+    c->mk = (ra_masks){c->m[0], c->m[1], c->m[2], c->m[3]};
+    c->p.alibi_slopes = c->x[X_SLOPES];
+    if (A > 0) {
+        c->ad = (ra_additive){A, c->x[X_WQ], c->x[X_WK], c->x[X_WV]};
+        c->p.additive = &c->ad;
+    }
+    last_count = (int)strlen(ttypes);
+    for (int i = 0; i < last_count; i++)
+        last_ptr[i] = (uintptr_t)c->t[i];
+    return 0;
+}
+
+/* The call's timings as a dict. */
+static PyObject *timing_to_py(const ra_timing *tm)
+{
+    return Py_BuildValue("{s:d,s:d,s:d,s:L,s:L,s:i}", "total", tm->total,
+                         "compute", tm->compute, "comm_wait", tm->comm_wait,
+                         "bytes_sent", (long long)tm->bytes_sent,
+                         "bytes_cross_node", (long long)tm->bytes_cross_node,
+                         "steps", tm->steps);
+}
+
+/* forward(comm, shape, opts, (q, k, v, o, lse), masks, (slopes, w_q, w_k,
+ * w_v)): ra_forward_ex into o and lse; returns the timings. */
+static PyObject *core_forward(PyObject *self, PyObject *args)
+{
+    core_call c;
+    ra_timing tm;
+    ra_status st = RA_OK;
+    PyObject *result = NULL;
+    if (call_open(&c, args, "fffff", T_O, "dfff", 4) == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        st = ra_forward_ex(c.comm, &c.s, &c.p, &c.mk, c.t[T_Q], c.t[T_K],
+                           c.t[T_V], c.t[T_O], c.t[T_LSE], &tm);
+        Py_END_ALLOW_THREADS
+        result = st == RA_OK ? timing_to_py(&tm) : raise_status(st);
+    }
+    views_release(&c.vs);
+    return result;
+}
+
+/* backward(comm, shape, opts, (q, k, v, o, lse, dout, dq, dk, dv), masks,
+ * (slopes, w_q, w_k, w_v, dw_q, dw_k, dw_v)): ra_backward_ex into dq, dk,
+ * dv (and the additive weights' gradients); returns the timings. */
+static PyObject *core_backward(PyObject *self, PyObject *args)
+{
+    core_call c;
+    ra_timing tm;
+    ra_status st = RA_OK;
+    PyObject *result = NULL;
+    if (call_open(&c, args, "fffffffff", T_DQ, "dffffff", X_DWQ) == 0) {
+        const ra_additive_grads dw = {c.x[X_DWQ], c.x[X_DWK], c.x[X_DWV]};
+        const ra_additive_grads *dwp = c.x[X_DWV] ? &dw : NULL;
+        Py_BEGIN_ALLOW_THREADS
+        st = ra_backward_ex(c.comm, &c.s, &c.p, &c.mk, c.t[T_Q], c.t[T_K],
+                            c.t[T_V], c.t[T_O], c.t[T_LSE], c.t[T_DOUT],
+                            c.t[T_DQ], c.t[T_DK], c.t[T_DV], dwp, &tm);
+        Py_END_ALLOW_THREADS
+        result = st == RA_OK ? timing_to_py(&tm) : raise_status(st);
+    }
+    views_release(&c.vs);
+    return result;
+}
+
+/* ---- layouts and helpers ----------------------------------------------- */
+
+/* layout_slice(name, length, rank, nranks): the runs (start, count, stride)
+ * of the tokens rank holds, by ra_layout_slice. */
+static PyObject *core_layout_slice(PyObject *self, PyObject *args)
+{
+    const char *name;
+    long long len;
+    int rank, nranks;
+    ra_layout layout;
+    if (!PyArg_ParseTuple(args, "sLii", &name, &len, &rank, &nranks))
+        return NULL;
+    const ra_status st = ra_layout_parse(name, &layout);
+    if (st != RA_OK)
+        return raise_status(st);
+    if (layout == RA_LAYOUT_AUTO || len < 0 || nranks < 1 || rank < 0 ||
+        rank >= nranks)
+        return PyErr_Format(PyExc_ValueError, "layout_slice: a resolved "
+                            "layout, length >= 0 and 0 <= rank < nranks");
+    const ra_slice sl = ra_layout_slice(layout, len, rank, nranks);
+    PyObject *runs = PyTuple_New(sl.nruns);
+    for (int i = 0; runs && i < sl.nruns; i++) {
+        PyObject *r = Py_BuildValue("(LLL)", (long long)sl.run[i].start,
+                                    (long long)sl.run[i].count,
+                                    (long long)sl.run[i].stride);
+        if (!r)
+            Py_CLEAR(runs);
+        else
+            PyTuple_SET_ITEM(runs, i, r);
+    }
+    return runs;
+}
+
+/* layout_resolve(opts, segments): the layout the call will use, by
+ * ra_params_layout. */
+static PyObject *core_layout_resolve(PyObject *self, PyObject *args)
+{
+    PyObject *opts;
+    int segments;
+    ra_params p;
+    if (!PyArg_ParseTuple(args, "Op", &opts, &segments) ||
+        params_from_py(opts, &p) < 0)
+        return NULL;
+    return PyUnicode_FromString(ra_layout_name(ra_params_layout(&p, segments)));
+}
+
+/* first_nonfinite(buffer): the flat index of the first NaN or infinity of
+ * a float32 buffer, or -1; scanned without the GIL. */
+static PyObject *core_first_nonfinite(PyObject *self, PyObject *obj)
+{
+    views vs = {.n = 0};
+    void *ptr;
+    long long at = -1;
+    if (views_get(&vs, obj, 'f', 0, &ptr) == 0) {
+        const float *x = ptr;
+        const long long n = (long long)(vs.view[0].len / 4);
+        Py_BEGIN_ALLOW_THREADS
+        for (long long i = 0; i < n && at < 0; i++)
+            if (!isfinite(x[i]))
+                at = i;
+        Py_END_ALLOW_THREADS
+    }
+    views_release(&vs);
+    return PyErr_Occurred() ? NULL : PyLong_FromLongLong(at);
+}
+
+/* pointers(): the tensor addresses the last call handed the library. */
+static PyObject *core_pointers(PyObject *self, PyObject *unused)
+{
+    PyObject *t = PyTuple_New(last_count);
+    for (int i = 0; t && i < last_count; i++)
+        PyTuple_SET_ITEM(t, i, PyLong_FromUnsignedLongLong(last_ptr[i]));
+    return t;
+}
+
+static PyMethodDef core_methods[] = {
+    {"defaults", core_defaults, METH_NOARGS,
+     "The library's default options (ra_params_default) as a dict."},
+    {"check_options", core_check_options, METH_O,
+     "Refuses options the library's parsers refuse (ringattn.Error)."},
+    {"forward", core_forward, METH_VARARGS, "ra_forward_ex on buffers."},
+    {"backward", core_backward, METH_VARARGS, "ra_backward_ex on buffers."},
+    {"layout_slice", core_layout_slice, METH_VARARGS,
+     "The runs (start, count, stride) a rank holds (ra_layout_slice)."},
+    {"layout_resolve", core_layout_resolve, METH_VARARGS,
+     "The layout a call with these options uses (ra_params_layout)."},
+    {"first_nonfinite", core_first_nonfinite, METH_O,
+     "Index of the first NaN or infinity of a float32 buffer, or -1."},
+    {"pointers", core_pointers, METH_NOARGS,
+     "The tensor addresses the last call handed the library."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT, "ringattn._core",
+    "The C side of ringattn (private): the library on buffers.", -1,
+    core_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    if (import_mpi4py() < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&core_module);
+    if (!m)
+        return NULL;
+    core_error = PyErr_NewExceptionWithDoc(
+        "ringattn.Error",
+        "A refusal or failure of ringattn, raised alike on every rank; "
+        ".status names the library's status.", PyExc_RuntimeError, NULL);
+    if (!core_error || PyModule_AddObjectRef(m, "Error", core_error) < 0 ||
+        PyModule_AddStringConstant(m, "version", RA_VERSION_STRING) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,75 @@
+"""Which global tokens a rank holds, and tensors cut into and put back from
+those slices (numpy arrays or torch tensors). The rule is the library's
+own (ra_layout_slice, ra_params_layout); nothing here restates it."""
+import numpy as np
+from mpi4py import MPI
+
+from . import _core, _options
+
+
+def resolve_layout(layout="auto", **options):
+    """The layout forward() uses with these options: `layout` itself, or
+    for 'auto' the library's choice from causal, window and segments
+    (the same keywords as forward; other keywords are ignored here)."""
+    keep = {k: v for k, v in options.items()
+            if k in ("causal", "window", "segments")}
+    opts = _options.params(dict(keep, layout=layout))
+    return _core.layout_resolve(opts, options.get("segments") is not None)
+
+
+def positions(layout, length, rank, nranks):
+    """The global positions (int64, increasing) rank holds of a sequence
+    of `length` under a resolved layout."""
+    runs = _core.layout_slice(layout, length, rank, nranks)
+    parts = [start + stride * np.arange(count, dtype=np.int64)
+             for start, count, stride in runs]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def owned_positions(layout, length, comm=None, **options):
+    """The global positions (int64 array, increasing) of the tokens this
+    rank of comm holds of a sequence of `length`: the order of the rows of
+    its slices. layout 'auto' is resolved as forward() resolves it with
+    the same options (causal, window, segments)."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    return positions(resolve_layout(layout, **options), length,
+                     comm.Get_rank(), comm.Get_size())
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def shard(x, layout="auto", comm=None, axis=1, **options):
+    """This rank's slice of the full tensor x along `axis` (the sequence
+    axis, 1 in (B, N, H, D)): a new contiguous array (or tensor) of the
+    tokens owned_positions gives, in that order."""
+    pos = owned_positions(layout, x.shape[axis], comm, **options)
+    if _is_torch(x):
+        import torch
+        return x.index_select(axis, torch.from_numpy(pos)).contiguous()
+    return np.ascontiguousarray(np.take(x, pos, axis=axis))
+
+
+def unshard(x, layout="auto", comm=None, axis=1, **options):
+    """The full tensor from every rank's slice x along `axis`; collective
+    (an allgather of the slices: for tests and small tensors, not for the
+    sequences ringattn exists to split). Returns what x is: a numpy array
+    or a torch tensor."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    torch_in = _is_torch(x)
+    local = x.detach().cpu().numpy() if torch_in else np.asarray(x)
+    parts = comm.allgather(local)
+    length = sum(p.shape[axis] for p in parts)
+    name = resolve_layout(layout, **options)
+    full_shape = list(local.shape)
+    full_shape[axis] = length
+    full = np.empty(full_shape, dtype=local.dtype)
+    for r, part in enumerate(parts):
+        idx = [slice(None)] * full.ndim
+        idx[axis] = positions(name, length, r, comm.Get_size())
+        full[tuple(idx)] = part
+    if torch_in:
+        import torch
+        return torch.from_numpy(full)
+    return full

@@ -1,0 +1,143 @@
+"""ringattn.torch: ring attention inside PyTorch programs, with autograd.
+
+attention() is an autograd function: its forward runs ringattn.forward on
+this rank's slices, its backward ringattn.backward (the ring's gradients).
+Tensors are CPU tensors in (B, n, H, D) order, or (B, H, n, D) with
+order="bhnd". Contiguous float32 tensors in (B, n, H, D) order are read in
+place; bfloat16 tensors are widened to float32 (a copy: the library
+computes in float32) and outputs and gradients come back in bfloat16;
+(B, H, n, D) tensors are transposed into a copy. RingSelfAttention is a
+multi-head self-attention layer whose sequence is split over the ranks.
+"""
+import torch
+from mpi4py import MPI
+
+from . import _api
+
+ORDERS = ("bnhd", "bhnd")
+
+
+def _numpy(t, order):
+    """A numpy view of t in (B, n, H, D) order: t's own memory when t is
+    a contiguous float32 (B, n, H, D) tensor. bfloat16 is widened and
+    (B, H, n, D) transposed into copies; anything else (another dtype,
+    strides) passes unchanged, for the agreed checks to refuse."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"a {type(t).__name__} where a torch.Tensor is "
+                        "expected")
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    if order == "bhnd" and t.dim() == 4:
+        contiguous = t.is_contiguous()
+        t = t.transpose(1, 2)
+        t = t.contiguous() if contiguous else t
+    return t.detach().numpy()
+
+
+def _arrays(tensors, order):
+    """numpy views of a dict of tensors, and a refusal (message, status)
+    or None: a failure here is agreed over the ranks, never raised
+    alone."""
+    try:
+        if order not in ORDERS:
+            raise ValueError(f"order {order!r}: expected one of {ORDERS}")
+        return {k: _numpy(t, order) for k, t in tensors.items()}, None
+    except Exception as exc:  # agreed by the caller
+        return {}, _api.refusal_of(exc)
+
+
+def _tensor(a, order, dtype):
+    """A result array as a tensor of the caller's order and dtype."""
+    t = torch.from_numpy(a)
+    t = t.transpose(1, 2) if order == "bhnd" else t
+    return t if dtype == torch.float32 else t.to(dtype)
+
+
+class RingAttentionFunction(torch.autograd.Function):
+    """The autograd function behind attention(): forward and backward
+    through the ring."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, comm, order, options):
+        t, refusal = _arrays({"q": q, "k": k, "v": v}, order)
+        o, lse, _ = _api.run_forward(comm, t, options, refusal)
+        ctx.saved = (t["q"], t["k"], t["v"], o, lse)
+        ctx.comm, ctx.order, ctx.options = comm, order, options
+        ctx.dtypes = (q.dtype, k.dtype, v.dtype)
+        lse_t = torch.from_numpy(lse)
+        ctx.mark_non_differentiable(lse_t)
+        return _tensor(o, order, q.dtype), lse_t
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, o, lse = ctx.saved
+        d = dout.float()
+        d = (d.transpose(1, 2) if ctx.order == "bhnd" else d).contiguous()
+        t = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "dout": d.numpy()}
+        grads, _, _ = _api.run_backward(ctx.comm, t, ctx.options)
+        dq, dk, dv = (_tensor(g, ctx.order, dt)
+                      for g, dt in zip(grads, ctx.dtypes))
+        return dq, dk, dv, None, None, None
+
+
+def attention(q, k, v, comm=None, *, order="bnhd", return_lse=False,
+              **options):
+    """Exact attention of this rank's slices with gradients; collective
+    over comm (default MPI.COMM_WORLD). q (B, n, H, D), k (B, m, G, D),
+    v (B, m, G, Dv), or (B, H, n, D) ... with order="bhnd"; float32 or
+    bfloat16 CPU tensors. Returns o in q's order and dtype (and lse
+    (B, H, n) float32 with return_lse=True). Options, masks and errors as
+    ringattn.forward; the backward runs the ring strategy."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    o, lse = RingAttentionFunction.apply(q, k, v, comm, order, options)
+    return (o, lse) if return_lse else o
+
+
+def allreduce_grads(module, comm=None):
+    """Sums the gradients of module's parameters over the ranks of comm, in
+    place: each rank's backward gives a parameter only its own tokens'
+    share (collective; float32 parameters)."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    for p in module.parameters():
+        if p.grad is not None:
+            comm.Allreduce(MPI.IN_PLACE, p.grad.numpy())
+
+
+class RingSelfAttention(torch.nn.Module):
+    """Multi-head self-attention whose sequence is split over the ranks of
+    comm: forward(x) takes this rank's tokens x (B, n, E), in the order
+    ringattn.owned_positions gives (shard() cuts a full tensor so), and
+    returns y (B, n, E) for the same tokens. Projections as
+    torch.nn.MultiheadAttention's (q, k, v and out Linear layers),
+    num_kv_heads < num_heads for grouped-query attention; options
+    (causal, window, rope, alibi, strategy, layout, threads, ...) as
+    ringattn.forward's. Parameter gradients are each rank's share: sum
+    them over the ranks (allreduce_grads) before the optimizer steps."""
+
+    def __init__(self, embed_dim, num_heads, num_kv_heads=None, comm=None,
+                 bias=True, **options):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not a multiple of "
+                             f"num_heads {num_heads}")
+        self.H = num_heads
+        self.G = num_kv_heads or num_heads
+        self.D = embed_dim // num_heads
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.options = options
+        self.q_proj = torch.nn.Linear(embed_dim, self.H * self.D, bias=bias)
+        self.k_proj = torch.nn.Linear(embed_dim, self.G * self.D, bias=bias)
+        self.v_proj = torch.nn.Linear(embed_dim, self.G * self.D, bias=bias)
+        self.out_proj = torch.nn.Linear(self.H * self.D, embed_dim, bias=bias)
+
+    def forward(self, x):
+        B, n, _ = x.shape
+        q = self.q_proj(x).view(B, n, self.H, self.D)
+        k = self.k_proj(x).view(B, n, self.G, self.D)
+        v = self.v_proj(x).view(B, n, self.G, self.D)
+        o = attention(q, k, v, self.comm, **self.options)
+        return self.out_proj(o.reshape(B, n, self.H * self.D))
+
+
+__all__ = ["attention", "allreduce_grads", "RingAttentionFunction",
+           "RingSelfAttention"]
