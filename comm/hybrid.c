@@ -308,12 +308,10 @@ static ra_status hyb_groups(hyb_state *h, strat_call *c)
 ra_status hybrid_forward(strat_call *c)
 {
     const ra_shape *s = c->shape;
-    hyb_state h = {.may_poll = strat_may_poll(c)};
+    hyb_state h = {.may_poll = c->may_poll};
     ra_status st = ra_agree(c->comm, hyb_groups(&h, c));
     if (st == RA_OK)
         st = ra_agree(c->comm, hyb_alloc(&h, c));
-    if (st == RA_OK)
-        st = strat_check_range(c);
     if (st == RA_OK && c->segs) {
         int64_t *all = (int64_t *)h.x.recv; /* sized for them */
         st = strat_ids_natural(c, s->N, c->masks->q_segments, all, h.qseg);

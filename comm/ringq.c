@@ -30,7 +30,7 @@ typedef struct {
 
 typedef struct {
     qblock buf[2];        /* held and arriving, alternating */
-    int64_t *qpos, *kpos; /* the held block's queries, the own keys */
+    int64_t *qpos;        /* the held block's queries */
     int64_t nmax;
     void *mem;            /* the block the arrays above are carved from */
     MPI_Datatype qrow, orow; /* H D and H Dv floats */
@@ -60,7 +60,6 @@ static void ringq_carve(void *state, const strat_call *c, ra_carver *cv)
             b->seg = ra_carve(cv, rows, sizeof(int64_t));
     }
     g->qpos = ra_carve(cv, g->nmax, sizeof(int64_t));
-    g->kpos = ra_carve(cv, c->m_own, sizeof(int64_t));
 }
 
 static ra_status ringq_alloc(ringq_state *g, const strat_call *c)
@@ -173,7 +172,7 @@ static void ringq_visit(ringq_state *g, const strat_call *c, int h, int j,
     strat_slice_pos(c, c->shape->N, j, g->qpos);
     strat_block_init(c, nj, g->qpos, c->segs ? held->seg : NULL, &blk);
     blk.m = c->m_own;
-    blk.mask.kpos = g->kpos;
+    blk.mask.kpos = c->kpos;
     blk.mask.k_seg = c->segs ? c->masks->kv_segments : NULL;
     if (nj > 0 && c->m_own > 0)
         ra_kernel_forward_block(&blk, held->q, c->k, c->v, held->o, held->lse,
@@ -215,17 +214,14 @@ ra_status ringq_forward(strat_call *c)
 {
     const ra_shape *s = c->shape;
     ringq_state g = {.qrow = MPI_DATATYPE_NULL, .orow = MPI_DATATYPE_NULL,
-                     .may_poll = strat_may_poll(c)};
+                     .may_poll = c->may_poll};
     ra_status st = ra_agree(c->comm, ringq_alloc(&g, c));
-    if (st == RA_OK)
-        st = strat_check_range(c);
     if (st == RA_OK) {
         const size_t rows = (size_t)(s->B * c->n);
         memcpy(g.buf[0].q, c->q, sizeof(float) * rows * (size_t)(s->H * s->D));
         if (c->segs)
             memcpy(g.buf[0].seg, c->masks->q_segments, sizeof(int64_t) * rows);
         ra_state_reset(s->B, c->n, s->H, s->Dv, g.buf[0].o, g.buf[0].lse);
-        strat_slice_pos(c, s->M, c->r, g.kpos);
     }
     for (int t = 0; st == RA_OK && t < c->P; t++) {
         st = ringq_step(&g, c, t);

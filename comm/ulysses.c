@@ -341,8 +341,6 @@ ra_status ulysses_forward(strat_call *c)
 {
     uly_state u = {0};
     ra_status st = ra_agree(c->comm, uly_alloc(&u, c));
-    if (st == RA_OK)
-        st = strat_check_range(c);
     const double t0 = MPI_Wtime();
     if (st == RA_OK && c->segs) {
         int64_t *all = (int64_t *)u.x.recv; /* sized for them */
