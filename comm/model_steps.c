@@ -73,34 +73,41 @@ static void segment_run(const int64_t *kseg, int64_t M, int64_t id,
     *b = lo;
 }
 
-/* The keys query qp (segment id, or -1 without segments) sees: [*first,
+/* The M key ids of one batch and the keys [a, b) of the last segment
+ * looked up, id (-1: none yet). */
+typedef struct {
+    const int64_t *k_seg;
+    int64_t M, a, b, id;
+} seg_cache;
+
+/* The keys query qp (segment id; sc NULL without segments) sees: [*first,
  * *last]; empty when *last < *first. */
-static void query_keys(ra_band band, int64_t qp, int64_t kv_len, int64_t M,
-                       const int64_t *k_seg, int64_t id, int64_t run[3],
-                       int64_t *first, int64_t *last)
+static void query_keys(ra_band band, int64_t qp, int64_t kv_len,
+                       seg_cache *sc, int64_t id, int64_t *first,
+                       int64_t *last)
 {
     ra_band_keys(band, qp, kv_len, first, last);
-    if (!k_seg)
+    if (!sc)
         return;
-    if (id != run[2]) /* run: the cached segment's keys [a, b) and id */
-        segment_run(k_seg, M, run[2] = id, &run[0], &run[1]);
-    *first = *first > run[0] ? *first : run[0];
-    *last = *last < run[1] - 1 ? *last : run[1] - 1;
+    if (id != sc->id)
+        segment_run(sc->k_seg, sc->M, sc->id = id, &sc->a, &sc->b);
+    *first = *first > sc->a ? *first : sc->a;
+    *last = *last < sc->b - 1 ? *last : sc->b - 1;
 }
 
 double model_slice_pairs(ra_band band, const ra_slice *qs, const ra_slice *ks,
                          int64_t M, int64_t q_len, int64_t kv_len,
                          const int64_t *q_seg, const int64_t *k_seg)
 {
-    int64_t run[3] = {0, 0, -1};
+    seg_cache sc = {k_seg, M, 0, 0, -1};
     double pairs = 0;
     for (int64_t i = 0; i < qs->count; i++) {
         const int64_t qp = ra_slice_pos(qs, i);
         if (qp >= q_len)
             continue;
         int64_t first, last;
-        query_keys(band, qp, kv_len, M, k_seg, k_seg ? q_seg[i] : -1, run,
-                   &first, &last);
+        query_keys(band, qp, kv_len, k_seg ? &sc : NULL,
+                   k_seg ? q_seg[i] : -1, &first, &last);
         if (last < first)
             continue;
         pairs += ks ? (double)slice_count_in(ks, first, last)
@@ -155,12 +162,12 @@ static void keys_seen_segments(const model_problem *pb, int64_t b,
     const ra_shape *s = pb->s;
     const model_masks *mk = pb->mk;
     const batch_view v = batch_of(pb, b);
-    int64_t run[3] = {0, 0, -1};
+    seg_cache sc = {mk->kv_seg + b * s->M, s->M, 0, 0, -1};
     memset(seen, 0, sizeof(int64_t) * (size_t)(s->M + 1));
     for (int64_t qp = 0; qp < s->N && qp < v.ql; qp++) {
         int64_t first, last;
-        query_keys(v.band, qp, v.kl, s->M, mk->kv_seg + b * s->M,
-                   mk->q_seg[b * s->N + qp], run, &first, &last);
+        query_keys(v.band, qp, v.kl, &sc, mk->q_seg[b * s->N + qp], &first,
+                   &last);
         if (last >= first) {
             seen[first]++;
             seen[last + 1]--;
