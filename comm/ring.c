@@ -130,11 +130,11 @@ typedef struct {
 } forward_arg;
 
 static void visit_forward(ring_state *rs, const float *kb, const float *vb,
-                          ring_step *step, void *arg)
+                          ring_reqs *rq, void *arg)
 {
     forward_arg *fa = arg;
     ra_kernel_forward_block(&rs->blk, fa->q, kb, vb, fa->o, fa->lse, rs->ws,
-                            rs->c->may_poll ? ring_poll : NULL, step);
+                            rs->c->may_poll ? ring_poll : NULL, rq);
 }
 
 /* The attention-map pass: write each block's columns of the weights. */
@@ -146,14 +146,14 @@ typedef struct {
 } map_arg;
 
 static void visit_map(ring_state *rs, const float *kb, const float *vb,
-                      ring_step *step, void *arg)
+                      ring_reqs *rq, void *arg)
 {
     (void)vb;
     map_arg *ma = arg;
     ra_kernel_probs(&rs->blk, ma->rows.start, ma->rows.count, ma->map->heads,
                     ma->map->nheads, ma->q, kb, ma->lse, ma->map->out,
-                    rs->c->shape->M, rs->ws, rs->c->may_poll ? ring_poll : NULL,
-                    step);
+                    rs->c->shape->M, rs->ws,
+                    rs->c->may_poll ? ring_poll : NULL, rq);
 }
 
 /* The passes: the forward, then with a map a second pass that writes the
@@ -166,17 +166,19 @@ static ra_status ring_run(ring_state *rs)
                            c->threads);
     ring_pack_own(rs);
     forward_arg fa = {rs->qp ? rs->qp : c->q, c->o, c->lse};
-    ra_status st = ring_pass(rs, visit_forward, &fa);
+    const ring_pass_ops fwd = {visit_forward, NULL, NULL, &fa};
+    ra_status st = ring_pass(rs, &fwd);
     ra_workspace_busy(rs->ws, &c->tm->thread_busy_min,
                       &c->tm->thread_busy_max);
     if (st == RA_OK && c->map) {
         const ra_slice qs = ra_layout_slice(c->lay, s->N, c->r, c->P);
-        const map_arg ma = {fa.q, c->lse, map_rows(&qs, c->map), c->map};
+        map_arg ma = {fa.q, c->lse, map_rows(&qs, c->map), c->map};
+        const ring_pass_ops probs = {visit_map, NULL, NULL, &ma};
         ring_pack_own(rs); /* the own block to the front */
         memset(c->map->out, 0, sizeof(float) *
                                    (size_t)(s->B * c->map->nheads *
                                             ma.rows.count * s->M));
-        st = ring_pass(rs, visit_map, (void *)&ma);
+        st = ring_pass(rs, &probs);
     }
     c->tm->steps = rs->last + 1;
     return st;

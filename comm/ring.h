@@ -1,8 +1,8 @@
 /* ring.h: the ring row's state and its passes (internal to comm/).
  *
  * ring.c sets the ring of an open call up (buffers, the plan) and tears it
- * down; ring_pass.c runs the steps: post the transfer of the next block,
- * visit the current one, wait (with the stall watchdog). */
+ * down; ring_pass.c moves the K/V blocks through the ring loop
+ * (ring_loop.c). */
 #ifndef RA_RING_H
 #define RA_RING_H
 
@@ -18,14 +18,6 @@ typedef struct {
     float *kv;
     int64_t *seg;
 } ring_buf;
-
-/* Requests of one ring step, polled between tiles. */
-typedef struct {
-    MPI_Request req[4]; /* receive K/V, receive ids, send K/V, send ids */
-    MPI_Datatype types[4]; /* their datatypes, freed after the wait */
-    int pending;
-    int failed; /* a poll between tiles returned an MPI error */
-} ring_step;
 
 /* The ring's state beside the call's (strategy.h); set up once per call
  * (ring.c), owned by the row's forward or backward. */
@@ -51,20 +43,27 @@ typedef struct {
 ra_status ring_setup(ring_state *rs, strat_call *c);
 void ring_free(ring_state *rs);
 
-/* What a pass does with the block held at one step: kb holds blk.m key
- * rows (B, m, row_k floats), vb their values (B, m, G, Dv). */
-typedef void (*ring_visit)(ring_state *rs, const float *kb, const float *vb,
-                           ring_step *step, void *arg);
+/* What a pass does at each step beside moving K/V (ring_pass): visit
+ * the held block, kb with blk.m key rows (B, m, row_k floats) and vb
+ * their values (B, m, G, Dv), passing ring_poll and rq to the kernel;
+ * post (NULL: none) posts more transfers of step t into the pair
+ * RING_PASS_EXTRA of rq; settle (NULL: none) works once they are in. */
+enum { RING_PASS_EXTRA = 2 };
+typedef struct {
+    void (*visit)(ring_state *rs, const float *kb, const float *vb,
+                  ring_reqs *rq, void *arg);
+    ra_status (*post)(ring_state *rs, int t, ring_reqs *rq, void *arg);
+    ra_status (*settle)(ring_state *rs, int t, void *arg);
+    void *arg;
+} ring_pass_ops;
 
 /* Copies this rank's own keys (k, or its projection, rows of row_k
  * floats), v and key ids into buf[0] as the block of step 0 holds them. */
 void ring_pack_own(ring_state *rs);
 
-/* Runs steps 0 .. last: posts the transfers of the next block, visits the
- * current one, waits. buf[0] must hold this rank's own block. */
-ra_status ring_pass(ring_state *rs, ring_visit visit, void *arg);
-
-/* The progress callback of the kernel: tests the step's requests. */
-void ring_poll(void *step);
+/* Runs steps 0 .. last on the ring loop (strategy.h): the transfers of
+ * the next block, ops' visit of the current one. buf[0] must hold this
+ * rank's own block. */
+ra_status ring_pass(ring_state *rs, const ring_pass_ops *ops);
 
 #endif /* RA_RING_H */

@@ -18,7 +18,6 @@
  * weights' gradients are sums over every rank's rows, added up in fp64 by
  * one MPI_Allreduce. */
 #include <cblas.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,10 +46,6 @@ typedef struct {
                              additive dq, dkp, dw (bwd_alloc) */
     ra_bwd_workspace *ws;
     MPI_Datatype row;     /* row_k + row_v floats */
-    MPI_Request req[2];   /* receive, send of the accumulators */
-    ring_step *step;      /* the ring's requests, polled with ours */
-    int t, failed;
-    ra_status st;
 } bwd_state;
 
 /* The rows of block src that its accumulator spans. */
@@ -59,46 +54,26 @@ static ring_span acc_span(const ring_state *rs, int src)
     return ring_plan_held(&rs->plan, src, 0, rs->last);
 }
 
-/* The kernel's progress callback: both the ring's and our transfers. */
-static void bwd_poll(void *ctx)
-{
-    bwd_state *bs = ctx;
-    ring_poll(bs->step);
-    int done;
-    if (!bs->failed &&
-        MPI_Testall(2, bs->req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-        bs->failed = 1;
-}
-
-/* Waits for our requests under the stall watchdog (strat_wait): the
- * receive from `from`, the send to `to`, named by phase. */
-static ra_status acc_wait(ring_state *rs, bwd_state *bs, int from, int to,
-                          const char *phase)
-{
-    if (bs->failed)
-        return ra_error_set(RA_ERR_MPI, "ring backward: testing the "
-                                        "accumulators' transfers failed");
-    const int peer[2] = {from, to};
-    const strat_watch w = {phase, peer, 1};
-    return strat_wait(rs->c, 2, bs->req, &w);
-}
-
-/* Posts step t's accumulator transfers: the partial of this step's block
- * from the left into acc[t & 1], the finished one of the last step's
- * block to the right from acc[(t - 1) & 1]. Nothing at step 0. */
-static ra_status acc_post(ring_state *rs, bwd_state *bs, int t)
+/* Posts step t's accumulator transfers beside the K/V block's: the
+ * partial of this step's block from the left into acc[t & 1], the
+ * finished one of the last step's block to the right from
+ * acc[(t - 1) & 1]. Nothing at step 0. */
+static ra_status acc_post(ring_state *rs, int t, ring_reqs *rq, void *arg)
 {
     const strat_call *c = rs->c;
+    const bwd_state *bs = arg;
     if (t == 0 || c->P == 1)
         return RA_OK;
     const int P = c->P, src = (c->r - t + P) % P, prev = (src + 1) % P;
     const int left = (c->r - 1 + P) % P, right = (c->r + 1) % P;
     const ring_span in = acc_span(rs, src), out = acc_span(rs, prev);
     const int64_t B = c->shape->B;
+    MPI_Request *recv = rq->req + RING_PASS_EXTRA;
+    MPI_Request *send = rq->req + RING_PAIRS + RING_PASS_EXTRA;
     if (MPI_Irecv(bs->acc[t & 1], (int)(B * (in.b - in.a)), bs->row, left,
-                  TAG_ACC, c->comm, &bs->req[0]) != MPI_SUCCESS ||
+                  TAG_ACC, c->comm, recv) != MPI_SUCCESS ||
         MPI_Isend(bs->acc[(t - 1) & 1], (int)(B * (out.b - out.a)), bs->row,
-                  right, TAG_ACC, c->comm, &bs->req[1]) != MPI_SUCCESS)
+                  right, TAG_ACC, c->comm, send) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "ring backward: step %d: posting "
                                         "the accumulators failed", t);
     strat_count(c, right, B * (out.b - out.a) * (rs->row_k + rs->row_v) *
@@ -106,12 +81,15 @@ static ra_status acc_post(ring_state *rs, bwd_state *bs, int t)
     return RA_OK;
 }
 
-/* Adds the step's scratch (rows [held.a, held.b) of block src) into the
- * block's accumulator acc (zeroed first at step 0: nothing came in). */
-static void acc_add(const ring_state *rs, const bwd_state *bs, int t,
-                    int src, ring_span held)
+/* Once step t's transfers are in: adds the step's scratch (rows
+ * [held.a, held.b) of block src) into the block's accumulator acc
+ * (zeroed first at step 0: nothing came in). */
+static ra_status acc_add(ring_state *rs, int t, void *arg)
 {
-    strat_call *c = rs->c;
+    const strat_call *c = rs->c;
+    const bwd_state *bs = arg;
+    const int src = (c->r - t + c->P) % c->P;
+    const ring_span held = ring_plan_held(&rs->plan, src, t, rs->last);
     const ring_span sp = acc_span(rs, src);
     const int64_t B = c->shape->B, cnt = sp.b - sp.a, m = held.b - held.a;
     const int64_t off = held.a - sp.a, rk = rs->row_k, rv = rs->row_v;
@@ -128,67 +106,52 @@ static void acc_add(const ring_state *rs, const bwd_state *bs, int t,
         for (int64_t i = 0; i < m * rv; i++)
             av[i] += lv[i];
     }
+    return RA_OK;
 }
 
-/* One ring step: post our transfers, compute the block's gradients, wait,
- * add. The time waited for accumulators is communication, not compute. */
+/* Step t's block: its gradients into the zeroed scratch loc (acc_add
+ * adds them to the block's accumulator once it has arrived). */
 static void visit_backward(ring_state *rs, const float *kb, const float *vb,
-                           ring_step *step, void *arg)
+                           ring_reqs *rq, void *arg)
 {
-    strat_call *c = rs->c;
+    const strat_call *c = rs->c;
     bwd_state *bs = arg;
-    const int t = bs->t++, P = c->P, src = (c->r - t + P) % P;
-    const ring_span held = ring_plan_held(&rs->plan, src, t, rs->last);
     const int64_t B = c->shape->B, m = rs->blk.m;
-    if (bs->st != RA_OK)
-        return;
-    bs->step = step;
-    bs->st = acc_post(rs, bs, t);
-    if (bs->st != RA_OK)
-        return;
     memset(bs->loc, 0,
            sizeof(float) * (size_t)(B * m * (rs->row_k + rs->row_v)));
-    ra_kernel_backward_block(&rs->blk, bs->q, kb, vb, bs->g->dout, bs->g->lse,
-                             bs->drow, bs->dq, bs->loc,
+    ra_kernel_backward_block(&rs->blk, bs->q, kb, vb, bs->g->dout,
+                             bs->g->lse, bs->drow, bs->dq, bs->loc,
                              bs->loc + B * m * rs->row_k, bs->ws,
-                             c->may_poll ? bwd_poll : NULL, bs);
-    const double t0 = MPI_Wtime();
-    char phase[48];
-    snprintf(phase, sizeof phase, "the accumulators of step %d", t);
-    bs->st = acc_wait(rs, bs, (c->r - 1 + P) % P, (c->r + 1) % P, phase);
-    const double waited = MPI_Wtime() - t0;
-    c->tm->compute -= waited; /* ring_pass counts the visit as compute */
-    c->tm->comm_wait += waited;
-    if (bs->st == RA_OK)
-        acc_add(rs, bs, t, src, held);
+                             c->may_poll ? ring_poll : NULL, rq);
 }
 
 /* After the last step: each finished accumulator goes to the rank its
- * block came from. Returns this rank's own accumulator. */
-static float *acc_home(ring_state *rs, bwd_state *bs)
+ * block came from; *own: this rank's own accumulator. */
+static ra_status acc_home(ring_state *rs, bwd_state *bs, const float **own)
 {
     strat_call *c = rs->c;
     const int P = c->P, last = rs->last;
+    *own = bs->acc[last == 0 ? 0 : (last + 1) & 1];
     if (last == 0)
-        return bs->acc[0];
+        return RA_OK;
     const int home = (c->r - last + P) % P, from = (c->r + last) % P;
     const ring_span in = acc_span(rs, c->r), out = acc_span(rs, home);
     const int64_t B = c->shape->B;
-    float *own = bs->acc[(last + 1) & 1];
-    if (MPI_Irecv(own, (int)(B * (in.b - in.a)), bs->row, from, TAG_HOME,
-                  c->comm, &bs->req[0]) != MPI_SUCCESS ||
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (MPI_Irecv(bs->acc[(last + 1) & 1], (int)(B * (in.b - in.a)), bs->row,
+                  from, TAG_HOME, c->comm, &req[0]) != MPI_SUCCESS ||
         MPI_Isend(bs->acc[last & 1], (int)(B * (out.b - out.a)), bs->row,
-                  home, TAG_HOME, c->comm, &bs->req[1]) != MPI_SUCCESS) {
-        bs->st = ra_error_set(RA_ERR_MPI, "ring backward: sending the "
-                                          "accumulators home failed");
-        return NULL;
-    }
+                  home, TAG_HOME, c->comm, &req[1]) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "ring backward: sending the "
+                                        "accumulators home failed");
     strat_count(c, home, B * (out.b - out.a) * (rs->row_k + rs->row_v) *
                              (int64_t)sizeof(float));
     const double t0 = MPI_Wtime();
-    bs->st = acc_wait(rs, bs, from, home, "the accumulators' way home");
+    const int peer[2] = {from, home};
+    const strat_watch w = {"the accumulators' way home", peer, 1};
+    const ra_status st = strat_wait(c, 2, req, &w);
     c->tm->comm_wait += MPI_Wtime() - t0;
-    return bs->st == RA_OK ? own : NULL;
+    return st;
 }
 
 /* dk (B, m, G, D) and dv (B, m, G, Dv) of the own keys from their
@@ -368,12 +331,11 @@ static ra_status bwd_run(ring_state *rs, bwd_state *bs)
     memset(bs->dq, 0, sizeof(float) * (size_t)(s->B * c->n * qrow));
     bs->q = rs->qp ? rs->qp : c->q;
     ring_pack_own(rs);
-    ra_status st = ring_pass(rs, visit_backward, bs);
+    const ring_pass_ops ops = {visit_backward, acc_post, acc_add, bs};
+    const float *own = NULL;
+    ra_status st = ring_pass(rs, &ops);
     if (st == RA_OK)
-        st = bs->st;
-    const float *own = st == RA_OK ? acc_home(rs, bs) : NULL;
-    if (st == RA_OK)
-        st = bs->st;
+        st = acc_home(rs, bs, &own);
     if (st == RA_OK) {
         acc_unpack(rs, own, bs->dkp ? bs->dkp : g->dk, g->dv);
         st = bwd_chain(rs, bs);
@@ -386,8 +348,7 @@ ra_status ring_backward(strat_call *c)
 {
     ring_state rs = {0};
     bwd_state bs = {.g = c->grads, .dq = c->grads->dq,
-                    .row = MPI_DATATYPE_NULL,
-                    .req = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}};
+                    .row = MPI_DATATYPE_NULL};
     ra_status st = ring_setup(&rs, c);
     if (st == RA_OK)
         st = bwd_alloc(&rs, &bs);

@@ -1,4 +1,5 @@
-/* ring_pass.c: the steps of one ring pass (see ring.h).
+/* ring_pass.c: the K/V blocks of one ring pass on the ring loop (see
+ * ring.h).
  *
  * Rank r holds its query slice for the whole call and, during step t, the
  * part of the K/V block that originated at rank (r - t) mod P that it or a
@@ -11,7 +12,6 @@
  * is watched: a neighbour that stops sending for stall_timeout seconds
  * fails the call instead of hanging it. */
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,17 +19,6 @@
 #include "ring.h"
 
 enum { TAG_KV = 7301, TAG_SEG = 7302 };
-
-void ring_poll(void *ctx)
-{
-    ring_step *st = ctx;
-    if (st->pending && !st->failed) {
-        int done = 0;
-        if (MPI_Testall(4, st->req, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            st->failed = 1;
-        st->pending = !done;
-    }
-}
 
 void ring_pack_own(ring_state *rs)
 {
@@ -98,39 +87,43 @@ cleanup:
     return rc;
 }
 
-/* Posts step t's transfers: the part `out` of the held block `held` (of
- * block src) to the right, the part `in` of the next block from the left. */
-static ra_status step_post(ring_state *rs, int t, ring_span held,
-                           ring_span out, ring_span in, ring_step *step)
+/* Posts step t's transfers: the part of the held block (of block src)
+ * that rank r + 1 still needs to the right, the part of the next block
+ * this rank needs from the left. */
+static ra_status step_post(ring_state *rs, int t, ring_reqs *rq)
 {
-    strat_call *c = rs->c;
+    const strat_call *c = rs->c;
+    const int P = c->P, src = (c->r - t + P) % P, next = (src - 1 + P) % P;
+    const ring_span held = ring_plan_held(&rs->plan, src, t, rs->last);
+    const ring_span out = ring_plan_held(&rs->plan, src, t + 1, rs->last);
+    const ring_span in = ring_plan_held(&rs->plan, next, t + 1, rs->last);
     const int64_t B = c->shape->B, cnt = held.b - held.a;
     const int64_t in_cnt = in.b - in.a, out_cnt = out.b - out.a;
-    const int left = (c->r - 1 + c->P) % c->P, right = (c->r + 1) % c->P;
+    const int left = (c->r - 1 + P) % P, right = (c->r + 1) % P;
     const ring_buf cur = rs->buf[t & 1], nxt = rs->buf[(t + 1) & 1];
-    MPI_Datatype *ty = step->types;
+    MPI_Datatype *ty = rq->types;
+    MPI_Request *recv = rq->req, *send = rq->req + RING_PAIRS;
     if (rows_type(B, cnt, out.a - held.a, out_cnt, rs->row_k, rs->row_v,
-                  MPI_FLOAT, &ty[1]) != 0 ||
+                  MPI_FLOAT, &ty[RING_PAIRS]) != 0 ||
         rows_type(B, in_cnt, 0, in_cnt, rs->row_k, rs->row_v, MPI_FLOAT,
                   &ty[0]) != 0 ||
         (c->segs &&
          (rows_type(B, cnt, out.a - held.a, out_cnt, 1, 0, MPI_INT64_T,
-                    &ty[3]) != 0 ||
-          rows_type(B, in_cnt, 0, in_cnt, 1, 0, MPI_INT64_T, &ty[2]) != 0)))
+                    &ty[RING_PAIRS + 1]) != 0 ||
+          rows_type(B, in_cnt, 0, in_cnt, 1, 0, MPI_INT64_T, &ty[1]) != 0)))
         return ra_error_set(RA_ERR_MPI, "ring: step %d: cannot describe the "
                                         "block to MPI", t);
-    if (MPI_Irecv(nxt.kv, 1, ty[0], left, TAG_KV, c->comm, &step->req[0]) !=
+    if (MPI_Irecv(nxt.kv, 1, ty[0], left, TAG_KV, c->comm, &recv[0]) !=
             MPI_SUCCESS ||
-        MPI_Isend(cur.kv, 1, ty[1], right, TAG_KV, c->comm, &step->req[2]) !=
-            MPI_SUCCESS ||
+        MPI_Isend(cur.kv, 1, ty[RING_PAIRS], right, TAG_KV, c->comm,
+                  &send[0]) != MPI_SUCCESS ||
         (c->segs &&
-         (MPI_Irecv(nxt.seg, 1, ty[2], left, TAG_SEG, c->comm,
-                    &step->req[1]) != MPI_SUCCESS ||
-          MPI_Isend(cur.seg, 1, ty[3], right, TAG_SEG, c->comm,
-                    &step->req[3]) != MPI_SUCCESS)))
+         (MPI_Irecv(nxt.seg, 1, ty[1], left, TAG_SEG, c->comm, &recv[1]) !=
+              MPI_SUCCESS ||
+          MPI_Isend(cur.seg, 1, ty[RING_PAIRS + 1], right, TAG_SEG, c->comm,
+                    &send[1]) != MPI_SUCCESS)))
         return ra_error_set(RA_ERR_MPI, "ring: step %d: posting the transfers "
                                         "failed", t);
-    step->pending = 1;
     strat_count(c, right, B * out_cnt *
                               ((rs->row_k + rs->row_v) *
                                    (int64_t)sizeof(float) +
@@ -138,90 +131,57 @@ static ra_status step_post(ring_state *rs, int t, ring_span held,
     return RA_OK;
 }
 
-/* Waits for step t's transfers under the stall watchdog (strat_wait),
- * which names the rank waited for. */
-static ra_status step_wait(ring_state *rs, int t, ring_step *step)
-{
-    strat_call *c = rs->c;
-    if (!step->pending)
-        return RA_OK;
-    if (step->failed)
-        return ra_error_set(RA_ERR_MPI, "ring: step %d: testing the "
-                                        "transfers failed", t);
-    const int left = (c->r - 1 + c->P) % c->P, right = (c->r + 1) % c->P;
-    const int peer[4] = {left, left, right, right};
-    char phase[32];
-    snprintf(phase, sizeof phase, "step %d", t);
-    const strat_watch w = {phase, peer, 2};
-    return strat_wait(c, 4, step->req, &w);
-}
+/* A pass's ring and what it does at each step. */
+typedef struct {
+    ring_state *rs;
+    const ring_pass_ops *ops;
+} pass_ctx;
 
-/* Frees the datatypes of a step whose transfers are over. */
-static ra_status step_free(int t, ring_step *step)
+static ra_status pass_post(void *ctx, int t, ring_reqs *rq)
 {
-    ra_status st = RA_OK;
-    for (int i = 0; i < 4; i++)
-        if (step->types[i] != MPI_DATATYPE_NULL &&
-            MPI_Type_free(&step->types[i]) != MPI_SUCCESS)
-            st = ra_error_set(RA_ERR_MPI, "ring: step %d: freeing a datatype "
-                                          "failed", t);
+    const pass_ctx *pc = ctx;
+    ra_status st = t < pc->rs->last ? step_post(pc->rs, t, rq) : RA_OK;
+    if (st == RA_OK && pc->ops->post)
+        st = pc->ops->post(pc->rs, t, rq, pc->ops->arg);
     return st;
 }
 
-/* Points the kernel at block src held at step t: its count and the global
- * positions and ids of its keys. */
-static void step_block(ring_state *rs, int src, ring_span held, ring_buf cur)
+/* Points the kernel at the block held at step t (its count, the global
+ * positions and ids of its keys) and visits it. */
+static void pass_visit(void *ctx, int t, ring_reqs *rq)
 {
-    strat_call *c = rs->c;
+    const pass_ctx *pc = ctx;
+    ring_state *rs = pc->rs;
+    const strat_call *c = rs->c;
+    const int src = (c->r - t + c->P) % c->P;
+    const ring_span held = ring_plan_held(&rs->plan, src, t, rs->last);
     const ra_slice keys = ra_layout_slice(c->lay, c->shape->M, src, c->P);
+    const ring_buf cur = rs->buf[t & 1];
     rs->blk.m = held.b - held.a;
     for (int64_t j = 0; j < rs->blk.m; j++)
         rs->kpos[j] = ra_slice_pos(&keys, held.a + j);
     rs->blk.mask.k_seg = c->segs ? cur.seg : NULL;
+    pc->ops->visit(rs, cur.kv, cur.kv + c->shape->B * rs->blk.m * rs->row_k,
+                   rq, pc->ops->arg);
 }
 
-/* One step: post, visit, wait, free. */
-static ra_status ring_step_run(ring_state *rs, int t, ring_visit visit,
-                               void *arg)
+static ra_status pass_settle(void *ctx, int t, ring_reqs *rq)
 {
-    strat_call *c = rs->c;
-    const int P = c->P, src = (c->r - t + P) % P;
-    const int next = (c->r - t - 1 + P) % P;
-    const ring_span held = ring_plan_held(&rs->plan, src, t, rs->last);
-    const ring_buf cur = rs->buf[t & 1];
-    ring_step step = {{MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
-                       MPI_REQUEST_NULL},
-                      {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL, MPI_DATATYPE_NULL,
-                       MPI_DATATYPE_NULL}, 0, 0};
-    ra_status st = RA_OK;
-    if (t < rs->last)
-        st = step_post(rs, t, held,
-                       ring_plan_held(&rs->plan, src, t + 1, rs->last),
-                       ring_plan_held(&rs->plan, next, t + 1, rs->last), &step);
-    if (st == RA_OK) {
-        step_block(rs, src, held, cur);
-        const double t0 = MPI_Wtime();
-        visit(rs, cur.kv, cur.kv + c->shape->B * rs->blk.m * rs->row_k,
-              &step, arg);
-        const double t1 = MPI_Wtime();
-        st = step_wait(rs, t, &step);
-        c->tm->compute += t1 - t0;
-        c->tm->comm_wait += MPI_Wtime() - t1;
-    }
-    if (c->stalled)
-        return st; /* the datatypes stay with the transfers in flight */
-    const ra_status fst = step_free(t, &step);
-    return st != RA_OK ? st : fst;
+    const pass_ctx *pc = ctx;
+    (void)rq;
+    return pc->ops->settle(pc->rs, t, pc->ops->arg);
 }
 
-ra_status ring_pass(ring_state *rs, ring_visit visit, void *arg)
+ra_status ring_pass(ring_state *rs, const ring_pass_ops *ops)
 {
     strat_call *c = rs->c;
-    ra_status st = RA_OK;
-    for (int t = 0; t <= rs->last && st == RA_OK; t++) {
-        st = ring_step_run(rs, t, visit, arg);
-        if (st == RA_OK)
-            strat_step(c, ++rs->steps_done, rs->steps_total);
-    }
+    pass_ctx pc = {rs, ops};
+    ring_loop lp = {.steps = rs->last + 1, .left = (c->r - 1 + c->P) % c->P,
+                    .right = (c->r + 1) % c->P, .post = pass_post,
+                    .visit = pass_visit,
+                    .settle = ops->settle ? pass_settle : NULL, .ctx = &pc,
+                    .done = rs->steps_done, .total = rs->steps_total};
+    const ra_status st = ring_loop_run(c, &lp);
+    rs->steps_done = lp.done;
     return st;
 }

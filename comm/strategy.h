@@ -99,6 +99,42 @@ typedef struct {
 ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
                      const strat_watch *w);
 
+/* ---- the ring loop (ring_loop.c), the steps of every ring ---- */
+
+/* The requests of one step: receives from the left neighbour in
+ * req[0, RING_PAIRS), sends to the right one in req[RING_PAIRS, 2
+ * RING_PAIRS) (MPI_REQUEST_NULL: unused), their datatypes when the poster
+ * made some (freed after the step); the kernel's progress callback
+ * (ring_poll) sets failed when a test returns an error. */
+enum { RING_PAIRS = 3 };
+typedef struct {
+    MPI_Request req[2 * RING_PAIRS];
+    MPI_Datatype types[2 * RING_PAIRS];
+    int failed;
+} ring_reqs;
+
+/* A ring of steps 0 .. steps - 1 between neighbours left and right (ranks
+ * of the call's communicator). At step t: post(ctx, t, rq) posts the
+ * step's transfers and counts their bytes (strat_count); visit computes,
+ * passing ring_poll and rq to the kernel; the loop waits (watched,
+ * "step t"); settle (NULL: none) does what needs the step's data and may
+ * post more transfers, which the loop also waits for; then the step is
+ * reported as done + 1 of total (strat_step). compute and comm_wait are
+ * tallied into the call's timing. */
+typedef struct {
+    int steps, left, right;
+    ra_status (*post)(void *ctx, int t, ring_reqs *rq);
+    void (*visit)(void *ctx, int t, ring_reqs *rq);
+    ra_status (*settle)(void *ctx, int t, ring_reqs *rq);
+    void *ctx;
+    int done, total; /* steps reported so far, of total */
+} ring_loop;
+
+ra_status ring_loop_run(strat_call *c, ring_loop *lp);
+
+/* The kernel's progress callback: tests the ring_reqs at ctx. */
+void ring_poll(void *ctx);
+
 /* A strategy's arrays for one call: fill(state, c, cv) carves each of
  * them (ra_carve; run twice, once to size and once to carve, so it
  * depends on nothing but sizes already in state); the block they share
