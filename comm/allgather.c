@@ -32,7 +32,7 @@ typedef struct {
     int64_t *cnt, *off;   /* P each: keys per block, first row */
     float *kv;            /* K rows of all blocks, then V rows */
     int64_t *seg;         /* (B M) ids, or NULL */
-    int64_t *qpos, *kpos; /* n, and the largest block */
+    int64_t *kpos;        /* the largest block */
     MPI_Request *req;     /* REQS_PER_BLOCK per block received, then
                              REQS_PER_BLOCK per rank sent to */
     int nreq;
@@ -102,7 +102,6 @@ static void gather_carve(void *state, const strat_call *c, ra_carver *cv)
     g->kv = ra_carve(cv, s->B * s->M * s->G * (s->D + s->Dv), sizeof(float));
     if (c->segs)
         g->seg = ra_carve(cv, s->B * s->M, sizeof(int64_t));
-    g->qpos = ra_carve(cv, c->n, sizeof(int64_t));
     g->kpos = ra_carve(cv, g->mmax, sizeof(int64_t));
 }
 
@@ -250,8 +249,7 @@ static ra_status gather_run(gather_state *g, strat_call *c)
     const int64_t rk = s->G * s->D, rv = s->G * s->Dv;
     const float *vbase = g->kv + s->B * s->M * rk;
     ra_block blk;
-    strat_slice_pos(c, s->N, c->r, g->qpos);
-    strat_block_init(c, c->n, g->qpos, c->segs ? c->masks->q_segments : NULL,
+    strat_block_init(c, c->n, c->qpos, c->segs ? c->masks->q_segments : NULL,
                      &blk);
     ra_state_reset(s->B, c->n, s->H, s->Dv, c->o, c->lse);
     if (gather_advance(g) != 0) /* the first send */
@@ -287,14 +285,12 @@ static ra_status gather_run(gather_state *g, strat_call *c)
 ra_status allgather_forward(strat_call *c)
 {
     gather_state g = {.krow = MPI_DATATYPE_NULL, .vrow = MPI_DATATYPE_NULL,
-                      .may_poll = strat_may_poll(c), .next_send = 1,
+                      .may_poll = c->may_poll, .next_send = 1,
                       .call = c};
     ra_status st = ra_agree(c->comm, allgather_fits(c->comm, c->shape,
                                                     c->params, c->segs));
     if (st == RA_OK)
         st = ra_agree(c->comm, gather_alloc(&g, c));
-    if (st == RA_OK)
-        st = strat_check_range(c);
     if (st == RA_OK)
         st = gather_post(&g, c);
     if (st == RA_OK)

@@ -13,7 +13,6 @@
  * o and lse. Only the ring crosses groups: about 1/u of the ring's bytes
  * leave a node. */
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +24,7 @@ enum { TAG_RING = 7321 };
 
 typedef struct {
     int u, ng, grp, gi;     /* group size, groups, my group, my index */
+    int left, right;        /* my index in the groups before and after */
     head_group hg;          /* my heads (the same in every group) */
     int64_t Ng, Mmax;       /* my group's queries, the largest key block */
     int64_t *qoff, *koff;   /* u + 1: each member's first entry in qidx,
@@ -39,9 +39,8 @@ typedef struct {
     int64_t *qsegg, *ksegb; /* my group's query ids (B, Ng), the block's
                                key ids (B, Mmax) */
     void *mem;              /* the block the arrays above are carved from */
-    MPI_Request req[2];
-    int may_poll;           /* MPI allows polling from the kernel */
     ra_workspace *ws;
+    strat_call *c;
 } hyb_state;
 
 static int cmp_i64(const void *a, const void *b)
@@ -210,18 +209,14 @@ static ra_status hyb_scatter(hyb_state *h, strat_call *c)
     return heads_scatter(c, &h->x, &qo, &ko, h->q, h->kv[0]);
 }
 
-static void hyb_poll(void *ctx)
+/* Folds the K/V block held at step t (of group og = grp - t, in
+ * kv[t & 1]) into the group's queries, one kernel call per kv head. */
+static void hyb_visit(void *ctx, int t, ring_reqs *rq)
 {
     hyb_state *h = ctx;
-    int done = 0;
-    MPI_Testall(2, h->req, &done, MPI_STATUSES_IGNORE);
-}
-
-/* Folds the K/V block of group og (in kv[which]) into the group's
- * queries, one kernel call per kv head. */
-static void hyb_visit(hyb_state *h, const strat_call *c, int og, int which)
-{
+    const strat_call *c = h->c;
     const ra_shape *s = c->shape;
+    const int og = (h->grp - t + h->ng) % h->ng, which = t & 1;
     const int64_t B = s->B, Ng = h->Ng, gr = h->hg.g1 - h->hg.g0;
     const int64_t Mg = h->kgoff[og + 1] - h->kgoff[og];
     const int64_t per = s->H / s->G, *kpos = h->gk + h->kgoff[og];
@@ -246,50 +241,41 @@ static void hyb_visit(hyb_state *h, const strat_call *c, int og, int which)
                                 vb + B * Mg * s->Dv * gl,
                                 h->o + B * Ng * s->Dv * st,
                                 h->lse + B * Ng * st, h->ws,
-                                h->may_poll ? hyb_poll : NULL, h);
+                                c->may_poll ? ring_poll : NULL, rq);
     }
 }
 
-/* Between groups: P/u steps; at step t this rank holds the block of group
- * (grp - t) mod ng and has the next one in flight. */
-static ra_status hyb_ring(hyb_state *h, strat_call *c)
+/* Between groups, step t: the receive of the next block (of group
+ * grp - t - 1) from the group before, the send of the held one to the
+ * group after; none at the last step. */
+static ra_status hyb_post(void *ctx, int t, ring_reqs *rq)
 {
+    const hyb_state *h = ctx;
+    const strat_call *c = h->c;
     const ra_shape *s = c->shape;
     const int64_t gr = h->hg.g1 - h->hg.g0, row = gr * (s->D + s->Dv);
-    const int ng = h->ng;
-    /* the same index in the groups after and before mine */
-    const int peer[2] = {(h->grp + ng - 1) % ng * h->u + h->gi,
-                         (h->grp + 1) % ng * h->u + h->gi};
-    for (int t = 0; t < ng; t++) {
-        const int og = (h->grp - t + ng) % ng, on = (og + ng - 1) % ng;
-        const int64_t mg = h->kgoff[og + 1] - h->kgoff[og];
-        const int64_t mn = h->kgoff[on + 1] - h->kgoff[on];
-        h->req[0] = h->req[1] = MPI_REQUEST_NULL;
-        if (t < ng - 1 &&
-            (MPI_Irecv(h->kv[(t + 1) & 1], (int)(s->B * mn * row), MPI_FLOAT,
-                       peer[0], TAG_RING, c->comm, &h->req[0]) !=
-                 MPI_SUCCESS ||
-             MPI_Isend(h->kv[t & 1], (int)(s->B * mg * row), MPI_FLOAT,
-                       peer[1], TAG_RING, c->comm, &h->req[1]) !=
-                 MPI_SUCCESS))
-            return ra_error_set(RA_ERR_MPI, "hybrid: posting step %d "
-                                            "failed", t);
-        if (t < ng - 1)
-            strat_count(c, peer[1], (int64_t)sizeof(float) * s->B * mg * row);
-        const double t0 = MPI_Wtime();
-        hyb_visit(h, c, og, t & 1);
-        const double t1 = MPI_Wtime();
-        char phase[32];
-        snprintf(phase, sizeof phase, "step %d", t);
-        const strat_watch w = {phase, peer, 1};
-        const ra_status st = strat_wait(c, 2, h->req, &w);
-        if (st != RA_OK)
-            return st;
-        c->tm->compute += t1 - t0;
-        c->tm->comm_wait += MPI_Wtime() - t1;
-        strat_step(c, t + 1, ng);
-    }
+    const int ng = h->ng, og = (h->grp - t + ng) % ng, on = (og + ng - 1) % ng;
+    const int64_t mg = h->kgoff[og + 1] - h->kgoff[og];
+    const int64_t mn = h->kgoff[on + 1] - h->kgoff[on];
+    if (t == ng - 1)
+        return RA_OK;
+    if (MPI_Irecv(h->kv[(t + 1) & 1], (int)(s->B * mn * row), MPI_FLOAT,
+                  h->left, TAG_RING, c->comm, &rq->req[0]) != MPI_SUCCESS ||
+        MPI_Isend(h->kv[t & 1], (int)(s->B * mg * row), MPI_FLOAT, h->right,
+                  TAG_RING, c->comm, &rq->req[RING_PAIRS]) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "hybrid: posting step %d failed", t);
+    strat_count(c, h->right, (int64_t)sizeof(float) * s->B * mg * row);
     return RA_OK;
+}
+
+/* Between groups: P/u steps on the ring loop; at step t this rank holds
+ * the block of group (grp - t) mod ng and has the next one in flight. */
+static ra_status hyb_ring(hyb_state *h, strat_call *c)
+{
+    ring_loop lp = {.steps = h->ng, .left = h->left, .right = h->right,
+                    .post = hyb_post, .visit = hyb_visit, .ctx = h,
+                    .total = h->ng};
+    return ring_loop_run(c, &lp);
 }
 
 /* The groups and this rank's place; collective. */
@@ -302,18 +288,19 @@ static ra_status hyb_groups(hyb_state *h, strat_call *c)
     h->grp = c->r / h->u;
     h->gi = c->r % h->u;
     h->hg = heads_of(c->shape, h->gi, h->u);
+    /* the ring joins the ranks with the same index in every group */
+    h->left = (h->grp + h->ng - 1) % h->ng * h->u + h->gi;
+    h->right = (h->grp + 1) % h->ng * h->u + h->gi;
     return RA_OK;
 }
 
 ra_status hybrid_forward(strat_call *c)
 {
     const ra_shape *s = c->shape;
-    hyb_state h = {.may_poll = strat_may_poll(c)};
+    hyb_state h = {.c = c};
     ra_status st = ra_agree(c->comm, hyb_groups(&h, c));
     if (st == RA_OK)
         st = ra_agree(c->comm, hyb_alloc(&h, c));
-    if (st == RA_OK)
-        st = strat_check_range(c);
     if (st == RA_OK && c->segs) {
         int64_t *all = (int64_t *)h.x.recv; /* sized for them */
         st = strat_ids_natural(c, s->N, c->masks->q_segments, all, h.qseg);

@@ -1,9 +1,13 @@
-/* strategy.h: the strategies beside the ring (internal to comm/).
+/* strategy.h: one call of any strategy and the table of strategies
+ * (internal to comm/).
  *
- * ra_forward_ex() hands every call whose params->strategy is not ring to
- * strategy_forward(), which checks and agrees as the ring does and then runs
- * one of the files below. Each takes the same layout slices as the ring and
- * writes the same (o, lse) of this rank's query slice:
+ * ra_forward_ex, ra_forward_map and ra_backward_ex open a call once
+ * (call.c: checks, agreement, layout, tiles, threads, positions, position
+ * encodings, range check), run one row of the strategy table and close it.
+ * Each row's file takes the same layout slices and writes the same (o, lse)
+ * of this rank's query slice:
+ *   ring.c       K/V blocks travel the ring (ring_pass.c; ring_bwd.c: the
+ *                backward)
  *   allgather.c  all K/V gathered in chunks, each chunk computed on arrival
  *   tree.c       all queries on every rank, partials merged by a reduction
  *   ringq.c      query blocks and their (o, lse) travel, K/V stay
@@ -17,28 +21,61 @@
 #include "internal.h"
 #include "kernel.h"
 
-/* One call as the caller passed it, with this rank's sizes. */
+/* The backward's own arguments (ra_backward_ex): the forward's o and lse,
+ * the output gradient, the gradients to write; dw only with the additive
+ * score, else NULL. */
+typedef struct {
+    const float *o, *lse, *dout;
+    float *dq, *dk, *dv;
+    const ra_additive_grads *dw;
+} strat_grads;
+
+/* One call, opened once (call.c) and read by every row. */
 typedef struct {
     MPI_Comm comm;      /* a duplicate of the caller's, owned by the call */
     int P, r;
+    const char *name;   /* the row's strategy, opening every message */
     const ra_shape *shape;
     const ra_params *params;
     const ra_masks *masks;
     const float *q, *k, *v; /* this rank's slices (ringattn.h); with RoPE
-                           q and k are rotated copies (strat_posenc) */
-    float *o, *lse;
+                           rotated copies at qpos and kpos */
+    float *o, *lse;     /* the forward's outputs (NULL in the backward) */
+    ra_attn_map *map;   /* ra_forward_map's map, or NULL */
+    const strat_grads *grads; /* the backward's, or NULL: a forward */
     ra_layout lay;      /* resolved */
     int segs;           /* segment ids are given */
+    int threads;        /* resolved (ra_params_threads) */
+    int may_poll;       /* the kernel may test requests between tiles */
     int64_t n, m_own;   /* this rank's query and key counts */
+    int64_t *qpos, *kpos; /* global positions of the n local queries and of
+                           the m_own own keys, increasing */
+    const double *slopes; /* ALiBi: the H slopes of the call, or NULL */
+    int64_t *qalign;    /* per-sequence alignment: the local queries'
+                           aligned positions (B, n) (align.h), or NULL:
+                           qpos + (M - N) */
     int *node_of;       /* P: the node of each rank of comm (nodes.h) */
     int stalled;        /* a watched wait gave up: transfers are still in
                            flight, so their buffers must stay (the job
                            must end) */
     ra_timing *tm;
     int stepped;        /* strat_step was called */
-    const double *slopes; /* ALiBi: the H slopes of the call, or NULL */
-    void *posenc_mem;   /* strat_posenc's block: rotated q, k and slopes */
+    void *mem;          /* the call's block: positions, rotated q, k,
+                           slopes */
 } strat_call;
+
+/* A strategy, one row of the table in call.c: whether it takes the
+ * additive score, what it refuses before any work beyond the shared
+ * checks (NULL: nothing more; collective over comm), its forward and its
+ * backward (NULL: none). */
+typedef struct {
+    ra_strategy id;
+    int additive;
+    ra_status (*fits)(MPI_Comm comm, const ra_shape *s, const ra_params *p,
+                      int segs);
+    ra_status (*forward)(strat_call *c);
+    ra_status (*backward)(strat_call *c);
+} strat_row;
 
 /* Reports step done of total to the caller's progress callback. */
 void strat_step(strat_call *c, int done, int total);
@@ -65,6 +102,42 @@ typedef struct {
 ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
                      const strat_watch *w);
 
+/* ---- the ring loop (ring_loop.c), the steps of every ring ---- */
+
+/* The requests of one step: receives from the left neighbour in
+ * req[0, RING_PAIRS), sends to the right one in req[RING_PAIRS, 2
+ * RING_PAIRS) (MPI_REQUEST_NULL: unused), their datatypes when the poster
+ * made some (freed after the step); the kernel's progress callback
+ * (ring_poll) sets failed when a test returns an error. */
+enum { RING_PAIRS = 3 };
+typedef struct {
+    MPI_Request req[2 * RING_PAIRS];
+    MPI_Datatype types[2 * RING_PAIRS];
+    int failed;
+} ring_reqs;
+
+/* A ring of steps 0 .. steps - 1 between neighbours left and right (ranks
+ * of the call's communicator). At step t: post(ctx, t, rq) posts the
+ * step's transfers and counts their bytes (strat_count); visit computes,
+ * passing ring_poll and rq to the kernel; the loop waits (watched,
+ * "step t"); settle (NULL: none) does what needs the step's data and may
+ * post more transfers, which the loop also waits for; then the step is
+ * reported as done + 1 of total (strat_step). compute and comm_wait are
+ * tallied into the call's timing. */
+typedef struct {
+    int steps, left, right;
+    ra_status (*post)(void *ctx, int t, ring_reqs *rq);
+    void (*visit)(void *ctx, int t, ring_reqs *rq);
+    ra_status (*settle)(void *ctx, int t, ring_reqs *rq);
+    void *ctx;
+    int done, total; /* steps reported so far, of total */
+} ring_loop;
+
+ra_status ring_loop_run(strat_call *c, ring_loop *lp);
+
+/* The kernel's progress callback: tests the ring_reqs at ctx. */
+void ring_poll(void *ctx);
+
 /* A strategy's arrays for one call: fill(state, c, cv) carves each of
  * them (ra_carve; run twice, once to size and once to carve, so it
  * depends on nothing but sizes already in state); the block they share
@@ -90,9 +163,10 @@ void strat_count(const strat_call *c, int dst, int64_t bytes);
  * of an all-gather or a broadcast). */
 void strat_count_all(const strat_call *c, int64_t bytes);
 
-/* Whether the kernel may test requests between tiles: MPI allows it from
- * the calling thread while the others run (as in ring.c). */
-int strat_may_poll(const strat_call *c);
+/* RoPE of this rank's queries x (B, n, H, D) at their aligned positions
+ * (c->qalign, or qpos + M - N): sign 1 rotates, -1 applies the transpose
+ * (how a gradient goes back). */
+void call_rope_queries(const strat_call *c, float *x, double sign);
 
 /* The kernel's per-thread tiles for params' tiles and threads, ticking
  * params->on_tick between tiles, or NULL. */
@@ -130,25 +204,6 @@ typedef struct {
 ra_status strat_alltoall(strat_call *c, const strat_a2a *x, const float *send,
                          float *recv);
 
-/* The ring's argument checks (comm/ring.c): shape, score, window, tiles,
- * threads, timeout, masks; RA_OK or the first problem. */
-ra_status ring_check_params(const ra_shape *s, const ra_params *p,
-                            const ra_masks *mk);
-
-/* A call of any strategy but ring: check, agree, run, with timings. */
-ra_status strategy_forward(MPI_Comm comm, const ra_shape *shape,
-                           const ra_params *params, const ra_masks *masks,
-                           const float *q, const float *k, const float *v,
-                           float *o, float *lse, ra_timing *timing);
-
-/* Position encodings resolved once per call, before any strategy runs:
- * RoPE rotates this rank's q (at i + M - N) and k (at j) into copies that
- * replace c->q and c->k, so every strategy moves and folds rotated rows;
- * ALiBi's slopes (the caller's or the standard ones) in c->slopes, which
- * strat_block_init hands the kernel. Frees nothing: strategy_forward
- * frees c->posenc_mem. */
-ra_status strat_posenc(strat_call *c);
-
 /* The kernel's view of n queries at global positions qpos (increasing)
  * against key blocks whose positions the caller sets in blk->mask.kpos
  * and whose size in blk->m; q_seg: the queries' segment ids (B, n) or
@@ -163,10 +218,8 @@ void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
 int64_t strat_slice_pos(const strat_call *c, int64_t len, int j,
                         int64_t *pos);
 
-/* Refuses, on every rank alike, inputs that would leave float32 (as the
- * ring does) for kernel calls on one rank's K/V slice; collective. */
-ra_status strat_check_range(strat_call *c);
-
+ra_status ring_forward(strat_call *c);
+ra_status ring_backward(strat_call *c);
 ra_status allgather_forward(strat_call *c);
 
 /* ---- head groups (ulysses.c), shared with hybrid.c ---- */

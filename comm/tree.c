@@ -33,7 +33,7 @@ typedef struct {
     float *pair;          /* (B N H) merge elements of Dv + 1 floats */
     float *mine;          /* (B n H) merged elements of the own slice */
     int64_t *qseg;        /* (B N) ids, or NULL */
-    int64_t *qpos, *kpos; /* the largest query slice, the own keys */
+    int64_t *qpos;        /* the largest query slice */
     int64_t nmax;         /* the largest query slice */
     void *mem;            /* the block the arrays above are carved from */
     ra_workspace *ws;
@@ -86,7 +86,6 @@ static void tree_carve(void *state, const strat_call *c, ra_carver *cv)
     if (c->segs)
         t->qseg = ra_carve(cv, s->B * s->N, sizeof(int64_t));
     t->qpos = ra_carve(cv, t->nmax, sizeof(int64_t));
-    t->kpos = ra_carve(cv, c->m_own, sizeof(int64_t));
 }
 
 static ra_status tree_alloc(tree_state *t, const strat_call *c)
@@ -149,7 +148,6 @@ static void tree_attend(tree_state *t, const strat_call *c)
     const ra_shape *s = c->shape;
     const int64_t H = s->H, Dv = s->Dv, w = Dv + 1;
     ra_block blk;
-    strat_slice_pos(c, s->M, c->r, t->kpos);
     for (int j = 0; j < c->P; j++) {
         const int64_t nj = t->cnt[j], at = t->off[j];
         float *o = t->o + at * H * Dv, *lse = t->lse + at * H;
@@ -157,7 +155,7 @@ static void tree_attend(tree_state *t, const strat_call *c)
         strat_block_init(c, nj, t->qpos, c->segs ? t->qseg + at : NULL,
                          &blk);
         blk.m = c->m_own;
-        blk.mask.kpos = t->kpos;
+        blk.mask.kpos = c->kpos;
         blk.mask.k_seg = c->segs ? c->masks->kv_segments : NULL;
         ra_state_reset(s->B, nj, H, Dv, o, lse);
         if (nj > 0 && c->m_own > 0)
@@ -222,8 +220,6 @@ ra_status tree_forward(strat_call *c)
 {
     tree_state t = {0};
     ra_status st = ra_agree(c->comm, tree_alloc(&t, c));
-    if (st == RA_OK)
-        st = strat_check_range(c);
     if (st == RA_OK) {
         const double t0 = MPI_Wtime();
         st = tree_gather(&t, c);

@@ -55,16 +55,24 @@ static head_run run_of(const ra_shape *s, const head_group *hg, int64_t hl,
     return (head_run){a - hg->h0, z - a};
 }
 
+/* The heads of a received block: nh of them, d floats each, kv heads
+ * (runs of one) or query heads. */
+typedef struct {
+    int64_t nh, d;
+    int kv;
+} head_rows;
+
 /* A received block (B, n_src, nh, d) of rank src's tokens (layout slice
  * of c's communicator) into the runs of dst (B, len, run width, d). */
 static void to_natural(const strat_call *c, const head_group *hg, int src,
-                const head_dest *dst_of, int64_t nh, int64_t d, int kv,
-                const float *blk, float *dst)
+                       const head_dest *dst_of, head_rows rows,
+                       const float *blk, float *dst)
 {
     const ra_slice sl = ra_layout_slice(c->lay, dst_of->axis, src, c->P);
     const int64_t B = c->shape->B, len = dst_of->len;
+    const int64_t nh = rows.nh, d = rows.d;
     for (int64_t hl = 0; hl < nh; hl++) {
-        const head_run hr = run_of(c->shape, hg, hl, kv);
+        const head_run hr = run_of(c->shape, hg, hl, rows.kv);
         float *run = dst + B * len * d * hr.start;
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i < sl.count; i++) {
@@ -188,11 +196,11 @@ ra_status heads_scatter(strat_call *c, head_xchg *x, const head_order *qo,
         const head_dest kd = {s->M, ko->len, ko->idx ? ko->idx + ko->off[p]
                                                      : NULL};
         const float *at = x->recv + x->dsp_r[p];
-        to_natural(c, &me, src, &qd, hr, s->D, 0, at, q);
+        to_natural(c, &me, src, &qd, (head_rows){hr, s->D, 0}, at, q);
         at += s->B * np * hr * s->D;
-        to_natural(c, &me, src, &kd, gr, s->D, 1, at, kv);
+        to_natural(c, &me, src, &kd, (head_rows){gr, s->D, 1}, at, kv);
         at += s->B * mp * gr * s->D;
-        to_natural(c, &me, src, &kd, gr, s->Dv, 1, at, v);
+        to_natural(c, &me, src, &kd, (head_rows){gr, s->Dv, 1}, at, v);
     }
     return st;
 }
@@ -341,8 +349,6 @@ ra_status ulysses_forward(strat_call *c)
 {
     uly_state u = {0};
     ra_status st = ra_agree(c->comm, uly_alloc(&u, c));
-    if (st == RA_OK)
-        st = strat_check_range(c);
     const double t0 = MPI_Wtime();
     if (st == RA_OK && c->segs) {
         int64_t *all = (int64_t *)u.x.recv; /* sized for them */

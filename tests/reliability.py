@@ -1765,11 +1765,13 @@ def fault_verify_nan(work):
 # What the watchdog of each strategy says when the other rank stops: the
 # point-to-point ones name the rank they wait for, the collectives (which do
 # not say who is late) the phase and the ranks taking part; a rank stopped
-# after its last transfer is found at the end of the call (ring: of the
-# ring) and named.
-STALL_END = r"|the end of the call: no transfer (from|to) rank \d"
+# after its last transfer is found at the end of the call and named; one
+# stopped while the call opens, at the range check every call makes.
+STALL_END = (r"|the end of the call: no transfer (from|to) rank \d"
+             r"|the check of the inputs' range: the collective over 2 ranks")
 STALL_MESSAGES = {
-    "ring": r"rank \d stalled at (step \d+|the end of the ring).*rank \d",
+    "ring": r"ring: rank \d stalled at (step \d+: no transfer (from|to) "
+            r"rank \d" + STALL_END + ")",
     "ring-q": r"ring-q: rank \d stalled at (step \d+: no transfer (from|to) "
               r"rank \d" + STALL_END + ")",
     "allgather": r"allgather: rank \d stalled at (rank \d's block: no "

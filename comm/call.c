@@ -1,0 +1,512 @@
+/* call.c: the life of one call, whatever its strategy: open once
+ * (checks, agreement, the layout, threads, the global positions of this
+ * rank's queries and keys, the position encodings, the inputs' range),
+ * one row of the strategy table (its forward, or its backward), close
+ * once (the end token, the frees, the timing). ra_forward_ex,
+ * ra_forward_map and ra_backward_ex all come through here.
+ *
+ * Discipline: validate locally, agree over the ranks (ra_agree), then start
+ * the collectives, so that a refusal on one rank never leaves the others
+ * waiting in one. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agree.h"
+#include "align.h"
+#include "internal.h"
+#include "nodes.h"
+#include "range.h"
+#include "strategy.h"
+
+enum { TAG_END = 7332 };
+
+static ra_status check_score(const ra_shape *s, const ra_params *p)
+{
+    if (p->score == RA_SCORE_GAUSSIAN && !(p->sigma > 0 && isfinite(p->sigma)))
+        return ra_error_set(RA_ERR_ARG, "score gaussian: sigma must be a "
+                                        "finite number > 0");
+    if (p->score == RA_SCORE_ADDITIVE &&
+        (!p->additive || p->additive->A < 1 || !p->additive->w_q ||
+         !p->additive->w_k || !p->additive->w_v))
+        return ra_error_set(RA_ERR_ARG, "score additive: weights w_q (A, D), "
+                                        "w_k (A, Dk), w_v (A) are required");
+    if (!ra_shape_dk_allowed(s, p->score))
+        return ra_error_set(RA_ERR_ARG, "shape: keys of dim Dk=%lld differ "
+                            "from queries of dim D=%lld, which only the "
+                            "additive score allows", (long long)ra_shape_dk(s),
+                            (long long)s->D);
+    if (p->score != RA_SCORE_ADDITIVE && !isnan(p->scale) &&
+        !isfinite(p->scale))
+        return ra_error_set(RA_ERR_ARG, "scale: %g is not a finite number",
+                            p->scale);
+    return RA_OK;
+}
+
+/* RoPE and ALiBi: the pairing and base, the slopes the caller gave. */
+static ra_status check_posenc(const ra_shape *s, const ra_params *p)
+{
+    if ((unsigned)p->rope > RA_ROPE_HALF)
+        return ra_error_set(RA_ERR_ARG, "rope: unknown pairing %d",
+                            (int)p->rope);
+    if (p->rope != RA_ROPE_NONE && p->score == RA_SCORE_ADDITIVE)
+        return ra_error_set(RA_ERR_ARG, "rope: the additive score projects q "
+                            "and k itself; rotary embeddings apply to the dot "
+                            "and gaussian scores");
+    if (p->rope != RA_ROPE_NONE && s->D % 2 != 0)
+        return ra_error_set(RA_ERR_ARG, "rope: the head dim D=%lld must be "
+                            "even (dims are rotated in pairs)",
+                            (long long)s->D);
+    if (p->rope != RA_ROPE_NONE && !(p->rope_base > 0 &&
+                                     isfinite(p->rope_base)))
+        return ra_error_set(RA_ERR_ARG, "rope: the base must be a finite "
+                            "number > 0");
+    for (int64_t h = 0; p->alibi && p->alibi_slopes && h < s->H; h++)
+        if (!isfinite(p->alibi_slopes[h]))
+            return ra_error_set(RA_ERR_ARG, "alibi: slope %lld is not a "
+                                "finite number", (long long)h);
+    return RA_OK;
+}
+
+static ra_status check_masks(const ra_shape *s, const ra_masks *mk)
+{
+    if (mk && (!mk->q_segments) != (!mk->kv_segments))
+        return ra_error_set(RA_ERR_ARG, "masks: q_segments and kv_segments "
+                                        "go together");
+    for (int64_t b = 0; mk && b < s->B; b++) {
+        if (mk->q_lens && (mk->q_lens[b] < 0 || mk->q_lens[b] > s->N))
+            return ra_error_set(RA_ERR_ARG, "masks: q_lens[%lld] = %lld is "
+                                "outside [0, N=%lld]", (long long)b,
+                                (long long)mk->q_lens[b], (long long)s->N);
+        if (mk->kv_lens && (mk->kv_lens[b] < 0 || mk->kv_lens[b] > s->M))
+            return ra_error_set(RA_ERR_ARG, "masks: kv_lens[%lld] = %lld is "
+                                "outside [0, M=%lld]", (long long)b,
+                                (long long)mk->kv_lens[b], (long long)s->M);
+    }
+    return RA_OK;
+}
+
+/* The shared checks: shape, score, window, tiles, threads, timeout,
+ * strategy, masks; RA_OK or the first problem. */
+static ra_status call_check_params(const ra_shape *s, const ra_params *p,
+                                   const ra_masks *mk)
+{
+    ra_status st = ra_shape_check(s);
+    if (st == RA_OK)
+        st = check_score(s, p);
+    if (st == RA_OK)
+        st = check_posenc(s, p);
+    if (st != RA_OK)
+        return st;
+    if (p->window && (p->window_left < 0 || p->window_right < 0))
+        return ra_error_set(RA_ERR_ARG, "window: left and right must be >= 0");
+    if (p->block_q < 0 || p->block_kv < 0)
+        return ra_error_set(RA_ERR_ARG, "tiles: block sizes must be >= 0");
+    if (p->threads < 0)
+        return ra_error_set(RA_ERR_ARG, "threads: %d is negative", p->threads);
+    if (!ra_gemm_available(p->gemm))
+        return ra_error_set(RA_ERR_ARG, "gemm: engine '%s' is not in this "
+                            "build of the library (oneDNN: build with "
+                            "libdnnl-dev installed)", ra_gemm_name(p->gemm));
+    if ((unsigned)p->align > RA_ALIGN_SEQUENCE)
+        return ra_error_set(RA_ERR_ARG, "align: unknown alignment %d",
+                            (int)p->align);
+    if (!(p->stall_timeout >= 0))
+        return ra_error_set(RA_ERR_ARG, "stall timeout: must be >= 0 seconds");
+    if ((unsigned)p->strategy >= RA_STRATEGY_COUNT || p->mem_limit < 0)
+        return ra_error_set(RA_ERR_ARG, "strategy: unknown strategy %d or "
+                            "negative memory limit", (int)p->strategy);
+    return check_masks(s, mk);
+}
+
+static ra_status check_map(const ra_shape *s, const ra_attn_map *map)
+{
+    if (!map || map->i0 < 0 || map->i1 > s->N || map->i0 >= map->i1)
+        return ra_error_set(RA_ERR_ARG, "attention map: rows [%lld, %lld) "
+                            "must lie within [0, N=%lld) and be non-empty",
+                            map ? (long long)map->i0 : 0LL,
+                            map ? (long long)map->i1 : 0LL, (long long)s->N);
+    if (map->nheads < 1 || !map->heads || !map->out)
+        return ra_error_set(RA_ERR_ARG, "attention map: heads and out are "
+                                        "required");
+    for (int64_t i = 0; i < map->nheads; i++)
+        if (map->heads[i] < 0 || map->heads[i] >= s->H)
+            return ra_error_set(RA_ERR_ARG, "attention map: head %lld is "
+                                "outside [0, H=%lld)",
+                                (long long)map->heads[i], (long long)s->H);
+    return RA_OK;
+}
+
+/* What the row refuses before any work: the shared checks, then the
+ * additive score unless the row takes it, and per-sequence alignment but
+ * on the ring. */
+static ra_status call_check(const strat_row *row, const strat_call *c)
+{
+    ra_status st = call_check_params(c->shape, c->params, c->masks);
+    if (st == RA_OK && !row->additive &&
+        c->params->score == RA_SCORE_ADDITIVE)
+        return ra_error_set(RA_ERR_ARG, "strategy %s: the additive score "
+                            "runs on strategy ring only", c->name);
+    if (st == RA_OK && row->id != RA_STRATEGY_RING &&
+        c->params->align == RA_ALIGN_SEQUENCE)
+        return ra_error_set(RA_ERR_ARG, "strategy %s does not support "
+                            "--align-per-sequence (per-sequence alignment "
+                            "runs on strategy ring only)", c->name);
+    return st;
+}
+
+typedef struct {
+    strat_call *c;
+    float *qr, *kr;
+    double *slopes;
+} call_arrays;
+
+/* The call's block (c->mem): the positions, RoPE's rotated q and k,
+ * ALiBi's slopes; those a call does not use are not carved. */
+static void call_carve(void *arg, ra_carver *cv)
+{
+    call_arrays *a = arg;
+    strat_call *c = a->c;
+    const ra_shape *s = c->shape;
+    const ra_params *p = c->params;
+    c->qpos = ra_carve(cv, c->n, sizeof(int64_t));
+    c->kpos = ra_carve(cv, c->m_own, sizeof(int64_t));
+    if (p->rope != RA_ROPE_NONE) {
+        a->qr = ra_carve(cv, s->B * c->n * s->H * s->D, sizeof(float));
+        a->kr = ra_carve(cv, s->B * c->m_own * s->G * s->D, sizeof(float));
+    }
+    if (p->alibi)
+        a->slopes = ra_carve(cv, s->H, sizeof(double));
+    if (p->align == RA_ALIGN_SEQUENCE)
+        c->qalign = ra_carve(cv, s->B * c->n, sizeof(int64_t));
+}
+
+/* The global positions of this rank's queries and keys: the one place a
+ * call resolves them; every row and mask reads c->qpos and c->kpos. */
+static void call_positions(strat_call *c)
+{
+    strat_slice_pos(c, c->shape->N, c->r, c->qpos);
+    strat_slice_pos(c, c->shape->M, c->r, c->kpos);
+}
+
+/* This rank's sizes under the resolved layout, the threads, whether the
+ * kernel may poll, the call's block and the positions. */
+static ra_status call_size(strat_call *c, call_arrays *a)
+{
+    int level = MPI_THREAD_SINGLE;
+    if (MPI_Comm_size(c->comm, &c->P) != MPI_SUCCESS ||
+        MPI_Comm_rank(c->comm, &c->r) != MPI_SUCCESS ||
+        MPI_Query_thread(&level) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: cannot query the communicator",
+                            c->name);
+    c->segs = c->masks && c->masks->q_segments;
+    c->lay = ra_params_layout(c->params, c->segs);
+    c->n = ra_layout_slice(c->lay, c->shape->N, c->r, c->P).count;
+    c->m_own = ra_layout_slice(c->lay, c->shape->M, c->r, c->P).count;
+    c->threads = ra_params_threads(c->params);
+    /* only the thread that called MPI may poll, and only if MPI allows it
+     * while other threads run */
+    c->may_poll = !c->params->no_poll &&
+                  (c->threads == 1 || level >= MPI_THREAD_FUNNELED);
+    a->c = c;
+    c->mem = ra_carve_alloc(call_carve, a);
+    if (!c->mem)
+        return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate the "
+                            "positions and the rotated q and k", c->name);
+    call_positions(c);
+    return RA_OK;
+}
+
+/* Refuses, on every rank alike, inputs whose scores or accumulators would
+ * leave float32 (range.h) for kernel calls on the largest K/V slice:
+ * local bounds, their maxima over the ranks (watched), one verdict.
+ * Inputs that may hold NaN or inf (params->nonfinite) are the caller's to
+ * judge. */
+static ra_status call_check_range(strat_call *c)
+{
+    if (c->params->nonfinite)
+        return RA_OK;
+    const ra_input_bounds mine = ra_input_bounds_of(c->shape, c->n, c->m_own,
+                                                    c->q, c->k, c->v,
+                                                    c->threads);
+    double in[3] = {mine.q_norm, mine.k_norm, mine.v_abs}, all[3];
+    MPI_Request req;
+    if (MPI_Iallreduce(in, all, 3, MPI_DOUBLE, MPI_MAX, c->comm, &req) !=
+        MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Iallreduce of the input "
+                            "bounds failed", c->name);
+    const strat_watch w = {"the check of the inputs' range", NULL, 0};
+    ra_status st = strat_wait(c, 1, &req, &w);
+    if (st != RA_OK)
+        return st;
+    const ra_input_bounds bounds = {all[0], all[1], all[2]};
+    return ra_input_bounds_check(c->shape, c->params, &bounds,
+                                 strat_slice_most(c, c->shape->M));
+}
+
+void call_rope_queries(const strat_call *c, float *x, double sign)
+{
+    const ra_shape *s = c->shape;
+    const ra_params *p = c->params;
+    ra_rope_rows r = {p->rope, p->rope_base, s->B, c->n, s->H, s->D,
+                      c->qpos, s->M - s->N};
+    if (!c->qalign) {
+        ra_rope_turn(&r, x, sign);
+        return;
+    }
+    r.B = 1; /* each batch at its own aligned positions */
+    r.offset = 0;
+    for (int64_t b = 0; b < s->B; b++) {
+        r.pos = c->qalign + b * c->n;
+        ra_rope_turn(&r, x + b * c->n * s->H * s->D, sign);
+    }
+}
+
+/* Position encodings, once per call before any row runs: RoPE rotates
+ * this rank's q (at its aligned positions: qpos + M - N, or c->qalign)
+ * and k (at kpos) into copies that
+ * replace c->q and c->k, so every row moves and folds rotated rows;
+ * ALiBi's slopes (the caller's or the standard ones) in c->slopes, which
+ * strat_block_init hands the kernel. */
+static void call_posenc(strat_call *c, const call_arrays *a)
+{
+    const ra_shape *s = c->shape;
+    const ra_params *p = c->params;
+    if (p->rope != RA_ROPE_NONE) {
+        memcpy(a->qr, c->q, sizeof(float) * (size_t)(s->B * c->n * s->H *
+                                                     s->D));
+        memcpy(a->kr, c->k, sizeof(float) * (size_t)(s->B * c->m_own * s->G *
+                                                     s->D));
+        call_rope_queries(c, a->qr, 1.0);
+        ra_rope_apply(p->rope, p->rope_base, a->kr, s->B, c->m_own, s->G,
+                      s->D, c->kpos, 0);
+        c->q = a->qr;
+        c->k = a->kr;
+    }
+    if (p->alibi) {
+        if (p->alibi_slopes)
+            memcpy(a->slopes, p->alibi_slopes, sizeof(double) * (size_t)s->H);
+        else
+            ra_alibi_slopes(s->H, a->slopes);
+        c->slopes = a->slopes;
+    }
+}
+
+/* The open after the local checks (st): agree, size and carve, agree,
+ * the node map, the range check, the position encodings. Every rank
+ * returns the same status. */
+static ra_status call_open(strat_call *c, ra_status st)
+{
+    call_arrays a = {0};
+    st = ra_agree(c->comm, st);
+    if (st == RA_OK)
+        st = ra_agree(c->comm, call_size(c, &a));
+    if (st == RA_OK)
+        st = ra_nodes_of(c->comm, c->name, &c->node_of);
+    if (st == RA_OK)
+        st = call_check_range(c);
+    if (st == RA_OK && c->qalign)
+        st = ra_align_queries(c->comm, c->shape, c->lay, c->params, c->masks,
+                              c->qalign);
+    if (st == RA_OK)
+        call_posenc(c, &a);
+    return st;
+}
+
+/* The end of a call under the stall watchdog: each rank waits until its
+ * left neighbour has finished too, so that a rank stopped after its last
+ * transfer (single-copy shared memory needs no help from the sender) is
+ * found and named here, not in the caller's next collective. Nothing to
+ * do at P = 1 or without a timeout. */
+static ra_status call_finish(strat_call *c)
+{
+    if (c->P == 1 || !(c->params->stall_timeout > 0))
+        return RA_OK;
+    const int peer[2] = {(c->r + c->P - 1) % c->P, (c->r + 1) % c->P};
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (MPI_Irecv(NULL, 0, MPI_BYTE, peer[0], TAG_END, c->comm, &req[0]) !=
+            MPI_SUCCESS ||
+        MPI_Isend(NULL, 0, MPI_BYTE, peer[1], TAG_END, c->comm, &req[1]) !=
+            MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: posting the end of the call "
+                            "failed", c->name);
+    const strat_watch w = {"the end of the call", peer, 1};
+    return strat_wait(c, 2, req, &w);
+}
+
+/* Frees the call's block and communicator and completes the timing;
+ * after a stall both stay with the transfers in flight (the job must
+ * end, ringattn.h). Returns st, or the tear-down's failure. */
+static ra_status call_close(strat_call *c, ra_status st, double t_start,
+                            ra_timing *timing)
+{
+    free(c->node_of);
+    if (!c->stalled) {
+        free(c->mem);
+        if (c->comm != MPI_COMM_NULL &&
+            MPI_Comm_free(&c->comm) != MPI_SUCCESS && st == RA_OK)
+            st = ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_free failed",
+                              c->name);
+    }
+    c->tm->total = MPI_Wtime() - t_start;
+    if (st == RA_OK && !c->tm->steps) /* a row that did not count them */
+        c->tm->steps = c->P;
+    if (timing)
+        *timing = *c->tm;
+    return st;
+}
+
+/* What each strategy can run, past the shared checks: collective over
+ * comm, the same verdict on every rank once agreed. */
+static ra_status fits_ulysses(MPI_Comm comm, const ra_shape *s,
+                              const ra_params *p, int segs)
+{
+    int P = 1;
+    (void)p;
+    (void)segs;
+    if (MPI_Comm_size(comm, &P) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "ulysses: cannot query the "
+                                        "communicator");
+    return ulysses_fits(s, P);
+}
+
+static ra_status fits_hybrid(MPI_Comm comm, const ra_shape *s,
+                             const ra_params *p, int segs)
+{
+    int u;
+    (void)segs;
+    return hybrid_group_size(comm, s, p, &u);
+}
+
+/* The strategies, one row each (strategy.h). Adding a strategy is its
+ * file and a row here (and one in the model, comm/model.c). */
+static const strat_row strat_table[] = {
+    {RA_STRATEGY_RING, 1, NULL, ring_forward, ring_backward},
+    {RA_STRATEGY_ALLGATHER, 0, allgather_fits, allgather_forward, NULL},
+    {RA_STRATEGY_TREE, 0, NULL, tree_forward, NULL},
+    {RA_STRATEGY_RING_Q, 0, NULL, ringq_forward, NULL},
+    {RA_STRATEGY_ULYSSES, 0, fits_ulysses, ulysses_forward, NULL},
+    {RA_STRATEGY_HYBRID, 0, fits_hybrid, hybrid_forward, NULL},
+};
+
+/* The row of strategy id; an unknown id (refused by the checks) gets the
+ * ring's. */
+static const strat_row *strat_row_of(ra_strategy id)
+{
+    for (size_t i = 0; i < sizeof strat_table / sizeof *strat_table; i++)
+        if (strat_table[i].id == id)
+            return &strat_table[i];
+    return &strat_table[0];
+}
+
+/* One call of row: open (the local checks or the caller's refusal pre,
+ * agreement, set-up), the row's forward or backward (a), the end token,
+ * close. Every rank takes the same branches up to the row. */
+static ra_status call_run(MPI_Comm comm, const strat_call *a,
+                          const strat_row *row, ra_status pre,
+                          ra_timing *timing)
+{
+    const double t_start = MPI_Wtime();
+    ra_timing tm = {0};
+    strat_call c = *a;
+    c.comm = MPI_COMM_NULL;
+    c.tm = &tm;
+    c.name = ra_strategy_name(row->id);
+    ra_status st = pre == RA_OK ? call_check(row, &c) : pre;
+    if (MPI_Comm_dup(comm, &c.comm) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_dup failed", c.name);
+    MPI_Comm_set_errhandler(c.comm, MPI_ERRORS_RETURN); /* ringattn.h */
+    st = call_open(&c, st);
+    if (st == RA_OK) {
+        const int blas = ra_blas_enter(1); /* single-threaded BLAS inside
+                                              our own threads */
+        st = c.grads ? row->backward(&c) : row->forward(&c);
+        if (st == RA_OK)
+            st = call_finish(&c);
+        ra_blas_leave(blas);
+        if (st == RA_OK && !c.stepped) /* a row without steps */
+            ra_step_report(c.params, 1, 1);
+    }
+    return call_close(&c, st, t_start, timing);
+}
+
+ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
+                            const ra_params *params, int segments)
+{
+    ra_error_clear();
+    const strat_row *row = strat_row_of(params->strategy);
+    /* a row that takes the additive score needs its weights, which the
+     * caller may not have read yet: the call checks it */
+    if (row->additive)
+        return RA_OK;
+    const strat_call c = {.shape = shape, .params = params,
+                          .name = ra_strategy_name(row->id)};
+    ra_status st = ra_agree(comm, call_check(row, &c));
+    if (st == RA_OK && row->fits)
+        st = ra_agree(comm, row->fits(comm, shape, params, segments));
+    return st;
+}
+
+ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
+                        const ra_params *params, const ra_masks *masks,
+                        const float *q, const float *k, const float *v,
+                        float *o, float *lse, ra_timing *timing)
+{
+    ra_error_clear();
+    const strat_call a = {.shape = shape, .params = params, .masks = masks,
+                          .q = q, .k = k, .v = v, .o = o, .lse = lse};
+    return call_run(comm, &a, strat_row_of(params->strategy), RA_OK, timing);
+}
+
+ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
+                     const ra_params *params, const float *q, const float *k,
+                     const float *v, float *o, float *lse)
+{
+    return ra_forward_ex(comm, shape, params, NULL, q, k, v, o, lse, NULL);
+}
+
+ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
+                         const ra_params *params, const ra_masks *masks,
+                         const float *q, const float *k, const float *v,
+                         float *o, float *lse, ra_attn_map *map)
+{
+    ra_error_clear();
+    const strat_call a = {.shape = shape, .params = params, .masks = masks,
+                          .q = q, .k = k, .v = v, .o = o, .lse = lse,
+                          .map = map};
+    return call_run(comm, &a, strat_row_of(RA_STRATEGY_RING),
+                    check_map(shape, map), NULL);
+}
+
+ra_status ra_backward_ex(MPI_Comm comm, const ra_shape *shape,
+                         const ra_params *params, const ra_masks *masks,
+                         const float *q, const float *k, const float *v,
+                         const float *o, const float *lse, const float *dout,
+                         float *dq, float *dk, float *dv,
+                         const ra_additive_grads *dw, ra_timing *timing)
+{
+    ra_error_clear();
+    const int additive = params->score == RA_SCORE_ADDITIVE;
+    const strat_grads g = {o, lse, dout, dq, dk, dv, additive ? dw : NULL};
+    const strat_call a = {.shape = shape, .params = params, .masks = masks,
+                          .q = q, .k = k, .v = v, .grads = &g};
+    ra_status st = RA_OK;
+    if (!o || !lse || !dout || !dq || !dk || !dv)
+        st = ra_error_set(RA_ERR_ARG, "backward: o, lse, dout, dq, dk and "
+                                      "dv are required");
+    else if (dw && (!dw->dw_q || !dw->dw_k || !dw->dw_v))
+        st = ra_error_set(RA_ERR_ARG, "backward: dw_q, dw_k and dw_v are "
+                                      "required when weight gradients are "
+                                      "asked for");
+    return call_run(comm, &a, strat_row_of(RA_STRATEGY_RING), st, timing);
+}
+
+ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
+                      const ra_params *params, const ra_masks *masks,
+                      const float *q, const float *k, const float *v,
+                      const float *o, const float *lse, const float *dout,
+                      float *dq, float *dk, float *dv, ra_timing *timing)
+{
+    return ra_backward_ex(comm, shape, params, masks, q, k, v, o, lse, dout,
+                          dq, dk, dv, NULL, timing);
+}
