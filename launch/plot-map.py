@@ -160,16 +160,22 @@ def main(argv):
     if a.vmax is not None and not (a.vmax > 0 and a.vmax < float("inf")):
         raise Refused(f"plot-map: --vmax {a.vmax:g} is not a finite number > 0")
     check_output(a)
+    # the map is read and checked before matplotlib, the heavy import, so
+    # that a bad file or --head is refused at once
     try:
         import h5py
         import numpy as np
+    except ImportError as e:
+        raise Failed(f"plot-map: {e.name or e} is not installed (Debian: "
+                     f"python3-h5py, python3-numpy)")
+    w, i0, head = read_map(h5py, np, a)
+    try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise Failed(f"plot-map: {e.name or e} is not installed (Debian: "
-                     f"python3-h5py, python3-matplotlib)")
-    w, i0, head = read_map(h5py, np, a)
+                     f"python3-matplotlib)")
     try:
         rows, m, note = draw(plt, np, a, w, i0, head)
     except OSError as e:
