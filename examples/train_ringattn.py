@@ -31,7 +31,9 @@ with PYTHONPATH=build/python (or the package installed). Rank 0 prints a
 '#' table of the parameters, the gradient check, the loss every
 --print-every steps and a final verdict: exit 0 when the loss fell (the
 last tenth of the steps below half the first step's loss) and the gradient
-check passed (--grad-tol), 1 otherwise.
+check passed (--grad-tol), 1 otherwise (and one `ringattn:` line on
+stderr when the work failed); a bad option is exit 2 and one such line,
+before any work.
 """
 import argparse
 import math
@@ -58,15 +60,30 @@ def say(*args):
         print(*args, flush=True)
 
 
+def complain(text):
+    """One `ringattn:` line on stderr, from rank 0 (every rank has the same
+    to say)."""
+    if RANK == 0:
+        print(f"ringattn: train_ringattn: {text}", file=sys.stderr,
+              flush=True)
+
+
 class Parser(argparse.ArgumentParser):
     """A bad option is one `ringattn:` line and exit 2, on every rank."""
 
     def error(self, message):
-        say(f"ringattn: train_ringattn: {message}")
+        complain(message)
         sys.exit(2)
 
 
+# The options that must be at least 1 (or above 0, the real ones).
+AT_LEAST_ONE = ("steps", "batch", "embed", "heads", "symbols", "fillers",
+                "print_every", "threads")
+POSITIVE = ("lr", "grad_tol")
+
+
 def options(argv):
+    """The options, every one checked before any work (exit 2)."""
     ap = Parser(prog="train_ringattn.py",
                 description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, default=8192, help="tokens N")
@@ -86,9 +103,15 @@ def options(argv):
     ap.add_argument("--threads", type=int, default=1,
                     help="threads per rank of the library")
     a = ap.parse_args(argv)
-    if a.seq < 2 or a.steps < 1 or a.batch < 1 or a.embed % a.heads:
-        ap.error("need --seq >= 2, --steps >= 1, --batch >= 1 and --embed "
-                 "a multiple of --heads")
+    for name in AT_LEAST_ONE + POSITIVE:
+        value = getattr(a, name)
+        if not (value >= 1 if name in AT_LEAST_ONE else value > 0):
+            ap.error(f"--{name.replace('_', '-')} {value}: must be "
+                     f"{'at least 1' if name in AT_LEAST_ONE else 'above 0'}")
+    if a.seq < 2:
+        ap.error(f"--seq {a.seq}: must be at least 2")
+    if a.embed % a.heads:
+        ap.error(f"--embed {a.embed} is not a multiple of --heads {a.heads}")
     return a
 
 
@@ -228,7 +251,7 @@ if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
     except ringattn.Error as exc:  # raised on every rank alike
-        say(f"ringattn: train_ringattn: {exc}")
+        complain(str(exc))
         sys.exit(1)
     except Exception as exc:  # one rank alone: end the whole job
         print(f"ringattn: train_ringattn: rank {RANK}: "
