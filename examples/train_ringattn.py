@@ -34,6 +34,7 @@ sequence add about 3e-6 to the whole.
 
     mpirun -np 2 /usr/bin/python3 examples/train_ringattn.py \\
         [--seq 8192] [--steps 300] [--batch 1] [--lr 3e-3] [--seed 0]
+        [--dtype float64|float32] [--grad-tol 1e-5]
 
 with PYTHONPATH=build/python (or the package installed). Rank 0 prints a
 '#' table of the parameters, the gradient check, the loss every
@@ -275,8 +276,8 @@ def main(argv):
     a = options(argv)
     say(f"# train_ringattn: ranks {COMM.Get_size()}, seq {a.seq}, batch "
         f"{a.batch}, steps {a.steps}, lr {a.lr}, embed {a.embed}, heads "
-        f"{a.heads}, symbols {a.symbols}, fillers {a.fillers}, seed {a.seed}, threads "
-        f"{a.threads}, dtype {a.dtype}, layout "
+        f"{a.heads}, symbols {a.symbols}, fillers {a.fillers}, seed "
+        f"{a.seed}, threads {a.threads}, dtype {a.dtype}, layout "
         f"{ringattn.resolve_layout(causal=True)}")
     losses, worst = train(a)
     tail = np.mean(losses[-max(len(losses) // 10, 1):])
