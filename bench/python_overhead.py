@@ -17,6 +17,9 @@ alike), with OMP_NUM_THREADS=1 over shared memory:
      (ra_timing.total), which gives the call's overhead in the same process.
 Rank 0 prints a '#' echo of the parameters and one row per comparison with
 its ratio; the best (lowest) median of the rounds is taken for each.
+Exit 0; 2 and one `ringattn:` line on stderr for a bad option (sizes below
+1, a --build folder without the command or the package), before anything
+runs; 1 and one such line when a measurement fails.
 """
 import argparse
 import json
@@ -72,9 +75,22 @@ def worker(a):
                        "torch_fwd_bwd": both}, f)
 
 
-def run(cmd, env):
+class Failed(Exception):
+    """A measurement that did not run (its message is the line)."""
+
+
+def run(cmd, env, what):
+    """Runs one measurement (`what` names it); a failure is Failed with
+    its exit status and its `ringattn:` message (or last stderr line)."""
     print("+ " + " ".join(cmd), flush=True)
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(cmd, env=env, check=False,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or ["no message"]
+        said = [x for x in lines if x.startswith("ringattn:")]
+        raise Failed(f"{what} exited {done.returncode}: "
+                     f"{(said or lines)[-1]}")
 
 
 def driver(a):
@@ -94,14 +110,15 @@ def driver(a):
             for name, extra in (("bench", []), ("bench_bwd", ["--backward"])):
                 out = os.path.join(tmp, name + ".json")
                 run(mpi + [cli, "bench"] + extra + shape + ["--json", out],
-                    env)
+                    env, " ".join(["ringattn bench"] + extra))
                 with open(out, encoding="utf-8") as f:
                     t = json.load(f)[0]["seconds_median"]
                 best[name] = min(best.get(name, t), t)
             out = os.path.join(tmp, "py.json")
             run(mpi + [sys.executable, __file__, "--worker", "--json", out,
                        "--seq", str(a.seq), "--heads", str(a.heads),
-                       "--dim", str(a.dim), "--reps", str(a.reps)], env)
+                       "--dim", str(a.dim), "--reps", str(a.reps)], env,
+                "the Python worker")
             with open(out, encoding="utf-8") as f:
                 for key, t in json.load(f).items():
                     best[key] = min(best.get(key, t), t)
@@ -125,23 +142,51 @@ def report(a, b):
         print(f"{name:<62} {py:9.4f} {c:9.4f} {py / c:7.4f}")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+class Parser(argparse.ArgumentParser):
+    """A bad option is one `ringattn:` line on stderr and exit 2."""
+
+    def error(self, message):
+        print(f"ringattn: python_overhead: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def options(argv):
+    """The options, checked before anything runs: sizes >= 1 and a build
+    folder holding the command and the package."""
+    ap = Parser(prog="python_overhead.py",
+                description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--seq", type=int, default=16384)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--dim", type=int, default=64)
-    ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
+    for name, default in (("seq", 16384), ("heads", 4), ("dim", 64),
+                          ("ranks", 2), ("reps", 3), ("rounds", 2)):
+        ap.add_argument("--" + name, type=int, default=default)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.worker:
-        worker(a)
-    else:
-        driver(a)
+    a = ap.parse_args(argv)
+    for name in ("seq", "heads", "dim", "ranks", "reps", "rounds"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name} {getattr(a, name)}: must be at least 1")
+    if not a.worker and not (
+            os.access(os.path.join(a.build, "ringattn"), os.X_OK) and
+            os.path.isdir(os.path.join(a.build, "python", "ringattn"))):
+        ap.error(f"--build {a.build}: no ringattn command and python/ringattn"
+                 " package there (build the project with its Python "
+                 "package first)")
+    return a
+
+
+def main(argv):
+    """Exit 0 with the table; 2 for a bad option; 1 with one `ringattn:`
+    line when a measurement fails (a worker rank's line ends its job)."""
+    a = options(argv)
+    try:
+        (worker if a.worker else driver)(a)
+    except Exception as exc:  # a failure of the work: one line, exit 1
+        text = str(exc) if isinstance(exc, Failed) else \
+            f"{type(exc).__name__}: {exc}"
+        print(f"ringattn: python_overhead: {text}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -3,11 +3,13 @@
 attention() is an autograd function: its forward runs ringattn.forward on
 this rank's slices, its backward ringattn.backward (the ring's gradients).
 Tensors are CPU tensors in (B, n, H, D) order, or (B, H, n, D) with
-order="bhnd". Contiguous float32 tensors in (B, n, H, D) order are read in
-place; bfloat16 tensors are widened to float32 (a copy: the library
-computes in float32) and outputs and gradients come back in bfloat16;
-(B, H, n, D) tensors are transposed into a copy. RingSelfAttention is a
-multi-head self-attention layer whose sequence is split over the ranks.
+order="bhnd". Contiguous float32 tensors in (B, n, H, D) order (and
+(B, H, n, D) views of them) are read in place; bfloat16 tensors are
+widened to float32 (a copy: the library computes in float32) and outputs
+and gradients come back in bfloat16; tensors contiguous in (B, H, n, D)
+order are transposed into a copy; tensors contiguous in neither order are
+refused. RingSelfAttention is a multi-head self-attention layer whose
+sequence is split over the ranks.
 """
 import torch
 from mpi4py import MPI
@@ -17,21 +19,27 @@ from . import _api
 ORDERS = ("bnhd", "bhnd")
 
 
-def _numpy(t, order):
+def _numpy(name, t, order):
     """A numpy view of t in (B, n, H, D) order: t's own memory when t is
-    a contiguous float32 (B, n, H, D) tensor. bfloat16 is widened and
-    (B, H, n, D) transposed into copies; anything else (another dtype,
-    strides) passes unchanged, for the agreed checks to refuse."""
+    a contiguous float32 (B, n, H, D) tensor, or a (B, H, n, D) view of
+    one with order="bhnd". A tensor contiguous in its declared order
+    (B, H, n, D) is transposed into a copy, and bfloat16 widened into one;
+    a tensor contiguous in neither order is refused whatever its dtype.
+    Other dtypes pass unchanged, for the agreed checks to refuse."""
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"a {type(t).__name__} where a torch.Tensor is "
-                        "expected")
-    if t.dtype == torch.bfloat16:
-        t = t.float()
+        raise TypeError(f"{name} is a {type(t).__name__}, not a "
+                        "torch.Tensor")
+    declared = t.is_contiguous()
     if order == "bhnd" and t.dim() == 4:
-        contiguous = t.is_contiguous()
         t = t.transpose(1, 2)
-        t = t.contiguous() if contiguous else t
-    return t.detach().numpy()
+    if not (declared or t.is_contiguous()):
+        raise ValueError(f"{name} is not contiguous in order {order} "
+                         f"(strides {tuple(t.stride())} in (B, n, H, D)); "
+                         f"pass {name}.contiguous()")
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.to(torch.float32, memory_format=torch.contiguous_format)
+    return t.contiguous().numpy()
 
 
 def _arrays(tensors, order):
@@ -41,7 +49,7 @@ def _arrays(tensors, order):
     try:
         if order not in ORDERS:
             raise ValueError(f"order {order!r}: expected one of {ORDERS}")
-        return {k: _numpy(t, order) for k, t in tensors.items()}, None
+        return {k: _numpy(k, t, order) for k, t in tensors.items()}, None
     except Exception as exc:  # agreed by the caller
         return {}, _api.refusal_of(exc)
 
@@ -96,7 +104,8 @@ def attention(q, k, v, comm=None, *, order="bnhd", return_lse=False,
 def allreduce_grads(module, comm=None):
     """Sums the gradients of module's parameters over the ranks of comm, in
     place: each rank's backward gives a parameter only its own tokens'
-    share (collective; float32 parameters)."""
+    share (collective; float32 or float64 parameters, summed in their
+    own precision)."""
     comm = MPI.COMM_WORLD if comm is None else comm
     for p in module.parameters():
         if p.grad is not None:
@@ -112,7 +121,8 @@ class RingSelfAttention(torch.nn.Module):
     num_kv_heads < num_heads for grouped-query attention; options
     (causal, window, rope, alibi, strategy, layout, threads, ...) as
     ringattn.forward's. Parameter gradients are each rank's share: sum
-    them over the ranks (allreduce_grads) before the optimizer steps."""
+    them over the ranks (allreduce_grads) before the optimizer steps.
+    float32 or float64 (projections in float64, attention in float32)."""
 
     def __init__(self, embed_dim, num_heads, num_kv_heads=None, comm=None,
                  bias=True, **options):
@@ -131,11 +141,19 @@ class RingSelfAttention(torch.nn.Module):
         self.out_proj = torch.nn.Linear(self.H * self.D, embed_dim, bias=bias)
 
     def forward(self, x):
+        """y (B, n, E) for this rank's tokens x (B, n, E). A float64 layer
+        (module.double()) projects in float64 and attends in float32, the
+        library's precision: q, k and v are rounded to float32 at the
+        attention's boundary, and o and the gradients widened back."""
         B, n, _ = x.shape
         q = self.q_proj(x).view(B, n, self.H, self.D)
         k = self.k_proj(x).view(B, n, self.G, self.D)
         v = self.v_proj(x).view(B, n, self.G, self.D)
+        wide = q.dtype == torch.float64
+        if wide:
+            q, k, v = q.float(), k.float(), v.float()
         o = attention(q, k, v, self.comm, **self.options)
+        o = o.double() if wide else o
         return self.out_proj(o.reshape(B, n, self.H * self.D))
 
 

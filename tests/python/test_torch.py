@@ -63,32 +63,79 @@ def test_attention_bfloat16(rng):
 
 
 def test_zero_copy_torch(rng):
-    """Contiguous float32 (B, n, H, D) tensors reach the library in place."""
+    """Contiguous float32 (B, n, H, D) tensors reach the library in place,
+    and o is the array the library wrote; so do (B, H, n, D) views of
+    them with order="bhnd"."""
     ts = [torch.from_numpy(mine(normal(rng, (1, 12, 2, 8))))
           for _ in range(3)]
-    rt.attention(*ts, COMM)
-    want = tuple(t.data_ptr() for t in ts)
-    agreed(_core.pointers()[:3] == want, f"{_core.pointers()} != {want}")
+    o = rt.attention(*ts, COMM)
+    want = tuple(t.data_ptr() for t in ts + [o])
+    agreed(_core.pointers()[:4] == want, f"{_core.pointers()} != {want}")
+    o = rt.attention(*(t.transpose(1, 2) for t in ts), COMM, order="bhnd")
+    want = tuple(t.data_ptr() for t in ts + [o])
+    agreed(_core.pointers()[:4] == want, f"bhnd: {_core.pointers()} != "
+           f"{want}")
+
+
+def raised(fn, text):
+    """fn raises ringattn.Error holding `text` on every rank alike."""
+    try:
+        fn()
+        got = None
+    except ringattn.Error as exc:
+        got = str(exc)
+    every = COMM.allgather(got)
+    agreed(got is not None and text in got and len(set(every)) == 1,
+           f"{text}: {every}")
 
 
 def test_errors_on_every_rank(rng):
+    """Each refusal reaches every rank, whichever rank holds the fault."""
     ts = [torch.from_numpy(mine(normal(rng, (1, 12, 2, 8))))
           for _ in range(3)]
-    bad = list(ts)
-    if RANK == 0:
-        bad[1] = bad[1].double()
-    cases = [(bad, "dtype float64", {}),
-             ([ts[0].transpose(1, 2)] + ts[1:], "not C-contiguous", {}),
-             (ts, "order 'bnh'", {"order": "bnh"})]
+    last = COMM.Get_size() - 1
+
+    def on(rank, bad, good):
+        return bad if RANK == rank else good
+
+    nan = ts[1].clone()
+    nan[0, -1, 0, 0] = float("nan")
+    cases = [
+        ([ts[0], on(0, ts[1].double(), ts[1]), ts[2]], "dtype float64", {}),
+        ([ts[0].transpose(1, 2)] + ts[1:], "q is not contiguous in order "
+         "bnhd", {}),
+        (ts, "order 'bnh'", {"order": "bnh"}),
+        ([ts[0], on(0, nan, ts[1]), ts[2]], "rank 0: k[0, ", {}),
+    ]
+    if COMM.Get_size() > 1:
+        cases.append(([on(last, t[..., :4].contiguous(), t) for t in ts],
+                      f"rank {last} passes other head dim D", {}))
     for tensors, text, kw in cases:
-        try:
-            rt.attention(*tensors, COMM, **kw)
-            got = None
-        except ringattn.Error as exc:
-            got = str(exc)
-        every = COMM.allgather(got)
-        agreed(got is not None and text in got and len(set(every)) == 1,
-               f"{text}: {every}")
+        raised(lambda: rt.attention(*tensors, COMM, **kw), text)
+
+
+def test_bfloat16_strided_refused(rng):
+    """A bfloat16 tensor contiguous in neither order is refused on every
+    rank, as a float32 one is (before: widened into a contiguous copy
+    first, it went through unrefused)."""
+    bf = [torch.from_numpy(mine(normal(rng, (1, 12, 2, 8)))).bfloat16()
+          for _ in range(3)]
+    last = COMM.Get_size() - 1
+    v = bf[2][..., ::2] if RANK == last else bf[2][..., :4].contiguous()
+    raised(lambda: rt.attention(bf[0], bf[1], v, COMM),
+           f"rank {last}: v is not contiguous in order bnhd")
+
+
+def test_backward_error_on_every_rank(rng):
+    """A NaN reaching one rank's dout is refused by the backward on every
+    rank."""
+    ts = [torch.from_numpy(mine(normal(rng, (1, 12, 2, 8))))
+          .requires_grad_() for _ in range(3)]
+    o = rt.attention(*ts, COMM)
+    w = torch.ones_like(o)
+    if RANK == COMM.Get_size() - 1:
+        w[0, 0, 1, 2] = float("nan")
+    raised(lambda: (o * w).sum().backward(), "dout[0, 0, 1, 2]")
 
 
 def layer_fp64(layer, x, w):
@@ -113,19 +160,23 @@ def layer_fp64(layer, x, w):
             [copy[n].grad.numpy() for n, _ in layer.named_parameters()])
 
 
-def test_layer_and_parameter_grads(rng):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_layer_and_parameter_grads(rng, dtype):
     """RingSelfAttention (causal, GQA) on the ranks' slices against the
     same layer in float64 on the whole sequence: outputs, input gradients
-    and, after allreduce_grads, every parameter's gradient."""
+    and, after allreduce_grads, every parameter's gradient. A float64
+    layer attends in float32 (before: refused, q has dtype float64)."""
     B, N, E, H, G = 2, 19, 16, 4, 2
     torch.manual_seed(int(rng.integers(1 << 30)))
-    layer = rt.RingSelfAttention(E, H, G, COMM, causal=True)
+    layer = rt.RingSelfAttention(E, H, G, COMM, causal=True).to(dtype)
     x, w = normal(rng, (B, N, E)), normal(rng, (B, N, E))
-    xl = torch.from_numpy(mine(x, causal=True)).requires_grad_()
+    xl = torch.from_numpy(mine(x, causal=True)).to(dtype).requires_grad_()
     y = layer(xl)
     (y * torch.from_numpy(mine(w, causal=True))).sum().backward()
     rt.allreduce_grads(layer, COMM)
     y_ref, dx_ref, grads_ref = layer_fp64(layer, x, w)
+    agreed(y.dtype == dtype and xl.grad.dtype == dtype,
+           f"{y.dtype} {xl.grad.dtype}")
     close("y", y.detach().numpy(), mine(y_ref, causal=True), 2e-5)
     close("dx", xl.grad.numpy(), mine(dx_ref, causal=True), 1e-4)
     names = [n for n, _ in layer.named_parameters()]
