@@ -46,6 +46,7 @@ _Static_assert(sizeof(ra_workspace) <= PAGE_FLOATS * sizeof(float),
  * (block_kv). */
 typedef struct {
     float *s, *acc, *mx, *sum, *kterm;
+    int tid; /* the thread's number, for its bf16 products' scratch */
 } tile_scratch;
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
@@ -152,6 +153,7 @@ static tile_scratch scratch_of(const ra_workspace *ws, int tid)
     t.mx = t.acc + round16((size_t)(ws->block_q * ws->Dv));
     t.sum = t.mx + round16((size_t)ws->block_q);
     t.kterm = t.sum + round16((size_t)ws->block_q);
+    t.tid = tid;
     return t;
 }
 
@@ -271,9 +273,10 @@ static void score_tile(const ra_block *blk, const float *qt, const float *kt,
                                                      blk->w_v, D);
         return;
     }
-    ra_sgemm(blk->gemm, &(ra_mm){.tb = 1, .m = bq, .n = bk, .k = D,
-                                 .alpha = blk->alpha, .a = qt, .lda = ldq,
-                                 .b = kt, .ldb = ldk, .c = t.s, .ldc = lds});
+    ra_mm_tile(blk->gemm, blk->mm16, t.tid,
+               &(ra_mm){.tb = 1, .m = bq, .n = bk, .k = D,
+                        .alpha = blk->alpha, .a = qt, .lda = ldq, .b = kt,
+                        .ldb = ldk, .c = t.s, .ldc = lds});
     if (blk->score == RA_SCORE_GAUSSIAN) {
         /* the key term, log2(e) |k|^2 / (2 sigma^2), off every column */
         const float coef = (float)(M_LOG2E * blk->half_inv_sigma2);
@@ -487,8 +490,8 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
             mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv);
         /* pass 3: online softmax */
         softmax_tile(blk, bq, bk, t);
-        /* pass 4: acc += P V */
-        ra_sgemm(blk->gemm,
+        /* pass 4: acc += P V (P rounded to bf16 with bf16 precision) */
+        ra_mm_tile(blk->gemm, blk->mm16, t.tid,
                  &(ra_mm){.m = bq, .n = Dv, .k = bk, .alpha = 1.0f,
                           .beta = 1.0f, .a = t.s, .lda = bkv,
                           .b = vb + j0 * G * Dv, .ldb = G * Dv, .c = t.acc,
