@@ -41,12 +41,15 @@ void ra_bf16_unpack(const uint16_t *x, int64_t n, float *out)
         out[i] = ra_bf16_to_f32(x[i]);
 }
 
-/* One thread's scratch: the packed operands in bf16 (a16, b16) and as
- * rounded float32 (a32, b32), and oneDNN's scratchpad. */
+/* One thread's scratch: the operands of shape i packed in bf16 at
+ * a16 + i a_len and b16 + i b_len (each shape its own, so that a kept A
+ * survives the other products), as rounded float32 (a32, b32), oneDNN's
+ * scratchpad, and per shape the A whose copy a16 holds (a_kept). */
 typedef struct {
     uint16_t *a16, *b16;
     float *a32, *b32;
     void *pad;
+    const float **kept;
 } mm16_scratch;
 
 struct ra_mm16 {
@@ -67,26 +70,44 @@ struct ra_mm16 {
 
 static size_t up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
+/* Bytes of each part of a thread's scratch, in order. */
+static void scratch_sizes(const ra_mm16 *e, size_t sz[6])
+{
+    sz[0] = up64((size_t)(e->a_len * RA_MM16_MAX) * 2);
+    sz[1] = up64((size_t)(e->b_len * RA_MM16_MAX) * 2);
+    sz[2] = up64((size_t)e->a_len * 4);
+    sz[3] = up64((size_t)e->b_len * 4);
+    sz[4] = up64(e->pad_len);
+    sz[5] = up64(sizeof(const float *) * RA_MM16_MAX);
+}
+
 static mm16_scratch scratch_of(const ra_mm16 *e, int tid)
 {
     char *p = e->mem + (size_t)tid * e->per_thread;
-    const size_t a16 = up64((size_t)e->a_len * 2), b16 = up64((size_t)e->b_len * 2);
-    const size_t a32 = up64((size_t)e->a_len * 4), b32 = up64((size_t)e->b_len * 4);
-    return (mm16_scratch){(uint16_t *)p, (uint16_t *)(p + a16),
-                          (float *)(p + a16 + b16),
-                          (float *)(p + a16 + b16 + a32),
-                          p + a16 + b16 + a32 + b32};
+    size_t sz[6];
+    scratch_sizes(e, sz);
+    mm16_scratch s;
+    s.a16 = (uint16_t *)p;
+    s.b16 = (uint16_t *)(p += sz[0]);
+    s.a32 = (float *)(p += sz[1]);
+    s.b32 = (float *)(p += sz[2]);
+    s.pad = p += sz[3];
+    s.kept = (const float **)(p + sz[4]);
+    return s;
 }
 
 /* rows x cols of x (row stride ld) into out, packed, as bf16 or as
- * rounded float32. */
+ * rounded float32; compiled for AVX-512 and AVX2 too, picked at load. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static void pack16(const float *x, int64_t rows, int64_t cols, int64_t ld,
                    uint16_t *out)
 {
     for (int64_t r = 0; r < rows; r++)
-        ra_bf16_pack(x + r * ld, cols, out + r * cols);
+        for (int64_t c = 0; c < cols; c++)
+            out[r * cols + c] = ra_bf16_of(x[r * ld + c]);
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static void pack32(const float *x, int64_t rows, int64_t cols, int64_t ld,
                    float *out)
 {
@@ -129,8 +150,12 @@ static void mm16_prim(const ra_mm16 *e, int i, int tid, mm16_scratch s,
                       const ra_mm *x)
 {
     dnnl_memory_t *m = e->args + ((size_t)tid * e->count + i) * 4;
-    pack16(x->a, x->ta ? x->k : x->m, x->ta ? x->m : x->k, x->lda, s.a16);
-    pack16(x->b, x->tb ? x->n : x->k, x->tb ? x->k : x->n, x->ldb, s.b16);
+    if (!x->a_kept || s.kept[i] != x->a)
+        pack16(x->a, x->ta ? x->k : x->m, x->ta ? x->m : x->k, x->lda,
+               s.a16 + i * e->a_len);
+    s.kept[i] = x->a;
+    pack16(x->b, x->tb ? x->n : x->k, x->tb ? x->k : x->n, x->ldb,
+           s.b16 + i * e->b_len);
     dnnl_memory_set_data_handle(m[2], x->c);
     const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]},
                                      {DNNL_ARG_WEIGHTS, m[1]},
@@ -209,11 +234,13 @@ static dnnl_status_t args_make(ra_mm16 *e, int i, int tid)
 {
     const mm16_scratch s = scratch_of(e, tid);
     dnnl_memory_t *m = e->args + ((size_t)tid * e->count + i) * 4;
+    s.kept[i] = NULL;
     const_dnnl_primitive_desc_t pd;
     dnnl_status_t rc = dnnl_primitive_get_primitive_desc(e->prim[i], &pd);
     const dnnl_query_t q[4] = {dnnl_query_src_md, dnnl_query_weights_md,
                                dnnl_query_dst_md, dnnl_query_scratchpad_md};
-    void *h[4] = {s.a16, s.b16, DNNL_MEMORY_NONE, s.pad};
+    void *h[4] = {s.a16 + i * e->a_len, s.b16 + i * e->b_len,
+                  DNNL_MEMORY_NONE, s.pad};
     for (int j = 0; j < 4 && rc == dnnl_success; j++)
         rc = dnnl_memory_create(&m[j], dnnl_primitive_desc_query_md(pd, q[j], 0),
                                 e->eng, h[j]);
@@ -276,8 +303,9 @@ ra_status ra_mm16_create(ra_gemm gemm, const ra_mm_shape *shapes, int count,
     if (e->gemm == RA_GEMM_ONEDNN)
         st = mm16_onednn(e, 0);
 #endif
-    e->per_thread = up64((size_t)e->a_len * 6) + up64((size_t)e->b_len * 6) +
-                    up64(e->pad_len) + 4 * 64;
+    size_t sz[6];
+    scratch_sizes(e, sz);
+    e->per_thread = sz[0] + sz[1] + sz[2] + sz[3] + sz[4] + sz[5];
     if (st == RA_OK) {
         e->mem = (char *)ra_scratch_alloc(threads, e->per_thread / 4);
         if (!e->mem)

@@ -23,10 +23,10 @@ static inline uint16_t ra_bf16_of(float x)
 {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (u >> 16) | 0x40u;
+    /* branch-free, so that loops over it vectorise */
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : nearest);
 }
 
 /* The float32 of a bf16 value (exact). */

@@ -261,7 +261,7 @@ static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
 /* Base-2 scores of a bq x bk tile into t.s (row stride block_kv): qt rows
  * of stride H*D against kt rows of stride G*D. */
 static void score_tile(const ra_block *blk, const float *qt, const float *kt,
-                       int64_t bq, int64_t bk, tile_scratch t)
+                       int64_t bq, int64_t bk, int q_kept, tile_scratch t)
 {
     const int64_t D = blk->D, ldq = blk->H * D, ldk = blk->G * D;
     const int64_t lds = blk->block_kv;
@@ -276,7 +276,7 @@ static void score_tile(const ra_block *blk, const float *qt, const float *kt,
     ra_mm_tile(blk->gemm, blk->mm16, t.tid,
                &(ra_mm){.tb = 1, .m = bq, .n = bk, .k = D,
                         .alpha = blk->alpha, .a = qt, .lda = ldq, .b = kt,
-                        .ldb = ldk, .c = t.s, .ldc = lds});
+                        .ldb = ldk, .c = t.s, .ldc = lds, .a_kept = q_kept});
     if (blk->score == RA_SCORE_GAUSSIAN) {
         /* the key term, log2(e) |k|^2 / (2 sigma^2), off every column */
         const float coef = (float)(M_LOG2E * blk->half_inv_sigma2);
@@ -482,7 +482,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
                            qs_min == ks_min);
         }
         /* pass 1: base-2 scores */
-        score_tile(blk, qt, kb + j0 * G * D, bq, bk, t);
+        score_tile(blk, qt, kb + j0 * G * D, bq, bk, j0 > j_first, t);
         if (blk->alibi)
             alibi_tile(blk, &rl, 1, h, (tile_box){i0, bq, j0, bk}, t.s);
         /* pass 2: the mask, only on tiles that straddle an edge */
@@ -630,7 +630,7 @@ static void probs_rows(const ra_block *blk, const map_ops *x, int64_t b,
     }
     for (int64_t j0 = 0; j0 < m; j0 += bkv) {
         const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
-        score_tile(blk, qt, kb + j0 * G * D, bq, bk, t);
+        score_tile(blk, qt, kb + j0 * G * D, bq, bk, j0 > 0, t);
         map_bias_mask(blk, b, h, (tile_box){i0, bq, j0, bk}, t.s);
         for (int64_t r = 0; r < bq; r++) {
             const int64_t row_at = (b * x->nh + hi) * x->nr + i0 - x->r0 + r;
