@@ -8,7 +8,9 @@
  * an edge of the mask (tiles wholly invisible are never computed), pass 3
  * runs the online softmax (rescaling the accumulator
  * only where the row max moved), pass 4 adds P V with sgemm; at the end of
- * the block the normalised partial is merged into (o, lse). */
+ * the block the normalised partial is merged into (o, lse). With bf16
+ * precision (blk->mm16) the two products run in bf16 with fp32 sums
+ * (bf16.h: P is rounded as it is packed); everything else stays fp32. */
 #include <math.h>
 #include <sched.h>
 #include <stdint.h>

@@ -12,7 +12,9 @@
  * additive score works on the projections W_q q and W_k k (D is A): its
  * scores and their derivatives are made pair by pair, and each thread sums
  * its part of dw_v apart, added up in thread order afterwards. ALiBi adds
- * its bias to the recomputed scores and changes no derivative. */
+ * its bias to the recomputed scores and changes no derivative. With
+ * bf16 precision (blk->mm16) the five products run in bf16 (dO, P and dS
+ * rounded as they are packed) with fp32 sums into fp32 gradients. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -10,6 +10,8 @@ command line at NP ranks (NP >= 2):
    holding the same values as float32 writes the same /o, bit for bit.
 3. bench --wire bf16 sends exactly half the bytes of --wire fp32 (the K/V
    blocks), and both pass bench's check.
+4. run --backward --precision bf16 writes gradients that verify --backward,
+   which judges fp32 gradients only, refuses by name (exit 2).
 """
 import json
 import os
@@ -53,7 +55,8 @@ def write_file(path, tensors, bf16):
 
 def main():
     rng = np.random.default_rng(7)
-    shape = {"q": (2, 300, 4, 32), "k": (2, 300, 2, 32), "v": (2, 300, 2, 24)}
+    shape = {"q": (2, 300, 4, 32), "k": (2, 300, 2, 32), "v": (2, 300, 2, 24),
+             "do": (2, 300, 4, 24)}
     tensors = {n: rng.standard_normal(s).astype(np.float32) for n, s in shape.items()}
     with tempfile.TemporaryDirectory() as tmp:
         p = lambda name: os.path.join(tmp, name)
@@ -84,6 +87,11 @@ def main():
             sent[wire] = row["bytes_sent"]
         print(f"# bytes_sent: fp32 wire {sent['fp32']}, bf16 wire {sent['bf16']}")
         assert sent["bf16"] > 0 and 2 * sent["bf16"] == sent["fp32"]
+        # 4: bf16 gradients, which verify --backward does not judge
+        run(MPI + ["run", "--backward", "--recompute", "--in", p("in32.h5"),
+                   "--out", p("g16.h5"), "--precision", "bf16"])
+        run(MPI + ["verify", "--backward", "--in", p("in32.h5"), "--out",
+                   p("g16.h5")], code=2)
     print("e2e_bf16: PASS")
 
 
