@@ -108,6 +108,10 @@ static ra_status call_check_params(const ra_shape *s, const ra_params *p,
         return ra_error_set(RA_ERR_ARG, "gemm: engine '%s' is not in this "
                             "build of the library (oneDNN: build with "
                             "libdnnl-dev installed)", ra_gemm_name(p->gemm));
+    if ((unsigned)p->precision > RA_PRECISION_BF16 ||
+        (unsigned)p->wire > RA_WIRE_BF16)
+        return ra_error_set(RA_ERR_ARG, "precision: unknown precision %d or "
+                            "wire %d", (int)p->precision, (int)p->wire);
     if ((unsigned)p->align > RA_ALIGN_SEQUENCE)
         return ra_error_set(RA_ERR_ARG, "align: unknown alignment %d",
                             (int)p->align);
@@ -152,14 +156,33 @@ static ra_status call_check(const strat_row *row, const strat_call *c)
         return ra_error_set(RA_ERR_ARG, "strategy %s does not support "
                             "--align-per-sequence (per-sequence alignment "
                             "runs on strategy ring only)", c->name);
+    if (st == RA_OK && c->params->wire == RA_WIRE_BF16 &&
+        (row->id != RA_STRATEGY_RING ||
+         c->params->score == RA_SCORE_ADDITIVE))
+        return ra_error_set(RA_ERR_ARG, "strategy %s: --wire bf16 (K/V in "
+                            "bf16 between ranks) runs on strategy ring with "
+                            "the dot or gaussian score only", c->name);
     return st;
 }
 
 typedef struct {
     strat_call *c;
-    float *qr, *kr;
+    float *qr, *kr;   /* RoPE's rotated q and k, rounded in place too */
+    float *qb, *kb, *vb; /* bf16-rounded copies of q, k (without RoPE), v */
     double *slopes;
 } call_arrays;
+
+/* Whether the call rounds q (bf16 precision) and k, v (bf16 precision or
+ * K/V in bf16 on the wire) to bf16 before any row runs. */
+static int call_rounds_q(const ra_params *p)
+{
+    return p->precision == RA_PRECISION_BF16;
+}
+
+static int call_rounds_kv(const ra_params *p)
+{
+    return p->precision == RA_PRECISION_BF16 || p->wire == RA_WIRE_BF16;
+}
 
 /* The call's block (c->mem): the positions, RoPE's rotated q and k,
  * ALiBi's slopes; those a call does not use are not carved. */
@@ -174,6 +197,14 @@ static void call_carve(void *arg, ra_carver *cv)
     if (p->rope != RA_ROPE_NONE) {
         a->qr = ra_carve(cv, s->B * c->n * s->H * s->D, sizeof(float));
         a->kr = ra_carve(cv, s->B * c->m_own * s->G * s->D, sizeof(float));
+    }
+    if (call_rounds_q(p) && p->rope == RA_ROPE_NONE)
+        a->qb = ra_carve(cv, s->B * c->n * s->H * s->D, sizeof(float));
+    if (call_rounds_kv(p)) {
+        if (p->rope == RA_ROPE_NONE)
+            a->kb = ra_carve(cv, s->B * c->m_own * s->G * ra_shape_dk(s),
+                             sizeof(float));
+        a->vb = ra_carve(cv, s->B * c->m_own * s->G * s->Dv, sizeof(float));
     }
     if (p->alibi)
         a->slopes = ra_carve(cv, s->H, sizeof(double));
@@ -212,7 +243,8 @@ static ra_status call_size(strat_call *c, call_arrays *a)
     c->mem = ra_carve_alloc(call_carve, a);
     if (!c->mem)
         return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate the "
-                            "positions and the rotated q and k", c->name);
+                            "positions and the rotated or rounded q, k, v",
+                            c->name);
     call_positions(c);
     return RA_OK;
 }
@@ -292,6 +324,48 @@ static void call_posenc(strat_call *c, const call_arrays *a)
     }
 }
 
+/* x (len) into dst (NULL: x is already a copy of the call's) rounded to
+ * bf16; returns the rounded array. */
+static float *call_round(const float *x, float *dst, int64_t len)
+{
+    float *y = dst ? dst : (float *)x;
+    if (dst)
+        memcpy(dst, x, sizeof(float) * (size_t)len);
+    ra_bf16_round(y, len);
+    return y;
+}
+
+/* bf16 precision and K/V in bf16 on the wire: the call's q (bf16
+ * precision) and k, v rounded to bf16 once, after RoPE, into copies that
+ * replace c->q, c->k, c->v (RoPE's copies are rounded in place), so
+ * every row moves and folds rounded rows; a bf16 value stays as it is. */
+static void call_round_inputs(strat_call *c, const call_arrays *a)
+{
+    const ra_shape *s = c->shape;
+    const ra_params *p = c->params;
+    if (call_rounds_q(p))
+        c->q = call_round(c->q, a->qb, s->B * c->n * s->H * s->D);
+    if (call_rounds_kv(p)) {
+        c->k = call_round(c->k, a->kb,
+                          s->B * c->m_own * s->G * ra_shape_dk(s));
+        c->v = call_round(c->v, a->vb, s->B * c->m_own * s->G * s->Dv);
+    }
+}
+
+/* bf16 precision: the call's bf16 tile products (bf16.h), made once for
+ * the forward's or the backward's full tiles, into c->mm16. */
+static ra_status call_mm16(strat_call *c)
+{
+    if (c->params->precision != RA_PRECISION_BF16)
+        return RA_OK;
+    ra_block blk;
+    ra_mm_shape shapes[RA_MM16_MAX];
+    strat_block_init(c, c->n, c->qpos, NULL, &blk);
+    const int count = ra_kernel_mm_shapes(&blk, c->grads != NULL, shapes);
+    return ra_mm16_create(c->params->gemm, shapes, count, c->threads,
+                          &c->mm16);
+}
+
 /* The open after the local checks (st): agree, size and carve, agree,
  * the node map, the range check, the position encodings. Every rank
  * returns the same status. */
@@ -308,8 +382,11 @@ static ra_status call_open(strat_call *c, ra_status st)
     if (st == RA_OK && c->qalign)
         st = ra_align_queries(c->comm, c->shape, c->lay, c->params, c->masks,
                               c->qalign);
-    if (st == RA_OK)
+    if (st == RA_OK) {
         call_posenc(c, &a);
+        call_round_inputs(c, &a);
+        st = ra_agree(c->comm, call_mm16(c));
+    }
     return st;
 }
 
@@ -341,6 +418,7 @@ static ra_status call_close(strat_call *c, ra_status st, double t_start,
                             ra_timing *timing)
 {
     free(c->node_of);
+    ra_mm16_free(c->mm16);
     if (!c->stalled) {
         free(c->mem);
         if (c->comm != MPI_COMM_NULL &&

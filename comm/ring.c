@@ -44,6 +44,7 @@ static ra_status ring_size(ring_state *rs)
     const int64_t A = p->score == RA_SCORE_ADDITIVE ? p->additive->A : 0;
     rs->row_k = s->G * (A ? A : s->D);
     rs->row_v = s->G * s->Dv;
+    rs->wire16 = ra_params_wire_bf16(p);
     rs->plan = ring_plan_make(s, p, c->masks, c->P);
     rs->last = ring_plan_last_step(&rs->plan);
     rs->steps_total = (rs->last + 1) * (c->map ? 2 : 1);
@@ -57,7 +58,8 @@ static ra_status ring_size(ring_state *rs)
 }
 
 /* The ring's arrays, carved out of one block (ring_setup): the two K/V
- * blocks and their ids, the held keys' positions, the additive
+ * blocks (with wire16 in bf16, and one fp32 block they are widened into)
+ * and their ids, the held keys' positions, the additive
  * projections; those a call does not use are not carved. */
 static void ring_carve(void *state, const strat_call *c, ra_carver *cv)
 {
@@ -66,8 +68,12 @@ static void ring_carve(void *state, const strat_call *c, ra_carver *cv)
     const ra_params *p = c->params;
     const int64_t rows = s->B * rs->mmax;
     for (int i = 0; i < 2; i++) {
-        rs->buf[i].kv = ra_carve(cv, rows * (rs->row_k + rs->row_v),
-                                 sizeof(float));
+        if (i == 0 || !rs->wire16)
+            rs->buf[i].kv = ra_carve(cv, rows * (rs->row_k + rs->row_v),
+                                     sizeof(float));
+        if (rs->wire16)
+            rs->w16[i] = ra_carve(cv, rows * (rs->row_k + rs->row_v),
+                                  sizeof(uint16_t));
         if (c->segs)
             rs->buf[i].seg = ra_carve(cv, rows, sizeof(int64_t));
     }

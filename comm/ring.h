@@ -28,7 +28,12 @@ typedef struct {
     int64_t mmax;         /* the largest block */
     int64_t row_k, row_v; /* floats per key row of K (or W_k k) and of V */
     void *mem;            /* the one block behind buf, kpos, qp, kp */
-    ring_buf buf[2];      /* the two alternating blocks */
+    ring_buf buf[2];      /* the two alternating blocks; with wire16 only
+                             buf[0].kv, the current block widened to fp32
+                             (the ids in both) */
+    int wire16;           /* K/V travel as bf16 (ra_params_wire_bf16) */
+    uint16_t *w16[2];     /* wire16: the two alternating K/V blocks in bf16
+                             (the layout of buf's) */
     ra_block blk;         /* the kernel's view of the current block */
     int64_t *kpos;        /* global positions of the held block's keys */
     float *qp, *kp;       /* additive: W_q q (B, n, H, A), W_k k (B, m, G, A) */
@@ -58,7 +63,8 @@ typedef struct {
 } ring_pass_ops;
 
 /* Copies this rank's own keys (k, or its projection, rows of row_k
- * floats), v and key ids into buf[0] as the block of step 0 holds them. */
+ * floats), v and key ids into buf[0] (K/V into w16[0] with wire16) as the
+ * block of step 0 holds them. */
 void ring_pack_own(ring_state *rs);
 
 /* Runs steps 0 .. last on the ring loop (strategy.h): the transfers of

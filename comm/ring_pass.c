@@ -10,7 +10,9 @@
  * requests are polled between tiles so that the transfer moves while the
  * kernel runs: Open MPI has no progress thread. The wait after the compute
  * is watched: a neighbour that stops sending for stall_timeout seconds
- * fails the call instead of hanging it. */
+ * fails the call instead of hanging it. With a bf16 wire (ring.h:
+ * wire16) the blocks travel as bf16, half the bytes, and the held one is
+ * widened to fp32 for the kernel. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,18 @@
 #include "ring.h"
 
 enum { TAG_KV = 7301, TAG_SEG = 7302 };
+
+/* n floats of x into block row `at` of the held block: as they are, or
+ * as bf16 with wire16 (exact: the call rounded k and v already). */
+static void own_rows(const ring_state *rs, int64_t at, const float *x,
+                     int64_t n)
+{
+    if (rs->wire16)
+        ra_bf16_pack(x, n, rs->w16[0] + at);
+    else
+        ra_copy_threads(rs->buf[0].kv + at, x, sizeof(float) * (size_t)n,
+                        rs->c->threads);
+}
 
 void ring_pack_own(ring_state *rs)
 {
@@ -29,15 +43,12 @@ void ring_pack_own(ring_state *rs)
     const ring_span sp = ring_plan_held(&rs->plan, c->r, 0, rs->last);
     const int64_t cnt = sp.b - sp.a, rk = rs->row_k, rv = rs->row_v;
     const int64_t m = c->m_own;
-    const ring_buf dst = rs->buf[0];
     for (int64_t b = 0; b < s->B; b++) {
-        ra_copy_threads(dst.kv + b * cnt * rk, k + (b * m + sp.a) * rk,
-                        sizeof(float) * (size_t)(cnt * rk), c->threads);
-        ra_copy_threads(dst.kv + s->B * cnt * rk + b * cnt * rv,
-                        v + (b * m + sp.a) * rv,
-                        sizeof(float) * (size_t)(cnt * rv), c->threads);
+        own_rows(rs, b * cnt * rk, k + (b * m + sp.a) * rk, cnt * rk);
+        own_rows(rs, s->B * cnt * rk + b * cnt * rv, v + (b * m + sp.a) * rv,
+                 cnt * rv);
         if (seg)
-            memcpy(dst.seg + b * cnt, seg + b * m + sp.a,
+            memcpy(rs->buf[0].seg + b * cnt, seg + b * m + sp.a,
                    sizeof(int64_t) * (size_t)cnt);
     }
 }
@@ -101,11 +112,16 @@ static ra_status step_post(ring_state *rs, int t, ring_reqs *rq)
     const int64_t in_cnt = in.b - in.a, out_cnt = out.b - out.a;
     const int left = (c->r - 1 + P) % P, right = (c->r + 1) % P;
     const ring_buf cur = rs->buf[t & 1], nxt = rs->buf[(t + 1) & 1];
+    /* K/V as fp32, or bf16 with wire16: half the bytes */
+    const MPI_Datatype elt = rs->wire16 ? MPI_UINT16_T : MPI_FLOAT;
+    void *kv_out = rs->wire16 ? (void *)rs->w16[t & 1] : (void *)cur.kv;
+    void *kv_in = rs->wire16 ? (void *)rs->w16[(t + 1) & 1] : (void *)nxt.kv;
+    const int64_t elt_bytes = rs->wire16 ? 2 : (int64_t)sizeof(float);
     MPI_Datatype *ty = rq->types;
     MPI_Request *recv = rq->req, *send = rq->req + RING_PAIRS;
-    if (rows_type(B, cnt, out.a - held.a, out_cnt, rs->row_k, rs->row_v,
-                  MPI_FLOAT, &ty[RING_PAIRS]) != 0 ||
-        rows_type(B, in_cnt, 0, in_cnt, rs->row_k, rs->row_v, MPI_FLOAT,
+    if (rows_type(B, cnt, out.a - held.a, out_cnt, rs->row_k, rs->row_v, elt,
+                  &ty[RING_PAIRS]) != 0 ||
+        rows_type(B, in_cnt, 0, in_cnt, rs->row_k, rs->row_v, elt,
                   &ty[0]) != 0 ||
         (c->segs &&
          (rows_type(B, cnt, out.a - held.a, out_cnt, 1, 0, MPI_INT64_T,
@@ -113,9 +129,9 @@ static ra_status step_post(ring_state *rs, int t, ring_reqs *rq)
           rows_type(B, in_cnt, 0, in_cnt, 1, 0, MPI_INT64_T, &ty[1]) != 0)))
         return ra_error_set(RA_ERR_MPI, "ring: step %d: cannot describe the "
                                         "block to MPI", t);
-    if (MPI_Irecv(nxt.kv, 1, ty[0], left, TAG_KV, c->comm, &recv[0]) !=
+    if (MPI_Irecv(kv_in, 1, ty[0], left, TAG_KV, c->comm, &recv[0]) !=
             MPI_SUCCESS ||
-        MPI_Isend(cur.kv, 1, ty[RING_PAIRS], right, TAG_KV, c->comm,
+        MPI_Isend(kv_out, 1, ty[RING_PAIRS], right, TAG_KV, c->comm,
                   &send[0]) != MPI_SUCCESS ||
         (c->segs &&
          (MPI_Irecv(nxt.seg, 1, ty[1], left, TAG_SEG, c->comm, &recv[1]) !=
@@ -125,8 +141,7 @@ static ra_status step_post(ring_state *rs, int t, ring_reqs *rq)
         return ra_error_set(RA_ERR_MPI, "ring: step %d: posting the transfers "
                                         "failed", t);
     strat_count(c, right, B * out_cnt *
-                              ((rs->row_k + rs->row_v) *
-                                   (int64_t)sizeof(float) +
+                              ((rs->row_k + rs->row_v) * elt_bytes +
                                (c->segs ? (int64_t)sizeof(int64_t) : 0)));
     return RA_OK;
 }
@@ -147,7 +162,8 @@ static ra_status pass_post(void *ctx, int t, ring_reqs *rq)
 }
 
 /* Points the kernel at the block held at step t (its count, the global
- * positions and ids of its keys) and visits it. */
+ * positions and ids of its keys; with wire16 its K/V widened to fp32 into
+ * buf[0]) and visits it. */
 static void pass_visit(void *ctx, int t, ring_reqs *rq)
 {
     const pass_ctx *pc = ctx;
@@ -161,8 +177,13 @@ static void pass_visit(void *ctx, int t, ring_reqs *rq)
     for (int64_t j = 0; j < rs->blk.m; j++)
         rs->kpos[j] = ra_slice_pos(&keys, held.a + j);
     rs->blk.mask.k_seg = c->segs ? cur.seg : NULL;
-    pc->ops->visit(rs, cur.kv, cur.kv + c->shape->B * rs->blk.m * rs->row_k,
-                   rq, pc->ops->arg);
+    const int64_t rows = c->shape->B * rs->blk.m;
+    float *kv = cur.kv;
+    if (rs->wire16) {
+        kv = rs->buf[0].kv;
+        ra_bf16_unpack(rs->w16[t & 1], rows * (rs->row_k + rs->row_v), kv);
+    }
+    pc->ops->visit(rs, kv, kv + rows * rs->row_k, rq, pc->ops->arg);
 }
 
 static ra_status pass_settle(void *ctx, int t, ring_reqs *rq)

@@ -35,6 +35,7 @@ void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
     blk->score = p->score;
     blk->nan_check = p->nonfinite;
     blk->gemm = p->gemm;
+    blk->mm16 = c->mm16;
     blk->half_inv_sigma2 = gauss ? 0.5 / (p->sigma * p->sigma) : 0.0;
     blk->mask = (ra_mask){.causal = p->causal, .diag = s->M - s->N,
                           .window = p->window, .left = p->window_left,

@@ -39,7 +39,8 @@ typedef struct {
     const ra_params *params;
     const ra_masks *masks;
     const float *q, *k, *v; /* this rank's slices (ringattn.h); with RoPE
-                           rotated copies at qpos and kpos */
+                           rotated copies at qpos and kpos, with bf16
+                           precision (k, v: or a bf16 wire) rounded ones */
     float *o, *lse;     /* the forward's outputs (NULL in the backward) */
     ra_attn_map *map;   /* ra_forward_map's map, or NULL */
     const strat_grads *grads; /* the backward's, or NULL: a forward */
@@ -55,6 +56,8 @@ typedef struct {
                            aligned positions (B, n) (align.h), or NULL:
                            qpos + (M - N) */
     int *node_of;       /* P: the node of each rank of comm (nodes.h) */
+    ra_mm16 *mm16;      /* bf16 precision: the call's tile products, made
+                           once when it opens (bf16.h), else NULL */
     int stalled;        /* a watched wait gave up: transfers are still in
                            flight, so their buffers must stay (the job
                            must end) */

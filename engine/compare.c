@@ -33,8 +33,20 @@ void ra_tally_lse(ra_tally *t, double got, double ref)
     t->rel_o = rel_of(t->err2, t->ref2);
 }
 
+void ra_tally_o_abs(ra_tally *t, double ref_abs)
+{
+    t->abs2 += ref_abs * ref_abs;
+}
+
+double ra_tally_tol_o(const ra_tally *t, double tol)
+{
+    return tol + t->p_unit * rel_of(t->abs2, t->ref2);
+}
+
 void ra_tally_merge(ra_tally *a, const ra_tally *b)
 {
+    a->abs2 += b->abs2;
+    a->p_unit = fmax(a->p_unit, b->p_unit);
     a->err2 += b->err2;
     a->ref2 += b->ref2;
     a->rel_o = rel_of(a->err2, a->ref2);
@@ -46,5 +58,6 @@ void ra_tally_merge(ra_tally *a, const ra_tally *b)
 
 int ra_tally_ok(const ra_tally *t, double tol)
 {
-    return t->rel_o < tol && t->max_lse < tol && t->bad_inf == 0;
+    return t->rel_o < ra_tally_tol_o(t, tol) && t->max_lse < tol &&
+           t->bad_inf == 0;
 }

@@ -20,7 +20,21 @@ typedef struct {
     int64_t bad_inf;    /* rows whose -inf status disagrees with the
                            reference, and entries NaN where it has none */
     int64_t rows;       /* rows checked */
+    double abs2;        /* sum of |ref_abs|^2, ref_abs the reference on
+                           |v| (ra_tally_o_abs); with p_unit only */
+    double p_unit;      /* bf16 precision: the unit roundoff of P's
+                           rounding, 2^-8 (docs/DESIGN.md, "Precision");
+                           0: P is not rounded */
 } ra_tally;
+
+/* The weighted mean of |v| that element's reference had, sum_j p_ij
+ * |v_jd| / l_i: rounding P to bf16 moves o_id by at most p_unit times it,
+ * so o by at most p_unit sqrt(abs2) in Frobenius norm. */
+void ra_tally_o_abs(ra_tally *t, double ref_abs);
+
+/* The tolerance on rel_o: tol, plus p_unit sqrt(abs2 / ref2) when P was
+ * rounded. */
+double ra_tally_tol_o(const ra_tally *t, double tol);
 
 /* One element of o against its reference. */
 void ra_tally_o(ra_tally *t, double got, double ref);
@@ -32,7 +46,8 @@ void ra_tally_lse(ra_tally *t, double got, double ref);
 /* a += b (sums over ranks or cases). */
 void ra_tally_merge(ra_tally *a, const ra_tally *b);
 
-/* The verdict: rel_o and max_lse below tol and no bad row. */
+/* The verdict: rel_o below ra_tally_tol_o, max_lse below tol and no bad
+ * row. */
 int ra_tally_ok(const ra_tally *t, double tol);
 
 #endif /* RA_COMPARE_H */

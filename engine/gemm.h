@@ -18,6 +18,9 @@ typedef struct {
     int64_t lda, ldb;
     float *c;
     int64_t ldc;
+    int a_kept; /* 1: A is the same unchanged operand as in this thread's
+                   previous product of the same shape, whose bf16 copy
+                   may be reused (bf16.h); sgemm ignores it */
 } ra_mm;
 
 /* The engine RA_GEMM_AUTO stands for in this build: oneDNN when the

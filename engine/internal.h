@@ -11,6 +11,10 @@
  * own default tiles (ra_params_tiles); wider ones the defaults per D. */
 #define RA_WINDOW_TILE_SPAN 1920
 
+/* 1 when K/V travel the ring as bf16 (ra_wire): wire bf16, or auto with
+ * bf16 precision on strategy ring and a score other than additive. */
+int ra_params_wire_bf16(const ra_params *params);
+
 /* Records a one-line message for ra_error_message() and returns st, so that
  * a failing step reads: return ra_error_set(RA_ERR_INPUT, "%s: ...", path); */
 ra_status ra_error_set(ra_status st, const char *fmt, ...)

@@ -8,7 +8,9 @@
  * an edge of the mask (tiles wholly invisible are never computed), pass 3
  * runs the online softmax (rescaling the accumulator
  * only where the row max moved), pass 4 adds P V with sgemm; at the end of
- * the block the normalised partial is merged into (o, lse). */
+ * the block the normalised partial is merged into (o, lse). With bf16
+ * precision (blk->mm16) the two products run in bf16 with fp32 sums
+ * (bf16.h: P is rounded as it is packed); everything else stays fp32. */
 #include <math.h>
 #include <sched.h>
 #include <stdint.h>
@@ -46,6 +48,7 @@ _Static_assert(sizeof(ra_workspace) <= PAGE_FLOATS * sizeof(float),
  * (block_kv). */
 typedef struct {
     float *s, *acc, *mx, *sum, *kterm;
+    int tid; /* the thread's number, for its bf16 products' scratch */
 } tile_scratch;
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
@@ -152,6 +155,7 @@ static tile_scratch scratch_of(const ra_workspace *ws, int tid)
     t.mx = t.acc + round16((size_t)(ws->block_q * ws->Dv));
     t.sum = t.mx + round16((size_t)ws->block_q);
     t.kterm = t.sum + round16((size_t)ws->block_q);
+    t.tid = tid;
     return t;
 }
 
@@ -259,7 +263,7 @@ static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
 /* Base-2 scores of a bq x bk tile into t.s (row stride block_kv): qt rows
  * of stride H*D against kt rows of stride G*D. */
 static void score_tile(const ra_block *blk, const float *qt, const float *kt,
-                       int64_t bq, int64_t bk, tile_scratch t)
+                       int64_t bq, int64_t bk, int q_kept, tile_scratch t)
 {
     const int64_t D = blk->D, ldq = blk->H * D, ldk = blk->G * D;
     const int64_t lds = blk->block_kv;
@@ -271,9 +275,10 @@ static void score_tile(const ra_block *blk, const float *qt, const float *kt,
                                                      blk->w_v, D);
         return;
     }
-    ra_sgemm(blk->gemm, &(ra_mm){.tb = 1, .m = bq, .n = bk, .k = D,
-                                 .alpha = blk->alpha, .a = qt, .lda = ldq,
-                                 .b = kt, .ldb = ldk, .c = t.s, .ldc = lds});
+    ra_mm_tile(blk->gemm, blk->mm16, t.tid,
+               &(ra_mm){.tb = 1, .m = bq, .n = bk, .k = D,
+                        .alpha = blk->alpha, .a = qt, .lda = ldq, .b = kt,
+                        .ldb = ldk, .c = t.s, .ldc = lds, .a_kept = q_kept});
     if (blk->score == RA_SCORE_GAUSSIAN) {
         /* the key term, log2(e) |k|^2 / (2 sigma^2), off every column */
         const float coef = (float)(M_LOG2E * blk->half_inv_sigma2);
@@ -479,7 +484,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
                            qs_min == ks_min);
         }
         /* pass 1: base-2 scores */
-        score_tile(blk, qt, kb + j0 * G * D, bq, bk, t);
+        score_tile(blk, qt, kb + j0 * G * D, bq, bk, j0 > j_first, t);
         if (blk->alibi)
             alibi_tile(blk, &rl, 1, h, (tile_box){i0, bq, j0, bk}, t.s);
         /* pass 2: the mask, only on tiles that straddle an edge */
@@ -487,8 +492,8 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
             mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv);
         /* pass 3: online softmax */
         softmax_tile(blk, bq, bk, t);
-        /* pass 4: acc += P V */
-        ra_sgemm(blk->gemm,
+        /* pass 4: acc += P V (P rounded to bf16 with bf16 precision) */
+        ra_mm_tile(blk->gemm, blk->mm16, t.tid,
                  &(ra_mm){.m = bq, .n = Dv, .k = bk, .alpha = 1.0f,
                           .beta = 1.0f, .a = t.s, .lda = bkv,
                           .b = vb + j0 * G * Dv, .ldb = G * Dv, .c = t.acc,
@@ -627,7 +632,7 @@ static void probs_rows(const ra_block *blk, const map_ops *x, int64_t b,
     }
     for (int64_t j0 = 0; j0 < m; j0 += bkv) {
         const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
-        score_tile(blk, qt, kb + j0 * G * D, bq, bk, t);
+        score_tile(blk, qt, kb + j0 * G * D, bq, bk, j0 > 0, t);
         map_bias_mask(blk, b, h, (tile_box){i0, bq, j0, bk}, t.s);
         for (int64_t r = 0; r < bq; r++) {
             const int64_t row_at = (b * x->nh + hi) * x->nr + i0 - x->r0 + r;

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "bf16.h"
 #include "ringattn.h"
 #include "simd.h"
 
@@ -62,7 +63,14 @@ typedef struct {
      * -slope_h * |kpos - a| added, a the aligned position (ra_mask) */
     const double *alibi;
     ra_gemm gemm;    /* the tile products' engine (gemm.h) */
+    const ra_mm16 *mm16; /* bf16 precision: the call's bf16 products
+                          (bf16.h), else NULL: fp32 products */
 } ra_block;
+
+/* The products a kernel makes on full tiles of blk, as ra_mm16_create
+ * takes them, into out (RA_MM16_MAX): the scores and P V of the forward,
+ * or with backward the scores, dV, dP, dQ and dK; returns their count. */
+int ra_kernel_mm_shapes(const ra_block *blk, int backward, ra_mm_shape *out);
 
 /* The rules of ra_mask for a run of query rows of one batch that share
  * their diag (the whole batch without qalign), resolved once per work

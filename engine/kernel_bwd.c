@@ -12,7 +12,9 @@
  * additive score works on the projections W_q q and W_k k (D is A): its
  * scores and their derivatives are made pair by pair, and each thread sums
  * its part of dw_v apart, added up in thread order afterwards. ALiBi adds
- * its bias to the recomputed scores and changes no derivative. */
+ * its bias to the recomputed scores and changes no derivative. With
+ * bf16 precision (blk->mm16) the five products run in bf16 (dO, P and dS
+ * rounded as they are packed) with fp32 sums into fp32 gradients. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,7 @@ struct ra_bwd_workspace {
 typedef struct {
     float *p, *dp, *lse2, *rsum, *csum, *kterm;
     double *dw_v; /* this thread's partial dw_v (A), additive only */
+    int tid;      /* the thread's number, for its bf16 products' scratch */
 } bwd_scratch;
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
@@ -88,6 +91,7 @@ static bwd_scratch scratch_of(const ra_bwd_workspace *ws, int tid)
     t.csum = t.rsum + round16((size_t)ws->block_q);
     t.kterm = t.csum + round16((size_t)ws->block_kv);
     t.dw_v = ws->dw_v + (size_t)tid * (size_t)ws->A;
+    t.tid = tid;
     return t;
 }
 
@@ -189,10 +193,10 @@ static void probs_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
                                                        x->k + c * G * D,
                                                        blk->w_v, D);
     else
-        ra_sgemm(blk->gemm, &(ra_mm){.tb = 1, .m = x->bq, .n = x->bk,
-                                     .k = D, .alpha = blk->alpha, .a = x->q,
-                                     .lda = H * D, .b = x->k, .ldb = G * D,
-                                     .c = t.p, .ldc = lds});
+        ra_mm_tile(blk->gemm, blk->mm16, t.tid,
+                   &(ra_mm){.tb = 1, .m = x->bq, .n = x->bk, .k = D,
+                            .alpha = blk->alpha, .a = x->q, .lda = H * D,
+                            .b = x->k, .ldb = G * D, .c = t.p, .ldc = lds});
     if (blk->alibi)
         alibi_bias(blk, rl, x, t.p);
     if (cls == 1)
@@ -278,14 +282,15 @@ static void grads_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
     const int64_t ldo = blk->H * Dv, ldv = blk->G * Dv;
     const int64_t bq = x->bq, bk = x->bk;
     const ra_gemm g = blk->gemm;
+    const ra_mm16 *e = blk->mm16; /* bf16: P, dO and dS rounded too */
     const float c = (float)(blk->alpha * LN2); /* the natural coefficient */
     probs_tile(blk, rl, cls, x, t);
     /* pass 4: dV += P^T dO */
-    ra_sgemm(g, &(ra_mm){.ta = 1, .m = bk, .n = Dv, .k = bq, .alpha = 1.0f,
+    ra_mm_tile(g, e, t.tid, &(ra_mm){.ta = 1, .m = bk, .n = Dv, .k = bq, .alpha = 1.0f,
                          .beta = 1.0f, .a = t.p, .lda = lds, .b = x->dout,
                          .ldb = ldo, .c = x->dv, .ldc = ldv});
     /* pass 5: dP = dO V^T, then dS = P * (dP - Drow) in its place */
-    ra_sgemm(g, &(ra_mm){.tb = 1, .m = bq, .n = bk, .k = Dv, .alpha = 1.0f,
+    ra_mm_tile(g, e, t.tid, &(ra_mm){.tb = 1, .m = bq, .n = bk, .k = Dv, .alpha = 1.0f,
                          .a = x->dout, .lda = ldo, .b = x->v, .ldb = ldv,
                          .c = t.dp, .ldc = lds});
     for (int64_t r = 0; r < x->bq; r++) {
@@ -299,10 +304,10 @@ static void grads_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
         return;
     }
     /* pass 6: dQ += c dS K;  pass 7: dK += c dS^T Q */
-    ra_sgemm(g, &(ra_mm){.m = bq, .n = D, .k = bk, .alpha = c, .beta = 1.0f,
+    ra_mm_tile(g, e, t.tid, &(ra_mm){.m = bq, .n = D, .k = bk, .alpha = c, .beta = 1.0f,
                          .a = t.dp, .lda = lds, .b = x->k, .ldb = ldk,
                          .c = x->dq, .ldc = ldq});
-    ra_sgemm(g, &(ra_mm){.ta = 1, .m = bk, .n = D, .k = bq, .alpha = c,
+    ra_mm_tile(g, e, t.tid, &(ra_mm){.ta = 1, .m = bk, .n = D, .k = bq, .alpha = c,
                          .beta = 1.0f, .a = t.dp, .lda = lds, .b = x->q,
                          .ldb = ldq, .c = x->dk, .ldc = ldk});
     if (blk->score == RA_SCORE_GAUSSIAN)

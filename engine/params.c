@@ -32,6 +32,25 @@ void ra_params_default(ra_params *params)
     params->strategy = RA_STRATEGY_RING;
     params->mem_limit = 0;
     params->align = RA_ALIGN_TENSOR;
+    params->precision = RA_PRECISION_FP32;
+    params->wire = RA_WIRE_AUTO;
+}
+
+static const char *const precision_names[] = {"fp32", "bf16"};
+/* ra_precision_name, ra_precision_parse */
+RA_NAMED_ENUM(precision, ra_precision, "precision", precision_names)
+
+static const char *const wire_names[] = {"auto", "fp32", "bf16"};
+/* ra_wire_name, ra_wire_parse */
+RA_NAMED_ENUM(wire, ra_wire, "wire", wire_names)
+
+int ra_params_wire_bf16(const ra_params *params)
+{
+    if (params->wire != RA_WIRE_AUTO)
+        return params->wire == RA_WIRE_BF16;
+    return params->precision == RA_PRECISION_BF16 &&
+           params->strategy == RA_STRATEGY_RING &&
+           params->score != RA_SCORE_ADDITIVE;
 }
 
 double ra_params_scale(const ra_params *params, const ra_shape *shape)

@@ -1,6 +1,7 @@
 /* tiles.c: what the forward and backward kernels share about a tile: the
  * mask rules of one batch, the range of a tile's segment ids, and the
  * per-thread scratch (kernel.h). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "band.h"
@@ -60,4 +61,29 @@ float *ra_scratch_alloc(int threads, size_t per_thread)
                                      sizeof(float)) != 0)
         return NULL;
     return mem;
+}
+
+int ra_kernel_mm_shapes(const ra_block *blk, int backward, ra_mm_shape *out)
+{
+    const int64_t bq = blk->block_q, bkv = blk->block_kv;
+    const int64_t D = blk->D, Dv = blk->Dv, H = blk->H, G = blk->G;
+    const float c = (float)(blk->alpha * M_LN2); /* the backward's dS scale */
+    int n = 0;
+    /* the scores (both kernels; the additive score makes them pair by
+     * pair, and its dQ and dK too) and the forward's acc += P V */
+    if (blk->score != RA_SCORE_ADDITIVE)
+        out[n++] = (ra_mm_shape){0, 1, bq, bkv, D, blk->alpha, 0.0f, bkv};
+    if (!backward) {
+        out[n++] = (ra_mm_shape){0, 0, bq, Dv, bkv, 1.0f, 1.0f, Dv};
+        return n;
+    }
+    /* the backward: dV += P^T dO, dP = dO V^T, dQ += c dS K,
+     * dK += c dS^T Q, C in the (B, len, heads, dim) layouts */
+    out[n++] = (ra_mm_shape){1, 0, bkv, Dv, bq, 1.0f, 1.0f, G * Dv};
+    out[n++] = (ra_mm_shape){0, 1, bq, bkv, Dv, 1.0f, 0.0f, bkv};
+    if (blk->score != RA_SCORE_ADDITIVE) {
+        out[n++] = (ra_mm_shape){0, 0, bq, D, bkv, c, 1.0f, H * D};
+        out[n++] = (ra_mm_shape){1, 0, bkv, D, bq, c, 1.0f, G * D};
+    }
+    return n;
 }

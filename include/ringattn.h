@@ -183,6 +183,28 @@ typedef enum {
                              instruction set (AVX-512, AMX) */
 } ra_gemm;
 
+/* The arithmetic of the tile products (docs/DESIGN.md, "Precision"). */
+typedef enum {
+    RA_PRECISION_FP32 = 0, /* the default: fp32 operands and sums */
+    RA_PRECISION_BF16 = 1, /* q, k, v rounded to bfloat16 once (after RoPE;
+                              bf16 values stay as they are), Q K^T in bf16
+                              to fp32 scores, the softmax statistics in
+                              fp32, P rounded to bf16 for P V with fp32
+                              sums; the backward's five products likewise
+                              (dO, P, dS rounded), dq, dk, dv in fp32 */
+} ra_precision;
+
+/* How K/V blocks travel between the ranks of the ring. */
+typedef enum {
+    RA_WIRE_AUTO = 0, /* the default: bf16 when the precision is bf16 on
+                         strategy ring with a score other than additive,
+                         else fp32 */
+    RA_WIRE_FP32 = 1, /* float32 */
+    RA_WIRE_BF16 = 2, /* bfloat16, half the bytes: k and v are rounded to
+                         bf16 first, also in an fp32 run (strategy ring,
+                         dot and gaussian scores; others refuse it) */
+} ra_wire;
+
 /* 1 when this build of the library can run engine gemm (RA_GEMM_AUTO and
  * RA_GEMM_OPENBLAS always; RA_GEMM_ONEDNN when built with oneDNN). */
 RA_API int ra_gemm_available(ra_gemm gemm);
@@ -268,6 +290,10 @@ typedef struct {
                           forward passes call it, ra_backward does not */
     void *on_step_ctx; /* passed to on_step and on_tick as ctx */
     ra_align align;    /* where queries sit (ra_align); RA_ALIGN_TENSOR */
+    /* numerics */
+    ra_precision precision; /* of the tile products (RA_PRECISION_FP32) */
+    /* execution */
+    ra_wire wire;      /* how K/V travel the ring (RA_WIRE_AUTO) */
 } ra_params;
 
 /* The default stall_timeout in seconds. */
@@ -676,6 +702,8 @@ typedef enum {
  *   score:    "dot", "gaussian", "additive"
  *   rope:     "none", "interleaved", "half"
  *   gemm:     "auto", "openblas", "onednn"
+ *   precision: "fp32", "bf16"
+ *   wire:     "auto", "fp32", "bf16"
  *   axes:     "B,N,H,D", "B,H,N,D" (a dataset's "axes" attribute), "none"
  *   dtype:    "f32", "f16", "bf16", "f64" */
 RA_API const char *ra_layout_name(ra_layout layout);
@@ -688,6 +716,10 @@ RA_API const char *ra_rope_name(ra_rope rope);
 RA_API ra_status ra_rope_parse(const char *name, ra_rope *out);
 RA_API const char *ra_gemm_name(ra_gemm gemm);
 RA_API ra_status ra_gemm_parse(const char *name, ra_gemm *out);
+RA_API const char *ra_precision_name(ra_precision precision);
+RA_API ra_status ra_precision_parse(const char *name, ra_precision *out);
+RA_API const char *ra_wire_name(ra_wire wire);
+RA_API ra_status ra_wire_parse(const char *name, ra_wire *out);
 RA_API const char *ra_axes_name(ra_axes axes);
 RA_API const char *ra_dtype_name(ra_dtype dtype);
 

@@ -124,6 +124,10 @@ typedef struct {
     char align[16];         /* "tensor" (also when absent) or "sequence" */
     char qkv_layout[8];   /* "bnhd" when absent */
     char out_dtype[8];    /* type of /o: "f32" when absent */
+    char precision[8];    /* of the tile products: "fp32" (also when
+                             absent) or "bf16" */
+    char wire[8];         /* how K/V travelled: "fp32" (also when absent)
+                             or "bf16" (then rounded to bf16) */
     char names[3][256];   /* q, k, v datasets read; "/q", "/k", "/v" when
                              absent */
     char mask_sets[5][256]; /* mask datasets applied: q_lens, kv_lens,

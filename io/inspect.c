@@ -470,6 +470,20 @@ static ra_status posenc_attrs_read(hid_t file, const char *path,
                             sizeof a->alibi_slopes);
 }
 
+/* The arithmetic the run used: its precision and how K/V travelled
+ * (defaults: fp32 both, as before they were recorded). */
+static ra_status numerics_attrs_read(hid_t file, const char *path,
+                                     h5io_run_attrs *a)
+{
+    ra_status st;
+    snprintf(a->precision, sizeof a->precision, "fp32");
+    snprintf(a->wire, sizeof a->wire, "fp32");
+    if ((st = h5io_attr_read_string(file, path, "precision", a->precision,
+                                    sizeof a->precision)) != RA_OK)
+        return st;
+    return h5io_attr_read_string(file, path, "wire", a->wire, sizeof a->wire);
+}
+
 /* The data a run read and wrote: datasets, their order, masks, /o's type;
  * the defaults of files written before these were recorded stay. */
 static ra_status run_attrs_data(hid_t file, const char *path,
@@ -541,6 +555,8 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
     st = run_attrs_data(file, path, a);
     if (st == RA_OK)
         st = posenc_attrs_read(file, path, a);
+    if (st == RA_OK)
+        st = numerics_attrs_read(file, path, a);
 
 cleanup:
     if (file >= 0) H5Fclose(file);

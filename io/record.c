@@ -21,7 +21,8 @@ const char *ra_dtype_name(ra_dtype dtype)
 
 /* The rules of the forward pass: mask, window, score and its one
  * parameter (scale for dot, sigma for gaussian; the other is not
- * recorded, since it was not applied), the layout over ranks. */
+ * recorded, since it was not applied), the layout over ranks, the
+ * precision and how K/V travelled (wire: "bf16" means rounded). */
 static ra_status record_rules(MPI_Comm comm, hid_t file, const char *path,
                               const h5io_recipe *r)
 {
@@ -43,7 +44,13 @@ static ra_status record_rules(MPI_Comm comm, hid_t file, const char *path,
         (st = h5io_attr_write_int(comm, file, path, "ranks",
                                   r->nranks)) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "strategy",
-                                     ra_strategy_name(p->strategy))) != RA_OK)
+                                     ra_strategy_name(p->strategy))) != RA_OK ||
+        (st = h5io_attr_write_string(comm, file, path, "precision",
+                                     ra_precision_name(p->precision))) !=
+            RA_OK ||
+        (st = h5io_attr_write_string(comm, file, path, "wire",
+                                     ra_params_wire_bf16(p) ? "bf16"
+                                                            : "fp32")) != RA_OK)
         return st;
     if (p->score == RA_SCORE_DOT)
         st = h5io_attr_write_double(comm, file, path, "scale", r->scale);

@@ -122,6 +122,8 @@ double bench_local_pairs(const bench_opts *o, const ra_shape *s,
  * aligned positions of its queries (N) and their scratch (N + M). */
 typedef struct {
     double *kd, *vd, *qd, *ref, *sc;
+    double *vabs, *rabs; /* bf16 precision: |V| and the reference on it
+                            (the tolerance, compare.h), else NULL */
     float *tmp;
     int64_t *kseg, *qseg, *qat;
     ra_key_id *keys;
@@ -174,6 +176,8 @@ static void check_one(check_run *c, int64_t b, int64_t h, int64_t i)
     regen_row(c->o, (regen_tensor){RA_STREAM_Q, s->N, s->H, s->D}, b, gi, h,
               w->tmp, w->qd);
     ra_rope_row_ref(p->rope, p->rope_base, w->qd, s->D, at);
+    if (p->precision == RA_PRECISION_BF16)
+        ra_bf16_round_f64(w->qd, s->D);
     const ra_mask mk = {.causal = p->causal, .diag = s->M - s->N,
                         .window = p->window, .left = p->window_left,
                         .right = p->window_right, .qpos = &gi,
@@ -188,6 +192,14 @@ static void check_one(check_run *c, int64_t b, int64_t h, int64_t i)
     const float *orow = c->out + ((b * n + i) * s->H + h) * s->Dv;
     for (int64_t d = 0; d < s->Dv; d++)
         ra_tally_o(c->t, orow[d], w->ref[d]);
+    if (w->vabs) {
+        ra_ref_rows ra = rr;
+        ra.v = w->vabs;
+        ra.o = w->rabs;
+        ra_reference_scored(&score, &mk, &ra, w->sc);
+        for (int64_t d = 0; d < s->Dv; d++)
+            ra_tally_o_abs(c->t, w->rabs[d]);
+    }
     ra_tally_lse(c->t, c->lse[(b * s->H + h) * n + i], lref);
 }
 
@@ -207,6 +219,12 @@ static void check_batch(check_run *c, int64_t b)
                             s->D, j);
             regen_row(o, v, b, j, g, c->w.tmp, c->w.vd + j * s->Dv);
         }
+        if (o->p.precision == RA_PRECISION_BF16 || o->p.wire == RA_WIRE_BF16) {
+            ra_bf16_round_f64(c->w.kd, s->M * s->D);
+            ra_bf16_round_f64(c->w.vd, s->M * s->Dv);
+        }
+        for (int64_t x = 0; c->w.vabs && x < s->M * s->Dv; x++)
+            c->w.vabs[x] = fabs(c->w.vd[x]);
         for (int64_t h = g * rep; h < (g + 1) * rep; h++)
             for (int64_t r = 0; r < o->check_rows && r < n; r++) {
                 const int64_t i = r == 0 ? 0 : r == 1 ? n - 1
@@ -248,12 +266,17 @@ void bench_check_output(const bench_opts *o, const ra_shape *s,
         .sc = malloc(sizeof(double) * (size_t)s->M),
         .tmp = malloc(sizeof(float) * (size_t)Dmax)}};
     check_scratch *w = &c.w;
+    const int bf16 = o->p.precision == RA_PRECISION_BF16;
+    w->vabs = bf16 ? malloc(sizeof(double) * (size_t)(s->M * s->Dv)) : NULL;
+    w->rabs = bf16 ? malloc(sizeof(double) * (size_t)s->Dv) : NULL;
+    t->p_unit = bf16 ? RA_BF16_UNIT : 0.0;
     const int seq = o->p.align == RA_ALIGN_SEQUENCE;
     w->qat = seq ? malloc(sizeof(int64_t) * (size_t)s->N) : NULL;
     w->keys = seq ? malloc(sizeof(ra_key_id) * (size_t)(s->N + s->M)) : NULL;
     const int64_t batches[2] = {0, s->B - 1};
     const int ok = w->kd && w->vd && w->qd && w->ref && w->sc && w->tmp &&
-                   (!seq || (w->qat && w->keys));
+                   (!seq || (w->qat && w->keys)) &&
+                   (!bf16 || (w->vabs && w->rabs));
     for (int bi = 0; ok && bi < (s->B > 1 ? 2 : 1); bi++) {
         free(w->kseg);
         free(w->qseg);
@@ -270,7 +293,7 @@ void bench_check_output(const bench_opts *o, const ra_shape *s,
     if (!ok || segs_missing(o, w))
         t->bad_inf++; /* could not check: fails the verdict */
     void *all[] = {w->kseg, w->qseg, w->qat, w->keys, w->kd, w->vd, w->qd,
-                   w->ref, w->sc, w->tmp};
+                   w->ref, w->sc, w->tmp, w->vabs, w->rabs};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         free(all[i]);
 }

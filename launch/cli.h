@@ -286,6 +286,8 @@ typedef struct {
     int64_t sample, seed;  /* sample 0: the tool's own default */
     int all;
     double tol;
+    int precision, precision_set; /* --precision: judge as this
+                                     ra_precision, not the recorded one */
 } cli_check;
 
 /* --in --out (required) --sample --all --seed --tol (into a cli_check). */

@@ -272,6 +272,9 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
            (long long)o->warmup, (long long)o->reps);
     printf("# %-12s %s\n", "exp", ra_exp2_impl());
     printf("# %-12s %s\n", "gemm", ra_gemm_name(ra_gemm_resolve(o->p.gemm)));
+    printf("# %-12s %s, K/V as %s between ranks\n", "precision",
+           ra_precision_name(o->p.precision),
+           ra_params_wire_bf16(&o->p) ? "bf16" : "fp32");
     printf("# %-12s %d^3 sgemm on every rank at once: %.1f GFLOP/s in all\n",
            "sgemm", SGEMM_N, sgemm);
     printf("# %-12s %s\n", "command", ctx->command_line);

@@ -151,10 +151,9 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     if (st == RA_OK && o->max_seq && (o->tab.json || o->tab.csv || o->nsweep))
         st = ra_error_set(RA_ERR_ARG, "--max-seq prints its own table; "
                           "--json, --csv and --sweep-nodes go without it");
-    if (st == RA_OK && o->p.gemm != RA_GEMM_AUTO)
-        st = ra_error_set(RA_ERR_ARG, "--gemm: does not apply to plan, which "
-                          "predicts the engine its profile's kernel rates "
-                          "were probed with");
+    if (st == RA_OK && (o->p.gemm || o->p.precision || o->p.wire))
+        st = ra_error_set(RA_ERR_ARG, "--gemm, --precision, --wire: do not "
+                          "apply to plan (its profile's fp32 engine rates)");
     if (st == RA_OK && !o->in && o->qkv_layout != RA_AXES_NONE)
         st = ra_error_set(RA_ERR_ARG, "--qkv-layout: applies to the datasets "
                           "of --in, and none is given");

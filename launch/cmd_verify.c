@@ -222,6 +222,29 @@ static ra_status run_params(const char *in, const char *out, check_ctx *c)
     return RA_OK;
 }
 
+/* The run's arithmetic as OUT.h5 records it (precision, wire) or as
+ * --precision says: bf16 precision rounds q, k, v and P; a bf16 wire
+ * rounds k and v. */
+static ra_status run_numerics(const cli_check *o, check_ctx *c)
+{
+    const h5io_run_attrs *r = &c->v.run;
+    ra_precision prec;
+    if (ra_precision_parse(r->precision, &prec) != RA_OK)
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute precision: unknown "
+                            "precision '%s' (expected fp32 or bf16)", o->out,
+                            r->precision);
+    if (strcmp(r->wire, "fp32") != 0 && strcmp(r->wire, "bf16") != 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute wire: unknown wire "
+                            "type '%s' (expected fp32 or bf16)", o->out,
+                            r->wire);
+    if (o->precision_set)
+        prec = (ra_precision)o->precision;
+    c->v.p.precision = prec;
+    c->v.round_q = c->v.round_p = prec == RA_PRECISION_BF16;
+    c->v.round_kv = c->v.round_q || strcmp(r->wire, "bf16") == 0;
+    return RA_OK;
+}
+
 /* Everything before the check: the shapes of both files agree, the run's
  * parameters and the masks pass run's checks. Collective. */
 static ra_status verify_validate(const cli_ctx *ctx, const cli_check *o,
@@ -238,6 +261,7 @@ static ra_status verify_validate(const cli_ctx *ctx, const cli_check *o,
         RA_OK)
         return st;
     if ((st = run_params(o->in, o->out, c)) == RA_OK &&
+        (st = run_numerics(o, c)) == RA_OK &&
         (st = h5io_read_out_shape(o->out, dims_o, dims_l)) == RA_OK &&
         (dims_o[0] != s->B || dims_o[1] != s->N || dims_o[2] != s->H ||
          dims_o[3] != s->Dv || dims_l[0] != s->B || dims_l[1] != s->H ||
@@ -275,12 +299,14 @@ static int verify_report(const cli_ctx *ctx, const cli_check *o,
                                                            : 0;
     const double tol = o->tol > ulp ? o->tol : ulp;
     const int pass = ra_tally_ok(&g, tol) && nans == 0;
+    const double tol_o = ra_tally_tol_o(&g, tol);
     const int gauss = strcmp(r->score, "gaussian") == 0;
     if (ctx->rank == 0)
         printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
                "window %s, masks %s, score %s, %s %.6g, rope %s, alibi %s: "
                "max abs err %.3e, rel err %.3e, lse err %.3e, bad rows %.0f, "
-               "NaN values in all rows %.0f, tolerance %.1e%s: %s\n", o->out,
+               "NaN values in all rows %.0f, tolerance %.1e%s, on o %.1e "
+               "(precision %s, K/V %s): %s\n", o->out,
                (long long)nrows, (long long)s->H,
                nrows == s->B * s->N ? "all" : "sampled",
                r->causal ? "yes" : "no", r->window ? "yes" : "no",
@@ -288,7 +314,9 @@ static int verify_report(const cli_ctx *ctx, const cli_check *o,
                gauss ? "sigma" : "scale", gauss ? r->sigma : r->scale, r->rope,
                r->alibi ? r->alibi_slopes : "no", g.max_abs_o, g.rel_o,
                g.max_lse, (double)g.bad_inf, nans, tol,
-               ulp > o->tol ? " (the rounding of a 16-bit /o)" : "",
+               ulp > o->tol ? " (the rounding of a 16-bit /o)" : "", tol_o,
+               ra_precision_name(c->v.p.precision),
+               c->v.round_kv ? "rounded to bf16" : "fp32",
                pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
 }
@@ -301,6 +329,7 @@ static ra_status verify_share(const cli_ctx *ctx, const cli_check *o,
     const ra_shape *s = c->v.s;
     const ra_range mine = ra_shard_range(nrows, ctx->rank, ctx->nranks);
     const int blas = ra_blas_enter(1); /* one rank per core */
+    t->cmp.p_unit = c->v.round_p ? RA_BF16_UNIT : 0.0;
     ra_status st = verify_rows(o->in, o->out, &c->v, rows + mine.start,
                                mine.count, &t->cmp);
     ra_blas_leave(blas);

@@ -345,6 +345,12 @@ static ra_status vb_validate(const cli_ctx *ctx, const cli_check *o, vb_ctx *c)
     ra_status st = ra_agree(ctx->comm, h5io_read_run_attrs(o->out, &c->run));
     const ra_h5_source src = {
         .axes = h5io_qkv_layout_parse(c->run.qkv_layout)};
+    if (st == RA_OK && (o->precision_set || strcmp(c->run.precision, "fp32") ||
+                        strcmp(c->run.wire, "fp32")))
+        st = ra_error_set(RA_ERR_ARG, "verify --backward: %s: judges fp32 "
+                          "gradients only (--precision, or attributes "
+                          "precision %s, wire %s)", o->out, c->run.precision,
+                          c->run.wire);
     if (st == RA_OK)
         st = ra_h5_read_shape_from(ctx->comm, o->in, &src, s, NULL);
     if (st != RA_OK)

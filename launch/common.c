@@ -370,6 +370,9 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
     printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
            layout_auto ? " (auto)" : "");
     printf("# %-10s %s\n", "strategy", ra_strategy_name(p->strategy));
+    printf("# %-10s %s, K/V as %s between ranks\n", "precision",
+           ra_precision_name(p->precision),
+           ra_params_wire_bf16(p) ? "bf16" : "fp32");
     const char *rule = p->window && p->window_left + p->window_right + 1 <=
                                          RA_WINDOW_TILE_SPAN
                            ? "window rule" : "default for D";

@@ -459,6 +459,9 @@ const cli_opt cli_table_opts[] = {
     {0},
 };
 
+/* Below, with the other named enums. */
+static int parse_precision(const cli_opt *o, const char *val, void *base);
+
 const cli_opt cli_check_opts[] = {
     CLI_OPT_REQUIRED(cli_check, "--in", "FILE", in,
                      "the input of the run (its masks; /do for gradients)"),
@@ -471,6 +474,11 @@ const cli_opt cli_check_opts[] = {
                 "seed of the sample"),
     CLI_OPT_POSITIVE(cli_check, "--tol", "X", tol, 1e300,
                      RA_XSTR(RA_TOLERANCE), "tolerance of each relative error"),
+    {.name = "--precision", .kind = CLI_CUSTOM, .meta = "P",
+     .offset = CLI_FIELD(cli_check, precision, int),
+     .seen = CLI_SEEN(cli_check, precision_set), .noun = "precision",
+     .fn = parse_precision, .shown = "the recorded one",
+     .help = "judge the run as fp32 or bf16 (forward outputs)"},
     {0},
 };
 
@@ -610,6 +618,27 @@ static int parse_gemm(const cli_opt *o, const char *val, void *base)
     return -1;
 }
 
+_Static_assert(sizeof(ra_precision) == sizeof(int) &&
+                   sizeof(ra_wire) == sizeof(int),
+               "the precision and wire enums are stored as int");
+
+static const char *precision_name(int i)
+{
+    return ra_precision_name((ra_precision)i);
+}
+
+static int parse_precision(const cli_opt *o, const char *val, void *base)
+{
+    return parse_named(o, val, base, precision_name, RA_PRECISION_BF16 + 1);
+}
+
+static const char *wire_name(int i) { return ra_wire_name((ra_wire)i); }
+
+static int parse_wire(const cli_opt *o, const char *val, void *base)
+{
+    return parse_named(o, val, base, wire_name, RA_WIRE_BF16 + 1);
+}
+
 static int parse_score(const cli_opt *o, const char *val, void *base)
 {
     return parse_named(o, val, base, score_name, RA_SCORE_ADDITIVE + 1);
@@ -681,6 +710,12 @@ const cli_opt cli_forward_opts[] = {
      .offset = P_AT(gemm), .noun = "gemm engine", .fn = parse_gemm,
      .shown = "auto",
      .help = "tile products on onednn, openblas or auto"},
+    {.name = "--precision", .kind = CLI_CUSTOM, .meta = "P",
+     .offset = P_AT(precision), .noun = "precision", .fn = parse_precision,
+     .shown = "fp32", .help = "tile products in fp32 or bf16 (fp32 sums)"},
+    {.name = "--wire", .kind = CLI_CUSTOM, .meta = "TYPE",
+     .offset = P_AT(wire), .noun = "wire type", .fn = parse_wire,
+     .shown = "auto", .help = "K/V between ring ranks: fp32, bf16 or auto"},
     {.name = "--threads", .kind = CLI_INT32, .meta = "T",
      .offset = P_FIELD(threads, int), .lo = 1, .hi = 1024,
      .shown = "$OMP_NUM_THREADS or 1", .help = "threads per rank"},

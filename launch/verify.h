@@ -20,6 +20,10 @@ typedef struct {
     ra_ref_score score;
     const int64_t *q_lens, *kv_lens;
     const char *q_seg_name, *kv_seg_name;
+    /* the run's rounding (its precision and wire, or --precision): q, and
+     * k and v, rounded to bf16 before the reference; round_p: P was
+     * rounded for P V, which the tolerance allows for (compare.h) */
+    int round_q, round_kv, round_p;
 } verify_ctx;
 
 /* Checks the sorted flat query rows rows[0..n) (b * N + i) of out against

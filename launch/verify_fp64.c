@@ -30,6 +30,8 @@ typedef struct {
     double *q, *o, *lse;  /* (nr, H, D) (nr, H, Dv) (H, nr) */
     double *mx, *sum;     /* (H, nr): running max and sum */
     double *acc;          /* (H, nr, Dv) */
+    double *acc_abs, *va; /* round_p: P |V| (H, nr, Dv) and |v| (KB, G,
+                             Dv), for the tolerance (compare.h) */
     double *qa, *ka;      /* additive: W_q q (nr, H, A), W_k k (KB, G, A) */
     double *lrow;         /* one /lse row (N) */
     double *k, *v, *sc;   /* (KB, G, Dk) (KB, G, Dv) (nr, KB) */
@@ -40,6 +42,7 @@ typedef struct {
 static void vwork_free(vwork *w)
 {
     void *p[] = {w->pos, w->qseg, w->qat, w->ids, w->at, w->keys, w->q, w->o, w->lse, w->mx, w->sum, w->acc,
+                 w->acc_abs, w->va,
                  w->qa, w->ka, w->lrow, w->k, w->v, w->sc, w->vis, w->kpos,
                  w->kseg};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
@@ -65,6 +68,8 @@ static ra_status vwork_alloc(const verify_ctx *c, int64_t n, vwork *w)
     w->mx = malloc(d * (size_t)(n * H));
     w->sum = malloc(d * (size_t)(n * H));
     w->acc = malloc(d * (size_t)(n * H * s->Dv));
+    w->acc_abs = c->round_p ? malloc(d * (size_t)(n * H * s->Dv)) : NULL;
+    w->va = c->round_p ? malloc(d * (size_t)(KEY_BLOCK * G * s->Dv)) : NULL;
     w->qa = A ? malloc(d * (size_t)(n * H * A)) : NULL;
     w->ka = A ? malloc(d * (size_t)(KEY_BLOCK * G * A)) : NULL;
     w->lrow = malloc(d * (size_t)s->N);
@@ -78,7 +83,8 @@ static ra_status vwork_alloc(const verify_ctx *c, int64_t n, vwork *w)
         !w->acc || !w->lrow || !w->k || !w->v || !w->sc || !w->vis ||
         !w->kpos || (c->q_seg_name && (!w->qseg || !w->kseg)) ||
         !w->qat || (ids && (!w->ids || !w->at || !w->keys)) ||
-        (A && (!w->qa || !w->ka)))
+        (A && (!w->qa || !w->ka)) ||
+        (c->round_p && (!w->acc_abs || !w->va)))
         return ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the "
                             "buffers of %lld sampled rows", (long long)n);
     return RA_OK;
@@ -155,6 +161,9 @@ static ra_status rows_load(const char *in, const char *out,
         for (int64_t h = 0; h < H; h++)
             ra_rope_row_ref(c->p.rope, c->p.rope_base, w->q + (r * H + h) * D,
                             D, w->qat[r]);
+    if (c->round_q) /* RoPE's rotation is fp64 here, float32 in the run:
+                       they agree to float32's rounding before bf16's */
+        ra_bf16_round_f64(w->q, nr * H * D);
     for (int64_t h = 0; h < H && st == RA_OK; h++) {
         if ((st = h5io_read_lse(out, b, h, 0, s->N, w->lrow)) == RA_OK)
             for (int64_t r = 0; r < nr; r++)
@@ -168,6 +177,8 @@ static ra_status rows_load(const char *in, const char *out,
         w->sum[x] = 0.0;
     }
     memset(w->acc, 0, sizeof(double) * (size_t)(nr * H * s->Dv));
+    if (w->acc_abs)
+        memset(w->acc_abs, 0, sizeof(double) * (size_t)(nr * H * s->Dv));
     return st;
 }
 
@@ -195,6 +206,12 @@ static ra_status block_load(const char *in, const verify_ctx *c, int64_t b,
             ra_rope_row_ref(c->p.rope, c->p.rope_base, w->k + (j * G + g) * Dk,
                             Dk, j0 + j);
     }
+    if (c->round_kv) {
+        ra_bf16_round_f64(w->k, kb * G * Dk);
+        ra_bf16_round_f64(w->v, kb * G * s->Dv);
+    }
+    for (int64_t x = 0; w->va && x < kb * G * s->Dv; x++)
+        w->va[x] = fabs(w->v[x]);
     if (w->ka)
         rows_project(c->p.additive->w_k, c->p.additive->A, Dk, w->k, kb * G,
                      w->ka);
@@ -282,6 +299,8 @@ static void head_fold(const verify_ctx *c, int64_t h, int64_t kb, vwork *w)
         *sum *= corr;
         for (int64_t d = 0; d < Dv; d++)
             acc[d] *= corr;
+        for (int64_t d = 0; w->acc_abs && d < Dv; d++)
+            w->acc_abs[(h * nr + r) * Dv + d] *= corr;
         *mx = mnew;
         for (int64_t j = 0; j < kb; j++) {
             row[j] = exp(row[j] - mnew);
@@ -291,6 +310,10 @@ static void head_fold(const verify_ctx *c, int64_t h, int64_t kb, vwork *w)
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)Dv,
                 (int)kb, 1.0, w->sc, (int)kb, w->v + g * Dv, (int)(G * Dv),
                 1.0, w->acc + h * nr * Dv, (int)Dv);
+    if (w->acc_abs)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr,
+                    (int)Dv, (int)kb, 1.0, w->sc, (int)kb, w->va + g * Dv,
+                    (int)(G * Dv), 1.0, w->acc_abs + h * nr * Dv, (int)Dv);
 }
 
 /* The reference rows of the batch against /o and /lse, into t. */
@@ -304,6 +327,8 @@ static void rows_tally(const verify_ctx *c, const vwork *w, ra_tally *t)
             for (int64_t d = 0; d < Dv; d++)
                 ra_tally_o(t, w->o[(r * H + h) * Dv + d],
                            sum > 0 ? acc[d] / sum : 0.0);
+            for (int64_t d = 0; w->acc_abs && sum > 0 && d < Dv; d++)
+                ra_tally_o_abs(t, w->acc_abs[(h * nr + r) * Dv + d] / sum);
             ra_tally_lse(t, w->lse[h * nr + r],
                          sum > 0 ? w->mx[h * nr + r] + log(sum) : -INFINITY);
         }

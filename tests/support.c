@@ -29,6 +29,31 @@ void problem_free(problem *p)
     free(p->v);
 }
 
+/* The run's rounding of a reference operand (bf16.h), when on. */
+static void ref_round(double *x, int64_t n, int on)
+{
+    if (on)
+        ra_bf16_round_f64(x, n);
+}
+
+/* bf16 precision: the reference of query row (qd) on |v|, whose elements
+ * bound what rounding P moves o by (compare.h), into c. */
+static void ref_abs(const ra_ref_score *score, const ra_mask *m,
+                    const ra_ref_rows *rr, double *vabs, double *oabs,
+                    double *sc, check_result *c)
+{
+    ra_ref_rows ra = *rr;
+    double l;
+    for (int64_t x = 0; x < rr->m * rr->Dv; x++)
+        vabs[x] = fabs(rr->v[x]);
+    ra.v = vabs;
+    ra.o = oabs;
+    ra.lse = &l;
+    ra_reference_scored(score, m, &ra, sc);
+    for (int64_t d = 0; d < rr->Dv; d++)
+        ra_tally_o_abs(c, oabs[d]);
+}
+
 check_result check_slice(const problem *p, const ra_params *params,
                          const test_masks *masks, const ra_slice *qs,
                          const float *o, const float *lse)
@@ -42,7 +67,11 @@ check_result check_slice(const problem *p, const ra_params *params,
                                 .sigma = params->sigma,
                                 .additive = params->additive, .Dk = Dk,
                                 .alibi = params->alibi};
-    check_result c = {0};
+    const int bf16 = params->precision == RA_PRECISION_BF16;
+    const int round_kv = bf16 || params->wire == RA_WIRE_BF16;
+    check_result c = {.p_unit = bf16 ? RA_BF16_UNIT : 0.0};
+    double *vabs = malloc(sizeof(double) * (size_t)(s->M * s->Dv + 1));
+    double *oabs = malloc(sizeof(double) * (size_t)(s->Dv + 1));
     double *qd = malloc(sizeof(double) * (size_t)(s->D + 1));
     double *kd = malloc(sizeof(double) * (size_t)(s->M * Dk + 1));
     double *vd = malloc(sizeof(double) * (size_t)(s->M * s->Dv + 1));
@@ -60,6 +89,8 @@ check_result check_slice(const problem *p, const ra_params *params,
                                 s->D, j);
                 for (int64_t d = 0; d < s->Dv; d++)
                     vd[j * s->Dv + d] = p->v[((b * s->M + j) * s->G + g) * s->Dv + d];
+                ref_round(kd + j * Dk, Dk, round_kv);
+                ref_round(vd + j * s->Dv, s->Dv, round_kv);
             }
             for (int64_t i = 0; i < n; i++) {
                 int64_t gi = ra_slice_pos(qs, i);
@@ -67,6 +98,7 @@ check_result check_slice(const problem *p, const ra_params *params,
                     qd[d] = p->q[((b * s->N + gi) * s->H + h) * s->D + d];
                 ra_rope_row_ref(params->rope, params->rope_base, qd, s->D,
                                 gi + s->M - s->N);
+                ref_round(qd, s->D, bf16);
                 ra_mask m = {.causal = params->causal, .diag = s->M - s->N,
                              .window = params->window,
                              .left = params->window_left,
@@ -79,6 +111,8 @@ check_result check_slice(const problem *p, const ra_params *params,
                 const ra_ref_rows rr = {1, s->M, s->D, s->Dv, qd, s->D, kd, Dk,
                                         vd, s->Dv, od, s->Dv, &ld};
                 ra_reference_scored(&score, &m, &rr, sc);
+                if (bf16)
+                    ref_abs(&score, &m, &rr, vabs, oabs, sc, &c);
                 const float *oi = o + ((b * n + i) * s->H + h) * s->Dv;
                 for (int64_t d = 0; d < s->Dv; d++)
                     ra_tally_o(&c, oi[d], od[d]);
@@ -91,6 +125,8 @@ check_result check_slice(const problem *p, const ra_params *params,
     free(vd);
     free(od);
     free(sc);
+    free(vabs);
+    free(oabs);
     return c;
 }
 
