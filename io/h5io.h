@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ringattn.h"
+#include "internal.h"
 
 /* This rank's token slices under a resolved layout: of the N queries into
  * *sq, of the M keys into *sk; RA_ERR_MPI naming path when comm cannot say
@@ -318,7 +318,7 @@ typedef struct {
     const char *kind;    /* "nan", "inf" or "-inf" */
 } h5io_nonfinite;
 
-/* This rank's slices q, k, v as ra_h5_read_inputs_from() filled them from
+/* This rank's slices q, k, v as ra_h5_read_inputs() filled them from
  * the datasets src names (/q /k /v with NULL src) under the resolved
  * layout. */
 typedef struct {

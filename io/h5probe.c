@@ -33,10 +33,10 @@ static ra_status probe_write_read(MPI_Comm comm, const char *name,
                                   const ra_shape *s, float *o, float *lse,
                                   double t[2])
 {
-    ra_params p;
-    ra_params_default(&p);
-    p.layout = RA_LAYOUT_CONTIGUOUS;
-    const ra_run_meta meta = {.params = &p, .scale = 1.0,
+    ra_exec exec;
+    ra_exec_default(&exec);
+    exec.layout = RA_LAYOUT_CONTIGUOUS;
+    const ra_run_meta meta = {.exec = &exec, .scale = 1.0,
                               .command_line = "ringattn probe", .masks = ""};
     double mine[2] = {0, 0};
     MPI_Barrier(comm);
@@ -51,7 +51,7 @@ static ra_status probe_write_read(MPI_Comm comm, const char *name,
                                   .axes = RA_AXES_BNHD}; /* as written */
         MPI_Barrier(comm);
         t0 = MPI_Wtime();
-        st = ra_h5_read_inputs_from(comm, name, &src, s, p.layout, o, o, o);
+        st = ra_h5_read_inputs(comm, name, &src, s, exec.layout, o, o, o);
         mine[1] = MPI_Wtime() - t0;
     }
     if (MPI_Allreduce(mine, t, 2, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS &&

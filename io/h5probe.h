@@ -9,7 +9,7 @@
 /* Writes a scratch output of `rows` query rows per rank (/o (1, rows P, 8,
  * 128) float32 and its /lse) into dir through ra_h5_write_outputs, as run
  * writes its output, then reads /o back collectively through
- * ra_h5_read_inputs_from, as run reads its inputs (q, k and v all name /o,
+ * ra_h5_read_inputs, as run reads its inputs (q, k and v all name /o,
  * so three times its bytes). The scratch file has an owned temporary name
  * (removed by the next writer into dir if this job dies of SIGKILL) and is
  * removed before returning, on success and on failure. *written and *read

@@ -16,7 +16,6 @@
 
 #include "agree.h"
 #include "h5io.h"
-#include "ringattn.h"
 
 /* The HDF5 error printer of the caller, saved while io/ silences it so that
  * failures surface only through ra_error_message(). */

@@ -286,16 +286,8 @@ cleanup:
 }
 
 ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
-                           const ra_shape *shape, ra_layout layout,
-                           ra_h5_masks *masks)
-{
-    return ra_h5_read_masks_from(comm, path, NULL, shape, layout, masks);
-}
-
-ra_status ra_h5_read_masks_from(MPI_Comm comm, const char *path,
-                                const ra_h5_source *src,
-                                const ra_shape *shape, ra_layout layout,
-                                ra_h5_masks *masks)
+                           const ra_h5_source *src, const ra_shape *shape,
+                           ra_layout layout, ra_h5_masks *masks)
 {
     ra_error_clear();
     const mask_set nm = names_resolve(src);

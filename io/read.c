@@ -67,7 +67,7 @@ static ra_status shape_match(const char *path, const source_names *nm,
     shape->G = (int64_t)k[2];
     shape->Dv = (int64_t)v[3];
     /* keys of another dim than the queries: only the additive score takes
-     * them, which ra_forward_ex checks (and `ringattn run` explains) */
+     * them, which ra_forward checks (and `ringattn run` explains) */
     shape->Dk = k[3] != q[3] ? (int64_t)k[3] : 0;
     if ((st = ra_shape_check(shape)) != RA_OK) {
         snprintf(why, sizeof why, "%s", ra_error_message());
@@ -109,9 +109,9 @@ static ra_status shape_read(MPI_Comm comm, const char *path,
     return h5io_reader_close(&in, path, st);
 }
 
-ra_status ra_h5_read_shape_from(MPI_Comm comm, const char *path,
-                                const ra_h5_source *src, ra_shape *shape,
-                                ra_axes used[3])
+ra_status ra_h5_read_shape(MPI_Comm comm, const char *path,
+                           const ra_h5_source *src, ra_shape *shape,
+                           ra_axes used[3])
 {
     ra_error_clear();
     const source_names nm = source_resolve(src);
@@ -125,11 +125,6 @@ ra_status ra_h5_read_shape_from(MPI_Comm comm, const char *path,
     if (st == RA_OK && used)
         memcpy(used, mine, sizeof mine);
     return st;
-}
-
-ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape)
-{
-    return ra_h5_read_shape_from(comm, path, NULL, shape, NULL);
 }
 
 /* Reads this rank's slice of input tensor i of nm (B, len, heads, dim)
@@ -192,10 +187,9 @@ static ra_status inputs_read(MPI_Comm comm, const char *path,
     return h5io_reader_close(&in, path, st);
 }
 
-ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
-                                 const ra_h5_source *src,
-                                 const ra_shape *shape, ra_layout layout,
-                                 float *q, float *k, float *v)
+ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
+                            const ra_h5_source *src, const ra_shape *shape,
+                            ra_layout layout, float *q, float *k, float *v)
 {
     ra_error_clear();
     const source_names nm = source_resolve(src);
@@ -208,11 +202,4 @@ ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
     st = ra_agree(comm, inputs_read(comm, path, &nm, shape, layout, q, k, v));
     h5io_quiet_end(&quiet);
     return st;
-}
-
-ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
-                            const ra_shape *shape, ra_layout layout,
-                            float *q, float *k, float *v)
-{
-    return ra_h5_read_inputs_from(comm, path, NULL, shape, layout, q, k, v);
 }

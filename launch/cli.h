@@ -15,7 +15,7 @@
 #include <jansson.h>
 
 #include "h5io.h"
-#include "ringattn.h"
+#include "internal.h"
 
 /* Exit codes: usage and input errors, runtime failures. */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_RUNTIME = 1, CLI_EXIT_USAGE = 2 };

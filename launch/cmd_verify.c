@@ -234,8 +234,7 @@ static ra_status verify_validate(const cli_ctx *ctx, const cli_check *o,
     if (st != RA_OK)
         return st;
     const ra_h5_source src = verify_source(&c->v.run);
-    if ((st = ra_h5_read_shape_from(ctx->comm, o->in, &src, s, NULL)) !=
-        RA_OK)
+    if ((st = ra_h5_read_shape(ctx->comm, o->in, &src, s, NULL)) != RA_OK)
         return st;
     if ((st = run_params(o->in, o->out, c)) == RA_OK &&
         (st = h5io_read_out_shape(o->out, dims_o, dims_l)) == RA_OK &&
@@ -249,8 +248,8 @@ static ra_status verify_validate(const cli_ctx *ctx, const cli_check *o,
                                      &c->v.kv_seg_name);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    st = ra_h5_read_masks_from(ctx->comm, o->in, &src, s,
-                               RA_LAYOUT_CONTIGUOUS, &c->masks);
+    st = ra_h5_read_masks(ctx->comm, o->in, &src, s, RA_LAYOUT_CONTIGUOUS,
+                          &c->masks);
     c->v.q_lens = c->masks.q_lens;
     c->v.kv_lens = c->masks.kv_lens;
     return st;

@@ -346,7 +346,7 @@ static ra_status vb_validate(const cli_ctx *ctx, const cli_check *o, vb_ctx *c)
     const ra_h5_source src = {
         .axes = h5io_qkv_layout_parse(c->run.qkv_layout)};
     if (st == RA_OK)
-        st = ra_h5_read_shape_from(ctx->comm, o->in, &src, s, NULL);
+        st = ra_h5_read_shape(ctx->comm, o->in, &src, s, NULL);
     if (st != RA_OK)
         return st;
     const int64_t qd[4] = {s->B, s->N, s->H, s->D};
@@ -360,7 +360,7 @@ static ra_status vb_validate(const cli_ctx *ctx, const cli_check *o, vb_ctx *c)
         st = h5io_segment_names(o->in, &c->q_seg, &c->kv_seg);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    st = ra_h5_read_masks(ctx->comm, o->in, s, RA_LAYOUT_CONTIGUOUS,
+    st = ra_h5_read_masks(ctx->comm, o->in, NULL, s, RA_LAYOUT_CONTIGUOUS,
                           &c->masks);
     if (st != RA_OK)
         return st;
