@@ -595,6 +595,18 @@ typedef enum {
     RA_AXES_BHND = 2
 } ra_axes;
 
+/* How a file function uses MPI-IO on a parallel file system (a NULL
+ * tuning: HDF5's defaults). Every file is opened with collective metadata
+ * operations; on top of that: */
+typedef struct {
+    int64_t align;            /* objects of 64 KiB or more start at a
+                                 multiple of align bytes (the file system's
+                                 stripe size); 0: HDF5's default packing */
+    int nhints;
+    const char *const *hints; /* "key=value" MPI-IO hints passed to every
+                                 open, e.g. "striping_factor=16" */
+} ra_h5_tuning;
+
 /* Where the inputs lie in a file, for the read functions below (a NULL
  * source: every default). A dataset's own "axes" attribute ("B,N,H,D" or
  * "B,H,N,D") wins over axes; any other value (the empty one too) is
@@ -606,6 +618,9 @@ typedef struct {
     /* mask datasets (ra_h5_read_masks); NULL: the default name, used
      * when present; a name given here must exist */
     const char *q_lens, *kv_lens, *segments, *q_segments, *kv_segments;
+    const ra_h5_tuning *tuning; /* the reads' MPI-IO tuning, or NULL; a
+                                   negative align or a hint that is not
+                                   key=value is refused (RA_ERR_ARG) */
 } ra_h5_source;
 
 /* Reads the shape of an input file from the datasets src names, checking
@@ -705,6 +720,8 @@ typedef struct {
     const char *fingerprint;   /* recorded as the attribute fingerprint:
                                   what the run read (the command line's
                                   text, see README), or NULL: none */
+    const ra_h5_tuning *tuning; /* the write's MPI-IO tuning (as in
+                                   ra_h5_source), or NULL */
 } ra_run_meta;
 
 /* Writes this rank's slices (under meta->exec->layout) of /o (B, n, H, Dv)
@@ -716,28 +733,14 @@ RA_API ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                               const ra_shape *shape, const ra_run_meta *meta,
                               const float *o, const float *lse);
 
-/* How the file functions use MPI-IO on a parallel file system. Every file
- * is opened with collective metadata operations; on top of that: */
-typedef struct {
-    int64_t align;            /* objects of 64 KiB or more start at a
-                                 multiple of align bytes (the file system's
-                                 stripe size); 0: HDF5's default packing */
-    int nhints;
-    const char *const *hints; /* "key=value" MPI-IO hints passed to every
-                                 open, e.g. "striping_factor=16" (copied) */
-} ra_h5_tuning;
-
-/* Sets the tuning of every later file function in this process (call it
- * with the same values on every rank, before the files are opened).
- * RA_ERR_ARG for a negative alignment or a hint that is not key=value. */
-RA_API ra_status ra_h5_tuning_set(const ra_h5_tuning *tuning);
-
 /* Writes an input file of unit-normal random tensors of the given shape,
- * float32 (f64 == 0) or float64, atomically as above. Element values depend
- * only on (seed, tensor, index), never on the number of ranks; they are
- * drawn in fp32, so a float64 file holds the same values widened. */
+ * float32 (f64 == 0) or float64, atomically as above, with the MPI-IO
+ * tuning given (or NULL). Element values depend only on (seed, tensor,
+ * index), never on the number of ranks; they are drawn in fp32, so a
+ * float64 file holds the same values widened. */
 RA_API ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
-                    const ra_shape *shape, int f64, uint64_t seed);
+                           const ra_shape *shape, int f64, uint64_t seed,
+                           const ra_h5_tuning *tuning);
 
 #ifdef __cplusplus
 }

@@ -14,9 +14,10 @@
  * (removed by the next writer into dir if this job dies of SIGKILL) and is
  * removed before returning, on success and on failure. *written and *read
  * are the bytes of all ranks, *t_write and *t_read the slowest rank's
- * seconds. Collective; every rank returns the same status. */
+ * seconds; tuning: the MPI-IO tuning of both (NULL: none). Collective;
+ * every rank returns the same status. */
 ra_status h5io_probe_rates(MPI_Comm comm, const char *dir, int64_t rows,
-                           double *written, double *t_write, double *read,
-                           double *t_read);
+                           const ra_h5_tuning *tuning, double *written,
+                           double *t_write, double *read, double *t_read);
 
 #endif /* RA_H5PROBE_H */

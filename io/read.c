@@ -8,20 +8,22 @@
 #include "h5util.h"
 #include "internal.h"
 
-/* The dataset names of a source, defaults filled. */
+/* The dataset names of a source, defaults filled, and its tuning. */
 typedef struct {
     const char *name[3]; /* q, k, v */
     ra_axes axes;
+    const ra_h5_tuning *tuning;
 } source_names;
 
 static source_names source_resolve(const ra_h5_source *src)
 {
-    source_names n = {{"/q", "/k", "/v"}, RA_AXES_NONE};
+    source_names n = {{"/q", "/k", "/v"}, RA_AXES_NONE, NULL};
     if (src) {
         n.name[0] = src->q ? src->q : n.name[0];
         n.name[1] = src->k ? src->k : n.name[1];
         n.name[2] = src->v ? src->v : n.name[2];
         n.axes = src->axes;
+        n.tuning = src->tuning;
     }
     return n;
 }
@@ -97,7 +99,7 @@ static ra_status shape_read(MPI_Comm comm, const char *path,
     hid_t dset[3] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
     hsize_t fdims[4], dims[3][4];
     h5io_reader in;
-    ra_status st = h5io_reader_open(comm, path, &in);
+    ra_status st = h5io_reader_open(comm, path, nm->tuning, &in);
 
     for (int i = 0; i < 3 && st == RA_OK; i++)
         st = tensor_open(in.file, path, nm, i, &dset[i], fdims, &used[i],
@@ -178,7 +180,7 @@ static ra_status inputs_read(MPI_Comm comm, const char *path,
     if (st != RA_OK)
         return st;
 
-    if ((st = h5io_reader_open(comm, path, &in)) == RA_OK &&
+    if ((st = h5io_reader_open(comm, path, nm->tuning, &in)) == RA_OK &&
         (st = tensor_read(in.file, in.dxpl, path, nm, 0, qdims, &sq,
                           q)) == RA_OK &&
         (st = tensor_read(in.file, in.dxpl, path, nm, 1, kdims, &sk,

@@ -240,7 +240,7 @@ ra_status h5io_write_outputs_staged(MPI_Comm comm, const char *path,
     if (st != RA_OK)
         return st;
     const h5io_job job = {path, force, outputs_bytes(shape, meta),
-                          outputs_write, &c};
+                          outputs_write, &c, meta->tuning};
     h5io_quiet_begin(&quiet);
     st = h5io_commit_stage(comm, &job, staged);
     h5io_quiet_end(&quiet);

@@ -28,6 +28,7 @@ typedef struct {
     int node_aware;           /* comm is ordered node by node */
     ra_nodes nodes;           /* where the ranks of comm run */
     const char *ring_order;   /* rank 0: mpirun's ranks in ring order */
+    ra_h5_tuning tuning;      /* --align, --mpiio-hint: every file call's */
 } cli_ctx;
 
 /* Takes the global options out of argv: --ring-order node|mpirun (default

@@ -66,6 +66,7 @@ typedef struct {
 static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
 {
     r->d.in = o->in;
+    o->src.tuning = &ctx->tuning; /* every read of --in */
     r->d.out = o->out;
     if (!o->fwd == !o->recompute)
         return ra_agree(ctx->comm,
@@ -104,8 +105,9 @@ static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
                              o->p.mem_limit);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    return ra_h5_read_masks(ctx->comm, o->in, NULL, &r->d.s, o->p.layout,
-                            &r->d.masks);
+    return ra_h5_read_masks(ctx->comm, o->in,
+                            &(ra_h5_source){.tuning = &ctx->tuning}, &r->d.s,
+                            o->p.layout, &r->d.masks);
 }
 
 /* Reads the inputs (and the forward state from --fwd), refusing
@@ -115,7 +117,7 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
 {
     cli_tensors *t = &r->d.t;
     h5io_nonfinite bad;
-    const h5io_bwd_files files = {o->in, o->fwd, o->src.axes};
+    const h5io_bwd_files files = {o->in, o->fwd, o->src.axes, &ctx->tuning};
     ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
                                      o->p.layout, t->q, t->k, t->v);
     const h5io_inputs in = {&o->src, &r->d.s, o->p.layout, t->q, t->k, t->v};
@@ -169,7 +171,8 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
         const h5io_grads_meta meta = {&o->p, o->fwd ? o->fwd : "recomputed",
                                       masks, ctx->command_line, dw,
                                       r->fp_in, &o->src,
-                                      (ra_axes)(RA_AXES_BNHD + o->out_axes)};
+                                      (ra_axes)(RA_AXES_BNHD + o->out_axes),
+                                      &ctx->tuning};
         st = h5io_write_grads(ctx->comm, o->out, o->force, &r->d.s, &meta,
                               r->d.g.dq, r->d.g.dk, r->d.g.dv);
     }

@@ -90,9 +90,11 @@ static ra_status gen_write(const cli_ctx *ctx, const gen_opts *o)
     const ra_shape *s = &o->cs.shape;
     if (o->mha)
         return h5io_gen_mha(ctx->comm, o->out, o->force, s, o->embed,
-                            o->cs.seq_kv_set, (uint64_t)o->seed);
+                            o->cs.seq_kv_set, (uint64_t)o->seed,
+                            &ctx->tuning);
     const h5io_gen_spec g = {dtype_of[o->dtype], (uint64_t)o->seed,
-                             o->rm.lens, o->rm.segment_avg, o->backward};
+                             o->rm.lens, o->rm.segment_avg, o->backward,
+                             &ctx->tuning};
     return h5io_gen_backward(ctx->comm, o->out, o->force, s, &g);
 }
 

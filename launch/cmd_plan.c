@@ -158,7 +158,7 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     if (st == RA_OK && !o->in && o->qkv_layout != RA_AXES_NONE)
         st = ra_error_set(RA_ERR_ARG, "--qkv-layout: applies to the datasets "
                           "of --in, and none is given");
-    w->src.axes = o->qkv_layout;
+    w->src = (ra_h5_source){.axes = o->qkv_layout, .tuning = &ctx->tuning};
     if (st == RA_OK && o->in)
         st = ra_h5_read_shape(MPI_COMM_SELF, o->in, &w->src, &w->s, NULL);
     if (st == RA_OK && !o->in)

@@ -186,6 +186,7 @@ static ra_status out_opts_check(const run_opts *o)
 static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
     r->d.in = o->in;
+    o->src.tuning = &ctx->tuning; /* every read of --in */
     r->d.out = o->out;
     ra_status st = out_opts_check(o);
     if (st == RA_OK)
@@ -347,7 +348,7 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
             .out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes),
             .out_compress = o->out_compress, .out_group = o->out_group,
-            .fingerprint = r->fingerprint};
+            .fingerprint = r->fingerprint, .tuning = &ctx->tuning};
         st = h5io_write_outputs_staged(ctx->comm, o->out, o->force, &r->d.s,
                                        &meta, t->o, t->lse, &r->staged);
     }
