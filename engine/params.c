@@ -258,6 +258,11 @@ const char *ra_align_name(ra_align align)
     return ra_name_of(align_names, 2, (int)align);
 }
 
+static const char *const dtype_names[] = {"f32", "f16", "bf16", "f64"};
+/* ra_dtype_name, ra_dtype_parse: the one vocabulary of file types (run's
+ * --out-dtype, gen's --dtype, the out_dtype attribute) */
+RA_NAMED_ENUM(dtype, ra_dtype, "dtype", dtype_names)
+
 static const char *const strategy_names[RA_STRATEGY_COUNT] = {
     "ring", "allgather", "tree", "ring-q", "ulysses", "hybrid"};
 /* ra_strategy_name, ra_strategy_parse */

@@ -659,7 +659,8 @@ RA_API ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                                   ra_h5_masks *masks);
 RA_API void ra_h5_masks_free(ra_h5_masks *masks);
 
-/* The type of /o in an output file; computation is float32 either way. */
+/* A floating type in a file: of /o in an output file, of /q, /k, /v in a
+ * generated one; computation is float32 either way. */
 typedef enum {
     RA_DTYPE_F32 = 0, /* IEEE binary32 (default) */
     RA_DTYPE_F16,     /* IEEE binary16: 11-bit significand, |x| < 65520 */
@@ -691,6 +692,7 @@ RA_API const char *ra_gemm_name(ra_gemm gemm);
 RA_API ra_status ra_gemm_parse(const char *name, ra_gemm *out);
 RA_API const char *ra_axes_name(ra_axes axes);
 RA_API const char *ra_dtype_name(ra_dtype dtype);
+RA_API ra_status ra_dtype_parse(const char *name, ra_dtype *out);
 
 /* What an output file records besides the tensors. */
 typedef struct {
@@ -734,13 +736,14 @@ RA_API ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                               const float *o, const float *lse);
 
 /* Writes an input file of unit-normal random tensors of the given shape,
- * float32 (f64 == 0) or float64, atomically as above, with the MPI-IO
- * tuning given (or NULL). Element values depend only on (seed, tensor,
- * index), never on the number of ranks; they are drawn in fp32, so a
- * float64 file holds the same values widened. */
+ * of type dtype (RA_DTYPE_F32, F64 or F16; bf16 is refused, RA_ERR_ARG),
+ * atomically as above, with the MPI-IO tuning given (or NULL). Element
+ * values depend only on (seed, tensor, index), never on the number of
+ * ranks; they are drawn in fp32, so a float64 file holds the same values
+ * widened and a float16 file the same rounded to nearest (ties to even). */
 RA_API ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
-                           const ra_shape *shape, int f64, uint64_t seed,
-                           const ra_h5_tuning *tuning);
+                           const ra_shape *shape, ra_dtype dtype,
+                           uint64_t seed, const ra_h5_tuning *tuning);
 
 #ifdef __cplusplus
 }

@@ -21,16 +21,14 @@ typedef struct {
     ra_params p;
     ra_h5_source src;
     const char *in, *out, *json, *out_group;
-    int out_dtype, out_compress, out_axes;
+    ra_dtype out_dtype;
+    int out_compress, out_axes;
     int64_t out_chunk;
     int force, allow_nonfinite;
     const char *map_rows, *map_heads;
     cli_progress prog;
     const char *profile;        /* --strategy auto: the machine profile */
 } run_opts;
-
-/* in ra_dtype order */
-static const char *const out_dtypes[] = {"f32", "f16", "bf16", "f64", NULL};
 
 static const cli_opt run_own[] = {
     CLI_OPT_REQUIRED(run_opts, "--in", "FILE", in,
@@ -57,8 +55,10 @@ static const cli_opt run_own[] = {
     {.name = "--kv-segments", .kind = CLI_TEXT, .meta = "PATH",
      .offset = CLI_FIELD(run_opts, src.kv_segments, const char *),
      .shown = "/kv_segments", .help = "packed ids of keys (B,M)"},
-    CLI_OPT_CHOICE(run_opts, "--out-dtype", "T", out_dtype, out_dtypes,
-                   "output type", "f32", "type of /o: f32, f16, bf16 or f64"),
+    {.name = "--out-dtype", .kind = CLI_CUSTOM, .meta = "T",
+     .offset = CLI_FIELD(run_opts, out_dtype, ra_dtype),
+     .noun = "output type", .fn = cli_parse_dtype, .def = "f32",
+     .help = "type of /o: f32, f16, bf16 or f64"},
     CLI_OPT_OUT_AXES(run_opts, out_axes),
     CLI_OPT_INT(run_opts, "--out-chunk", "ROWS", out_chunk, 1,
                 (int64_t)1 << 40, NULL, "store /o, /lse in chunks of ROWS"),
@@ -345,7 +345,7 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
             .block_q = bq, .block_kv = bkv,
             .command_line = ctx->command_line, .masks = r->mask_names,
             .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
-            .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
+            .out_dtype = o->out_dtype, .out_chunk = o->out_chunk,
             .out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes),
             .out_compress = o->out_compress, .out_group = o->out_group,
             .fingerprint = r->fingerprint, .tuning = &ctx->tuning};
@@ -368,7 +368,7 @@ static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
     const cli_run_summary sum = {
         .in = o->in, .out = o->out, .shape = &r->d.s, .params = &o->p,
         .scale = ra_params_scale(&o->p, &r->d.s), .source = &o->src,
-        .masks = r->mask_names, .out_dtype = (ra_dtype)o->out_dtype,
+        .masks = r->mask_names, .out_dtype = o->out_dtype,
         .block_q = bq, .block_kv = bkv, .nranks = ctx->nranks,
         .threads = ra_params_threads(&o->p), .t_attention = attention,
         .t_read = r->t_read, .t_write = r->t_write,
