@@ -6,7 +6,7 @@
 
 #include <mpi.h>
 
-#include "ringattn.h"
+#include "internal.h"
 
 /* Fills qalign (B, n) with the aligned position i' of every query of this
  * rank's slice under layout lay (resolved) and params->align: i + (M - N),

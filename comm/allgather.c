@@ -271,10 +271,12 @@ static ra_status gather_run(gather_state *g, strat_call *c)
         blk.mask.kpos = g->kpos;
         blk.mask.k_seg = c->segs ? g->seg + g->off[j] : NULL;
         if (blk.m > 0 && c->n > 0)
-            ra_kernel_forward_block(&blk, c->q, g->kv + g->off[j] * rk,
-                                    vbase + g->off[j] * rv, c->o, c->lse,
-                                    g->ws, g->may_poll ? gather_poll : NULL,
-                                    g);
+            ra_kernel_forward_block(
+                &blk,
+                &(ra_fwd_ops){c->q, g->kv + g->off[j] * rk,
+                              vbase + g->off[j] * rv, c->o, c->lse,
+                              g->may_poll ? gather_poll : NULL, g},
+                g->ws);
         c->tm->comm_wait += t1 - t0;
         c->tm->compute += MPI_Wtime() - t1;
         strat_step(c, t + 1, c->P);

@@ -2,8 +2,10 @@
  * (checks, agreement, the layout, threads, the global positions of this
  * rank's queries and keys, the position encodings, the inputs' range),
  * one row of the strategy table (its forward, or its backward), close
- * once (the end token, the frees, the timing). ra_forward_ex,
- * ra_forward_map and ra_backward_ex all come through here.
+ * once (the end token, the frees, the timing). ra_forward and
+ * ra_backward (and the internal ra_call_forward, ra_call_backward of
+ * call.h) all come through here; the public ones join the caller's
+ * ra_numerics and ra_exec into one ra_params first.
  *
  * Discipline: validate locally, agree over the ranks (ra_agree), then start
  * the collectives, so that a refusal on one rank never leaves the others
@@ -14,6 +16,7 @@
 
 #include "agree.h"
 #include "align.h"
+#include "call.h"
 #include "internal.h"
 #include "nodes.h"
 #include "range.h"
@@ -310,8 +313,9 @@ static void call_posenc(strat_call *c, const call_arrays *a)
         memcpy(a->kr, c->k, sizeof(float) * (size_t)(s->B * c->m_own * s->G *
                                                      s->D));
         call_rope_queries(c, a->qr, 1.0);
-        ra_rope_apply(p->rope, p->rope_base, a->kr, s->B, c->m_own, s->G,
-                      s->D, c->kpos, 0);
+        const ra_rope_rows kr = {p->rope, p->rope_base, s->B, c->m_own,
+                                 s->G, s->D, c->kpos, 0};
+        ra_rope_apply(&kr, a->kr);
         c->q = a->qr;
         c->k = a->kr;
     }
@@ -508,8 +512,8 @@ static ra_status call_run(MPI_Comm comm, const strat_call *a,
     return call_close(&c, st, t_start, timing);
 }
 
-ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
-                            const ra_params *params, int segments)
+ra_status ra_call_strategy_check(MPI_Comm comm, const ra_shape *shape,
+                                 const ra_params *params, int segments)
 {
     ra_error_clear();
     const strat_row *row = strat_row_of(params->strategy);
@@ -525,66 +529,103 @@ ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
     return st;
 }
 
-ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
-                        const ra_params *params, const ra_masks *masks,
-                        const float *q, const float *k, const float *v,
-                        float *o, float *lse, ra_timing *timing)
+/* The arguments a forward and a backward share; a missing in (refused
+ * by the caller, agreed in the call) reads as no tensors. */
+static strat_call call_args(const ra_shape *shape, const ra_params *params,
+                            const ra_masks *masks, const ra_qkv *in)
 {
-    ra_error_clear();
-    const strat_call a = {.shape = shape, .params = params, .masks = masks,
-                          .q = q, .k = k, .v = v, .o = o, .lse = lse};
-    return call_run(comm, &a, strat_row_of(params->strategy), RA_OK, timing);
+    strat_call a = {.shape = shape, .params = params, .masks = masks};
+    if (in) {
+        a.q = in->q;
+        a.k = in->k;
+        a.v = in->v;
+    }
+    return a;
 }
 
-ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
-                     const ra_params *params, const float *q, const float *k,
-                     const float *v, float *o, float *lse)
-{
-    return ra_forward_ex(comm, shape, params, NULL, q, k, v, o, lse, NULL);
-}
-
-ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
-                         const ra_params *params, const ra_masks *masks,
-                         const float *q, const float *k, const float *v,
-                         float *o, float *lse, ra_attn_map *map)
+/* A forward with an attention map runs the ring, whatever the strategy.
+ * A missing in or out is refused like any argument: agreed in the call. */
+ra_status ra_call_forward(MPI_Comm comm, const ra_shape *shape,
+                          const ra_params *params, const ra_masks *masks,
+                          const ra_qkv *in, const ra_out *out,
+                          ra_timing *timing)
 {
     ra_error_clear();
-    const strat_call a = {.shape = shape, .params = params, .masks = masks,
-                          .q = q, .k = k, .v = v, .o = o, .lse = lse,
-                          .map = map};
-    return call_run(comm, &a, strat_row_of(RA_STRATEGY_RING),
-                    check_map(shape, map), NULL);
+    strat_call a = call_args(shape, params, masks, in);
+    ra_status pre = RA_OK;
+    if (!in || !out)
+        pre = ra_error_set(RA_ERR_ARG, "forward: in and out are required");
+    else if (out->map)
+        pre = check_map(shape, out->map);
+    if (out) {
+        a.o = out->o;
+        a.lse = out->lse;
+        a.map = out->map;
+    }
+    const ra_strategy id = a.map ? RA_STRATEGY_RING : params->strategy;
+    return call_run(comm, &a, strat_row_of(id), pre, timing);
 }
 
-ra_status ra_backward_ex(MPI_Comm comm, const ra_shape *shape,
-                         const ra_params *params, const ra_masks *masks,
-                         const float *q, const float *k, const float *v,
-                         const float *o, const float *lse, const float *dout,
-                         float *dq, float *dk, float *dv,
-                         const ra_additive_grads *dw, ra_timing *timing)
+/* The backward's own refusals: its operands, and the additive weights'
+ * gradients when they are asked for (other scores ignore dw). */
+static ra_status check_grads(const ra_qkv *in, const ra_grads *g,
+                             ra_score score)
 {
+    if (!in || !g)
+        return ra_error_set(RA_ERR_ARG, "backward: in and grads are "
+                                        "required");
+    if (!g->o || !g->lse || !g->dout || !g->dq || !g->dk || !g->dv)
+        return ra_error_set(RA_ERR_ARG, "backward: o, lse, dout, dq, dk and "
+                                        "dv are required");
+    if (score == RA_SCORE_ADDITIVE && g->dw &&
+        (!g->dw->dw_q || !g->dw->dw_k || !g->dw->dw_v))
+        return ra_error_set(RA_ERR_ARG, "backward: dw_q, dw_k and dw_v are "
+                                        "required when weight gradients are "
+                                        "asked for");
+    return RA_OK;
+}
+
+ra_status ra_call_backward(MPI_Comm comm, const ra_shape *shape,
+                           const ra_params *params, const ra_masks *masks,
+                           const ra_qkv *in, const ra_grads *grads,
+                           ra_timing *timing)
+{
+    static const ra_grads no_grads;
     ra_error_clear();
-    const int additive = params->score == RA_SCORE_ADDITIVE;
-    const strat_grads g = {o, lse, dout, dq, dk, dv, additive ? dw : NULL};
-    const strat_call a = {.shape = shape, .params = params, .masks = masks,
-                          .q = q, .k = k, .v = v, .grads = &g};
-    ra_status st = RA_OK;
-    if (!o || !lse || !dout || !dq || !dk || !dv)
-        st = ra_error_set(RA_ERR_ARG, "backward: o, lse, dout, dq, dk and "
-                                      "dv are required");
-    else if (dw && (!dw->dw_q || !dw->dw_k || !dw->dw_v))
-        st = ra_error_set(RA_ERR_ARG, "backward: dw_q, dw_k and dw_v are "
-                                      "required when weight gradients are "
-                                      "asked for");
+    const ra_status st = check_grads(in, grads, params->score);
+    ra_grads g = grads ? *grads : no_grads;
+    if (params->score != RA_SCORE_ADDITIVE)
+        g.dw = NULL;
+    strat_call a = call_args(shape, params, masks, in);
+    a.grads = &g;
     return call_run(comm, &a, strat_row_of(RA_STRATEGY_RING), st, timing);
 }
 
-ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
-                      const ra_params *params, const ra_masks *masks,
-                      const float *q, const float *k, const float *v,
-                      const float *o, const float *lse, const float *dout,
-                      float *dq, float *dk, float *dv, ra_timing *timing)
+ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
+                            const ra_numerics *num, const ra_exec *exec,
+                            int segments)
 {
-    return ra_backward_ex(comm, shape, params, masks, q, k, v, o, lse, dout,
-                          dq, dk, dv, NULL, timing);
+    ra_params p;
+    ra_params_join(num, exec, &p);
+    return ra_call_strategy_check(comm, shape, &p, segments);
+}
+
+ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
+                     const ra_numerics *num, const ra_exec *exec,
+                     const ra_masks *masks, const ra_qkv *in,
+                     const ra_out *out, ra_timing *timing)
+{
+    ra_params p;
+    ra_params_join(num, exec, &p);
+    return ra_call_forward(comm, shape, &p, masks, in, out, timing);
+}
+
+ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
+                      const ra_numerics *num, const ra_exec *exec,
+                      const ra_masks *masks, const ra_qkv *in,
+                      const ra_grads *grads, ra_timing *timing)
+{
+    ra_params p;
+    ra_params_join(num, exec, &p);
+    return ra_call_backward(comm, shape, &p, masks, in, grads, timing);
 }

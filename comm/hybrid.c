@@ -236,12 +236,13 @@ static void hyb_visit(void *ctx, int t, ring_reqs *rq)
         blk.alibi = c->slopes ? c->slopes + a : NULL;
         blk.mask.kpos = kpos;
         blk.mask.k_seg = c->segs ? h->ksegb : NULL;
-        ra_kernel_forward_block(&blk, h->q + B * Ng * s->D * st,
+        const ra_fwd_ops ops = {h->q + B * Ng * s->D * st,
                                 kb + B * Mg * s->D * gl,
                                 vb + B * Mg * s->Dv * gl,
                                 h->o + B * Ng * s->Dv * st,
-                                h->lse + B * Ng * st, h->ws,
-                                c->may_poll ? ring_poll : NULL, rq);
+                                h->lse + B * Ng * st,
+                                c->may_poll ? ring_poll : NULL, rq};
+        ra_kernel_forward_block(&blk, &ops, h->ws);
     }
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "agree.h"
+#include "call.h"
 #include "internal.h"
 #include "kernel.h"
 #include "range.h"
@@ -111,15 +112,15 @@ static void layer_project(layer_local *ll, const ra_shape *s, const ra_mha *L,
     ra_linear(x_kv, s->B * m, L->Ekv, L->w_v, L->b_v, s->G * s->Dv, ll->v);
 }
 
-ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *s,
-                         const ra_params *params, const ra_masks *masks,
-                         const ra_mha *L, const float *x_q, const float *x_kv,
-                         float *y, ra_timing *timing)
+ra_status ra_call_mha(MPI_Comm comm, const ra_shape *s,
+                      const ra_params *params, const ra_masks *masks,
+                      const ra_mha *L, const ra_mha_io *io, ra_timing *timing)
 {
     ra_error_clear();
     layer_local ll = {0};
     int P = 1, r = 0;
-    ra_status st = check_layer(s, L);
+    ra_status st = io ? check_layer(s, L)
+                      : ra_error_set(RA_ERR_ARG, "layer: io is required");
     if (st == RA_OK && !params->nonfinite)
         st = check_layer_finite(s, L);
     if (MPI_Comm_size(comm, &P) != MPI_SUCCESS ||
@@ -136,19 +137,30 @@ ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *s,
     if ((st = ra_agree(comm, st)) != RA_OK)
         goto cleanup;
     int blas = ra_blas_enter(ra_params_threads(params));
-    layer_project(&ll, s, L, x_q, x_kv);
+    layer_project(&ll, s, L, io->x_q, io->x_kv);
     ra_blas_leave(blas);
 
-    st = ra_forward_ex(comm, s, params, masks, ll.q, ll.k, ll.v, ll.o, ll.lse,
-                       timing);
+    st = ra_call_forward(comm, s, params, masks,
+                         &(ra_qkv){ll.q, ll.k, ll.v},
+                         &(ra_out){ll.o, ll.lse, NULL}, timing);
     if (st == RA_OK) { /* (B n, H Dv) to (B n, Eout) */
         blas = ra_blas_enter(ra_params_threads(params));
         ra_linear(ll.o, s->B * ll.qs.count, s->H * s->Dv, L->w_o, L->b_o,
-                  L->Eout, y);
+                  L->Eout, io->y);
         ra_blas_leave(blas);
     }
 cleanup:
     free(ll.mem);
     free(ll.pos);
     return st;
+}
+
+ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
+                         const ra_numerics *num, const ra_exec *exec,
+                         const ra_masks *masks, const ra_mha *layer,
+                         const ra_mha_io *io, ra_timing *timing)
+{
+    ra_params p;
+    ra_params_join(num, exec, &p);
+    return ra_call_mha(comm, shape, &p, masks, layer, io, timing);
 }

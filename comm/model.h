@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 #include "band.h"
+#include "internal.h"
 #include "profile.h"
-#include "ringattn.h"
 
 /* Where the job runs. Ranks are numbered in ring order (the node-aware
  * order: node by node); node_of NULL means rank r sits on node

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "band.h"
-#include "ringattn.h"
+#include "internal.h"
 
 /* [a, b) in the index space of one block (0 .. block count) */
 typedef struct {

@@ -139,8 +139,9 @@ static void visit_forward(ring_state *rs, const float *kb, const float *vb,
                           ring_reqs *rq, void *arg)
 {
     forward_arg *fa = arg;
-    ra_kernel_forward_block(&rs->blk, fa->q, kb, vb, fa->o, fa->lse, rs->ws,
-                            rs->c->may_poll ? ring_poll : NULL, rq);
+    const ra_fwd_ops ops = {fa->q, kb, vb, fa->o, fa->lse,
+                            rs->c->may_poll ? ring_poll : NULL, rq};
+    ra_kernel_forward_block(&rs->blk, &ops, rs->ws);
 }
 
 /* The attention-map pass: write each block's columns of the weights. */
@@ -156,10 +157,11 @@ static void visit_map(ring_state *rs, const float *kb, const float *vb,
 {
     (void)vb;
     map_arg *ma = arg;
-    ra_kernel_probs(&rs->blk, ma->rows.start, ma->rows.count, ma->map->heads,
-                    ma->map->nheads, ma->q, kb, ma->lse, ma->map->out,
-                    rs->c->shape->M, rs->ws,
-                    rs->c->may_poll ? ring_poll : NULL, rq);
+    const ra_map_ops ops = {ma->rows.start, ma->rows.count, ma->map->heads,
+                            ma->map->nheads, ma->q, kb, ma->lse,
+                            ma->map->out, rs->c->shape->M,
+                            rs->c->may_poll ? ring_poll : NULL, rq};
+    ra_kernel_probs(&rs->blk, &ops, rs->ws);
 }
 
 /* The passes: the forward, then with a map a second pass that writes the

@@ -30,7 +30,7 @@ enum { TAG_ACC = 7311, TAG_HOME = 7312 };
 
 /* The backward pass's own state beside the ring's. */
 typedef struct {
-    const strat_grads *g; /* the call's o, lse, dout and gradients */
+    const ra_grads *g; /* the call's o, lse, dout and gradients */
     const float *q;       /* as the kernel sees it: q, W_q q or rotated */
     float *drow;          /* (B, H, n): rowsum(dout * o) */
     float *dq;            /* (B, n, H, D), the caller's; additive: the
@@ -326,7 +326,7 @@ static ra_status bwd_run(ring_state *rs, bwd_state *bs)
 {
     strat_call *c = rs->c;
     const ra_shape *s = c->shape;
-    const strat_grads *g = bs->g;
+    const ra_grads *g = bs->g;
     const int64_t qrow = s->H * rs->blk.D; /* D, or A when additive */
     ra_backward_drow(s->B, c->n, s->H, s->Dv, g->dout, g->o, bs->drow);
     memset(bs->dq, 0, sizeof(float) * (size_t)(s->B * c->n * qrow));

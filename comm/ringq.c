@@ -173,8 +173,11 @@ static void ringq_visit(void *ctx, int t, ring_reqs *rq)
     blk.mask.kpos = c->kpos;
     blk.mask.k_seg = c->segs ? c->masks->kv_segments : NULL;
     if (nj > 0 && c->m_own > 0)
-        ra_kernel_forward_block(&blk, held->q, c->k, c->v, held->o, held->lse,
-                                g->ws, c->may_poll ? ring_poll : NULL, rq);
+        ra_kernel_forward_block(
+            &blk,
+            &(ra_fwd_ops){held->q, c->k, c->v, held->o, held->lse,
+                          c->may_poll ? ring_poll : NULL, rq},
+            g->ws);
 }
 
 ra_status ringq_forward(strat_call *c)

@@ -1,7 +1,7 @@
 /* strategy.h: one call of any strategy and the table of strategies
  * (internal to comm/).
  *
- * ra_forward_ex, ra_forward_map and ra_backward_ex open a call once
+ * ra_call_forward and ra_call_backward (call.h) open a call once
  * (call.c: checks, agreement, layout, tiles, threads, positions, position
  * encodings, range check), run one row of the strategy table and close it.
  * Each row's file takes the same layout slices and writes the same (o, lse)
@@ -21,15 +21,6 @@
 #include "internal.h"
 #include "kernel.h"
 
-/* The backward's own arguments (ra_backward_ex): the forward's o and lse,
- * the output gradient, the gradients to write; dw only with the additive
- * score, else NULL. */
-typedef struct {
-    const float *o, *lse, *dout;
-    float *dq, *dk, *dv;
-    const ra_additive_grads *dw;
-} strat_grads;
-
 /* One call, opened once (call.c) and read by every row. */
 typedef struct {
     MPI_Comm comm;      /* a duplicate of the caller's, owned by the call */
@@ -42,8 +33,9 @@ typedef struct {
                            rotated copies at qpos and kpos, with bf16
                            precision (k, v: or a bf16 wire) rounded ones */
     float *o, *lse;     /* the forward's outputs (NULL in the backward) */
-    ra_attn_map *map;   /* ra_forward_map's map, or NULL */
-    const strat_grads *grads; /* the backward's, or NULL: a forward */
+    ra_attn_map *map;   /* the forward's attention map, or NULL */
+    const ra_grads *grads; /* the backward's (dw only with the additive
+                           score, else NULL), or NULL: a forward */
     ra_layout lay;      /* resolved */
     int segs;           /* segment ids are given */
     int threads;        /* resolved (ra_params_threads) */

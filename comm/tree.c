@@ -159,8 +159,11 @@ static void tree_attend(tree_state *t, const strat_call *c)
         blk.mask.k_seg = c->segs ? c->masks->kv_segments : NULL;
         ra_state_reset(s->B, nj, H, Dv, o, lse);
         if (nj > 0 && c->m_own > 0)
-            ra_kernel_forward_block(&blk, t->q + at * H * s->D, c->k, c->v,
-                                    o, lse, t->ws, NULL, NULL);
+            ra_kernel_forward_block(
+                &blk,
+                &(ra_fwd_ops){t->q + at * H * s->D, c->k, c->v, o, lse,
+                              NULL, NULL},
+                t->ws);
         for (int64_t b = 0; b < s->B; b++)
             for (int64_t i = 0; i < nj; i++)
                 for (int64_t h = 0; h < H; h++) {

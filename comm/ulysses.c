@@ -338,10 +338,11 @@ static void uly_attend(uly_state *u, const strat_call *c)
         blk.mask.kpos = u->kpos;
         blk.mask.k_seg = u->kseg;
         ra_state_reset(B, N, z - a, s->Dv, o, lse);
-        ra_kernel_forward_block(&blk, u->q + B * N * s->D * st,
+        const ra_fwd_ops ops = {u->q + B * N * s->D * st,
                                 u->k + B * M * s->D * gl,
-                                u->v + B * M * s->Dv * gl, o, lse, u->ws,
-                                NULL, NULL);
+                                u->v + B * M * s->Dv * gl, o, lse, NULL,
+                                NULL};
+        ra_kernel_forward_block(&blk, &ops, u->ws);
     }
 }
 

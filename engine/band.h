@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "ringattn.h"
+#include "internal.h"
 
 /* "No bound" for band offsets and lengths: far from overflow when added to
  * any position. */

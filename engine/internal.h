@@ -11,6 +11,71 @@
  * own default tiles (ra_params_tiles); wider ones the defaults per D. */
 #define RA_WINDOW_TILE_SPAN 1920
 
+/* The options of one call as the library reads them: the fields of
+ * ra_numerics and ra_exec joined (each documented there), and the knobs
+ * no public struct carries. The public entry points join the caller's two
+ * structs once (ra_params_join); engine/, the strategies, io/ and the
+ * command line read and fill this one. */
+typedef struct {
+    /* ra_numerics: what is computed */
+    int causal;
+    int window;
+    int64_t window_left, window_right;
+    double scale;
+    ra_score score;
+    double sigma;
+    const ra_additive *additive;
+    ra_rope rope;
+    double rope_base;
+    int alibi;
+    const double *alibi_slopes;
+    ra_align align;
+    int nonfinite;
+    ra_precision precision;
+    /* ra_exec: how it runs */
+    ra_strategy strategy;
+    ra_layout layout;
+    int64_t block_q, block_kv;
+    ra_gemm gemm;
+    int threads;
+    double stall_timeout;
+    int64_t mem_limit;
+    int64_t ulysses_size;
+    void (*on_step)(void *ctx, int done, int total);
+    void (*on_tick)(void *ctx, double done);
+    void *on_step_ctx;
+    ra_wire wire;
+    /* internal only */
+    int no_poll; /* 1: never progress transfers between tiles (bench
+                    --no-poll: how much overlap polling buys); 0 when
+                    joined */
+} ra_params;
+
+/* ra_numerics_default and ra_exec_default joined, no_poll 0. */
+void ra_params_default(ra_params *params);
+
+/* params from the caller's two structs (NULL: that struct's defaults),
+ * and back. */
+void ra_params_join(const ra_numerics *num, const ra_exec *exec,
+                    ra_params *params);
+void ra_params_split(const ra_params *params, ra_numerics *num,
+                     ra_exec *exec);
+
+/* ra_numerics_scale, ra_exec_tiles and ra_exec_layout on joined options,
+ * and the threads per rank actually used (0 means 1). */
+double ra_params_scale(const ra_params *params, const ra_shape *shape);
+void ra_params_tiles(const ra_params *params, const ra_shape *shape,
+                     int64_t *block_q, int64_t *block_kv);
+ra_layout ra_params_layout(const ra_params *params, int segments);
+int ra_params_threads(const ra_params *params);
+
+/* ra_forward_flops and ra_backward_flops on joined options. */
+double ra_params_forward_flops(const ra_shape *shape, const ra_params *params,
+                               const ra_masks *masks);
+double ra_params_backward_flops(const ra_shape *shape,
+                                const ra_params *params,
+                                const ra_masks *masks);
+
 /* 1 when K/V travel the ring as bf16 (ra_wire): wire bf16, or auto with
  * bf16 precision on strategy ring and a score other than additive. */
 int ra_params_wire_bf16(const ra_params *params);

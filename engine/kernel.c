@@ -403,21 +403,11 @@ static void softmax_tile(const ra_block *blk, int64_t bq, int64_t bk,
     }
 }
 
-/* The operands of one forward call (ra_kernel_forward_block) and the
- * caller's progress hook as one thread runs it: NULL on every thread but
- * thread 0. */
-typedef struct {
-    const float *q, *k, *v;
-    float *o, *lse;
-    ra_progress_fn progress;
-    void *progress_ctx;
-} fwd_ops;
-
 /* The end of a work item (rows [i0, i0 + bq) of head h in batch b): each
  * row's partial, normalised, merged into (o, lse); the Gaussian's query
  * term -|q|^2 / (2 sigma^2), constant per row, only shifts the LSE. */
 static void rows_merge(const ra_block *blk, const tile_rules *rl,
-                       const fwd_ops *x, int64_t b, int64_t h, int64_t i0,
+                       const ra_fwd_ops *x, int64_t b, int64_t h, int64_t i0,
                        int64_t bq, tile_scratch t)
 {
     const int64_t n = blk->n, H = blk->H, D = blk->D, Dv = blk->Dv;
@@ -446,7 +436,7 @@ static void rows_merge(const ra_block *blk, const tile_rules *rl,
 /* Query rows [i0, i0 + bq) of head h in batch b against every key tile of
  * the block that any of them may see. */
 static void rows_forward(const ra_block *blk, const tile_rules *rlp,
-                         const fwd_ops *x, int64_t b, int64_t h, int64_t i0,
+                         const ra_fwd_ops *x, int64_t b, int64_t h, int64_t i0,
                          int64_t bq, tile_scratch t)
 {
     const int64_t n = blk->n, m = blk->m, H = blk->H, G = blk->G;
@@ -508,7 +498,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
  * packed sequences the rows are cut where the segment id changes, so that
  * each piece meets only the keys of its own segment, and with per-row
  * alignment where the diag changes (ra_tile_run_end). */
-static void tile_forward(const ra_block *blk, const fwd_ops *x, int64_t b,
+static void tile_forward(const ra_block *blk, const ra_fwd_ops *x, int64_t b,
                          int64_t h, int64_t i0, int64_t bq, tile_scratch t)
 {
     for (int64_t a = i0, z; a < i0 + bq; a = z) {
@@ -539,10 +529,8 @@ static void tail_progress(const int64_t *done, int64_t items,
     }
 }
 
-void ra_kernel_forward_block(const ra_block *blk, const float *q,
-                             const float *k, const float *v, float *o,
-                             float *lse, ra_workspace *ws,
-                             ra_progress_fn progress, void *progress_ctx)
+void ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
+                             ra_workspace *ws)
 {
     const int64_t bq = blk->block_q;
     if (blk->n == 0 || blk->m == 0)
@@ -550,7 +538,7 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
     const int64_t tiles = (blk->n + bq - 1) / bq;
     const int64_t items = blk->B * blk->H * tiles;
     int64_t done = 0;
-    tile_hook hk = {progress, progress_ctx, ws, &done, items};
+    tile_hook hk = {ops->progress, ops->progress_ctx, ws, &done, items};
     void *hook_ctx;
     const ra_progress_fn hook = tile_hook_of(ws, &hk, &hook_ctx);
 
@@ -558,8 +546,9 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
     {
         const int tid = omp_get_thread_num();
         const tile_scratch t = scratch_of(ws, tid);
-        const fwd_ops x = {q, k, v, o, lse, tid == 0 ? hook : NULL,
-                           hook_ctx};
+        ra_fwd_ops x = *ops; /* the hook runs on thread 0 only */
+        x.progress = tid == 0 ? hook : NULL;
+        x.progress_ctx = hook_ctx;
         double busy = 0.0;
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t it = 0; it < items; it++) {
@@ -573,7 +562,7 @@ void ra_kernel_forward_block(const ra_block *blk, const float *q,
 #pragma omp atomic update
             done++;
         }
-        if (tid == 0 && progress)
+        if (tid == 0 && ops->progress)
             tail_progress(&done, items, hook, hook_ctx);
         ws->busy[tid * BUSY_STRIDE] += busy;
     }
@@ -595,23 +584,9 @@ static void map_bias_mask(const ra_block *blk, int64_t b, int64_t h,
     }
 }
 
-/* One map call (ra_kernel_probs): local rows [r0, r0 + nr), query heads
- * heads[0..nh), the operands and the map out (B, nh, nr, M); the caller's
- * progress hook as one thread runs it (NULL but on thread 0). */
-typedef struct {
-    int64_t r0, nr;
-    const int64_t *heads;
-    int64_t nh;
-    const float *q, *k, *lse;
-    float *out;
-    int64_t M;
-    ra_progress_fn progress;
-    void *progress_ctx;
-} map_ops;
-
 /* One work item of the map: rows [i0, i0 + bq) of head heads[hi] in
  * batch b. */
-static void probs_rows(const ra_block *blk, const map_ops *x, int64_t b,
+static void probs_rows(const ra_block *blk, const ra_map_ops *x, int64_t b,
                        int64_t hi, int64_t i0, int64_t bq, tile_scratch t)
 {
     const int64_t n = blk->n, m = blk->m, H = blk->H, G = blk->G;
@@ -648,27 +623,26 @@ static void probs_rows(const ra_block *blk, const map_ops *x, int64_t b,
     }
 }
 
-void ra_kernel_probs(const ra_block *blk, int64_t r0, int64_t nr,
-                     const int64_t *heads, int64_t nh, const float *q,
-                     const float *k, const float *lse, float *out, int64_t M,
-                     ra_workspace *ws, ra_progress_fn progress,
-                     void *progress_ctx)
+void ra_kernel_probs(const ra_block *blk, const ra_map_ops *ops,
+                     ra_workspace *ws)
 {
-    const int64_t bq = blk->block_q;
+    const int64_t bq = blk->block_q, r0 = ops->r0, nr = ops->nr,
+                  nh = ops->nh;
     if (nr == 0 || blk->m == 0)
         return;
     const int64_t tiles = (nr + bq - 1) / bq;
     const int64_t items = blk->B * nh * tiles;
     int64_t done = 0;
-    tile_hook hk = {progress, progress_ctx, ws, &done, items};
+    tile_hook hk = {ops->progress, ops->progress_ctx, ws, &done, items};
     void *hook_ctx;
     const ra_progress_fn hook = tile_hook_of(ws, &hk, &hook_ctx);
 
 #pragma omp parallel num_threads(ws->threads)
     {
         const int tid = omp_get_thread_num();
-        const map_ops x = {r0, nr, heads, nh, q, k, lse, out, M,
-                           tid == 0 ? hook : NULL, hook_ctx};
+        ra_map_ops x = *ops; /* the hook runs on thread 0 only */
+        x.progress = tid == 0 ? hook : NULL;
+        x.progress_ctx = hook_ctx;
 #pragma omp for schedule(dynamic, 1) nowait
         for (int64_t it = 0; it < items; it++) {
             const int64_t qt = it % tiles, bh = it / tiles;
@@ -679,7 +653,7 @@ void ra_kernel_probs(const ra_block *blk, int64_t r0, int64_t nr,
 #pragma omp atomic update
             done++;
         }
-        if (tid == 0 && progress)
+        if (tid == 0 && ops->progress)
             tail_progress(&done, items, hook, hook_ctx);
     }
 }

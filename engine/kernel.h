@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "bf16.h"
-#include "ringattn.h"
+#include "internal.h"
 #include "simd.h"
 
 /* Which (query, key) pairs are visible. Positions are global token indices,
@@ -142,14 +142,22 @@ void ra_state_reset(int64_t B, int64_t n, int64_t H, int64_t Dv,
 void ra_state_reset_threads(int64_t B, int64_t n, int64_t H, int64_t Dv,
                             float *o, float *lse, int threads);
 
-/* Folds block k (B, m, G, D), v (B, m, G, Dv) into o (B, n, H, Dv) and
- * lse (B, H, n) for queries q (B, n, H, D): an online softmax over the key
- * tiles of the block gives a normalised partial per query tile, merged into
- * (o, lse) with the LSE merge. Tiles whose keys are all masked are skipped. */
-void ra_kernel_forward_block(const ra_block *blk, const float *q,
-                             const float *k, const float *v, float *o,
-                             float *lse, ra_workspace *ws,
-                             ra_progress_fn progress, void *progress_ctx);
+/* The operands of one forward call: queries q (B, n, H, D), the block's
+ * k (B, m, G, D) and v (B, m, G, Dv), the running o (B, n, H, Dv) and
+ * lse (B, H, n); the caller's progress hook (ra_progress_fn), or NULL. */
+typedef struct {
+    const float *q, *k, *v;
+    float *o, *lse;
+    ra_progress_fn progress;
+    void *progress_ctx;
+} ra_fwd_ops;
+
+/* Folds the block ops->k, ops->v into ops->o and ops->lse: an online
+ * softmax over the key tiles of the block gives a normalised partial per
+ * query tile, merged into (o, lse) with the LSE merge. Tiles whose keys
+ * are all masked are skipped. */
+void ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
+                             ra_workspace *ws);
 
 /* The score of the fp64 reference, computed from its definition per pair:
  * dot s * q.k, gaussian -||q - k||^2 / (2 sigma^2), additive
@@ -187,16 +195,27 @@ typedef struct {
 void ra_reference_scored(const ra_ref_score *sc, const ra_mask *mask,
                          const ra_ref_rows *x, double *scores);
 
-/* The attention weights of the local query rows [r0, r0 + nr) for query
- * heads heads[0..nh) against one block, from their final lse (B, H, n):
- * out[((b * nh + hi) * nr + r) * M + kpos[j]] = exp(score - lse), 0 where
- * the mask hides the key or the row sees nothing. Same scores, masks and
- * workspace as ra_kernel_forward_block. */
-void ra_kernel_probs(const ra_block *blk, int64_t r0, int64_t nr,
-                     const int64_t *heads, int64_t nh, const float *q,
-                     const float *k, const float *lse, float *out, int64_t M,
-                     ra_workspace *ws, ra_progress_fn progress,
-                     void *progress_ctx);
+/* One map call: local query rows [r0, r0 + nr), query heads
+ * heads[0..nh), queries q (B, n, H, D), the block's k (B, m, G, D), the
+ * final lse (B, H, n), the map out (B, nh, nr, M); the caller's progress
+ * hook, or NULL. */
+typedef struct {
+    int64_t r0, nr;
+    const int64_t *heads;
+    int64_t nh;
+    const float *q, *k, *lse;
+    float *out;
+    int64_t M;
+    ra_progress_fn progress;
+    void *progress_ctx;
+} ra_map_ops;
+
+/* The attention weights of ops' rows and heads against one block, from
+ * their final lse: out[((b * nh + hi) * nr + r) * M + kpos[j]] =
+ * exp(score - lse), 0 where the mask hides the key or the row sees
+ * nothing. Same scores, masks and workspace as ra_kernel_forward_block. */
+void ra_kernel_probs(const ra_block *blk, const ra_map_ops *ops,
+                     ra_workspace *ws);
 
 /* y (rows, out) = x (rows, in) w^T + bias, w (out, in), bias (out) or NULL:
  * the PyTorch Linear convention, one sgemm. */
@@ -226,16 +245,6 @@ double ra_params_alibi_slope(const ra_params *params, int64_t H, int64_t h);
  * definition: pair k rotated by pos * base^(-2k/D). */
 void ra_rope_row_ref(ra_rope rope, double base, double *x, int64_t D,
                      int64_t pos);
-
-/* What ra_rope_apply rotates: x (B, n, heads, D), token t at position
- * pos[t] + offset, by the pairing rope and base. */
-typedef struct {
-    ra_rope rope;
-    double base;
-    int64_t B, n, heads, D;
-    const int64_t *pos;
-    int64_t offset;
-} ra_rope_rows;
 
 /* ra_rope_apply with the angles times sign: +1 the rotation, -1 its
  * transpose (the rotation by minus the angle, at the same positions): how

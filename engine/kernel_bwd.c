@@ -397,9 +397,18 @@ void ra_kernel_backward_block(const ra_block *blk, const ra_bwd_operands *x,
     }
 }
 
-double ra_backward_flops(const ra_shape *shape, const ra_params *params,
-                         const ra_masks *masks)
+double ra_params_backward_flops(const ra_shape *shape,
+                                const ra_params *params,
+                                const ra_masks *masks)
 {
     /* five products per visible tile (S, dV, dP, dQ, dK) against two */
-    return 2.5 * ra_forward_flops(shape, params, masks);
+    return 2.5 * ra_params_forward_flops(shape, params, masks);
+}
+
+double ra_backward_flops(const ra_shape *shape, const ra_numerics *num,
+                         const ra_masks *masks)
+{
+    ra_params p;
+    ra_params_join(num, NULL, &p);
+    return ra_params_backward_flops(shape, &p, masks);
 }

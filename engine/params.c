@@ -8,32 +8,84 @@
 #include "band.h"
 #include "internal.h"
 
+void ra_numerics_default(ra_numerics *num)
+{
+    memset(num, 0, sizeof *num);
+    num->scale = NAN;
+    num->score = RA_SCORE_DOT;
+    num->sigma = 1.0;
+    num->rope = RA_ROPE_NONE;
+    num->rope_base = RA_ROPE_BASE_DEFAULT;
+    num->align = RA_ALIGN_TENSOR;
+    num->precision = RA_PRECISION_FP32;
+}
+
+void ra_exec_default(ra_exec *exec)
+{
+    memset(exec, 0, sizeof *exec);
+    exec->strategy = RA_STRATEGY_RING;
+    exec->layout = RA_LAYOUT_AUTO;
+    exec->gemm = RA_GEMM_AUTO;
+    exec->stall_timeout = RA_STALL_TIMEOUT_DEFAULT;
+    exec->wire = RA_WIRE_AUTO;
+}
+
+void ra_params_join(const ra_numerics *num, const ra_exec *exec,
+                    ra_params *p)
+{
+    ra_numerics num_default;
+    ra_exec exec_default;
+    if (!num) {
+        ra_numerics_default(&num_default);
+        num = &num_default;
+    }
+    if (!exec) {
+        ra_exec_default(&exec_default);
+        exec = &exec_default;
+    }
+    *p = (ra_params){
+        .causal = num->causal, .window = num->window,
+        .window_left = num->window_left, .window_right = num->window_right,
+        .scale = num->scale, .score = num->score, .sigma = num->sigma,
+        .additive = num->additive, .rope = num->rope,
+        .rope_base = num->rope_base, .alibi = num->alibi,
+        .alibi_slopes = num->alibi_slopes, .align = num->align,
+        .nonfinite = num->nonfinite, .precision = num->precision,
+        .strategy = exec->strategy, .layout = exec->layout,
+        .block_q = exec->block_q, .block_kv = exec->block_kv,
+        .gemm = exec->gemm, .threads = exec->threads,
+        .stall_timeout = exec->stall_timeout, .mem_limit = exec->mem_limit,
+        .ulysses_size = exec->ulysses_size, .on_step = exec->on_step,
+        .on_tick = exec->on_tick, .on_step_ctx = exec->on_step_ctx,
+        .wire = exec->wire};
+}
+
+void ra_params_split(const ra_params *p, ra_numerics *num, ra_exec *exec)
+{
+    *num = (ra_numerics){
+        .causal = p->causal, .window = p->window,
+        .window_left = p->window_left, .window_right = p->window_right,
+        .scale = p->scale, .score = p->score, .sigma = p->sigma,
+        .additive = p->additive, .rope = p->rope, .rope_base = p->rope_base,
+        .alibi = p->alibi, .alibi_slopes = p->alibi_slopes,
+        .align = p->align, .nonfinite = p->nonfinite,
+        .precision = p->precision};
+    *exec = (ra_exec){
+        .strategy = p->strategy, .layout = p->layout,
+        .block_q = p->block_q, .block_kv = p->block_kv, .gemm = p->gemm,
+        .threads = p->threads, .stall_timeout = p->stall_timeout,
+        .mem_limit = p->mem_limit, .ulysses_size = p->ulysses_size,
+        .on_step = p->on_step, .on_tick = p->on_tick,
+        .on_step_ctx = p->on_step_ctx, .wire = p->wire};
+}
+
 void ra_params_default(ra_params *params)
 {
-    ra_error_clear();
-    memset(params, 0, sizeof *params);
-    params->causal = 0;
-    params->window = 0;
-    params->window_left = 0;
-    params->window_right = 0;
-    params->scale = NAN;
-    params->score = RA_SCORE_DOT;
-    params->sigma = 1.0;
-    params->additive = NULL;
-    params->block_q = 0;
-    params->block_kv = 0;
-    params->layout = RA_LAYOUT_AUTO;
-    params->threads = 0;
-    params->stall_timeout = RA_STALL_TIMEOUT_DEFAULT;
-    params->rope = RA_ROPE_NONE;
-    params->rope_base = RA_ROPE_BASE_DEFAULT;
-    params->alibi = 0;
-    params->alibi_slopes = NULL;
-    params->strategy = RA_STRATEGY_RING;
-    params->mem_limit = 0;
-    params->align = RA_ALIGN_TENSOR;
-    params->precision = RA_PRECISION_FP32;
-    params->wire = RA_WIRE_AUTO;
+    ra_numerics num;
+    ra_exec exec;
+    ra_numerics_default(&num);
+    ra_exec_default(&exec);
+    ra_params_join(&num, &exec, params);
 }
 
 static const char *const precision_names[] = {"fp32", "bf16"};
@@ -136,6 +188,29 @@ ra_layout ra_params_layout(const ra_params *params, int segments)
     return params->causal ? RA_LAYOUT_ZIGZAG : RA_LAYOUT_CONTIGUOUS;
 }
 
+double ra_numerics_scale(const ra_numerics *num, const ra_shape *shape)
+{
+    ra_params p;
+    ra_params_join(num, NULL, &p);
+    return ra_params_scale(&p, shape);
+}
+
+void ra_exec_tiles(const ra_numerics *num, const ra_exec *exec,
+                   const ra_shape *shape, int64_t *block_q, int64_t *block_kv)
+{
+    ra_params p;
+    ra_params_join(num, exec, &p);
+    ra_params_tiles(&p, shape, block_q, block_kv);
+}
+
+ra_layout ra_exec_layout(const ra_numerics *num, const ra_exec *exec,
+                         int segments)
+{
+    ra_params p;
+    ra_params_join(num, exec, &p);
+    return ra_params_layout(&p, segments);
+}
+
 ra_status ra_shape_check(const ra_shape *s)
 {
     ra_error_clear();
@@ -173,8 +248,8 @@ int ra_shape_dk_allowed(const ra_shape *s, ra_score score)
     return ra_shape_dk(s) == s->D || score == RA_SCORE_ADDITIVE;
 }
 
-double ra_forward_flops(const ra_shape *s, const ra_params *p,
-                        const ra_masks *masks)
+double ra_params_forward_flops(const ra_shape *s, const ra_params *p,
+                               const ra_masks *masks)
 {
     ra_band band = ra_band_of(p, s);
     double pairs = 0.0;
@@ -189,12 +264,25 @@ double ra_forward_flops(const ra_shape *s, const ra_params *p,
     return ra_pair_flops(s, p) * pairs;
 }
 
+double ra_forward_flops(const ra_shape *shape, const ra_numerics *num,
+                        const ra_masks *masks)
+{
+    ra_params p;
+    ra_params_join(num, NULL, &p);
+    return ra_params_forward_flops(shape, &p, masks);
+}
+
 static const char *const align_names[] = {"tensor", "sequence"};
 
 const char *ra_align_name(ra_align align)
 {
     return ra_name_of(align_names, 2, (int)align);
 }
+
+static const char *const dtype_names[] = {"f32", "f16", "bf16", "f64"};
+/* ra_dtype_name, ra_dtype_parse: the one vocabulary of file types (run's
+ * --out-dtype, gen's --dtype, the out_dtype attribute) */
+RA_NAMED_ENUM(dtype, ra_dtype, "dtype", dtype_names)
 
 static const char *const strategy_names[RA_STRATEGY_COUNT] = {
     "ring", "allgather", "tree", "ring-q", "ulysses", "hybrid"};

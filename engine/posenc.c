@@ -54,12 +54,9 @@ void ra_rope_turn(const ra_rope_rows *r, float *x, double sign)
     }
 }
 
-void ra_rope_apply(ra_rope rope, double base, float *x, int64_t B, int64_t n,
-                   int64_t heads, int64_t D, const int64_t *pos,
-                   int64_t offset)
+void ra_rope_apply(const ra_rope_rows *rows, float *x)
 {
-    const ra_rope_rows r = {rope, base, B, n, heads, D, pos, offset};
-    ra_rope_turn(&r, x, 1.0);
+    ra_rope_turn(rows, x, 1.0);
 }
 
 /* Head h (0-based) of H: of the largest power of two p <= H, slope

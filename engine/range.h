@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "ringattn.h"
+#include "internal.h"
 
 /* Maxima over the inputs (over one rank's slices, then over all ranks):
  * the largest row norm of q and of k (per head, D or Dk entries) and the

@@ -18,7 +18,7 @@
  * Causal convention (bottom-right aligned, as in flash-attention): query i
  * sees key j when j <= i + (M - N). With N == M this is j <= i. Every rule
  * that places a query (causal, window, ALiBi, RoPE) places it at its
- * aligned position i', i + (M - N) by default; ra_params.align can align
+ * aligned position i', i + (M - N) by default; ra_numerics.align can align
  * each sequence on its own lengths instead (ra_align).
  */
 #ifndef RINGATTN_H
@@ -64,11 +64,11 @@ typedef enum {
     RA_LAYOUT_CONTIGUOUS = 0, /* rank r: one run of consecutive tokens */
     RA_LAYOUT_ZIGZAG = 1,     /* 2P chunks; rank r: chunks r and 2P-1-r */
     RA_LAYOUT_STRIPED = 2,    /* token i on rank i mod P */
-    RA_LAYOUT_AUTO = 3,       /* the default: see ra_params_layout() */
+    RA_LAYOUT_AUTO = 3,       /* the default: see ra_exec_layout() */
 } ra_layout;
 
 /* How the ranks split one attention call (docs/DESIGN.md, "Strategies").
- * Every strategy takes and returns the same layout slices (ra_forward_ex),
+ * Every strategy takes and returns the same layout slices (ra_forward),
  * so the choice changes neither the files nor the results beyond rounding. */
 typedef enum {
     RA_STRATEGY_RING = 0,      /* the default: K/V blocks travel a ring */
@@ -142,12 +142,20 @@ typedef enum {
 /* The default RoPE base. */
 #define RA_ROPE_BASE_DEFAULT 10000.0
 
-/* Rotates x (B, n, heads, D) in place: token t at position pos[t] + offset
- * (angles and their sines in fp64, the result rounded to fp32). D must be
- * even; RA_ROPE_NONE leaves x alone. Pure: no MPI, no allocation. */
-RA_API void ra_rope_apply(ra_rope rope, double base, float *x, int64_t B,
-                          int64_t n, int64_t heads, int64_t D,
-                          const int64_t *pos, int64_t offset);
+/* What ra_rope_apply rotates: x (B, n, heads, D), token t at position
+ * pos[t] + offset, by the pairing rope and base. */
+typedef struct {
+    ra_rope rope;
+    double base;
+    int64_t B, n, heads, D;
+    const int64_t *pos;
+    int64_t offset;
+} ra_rope_rows;
+
+/* Rotates x (rows->B, n, heads, D) in place (angles and their sines in
+ * fp64, the result rounded to fp32). D must be even; RA_ROPE_NONE leaves
+ * x alone. Pure: no MPI, no allocation. */
+RA_API void ra_rope_apply(const ra_rope_rows *rows, float *x);
 
 /* The standard ALiBi slopes of H heads (Press et al.): for H a power of
  * two, slopes[h-1] = 2^(-8h/H), h = 1..H; otherwise the slopes of the
@@ -209,7 +217,8 @@ typedef enum {
  * RA_GEMM_OPENBLAS always; RA_GEMM_ONEDNN when built with oneDNN). */
 RA_API int ra_gemm_available(ra_gemm gemm);
 
-/* Options of one forward pass: one home for the command line and the API. */
+/* What a call computes: the same numbers whatever ra_exec says (beyond
+ * rounding). Fill with ra_numerics_default(), then set what differs. */
 typedef struct {
     int causal;        /* 1: query i sees keys j <= i', its aligned
                           position (align: i + (M - N) by default) */
@@ -221,39 +230,11 @@ typedef struct {
     ra_score score;    /* dot (default), gaussian or additive */
     double sigma;      /* gaussian bandwidth, > 0 */
     const ra_additive *additive; /* weights of the additive score */
-    int64_t block_q;   /* query tile rows; 0 picks a default per D */
-    int64_t block_kv;  /* key tile rows; 0 picks a default per D */
-    ra_layout layout;
-    ra_gemm gemm;      /* engine of the tile products (RA_GEMM_AUTO); one
-                          that ra_gemm_available() denies is refused */
-    int threads;       /* OpenMP and BLAS threads per rank; 0 means 1 (MPI
-                          usually runs a rank per core). The library reads
-                          no environment variable and leaves OpenBLAS's
-                          process-wide thread count as it found it. */
-    int nonfinite;     /* 1: inputs may hold NaN or inf; a NaN score then
-                          makes its query row NaN instead of being dropped
-                          (costs a scan of every score tile) */
-    int no_poll;       /* 1: never progress transfers between tiles (only
-                          to measure how much overlap polling buys) */
-    double stall_timeout; /* seconds a rank may wait for a transfer with
-                          no progress before the call fails (RA_ERR_MPI, a
-                          message naming the step or phase and the rank it
-                          waits for, or the ranks taking part when a
-                          collective waits), in every strategy; 0: wait
-                          forever. The default,
-                          RA_STALL_TIMEOUT_DEFAULT, is far above any wait of
-                          a healthy run (a wait lasts about the imbalance of
-                          one ring step between neighbours); raise it when a
-                          single step computes for longer. After a stall the
-                          ring's messages are still in flight: the caller
-                          must end the job (MPI_Abort), which also ends the
-                          stopped rank. */
-    ra_rope rope;      /* rotary embedding of q and k (RA_ROPE_NONE: off),
-                          applied to copies of each rank's slices before the
-                          ring, at global positions: key j at j, query i at
-                          i' (aligned as causal, align). The dot and
-                          gaussian scores only; D even. In ra_mha_forward it
-                          acts on the projected per-head q and k. */
+    ra_rope rope;      /* rotary embedding of q and k (RA_ROPE_NONE: off)
+                          at global positions: key j at j, query i at i'
+                          (aligned as causal, align). The dot and gaussian
+                          scores only; D even. In ra_mha_forward it acts on
+                          the projected per-head q and k. */
     double rope_base;  /* > 0; RA_ROPE_BASE_DEFAULT */
     int alibi;         /* 1: ALiBi: the score of query head h gets
                           -slope_h * |j - i'| added, i' as causal, at
@@ -262,64 +243,86 @@ typedef struct {
                           causal mask that is slope_h * (j - i') */
     const double *alibi_slopes; /* (H) finite slopes, owned by the caller,
                           or NULL: ra_alibi_slopes(H) */
+    ra_align align;    /* where queries sit (ra_align); RA_ALIGN_TENSOR */
+    int nonfinite;     /* 1: inputs may hold NaN or inf; a NaN score then
+                          makes its query row NaN instead of being dropped
+                          (costs a scan of every score tile), and the
+                          inputs' range is the caller's to judge */
+    ra_precision precision; /* of the tile products (RA_PRECISION_FP32;
+                          ra_precision) */
+} ra_numerics;
+
+/* How a call runs: the ranks' split, tiles, threads, limits and progress.
+ * It changes speed and memory, not the numbers (beyond rounding). Fill
+ * with ra_exec_default(), then set what differs. */
+typedef struct {
     ra_strategy strategy; /* how the ranks split the call (default ring) */
+    ra_layout layout;
+    int64_t block_q;   /* query tile rows; 0 picks a default per D */
+    int64_t block_kv;  /* key tile rows; 0 picks a default per D */
+    ra_gemm gemm;      /* engine of the tile products (RA_GEMM_AUTO); one
+                          that ra_gemm_available() denies is refused */
+    int threads;       /* OpenMP and BLAS threads per rank; 0 means 1 (MPI
+                          usually runs a rank per core). The library reads
+                          no environment variable and leaves OpenBLAS's
+                          process-wide thread count as it found it. */
+    double stall_timeout; /* seconds a rank may wait for a transfer with
+                          no progress before the call fails (RA_ERR_MPI,
+                          naming the step or phase and the rank waited
+                          for); 0: wait forever. RA_STALL_TIMEOUT_DEFAULT
+                          is far above any wait of a healthy run; raise it
+                          when a single step computes for longer. After a
+                          stall the caller must end the job (MPI_Abort):
+                          transfers are still in flight. */
     int64_t mem_limit; /* bytes one rank may allocate for the K/V that
                           allgather gathers; 0: the node's physical memory
                           divided by the ranks on the node */
     int64_t ulysses_size; /* hybrid: ranks per head-parallel group (they
                           must divide P); 0: the ranks of one node */
     void (*on_step)(void *ctx, int done, int total); /* progress, or NULL:
-                          called on the calling thread (never inside the
-                          library's OpenMP regions) after each step of a
-                          successful pass: done = 1 .. total, ending with
-                          done == total. Steps are ring steps (ring, ring-q,
-                          hybrid's ring between groups, allgather's blocks;
-                          ring with an attention map counts both passes,
-                          ra_backward its ring steps); a strategy without
-                          steps (ulysses, tree) calls it once, with 1 of 1,
-                          at the end. It must not call
-                          MPI on comm; its time counts in the pass. */
+                          called on the calling thread after each step of a
+                          successful pass, done = 1 .. total (ring steps;
+                          a strategy without steps calls it once, 1 of 1).
+                          It must not call MPI on comm. */
     void (*on_tick)(void *ctx, double done); /* finer progress, or NULL:
-                          called often (between the kernel's tiles, by
-                          OpenMP thread 0, which is the calling thread) with
-                          the share 0 .. 1 of the current kernel call's work
-                          done (a step may make several calls). It must be
-                          cheap (read a clock, print now and then), must
-                          not call MPI on comm nor start OpenMP work; ring,
-                          ring-q, allgather, hybrid, ulysses and tree
-                          forward passes call it, ra_backward does not */
+                          called often by the calling thread, between the
+                          kernel's tiles of a forward pass, with the share
+                          0 .. 1 of the current kernel call's work done.
+                          It must be cheap and must not call MPI on comm
+                          nor start OpenMP work. */
     void *on_step_ctx; /* passed to on_step and on_tick as ctx */
-    ra_align align;    /* where queries sit (ra_align); RA_ALIGN_TENSOR */
-    /* numerics */
-    ra_precision precision; /* of the tile products (RA_PRECISION_FP32) */
-    /* execution */
-    ra_wire wire;      /* how K/V travel the ring (RA_WIRE_AUTO) */
-} ra_params;
+    ra_wire wire;      /* how K/V travel the ring (RA_WIRE_AUTO): bf16
+                          halves the bytes of each K/V hop (ra_wire) */
+} ra_exec;
 
 /* The default stall_timeout in seconds. */
 #define RA_STALL_TIMEOUT_DEFAULT 600.0
 
-/* Fills the defaults: non-causal, no window, scale 1/sqrt(D), automatic
- * tiles, automatic layout, one thread, the default stall timeout, no RoPE
- * (base RA_ROPE_BASE_DEFAULT), no ALiBi. */
-RA_API void ra_params_default(ra_params *params);
+/* Fill the defaults: non-causal, no window, scale 1/sqrt(D), the dot
+ * score, no RoPE (base RA_ROPE_BASE_DEFAULT), no ALiBi, tensor alignment,
+ * finite inputs; strategy ring, automatic tiles and layout, the best gemm,
+ * one thread, the default stall timeout, no memory limit, no progress.
+ * Every function below that takes a const ra_numerics or ra_exec pointer
+ * reads NULL as these defaults. */
+RA_API void ra_numerics_default(ra_numerics *num);
+RA_API void ra_exec_default(ra_exec *exec);
 
-/* The scale actually used for a shape: params->scale, or 1/sqrt(D). */
-RA_API double ra_params_scale(const ra_params *params, const ra_shape *shape);
+/* The scale actually used for a shape: num->scale, or 1/sqrt(D). */
+RA_API double ra_numerics_scale(const ra_numerics *num,
+                                const ra_shape *shape);
 
-/* The tile sizes actually used for a shape (defaults resolved). */
-RA_API void ra_params_tiles(const ra_params *params, const ra_shape *shape,
-                     int64_t *block_q, int64_t *block_kv);
+/* The tile sizes actually used for a shape (defaults resolved; a window
+ * has tiles of its own). */
+RA_API void ra_exec_tiles(const ra_numerics *num, const ra_exec *exec,
+                          const ra_shape *shape, int64_t *block_q,
+                          int64_t *block_kv);
 
-/* The layout actually used: params->layout, or for RA_LAYOUT_AUTO the best
- * measured choice (docs/PERFORMANCE.md): contiguous with a window (hops are
- * skipped), else striped with packed segments (work follows segment
- * sizes, which striping spreads evenly), else zigzag when causal, else
- * contiguous. segments: whether segment masks are given. */
-RA_API ra_layout ra_params_layout(const ra_params *params, int segments);
-
-/* The threads per rank actually used (0 means 1). */
-RA_API int ra_params_threads(const ra_params *params);
+/* The layout actually used: exec->layout, or for RA_LAYOUT_AUTO the best
+ * measured choice (docs/PERFORMANCE.md): contiguous with a window, else
+ * striped with packed segments, else zigzag when causal, else contiguous.
+ * segments: whether segment masks are given. */
+RA_API ra_layout ra_exec_layout(const ra_numerics *num, const ra_exec *exec,
+                                int segments);
 
 /* One rank's part of the sequence axis: [start, start + count). */
 typedef struct {
@@ -375,125 +378,22 @@ typedef struct {
  * segments, whose ids are spread over the ranks); 4*B*H*N*M*D when
  * Dv == D and nothing is masked. The additive score counts 4 A + 2 Dv per
  * pair (a tanh as one operation). masks may be NULL. */
-RA_API double ra_forward_flops(const ra_shape *shape, const ra_params *params,
-                        const ra_masks *masks);
-
-/* Ring attention forward on in-memory slices, collective over comm.
- *
- * Each rank passes the tokens that ra_layout_slice(ra_params_layout(params,
- * masks has segments), N or M, rank, P) gives it, in that order:
- *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv)   (read only)
- *   o (B, n, H, Dv), lse (B, H, n)                     (written)
- * where n and m are this rank's query and key counts (either may be 0).
- * The caller owns every buffer. Memory used inside by the ring strategy is
- * O((n + max m) * width): two K/V ring buffers and per-thread tiles; no
- * rank ever holds a full sequence (the other strategies: ra_strategy).
- * Every rank must pass the same shape and params. With more than one
- * thread, MPI must be initialised with at least MPI_THREAD_FUNNELED
- * (otherwise transfers are not polled between tiles).
- *
- * Errors are agreed over the ranks before the ring starts: every rank
- * returns the same status and the message of the lowest failing rank.
- * Finite inputs whose scores or sums would leave float32 (rows of q and k
- * whose norms times the scale, or 1/sigma^2, reach about FLT_MAX / 16; |v|
- * times a rank's key count likewise) are refused there with RA_ERR_INPUT
- * (RA_ERR_ARG when the scale or sigma alone does it) instead of giving rows
- * of o = 0 and lse = -inf; with params->nonfinite the inputs are the
- * caller's to judge and are not checked. */
-RA_API ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
-                     const ra_params *params,
-                     const float *q, const float *k, const float *v,
-                     float *o, float *lse);
-
-/* Per-call measurements of ra_forward_ex(), all in seconds on this rank. */
-typedef struct {
-    double total;        /* wall time of the whole call */
-    double compute;      /* time inside the kernel */
-    double comm_wait;    /* time blocked waiting for ring transfers */
-    int64_t bytes_sent;  /* bytes this rank handed to MPI for other ranks:
-                            the payload it addresses to them (its ring hops;
-                            for a collective, its blocks times the ranks
-                            they go to) */
-    int64_t bytes_cross_node; /* the part of bytes_sent addressed to ranks
-                            on another node (MPI_COMM_TYPE_SHARED), counted
-                            per destination in every strategy. For a
-                            collective this is the payload's destinations;
-                            how MPI routes it inside (trees, relays) is its
-                            own and not counted */
-    int steps;           /* ring steps run (P, or fewer with a window) */
-    /* Wall time this rank's least and most busy threads spent inside the
-     * kernel's work items (not waiting for the others at the end of a
-     * block): max / min shows how evenly the threads shared the work;
-     * equal with one thread. Measured by the ring strategy; 0 for the
-     * others. */
-    double thread_busy_min, thread_busy_max;
-} ra_timing;
-
-/* ra_forward() with masks (NULL: none) and timings (NULL: not wanted).
- * params->strategy picks how the ranks split the work; the slices passed
- * and returned are the same for every strategy. Strategies other than ring
- * take the dot and gaussian scores. */
-RA_API ra_status ra_forward_ex(MPI_Comm comm, const ra_shape *shape,
-                        const ra_params *params, const ra_masks *masks,
-                        const float *q, const float *k, const float *v,
-                        float *o, float *lse, ra_timing *timing);
-
-/* Gradients of ra_forward_ex() through the ring, collective over comm.
- *
- * Each rank passes the same slices as to ra_forward_ex() (same shape,
- * params, masks and layout) plus the forward's results for them and the
- * gradient of the loss with respect to o:
- *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv)    (read only)
- *   o (B, n, H, Dv), lse (B, H, n), dout (B, n, H, Dv)   (read only)
- *   dq (B, n, H, D), dk (B, m, G, D), dv (B, m, G, Dv)   (written)
- * Every rank computes Drow = rowsum(dout * o) once; each K/V block then
- * travels the ring as in the forward (hops skipped with a window) and
- * every tile recomputes P = exp(S - lse) from the final LSE, so no
- * rescaling is needed. dq stays on its rank; the block's dk, dv
- * accumulators (fp32, already summed over each GQA group) travel one step
- * behind their K/V and come home after the last step. A row with
- * lse = -inf (it sees no key) contributes exact zeros. Every score, RoPE
- * and ALiBi as in the forward: dq and dk come back through the rotation
- * (its transpose at the same positions) and through the additive score's
- * projections (k and dk then have Dk columns). Memory inside: two K/V ring
- * buffers, two travelling dk/dv accumulators and one step's scratch, each
- * of the largest block's size, and per-thread tiles. Errors are agreed as
- * for ra_forward_ex; timing may be NULL. */
-RA_API ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
-                             const ra_params *params, const ra_masks *masks,
-                             const float *q, const float *k, const float *v,
-                             const float *o, const float *lse,
-                             const float *dout, float *dq, float *dk,
-                             float *dv, ra_timing *timing);
-
-/* The additive score's weight gradients, shapes as in ra_additive:
- * dw_q (A, D), dw_k (A, Dk), dw_v (A); caller-owned, written on every rank
- * with the same values (sums over all ranks' pairs, added up in fp64). */
-typedef struct {
-    float *dw_q, *dw_k, *dw_v;
-} ra_additive_grads;
-
-/* ra_backward() that also writes the additive score's weight gradients
- * into dw (NULL: not wanted; ignored for the other scores). */
-RA_API ra_status ra_backward_ex(MPI_Comm comm, const ra_shape *shape,
-                                const ra_params *params, const ra_masks *masks,
-                                const float *q, const float *k, const float *v,
-                                const float *o, const float *lse,
-                                const float *dout, float *dq, float *dk,
-                                float *dv, const ra_additive_grads *dw,
-                                ra_timing *timing);
+RA_API double ra_forward_flops(const ra_shape *shape, const ra_numerics *num,
+                               const ra_masks *masks);
 
 /* Useful backward FLOPs: 2.5 times ra_forward_flops() (five products per
  * visible tile against the forward's two). */
-RA_API double ra_backward_flops(const ra_shape *shape, const ra_params *params,
+RA_API double ra_backward_flops(const ra_shape *shape, const ra_numerics *num,
                                 const ra_masks *masks);
-/* Whether params->strategy can run this shape on comm's ranks, before any
- * work: ulysses needs P <= H, allgather's gathered K/V (and key ids with
- * segments) must fit params->mem_limit, strategies other than ring take
- * the dot and gaussian scores. Collective; every rank returns the same
- * status and message. ra_forward_ex() makes the same checks. */
-RA_API ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
-                                   const ra_params *params, int segments);
+
+/* This rank's input slices (read only), each rank passing the tokens that
+ * ra_layout_slice(ra_exec_layout(num, exec, masks has segments), N or M,
+ * rank, P) gives it, in that order; n and m are this rank's query and key
+ * counts (either may be 0):
+ *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv) */
+typedef struct {
+    const float *q, *k, *v;
+} ra_qkv;
 
 /* Attention maps without the full matrix: the exact softmax weights of the
  * query rows [i0, i1) over all M keys, for the chosen query heads, from the
@@ -508,16 +408,106 @@ typedef struct {
     float *out;
 } ra_attn_map;
 
-RA_API ra_range ra_attn_map_rows(ra_layout layout, int64_t N, int rank, int nranks,
-                          const ra_attn_map *map);
+RA_API ra_range ra_attn_map_rows(ra_layout layout, int64_t N, int rank,
+                                 int nranks, const ra_attn_map *map);
 
-/* ra_forward_ex() (no timings) followed by a second ring pass that writes
- * the attention map; layout as resolved by ra_params_layout(). Always runs
- * the ring strategy, whatever params->strategy says. */
-RA_API ra_status ra_forward_map(MPI_Comm comm, const ra_shape *shape,
-                         const ra_params *params, const ra_masks *masks,
-                         const float *q, const float *k, const float *v,
-                         float *o, float *lse, ra_attn_map *map);
+/* What a forward writes for this rank's query slice (caller-owned):
+ *   o (B, n, H, Dv), lse (B, H, n)
+ * and, when map is not NULL, the attention map of its rows (a second ring
+ * pass after the forward; the ring strategy runs whatever exec->strategy
+ * says). */
+typedef struct {
+    float *o, *lse;
+    ra_attn_map *map;
+} ra_out;
+
+/* Per-call measurements, all in seconds on this rank. */
+typedef struct {
+    double total;        /* wall time of the whole call */
+    double compute;      /* time inside the kernel */
+    double comm_wait;    /* time blocked waiting for ring transfers */
+    int64_t bytes_sent;  /* bytes this rank handed to MPI for other ranks:
+                            the payload it addresses to them (its ring hops;
+                            for a collective, its blocks times the ranks
+                            they go to) */
+    int64_t bytes_cross_node; /* the part of bytes_sent addressed to ranks
+                            on another node (MPI_COMM_TYPE_SHARED), counted
+                            per destination in every strategy */
+    int steps;           /* ring steps run (P, or fewer with a window) */
+    /* Wall time this rank's least and most busy threads spent inside the
+     * kernel's work items: max / min shows how evenly the threads shared
+     * the work; equal with one thread. Measured by the ring strategy; 0
+     * for the others. */
+    double thread_busy_min, thread_busy_max;
+} ra_timing;
+
+/* Exact attention forward on in-memory slices, collective over comm: the
+ * slices in (ra_qkv) give the outputs out (ra_out) under the masks (NULL:
+ * none); timing (NULL: not wanted) receives this rank's measurements.
+ * Every rank must pass the same shape, num, exec and mask lengths.
+ * exec->strategy picks how the ranks split the work (docs/DESIGN.md,
+ * "Strategies"); the slices are the same for every strategy. Strategies
+ * other than ring take the dot and gaussian scores and tensor alignment.
+ * Memory inside, for the ring: two K/V ring buffers and per-thread tiles;
+ * no rank ever holds a full sequence. With more than one thread, MPI must
+ * be initialised with at least MPI_THREAD_FUNNELED (otherwise transfers
+ * are not polled between tiles).
+ *
+ * Errors are agreed over the ranks before any collective work: every rank
+ * returns the same status and the message of the lowest failing rank.
+ * Finite inputs whose scores or sums would leave float32 (rows of q and k
+ * whose norms times the scale, or 1/sigma^2, reach about FLT_MAX / 16; |v|
+ * times a rank's key count likewise) are refused with RA_ERR_INPUT
+ * (RA_ERR_ARG when the scale or sigma alone does it) instead of giving rows
+ * of o = 0 and lse = -inf; with num->nonfinite they are not checked. */
+RA_API ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
+                            const ra_numerics *num, const ra_exec *exec,
+                            const ra_masks *masks, const ra_qkv *in,
+                            const ra_out *out, ra_timing *timing);
+
+/* The additive score's weight gradients, shapes as in ra_additive:
+ * dw_q (A, D), dw_k (A, Dk), dw_v (A); caller-owned, written on every rank
+ * with the same values (sums over all ranks' pairs, added up in fp64). */
+typedef struct {
+    float *dw_q, *dw_k, *dw_v;
+} ra_additive_grads;
+
+/* The backward's tensors besides q, k, v, for this rank's slices: the
+ * forward's results and the gradient of the loss with respect to o (read),
+ * the gradients it gives (written):
+ *   o (B, n, H, Dv), lse (B, H, n), dout (B, n, H, Dv)
+ *   dq (B, n, H, D), dk (B, m, G, D), dv (B, m, G, Dv)
+ * dw: the additive score's weight gradients, or NULL (not wanted; ignored
+ * for the other scores). */
+typedef struct {
+    const float *o, *lse, *dout;
+    float *dq, *dk, *dv;
+    const ra_additive_grads *dw;
+} ra_grads;
+
+/* Gradients of ra_forward() through the ring, collective over comm. Each
+ * rank passes the same slices, shape, num, exec and masks as to the
+ * forward, whose o and lse grads holds. A row with lse = -inf (it sees no
+ * key) contributes exact zeros. Every score, RoPE and ALiBi as in the
+ * forward: dq and dk come back through the rotation and through the
+ * additive score's projections (k and dk then have Dk columns). Memory
+ * inside: two K/V ring buffers, two travelling dk/dv accumulators and one
+ * step's scratch, each of the largest block's size, and per-thread tiles
+ * (docs/DESIGN.md, "Backward"). Errors are agreed as for ra_forward;
+ * timing may be NULL. */
+RA_API ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
+                             const ra_numerics *num, const ra_exec *exec,
+                             const ra_masks *masks, const ra_qkv *in,
+                             const ra_grads *grads, ra_timing *timing);
+
+/* Whether exec->strategy can run this shape on comm's ranks, before any
+ * work: ulysses needs P <= H, allgather's gathered K/V (and key ids with
+ * segments) must fit exec->mem_limit, strategies other than ring take
+ * the dot and gaussian scores. Collective; every rank returns the same
+ * status and message. ra_forward() makes the same checks. */
+RA_API ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
+                                   const ra_numerics *num,
+                                   const ra_exec *exec, int segments);
 
 /* ---- The multi-head attention layer ---------------------------------- *
  * y = concat_h(attention_h(x_q W_q^T + b_q, x_kv W_k^T + b_k,
@@ -536,15 +526,22 @@ typedef struct {
     int pos_encoding;
 } ra_mha;
 
-/* The layer on this rank's slices (layout as for ra_forward_ex): x_q
- * (B, n, Eq), x_kv (B, m, Ekv) (the same as x_q for self-attention),
- * y (B, n, Eout). Projections are token-wise (no communication); then the
- * ring runs for all heads; then the output projection. shape gives B, N, M,
- * H, G, D, Dv. timing may be NULL. */
+/* The layer's input and output on this rank's slices (layout as for
+ * ra_forward): x_q (B, n, Eq), x_kv (B, m, Ekv) (the same as x_q for
+ * self-attention), y (B, n, Eout), caller-owned. */
+typedef struct {
+    const float *x_q, *x_kv;
+    float *y;
+} ra_mha_io;
+
+/* The layer on this rank's slices, collective over comm. Projections are
+ * token-wise (no communication); then ra_forward runs for all heads; then
+ * the output projection. shape gives B, N, M, H, G, D, Dv. timing may be
+ * NULL. */
 RA_API ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
-                         const ra_params *params, const ra_masks *masks,
-                         const ra_mha *layer, const float *x_q,
-                         const float *x_kv, float *y, ra_timing *timing);
+                                const ra_numerics *num, const ra_exec *exec,
+                                const ra_masks *masks, const ra_mha *layer,
+                                const ra_mha_io *io, ra_timing *timing);
 
 /* ---- Nodes and the ring order ----------------------------------------- *
  * The ring sends from rank r to rank r + 1 of the communicator it is given.
@@ -582,12 +579,11 @@ RA_API ra_status ra_comm_ring_order(MPI_Comm comm, int node_aware,
  * Every function that returns ra_status clears it on entry, so after a
  * success it holds no stale message.
  *
- * MPI errors. ra_forward(), ra_forward_ex(), ra_forward_map(),
- * ra_backward() and ra_backward_ex() run on a duplicate of the caller's
- * communicator that carries MPI_ERRORS_RETURN: an MPI call failing there
- * is returned as RA_ERR_MPI with a message naming the call, not fatal,
- * whatever the caller's handler. The caller's communicator keeps its
- * handler, which is the caller's to choose: what works on it directly
+ * MPI errors. ra_forward() and ra_backward() run on a duplicate of the
+ * caller's communicator that carries MPI_ERRORS_RETURN: an MPI call
+ * failing there is returned as RA_ERR_MPI with a message naming the call,
+ * not fatal, whatever the caller's handler. The caller's communicator
+ * keeps its handler, which is the caller's to choose: what works on it directly
  * (ra_strategy_check, ra_mha_forward's own checks and projections,
  * ra_comm_nodes, ra_comm_ring_order, the HDF5 functions below) returns
  * RA_ERR_MPI only under a handler that returns, such as
@@ -607,23 +603,13 @@ RA_API const char *ra_error_message(void);
  * command_line, seq_q, seq_kv, masks (the mask datasets used, e.g.
  * "q_lens,kv_lens" or ""), rope ("none", "interleaved", "half"),
  * rope_base, alibi (0/1), alibi_slopes ("standard", "/alibi_slopes" or
- * ""), align ("tensor" or "sequence", ra_align), qkv_layout, q_dataset, k_dataset, v_dataset, the *_dataset of each
- * mask applied, out_dtype, out_chunk, out_compress, out_group (when the
- * tensors lie in a group). String attributes are variable-length UTF-8.
+ * ""), align ("tensor" or "sequence", ra_align), qkv_layout, q_dataset,
+ * k_dataset, v_dataset, the *_dataset of each mask applied, out_dtype,
+ * out_chunk, out_compress, out_group (when the tensors lie in a group).
+ * String attributes are variable-length UTF-8.
  * The command line also reads an optional /alibi_slopes (H,) of the input
- * for --alibi; the API takes slopes in ra_params.alibi_slopes.
+ * for --alibi; the API takes slopes in ra_numerics.alibi_slopes.
  * Every function here is collective over comm. */
-
-/* Reads the shape of an input file, checking ranks and consistency; its
- * tensors must declare their order (see ra_h5_source, RA_AXES_NONE). */
-RA_API ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape);
-
-/* Reads this rank's slices under a resolved layout (not RA_LAYOUT_AUTO;
- * ra_layout_slice over N for q, over M for k and v) into caller-owned buffers; each rank reads only its
- * own hyperslabs, with collective transfers. */
-RA_API ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
-                            const ra_shape *shape, ra_layout layout,
-                            float *q, float *k, float *v);
 
 /* The axis order of an input tensor in its file: (B, N, H, D), tokens
  * before heads, or (B, H, N, D), heads before tokens, as PyTorch's
@@ -635,56 +621,72 @@ typedef enum {
     RA_AXES_BHND = 2
 } ra_axes;
 
-/* Where the inputs lie in a file. A dataset's own "axes" attribute
- * ("B,N,H,D" or "B,H,N,D") wins over axes; any other value (the empty one
- * too) is refused, and so is a dataset without one while axes is
- * RA_AXES_NONE (a zeroed source, and the NULL source of the functions
- * without _from). */
+/* How a file function uses MPI-IO on a parallel file system (a NULL
+ * tuning: HDF5's defaults). Every file is opened with collective metadata
+ * operations; on top of that: */
+typedef struct {
+    int64_t align;            /* objects of 64 KiB or more start at a
+                                 multiple of align bytes (the file system's
+                                 stripe size); 0: HDF5's default packing */
+    int nhints;
+    const char *const *hints; /* "key=value" MPI-IO hints passed to every
+                                 open, e.g. "striping_factor=16" */
+} ra_h5_tuning;
+
+/* Where the inputs lie in a file, for the read functions below (a NULL
+ * source: every default). A dataset's own "axes" attribute ("B,N,H,D" or
+ * "B,H,N,D") wins over axes; any other value (the empty one too) is
+ * refused, and so is a dataset without one while axes is RA_AXES_NONE (a
+ * zeroed or NULL source). */
 typedef struct {
     const char *q, *k, *v; /* dataset paths; NULL: "/q", "/k", "/v" */
     ra_axes axes;          /* order of a dataset without an axes attribute */
-    /* mask datasets (ra_h5_read_masks_from); NULL: the default name, used
+    /* mask datasets (ra_h5_read_masks); NULL: the default name, used
      * when present; a name given here must exist */
     const char *q_lens, *kv_lens, *segments, *q_segments, *kv_segments;
+    const ra_h5_tuning *tuning; /* the reads' MPI-IO tuning, or NULL; a
+                                   negative align or a hint that is not
+                                   key=value is refused (RA_ERR_ARG) */
 } ra_h5_source;
 
-/* ra_h5_read_shape() and ra_h5_read_inputs() from the datasets src names
- * (NULL: the defaults). used (or NULL) receives the order each of q, k, v
+/* Reads the shape of an input file from the datasets src names, checking
+ * ranks and consistency. used (or NULL) receives the order each of q, k, v
  * was read in. */
-RA_API ra_status ra_h5_read_shape_from(MPI_Comm comm, const char *path,
-                                       const ra_h5_source *src,
-                                       ra_shape *shape, ra_axes used[3]);
-RA_API ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
-                                        const ra_h5_source *src,
-                                        const ra_shape *shape,
-                                        ra_layout layout, float *q, float *k,
-                                        float *v);
+RA_API ra_status ra_h5_read_shape(MPI_Comm comm, const char *path,
+                                  const ra_h5_source *src, ra_shape *shape,
+                                  ra_axes used[3]);
+
+/* Reads this rank's slices under a resolved layout (not RA_LAYOUT_AUTO;
+ * ra_layout_slice over N for q, over M for k and v) from the datasets src
+ * names into caller-owned buffers; each rank reads only its own
+ * hyperslabs, with collective transfers. */
+RA_API ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
+                                   const ra_h5_source *src,
+                                   const ra_shape *shape, ra_layout layout,
+                                   float *q, float *k, float *v);
 
 /* Mask data read from a file, owned by the struct (ra_h5_masks_free). */
 typedef struct {
     int64_t *q_lens, *kv_lens;         /* (B) each, or NULL when absent */
     int64_t *q_segments, *kv_segments; /* this rank's (B, n), (B, m) */
-    ra_masks view;                     /* the same pointers, for ra_forward_ex */
+    ra_masks view;                     /* the same pointers, for ra_forward */
     void *block;                       /* the one allocation behind them */
 } ra_h5_masks;
 
-/* Reads the optional datasets /q_lens, /kv_lens (B,) and /q_segments
- * (B, N), /kv_segments (B, M), or /segments (B, N) for both when N == M,
- * integer typed; lens must lie in [0, N] and [0, M]. Absent datasets leave
- * NULL pointers. Segments are read as this rank's layout slices. *masks is
- * overwritten (free earlier contents first); on failure it is all NULL. */
+/* Reads the optional mask datasets src names (NULL: the defaults
+ * /q_lens, /kv_lens (B,) and /q_segments (B, N), /kv_segments (B, M), or
+ * /segments (B, N) for both when N == M), integer typed; lens must lie in
+ * [0, N] and [0, M]. Absent datasets leave NULL pointers. Segments are
+ * read as this rank's layout slices. *masks is overwritten (free earlier
+ * contents first); on failure it is all NULL. */
 RA_API ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
-                           const ra_shape *shape, ra_layout layout,
-                           ra_h5_masks *masks);
+                                  const ra_h5_source *src,
+                                  const ra_shape *shape, ra_layout layout,
+                                  ra_h5_masks *masks);
 RA_API void ra_h5_masks_free(ra_h5_masks *masks);
 
-/* ra_h5_read_masks() from the mask datasets src names (NULL: defaults). */
-RA_API ra_status ra_h5_read_masks_from(MPI_Comm comm, const char *path,
-                                       const ra_h5_source *src,
-                                       const ra_shape *shape,
-                                       ra_layout layout, ra_h5_masks *masks);
-
-/* The type of /o in an output file; computation is float32 either way. */
+/* A floating type in a file: of /o in an output file, of /q, /k, /v in a
+ * generated one; computation is float32 either way. */
 typedef enum {
     RA_DTYPE_F32 = 0, /* IEEE binary32 (default) */
     RA_DTYPE_F16,     /* IEEE binary16: 11-bit significand, |x| < 65520 */
@@ -722,10 +724,12 @@ RA_API const char *ra_wire_name(ra_wire wire);
 RA_API ra_status ra_wire_parse(const char *name, ra_wire *out);
 RA_API const char *ra_axes_name(ra_axes axes);
 RA_API const char *ra_dtype_name(ra_dtype dtype);
+RA_API ra_status ra_dtype_parse(const char *name, ra_dtype *out);
 
 /* What an output file records besides the tensors. */
 typedef struct {
-    const ra_params *params;   /* the options of the run */
+    const ra_numerics *num;    /* what the run computed */
+    const ra_exec *exec;       /* how it ran (its layout, resolved) */
     double scale;              /* the scale actually used */
     int64_t block_q, block_kv; /* the tiles actually used */
     const char *command_line;  /* as the user typed it */
@@ -750,38 +754,28 @@ typedef struct {
     const char *fingerprint;   /* recorded as the attribute fingerprint:
                                   what the run read (the command line's
                                   text, see README), or NULL: none */
+    const ra_h5_tuning *tuning; /* the write's MPI-IO tuning (as in
+                                   ra_h5_source), or NULL */
 } ra_run_meta;
 
-/* Writes this rank's slices (under meta->params->layout) of /o (B, n, H, Dv)
- * and /lse (B, H, n) into a temporary file in the destination directory, then, once every rank has
- * closed it, renames it to path (fsync of file and directory). Refuses an
- * existing path unless force; on any failure no file is left behind. */
+/* Writes this rank's slices (under meta->exec->layout) of /o (B, n, H, Dv)
+ * and /lse (B, H, n) into a temporary file in the destination directory,
+ * then, once every rank has closed it, renames it to path (fsync of file
+ * and directory). Refuses an existing path unless force; on any failure no
+ * file is left behind. */
 RA_API ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                               const ra_shape *shape, const ra_run_meta *meta,
                               const float *o, const float *lse);
 
-/* How the file functions use MPI-IO on a parallel file system. Every file
- * is opened with collective metadata operations; on top of that: */
-typedef struct {
-    int64_t align;            /* objects of 64 KiB or more start at a
-                                 multiple of align bytes (the file system's
-                                 stripe size); 0: HDF5's default packing */
-    int nhints;
-    const char *const *hints; /* "key=value" MPI-IO hints passed to every
-                                 open, e.g. "striping_factor=16" (copied) */
-} ra_h5_tuning;
-
-/* Sets the tuning of every later file function in this process (call it
- * with the same values on every rank, before the files are opened).
- * RA_ERR_ARG for a negative alignment or a hint that is not key=value. */
-RA_API ra_status ra_h5_tuning_set(const ra_h5_tuning *tuning);
-
 /* Writes an input file of unit-normal random tensors of the given shape,
- * float32 (f64 == 0) or float64, atomically as above. Element values depend
- * only on (seed, tensor, index), never on the number of ranks; they are
- * drawn in fp32, so a float64 file holds the same values widened. */
+ * of type dtype (RA_DTYPE_F32, F64 or F16; bf16 is refused, RA_ERR_ARG),
+ * atomically as above, with the MPI-IO tuning given (or NULL). Element
+ * values depend only on (seed, tensor, index), never on the number of
+ * ranks; they are drawn in fp32, so a float64 file holds the same values
+ * widened and a float16 file the same rounded to nearest (ties to even). */
 RA_API ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
-                    const ra_shape *shape, int f64, uint64_t seed);
+                           const ra_shape *shape, ra_dtype dtype,
+                           uint64_t seed, const ra_h5_tuning *tuning);
 
 #ifdef __cplusplus
 }

@@ -74,11 +74,11 @@ static ra_status slab_read(hid_t file, hid_t dxpl, const char *path,
 
 /* Reads dataset sp's slab from path with MPI-IO; collective. */
 static ra_status file_slab(MPI_Comm comm, const char *path,
-                           const slab_spec *sp, const ra_slice *slice,
-                           float *buf)
+                           const ra_h5_tuning *tuning, const slab_spec *sp,
+                           const ra_slice *slice, float *buf)
 {
     h5io_reader in;
-    ra_status st = h5io_reader_open(comm, path, &in);
+    ra_status st = h5io_reader_open(comm, path, tuning, &in);
     if (st == RA_OK)
         st = slab_read(in.file, in.dxpl, path, sp, slice, buf);
     return h5io_reader_close(&in, path, st);
@@ -165,13 +165,14 @@ ra_status h5io_read_backward(MPI_Comm comm, const h5io_bwd_files *f,
     const slab_spec sdo = {"/do", 4, odims, f->axes};
     const slab_spec so = {"/o", 4, odims, RA_AXES_BNHD};
     const slab_spec slse = {"/lse", 3, ldims, RA_AXES_NONE};
-    st = ra_agree(comm, file_slab(comm, in, &sdo, &qs, dout));
+    st = ra_agree(comm, file_slab(comm, in, f->tuning, &sdo, &qs, dout));
     if (st == RA_OK)
         st = ra_agree(comm, finite_check(in, "/do", dout, n_o, 0));
     if (st == RA_OK && fwd) {
-        st = ra_agree(comm, file_slab(comm, fwd, &so, &qs, o));
+        st = ra_agree(comm, file_slab(comm, fwd, f->tuning, &so, &qs, o));
         if (st == RA_OK)
-            st = ra_agree(comm, file_slab(comm, fwd, &slse, &qs, lse));
+            st = ra_agree(comm,
+                          file_slab(comm, fwd, f->tuning, &slse, &qs, lse));
         if (st == RA_OK)
             st = ra_agree(comm, finite_check(fwd, "/o", o, n_o, 0));
         if (st == RA_OK)
@@ -280,7 +281,7 @@ ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
                             ra_shape_dk(shape) + shape->Dv};
     const h5io_job job = {path, force, 4 * (uint64_t)(ra_count_checked(4, dq4)
                                               + ra_count_checked(4, dkv)),
-                          grads_write, &c};
+                          grads_write, &c, meta->tuning};
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
     st = h5io_commit(comm, &job);

@@ -131,9 +131,9 @@ static ra_status room_take(const h5io_staged *s, char *room)
  * attribute of any size fits; the default compact storage refuses one over
  * 64 KiB (a long command line) only when it is written. */
 static ra_status commit_create(MPI_Comm comm, const h5io_staged *s,
-                               hid_t *file)
+                               const ra_h5_tuning *t, hid_t *file)
 {
-    hid_t fapl = h5io_fapl_mpio(comm), fcpl = H5Pcreate(H5P_FILE_CREATE);
+    hid_t fapl = h5io_fapl_mpio(comm, t), fcpl = H5Pcreate(H5P_FILE_CREATE);
     char why[H5IO_DETAIL_LEN];
     ra_status st = RA_OK;
 
@@ -258,9 +258,13 @@ ra_status h5io_commit_stage(MPI_Comm comm, const h5io_job *job,
     int rank;
     ra_status st;
 
+    s->tmp[0] = '\0';
+    s->f = NULL;
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank failed",
                             job->path);
+    if ((st = h5io_tuning_check(job->tuning, job->path)) != RA_OK)
+        return st; /* the same tuning, the same verdict on every rank */
     if ((st = commit_stage(comm, rank, job, s)) != RA_OK)
         goto cleanup;
     /* step 2: rank 0 sets the metadata's room aside; every rank creates
@@ -269,7 +273,7 @@ ra_status h5io_commit_stage(MPI_Comm comm, const h5io_job *job,
     if (rank == 0)
         st = room_take(s, room);
     if ((st = ra_agree(comm, st)) == RA_OK)
-        st = ra_agree(comm, commit_create(comm, s, &file));
+        st = ra_agree(comm, commit_create(comm, s, job->tuning, &file));
     if (st == RA_OK && rank == 0)
         st = reserve_room(s->path, s->tmp, job->reserve);
     /* step 3: every rank writes its part and closes the file */

@@ -186,15 +186,6 @@ static uint64_t gen_bytes(const ra_shape *s, ra_dtype dtype, int dout)
     return bytes;
 }
 
-ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
-                         const ra_shape *shape, int f64, uint64_t seed,
-                         int lens, int64_t segment_avg)
-{
-    const h5io_gen_spec g = {f64 ? RA_DTYPE_F64 : RA_DTYPE_F32, seed, lens,
-                             segment_avg, 0};
-    return h5io_gen_backward(comm, path, force, shape, &g);
-}
-
 /* The floats of the largest slice of q, k, v (and /do) and the ids of
  * the largest mask slice of rank of nranks: the buffers gen_write fills
  * one tensor at a time. */
@@ -243,6 +234,10 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
     if (segment_avg < 0)
         return ra_error_set(RA_ERR_ARG, "%s: segment_avg %lld is negative "
                             "(0: no segments)", path, (long long)segment_avg);
+    if (dtype != RA_DTYPE_F32 && dtype != RA_DTYPE_F64 &&
+        dtype != RA_DTYPE_F16)
+        return ra_error_set(RA_ERR_ARG, "%s: dtype %s: generated files are "
+                            "f32, f64 or f16", path, ra_dtype_name(dtype));
     if ((st = ra_shape_check(shape)) != RA_OK)
         return st;
     if (MPI_Comm_rank(comm, &c.rank) != MPI_SUCCESS ||
@@ -264,7 +259,7 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
         goto cleanup;
 
     const h5io_job job = {path, force, gen_bytes(shape, dtype, dout),
-                          gen_write, &c};
+                          gen_write, &c, g->tuning};
     h5io_quiet_begin(&quiet);
     st = h5io_commit(comm, &job);
     h5io_quiet_end(&quiet);
@@ -277,8 +272,10 @@ cleanup:
 }
 
 ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
-                    const ra_shape *shape, int f64, uint64_t seed)
+                    const ra_shape *shape, ra_dtype dtype, uint64_t seed,
+                    const ra_h5_tuning *tuning)
 {
     ra_error_clear();
-    return h5io_gen_masks(comm, path, force, shape, f64, seed, 0, 0);
+    const h5io_gen_spec g = {dtype, seed, 0, 0, 0, tuning};
+    return h5io_gen_backward(comm, path, force, shape, &g);
 }

@@ -3,8 +3,9 @@
  *
  * The readers, for the verify and info subcommands, open the file with the
  * default (sec2) driver and independent I/O, so they may run on one rank
- * alone; none is collective. h5io_gen_masks(), for the gen subcommand, is
- * collective like the ra_h5_ functions. Failures return a status and set
+ * alone; none is collective. h5io_gen_backward(), for the gen subcommand,
+ * is collective like the ra_h5_ functions; like them, the collective
+ * functions here take their MPI-IO tuning with the call. Failures return a status and set
  * ra_error_message() to one line naming the file, the dataset or attribute,
  * and the problem. */
 #ifndef RA_H5IO_H
@@ -14,7 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ringattn.h"
+#include "internal.h"
 
 /* This rank's token slices under a resolved layout: of the N queries into
  * *sq, of the M keys into *sk; RA_ERR_MPI naming path when comm cannot say
@@ -28,15 +29,10 @@ ra_status h5io_rank_slices(MPI_Comm comm, const char *path, ra_layout layout,
 ra_status h5io_slices_check(const char *path, const ra_shape *s,
                             ra_layout layout);
 
-/* ra_h5_gen() plus optional masks, collective over comm. lens: also write
- * /q_lens and /kv_lens (B,) int64, uniform in [0, N] and [0, M].
- * segment_avg > 0: also write packed-sequence ids of that mean segment
- * length, int64: /segments (B, N) when N == M, else /q_segments (B, N) and
- * /kv_segments (B, M). Root attributes lens (0/1) and segment_avg record
- * the request. Values depend only on the seed, never on P. */
-ra_status h5io_gen_masks(MPI_Comm comm, const char *path, int force,
-                         const ra_shape *shape, int f64, uint64_t seed,
-                         int lens, int64_t segment_avg);
+/* RA_ERR_ARG, naming path, when t (NULL: no tuning) has a negative
+ * alignment, too many hints, or a hint that is not key=value; the check
+ * every collective open makes (io/tuning.c). */
+ra_status h5io_tuning_check(const ra_h5_tuning *t, const char *path);
 
 /* The bytes h5io_gen_backward() allocates on rank of nranks (negative when
  * they overflow), for a check before it runs. */
@@ -44,18 +40,24 @@ int64_t h5io_gen_bytes(const ra_shape *shape, int rank, int nranks, int dout,
                        ra_dtype dtype);
 
 /* What h5io_gen_backward() writes: q, k, v in dtype (RA_DTYPE_F32, F64 or
- * F16, the last rounded to nearest, ties to even) from seed; lens and
- * segment_avg as h5io_gen_masks() takes them; dout: also /do (B, N, H, Dv),
- * the output gradient of a backward pass, stream RA_STREAM_DO. */
+ * F16, the last rounded to nearest, ties to even) from seed. lens: also
+ * /q_lens and /kv_lens (B,) int64, uniform in [0, N] and [0, M].
+ * segment_avg > 0: also packed-sequence ids of that mean segment length,
+ * int64: /segments (B, N) when N == M, else /q_segments (B, N) and
+ * /kv_segments (B, M); root attributes lens (0/1) and segment_avg record
+ * the request. dout: also /do (B, N, H, Dv), the output gradient of a
+ * backward pass, stream RA_STREAM_DO. Values depend only on the seed,
+ * never on P. tuning: the write's MPI-IO tuning, or NULL. */
 typedef struct {
     ra_dtype dtype;
     uint64_t seed;
     int lens;
     int64_t segment_avg;
     int dout;
+    const ra_h5_tuning *tuning;
 } h5io_gen_spec;
 
-/* h5io_gen_masks() as g asks, collective over comm. */
+/* ra_h5_gen() as g asks, collective over comm. */
 ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
                             const ra_shape *shape, const h5io_gen_spec *g);
 
@@ -217,6 +219,7 @@ ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
 typedef struct {
     const char *in, *fwd;
     ra_axes axes;
+    const ra_h5_tuning *tuning; /* the reads' MPI-IO tuning, or NULL */
 } h5io_bwd_files;
 
 /* Collective: this rank's slices (p->layout, resolved) of /do (B, N, H, Dv)
@@ -254,6 +257,7 @@ typedef struct {
                                  heads-first (B, H, N, D), (B, G, M, Dk),
                                  (B, G, M, Dv); else tokens-first. Their
                                  attribute axes says which */
+    const ra_h5_tuning *tuning; /* the write's MPI-IO tuning, or NULL */
 } h5io_grads_meta;
 
 /* Collective and atomic like ra_h5_write_outputs: /dq (B, N, H, D),
@@ -270,10 +274,11 @@ ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
 
 /* Collective: this rank's tokens (a layout slice of axis 1) of the float
  * dataset name, which must be (dims[0], dims[1], dims[2]); a NaN or an
- * infinity is refused as h5io_scan_tokens() does. */
+ * infinity is refused as h5io_scan_tokens() does. tuning: the read's
+ * MPI-IO tuning, or NULL. */
 ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
                            const int64_t dims[3], const ra_slice *slice,
-                           float *out);
+                           const ra_h5_tuning *tuning, float *out);
 
 /* What the layer writes: /y of dims (B, N, Eout) from each rank's tokens
  * y (a slice of axis 1), and the root attributes of the layer run. */
@@ -285,6 +290,7 @@ typedef struct {
     const ra_slice *slice;
     const float *y;
     const char *command_line;
+    const ra_h5_tuning *tuning; /* the write's MPI-IO tuning, or NULL */
 } h5io_layer_output;
 
 /* Writes out into path, collective and atomic like ra_h5_write_outputs. */
@@ -297,7 +303,7 @@ ra_status h5io_write_layer_output(MPI_Comm comm, const char *path, int force,
  * /b_q /b_k /b_v /b_o, and root attributes heads, kv_heads. */
 ra_status h5io_gen_mha(MPI_Comm comm, const char *path, int force,
                        const ra_shape *shape, int64_t E, int cross,
-                       uint64_t seed);
+                       uint64_t seed, const ra_h5_tuning *tuning);
 
 /* The segment datasets of an input file: "/segments" for both sides, or
  * "/q_segments" and "/kv_segments", or NULL and NULL when it has none. */
@@ -322,7 +328,7 @@ typedef struct {
     const char *kind;    /* "nan", "inf" or "-inf" */
 } h5io_nonfinite;
 
-/* This rank's slices q, k, v as ra_h5_read_inputs_from() filled them from
+/* This rank's slices q, k, v as ra_h5_read_inputs() filled them from
  * the datasets src names (/q /k /v with NULL src) under the resolved
  * layout. */
 typedef struct {

@@ -30,14 +30,15 @@ static ra_status probe_name(MPI_Comm comm, int rank, const char *dir,
 
 /* Writes then reads the scratch file; its bytes and the slowest times. */
 static ra_status probe_write_read(MPI_Comm comm, const char *name,
-                                  const ra_shape *s, float *o, float *lse,
-                                  double t[2])
+                                  const ra_shape *s, const ra_h5_tuning *tn,
+                                  float *o, float *lse, double t[2])
 {
-    ra_params p;
-    ra_params_default(&p);
-    p.layout = RA_LAYOUT_CONTIGUOUS;
-    const ra_run_meta meta = {.params = &p, .scale = 1.0,
-                              .command_line = "ringattn probe", .masks = ""};
+    ra_exec exec;
+    ra_exec_default(&exec);
+    exec.layout = RA_LAYOUT_CONTIGUOUS;
+    const ra_run_meta meta = {.exec = &exec, .scale = 1.0,
+                              .command_line = "ringattn probe", .masks = "",
+                              .tuning = tn};
     double mine[2] = {0, 0};
     MPI_Barrier(comm);
     double t0 = MPI_Wtime();
@@ -48,10 +49,11 @@ static ra_status probe_write_read(MPI_Comm comm, const char *name,
          * removes it from here on */
         h5io_tmp_publish(name);
         const ra_h5_source src = {.q = "/o", .k = "/o", .v = "/o",
-                                  .axes = RA_AXES_BNHD}; /* as written */
+                                  .axes = RA_AXES_BNHD, /* as written */
+                                  .tuning = tn};
         MPI_Barrier(comm);
         t0 = MPI_Wtime();
-        st = ra_h5_read_inputs_from(comm, name, &src, s, p.layout, o, o, o);
+        st = ra_h5_read_inputs(comm, name, &src, s, exec.layout, o, o, o);
         mine[1] = MPI_Wtime() - t0;
     }
     if (MPI_Allreduce(mine, t, 2, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS &&
@@ -62,8 +64,8 @@ static ra_status probe_write_read(MPI_Comm comm, const char *name,
 }
 
 ra_status h5io_probe_rates(MPI_Comm comm, const char *dir, int64_t rows,
-                           double *written, double *t_write, double *read,
-                           double *t_read)
+                           const ra_h5_tuning *tuning, double *written,
+                           double *t_write, double *read, double *t_read)
 {
     int rank, P;
     char name[PATH_MAX];
@@ -84,7 +86,7 @@ ra_status h5io_probe_rates(MPI_Comm comm, const char *dir, int64_t rows,
     for (size_t i = 0; i < (size_t)rows * PROBE_H; i++)
         o[no + i] = 1.0f;
     double t[2] = {0, 0};
-    st = probe_write_read(comm, name, &s, o, o + no, t);
+    st = probe_write_read(comm, name, &s, tuning, o, o + no, t);
     if (rank == 0)
         unlink(name);
     h5io_tmp_unpublish(name);

@@ -34,10 +34,11 @@ hid_t h5io_plist_keep(hid_t plist, herr_t set)
     return plist;
 }
 
-hid_t h5io_fapl_mpio(MPI_Comm comm)
+hid_t h5io_fapl_mpio(MPI_Comm comm, const ra_h5_tuning *t)
 {
     const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    return h5io_plist_keep(fapl, fapl < 0 ? -1 : h5io_fapl_tune(fapl, comm));
+    return h5io_plist_keep(fapl,
+                           fapl < 0 ? -1 : h5io_fapl_tune(fapl, comm, t));
 }
 
 hid_t h5io_dxpl_collective(void)

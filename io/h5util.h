@@ -16,7 +16,6 @@
 
 #include "agree.h"
 #include "h5io.h"
-#include "ringattn.h"
 
 /* The HDF5 error printer of the caller, saved while io/ silences it so that
  * failures surface only through ra_error_message(). */
@@ -35,16 +34,17 @@ void h5io_quiet_end(const h5io_quiet *saved);
 void h5io_error_detail(char *buf);
 
 /* New property lists (caller closes): MPI-IO file access over comm with
- * collective metadata and the settings of ra_h5_tuning_set (io/tuning.c),
- * and collective transfers. Negative on failure. */
-hid_t h5io_fapl_mpio(MPI_Comm comm);
+ * collective metadata and the tuning t (NULL: none; io/tuning.c), and
+ * collective transfers. Negative on failure. */
+hid_t h5io_fapl_mpio(MPI_Comm comm, const ra_h5_tuning *t);
 hid_t h5io_dxpl_collective(void);
 /* A property list whose set-up returned set: plist itself when set >= 0,
  * else closed and negative. Ends every maker of a property list. */
 hid_t h5io_plist_keep(hid_t plist, herr_t set);
 /* Sets MPI-IO over comm on a file-access list, with collective metadata and
- * the settings of ra_h5_tuning_set (io/tuning.c). Negative on failure. */
-herr_t h5io_fapl_tune(hid_t fapl, MPI_Comm comm);
+ * the tuning t (NULL: none; checked by h5io_tuning_check). Negative on
+ * failure. */
+herr_t h5io_fapl_tune(hid_t fapl, MPI_Comm comm, const ra_h5_tuning *t);
 
 /* Opens an existing file read-only with the given access list; explains a
  * missing, unreadable or non-HDF5 file. */
@@ -56,10 +56,12 @@ typedef struct {
     hid_t file, fapl, dxpl;
 } h5io_reader;
 
-/* Opens path read-only with MPI-IO over comm (collective, not agreed),
- * explaining a failure like h5io_file_open. Whatever it returns, *r is
- * ready for h5io_reader_close. */
-ra_status h5io_reader_open(MPI_Comm comm, const char *path, h5io_reader *r);
+/* Opens path read-only with MPI-IO over comm under the tuning t (NULL:
+ * none), collective, not agreed; refuses a bad tuning and explains a
+ * failure like h5io_file_open. Whatever it returns, *r is ready for
+ * h5io_reader_close. */
+ra_status h5io_reader_open(MPI_Comm comm, const char *path,
+                           const ra_h5_tuning *t, h5io_reader *r);
 
 /* Closes what h5io_reader_open made. Returns st, the status so far, or
  * RA_ERR_IO when st was RA_OK and closing the file failed. */
@@ -256,6 +258,7 @@ typedef struct {
     uint64_t reserve;
     h5io_writer writer;
     void *ctx;
+    const ra_h5_tuning *tuning; /* the write's MPI-IO tuning, or NULL */
 } h5io_job;
 
 /* Rank 0: the output check of path (h5io_output_check() without inputs),

@@ -14,11 +14,12 @@ enum { Q_LENS, KV_LENS, Q_SEGMENTS, KV_SEGMENTS, SEGMENTS, NMASKS };
 static const char *const default_names[NMASKS] = {
     "/q_lens", "/kv_lens", "/q_segments", "/kv_segments", "/segments"};
 
-/* The dataset of each mask, and whether the caller named it (then it must
- * exist). */
+/* The dataset of each mask, whether the caller named it (then it must
+ * exist), and the reads' tuning. */
 typedef struct {
     const char *name[NMASKS];
     int required[NMASKS];
+    const ra_h5_tuning *tuning;
 } mask_set;
 
 static mask_set names_resolve(const ra_h5_source *src)
@@ -28,6 +29,7 @@ static mask_set names_resolve(const ra_h5_source *src)
         src ? src->q_segments : NULL, src ? src->kv_segments : NULL,
         src ? src->segments : NULL};
     mask_set n;
+    n.tuning = src ? src->tuning : NULL;
     for (int i = 0; i < NMASKS; i++) {
         n.name[i] = given[i] ? given[i] : default_names[i];
         n.required[i] = given[i] != NULL;
@@ -254,7 +256,7 @@ static ra_status masks_read(MPI_Comm comm, const char *path,
     masks_plan(s, sq, sk, m);
 
     /* step 1: open the file; which masks are there (same on every rank) */
-    st = h5io_reader_open(comm, path, &in);
+    st = h5io_reader_open(comm, path, nm->tuning, &in);
     if ((st = ra_agree(comm, st)) != RA_OK ||
         (st = ra_agree(comm, masks_presence(in.file, path, nm, s,
                                             m))) != RA_OK)
@@ -286,16 +288,8 @@ cleanup:
 }
 
 ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
-                           const ra_shape *shape, ra_layout layout,
-                           ra_h5_masks *masks)
-{
-    return ra_h5_read_masks_from(comm, path, NULL, shape, layout, masks);
-}
-
-ra_status ra_h5_read_masks_from(MPI_Comm comm, const char *path,
-                                const ra_h5_source *src,
-                                const ra_shape *shape, ra_layout layout,
-                                ra_h5_masks *masks)
+                           const ra_h5_source *src, const ra_shape *shape,
+                           ra_layout layout, ra_h5_masks *masks)
 {
     ra_error_clear();
     const mask_set nm = names_resolve(src);

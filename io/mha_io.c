@@ -12,7 +12,7 @@
 
 ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
                            const int64_t dims[3], const ra_slice *slice,
-                           float *out)
+                           const ra_h5_tuning *tuning, float *out)
 {
     hid_t dset = H5I_INVALID_HID;
     hsize_t found[3];
@@ -22,7 +22,7 @@ ra_status h5io_read_tokens(MPI_Comm comm, const char *path, const char *name,
     h5io_quiet quiet;
 
     h5io_quiet_begin(&quiet);
-    ra_status st = h5io_reader_open(comm, path, &in);
+    ra_status st = h5io_reader_open(comm, path, tuning, &in);
     if (st == RA_OK)
         st = h5io_dset_open(in.file, path, name, H5T_FLOAT, 3, found, &dset);
     if (st == RA_OK && memcmp(found, want, sizeof want) != 0)
@@ -83,7 +83,7 @@ ra_status h5io_write_layer_output(MPI_Comm comm, const char *path, int force,
     y_ctx c = {path, out};
     const h5io_job job = {path, force,
                           4 * (uint64_t)ra_count_checked(3, out->dims),
-                          y_write, &c};
+                          y_write, &c, out->tuning};
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
     ra_status st = h5io_commit(comm, &job);
@@ -182,7 +182,7 @@ static ra_status mha_gen_write(hid_t file, MPI_Comm comm, void *arg)
 
 ra_status h5io_gen_mha(MPI_Comm comm, const char *path, int force,
                        const ra_shape *shape, int64_t E, int cross,
-                       uint64_t seed)
+                       uint64_t seed, const ra_h5_tuning *tuning)
 {
     mha_gen_ctx c = {path, shape, E, cross, seed, 0, 1};
     MPI_Comm_rank(comm, &c.rank);
@@ -190,7 +190,7 @@ ra_status h5io_gen_mha(MPI_Comm comm, const char *path, int force,
     /* the token tensors (the weights are small) */
     const int64_t x[3] = {shape->B, cross ? shape->N + shape->M : shape->N, E};
     const h5io_job job = {path, force, 4 * (uint64_t)ra_count_checked(3, x),
-                          mha_gen_write, &c};
+                          mha_gen_write, &c, tuning};
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);
     ra_status st = h5io_commit(comm, &job);

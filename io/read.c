@@ -8,20 +8,22 @@
 #include "h5util.h"
 #include "internal.h"
 
-/* The dataset names of a source, defaults filled. */
+/* The dataset names of a source, defaults filled, and its tuning. */
 typedef struct {
     const char *name[3]; /* q, k, v */
     ra_axes axes;
+    const ra_h5_tuning *tuning;
 } source_names;
 
 static source_names source_resolve(const ra_h5_source *src)
 {
-    source_names n = {{"/q", "/k", "/v"}, RA_AXES_NONE};
+    source_names n = {{"/q", "/k", "/v"}, RA_AXES_NONE, NULL};
     if (src) {
         n.name[0] = src->q ? src->q : n.name[0];
         n.name[1] = src->k ? src->k : n.name[1];
         n.name[2] = src->v ? src->v : n.name[2];
         n.axes = src->axes;
+        n.tuning = src->tuning;
     }
     return n;
 }
@@ -67,7 +69,7 @@ static ra_status shape_match(const char *path, const source_names *nm,
     shape->G = (int64_t)k[2];
     shape->Dv = (int64_t)v[3];
     /* keys of another dim than the queries: only the additive score takes
-     * them, which ra_forward_ex checks (and `ringattn run` explains) */
+     * them, which ra_forward checks (and `ringattn run` explains) */
     shape->Dk = k[3] != q[3] ? (int64_t)k[3] : 0;
     if ((st = ra_shape_check(shape)) != RA_OK) {
         snprintf(why, sizeof why, "%s", ra_error_message());
@@ -97,7 +99,7 @@ static ra_status shape_read(MPI_Comm comm, const char *path,
     hid_t dset[3] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
     hsize_t fdims[4], dims[3][4];
     h5io_reader in;
-    ra_status st = h5io_reader_open(comm, path, &in);
+    ra_status st = h5io_reader_open(comm, path, nm->tuning, &in);
 
     for (int i = 0; i < 3 && st == RA_OK; i++)
         st = tensor_open(in.file, path, nm, i, &dset[i], fdims, &used[i],
@@ -109,9 +111,9 @@ static ra_status shape_read(MPI_Comm comm, const char *path,
     return h5io_reader_close(&in, path, st);
 }
 
-ra_status ra_h5_read_shape_from(MPI_Comm comm, const char *path,
-                                const ra_h5_source *src, ra_shape *shape,
-                                ra_axes used[3])
+ra_status ra_h5_read_shape(MPI_Comm comm, const char *path,
+                           const ra_h5_source *src, ra_shape *shape,
+                           ra_axes used[3])
 {
     ra_error_clear();
     const source_names nm = source_resolve(src);
@@ -125,11 +127,6 @@ ra_status ra_h5_read_shape_from(MPI_Comm comm, const char *path,
     if (st == RA_OK && used)
         memcpy(used, mine, sizeof mine);
     return st;
-}
-
-ra_status ra_h5_read_shape(MPI_Comm comm, const char *path, ra_shape *shape)
-{
-    return ra_h5_read_shape_from(comm, path, NULL, shape, NULL);
 }
 
 /* Reads this rank's slice of input tensor i of nm (B, len, heads, dim)
@@ -183,7 +180,7 @@ static ra_status inputs_read(MPI_Comm comm, const char *path,
     if (st != RA_OK)
         return st;
 
-    if ((st = h5io_reader_open(comm, path, &in)) == RA_OK &&
+    if ((st = h5io_reader_open(comm, path, nm->tuning, &in)) == RA_OK &&
         (st = tensor_read(in.file, in.dxpl, path, nm, 0, qdims, &sq,
                           q)) == RA_OK &&
         (st = tensor_read(in.file, in.dxpl, path, nm, 1, kdims, &sk,
@@ -192,10 +189,9 @@ static ra_status inputs_read(MPI_Comm comm, const char *path,
     return h5io_reader_close(&in, path, st);
 }
 
-ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
-                                 const ra_h5_source *src,
-                                 const ra_shape *shape, ra_layout layout,
-                                 float *q, float *k, float *v)
+ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
+                            const ra_h5_source *src, const ra_shape *shape,
+                            ra_layout layout, float *q, float *k, float *v)
 {
     ra_error_clear();
     const source_names nm = source_resolve(src);
@@ -208,11 +204,4 @@ ra_status ra_h5_read_inputs_from(MPI_Comm comm, const char *path,
     st = ra_agree(comm, inputs_read(comm, path, &nm, shape, layout, q, k, v));
     h5io_quiet_end(&quiet);
     return st;
-}
-
-ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
-                            const ra_shape *shape, ra_layout layout,
-                            float *q, float *k, float *v)
-{
-    return ra_h5_read_inputs_from(comm, path, NULL, shape, layout, q, k, v);
 }

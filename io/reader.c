@@ -5,10 +5,14 @@
 #include "h5util.h"
 #include "internal.h"
 
-ra_status h5io_reader_open(MPI_Comm comm, const char *path, h5io_reader *r)
+ra_status h5io_reader_open(MPI_Comm comm, const char *path,
+                           const ra_h5_tuning *t, h5io_reader *r)
 {
-    r->file = H5I_INVALID_HID;
-    if ((r->fapl = h5io_fapl_mpio(comm)) < 0 ||
+    r->file = r->fapl = r->dxpl = H5I_INVALID_HID;
+    const ra_status st = h5io_tuning_check(t, path);
+    if (st != RA_OK)
+        return st;
+    if ((r->fapl = h5io_fapl_mpio(comm, t)) < 0 ||
         (r->dxpl = h5io_dxpl_collective()) < 0) {
         r->dxpl = H5I_INVALID_HID;
         return ra_error_set(RA_ERR_IO, "%s: cannot set up MPI-IO file access",

@@ -8,17 +8,6 @@
 #include "h5util.h"
 #include "internal.h"
 
-const char *ra_dtype_name(ra_dtype dtype)
-{
-    switch (dtype) {
-    case RA_DTYPE_F16: return "f16";
-    case RA_DTYPE_BF16: return "bf16";
-    case RA_DTYPE_F64: return "f64";
-    case RA_DTYPE_F32:
-    default: return "f32";
-    }
-}
-
 /* The rules of the forward pass: mask, window, score and its one
  * parameter (scale for dot, sigma for gaussian; the other is not
  * recorded, since it was not applied), the layout over ranks, the

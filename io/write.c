@@ -13,6 +13,7 @@ typedef struct {
     const char *path;
     const ra_shape *shape;
     const ra_run_meta *meta;
+    ra_params params;  /* meta's num and exec joined */
     char o_name[300], lse_name[300], map_name[300]; /* under out_group */
     const float *o;    /* (B, n, H, Dv) */
     const float *lse;  /* (B, H, n) */
@@ -129,7 +130,7 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
     const ra_run_meta *m = c->meta;
     const h5io_recipe recipe = {
         .out_group = m->out_group,
-        .kind = "attention", .params = m->params, .scale = m->scale,
+        .kind = "attention", .params = &c->params, .scale = m->scale,
         .nranks = c->nranks, .has_qkv = 1, .source = m->source,
         .masks = m->masks ? m->masks : "", .out_dtype = m->out_dtype,
         .out_chunk = m->out_chunk, .out_compress = m->out_compress,
@@ -155,13 +156,11 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
 
 /* The arguments of an output write, the same verdict on every rank. */
 static ra_status outputs_check(const char *path, const ra_shape *shape,
-                               const ra_run_meta *meta)
+                               const ra_run_meta *meta,
+                               const ra_params *params)
 {
     ra_status st;
 
-    if (!path || !meta || !meta->params)
-        return ra_error_set(RA_ERR_ARG, "ra_h5_write_outputs: path, meta and "
-                            "meta->params are required");
     if ((st = ra_shape_check(shape)) != RA_OK)
         return st;
     if ((unsigned)meta->out_dtype > RA_DTYPE_F64 || meta->out_chunk < 0 ||
@@ -183,9 +182,9 @@ static ra_status outputs_check(const char *path, const ra_shape *shape,
                             "cannot write compressed datasets collectively "
                             "(1.10.2 or later can)", path, H5_VERS_MAJOR,
                             H5_VERS_MINOR, H5_VERS_RELEASE);
-    if ((unsigned)ra_params_layout(meta->params, 0) > RA_LAYOUT_STRIPED)
+    if ((unsigned)ra_params_layout(params, 0) > RA_LAYOUT_STRIPED)
         return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
-                            (int)ra_params_layout(meta->params, 0));
+                            (int)ra_params_layout(params, 0));
     return RA_OK;
 }
 
@@ -219,7 +218,11 @@ ra_status h5io_write_outputs_staged(MPI_Comm comm, const char *path,
 
     staged->tmp[0] = '\0';
     staged->f = NULL;
-    if ((st = outputs_check(path, shape, meta)) != RA_OK)
+    if (!path || !meta)
+        return ra_error_set(RA_ERR_ARG, "ra_h5_write_outputs: path and meta "
+                            "are required");
+    ra_params_join(meta->num, meta->exec, &c.params);
+    if ((st = outputs_check(path, shape, meta, &c.params)) != RA_OK)
         return st;
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS)
@@ -229,7 +232,7 @@ ra_status h5io_write_outputs_staged(MPI_Comm comm, const char *path,
     snprintf(c.o_name, sizeof c.o_name, "%s%so", g, sep);
     snprintf(c.lse_name, sizeof c.lse_name, "%s%slse", g, sep);
     snprintf(c.map_name, sizeof c.map_name, "%s%sattn_map", g, sep);
-    c.rows = ra_layout_slice(ra_params_layout(meta->params, 0), shape->N,
+    c.rows = ra_layout_slice(ra_params_layout(&c.params, 0), shape->N,
                              rank, c.nranks);
     st = h5io_half_range_check(comm, path, c.o_name, meta->out_dtype, o,
                                (size_t)(shape->B * c.rows.count * shape->H *
@@ -237,7 +240,7 @@ ra_status h5io_write_outputs_staged(MPI_Comm comm, const char *path,
     if (st != RA_OK)
         return st;
     const h5io_job job = {path, force, outputs_bytes(shape, meta),
-                          outputs_write, &c};
+                          outputs_write, &c, meta->tuning};
     h5io_quiet_begin(&quiet);
     st = h5io_commit_stage(comm, &job, staged);
     h5io_quiet_end(&quiet);

@@ -4,7 +4,7 @@
 #ifndef RA_BASELINE_H
 #define RA_BASELINE_H
 
-#include "ringattn.h"
+#include "internal.h"
 
 /* The materialising baseline: local queries (n rows starting at global
  * q_start) against all M keys and values, non-causal or causal. */

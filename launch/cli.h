@@ -15,7 +15,7 @@
 #include <jansson.h>
 
 #include "h5io.h"
-#include "ringattn.h"
+#include "internal.h"
 
 /* Exit codes: usage and input errors, runtime failures. */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_RUNTIME = 1, CLI_EXIT_USAGE = 2 };
@@ -28,6 +28,7 @@ typedef struct {
     int node_aware;           /* comm is ordered node by node */
     ra_nodes nodes;           /* where the ranks of comm run */
     const char *ring_order;   /* rank 0: mpirun's ranks in ring order */
+    ra_h5_tuning tuning;      /* --align, --mpiio-hint: every file call's */
 } cli_ctx;
 
 /* Takes the global options out of argv: --ring-order node|mpirun (default
@@ -175,6 +176,11 @@ int cli_parse_qkv_layout(const cli_opt *opt, const char *val, void *base);
     {.name = "--qkv-layout", .kind = CLI_CUSTOM, .meta = "ORDER",             \
      .offset = CLI_FIELD(T, FIELD, ra_axes), .fn = cli_parse_qkv_layout,      \
      .help = "bnhd or bhnd: axis order of q, k, v without 'axes'"}
+
+/* A file type by the library's names (ra_dtype_parse: f32, f16, bf16,
+ * f64), or gen's old spellings float32, float64, float16 as aliases, into
+ * the ra_dtype field at o->offset; -1 with the error set otherwise. */
+int cli_parse_dtype(const cli_opt *o, const char *val, void *base);
 
 /* A table of options (ending with a NULL name) and where its struct lies
  * within a subcommand's options. */

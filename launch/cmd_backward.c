@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "agree.h"
+#include "call.h"
 #include "cli.h"
 #include "driver.h"
 #include "h5io.h"
@@ -65,6 +66,7 @@ typedef struct {
 static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
 {
     r->d.in = o->in;
+    o->src.tuning = &ctx->tuning; /* every read of --in */
     r->d.out = o->out;
     if (!o->fwd == !o->recompute)
         return ra_agree(ctx->comm,
@@ -78,8 +80,7 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
         st = cli_output_agree(ctx, o->out, o->force,
                               (const char *const[]){o->in, o->fwd, NULL});
     if (st == RA_OK)
-        st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->d.s,
-                                   NULL);
+        st = ra_h5_read_shape(ctx->comm, o->in, &o->src, &r->d.s, NULL);
     if (st != RA_OK)
         return st;
     st = cli_pass_params(o->in, &r->d, &o->p);
@@ -104,8 +105,9 @@ static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
                              o->p.mem_limit);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    return ra_h5_read_masks(ctx->comm, o->in, &r->d.s, o->p.layout,
-                            &r->d.masks);
+    return ra_h5_read_masks(ctx->comm, o->in,
+                            &(ra_h5_source){.tuning = &ctx->tuning}, &r->d.s,
+                            o->p.layout, &r->d.masks);
 }
 
 /* Reads the inputs (and the forward state from --fwd), refusing
@@ -115,9 +117,9 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
 {
     cli_tensors *t = &r->d.t;
     h5io_nonfinite bad;
-    const h5io_bwd_files files = {o->in, o->fwd, o->src.axes};
-    ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->d.s,
-                                          o->p.layout, t->q, t->k, t->v);
+    const h5io_bwd_files files = {o->in, o->fwd, o->src.axes, &ctx->tuning};
+    ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
+                                     o->p.layout, t->q, t->k, t->v);
     const h5io_inputs in = {&o->src, &r->d.s, o->p.layout, t->q, t->k, t->v};
     if (st == RA_OK)
         st = h5io_scan_nonfinite(ctx->comm, o->in, &in, &bad);
@@ -143,16 +145,19 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
     const cli_grads *g = &r->d.g;
     const int additive = o->p.score == RA_SCORE_ADDITIVE;
     const ra_additive_grads *dw = additive ? &g->dw_grads : NULL;
+    const ra_qkv in = {t->q, t->k, t->v};
     const double t0 = MPI_Wtime();
     ra_status st = bwd_read(ctx, o, r);
     const int ran = st == RA_OK;
     if (st == RA_OK && o->recompute)
-        st = ra_forward_ex(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, t->q,
-                           t->k, t->v, t->o, t->lse, &r->tm_fwd);
+        st = ra_call_forward(ctx->comm, &r->d.s, &o->p, &r->d.masks.view,
+                             &in, &(ra_out){t->o, t->lse, NULL}, &r->tm_fwd);
     if (st == RA_OK)
-        st = ra_backward_ex(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, t->q,
-                            t->k, t->v, t->o, t->lse, g->dout, g->dq, g->dk,
-                            g->dv, dw, &r->tm);
+        st = ra_call_backward(ctx->comm, &r->d.s, &o->p, &r->d.masks.view,
+                              &in,
+                              &(ra_grads){t->o, t->lse, g->dout, g->dq, g->dk,
+                                          g->dv, dw},
+                              &r->tm);
     if (ran && st == RA_ERR_MPI) /* a stalled ring */
         cli_abort(ctx, ra_error_message());
     if (st == RA_OK) {
@@ -166,7 +171,8 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
         const h5io_grads_meta meta = {&o->p, o->fwd ? o->fwd : "recomputed",
                                       masks, ctx->command_line, dw,
                                       r->fp_in, &o->src,
-                                      (ra_axes)(RA_AXES_BNHD + o->out_axes)};
+                                      (ra_axes)(RA_AXES_BNHD + o->out_axes),
+                                      &ctx->tuning};
         st = h5io_write_grads(ctx->comm, o->out, o->force, &r->d.s, &meta,
                               r->d.g.dq, r->d.g.dk, r->d.g.dv);
     }
@@ -177,7 +183,8 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
 static ra_status bwd_report(const cli_ctx *ctx, const bwd_opts *o,
                             const bwd_state *r)
 {
-    const double flops = ra_backward_flops(&r->d.s, &o->p, &r->d.masks.view);
+    const double flops = ra_params_backward_flops(&r->d.s, &o->p,
+                                                  &r->d.masks.view);
     double mine[3] = {r->tm.total, r->tm.comm_wait, r->tm_fwd.total};
     double worst[3];
     MPI_Reduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);

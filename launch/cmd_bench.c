@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "agree.h"
+#include "call.h"
 #include "baseline.h"
 #include "bench.h"
 #include "gemm.h"
@@ -137,8 +138,10 @@ static ra_status config_measure(const cli_ctx *ctx, const bench_opts *o,
     for (int64_t rep = -o->warmup; rep < o->reps && st == RA_OK; rep++) {
         MPI_Barrier(ctx->comm);
         st = naive ? ra_baseline_forward(ctx->comm, s, &o->p, &x, &r->reps.tm)
-                   : ra_forward_ex(ctx->comm, s, &o->p, &r->bm.view, t->q,
-                                   t->k, t->v, t->o, t->lse, &r->reps.tm);
+                   : ra_call_forward(ctx->comm, s, &o->p, &r->bm.view,
+                                     &(ra_qkv){t->q, t->k, t->v},
+                                     &(ra_out){t->o, t->lse, NULL},
+                                     &r->reps.tm);
         if (rep >= 0)
             bench_reps_record(&r->reps, rep);
     }
@@ -327,7 +330,8 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
             o->predicted[i] = pick.t_total;
         }
         if (st == RA_OK)
-            st = ra_strategy_check(ctx->comm, &s, &p, o->rm.segment_avg > 0);
+            st = ra_call_strategy_check(ctx->comm, &s, &p,
+                                        o->rm.segment_avg > 0);
     }
     return st;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "agree.h"
+#include "call.h"
 #include "bench.h"
 #include "cli.h"
 #include "driver.h"
@@ -151,13 +152,15 @@ static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
     const cli_tensors *t = &b->d.t;
     const cli_grads *g = &b->d.g;
     const int additive = o->p.score == RA_SCORE_ADDITIVE;
-    ra_status st = ra_forward_ex(ctx->comm, s, &o->p, NULL, t->q, t->k, t->v,
-                                 t->o, t->lse, NULL);
+    const ra_qkv in = {t->q, t->k, t->v};
+    const ra_grads grads = {t->o, t->lse, g->dout, g->dq, g->dk, g->dv,
+                            additive ? &g->dw_grads : NULL};
+    ra_status st = ra_call_forward(ctx->comm, s, &o->p, NULL, &in,
+                                   &(ra_out){t->o, t->lse, NULL}, NULL);
     for (int64_t rep = -o->warmup; st == RA_OK && rep < o->reps; rep++) {
         MPI_Barrier(ctx->comm);
-        st = ra_backward_ex(ctx->comm, s, &o->p, NULL, t->q, t->k, t->v,
-                            t->o, t->lse, g->dout, g->dq, g->dk, g->dv,
-                            additive ? &g->dw_grads : NULL, &b->reps.tm);
+        st = ra_call_backward(ctx->comm, s, &o->p, NULL, &in, &grads,
+                              &b->reps.tm);
         if (rep >= 0)
             bench_reps_record(&b->reps, rep);
     }
@@ -189,7 +192,7 @@ static void bb_result(const cli_ctx *ctx, const bb_opts *o, bb_state *b,
     r->threads = ra_params_threads(&o->p);
     r->mode = "backward";
     ra_params_tiles(&o->p, &b->d.s, &r->block_q, &r->block_kv);
-    r->flops = ra_backward_flops(&b->d.s, &o->p, NULL);
+    r->flops = ra_params_backward_flops(&b->d.s, &o->p, NULL);
     bench_times(ctx->comm, o->reps, &b->reps, r);
     r->nodes = ctx->nodes.nodes;
     r->ranks_per_node = ctx->nodes.ranks_per_node_max;

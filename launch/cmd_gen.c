@@ -10,20 +10,31 @@
 typedef struct {
     cli_shape cs;
     const char *out;
-    int force, dtype, mha, backward; /* dtype: an index of dtypes[] */
+    int force, mha, backward;
+    ra_dtype dtype;
     int64_t embed, seed;
     cli_random_masks rm;
 } gen_opts;
 
-static const char *const dtypes[] = {"float32", "float64", "float16", NULL};
-static const ra_dtype dtype_of[] = {RA_DTYPE_F32, RA_DTYPE_F64, RA_DTYPE_F16};
+/* A type gen writes: f32, f64 or f16 (cli_parse_dtype's names and
+ * aliases; bfloat16 inputs are not generated). */
+static int parse_gen_dtype(const cli_opt *o, const char *val, void *base)
+{
+    if (cli_parse_dtype(o, val, base) == 0 &&
+        *(ra_dtype *)((char *)base + o->offset) != RA_DTYPE_BF16)
+        return 0;
+    ra_error_set(RA_ERR_ARG, "%s: '%s' is not f32, f64 or f16 (float32, "
+                 "float64, float16 also work)", o->name, val);
+    return -1;
+}
 
 static const cli_opt gen_own[] = {
     CLI_OPT_REQUIRED(gen_opts, "--out", "FILE", out,
                      "file to write (refused if it exists, unless --force)"),
     CLI_OPT_FORCE(gen_opts, force),
-    CLI_OPT_CHOICE(gen_opts, "--dtype", "T", dtype, dtypes, NULL, "float32",
-                   "float32, float64 or float16 for /q, /k, /v and /do"),
+    {.name = "--dtype", .kind = CLI_CUSTOM, .meta = "T",
+     .offset = CLI_FIELD(gen_opts, dtype, ra_dtype), .fn = parse_gen_dtype,
+     .def = "f32", .help = "f32, f64 or f16 for /q, /k, /v and /do"},
     CLI_OPT_INT(gen_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
                 "seed of every value"),
     CLI_OPT_FLAG(gen_opts, "--mha", mha,
@@ -68,7 +79,7 @@ static void gen_report(const gen_opts *o)
            (long long)s->D, (long long)s->B, (long long)s->M,
            (long long)s->G, (long long)s->D, (long long)s->B,
            (long long)s->M, (long long)s->G, (long long)s->Dv,
-           dtypes[o->dtype], (long long)o->seed);
+           ra_dtype_name(o->dtype), (long long)o->seed);
 }
 
 /* The shape and the output path, checked before anything is written. */
@@ -79,7 +90,7 @@ static ra_status gen_validate(const cli_ctx *ctx, gen_opts *o)
     if (st == RA_OK && !o->mha)
         st = cli_mem_check(ctx, h5io_gen_bytes(&o->cs.shape, ctx->rank,
                                                ctx->nranks, o->backward,
-                                               dtype_of[o->dtype]),
+                                               o->dtype),
                            0, "the generated slices");
     st = ra_agree(ctx->comm, st);
     return st == RA_OK ? cli_output_agree(ctx, o->out, o->force, NULL) : st;
@@ -90,9 +101,11 @@ static ra_status gen_write(const cli_ctx *ctx, const gen_opts *o)
     const ra_shape *s = &o->cs.shape;
     if (o->mha)
         return h5io_gen_mha(ctx->comm, o->out, o->force, s, o->embed,
-                            o->cs.seq_kv_set, (uint64_t)o->seed);
-    const h5io_gen_spec g = {dtype_of[o->dtype], (uint64_t)o->seed,
-                             o->rm.lens, o->rm.segment_avg, o->backward};
+                            o->cs.seq_kv_set, (uint64_t)o->seed,
+                            &ctx->tuning);
+    const h5io_gen_spec g = {o->dtype, (uint64_t)o->seed,
+                             o->rm.lens, o->rm.segment_avg, o->backward,
+                             &ctx->tuning};
     return h5io_gen_backward(ctx->comm, o->out, o->force, s, &g);
 }
 

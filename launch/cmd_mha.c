@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "agree.h"
+#include "call.h"
 #include "cli.h"
 #include "driver.h"
 #include "h5io.h"
@@ -273,7 +274,9 @@ static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     r->xq = r->mem;
     r->xkv = r->self ? r->xq : r->xq + nxq;
     r->y = r->xq + nxq + nxk;
-    return ra_h5_read_masks(ctx->comm, o->in, s, o->p.layout, &r->d.masks);
+    return ra_h5_read_masks(ctx->comm, o->in,
+                            &(ra_h5_source){.tuning = &ctx->tuning}, s,
+                            o->p.layout, &r->d.masks);
 }
 
 /* Reads this rank's tokens; the reader refuses non-finite ones
@@ -285,9 +288,10 @@ static ra_status mha_read(const cli_ctx *ctx, const mha_opts *o, mha_state *r)
     const char *xq_name = r->self ? "/x" : "/x_q";
     const int64_t dq[3] = {s->B, s->N, L->Eq}, dk[3] = {s->B, s->M, L->Ekv};
     ra_status st = h5io_read_tokens(ctx->comm, o->in, xq_name, dq, &r->qs,
-                                    r->xq);
+                                    &ctx->tuning, r->xq);
     if (st == RA_OK && !r->self)
-        st = h5io_read_tokens(ctx->comm, o->in, "/x_kv", dk, &r->ks, r->xkv);
+        st = h5io_read_tokens(ctx->comm, o->in, "/x_kv", dk, &r->ks,
+                              &ctx->tuning, r->xkv);
     return ra_agree(ctx->comm, st);
 }
 
@@ -301,12 +305,13 @@ static ra_status mha_compute(const cli_ctx *ctx, const mha_opts *o,
     ra_status st = mha_read(ctx, o, r);
     const double t1 = MPI_Wtime();
     if (st == RA_OK &&
-        (st = ra_mha_forward(ctx->comm, s, &o->p, &r->d.masks.view, L, r->xq,
-                             r->xkv, r->y, NULL)) == RA_ERR_MPI)
+        (st = ra_call_mha(ctx->comm, s, &o->p, &r->d.masks.view, L,
+                          &(ra_mha_io){r->xq, r->xkv, r->y}, NULL)) ==
+            RA_ERR_MPI)
         cli_abort(ctx, ra_error_message()); /* a stalled ring */
     const double t2 = MPI_Wtime();
     const h5io_layer_output out = {s, &o->p, o->pos, dy, &r->qs, r->y,
-                                   ctx->command_line};
+                                   ctx->command_line, &ctx->tuning};
     if (st == RA_OK)
         st = h5io_write_layer_output(ctx->comm, o->out, o->force, &out);
     r->t_read = t1 - t0;

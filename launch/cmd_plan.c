@@ -96,8 +96,8 @@ static ra_status plan_masks(const plan_opts *o, plan_state *w)
     const ra_slice kall = {1, {{0, s->M, 1}}, s->M};
     ra_status st = RA_OK;
     if (o->in) {
-        st = ra_h5_read_masks_from(MPI_COMM_SELF, o->in, &w->src, s,
-                                   RA_LAYOUT_CONTIGUOUS, &w->h5m);
+        st = ra_h5_read_masks(MPI_COMM_SELF, o->in, &w->src, s,
+                              RA_LAYOUT_CONTIGUOUS, &w->h5m);
         w->mk = (model_masks){w->h5m.q_lens, w->h5m.kv_lens,
                               w->h5m.q_segments, w->h5m.kv_segments};
         return st;
@@ -157,10 +157,9 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     if (st == RA_OK && !o->in && o->qkv_layout != RA_AXES_NONE)
         st = ra_error_set(RA_ERR_ARG, "--qkv-layout: applies to the datasets "
                           "of --in, and none is given");
-    w->src.axes = o->qkv_layout;
+    w->src = (ra_h5_source){.axes = o->qkv_layout, .tuning = &ctx->tuning};
     if (st == RA_OK && o->in)
-        st = ra_h5_read_shape_from(MPI_COMM_SELF, o->in, &w->src, &w->s,
-                                   NULL);
+        st = ra_h5_read_shape(MPI_COMM_SELF, o->in, &w->src, &w->s, NULL);
     if (st == RA_OK && !o->in)
         w->s = o->cs.shape;
     if (st == RA_OK)

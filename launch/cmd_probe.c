@@ -131,8 +131,8 @@ static ra_status probe_measure(const cli_ctx *ctx, const probe_opts *o,
     probe_collectives(&c, p);
     probe_comms_free(&c);
     double written, t_write, read, t_read;
-    st = h5io_probe_rates(ctx->comm, o->dir, PROBE_IO_ROWS, &written,
-                          &t_write, &read, &t_read);
+    st = h5io_probe_rates(ctx->comm, o->dir, PROBE_IO_ROWS, &ctx->tuning,
+                          &written, &t_write, &read, &t_read);
     p->io_write = st == RA_OK && t_write > 0 ? written / t_write : 0;
     p->io_read = st == RA_OK && t_read > 0 ? read / t_read : 0;
     p->measured = 1;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "agree.h"
+#include "call.h"
 #include "cli.h"
 #include "driver.h"
 #include "h5io.h"
@@ -20,16 +21,14 @@ typedef struct {
     ra_params p;
     ra_h5_source src;
     const char *in, *out, *json, *out_group;
-    int out_dtype, out_compress, out_axes;
+    ra_dtype out_dtype;
+    int out_compress, out_axes;
     int64_t out_chunk;
     int force, allow_nonfinite;
     const char *map_rows, *map_heads;
     cli_progress prog;
     const char *profile;        /* --strategy auto: the machine profile */
 } run_opts;
-
-/* in ra_dtype order */
-static const char *const out_dtypes[] = {"f32", "f16", "bf16", "f64", NULL};
 
 static const cli_opt run_own[] = {
     CLI_OPT_REQUIRED(run_opts, "--in", "FILE", in,
@@ -56,8 +55,10 @@ static const cli_opt run_own[] = {
     {.name = "--kv-segments", .kind = CLI_TEXT, .meta = "PATH",
      .offset = CLI_FIELD(run_opts, src.kv_segments, const char *),
      .shown = "/kv_segments", .help = "packed ids of keys (B,M)"},
-    CLI_OPT_CHOICE(run_opts, "--out-dtype", "T", out_dtype, out_dtypes,
-                   "output type", "f32", "type of /o: f32, f16, bf16 or f64"),
+    {.name = "--out-dtype", .kind = CLI_CUSTOM, .meta = "T",
+     .offset = CLI_FIELD(run_opts, out_dtype, ra_dtype),
+     .noun = "output type", .fn = cli_parse_dtype, .def = "f32",
+     .help = "type of /o: f32, f16, bf16 or f64"},
     CLI_OPT_OUT_AXES(run_opts, out_axes),
     CLI_OPT_INT(run_opts, "--out-chunk", "ROWS", out_chunk, 1,
                 (int64_t)1 << 40, NULL, "store /o, /lse in chunks of ROWS"),
@@ -185,6 +186,7 @@ static ra_status out_opts_check(const run_opts *o)
 static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
     r->d.in = o->in;
+    o->src.tuning = &ctx->tuning; /* every read of --in */
     r->d.out = o->out;
     ra_status st = out_opts_check(o);
     if (st == RA_OK)
@@ -200,8 +202,7 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
         st = cli_output_agree(ctx, o->json, o->force,
                               (const char *const[]){o->in, NULL});
     if (st == RA_OK)
-        st = ra_h5_read_shape_from(ctx->comm, o->in, &o->src, &r->d.s,
-                                   r->axes);
+        st = ra_h5_read_shape(ctx->comm, o->in, &o->src, &r->d.s, r->axes);
     if (st == RA_OK && (int)o->p.strategy == CLI_STRATEGY_AUTO &&
         (st = plan_pick(ctx, &r->d.s, &o->p, NULL, o->profile, &r->pick)) ==
             RA_OK)
@@ -219,7 +220,8 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
         st = h5io_segment_names_from(o->in, &o->src, &r->q_seg, &r->kv_seg);
     st = ra_agree(ctx->comm, st);
     if (st == RA_OK) /* collective */
-        st = ra_strategy_check(ctx->comm, &r->d.s, &o->p, r->q_seg != NULL);
+        st = ra_call_strategy_check(ctx->comm, &r->d.s, &o->p,
+                                    r->q_seg != NULL);
     return st;
 }
 
@@ -280,8 +282,8 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
     }
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    if ((st = ra_h5_read_masks_from(ctx->comm, o->in, &o->src, s,
-                                    o->p.layout, &r->d.masks)) != RA_OK)
+    if ((st = ra_h5_read_masks(ctx->comm, o->in, &o->src, s, o->p.layout,
+                               &r->d.masks)) != RA_OK)
         return st;
     mask_names(r);
     mask_record(o, r);
@@ -292,8 +294,8 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
 {
     cli_tensors *t = &r->d.t;
-    ra_status st = ra_h5_read_inputs_from(ctx->comm, o->in, &o->src, &r->d.s,
-                                          o->p.layout, t->q, t->k, t->v);
+    ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
+                                     o->p.layout, t->q, t->k, t->v);
     const h5io_inputs in = {&o->src, &r->d.s, o->p.layout, t->q, t->k, t->v};
     h5io_nonfinite bad;
     if (st != RA_OK || o->allow_nonfinite ||
@@ -318,13 +320,14 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     const double t1 = MPI_Wtime();
     const int ran = st == RA_OK;
     progress_start(&o->p);
+    const ra_qkv in = {t->q, t->k, t->v};
     if (st == RA_OK && o->map_rows) {
-        st = ra_forward_map(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, t->q,
-                            t->k, t->v, t->o, t->lse, &r->map);
+        st = ra_call_forward(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, &in,
+                             &(ra_out){t->o, t->lse, &r->map}, NULL);
         r->tm.total = MPI_Wtime() - t1; /* forward and map passes together */
     } else if (st == RA_OK) {
-        st = ra_forward_ex(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, t->q,
-                           t->k, t->v, t->o, t->lse, &r->tm);
+        st = ra_call_forward(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, &in,
+                             &(ra_out){t->o, t->lse, NULL}, &r->tm);
     }
     if (ran && st == RA_ERR_MPI) /* a stalled ring: the others wait for a
                                     stopped rank */
@@ -332,16 +335,20 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     const double t2 = MPI_Wtime();
     if (st == RA_OK) {
         int64_t bq, bkv;
+        ra_numerics num;
+        ra_exec exec;
         ra_params_tiles(&o->p, &r->d.s, &bq, &bkv);
+        ra_params_split(&o->p, &num, &exec);
         const ra_run_meta meta = {
-            .params = &o->p, .scale = ra_params_scale(&o->p, &r->d.s),
+            .num = &num, .exec = &exec,
+            .scale = ra_params_scale(&o->p, &r->d.s),
             .block_q = bq, .block_kv = bkv,
             .command_line = ctx->command_line, .masks = r->mask_names,
             .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
-            .out_dtype = (ra_dtype)o->out_dtype, .out_chunk = o->out_chunk,
+            .out_dtype = o->out_dtype, .out_chunk = o->out_chunk,
             .out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes),
             .out_compress = o->out_compress, .out_group = o->out_group,
-            .fingerprint = r->fingerprint};
+            .fingerprint = r->fingerprint, .tuning = &ctx->tuning};
         st = h5io_write_outputs_staged(ctx->comm, o->out, o->force, &r->d.s,
                                        &meta, t->o, t->lse, &r->staged);
     }
@@ -361,7 +368,7 @@ static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
     const cli_run_summary sum = {
         .in = o->in, .out = o->out, .shape = &r->d.s, .params = &o->p,
         .scale = ra_params_scale(&o->p, &r->d.s), .source = &o->src,
-        .masks = r->mask_names, .out_dtype = (ra_dtype)o->out_dtype,
+        .masks = r->mask_names, .out_dtype = o->out_dtype,
         .block_q = bq, .block_kv = bkv, .nranks = ctx->nranks,
         .threads = ra_params_threads(&o->p), .t_attention = attention,
         .t_read = r->t_read, .t_write = r->t_write,
@@ -402,7 +409,8 @@ static void run_result_print(const cli_ctx *ctx, const run_opts *o,
 static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
                             run_state *r)
 {
-    const double flops = ra_forward_flops(&r->d.s, &o->p, &r->d.masks.view);
+    const double flops = ra_params_forward_flops(&r->d.s, &o->p,
+                                                 &r->d.masks.view);
     double mine[4] = {r->tm.total, r->tm.comm_wait, r->t_read, r->t_write};
     double worst[4];
     h5io_staged json = {.f = NULL}, *files[2] = {&r->staged, &json};

@@ -62,8 +62,9 @@ static int64_t *pick_rows(const ra_shape *s, int64_t want, uint64_t seed,
 enum { SCAN_ROWS = 4096, SCAN_VALUES = 1 << 22 };
 
 /* The datasets the run read, as its output records them (names point
- * into run). */
-static ra_h5_source verify_source(const h5io_run_attrs *run)
+ * into run), read under tuning. */
+static ra_h5_source verify_source(const h5io_run_attrs *run,
+                                  const ra_h5_tuning *tuning)
 {
     const char *const *m = (const char *const[]){
         run->mask_sets[0], run->mask_sets[1], run->mask_sets[2],
@@ -74,7 +75,7 @@ static ra_h5_source verify_source(const h5io_run_attrs *run)
         .q_lens = m[0][0] ? m[0] : NULL,
         .kv_lens = m[1][0] ? m[1] : NULL, .segments = m[2][0] ? m[2] : NULL,
         .q_segments = m[3][0] ? m[3] : NULL,
-        .kv_segments = m[4][0] ? m[4] : NULL};
+        .kv_segments = m[4][0] ? m[4] : NULL, .tuning = tuning};
 }
 
 /* Counts the NaN values of /o and /lse in the query rows mine (flat
@@ -256,9 +257,8 @@ static ra_status verify_validate(const cli_ctx *ctx, const cli_check *o,
         st = ra_agree(ctx->comm, h5io_read_run_attrs(o->out, &c->v.run));
     if (st != RA_OK)
         return st;
-    const ra_h5_source src = verify_source(&c->v.run);
-    if ((st = ra_h5_read_shape_from(ctx->comm, o->in, &src, s, NULL)) !=
-        RA_OK)
+    const ra_h5_source src = verify_source(&c->v.run, &ctx->tuning);
+    if ((st = ra_h5_read_shape(ctx->comm, o->in, &src, s, NULL)) != RA_OK)
         return st;
     if ((st = run_params(o->in, o->out, c)) == RA_OK &&
         (st = run_numerics(o, c)) == RA_OK &&
@@ -273,8 +273,8 @@ static ra_status verify_validate(const cli_ctx *ctx, const cli_check *o,
                                      &c->v.kv_seg_name);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    st = ra_h5_read_masks_from(ctx->comm, o->in, &src, s,
-                               RA_LAYOUT_CONTIGUOUS, &c->masks);
+    st = ra_h5_read_masks(ctx->comm, o->in, &src, s, RA_LAYOUT_CONTIGUOUS,
+                          &c->masks);
     c->v.q_lens = c->masks.q_lens;
     c->v.kv_lens = c->masks.kv_lens;
     return st;

@@ -344,7 +344,8 @@ static ra_status vb_validate(const cli_ctx *ctx, const cli_check *o, vb_ctx *c)
     /* the gradients record the order the run read q, k, v in */
     ra_status st = ra_agree(ctx->comm, h5io_read_run_attrs(o->out, &c->run));
     const ra_h5_source src = {
-        .axes = h5io_qkv_layout_parse(c->run.qkv_layout)};
+        .axes = h5io_qkv_layout_parse(c->run.qkv_layout),
+        .tuning = &ctx->tuning};
     if (st == RA_OK && (o->precision_set || strcmp(c->run.precision, "fp32") ||
                         strcmp(c->run.wire, "fp32")))
         st = ra_error_set(RA_ERR_ARG, "verify --backward: %s: judges fp32 "
@@ -352,7 +353,7 @@ static ra_status vb_validate(const cli_ctx *ctx, const cli_check *o, vb_ctx *c)
                           "precision %s, wire %s)", o->out, c->run.precision,
                           c->run.wire);
     if (st == RA_OK)
-        st = ra_h5_read_shape_from(ctx->comm, o->in, &src, s, NULL);
+        st = ra_h5_read_shape(ctx->comm, o->in, &src, s, NULL);
     if (st != RA_OK)
         return st;
     const int64_t qd[4] = {s->B, s->N, s->H, s->D};
@@ -366,7 +367,7 @@ static ra_status vb_validate(const cli_ctx *ctx, const cli_check *o, vb_ctx *c)
         st = h5io_segment_names(o->in, &c->q_seg, &c->kv_seg);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
-    st = ra_h5_read_masks(ctx->comm, o->in, s, RA_LAYOUT_CONTIGUOUS,
+    st = ra_h5_read_masks(ctx->comm, o->in, &src, s, RA_LAYOUT_CONTIGUOUS,
                           &c->masks);
     if (st != RA_OK)
         return st;

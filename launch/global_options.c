@@ -43,8 +43,9 @@ void cli_global_help(int which, FILE *out)
 /* at most 13 characters per rank (" | " and 10 digits) and the prefix */
 static char ring_order_text[RING_ORDER_SHOWN * 16 + 64];
 
-/* The MPI-IO settings of this process: --align, RINGATTN_MPIIO_HINTS and
- * --mpiio-hint (in that order, so a flag overrides the environment). */
+/* The MPI-IO settings of the command line: --align, RINGATTN_MPIIO_HINTS
+ * and --mpiio-hint (in that order, so a flag overrides the environment),
+ * which every file call of the subcommand receives as ctx->tuning. */
 static struct {
     int64_t align;
     int nhints;
@@ -111,8 +112,8 @@ static void ring_order_describe(cli_ctx *ctx, int world_rank)
 }
 
 /* Takes --align and every --mpiio-hint out of argv, with the hints of
- * RINGATTN_MPIIO_HINTS first, and hands them to the file functions. */
-static ra_status io_take(int *argc, char **argv)
+ * RINGATTN_MPIIO_HINTS first, into the tuning the file functions take. */
+static ra_status io_take(int *argc, char **argv, ra_h5_tuning *t)
 {
     const char *env = getenv("RINGATTN_MPIIO_HINTS");
     if (env && env[0] && !(io.env_copy = strdup(env)))
@@ -145,20 +146,15 @@ static ra_status io_take(int *argc, char **argv)
             io.hints[io.nhints++] = argv[i + 1];
         args_remove(argc, argv, i--, 2);
     }
-    const ra_h5_tuning t = {io.align, io.nhints, io.hints};
-    char why[512];
-    if (ra_h5_tuning_set(&t) == RA_OK)
-        return RA_OK;
-    snprintf(why, sizeof why, "%s", ra_error_message());
-    return ra_error_set(RA_ERR_ARG, "--mpiio-hint or RINGATTN_MPIIO_HINTS: "
-                        "%s", why);
+    *t = (ra_h5_tuning){io.align, io.nhints, io.hints};
+    return h5io_tuning_check(t, "--mpiio-hint or RINGATTN_MPIIO_HINTS");
 }
 
 int cli_global_setup(cli_ctx *ctx, int *argc, char **argv)
 {
     int world_rank;
     MPI_Comm_rank(ctx->comm, &world_rank);
-    if (io_take(argc, argv) != RA_OK) {
+    if (io_take(argc, argv, &ctx->tuning) != RA_OK) {
         if (world_rank == 0)
             fprintf(stderr, "ringattn: %s\n", ra_error_message());
         return CLI_EXIT_USAGE;

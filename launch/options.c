@@ -436,6 +436,27 @@ int cli_parse_qkv_layout(const cli_opt *o, const char *val, void *base)
     return 0;
 }
 
+int cli_parse_dtype(const cli_opt *o, const char *val, void *base)
+{
+    /* gen's spellings before the one vocabulary, kept as aliases */
+    static const struct {
+        const char *name;
+        ra_dtype dtype;
+    } old[] = {{"float32", RA_DTYPE_F32}, {"float64", RA_DTYPE_F64},
+               {"float16", RA_DTYPE_F16}};
+    ra_dtype *field = (ra_dtype *)((char *)base + o->offset);
+    if (ra_dtype_parse(val, field) == RA_OK)
+        return 0;
+    for (size_t i = 0; i < sizeof old / sizeof *old; i++)
+        if (strcmp(val, old[i].name) == 0) {
+            *field = old[i].dtype;
+            return 0;
+        }
+    ra_error_set(RA_ERR_ARG, "%s: unknown %s '%s' (expected f32, f16, bf16 "
+                 "or f64)", o->name, o->noun ? o->noun : "type", val);
+    return -1;
+}
+
 /* ---- shared groups ------------------------------------------------------- */
 
 static const char *const random_lens_kinds[] = {"random", NULL};

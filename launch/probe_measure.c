@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "agree.h"
+#include "call.h"
 #include "bench.h"
 #include "internal.h"
 #include "probe.h"
@@ -87,8 +88,10 @@ typedef struct {
 static int kernel_op(void *arg)
 {
     kernel_arg *a = arg;
-    return ra_forward_ex(MPI_COMM_SELF, &a->s, &a->p, NULL, a->q, a->k, a->v,
-                         a->o, a->lse, NULL) == RA_OK ? 0 : -1;
+    const ra_status st = ra_call_forward(MPI_COMM_SELF, &a->s, &a->p, NULL,
+                                         &(ra_qkv){a->q, a->k, a->v},
+                                         &(ra_out){a->o, a->lse, NULL}, NULL);
+    return st == RA_OK ? 0 : -1;
 }
 
 double probe_kernel(const probe_comms *c, int64_t D, ra_score score)
@@ -123,7 +126,9 @@ double probe_kernel(const probe_comms *c, int64_t D, ra_score score)
     const ra_additive add = {KERNEL_A, w, w + KERNEL_A * D, w + 2 * KERNEL_A * D};
     a.p.additive = &add;
     const double secs = probe_time(c->world, c->share, kernel_op, &a);
-    double rate = secs > 0 ? ra_forward_flops(&a.s, &a.p, NULL) / secs : 0.0,
+    double rate = secs > 0
+                      ? ra_params_forward_flops(&a.s, &a.p, NULL) / secs
+                      : 0.0,
            sum = 0.0;
     /* Per core: where a node holds more ranks than cores, each rank ran on
      * a share of one. Ranks that share cores unseen by MPI (fake nodes on

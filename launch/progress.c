@@ -48,7 +48,8 @@ double progress_predict(const cli_ctx *ctx, const ra_shape *s,
     profile_default(&prof);
     const double rate = profile_kernel_rate(&prof, s->D, s->Dv, p->score);
     const double cores = (double)ctx->nranks * ra_params_threads(p);
-    return rate > 0 ? ra_forward_flops(s, p, NULL) / (rate * cores) : 0.0;
+    return rate > 0 ? ra_params_forward_flops(s, p, NULL) / (rate * cores)
+                    : 0.0;
 }
 
 /* The step callback: a line when `every` has passed since the last one,

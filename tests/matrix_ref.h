@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "ringattn.h"
+#include "internal.h"
 
 /* One problem in natural token order; every pointer is the caller's. */
 typedef struct {

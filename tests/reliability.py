@@ -277,7 +277,7 @@ CASES = [
      ["gen", "--out", "gen.h5", "--seq", "1099511627776", "--heads", "1048576",
       "--dim", "1048576"], 2, r"shape: the byte count of q \(B, N, H, D\) overflows 64 bits"),
     ("gen-dtype", "gen --dtype bfloat16", {}, ["gen", "--out", "gen.h5", "--dtype", "bfloat16"], 2,
-     r"--dtype: 'bfloat16' is not float32, float64 or float16"),
+     r"--dtype: 'bfloat16' is not f32, f64 or f16 \(float32, float64, float16 also work\)"),
 ]
 
 # Output safety: outputs that would destroy an input, checks made before the
@@ -1253,6 +1253,9 @@ CASES_HOUSE = [
      {}, ["bench", "--backward", "--seq", "64", "--json", "t.json", "--csv",
           "t.json"], 2,
      r"--csv: t\.json is also the output file of --json \(t\.json\)"),
+    ("house-gen-dtype-bf16", "gen --dtype bf16: a name of the one dtype vocabulary gen does not write",
+     {}, ["gen", "--out", "gen.h5", "--dtype", "bf16"], 2,
+     r"--dtype: 'bf16' is not f32, f64 or f16"),
 ]
 
 CASES += (CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE + CASES_SAME_FILE +

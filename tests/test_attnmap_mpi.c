@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "internal.h"
 #include "support.h"
 
@@ -82,8 +83,9 @@ static void run_map(const ra_shape *s, ra_params prm, int lens,
     ra_attn_map map = {i0, i1, heads, 2, NULL};
     const ra_range rows = ra_attn_map_rows(lay, s->N, rank, nranks, &map);
     map.out = malloc(sizeof(float) * (size_t)(s->B * 2 * rows.count * s->M + 1));
-    ra_status st = ra_forward_map(MPI_COMM_WORLD, s, &prm, lens ? &local : NULL,
-                                  q, k, v, o, lse, &map);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm,
+                                   lens ? &local : NULL, &(ra_qkv){q, k, v},
+                                   &(ra_out){o, lse, &map}, NULL);
     double err[2] = {0, 0}, gerr[2];
     int64_t count = rows.count, all_rows = 0;
     if (st == RA_OK)

@@ -2,8 +2,8 @@
  * gradients. Run by ctest under mpiexec at P = 1..4.
  *
  * Every rank builds the same full problem and dO from a fresh seed, runs
- * ra_forward_ex and then ra_backward on its slices, and tallies its own
- * rows of dq and its own key rows of dk and dv against the reference; the
+ * ra_call_forward and then ra_call_backward on its slices, and tallies its
+ * own rows of dq and its own key rows of dk and dv against the reference; the
  * sums are reduced over the ranks, so each gradient is judged as a whole
  * tensor (relative Frobenius error < 1e-5) and every rank asserts the same
  * verdict. Only rank 0 prints. */
@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "support_bwd.h"
 
 static int rank, nranks;
@@ -129,12 +130,15 @@ static bwd_tally run_local(const problem *p, const bcase *c,
     const ra_additive_grads dwg = {dw, dw + A * s->D, dw + A * (s->D + Dk)};
     slice_gather(dout_full, B, s->N, s->H * s->Dv, sizeof(float), &lp->qs,
                  dout);
-    ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, &cm->local, lp->q,
-                                 lp->k, lp->v, lp->o, lp->lse, NULL);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm, &cm->local,
+                                   &(ra_qkv){lp->q, lp->k, lp->v},
+                                   &(ra_out){lp->o, lp->lse, NULL}, NULL);
     if (st == RA_OK)
-        st = ra_backward_ex(MPI_COMM_WORLD, s, &prm, &cm->local, lp->q, lp->k,
-                            lp->v, lp->o, lp->lse, dout, dq, dk, dv,
-                            A ? &dwg : NULL, NULL);
+        st = ra_call_backward(MPI_COMM_WORLD, s, &prm, &cm->local,
+                              &(ra_qkv){lp->q, lp->k, lp->v},
+                              &(ra_grads){lp->o, lp->lse, dout, dq, dk, dv,
+                                          A ? &dwg : NULL},
+                              NULL);
     *ok = st == RA_OK;
     bwd_tally t = {0};
     if (st == RA_OK) {
@@ -320,9 +324,11 @@ static void test_weights_refused(void **state)
                                        .score = RA_SCORE_ADDITIVE,
                                        .additive = &ad, .threads = 1});
     const ra_additive_grads dw = {buf, NULL, buf};
-    const ra_status st = ra_backward_ex(MPI_COMM_WORLD, &s, &prm, NULL, buf,
-                                        buf, buf, buf, buf, buf, buf, buf,
-                                        buf, &dw, NULL);
+    const ra_status st = ra_call_backward(MPI_COMM_WORLD, &s, &prm, NULL,
+                                          &(ra_qkv){buf, buf, buf},
+                                          &(ra_grads){buf, buf, buf, buf,
+                                                      buf, buf, &dw},
+                                          NULL);
     if (rank == 0)
         printf("# refused: %s\n", ra_error_message());
     assert_int_equal(st, RA_ERR_ARG);

@@ -96,7 +96,8 @@ static void expect_case(const bf16_case *k, ra_gemm gemm, uint64_t seed)
     float *lse = malloc(sizeof(float) * (size_t)(s->H * s->N));
     ra_workspace *ws = ra_workspace_create(2, bq, bkv, s->Dv);
     ra_state_reset(1, s->N, s->H, s->Dv, o, lse);
-    ra_kernel_forward_block(&blk, qr, p.k, p.v, o, lse, ws, NULL, NULL);
+    const ra_fwd_ops ops = {qr, p.k, p.v, o, lse, NULL, NULL};
+    ra_kernel_forward_block(&blk, &ops, ws);
     const test_masks tm = {k->lens ? &lens[0] : NULL,
                            k->lens ? &lens[1] : NULL, NULL, NULL};
     const ra_slice all = {1, {{0, s->N, 1}}, s->N};

@@ -1,5 +1,5 @@
-/* test_bf16_mpi.c: bf16 precision and the bf16 wire through ra_forward_ex
- * and ra_backward_ex at P = 1..4 (run by ctest under mpiexec).
+/* test_bf16_mpi.c: bf16 precision and the bf16 wire through the call's
+ * forward and backward (ra_call_forward, ra_call_backward) at P = 1..4 (run by ctest under mpiexec).
  *
  * Every rank builds the same problem from a seed and passes its layout
  * slices. Forward: every strategy in bf16 against the fp64 reference on
@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "bf16.h"
+#include "call.h"
 #include "internal.h"
 #include "support_bwd.h"
 
@@ -51,8 +52,9 @@ static check_result run_forward(const ra_params *prm, uint64_t seed,
     local_part lp;
     local_part_make(&lp, &p, ra_params_layout(prm, 0), rank, nranks);
     ra_timing tm = {0};
-    const ra_status st = ra_forward_ex(MPI_COMM_WORLD, &shape, prm, NULL,
-                                       lp.q, lp.k, lp.v, lp.o, lp.lse, &tm);
+    const ra_status st = ra_call_forward(MPI_COMM_WORLD, &shape, prm, NULL,
+                                         &(ra_qkv){lp.q, lp.k, lp.v},
+                                         &(ra_out){lp.o, lp.lse, NULL}, &tm);
     check_result mine = {0};
     if (st == RA_OK)
         mine = check_slice(&p, prm, NULL, &lp.qs, lp.o, lp.lse);
@@ -153,9 +155,9 @@ static void test_backward(void **state)
             slice_gather(ref.lse + (b * s->H + h) * s->N, 1, s->N, 1,
                          sizeof(float), &lp.qs,
                          lp.lse + (b * s->H + h) * n);
-    const ra_status st = ra_backward(MPI_COMM_WORLD, s, &prm, NULL, lp.q,
-                                     lp.k, lp.v, lp.o, lp.lse, dl, dq, dk,
-                                     dv, NULL);
+    const ra_status st = ra_call_backward(
+        MPI_COMM_WORLD, s, &prm, NULL, &(ra_qkv){lp.q, lp.k, lp.v},
+        &(ra_grads){lp.o, lp.lse, dl, dq, dk, dv, NULL}, NULL);
     bwd_tally t = {0}, g;
     t.nonfinite = st != RA_OK;
     if (st == RA_OK) {

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "internal.h"
 #include "support.h"
 
@@ -63,8 +64,9 @@ static void test_message_over_2gib(void **state)
         v[i] = value_at(2, ks.run[0].start * row + i);
     }
     ra_timing tm = {0};
-    ra_status st = ra_forward_ex(MPI_COMM_WORLD, &s, &prm, NULL, q, k, v, o,
-                                 lse, &tm);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                                   &(ra_qkv){q, k, v}, &(ra_out){o, lse, NULL},
+                                   &tm);
     /* fp64 reference of the local query row over all keys, regenerated */
     double err2 = 0, ref2 = 0, lerr = 0;
     if (st == RA_OK && qs.count == 1) {
@@ -123,8 +125,11 @@ static void test_block_too_large_is_refused(void **state)
     ra_params prm;
     ra_params_default(&prm);
     float q = 0, o = 0, lse = 0;
-    ra_status st = nranks == 1 ? ra_forward(MPI_COMM_WORLD, &s, &prm, &q,
-                                            NULL, NULL, &o, &lse)
+    ra_status st = nranks == 1 ? ra_call_forward(MPI_COMM_WORLD, &s, &prm,
+                                                 NULL,
+                                                 &(ra_qkv){&q, NULL, NULL},
+                                                 &(ra_out){&o, &lse, NULL},
+                                                 NULL)
                                : RA_ERR_ARG;
     if (nranks == 1) {
         if (rank == 0)

@@ -99,7 +99,8 @@ static int64_t fold(const problem *p, int causal, double scale, ra_range qr,
     assert_non_null(ws);
     assert_int_equal(ra_workspace_threads(ws), threads);
     int64_t calls = 0;
-    ra_kernel_forward_block(&blk, q, k, v, o, lse, ws, count_progress, &calls);
+    const ra_fwd_ops ops = {q, k, v, o, lse, count_progress, &calls};
+    ra_kernel_forward_block(&blk, &ops, ws);
     ra_workspace_busy(ws, &fold_busy_min, &fold_busy_max);
     ra_workspace_free(ws);
     free(q);
@@ -641,7 +642,7 @@ static double flops_of(const ra_shape *s, int causal)
     ra_params p;
     ra_params_default(&p);
     p.causal = causal;
-    return ra_forward_flops(s, &p, NULL);
+    return ra_params_forward_flops(s, &p, NULL);
 }
 
 static void test_forward_flops(void **state)
@@ -676,12 +677,14 @@ static void test_forward_flops(void **state)
     p.window_left = 2;
     int64_t ql = 3, kl = 5;
     ra_masks mk = {.q_lens = &ql, .kv_lens = &kl};
-    assert_true(ra_forward_flops(&w, &p, &mk) == 2.0 * 2 * (1 + 2 + 3));
+    assert_true(ra_params_forward_flops(&w, &p, &mk) ==
+                2.0 * 2 * (1 + 2 + 3));
     /* Window (1, 1), no lens: every row sees 3 keys but the two ends 2. */
     p.causal = 0;
     p.window_left = 1;
     p.window_right = 1;
-    assert_true(ra_forward_flops(&w, &p, NULL) == 2.0 * 2 * (3 * 8 - 2));
+    assert_true(ra_params_forward_flops(&w, &p, NULL) ==
+                2.0 * 2 * (3 * 8 - 2));
 }
 
 int main(int argc, char **argv)

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "internal.h"
 #include "support.h"
 
@@ -91,8 +92,9 @@ static check_result run_layout(const mask_case *mc, ra_layout layout,
     ra_params prm = mc->p;
     prm.layout = layout;
     ra_timing tm = {0};
-    ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, &local, q, k, v, o,
-                                 lse, &tm);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm, &local,
+                                   &(ra_qkv){q, k, v}, &(ra_out){o, lse, NULL},
+                                   &tm);
     check_result c = {0};
     if (st == RA_OK)
         c = check_slice(&p, &prm, &global, &qs, o, lse);

@@ -19,8 +19,8 @@
  * the ring, ulysses with
  * P > H, hybrid groups that do not divide P or exceed H), which must be
  * refused with RA_ERR_ARG on every rank, by a message naming the reason,
- * and the same by ra_strategy_check. Each case draws fresh inputs from its
- * own seed (printed when it fails; RA_MATRIX_SEED=n changes the base
+ * and the same by ra_call_strategy_check. Each case draws fresh inputs
+ * from its own seed (printed when it fails; RA_MATRIX_SEED=n changes the base
  * seed), padding and segments drawn again while they leave no query row
  * two keys to weigh (such a case, "blind", cannot see scores, RoPE or
  * ALiBi; the summary counts those left). Every rank builds the same full
@@ -56,6 +56,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "matrix_gen.h"
 #include "matrix_ref.h"
 #include "support.h"
@@ -703,8 +704,8 @@ static int all_ok(int ok, mx_verdict *v, const char *what)
     return all;
 }
 
-/* The refusal a case must meet on every rank, from ra_forward_ex and
- * ra_strategy_check alike: RA_ERR_ARG, a message holding `want`. */
+/* The refusal a case must meet on every rank, from ra_call_forward and
+ * ra_call_strategy_check alike: RA_ERR_ARG, a message holding `want`. */
 static void judge_refusal(ra_status st, ra_status chk, const char *want,
                           mx_verdict *v)
 {
@@ -737,9 +738,11 @@ static void run_numbers(const mx_case *c, mx_data *d, const ra_params *p,
     const ra_masks mk = masks_of(c, d);
     int ok = all_ok(st == RA_OK && chk == RA_OK, v, "forward or check");
     if (ok && c->backward)
-        ok = all_ok(ra_backward(MPI_COMM_WORLD, &c->s, p, &mk, d->lq, d->lk,
-                                d->lv, d->o, d->lse, d->ldout, d->dq, d->dk,
-                                d->dv, NULL) == RA_OK,
+        ok = all_ok(ra_call_backward(MPI_COMM_WORLD, &c->s, p, &mk,
+                                     &(ra_qkv){d->lq, d->lk, d->lv},
+                                     &(ra_grads){d->o, d->lse, d->ldout,
+                                                 d->dq, d->dk, d->dv, NULL},
+                                     NULL) == RA_OK,
                     v, "backward");
     if (ok)
         judge_numbers(c, d, p, v);
@@ -758,9 +761,11 @@ static mx_verdict run_case(const mx_case *c)
     const ra_params p = params_of(c, &d);
     const ra_masks mk = masks_of(c, &d);
     const char *want = case_refusal(c);
-    const ra_status chk = ra_strategy_check(MPI_COMM_WORLD, &c->s, &p, c->segs);
-    const ra_status st = ra_forward_ex(MPI_COMM_WORLD, &c->s, &p, &mk, d.lq,
-                                       d.lk, d.lv, d.o, d.lse, NULL);
+    const ra_status chk = ra_call_strategy_check(MPI_COMM_WORLD, &c->s, &p,
+                                                 c->segs);
+    const ra_status st = ra_call_forward(MPI_COMM_WORLD, &c->s, &p, &mk,
+                                         &(ra_qkv){d.lq, d.lk, d.lv},
+                                         &(ra_out){d.o, d.lse, NULL}, NULL);
     if (want)
         judge_refusal(st, chk, want, &v);
     else
@@ -1032,9 +1037,10 @@ static void test_align_differs(void **state)
         c.align = align;
         const ra_params p = params_of(&c, &d);
         const ra_masks mk = masks_of(&c, &d);
-        const ra_status st = ra_forward_ex(MPI_COMM_WORLD, &c.s, &p, &mk,
-                                           d.lq, d.lk, d.lv, d.o, d.lse,
-                                           NULL);
+        const ra_status st = ra_call_forward(MPI_COMM_WORLD, &c.s, &p, &mk,
+                                             &(ra_qkv){d.lq, d.lk, d.lv},
+                                             &(ra_out){d.o, d.lse, NULL},
+                                             NULL);
         run_numbers(&c, &d, &p, st, RA_OK, &v[align]);
         for (int64_t x = 0; x < no; x++)
             diff = align ? fmax(diff, fabs((double)o0[x] - d.o[x])) : diff;

@@ -104,9 +104,12 @@ static void run_layer(const layer_case *lc)
     float *y = malloc(sizeof(float) * (size_t)(s->B * qs.count * lc->Eout + 1));
     slice_gather(xq, s->B, s->N, lc->Eq, sizeof(float), &qs, xq_loc);
     slice_gather(xkv, s->B, s->M, lc->Ekv, sizeof(float), &ks, xkv_loc);
-    ra_status st = ra_mha_forward(MPI_COMM_WORLD, s, &prm,
-                                  lc->lens ? &masks : NULL, &L, xq_loc,
-                                  lc->self ? xq_loc : xkv_loc, y, NULL);
+    ra_numerics num;
+    ra_exec exec;
+    ra_params_split(&prm, &num, &exec); /* the public call */
+    const ra_mha_io io = {xq_loc, lc->self ? xq_loc : xkv_loc, y};
+    ra_status st = ra_mha_forward(MPI_COMM_WORLD, s, &num, &exec,
+                                  lc->lens ? &masks : NULL, &L, &io, NULL);
 
     /* the fp64 layer, whole, on every rank */
     double *eq = encoded(xq, s->B, s->N, lc->Eq, lc->pos_encoding);

@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "support.h"
 
 static int rank, nranks;
@@ -86,15 +87,20 @@ static int fails_cleanly(ra_strategy strategy, int backward)
     local_part lp, grad;
     local_part_make(&lp, &p, ra_params_layout(&prm, 0), rank, nranks);
     local_part_make(&grad, &p, ra_params_layout(&prm, 0), rank, nranks);
-    ra_status st = ra_forward_ex(MPI_COMM_WORLD, &shape, &prm, NULL, lp.q,
-                                 lp.k, lp.v, lp.o, lp.lse, NULL);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, &shape, &prm, NULL,
+                                   &(ra_qkv){lp.q, lp.k, lp.v},
+                                   &(ra_out){lp.o, lp.lse, NULL}, NULL);
     deletes_fail = 1;
     if (st == RA_OK && backward)
-        st = ra_backward(user, &shape, &prm, NULL, lp.q, lp.k, lp.v, lp.o,
-                         lp.lse, lp.o, grad.q, grad.k, grad.v, NULL);
+        st = ra_call_backward(user, &shape, &prm, NULL,
+                              &(ra_qkv){lp.q, lp.k, lp.v},
+                              &(ra_grads){lp.o, lp.lse, lp.o, grad.q,
+                                          grad.k, grad.v, NULL},
+                              NULL);
     else if (st == RA_OK)
-        st = ra_forward_ex(user, &shape, &prm, NULL, lp.q, lp.k, lp.v, lp.o,
-                           lp.lse, NULL);
+        st = ra_call_forward(user, &shape, &prm, NULL,
+                             &(ra_qkv){lp.q, lp.k, lp.v},
+                             &(ra_out){lp.o, lp.lse, NULL}, NULL);
     const char *msg = ra_error_message();
     const int ok = st == RA_ERR_MPI && strstr(msg, "MPI_Comm_free") &&
                    handler_is_fatal(user);
@@ -118,8 +124,9 @@ static int still_works(void)
     local_part lp;
     local_part_make(&lp, &p, ra_params_layout(&prm, 0), rank, nranks);
     check_result c = {0};
-    if (ra_forward(MPI_COMM_WORLD, &shape, &prm, lp.q, lp.k, lp.v, lp.o,
-                   lp.lse) == RA_OK)
+    if (ra_call_forward(MPI_COMM_WORLD, &shape, &prm, NULL,
+                        &(ra_qkv){lp.q, lp.k, lp.v},
+                        &(ra_out){lp.o, lp.lse, NULL}, NULL) == RA_OK)
         c = check_slice(&p, &prm, NULL, &lp.qs, lp.o, lp.lse);
     else
         c.bad_inf = 1;

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "support.h"
 
 static int rank, nranks;
@@ -132,7 +133,9 @@ static void forward_on_ring(int causal, uint64_t seed)
     prm.causal = causal;
     local_part lp;
     local_part_make(&lp, &p, ra_params_layout(&prm, 0), at, nranks);
-    ra_status st = ra_forward(ring, &s, &prm, lp.q, lp.k, lp.v, lp.o, lp.lse);
+    ra_status st = ra_call_forward(ring, &s, &prm, NULL,
+                                   &(ra_qkv){lp.q, lp.k, lp.v},
+                                   &(ra_out){lp.o, lp.lse, NULL}, NULL);
     check_result c = {0};
     if (st == RA_OK)
         c = check_slice(&p, &prm, NULL, &lp.qs, lp.o, lp.lse);

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "internal.h"
 #include "support.h"
 
@@ -81,8 +82,9 @@ static check_result run_layout(const pe_case *pc, ra_layout layout,
     ra_params prm = pc->p;
     prm.layout = layout;
     *tm = (ra_timing){0};
-    const ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, &local, lp.q,
-                                       lp.k, lp.v, lp.o, lp.lse, tm);
+    const ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm, &local,
+                                         &(ra_qkv){lp.q, lp.k, lp.v},
+                                         &(ra_out){lp.o, lp.lse, NULL}, tm);
     check_result c = {0};
     if (st == RA_OK)
         c = check_slice(&p, &prm, &global, &lp.qs, lp.o, lp.lse);
@@ -229,7 +231,8 @@ static void test_rope_apply(void **state)
     ra_random_normal(9, RA_STREAM_Q, 0, B * n * H * D, x0);
     for (int r = RA_ROPE_INTERLEAVED; r <= RA_ROPE_HALF; r++) {
         memcpy(x, x0, sizeof x);
-        ra_rope_apply((ra_rope)r, 10000.0, x, B, n, H, D, pos, 3);
+        const ra_rope_rows rows = {(ra_rope)r, 10000.0, B, n, H, D, pos, 3};
+        ra_rope_apply(&rows, x);
         double worst = 0;
         for (int i = 0; i < B * n * H; i++) {
             double ref[D];

@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "support.h"
 
 static int rank, nranks;
@@ -112,17 +113,20 @@ static int forward_case(ra_strategy strategy, int window, int map)
                                            &am);
     am.out = malloc(sizeof(float) * (size_t)(s.B * rows.count * s.M + 1));
     ra_timing tm = {0};
-    ra_status st = ra_forward_ex(MPI_COMM_WORLD, &s, &prm, NULL, lp.q, lp.k,
-                                 lp.v, o0, l0, &tm);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                                   &(ra_qkv){lp.q, lp.k, lp.v},
+                                   &(ra_out){o0, l0, NULL}, &tm);
     calls c = {.caller = pthread_self()};
     prm.on_step = on_step;
     prm.on_step_ctx = &c;
     if (st == RA_OK && map)
-        st = ra_forward_map(MPI_COMM_WORLD, &s, &prm, NULL, lp.q, lp.k, lp.v,
-                            lp.o, lp.lse, &am);
+        st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                             &(ra_qkv){lp.q, lp.k, lp.v},
+                             &(ra_out){lp.o, lp.lse, &am}, NULL);
     else if (st == RA_OK)
-        st = ra_forward_ex(MPI_COMM_WORLD, &s, &prm, NULL, lp.q, lp.k, lp.v,
-                           lp.o, lp.lse, NULL);
+        st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                             &(ra_qkv){lp.q, lp.k, lp.v},
+                             &(ra_out){lp.o, lp.lse, NULL}, NULL);
     const int ring_steps = tm.steps * (map ? 2 : 1);
     const int want = strategy == RA_STRATEGY_RING
                          ? ring_steps : steps_of(strategy, prm.ulysses_size);
@@ -201,14 +205,16 @@ static int tick_case(ra_strategy strategy)
     const size_t no = (size_t)(s.B * lp.qs.count * s.H * s.Dv);
     const size_t nl = (size_t)(s.B * s.H * lp.qs.count);
     float *o0 = malloc(sizeof(float) * (no + nl + 1)), *l0 = o0 + no;
-    ra_status st = ra_forward(MPI_COMM_WORLD, &s, &prm, lp.q, lp.k, lp.v, o0,
-                              l0);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                                   &(ra_qkv){lp.q, lp.k, lp.v},
+                                   &(ra_out){o0, l0, NULL}, NULL);
     ticks t = {.caller = pthread_self()};
     prm.on_tick = on_tick;
     prm.on_step_ctx = &t;
     if (st == RA_OK)
-        st = ra_forward(MPI_COMM_WORLD, &s, &prm, lp.q, lp.k, lp.v, lp.o,
-                        lp.lse);
+        st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                             &(ra_qkv){lp.q, lp.k, lp.v},
+                             &(ra_out){lp.o, lp.lse, NULL}, NULL);
     int ok = st == RA_OK && t.n > 0 && !t.wrong_thread && !t.bad_share &&
              memcmp(o0, lp.o, sizeof(float) * no) == 0 &&
              memcmp(l0, lp.lse, sizeof(float) * nl) == 0, all_ok = 0;
@@ -249,15 +255,19 @@ static void test_backward(void **state)
     float *dout = mem, *dq = dout + nq, *dk = dq + nq, *dv = dk + nk;
     for (size_t i = 0; i < nq; i++)
         dout[i] = (float)((i % 7) - 3) * 0.25f;
-    ra_status st = ra_forward(MPI_COMM_WORLD, &s, &prm, lp.q, lp.k, lp.v,
-                              lp.o, lp.lse);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                                   &(ra_qkv){lp.q, lp.k, lp.v},
+                                   &(ra_out){lp.o, lp.lse, NULL}, NULL);
     calls c = {.caller = pthread_self()};
     prm.on_step = on_step;
     prm.on_step_ctx = &c;
     ra_timing tm = {0};
     if (st == RA_OK)
-        st = ra_backward(MPI_COMM_WORLD, &s, &prm, NULL, lp.q, lp.k, lp.v,
-                         lp.o, lp.lse, dout, dq, dk, dv, &tm);
+        st = ra_call_backward(MPI_COMM_WORLD, &s, &prm, NULL,
+                              &(ra_qkv){lp.q, lp.k, lp.v},
+                              &(ra_grads){lp.o, lp.lse, dout, dq, dk, dv,
+                                          NULL},
+                              &tm);
     int ok = st == RA_OK && calls_ok(&c, tm.steps), all_ok = 0;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (rank == 0)

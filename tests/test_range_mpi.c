@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "range.h"
 #include "support.h"
 
@@ -38,8 +39,9 @@ static ra_status run(const problem *p, const ra_params *prm, check_result *c)
 {
     local_part lp;
     local_part_make(&lp, p, ra_params_layout(prm, 0), rank, nranks);
-    ra_status st = ra_forward(MPI_COMM_WORLD, &p->s, prm, lp.q, lp.k, lp.v,
-                              lp.o, lp.lse);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, &p->s, prm, NULL,
+                                   &(ra_qkv){lp.q, lp.k, lp.v},
+                                   &(ra_out){lp.o, lp.lse, NULL}, NULL);
     check_result mine = {0};
     if (st == RA_OK)
         mine = check_slice(p, prm, NULL, &lp.qs, lp.o, lp.lse);

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "support.h"
 
 static int rank, nranks;
@@ -34,7 +35,9 @@ static check_result run_case(const ra_shape *s, int causal, uint64_t seed,
     local_part_make(&lp, &p, lay, rank, nranks);
     const ra_slice qs = lp.qs;
     float *q = lp.q, *k = lp.k, *v = lp.v, *o = lp.o, *lse = lp.lse;
-    ra_status st = ra_forward(MPI_COMM_WORLD, s, &prm, q, k, v, o, lse);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm, NULL,
+                                   &(ra_qkv){q, k, v}, &(ra_out){o, lse, NULL},
+                                   NULL);
     check_result c = {0};
     if (st == RA_OK)
         c = check_slice(&p, &prm, NULL, &qs, o, lse);
@@ -139,8 +142,10 @@ static void expect_same_bits(ra_shape s, int causal, uint64_t seed)
     for (int t = 0; t < 2; t++) {
         local_part_make(&lp[t], &p, lay, rank, nranks);
         prm.threads = t + 1;
-        ok &= ra_forward_ex(MPI_COMM_WORLD, &s, &prm, NULL, lp[t].q, lp[t].k,
-                            lp[t].v, lp[t].o, lp[t].lse, &tm[t]) == RA_OK;
+        ok &= ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                              &(ra_qkv){lp[t].q, lp[t].k, lp[t].v},
+                              &(ra_out){lp[t].o, lp[t].lse, NULL},
+                              &tm[t]) == RA_OK;
     }
     const int64_t n = lp[0].qs.count;
     ok = ok &&
@@ -179,6 +184,73 @@ static void test_threads_same_bits(void **state)
     expect_same_bits(s, 1, 72);
 }
 
+/* The public call: ra_forward on ra_numerics and ra_exec gives the bits of
+ * the internal call on the joined options (and the options split back
+ * join to the same ones); NULL options are the defaults, checked against
+ * the reference; a missing ra_out is refused on every rank alike. */
+static void test_public_api(void **state)
+{
+    (void)state;
+    const ra_shape s = {1, 97, 97, 4, 2, 32, 32, 0};
+    problem p;
+    problem_make(&p, &s, 81);
+    ra_numerics num;
+    ra_exec exec;
+    ra_numerics_default(&num);
+    ra_exec_default(&exec);
+    num.causal = 1;
+    exec.block_q = 16;
+    ra_params prm, back;
+    ra_params_join(&num, &exec, &prm);
+    ra_params_split(&prm, &num, &exec);
+    ra_params_join(&num, &exec, &back);
+    local_part a, b, d;
+    local_part_make(&a, &p, ra_exec_layout(&num, &exec, 0), rank, nranks);
+    local_part_make(&b, &p, ra_params_layout(&prm, 0), rank, nranks);
+    const size_t no = (size_t)(s.B * a.qs.count * s.H * s.Dv);
+    const size_t nl = (size_t)(s.B * s.H * a.qs.count);
+    const ra_status pub = ra_forward(
+        MPI_COMM_WORLD, &s, &num, &exec, NULL, &(ra_qkv){a.q, a.k, a.v},
+        &(ra_out){a.o, a.lse, NULL}, NULL);
+    const ra_status in = ra_call_forward(
+        MPI_COMM_WORLD, &s, &prm, NULL, &(ra_qkv){b.q, b.k, b.v},
+        &(ra_out){b.o, b.lse, NULL}, NULL);
+    int ok = pub == RA_OK && in == RA_OK &&
+             back.causal == 1 && back.block_q == 16 &&
+             back.stall_timeout == RA_STALL_TIMEOUT_DEFAULT &&
+             memcmp(a.o, b.o, sizeof(float) * no) == 0 &&
+             memcmp(a.lse, b.lse, sizeof(float) * nl) == 0;
+    ra_params dflt;
+    ra_params_default(&dflt);
+    local_part_make(&d, &p, ra_exec_layout(NULL, NULL, 0), rank, nranks);
+    const ra_status none = ra_forward(
+        MPI_COMM_WORLD, &s, NULL, NULL, NULL, &(ra_qkv){d.q, d.k, d.v},
+        &(ra_out){d.o, d.lse, NULL}, NULL);
+    check_result c = {0};
+    if (none == RA_OK)
+        c = check_slice(&p, &dflt, NULL, &d.qs, d.o, d.lse);
+    else
+        c.bad_inf = 1;
+    const check_result g = check_allreduce(MPI_COMM_WORLD, &c);
+    const ra_status refused = ra_forward(MPI_COMM_WORLD, &s, &num, &exec,
+                                         NULL, &(ra_qkv){d.q, d.k, d.v},
+                                         NULL, NULL);
+    ok &= refused == RA_ERR_ARG &&
+          strstr(ra_error_message(), "in and out are required") != NULL;
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("# public ra_forward: same bits as the internal call, "
+               "defaults rel_o=%.3e, NULL out refused  %s\n", g.rel_o,
+               all && check_ok(&g) ? "PASS" : "FAIL");
+    local_part_free(&a);
+    local_part_free(&b);
+    local_part_free(&d);
+    problem_free(&p);
+    assert_true(all);
+    assert_true(check_ok(&g));
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -190,6 +262,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cross_lengths_causal),
         cmocka_unit_test(test_odd_tiles_and_threads),
         cmocka_unit_test(test_threads_same_bits),
+        cmocka_unit_test(test_public_api),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

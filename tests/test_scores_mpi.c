@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "internal.h"
 #include "support.h"
 
@@ -34,8 +35,9 @@ static check_result run_scored(const ra_shape *s, const ra_params *prm_in,
     local_part_make(&lp, &p, lay, rank, nranks);
     const ra_slice qs = lp.qs;
     float *q = lp.q, *k = lp.k, *v = lp.v, *o = lp.o, *lse = lp.lse;
-    ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, lens ? &local : NULL,
-                                 q, k, v, o, lse, NULL);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm,
+                                   lens ? &local : NULL, &(ra_qkv){q, k, v},
+                                   &(ra_out){o, lse, NULL}, NULL);
     check_result c = {0};
     if (st == RA_OK)
         c = check_slice(&p, &prm, lens ? &global : NULL, &qs, o, lse);
@@ -116,8 +118,9 @@ static void test_additive(void **state)
     /* the wrong use is refused: other key dims with the dot score */
     prm.score = RA_SCORE_DOT;
     float dummy = 0;
-    ra_status st = ra_forward(MPI_COMM_WORLD, &s, &prm, &dummy, &dummy,
-                              &dummy, &dummy, &dummy);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                                   &(ra_qkv){&dummy, &dummy, &dummy},
+                                   &(ra_out){&dummy, &dummy, NULL}, NULL);
     assert_int_equal(st, RA_ERR_ARG);
 }
 

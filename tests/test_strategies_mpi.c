@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "call.h"
 #include "internal.h"
 #include "support.h"
 
@@ -106,8 +107,9 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
     prm.strategy = strategy;
     if (strategy == RA_STRATEGY_HYBRID) /* two groups of 2 at P = 4 */
         prm.ulysses_size = nranks % 2 ? 1 : 2;
-    ra_status st = ra_forward_ex(MPI_COMM_WORLD, s, &prm, &local, lp.q, lp.k,
-                                 lp.v, lp.o, lp.lse, NULL);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm, &local,
+                                   &(ra_qkv){lp.q, lp.k, lp.v},
+                                   &(ra_out){lp.o, lp.lse, NULL}, NULL);
     check_result c = {0};
     if (st == RA_OK)
         c = check_slice(&p, &prm, &gm, &lp.qs, lp.o, lp.lse);
@@ -210,16 +212,18 @@ static void test_allgather_refuses_over_limit(void **state)
     problem_make(&p, &sc.s, sc.seed);
     local_part lp;
     local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
-    ra_status st = ra_forward_ex(MPI_COMM_WORLD, &sc.s, &sc.p, NULL, lp.q,
-                                 lp.k, lp.v, lp.o, lp.lse, NULL);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, &sc.s, &sc.p, NULL,
+                                   &(ra_qkv){lp.q, lp.k, lp.v},
+                                   &(ra_out){lp.o, lp.lse, NULL}, NULL);
     char want[96];
     snprintf(want, sizeof want, "needs %lld bytes per rank, above the "
              "memory limit of %lld bytes", (long long)(sc.p.mem_limit + 1),
              (long long)sc.p.mem_limit);
     int bad = st != RA_ERR_ARG || !strstr(ra_error_message(), want);
     sc.p.mem_limit += 1; /* exactly enough */
-    st = ra_forward_ex(MPI_COMM_WORLD, &sc.s, &sc.p, NULL, lp.q, lp.k, lp.v,
-                       lp.o, lp.lse, NULL);
+    st = ra_call_forward(MPI_COMM_WORLD, &sc.s, &sc.p, NULL,
+                         &(ra_qkv){lp.q, lp.k, lp.v},
+                         &(ra_out){lp.o, lp.lse, NULL}, NULL);
     bad |= st != RA_OK;
     int any = 0;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -247,8 +251,9 @@ static void test_ulysses_bytes(void **state)
     local_part lp;
     local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     ra_timing tm = {0};
-    ra_status st = ra_forward_ex(MPI_COMM_WORLD, &sc.s, &sc.p, NULL, lp.q,
-                                 lp.k, lp.v, lp.o, lp.lse, &tm);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, &sc.s, &sc.p, NULL,
+                                   &(ra_qkv){lp.q, lp.k, lp.v},
+                                   &(ra_out){lp.o, lp.lse, NULL}, &tm);
     const int64_t want = 4 * (N / nranks) * (nranks - 1) / nranks *
                          (4 * H * D + H);
     int bad = st != RA_OK || tm.bytes_sent != want, any = 0;
@@ -295,9 +300,10 @@ static void test_one_node_no_cross_bytes(void **state)
         prm.strategy = (ra_strategy)i;
         ra_timing tm = {0};
         tm.bytes_cross_node = -1;
-        const ra_status st = ra_forward_ex(MPI_COMM_WORLD, &sc.s, &prm, NULL,
-                                           lp.q, lp.k, lp.v, lp.o, lp.lse,
-                                           &tm);
+        const ra_status st = ra_call_forward(MPI_COMM_WORLD, &sc.s, &prm, NULL,
+                                             &(ra_qkv){lp.q, lp.k, lp.v},
+                                             &(ra_out){lp.o, lp.lse, NULL},
+                                             &tm);
         bad |= st != RA_OK || tm.bytes_cross_node != 0 ||
                (nranks > 1 && tm.bytes_sent <= 0);
     }

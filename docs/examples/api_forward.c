@@ -34,10 +34,12 @@ int main(int argc, char **argv)
 
     ra_shape s = {.B = 1, .N = 1000, .M = 1000, .H = 8, .G = 2, .D = 64,
                   .Dv = 64};
-    ra_params p;
-    ra_params_default(&p);               /* scale 1/sqrt(D), auto layout, ... */
-    p.causal = 1;
-    ra_layout lay = ra_params_layout(&p, 0);          /* 0: no segment masks */
+    ra_numerics num;                     /* what is computed */
+    ra_numerics_default(&num);           /* scale 1/sqrt(D), no mask, ... */
+    num.causal = 1;
+    ra_exec exec;                        /* how it runs */
+    ra_exec_default(&exec);              /* ring, auto layout, 1 thread, ... */
+    ra_layout lay = ra_exec_layout(&num, &exec, 0);   /* 0: no segment masks */
     ra_slice qs = ra_layout_slice(lay, s.N, rank, nranks);   /* my tokens */
     ra_slice ks = ra_layout_slice(lay, s.M, rank, nranks);
     float *q = fill(&qs, s.H * s.D, 0), *k = fill(&ks, s.G * s.D, 1);
@@ -46,7 +48,8 @@ int main(int argc, char **argv)
     float *lse = malloc(sizeof(float) * (size_t)(s.H * qs.count + 1));
     ra_status st = q && k && v && o && lse ? RA_OK : RA_ERR_NOMEM;
     if (st == RA_OK)       /* collective: every rank calls it */
-        st = ra_forward(MPI_COMM_WORLD, &s, &p, q, k, v, o, lse);
+        st = ra_forward(MPI_COMM_WORLD, &s, &num, &exec, NULL,
+                        &(ra_qkv){q, k, v}, &(ra_out){o, lse, NULL}, NULL);
     if (st != RA_OK)
         fprintf(stderr, "rank %d: %s\n", rank, ra_error_message());
     else if (rank == 0)    /* rank 0 holds token 0 under every layout */

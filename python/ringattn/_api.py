@@ -242,8 +242,9 @@ def forward(q, k, v, comm=None, *, timing=False, **options):
     float32, C-contiguous, this rank's tokens of the layout
     (owned_positions), read in place. Returns o (B, n, H, Dv) and
     lse (B, H, n), and the library's timings (a dict) with timing=True.
-    Options as ra_params (causal, window=(left, right), scale, score,
-    sigma, layout, strategy, threads, rope, rope_base, alibi (True or
+    Options as ra_numerics and ra_exec (causal, window=(left, right),
+    scale, score, sigma, layout, strategy, threads, rope, rope_base, alibi
+    (True or
     slopes), nonfinite, stall_timeout, block_q, block_kv, mem_limit,
     ulysses_size); masks q_lens, kv_lens (B,), segments (B, n) (and
     kv_segments (B, m)); the additive score's weights

@@ -1,6 +1,6 @@
 /* _core.c: the C side of `import ringattn` (private; the API is the Python
  * package around it). It hands the library the caller's own buffers:
- * ra_forward_ex and ra_backward_ex run on the memory of numpy arrays (and of
+ * ra_forward and ra_backward run on the memory of numpy arrays (and of
  * torch tensors seen through .numpy()) taken by the buffer protocol, with
  * the GIL released while the library runs. The communicator comes from
  * mpi4py's C API, the structs from ringattn.h itself, so nothing here
@@ -11,8 +11,9 @@
  * forward() or backward(), so that a refusal here cannot leave the other
  * ranks in a collective. What this file refuses itself (a buffer of the
  * wrong format) is a programming error of that layer. Options travel as a
- * dict whose keys are the names of ra_params' fields, filled from
- * defaults(), the library's own ra_params_default. */
+ * dict whose keys are the names of ra_numerics' and ra_exec's fields,
+ * filled from defaults(), the library's own ra_numerics_default and
+ * ra_exec_default. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -28,7 +29,13 @@
 /* ringattn.Error: a library error; .status names the ra_status. */
 static PyObject *core_error;
 
-/* ---- options: one row per ra_params field the package exposes -------- */
+/* ---- options: one row per field the package exposes ------------------ */
+
+/* The options of a call: what it computes and how it runs. */
+typedef struct {
+    ra_numerics num;
+    ra_exec exec;
+} core_opts;
 
 typedef enum {
     OPT_INT,      /* int field */
@@ -46,18 +53,18 @@ typedef struct {
     size_t offset;
 } opt_row;
 
-#define OPT(field, kind) {#field, kind, offsetof(ra_params, field)}
+#define OPT(part, field, kind) {#field, kind, offsetof(core_opts, part.field)}
 static const opt_row opt_table[] = {
-    OPT(causal, OPT_INT),        OPT(window, OPT_INT),
-    OPT(window_left, OPT_I64),   OPT(window_right, OPT_I64),
-    OPT(scale, OPT_REAL),        OPT(score, OPT_SCORE),
-    OPT(sigma, OPT_REAL),        OPT(block_q, OPT_I64),
-    OPT(block_kv, OPT_I64),      OPT(layout, OPT_LAYOUT),
-    OPT(threads, OPT_INT),       OPT(nonfinite, OPT_INT),
-    OPT(no_poll, OPT_INT),       OPT(stall_timeout, OPT_REAL),
-    OPT(rope, OPT_ROPE),         OPT(rope_base, OPT_REAL),
-    OPT(alibi, OPT_INT),         OPT(strategy, OPT_STRATEGY),
-    OPT(mem_limit, OPT_I64),     OPT(ulysses_size, OPT_I64),
+    OPT(num, causal, OPT_INT),          OPT(num, window, OPT_INT),
+    OPT(num, window_left, OPT_I64),     OPT(num, window_right, OPT_I64),
+    OPT(num, scale, OPT_REAL),          OPT(num, score, OPT_SCORE),
+    OPT(num, sigma, OPT_REAL),          OPT(num, nonfinite, OPT_INT),
+    OPT(num, rope, OPT_ROPE),           OPT(num, rope_base, OPT_REAL),
+    OPT(num, alibi, OPT_INT),           OPT(exec, block_q, OPT_I64),
+    OPT(exec, block_kv, OPT_I64),       OPT(exec, layout, OPT_LAYOUT),
+    OPT(exec, threads, OPT_INT),        OPT(exec, stall_timeout, OPT_REAL),
+    OPT(exec, strategy, OPT_STRATEGY),  OPT(exec, mem_limit, OPT_I64),
+    OPT(exec, ulysses_size, OPT_I64),
 };
 #undef OPT
 #define OPT_COUNT (sizeof opt_table / sizeof opt_table[0])
@@ -103,7 +110,7 @@ static ra_status enum_parse(opt_kind kind, const char *name, void *field)
 }
 
 /* One field as a Python object (a new reference). */
-static PyObject *opt_to_py(const opt_row *row, const ra_params *p)
+static PyObject *opt_to_py(const opt_row *row, const core_opts *p)
 {
     const void *field = (const char *)p + row->offset;
     switch (row->kind) {
@@ -136,7 +143,7 @@ static int opt_int_from_py(const opt_row *row, PyObject *x, void *field)
 /* One field from the dict; -1 with an exception set when it is missing or
  * of the wrong type, or an unknown name (ringattn.Error, the library's
  * message). */
-static int opt_from_py(const opt_row *row, PyObject *opts, ra_params *p)
+static int opt_from_py(const opt_row *row, PyObject *opts, core_opts *p)
 {
     void *field = (char *)p + row->offset;
     PyObject *x = PyDict_GetItemString(opts, row->name); /* borrowed */
@@ -161,10 +168,17 @@ static int opt_from_py(const opt_row *row, PyObject *opts, ra_params *p)
     return 0;
 }
 
-/* ra_params from the options dict: -1 with an exception set. */
-static int params_from_py(PyObject *opts, ra_params *p)
+/* The defaults of both structs. */
+static void opts_default(core_opts *p)
 {
-    ra_params_default(p);
+    ra_numerics_default(&p->num);
+    ra_exec_default(&p->exec);
+}
+
+/* The options from the dict: -1 with an exception set. */
+static int params_from_py(PyObject *opts, core_opts *p)
+{
+    opts_default(p);
     if (!PyDict_Check(opts)) {
         PyErr_SetString(PyExc_TypeError, "options must be a dict");
         return -1;
@@ -178,8 +192,8 @@ static int params_from_py(PyObject *opts, ra_params *p)
 /* defaults(): the library's default options as a dict. */
 static PyObject *core_defaults(PyObject *self, PyObject *unused)
 {
-    ra_params p;
-    ra_params_default(&p);
+    core_opts p;
+    opts_default(&p);
     PyObject *d = PyDict_New();
     for (size_t i = 0; d && i < OPT_COUNT; i++) {
         PyObject *v = opt_to_py(&opt_table[i], &p);
@@ -193,7 +207,7 @@ static PyObject *core_defaults(PyObject *self, PyObject *unused)
 /* check_options(opts): refuses what the library's parsers refuse. */
 static PyObject *core_check_options(PyObject *self, PyObject *opts)
 {
-    ra_params p;
+    core_opts p;
     if (params_from_py(opts, &p) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -289,7 +303,7 @@ enum { X_SLOPES, X_WQ, X_WK, X_WV, X_DWQ, X_DWK, X_DWV };
 typedef struct {
     MPI_Comm comm;
     ra_shape s;
-    ra_params p;
+    core_opts p;
     ra_additive ad;
     ra_masks mk;
     void *t[9];     /* tensors, by T_* */
@@ -335,10 +349,10 @@ static int call_open(core_call *c, PyObject *args, const char *ttypes,
         views_tuple(&c->vs, extras, xtypes, xout, c->x) < 0)
         return -1;
     c->mk = (ra_masks){c->m[0], c->m[1], c->m[2], c->m[3]};
-    c->p.alibi_slopes = c->x[X_SLOPES];
+    c->p.num.alibi_slopes = c->x[X_SLOPES];
     if (A > 0) {
         c->ad = (ra_additive){A, c->x[X_WQ], c->x[X_WK], c->x[X_WV]};
-        c->p.additive = &c->ad;
+        c->p.num.additive = &c->ad;
     }
     last_count = (int)strlen(ttypes);
     for (int i = 0; i < last_count; i++)
@@ -357,7 +371,7 @@ static PyObject *timing_to_py(const ra_timing *tm)
 }
 
 /* forward(comm, shape, opts, (q, k, v, o, lse), masks, (slopes, w_q, w_k,
- * w_v)): ra_forward_ex into o and lse; returns the timings. */
+ * w_v)): ra_forward into o and lse; returns the timings. */
 static PyObject *core_forward(PyObject *self, PyObject *args)
 {
     core_call c;
@@ -366,8 +380,9 @@ static PyObject *core_forward(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     if (call_open(&c, args, "fffff", T_O, "dfff", 4) == 0) {
         Py_BEGIN_ALLOW_THREADS
-        st = ra_forward_ex(c.comm, &c.s, &c.p, &c.mk, c.t[T_Q], c.t[T_K],
-                           c.t[T_V], c.t[T_O], c.t[T_LSE], &tm);
+        st = ra_forward(c.comm, &c.s, &c.p.num, &c.p.exec, &c.mk,
+                        &(ra_qkv){c.t[T_Q], c.t[T_K], c.t[T_V]},
+                        &(ra_out){c.t[T_O], c.t[T_LSE], NULL}, &tm);
         Py_END_ALLOW_THREADS
         result = st == RA_OK ? timing_to_py(&tm) : raise_status(st);
     }
@@ -376,7 +391,7 @@ static PyObject *core_forward(PyObject *self, PyObject *args)
 }
 
 /* backward(comm, shape, opts, (q, k, v, o, lse, dout, dq, dk, dv), masks,
- * (slopes, w_q, w_k, w_v, dw_q, dw_k, dw_v)): ra_backward_ex into dq, dk,
+ * (slopes, w_q, w_k, w_v, dw_q, dw_k, dw_v)): ra_backward into dq, dk,
  * dv (and the additive weights' gradients); returns the timings. */
 static PyObject *core_backward(PyObject *self, PyObject *args)
 {
@@ -388,9 +403,10 @@ static PyObject *core_backward(PyObject *self, PyObject *args)
         const ra_additive_grads dw = {c.x[X_DWQ], c.x[X_DWK], c.x[X_DWV]};
         const ra_additive_grads *dwp = c.x[X_DWV] ? &dw : NULL;
         Py_BEGIN_ALLOW_THREADS
-        st = ra_backward_ex(c.comm, &c.s, &c.p, &c.mk, c.t[T_Q], c.t[T_K],
-                            c.t[T_V], c.t[T_O], c.t[T_LSE], c.t[T_DOUT],
-                            c.t[T_DQ], c.t[T_DK], c.t[T_DV], dwp, &tm);
+        const ra_grads g = {c.t[T_O], c.t[T_LSE], c.t[T_DOUT], c.t[T_DQ],
+                            c.t[T_DK], c.t[T_DV], dwp};
+        st = ra_backward(c.comm, &c.s, &c.p.num, &c.p.exec, &c.mk,
+                         &(ra_qkv){c.t[T_Q], c.t[T_K], c.t[T_V]}, &g, &tm);
         Py_END_ALLOW_THREADS
         result = st == RA_OK ? timing_to_py(&tm) : raise_status(st);
     }
@@ -432,16 +448,17 @@ static PyObject *core_layout_slice(PyObject *self, PyObject *args)
 }
 
 /* layout_resolve(opts, segments): the layout the call will use, by
- * ra_params_layout. */
+ * ra_exec_layout. */
 static PyObject *core_layout_resolve(PyObject *self, PyObject *args)
 {
     PyObject *opts;
     int segments;
-    ra_params p;
+    core_opts p;
     if (!PyArg_ParseTuple(args, "Op", &opts, &segments) ||
         params_from_py(opts, &p) < 0)
         return NULL;
-    return PyUnicode_FromString(ra_layout_name(ra_params_layout(&p, segments)));
+    return PyUnicode_FromString(
+        ra_layout_name(ra_exec_layout(&p.num, &p.exec, segments)));
 }
 
 /* first_nonfinite(buffer): the flat index of the first NaN or infinity of
@@ -475,15 +492,16 @@ static PyObject *core_pointers(PyObject *self, PyObject *unused)
 
 static PyMethodDef core_methods[] = {
     {"defaults", core_defaults, METH_NOARGS,
-     "The library's default options (ra_params_default) as a dict."},
+     "The library's default options (ra_numerics_default, ra_exec_default) "
+     "as a dict."},
     {"check_options", core_check_options, METH_O,
      "Refuses options the library's parsers refuse (ringattn.Error)."},
-    {"forward", core_forward, METH_VARARGS, "ra_forward_ex on buffers."},
-    {"backward", core_backward, METH_VARARGS, "ra_backward_ex on buffers."},
+    {"forward", core_forward, METH_VARARGS, "ra_forward on buffers."},
+    {"backward", core_backward, METH_VARARGS, "ra_backward on buffers."},
     {"layout_slice", core_layout_slice, METH_VARARGS,
      "The runs (start, count, stride) a rank holds (ra_layout_slice)."},
     {"layout_resolve", core_layout_resolve, METH_VARARGS,
-     "The layout a call with these options uses (ra_params_layout)."},
+     "The layout a call with these options uses (ra_exec_layout)."},
     {"first_nonfinite", core_first_nonfinite, METH_O,
      "Index of the first NaN or infinity of a float32 buffer, or -1."},
     {"pointers", core_pointers, METH_NOARGS,

@@ -1,6 +1,6 @@
 """Which global tokens a rank holds, and tensors cut into and put back from
 those slices (numpy arrays or torch tensors). The rule is the library's
-own (ra_layout_slice, ra_params_layout); nothing here restates it."""
+own (ra_layout_slice, ra_exec_layout); nothing here restates it."""
 import numpy as np
 from mpi4py import MPI
 

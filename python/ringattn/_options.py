@@ -1,7 +1,8 @@
 """The keyword options of forward(), backward(), owned_positions() and
-plan(), mapped onto the library's ra_params (the dict _core takes, whose
-keys are ra_params' field names and whose defaults come from
-ra_params_default itself) and onto ra_masks and the score's weights."""
+plan(), mapped onto the library's ra_numerics and ra_exec (the dict _core
+takes, whose keys are their field names and whose defaults come from
+ra_numerics_default and ra_exec_default themselves) and onto ra_masks and
+the score's weights."""
 import zlib
 
 import numpy as np
@@ -10,11 +11,11 @@ from . import _core
 
 DEFAULTS = _core.defaults()
 
-# Keywords that are not ra_params fields: masks and weights (arrays).
+# Keywords that are not option fields: masks and weights (arrays).
 MASKS = ("q_lens", "kv_lens", "segments", "kv_segments")
 ARRAYS = MASKS + ("additive",)
 # Flags given as booleans.
-FLAGS = ("causal", "nonfinite", "no_poll")
+FLAGS = ("causal", "nonfinite")
 # Fields set through another keyword (window=(left, right)).
 DERIVED = ("window_left", "window_right")
 

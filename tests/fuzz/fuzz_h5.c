@@ -52,9 +52,9 @@ static void read_tensors(const ra_shape *s)
     float *mem = malloc(sizeof(float) * (size_t)(nq + nk + nv));
     if (!mem)
         return;
-    if (ra_h5_read_inputs_from(MPI_COMM_SELF, path, &source, s,
-                               RA_LAYOUT_CONTIGUOUS, mem, mem + nq,
-                               mem + nq + nk) == RA_OK) {
+    if (ra_h5_read_inputs(MPI_COMM_SELF, path, &source, s,
+                          RA_LAYOUT_CONTIGUOUS, mem, mem + nq,
+                          mem + nq + nk) == RA_OK) {
         const h5io_inputs in = {NULL, s, RA_LAYOUT_CONTIGUOUS, mem, mem + nq,
                                 mem + nq + nk};
         h5io_nonfinite bad;
@@ -72,12 +72,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fclose(f);
 
     ra_shape s;
-    if (ra_h5_read_shape_from(MPI_COMM_SELF, path, &source, &s, NULL) ==
-        RA_OK) {
+    if (ra_h5_read_shape(MPI_COMM_SELF, path, &source, &s, NULL) == RA_OK) {
         for (int lay = 0; lay <= RA_LAYOUT_STRIPED; lay++) {
             ra_h5_masks masks;
-            if (ra_h5_read_masks(MPI_COMM_SELF, path, &s, (ra_layout)lay,
-                                 &masks) == RA_OK)
+            if (ra_h5_read_masks(MPI_COMM_SELF, path, NULL, &s,
+                                 (ra_layout)lay, &masks) == RA_OK)
                 ra_h5_masks_free(&masks);
         }
         read_tensors(&s);
