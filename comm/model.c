@@ -394,20 +394,26 @@ static double coll_time(const model_ctx *m, const sent *x, double intra,
 /* Ring and ring-q: step t computes rank r's queries against block
  * (r - t) (ring) or (q) the queries of block (r - t) against its keys
  * (ring-q); the step lasts its busiest rank's compute or its transfer,
- * whichever is longer. */
+ * whichever is longer. Each step after the first that runs (computes or
+ * moves something) adds the profile's fixed step cost to the compute. */
 static void times_ring(const model_ctx *m, const double *step_bytes, int q,
                        model_result *res)
 {
     const int P = m->P;
-    double total = 0, busiest = 0;
+    double total = 0, busiest = 0, fixed = 0;
     for (int t = 0; t < P; t++) {
-        const double cm = m->diag[q ? (P - t) % P : t] * (double)m->s->H *
-                          m->pair_cost;
         const double x = ring_link_time(m, step_bytes[t]);
+        double cm = m->diag[q ? (P - t) % P : t] * (double)m->s->H *
+                    m->pair_cost;
+        if (t > 0 && (cm > 0 || x > 0)) {
+            cm += m->pf->step_seconds;
+            fixed += m->pf->step_seconds;
+        }
         busiest += cm;
         total += cm > x ? cm : x;
     }
-    res->t_imbalance = busiest - res->t_compute;
+    res->t_compute += fixed;
+    res->t_imbalance = busiest + m->pf->call_seconds - res->t_compute;
     res->t_comm = total - busiest;
 }
 
@@ -850,7 +856,8 @@ static int predict_one(model_ctx *m, int with_io, model_result *res)
     res->applies = ok == RA_OK;
     if (ok != RA_OK)
         snprintf(res->why, sizeof res->why, "%s", ra_error_message());
-    res->t_compute = res->work_avg * m->pair_cost;
+    /* the tiles, and the call's fixed cost (the profile's; 0 unprobed) */
+    res->t_compute = res->work_avg * m->pair_cost + m->pf->call_seconds;
     const model_sends sends = {x, step_bytes};
     m->row->cost->times(m, &sends, res);
     res->t_io = with_io ? io_time(s, m->pf) : 0.0;
