@@ -30,19 +30,23 @@ enum {
 /* Rates above this are refused as corrupt (1 EB/s or 1e18 FLOP/s). */
 #define JSON_RATE_MAX 1e18
 
-/* The built-in kernel rates, per core: docs/PERFORMANCE.md, "Probing
- * the tile engines": `mpirun -np 2 ringattn probe --gemm openblas,onednn
- * --dim 64,128` on this machine (2 cores, one rank each, oneDNN 2.6,
- * OPENBLAS_CORETYPE=Haswell), per engine, head dim and tile class. The
- * other scores from "Scores": gaussian 0.99 of dot; additive 29.5 GFLOP/s
- * over 2 ranks at A = 64 (their compute is not the tile products). */
+/* The built-in kernel rates, per core (docs/PERFORMANCE.md, "Probing the
+ * tile engines"). Full and masked: "The oneDNN tile engine", `mpirun -np 2
+ * --bind-to core ringattn bench --seq 16384 --heads 4 --dim D [--causal]
+ * --gemm G` on the quiet machine, GFLOP/s over 2 ranks halved. Band: the
+ * full rate times the band / full ratio of one `mpirun -np 2 ringattn
+ * probe --gemm openblas,onednn --dim 64,128` (bench/records/
+ * probe-engines-p2-loaded.json; the machine was loaded, so its ratios,
+ * not its rates, are kept). The other scores from "Scores": gaussian 0.99
+ * of dot; additive 29.5 GFLOP/s over 2 ranks at A = 64 (their compute is
+ * not the tile products). */
 static void default_rates(ra_profile *p)
 {
     static const double dot[2][2][PROFILE_CLASSES] = {
         /* openblas: D = 64, 128; full, masked, band */
-        {{111e9, 100e9, 60e9}, {110.9e9, 100e9, 60e9}},
+        {{76.4e9, 70.7e9, 42.3e9}, {75.9e9, 77.0e9, 47.0e9}},
         /* onednn */
-        {{190e9, 170e9, 90e9}, {190e9, 170e9, 90e9}},
+        {{138.3e9, 113.7e9, 83.7e9}, {132.2e9, 137.9e9, 61.7e9}},
     };
     const ra_gemm engines[2] = {RA_GEMM_OPENBLAS, RA_GEMM_ONEDNN};
     p->nrates = 0;
@@ -76,6 +80,9 @@ void profile_default(ra_profile *p)
     p->ranks_per_node = 2;
     p->threads = 1;
     default_rates(p);
+    /* the same probe's fixed costs: a call, a further ring step */
+    p->call_seconds = 2.3e-5;
+    p->step_seconds = 9.3e-5;
     /* "Overlap": the comm-only ring of the ring's messages, 7.7 GB/s per
      * rank over shared memory and 3.2 GB/s over TCP. Latencies are not in
      * the document: typical Open MPI figures (vader about 1 us, TCP on one
