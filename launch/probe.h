@@ -21,8 +21,8 @@ void probe_comms_free(probe_comms *c);
 
 /* The tiled forward's FLOP/s per core for rate r's head dims, score, tile
  * engine and tile class: every rank runs ra_forward_ex on its own small
- * problem of that class (full: no mask; masked: causal; band: causal with
- * a 512-key window), one thread, all ranks at once as in a run; the mean
+ * problem of that class (full: N = 2048, no mask; masked: N = 4096,
+ * causal; band: N = 4096, causal with a 512-key window), one thread, all ranks at once as in a run; the mean
  * over ranks. 0 when a rank could not allocate. Collective. */
 double probe_kernel(const probe_comms *c, const profile_rate *r);
 

@@ -18,7 +18,11 @@ enum {
     PROBE_TAG = 23,
     KERNEL_N = 2048,         /* queries and keys of the kernel's problem */
     KERNEL_N_ADDITIVE = 512, /* the additive score: about 30x slower */
-    KERNEL_N_BAND = 4096,    /* the band class: as many pairs as full */
+    KERNEL_N_MASKED = 4096,  /* the masked and band classes: a causal
+                                diagonal of 4096 keys, whose masked tiles
+                                are nearer a long slice's share of the
+                                work than 2048's; the band as many pairs
+                                as full */
     KERNEL_WINDOW = 511,     /* its window: the key and 511 before it */
     KERNEL_H = 2,
     KERNEL_A = 64,           /* the additive score's hidden size */
@@ -97,7 +101,7 @@ static int kernel_op(void *arg)
 static void kernel_problem(const profile_rate *r, kernel_arg *a)
 {
     const int64_t n = r->score == RA_SCORE_ADDITIVE ? KERNEL_N_ADDITIVE
-                      : r->cls == PROFILE_BAND      ? KERNEL_N_BAND
+                      : r->cls != PROFILE_FULL      ? KERNEL_N_MASKED
                                                     : KERNEL_N;
     a->s = (ra_shape){.B = 1, .N = n, .M = n, .H = KERNEL_H, .G = KERNEL_H,
                       .D = r->D, .Dv = r->Dv};
