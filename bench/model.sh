@@ -18,16 +18,31 @@
 #
 # PLAN_ONLY=1 keeps the probes and bench outputs of an earlier run and
 # redoes only the predictions (after a change to the model).
+#
+# MODEL_SET=engine runs instead the short set of the tile engines and
+# classes (docs/PERFORMANCE.md, "Probing the tile engines"): one probe per
+# allocation of both engines and every tile class, then the ring alone on
+# cases no rate was measured on: P = 1, N not a multiple of the tile,
+# causal windows of 512 and 4096 keys, D = 128, and OpenBLAS by --gemm.
+# Records in bench/records/model-engine, the table in
+# docs/model-engine-table.md.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=prelude.sh
 . "$(dirname "$0")/prelude.sh"
+set_name=${MODEL_SET:-all}
 out=bench/records/model
+table=docs/model-table.md
+if [ "$set_name" = engine ]; then
+  out=bench/records/model-engine
+  table=docs/model-engine-table.md
+fi
 fc=launch/fake-cluster.sh
 mkdir -p "$out"
 [ "${PLAN_ONLY:-0}" = 1 ] || rm -f "$out"/*.json
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 common=(--heads 4 --dim 64 --reps 5 --warmup 1 --check-rows 1)
 profile=
+probe_args=(--dim 64 --score dot)
 
 # probe NAME LAUNCH...: the profile of the allocation LAUNCH starts, for
 # the configurations that follow
@@ -37,8 +52,7 @@ probe() {
   profile=$out/$name.probe.json
   [ "${PLAN_ONLY:-0}" = 1 ] && return 0
   echo "+ probe $name"
-  "$@" "$R" probe --dim 64 --score dot --dir "$out" --out "$profile" \
-    --force
+  "$@" "$R" probe "${probe_args[@]}" --dir "$out" --out "$profile" --force
 }
 
 # one NAME NP NODES BENCH_LAUNCH... -- ARGS...: bench, then plan of the
@@ -76,6 +90,27 @@ shm() { # shm NAME NP ARGS...
   one "$name" "$np" 1 mpirun -np "$np" --oversubscribe -- \
     --strategy all "${common[@]}" "$@"
 }
+if [ "$set_name" = engine ]; then
+  probe_args=(--gemm openblas,onednn --dim 64,128 --score dot)
+  ring() { # ring NAME NP ARGS...: the ring alone
+    local name=$1 np=$2
+    shift 2
+    one "$name" "$np" 1 mpirun -np "$np" -- --strategy ring --heads 4 \
+      --reps 3 --warmup 1 --check-rows 1 "$@"
+  }
+  probe e1 mpirun -np 1
+  ring e1-n5000 1 --seq 5000 --dim 64
+  ring e1-n5000-causal 1 --seq 5000 --dim 64 --causal
+  probe e2 mpirun -np 2
+  ring e2-n12000-causal 2 --seq 12000 --dim 64 --causal
+  ring e2-n16384-d128 2 --seq 16384 --dim 128
+  ring e2-n16384-w512 2 --seq 16384 --dim 64 --causal --window 512
+  ring e2-n16384-w4096 2 --seq 16384 --dim 64 --causal --window 4096
+  ring e2-n12000-causal-openblas 2 --seq 12000 --dim 64 --causal \
+    --gemm openblas
+  /usr/bin/python3 bench/model-table.py "$out" | tee "$table"
+  exit 0
+fi
 probe p1 mpirun -np 1
 shm p1-n4096 1 --seq 4096
 shm p1-n4096-causal 1 --seq 4096 --causal
@@ -122,4 +157,4 @@ else
   echo "+ fake nodes skipped (needs root, or SKIP_NODES=1)"
 fi
 
-/usr/bin/python3 bench/model-table.py "$out" | tee docs/model-table.md
+/usr/bin/python3 bench/model-table.py "$out" | tee "$table"

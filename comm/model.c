@@ -15,15 +15,6 @@
 #include "model_steps.h"
 #include "strategy.h"
 
-/* Calibrated against bench on this machine (docs/PERFORMANCE.md, "The
- * performance model"): the share of the kernel's rate each strategy's
- * compute reaches (its tile edges, packing and per-call overheads). */
-const double model_eff[RA_STRATEGY_COUNT] = {
-    [RA_STRATEGY_RING] = 0.95,    [RA_STRATEGY_ALLGATHER] = 0.95,
-    [RA_STRATEGY_TREE] = 0.90,    [RA_STRATEGY_RING_Q] = 0.93,
-    [RA_STRATEGY_ULYSSES] = 0.95, [RA_STRATEGY_HYBRID] = 0.93,
-};
-
 /* ---- the problem as the model sees it ------------------------------------- */
 
 typedef struct {
@@ -32,6 +23,7 @@ typedef struct {
     const model_masks *mk;
     const model_alloc *al;
     const ra_profile *pf;
+    const strat_row *row; /* the strategy predicted */
     int P, segs, nodes;   /* node ids are below nodes */
     int *node;            /* P: node of each rank */
     double *nq, *nk;      /* P each: slice counts over N and over M */
@@ -252,18 +244,15 @@ static void tree_sent(const model_ctx *m, int r, sent *q, sent *part)
     part->inter += elem * (all - here);
 }
 
-/* allgather.c and tree.c count what a rank hands to MPI for each other
- * rank: allgather its own K/V (and key ids) to all; tree as tree_sent. */
+/* allgather.c counts what a rank hands to MPI for each other rank: its
+ * own K/V (and key ids) to all. */
 static void bytes_gathered(const model_ctx *m, sent *x)
 {
     const ra_shape *s = m->s;
     const double krow = 4.0 * (double)(s->G * (s->D + s->Dv)) +
                         (m->segs ? 8.0 : 0.0);
     for (int r = 0; r < m->P; r++)
-        if (m->p.strategy == RA_STRATEGY_ALLGATHER)
-            send_each(m, &x[r], r, (double)s->B * m->nk[r] * krow);
-        else
-            tree_sent(m, r, &x[r], &x[r]);
+        send_each(m, &x[r], r, (double)s->B * m->nk[r] * krow);
 }
 
 /* ulysses.c and hybrid.c with segments: strat_ids_natural gathers every
@@ -403,22 +392,28 @@ static double coll_time(const model_ctx *m, const sent *x, double intra,
 }
 
 /* Ring and ring-q: step t computes rank r's queries against block
- * (r - t) (ring) or the queries of block (r - t) against its keys
+ * (r - t) (ring) or (q) the queries of block (r - t) against its keys
  * (ring-q); the step lasts its busiest rank's compute or its transfer,
- * whichever is longer. */
-static void times_ring(const model_ctx *m, const double *step_bytes,
+ * whichever is longer. Each step after the first that runs (computes or
+ * moves something) adds the profile's fixed step cost to the compute. */
+static void times_ring(const model_ctx *m, const double *step_bytes, int q,
                        model_result *res)
 {
-    const int P = m->P, q = m->p.strategy == RA_STRATEGY_RING_Q;
-    double total = 0, busiest = 0;
+    const int P = m->P;
+    double total = 0, busiest = 0, fixed = 0;
     for (int t = 0; t < P; t++) {
-        const double cm = m->diag[q ? (P - t) % P : t] * (double)m->s->H *
-                          m->pair_cost;
         const double x = ring_link_time(m, step_bytes[t]);
+        double cm = m->diag[q ? (P - t) % P : t] * (double)m->s->H *
+                    m->pair_cost;
+        if (t > 0 && (cm > 0 || x > 0)) {
+            cm += m->pf->step_seconds;
+            fixed += m->pf->step_seconds;
+        }
         busiest += cm;
         total += cm > x ? cm : x;
     }
-    res->t_imbalance = busiest - res->t_compute;
+    res->t_compute += fixed;
+    res->t_imbalance = busiest + m->pf->call_seconds - res->t_compute;
     res->t_comm = total - busiest;
 }
 
@@ -480,13 +475,13 @@ typedef struct {
 static void times_of_ring(const model_ctx *m, const model_sends *d,
                           model_result *res)
 {
-    times_ring(m, d->step_bytes, res);
+    times_ring(m, d->step_bytes, 0, res);
 }
 
 static void times_of_ringq(const model_ctx *m, const model_sends *d,
                            model_result *res)
 {
-    times_ring(m, d->step_bytes, res);
+    times_ring(m, d->step_bytes, 1, res);
     res->t_comm += ringq_acc_time(m);
 }
 
@@ -543,46 +538,91 @@ static void times_of_hybrid(const model_ctx *m, const model_sends *d,
     }
 }
 
+/* A strategy as the model counts it (model.h), the cost of its row in
+ * strat_table (comm/call.c): eff, the share of the kernel's rate its
+ * compute reaches (tile edges, packing, per-call work; calibrated against
+ * bench on this machine, docs/PERFORMANCE.md "The performance model");
+ * its own refusals beyond the shared ones (NULL: none); what it gathers
+ * whole under the memory limit (NULL: nothing); what a rank holds beyond
+ * its slices; the work of rank r; what each rank sends; the exposed time;
+ * ring_like: each rank sends to its successor only (its cross-node bytes
+ * are all or none). */
+struct model_cost {
+    double eff;
+    ra_status (*check)(const model_ctx *m, model_result *res);
+    int64_t (*gathered)(const ra_shape *s, int segs);
+    double (*mem)(const mem_view *v);
+    double (*work)(const model_ctx *m, const model_result *res, int r);
+    int (*bytes)(const model_ctx *m, sent *x, double *step_bytes,
+                 const model_result *res);
+    void (*times)(const model_ctx *m, const model_sends *d,
+                  model_result *res);
+    int ring_like;
+};
+
 /* ---- one strategy ---------------------------------------------------------- */
 
-/* Applies or not, as the strategy's own checks say (RA_OK or the first
- * refusal); sets the hybrid group size res->u (1 when refused). */
+/* The memory limit of one rank: --mem-limit, else its node's share. */
+static double rank_limit(const ra_params *p, const ra_profile *pf, int P,
+                         int nodes)
+{
+    return p->mem_limit > 0 ? (double)p->mem_limit
+                            : (double)pf->mem_per_node /
+                                  ((P + nodes - 1) / nodes);
+}
+
+/* ulysses.c's refusal: more ranks than query heads. */
+static ra_status check_ulysses(const model_ctx *m, model_result *res)
+{
+    (void)res;
+    return ulysses_fits(m->s, m->P);
+}
+
+/* hybrid.c's group size into res->u (1 when refused), and each group's
+ * query pairs into m->grp, which its work reads. */
+static ra_status check_hybrid(const model_ctx *m, model_result *res)
+{
+    const int P = m->P, nodes = m->al->nodes > 0 ? m->al->nodes : 1;
+    const int u = m->p.ulysses_size > 0 ? (int)m->p.ulysses_size : P / nodes;
+    ra_status ok;
+    if (m->p.ulysses_size <= 0 && P % nodes != 0)
+        ok = ra_error_set(RA_ERR_ARG, "hybrid: nodes hold different "
+                          "numbers of ranks (%d over %d); give the "
+                          "group size explicitly", P, nodes);
+    else
+        ok = hybrid_group_check(m->s, P, u);
+    res->u = ok == RA_OK ? u : 1;
+    for (int g = 0; g < P / res->u; g++) {
+        m->grp[g] = 0;
+        for (int j = 0; j < res->u; j++)
+            m->grp[g] += m->qrow[g * res->u + j];
+    }
+    return ok;
+}
+
+/* Applies or not, as the row's own checks say (RA_OK or the refusal):
+ * its check (which sets res->u), the memory a gathering row allocates,
+ * then the features only some rows take, as the call refuses them. */
 static ra_status model_checks(const model_ctx *m, model_result *res)
 {
-    const ra_shape *s = m->s;
-    const int P = m->P, nodes = m->al->nodes > 0 ? m->al->nodes : 1;
-    const ra_strategy st = m->p.strategy;
-    ra_status ok = RA_OK;
+    const model_cost *cost = m->row->cost;
+    const int nodes = m->al->nodes > 0 ? m->al->nodes : 1;
     res->u = 1;
-    if (st != RA_STRATEGY_RING && m->p.score == RA_SCORE_ADDITIVE)
-        return ra_error_set(RA_ERR_ARG, "the additive score runs on strategy "
-                                        "ring only");
-    if (st != RA_STRATEGY_RING && m->p.align == RA_ALIGN_SEQUENCE)
-        return ra_error_set(RA_ERR_ARG, "per-sequence alignment runs on "
-                                        "strategy ring only");
-    if (st == RA_STRATEGY_ULYSSES)
-        ok = ulysses_fits(s, P);
-    if (st == RA_STRATEGY_HYBRID) {
-        const int u = m->p.ulysses_size > 0 ? (int)m->p.ulysses_size
-                                            : P / nodes;
-        if (m->p.ulysses_size <= 0 && P % nodes != 0)
-            ok = ra_error_set(RA_ERR_ARG, "hybrid: nodes hold different "
-                              "numbers of ranks (%d over %d); give the "
-                              "group size explicitly", P, nodes);
-        else
-            ok = hybrid_group_check(s, P, u);
-        res->u = ok == RA_OK ? u : 1;
-    }
-    const double limit = m->p.mem_limit > 0
-                             ? (double)m->p.mem_limit
-                             : (double)m->pf->mem_per_node /
-                                   ((P + nodes - 1) / nodes);
-    if (ok == RA_OK && st == RA_STRATEGY_ALLGATHER &&
-        (double)allgather_bytes(s, m->segs) > limit)
-        ok = ra_error_set(RA_ERR_ARG, "allgather: the gathered K/V needs "
-                          "%.0f MB per rank, above the limit of %.0f MB",
-                          (double)allgather_bytes(s, m->segs) / 1e6,
+    ra_status ok = cost->check ? cost->check(m, res) : RA_OK;
+    const double limit = rank_limit(&m->p, m->pf, m->P, nodes);
+    if (ok == RA_OK && cost->gathered &&
+        (double)cost->gathered(m->s, m->segs) > limit)
+        ok = ra_error_set(RA_ERR_ARG, "%s: the gathered K/V needs %.0f MB "
+                          "per rank, above the limit of %.0f MB",
+                          ra_strategy_name(m->row->id),
+                          (double)cost->gathered(m->s, m->segs) / 1e6,
                           limit / 1e6);
+    if (!m->row->additive && m->p.score == RA_SCORE_ADDITIVE)
+        ok = ra_error_set(RA_ERR_ARG, "the additive score runs on strategy "
+                                      "ring only");
+    if (m->row->id != RA_STRATEGY_RING && m->p.align == RA_ALIGN_SEQUENCE)
+        ok = ra_error_set(RA_ERR_ARG, "per-sequence alignment runs on "
+                                      "strategy ring only");
     return ok;
 }
 
@@ -633,7 +673,7 @@ static double model_row_work(const model_ctx *m, const model_result *res,
                              int r);
 
 /* Pairs, work per rank and memory (with hybrid, m->grp holds each group's
- * queries' pairs). */
+ * queries' pairs: check_hybrid). */
 static void model_work(const model_ctx *m, model_result *res)
 {
     const ra_shape *s = m->s;
@@ -645,12 +685,6 @@ static void model_work(const model_ctx *m, model_result *res)
                             model_rank_bytes(s, &m->p, m->p.layout, P, r));
     }
     res->flops = ra_pair_flops(s, &m->p) * res->pairs_total;
-    for (int g = 0; m->p.strategy == RA_STRATEGY_HYBRID && g < P / res->u;
-         g++) {
-        m->grp[g] = 0;
-        for (int j = 0; j < res->u; j++)
-            m->grp[g] += m->qrow[g * res->u + j];
-    }
     for (int r = 0; r < P; r++) {
         const double w = model_row_work(m, res, r);
         res->work_max = fmax(res->work_max, w);
@@ -678,12 +712,23 @@ static int bytes_of_ringq(const model_ctx *m, sent *x, double *step_bytes,
     return 0;
 }
 
-static int bytes_of_gather(const model_ctx *m, sent *x, double *step_bytes,
-                           const model_result *res)
+static int bytes_of_allgather(const model_ctx *m, sent *x,
+                              double *step_bytes, const model_result *res)
 {
     (void)step_bytes;
     (void)res;
     bytes_gathered(m, x);
+    return 0;
+}
+
+/* tree.c: its queries to all, the merge elements back (tree_sent). */
+static int bytes_of_tree(const model_ctx *m, sent *x, double *step_bytes,
+                         const model_result *res)
+{
+    (void)step_bytes;
+    (void)res;
+    for (int r = 0; r < m->P; r++)
+        tree_sent(m, r, &x[r], &x[r]);
     return 0;
 }
 
@@ -706,51 +751,43 @@ static int bytes_of_hybrid(const model_ctx *m, sent *x, double *step_bytes,
     return 0;
 }
 
-/* The strategies as the model counts them, a row each in the order of
- * ra_strategy: what a rank holds beyond its slices, the work of rank r,
- * what each rank sends, the exposed time; ring_like: each rank sends to
- * its successor only (its cross-node bytes are all or none). Adding a
- * strategy: its row here and one in strat_table (comm/strategy.c). */
-typedef struct {
-    double (*mem)(const mem_view *v);
-    double (*work)(const model_ctx *m, const model_result *res, int r);
-    int (*bytes)(const model_ctx *m, sent *x, double *step_bytes,
-                 const model_result *res);
-    void (*times)(const model_ctx *m, const model_sends *d,
-                  model_result *res);
-    int ring_like;
-} model_row;
+const model_cost model_cost_ring = {
+    0.95, NULL, NULL, mem_ring, work_own_queries, bytes_of_ring,
+    times_of_ring, 1};
+const model_cost model_cost_allgather = {
+    0.95, NULL, allgather_bytes, mem_gathered, work_own_queries,
+    bytes_of_allgather, times_of_allgather, 0};
+const model_cost model_cost_tree = {
+    0.90, NULL, NULL, mem_tree, work_own_keys, bytes_of_tree, times_of_tree,
+    0};
+const model_cost model_cost_ringq = {
+    0.93, NULL, NULL, mem_ringq, work_own_keys, bytes_of_ringq,
+    times_of_ringq, 1};
+const model_cost model_cost_ulysses = {
+    0.95, check_ulysses, NULL, mem_heads, work_ulysses, bytes_of_ulysses,
+    times_of_ulysses, 0};
+const model_cost model_cost_hybrid = {
+    0.93, check_hybrid, NULL, mem_heads, work_hybrid, bytes_of_hybrid,
+    times_of_hybrid, 0};
 
-static const model_row model_table[RA_STRATEGY_COUNT] = {
-    [RA_STRATEGY_RING] = {mem_ring, work_own_queries, bytes_of_ring,
-                          times_of_ring, 1},
-    [RA_STRATEGY_ALLGATHER] = {mem_gathered, work_own_queries,
-                               bytes_of_gather, times_of_allgather, 0},
-    [RA_STRATEGY_TREE] = {mem_tree, work_own_keys, bytes_of_gather,
-                          times_of_tree, 0},
-    [RA_STRATEGY_RING_Q] = {mem_ringq, work_own_keys, bytes_of_ringq,
-                            times_of_ringq, 1},
-    [RA_STRATEGY_ULYSSES] = {mem_heads, work_ulysses, bytes_of_ulysses,
-                             times_of_ulysses, 0},
-    [RA_STRATEGY_HYBRID] = {mem_heads, work_hybrid, bytes_of_hybrid,
-                            times_of_hybrid, 0},
-};
-
-static const model_row *row_of(ra_strategy st)
+/* The row of strategy id in strat_table (an unknown id: the ring's). */
+static const strat_row *row_of(ra_strategy id)
 {
-    return &model_table[(unsigned)st < RA_STRATEGY_COUNT ? st
-                                                         : RA_STRATEGY_RING];
+    for (int i = 0; i < RA_STRATEGY_COUNT; i++)
+        if (strat_table[i].id == id)
+            return &strat_table[i];
+    return &strat_table[0];
 }
 
 static double model_row_mem(const mem_view *v)
 {
-    return row_of(v->p->strategy)->mem(v);
+    return row_of(v->p->strategy)->cost->mem(v);
 }
 
 static double model_row_work(const model_ctx *m, const model_result *res,
                              int r)
 {
-    return row_of(m->p.strategy)->work(m, res, r);
+    return m->row->cost->work(m, res, r);
 }
 
 /* Counts: pairs, work per rank, bytes; step_bytes for the times. 0, or -1
@@ -760,14 +797,14 @@ static int model_counts(const model_ctx *m, sent *x, double *step_bytes,
 {
     const int P = m->P;
     model_work(m, res);
-    if (row_of(m->p.strategy)->bytes(m, x, step_bytes, res) != 0)
+    if (m->row->cost->bytes(m, x, step_bytes, res) != 0)
         return -1;
     for (int r = 0; r < P; r++) {
         res->bytes_max = fmax(res->bytes_max, x[r].all);
         res->bytes_avg += x[r].all / P;
         res->intra_max = fmax(res->intra_max, x[r].intra);
         res->inter_max = fmax(res->inter_max, x[r].inter);
-        if (row_of(m->p.strategy)->ring_like) {
+        if (m->row->cost->ring_like) {
             const double c = m->node[r] != m->node[(r + 1) % P] ? x[r].all : 0;
             res->cross_max = fmax(res->cross_max, c);
             res->cross_total += c;
@@ -793,7 +830,7 @@ static double rank_rate(const model_ctx *m)
     double share = ra_params_threads(&m->p);
     if (m->al->cores > 0 && share * m->P > m->al->cores)
         share = (double)m->al->cores / m->P;
-    return m->al->core_rate * share * model_eff[m->p.strategy];
+    return m->al->core_rate * share * m->row->cost->eff;
 }
 
 /* One strategy on a set-up context (m->p.strategy); 0 or -1 (memory). */
@@ -819,9 +856,10 @@ static int predict_one(model_ctx *m, int with_io, model_result *res)
     res->applies = ok == RA_OK;
     if (ok != RA_OK)
         snprintf(res->why, sizeof res->why, "%s", ra_error_message());
-    res->t_compute = res->work_avg * m->pair_cost;
+    /* the tiles, and the call's fixed cost (the profile's; 0 unprobed) */
+    res->t_compute = res->work_avg * m->pair_cost + m->pf->call_seconds;
     const model_sends sends = {x, step_bytes};
-    row_of(strat)->times(m, &sends, res);
+    m->row->cost->times(m, &sends, res);
     res->t_io = with_io ? io_time(s, m->pf) : 0.0;
     res->t_total = res->t_compute + res->t_comm + res->t_imbalance + res->t_io;
     rc = 0;
@@ -842,9 +880,10 @@ int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
     m.p.layout = lay;
     m.segs = m.mk->q_seg && m.mk->kv_seg;
     int rc = model_setup(&m); /* the rows and steps, shared by all */
-    for (int k = 0; k < RA_STRATEGY_COUNT && rc == 0; k++) {
-        m.p.strategy = (ra_strategy)k;
-        rc = predict_one(&m, with_io, &res[k]);
+    for (int i = 0; i < RA_STRATEGY_COUNT && rc == 0; i++) {
+        m.row = &strat_table[i];
+        m.p.strategy = m.row->id;
+        rc = predict_one(&m, with_io, &res[m.row->id]);
     }
     model_free(&m);
     return rc;
@@ -856,6 +895,8 @@ int64_t model_max_seq(const ra_shape *s, const ra_params *p, ra_layout lay,
     const int P = al->P > 0 ? al->P : 1;
     const int nodes = al->nodes > 0 ? al->nodes : 1;
     const double limit = (double)pf->mem_per_node / ((P + nodes - 1) / nodes);
+    int64_t (*gathered)(const ra_shape *, int) =
+        row_of(p->strategy)->cost->gathered;
     int64_t lo = 0, hi = (int64_t)1 << 40;
     while (lo < hi) { /* the largest N whose busiest rank fits */
         const int64_t mid = lo + (hi - lo + 1) / 2;
@@ -864,8 +905,8 @@ int64_t model_max_seq(const ra_shape *s, const ra_params *p, ra_layout lay,
         double worst = 0;
         for (int r = 0; r < P && r < 2; r++) /* rank 0 holds the most */
             worst = fmax(worst, model_rank_bytes(&t, p, lay, P, r));
-        if (p->strategy == RA_STRATEGY_ALLGATHER && p->mem_limit > 0 &&
-            (double)allgather_bytes(&t, 0) > (double)p->mem_limit)
+        if (gathered && p->mem_limit > 0 &&
+            (double)gathered(&t, 0) > (double)p->mem_limit)
             worst = INFINITY;
         if (worst <= limit)
             lo = mid;

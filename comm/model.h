@@ -56,9 +56,13 @@ typedef struct {
     double mem_max;        /* bytes per rank, the largest (bench model_MB) */
 } model_result;
 
-/* Efficiency of each strategy's compute against the profile's kernel rate
- * (index: ra_strategy): scheduling, packing and tile edges. */
-extern const double model_eff[RA_STRATEGY_COUNT];
+/* The model's arithmetic of one strategy (comm/model.c): the cost field of
+ * its row in strat_table (strategy.h), so that predicting every strategy
+ * is a loop over that one table. Adding a strategy: its file, its row,
+ * and its cost here. */
+typedef struct model_cost model_cost;
+extern const model_cost model_cost_ring, model_cost_allgather,
+    model_cost_tree, model_cost_ringq, model_cost_ulysses, model_cost_hybrid;
 
 /* Visible pairs of one batch, one head: the queries of slice qs (q_seg:
  * their ids in slice order, or NULL) against the keys of ks (NULL: all

@@ -13,13 +13,30 @@
 
 #include "ringattn.h"
 
-enum { PROFILE_MAX_RATES = 16, PROFILE_TEXT = 256, PROFILE_HOSTS = 2048 };
+enum { PROFILE_MAX_RATES = 48, PROFILE_TEXT = 256, PROFILE_HOSTS = 2048,
+       PROFILE_PRECISION = 8 };
 
-/* The tiled forward kernel's rate for one head shape and score, per core
- * (one thread of one rank), in useful FLOP/s as ra_forward_flops counts. */
+/* The tile shape class a kernel rate is measured on, as a run meets it:
+ * full tiles (no mask), the causal diagonal's masked edge tiles among full
+ * ones, or the narrow tiles of a sliding-window band. */
+typedef enum {
+    PROFILE_FULL = 0,
+    PROFILE_MASKED = 1,
+    PROFILE_BAND = 2,
+    PROFILE_CLASSES = 3
+} profile_class;
+
+/* The tiled forward kernel's rate for one head shape and score on one tile
+ * engine, precision and tile class, per core (one thread of one rank), in
+ * useful FLOP/s as ra_forward_flops counts. gemm RA_GEMM_AUTO: a profile of
+ * schema 2, which did not record the engine nor the class; such a rate
+ * stands in for every engine and class. precision: "fp32" or "bf16". */
 typedef struct {
     int64_t D, Dv;
     ra_score score;
+    ra_gemm gemm;
+    char precision[PROFILE_PRECISION];
+    profile_class cls;
     double flops_per_core;
 } profile_rate;
 
@@ -42,6 +59,12 @@ typedef struct {
                                       probed: rates are shares of a core */
     int nrates;
     profile_rate rate[PROFILE_MAX_RATES];
+    double call_seconds;           /* fixed cost of one forward call beyond
+                                      its tiles (one rank, one step); 0:
+                                      not measured */
+    double step_seconds;           /* fixed cost of each further ring step
+                                      (a step's hand-over, tiny blocks);
+                                      0: not measured (one rank) */
     profile_link intra, inter;     /* same node; across nodes */
     double alltoall_intra, alltoall_inter;   /* bytes/s per rank sent */
     double allgather_intra, allgather_inter; /* bytes/s per rank received */

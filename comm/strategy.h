@@ -59,10 +59,13 @@ typedef struct {
                            slopes */
 } strat_call;
 
+struct model_cost;
+
 /* A strategy, one row of the table in call.c: whether it takes the
  * additive score, what it refuses before any work beyond the shared
- * checks (NULL: nothing more; collective over comm), its forward and its
- * backward (NULL: none). */
+ * checks (NULL: nothing more; collective over comm), its forward, its
+ * backward (NULL: none) and its cost, the performance model's arithmetic
+ * of it (model.h). */
 typedef struct {
     ra_strategy id;
     int additive;
@@ -70,7 +73,11 @@ typedef struct {
                       int segs);
     ra_status (*forward)(strat_call *c);
     ra_status (*backward)(strat_call *c);
+    const struct model_cost *cost;
 } strat_row;
+
+/* Every strategy, one row each, in the order of ra_strategy (call.c). */
+extern const strat_row strat_table[RA_STRATEGY_COUNT];
 
 /* Reports step done of total to the caller's progress callback. */
 void strat_step(strat_call *c, int done, int total);

@@ -59,6 +59,9 @@ typedef struct {
                                   over its least busy thread (0: unknown) */
     double gflops;             /* flops / seconds_median */
     double sgemm_gflops;       /* sum over ranks of large-sgemm GFLOP/s */
+    double peak_gflops;        /* sum over ranks of the oneDNN matmul's
+                                  GFLOP/s in the run's precision; 0: not
+                                  measured (no oneDNN), shown as n/a */
     double comm_wait_fraction; /* max over ranks of median wait / wall */
     double bytes_sent;         /* per rank, max over ranks, one pass */
     double bytes_sent_avg;     /* per rank, mean over ranks, one pass */
@@ -111,6 +114,25 @@ int bench_rss_reset(void);
 double bench_rss_peak(void);
 /* GFLOP/s of an SGEMM_N^3 sgemm on this rank's threads, all ranks at once. */
 double bench_sgemm_rate(MPI_Comm comm, int threads);
+/* The two yardsticks of a run, summed over the ranks: OpenBLAS's sgemm and
+ * oneDNN's matmul (0: not measured, why in impl). */
+typedef struct {
+    double sgemm, peak;
+    int bf16;
+    char impl[128];
+} bench_yard;
+
+/* Both yardsticks on this rank's threads, all ranks at once, the peak in
+ * fp32 or (bf16) bf16; rank 0's impl. Collective. */
+void bench_yardsticks(MPI_Comm comm, int threads, int bf16, bench_yard *y);
+/* GFLOP/s of an SGEMM_N^3 oneDNN matmul (engine/peak.h) on this rank's
+ * threads, all ranks at once (they compete for cores and memory as in a
+ * pass), in fp32 or (bf16) bf16 x bf16 -> fp32: the peak yardstick. 0 when
+ * it could not run (no oneDNN in the build, no bf16 matmul on the CPU);
+ * impl (cap bytes) gets oneDNN's implementation, or why not. Every rank
+ * makes the same barriers. */
+double bench_peak_rate(MPI_Comm comm, int threads, int bf16, char *impl,
+                       size_t cap);
 
 /* Seeded random weights of the additive score, A hidden units over q and
  * k of dim D: w_q (A, D), w_k (A, D), w_v (A), the first two scaled by
@@ -150,6 +172,8 @@ void bench_check_output(const bench_opts *o, const ra_shape *s,
                         const ra_slice *qs, const bench_masks *bm,
                         const float *out, const float *lse, ra_tally *t);
 
+/* Rank 0: the yardsticks' lines of a run's echo. */
+void bench_print_yard(FILE *out, const bench_yard *y);
 /* Output sinks; rank 0 only. The writers return 0, or -1 when a write
  * failed (errno set). */
 void bench_print_header(FILE *out);

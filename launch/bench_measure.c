@@ -1,6 +1,7 @@
 /* bench_measure.c: the measurements of `ringattn bench` besides the pass
- * itself: medians and spreads over ranks, peak RSS, the sgemm yardstick and
- * a comm-only ring for bandwidth. */
+ * itself: medians and spreads over ranks, peak RSS, the two yardsticks
+ * (OpenBLAS sgemm and oneDNN's matmul peak) and a comm-only ring for
+ * bandwidth. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "bench.h"
 #include "internal.h"
+#include "peak.h"
 
 
 /* Messages of a comm-only ring go in parts of at most this many floats:
@@ -86,6 +88,45 @@ double bench_sgemm_rate(MPI_Comm comm, int threads)
     free(a);
     return a ? 2.0 * (double)n * n * n / bench_median(t, TIMED_REPS) * 1e-9
              : 0.0;
+}
+
+double bench_peak_rate(MPI_Comm comm, int threads, int bf16, char *impl,
+                       size_t cap)
+{
+    const char *why = "";
+    ra_peak *pk = ra_peak_open(SGEMM_N, bf16, threads, &why);
+    int bad = pk == NULL;
+    double t[TIMED_REPS];
+    snprintf(impl, cap, "%s", pk ? ra_peak_impl(pk) : why);
+    for (int rep = -1; rep < TIMED_REPS; rep++) {
+        MPI_Barrier(comm);
+        const double t0 = MPI_Wtime();
+        bad |= pk && ra_peak_run(pk) != 0;
+        if (rep >= 0)
+            t[rep] = MPI_Wtime() - t0;
+    }
+    const double rate = bad ? 0.0
+                            : ra_peak_flops(pk) / bench_median(t, TIMED_REPS) *
+                                  1e-9;
+    if (pk && bad)
+        snprintf(impl, cap, "oneDNN failed running the matmul");
+    ra_peak_close(pk);
+    return rate;
+}
+
+void bench_yardsticks(MPI_Comm comm, int threads, int bf16, bench_yard *y)
+{
+    const double mine[2] = {
+        bench_sgemm_rate(comm, threads),
+        bench_peak_rate(comm, threads, bf16, y->impl, sizeof y->impl)};
+    double sum[2], least;
+    MPI_Allreduce(mine, sum, 2, MPI_DOUBLE, MPI_SUM, comm);
+    MPI_Allreduce(&mine[1], &least, 1, MPI_DOUBLE, MPI_MIN, comm);
+    y->sgemm = sum[0];
+    y->peak = least > 0 ? sum[1] : 0.0; /* every rank's, or none */
+    if (least <= 0 && mine[1] > 0)
+        snprintf(y->impl, sizeof y->impl, "another rank could not run it");
+    y->bf16 = bf16;
 }
 
 /* The floats rank i holds of the key/value blocks under a layout. */

@@ -8,33 +8,64 @@ const char bench_columns[] =
     "Columns: time_s, the median over reps of the slowest rank (rank_min/max:\n"
     "each rank's median); busy, tbusy: slowest over fastest compute time of\n"
     "the ranks, of a rank's threads; GFLOP/s of the useful FLOPs (2(D+Dv) per\n"
-    "visible pair); sgemm: all ranks' 2048^3 sgemm, ratio = GFLOP/s / sgemm;\n"
+    "visible pair); sgemm: all ranks' 2048^3 OpenBLAS sgemm, ratio = GFLOP/s\n"
+    "/ sgemm; peak: all ranks' 2048^3 oneDNN matmul in the run's precision\n"
+    "(n/a without oneDNN), f_peak = GFLOP/s / peak;\n"
     "wait%: exposed transfer time; MB_sent (busiest rank), MB_xnode (to other\n"
     "nodes), MB_xn_all (summed); ring_GB/s: a comm-only ring; rss_MB, model_MB:\n"
     "peak and modelled memory; rel_err of the fp64-checked rows, PASS within\n"
     "verify's --tol. Scores, strategies and layouts: ringattn run --help.\n";
 
+void bench_print_yard(FILE *out, const bench_yard *y)
+{
+    fprintf(out, "# %-12s %d^3 OpenBLAS sgemm on every rank at once: %.1f "
+            "GFLOP/s in all\n", "sgemm", SGEMM_N, y->sgemm);
+    if (y->peak > 0)
+        fprintf(out, "# %-12s %d^3 oneDNN matmul %s (%s) on every rank at "
+                "once: %.1f GFLOP/s in all\n", "peak", SGEMM_N,
+                y->bf16 ? "bf16 x bf16 -> fp32" : "fp32", y->impl, y->peak);
+    else
+        fprintf(out, "# %-12s n/a: %s\n", "peak", y->impl);
+}
+
 void bench_print_header(FILE *out)
 {
-    fprintf(out, "#%7s %7s %2s %2s %9s %9s %9s %9s %5s %5s %8s %8s %6s %6s %9s "
-                 "%9s %9s %8s %8s %8s %9s %s\n",
+    fprintf(out, "#%7s %7s %2s %2s %9s %9s %9s %9s %5s %5s %8s %8s %6s %8s "
+                 "%6s %6s %9s %9s %9s %8s %8s %8s %9s %s\n",
             "N", "M", "P", "T", "mode", "time_s", "rank_min", "rank_max",
-            "busy", "tbusy", "GFLOP/s", "sgemm", "ratio", "wait%", "MB_sent",
+            "busy", "tbusy", "GFLOP/s", "sgemm", "ratio", "peak", "f_peak",
+            "wait%", "MB_sent",
             "MB_xnode", "MB_xn_all", "ring_GB/s", "rss_MB", "model_MB", "rel_err", "verdict");
+}
+
+/* The peak and its fraction as the table shows them: "n/a" when the run
+ * has no peak (no oneDNN), never a made-up figure. */
+static void peak_cells(const bench_result *r, char peak[16], char frac[16])
+{
+    if (r->peak_gflops > 0) {
+        snprintf(peak, 16, "%.1f", r->peak_gflops);
+        snprintf(frac, 16, "%.3f", r->gflops / r->peak_gflops);
+    } else {
+        snprintf(peak, 16, "n/a");
+        snprintf(frac, 16, "n/a");
+    }
 }
 
 void bench_print_row(FILE *out, const bench_result *r)
 {
+    char peak[16], frac[16];
+    peak_cells(r, peak, frac);
     fprintf(out, " %7lld %7lld %2d %2d %9s %9.4f %9.4f %9.4f %5.2f %5.2f %8.1f "
-                 "%8.1f %6.3f %6.2f %9.2f %9.2f %9.2f %9.2f %8.1f %8.1f %9.2e "
-                 "%s\n",
+                 "%8.1f %6.3f %8s %6s %6.2f %9.2f %9.2f %9.2f %9.2f %8.1f "
+                 "%8.1f %9.2e %s\n",
             (long long)r->s.N, (long long)r->s.M, r->ranks, r->threads,
             r->mode, r->seconds_median, r->rank_seconds.min,
             r->rank_seconds.max,
             r->busy_seconds.min > 0 ? r->busy_seconds.max / r->busy_seconds.min
                                     : 0.0,
             r->thread_busy, r->gflops, r->sgemm_gflops,
-            r->gflops / r->sgemm_gflops, 100.0 * r->comm_wait_fraction,
+            r->gflops / r->sgemm_gflops, peak, frac,
+            100.0 * r->comm_wait_fraction,
             r->bytes_sent / 1e6, r->cross_bytes / 1e6,
             r->cross_bytes_total / 1e6, r->ring_gbps, r->peak_rss.max / 1048576.0,
             r->model_bytes / 1048576.0, r->max_rel_error,
@@ -67,12 +98,18 @@ static json_t *row_problem(const bench_result *r)
         "wire", ra_params_wire_bf16(&r->p) ? "bf16" : "fp32");
 }
 
+/* A fixed-point real, or null when x is not a measured figure (0). */
+static json_t *measured_or_null(double x, double of, const char *fmt)
+{
+    return x > 0 && of > 0 ? cli_json_fixed(x / of, fmt) : json_null();
+}
+
 /* The times and rates of a row. */
 static json_t *row_times(const bench_result *r)
 {
     return json_pack(
         "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-        "s:o}",
+        "s:o, s:o, s:o}",
         "flops", cli_json_fixed(r->flops, "%.6e"),
         "pairs_max", cli_json_count(r->pairs_max),
         "seconds_median", cli_json_fixed(r->seconds_median, "%.6e"),
@@ -86,6 +123,9 @@ static json_t *row_times(const bench_result *r)
         "sgemm_gflops", cli_json_fixed(r->sgemm_gflops, "%.4f"),
         "fraction_of_sgemm",
         cli_json_fixed(r->gflops / r->sgemm_gflops, "%.4f"),
+        "peak_gflops", measured_or_null(r->peak_gflops, 1.0, "%.4f"),
+        "fraction_of_peak", measured_or_null(r->peak_gflops > 0 ? r->gflops
+                                             : 0.0, r->peak_gflops, "%.4f"),
         "comm_wait_fraction", cli_json_fixed(r->comm_wait_fraction, "%.6f"),
         "bytes_sent", cli_json_count(r->bytes_sent));
 }
@@ -128,19 +168,22 @@ int bench_csv_write(FILE *out, const bench_result *rows, int count)
 {
     fprintf(out, "ranks,threads,mode,batch,seq_q,seq_kv,heads,kv_heads,dim,"
                  "dim_v,causal,layout,block_q,block_kv,seconds_median,gflops,"
-                 "sgemm_gflops,comm_wait_fraction,bytes_sent,ring_gbps,"
+                 "sgemm_gflops,peak_gflops,comm_wait_fraction,bytes_sent,ring_gbps,"
                  "peak_rss_bytes,model_bytes,max_rel_error,verdict\n");
     for (int i = 0; i < count; i++) {
         const bench_result *r = &rows[i];
+        char peak[16], frac[16];
+        peak_cells(r, peak, frac);
         fprintf(out, "%d,%d,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%lld,"
-                     "%lld,%.6e,%.4f,%.4f,%.6f,%.0f,%.4f,%.0f,%.0f,%.3e,%s\n",
+                     "%lld,%.6e,%.4f,%.4f,%s,%.6f,%.0f,%.4f,%.0f,%.0f,%.3e,"
+                     "%s\n",
                 r->ranks, r->threads, r->mode, (long long)r->s.B,
                 (long long)r->s.N, (long long)r->s.M, (long long)r->s.H,
                 (long long)r->s.G, (long long)r->s.D, (long long)r->s.Dv,
                 r->p.causal, ra_layout_name(ra_params_layout(&r->p, r->segment_avg > 0)),
                 (long long)r->block_q, (long long)r->block_kv,
                 r->seconds_median, r->gflops, r->sgemm_gflops,
-                r->comm_wait_fraction, r->bytes_sent, r->ring_gbps,
+                peak, r->comm_wait_fraction, r->bytes_sent, r->ring_gbps,
                 r->peak_rss.max, r->model_bytes, r->max_rel_error,
                 r->pass ? "PASS" : "FAIL");
     }

@@ -1,7 +1,7 @@
 /* cmd_bench.c: `ringattn bench`: the forward pass on in-memory random
  * inputs, measured honestly: warm-up passes, barriers before each timed
- * pass, per-rank min/avg/max, the same processes' large-sgemm rate as the
- * yardstick, a comm-only ring for bandwidth, peak RSS, and a sampled fp64
+ * pass, per-rank min/avg/max, the same processes' large-sgemm rate and
+ * oneDNN matmul peak as the yardsticks, a comm-only ring for bandwidth, peak RSS, and a sampled fp64
  * check of every configuration's output. Rank 0 alone prints.
  * parse -> validate -> set up -> measure -> report; bench_measure.c and
  * bench_check.c hold the measurements and the check. */
@@ -177,8 +177,9 @@ static double config_flops(const cli_ctx *ctx, const bench_opts *o,
 
 /* Everything a row says about one measured configuration. Collective. */
 static void config_result(const cli_ctx *ctx, const bench_opts *o,
-                          const ra_shape *s, int naive, double sgemm,
-                          bench_run *r, bench_result *res)
+                          const ra_shape *s, int naive,
+                          const bench_yard *yard, bench_run *r,
+                          bench_result *res)
 {
     memset(res, 0, sizeof *res);
     res->s = *s;
@@ -194,7 +195,8 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->ranks_per_node = ctx->nodes.ranks_per_node_max;
     res->node_aware = ctx->node_aware;
     res->gflops = res->flops / res->seconds_median * 1e-9;
-    res->sgemm_gflops = sgemm;
+    res->sgemm_gflops = yard->sgemm;
+    res->peak_gflops = yard->peak;
     res->model_bytes =
         bench_spread(ctx->comm, model_bytes(ctx, s, naive, r, res)).max;
     res->ring_gbps = naive ? 0.0
@@ -212,8 +214,8 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
 }
 
 static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
-                            const ra_shape *s, int naive, double sgemm,
-                            bench_result *res)
+                            const ra_shape *s, int naive,
+                            const bench_yard *yard, bench_result *res)
 {
     bench_run r = {0};
     ra_status st = config_setup(ctx, o, s, &r);
@@ -222,14 +224,15 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
         cli_abort(ctx, ra_error_message()); /* a stalled ring: the others
                                                wait for a stopped rank */
     if (st == RA_OK)
-        config_result(ctx, o, s, naive, sgemm, &r, res);
+        config_result(ctx, o, s, naive, yard, &r, res);
     bench_run_free(&r);
     return st;
 }
 
 /* ---- the driver ------------------------------------------------------------ */
 
-static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
+static void print_echo(const cli_ctx *ctx, const bench_opts *o,
+                       const bench_yard *yard)
 {
     const ra_shape *s = &o->cs.shape;
     printf("# ringattn bench %s\n", RA_VERSION_STRING);
@@ -278,8 +281,7 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o, double sgemm)
     printf("# %-12s %s, K/V as %s between ranks\n", "precision",
            ra_precision_name(o->p.precision),
            ra_params_wire_bf16(&o->p) ? "bf16" : "fp32");
-    printf("# %-12s %d^3 sgemm on every rank at once: %.1f GFLOP/s in all\n",
-           "sgemm", SGEMM_N, sgemm);
+    bench_print_yard(stdout, yard);
     printf("# %-12s %s\n", "command", ctx->command_line);
     fflush(stdout);
 }
@@ -366,11 +368,12 @@ static int strategy_applies(const cli_ctx *ctx, const bench_opts *o,
 static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
                                bench_result *rows, int *nrows)
 {
-    double sgemm = 0;
-    const double mine = bench_sgemm_rate(ctx->comm, ra_params_threads(&o->p));
-    MPI_Allreduce(&mine, &sgemm, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
+    bench_yard yard;
+    /* the peak in the kernels' precision */
+    bench_yardsticks(ctx->comm, ra_params_threads(&o->p),
+                     o->p.precision == RA_PRECISION_BF16, &yard);
     if (ctx->rank == 0) {
-        print_echo(ctx, o, sgemm);
+        print_echo(ctx, o, &yard);
         bench_print_header(stdout);
     }
     ra_status st = RA_OK;
@@ -386,7 +389,7 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
             if (!(naive ? o->naive : o->ring) ||
                 (!naive && !strategy_applies(ctx, o, &one.p, &s, k)))
                 continue;
-            st = run_config(ctx, &one, &s, naive, sgemm, &rows[*nrows]);
+            st = run_config(ctx, &one, &s, naive, &yard, &rows[*nrows]);
             if (st == RA_OK && ctx->rank == 0)
                 bench_print_row(stdout, &rows[*nrows]);
             if (st == RA_OK && ctx->rank == 0 && !naive && o->auto_strategy &&

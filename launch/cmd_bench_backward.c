@@ -1,5 +1,6 @@
 /* cmd_bench_backward.c: `ringattn bench --backward`: the speed of
- * ra_backward on random in-memory slices, against the same run's sgemm.
+ * ra_backward on random in-memory slices, against the same run's sgemm
+ * and oneDNN peak.
  * parse -> validate -> set up (tensors, one forward for o and lse) ->
  * measure (warm-up, then timed passes between barriers) -> report (rank 0,
  * every parameter echoed first, then bench's columns, JSON and CSV,
@@ -65,7 +66,7 @@ static const cli_spec bb_spec = {
 typedef struct {
     cli_pass_data d;
     double model_bytes; /* tensors + the ring's buffers of ra_backward */
-    double sgemm;       /* this rank's sgemm GFLOP/s */
+    bench_yard yard;    /* the run's yardsticks */
     bench_reps reps;    /* the timed passes */
     int finite;         /* every gradient of this rank is finite */
 } bb_state;
@@ -172,11 +173,12 @@ static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
     return st;
 }
 
-/* This run's sgemm rate (summed over the ranks), then the passes. */
+/* This run's yardsticks (summed over the ranks; the peak in the run's
+ * precision), then the passes. */
 static ra_status bb_compute(const cli_ctx *ctx, bb_opts *o, bb_state *b)
 {
-    const double mine = bench_sgemm_rate(ctx->comm, ra_params_threads(&o->p));
-    MPI_Allreduce(&mine, &b->sgemm, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
+    bench_yardsticks(ctx->comm, ra_params_threads(&o->p),
+                     o->p.precision == RA_PRECISION_BF16, &b->yard);
     bench_rss_reset();
     return bb_measure(ctx, o, b);
 }
@@ -198,7 +200,8 @@ static void bb_result(const cli_ctx *ctx, const bb_opts *o, bb_state *b,
     r->ranks_per_node = ctx->nodes.ranks_per_node_max;
     r->node_aware = ctx->node_aware;
     r->gflops = r->flops / r->seconds_median * 1e-9;
-    r->sgemm_gflops = b->sgemm;
+    r->sgemm_gflops = b->yard.sgemm;
+    r->peak_gflops = b->yard.peak;
     r->model_bytes = bench_spread(ctx->comm, b->model_bytes).max;
     r->ring_gbps = bench_ring_bandwidth(ctx->comm, &b->d.s, o->p.layout);
     r->steps = b->reps.tm.steps;
@@ -212,6 +215,7 @@ static ra_status bb_report(const cli_ctx *ctx, bb_opts *o, bb_state *b)
     bench_result r;
     bb_result(ctx, o, b, &r);
     if (ctx->rank == 0) {
+        bench_print_yard(stdout, &b->yard);
         bench_print_header(stdout);
         bench_print_row(stdout, &r);
     }

@@ -116,10 +116,10 @@ static model_alloc plan_alloc(const plan_opts *o, const plan_state *w,
     const long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     const int64_t cores = o->cores > 0 ? o->cores
                                        : K * (nproc > 0 ? nproc : 1);
+    const profile_kernel_key key = profile_key_of(&o->p, w->s.D, w->s.Dv);
     const double rate = o->kernel_rate > 0
                             ? o->kernel_rate * 1e9
-                            : profile_kernel_rate(&w->pf, w->s.D, w->s.Dv,
-                                                  o->p.score);
+                            : profile_kernel_rate(&w->pf, &key);
     return (model_alloc){.P = (int)P, .nodes = (int)K, .cores = (int)cores,
                          .core_rate = rate};
 }
@@ -134,7 +134,9 @@ static ra_status plan_profile_fits(const plan_opts *o, const plan_state *w)
         const int64_t K = i < 0 ? o->nodes : o->sweep[i];
         const model_alloc al = plan_alloc(o, w, i < 0 ? o->ranks : K * per,
                                           K);
-        st = plan_profile_check(o->profile, &w->pf, &al, &w->s, o->p.score,
+        const profile_kernel_key key = profile_key_of(&o->p, w->s.D,
+                                                      w->s.Dv);
+        st = plan_profile_check(o->profile, &w->pf, &al, &key,
                                 o->in != NULL);
     }
     return st;
@@ -151,9 +153,9 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     if (st == RA_OK && o->max_seq && (o->tab.json || o->tab.csv || o->nsweep))
         st = ra_error_set(RA_ERR_ARG, "--max-seq prints its own table; "
                           "--json, --csv and --sweep-nodes go without it");
-    if (st == RA_OK && (o->p.gemm || o->p.precision || o->p.wire))
-        st = ra_error_set(RA_ERR_ARG, "--gemm, --precision, --wire: do not "
-                          "apply to plan (its profile's fp32 engine rates)");
+    if (st == RA_OK && (o->p.precision || o->p.wire))
+        st = ra_error_set(RA_ERR_ARG, "--precision, --wire: do not apply "
+                          "to plan (it predicts fp32 runs)");
     if (st == RA_OK && !o->in && o->qkv_layout != RA_AXES_NONE)
         st = ra_error_set(RA_ERR_ARG, "--qkv-layout: applies to the datasets "
                           "of --in, and none is given");

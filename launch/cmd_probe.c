@@ -9,6 +9,7 @@
 
 #include "agree.h"
 #include "cli.h"
+#include "gemm.h"
 #include "h5io.h"
 #include "h5probe.h"
 #include "internal.h"
@@ -18,11 +19,13 @@
 
 enum {
     PROBE_IO_ROWS = 4096, /* query rows per rank of the I/O probe (16 MiB) */
-    PROBE_COMM_ITEMS = 9, /* two links, six collectives, the I/O */
+    PROBE_COMM_ITEMS = 10, /* two links, six collectives, the I/O, the
+                              fixed costs */
+    PROBE_ENGINES = 2,     /* openblas, onednn */
 };
 
 typedef struct {
-    const char *out, *dir, *dims, *scores, *show;
+    const char *out, *dir, *dims, *scores, *gemms, *show;
     double seconds;
     int force;
 } probe_opts;
@@ -38,6 +41,8 @@ static const cli_opt probe_own[] = {
                  "head dims (D = Dv) whose kernel rates are measured"),
     CLI_OPT_TEXT(probe_opts, "--score", "LIST", scores, "dot",
                  "scores whose kernel rates are measured"),
+    CLI_OPT_TEXT(probe_opts, "--gemm", "LIST", gemms, "auto",
+                 "tile engines measured (auto: this build's)"),
     CLI_OPT_POSITIVE(probe_opts, "--seconds", "S", seconds, 3600, "8",
                      "about how long the measurements take in all"),
     CLI_OPT_TEXT(probe_opts, "--show", "FILE", show, NULL,
@@ -52,7 +57,9 @@ static const cli_spec probe_spec = {
     "\n"
     "Measures what the performance model needs, on the allocation a run\n"
     "will use (launch it as the run will be launched): the tiled forward\n"
-    "kernel's FLOP/s per core for the head dims and scores given, the\n"
+    "kernel's FLOP/s per core for the head dims, scores and tile engines\n"
+    "given, on full, masked (causal) and band (window) tiles, the fixed\n"
+    "costs of a call and of a ring step, the\n"
     "latency and bandwidth of ring steps within a node and between nodes,\n"
     "all-to-all and all-gather rates, parallel HDF5 write and read rates of\n"
     "--dir, and the memory of a node. Rank 0 prints a table and writes the\n"
@@ -61,30 +68,75 @@ static const cli_spec probe_spec = {
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
-/* The asked kernel shapes: every dim with every score. */
+/* The engines of --gemm into g (auto: this build's), each once and
+ * available; returns how many, or -1 with a message. */
+static int engines_parse(const probe_opts *o, ra_gemm g[PROBE_ENGINES])
+{
+    char buf[256];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", o->gemms);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        ra_gemm e;
+        if (ra_gemm_parse(t, &e) != RA_OK || !ra_gemm_available(e)) {
+            ra_error_set(RA_ERR_ARG, "--gemm: '%s' is not a list of engines "
+                         "this build has (auto, openblas%s)", o->gemms,
+                         ra_gemm_available(RA_GEMM_ONEDNN) ? ", onednn" : "");
+            return -1;
+        }
+        e = ra_gemm_resolve(e);
+        int seen = 0;
+        for (int i = 0; i < n; i++)
+            seen |= g[i] == e;
+        if (!seen)
+            g[n++] = e;
+    }
+    return n;
+}
+
+/* The scores of --score into scores; how many, or -1 with a message. */
+static int scores_parse(const probe_opts *o, ra_score scores[3])
+{
+    char buf[256];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", o->scores);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        if (n == 3 || ra_score_parse(t, &scores[n]) != RA_OK) {
+            ra_error_set(RA_ERR_ARG, "--score: '%s' is not a list of dot, "
+                         "gaussian, additive", o->scores);
+            return -1;
+        }
+        n++;
+    }
+    return n;
+}
+
+/* The asked kernel rates: every dim with every score, engine and tile
+ * class, in fp32 (the kernels' precision). */
 static ra_status rates_parse(const probe_opts *o, ra_profile *p)
 {
     char buf[256];
     ra_score scores[3];
-    int nscores = 0;
-    snprintf(buf, sizeof buf, "%s", o->scores);
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        if (nscores == 3 || ra_score_parse(t, &scores[nscores]) != RA_OK)
-            return ra_error_set(RA_ERR_ARG, "--score: '%s' is not a list of "
-                                "dot, gaussian, additive", o->scores);
-        nscores++;
-    }
+    ra_gemm engines[PROBE_ENGINES];
+    const int nscores = scores_parse(o, scores);
+    const int nengines = nscores < 0 ? -1 : engines_parse(o, engines);
+    if (nengines < 0)
+        return RA_ERR_ARG;
     snprintf(buf, sizeof buf, "%s", o->dims);
     p->nrates = 0;
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
         int64_t D;
         if (cli_parse_i64("--dim", t, 1, 1024, &D) != 0)
             return RA_ERR_ARG;
-        for (int i = 0; i < nscores; i++) {
+        for (int i = 0; i < nscores * nengines * PROFILE_CLASSES; i++) {
             if (p->nrates == PROFILE_MAX_RATES)
-                return ra_error_set(RA_ERR_ARG, "--dim, --score: at most %d "
-                                    "kernel shapes", PROFILE_MAX_RATES);
-            p->rate[p->nrates++] = (profile_rate){D, D, scores[i], 0.0};
+                return ra_error_set(RA_ERR_ARG, "--dim, --score, --gemm: at "
+                                    "most %d kernel rates (%d tile classes "
+                                    "each)", PROFILE_MAX_RATES,
+                                    PROFILE_CLASSES);
+            p->rate[p->nrates++] = (profile_rate){
+                D, D, scores[i / (nengines * PROFILE_CLASSES)],
+                engines[i / PROFILE_CLASSES % nengines], "fp32",
+                (profile_class)(i % PROFILE_CLASSES), 0.0};
         }
     }
     if (p->nrates == 0)
@@ -125,8 +177,8 @@ static ra_status probe_measure(const cli_ctx *ctx, const probe_opts *o,
         ctx, p->threads, "every rate measured is a share of a core; the "
         "profile records it and plan warns when it uses it");
     for (int i = 0; i < p->nrates; i++)
-        p->rate[i].flops_per_core = probe_kernel(&c, p->rate[i].D,
-                                                 p->rate[i].score);
+        p->rate[i].flops_per_core = probe_kernel(&c, &p->rate[i]);
+    probe_fixed(&c, &p->call_seconds, &p->step_seconds);
     probe_links(&c, &p->intra, &p->inter);
     probe_collectives(&c, p);
     probe_comms_free(&c);
@@ -167,10 +219,20 @@ static void probe_print(const ra_profile *p)
            p->oversubscribed ? ", oversubscribed" : "", p->date, p->version,
            p->hosts);
     printf("%-28s %8s %8s\n", "kernel (per core)", "D = Dv", "GFLOP/s");
-    for (int i = 0; i < p->nrates; i++)
-        printf("  %-26s %8lld %8s\n", ra_score_name(p->rate[i].score),
-               (long long)p->rate[i].D,
-               cell(p->rate[i].flops_per_core, 1e9, a));
+    for (int i = 0; i < p->nrates; i++) {
+        const profile_rate *r = &p->rate[i];
+        char what[64];
+        snprintf(what, sizeof what, "%s %s %s %s", ra_score_name(r->score),
+                 r->gemm == RA_GEMM_AUTO ? "(engine not recorded)"
+                                         : ra_gemm_name(r->gemm),
+                 r->precision[0] ? r->precision : "fp32",
+                 profile_class_name(r->cls));
+        printf("  %-26s %8lld %8s\n", what, (long long)r->D,
+               cell(r->flops_per_core, 1e9, a));
+    }
+    printf("%-28s %8s %8s\n", "fixed costs (ms)", "call", "step");
+    printf("  %-26s %8s %8s\n", "forward", cell(p->call_seconds, 1e-3, a),
+           cell(p->step_seconds, 1e-3, b));
     printf("%-28s %8s %8s\n", "ring step (per rank)", "lat us", "GB/s");
     printf("  %-26s %8s %8s\n", "within a node", cell(p->intra.latency, 1e-6,
            a), cell(p->intra.bandwidth, 1e9, b));

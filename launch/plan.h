@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "model.h"
+#include "profile_json.h"
 
 /* The layouts the plan tries when the layout is auto. */
 enum { PLAN_LAYOUTS = 3 };
@@ -28,12 +29,12 @@ void plan_profile_warn(const cli_ctx *ctx, const char *path,
                        const ra_profile *pf);
 
 /* RA_OK when profile pf (read from path; NULL: the built-in one) holds
- * every rate a prediction for allocation al, head shape s and score needs
- * (with_io: the I/O rates too); else RA_ERR_INPUT, one line naming the file
- * and the key. */
+ * every rate a prediction for allocation al and kernel key needs (its
+ * engine, precision and tile class among them; with_io: the I/O rates
+ * too); else RA_ERR_INPUT, one line naming the file and the key. */
 ra_status plan_profile_check(const char *path, const ra_profile *pf,
-                             const model_alloc *al, const ra_shape *s,
-                             ra_score score, int with_io);
+                             const model_alloc *al,
+                             const profile_kernel_key *key, int with_io);
 
 /* Predicts every strategy for the problem under the layout of p (or, when
  * layout_auto, each of contiguous, zigzag, striped, and the one

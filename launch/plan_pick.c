@@ -36,11 +36,11 @@ void plan_profile_warn(const cli_ctx *ctx, const char *path,
 }
 
 ra_status plan_profile_check(const char *path, const ra_profile *pf,
-                             const model_alloc *al, const ra_shape *s,
-                             ra_score score, int with_io)
+                             const model_alloc *al,
+                             const profile_kernel_key *key, int with_io)
 {
-    const profile_need need = {al->P, al->nodes > 0 ? al->nodes : 1, score,
-                               s->D, s->Dv, al->core_rate, with_io};
+    const profile_need need = {al->P, al->nodes > 0 ? al->nodes : 1, *key,
+                               al->core_rate, with_io};
     char why[400];
     if (profile_usable(pf, &need, why, sizeof why) == 0)
         return RA_OK;
@@ -111,11 +111,11 @@ ra_status plan_job_alloc(const cli_ctx *ctx, const ra_params *p,
     }
     free(ids);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const profile_kernel_key key = profile_key_of(p, s->D, s->Dv);
     *al = (model_alloc){.P = P, .nodes = ctx->nodes.nodes,
                         .cores = machines * (int)(cores > 0 ? cores : 1),
                         .node_of = node_of,
-                        .core_rate = profile_kernel_rate(pf, s->D, s->Dv,
-                                                         p->score)};
+                        .core_rate = profile_kernel_rate(pf, &key)};
     return RA_OK;
 }
 
@@ -139,8 +139,9 @@ static ra_status plan_job_table(const cli_ctx *ctx, const ra_shape *s,
     model_alloc al;
     if ((st = plan_job_alloc(ctx, p, pf, s, node_of, &al)) != RA_OK)
         goto cleanup;
-    *unusable = (st = plan_profile_check(profile, pf, &al, s, p->score,
-                                         0)) != RA_OK;
+    const profile_kernel_key key = profile_key_of(p, s->D, s->Dv);
+    *unusable = (st = plan_profile_check(profile, pf, &al, &key, 0)) !=
+                RA_OK;
     if (st != RA_OK) /* the same verdict on every rank: the same inputs */
         goto cleanup;
     ra_params q = *p; /* every strategy is evaluated; p's may be auto */

@@ -75,6 +75,13 @@ static void print_echo(const plan_opts *o, const plan_state *w)
     printf("# %-10s %s%s%s\n", "profile", o->profile ? o->profile : "built-in",
            o->link_rate > 0 ? " (links between nodes: --link-rate)" : "",
            o->kernel_rate > 0 ? " (kernel rate: --kernel-rate)" : "");
+    const profile_kernel_key key = profile_key_of(&o->p, s->D, s->Dv);
+    printf("# %-10s %s %s, %s tiles: %.1f GFLOP/s per core%s\n", "kernel",
+           ra_gemm_name(key.gemm), key.precision,
+           profile_class_name(key.cls),
+           o->kernel_rate > 0 ? o->kernel_rate
+                              : profile_kernel_rate(&w->pf, &key) * 1e-9,
+           o->kernel_rate > 0 ? " (--kernel-rate)" : "");
     printf("# %-10s %s\n", "layout",
            w->layout_auto ? "auto: each tried, the best per strategy shown"
                           : ra_layout_name(o->p.layout));

@@ -19,11 +19,18 @@ typedef struct {
 ra_status probe_comms_make(const cli_ctx *ctx, double share, probe_comms *c);
 void probe_comms_free(probe_comms *c);
 
-/* The tiled forward's FLOP/s per core for head dims D = Dv and a score:
- * every rank runs ra_forward_ex on its own small problem (one thread, all
- * ranks at once as in a run); the mean over ranks. 0 when a rank could not
- * allocate. Collective. */
-double probe_kernel(const probe_comms *c, int64_t D, ra_score score);
+/* The tiled forward's FLOP/s per core for rate r's head dims, score, tile
+ * engine and tile class: every rank runs ra_forward_ex on its own small
+ * problem of that class (full: N = 2048, no mask; masked: N = 4096,
+ * causal; band: N = 4096, causal with a 512-key window), one thread, all ranks at once as in a run; the mean
+ * over ranks. 0 when a rank could not allocate. Collective. */
+double probe_kernel(const probe_comms *c, const profile_rate *r);
+
+/* The fixed costs of a forward call: *call, the seconds of a one-token
+ * call on each rank alone (one step, no tiles to speak of); *step, what
+ * each further ring step adds, from the same call over all ranks (0 on
+ * one rank). The slowest rank's. Collective. */
+void probe_fixed(const probe_comms *c, double *call, double *step);
 
 /* Point-to-point rates of ring steps (each rank sends to the next and
  * receives from the previous at once, float messages): within the nodes

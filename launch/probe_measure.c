@@ -19,6 +19,12 @@ enum {
     PROBE_TAG = 23,
     KERNEL_N = 2048,         /* queries and keys of the kernel's problem */
     KERNEL_N_ADDITIVE = 512, /* the additive score: about 30x slower */
+    KERNEL_N_MASKED = 4096,  /* the masked and band classes: a causal
+                                diagonal of 4096 keys, whose masked tiles
+                                are nearer a long slice's share of the
+                                work than 2048's; the band as many pairs
+                                as full */
+    KERNEL_WINDOW = 511,     /* its window: the key and 511 before it */
     KERNEL_H = 2,
     KERNEL_A = 64,           /* the additive score's hidden size */
     LINK_SMALL = 1,          /* floats of a latency message */
@@ -94,18 +100,31 @@ static int kernel_op(void *arg)
     return st == RA_OK ? 0 : -1;
 }
 
-double probe_kernel(const probe_comms *c, int64_t D, ra_score score)
+/* The problem of rate r's class on this rank: shape and params. */
+static void kernel_problem(const profile_rate *r, kernel_arg *a)
+{
+    const int64_t n = r->score == RA_SCORE_ADDITIVE ? KERNEL_N_ADDITIVE
+                      : r->cls != PROFILE_FULL      ? KERNEL_N_MASKED
+                                                    : KERNEL_N;
+    a->s = (ra_shape){.B = 1, .N = n, .M = n, .H = KERNEL_H, .G = KERNEL_H,
+                      .D = r->D, .Dv = r->Dv};
+    ra_params_default(&a->p);
+    a->p.score = r->score;
+    a->p.sigma = 4.0;
+    a->p.gemm = r->gemm;
+    a->p.causal = r->cls != PROFILE_FULL;
+    a->p.window = r->cls == PROFILE_BAND;
+    a->p.window_left = a->p.window ? KERNEL_WINDOW : 0;
+}
+
+double probe_kernel(const probe_comms *c, const profile_rate *r)
 {
     int rank, P;
     MPI_Comm_rank(c->world, &rank);
     MPI_Comm_size(c->world, &P);
-    const int64_t n = score == RA_SCORE_ADDITIVE ? KERNEL_N_ADDITIVE
-                                                 : KERNEL_N;
-    kernel_arg a = {.s = {.B = 1, .N = n, .M = n, .H = KERNEL_H,
-                          .G = KERNEL_H, .D = D, .Dv = D}};
-    ra_params_default(&a.p);
-    a.p.score = score;
-    a.p.sigma = 4.0;
+    kernel_arg a;
+    kernel_problem(r, &a);
+    const int64_t n = a.s.N, D = r->D;
     const size_t nx = (size_t)(n * KERNEL_H * D);
     const size_t nw = (size_t)(KERNEL_A * (2 * D + 1));
     float *mem = malloc(sizeof(float) * (4 * nx + (size_t)n * KERNEL_H + nw));
@@ -140,6 +159,47 @@ double probe_kernel(const probe_comms *c, int64_t D, ra_score score)
     free(mem);
     MPI_Allreduce(&rate, &sum, 1, MPI_DOUBLE, MPI_SUM, c->world);
     return secs < 0 ? 0.0 : sum / P;
+}
+
+/* A one-token-per-rank forward on the communicator kernel_arg names. */
+typedef struct {
+    MPI_Comm comm;
+    kernel_arg k;
+} fixed_arg;
+
+static int fixed_op(void *arg)
+{
+    fixed_arg *a = arg;
+    kernel_arg *k = &a->k;
+    return ra_call_forward(a->comm, &k->s, &k->p, NULL,
+                           &(ra_qkv){k->q, k->k, k->v},
+                           &(ra_out){k->o, k->lse, NULL}, NULL) == RA_OK
+               ? 0 : -1;
+}
+
+/* The slowest rank's median seconds of the tiny call over comm (P ranks,
+ * one token each); -1 when it failed. */
+static double fixed_time(const probe_comms *c, MPI_Comm comm, int P)
+{
+    float mem[5 * KERNEL_H * 64] = {0};
+    fixed_arg a = {comm, {.s = {.B = 1, .N = P, .M = P, .H = KERNEL_H,
+                                .G = KERNEL_H, .D = 64, .Dv = 64}}};
+    ra_params_default(&a.k.p);
+    a.k.q = mem, a.k.k = mem + KERNEL_H * 64, a.k.v = mem + 2 * KERNEL_H * 64;
+    a.k.o = mem + 3 * KERNEL_H * 64, a.k.lse = mem + 4 * KERNEL_H * 64;
+    double t = probe_time(c->world, c->share, fixed_op, &a), worst = 0;
+    MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, c->world);
+    return t < 0 ? -1.0 : worst;
+}
+
+void probe_fixed(const probe_comms *c, double *call, double *step)
+{
+    int P;
+    MPI_Comm_size(c->world, &P);
+    const double one = fixed_time(c, MPI_COMM_SELF, 1);
+    const double all = P > 1 ? fixed_time(c, c->world, P) : one;
+    *call = one > 0 ? one : 0.0;
+    *step = P > 1 && one > 0 && all > one ? (all - one) / (P - 1) : 0.0;
 }
 
 /* ---- links and collectives ------------------------------------------------ */

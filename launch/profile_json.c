@@ -16,16 +16,56 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "gemm.h"
 #include "profile_json.h"
 
 enum {
     JSON_MAX_BYTES = 1 << 20, /* a profile is a few kB */
     JSON_PATH = 96,
-    JSON_SCHEMA = 2, /* the "schema" key: the layout of this file */
+    JSON_SCHEMA = 3, /* the "schema" key: the layout of this file */
+    JSON_SCHEMA_OLDEST = 2, /* read too: no engine, precision, class nor
+                               fixed costs (optional keys) */
 };
 
 /* Rates above this are refused as corrupt (1 EB/s or 1e18 FLOP/s). */
 #define JSON_RATE_MAX 1e18
+
+/* The built-in kernel rates, per core (docs/PERFORMANCE.md, "Probing the
+ * tile engines"). Full and masked: "The oneDNN tile engine", `mpirun -np 2
+ * --bind-to core ringattn bench --seq 16384 --heads 4 --dim D [--causal]
+ * --gemm G` on the quiet machine, GFLOP/s over 2 ranks halved. Band: the
+ * full rate times the band / full ratio of one `mpirun -np 2 ringattn
+ * probe --gemm openblas,onednn --dim 64,128` (bench/records/
+ * probe-engines-p2-loaded.json; the machine was loaded, so its ratios,
+ * not its rates, are kept). The other scores from "Scores": gaussian 0.99
+ * of dot; additive 29.5 GFLOP/s over 2 ranks at A = 64 (their compute is
+ * not the tile products). */
+static void default_rates(ra_profile *p)
+{
+    static const double dot[2][2][PROFILE_CLASSES] = {
+        /* openblas: D = 64, 128; full, masked, band */
+        {{76.4e9, 70.7e9, 42.3e9}, {75.9e9, 77.0e9, 47.0e9}},
+        /* onednn */
+        {{138.3e9, 113.7e9, 83.7e9}, {132.2e9, 137.9e9, 61.7e9}},
+    };
+    const ra_gemm engines[2] = {RA_GEMM_OPENBLAS, RA_GEMM_ONEDNN};
+    p->nrates = 0;
+    for (int e = 0; e < 2; e++)
+        for (int d = 0; d < 2; d++)
+            for (int c = 0; c < PROFILE_CLASSES; c++)
+                p->rate[p->nrates++] = (profile_rate){
+                    64 << d, 64 << d, RA_SCORE_DOT, engines[e], "fp32",
+                    (profile_class)c, dot[e][d][c]};
+    for (int e = 0; e < 2; e++) {
+        const double full64 = dot[e][0][PROFILE_FULL];
+        p->rate[p->nrates++] = (profile_rate){64, 64, RA_SCORE_GAUSSIAN,
+                                              engines[e], "fp32",
+                                              PROFILE_FULL, 0.99 * full64};
+        p->rate[p->nrates++] = (profile_rate){64, 64, RA_SCORE_ADDITIVE,
+                                              engines[e], "fp32",
+                                              PROFILE_FULL, 14.7e9};
+    }
+}
 
 void profile_default(ra_profile *p)
 {
@@ -39,15 +79,10 @@ void profile_default(ra_profile *p)
     p->ranks = 2;
     p->ranks_per_node = 2;
     p->threads = 1;
-    /* "Across lengths": 110.6-112.8 GFLOP/s at P = 1, D = 64; "Forward
-     * speed against sgemm": 221.8 GFLOP/s over 2 ranks at D = 128 */
-    p->rate[0] = (profile_rate){64, 64, RA_SCORE_DOT, 111e9};
-    p->rate[1] = (profile_rate){128, 128, RA_SCORE_DOT, 110.9e9};
-    /* "Scores": gaussian 0.99 of dot; additive 29.5 GFLOP/s over 2 ranks
-     * at A = 64 */
-    p->rate[2] = (profile_rate){64, 64, RA_SCORE_GAUSSIAN, 104e9};
-    p->rate[3] = (profile_rate){64, 64, RA_SCORE_ADDITIVE, 14.7e9};
-    p->nrates = 4;
+    default_rates(p);
+    /* the same probe's fixed costs: a call, a further ring step */
+    p->call_seconds = 2.3e-5;
+    p->step_seconds = 9.3e-5;
     /* "Overlap": the comm-only ring of the ring's messages, 7.7 GB/s per
      * rank over shared memory and 3.2 GB/s over TCP. Latencies are not in
      * the document: typical Open MPI figures (vader about 1 us, TCP on one
@@ -70,21 +105,60 @@ void profile_default(ra_profile *p)
     p->mem_per_node = (int64_t)24 << 30;
 }
 
-double profile_kernel_rate(const ra_profile *p, int64_t D, int64_t Dv,
-                           ra_score score)
+static const char *const class_names[PROFILE_CLASSES] = {"full", "masked",
+                                                         "band"};
+
+profile_class profile_class_of(const ra_params *p)
+{
+    return p->window ? PROFILE_BAND : p->causal ? PROFILE_MASKED
+                                                : PROFILE_FULL;
+}
+
+const char *profile_class_name(profile_class c)
+{
+    return (unsigned)c < PROFILE_CLASSES ? class_names[c] : "unknown";
+}
+
+int profile_class_parse(const char *name, profile_class *c)
+{
+    for (int i = 0; i < PROFILE_CLASSES; i++)
+        if (strcmp(name, class_names[i]) == 0) {
+            *c = (profile_class)i;
+            return 0;
+        }
+    return -1;
+}
+
+profile_kernel_key profile_key_of(const ra_params *p, int64_t D, int64_t Dv)
+{
+    return (profile_kernel_key){D, Dv, p->score, ra_gemm_resolve(p->gemm),
+                                "fp32", profile_class_of(p)};
+}
+
+/* Whether rate r was measured for k's engine, precision and class (a
+ * schema-2 rate: for any engine and class, in fp32). */
+static int rate_matches(const profile_rate *r, const profile_kernel_key *k)
+{
+    const char *prec = r->precision[0] ? r->precision : "fp32";
+    if (!(r->flops_per_core > 0) || strcmp(prec, k->precision) != 0)
+        return 0;
+    return r->gemm == RA_GEMM_AUTO || (r->gemm == k->gemm && r->cls == k->cls);
+}
+
+double profile_kernel_rate(const ra_profile *p, const profile_kernel_key *k)
 {
     const profile_rate *best = NULL, *dot = NULL;
     for (int i = 0; i < p->nrates; i++) {
         const profile_rate *r = &p->rate[i];
-        if (!(r->flops_per_core > 0))
+        if (!rate_matches(r, k))
             continue;
-        if (r->score == score && r->D == D && r->Dv == Dv)
+        if (r->score == k->score && r->D == k->D && r->Dv == k->Dv)
             return r->flops_per_core;
-        if (r->score == score &&
-            (!best || llabs(r->D - D) < llabs(best->D - D)))
+        if (r->score == k->score &&
+            (!best || llabs(r->D - k->D) < llabs(best->D - k->D)))
             best = r;
         if (r->score == RA_SCORE_DOT &&
-            (!dot || llabs(r->D - D) < llabs(dot->D - D)))
+            (!dot || llabs(r->D - k->D) < llabs(dot->D - k->D)))
             dot = r;
     }
     return best ? best->flops_per_core : dot ? dot->flops_per_core : 0.0;
@@ -101,8 +175,11 @@ static json_t *pj_kernel(const ra_profile *p)
     for (int i = 0; i < p->nrates && rates; i++) {
         const profile_rate *r = &p->rate[i];
         if (json_array_append_new(rates, json_pack(
-                "{s:I, s:I, s:s, s:f}", "D", (json_int_t)r->D,
+                "{s:I, s:I, s:s, s:s, s:s, s:s, s:f}", "D", (json_int_t)r->D,
                 "Dv", (json_int_t)r->Dv, "score", ra_score_name(r->score),
+                "gemm", ra_gemm_name(r->gemm), "precision",
+                r->precision[0] ? r->precision : "fp32", "class",
+                profile_class_name(r->cls),
                 "flops_per_core", r->flops_per_core)) != 0) {
             json_decref(rates);
             rates = NULL;
@@ -125,7 +202,7 @@ int profile_write_json(FILE *f, const ra_profile *p)
         "intra", "latency", p->intra.latency, "bandwidth", p->intra.bandwidth,
         "inter", "latency", p->inter.latency, "bandwidth", p->inter.bandwidth);
     json_t *rates = json_pack(
-        "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
+        "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f}",
         "alltoall_intra", p->alltoall_intra,
         "alltoall_inter", p->alltoall_inter,
         "allgather_intra", p->allgather_intra,
@@ -133,7 +210,8 @@ int profile_write_json(FILE *f, const ra_profile *p)
         "reduce_scatter_intra", p->reduce_scatter_intra,
         "reduce_scatter_inter", p->reduce_scatter_inter,
         "io_read", p->io_read, "io_write", p->io_write,
-        "mem_per_node", (json_int_t)p->mem_per_node);
+        "mem_per_node", (json_int_t)p->mem_per_node,
+        "call_seconds", p->call_seconds, "step_seconds", p->step_seconds);
     return cli_json_dump(f, cli_json_merge(head, rates), PROFILE_JSON_DIGITS);
 }
 
@@ -204,6 +282,9 @@ typedef enum {
     JK_RATE,   /* double >= 0 (0: not measured), at most JSON_RATE_MAX */
     JK_TEXT,   /* char[size] */
     JK_SCORE,  /* ra_score by name */
+    JK_GEMM,   /* ra_gemm by name: openblas or onednn */
+    JK_PRECISION, /* char[size]: fp32 or bf16 */
+    JK_CLASS,  /* profile_class by name */
     JK_OBJECT, /* an object of the keys in sub */
     JK_RATES,  /* ra_profile's kernel rates: an array of objects */
 } pj_kind;
@@ -231,12 +312,15 @@ static const pj_key rate_keys[] = {
     {"D", JK_I64, JK(profile_rate, D), 1, 65536},
     {"Dv", JK_I64, JK(profile_rate, Dv), 1, 65536},
     {"score", JK_SCORE, JK(profile_rate, score)},
+    {"gemm", JK_GEMM, JK(profile_rate, gemm), 0, 0, NULL, 1},
+    {"precision", JK_PRECISION, JK(profile_rate, precision), 0, 0, NULL, 1},
+    {"class", JK_CLASS, JK(profile_rate, cls), 0, 0, NULL, 1},
     {"flops_per_core", JK_RATE, JK(profile_rate, flops_per_core)},
     {0},
 };
 
 static const pj_key profile_keys[] = {
-    {"schema", JK_INT, 0, 0, JSON_SCHEMA, JSON_SCHEMA},
+    {"schema", JK_INT, 0, 0, JSON_SCHEMA_OLDEST, JSON_SCHEMA},
     {"measured", JK_BOOL, JK(ra_profile, measured)},
     {"oversubscribed", JK_BOOL, JK(ra_profile, oversubscribed), 0, 0, NULL,
      1},
@@ -260,6 +344,9 @@ static const pj_key profile_keys[] = {
     {"io_read", JK_RATE, JK(ra_profile, io_read)},
     {"io_write", JK_RATE, JK(ra_profile, io_write)},
     {"mem_per_node", JK_I64, JK(ra_profile, mem_per_node), 0, 0x1p62},
+    /* seconds, read as rates are: >= 0, normal (0: not measured) */
+    {"call_seconds", JK_RATE, JK(ra_profile, call_seconds), 0, 0, NULL, 1},
+    {"step_seconds", JK_RATE, JK(ra_profile, step_seconds), 0, 0, NULL, 1},
     {0},
 };
 
@@ -331,6 +418,31 @@ static int pj_score(pj_in *j, const json_t *v, ra_score *dst)
     return 0;
 }
 
+/* The names of a rate's engine, precision and class. */
+static int pj_named(pj_in *j, const pj_key *k, const json_t *v, void *dst)
+{
+    char name[32];
+    ra_gemm g;
+    if (pj_text(j, v, name, sizeof name) != 0)
+        return -1;
+    if (k->kind == JK_GEMM && ra_gemm_parse(name, &g) == RA_OK &&
+        g != RA_GEMM_AUTO) {
+        *(ra_gemm *)dst = g;
+        return 0;
+    }
+    if (k->kind == JK_CLASS && profile_class_parse(name, dst) == 0)
+        return 0;
+    if (k->kind == JK_PRECISION &&
+        (strcmp(name, "fp32") == 0 || strcmp(name, "bf16") == 0)) {
+        memcpy(dst, name, strlen(name) + 1);
+        return 0;
+    }
+    return pj_fail(j, "unknown %s '%s' (%s)", k->name, name,
+                   k->kind == JK_GEMM    ? "openblas or onednn"
+                   : k->kind == JK_CLASS ? "full, masked or band"
+                                         : "fp32 or bf16");
+}
+
 /* The value v of key k into base + k->offset. */
 static int pj_value(pj_in *j, const pj_key *k, const json_t *v,
                       char *base)
@@ -348,6 +460,9 @@ static int pj_value(pj_in *j, const pj_key *k, const json_t *v,
     case JK_RATE: return pj_rate(j, v, dst);
     case JK_TEXT: return pj_text(j, v, dst, k->size);
     case JK_SCORE: return pj_score(j, v, dst);
+    case JK_GEMM:
+    case JK_PRECISION:
+    case JK_CLASS: return pj_named(j, k, v, dst);
     case JK_OBJECT: return pj_members(j, k->sub, v, dst);
     case JK_RATES: return pj_rates(j, k, v, (ra_profile *)base);
     }
@@ -480,11 +595,13 @@ static const char *profile_link_gap(const ra_profile *p,
 int profile_usable(const ra_profile *p, const profile_need *need, char *why,
                    size_t n)
 {
+    const profile_kernel_key *k = &need->key;
     if (!rate_ok(need->core_rate)) {
         snprintf(why, n, "key 'kernel': no measured rate for the %s score "
-                 "(D = %lld, Dv = %lld) and no dot rate to stand in",
-                 ra_score_name(need->score), (long long)need->D,
-                 (long long)need->Dv);
+                 "(D = %lld, Dv = %lld) and no dot rate to stand in, on the "
+                 "%s engine in %s on %s tiles", ra_score_name(k->score),
+                 (long long)k->D, (long long)k->Dv, ra_gemm_name(k->gemm),
+                 k->precision, profile_class_name(k->cls));
         return -1;
     }
     const char *gap = profile_link_gap(p, need);

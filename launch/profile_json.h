@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "internal.h"
 #include "profile.h"
 
 /* This machine, not probed: measured = 0 and rates from the figures in
@@ -19,18 +20,40 @@ int profile_read_json(const char *path, ra_profile *p, char *err, size_t n);
 /* 0, or -1 when a write failed (errno set). */
 int profile_write_json(FILE *f, const ra_profile *p);
 
-/* The kernel's FLOP/s per core for a head shape and score: the probed entry
- * of that shape, else the nearest D of the same score, else the dot's. */
-double profile_kernel_rate(const ra_profile *p, int64_t D, int64_t Dv,
-                           ra_score score);
+/* The class of tiles a run's params give: band with a window, masked when
+ * causal, else full. */
+profile_class profile_class_of(const ra_params *p);
+/* "full", "masked", "band"; profile_class_parse: 0, or -1 when unknown. */
+const char *profile_class_name(profile_class c);
+int profile_class_parse(const char *name, profile_class *c);
 
-/* What one prediction needs of a profile: its allocation, the head shape
- * and score, the kernel rate in use (the profile's profile_kernel_rate, or
- * a rate given in its place) and whether I/O is timed. */
+/* Which kernel rate a run needs: its head shape and score, its tile engine
+ * (resolved: openblas or onednn), precision ("fp32", "bf16") and tile
+ * class. */
+typedef struct {
+    int64_t D, Dv;
+    ra_score score;
+    ra_gemm gemm;
+    const char *precision;
+    profile_class cls;
+} profile_kernel_key;
+
+/* The kernel key of a run's params and head shape, in fp32. */
+profile_kernel_key profile_key_of(const ra_params *p, int64_t D, int64_t Dv);
+
+/* The kernel's FLOP/s per core for key k: among the rates of k's engine,
+ * precision and class (a schema-2 rate, which recorded none of them,
+ * stands in for any engine and class in fp32), the probed entry of that
+ * shape, else the nearest D of the same score, else the dot's; 0 when
+ * there is none, which profile_usable refuses by name. */
+double profile_kernel_rate(const ra_profile *p, const profile_kernel_key *k);
+
+/* What one prediction needs of a profile: its allocation, the kernel key
+ * and the kernel rate in use (the profile's profile_kernel_rate, or a rate
+ * given in its place) and whether I/O is timed. */
 typedef struct {
     int P, nodes;
-    ra_score score;
-    int64_t D, Dv;
+    profile_kernel_key key;
     double core_rate;
     int with_io;
 } profile_need;

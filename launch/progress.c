@@ -46,7 +46,8 @@ double progress_predict(const cli_ctx *ctx, const ra_shape *s,
         return r.t_total;
     ra_profile prof; /* a strategy the model does not cover: FLOPs alone */
     profile_default(&prof);
-    const double rate = profile_kernel_rate(&prof, s->D, s->Dv, p->score);
+    const profile_kernel_key key = profile_key_of(p, s->D, s->Dv);
+    const double rate = profile_kernel_rate(&prof, &key);
     const double cores = (double)ctx->nranks * ra_params_threads(p);
     return rate > 0 ? ra_params_forward_flops(s, p, NULL) / (rate * cores)
                     : 0.0;

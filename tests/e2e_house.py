@@ -99,6 +99,29 @@ def check_bench_backward(work):
             not brow[0]["seconds_median"] > 0:
         fail(f"bench-bwd: JSON row {brow[0]}")
     print("ok   bench-bwd: bench's columns and JSON keys, mode backward, PASS")
+    check_peak(fwd, fh, [frow, brow[0]])
+
+
+def check_peak(stdout, header, rows):
+    """The oneDNN peak beside the sgemm: echoed once, a column of the table
+    and keys of the JSON, its fraction that of the row's GFLOP/s; n/a and
+    null in a build without oneDNN, never a figure."""
+    echo = [l for l in stdout.splitlines() if l.startswith("# peak ")]
+    cols = header[0].lstrip("#").split() if header else []
+    na = len(echo) == 1 and "n/a: this build has no oneDNN" in echo[0]
+    for row in rows:
+        if na:
+            ok = row["peak_gflops"] is None and row["fraction_of_peak"] is None
+        else:
+            ok = row["peak_gflops"] > 0 and abs(
+                row["fraction_of_peak"] - row["gflops"] / row["peak_gflops"]) \
+                < 1e-3
+        if len(echo) != 1 or cols[13:15] != ["peak", "f_peak"] or not ok:
+            fail(f"bench-peak: echo {echo}, columns {cols[13:15]}, row "
+                 f"{row.get('peak_gflops')} {row.get('fraction_of_peak')}")
+    print(f"ok   bench-peak: the oneDNN peak column "
+          f"({'n/a without oneDNN' if na else 'measured'}) in the table, "
+          f"the echo and the JSON of bench and bench --backward")
 
 
 def main():

@@ -83,11 +83,20 @@ def profile_checks(p, nodes, per_node):
     check(p["measured"] is True and p["nodes"] == nodes and
           p["ranks"] == nodes * per_node and p["ranks_per_node"] == per_node,
           f"the allocation: {nodes} node(s) x {per_node} rank(s)")
-    check(len(p["kernel"]) == 4 and
+    check(len(p["kernel"]) == 12 and
           all(r["flops_per_core"] > 0 for r in p["kernel"]) and
-          {(r["D"], r["score"]) for r in p["kernel"]} ==
-          {(32, "dot"), (32, "gaussian"), (64, "dot"), (64, "gaussian")},
-          "a positive kernel rate for each asked dim and score")
+          {(r["D"], r["score"], r["class"]) for r in p["kernel"]} ==
+          {(d, s, c) for d in (32, 64) for s in ("dot", "gaussian")
+           for c in ("full", "masked", "band")},
+          "a positive kernel rate for each asked dim, score and tile class")
+    check(len({r["gemm"] for r in p["kernel"]}) == 1 and
+          p["kernel"][0]["gemm"] in ("openblas", "onednn") and
+          all(r["precision"] == "fp32" for r in p["kernel"]),
+          "the rates of this build's tile engine, in fp32")
+    check(p["call_seconds"] > 0 and p["step_seconds"] >= 0 and
+          (p["ranks"] > 1 or p["step_seconds"] == 0),
+          "the fixed cost of a call; of a ring step only with 2 ranks or "
+          "more (0 where the steps measured no slower than one call)")
     check(p["io_read"] > 0 and p["io_write"] > 0, "I/O rates > 0")
     intra = per_node > 1
     for key in ("alltoall_intra", "allgather_intra", "reduce_scatter_intra"):
@@ -133,6 +142,21 @@ def plan_warns(work, p):
     os.remove(os.path.join(work, "q.json"))
 
 
+def plan_classes(work):
+    """plan predicts full, causal and windowed runs from the profile's own
+    tile classes: finite times, never NaN."""
+    for extra in ([], ["--causal"], ["--causal", "--window", "64"]):
+        r = ran(mpirun(["plan", "--profile", "p.json", "--ranks", str(NP),
+                        "--seq", "1000", "--dim", "64"] + extra, np_=1,
+                       cwd=work), "plan " + " ".join(extra))
+        ring = [l.split() for l in r.stdout.splitlines()
+                if l.split()[:1] == ["ring"]]
+        check(ring and all(float(row[3]) > 0 for row in ring) and
+              not any(w in r.stdout.lower() for w in ("nan", "inf")),
+              f"plan {' '.join(extra) or '(full)'}: finite predicted times "
+              f"from the profile's rates ({ring[0][3] if ring else None} s)")
+
+
 def check_probe(work):
     r = ran(mpirun(["probe", "--out", "p.json", "--dir", work, "--seconds",
                     "2", "--dim", "32,64", "--score", "dot,gaussian"],
@@ -150,6 +174,7 @@ def check_probe(work):
     check(p["oversubscribed"] is over, f"the profile records "
           f"oversubscribed = {over}")
     plan_warns(work, p)
+    plan_classes(work)
     check(p["inter"] == {"latency": 0, "bandwidth": 0},
           "no link between nodes on one node")
     check(p["hosts"] == socket.gethostname(), "the host name")

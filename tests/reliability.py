@@ -771,6 +771,27 @@ CASES_TOOLS = [
                                                '"dot", "flops_per_core": 0}]'))},
      ["plan", "--ranks", "4", "--profile", "p.json"], 2,
      r"p\.json: key 'kernel': no measured rate for the dot score"),
+    # rates are per tile engine, precision and tile class: a run reads its
+    # own, never another's stand-in
+    ("plan-profile-no-band", "plan: a windowed run on a profile without "
+     "band tiles",
+     {"p.json": write_text(profile_text(schema="3", kernel=
+         '[{"D": 64, "Dv": 64, "score": "dot", "gemm": "openblas", '
+         '"precision": "fp32", "class": "full", "flops_per_core": 1e11}, '
+         '{"D": 64, "Dv": 64, "score": "dot", "gemm": "openblas", '
+         '"precision": "fp32", "class": "masked", "flops_per_core": 1e11}]'))},
+     ["plan", "--ranks", "2", "--profile", "p.json", "--gemm", "openblas",
+      "--causal", "--window", "64"], 2,
+     r"p\.json: key 'kernel': no measured rate for the dot score \(D = 64, "
+     r"Dv = 64\) and no dot rate to stand in, on the openblas engine in fp32 "
+     r"on band tiles; the plan cannot predict with this profile"),
+    ("plan-profile-other-engine", "plan: a profile of another tile engine",
+     {"p.json": write_text(profile_text(schema="3", kernel=
+         '[{"D": 64, "Dv": 64, "score": "dot", "gemm": "onednn", '
+         '"precision": "fp32", "class": "full", "flops_per_core": 2e11}]'))},
+     ["plan", "--ranks", "2", "--profile", "p.json", "--gemm", "openblas"], 2,
+     r"p\.json: key 'kernel': no measured rate .* on the openblas engine in "
+     r"fp32 on full tiles"),
     ("plan-profile-denormal", "plan: a denormal all-to-all rate",
      {"p.json": write_text(profile_text(alltoall_intra="1e-310"))},
      ["plan", "--ranks", "4", "--profile", "p.json"], 2,

@@ -57,7 +57,14 @@ static void random_profile(ra_profile *p, unsigned seed)
     for (int i = 0; i < p->nrates; i++)
         p->rate[i] = (profile_rate){1 + rand() % 512, 1 + rand() % 512,
                                     (ra_score)(rand() % 3),
+                                    (ra_gemm)(1 + rand() % 2),
+                                    "fp32", (profile_class)(rand() % 3),
                                     ldexp((double)rand(), rand() % 16)};
+    for (int i = 0; i < p->nrates; i++)
+        if (rand() % 2)
+            snprintf(p->rate[i].precision, PROFILE_PRECISION, "bf16");
+    p->call_seconds = rand() / (double)RAND_MAX * 1e-3;
+    p->step_seconds = rand() % 3 == 0 ? 0.0 : rand() / (double)RAND_MAX;
     double *rates[] = {&p->intra.latency, &p->intra.bandwidth,
                        &p->inter.latency, &p->inter.bandwidth,
                        &p->alltoall_intra, &p->alltoall_inter,
@@ -87,8 +94,13 @@ static void assert_profiles_equal(const ra_profile *a, const ra_profile *b)
         assert_int_equal(a->rate[i].D, b->rate[i].D);
         assert_int_equal(a->rate[i].Dv, b->rate[i].Dv);
         assert_int_equal(a->rate[i].score, b->rate[i].score);
+        assert_int_equal(a->rate[i].gemm, b->rate[i].gemm);
+        assert_string_equal(a->rate[i].precision, b->rate[i].precision);
+        assert_int_equal(a->rate[i].cls, b->rate[i].cls);
         assert_true(a->rate[i].flops_per_core == b->rate[i].flops_per_core);
     }
+    assert_true(a->call_seconds == b->call_seconds);
+    assert_true(a->step_seconds == b->step_seconds);
     assert_true(a->intra.latency == b->intra.latency);
     assert_true(a->intra.bandwidth == b->intra.bandwidth);
     assert_true(a->inter.latency == b->inter.latency);
@@ -145,25 +157,91 @@ static void test_default(void **state)
     assert_true(p.io_read > 0 && p.io_write > 0 && p.mem_per_node > 0);
 }
 
+/* The rate of head dim D and score under the key of engine onednn, fp32,
+ * full tiles. */
+static double rate_of(const ra_profile *p, int64_t D, ra_score score)
+{
+    const profile_kernel_key k = {D, D, score, RA_GEMM_ONEDNN, "fp32",
+                                  PROFILE_FULL};
+    return profile_kernel_rate(p, &k);
+}
+
 static void test_kernel_rate(void **state)
 {
     ra_profile p;
     memset(&p, 0, sizeof p);
-    p.rate[0] = (profile_rate){64, 64, RA_SCORE_DOT, 100};
-    p.rate[1] = (profile_rate){128, 128, RA_SCORE_DOT, 200};
-    p.rate[2] = (profile_rate){32, 32, RA_SCORE_GAUSSIAN, 300};
-    p.rate[3] = (profile_rate){256, 256, RA_SCORE_GAUSSIAN, 0}; /* unmeasured */
+    p.rate[0] = (profile_rate){64, 64, RA_SCORE_DOT, RA_GEMM_ONEDNN, "fp32",
+                               PROFILE_FULL, 100};
+    p.rate[1] = (profile_rate){128, 128, RA_SCORE_DOT, RA_GEMM_ONEDNN, "fp32",
+                               PROFILE_FULL, 200};
+    p.rate[2] = (profile_rate){32, 32, RA_SCORE_GAUSSIAN, RA_GEMM_ONEDNN,
+                               "fp32", PROFILE_FULL, 300};
+    p.rate[3] = (profile_rate){256, 256, RA_SCORE_GAUSSIAN, RA_GEMM_ONEDNN,
+                               "fp32", PROFILE_FULL, 0}; /* unmeasured */
     p.nrates = 4;
     /* the entry of that shape */
-    assert_true(profile_kernel_rate(&p, 128, 128, RA_SCORE_DOT) == 200);
+    assert_true(rate_of(&p, 128, RA_SCORE_DOT) == 200);
     /* else the nearest D of the same score */
-    assert_true(profile_kernel_rate(&p, 80, 80, RA_SCORE_DOT) == 100);
-    assert_true(profile_kernel_rate(&p, 100, 100, RA_SCORE_DOT) == 200);
-    assert_true(profile_kernel_rate(&p, 256, 256, RA_SCORE_GAUSSIAN) == 300);
+    assert_true(rate_of(&p, 80, RA_SCORE_DOT) == 100);
+    assert_true(rate_of(&p, 100, RA_SCORE_DOT) == 200);
+    assert_true(rate_of(&p, 256, RA_SCORE_GAUSSIAN) == 300);
     /* else the dot's nearest */
-    assert_true(profile_kernel_rate(&p, 120, 120, RA_SCORE_ADDITIVE) == 200);
+    assert_true(rate_of(&p, 120, RA_SCORE_ADDITIVE) == 200);
     p.nrates = 0;
-    assert_true(profile_kernel_rate(&p, 64, 64, RA_SCORE_DOT) == 0);
+    assert_true(rate_of(&p, 64, RA_SCORE_DOT) == 0);
+}
+
+/* Whether profile p can predict key k on 2 ranks of one node; the reason
+ * into why. */
+static int usable(const ra_profile *p, const profile_kernel_key *k,
+                  char *why, size_t n)
+{
+    const profile_need need = {2, 1, *k, profile_kernel_rate(p, k), 0};
+    return profile_usable(p, &need, why, n);
+}
+
+/* Rates are kept apart by engine, precision and tile class: a run reads
+ * the rate of its own, and a profile without it is refused by name (never
+ * a stand-in from another engine, precision or class, never NaN). A
+ * schema-2 rate, which recorded none of them, stands in for every engine
+ * and class in fp32. */
+static void test_kernel_classes(void **state)
+{
+    ra_profile p;
+    char why[512];
+    profile_default(&p);
+    p.nrates = 0;
+    for (int c = 0; c < PROFILE_CLASSES; c++)
+        p.rate[p.nrates++] = (profile_rate){64, 64, RA_SCORE_DOT,
+                                            RA_GEMM_ONEDNN, "fp32",
+                                            (profile_class)c, 100.0 + c};
+    profile_kernel_key k = {64, 64, RA_SCORE_DOT, RA_GEMM_ONEDNN, "fp32",
+                            PROFILE_BAND};
+    assert_true(profile_kernel_rate(&p, &k) == 102);
+    k.cls = PROFILE_MASKED;
+    assert_true(profile_kernel_rate(&p, &k) == 101);
+    assert_int_equal(usable(&p, &k, why, sizeof why), 0);
+    k.precision = "bf16";
+    assert_true(profile_kernel_rate(&p, &k) == 0);
+    assert_int_equal(usable(&p, &k, why, sizeof why), -1);
+    assert_non_null(strstr(why, "on the onednn engine in bf16 on masked "
+                                "tiles"));
+    k.precision = "fp32";
+    k.gemm = RA_GEMM_OPENBLAS;
+    assert_int_equal(usable(&p, &k, why, sizeof why), -1);
+    assert_non_null(strstr(why, "on the openblas engine in fp32"));
+    p.nrates = 1; /* full tiles only: a windowed run has no rate */
+    k = (profile_kernel_key){64, 64, RA_SCORE_DOT, RA_GEMM_ONEDNN, "fp32",
+                             PROFILE_BAND};
+    assert_int_equal(usable(&p, &k, why, sizeof why), -1);
+    assert_non_null(strstr(why, "on band tiles"));
+    p.rate[0].gemm = RA_GEMM_AUTO; /* a schema-2 rate */
+    p.rate[0].precision[0] = '\0';
+    assert_true(profile_kernel_rate(&p, &k) == 100);
+    k.gemm = RA_GEMM_OPENBLAS;
+    assert_true(profile_kernel_rate(&p, &k) == 100);
+    k.precision = "bf16";
+    assert_true(profile_kernel_rate(&p, &k) == 0);
 }
 
 /* The default profile as text, with one key's value replaced (or, with
@@ -262,7 +340,18 @@ static void test_refusals(void **state)
     edited(text, sizeof text, "inter", "{\"latency\": 1, \"latency\": 2}");
     refused("twice.json", text, "duplicate object key near '\"latency\"'");
     edited(text, sizeof text, "schema", "1");
-    refused("schema.json", text, "key 'schema': 1 is outside [2, 2]");
+    refused("schema.json", text, "key 'schema': 1 is outside [2, 3]");
+    edited(text, sizeof text, "kernel", "[{\"D\": 64, \"Dv\": 64, \"score\": "
+           "\"dot\", \"class\": \"diagonal\", \"flops_per_core\": 1}]");
+    refused("class.json", text, "key 'kernel[0].class': unknown class "
+            "'diagonal' (full, masked or band)");
+    edited(text, sizeof text, "kernel", "[{\"D\": 64, \"Dv\": 64, \"score\": "
+           "\"dot\", \"gemm\": \"auto\", \"flops_per_core\": 1}]");
+    refused("gemm.json", text, "key 'kernel[0].gemm': unknown gemm 'auto'");
+    edited(text, sizeof text, "kernel", "[{\"D\": 64, \"Dv\": 64, \"score\": "
+           "\"dot\", \"precision\": \"fp16\", \"flops_per_core\": 1}]");
+    refused("precision.json", text, "key 'kernel[0].precision': unknown "
+            "precision 'fp16' (fp32 or bf16)");
     edited(text, sizeof text, "io_read", "01");
     refused("zero.json", text, "invalid token near '0'");
     edited(text, sizeof text, "hosts", "\"a\\qb\"");
@@ -335,6 +424,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_default),
         cmocka_unit_test(test_kernel_rate),
+        cmocka_unit_test(test_kernel_classes),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_oversubscribed),
         cmocka_unit_test(test_damage),
