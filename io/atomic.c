@@ -43,8 +43,15 @@ ra_status h5io_stage_create(h5io_staged *s, const char *path, int force,
     for (int attempt = 0; *fd < 0 && attempt < 16; attempt++) {
         if ((st = h5io_tmp_name(dir, base, s->tmp)) != RA_OK)
             return st;
+        /* published before it exists: a signal between the creation and
+         * the publishing would leave it behind. The name holds this
+         * process's host, namespace and pid, so what a signal unlinks in
+         * the window before a refused open is this process's own name. */
+        h5io_tmp_publish(s->tmp);
         *fd = open(s->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
                                O_CLOEXEC, 0666);
+        if (*fd < 0)
+            h5io_tmp_unpublish(s->tmp);
         if (*fd < 0 && errno != EEXIST)
             break;
     }
@@ -54,7 +61,6 @@ ra_status h5io_stage_create(h5io_staged *s, const char *path, int force,
         s->tmp[0] = '\0';
         return st;
     }
-    h5io_tmp_publish(s->tmp);
     return RA_OK;
 }
 

@@ -110,17 +110,22 @@ static ra_status room_take(const h5io_staged *s, char *room)
     int fd = -1;
 
     room[0] = '\0';
-    if (st == RA_OK && (st = h5io_tmp_name(dir, "room", room)) == RA_OK &&
-        (fd = open(room, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-                             O_CLOEXEC, 0600)) < 0)
-        st = ra_error_set(RA_ERR_IO, "%s: cannot create temporary file %s: "
-                          "%s", s->path, room, strerror(errno));
+    if (st == RA_OK && (st = h5io_tmp_name(dir, "room", room)) == RA_OK) {
+        /* published before it exists, so that no signal falls between
+         * the creation and the publishing (the name is this process's) */
+        h5io_tmp_publish(room);
+        if ((fd = open(room, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                                 O_CLOEXEC, 0600)) < 0)
+            st = ra_error_set(RA_ERR_IO, "%s: cannot create temporary file "
+                              "%s: %s", s->path, room, strerror(errno));
+    }
     if (fd < 0) {
+        if (room[0])
+            h5io_tmp_unpublish(room);
         room[0] = '\0';
         return st;
     }
     close(fd);
-    h5io_tmp_publish(room);
     if ((st = reserve_room(s->path, room, COMMIT_METADATA_ROOM)) != RA_OK)
         room_release(room);
     return st;

@@ -40,14 +40,14 @@ static ra_status probe_write_read(MPI_Comm comm, const char *name,
                               .command_line = "ringattn probe", .masks = "",
                               .tuning = tn};
     double mine[2] = {0, 0};
+    /* the scratch file's name is this process's own: published before
+     * the write renames the file into it, so that a signal removes it */
+    h5io_tmp_publish(name);
     MPI_Barrier(comm);
     double t0 = MPI_Wtime();
     ra_status st = ra_h5_write_outputs(comm, name, 0, s, &meta, o, lse);
     mine[0] = MPI_Wtime() - t0;
     if (st == RA_OK) {
-        /* the scratch file now exists under its owned name: a signal
-         * removes it from here on */
-        h5io_tmp_publish(name);
         const ra_h5_source src = {.q = "/o", .k = "/o", .v = "/o",
                                   .axes = RA_AXES_BNHD, /* as written */
                                   .tuning = tn};
