@@ -369,10 +369,7 @@ typedef struct {
 ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
                         const char *what);
 
-/* The bytes cli_tensors_alloc() allocates for rank of nranks; -1 when they
- * overflow. What they are, in cli_mem_check()'s message. */
-int64_t cli_tensors_bytes(const ra_shape *s, ra_layout lay, int rank,
-                          int nranks);
+/* What cli_tensors_alloc() allocates, in cli_mem_check()'s message. */
 #define CLI_TENSORS_WHAT "the tensors (q, k, v, o, lse)"
 
 /* Allocates the tensors of this rank of ctx, after cli_mem_check() of

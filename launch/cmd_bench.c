@@ -314,10 +314,12 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
         st = cli_params_check(&o->p, &s, NULL);
         if (st == RA_OK)
             st = cli_ulysses_check(&o->p, &s, ctx->nranks);
-        if (st == RA_OK) /* before the sgemm yardstick and every config */
-            st = cli_mem_check(ctx, cli_tensors_bytes(&s, o->p.layout,
-                                                      ctx->rank, ctx->nranks),
-                               o->p.mem_limit, CLI_TENSORS_WHAT);
+        /* before the yardsticks and every config: the tensors fit the
+         * limit and the address space (allocated untouched, then freed) */
+        cli_tensors t;
+        if (st == RA_OK && (st = cli_tensors_alloc(&t, &s, o->p.layout, ctx,
+                                                   o->p.mem_limit)) == RA_OK)
+            cli_tensors_free(&t);
     }
     if (st == RA_OK)
         st = bench_tables_check(ctx, &o->tab, o->profile);

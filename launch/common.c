@@ -235,15 +235,6 @@ static int tensors_size(cli_tensors *t, const ra_shape *s, ra_layout lay,
     return 0;
 }
 
-int64_t cli_tensors_bytes(const ra_shape *s, ra_layout lay, int rank,
-                          int nranks)
-{
-    cli_tensors t;
-    size_t total;
-    return tensors_size(&t, s, lay, rank, nranks, &total) ? -1
-                                                          : (int64_t)total;
-}
-
 ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s, ra_layout lay,
                             const cli_ctx *ctx, int64_t limit)
 {
