@@ -26,15 +26,21 @@
 # causal windows of 512 and 4096 keys, D = 128, and OpenBLAS by --gemm.
 # Records in bench/records/model-engine, the table in
 # docs/model-engine-table.md.
+#
+# MODEL_SET=bf16: one probe at P = 2 of the oneDNN engine in fp32 and bf16,
+# then the ring in bf16 (K/V on a bf16 wire) on cases no rate was measured
+# on: N = 12000 causal, D = 128 full, a 4096-key window, P = 2 and N =
+# 16384 at D = 64, and P = 1. Records in bench/records/model-bf16, the
+# table in docs/model-bf16-table.md.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=prelude.sh
 . "$(dirname "$0")/prelude.sh"
 set_name=${MODEL_SET:-all}
 out=bench/records/model
 table=docs/model-table.md
-if [ "$set_name" = engine ]; then
-  out=bench/records/model-engine
-  table=docs/model-engine-table.md
+if [ "$set_name" = engine ] || [ "$set_name" = bf16 ]; then
+  out=bench/records/model-$set_name
+  table=docs/model-$set_name-table.md
 fi
 fc=launch/fake-cluster.sh
 mkdir -p "$out"
@@ -90,14 +96,27 @@ shm() { # shm NAME NP ARGS...
   one "$name" "$np" 1 mpirun -np "$np" --oversubscribe -- \
     --strategy all "${common[@]}" "$@"
 }
+ring() { # ring NAME NP ARGS...: the ring alone
+  local name=$1 np=$2
+  shift 2
+  one "$name" "$np" 1 mpirun -np "$np" -- --strategy ring --heads 4 \
+    --reps 3 --warmup 1 --check-rows 1 "$@"
+}
+if [ "$set_name" = bf16 ]; then
+  probe_args=(--gemm onednn --dim 64,128 --score dot --precision fp32,bf16)
+  probe b2 mpirun -np 2
+  ring b2-n12000-causal 2 --seq 12000 --dim 64 --causal --precision bf16
+  ring b2-n16384-d128 2 --seq 16384 --dim 128 --precision bf16
+  ring b2-n16384-d64 2 --seq 16384 --dim 64 --precision bf16
+  ring b2-n16384-w4096 2 --seq 16384 --dim 64 --causal --window 4096 \
+    --precision bf16
+  probe b1 mpirun -np 1
+  ring b1-n5000-causal 1 --seq 5000 --dim 64 --causal --precision bf16
+  /usr/bin/python3 bench/model-table.py "$out" | tee "$table"
+  exit 0
+fi
 if [ "$set_name" = engine ]; then
   probe_args=(--gemm openblas,onednn --dim 64,128 --score dot)
-  ring() { # ring NAME NP ARGS...: the ring alone
-    local name=$1 np=$2
-    shift 2
-    one "$name" "$np" 1 mpirun -np "$np" -- --strategy ring --heads 4 \
-      --reps 3 --warmup 1 --check-rows 1 "$@"
-  }
   probe e1 mpirun -np 1
   ring e1-n5000 1 --seq 5000 --dim 64
   ring e1-n5000-causal 1 --seq 5000 --dim 64 --causal

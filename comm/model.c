@@ -147,6 +147,24 @@ static double mem_heads(const mem_view *v)
 
 static double model_row_mem(const mem_view *v); /* the table's, below */
 
+/* The call's own copies of n query and m key rows (call.c, call_carve):
+ * RoPE's rotated q and k; bf16's rounded q (bf16 precision) and k, v (or
+ * a bf16 wire), RoPE's copies rounded in place. */
+static double mem_call_copies(const ra_shape *s, const ra_params *p,
+                              int64_t n, int64_t m)
+{
+    const int rope = p->rope != RA_ROPE_NONE;
+    const int q16 = p->precision == RA_PRECISION_BF16;
+    const int kv16 = q16 || p->wire == RA_WIRE_BF16;
+    const double q = (double)s->B * (double)n * (double)(s->H * s->D);
+    const double k = (double)s->B * (double)m * (double)(s->G * s->D);
+    const double dk = (double)s->B * (double)m *
+                      (double)(s->G * ra_shape_dk(s));
+    const double v = (double)s->B * (double)m * (double)(s->G * s->Dv);
+    return 4.0 * ((rope ? q + k : 0.0) + (q16 && !rope ? q : 0.0) +
+                  (kv16 && !rope ? dk : 0.0) + (kv16 ? v : 0.0));
+}
+
 double model_rank_bytes(const ra_shape *s, const ra_params *p, ra_layout lay,
                         int P, int r)
 {
@@ -162,7 +180,7 @@ double model_rank_bytes(const ra_shape *s, const ra_params *p, ra_layout lay,
         s, p, lay, P,
         4.0 * B * (double)s->M * (double)(s->G * (s->D + s->Dv)),
         4.0 * B * (double)s->N * (double)s->H};
-    return mine + model_row_mem(&v);
+    return mine + mem_call_copies(s, p, n, m) + model_row_mem(&v);
 }
 
 /* ---- bytes sent ------------------------------------------------------------ */
@@ -202,7 +220,9 @@ static int bytes_ring(const model_ctx *m, sent *x, double *step_bytes)
     const model_problem pb = {s, &m->p, m->mk, m->P};
     const int64_t A = m->p.score == RA_SCORE_ADDITIVE && m->p.additive
                           ? m->p.additive->A : 0;
-    const double row = 4.0 * (double)(s->G * ((A ? A : s->D) + s->Dv)) +
+    /* K/V as fp32, or bf16 on a bf16 wire (ring_pass.c) */
+    const double elt = ra_params_wire_bf16(&m->p) ? 2.0 : 4.0;
+    const double row = elt * (double)(s->G * ((A ? A : s->D) + s->Dv)) +
                        (m->segs ? 8.0 : 0.0);
     if (model_ring_sends(&pb, row, m->grp, step_bytes) != 0)
         return -1;

@@ -18,6 +18,7 @@ typedef struct {
     int64_t seqs[MAX_SEQS];
     int nseq;
     int64_t warmup, reps, check_rows, seed;
+    int no_yardsticks;       /* --no-yardsticks */
     cli_random_masks rm;     /* --lens, --segments */
     int layout_auto;         /* the layout was chosen, not given */
     int64_t additive_hidden; /* A of the random additive weights */
@@ -115,16 +116,19 @@ double bench_rss_peak(void);
 /* GFLOP/s of an SGEMM_N^3 sgemm on this rank's threads, all ranks at once. */
 double bench_sgemm_rate(MPI_Comm comm, int threads);
 /* The two yardsticks of a run, summed over the ranks: OpenBLAS's sgemm and
- * oneDNN's matmul (0: not measured, why in impl). */
+ * oneDNN's matmul (0: not measured, why in impl; skipped: neither was
+ * asked for, --no-yardsticks). */
 typedef struct {
     double sgemm, peak;
-    int bf16;
+    int bf16, skipped;
     char impl[128];
 } bench_yard;
 
 /* Both yardsticks on this rank's threads, all ranks at once, the peak in
- * fp32 or (bf16) bf16; rank 0's impl. Collective. */
-void bench_yardsticks(MPI_Comm comm, int threads, int bf16, bench_yard *y);
+ * fp32 or (bf16) bf16; rank 0's impl; with skip, neither (their columns
+ * n/a). Collective. */
+void bench_yardsticks(MPI_Comm comm, int threads, int bf16, int skip,
+                      bench_yard *y);
 /* GFLOP/s of an SGEMM_N^3 oneDNN matmul (engine/peak.h) on this rank's
  * threads, all ranks at once (they compete for cores and memory as in a
  * pass), in fp32 or (bf16) bf16 x bf16 -> fp32: the peak yardstick. 0 when

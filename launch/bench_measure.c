@@ -114,8 +114,14 @@ double bench_peak_rate(MPI_Comm comm, int threads, int bf16, char *impl,
     return rate;
 }
 
-void bench_yardsticks(MPI_Comm comm, int threads, int bf16, bench_yard *y)
+void bench_yardsticks(MPI_Comm comm, int threads, int bf16, int skip,
+                      bench_yard *y)
 {
+    if (skip) {
+        *y = (bench_yard){.bf16 = bf16, .skipped = 1};
+        snprintf(y->impl, sizeof y->impl, "not measured (--no-yardsticks)");
+        return;
+    }
     const double mine[2] = {
         bench_sgemm_rate(comm, threads),
         bench_peak_rate(comm, threads, bf16, y->impl, sizeof y->impl)};

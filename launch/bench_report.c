@@ -18,6 +18,10 @@ const char bench_columns[] =
 
 void bench_print_yard(FILE *out, const bench_yard *y)
 {
+    if (y->skipped) {
+        fprintf(out, "# %-12s %s\n", "yardsticks", y->impl);
+        return;
+    }
     fprintf(out, "# %-12s %d^3 OpenBLAS sgemm on every rank at once: %.1f "
             "GFLOP/s in all\n", "sgemm", SGEMM_N, y->sgemm);
     if (y->peak > 0)
@@ -38,33 +42,35 @@ void bench_print_header(FILE *out)
             "MB_xnode", "MB_xn_all", "ring_GB/s", "rss_MB", "model_MB", "rel_err", "verdict");
 }
 
-/* The peak and its fraction as the table shows them: "n/a" when the run
- * has no peak (no oneDNN), never a made-up figure. */
-static void peak_cells(const bench_result *r, char peak[16], char frac[16])
+/* A yardstick and the row's fraction of it as the table shows them: "n/a"
+ * when the run has none (no oneDNN; --no-yardsticks), never a made-up
+ * figure. */
+static void yard_cells(double gflops, double yard, char cell[16],
+                       char frac[16])
 {
-    if (r->peak_gflops > 0) {
-        snprintf(peak, 16, "%.1f", r->peak_gflops);
-        snprintf(frac, 16, "%.3f", r->gflops / r->peak_gflops);
+    if (yard > 0) {
+        snprintf(cell, 16, "%.1f", yard);
+        snprintf(frac, 16, "%.3f", gflops / yard);
     } else {
-        snprintf(peak, 16, "n/a");
+        snprintf(cell, 16, "n/a");
         snprintf(frac, 16, "n/a");
     }
 }
 
 void bench_print_row(FILE *out, const bench_result *r)
 {
-    char peak[16], frac[16];
-    peak_cells(r, peak, frac);
+    char sgemm[16], ratio[16], peak[16], frac[16];
+    yard_cells(r->gflops, r->sgemm_gflops, sgemm, ratio);
+    yard_cells(r->gflops, r->peak_gflops, peak, frac);
     fprintf(out, " %7lld %7lld %2d %2d %9s %9.4f %9.4f %9.4f %5.2f %5.2f %8.1f "
-                 "%8.1f %6.3f %8s %6s %6.2f %9.2f %9.2f %9.2f %9.2f %8.1f "
+                 "%8s %6s %8s %6s %6.2f %9.2f %9.2f %9.2f %9.2f %8.1f "
                  "%8.1f %9.2e %s\n",
             (long long)r->s.N, (long long)r->s.M, r->ranks, r->threads,
             r->mode, r->seconds_median, r->rank_seconds.min,
             r->rank_seconds.max,
             r->busy_seconds.min > 0 ? r->busy_seconds.max / r->busy_seconds.min
                                     : 0.0,
-            r->thread_busy, r->gflops, r->sgemm_gflops,
-            r->gflops / r->sgemm_gflops, peak, frac,
+            r->thread_busy, r->gflops, sgemm, ratio, peak, frac,
             100.0 * r->comm_wait_fraction,
             r->bytes_sent / 1e6, r->cross_bytes / 1e6,
             r->cross_bytes_total / 1e6, r->ring_gbps, r->peak_rss.max / 1048576.0,
@@ -120,9 +126,9 @@ static json_t *row_times(const bench_result *r)
         "busy_seconds_max", cli_json_fixed(r->busy_seconds.max, "%.6e"),
         "thread_busy", cli_json_fixed(r->thread_busy, "%.4f"),
         "gflops", cli_json_fixed(r->gflops, "%.4f"),
-        "sgemm_gflops", cli_json_fixed(r->sgemm_gflops, "%.4f"),
-        "fraction_of_sgemm",
-        cli_json_fixed(r->gflops / r->sgemm_gflops, "%.4f"),
+        "sgemm_gflops", measured_or_null(r->sgemm_gflops, 1.0, "%.4f"),
+        "fraction_of_sgemm", measured_or_null(r->sgemm_gflops > 0 ? r->gflops
+                                              : 0.0, r->sgemm_gflops, "%.4f"),
         "peak_gflops", measured_or_null(r->peak_gflops, 1.0, "%.4f"),
         "fraction_of_peak", measured_or_null(r->peak_gflops > 0 ? r->gflops
                                              : 0.0, r->peak_gflops, "%.4f"),
@@ -172,17 +178,18 @@ int bench_csv_write(FILE *out, const bench_result *rows, int count)
                  "peak_rss_bytes,model_bytes,max_rel_error,verdict\n");
     for (int i = 0; i < count; i++) {
         const bench_result *r = &rows[i];
-        char peak[16], frac[16];
-        peak_cells(r, peak, frac);
+        char sgemm[16], peak[16], frac[16];
+        yard_cells(r->gflops, r->sgemm_gflops, sgemm, frac);
+        yard_cells(r->gflops, r->peak_gflops, peak, frac);
         fprintf(out, "%d,%d,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%lld,"
-                     "%lld,%.6e,%.4f,%.4f,%s,%.6f,%.0f,%.4f,%.0f,%.0f,%.3e,"
+                     "%lld,%.6e,%.4f,%s,%s,%.6f,%.0f,%.4f,%.0f,%.0f,%.3e,"
                      "%s\n",
                 r->ranks, r->threads, r->mode, (long long)r->s.B,
                 (long long)r->s.N, (long long)r->s.M, (long long)r->s.H,
                 (long long)r->s.G, (long long)r->s.D, (long long)r->s.Dv,
                 r->p.causal, ra_layout_name(ra_params_layout(&r->p, r->segment_avg > 0)),
                 (long long)r->block_q, (long long)r->block_kv,
-                r->seconds_median, r->gflops, r->sgemm_gflops,
+                r->seconds_median, r->gflops, sgemm,
                 peak, r->comm_wait_fraction, r->bytes_sent, r->ring_gbps,
                 r->peak_rss.max, r->model_bytes, r->max_rel_error,
                 r->pass ? "PASS" : "FAIL");

@@ -50,6 +50,8 @@ static const cli_opt bench_own[] = {
                    "ring, naive (materialising) or both"),
     CLI_OPT_FLAG(bench_opts, "--no-poll", p.no_poll,
                  "no progress of transfers between tiles"),
+    CLI_OPT_FLAG(bench_opts, "--no-yardsticks", no_yardsticks,
+                 "skip the sgemm and peak runs (their columns n/a)"),
     CLI_OPT_INT(bench_opts, "--warmup", "W", warmup, 0, INT32_MAX, "1",
                 "untimed passes first"),
     CLI_OPT_INT(bench_opts, "--reps", "R", reps, 1, INT32_MAX, "5",
@@ -373,7 +375,8 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
     bench_yard yard;
     /* the peak in the kernels' precision */
     bench_yardsticks(ctx->comm, ra_params_threads(&o->p),
-                     o->p.precision == RA_PRECISION_BF16, &yard);
+                     o->p.precision == RA_PRECISION_BF16, o->no_yardsticks,
+                     &yard);
     if (ctx->rank == 0) {
         print_echo(ctx, o, &yard);
         bench_print_header(stdout);

@@ -22,6 +22,7 @@ typedef struct {
     cli_shape cs;
     ra_params p;
     int64_t warmup, reps, seed, additive_hidden;
+    int no_yardsticks;
     cli_tables tab; /* --json, --csv */
 } bb_opts;
 
@@ -36,6 +37,8 @@ static const cli_opt bb_own[] = {
                 "64", "hidden size of random additive weights"),
     CLI_OPT_FLAG(bb_opts, "--no-poll", p.no_poll,
                  "no progress of transfers between tiles"),
+    CLI_OPT_FLAG(bb_opts, "--no-yardsticks", no_yardsticks,
+                 "skip the sgemm and peak runs (their columns n/a)"),
     {0},
 };
 
@@ -178,7 +181,8 @@ static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
 static ra_status bb_compute(const cli_ctx *ctx, bb_opts *o, bb_state *b)
 {
     bench_yardsticks(ctx->comm, ra_params_threads(&o->p),
-                     o->p.precision == RA_PRECISION_BF16, &b->yard);
+                     o->p.precision == RA_PRECISION_BF16, o->no_yardsticks,
+                     &b->yard);
     bench_rss_reset();
     return bb_measure(ctx, o, b);
 }

@@ -153,9 +153,6 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     if (st == RA_OK && o->max_seq && (o->tab.json || o->tab.csv || o->nsweep))
         st = ra_error_set(RA_ERR_ARG, "--max-seq prints its own table; "
                           "--json, --csv and --sweep-nodes go without it");
-    if (st == RA_OK && (o->p.precision || o->p.wire))
-        st = ra_error_set(RA_ERR_ARG, "--precision, --wire: do not apply "
-                          "to plan (it predicts fp32 runs)");
     if (st == RA_OK && !o->in && o->qkv_layout != RA_AXES_NONE)
         st = ra_error_set(RA_ERR_ARG, "--qkv-layout: applies to the datasets "
                           "of --in, and none is given");

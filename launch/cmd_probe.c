@@ -25,7 +25,7 @@ enum {
 };
 
 typedef struct {
-    const char *out, *dir, *dims, *scores, *gemms, *show;
+    const char *out, *dir, *dims, *scores, *gemms, *precisions, *show;
     double seconds;
     int force;
 } probe_opts;
@@ -43,6 +43,8 @@ static const cli_opt probe_own[] = {
                  "scores whose kernel rates are measured"),
     CLI_OPT_TEXT(probe_opts, "--gemm", "LIST", gemms, "auto",
                  "tile engines measured (auto: this build's)"),
+    CLI_OPT_TEXT(probe_opts, "--precision", "LIST", precisions, "fp32,bf16",
+                 "precisions of the tile products measured (fp32, bf16)"),
     CLI_OPT_POSITIVE(probe_opts, "--seconds", "S", seconds, 3600, "8",
                      "about how long the measurements take in all"),
     CLI_OPT_TEXT(probe_opts, "--show", "FILE", show, NULL,
@@ -57,8 +59,9 @@ static const cli_spec probe_spec = {
     "\n"
     "Measures what the performance model needs, on the allocation a run\n"
     "will use (launch it as the run will be launched): the tiled forward\n"
-    "kernel's FLOP/s per core for the head dims, scores and tile engines\n"
-    "given, on full, masked (causal) and band (window) tiles, the fixed\n"
+    "kernel's FLOP/s per core for the head dims, scores, tile engines and\n"
+    "precisions given, on full, masked (causal) and band (window) tiles,\n"
+    "the fixed\n"
     "costs of a call and of a ring step, the\n"
     "latency and bandwidth of ring steps within a node and between nodes,\n"
     "all-to-all and all-gather rates, parallel HDF5 write and read rates of\n"
@@ -110,16 +113,39 @@ static int scores_parse(const probe_opts *o, ra_score scores[3])
     return n;
 }
 
-/* The asked kernel rates: every dim with every score, engine and tile
- * class, in fp32 (the kernels' precision). */
+/* The precisions of --precision into pr, each once; how many, or -1 with
+ * a message. */
+static int precisions_parse(const probe_opts *o, ra_precision pr[2])
+{
+    char buf[256];
+    int n = 0;
+    snprintf(buf, sizeof buf, "%s", o->precisions);
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        ra_precision e;
+        if (ra_precision_parse(t, &e) != RA_OK) {
+            ra_error_set(RA_ERR_ARG, "--precision: '%s' is not a list of "
+                         "fp32, bf16", o->precisions);
+            return -1;
+        }
+        if (n == 0 || pr[0] != e)
+            pr[n++] = e;
+    }
+    return n;
+}
+
+/* The asked kernel rates: every dim with every score, engine, precision
+ * and tile class (the additive score in fp32 only: its scores are not tile
+ * products, and bf16 does not change them). */
 static ra_status rates_parse(const probe_opts *o, ra_profile *p)
 {
     char buf[256];
     ra_score scores[3];
     ra_gemm engines[PROBE_ENGINES];
+    ra_precision prec[2];
     const int nscores = scores_parse(o, scores);
     const int nengines = nscores < 0 ? -1 : engines_parse(o, engines);
-    if (nengines < 0)
+    const int nprec = nengines < 0 ? -1 : precisions_parse(o, prec);
+    if (nprec < 0)
         return RA_ERR_ARG;
     snprintf(buf, sizeof buf, "%s", o->dims);
     p->nrates = 0;
@@ -127,16 +153,23 @@ static ra_status rates_parse(const probe_opts *o, ra_profile *p)
         int64_t D;
         if (cli_parse_i64("--dim", t, 1, 1024, &D) != 0)
             return RA_ERR_ARG;
-        for (int i = 0; i < nscores * nengines * PROFILE_CLASSES; i++) {
+        const int per = nengines * nprec * PROFILE_CLASSES;
+        for (int i = 0; i < nscores * per; i++) {
+            const ra_score sc = scores[i / per];
+            const ra_precision pr = prec[i / PROFILE_CLASSES % nprec];
+            if (sc == RA_SCORE_ADDITIVE && pr != RA_PRECISION_FP32)
+                continue;
             if (p->nrates == PROFILE_MAX_RATES)
-                return ra_error_set(RA_ERR_ARG, "--dim, --score, --gemm: at "
-                                    "most %d kernel rates (%d tile classes "
-                                    "each)", PROFILE_MAX_RATES,
-                                    PROFILE_CLASSES);
-            p->rate[p->nrates++] = (profile_rate){
-                D, D, scores[i / (nengines * PROFILE_CLASSES)],
-                engines[i / PROFILE_CLASSES % nengines], "fp32",
-                (profile_class)(i % PROFILE_CLASSES), 0.0};
+                return ra_error_set(RA_ERR_ARG, "--dim, --score, --gemm, "
+                                    "--precision: at most %d kernel rates "
+                                    "(%d tile classes each)",
+                                    PROFILE_MAX_RATES, PROFILE_CLASSES);
+            profile_rate *r = &p->rate[p->nrates++];
+            *r = (profile_rate){
+                D, D, sc, engines[i / (nprec * PROFILE_CLASSES) % nengines],
+                "", (profile_class)(i % PROFILE_CLASSES), 0.0};
+            snprintf(r->precision, sizeof r->precision, "%s",
+                     ra_precision_name(pr));
         }
     }
     if (p->nrates == 0)

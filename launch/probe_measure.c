@@ -112,6 +112,8 @@ static void kernel_problem(const profile_rate *r, kernel_arg *a)
     a->p.score = r->score;
     a->p.sigma = 4.0;
     a->p.gemm = r->gemm;
+    a->p.precision = strcmp(r->precision, "bf16") == 0 ? RA_PRECISION_BF16
+                                                       : RA_PRECISION_FP32;
     a->p.causal = r->cls != PROFILE_FULL;
     a->p.window = r->cls == PROFILE_BAND;
     a->p.window_left = a->p.window ? KERNEL_WINDOW : 0;

@@ -39,25 +39,38 @@ enum {
  * probe-engines-p2-loaded.json; the machine was loaded, so its ratios,
  * not its rates, are kept). The other scores from "Scores": gaussian 0.99
  * of dot; additive 29.5 GFLOP/s over 2 ranks at A = 64 (their compute is
- * not the tile products). */
+ * not the tile products). bf16: the fp32 rate times the bf16 / fp32
+ * ratio of one quiet `mpirun -np 2 --bind-to core ringattn probe --gemm
+ * openblas,onednn --dim 64,128 --precision fp32,bf16 --seconds 24`
+ * (bench/records/probe-bf16-p2.json; "bf16 in the model"). */
 static void default_rates(ra_profile *p)
 {
-    static const double dot[2][2][PROFILE_CLASSES] = {
-        /* openblas: D = 64, 128; full, masked, band */
-        {{76.4e9, 70.7e9, 42.3e9}, {75.9e9, 77.0e9, 47.0e9}},
-        /* onednn */
-        {{138.3e9, 113.7e9, 83.7e9}, {132.2e9, 137.9e9, 61.7e9}},
+    static const double dot[2][2][2][PROFILE_CLASSES] = {
+        /* fp32; openblas: D = 64, 128; full, masked, band */
+        {{{76.4e9, 70.7e9, 42.3e9}, {75.9e9, 77.0e9, 47.0e9}},
+         /* onednn */
+         {{138.3e9, 113.7e9, 83.7e9}, {132.2e9, 137.9e9, 61.7e9}}},
+        /* bf16; openblas (emulated at fp32 speed, plus the rounding) */
+        {{{68.8e9, 62.2e9, 34.4e9}, {66.8e9, 63.9e9, 38.9e9}},
+         /* onednn (the band's narrow tiles are not bf16 primitives) */
+         {{212.3e9, 168.3e9, 64.7e9}, {202.8e9, 192.3e9, 46.9e9}}},
     };
     const ra_gemm engines[2] = {RA_GEMM_OPENBLAS, RA_GEMM_ONEDNN};
+    const char *const precisions[2] = {"fp32", "bf16"};
     p->nrates = 0;
-    for (int e = 0; e < 2; e++)
-        for (int d = 0; d < 2; d++)
-            for (int c = 0; c < PROFILE_CLASSES; c++)
-                p->rate[p->nrates++] = (profile_rate){
-                    64 << d, 64 << d, RA_SCORE_DOT, engines[e], "fp32",
-                    (profile_class)c, dot[e][d][c]};
+    for (int pr = 0; pr < 2; pr++)
+        for (int e = 0; e < 2; e++)
+            for (int d = 0; d < 2; d++)
+                for (int c = 0; c < PROFILE_CLASSES; c++) {
+                    profile_rate *r = &p->rate[p->nrates++];
+                    *r = (profile_rate){64 << d, 64 << d, RA_SCORE_DOT,
+                                        engines[e], "", (profile_class)c,
+                                        dot[pr][e][d][c]};
+                    snprintf(r->precision, sizeof r->precision, "%s",
+                             precisions[pr]);
+                }
     for (int e = 0; e < 2; e++) {
-        const double full64 = dot[e][0][PROFILE_FULL];
+        const double full64 = dot[0][e][0][PROFILE_FULL];
         p->rate[p->nrates++] = (profile_rate){64, 64, RA_SCORE_GAUSSIAN,
                                               engines[e], "fp32",
                                               PROFILE_FULL, 0.99 * full64};
@@ -132,7 +145,10 @@ int profile_class_parse(const char *name, profile_class *c)
 profile_kernel_key profile_key_of(const ra_params *p, int64_t D, int64_t Dv)
 {
     return (profile_kernel_key){D, Dv, p->score, ra_gemm_resolve(p->gemm),
-                                "fp32", profile_class_of(p)};
+                                p->precision == RA_PRECISION_BF16 &&
+                                        p->score != RA_SCORE_ADDITIVE
+                                    ? "bf16" : "fp32",
+                                profile_class_of(p)};
 }
 
 /* Whether rate r was measured for k's engine, precision and class (a

@@ -38,7 +38,8 @@ typedef struct {
     profile_class cls;
 } profile_kernel_key;
 
-/* The kernel key of a run's params and head shape, in fp32. */
+/* The kernel key of a run's params and head shape (the additive score's
+ * in fp32: its scores are not tile products). */
 profile_kernel_key profile_key_of(const ra_params *p, int64_t D, int64_t Dv);
 
 /* The kernel's FLOP/s per core for key k: among the rates of k's engine,

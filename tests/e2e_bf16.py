@@ -82,6 +82,7 @@ def main():
             js = p(f"b_{wire}.json")
             run(MPI + ["bench", "--seq", "1024", "--heads", "2", "--dim", "32",
                        "--reps", "1", "--warmup", "0", "--wire", wire,
+                       "--no-yardsticks",
                        "--json", js])
             row = json.load(open(js))[0]
             sent[wire] = row["bytes_sent"]

@@ -124,12 +124,41 @@ def check_peak(stdout, header, rows):
           f"the echo and the JSON of bench and bench --backward")
 
 
+def check_no_yardsticks(work):
+    """--no-yardsticks: neither yardstick runs; the echo says so, their
+    four columns read n/a and their JSON keys null (never 0 or inf), in
+    bench and bench --backward."""
+    for extra in ([], ["--backward"]):
+        out = ringattn(work, "bench", *extra, "--reps", "1",
+                       "--no-yardsticks", "--json", f"n{len(extra)}.json",
+                       *SHAPE)
+        header, rows = table(out)
+        echo = [l for l in out.splitlines() if l.startswith("# yardsticks")]
+        cols = header[0].lstrip("#").split() if header else []
+        cells = rows[0].split()[11:15] if len(rows) == 1 else []
+        with open(os.path.join(work, f"n{len(extra)}.json")) as f:
+            row = json.load(f)[0]
+        keys = ("sgemm_gflops", "fraction_of_sgemm", "peak_gflops",
+                "fraction_of_peak")
+        if len(echo) != 1 or "not measured (--no-yardsticks)" not in echo[0] \
+                or any(l.startswith(("# sgemm", "# peak")) for l in
+                       out.splitlines()) or cols[11:15] != \
+                ["sgemm", "ratio", "peak", "f_peak"] or \
+                cells != ["n/a"] * 4 or any(row[k] is not None for k in keys) \
+                or row["verdict"] != "PASS":
+            fail(f"no-yardsticks {extra}: echo {echo}, cells {cells}, JSON "
+                 f"{[row.get(k) for k in keys]}")
+    print("ok   bench --no-yardsticks: echo, n/a cells and null keys, in "
+          "bench and bench --backward")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="ra_house_")
     try:
         check_version(work)
         check_gen_f16(work)
         check_bench_backward(work)
+        check_no_yardsticks(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -129,6 +129,7 @@ def bench_row(ringattn, cl, work, order, N, H, D, strategy="ring"):
     r = sh(cl.mpirun(ringattn, "bench", "--ring-order", order, "--seq",
                      str(N), "--heads", str(H), "--dim", str(D), "--layout",
                      "contiguous", "--reps", "1", "--strategy", strategy,
+                     "--no-yardsticks",
                      "--json", js))
     check(r.returncode == 0, f"bench {strategy} {order} failed: " + r.stderr)
     with open(js) as f:

@@ -4,7 +4,7 @@
     plan_counts.py RINGATTN NP
 
 At NP ranks, for shapes N does not divide evenly, causal and not, with GQA,
-padding lengths and packed segments: `bench --strategy all --json` measures
+padding lengths and packed segments, in fp32 and bf16: `bench --strategy all --json` measures
 every applicable strategy, `plan --ranks NP --json` predicts the same
 problem, and every count must agree exactly: the useful FLOPs, the busiest
 rank's visible pairs, bytes sent by the busiest rank and on average, the
@@ -29,8 +29,10 @@ SHAPES = [  # (extra bench/plan flags, name)
       "--dim", "8", "--dim-v", "12"], "cross"),
     (["--seq", "250", "--heads", "4", "--dim", "16", "--lens", "random",
       "--seed", "7"], "lens"),
+    # bf16: the ring's K/V travel as bf16 (half the bytes; the segment ids
+    # stay int64), the call's rounded copies in the memory
     (["--seq", "256", "--heads", "4", "--dim", "8", "--segments", "40",
-      "--seed", "3"], "segments"),
+      "--seed", "3", "--precision", "bf16"], "segments bf16"),
     (["--seq", "300", "--heads", "4", "--dim", "16", "--window", "37,5"],
      "window"),
 ]
@@ -55,7 +57,8 @@ def compare(ringattn, np_, work, flags, name, causal):
     extra = ["--causal"] if causal else []
     bj, pj = os.path.join(work, "bench.json"), os.path.join(work, "plan.json")
     r = sh(mpi + [ringattn, "bench", "--strategy", "all", "--reps", "1",
-                  "--warmup", "0", "--check-rows", "1", "--json", bj]
+                  "--warmup", "0", "--check-rows", "1", "--no-yardsticks",
+                  "--json", bj]
            + flags + extra)
     check(r.returncode == 0, f"{name}: bench failed: {r.stderr.strip()}")
     rows = json.load(open(bj))
@@ -170,7 +173,8 @@ def large(ringattn, work):
 def auto(ringattn, np_, work):
     mpi = ["mpirun", "-np", str(np_), "--oversubscribe"]
     r = sh(mpi + [ringattn, "bench", "--strategy", "auto", "--seq", "512",
-                  "--heads", "4", "--dim", "16", "--reps", "1"])
+                  "--heads", "4", "--dim", "16", "--reps", "1",
+                  "--no-yardsticks"])
     check(r.returncode == 0, f"bench --strategy auto: {r.stderr.strip()}")
     check(re.search(r"# auto +\S+, chosen by the plan", r.stdout) and
           re.search(r"# predicted +[0-9.]+ s", r.stdout),

@@ -242,6 +242,31 @@ static void test_kernel_classes(void **state)
     assert_true(profile_kernel_rate(&p, &k) == 100);
     k.precision = "bf16";
     assert_true(profile_kernel_rate(&p, &k) == 0);
+    /* a run's key: bf16 precision reads bf16 rates, but the additive
+     * score's (its scores are not tile products) */
+    ra_params rp;
+    ra_params_default(&rp);
+    rp.precision = RA_PRECISION_BF16;
+    rp.causal = 1;
+    k = profile_key_of(&rp, 64, 32);
+    assert_string_equal(k.precision, "bf16");
+    assert_int_equal(k.cls, PROFILE_MASKED);
+    assert_true(k.D == 64 && k.Dv == 32);
+    rp.score = RA_SCORE_ADDITIVE;
+    assert_string_equal(profile_key_of(&rp, 64, 32).precision, "fp32");
+    rp.precision = RA_PRECISION_FP32;
+    rp.score = RA_SCORE_DOT;
+    assert_string_equal(profile_key_of(&rp, 64, 32).precision, "fp32");
+    /* the built-in profile predicts bf16 runs on each engine and class */
+    profile_default(&p);
+    for (int e = 0; e < 2; e++)
+        for (int c = 0; c < PROFILE_CLASSES; c++) {
+            const profile_kernel_key b = {
+                128, 128, RA_SCORE_DOT,
+                e ? RA_GEMM_ONEDNN : RA_GEMM_OPENBLAS, "bf16",
+                (profile_class)c};
+            assert_true(profile_kernel_rate(&p, &b) > 0);
+        }
 }
 
 /* The default profile as text, with one key's value replaced (or, with
