@@ -14,7 +14,10 @@
 #include "ringattn.h"
 
 enum { PROFILE_MAX_RATES = 48, PROFILE_TEXT = 256, PROFILE_HOSTS = 2048,
-       PROFILE_PRECISION = 8 };
+       PROFILE_PRECISION = 8,
+       /* the band class's problem: a causal window of this many visible
+        * keys per row, on the window's own tiles (ra_params_tiles) */
+       PROFILE_BAND_KEYS = 512 };
 
 /* The tile shape class a kernel rate is measured on, as a run meets it:
  * full tiles (no mask), the causal diagonal's masked edge tiles among full

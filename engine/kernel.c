@@ -371,6 +371,20 @@ static void key_range(const ra_block *blk, const tile_rules *rl, int64_t qmin,
     }
 }
 
+/* bf16: a key range [*a, *z) that whole tiles do not cover, widened to
+ * whole tiles within the block's m keys, so that every tile runs the
+ * call's bf16 primitive (bf16.h: only the declared bq x bkv shape does;
+ * a band one key short of it would run none). The keys added are outside
+ * the rows' masks, which the tiles' own checks find. */
+static void widen_to_tiles(int64_t bkv, int64_t m, int64_t *a, int64_t *z)
+{
+    const int64_t len = *z - *a, want = (len + bkv - 1) / bkv * bkv;
+    if (len <= 0 || len == want || want > m)
+        return;
+    *z = *a + want <= m ? *a + want : m;
+    *a = *z - want;
+}
+
 /* Pass 3, the online softmax of one bq x bk tile of base-2 scores: each
  * row's running max and sum, the accumulator rescaled only where the max
  * moved; the scores become the unnormalised weights 2^(s - max). */
@@ -460,6 +474,8 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
     }
     memset(t.acc, 0, (size_t)(bq * Dv) * sizeof(float));
     key_range(blk, &rl, qmin, qmax, qs_min, qs_max, &j_first, &j_end);
+    if (blk->mm16)
+        widen_to_tiles(bkv, m, &j_first, &j_end);
     for (int64_t j0 = j_first; j0 < j_end; j0 += bkv) {
         const int64_t bk = j_end - j0 < bkv ? j_end - j0 : bkv;
         const int64_t kmin = mk->kpos[j0], kmax = mk->kpos[j0 + bk - 1];

@@ -24,7 +24,8 @@ enum {
                                 are nearer a long slice's share of the
                                 work than 2048's; the band as many pairs
                                 as full */
-    KERNEL_WINDOW = 511,     /* its window: the key and 511 before it */
+    KERNEL_WINDOW = PROFILE_BAND_KEYS - 1, /* its window: the key and
+                                              511 before it */
     KERNEL_H = 2,
     KERNEL_A = 64,           /* the additive score's hidden size */
     LINK_SMALL = 1,          /* floats of a latency message */

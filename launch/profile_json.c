@@ -51,9 +51,9 @@ static void default_rates(ra_profile *p)
          /* onednn */
          {{138.3e9, 113.7e9, 83.7e9}, {132.2e9, 137.9e9, 61.7e9}}},
         /* bf16; openblas (emulated at fp32 speed, plus the rounding) */
-        {{{68.8e9, 62.2e9, 34.4e9}, {66.8e9, 63.9e9, 38.9e9}},
-         /* onednn (the band's narrow tiles are not bf16 primitives) */
-         {{212.3e9, 168.3e9, 64.7e9}, {202.8e9, 192.3e9, 46.9e9}}},
+        {{{71.8e9, 63.0e9, 34.6e9}, {71.1e9, 64.7e9, 37.7e9}},
+         /* onednn */
+         {{197.6e9, 163.5e9, 91.9e9}, {186.9e9, 184.7e9, 66.5e9}}},
     };
     const ra_gemm engines[2] = {RA_GEMM_OPENBLAS, RA_GEMM_ONEDNN};
     const char *const precisions[2] = {"fp32", "bf16"};
@@ -144,11 +144,20 @@ int profile_class_parse(const char *name, profile_class *c)
 
 profile_kernel_key profile_key_of(const ra_params *p, int64_t D, int64_t Dv)
 {
-    return (profile_kernel_key){D, Dv, p->score, ra_gemm_resolve(p->gemm),
-                                p->precision == RA_PRECISION_BF16 &&
-                                        p->score != RA_SCORE_ADDITIVE
-                                    ? "bf16" : "fp32",
-                                profile_class_of(p)};
+    profile_kernel_key k = {D, Dv, p->score, ra_gemm_resolve(p->gemm),
+                            p->precision == RA_PRECISION_BF16 &&
+                                    p->score != RA_SCORE_ADDITIVE
+                                ? "bf16" : "fp32",
+                            profile_class_of(p), 0, 0, 0, 0};
+    if (p->window) {
+        const ra_shape s = {.B = 1, .N = 1, .M = 1, .H = 1, .G = 1, .D = D,
+                            .Dv = Dv};
+        ra_params_tiles(p, &s, &k.bq, &k.bkv);
+        k.keys = p->window_left + (p->causal ? 0 : p->window_right) + 1;
+        k.follow = p->block_kv <= 0 &&
+                   p->window_left + p->window_right + 1 <= RA_WINDOW_TILE_SPAN;
+    }
+    return k;
 }
 
 /* Whether rate r was measured for k's engine, precision and class (a
@@ -161,7 +170,7 @@ static int rate_matches(const profile_rate *r, const profile_kernel_key *k)
     return r->gemm == RA_GEMM_AUTO || (r->gemm == k->gemm && r->cls == k->cls);
 }
 
-double profile_kernel_rate(const ra_profile *p, const profile_kernel_key *k)
+static double rate_of(const ra_profile *p, const profile_kernel_key *k)
 {
     const profile_rate *best = NULL, *dot = NULL;
     for (int i = 0; i < p->nrates; i++) {
@@ -178,6 +187,30 @@ double profile_kernel_rate(const ra_profile *p, const profile_kernel_key *k)
             dot = r;
     }
     return best ? best->flops_per_core : dot ? dot->flops_per_core : 0.0;
+}
+
+double profile_kernel_rate(const ra_profile *p, const profile_kernel_key *k)
+{
+    const double band = rate_of(p, k);
+    if (k->cls != PROFILE_BAND || k->keys <= 0 || !(band > 0))
+        return band;
+    if (k->follow) { /* the probe's window: PROFILE_BAND_KEYS on its tiles */
+        ra_params probe;
+        int64_t bq, bkv;
+        ra_params_default(&probe);
+        probe.causal = probe.window = 1;
+        probe.window_left = PROFILE_BAND_KEYS - 1;
+        const ra_shape s = {.B = 1, .N = 1, .M = 1, .H = 1, .G = 1,
+                            .D = k->D, .Dv = k->Dv};
+        ra_params_tiles(&probe, &s, &bq, &bkv);
+        return band * ((double)k->keys / (double)k->bkv) /
+               ((double)PROFILE_BAND_KEYS / (double)bkv);
+    }
+    profile_kernel_key full = *k;
+    full.cls = PROFILE_FULL;
+    const double r = rate_of(p, &full);
+    return r > 0 ? r * (double)k->keys / (double)(k->keys + k->bq + k->bkv)
+                 : band;
 }
 
 /* ---- writing ------------------------------------------------------------ */

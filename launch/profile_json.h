@@ -29,13 +29,17 @@ int profile_class_parse(const char *name, profile_class *c);
 
 /* Which kernel rate a run needs: its head shape and score, its tile engine
  * (resolved: openblas or onednn), precision ("fp32", "bf16") and tile
- * class. */
+ * class; with a window, the keys a row sees (keys) and the tiles the run
+ * uses (bq x bkv; follow: the key tiles follow the band, ra_params_tiles'
+ * window tiles). */
 typedef struct {
     int64_t D, Dv;
     ra_score score;
     ra_gemm gemm;
     const char *precision;
     profile_class cls;
+    int64_t keys, bq, bkv;
+    int follow;
 } profile_kernel_key;
 
 /* The kernel key of a run's params and head shape (the additive score's
@@ -46,7 +50,11 @@ profile_kernel_key profile_key_of(const ra_params *p, int64_t D, int64_t Dv);
  * precision and class (a schema-2 rate, which recorded none of them,
  * stands in for any engine and class in fp32), the probed entry of that
  * shape, else the nearest D of the same score, else the dot's; 0 when
- * there is none, which profile_usable refuses by name. */
+ * there is none, which profile_usable refuses by name. A window of another
+ * width than the probe's scales it by the tiles' useful share: on window
+ * tiles (follow), the band rate times keys / bkv against the probe's; on
+ * the default tiles, the full tiles' rate times keys / (keys + bq + bkv),
+ * a query tile meeting about (keys + bq) / bkv + 1 key tiles. */
 double profile_kernel_rate(const ra_profile *p, const profile_kernel_key *k);
 
 /* What one prediction needs of a profile: its allocation, the kernel key

@@ -1886,12 +1886,17 @@ def fault_stall(work, strategy="ring", timeout="1", delay=None,
         problems.append(f"{tag} message: {err.strip()[:400]}")
     if os.path.exists(os.path.join(work, "stalled.h5")) or leftovers(work):
         problems.append(f"{tag} an output or temporary file is left")
-    time.sleep(1)  # the aborted ranks are reaped by init
-    try:
-        with open(f"/proc/{victim}/stat") as f:
-            alive = f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        alive = False
+    # the aborted ranks are reaped by init: up to 2 s for the victim to go
+    alive = True
+    for _ in range(40):
+        try:
+            with open(f"/proc/{victim}/stat") as f:
+                alive = f.read().split(")")[-1].split()[0] != "Z"
+        except OSError:
+            alive = False
+        if not alive:
+            break
+        time.sleep(0.05)
     if alive:
         os.kill(victim, signal.SIGKILL)
         problems.append(f"{tag} the stopped rank is still alive")

@@ -127,7 +127,7 @@ static void expect_case(const bf16_case *k, ra_gemm gemm, uint64_t seed)
 }
 
 /* Odd lengths (1, 7, 1001: edge tiles, and full ones for the primitive),
- * GQA, Dv != D, causal, a window and lens, on every engine. */
+ * GQA, Dv != D, causal, windows and lens, on every engine. */
 static void test_bf16_kernel(void **state)
 {
     (void)state;
@@ -137,6 +137,11 @@ static void test_bf16_kernel(void **state)
         {{1, 1001, 1001, 2, 1, 64, 64, 0}, 0, 0, 0, 0, 0},
         {{1, 1001, 1001, 4, 2, 64, 32, 0}, 1, 0, 0, 0, 1},
         {{1, 700, 1001, 2, 2, 128, 128, 0}, 0, 1, 300, 40, 0},
+        /* causal bands a key or a few short of the window tile (bkv 640,
+         * 384): widened to whole tiles, the keys added masked, the
+         * padding's too */
+        {{1, 1001, 1001, 2, 1, 64, 64, 0}, 1, 1, 511, 0, 0},
+        {{1, 1001, 1001, 4, 2, 64, 64, 0}, 1, 1, 250, 3, 1},
     };
     uint64_t seed = 900;
     for (ra_gemm g = RA_GEMM_OPENBLAS; g <= RA_GEMM_ONEDNN; g++)
