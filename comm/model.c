@@ -149,7 +149,8 @@ static double model_row_mem(const mem_view *v); /* the table's, below */
 
 /* The call's own copies of n query and m key rows (call.c, call_carve):
  * RoPE's rotated q and k; bf16's rounded q (bf16 precision) and k, v (or
- * a bf16 wire), RoPE's copies rounded in place. */
+ * a bf16 wire), RoPE's copies rounded in place; on oneDNN in bf16 the
+ * kernel's k, v staged in bf16 (kernel.c, stage_kv), taken as m keys. */
 static double mem_call_copies(const ra_shape *s, const ra_params *p,
                               int64_t n, int64_t m)
 {
@@ -161,8 +162,11 @@ static double mem_call_copies(const ra_shape *s, const ra_params *p,
     const double dk = (double)s->B * (double)m *
                       (double)(s->G * ra_shape_dk(s));
     const double v = (double)s->B * (double)m * (double)(s->G * s->Dv);
+    const int staged = q16 && p->score != RA_SCORE_ADDITIVE &&
+                       ra_gemm_resolve(p->gemm) == RA_GEMM_ONEDNN;
     return 4.0 * ((rope ? q + k : 0.0) + (q16 && !rope ? q : 0.0) +
-                  (kv16 && !rope ? dk : 0.0) + (kv16 ? v : 0.0));
+                  (kv16 && !rope ? dk : 0.0) + (kv16 ? v : 0.0)) +
+           (staged ? 2.0 * (k + v) : 0.0);
 }
 
 double model_rank_bytes(const ra_shape *s, const ra_params *p, ra_layout lay,

@@ -185,8 +185,10 @@ static void mm16_prim(const ra_mm16 *e, int i, int tid, mm16_scratch s,
         e->pack(x->a, x->ta ? x->k : x->m, x->ta ? x->m : x->k, x->lda,
                 s.a16 + i * e->a_len);
     s.kept[i] = x->a;
-    e->pack(x->b, x->tb ? x->n : x->k, x->tb ? x->k : x->n, x->ldb,
-            s.b16 + i * e->b_len);
+    uint16_t *b = s.b16 + i * e->b_len;
+    if (!x->b16)
+        e->pack(x->b, x->tb ? x->n : x->k, x->tb ? x->k : x->n, x->ldb, b);
+    dnnl_memory_set_data_handle(m[1], x->b16 ? (void *)x->b16 : (void *)b);
     dnnl_memory_set_data_handle(m[2], x->c);
     const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]},
                                      {DNNL_ARG_WEIGHTS, m[1]},
@@ -201,6 +203,23 @@ static void mm16_prim(const ra_mm16 *e, int i, int tid, mm16_scratch s,
         omp_set_num_threads(saved);
 }
 #endif
+
+int ra_mm16_native(const ra_mm16 *e)
+{
+#ifdef RA_HAVE_ONEDNN
+    for (int i = 0; i < e->count; i++)
+        if (e->prim[i])
+            return 1;
+#endif
+    (void)e;
+    return 0;
+}
+
+void ra_mm16_pack(const ra_mm16 *e, const float *x, int64_t rows,
+                  int64_t cols, int64_t ld, uint16_t *out)
+{
+    e->pack(x, rows, cols, ld, out);
+}
 
 void ra_mm16_run(const ra_mm16 *e, int tid, const ra_mm *x)
 {

@@ -82,6 +82,16 @@ void ra_mm16_free(ra_mm16 *e);
  * shapes'. */
 void ra_mm16_run(const ra_mm16 *e, int tid, const ra_mm *x);
 
+/* Whether e runs oneDNN primitives (0: every product emulated, as on
+ * OpenBLAS). */
+int ra_mm16_native(const ra_mm16 *e);
+
+/* rows x cols of x (row stride ld) into out (rows * cols) in bf16, as e
+ * packs a product's operands: an operand packed once this way may be
+ * given to many products (ra_mm.b16) with the same numbers. */
+void ra_mm16_pack(const ra_mm16 *e, const float *x, int64_t rows,
+                  int64_t cols, int64_t ld, uint16_t *out);
+
 /* One tile product of a kernel: in bf16 on e when it is set, else
  * sgemm on engine gemm. */
 static inline void ra_mm_tile(ra_gemm gemm, const ra_mm16 *e, int tid,

@@ -21,6 +21,9 @@ typedef struct {
     int a_kept; /* 1: A is the same unchanged operand as in this thread's
                    previous product of the same shape, whose bf16 copy
                    may be reused (bf16.h); sgemm ignores it */
+    const uint16_t *b16; /* op(B) already packed in bf16 as a bf16 product
+                            packs it (bf16.h: ra_mm16_pack), or NULL;
+                            sgemm and emulated products ignore it */
 } ra_mm;
 
 /* The engine RA_GEMM_AUTO stands for in this build: oneDNN when the

@@ -34,6 +34,10 @@ struct ra_workspace {
                            both arrays live in the block of the struct */
     ra_tick_fn tick;    /* the caller's progress between tiles, or NULL */
     void *tick_ctx;
+    uint16_t *kv16;     /* bf16 on oneDNN: the block's k and v staged in
+                           bf16 (stage_kv), kv16_len elements; grown, never
+                           shrunk, freed with the workspace */
+    size_t kv16_len;
 };
 
 /* Floats in a page, and doubles in a cache line: each thread's scratch
@@ -49,6 +53,7 @@ _Static_assert(sizeof(ra_workspace) <= PAGE_FLOATS * sizeof(float),
 typedef struct {
     float *s, *acc, *mx, *sum, *kterm;
     int tid; /* the thread's number, for its bf16 products' scratch */
+    const uint16_t *kv16; /* the call's staged k, v (stage_kv), or NULL */
 } tile_scratch;
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
@@ -86,12 +91,17 @@ ra_workspace *ra_workspace_create(int threads, int64_t block_q,
     ra_workspace *ws = (ra_workspace *)mem;
     *ws = (ra_workspace){threads, block_q, block_kv, Dv, per,
                          mem + PAGE_FLOATS, (double *)(mem + scratch), NULL,
-                         NULL};
+                         NULL, NULL, 0};
     workspace_touch(ws);
     return ws;
 }
 
-void ra_workspace_free(ra_workspace *ws) { free(ws); }
+void ra_workspace_free(ra_workspace *ws)
+{
+    if (ws)
+        free(ws->kv16);
+    free(ws);
+}
 
 void ra_workspace_busy(const ra_workspace *ws, double *min, double *max)
 {
@@ -156,6 +166,7 @@ static tile_scratch scratch_of(const ra_workspace *ws, int tid)
     t.sum = t.mx + round16((size_t)ws->block_q);
     t.kterm = t.sum + round16((size_t)ws->block_q);
     t.tid = tid;
+    t.kv16 = NULL;
     return t;
 }
 
@@ -263,7 +274,8 @@ static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
 /* Base-2 scores of a bq x bk tile into t.s (row stride block_kv): qt rows
  * of stride H*D against kt rows of stride G*D. */
 static void score_tile(const ra_block *blk, const float *qt, const float *kt,
-                       int64_t bq, int64_t bk, int q_kept, tile_scratch t)
+                       const uint16_t *kt16, int64_t bq, int64_t bk,
+                       int q_kept, tile_scratch t)
 {
     const int64_t D = blk->D, ldq = blk->H * D, ldk = blk->G * D;
     const int64_t lds = blk->block_kv;
@@ -278,7 +290,8 @@ static void score_tile(const ra_block *blk, const float *qt, const float *kt,
     ra_mm_tile(blk->gemm, blk->mm16, t.tid,
                &(ra_mm){.tb = 1, .m = bq, .n = bk, .k = D,
                         .alpha = blk->alpha, .a = qt, .lda = ldq, .b = kt,
-                        .ldb = ldk, .c = t.s, .ldc = lds, .a_kept = q_kept});
+                        .ldb = ldk, .c = t.s, .ldc = lds, .a_kept = q_kept,
+                        .b16 = kt16});
     if (blk->score == RA_SCORE_GAUSSIAN) {
         /* the key term, log2(e) |k|^2 / (2 sigma^2), off every column */
         const float coef = (float)(M_LOG2E * blk->half_inv_sigma2);
@@ -467,6 +480,10 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
     const float *qt = x->q + ((b * n + i0) * H + h) * D; /* bq x D, ld H*D */
     const float *kb = x->k + (b * m * G + g) * D;        /* m x D, ld G*D */
     const float *vb = x->v + (b * m * G + g) * Dv;       /* m x Dv, ld G*Dv */
+    /* the staged bf16 k (m x D) and v (m x Dv) of kv head g, or NULL */
+    const uint16_t *k16 = t.kv16 ? t.kv16 + (b * G + g) * m * (D + Dv)
+                                 : NULL;
+    const uint16_t *v16 = k16 ? k16 + m * D : NULL;
 
     for (int64_t r = 0; r < bq; r++) {
         t.mx[r] = -INFINITY;
@@ -490,7 +507,8 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
                            qs_min == ks_min);
         }
         /* pass 1: base-2 scores */
-        score_tile(blk, qt, kb + j0 * G * D, bq, bk, j0 > j_first, t);
+        score_tile(blk, qt, kb + j0 * G * D, k16 ? k16 + j0 * D : NULL, bq,
+                   bk, j0 > j_first, t);
         if (blk->alibi)
             alibi_tile(blk, &rl, 1, h, (tile_box){i0, bq, j0, bk}, t.s);
         /* pass 2: the mask, only on tiles that straddle an edge */
@@ -503,7 +521,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
                  &(ra_mm){.m = bq, .n = Dv, .k = bk, .alpha = 1.0f,
                           .beta = 1.0f, .a = t.s, .lda = bkv,
                           .b = vb + j0 * G * Dv, .ldb = G * Dv, .c = t.acc,
-                          .ldc = Dv});
+                          .ldc = Dv, .b16 = v16 ? v16 + j0 * Dv : NULL});
         if (x->progress)
             x->progress(x->progress_ctx);
     }
@@ -545,6 +563,41 @@ static void tail_progress(const int64_t *done, int64_t items,
     }
 }
 
+/* bf16 on oneDNN: the block's k and v packed in bf16 once into
+ * ws->kv16, per (batch, kv head) its m x D keys then its m x Dv values, as
+ * the products pack each tile's op(B) (ra_mm16_pack), so that no tile
+ * packs them again (they were packed once per query tile). NULL, and the
+ * tiles pack as before, without primitives, for the additive score (no
+ * score product) or when the buffer cannot grow: the buffer grows to the
+ * largest block a workspace meets, at its first call of that size. */
+static const uint16_t *stage_kv(const ra_block *blk, const ra_fwd_ops *x,
+                                ra_workspace *ws)
+{
+    const int64_t B = blk->B, m = blk->m, G = blk->G, D = blk->D,
+                  Dv = blk->Dv;
+    if (!blk->mm16 || !ra_mm16_native(blk->mm16) ||
+        blk->score == RA_SCORE_ADDITIVE)
+        return NULL;
+    const size_t need = (size_t)(B * G * m * (D + Dv));
+    if (need > ws->kv16_len) {
+        uint16_t *p = malloc(need * sizeof *p);
+        if (!p)
+            return NULL;
+        free(ws->kv16);
+        ws->kv16 = p;
+        ws->kv16_len = need;
+    }
+#pragma omp parallel for num_threads(ws->threads) schedule(static)
+    for (int64_t bg = 0; bg < B * G; bg++) {
+        const int64_t b = bg / G, g = bg % G;
+        uint16_t *dst = ws->kv16 + bg * m * (D + Dv);
+        ra_mm16_pack(blk->mm16, x->k + (b * m * G + g) * D, m, D, G * D, dst);
+        ra_mm16_pack(blk->mm16, x->v + (b * m * G + g) * Dv, m, Dv, G * Dv,
+                     dst + m * D);
+    }
+    return ws->kv16;
+}
+
 void ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
                              ra_workspace *ws)
 {
@@ -557,11 +610,13 @@ void ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
     tile_hook hk = {ops->progress, ops->progress_ctx, ws, &done, items};
     void *hook_ctx;
     const ra_progress_fn hook = tile_hook_of(ws, &hk, &hook_ctx);
+    const uint16_t *kv16 = stage_kv(blk, ops, ws);
 
 #pragma omp parallel num_threads(ws->threads)
     {
         const int tid = omp_get_thread_num();
-        const tile_scratch t = scratch_of(ws, tid);
+        tile_scratch t = scratch_of(ws, tid);
+        t.kv16 = kv16;
         ra_fwd_ops x = *ops; /* the hook runs on thread 0 only */
         x.progress = tid == 0 ? hook : NULL;
         x.progress_ctx = hook_ctx;
@@ -623,7 +678,7 @@ static void probs_rows(const ra_block *blk, const ra_map_ops *x, int64_t b,
     }
     for (int64_t j0 = 0; j0 < m; j0 += bkv) {
         const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
-        score_tile(blk, qt, kb + j0 * G * D, bq, bk, j0 > 0, t);
+        score_tile(blk, qt, kb + j0 * G * D, NULL, bq, bk, j0 > 0, t);
         map_bias_mask(blk, b, h, (tile_box){i0, bq, j0, bk}, t.s);
         for (int64_t r = 0; r < bq; r++) {
             const int64_t row_at = (b * x->nh + hi) * x->nr + i0 - x->r0 + r;
