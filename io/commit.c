@@ -39,46 +39,37 @@ static void note_room(const char *path, ra_status st)
     }
 }
 
-/* Rank 0: reserves [0, bytes) of the file tmp (of the output path) so
- * that a full file system refuses a write before it goes out, rather than
- * losing part of it. fallocate(2), not posix_fallocate(3): where the file
- * system cannot reserve, the C library would write zeros over the whole
- * size instead, and the room the file takes is checked by h5io_readback()
- * alone. */
+/* Rank 0: reserves [0, bytes) of the open file fd (of the output path)
+ * so that a full file system refuses a write before it goes out, rather
+ * than losing part of it. fallocate(2), not posix_fallocate(3): where the
+ * file system cannot reserve, the C library would write zeros over the
+ * whole size instead, and the room the file takes is checked by
+ * h5io_readback() alone. */
+static ra_status reserve_fd(const char *path, int fd, uint64_t bytes)
+{
+    if (bytes == 0 || fallocate(fd, 0, 0, (off_t)bytes) == 0 ||
+        errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)
+        return RA_OK;
+    return ra_error_set(RA_ERR_IO, "%s: cannot reserve the %.1f MB the "
+                        "output needs: %s", path, (double)bytes / 1e6,
+                        strerror(errno));
+}
+
+/* The same on the file named tmp. */
 static ra_status reserve_room(const char *path, const char *tmp,
                               uint64_t bytes)
 {
-    int fd, rc, err;
+    ra_status st;
+    int fd;
 
     if (bytes == 0)
         return RA_OK;
     if ((fd = open(tmp, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
         return ra_error_set(RA_ERR_IO, "%s: cannot open temporary file %s: "
                             "%s", path, tmp, strerror(errno));
-    rc = fallocate(fd, 0, 0, (off_t)bytes);
-    err = errno;
+    st = reserve_fd(path, fd, bytes);
     close(fd);
-    if (rc == 0 || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL)
-        return RA_OK;
-    return ra_error_set(RA_ERR_IO, "%s: cannot reserve the %.1f MB the "
-                        "output needs: %s", path, (double)bytes / 1e6,
-                        strerror(err));
-}
-
-/* Room for the metadata that the close writes (object headers, the
- * attributes' heap; a long command line takes its length): set aside
- * before the file is created, and reserved past the end of the last
- * dataset before the close; what is not used is cut off by the read-back. */
-#define COMMIT_METADATA_ROOM ((uint64_t)256 << 10)
-
-/* Rank 0: frees the room room_take() set aside (a no-op when none). */
-static void room_release(char *room)
-{
-    if (!room[0])
-        return;
-    unlink(room);
-    h5io_tmp_unpublish(room);
-    room[0] = '\0';
+    return st;
 }
 
 ra_status h5io_reserve_allocated(MPI_Comm comm, hid_t file, const char *path,
@@ -97,38 +88,73 @@ ra_status h5io_reserve_allocated(MPI_Comm comm, hid_t file, const char *path,
     return ra_agree(comm, st);
 }
 
-/* Rank 0: sets COMMIT_METADATA_ROOM aside in a temporary file of the
- * output's directory (name into room[PATH_MAX], "" when the file system
- * cannot reserve), before the HDF5 file exists: a file system already full
- * is refused here, and the room is freed for the close whatever fails
- * later. */
-static ra_status room_take(const h5io_staged *s, char *room)
+/* Room for the metadata that the close writes (object headers, the
+ * attributes' heap; a long command line takes its length): set aside
+ * before the file is created, and reserved past the end of the last
+ * dataset before the close; what is not used is cut off by the read-back. */
+#define COMMIT_METADATA_ROOM ((uint64_t)256 << 10)
+
+/* Rank 0: frees the room room_take() set aside (a no-op when none). */
+static void room_release(int *room)
+{
+    if (*room >= 0)
+        close(*room);
+    *room = -1;
+}
+
+/* A file of the output's directory with no name, open for writing
+ * (O_TMPFILE; where the file system has none, a name of this process's,
+ * published for the signal handler and unlinked as soon as it exists);
+ * -1 with errno set. */
+static int room_open(const char *dir)
+{
+    char name[PATH_MAX];
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600), err;
+
+    if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR &&
+                    errno != EINVAL && errno != ENOENT))
+        return fd;
+    if (h5io_tmp_name(dir, "room", name) != RA_OK) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    h5io_tmp_publish(name);
+    fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+              0600);
+    err = errno;
+    if (fd >= 0)
+        unlink(name);
+    h5io_tmp_unpublish(name);
+    errno = err;
+    return fd;
+}
+
+/* Rank 0: sets COMMIT_METADATA_ROOM aside in a file of the output's
+ * directory before the HDF5 file exists (*room its descriptor, -1 when
+ * none): a file system already full is refused here, and the room is
+ * freed for the close whatever fails later. The file has no name: its
+ * blocks stay reserved while *room is open and are freed when it is
+ * closed, by room_release or, whatever ends the process (SIGKILL
+ * included), by the kernel, so that it can never be left behind. */
+static ra_status room_take(const h5io_staged *s, int *room)
 {
     char dir[PATH_MAX];
     const char *base;
     ra_status st = h5io_path_split(s->path, dir, sizeof dir, &base);
-    int fd = -1;
+    int fd;
 
-    room[0] = '\0';
-    if (st == RA_OK && (st = h5io_tmp_name(dir, "room", room)) == RA_OK) {
-        /* published before it exists, so that no signal falls between
-         * the creation and the publishing (the name is this process's) */
-        h5io_tmp_publish(room);
-        if ((fd = open(room, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
-                                 O_CLOEXEC, 0600)) < 0)
-            st = ra_error_set(RA_ERR_IO, "%s: cannot create temporary file "
-                              "%s: %s", s->path, room, strerror(errno));
-    }
-    if (fd < 0) {
-        if (room[0])
-            h5io_tmp_unpublish(room);
-        room[0] = '\0';
+    *room = -1;
+    if (st != RA_OK)
+        return st;
+    if ((fd = room_open(dir)) < 0)
+        return ra_error_set(RA_ERR_IO, "%s: cannot create a temporary file "
+                            "in %s: %s", s->path, dir, strerror(errno));
+    if ((st = reserve_fd(s->path, fd, COMMIT_METADATA_ROOM)) != RA_OK) {
+        close(fd);
         return st;
     }
-    close(fd);
-    if ((st = reserve_room(s->path, room, COMMIT_METADATA_ROOM)) != RA_OK)
-        room_release(room);
-    return st;
+    *room = fd;
+    return RA_OK;
 }
 
 /* Every rank: creates the temporary file as HDF5 over comm. The root
@@ -196,7 +222,7 @@ static ra_status close_left(hid_t file, const char *path, ra_status st)
  * the temporary file (it is removed anyway), and every rank waits for that
  * before the collective close. */
 static ra_status commit_close(MPI_Comm comm, hid_t file, const h5io_staged *s,
-                              ra_status st, h5io_summary **sum, char *room)
+                              ra_status st, h5io_summary **sum, int *room)
 {
     char why[H5IO_DETAIL_LEN];
     int rank = 0;
@@ -259,8 +285,7 @@ ra_status h5io_commit_stage(MPI_Comm comm, const h5io_job *job,
 {
     hid_t file = H5I_INVALID_HID;
     h5io_summary *sum = NULL;
-    char room[PATH_MAX] = "";
-    int rank;
+    int room = -1, rank;
     ra_status st;
 
     s->tmp[0] = '\0';
@@ -276,7 +301,7 @@ ra_status h5io_commit_stage(MPI_Comm comm, const h5io_job *job,
      * the file; rank 0 reserves its data's room (after the create, which
      * truncates) */
     if (rank == 0)
-        st = room_take(s, room);
+        st = room_take(s, &room);
     if ((st = ra_agree(comm, st)) == RA_OK)
         st = ra_agree(comm, commit_create(comm, s, job->tuning, &file));
     if (st == RA_OK && rank == 0)
@@ -285,7 +310,7 @@ ra_status h5io_commit_stage(MPI_Comm comm, const h5io_job *job,
     if ((st = ra_agree(comm, st)) == RA_OK)
         st = ra_agree(comm, job->writer(file, comm, job->ctx));
     if (file >= 0)
-        st = commit_close(comm, file, s, st, &sum, room);
+        st = commit_close(comm, file, s, st, &sum, &room);
     /* step 4: rank 0 reads back what the file system holds */
     if (st == RA_OK && rank == 0 &&
         (st = h5io_readback(s->path, s->tmp, sum)) != RA_OK)
@@ -293,7 +318,7 @@ ra_status h5io_commit_stage(MPI_Comm comm, const h5io_job *job,
     st = ra_agree(comm, st);
 
 cleanup:
-    room_release(room);
+    room_release(&room);
     h5io_summary_free(sum);
     if (st != RA_OK)
         h5io_discard(comm, s);

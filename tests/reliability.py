@@ -1607,8 +1607,9 @@ def self_owner():
 
 
 def fault_stale(work):
-    """SIGKILL to every rank while writing leaves a temporary file (and the
-    metadata's room set aside beside it); `info` of a file in that
+    """SIGKILL to every rank while writing leaves a temporary file (the
+    metadata's room beside it has no name: nothing of it is left); `info`
+    of a file in that
     directory lists them; the next write into the directory
     removes it, and keeps temporary files whose owner runs (this script) or
     cannot be judged (another host)."""
