@@ -7,6 +7,9 @@
 #   crossover-*  exposed wait against N/P and link rate, 2 nodes x 1 rank
 #   study/       launch/scaling-study.py over 1-4 fake nodes (its scaling.json;
 #                its charts go to docs/scaling-*.png)
+#   wire-*       K/V in fp32 and in bf16 on the wire (--wire bf16, and
+#                --precision bf16), 2 nodes x 1 rank at 400 Mbit/s, N/P =
+#                2048; three interleaved rounds
 # Each part can be run alone: multinode.sh BUILD order|order2|crossover|study
 # (order2: the 2-node comparison only; ROUNDS=N sets its rounds).
 set -euo pipefail
@@ -54,6 +57,19 @@ crossover() { # 2 nodes x 1 rank: wait against N/P at several link rates
   /usr/bin/python3 bench/crossover-plot.py "$out" docs/multinode-crossover.png
 }
 
+wire() { # 2 nodes x 1 rank at 400 Mbit/s, N/P = 2048: the wire's bytes
+  $fc up 2 --rate 400mbit --slots 1
+  for round in 1 2 3; do
+    for v in "fp32 fp32" "fp32 bf16" "bf16 auto"; do
+      set -- $v
+      echo "+ round $round: --precision $1 --wire $2"
+      bench_on "wire-p$1-w$2-r$round" 2 node node --seq 4096 --heads 4 \
+        --dim 64 --reps 3 --precision "$1" --wire "$2"
+    done
+  done
+  $fc down
+}
+
 study() { # the study in a scratch folder; its record and charts kept
   local work
   work=$(mktemp -d)
@@ -74,6 +90,7 @@ for p in $parts; do
     order2) order 2 400mbit ;;
     crossover) crossover ;;
     study) study ;;
+    wire) wire ;;
     *) echo "multinode.sh: unknown part $p" >&2; exit 2 ;;
   esac
 done
