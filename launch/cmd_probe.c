@@ -127,7 +127,7 @@ static int precisions_parse(const probe_opts *o, ra_precision pr[2])
                          "fp32, bf16", o->precisions);
             return -1;
         }
-        if (n == 0 || pr[0] != e)
+        if (n == 0 || (n == 1 && pr[0] != e)) /* each once: at most 2 */
             pr[n++] = e;
     }
     return n;
