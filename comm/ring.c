@@ -170,12 +170,12 @@ static ra_status ring_run(ring_state *rs)
 {
     strat_call *c = rs->c;
     const ra_shape *s = c->shape;
-    ra_state_reset_threads(s->B, c->n, s->H, s->Dv, c->o, c->lse,
-                           c->threads);
+    ra_state_open(s->B, c->n, s->H, c->lse, c->threads);
     ring_pack_own(rs);
     forward_arg fa = {rs->qp ? rs->qp : c->q, c->o, c->lse};
     const ring_pass_ops fwd = {visit_forward, NULL, NULL, &fa};
     ra_status st = ring_pass(rs, &fwd);
+    ra_state_close(s->B, c->n, s->H, s->Dv, c->o, c->lse, c->threads);
     ra_workspace_busy(rs->ws, &c->tm->thread_busy_min,
                       &c->tm->thread_busy_max);
     if (st == RA_OK && c->map) {

@@ -49,9 +49,10 @@ _Static_assert(sizeof(ra_workspace) <= PAGE_FLOATS * sizeof(float),
 
 /* Scratch of one thread: scores (block_q x block_kv), accumulator
  * (block_q x Dv), running max and sum (block_q each), a per-key term
- * (block_kv). */
+ * (block_kv), a masked tile's visible columns (2 x block_q). */
 typedef struct {
     float *s, *acc, *mx, *sum, *kterm;
+    int32_t *vis; /* row r sees columns [vis[2r], vis[2r + 1]) */
     int tid; /* the thread's number, for its bf16 products' scratch */
     const uint16_t *kv16; /* the call's staged k, v (stage_kv), or NULL */
 } tile_scratch;
@@ -80,7 +81,7 @@ ra_workspace *ra_workspace_create(int threads, int64_t block_q,
         return NULL;
     const size_t floats = round16((size_t)(block_q * block_kv)) +
                           round16((size_t)(block_q * Dv)) +
-                          2 * round16((size_t)block_q) +
+                          4 * round16((size_t)block_q) +
                           round16((size_t)block_kv);
     const size_t per = (floats + PAGE_FLOATS - 1) / PAGE_FLOATS * PAGE_FLOATS;
     const size_t scratch = PAGE_FLOATS + (size_t)threads * per;
@@ -165,6 +166,7 @@ static tile_scratch scratch_of(const ra_workspace *ws, int tid)
     t.mx = t.acc + round16((size_t)(ws->block_q * ws->Dv));
     t.sum = t.mx + round16((size_t)ws->block_q);
     t.kterm = t.sum + round16((size_t)ws->block_q);
+    t.vis = (int32_t *)(t.kterm + round16((size_t)ws->block_kv));
     t.tid = tid;
     t.kv16 = NULL;
     return t;
@@ -188,6 +190,27 @@ void ra_state_reset_threads(int64_t B, int64_t n, int64_t H, int64_t Dv,
             memset(o + a, 0, (size_t)((z < no ? z : no) - a) * sizeof *o);
         for (int64_t i = a > no ? a : no; i < z; i++)
             lse[i - no] = -INFINITY;
+    }
+}
+
+void ra_state_open(int64_t B, int64_t n, int64_t H, float *lse, int threads)
+{
+    const int64_t all = B * H * n;
+#pragma omp parallel for num_threads(threads > 0 ? threads : 1) schedule(static)
+    for (int64_t i = 0; i < all; i++)
+        lse[i] = -INFINITY;
+}
+
+void ra_state_close(int64_t B, int64_t n, int64_t H, int64_t Dv, float *o,
+                    const float *lse, int threads)
+{
+#pragma omp parallel for num_threads(threads > 0 ? threads : 1) schedule(static)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        const int64_t b = bh / H, h = bh % H;
+        for (int64_t i = 0; i < n; i++)
+            if (lse[bh * n + i] == -INFINITY)
+                memset(o + ((b * n + i) * H + h) * Dv, 0,
+                       (size_t)Dv * sizeof *o);
     }
 }
 
@@ -236,11 +259,15 @@ static int is_sorted(const int64_t *x, int64_t len)
 
 /* Sets s[r][c] = -inf wherever query i0 + r may not see key j0 + c.
  * Positions increase along rows and columns, so each row's visible keys
- * [first, last) only move right: one sweep over the tile's keys in all. */
+ * [first, last) only move right: one sweep over the tile's keys in all.
+ * With vis (no segments: the visible keys are one run), the hidden
+ * entries get 0, the weight they would have, and each row's run goes to
+ * vis, so that the softmax skips them. */
 static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
                       int64_t bq, int64_t j0, int64_t bk, float *s,
-                      int64_t lds)
+                      int64_t lds, int32_t *vis)
 {
+    const float hidden = vis ? 0.0f : -INFINITY;
     const int64_t *kp = mk->kpos + j0;
     int64_t first = 0, last = 0;
     for (int64_t r = 0; r < bq; r++) {
@@ -259,9 +286,13 @@ static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
             first = last = bk; /* padding rows, and all rows after them */
         }
         for (int64_t c = 0; c < first; c++)
-            row[c] = -INFINITY;
+            row[c] = hidden;
         for (int64_t c = last; c < bk; c++)
-            row[c] = -INFINITY;
+            row[c] = hidden;
+        if (vis) {
+            vis[2 * r] = (int32_t)first;
+            vis[2 * r + 1] = (int32_t)(last > first ? last : first);
+        }
         if (t->q_seg) {
             const int64_t seg = t->q_seg[i0 + r];
             for (int64_t c = first; c < last; c++)
@@ -400,22 +431,25 @@ static void widen_to_tiles(int64_t bkv, int64_t m, int64_t *a, int64_t *z)
 
 /* Pass 3, the online softmax of one bq x bk tile of base-2 scores: each
  * row's running max and sum, the accumulator rescaled only where the max
- * moved; the scores become the unnormalised weights 2^(s - max). */
+ * moved; the scores become the unnormalised weights 2^(s - max). With vis
+ * (mask_tile) only each row's visible run is read; the rest is 0. */
 static void softmax_tile(const ra_block *blk, int64_t bq, int64_t bk,
-                         tile_scratch t)
+                         const int32_t *vis, tile_scratch t)
 {
     const int64_t Dv = blk->Dv, bkv = blk->block_kv;
     for (int64_t r = 0; r < bq; r++) {
-        float *row = t.s + r * bkv;
+        const int64_t c0 = vis ? vis[2 * r] : 0;
+        const int64_t len = vis ? vis[2 * r + 1] - c0 : bk;
+        float *row = t.s + r * bkv + c0;
         if (blk->nan_check)
-            for (int64_t c = 0; c < bk; c++)
+            for (int64_t c = 0; c < len; c++)
                 if (isnan(row[c]))
                     t.sum[r] = NAN; /* sticks: merge_row passes it on */
-        float mnew = ra_max(row, bk);
+        float mnew = ra_max(row, len);
         if (mnew < t.mx[r])
             mnew = t.mx[r];
         if (mnew == -INFINITY) { /* nothing visible yet */
-            memset(row, 0, (size_t)bk * sizeof *row);
+            memset(row, 0, (size_t)len * sizeof *row);
             continue;
         }
         if (mnew > t.mx[r]) {
@@ -426,7 +460,7 @@ static void softmax_tile(const ra_block *blk, int64_t bq, int64_t bk,
                 a[d] *= c;
             t.mx[r] = mnew;
         }
-        t.sum[r] += ra_exp2_shift_sum(row, bk, mnew);
+        t.sum[r] += ra_exp2_shift_sum(row, len, mnew);
     }
 }
 
@@ -512,10 +546,11 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         if (blk->alibi)
             alibi_tile(blk, &rl, 1, h, (tile_box){i0, bq, j0, bk}, t.s);
         /* pass 2: the mask, only on tiles that straddle an edge */
+        int32_t *vis = need_mask && !rl.q_seg ? t.vis : NULL;
         if (need_mask)
-            mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv);
+            mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv, vis);
         /* pass 3: online softmax */
-        softmax_tile(blk, bq, bk, t);
+        softmax_tile(blk, bq, bk, vis, t);
         /* pass 4: acc += P V (P rounded to bf16 with bf16 precision) */
         ra_mm_tile(blk->gemm, blk->mm16, t.tid,
                  &(ra_mm){.m = bq, .n = Dv, .k = bk, .alpha = 1.0f,
@@ -651,7 +686,7 @@ static void map_bias_mask(const ra_block *blk, int64_t b, int64_t h,
         float *sa = s + (a - x.i0) * lds;
         if (blk->alibi)
             alibi_tile(blk, &rl, 0, h, (tile_box){a, z - a, x.j0, x.bk}, sa);
-        mask_tile(&blk->mask, &rl, a, z - a, x.j0, x.bk, sa, lds);
+        mask_tile(&blk->mask, &rl, a, z - a, x.j0, x.bk, sa, lds, NULL);
     }
 }
 

@@ -141,6 +141,13 @@ void ra_state_reset(int64_t B, int64_t n, int64_t H, int64_t Dv,
 /* The same on up to `threads` threads, each zeroing its own chunks. */
 void ra_state_reset_threads(int64_t B, int64_t n, int64_t H, int64_t Dv,
                             float *o, float *lse, int threads);
+/* The reset without its writes of o, for a caller that finishes with
+ * ra_state_close: a row's first merge writes o without reading it, so only
+ * the rows that no partial reached (lse still -inf) need a zero, and they
+ * are few (padding, rows that see no key). Up to `threads` threads. */
+void ra_state_open(int64_t B, int64_t n, int64_t H, float *lse, int threads);
+void ra_state_close(int64_t B, int64_t n, int64_t H, int64_t Dv, float *o,
+                    const float *lse, int threads);
 
 /* The operands of one forward call: queries q (B, n, H, D), the block's
  * k (B, m, G, D) and v (B, m, G, Dv), the running o (B, n, H, Dv) and

@@ -776,6 +776,12 @@ static mx_verdict run_case(const mx_case *c)
     const char *want = case_refusal(c);
     const ra_status chk = ra_call_strategy_check(MPI_COMM_WORLD, &c->s, &p,
                                                  c->segs);
+    /* o and lse start as NaN: rows that see no key must be written too */
+    const int64_t no = c->s.B * d.qs.count * c->s.H;
+    for (int64_t i = 0; i < no * c->s.Dv; i++)
+        d.o[i] = NAN;
+    for (int64_t i = 0; i < no; i++)
+        d.lse[i] = NAN;
     const ra_status st = ra_call_forward(MPI_COMM_WORLD, &c->s, &p, &mk,
                                          &(ra_qkv){d.lq, d.lk, d.lv},
                                          &(ra_out){d.o, d.lse, NULL}, NULL);
