@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "kernel.h"
 #include "range.h"
+#include "simd.h"
 
 /* The kernel's float32 limit: scores, norm terms and accumulators must
  * stay below it. A factor 16 under FLT_MAX leaves room for the roundings
@@ -15,19 +16,14 @@
  * LSE merge). */
 #define SAFE_MAX ((double)FLT_MAX / 16.0)
 
-/* x, or 0 when it is NaN or inf (exponent all ones): integer operations
- * only, so that the scans below vectorise. */
+/* x, or 0 when it is NaN or inf (NaN fails the compare). */
 static inline float finite_or_zero(float x)
 {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u &= (u & 0x7f800000u) == 0x7f800000u ? 0u : ~0u;
-    memcpy(&x, &u, sizeof x);
-    return x;
+    return fabsf(x) <= FLT_MAX ? x : 0.0f;
 }
 
 /* The sum of the squares of the finite entries of x[0..dim), in double,
- * in eight lanes combined at the end, so that the scan vectorises. */
+ * in eight lanes combined at the end: the rows too large for float. */
 static double row_squares(const float *x, int64_t dim)
 {
     double lane[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
@@ -47,83 +43,54 @@ static double row_squares(const float *x, int64_t dim)
     return ss;
 }
 
-/* The sum of the squares of the finite entries of x[0..dim) in float,
- * sixteen lanes: twice the lanes of the double scan and no conversions.
- * Its relative error (a few ulps times dim) is far inside the factor 16
- * that SAFE_MAX keeps from FLT_MAX. Trusted below 2^100; above, and on
- * overflow, the row is summed again in double. */
+/* The squared norm of a row of dim floats, summed in float by the vector
+ * path: its relative error (a few ulps times dim) is far inside the
+ * factor 16 that SAFE_MAX keeps from FLT_MAX. Trusted below 2^100; above
+ * that, or on overflow, the row is summed again in double. */
 static double row_norm2(const float *x, int64_t dim)
 {
-    float lane[16] = {0.0f};
-    int64_t d = 0;
-    for (; d + 16 <= dim; d += 16)
-        for (int l = 0; l < 16; l++) {
-            const float e = finite_or_zero(x[d + l]);
-            lane[l] += e * e;
-        }
-    for (; d < dim; d++) {
-        const float e = finite_or_zero(x[d]);
-        lane[0] += e * e;
-    }
-    float ss = 0.0f;
-    for (int l = 0; l < 16; l++)
-        ss += lane[l];
+    const float ss = ra_sum_squares(x, dim);
     return ss < 0x1p100f ? (double)ss : row_squares(x, dim);
 }
 
-/* The largest |x| of the finite entries of x[0..dim), squared: the float
- * maximum is exact. */
-static double row_max2(const float *x, int64_t dim)
+/* The largest squared norm of `rows` rows of `dim` floats. */
+static double scan_norms(const float *x, int64_t rows, int64_t dim)
 {
-    float lane[16] = {0.0f};
-    int64_t d = 0;
-    for (; d + 16 <= dim; d += 16)
-        for (int l = 0; l < 16; l++) {
-            const float e = fabsf(finite_or_zero(x[d + l]));
-            lane[l] = e > lane[l] ? e : lane[l];
-        }
-    for (; d < dim; d++) {
-        const float e = fabsf(finite_or_zero(x[d]));
-        lane[0] = e > lane[0] ? e : lane[0];
+    double mx = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        const double ss = row_norm2(x + r * dim, dim);
+        mx = ss > mx ? ss : mx;
     }
-    float mx = 0.0f;
-    for (int l = 0; l < 16; l++)
-        mx = lane[l] > mx ? lane[l] : mx;
-    return (double)mx * mx;
+    return mx;
 }
 
-/* The largest norm of `rows` rows of `dim` floats, stride ld, on up to
- * `threads` threads (a maximum: the same whatever the split). */
-static double max_row_norm(const float *x, int64_t rows, int64_t dim,
-                           int64_t ld, int threads)
+/* The largest norm of `rows` rows of `dim` floats (norm = 1), or the
+ * largest |x| of their entries (norm = 0), on up to `threads` threads,
+ * a chunk of rows each (a maximum: the same whatever the split). */
+static double max_over_rows(const float *x, int64_t rows, int64_t dim,
+                            int norm, int threads)
 {
     double mx = 0.0;
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(max : mx)
-    for (int64_t r = 0; r < rows; r++) {
-        const double ss = row_norm2(x + r * ld, dim);
-        mx = ss > mx ? ss : mx;
+    for (int t = 0; t < threads; t++) {
+        const int64_t a = rows * t / threads, z = rows * (t + 1) / threads;
+        const double v = norm ? scan_norms(x + a * dim, z - a, dim)
+                              : (double)ra_max_abs(x + a * dim, (z - a) * dim);
+        mx = v > mx ? v : mx;
     }
-    return sqrt(mx);
+    return norm ? sqrt(mx) : mx;
 }
 
 ra_input_bounds ra_input_bounds_of(const ra_shape *s, int64_t n, int64_t m,
                                    const float *q, const float *k,
                                    const float *v, int threads)
 {
-    const int64_t Dk = ra_shape_dk(s);
-    ra_input_bounds b = {0.0, 0.0, 0.0};
-    double v_abs = 0.0; /* the largest square */
     const int64_t rows = s->B * m * s->G;
     threads = threads > 0 ? threads : 1;
-    b.q_norm = max_row_norm(q, s->B * n * s->H, s->D, s->D, threads);
-    b.k_norm = max_row_norm(k, rows, Dk, Dk, threads);
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(max : v_abs)
-    for (int64_t r = 0; r < rows; r++) {
-        const double a = row_max2(v + r * s->Dv, s->Dv);
-        v_abs = a > v_abs ? a : v_abs;
-    }
-    b.v_abs = sqrt(v_abs);
-    return b;
+    return (ra_input_bounds){
+        max_over_rows(q, s->B * n * s->H, s->D, 1, threads),
+        max_over_rows(k, rows, ra_shape_dk(s), 1, threads),
+        max_over_rows(v, rows, s->Dv, 0, threads)};
 }
 
 int64_t ra_first_nonfinite(const float *x, int64_t n)
@@ -161,8 +128,8 @@ static ra_status check_additive(const ra_shape *s, const ra_additive *ad,
     double wv = 0.0;
     for (int64_t a = 0; a < ad->A; a++)
         wv += fabs((double)ad->w_v[a]);
-    const double pq = max_row_norm(ad->w_q, ad->A, s->D, s->D, 1) * b->q_norm;
-    const double pk = max_row_norm(ad->w_k, ad->A, Dk, Dk, 1) * b->k_norm;
+    const double pq = max_over_rows(ad->w_q, ad->A, s->D, 1, 1) * b->q_norm;
+    const double pk = max_over_rows(ad->w_k, ad->A, Dk, 1, 1) * b->k_norm;
     if (wv * M_LOG2E > SAFE_MAX)
         return ra_error_set(RA_ERR_INPUT, "score additive: sum |w_v| = %.3g "
                             "gives scores beyond the kernel's float32 limit "

@@ -1,6 +1,8 @@
 /* simd.c: the max and the tanh of the kernel, and the table that picks one
  * path (scalar, AVX2/FMA, AVX-512) for every vectorised helper, the way
  * ggml's vec helpers do. The exp paths are in vexp.c. */
+#include <float.h>
+
 #include "simd.h"
 
 /* tanh(x) = 1 - 2 / (exp(2|x|) + 1), sign restored; |x| capped at 9, where
@@ -45,7 +47,107 @@ float ra_max_scalar(const float *x, int64_t len)
     return mx;
 }
 
+/* x, or 0 when it is NaN or inf. */
+static inline float finite_or_zero(float x)
+{
+    return fabsf(x) <= FLT_MAX ? x : 0.0f;
+}
+
+float ra_sum_squares_scalar(const float *x, int64_t len)
+{
+    float sum = 0.0f;
+    for (int64_t j = 0; j < len; j++) {
+        const float e = finite_or_zero(x[j]);
+        sum += e * e;
+    }
+    return sum;
+}
+
+float ra_max_abs_scalar(const float *x, int64_t len)
+{
+    float mx = 0.0f;
+    for (int64_t j = 0; j < len; j++) {
+        const float e = fabsf(finite_or_zero(x[j]));
+        mx = e > mx ? e : mx;
+    }
+    return mx;
+}
+
 #ifdef RA_HAVE_X86
+/* The finite entries of 8 or 16 floats, the others 0 (|x| <= FLT_MAX
+ * fails for NaN and inf). */
+__attribute__((target("avx2,fma")))
+static inline __m256 finite8(__m256 v)
+{
+    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+    return _mm256_and_ps(v, _mm256_cmp_ps(a, _mm256_set1_ps(FLT_MAX),
+                                          _CMP_LE_OQ));
+}
+
+__attribute__((target("avx512f")))
+static inline __m512 finite16(__m512 v)
+{
+    const __m512 a = _mm512_abs_ps(v);
+    return _mm512_maskz_mov_ps(
+        _mm512_cmp_ps_mask(a, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ), v);
+}
+
+__attribute__((target("avx2,fma")))
+static float sum_squares_avx2(const float *x, int64_t len)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8) {
+        const __m256 v = finite8(_mm256_loadu_ps(x + j));
+        acc = _mm256_fmadd_ps(v, v, acc);
+    }
+    float lanes[8], sum = ra_sum_squares_scalar(x + j, len - j);
+    _mm256_storeu_ps(lanes, acc);
+    for (int i = 0; i < 8; i++)
+        sum += lanes[i];
+    return sum;
+}
+
+__attribute__((target("avx2,fma")))
+static float max_abs_avx2(const float *x, int64_t len)
+{
+    __m256 acc = _mm256_setzero_ps();
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8)
+        acc = _mm256_max_ps(acc, _mm256_andnot_ps(
+                                     sign, finite8(_mm256_loadu_ps(x + j))));
+    float lanes[8], mx = ra_max_abs_scalar(x + j, len - j);
+    _mm256_storeu_ps(lanes, acc);
+    for (int i = 0; i < 8; i++)
+        mx = lanes[i] > mx ? lanes[i] : mx;
+    return mx;
+}
+
+__attribute__((target("avx512f")))
+static float sum_squares_avx512(const float *x, int64_t len)
+{
+    __m512 acc = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+        const __m512 v = finite16(_mm512_loadu_ps(x + j));
+        acc = _mm512_fmadd_ps(v, v, acc);
+    }
+    return _mm512_reduce_add_ps(acc) + sum_squares_avx2(x + j, len - j);
+}
+
+__attribute__((target("avx512f")))
+static float max_abs_avx512(const float *x, int64_t len)
+{
+    __m512 acc = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 16 <= len; j += 16)
+        acc = _mm512_max_ps(acc, _mm512_abs_ps(finite16(_mm512_loadu_ps(x + j))));
+    const float mx = _mm512_reduce_max_ps(acc),
+                tail = max_abs_avx2(x + j, len - j);
+    return tail > mx ? tail : mx;
+}
+
 __attribute__((target("avx2,fma")))
 static float additive_score_avx2(const float *a, const float *b,
                                  const float *w, int64_t len)
@@ -133,6 +235,7 @@ typedef float (*additive_fn)(const float *, const float *, const float *,
                              int64_t);
 typedef void (*additive_grad_fn)(const float *, const float *, const float *,
                                  float, float *, float *, float *, int64_t);
+typedef float (*reduce_fn)(const float *, int64_t);
 
 /* One row per path; the additive score has no AVX-512 variant of its own. */
 typedef struct {
@@ -141,18 +244,20 @@ typedef struct {
     max_fn max;
     additive_fn additive;
     additive_grad_fn additive_grad;
+    reduce_fn sum_squares, max_abs;
 } vec_impl;
 
-static const vec_impl scalar_impl = {"scalar", ra_exp2_shift_sum_scalar,
-                                     ra_max_scalar, ra_additive_score_scalar,
-                                     ra_additive_grad_scalar};
+static const vec_impl scalar_impl = {
+    "scalar", ra_exp2_shift_sum_scalar, ra_max_scalar,
+    ra_additive_score_scalar, ra_additive_grad_scalar, ra_sum_squares_scalar,
+    ra_max_abs_scalar};
 #ifdef RA_HAVE_X86
-static const vec_impl avx2_impl = {"avx2-fma", ra_exp2_shift_sum_avx2,
-                                   max_avx2, additive_score_avx2,
-                                   additive_grad_avx2};
-static const vec_impl avx512_impl = {"avx512f", ra_exp2_shift_sum_avx512,
-                                     max_avx512, additive_score_avx2,
-                                     additive_grad_avx2};
+static const vec_impl avx2_impl = {
+    "avx2-fma", ra_exp2_shift_sum_avx2, max_avx2, additive_score_avx2,
+    additive_grad_avx2, sum_squares_avx2, max_abs_avx2};
+static const vec_impl avx512_impl = {
+    "avx512f", ra_exp2_shift_sum_avx512, max_avx512, additive_score_avx2,
+    additive_grad_avx2, sum_squares_avx512, max_abs_avx512};
 #endif
 
 /* The widest path the CPU has, at most the one named by cap. */
@@ -196,6 +301,16 @@ float ra_exp2_shift_sum(float *x, int64_t len, float shift)
 }
 
 float ra_max(const float *x, int64_t len) { return impl()->max(x, len); }
+
+float ra_sum_squares(const float *x, int64_t len)
+{
+    return impl()->sum_squares(x, len);
+}
+
+float ra_max_abs(const float *x, int64_t len)
+{
+    return impl()->max_abs(x, len);
+}
 
 float ra_additive_score(const float *a, const float *b, const float *w,
                         int64_t len)

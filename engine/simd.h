@@ -105,6 +105,14 @@ void ra_additive_grad_scalar(const float *a, const float *b, const float *w,
 float ra_max(const float *x, int64_t len);
 float ra_max_scalar(const float *x, int64_t len);
 
+/* Over the finite entries of x[0..len) (NaN and inf count as 0): the
+ * sum of their squares in float (inf when it overflows), and the largest
+ * |x| (exact). The input range checks' scans (range.h). */
+float ra_sum_squares(const float *x, int64_t len);
+float ra_sum_squares_scalar(const float *x, int64_t len);
+float ra_max_abs(const float *x, int64_t len);
+float ra_max_abs_scalar(const float *x, int64_t len);
+
 /* Name of the path in use: "avx512f", "avx2-fma" or "scalar". */
 const char *ra_exp2_impl(void);
 

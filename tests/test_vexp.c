@@ -14,6 +14,7 @@
 
 #include "internal.h"
 #include "kernel.h"
+#include "simd.h"
 
 typedef float (*exp2_fn)(float *, int64_t, float);
 typedef float (*max_fn)(const float *, int64_t);
@@ -244,6 +245,61 @@ static void test_max(void **state)
     free(x);
 }
 
+/* The range check's scans over the finite entries, on every path the CPU
+ * has (AVX-512, AVX2 by cap, scalar): rows with NaN, +-inf and huge
+ * values at the head, the tail and the 8- and 16-wide loops. The maximum
+ * |x| is exact; the float sum of squares is within len ulps of fp64
+ * (and at least 2^100, or inf, where fp64 says it is that large). */
+static void test_finite_scans(void **state)
+{
+    (void)state;
+    static const int64_t lens[9] = {0, 1, 7, 8, 15, 16, 17, 64, 1001};
+    static const char *caps[3] = {NULL, "avx2", "scalar"};
+    float *x = malloc(sizeof(float) * 1001);
+    int cases = 0;
+    for (int li = 0; li < 9; li++)
+        for (int pattern = 0; pattern < 5; pattern++) {
+            const int64_t len = lens[li];
+            ra_random_normal(78, (uint64_t)(li * 5 + pattern), 0, len, x);
+            for (int64_t j = 0; j < len; j++) {
+                if (pattern == 1 && j % 5 == 0)
+                    x[j] = j % 2 ? NAN : -INFINITY;
+                if (pattern == 2 && j == len - 1)
+                    x[j] = INFINITY;
+                if (pattern == 3 && j % 7 == 3)
+                    x[j] = -3e30f; /* squares overflow float */
+                if (pattern == 4)
+                    x[j] *= 1e15f;
+            }
+            double mx = 0.0, ss = 0.0;
+            for (int64_t j = 0; j < len; j++)
+                if (isfinite(x[j])) {
+                    mx = fmax(mx, fabs((double)x[j]));
+                    ss += (double)x[j] * x[j];
+                }
+            for (int ci = 0; ci < 3; ci++) {
+                ra_simd_cap(caps[ci]);
+                const float m = ra_max_abs(x, len), q = ra_sum_squares(x, len);
+                if ((double)m != mx)
+                    fail_msg("%s len %lld pattern %d: max |x| %a, expected %a",
+                             ra_exp2_impl(), (long long)len, pattern,
+                             (double)m, mx);
+                const int ok = ss < 0x1p100
+                                   ? fabs(q - ss) <= 2.0 * (double)(len + 1) *
+                                                         FLT_EPSILON * ss
+                                   : !(q < 0x1p100f);
+                if (!ok)
+                    fail_msg("%s len %lld pattern %d: sum of squares %a, "
+                             "fp64 %a", ra_exp2_impl(), (long long)len,
+                             pattern, (double)q, ss);
+                cases++;
+            }
+        }
+    ra_simd_cap(NULL);
+    printf("# finite scans: %d cases on every path\n", cases);
+    free(x);
+}
+
 /* The additive score's derivative terms: the dispatched and the scalar
  * path agree bit for bit, and both within 1e-6 of the fp64 derivative. */
 static void test_additive_grad(void **state)
@@ -280,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_exp2_shifted),
         cmocka_unit_test(test_exp2_tails),
         cmocka_unit_test(test_max),
+        cmocka_unit_test(test_finite_scans),
         cmocka_unit_test(test_additive_grad),
     };
     printf("# exp path: %s\n", ra_exp2_impl());
