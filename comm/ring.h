@@ -34,6 +34,10 @@ typedef struct {
     int wire16;           /* K/V travel as bf16 (ra_params_wire_bf16) */
     uint16_t *w16[2];     /* wire16: the two alternating K/V blocks in bf16
                              (the layout of buf's) */
+    const float *own_k, *own_v; /* step 0's block read in place: this
+                             rank's k (or projection) and v when it holds
+                             all of them as they are (ring_pack_own), or
+                             NULL: buf[0] holds a copy */
     ra_block blk;         /* the kernel's view of the current block */
     int64_t *kpos;        /* global positions of the held block's keys */
     float *qp, *kp;       /* additive: W_q q (B, n, H, A), W_k k (B, m, G, A) */
@@ -62,14 +66,16 @@ typedef struct {
     void *arg;
 } ring_pass_ops;
 
-/* Copies this rank's own keys (k, or its projection, rows of row_k
- * floats), v and key ids into buf[0] (K/V into w16[0] with wire16) as the
- * block of step 0 holds them. */
+/* Makes this rank's own keys (k, or its projection, rows of row_k
+ * floats), v and key ids the block of step 0: K/V read in place (own_k,
+ * own_v) when step 0 holds all of this rank's keys and they travel as
+ * fp32, else copied into buf[0] (into w16[0] with wire16); the ids are
+ * copied into buf[0] always. */
 void ring_pack_own(ring_state *rs);
 
 /* Runs steps 0 .. last on the ring loop (strategy.h): the transfers of
- * the next block, ops' visit of the current one. buf[0] must hold this
- * rank's own block. */
+ * the next block, ops' visit of the current one. ring_pack_own must have
+ * made this rank's own block step 0's. */
 ra_status ring_pass(ring_state *rs, const ring_pass_ops *ops);
 
 #endif /* RA_RING_H */

@@ -43,24 +43,37 @@ void ring_pack_own(ring_state *rs)
     const ring_span sp = ring_plan_held(&rs->plan, c->r, 0, rs->last);
     const int64_t cnt = sp.b - sp.a, rk = rs->row_k, rv = rs->row_v;
     const int64_t m = c->m_own;
+    const int direct = !rs->wire16 && sp.a == 0 && cnt == m;
+    rs->own_k = direct ? k : NULL;
+    rs->own_v = direct ? v : NULL;
     for (int64_t b = 0; b < s->B; b++) {
-        own_rows(rs, b * cnt * rk, k + (b * m + sp.a) * rk, cnt * rk);
-        own_rows(rs, s->B * cnt * rk + b * cnt * rv, v + (b * m + sp.a) * rv,
-                 cnt * rv);
+        if (!direct) {
+            own_rows(rs, b * cnt * rk, k + (b * m + sp.a) * rk, cnt * rk);
+            own_rows(rs, s->B * cnt * rk + b * cnt * rv,
+                     v + (b * m + sp.a) * rv, cnt * rv);
+        }
         if (seg)
             memcpy(rs->buf[0].seg + b * cnt, seg + b * m + sp.a,
                    sizeof(int64_t) * (size_t)cnt);
     }
 }
 
+/* Where a held block's K rows and V rows start, in bytes from the
+ * address a transfer names: one buffer (K then V) or, for the block read
+ * in place, two arrays at absolute addresses (from MPI_BOTTOM). */
+typedef struct {
+    MPI_Aint k, v;
+} rows_at;
+
 /* Datatype selecting rows [off, off + cnt) of a held block of `held` rows,
  * laid out as the receiver's block of cnt rows: B pieces of K rows (row_k
- * elements each), then B pieces of V rows (row_v; 0: none), or B pieces of
- * ids (row_k = 1, base MPI_INT64_T). Counts are in rows and displacements
- * in bytes, so a message may exceed 2^31 elements. Returns 0 or -1. */
+ * elements each, from at.k), then B pieces of V rows (row_v, from at.v;
+ * 0: none), or B pieces of ids (row_k = 1, base MPI_INT64_T). Counts are
+ * in rows and displacements in bytes, so a message may exceed 2^31
+ * elements. Returns 0 or -1. */
 static int rows_type(int64_t B, int64_t held, int64_t off, int64_t cnt,
                      int64_t row_k, int64_t row_v, MPI_Datatype base,
-                     MPI_Datatype *type)
+                     rows_at at, MPI_Datatype *type)
 {
     const int parts = (int)(row_v ? 2 * B : B);
     int *len = malloc(sizeof(int) * (size_t)parts);
@@ -76,12 +89,11 @@ static int rows_type(int64_t B, int64_t held, int64_t off, int64_t cnt,
     for (int64_t b = 0; b < B; b++) {
         len[b] = (int)cnt;
         types[b] = rk;
-        disp[b] = (MPI_Aint)((b * held + off) * row_k) * size;
+        disp[b] = at.k + (MPI_Aint)((b * held + off) * row_k) * size;
         if (row_v) {
             len[B + b] = (int)cnt;
             types[B + b] = rv;
-            disp[B + b] = (MPI_Aint)(B * held * row_k + (b * held + off) * row_v) *
-                          size;
+            disp[B + b] = at.v + (MPI_Aint)((b * held + off) * row_v) * size;
         }
     }
     if (MPI_Type_create_struct(parts, len, disp, types, type) == MPI_SUCCESS &&
@@ -96,6 +108,25 @@ cleanup:
     free(disp);
     free(types);
     return rc;
+}
+
+/* Where the block of cnt rows held at step t lies for a send, and the
+ * address to name (*at_buf): buf's or w16's of step t, or the arrays read
+ * in place at step 0 (absolute addresses, from MPI_BOTTOM). A receive
+ * buffer is the first case. */
+static rows_at held_at(const ring_state *rs, int t, int64_t cnt, void **at_buf)
+{
+    const int64_t elt_bytes = rs->wire16 ? 2 : (int64_t)sizeof(float);
+    if (t == 0 && rs->own_k) {
+        MPI_Aint k, v;
+        MPI_Get_address(rs->own_k, &k);
+        MPI_Get_address(rs->own_v, &v);
+        *at_buf = MPI_BOTTOM;
+        return (rows_at){k, v};
+    }
+    *at_buf = rs->wire16 ? (void *)rs->w16[t & 1] : (void *)rs->buf[t & 1].kv;
+    return (rows_at){0, (MPI_Aint)(rs->c->shape->B * cnt * rs->row_k *
+                                   elt_bytes)};
 }
 
 /* Posts step t's transfers: the part of the held block (of block src)
@@ -114,19 +145,21 @@ static ra_status step_post(ring_state *rs, int t, ring_reqs *rq)
     const ring_buf cur = rs->buf[t & 1], nxt = rs->buf[(t + 1) & 1];
     /* K/V as fp32, or bf16 with wire16: half the bytes */
     const MPI_Datatype elt = rs->wire16 ? MPI_UINT16_T : MPI_FLOAT;
-    void *kv_out = rs->wire16 ? (void *)rs->w16[t & 1] : (void *)cur.kv;
-    void *kv_in = rs->wire16 ? (void *)rs->w16[(t + 1) & 1] : (void *)nxt.kv;
+    void *kv_out, *kv_in;
+    const rows_at at_out = held_at(rs, t, cnt, &kv_out),
+                  at_in = held_at(rs, t + 1, in_cnt, &kv_in), ids = {0, 0};
     const int64_t elt_bytes = rs->wire16 ? 2 : (int64_t)sizeof(float);
     MPI_Datatype *ty = rq->types;
     MPI_Request *recv = rq->req, *send = rq->req + RING_PAIRS;
     if (rows_type(B, cnt, out.a - held.a, out_cnt, rs->row_k, rs->row_v, elt,
-                  &ty[RING_PAIRS]) != 0 ||
-        rows_type(B, in_cnt, 0, in_cnt, rs->row_k, rs->row_v, elt,
+                  at_out, &ty[RING_PAIRS]) != 0 ||
+        rows_type(B, in_cnt, 0, in_cnt, rs->row_k, rs->row_v, elt, at_in,
                   &ty[0]) != 0 ||
         (c->segs &&
-         (rows_type(B, cnt, out.a - held.a, out_cnt, 1, 0, MPI_INT64_T,
+         (rows_type(B, cnt, out.a - held.a, out_cnt, 1, 0, MPI_INT64_T, ids,
                     &ty[RING_PAIRS + 1]) != 0 ||
-          rows_type(B, in_cnt, 0, in_cnt, 1, 0, MPI_INT64_T, &ty[1]) != 0)))
+          rows_type(B, in_cnt, 0, in_cnt, 1, 0, MPI_INT64_T, ids,
+                    &ty[1]) != 0)))
         return ra_error_set(RA_ERR_MPI, "ring: step %d: cannot describe the "
                                         "block to MPI", t);
     if (MPI_Irecv(kv_in, 1, ty[0], left, TAG_KV, c->comm, &recv[0]) !=
@@ -179,6 +212,10 @@ static void pass_visit(void *ctx, int t, ring_reqs *rq)
     rs->blk.mask.k_seg = c->segs ? cur.seg : NULL;
     const int64_t rows = c->shape->B * rs->blk.m;
     float *kv = cur.kv;
+    if (t == 0 && rs->own_k) {
+        pc->ops->visit(rs, rs->own_k, rs->own_v, rq, pc->ops->arg);
+        return;
+    }
     if (rs->wire16) {
         kv = rs->buf[0].kv;
         ra_bf16_unpack(rs->w16[t & 1], rows * (rs->row_k + rs->row_v), kv);
