@@ -58,23 +58,26 @@ void ring_pack_own(ring_state *rs)
     }
 }
 
-/* Where a held block's K rows and V rows start, in bytes from the
- * address a transfer names: one buffer (K then V) or, for the block read
- * in place, two arrays at absolute addresses (from MPI_BOTTOM). */
+/* A held block of `held` rows: where its K rows and V rows start, in
+ * bytes from the address a transfer names: one buffer (K then V) or, for
+ * the block read in place, two arrays at absolute addresses (from
+ * MPI_BOTTOM). */
 typedef struct {
     MPI_Aint k, v;
+    int64_t held;
 } rows_at;
 
-/* Datatype selecting rows [off, off + cnt) of a held block of `held` rows,
+/* Datatype selecting rows [off, off + cnt) of the held block at,
  * laid out as the receiver's block of cnt rows: B pieces of K rows (row_k
  * elements each, from at.k), then B pieces of V rows (row_v, from at.v;
  * 0: none), or B pieces of ids (row_k = 1, base MPI_INT64_T). Counts are
  * in rows and displacements in bytes, so a message may exceed 2^31
  * elements. Returns 0 or -1. */
-static int rows_type(int64_t B, int64_t held, int64_t off, int64_t cnt,
+static int rows_type(int64_t B, rows_at at, int64_t off, int64_t cnt,
                      int64_t row_k, int64_t row_v, MPI_Datatype base,
-                     rows_at at, MPI_Datatype *type)
+                     MPI_Datatype *type)
 {
+    const int64_t held = at.held;
     const int parts = (int)(row_v ? 2 * B : B);
     int *len = malloc(sizeof(int) * (size_t)parts);
     MPI_Aint *disp = malloc(sizeof(MPI_Aint) * (size_t)parts);
@@ -122,11 +125,11 @@ static rows_at held_at(const ring_state *rs, int t, int64_t cnt, void **at_buf)
         MPI_Get_address(rs->own_k, &k);
         MPI_Get_address(rs->own_v, &v);
         *at_buf = MPI_BOTTOM;
-        return (rows_at){k, v};
+        return (rows_at){k, v, cnt};
     }
     *at_buf = rs->wire16 ? (void *)rs->w16[t & 1] : (void *)rs->buf[t & 1].kv;
-    return (rows_at){0, (MPI_Aint)(rs->c->shape->B * cnt * rs->row_k *
-                                   elt_bytes)};
+    return (rows_at){
+        0, (MPI_Aint)(rs->c->shape->B * cnt * rs->row_k * elt_bytes), cnt};
 }
 
 /* Posts step t's transfers: the part of the held block (of block src)
@@ -147,19 +150,19 @@ static ra_status step_post(ring_state *rs, int t, ring_reqs *rq)
     const MPI_Datatype elt = rs->wire16 ? MPI_UINT16_T : MPI_FLOAT;
     void *kv_out, *kv_in;
     const rows_at at_out = held_at(rs, t, cnt, &kv_out),
-                  at_in = held_at(rs, t + 1, in_cnt, &kv_in), ids = {0, 0};
+                  at_in = held_at(rs, t + 1, in_cnt, &kv_in);
+    const rows_at ids = {0, 0, cnt}, ids_in = {0, 0, in_cnt};
     const int64_t elt_bytes = rs->wire16 ? 2 : (int64_t)sizeof(float);
     MPI_Datatype *ty = rq->types;
     MPI_Request *recv = rq->req, *send = rq->req + RING_PAIRS;
-    if (rows_type(B, cnt, out.a - held.a, out_cnt, rs->row_k, rs->row_v, elt,
-                  at_out, &ty[RING_PAIRS]) != 0 ||
-        rows_type(B, in_cnt, 0, in_cnt, rs->row_k, rs->row_v, elt, at_in,
+    if (rows_type(B, at_out, out.a - held.a, out_cnt, rs->row_k, rs->row_v,
+                  elt, &ty[RING_PAIRS]) != 0 ||
+        rows_type(B, at_in, 0, in_cnt, rs->row_k, rs->row_v, elt,
                   &ty[0]) != 0 ||
         (c->segs &&
-         (rows_type(B, cnt, out.a - held.a, out_cnt, 1, 0, MPI_INT64_T, ids,
+         (rows_type(B, ids, out.a - held.a, out_cnt, 1, 0, MPI_INT64_T,
                     &ty[RING_PAIRS + 1]) != 0 ||
-          rows_type(B, in_cnt, 0, in_cnt, 1, 0, MPI_INT64_T, ids,
-                    &ty[1]) != 0)))
+          rows_type(B, ids_in, 0, in_cnt, 1, 0, MPI_INT64_T, &ty[1]) != 0)))
         return ra_error_set(RA_ERR_MPI, "ring: step %d: cannot describe the "
                                         "block to MPI", t);
     if (MPI_Irecv(kv_in, 1, ty[0], left, TAG_KV, c->comm, &recv[0]) !=
