@@ -12,7 +12,6 @@
 
 #include "agree.h"
 #include "call.h"
-#include "baseline.h"
 #include "bench.h"
 #include "gemm.h"
 #include "internal.h"
