@@ -3,8 +3,8 @@
  * pass, per-rank min/avg/max, the same processes' large-sgemm rate and
  * oneDNN matmul peak as the yardsticks, a comm-only ring for bandwidth, peak RSS, and a sampled fp64
  * check of every configuration's output. Rank 0 alone prints.
- * parse -> validate -> set up -> measure -> report; bench_measure.c and
- * bench_check.c hold the measurements and the check. */
+ * parse -> validate -> set up -> measure -> report; comm/bench_measure.c
+ * and bench_check.c hold the measurements and the check. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
