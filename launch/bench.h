@@ -1,11 +1,12 @@
-/* bench.h: `ringattn bench`: its options, masks and check, and reporting;
- * the measurements are comm/bench_measure.h's. */
+/* bench.h: `ringattn bench`: its options and reporting; the measurements,
+ * masks and check are comm/bench_measure.h's and comm/bench_check.h's. */
 #ifndef RA_BENCH_H
 #define RA_BENCH_H
 
 #include <stdint.h>
 #include <stdio.h>
 
+#include "bench_check.h"
 #include "bench_measure.h"
 #include "cli.h"
 #include "compare.h"
@@ -39,35 +40,6 @@ typedef struct {
 /* Fills o from argv[1..argc) (o holds the defaults); *help is set by
  * --help. Returns 0, or -1 with a message set. */
 int parse_bench(bench_opts *o, int argc, char **argv, int *help);
-
-/* ---- inputs, masks and the fp64 check (bench_check.c) ---- */
-
-/* Mask data of one configuration, this rank's part. */
-typedef struct {
-    int64_t *q_lens, *kv_lens;   /* (B) or NULL */
-    int64_t *q_seg, *kv_seg;     /* (B, n), (B, m) or NULL */
-    ra_masks view;
-} bench_masks;
-
-/* Generates the masks the options ask for, as `ringattn gen` would write
- * them (same streams), for this rank's slices; RA_ERR_NOMEM otherwise.
- * bench_masks_free() releases them either way. */
-ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
-                           const ra_slice *qs, const ra_slice *ks,
-                           bench_masks *bm);
-void bench_masks_free(bench_masks *bm);
-
-/* Visible (query, key) pairs of this rank's queries, exactly, under every
- * mask; NaN when memory ran out. */
-double bench_local_pairs(const bench_opts *o, const ra_shape *s,
-                         const ra_slice *qs, const bench_masks *bm);
-
-/* Checks up to check_rows local query rows of batch 0 and B - 1 (all heads)
- * against the fp64 reference on regenerated inputs and masks, into the
- * tally t (a check that cannot run counts as a bad row). */
-void bench_check_output(const bench_opts *o, const ra_shape *s,
-                        const ra_slice *qs, const bench_masks *bm,
-                        const float *out, const float *lse, ra_tally *t);
 
 /* Rank 0: the yardsticks' lines of a run's echo. */
 void bench_print_yard(FILE *out, const bench_yard *y);

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "agree.h"
-#include "bench.h"
 #include "h5io.h"
 #include "internal.h"
 #include "plan.h"
@@ -102,8 +101,9 @@ static ra_status plan_masks(const plan_opts *o, plan_state *w)
                               w->h5m.q_segments, w->h5m.kv_segments};
         return st;
     }
-    bench_opts bo = {.seed = o->seed, .rm = o->rm};
-    st = bench_masks_make(&bo, s, &qall, &kall, &w->bm);
+    const bench_gen gen = {.seed = (uint64_t)o->seed, .lens = o->rm.lens,
+                           .segment_avg = o->rm.segment_avg};
+    st = bench_masks_make(&gen, s, &qall, &kall, &w->bm);
     w->mk = (model_masks){w->bm.q_lens, w->bm.kv_lens, w->bm.q_seg,
                           w->bm.kv_seg};
     return st;

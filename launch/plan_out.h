@@ -3,7 +3,7 @@
 #ifndef RA_PLAN_OUT_H
 #define RA_PLAN_OUT_H
 
-#include "bench.h"
+#include "bench_check.h"
 #include "plan.h"
 
 enum { PLAN_MAX_SWEEP = 32 };
