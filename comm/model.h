@@ -93,4 +93,31 @@ int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
 int64_t model_max_seq(const ra_shape *s, const ra_params *p, ra_layout lay,
                       const model_alloc *al, const ra_profile *pf);
 
+/* The layouts the plan tries when the layout is auto. */
+enum { MODEL_LAYOUTS = 3 };
+
+/* Every strategy under every layout tried: RA_STRATEGY_COUNT * layouts
+ * rows, and the fastest applicable one. */
+typedef struct {
+    model_result row[RA_STRATEGY_COUNT * MODEL_LAYOUTS];
+    int nrows;
+    int best;  /* index into row, -1 when nothing applies */
+} model_table;
+
+/* RA_OK when profile pf (read from path; NULL: the built-in one) holds
+ * every rate a prediction for allocation al and kernel key needs (its
+ * engine, precision and tile class among them; with_io: the I/O rates
+ * too); else RA_ERR_INPUT, one line naming the file and the key. */
+ra_status model_profile_check(const char *path, const ra_profile *pf,
+                              const model_alloc *al,
+                              const profile_kernel_key *key, int with_io);
+
+/* Predicts every strategy for the problem under the layout of p (or, when
+ * layout_auto, each of contiguous, zigzag, striped, and the one
+ * ra_params_layout picks first). RA_ERR_NOMEM when out of memory. */
+ra_status model_evaluate(const ra_shape *s, const ra_params *p,
+                         int layout_auto, const model_masks *mk,
+                         const model_alloc *al, const ra_profile *pf,
+                         int with_io, model_table *t);
+
 #endif /* RA_MODEL_H */

@@ -258,6 +258,20 @@ void ra_rope_row_ref(ra_rope rope, double base, double *x, int64_t D,
  * a gradient taken after RoPE goes back through it. */
 void ra_rope_turn(const ra_rope_rows *rows, float *x, double sign);
 
+/* The materialising baseline (naive.c): local queries (n rows starting at
+ * global q_start) against all M keys and values, non-causal or causal. */
+typedef struct {
+    int64_t B, n, N, M, H, G, D, Dv;
+    int64_t q_start;
+    int causal;
+    float scale;
+} ra_naive_args;
+
+/* q (B, n, H, D), full k (B, M, G, D) and v (B, M, G, Dv), o (B, n, H, Dv),
+ * lse (B, H, n); scores is scratch of n * M floats. */
+void ra_naive_forward(const ra_naive_args *a, const float *q, const float *k,
+                      const float *v, float *o, float *lse, float *scores);
+
 /* The vectorised helpers (exp, max, tanh) are declared in simd.h. */
 
 #endif /* RA_KERNEL_H */

@@ -3,8 +3,8 @@
  * pass, per-rank min/avg/max, the same processes' large-sgemm rate and
  * oneDNN matmul peak as the yardsticks, a comm-only ring for bandwidth, peak RSS, and a sampled fp64
  * check of every configuration's output. Rank 0 alone prints.
- * parse -> validate -> set up -> measure -> report; bench_measure.c and
- * bench_check.c hold the measurements and the check. */
+ * parse -> validate -> set up -> measure -> report; comm/bench_measure.c
+ * and comm/bench_check.c hold the measurements and the check. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +12,6 @@
 
 #include "agree.h"
 #include "call.h"
-#include "baseline.h"
 #include "bench.h"
 #include "gemm.h"
 #include "internal.h"
@@ -96,6 +95,7 @@ int parse_bench(bench_opts *o, int argc, char **argv, int *help)
 /* What one configuration owns while it is measured. */
 typedef struct {
     cli_tensors t;
+    bench_gen gen;              /* what regenerates the masks and inputs */
     bench_masks bm;
     bench_reps reps;
     double pairs_max;           /* the busiest rank's visible pairs */
@@ -114,12 +114,14 @@ static ra_status config_setup(const cli_ctx *ctx, const bench_opts *o,
                               const ra_shape *s, bench_run *r)
 {
     const uint64_t seed = (uint64_t)o->seed;
+    r->gen = (bench_gen){&o->p, seed, o->rm.lens, o->rm.segment_avg,
+                         o->check_rows};
     ra_status st = cli_tensors_alloc(&r->t, s, o->p.layout, ctx,
                                      o->p.mem_limit);
     if (st == RA_OK)
         st = bench_reps_alloc(&r->reps, o->reps, "bench");
     if (st == RA_OK)
-        st = bench_masks_make(o, s, &r->t.qs, &r->t.ks, &r->bm);
+        st = bench_masks_make(&r->gen, s, &r->t.qs, &r->t.ks, &r->bm);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
     ra_random_slice(seed, RA_STREAM_Q, s->B, s->N, s->H * s->D, &r->t.qs, r->t.q);
@@ -171,7 +173,7 @@ static double model_bytes(const cli_ctx *ctx, const ra_shape *s, int naive,
 static double config_flops(const cli_ctx *ctx, const bench_opts *o,
                            const ra_shape *s, bench_run *r)
 {
-    double pairs = bench_local_pairs(o, s, &r->t.qs, &r->bm), all = 0;
+    double pairs = bench_local_pairs(&r->gen, s, &r->t.qs, &r->bm), all = 0;
     MPI_Allreduce(&pairs, &all, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
     MPI_Allreduce(&pairs, &r->pairs_max, 1, MPI_DOUBLE, MPI_MAX, ctx->comm);
     return ra_pair_flops(s, &o->p) * all;
@@ -207,7 +209,8 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->lens = o->rm.lens;
     res->segment_avg = o->rm.segment_avg;
     ra_tally mine = {0}, all = {0};
-    bench_check_output(o, s, &r->t.qs, &r->bm, r->t.o, r->t.lse, &mine);
+    bench_check_output(&r->gen, s, &r->t.qs, &r->bm, r->t.o, r->t.lse,
+                       &mine);
     if (ra_tally_allreduce(ctx->comm, &mine, &all) != RA_OK)
         all.bad_inf = 1;
     res->max_rel_error = all.rel_o;

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "agree.h"
-#include "bench.h"
 #include "h5io.h"
 #include "internal.h"
 #include "plan.h"
@@ -102,8 +101,9 @@ static ra_status plan_masks(const plan_opts *o, plan_state *w)
                               w->h5m.q_segments, w->h5m.kv_segments};
         return st;
     }
-    bench_opts bo = {.seed = o->seed, .rm = o->rm};
-    st = bench_masks_make(&bo, s, &qall, &kall, &w->bm);
+    const bench_gen gen = {.seed = (uint64_t)o->seed, .lens = o->rm.lens,
+                           .segment_avg = o->rm.segment_avg};
+    st = bench_masks_make(&gen, s, &qall, &kall, &w->bm);
     w->mk = (model_masks){w->bm.q_lens, w->bm.kv_lens, w->bm.q_seg,
                           w->bm.kv_seg};
     return st;
@@ -136,8 +136,8 @@ static ra_status plan_profile_fits(const plan_opts *o, const plan_state *w)
                                           K);
         const profile_kernel_key key = profile_key_of(&o->p, w->s.D,
                                                       w->s.Dv);
-        st = plan_profile_check(o->profile, &w->pf, &al, &key,
-                                o->in != NULL);
+        st = model_profile_check(o->profile, &w->pf, &al, &key,
+                                 o->in != NULL);
     }
     return st;
 }
@@ -242,8 +242,8 @@ int cmd_plan(const cli_ctx *ctx, int argc, char **argv)
         if (o.max_seq)
             st = plan_report_max_seq(ctx, &o, w, &al);
         else
-            st = plan_evaluate(&w->s, &o.p, w->layout_auto, &w->mk, &al,
-                               &w->pf, o.in != NULL, &w->table);
+            st = model_evaluate(&w->s, &o.p, w->layout_auto, &w->mk, &al,
+                                &w->pf, o.in != NULL, &w->table);
         w->seconds = MPI_Wtime() - t0;
         if (st == RA_OK && !o.max_seq && o.nsweep > 0)
             st = plan_sweep(&o, w);
@@ -264,7 +264,7 @@ done:
 ra_status plan_sweep(const plan_opts *o, plan_state *w)
 {
     const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
-    w->sweep = calloc((size_t)(2 * o->nsweep), sizeof(plan_table));
+    w->sweep = calloc((size_t)(2 * o->nsweep), sizeof(model_table));
     if (!w->sweep)
         return ra_error_set(RA_ERR_NOMEM, "plan: out of memory");
     for (int i = 0; i < 2 * o->nsweep; i++) {
@@ -277,9 +277,9 @@ ra_status plan_sweep(const plan_opts *o, plan_state *w)
         }
         const model_alloc al = plan_alloc(o, w, K * per, K);
         const model_masks *mk = weak ? NULL : &w->mk;
-        const ra_status st = plan_evaluate(&s, &o->p, w->layout_auto, mk,
-                                           &al, &w->pf, o->in != NULL,
-                                           &w->sweep[i]);
+        const ra_status st = model_evaluate(&s, &o->p, w->layout_auto, mk,
+                                            &al, &w->pf, o->in != NULL,
+                                            &w->sweep[i]);
         if (st != RA_OK)
             return st;
     }

@@ -202,10 +202,10 @@ static ra_status probe_measure(const cli_ctx *ctx, const probe_opts *o,
     probe_comms c;
     const double t0 = MPI_Wtime();
     const double share = o->seconds / (p->nrates + PROBE_COMM_ITEMS);
-    ra_status st = probe_comms_make(ctx, share, &c);
+    ra_status st = probe_comms_make(ctx->comm, &ctx->nodes, share, &c);
     if (st != RA_OK)
         return st;
-    probe_machine(ctx, &c, p);
+    probe_machine(&c, p);
     p->oversubscribed = cli_oversubscribed_warn(
         ctx, p->threads, "every rate measured is a share of a core; the "
         "profile records it and plan warns when it uses it");

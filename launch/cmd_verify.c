@@ -1,7 +1,7 @@
 /* cmd_verify.c: `ringattn verify`: an output file against the fp64
  * reference, on every query row or on a seeded random sample of rows. The
  * checked rows are split over the ranks; each rank recomputes its share
- * with blocked fp64 BLAS (verify_fp64.c), reading K and V in blocks, and
+ * with blocked fp64 BLAS (io/verify_fp64.c), reading K and V in blocks, and
  * scans its share of all rows for NaN. */
 #include <math.h>
 #include <stdio.h>

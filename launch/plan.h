@@ -1,23 +1,13 @@
 /* plan.h: the performance model as the command line uses it: `ringattn
  * plan` (cmd_plan.c) and `--strategy auto` of run and bench (plan_pick.c).
- * The arithmetic is comm/model.c's. */
+ * The arithmetic is comm/model.c's, the pick over strategies and layouts
+ * comm/model_pick.c's. */
 #ifndef RA_LAUNCH_PLAN_H
 #define RA_LAUNCH_PLAN_H
 
 #include "cli.h"
 #include "model.h"
 #include "profile_json.h"
-
-/* The layouts the plan tries when the layout is auto. */
-enum { PLAN_LAYOUTS = 3 };
-
-/* Every strategy under every layout tried: RA_STRATEGY_COUNT * layouts
- * rows, and the fastest applicable one. */
-typedef struct {
-    model_result row[RA_STRATEGY_COUNT * PLAN_LAYOUTS];
-    int nrows;
-    int best;  /* index into row, -1 when nothing applies */
-} plan_table;
 
 /* The profile of path (NULL: profile_default, this machine not probed);
  * RA_ERR_INPUT with the reader's one-line reason. */
@@ -27,22 +17,6 @@ ra_status plan_profile_load(const char *path, ra_profile *pf);
  * probed oversubscribed (nothing for the built-in one). */
 void plan_profile_warn(const cli_ctx *ctx, const char *path,
                        const ra_profile *pf);
-
-/* RA_OK when profile pf (read from path; NULL: the built-in one) holds
- * every rate a prediction for allocation al and kernel key needs (its
- * engine, precision and tile class among them; with_io: the I/O rates
- * too); else RA_ERR_INPUT, one line naming the file and the key. */
-ra_status plan_profile_check(const char *path, const ra_profile *pf,
-                             const model_alloc *al,
-                             const profile_kernel_key *key, int with_io);
-
-/* Predicts every strategy for the problem under the layout of p (or, when
- * layout_auto, each of contiguous, zigzag, striped, and the one
- * ra_params_layout picks first). RA_ERR_NOMEM when out of memory. */
-ra_status plan_evaluate(const ra_shape *s, const ra_params *p,
-                        int layout_auto, const model_masks *mk,
-                        const model_alloc *al, const ra_profile *pf,
-                        int with_io, plan_table *t);
 
 /* The allocation of the running job (ring order, nodes, threads) for the
  * model; node_of (ctx->nranks entries) is filled. Collective. */
@@ -54,7 +28,7 @@ ra_status plan_job_alloc(const cli_ctx *ctx, const ra_params *p,
  * resolved layout of p (masks: the padding lengths, or NULL), into
  * p->strategy, and its prediction into *pick (compute only: no I/O).
  * profile: a file, or NULL. A profile that cannot predict this job (see
- * plan_profile_check): rank 0 warns on stderr in one line, the ring is
+ * model_profile_check): rank 0 warns on stderr in one line, the ring is
  * chosen and *pick is zero with pick->applies 0 (no prediction). Collective;
  * well under a second. */
 ra_status plan_pick(const cli_ctx *ctx, const ra_shape *s, ra_params *p,

@@ -3,7 +3,7 @@
 #ifndef RA_PLAN_OUT_H
 #define RA_PLAN_OUT_H
 
-#include "bench.h"
+#include "bench_check.h"
 #include "plan.h"
 
 enum { PLAN_MAX_SWEEP = 32 };
@@ -34,8 +34,8 @@ typedef struct {
     ra_additive additive;  /* A only: the model needs no weights */
     ra_profile pf;
     int layout_auto;
-    plan_table table;
-    plan_table *sweep;     /* 2 per node count: strong, weak */
+    model_table table;
+    model_table *sweep;    /* 2 per node count: strong, weak */
     double seconds;        /* the prediction's own time */
 } plan_state;
 

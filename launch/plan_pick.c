@@ -35,56 +35,6 @@ void plan_profile_warn(const cli_ctx *ctx, const char *path,
     fflush(stderr);
 }
 
-ra_status plan_profile_check(const char *path, const ra_profile *pf,
-                             const model_alloc *al,
-                             const profile_kernel_key *key, int with_io)
-{
-    const profile_need need = {al->P, al->nodes > 0 ? al->nodes : 1, *key,
-                               al->core_rate, with_io};
-    char why[400];
-    if (profile_usable(pf, &need, why, sizeof why) == 0)
-        return RA_OK;
-    return ra_error_set(RA_ERR_INPUT, "%s: %s; the plan cannot predict "
-                        "with this profile",
-                        path ? path : "built-in profile", why);
-}
-
-/* Whether row a beats row b (applicable first, then faster). */
-static int plan_better(const model_result *a, const model_result *b)
-{
-    if (a->applies != b->applies)
-        return a->applies;
-    return a->t_total < b->t_total;
-}
-
-ra_status plan_evaluate(const ra_shape *s, const ra_params *p,
-                        int layout_auto, const model_masks *mk,
-                        const model_alloc *al, const ra_profile *pf,
-                        int with_io, plan_table *t)
-{
-    const int segs = mk && mk->q_seg;
-    const ra_layout first = ra_params_layout(p, segs);
-    ra_layout lays[PLAN_LAYOUTS] = {first};
-    int nl = 1;
-    for (int l = 0; layout_auto && l < PLAN_LAYOUTS; l++) /* the rest */
-        if ((ra_layout)l != first)
-            lays[nl++] = (ra_layout)l;
-    t->nrows = 0;
-    t->best = -1;
-    for (int l = 0; l < nl; l++) {
-        model_result *rows = &t->row[t->nrows];
-        if (model_predict_all(s, p, lays[l], mk, al, pf, with_io, rows) != 0)
-            return ra_error_set(RA_ERR_NOMEM, "plan: out of memory");
-        for (int k = 0; k < RA_STRATEGY_COUNT; k++, t->nrows++)
-            if (t->best < 0 || plan_better(&t->row[t->nrows],
-                                           &t->row[t->best]))
-                t->best = t->nrows;
-    }
-    if (t->best >= 0 && !t->row[t->best].applies)
-        t->best = -1;
-    return RA_OK;
-}
-
 ra_status plan_job_alloc(const cli_ctx *ctx, const ra_params *p,
                          const ra_profile *pf, const ra_shape *s,
                          int *node_of, model_alloc *al)
@@ -124,7 +74,7 @@ ra_status plan_job_alloc(const cli_ctx *ctx, const ra_params *p,
  * predict this job: RA_ERR_INPUT and *unusable set. Collective. */
 static ra_status plan_job_table(const cli_ctx *ctx, const ra_shape *s,
                                 const ra_params *p, const model_masks *masks,
-                                const char *profile, plan_table **out,
+                                const char *profile, model_table **out,
                                 int *unusable)
 {
     ra_profile *pf = malloc(sizeof *pf);
@@ -140,14 +90,14 @@ static ra_status plan_job_table(const cli_ctx *ctx, const ra_shape *s,
     if ((st = plan_job_alloc(ctx, p, pf, s, node_of, &al)) != RA_OK)
         goto cleanup;
     const profile_kernel_key key = profile_key_of(p, s->D, s->Dv);
-    *unusable = (st = plan_profile_check(profile, pf, &al, &key, 0)) !=
+    *unusable = (st = model_profile_check(profile, pf, &al, &key, 0)) !=
                 RA_OK;
     if (st != RA_OK) /* the same verdict on every rank: the same inputs */
         goto cleanup;
     ra_params q = *p; /* every strategy is evaluated; p's may be auto */
     q.strategy = RA_STRATEGY_RING;
     st = ra_agree(ctx->comm,
-                  plan_evaluate(s, &q, 0, masks, &al, pf, 0, *out));
+                  model_evaluate(s, &q, 0, masks, &al, pf, 0, *out));
 cleanup:
     free(pf);
     free(node_of);
@@ -158,7 +108,7 @@ ra_status plan_pick(const cli_ctx *ctx, const ra_shape *s, ra_params *p,
                     const model_masks *masks, const char *profile,
                     model_result *pick)
 {
-    plan_table *t;
+    model_table *t;
     int unusable = 0;
     ra_status st = plan_job_table(ctx, s, p, masks, profile, &t, &unusable);
     if (unusable) { /* run on the ring, never on a prediction of NaN */
@@ -183,7 +133,7 @@ ra_status plan_predict(const cli_ctx *ctx, const ra_shape *s,
                        const ra_params *p, const model_masks *masks,
                        const char *profile, model_result *out)
 {
-    plan_table *t;
+    model_table *t;
     int unusable = 0;
     ra_status st = plan_job_table(ctx, s, p, masks, profile, &t, &unusable);
     for (int k = 0; st == RA_OK && k <= t->nrows; k++) {

@@ -17,7 +17,7 @@ static const char *const no_profile =
 
 /* The row of strategy k with the best layout (the first when none
  * applies). */
-static const model_result *best_of(const plan_table *t, int k)
+static const model_result *best_of(const model_table *t, int k)
 {
     const model_result *best = NULL;
     for (int i = 0; i < t->nrows; i++) {
@@ -33,7 +33,7 @@ static const model_result *best_of(const plan_table *t, int k)
 
 /* The strategies (each at its best layout) predicted within the model's
  * error of t's best, the best first, joined by sep into buf; how many. */
-static int plan_ties(const plan_table *t, const char *sep, char *buf,
+static int plan_ties(const model_table *t, const char *sep, char *buf,
                      size_t size)
 {
     const model_result *b = &t->row[t->best];
@@ -89,7 +89,7 @@ static void print_echo(const plan_opts *o, const plan_state *w)
 
 /* vs_best of a row: its time over the best's, "tie" within the model's
  * error; "-" when it or nothing applies. */
-static const char *vs_best(const plan_table *t, const model_result *r,
+static const char *vs_best(const model_table *t, const model_result *r,
                            char *buf, size_t size)
 {
     if (!r->applies || t->best < 0)
@@ -123,7 +123,7 @@ static void print_table(const plan_state *w)
  * apart (within its error), with the error stated. */
 static void print_fastest(const plan_state *w)
 {
-    const plan_table *t = &w->table;
+    const model_table *t = &w->table;
     char ties[256];
     if (t->best < 0) {
         printf("fastest: none: no strategy takes this problem\n");
@@ -153,7 +153,7 @@ static void print_sweep(const plan_opts *o, const plan_state *w)
            "error");
     const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
     for (int i = 0; i < 2 * o->nsweep; i++) {
-        const plan_table *t = &w->sweep[i];
+        const model_table *t = &w->sweep[i];
         const int64_t K = o->sweep[i / 2];
         const int64_t N = i % 2 ? w->s.N * K / o->sweep[0] : w->s.N;
         if (t->best < 0) {
@@ -226,7 +226,7 @@ static json_t *plan_json_row_costs(const model_result *r)
 /* The rows of table t at point at appended to the array rows (NULL: a
  * row failed, rows released). */
 static json_t *plan_json_rows(json_t *rows, const plan_opts *o,
-                         const plan_point *at, const plan_table *t)
+                         const plan_point *at, const model_table *t)
 {
     for (int i = 0; i < t->nrows && rows; i++) {
         json_t *row = cli_json_merge(plan_json_row_problem(o, at, &t->row[i]),
@@ -259,7 +259,7 @@ static json_t *plan_json_sweep(const plan_opts *o, const plan_state *w)
 
 static int plan_json_write(FILE *f, const plan_opts *o, const plan_state *w)
 {
-    const plan_table *t = &w->table;
+    const model_table *t = &w->table;
     const model_result *b = t->best >= 0 ? &t->row[t->best] : NULL;
     const plan_point at = {&w->s, o->ranks, o->nodes, "none"};
     json_t *best = b ? json_pack("{s:s, s:s, s:o}", "strategy",
@@ -282,7 +282,7 @@ static int csv_write(FILE *f, const plan_opts *o, const plan_state *w)
             "intra_bytes,inter_bytes\n");
     const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
     for (int i = -1; i < 2 * o->nsweep; i++) {
-        const plan_table *t = i < 0 ? &w->table : &w->sweep[i];
+        const model_table *t = i < 0 ? &w->table : &w->sweep[i];
         const int64_t K = i < 0 ? o->nodes : o->sweep[i / 2];
         const int64_t N = i % 2 == 1 ? w->s.N * K / o->sweep[0] : w->s.N;
         const char *sc = i < 0 ? "none" : i % 2 ? "weak" : "strong";

@@ -5,7 +5,7 @@
 
 #include "internal.h"
 #include "plan.h"
-#include "profile_json.h"
+#include "profile.h"
 #include "progress.h"
 #include "watchdog.h"
 

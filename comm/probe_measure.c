@@ -3,13 +3,14 @@
  * timing is a median over repetitions after a warm-up, with the count of
  * repetitions agreed from the slowest rank's warm-up, so that all ranks
  * make the same calls. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "agree.h"
+#include "bench_measure.h"
 #include "call.h"
-#include "bench.h"
 #include "internal.h"
 #include "probe.h"
 
@@ -33,18 +34,20 @@ enum {
     COLL_FLOATS = 1 << 18,   /* floats per peer of a collective (1 MiB) */
 };
 
-ra_status probe_comms_make(const cli_ctx *ctx, double share, probe_comms *c)
+ra_status probe_comms_make(MPI_Comm comm, const ra_nodes *nodes, double share,
+                           probe_comms *c)
 {
-    *c = (probe_comms){.world = ctx->comm, .node = MPI_COMM_NULL,
-                       .leaders = MPI_COMM_NULL, .nodes = ctx->nodes.nodes,
+    *c = (probe_comms){.world = comm, .node = MPI_COMM_NULL,
+                       .leaders = MPI_COMM_NULL, .nodes = nodes->nodes,
                        .share = share};
-    int local = 0, ok = MPI_Comm_split(ctx->comm, ctx->nodes.node, ctx->rank,
-                                       &c->node) == MPI_SUCCESS;
+    int rank = 0, local = 0;
+    MPI_Comm_rank(comm, &rank);
+    int ok = MPI_Comm_split(comm, nodes->node, rank, &c->node) == MPI_SUCCESS;
     ok = ok && MPI_Comm_rank(c->node, &local) == MPI_SUCCESS &&
          MPI_Comm_size(c->node, &c->node_size) == MPI_SUCCESS;
-    ok = MPI_Comm_split(ctx->comm, ok && local == 0 ? 0 : MPI_UNDEFINED,
-                        ctx->rank, &c->leaders) == MPI_SUCCESS && ok;
-    return ra_agree(ctx->comm, ok ? RA_OK : ra_error_set(RA_ERR_MPI,
+    ok = MPI_Comm_split(comm, ok && local == 0 ? 0 : MPI_UNDEFINED, rank,
+                        &c->leaders) == MPI_SUCCESS && ok;
+    return ra_agree(comm, ok ? RA_OK : ra_error_set(RA_ERR_MPI,
                     "probe: splitting the ranks by node failed"));
 }
 
@@ -405,18 +408,18 @@ static void probe_hosts(const probe_comms *c, char *hosts, size_t cap)
     free(all);
 }
 
-void probe_machine(const cli_ctx *ctx, const probe_comms *c, ra_profile *p)
+void probe_machine(const probe_comms *c, ra_profile *p)
 {
     const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
     const double mine = pages > 0 && size > 0 ? (double)pages * size : 0;
     double least;
     int most_per_node;
-    MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE, MPI_MIN, ctx->comm);
+    MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE, MPI_MIN, c->world);
     MPI_Allreduce(&c->node_size, &most_per_node, 1, MPI_INT, MPI_MAX,
-                  ctx->comm);
+                  c->world);
     p->mem_per_node = (int64_t)least;
     p->nodes = c->nodes;
-    p->ranks = ctx->nranks;
+    MPI_Comm_size(c->world, &p->ranks);
     p->ranks_per_node = most_per_node;
     p->threads = 1;
     probe_hosts(c, p->hosts, sizeof p->hosts);

@@ -5,7 +5,7 @@
 #include <cblas.h>
 #include <math.h>
 
-#include "baseline.h"
+#include "kernel.h"
 
 void ra_naive_forward(const ra_naive_args *a, const float *q, const float *k,
                       const float *v, float *o, float *lse, float *scores)

@@ -3,7 +3,8 @@
 #ifndef RA_PROBE_H
 #define RA_PROBE_H
 
-#include "cli.h"
+#include <mpi.h>
+
 #include "profile.h"
 
 /* The communicators a probe measures on: the ranks of each node, and one
@@ -14,9 +15,11 @@ typedef struct {
     double share; /* seconds each measurement may take, at least 3 reps */
 } probe_comms;
 
-/* Splits ctx->comm by node; RA_ERR_MPI with a message otherwise. Every
- * rank returns the same status. probe_comms_free releases them. */
-ra_status probe_comms_make(const cli_ctx *ctx, double share, probe_comms *c);
+/* Splits comm by node (nodes: where its ranks run); RA_ERR_MPI with a
+ * message otherwise. Every rank returns the same status. probe_comms_free
+ * releases them. */
+ra_status probe_comms_make(MPI_Comm comm, const ra_nodes *nodes, double share,
+                           probe_comms *c);
 void probe_comms_free(probe_comms *c);
 
 /* The tiled forward's FLOP/s per core for rate r's head dims, score, tile
@@ -45,6 +48,6 @@ void probe_collectives(const probe_comms *c, ra_profile *p);
 
 /* The physical memory of the smallest node, host names of every node
  * (comma-separated, on rank 0), the allocation's sizes. */
-void probe_machine(const cli_ctx *ctx, const probe_comms *c, ra_profile *p);
+void probe_machine(const probe_comms *c, ra_profile *p);
 
 #endif /* RA_PROBE_H */

@@ -1,13 +1,14 @@
 /* bench_check.c: what `ringattn bench` regenerates and checks: the random
  * masks of a configuration, the exact count of visible pairs, and a sampled
- * fp64 check of the output against inputs regenerated from the seed. */
+ * fp64 check of the output against inputs regenerated from the seed
+ * (bench_check.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
-#include "internal.h"
 #include "band.h"
+#include "bench_check.h"
+#include "internal.h"
 #include "kernel.h"
 #include "model.h"
 
@@ -26,13 +27,13 @@ static uint64_t kv_segment_stream(const ra_shape *s)
     return s->N == s->M ? RA_STREAM_Q_SEGMENTS : RA_STREAM_KV_SEGMENTS;
 }
 
-ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
+ra_status bench_masks_make(const bench_gen *gen, const ra_shape *s,
                            const ra_slice *qs, const ra_slice *ks,
                            bench_masks *bm)
 {
     memset(bm, 0, sizeof *bm);
-    const uint64_t seed = (uint64_t)o->seed;
-    if (o->rm.lens) {
+    const uint64_t seed = gen->seed;
+    if (gen->lens) {
         bm->q_lens = malloc(sizeof(int64_t) * (size_t)s->B);
         bm->kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
         if (!bm->q_lens || !bm->kv_lens)
@@ -40,16 +41,16 @@ ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
         ra_random_lens(seed, RA_STREAM_Q_LENS, s->B, s->N, bm->q_lens);
         ra_random_lens(seed, RA_STREAM_KV_LENS, s->B, s->M, bm->kv_lens);
     }
-    if (o->rm.segment_avg > 0) {
+    if (gen->segment_avg > 0) {
         bm->q_seg = malloc(sizeof(int64_t) * (size_t)(s->B * qs->count + 1));
         bm->kv_seg = malloc(sizeof(int64_t) * (size_t)(s->B * ks->count + 1));
         if (!bm->q_seg || !bm->kv_seg)
             return ra_error_set(RA_ERR_NOMEM, "bench: out of memory for "
                                               "segments");
         ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, s->B, s->N,
-                           o->rm.segment_avg, qs, bm->q_seg);
+                           gen->segment_avg, qs, bm->q_seg);
         ra_random_segments(seed, kv_segment_stream(s), s->B, s->M,
-                           o->rm.segment_avg, ks, bm->kv_seg);
+                           gen->segment_avg, ks, bm->kv_seg);
     }
     bm->view = (ra_masks){bm->q_lens, bm->kv_lens, bm->q_seg, bm->kv_seg};
     return RA_OK;
@@ -57,36 +58,36 @@ ra_status bench_masks_make(const bench_opts *o, const ra_shape *s,
 
 /* Segment ids of all len tokens of batch b (contiguous) from stream, for
  * checks and counts; NULL without segments or memory. */
-static int64_t *all_segments(const bench_opts *o, const ra_shape *s,
+static int64_t *all_segments(const bench_gen *gen, const ra_shape *s,
                              uint64_t stream, int64_t len, int64_t b)
 {
-    if (o->rm.segment_avg <= 0)
+    if (gen->segment_avg <= 0)
         return NULL;
     const ra_slice all = {1, {{0, len, 1}}, len};
     int64_t *ids = malloc(sizeof(int64_t) * (size_t)(s->B * len));
     if (ids)
-        ra_random_segments((uint64_t)o->seed, stream, s->B, len,
-                           o->rm.segment_avg, &all, ids);
+        ra_random_segments(gen->seed, stream, s->B, len,
+                           gen->segment_avg, &all, ids);
     if (ids && b > 0)
         memmove(ids, ids + b * len, sizeof(int64_t) * (size_t)len);
     return ids;
 }
 
 /* The segment ids of all M keys of batch b. */
-static int64_t *all_kv_segments(const bench_opts *o, const ra_shape *s,
+static int64_t *all_kv_segments(const bench_gen *gen, const ra_shape *s,
                                 int64_t b)
 {
-    return all_segments(o, s, kv_segment_stream(s), s->M, b);
+    return all_segments(gen, s, kv_segment_stream(s), s->M, b);
 }
 
 /* Visible pairs of the local queries of batch b: each row's keys are an
  * interval (causal, window, lens) intersected with its segment's run; the
  * model counts them with the same function. */
-static double batch_pairs(const bench_opts *o, const ra_shape *s,
+static double batch_pairs(const bench_gen *gen, const ra_shape *s,
                           const ra_slice *qs, const bench_masks *bm,
                           const int64_t *kseg, int64_t b)
 {
-    const ra_params *p = &o->p;
+    const ra_params *p = gen->p;
     const int64_t ql = bm->q_lens ? bm->q_lens[b] : s->N;
     const int64_t kl = bm->kv_lens ? bm->kv_lens[b] : s->M;
     /* per-sequence alignment: the batch's own diagonal (with segments the
@@ -100,15 +101,15 @@ static double batch_pairs(const bench_opts *o, const ra_shape *s,
                              kseg ? bm->q_seg + b * qs->count : NULL, kseg);
 }
 
-double bench_local_pairs(const bench_opts *o, const ra_shape *s,
+double bench_local_pairs(const bench_gen *gen, const ra_shape *s,
                          const ra_slice *qs, const bench_masks *bm)
 {
     double pairs = 0;
     for (int64_t b = 0; b < s->B; b++) {
-        int64_t *kseg = all_kv_segments(o, s, b);
-        if (o->rm.segment_avg > 0 && !kseg)
+        int64_t *kseg = all_kv_segments(gen, s, b);
+        if (gen->segment_avg > 0 && !kseg)
             return NAN;
-        pairs += batch_pairs(o, s, qs, bm, kseg, b);
+        pairs += batch_pairs(gen, s, qs, bm, kseg, b);
         free(kseg);
     }
     return pairs;
@@ -133,7 +134,7 @@ typedef struct {
  * output (o, lse) of the local queries, the tally it adds to, its
  * scratch. */
 typedef struct {
-    const bench_opts *o;
+    const bench_gen *gen;
     const ra_shape *s;
     const ra_slice *qs;
     const bench_masks *bm;
@@ -149,10 +150,10 @@ typedef struct {
 } regen_tensor;
 
 /* Regenerates row j of (b, *, head, *) of tensor x as doubles. */
-static void regen_row(const bench_opts *o, regen_tensor x, int64_t b,
+static void regen_row(const bench_gen *gen, regen_tensor x, int64_t b,
                       int64_t j, int64_t head, float *tmp, double *out)
 {
-    ra_random_normal((uint64_t)o->seed, x.stream,
+    ra_random_normal(gen->seed, x.stream,
                      (uint64_t)(((b * x.len + j) * x.heads + head) * x.dim),
                      x.dim, tmp);
     for (int64_t d = 0; d < x.dim; d++)
@@ -163,7 +164,7 @@ static void regen_row(const bench_opts *o, regen_tensor x, int64_t b,
 static void check_one(check_run *c, int64_t b, int64_t h, int64_t i)
 {
     const ra_shape *s = c->s;
-    const ra_params *p = &c->o->p;
+    const ra_params *p = c->gen->p;
     const bench_masks *bm = c->bm;
     check_scratch *w = &c->w;
     const ra_ref_score score = {p->score, ra_params_scale(p, s), p->sigma,
@@ -173,8 +174,8 @@ static void check_one(check_run *c, int64_t b, int64_t h, int64_t i)
     const int64_t n = c->qs->count;
     int64_t gi = ra_slice_pos(c->qs, i);
     int64_t at = w->qat ? w->qat[gi] : gi + s->M - s->N;
-    regen_row(c->o, (regen_tensor){RA_STREAM_Q, s->N, s->H, s->D}, b, gi, h,
-              w->tmp, w->qd);
+    regen_row(c->gen, (regen_tensor){RA_STREAM_Q, s->N, s->H, s->D}, b, gi,
+              h, w->tmp, w->qd);
     ra_rope_row_ref(p->rope, p->rope_base, w->qd, s->D, at);
     if (p->precision == RA_PRECISION_BF16)
         ra_bf16_round_f64(w->qd, s->D);
@@ -208,42 +209,43 @@ static void check_one(check_run *c, int64_t b, int64_t h, int64_t i)
 static void check_batch(check_run *c, int64_t b)
 {
     const ra_shape *s = c->s;
-    const bench_opts *o = c->o;
+    const bench_gen *gen = c->gen;
     const int64_t n = c->qs->count, rep = s->H / s->G;
     const regen_tensor k = {RA_STREAM_K, s->M, s->G, s->D};
     const regen_tensor v = {RA_STREAM_V, s->M, s->G, s->Dv};
     for (int64_t g = 0; g < s->G; g++) {
         for (int64_t j = 0; j < s->M; j++) {
-            regen_row(o, k, b, j, g, c->w.tmp, c->w.kd + j * s->D);
-            ra_rope_row_ref(o->p.rope, o->p.rope_base, c->w.kd + j * s->D,
-                            s->D, j);
-            regen_row(o, v, b, j, g, c->w.tmp, c->w.vd + j * s->Dv);
+            regen_row(gen, k, b, j, g, c->w.tmp, c->w.kd + j * s->D);
+            ra_rope_row_ref(gen->p->rope, gen->p->rope_base,
+                            c->w.kd + j * s->D, s->D, j);
+            regen_row(gen, v, b, j, g, c->w.tmp, c->w.vd + j * s->Dv);
         }
-        if (o->p.precision == RA_PRECISION_BF16 || o->p.wire == RA_WIRE_BF16) {
+        if (gen->p->precision == RA_PRECISION_BF16 ||
+            gen->p->wire == RA_WIRE_BF16) {
             ra_bf16_round_f64(c->w.kd, s->M * s->D);
             ra_bf16_round_f64(c->w.vd, s->M * s->Dv);
         }
         for (int64_t x = 0; c->w.vabs && x < s->M * s->Dv; x++)
             c->w.vabs[x] = fabs(c->w.vd[x]);
         for (int64_t h = g * rep; h < (g + 1) * rep; h++)
-            for (int64_t r = 0; r < o->check_rows && r < n; r++) {
+            for (int64_t r = 0; r < gen->check_rows && r < n; r++) {
                 const int64_t i = r == 0 ? 0 : r == 1 ? n - 1
-                                  : (r * n) / (o->check_rows + 1);
+                                  : (r * n) / (gen->check_rows + 1);
                 check_one(c, b, h, i);
             }
     }
 }
 
 /* Whether the check lacks segment ids it needs (out of memory). */
-static int segs_missing(const bench_opts *o, const check_scratch *w)
+static int segs_missing(const bench_gen *gen, const check_scratch *w)
 {
-    return o->rm.segment_avg > 0 &&
-           (!w->kseg || (o->p.align == RA_ALIGN_SEQUENCE && !w->qseg));
+    return gen->segment_avg > 0 &&
+           (!w->kseg || (gen->p->align == RA_ALIGN_SEQUENCE && !w->qseg));
 }
 
 /* Per-sequence alignment: the aligned positions of batch b's queries into
  * w->qat (ra_align_batch), from its lens or its whole id rows. */
-static void batch_align(const bench_opts *o, const ra_shape *s,
+static void batch_align(const bench_gen *gen, const ra_shape *s,
                         const bench_masks *bm, check_scratch *w, int64_t b)
 {
     ra_align_batch(w->kseg ? w->qseg : NULL, w->kseg, s->N, s->M,
@@ -251,14 +253,14 @@ static void batch_align(const bench_opts *o, const ra_shape *s,
                    bm->kv_lens ? bm->kv_lens[b] : s->M, w->keys, w->qat);
 }
 
-void bench_check_output(const bench_opts *o, const ra_shape *s,
+void bench_check_output(const bench_gen *gen, const ra_shape *s,
                         const ra_slice *qs, const bench_masks *bm,
                         const float *out, const float *lse, ra_tally *t)
 {
-    if (qs->count == 0 || o->check_rows == 0)
+    if (qs->count == 0 || gen->check_rows == 0)
         return;
     const int64_t Dmax = s->D > s->Dv ? s->D : s->Dv;
-    check_run c = {o, s, qs, bm, out, lse, t, {
+    check_run c = {gen, s, qs, bm, out, lse, t, {
         .kd = malloc(sizeof(double) * (size_t)(s->M * s->D)),
         .vd = malloc(sizeof(double) * (size_t)(s->M * s->Dv)),
         .qd = malloc(sizeof(double) * (size_t)s->D),
@@ -266,11 +268,11 @@ void bench_check_output(const bench_opts *o, const ra_shape *s,
         .sc = malloc(sizeof(double) * (size_t)s->M),
         .tmp = malloc(sizeof(float) * (size_t)Dmax)}};
     check_scratch *w = &c.w;
-    const int bf16 = o->p.precision == RA_PRECISION_BF16;
+    const int bf16 = gen->p->precision == RA_PRECISION_BF16;
     w->vabs = bf16 ? malloc(sizeof(double) * (size_t)(s->M * s->Dv)) : NULL;
     w->rabs = bf16 ? malloc(sizeof(double) * (size_t)s->Dv) : NULL;
     t->p_unit = bf16 ? RA_BF16_UNIT : 0.0;
-    const int seq = o->p.align == RA_ALIGN_SEQUENCE;
+    const int seq = gen->p->align == RA_ALIGN_SEQUENCE;
     w->qat = seq ? malloc(sizeof(int64_t) * (size_t)s->N) : NULL;
     w->keys = seq ? malloc(sizeof(ra_key_id) * (size_t)(s->N + s->M)) : NULL;
     const int64_t batches[2] = {0, s->B - 1};
@@ -280,17 +282,17 @@ void bench_check_output(const bench_opts *o, const ra_shape *s,
     for (int bi = 0; ok && bi < (s->B > 1 ? 2 : 1); bi++) {
         free(w->kseg);
         free(w->qseg);
-        w->kseg = all_kv_segments(o, s, batches[bi]);
-        w->qseg = seq ? all_segments(o, s, RA_STREAM_Q_SEGMENTS, s->N,
+        w->kseg = all_kv_segments(gen, s, batches[bi]);
+        w->qseg = seq ? all_segments(gen, s, RA_STREAM_Q_SEGMENTS, s->N,
                                      batches[bi])
                       : NULL;
-        if (segs_missing(o, w))
+        if (segs_missing(gen, w))
             break;
         if (w->qat)
-            batch_align(o, s, bm, w, batches[bi]);
+            batch_align(gen, s, bm, w, batches[bi]);
         check_batch(&c, batches[bi]);
     }
-    if (!ok || segs_missing(o, w))
+    if (!ok || segs_missing(gen, w))
         t->bad_inf++; /* could not check: fails the verdict */
     void *all[] = {w->kseg, w->qseg, w->qat, w->keys, w->kd, w->vd, w->qd,
                    w->ref, w->sc, w->tmp, w->vabs, w->rabs};

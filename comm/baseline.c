@@ -1,10 +1,11 @@
-/* baseline.c: gather everything, materialise everything (see baseline.h). */
+/* baseline.c: gather everything, materialise everything (see call.h). */
 #include <limits.h>
 #include <stdlib.h>
 
 #include "agree.h"
-#include "baseline.h"
+#include "call.h"
 #include "internal.h"
+#include "kernel.h"
 
 /* Gathers the (B, m_r, heads, dim) slices of every rank into the full
  * (B, M, heads, dim) tensor, one batch at a time. */

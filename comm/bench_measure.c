@@ -1,17 +1,16 @@
 /* bench_measure.c: the measurements of `ringattn bench` besides the pass
  * itself: medians and spreads over ranks, peak RSS, the two yardsticks
  * (OpenBLAS sgemm and oneDNN's matmul peak) and a comm-only ring for
- * bandwidth. */
+ * bandwidth (bench_measure.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
 
-#include "bench.h"
+#include "bench_measure.h"
 #include "internal.h"
 #include "peak.h"
-
 
 /* Messages of a comm-only ring go in parts of at most this many floats:
  * MPI counts are int. */
@@ -63,9 +62,10 @@ double bench_rss_peak(void)
     return kb * 1024.0;
 }
 
-/* Median of TIMED_REPS after a warm-up; every rank runs the same number of
- * barriers whether or not its memory was granted (0 GFLOP/s then). */
-double bench_sgemm_rate(MPI_Comm comm, int threads)
+/* GFLOP/s of an SGEMM_N^3 sgemm on this rank's threads, all ranks at once:
+ * the median of TIMED_REPS after a warm-up; every rank runs the same number
+ * of barriers whether or not its memory was granted (0 GFLOP/s then). */
+static double bench_sgemm_rate(MPI_Comm comm, int threads)
 {
     const size_t n = SGEMM_N;
     float *a = malloc(n * n * sizeof(float) * 3);
@@ -90,8 +90,14 @@ double bench_sgemm_rate(MPI_Comm comm, int threads)
              : 0.0;
 }
 
-double bench_peak_rate(MPI_Comm comm, int threads, int bf16, char *impl,
-                       size_t cap)
+/* GFLOP/s of an SGEMM_N^3 oneDNN matmul (engine/peak.h) on this rank's
+ * threads, all ranks at once (they compete for cores and memory as in a
+ * pass), in fp32 or (bf16) bf16 x bf16 -> fp32: the peak yardstick. 0 when
+ * it could not run (no oneDNN in the build, no bf16 matmul on the CPU);
+ * impl (cap bytes) gets oneDNN's implementation, or why not. Every rank
+ * makes the same barriers. */
+static double bench_peak_rate(MPI_Comm comm, int threads, int bf16,
+                              char *impl, size_t cap)
 {
     const char *why = "";
     ra_peak *pk = ra_peak_open(SGEMM_N, bf16, threads, &why);

@@ -1,8 +1,8 @@
 /* verify.h: the fp64 recomputation behind `ringattn verify` (internal to
- * launch/). One rank checks a share of the sampled query rows: it reads
- * the keys and values in large blocks, makes each block's scores for all
- * its rows with one dgemm per head, runs the online softmax in fp64 and
- * adds P V with a second dgemm, then tallies /o and /lse (compare.h). */
+ * the library). One rank checks a share of the sampled query rows: it
+ * reads the keys and values in large blocks, makes each block's scores for
+ * all its rows with one dgemm per head, runs the online softmax in fp64
+ * and adds P V with a second dgemm, then tallies /o and /lse (compare.h). */
 #ifndef RA_VERIFY_H
 #define RA_VERIFY_H
 
@@ -26,14 +26,14 @@ typedef struct {
     int round_q, round_kv, round_p;
 } verify_ctx;
 
-/* Checks the sorted flat query rows rows[0..n) (b * N + i) of out against
- * in, all heads, into t. Not collective. */
 /* The order the run read q, k, v in when they have no axes attribute. */
 static inline ra_axes verify_qkv_axes(const verify_ctx *c)
 {
     return h5io_qkv_layout_parse(c->run.qkv_layout);
 }
 
+/* Checks the sorted flat query rows rows[0..n) (b * N + i) of out against
+ * in, all heads, into t. Not collective. */
 ra_status verify_rows(const char *in, const char *out, const verify_ctx *c,
                       const int64_t *rows, int64_t n, ra_tally *t);
 

@@ -1,10 +1,10 @@
 /* bench_additive.c: the random weights of the additive score that both
- * benches (forward and --backward) time (bench.h). */
+ * benches (forward and --backward) time (bench_measure.h). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "agree.h"
-#include "bench.h"
+#include "bench_measure.h"
 #include "internal.h"
 
 ra_status bench_additive_make(MPI_Comm comm, uint64_t seed, int64_t A,
