@@ -15,7 +15,8 @@
  *       forwards (wall clock around the graph compute only); prints the
  *       median seconds and useful GFLOP/s, 2(D+Dv) FLOPs per visible
  *       query-key pair per head (causal: N(N+1)/2 pairs), as ringattn
- *       counts them.
+ *       counts them. Rows 0, N/2 and N-1 of each head are then checked
+ *       against fp64 too (exit 1 past 1e-2).
  *
  * Q is F32 and K, V are F16 (Q in F32 is what selects the CPU backend's
  * tiled path for N >= its tile rows); a causal mask is an F16 tensor
@@ -278,8 +279,9 @@ static void compute(struct problem *p, int threads) {
   }
 }
 
-/* relative Frobenius error of ggml's output against fp64 */
-static double check_error(const struct problem *p) {
+/* relative Frobenius error of ggml's output against fp64, over every
+ * query row (every = 1), or rows 0, N/2 and N-1 of each head (every = 0) */
+static double check_error(const struct problem *p, bool every) {
   const int64_t n = p->n, h = p->h, d = p->d;
   const float *q = ggml_get_data(p->q);
   const float *out = ggml_get_data(p->out);
@@ -294,8 +296,10 @@ static double check_error(const struct problem *p) {
   ggml_fp16_to_fp32_row(ggml_get_data(p->v), v, d * n * h);
   const double scale = 1.0 / sqrt((double)d);
   double num = 0, den = 0;
+  const int64_t some[3] = {0, n / 2, n - 1};
   for (int64_t hh = 0; hh < h; hh++) {
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t r = 0; r < (every ? n : 3); r++) {
+      const int64_t i = every ? r : some[r];
       const float *qi = q + (hh * n + i) * d;
       int64_t visible = p->causal ? i + 1 : n;
       double mx = -INFINITY;
@@ -419,7 +423,7 @@ int main(int argc, char **argv) {
         struct problem p = {.n = 257, .h = 2, .d = dims[di], .causal = c};
         build(&p);
         compute(&p, (int)threads);
-        double err = check_error(&p);
+        double err = check_error(&p, true);
         bool ok = err <= 1e-2;
         failed += !ok;
         printf("ggml_fa check: N=%ld H=%ld D=%ld causal=%d rel_frobenius=%.3e "
@@ -458,9 +462,14 @@ int main(int argc, char **argv) {
                         : (double)n * (double)n;
   double flops = 2.0 * (double)(d + d) * pairs * (double)h;
   double gflops = flops / median * 1e-9;
+  double err = check_error(&p, false);
+  if (!(err <= 1e-2)) {
+    fprintf(stderr, "ggml_fa: rows 0, N/2, N-1 off fp64 by %.3e\n", err);
+    return 1;
+  }
   printf("ggml_fa: N=%ld H=%ld D=%ld causal=%d threads=%ld seconds=%.6f "
-         "gflops=%.2f cpu/wall=%.2f variant=%s\n",
-         n, h, d, (int)causal, threads, median, gflops, busy, variant);
+         "gflops=%.2f cpu/wall=%.2f rel_err=%.1e variant=%s\n",
+         n, h, d, (int)causal, threads, median, gflops, busy, err, variant);
   if (json) {
     FILE *f = fopen(json, "w");
     if (!f) {
@@ -477,11 +486,12 @@ int main(int argc, char **argv) {
     }
     fprintf(f,
             "], \"flops\": %.6e, \"gflops\": %.4f, \"cpu_per_wall\": %.3f, "
+            "\"rel_err_rows\": %.3e, "
             "\"q_type\": \"f32\", \"kv_type\": \"f16\", "
             "\"mask\": \"%s\", \"cpu_variant\": \"%s\", "
             "\"cpu_variant_score\": %d, \"ggml_version\": \"%s\", "
             "\"ggml_commit\": \"%s\"}\n",
-            flops, gflops, busy, causal ? "f16 [N, N]" : "none", variant,
+            flops, gflops, busy, err, causal ? "f16 [N, N]" : "none", variant,
             variant_score, ggml_version(), ggml_commit());
     fclose(f);
   }
