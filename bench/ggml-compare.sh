@@ -95,6 +95,7 @@ ringattn_run() { # NAME BENCH_ARGS...
     --json "$work/$name.json" | tail -1
 }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
 i=0
 for d in 64 128; do
   for c in "" --causal; do
@@ -115,9 +116,16 @@ done
 
 mkdir -p "$(dirname "$RECORD")"
 /usr/bin/python3 - "$work" "$RECORD" "$SEQ" "$REPS" "$PKG" \
-  "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY'
+  "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$load_before" \
+  <<'PY'
 import json, os, re, sys, time
-work, record, seq, reps, pkg, commit = sys.argv[1:7]
+work, record, seq, reps, pkg, commit, load_before = sys.argv[1:8]
+try:
+    with open("/proc/loadavg") as f:
+        load_after = " ".join(f.read().split()[:3])
+except OSError:
+    load_after = "unknown"
+
 def load(name):
     with open(os.path.join(work, name + ".json")) as f:
         return json.load(f)
@@ -151,6 +159,7 @@ out = {
     "date": time.strftime("%Y-%m-%d"),
     "ringattn_commit": commit,
     "cpu": cpu,
+    "loadavg_before": load_before, "loadavg_after": load_after,
     "ggml_package": pkg,
     "ggml_version": g0["ggml_version"], "ggml_commit": g0["ggml_commit"],
     "ggml_cpu_variant": g0["cpu_variant"],
@@ -168,7 +177,8 @@ with open(record, "w") as f:
     f.write("\n")
 print(f"\nggml {out['ggml_version']} ({out['ggml_commit']}), cpu variant "
       f"{out['ggml_cpu_variant']}, 2 threads; ringattn 2 ranks x 1 thread; "
-      f"N={seq} H=4, median of {reps}")
+      f"N={seq} H=4, median of {reps}; load average {load_before} before, "
+      f"{load_after} after")
 print("| case | ggml s | ggml GFLOP/s | ringattn fp32 s | ratio | "
       "ringattn bf16 s | ratio | ggml cpu/wall |")
 print("|---|---|---|---|---|---|---|---|")
