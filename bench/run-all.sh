@@ -39,3 +39,6 @@ for p in 1 2 4; do
 done
 # the chart in the README
 launch/bench-sweep.sh -b "${1:-build}" -r "1 2" -o $out/sweep.json -p -- --seq 2048,4096,8192,16384 --heads 4 --dim 64 --reps 3
+# issue 25: windows against full attention, and ggml's flash attention
+bench/windows.sh "${1:-build}"
+bench/ggml-compare.sh "${1:-build}"
