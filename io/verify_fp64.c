@@ -1,15 +1,15 @@
-/* verify_fp64.c: the blocked fp64 recomputation of sampled query rows (see
- * verify.h). Per batch: the rows' q (rotated when the run used RoPE), o and
- * lse are read once; then K and V are read KEY_BLOCK rows at a time, and per
- * head pass 1 makes the block's scores with dgemm, pass 2 applies the mask
- * and the ALiBi bias, pass 3 runs the online softmax in fp64, pass 4 adds
- * P V with dgemm. Memory: O(ROW_CHUNK * (H * (D + Dv) + KEY_BLOCK)). */
-#include <cblas.h>
+/* verify_fp64.c: the reads of the blocked fp64 recomputation of sampled
+ * query rows (see verify.h). Per batch: the rows' q (rotated when the run
+ * used RoPE), o and lse are read once; then K and V are read KEY_BLOCK
+ * rows at a time, and each block is folded into every head's state by the
+ * fp64 passes of engine/ref_block.c (scores, mask and bias, online
+ * softmax, P V). Memory: O(ROW_CHUNK * (H * (D + Dv) + KEY_BLOCK)). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "band.h"
+#include "ref_block.h"
 #include "internal.h"
 #include "verify.h"
 
@@ -90,20 +90,6 @@ static ra_status vwork_alloc(const verify_ctx *c, int64_t n, vwork *w)
     return RA_OK;
 }
 
-/* out (n, A) = rows (n, D) W^T in fp64, W (A, D): the additive score's
- * projections W_q q and W_k k of n head rows. */
-static void rows_project(const float *W, int64_t A, int64_t D,
-                         const double *rows, int64_t n, double *out)
-{
-    for (int64_t x = 0; x < n; x++)
-        for (int64_t a = 0; a < A; a++) {
-            double acc = 0.0;
-            for (int64_t d = 0; d < D; d++)
-                acc += (double)W[a * D + d] * rows[x * D + d];
-            out[x * A + a] = acc;
-        }
-}
-
 /* The aligned positions of the rows of batch b (ringattn.h, ra_align): the
  * tensor's, each batch's lens', or with segments each id's own ends, from
  * the batch's whole id rows. */
@@ -170,7 +156,7 @@ static ra_status rows_load(const char *in, const char *out,
                 w->lse[h * nr + r] = w->lrow[w->pos[r]];
     }
     if (st == RA_OK && w->qa)
-        rows_project(c->p.additive->w_q, c->p.additive->A, D, w->q, nr * H,
+        ra_ref_project(c->p.additive->w_q, c->p.additive->A, D, w->q, nr * H,
                      w->qa);
     for (int64_t x = 0; x < nr * H; x++) {
         w->mx[x] = -INFINITY;
@@ -213,7 +199,7 @@ static ra_status block_load(const char *in, const verify_ctx *c, int64_t b,
     for (int64_t x = 0; w->va && x < kb * G * s->Dv; x++)
         w->va[x] = fabs(w->v[x]);
     if (w->ka)
-        rows_project(c->p.additive->w_k, c->p.additive->A, Dk, w->k, kb * G,
+        ra_ref_project(c->p.additive->w_k, c->p.additive->A, Dk, w->k, kb * G,
                      w->ka);
     for (int64_t r = 0; r < w->nr; r++) {
         const ra_mask mk = {.causal = c->run.causal, .diag = s->M - s->N,
@@ -231,89 +217,13 @@ static ra_status block_load(const char *in, const verify_ctx *c, int64_t b,
     return RA_OK;
 }
 
-/* Pass 1 for head h: the block's scores (nr, kb) into w->sc. */
-static void head_scores(const verify_ctx *c, int64_t h, int64_t kb, vwork *w)
+/* The block of kb keys in w as the fp64 passes see it (ref_block.h). */
+static ra_ref_block block_of(const verify_ctx *c, int64_t kb, vwork *w)
 {
-    const ra_shape *s = c->s;
-    const int64_t H = s->H, G = s->G, D = s->D, nr = w->nr;
-    const int64_t g = h / (H / G), Dk = ra_shape_dk(s);
-    if (c->p.score == RA_SCORE_ADDITIVE) {
-        const ra_additive *ad = c->p.additive;
-        for (int64_t r = 0; r < nr; r++)
-            for (int64_t j = 0; j < kb; j++) {
-                const double *qa = w->qa + (r * H + h) * ad->A;
-                const double *ka = w->ka + (j * G + g) * ad->A;
-                double e = 0.0;
-                for (int64_t a = 0; a < ad->A; a++)
-                    e += (double)ad->w_v[a] * tanh(qa[a] + ka[a]);
-                w->sc[r * kb + j] = e;
-            }
-        return;
-    }
-    const int gauss = c->p.score == RA_SCORE_GAUSSIAN;
-    const double inv2 = gauss ? 1.0 / (c->p.sigma * c->p.sigma) : 0.0;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)kb,
-                (int)D, gauss ? inv2 : c->score.scale, w->q + h * D,
-                (int)(H * D), w->k + g * Dk, (int)(G * Dk), 0.0, w->sc,
-                (int)kb);
-    if (!gauss)
-        return;
-    for (int64_t r = 0; r < nr; r++) { /* -(|q|^2 + |k|^2) / (2 sigma^2) */
-        const double *qr = w->q + (r * H + h) * D;
-        double qq = 0.0;
-        for (int64_t d = 0; d < D; d++)
-            qq += qr[d] * qr[d];
-        for (int64_t j = 0; j < kb; j++) {
-            const double *kr = w->k + (j * G + g) * Dk;
-            double kk = 0.0;
-            for (int64_t d = 0; d < D; d++)
-                kk += kr[d] * kr[d];
-            w->sc[r * kb + j] -= 0.5 * inv2 * (qq + kk);
-        }
-    }
-}
-
-/* Passes 2 to 4 for head h: mask and bias, online softmax, acc += P V. */
-static void head_fold(const verify_ctx *c, int64_t h, int64_t kb, vwork *w)
-{
-    const ra_shape *s = c->s;
-    const int64_t nr = w->nr, Dv = s->Dv, G = s->G, g = h / (s->H / G);
-    const double slope = c->p.alibi ? ra_params_alibi_slope(&c->p, s->H, h)
-                                    : 0.0;
-    for (int64_t r = 0; r < nr; r++) {
-        double *row = w->sc + r * kb, bmax = -INFINITY;
-        const int64_t qd = w->qat[r];
-        for (int64_t j = 0; j < kb; j++) {
-            row[j] = !w->vis[r * kb + j] ? -INFINITY
-                     : row[j] - slope * fabs((double)(w->kpos[j] - qd));
-            bmax = row[j] > bmax ? row[j] : bmax;
-        }
-        double *mx = w->mx + h * nr + r, *sum = w->sum + h * nr + r;
-        double *acc = w->acc + (h * nr + r) * Dv;
-        const double mnew = bmax > *mx ? bmax : *mx;
-        if (mnew == -INFINITY) { /* nothing visible yet */
-            memset(row, 0, sizeof(double) * (size_t)kb);
-            continue;
-        }
-        const double corr = exp(*mx - mnew); /* 0 when mx was -inf */
-        *sum *= corr;
-        for (int64_t d = 0; d < Dv; d++)
-            acc[d] *= corr;
-        for (int64_t d = 0; w->acc_abs && d < Dv; d++)
-            w->acc_abs[(h * nr + r) * Dv + d] *= corr;
-        *mx = mnew;
-        for (int64_t j = 0; j < kb; j++) {
-            row[j] = exp(row[j] - mnew);
-            *sum += row[j];
-        }
-    }
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)Dv,
-                (int)kb, 1.0, w->sc, (int)kb, w->v + g * Dv, (int)(G * Dv),
-                1.0, w->acc + h * nr * Dv, (int)Dv);
-    if (w->acc_abs)
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr,
-                    (int)Dv, (int)kb, 1.0, w->sc, (int)kb, w->va + g * Dv,
-                    (int)(G * Dv), 1.0, w->acc_abs + h * nr * Dv, (int)Dv);
+    return (ra_ref_block){
+        c->s, &c->p, c->score.scale, w->nr, kb, w->q, w->k, w->v, w->qa,
+        w->ka, w->va, w->vis, w->kpos, w->qat, w->sc, w->mx, w->sum, w->acc,
+        w->acc_abs};
 }
 
 /* The reference rows of the batch against /o and /lse, into t. */
@@ -344,10 +254,9 @@ static ra_status batch_check(const char *in, const char *out,
         const int64_t kb = s->M - j0 < KEY_BLOCK ? s->M - j0 : KEY_BLOCK;
         if ((st = block_load(in, c, b, j0, kb, w)) != RA_OK)
             break;
-        for (int64_t h = 0; h < s->H; h++) {
-            head_scores(c, h, kb, w);
-            head_fold(c, h, kb, w);
-        }
+        const ra_ref_block x = block_of(c, kb, w);
+        for (int64_t h = 0; h < s->H; h++)
+            ra_ref_block_fold(&x, h);
     }
     if (st == RA_OK)
         rows_tally(c, w, t);

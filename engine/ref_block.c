@@ -1,0 +1,120 @@
+/* ref_block.c: see ref_block.h. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernel.h"
+#include "ref_block.h"
+
+void ra_ref_project(const float *W, int64_t A, int64_t D, const double *rows,
+                    int64_t n, double *out)
+{
+    for (int64_t x = 0; x < n; x++)
+        for (int64_t a = 0; a < A; a++) {
+            double acc = 0.0;
+            for (int64_t d = 0; d < D; d++)
+                acc += (double)W[a * D + d] * rows[x * D + d];
+            out[x * A + a] = acc;
+        }
+}
+
+/* The additive score of every (row, key) pair for head h into sc. */
+static void scores_additive(const ra_ref_block *x, int64_t h)
+{
+    const ra_additive *ad = x->p->additive;
+    const int64_t H = x->s->H, G = x->s->G, g = h / (H / G);
+    for (int64_t r = 0; r < x->nr; r++)
+        for (int64_t j = 0; j < x->kb; j++) {
+            const double *qa = x->qa + (r * H + h) * ad->A;
+            const double *ka = x->ka + (j * G + g) * ad->A;
+            double e = 0.0;
+            for (int64_t a = 0; a < ad->A; a++)
+                e += (double)ad->w_v[a] * tanh(qa[a] + ka[a]);
+            x->sc[r * x->kb + j] = e;
+        }
+}
+
+/* Pass 1 for head h: the block's scores (nr, kb) into sc. */
+static void scores(const ra_ref_block *x, int64_t h)
+{
+    const ra_shape *s = x->s;
+    const int64_t H = s->H, G = s->G, D = s->D, nr = x->nr, kb = x->kb;
+    const int64_t g = h / (H / G), Dk = ra_shape_dk(s);
+    if (x->p->score == RA_SCORE_ADDITIVE) {
+        scores_additive(x, h);
+        return;
+    }
+    const int gauss = x->p->score == RA_SCORE_GAUSSIAN;
+    const double inv2 = gauss ? 1.0 / (x->p->sigma * x->p->sigma) : 0.0;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)kb,
+                (int)D, gauss ? inv2 : x->scale, x->q + h * D, (int)(H * D),
+                x->k + g * Dk, (int)(G * Dk), 0.0, x->sc, (int)kb);
+    if (!gauss)
+        return;
+    for (int64_t r = 0; r < nr; r++) { /* -(|q|^2 + |k|^2) / (2 sigma^2) */
+        const double *qr = x->q + (r * H + h) * D;
+        double qq = 0.0;
+        for (int64_t d = 0; d < D; d++)
+            qq += qr[d] * qr[d];
+        for (int64_t j = 0; j < kb; j++) {
+            const double *kr = x->k + (j * G + g) * Dk;
+            double kk = 0.0;
+            for (int64_t d = 0; d < D; d++)
+                kk += kr[d] * kr[d];
+            x->sc[r * kb + j] -= 0.5 * inv2 * (qq + kk);
+        }
+    }
+}
+
+/* Passes 2 and 3 for row r of head h: mask and bias, then the online
+ * softmax (the row's weights replace its scores). */
+static void row_softmax(const ra_ref_block *x, int64_t h, int64_t r,
+                        double slope)
+{
+    const int64_t nr = x->nr, kb = x->kb, Dv = x->s->Dv;
+    double *row = x->sc + r * kb, bmax = -INFINITY;
+    const int64_t qd = x->qat[r];
+    for (int64_t j = 0; j < kb; j++) {
+        row[j] = !x->vis[r * kb + j] ? -INFINITY
+                 : row[j] - slope * fabs((double)(x->kpos[j] - qd));
+        bmax = row[j] > bmax ? row[j] : bmax;
+    }
+    double *mx = x->mx + h * nr + r, *sum = x->sum + h * nr + r;
+    double *acc = x->acc + (h * nr + r) * Dv;
+    const double mnew = bmax > *mx ? bmax : *mx;
+    if (mnew == -INFINITY) { /* nothing visible yet */
+        memset(row, 0, sizeof(double) * (size_t)kb);
+        return;
+    }
+    const double corr = exp(*mx - mnew); /* 0 when mx was -inf */
+    *sum *= corr;
+    for (int64_t d = 0; d < Dv; d++)
+        acc[d] *= corr;
+    for (int64_t d = 0; x->acc_abs && d < Dv; d++)
+        x->acc_abs[(h * nr + r) * Dv + d] *= corr;
+    *mx = mnew;
+    for (int64_t j = 0; j < kb; j++) {
+        row[j] = exp(row[j] - mnew);
+        *sum += row[j];
+    }
+}
+
+void ra_ref_block_fold(const ra_ref_block *x, int64_t h)
+{
+    const ra_shape *s = x->s;
+    const int64_t nr = x->nr, kb = x->kb, Dv = s->Dv, G = s->G;
+    const int64_t g = h / (s->H / G);
+    const double slope = x->p->alibi ? ra_params_alibi_slope(x->p, s->H, h)
+                                     : 0.0;
+    scores(x, h);
+    for (int64_t r = 0; r < nr; r++)
+        row_softmax(x, h, r, slope);
+    /* pass 4: acc += P V (and P |V| for the bf16 tolerance) */
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)Dv,
+                (int)kb, 1.0, x->sc, (int)kb, x->v + g * Dv, (int)(G * Dv),
+                1.0, x->acc + h * nr * Dv, (int)Dv);
+    if (x->acc_abs)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr,
+                    (int)Dv, (int)kb, 1.0, x->sc, (int)kb, x->va + g * Dv,
+                    (int)(G * Dv), 1.0, x->acc_abs + h * nr * Dv, (int)Dv);
+}
