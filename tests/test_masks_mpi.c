@@ -193,6 +193,37 @@ static void test_windows(void **state)
     expect_all_layouts(&mc);
 }
 
+/* The kernel's own tiles (block sizes left to the library: 128-row tiles
+ * for a window up to 1920 keys wide) and 256-row ones: their band tiles
+ * are scored by groups of 64 rows, each over only its keys (kernel.c,
+ * band_groups); odd lengths leave short last tiles, lens cut rows and
+ * keys off mid-group. */
+static void test_window_band_tiles(void **state)
+{
+    (void)state;
+    mask_case mc = base_case(2, 1001, 1001, 2, 1, 16, 211);
+    mc.p.block_q = mc.p.block_kv = 0;
+    mc.p.window = 1;
+    mc.p.causal = 1;
+    mc.p.window_left = 511;
+    expect_all_layouts(&mc);
+    mc.lens = 1;
+    mc.p.window_left = 300;
+    expect_all_layouts(&mc);
+    mc = base_case(1, 1001, 1201, 2, 2, 16, 212); /* cross, two-sided */
+    mc.p.block_q = mc.p.block_kv = 0;
+    mc.p.window = 1;
+    mc.p.window_left = 100;
+    mc.p.window_right = 60;
+    expect_all_layouts(&mc);
+    mc = base_case(1, 3816, 1001, 2, 1, 16, 213); /* N > M, wide window */
+    mc.p.block_q = mc.p.block_kv = 256;
+    mc.p.window = 1;
+    mc.p.causal = 1;
+    mc.p.window_left = 700;
+    expect_all_layouts(&mc);
+}
+
 static void test_window_skips_hops(void **state)
 {
     (void)state;
@@ -254,6 +285,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_causal_layouts),
         cmocka_unit_test(test_windows),
+        cmocka_unit_test(test_window_band_tiles),
         cmocka_unit_test(test_window_skips_hops),
         cmocka_unit_test(test_lens),
         cmocka_unit_test(test_segments),
