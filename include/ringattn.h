@@ -190,8 +190,7 @@ typedef enum {
  * over it. Unset, empty or auto: the build's default below. Any other
  * value, or onednn in a build without oneDNN, makes every call that
  * leaves gemm at RA_GEMM_AUTO return RA_ERR_ARG (ra_error_message names
- * RINGATTN_GEMM and the value) before any work. The variable is the only
- * one the library reads. */
+ * RINGATTN_GEMM and the value) before any work. */
 typedef enum {
     RA_GEMM_AUTO = 0,     /* the default: the engine RINGATTN_GEMM names,
                              else oneDNN when the library was built with
