@@ -17,6 +17,7 @@
 #include "agree.h"
 #include "align.h"
 #include "call.h"
+#include "gemm_env.h"
 #include "model.h"
 #include "internal.h"
 #include "nodes.h"
@@ -112,6 +113,9 @@ static ra_status call_check_params(const ra_shape *s, const ra_params *p,
         return ra_error_set(RA_ERR_ARG, "gemm: engine '%s' is not in this "
                             "build of the library (oneDNN: build with "
                             "libdnnl-dev installed)", ra_gemm_name(p->gemm));
+    ra_gemm env_gemm;
+    if (p->gemm == RA_GEMM_AUTO && ra_gemm_env(&env_gemm) != RA_OK)
+        return RA_ERR_ARG; /* RINGATTN_GEMM names no engine of this build */
     if ((unsigned)p->precision > RA_PRECISION_BF16 ||
         (unsigned)p->wire > RA_WIRE_BF16)
         return ra_error_set(RA_ERR_ARG, "precision: unknown precision %d or "
@@ -367,8 +371,8 @@ static ra_status call_mm16(strat_call *c)
     ra_mm_shape shapes[RA_MM16_MAX];
     strat_block_init(c, c->n, c->qpos, NULL, &blk);
     const int count = ra_kernel_mm_shapes(&blk, c->grads != NULL, shapes);
-    return ra_mm16_create(c->params->gemm, shapes, count, c->threads,
-                          &c->mm16);
+    return ra_mm16_create(ra_gemm_pick(c->params->gemm), shapes, count,
+                          c->threads, &c->mm16);
 }
 
 /* The open after the local checks (st): agree, size and carve, agree,

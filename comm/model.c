@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_env.h"
 #include "internal.h"
 #include "model.h"
 #include "model_steps.h"
@@ -163,7 +164,7 @@ static double mem_call_copies(const ra_shape *s, const ra_params *p,
                       (double)(s->G * ra_shape_dk(s));
     const double v = (double)s->B * (double)m * (double)(s->G * s->Dv);
     const int staged = q16 && p->score != RA_SCORE_ADDITIVE &&
-                       ra_gemm_resolve(p->gemm) == RA_GEMM_ONEDNN;
+                       ra_gemm_pick(p->gemm) == RA_GEMM_ONEDNN;
     return 4.0 * ((rope ? q + k : 0.0) + (q16 && !rope ? q : 0.0) +
                   (kv16 && !rope ? dk : 0.0) + (kv16 ? v : 0.0)) +
            (staged ? 2.0 * (k + v) : 0.0);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm.h"
+#include "gemm_env.h"
 #include "profile.h"
 
 /* The built-in kernel rates, per core (docs/PERFORMANCE.md, "Probing the
@@ -124,7 +124,7 @@ int profile_class_parse(const char *name, profile_class *c)
 
 profile_kernel_key profile_key_of(const ra_params *p, int64_t D, int64_t Dv)
 {
-    profile_kernel_key k = {D, Dv, p->score, ra_gemm_resolve(p->gemm),
+    profile_kernel_key k = {D, Dv, p->score, ra_gemm_pick(p->gemm),
                             p->precision == RA_PRECISION_BF16 &&
                                     p->score != RA_SCORE_ADDITIVE
                                 ? "bf16" : "fp32",

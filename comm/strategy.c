@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_env.h"
 #include "internal.h"
 #include "strategy.h"
 
@@ -34,7 +35,7 @@ void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
     blk->block_kv = bkv;
     blk->score = p->score;
     blk->nan_check = p->nonfinite;
-    blk->gemm = p->gemm;
+    blk->gemm = ra_gemm_pick(p->gemm); /* auto: RINGATTN_GEMM's */
     blk->mm16 = c->mm16;
     blk->half_inv_sigma2 = gauss ? 0.5 / (p->sigma * p->sigma) : 0.0;
     blk->mask = (ra_mask){.causal = p->causal, .diag = s->M - s->N,

@@ -182,10 +182,19 @@ typedef enum {
 
 /* The engine of the kernels' tile products (Q K^T and P V forward, the
  * five products backward); the online softmax, masks, position encodings
- * and scores are the library's own on either. */
+ * and scores are the library's own on either.
+ *
+ * The environment variable RINGATTN_GEMM (auto, openblas, onednn) decides
+ * what RA_GEMM_AUTO stands for, so that one build runs either engine
+ * without a rebuild; an explicit RA_GEMM_OPENBLAS or RA_GEMM_ONEDNN wins
+ * over it. Unset, empty or auto: the build's default below. Any other
+ * value, or onednn in a build without oneDNN, makes every call that
+ * leaves gemm at RA_GEMM_AUTO return RA_ERR_ARG (ra_error_message names
+ * RINGATTN_GEMM and the value) before any work. */
 typedef enum {
-    RA_GEMM_AUTO = 0,     /* the default: oneDNN when the library was built
-                             with it, else OpenBLAS */
+    RA_GEMM_AUTO = 0,     /* the default: the engine RINGATTN_GEMM names,
+                             else oneDNN when the library was built with
+                             it, else OpenBLAS */
     RA_GEMM_OPENBLAS = 1, /* OpenBLAS, always built: the portable engine */
     RA_GEMM_ONEDNN = 2,   /* oneDNN (libdnnl), JIT-compiled for the core's
                              instruction set (AVX-512, AMX) */

@@ -13,7 +13,7 @@
 #include "agree.h"
 #include "call.h"
 #include "bench.h"
-#include "gemm.h"
+#include "gemm_env.h"
 #include "internal.h"
 #include "band.h"
 #include "kernel.h"
@@ -282,7 +282,7 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o,
     printf("# %-12s %lld warm-up, %lld timed (median)\n", "passes",
            (long long)o->warmup, (long long)o->reps);
     printf("# %-12s %s\n", "exp", ra_exp2_impl());
-    printf("# %-12s %s\n", "gemm", ra_gemm_name(ra_gemm_resolve(o->p.gemm)));
+    printf("# %-12s %s\n", "gemm", ra_gemm_name(ra_gemm_pick(o->p.gemm)));
     printf("# %-12s %s, K/V as %s between ranks\n", "precision",
            ra_precision_name(o->p.precision),
            ra_params_wire_bf16(&o->p) ? "bf16" : "fp32");

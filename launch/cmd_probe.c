@@ -9,7 +9,7 @@
 
 #include "agree.h"
 #include "cli.h"
-#include "gemm.h"
+#include "gemm_env.h"
 #include "h5io.h"
 #include "h5probe.h"
 #include "internal.h"
@@ -71,8 +71,9 @@ static const cli_spec probe_spec = {
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
-/* The engines of --gemm into g (auto: this build's), each once and
- * available; returns how many, or -1 with a message. */
+/* The engines of --gemm into g (auto: RINGATTN_GEMM's, else this
+ * build's), each once and available; returns how many, or -1 with a
+ * message. */
 static int engines_parse(const probe_opts *o, ra_gemm g[PROBE_ENGINES])
 {
     char buf[256];
@@ -86,7 +87,8 @@ static int engines_parse(const probe_opts *o, ra_gemm g[PROBE_ENGINES])
                          ra_gemm_available(RA_GEMM_ONEDNN) ? ", onednn" : "");
             return -1;
         }
-        e = ra_gemm_resolve(e);
+        if (e == RA_GEMM_AUTO && ra_gemm_env(&e) != RA_OK)
+            return -1; /* RINGATTN_GEMM names no engine of this build */
         int seen = 0;
         for (int i = 0; i < n; i++)
             seen |= g[i] == e;

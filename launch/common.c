@@ -13,6 +13,7 @@
 
 #include "agree.h"
 #include "cli.h"
+#include "gemm_env.h"
 #include "h5io.h"
 #include "internal.h"
 #include "watchdog.h"
@@ -103,6 +104,9 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
 {
     char name[512];
     const int64_t limit = (int64_t)1 << 40;
+    ra_gemm env_gemm; /* --gemm auto (or none): RINGATTN_GEMM must name one */
+    if (p->gemm == RA_GEMM_AUTO && ra_gemm_env(&env_gemm) != RA_OK)
+        return RA_ERR_ARG;
     if (p->score == RA_SCORE_DOT &&
         (isnan(p->scale) ? file != NULL : !isfinite(p->scale)))
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %g is not "

@@ -11,6 +11,11 @@
   bench-bwd  `bench --backward --json` prints bench's header and one row of
              mode backward, and writes a JSON list whose row has exactly
              the keys of `bench --json`'s, with verdict PASS.
+  gemm-env   RINGATTN_GEMM picks the engine of --gemm auto: bench echoes
+             the engine it ran (openblas, onednn when built, the build's
+             default unset) with verdict PASS; an explicit --gemm wins over
+             it. At NP = 1 only (the engine is chosen alike on every rank;
+             tests/test_gemm_env.c checks empty and auto).
 Prints from the test only; exits 1 on the first failed check.
 """
 import json
@@ -32,10 +37,10 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
 SHAPE = ["--seq", "96", "--heads", "2", "--dim", "16"]
 
 
-def ringattn(work, *args):
+def ringattn(work, *args, env=ENV):
     """Runs ringattn at NP ranks in work; exits 1 unless it exits 0."""
     cmd = ["mpirun", "--oversubscribe", "-np", str(NP), RINGATTN, *args]
-    r = subprocess.run(cmd, cwd=work, env=ENV, capture_output=True,
+    r = subprocess.run(cmd, cwd=work, env=env, capture_output=True,
                        text=True, timeout=240)
     if r.returncode != 0:
         fail(f"{' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
@@ -152,6 +157,41 @@ def check_no_yardsticks(work):
           "bench and bench --backward")
 
 
+def bench_engine(work, gemm_env, *args):
+    """The engine bench echoes under RINGATTN_GEMM=gemm_env (None: unset),
+    its one row PASS."""
+    env = {k: v for k, v in ENV.items() if k != "RINGATTN_GEMM"}
+    if gemm_env is not None:
+        env["RINGATTN_GEMM"] = gemm_env
+    out = ringattn(work, "bench", "--reps", "1", "--warmup", "0",
+                   "--no-yardsticks", *args, *SHAPE, env=env)
+    echo = [l.split() for l in out.splitlines() if l.startswith("# gemm ")]
+    _, rows = table(out)
+    if len(echo) != 1 or len(rows) != 1 or not rows[0].endswith("PASS"):
+        fail(f"gemm-env {gemm_env} {args}: echo {echo}, rows {rows}")
+    return echo[0][2]
+
+
+def check_gemm_env(work):
+    built = subprocess.run(["mpirun", "-np", "1", RINGATTN, "bench", "--gemm",
+                            "onednn", "--help"], env=ENV, capture_output=True)
+    onednn = built.returncode == 0
+    default = "onednn" if onednn else "openblas"
+    want = [(None, (), default), ("openblas", (), "openblas"),
+            ("openblas", ("--gemm", "auto"), "openblas")]
+    if onednn:
+        want += [("onednn", (), "onednn"),
+                 ("onednn", ("--gemm", "openblas"), "openblas"),
+                 ("openblas", ("--gemm", "onednn"), "onednn")]
+    for gemm_env, args, engine in want:
+        got = bench_engine(work, gemm_env, *args)
+        if got != engine:
+            fail(f"gemm-env: RINGATTN_GEMM={gemm_env} {args}: bench ran "
+                 f"{got}, not {engine}")
+    print(f"ok   gemm-env: RINGATTN_GEMM picks the engine of --gemm auto "
+          f"(default {default}); --gemm wins over it")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="ra_house_")
     try:
@@ -159,6 +199,8 @@ def main():
         check_gen_f16(work)
         check_bench_backward(work)
         check_no_yardsticks(work)
+        if NP == 1:
+            check_gemm_env(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -49,9 +49,11 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
            OPENBLAS_NUM_THREADS="1")
 
 
-def mpirun(args, np_=None, **kw):
+def mpirun(args, np_=None, env=None, **kw):
+    """ringattn args at np_ (NP) ranks, with env's variables added."""
     cmd = ["mpirun", "-np", str(np_ or NP), "--oversubscribe", RINGATTN] + args
-    return subprocess.run(cmd, env=ENV, capture_output=True, text=True, **kw)
+    return subprocess.run(cmd, env=dict(ENV, **(env or {})),
+                          capture_output=True, text=True, **kw)
 
 
 def rng_tensor(shape, dtype=np.float32, seed=0):
@@ -1277,10 +1279,31 @@ CASES_HOUSE = [
     ("house-gen-dtype-bf16", "gen --dtype bf16: a name of the one dtype vocabulary gen does not write",
      {}, ["gen", "--out", "gen.h5", "--dtype", "bf16"], 2,
      r"--dtype: 'bf16' is not f32, f64 or f16"),
+
+]
+
+# RINGATTN_GEMM, the engine of --gemm auto (engine/gemm.h): a value that
+# names no engine of this build is refused before any work. The seventh
+# field: the environment variables of the case.
+GEMM_ENV_REFUSED = r"^ringattn: RINGATTN_GEMM=%s: not an engine this build has \(auto, openblas"
+CASES_GEMM_ENV = [
+    ("gemm-env-run", "run with RINGATTN_GEMM=blas", {}, RUN + ["good.h5"], 2,
+     GEMM_ENV_REFUSED % "blas", {"RINGATTN_GEMM": "blas"}),
+    ("gemm-env-bench", "bench with RINGATTN_GEMM=mkl", {}, BENCH_SMALL, 2,
+     GEMM_ENV_REFUSED % "mkl", {"RINGATTN_GEMM": "mkl"}),
+    ("gemm-env-backward", "run --backward with RINGATTN_GEMM=' openblas'",
+     {}, RUN_B + ["good.h5", "--recompute"], 2,
+     GEMM_ENV_REFUSED % " openblas", {"RINGATTN_GEMM": " openblas"}),
+    ("gemm-env-plan", "plan with RINGATTN_GEMM=cuda", {},
+     ["plan", "--seq", "64"], 2, GEMM_ENV_REFUSED % "cuda",
+     {"RINGATTN_GEMM": "cuda"}),
+    ("gemm-env-probe", "probe --gemm auto with RINGATTN_GEMM=gpu", {},
+     ["probe", "--gemm", "auto", "--out", "prof.json"], 2,
+     GEMM_ENV_REFUSED % "gpu", {"RINGATTN_GEMM": "gpu"}),
 ]
 
 CASES += (CASES_OUTPUT + CASES_TOOLS + CASES_COMPUTE + CASES_SAME_FILE +
-          CASES_OPTIONS + CASES_BACKWARD + CASES_HOUSE)
+          CASES_OPTIONS + CASES_BACKWARD + CASES_HOUSE + CASES_GEMM_ENV)
 # the ids to run (a regex): the fourth argument, else $RA_CASES, else all
 ONLY = ONLY or os.environ.get("RA_CASES") or ""
 # $RA_SHARD "k/n": only every n-th case from the k-th (0-based), so that n
@@ -1322,7 +1345,7 @@ def setup_common(work):
 def run_case(work, case):
     """Runs one case in its own directory (hard links of the common files);
     returns (problems, exit code, our stderr line, nothing left)."""
-    cid, what, files, argv, code, pattern = case
+    cid, what, files, argv, code, pattern, *env = case
     here = os.path.join(work, "case-" + cid)
     os.mkdir(here)
     for name in ("good.h5", "out_old.h5"):
@@ -1333,7 +1356,7 @@ def run_case(work, case):
     before = md5s(here)
     t0 = time.time()
     try:
-        r = mpirun(argv, cwd=here, timeout=120)
+        r = mpirun(argv, env=env[0] if env else None, cwd=here, timeout=120)
     except subprocess.TimeoutExpired as e:  # a hang is a failure, not a crash
         r = subprocess.CompletedProcess(argv, -1, "", f"timed out after "
                                         f"{e.timeout} s")

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_env.h"
 #include "internal.h"
 #include "support.h"
 #include "tally.h"
@@ -217,5 +218,15 @@ check_result check_allreduce(MPI_Comm comm, const check_result *c)
     check_result g;
     if (ra_tally_allreduce(comm, c, &g) != RA_OK)
         g.bad_inf = 1; /* a failed reduction fails the check */
+    return g;
+}
+
+ra_gemm test_gemm(void)
+{
+    ra_gemm g;
+    if (ra_gemm_env(&g) != RA_OK) {
+        fprintf(stderr, "%s\n", ra_error_message());
+        exit(1);
+    }
     return g;
 }

@@ -76,4 +76,10 @@ check_result check_allreduce(MPI_Comm comm, const check_result *c);
 /* Default acceptance: rel_o and max_lse below RA_TOLERANCE, no bad rows. */
 int check_ok(const check_result *c);
 
+/* The engine of the tests' own kernel calls: the one a library call's
+ * RA_GEMM_AUTO stands for (comm/gemm_env.h), so that the suite's pass with
+ * RINGATTN_GEMM=openblas (.ci/run) runs them on OpenBLAS too; fails the
+ * test on a value the library refuses. */
+ra_gemm test_gemm(void);
+
 #endif

@@ -38,7 +38,7 @@ static ra_block block_of(const ra_shape *s, const kcase *c, double scale,
     const double sigma = 1.5;
     ra_block blk = {.B = s->B, .n = s->N, .H = s->H, .G = s->G, .D = s->D,
                     .Dv = s->Dv, .block_q = c->bq, .block_kv = c->bkv,
-                    .score = c->score};
+                    .score = c->score, .gemm = test_gemm()};
     blk.alpha = (float)(gauss ? M_LOG2E / (sigma * sigma) : scale * M_LOG2E);
     blk.half_inv_sigma2 = gauss ? 0.5 / (sigma * sigma) : 0.0;
     blk.mask = (ra_mask){.causal = c->causal, .diag = s->M - s->N,

@@ -64,7 +64,8 @@ static tiles tiles_resolve(tiles t, const ra_shape *s)
 
 static void count_progress(void *ctx) { ++*(int64_t *)ctx; }
 
-/* The engine of the folds' tile products (RA_GEMM_AUTO: the build's). */
+/* The engine of the folds' tile products (test_gemm: RINGATTN_GEMM's, else
+ * the build's; main sets it). */
 static ra_gemm fold_gemm = RA_GEMM_AUTO;
 
 /* The least and most busy threads' times of the last fold (seconds). */
@@ -242,6 +243,7 @@ static void test_kernel_engines(void **state)
         {1, 3816, 3816, 1, 1, 80, 80},
     };
     static const tiles rot[3] = {{0, 0}, {7, 33}, {100, 300}};
+    const ra_gemm chosen = fold_gemm;
     for (ra_gemm g = RA_GEMM_OPENBLAS; g <= RA_GEMM_ONEDNN; g++) {
         if (!ra_gemm_available(g)) {
             print_message("engines: %s not in this build\n", ra_gemm_name(g));
@@ -255,7 +257,7 @@ static void test_kernel_engines(void **state)
                             1 + causal);
         worst_print(ra_gemm_name(g));
     }
-    fold_gemm = RA_GEMM_AUTO;
+    fold_gemm = chosen;
 }
 
 /* Every pair of query and key tiles among 1, 7, 33 and the defaults, on a
@@ -700,6 +702,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_shape_check),
         cmocka_unit_test(test_forward_flops),
     };
+    fold_gemm = test_gemm();
     if (argc > 1 && strcmp(argv[1], "quick") == 0) {
         /* on OpenBLAS: under valgrind, oneDNN's JIT kernels (AVX2 there,
          * as valgrind hides AVX-512) read up to 32 bytes past the end of

@@ -1,0 +1,25 @@
+/* gemm_env.h: RINGATTN_GEMM, the engine a call's RA_GEMM_AUTO stands for
+ * (ringattn.h, ra_gemm). engine/ reads no environment (docs/DESIGN.md):
+ * the calls resolve the engine here and hand the kernels a named one. */
+#ifndef RA_GEMM_ENV_H
+#define RA_GEMM_ENV_H
+
+#include "ringattn.h"
+
+/* The variable's name, for messages and documentation. */
+#define RA_GEMM_ENV "RINGATTN_GEMM"
+
+/* The engine RA_GEMM_AUTO stands for into out: the one RINGATTN_GEMM
+ * names (openblas, onednn), else (unset, empty or auto) the build's
+ * (ra_gemm_resolve: oneDNN when built with it, else OpenBLAS). RA_ERR_ARG,
+ * naming the variable and its value, when the value is no engine name or
+ * an engine this build lacks; out then holds the build's engine. */
+ra_status ra_gemm_env(ra_gemm *out);
+
+/* The engine a call runs for gemm: gemm itself when named (the caller's
+ * choice wins over the variable), RA_GEMM_AUTO as ra_gemm_env resolves
+ * it (a refused value, which the call's checks have refused, reads as
+ * the build's engine). */
+ra_gemm ra_gemm_pick(ra_gemm gemm);
+
+#endif
