@@ -486,6 +486,37 @@ static int band_groups(const ra_block *blk, const tile_rules *rl, int64_t i0,
     return 16 * area <= 15 * bq * bk ? n : 0;
 }
 
+/* A band tile's products by groups (band_groups): with qt and kt, the
+ * base-2 scores of each group's rows against its keys (kt: the tile's
+ * first key); with vt, acc += P V over each group's keys (P is 0 outside
+ * them). */
+static void groups_products(const ra_block *blk, const band_group *g,
+                            int ng, const float *qt, const float *kt,
+                            const float *vt, tile_scratch t)
+{
+    const int64_t ldq = blk->H * blk->D, ldk = blk->G * blk->D;
+    const int64_t ldv = blk->G * blk->Dv, lds = blk->block_kv;
+    for (int i = 0; i < ng; i++) {
+        if (g[i].nc == 0)
+            continue;
+        float *s = t.s + g[i].r0 * lds + g[i].c0;
+        if (qt)
+            ra_mm_tile(blk->gemm, NULL, t.tid,
+                       &(ra_mm){.tb = 1, .m = g[i].nr, .n = g[i].nc,
+                                .k = blk->D, .alpha = blk->alpha,
+                                .a = qt + g[i].r0 * ldq, .lda = ldq,
+                                .b = kt + g[i].c0 * ldk, .ldb = ldk,
+                                .c = s, .ldc = lds});
+        else
+            ra_mm_tile(blk->gemm, NULL, t.tid,
+                       &(ra_mm){.m = g[i].nr, .n = blk->Dv, .k = g[i].nc,
+                                .alpha = 1.0f, .beta = 1.0f, .a = s,
+                                .lda = lds, .b = vt + g[i].c0 * ldv,
+                                .ldb = ldv, .c = t.acc + g[i].r0 * blk->Dv,
+                                .ldc = blk->Dv});
+    }
+}
+
 /* Pass 3, the online softmax of one bq x bk tile of base-2 scores: each
  * row's running max and sum, the accumulator rescaled only where the max
  * moved; the scores become the unnormalised weights 2^(s - max). With vis
@@ -603,16 +634,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         if (!ng)
             score_tile(blk, qt, kb + j0 * G * D, k16 ? k16 + j0 * D : NULL,
                        bq, bk, j0 > j_first, t);
-        for (int gi = 0; gi < ng; gi++)
-            if (grp[gi].nc > 0)
-                ra_mm_tile(blk->gemm, NULL, t.tid,
-                           &(ra_mm){.tb = 1, .m = grp[gi].nr, .n = grp[gi].nc,
-                                    .k = D, .alpha = blk->alpha,
-                                    .a = qt + grp[gi].r0 * H * D, .lda = H * D,
-                                    .b = kb + (j0 + grp[gi].c0) * G * D,
-                                    .ldb = G * D,
-                                    .c = t.s + grp[gi].r0 * bkv + grp[gi].c0,
-                                    .ldc = bkv});
+        groups_products(blk, grp, ng, qt, kb + j0 * G * D, NULL, t);
         if (blk->alibi)
             alibi_tile(blk, &rl, 1, h, (tile_box){i0, bq, j0, bk}, t.s);
         /* pass 2: the mask, only on tiles that straddle an edge */
@@ -630,16 +652,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
                                 .b = vb + j0 * G * Dv, .ldb = G * Dv,
                                 .c = t.acc, .ldc = Dv,
                                 .b16 = v16 ? v16 + j0 * Dv : NULL});
-        for (int gi = 0; gi < ng; gi++)
-            if (grp[gi].nc > 0)
-                ra_mm_tile(blk->gemm, NULL, t.tid,
-                           &(ra_mm){.m = grp[gi].nr, .n = Dv, .k = grp[gi].nc,
-                                    .alpha = 1.0f, .beta = 1.0f,
-                                    .a = t.s + grp[gi].r0 * bkv + grp[gi].c0,
-                                    .lda = bkv,
-                                    .b = vb + (j0 + grp[gi].c0) * G * Dv,
-                                    .ldb = G * Dv,
-                                    .c = t.acc + grp[gi].r0 * Dv, .ldc = Dv});
+        groups_products(blk, grp, ng, NULL, NULL, vb + j0 * G * Dv, t);
         if (x->progress)
             x->progress(x->progress_ctx);
     }
