@@ -210,6 +210,8 @@ static void test_window_band_tiles(void **state)
     mc.lens = 1;
     mc.p.window_left = 300;
     expect_all_layouts(&mc);
+    mc.p.alibi = 1; /* the bias lands on the grouped scores */
+    expect_all_layouts(&mc);
     mc = base_case(1, 1001, 1201, 2, 2, 16, 212); /* cross, two-sided */
     mc.p.block_q = mc.p.block_kv = 0;
     mc.p.window = 1;
