@@ -753,9 +753,9 @@ const cli_opt cli_forward_opts[] = {
 };
 
 const char cli_forward_details[] =
-    "Scores: dot, gaussian, additive. Strategies: ring, ring-q, allgather, tree,\n"
-    "ulysses, hybrid, auto (the plan's). Layout auto: contiguous with a window,\n"
-    "else striped with segments, else zigzag when causal. Details: README.md.\n";
+    "Strategies: ring, ring-q, allgather, tree, ulysses, hybrid, auto (plan's).\n"
+    "Layout auto: contiguous with a window, else striped with segments, else zigzag\n"
+    "when causal. Engine auto: RINGATTN_GEMM's, else onednn. Details: README.md.\n";
 
 const cli_opt cli_pass_opts[] = {
     {.name = "--stall-timeout", .kind = CLI_REAL, .meta = "S",

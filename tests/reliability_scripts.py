@@ -41,6 +41,8 @@ PY = "/usr/bin/python3"
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
            OPENBLAS_NUM_THREADS="1")
+# the scripts' signals as users meet them: Open MPI's default SIGKILL grace
+ENV.pop("OMPI_MCA_odls_base_sigkill_timeout", None)
 LOCK = "/tmp/ra-fake-cluster.lock"  # shared by every user of the cluster
 TINY = ["--seq", "128", "--heads", "2", "--dim", "16"]
 
