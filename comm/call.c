@@ -383,6 +383,8 @@ static ra_status call_open(strat_call *c, ra_status st)
     call_arrays a = {0};
     st = ra_agree(c->comm, st);
     if (st == RA_OK)
+        st = ra_gemm_agree(c->comm, c->params->gemm);
+    if (st == RA_OK)
         st = ra_agree(c->comm, call_size(c, &a));
     if (st == RA_OK)
         st = ra_nodes_of(c->comm, c->name, &c->node_of);

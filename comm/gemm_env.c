@@ -30,3 +30,22 @@ ra_gemm ra_gemm_pick(ra_gemm gemm)
         (void)ra_gemm_env(&g);
     return g;
 }
+
+ra_status ra_gemm_agree(MPI_Comm comm, ra_gemm gemm)
+{
+    if (gemm != RA_GEMM_AUTO)
+        return RA_OK;
+    const int g = (int)ra_gemm_pick(gemm);
+    int span[2] = {g, -g}; /* the lowest and, negated, the highest engine */
+    if (MPI_Allreduce(MPI_IN_PLACE, span, 2, MPI_INT, MPI_MIN, comm) !=
+        MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "gemm: comparing the ranks' engines "
+                            "failed");
+    if (span[0] == -span[1])
+        return RA_OK;
+    return ra_error_set(RA_ERR_ARG, "%s: the ranks run different tile "
+                        "engines (%s on some, %s on others): set it alike "
+                        "on every node (mpirun -x %s)", RA_GEMM_ENV,
+                        ra_gemm_name((ra_gemm)span[0]),
+                        ra_gemm_name((ra_gemm)-span[1]), RA_GEMM_ENV);
+}

@@ -4,6 +4,8 @@
 #ifndef RA_GEMM_ENV_H
 #define RA_GEMM_ENV_H
 
+#include <mpi.h>
+
 #include "ringattn.h"
 
 /* The variable's name, for messages and documentation. */
@@ -21,5 +23,11 @@ ra_status ra_gemm_env(ra_gemm *out);
  * it (a refused value, which the call's checks have refused, reads as
  * the build's engine). */
 ra_gemm ra_gemm_pick(ra_gemm gemm);
+
+/* Collective over comm: RA_OK when every rank runs the same engine for
+ * gemm (always when gemm names one), else RA_ERR_ARG on every rank alike,
+ * naming the variable: the environment reaches each node separately, so
+ * RINGATTN_GEMM set on one node only would split the ranks silently. */
+ra_status ra_gemm_agree(MPI_Comm comm, ra_gemm gemm);
 
 #endif

@@ -190,7 +190,9 @@ typedef enum {
  * over it. Unset, empty or auto: the build's default below. Any other
  * value, or onednn in a build without oneDNN, makes every call that
  * leaves gemm at RA_GEMM_AUTO return RA_ERR_ARG (ra_error_message names
- * RINGATTN_GEMM and the value) before any work. */
+ * RINGATTN_GEMM and the value) before any work; so does a call whose
+ * ranks' variables name different engines (each node has its own
+ * environment: mpirun -x RINGATTN_GEMM sets it on all), on every rank. */
 typedef enum {
     RA_GEMM_AUTO = 0,     /* the default: the engine RINGATTN_GEMM names,
                              else oneDNN when the library was built with

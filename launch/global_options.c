@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "gemm_env.h"
 #include "internal.h"
 
 enum {
@@ -166,8 +167,11 @@ int cli_global_setup(cli_ctx *ctx, int *argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     ctx->node_aware = strcmp(val, "node") == 0;
-    MPI_Comm ring;
-    ra_status st = ra_comm_ring_order(ctx->comm, ctx->node_aware, &ring);
+    /* RINGATTN_GEMM is the job's: alike on every rank, before any work */
+    MPI_Comm ring = MPI_COMM_NULL;
+    ra_status st = ra_gemm_agree(ctx->comm, RA_GEMM_AUTO);
+    if (st == RA_OK)
+        st = ra_comm_ring_order(ctx->comm, ctx->node_aware, &ring);
     if (st == RA_OK)
         st = ra_comm_nodes(ring, &ctx->nodes);
     if (st != RA_OK) {

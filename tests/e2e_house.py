@@ -14,8 +14,10 @@
   gemm-env   RINGATTN_GEMM picks the engine of --gemm auto: bench echoes
              the engine it ran (openblas, onednn when built, the build's
              default unset) with verdict PASS; an explicit --gemm wins over
-             it. At NP = 1 only (the engine is chosen alike on every rank;
-             tests/test_gemm_env.c checks empty and auto).
+             it (tests/test_gemm_env.c checks empty and auto); at NP = 1.
+  gemm-mixed At NP > 1 with oneDNN built: rank 0 with RINGATTN_GEMM=onednn, the
+             others with openblas, is refused at the start (exit 2, one
+             line, no output).
 Prints from the test only; exits 1 on the first failed check.
 """
 import json
@@ -192,6 +194,37 @@ def check_gemm_env(work):
           f"(default {default}); --gemm wins over it")
 
 
+def check_gemm_mixed(work):
+    """With oneDNN built, RINGATTN_GEMM is the job's: rank 0 on onednn and the others on
+    openblas (each node gets its own environment) is refused at the start,
+    exit 2, one line, whatever --gemm says, and no output is written."""
+    built = subprocess.run(["mpirun", "-np", "1", RINGATTN, "bench", "--gemm",
+                            "onednn", "--help"], env=ENV, capture_output=True)
+    if built.returncode != 0:
+        print("ok   gemm-mixed: skipped, one engine in this build")
+        return
+    env = {k: v for k, v in ENV.items() if k != "RINGATTN_GEMM"}
+    argv = [RINGATTN, "run", "--in", "mixed_in.h5", "--out", "mixed_out.h5",
+            "--gemm", "openblas"]
+    ringattn(work, "gen", "--out", "mixed_in.h5", *SHAPE)
+    r = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", "-x",
+                        "RINGATTN_GEMM=onednn"] + argv +
+                       [":", "-np", str(NP - 1), "-x",
+                        "RINGATTN_GEMM=openblas"] + argv,
+                       cwd=work, env=env, capture_output=True, text=True)
+    ours = [l for l in r.stderr.splitlines() if l.startswith("ringattn:")]
+    want = ("ringattn: RINGATTN_GEMM: the ranks run different tile engines "
+            "(openblas on some, onednn on others): set it alike on every "
+            "node (mpirun -x RINGATTN_GEMM)")
+    # before any work: no parameter table (printed before the read)
+    if r.returncode != 2 or ours != [want] or r.stdout.strip() or \
+            os.path.exists(os.path.join(work, "mixed_out.h5")):
+        fail(f"gemm-mixed: exit {r.returncode}, lines {ours}, stdout "
+             f"{r.stdout[:200]!r}, files {os.listdir(work)}")
+    print("ok   gemm-mixed: ranks on different engines refused before any "
+          "work, exit 2, one line, no output")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="ra_house_")
     try:
@@ -201,6 +234,8 @@ def main():
         check_no_yardsticks(work)
         if NP == 1:
             check_gemm_env(work)
+        else:
+            check_gemm_mixed(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -3,7 +3,8 @@
  * communicator against the fp64 reference. Holds for any placement: ctest
  * runs it at P = 1..4 on this machine (one node), and tests/multinode.py
  * runs it on 3 fake nodes with ranks dealt round-robin, where the ring
- * order differs from the launcher's. Verdicts are reduced over the ranks
+ * order differs from the launcher's. Also: ranks whose RINGATTN_GEMM
+ * differ are refused alike. Verdicts are reduced over the ranks
  * before cmocka asserts; only rank 0 prints. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -161,6 +162,67 @@ static void test_forward_on_ring(void **state)
     forward_on_ring(1, 72);
 }
 
+/* One forward with RINGATTN_GEMM=value on this rank (NULL: unset) and
+ * params.gemm = gemm; its status, with the message in msg. */
+static ra_status forward_under(const char *value, ra_gemm gemm, char *msg,
+                               size_t cap)
+{
+    const ra_shape s = {1, 37, 37, 2, 1, 16, 16};
+    problem p;
+    problem_make(&p, &s, 73);
+    ra_params prm;
+    ra_params_default(&prm);
+    prm.gemm = gemm;
+    local_part lp;
+    local_part_make(&lp, &p, ra_params_layout(&prm, 0), rank, nranks);
+    if (value)
+        assert_int_equal(setenv("RINGATTN_GEMM", value, 1), 0);
+    else
+        assert_int_equal(unsetenv("RINGATTN_GEMM"), 0);
+    ra_status st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                                   &(ra_qkv){lp.q, lp.k, lp.v},
+                                   &(ra_out){lp.o, lp.lse, NULL}, NULL);
+    snprintf(msg, cap, "%s", st == RA_OK ? "" : ra_error_message());
+    local_part_free(&lp);
+    problem_free(&p);
+    return st;
+}
+
+/* RINGATTN_GEMM reaches each node separately: ranks whose variables name
+ * different engines are refused alike on every rank, naming the
+ * variable; alike values, or an engine named in the call, run. */
+static void test_engines_agree(void **state)
+{
+    (void)state;
+    const char *had = getenv("RINGATTN_GEMM");
+    char *saved = had ? strdup(had) : NULL;
+    const int onednn = ra_gemm_available(RA_GEMM_ONEDNN);
+    const char *mine = onednn && rank == 0 ? "onednn" : "openblas";
+    char msg[512];
+    int ok = forward_under("openblas", RA_GEMM_AUTO, msg, sizeof msg) ==
+             RA_OK;
+    const ra_status mixed = forward_under(mine, RA_GEMM_AUTO, msg,
+                                          sizeof msg);
+    if (onednn && nranks > 1)
+        ok &= mixed == RA_ERR_ARG &&
+              strstr(msg, "RINGATTN_GEMM: the ranks run different tile "
+                          "engines (openblas on some, onednn on others)");
+    else
+        ok &= mixed == RA_OK;
+    ok &= forward_under(mine, RA_GEMM_OPENBLAS, msg, sizeof msg) == RA_OK;
+    if (saved)
+        setenv("RINGATTN_GEMM", saved, 1);
+    else
+        unsetenv("RINGATTN_GEMM");
+    free(saved);
+    ok = all_true(MPI_COMM_WORLD, ok);
+    if (rank == 0)
+        printf("# engines: alike run, mixed %s, named in the call run: %s\n",
+               onednn && nranks > 1 ? "refused" : "(one engine) run",
+               ok ? "PASS" : "FAIL");
+    assert_true(ok);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -168,6 +230,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_nodes_match_names),
         cmocka_unit_test(test_ring_is_node_major),
         cmocka_unit_test(test_forward_on_ring),
+        cmocka_unit_test(test_engines_agree),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
