@@ -31,6 +31,7 @@ Needs root (namespaces); exits 77 (skipped) with a message otherwise.
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -59,6 +60,31 @@ def check(cond, what):
 def sh(cmd, timeout=300, **kw):
     return subprocess.run(cmd, capture_output=True, text=True,
                           timeout=timeout, **kw)
+
+
+def sbatch_wait(args, env, cwd, timeout=240):
+    """sbatch args, then the job's end polled every 0.2 s (`sbatch --wait`
+    polls at growing intervals and answered up to 32 s late); returns a
+    CompletedProcess whose returncode is the job's exit code (1 for a job
+    that ended otherwise than COMPLETED with code 0)."""
+    r = sh(["sbatch", "--parsable"] + args, env=env, cwd=cwd)
+    if r.returncode != 0:
+        return r
+    job = r.stdout.strip().split(";")[0]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        s = sh(["scontrol", "-o", "show", "job", job], env=env, cwd=cwd)
+        m = re.search(r"JobState=(\S+).*?ExitCode=(\d+):(\d+)", s.stdout)
+        if m and m.group(1) not in ("PENDING", "CONFIGURING", "RUNNING",
+                                    "COMPLETING", "SUSPENDED"):
+            code = int(m.group(2)) or int(m.group(3))
+            if m.group(1) != "COMPLETED" and code == 0:
+                code = 1
+            return subprocess.CompletedProcess(r.args, code, r.stdout,
+                                               s.stdout)
+        time.sleep(0.2)
+    sh(["scancel", job], env=env, cwd=cwd)
+    raise subprocess.TimeoutExpired(r.args, timeout)
 
 
 class Cluster:
@@ -282,10 +308,10 @@ def check_slurm(ringattn, script, work):
                "SEQ": "3001", "IN": os.path.join(work, "in.h5"),
                "OUT": os.path.join(work, "out.h5")}
         out = os.path.join(work, "job.out")
-        r = sh(["sbatch", "--wait", "--nodes", "2", "--ntasks-per-node", "1",
-                "--cpus-per-task", "2", "--output", out,
-                os.path.join(os.path.dirname(script), "ringattn.slurm")],
-               env=env, cwd=work, timeout=240)
+        r = sbatch_wait(["--nodes", "2", "--ntasks-per-node", "1",
+                         "--cpus-per-task", "2", "--output", out,
+                         os.path.join(os.path.dirname(script),
+                                      "ringattn.slurm")], env, work)
         log = open(out).read() if os.path.exists(out) else ""
         check(r.returncode == 0, f"sbatch exit {r.returncode}: "
               f"{r.stderr.strip()}\n{log[-3000:]}")
@@ -321,8 +347,8 @@ def check_slurm_study(ringattn, script, work, env):
                 f"--build {os.path.dirname(ringattn)} -- --heads 2 --dim 32\n")
     os.chmod(job, 0o755)
     out = os.path.join(work, "study.out")
-    r = sh(["sbatch", "--wait", "--nodes", "2", "--ntasks-per-node", "1",
-            "--output", out, job], env=env, cwd=work, timeout=240)
+    r = sbatch_wait(["--nodes", "2", "--ntasks-per-node", "1", "--output",
+                     out, job], env, work)
     log = open(out).read() if os.path.exists(out) else ""
     check(r.returncode == 0, f"the study's job: exit {r.returncode}\n{log}")
     with open(os.path.join(study, "scaling.json")) as f:
