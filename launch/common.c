@@ -368,6 +368,7 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
     printf("# %-10s %s, K/V as %s between ranks\n", "precision",
            ra_precision_name(p->precision),
            ra_params_wire_bf16(p) ? "bf16" : "fp32");
+    printf("# %-10s %s\n", "gemm", ra_gemm_name(ra_gemm_pick(p->gemm)));
     const char *rule = p->window && p->window_left + p->window_right + 1 <=
                                          RA_WINDOW_TILE_SPAN
                            ? "window rule" : "default for D";

@@ -7,8 +7,9 @@
 Each check builds a 3-node fake cluster, runs 2 ranks per node dealt
 round-robin (mpirun --map-by node, so mpirun's ranks 0 and 3 share node 1),
 and removes the cluster afterwards, also when the check fails:
-  correct  run, causal and not, checked by `ringattn verify` (fp64
-           reference) with the node-aware ring and with mpirun's order;
+  correct  run, causal (on OpenBLAS) and not (on the default engine),
+           checked by `ringattn verify` (fp64 reference) with the
+           node-aware ring and with mpirun's order;
   bytes    bench's bytes sent across nodes equal the node-major minimum
            (one crossing per node boundary per ring step) computed from the
            shape, and mpirun's order sends every block across; ulysses' and
@@ -113,10 +114,13 @@ class Cluster:
         self.lock.close()
         return False
 
-    def mpirun(self, ringattn, *args):
+    def mpirun(self, ringattn, *args, gemm=None):
+        """The command that runs ringattn args on the cluster; gemm: the
+        tile engine of every node (RINGATTN_GEMM), or the default."""
+        engine = ["-x", f"RINGATTN_GEMM={gemm}"] if gemm else []
         return ["mpirun", *self.args, "-np", str(P), "--map-by", "node",
                 "-x", "OMP_NUM_THREADS=1", "-x", "OPENBLAS_NUM_THREADS=1",
-                ringattn, *args]
+                *engine, ringattn, *args]
 
 
 def check_correct(ringattn, cl, work):
@@ -130,8 +134,10 @@ def check_correct(ringattn, cl, work):
     for order in ("node", "mpirun"):
         for causal in ([], ["--causal"]):
             out = os.path.join(work, f"out-{order}{len(causal)}.h5")
+            # the causal runs on OpenBLAS, the others on the default engine
             r = sh(cl.mpirun(ringattn, "run", "--ring-order", order, "--in",
-                             inp, "--out", out, *causal))
+                             inp, "--out", out, *causal,
+                             gemm="openblas" if causal else None))
             check(r.returncode == 0, f"run {order} {causal} failed: "
                   + r.stderr)
             table = r.stdout
@@ -139,6 +145,9 @@ def check_correct(ringattn, cl, work):
                   f"# ranks/node {PER_NODE}" in table,
                   "the parameter table does not show 3 nodes of 2 ranks:\n"
                   + table)
+            check(not causal or "# gemm       openblas" in table,
+                  "the causal run's table does not show the OpenBLAS "
+                  "engine:\n" + table)
             want = ("node by node: 0 3 | 1 4 | 2 5" if order == "node"
                     else "mpirun's: 0 | 1 | 2 | 3 | 4 | 5")
             check(want in table, f"ring order is not '{want}':\n" + table)
@@ -146,7 +155,8 @@ def check_correct(ringattn, cl, work):
                     "verify", "--in", inp, "--out", out])
             check(v.returncode == 0 and "PASS" in v.stdout,
                   f"verify {order} {causal}: " + v.stdout + v.stderr)
-            print(f"correct: ring order {order}, causal {bool(causal)}: "
+            print(f"correct: ring order {order}, causal {bool(causal)} "
+                  f"({'openblas' if causal else 'default engine'}): "
                   + v.stdout.strip().splitlines()[-1][-60:])
     stray = [f for f in os.listdir(work)
              if f != "in.h5" and not f.startswith("out-")]

@@ -54,6 +54,20 @@ SIG_ENV = {k: v for k, v in ENV.items()
            if k != "OMPI_MCA_odls_base_sigkill_timeout"}
 
 
+def on_engine(i):
+    """Runs what follows on OpenBLAS when i is odd (RINGATTN_GEMM, in both
+    environments), else on the environment's engine: the faults and stalls
+    alternate the tile engines, so that each engine meets about half of them
+    (README, "Both tile engines"). A build without oneDNN runs OpenBLAS
+    either way."""
+    for env in (ENV, SIG_ENV):
+        env.pop("RINGATTN_GEMM", None)
+        if i % 2:
+            env["RINGATTN_GEMM"] = "openblas"
+        elif "RINGATTN_GEMM" in os.environ:
+            env["RINGATTN_GEMM"] = os.environ["RINGATTN_GEMM"]
+
+
 def mpirun(args, np_=None, env=None, **kw):
     """ringattn args at np_ (NP) ranks, with env's variables added."""
     cmd = ["mpirun", "-np", str(np_ or NP), "--oversubscribe", RINGATTN] + args
@@ -2095,12 +2109,16 @@ def run_stalls():
     decides when a watchdog fires."""
     work = tempfile.mkdtemp(prefix="ra_stall_")
     try:
-        stalls = [p for strategy in STALL_MESSAGES
-                  for p in fault_stall(work, strategy)]
+        stalls = []
+        for i, strategy in enumerate(STALL_MESSAGES):
+            on_engine(i)
+            stalls += fault_stall(work, strategy)
         # in the collective read, right after the table; mid-pass with the
         # stall timeout derived from the predicted step (10 s floor)
+        on_engine(0)
         stalls += fault_stall(work, delay=0.0, pattern=STALL_ANY,
                               tag="stall read:")
+        on_engine(1)
         stalls += fault_stall(work, timeout=None, delay=1.0,
                               pattern=STALL_ANY, tag="stall default:",
                               limit=60)
@@ -2114,13 +2132,17 @@ def run_faults():
     none of them depends on how fast a rank runs."""
     work = tempfile.mkdtemp(prefix="ra_fault_")
     try:
-        return (fault_bench_few_tokens(work) +
-                fault_verify_nan(work) + fault_enospc(work) +
-                fault_locked(work) + fault_long_command_line(work) +
-                fault_large_scores(work) + fault_allow_nonfinite(work) +
-                fault_signals(work) + fault_stale(work) + fault_kill(work) +
-                fault_kill(work, during_write=True) + fault_probe_full(work) +
-                fault_full_any_ranks(work) + fault_side_files_full(work))
+        faults = [fault_bench_few_tokens, fault_verify_nan, fault_enospc,
+                  fault_locked, fault_long_command_line, fault_large_scores,
+                  fault_allow_nonfinite, fault_signals, fault_stale,
+                  fault_kill, lambda w: fault_kill(w, during_write=True),
+                  fault_probe_full, fault_full_any_ranks,
+                  fault_side_files_full]
+        failures = []
+        for i, fault in enumerate(faults):
+            on_engine(i)
+            failures += fault(work)
+        return failures
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
