@@ -162,27 +162,51 @@ static void test_forward_on_ring(void **state)
     forward_on_ring(1, 72);
 }
 
-/* One forward with RINGATTN_GEMM=value on this rank (NULL: unset) and
- * params.gemm = gemm; its status, with the message in msg. */
-static ra_status forward_under(const char *value, ra_gemm gemm, char *msg,
-                               size_t cap)
+/* One call with RINGATTN_GEMM=value on this rank (NULL: unset) and
+ * params.gemm = gemm: a forward on strategy `strategy`, or with backward
+ * a ring forward then the backward; its status, with the message in msg. */
+static ra_status call_under(const char *value, ra_gemm gemm,
+                            ra_strategy strategy, int backward, char *msg,
+                            size_t cap)
 {
-    const ra_shape s = {1, 37, 37, 2, 1, 16, 16};
+    const ra_shape s = {1, 37, 37, 4, 4, 16, 16};
+    const int64_t n_all = s.N * s.H * s.D;
     problem p;
     problem_make(&p, &s, 73);
     ra_params prm;
     ra_params_default(&prm);
     prm.gemm = gemm;
+    prm.strategy = backward ? RA_STRATEGY_RING : strategy;
     local_part lp;
     local_part_make(&lp, &p, ra_params_layout(&prm, 0), rank, nranks);
+    /* the backward's operands, as large as the whole problem: dout (any
+     * values), dq, dk, dv */
+    float *g = calloc((size_t)(4 * n_all + 1), sizeof(float));
+    assert_non_null(g);
+    ra_status st = RA_OK;
+    if (backward) { /* o and lse from a forward run on one engine */
+        assert_int_equal(unsetenv("RINGATTN_GEMM"), 0);
+        st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                             &(ra_qkv){lp.q, lp.k, lp.v},
+                             &(ra_out){lp.o, lp.lse, NULL}, NULL);
+    }
     if (value)
         assert_int_equal(setenv("RINGATTN_GEMM", value, 1), 0);
     else
         assert_int_equal(unsetenv("RINGATTN_GEMM"), 0);
-    ra_status st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
-                                   &(ra_qkv){lp.q, lp.k, lp.v},
-                                   &(ra_out){lp.o, lp.lse, NULL}, NULL);
+    if (st == RA_OK && backward)
+        st = ra_call_backward(MPI_COMM_WORLD, &s, &prm, NULL,
+                              &(ra_qkv){lp.q, lp.k, lp.v},
+                              &(ra_grads){lp.o, lp.lse, g, g + n_all,
+                                          g + 2 * n_all, g + 3 * n_all,
+                                          NULL},
+                              NULL);
+    else if (st == RA_OK)
+        st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+                             &(ra_qkv){lp.q, lp.k, lp.v},
+                             &(ra_out){lp.o, lp.lse, NULL}, NULL);
     snprintf(msg, cap, "%s", st == RA_OK ? "" : ra_error_message());
+    free(g);
     local_part_free(&lp);
     problem_free(&p);
     return st;
@@ -190,7 +214,8 @@ static ra_status forward_under(const char *value, ra_gemm gemm, char *msg,
 
 /* RINGATTN_GEMM reaches each node separately: ranks whose variables name
  * different engines are refused alike on every rank, naming the
- * variable; alike values, or an engine named in the call, run. */
+ * variable, by every strategy's forward and by the backward; alike
+ * values, or an engine named in the call, run. */
 static void test_engines_agree(void **state)
 {
     (void)state;
@@ -199,17 +224,25 @@ static void test_engines_agree(void **state)
     const int onednn = ra_gemm_available(RA_GEMM_ONEDNN);
     const char *mine = onednn && rank == 0 ? "onednn" : "openblas";
     char msg[512];
-    int ok = forward_under("openblas", RA_GEMM_AUTO, msg, sizeof msg) ==
-             RA_OK;
-    const ra_status mixed = forward_under(mine, RA_GEMM_AUTO, msg,
-                                          sizeof msg);
-    if (onednn && nranks > 1)
-        ok &= mixed == RA_ERR_ARG &&
-              strstr(msg, "RINGATTN_GEMM: the ranks run different tile "
-                          "engines (openblas on some, onednn on others)");
-    else
-        ok &= mixed == RA_OK;
-    ok &= forward_under(mine, RA_GEMM_OPENBLAS, msg, sizeof msg) == RA_OK;
+    int ok = 1;
+    for (int i = 0; i <= RA_STRATEGY_COUNT; i++) {
+        /* i == RA_STRATEGY_COUNT: the backward */
+        const int bwd = i == RA_STRATEGY_COUNT;
+        const ra_strategy strat = bwd ? RA_STRATEGY_RING : (ra_strategy)i;
+        ok &= call_under("openblas", RA_GEMM_AUTO, strat, bwd, msg,
+                         sizeof msg) == RA_OK;
+        const ra_status mixed = call_under(mine, RA_GEMM_AUTO, strat, bwd,
+                                           msg, sizeof msg);
+        if (onednn && nranks > 1)
+            ok &= mixed == RA_ERR_ARG &&
+                  strstr(msg, "RINGATTN_GEMM: the ranks run different tile "
+                              "engines (openblas on some, onednn on "
+                              "others)") != NULL;
+        else
+            ok &= mixed == RA_OK;
+        ok &= call_under(mine, RA_GEMM_OPENBLAS, strat, bwd, msg,
+                         sizeof msg) == RA_OK;
+    }
     if (saved)
         setenv("RINGATTN_GEMM", saved, 1);
     else
@@ -217,7 +250,8 @@ static void test_engines_agree(void **state)
     free(saved);
     ok = all_true(MPI_COMM_WORLD, ok);
     if (rank == 0)
-        printf("# engines: alike run, mixed %s, named in the call run: %s\n",
+        printf("# engines, every strategy's forward and the backward: alike "
+               "run, mixed %s, named in the call run: %s\n",
                onednn && nranks > 1 ? "refused" : "(one engine) run",
                ok ? "PASS" : "FAIL");
     assert_true(ok);
