@@ -1,6 +1,7 @@
 /* bench_report.c: the table, JSON and CSV of `ringattn bench` and
  * `ringattn bench --backward`. */
 #include "bench.h"
+#include "gemm_env.h"
 #include "h5io.h"
 #include "internal.h"
 
@@ -89,7 +90,7 @@ static json_t *row_problem(const bench_result *r)
     const ra_layout lay = ra_params_layout(&r->p, r->segment_avg > 0);
     return json_pack(
         "{s:i, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:I, "
-        "s:b, s:I, s:s, s:i, s:I, s:I, s:s, s:s}",
+        "s:b, s:I, s:s, s:i, s:I, s:I, s:s, s:s, s:s}",
         "ranks", r->ranks, "threads", r->threads, "mode", r->mode,
         "batch", (json_int_t)s->B, "seq_q", (json_int_t)s->N,
         "seq_kv", (json_int_t)s->M, "heads", (json_int_t)s->H,
@@ -101,7 +102,8 @@ static json_t *row_problem(const bench_result *r)
         "layout", ra_layout_name(lay), "steps", r->steps,
         "block_q", (json_int_t)r->block_q, "block_kv",
         (json_int_t)r->block_kv, "precision", ra_precision_name(r->p.precision),
-        "wire", ra_params_wire_bf16(&r->p) ? "bf16" : "fp32");
+        "wire", ra_params_wire_bf16(&r->p) ? "bf16" : "fp32", "gemm",
+        ra_gemm_name(ra_gemm_pick(r->p.gemm)));
 }
 
 /* A fixed-point real, or null when x is not a measured figure (0). */

@@ -15,8 +15,9 @@
 # allocation: the hostfile's slots (1 per line without slots=), else
 # Slurm's SLURM_NTASKS, else PBS's node file, else this machine's cores.
 # Environment: SEQ (default 16384), HEADS (8), DIM (64), SEED (1) for the
-# generated input, and MPIRUN_FLAGS for site flags (e.g. "--mca btl
-# self,tcp"). Every option, count and path is checked before the first
+# generated input, MPIRUN_FLAGS for site flags (e.g. "--mca btl
+# self,tcp"), and RINGATTN_GEMM, passed to every host (mpirun -x) when
+# set. Every option, count and path is checked before the first
 # mpirun (exit 2, one line); every command is echoed before it runs; the
 # first failure stops the script with its exit status.
 set -euo pipefail
@@ -156,6 +157,9 @@ if [ "$(id -u)" = 0 ]; then
 fi
 extra=()
 [ -n "$hostfile" ] && extra+=(--hostfile "$hostfile")
+# the tile engine chosen by the variable, on every host (the ranks refuse
+# to run on mixed engines)
+[ -z "${RINGATTN_GEMM+set}" ] || extra+=(-x RINGATTN_GEMM)
 if [ "$ranks" -gt "$slots" ]; then
   echo "$prog: $ranks ranks on $slots slots: oversubscribing" >&2
   extra+=(--oversubscribe)

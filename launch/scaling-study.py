@@ -20,7 +20,9 @@ Scaling (named in every output row):
   weak-memory  N = N0 * P / P0: fixed memory per rank (N/P constant)
   weak-work    N = N0 * sqrt(P / P0): fixed work per rank (N^2/P constant)
 P0 is the smallest P of the study. MPIRUN_FLAGS adds site flags to the
-hostfile and local launchers' mpirun. BENCH_OPTIONS go to every bench
+hostfile and local launchers' mpirun; RINGATTN_GEMM, when set, reaches
+every node (mpirun -x; srun passes the environment), and each row names
+the tile engine and precision that ran. BENCH_OPTIONS go to every bench
 (e.g. --heads 4 --dim 64 --causal). Every point is appended to
 DIR/scaling.json and DIR/scaling.csv as soon as it finishes, so a failed or
 timed-out point never loses the others; the charts (speed-up against ideal,
@@ -62,8 +64,8 @@ CSV_FIELDS = [
     "seconds", "gflops", "compute_s", "imbalance_s", "exposed_comm_s",
     "io_read_s", "io_write_s", "comm_wait_fraction", "bytes_sent",
     "cross_node_bytes_total", "ring_gbps", "oversubscribed", "launcher",
-    "link_rate", "ring_order", "layout", "score", "causal", "verdict",
-    "status",
+    "link_rate", "ring_order", "layout", "score", "causal", "precision",
+    "gemm", "verdict", "status",
 ]
 
 
@@ -211,6 +213,10 @@ class Launcher:
     def prefix(self, K, R, T):
         a, P = self.a, K * R
         env = ["-x", f"OMP_NUM_THREADS={T}", "-x", "OPENBLAS_NUM_THREADS=1"]
+        # the tile engine a user chose by the variable, on every node (the
+        # ranks refuse to run on mixed engines)
+        if "RINGATTN_GEMM" in os.environ:
+            env += ["-x", "RINGATTN_GEMM"]
         over = ["--oversubscribe"] if self.oversubscribed(K, R, T) else []
         site = os.environ.get("MPIRUN_FLAGS", "").split()
         if a.launcher == "fake":
@@ -347,6 +353,7 @@ def point_row(a, launch, scaling, K, R, T, rep, row, io):
         "score": bench_option(a.bench_args, "--score", "dot"),
         "scale": bench_option(a.bench_args, "--scale", "1/sqrt(D)"),
         "causal": row["causal"], "masks": "lens" if row["lens"] else "",
+        "precision": row["precision"], "gemm": row["gemm"],
         "batch": row["batch"], "heads": row["heads"], "dim": row["dim"],
         "verdict": row["verdict"], "status": "ok",
     }

@@ -161,16 +161,22 @@ def check_no_yardsticks(work):
 
 def bench_engine(work, gemm_env, *args):
     """The engine bench echoes under RINGATTN_GEMM=gemm_env (None: unset),
-    its one row PASS."""
+    its one row PASS and its JSON row naming the same engine (gemm)."""
     env = {k: v for k, v in ENV.items() if k != "RINGATTN_GEMM"}
     if gemm_env is not None:
         env["RINGATTN_GEMM"] = gemm_env
+    js = os.path.join(work, "engine.json")
     out = ringattn(work, "bench", "--reps", "1", "--warmup", "0",
-                   "--no-yardsticks", *args, *SHAPE, env=env)
+                   "--no-yardsticks", *args, *SHAPE, "--json", js, env=env)
     echo = [l.split() for l in out.splitlines() if l.startswith("# gemm ")]
     _, rows = table(out)
-    if len(echo) != 1 or len(rows) != 1 or not rows[0].endswith("PASS"):
-        fail(f"gemm-env {gemm_env} {args}: echo {echo}, rows {rows}")
+    with open(js) as f:
+        recorded = [r.get("gemm") for r in json.load(f)]
+    os.remove(js)
+    if len(echo) != 1 or len(rows) != 1 or not rows[0].endswith("PASS") or \
+            recorded != [echo[0][2]]:
+        fail(f"gemm-env {gemm_env} {args}: echo {echo}, rows {rows}, JSON "
+             f"gemm {recorded}")
     return echo[0][2]
 
 
@@ -190,8 +196,23 @@ def check_gemm_env(work):
         if got != engine:
             fail(f"gemm-env: RINGATTN_GEMM={gemm_env} {args}: bench ran "
                  f"{got}, not {engine}")
+    # run's parameter table names the engine it ran
+    ringattn(work, "gen", "--out", "engine.h5", *SHAPE)
+    for gemm_env, engine in (("openblas", "openblas"), (None, default)):
+        env = {k: v for k, v in ENV.items() if k != "RINGATTN_GEMM"}
+        if gemm_env:
+            env["RINGATTN_GEMM"] = gemm_env
+        out = ringattn(work, "run", "--in", "engine.h5", "--out",
+                       "engine-out.h5", "--force", env=env)
+        echo = [l.split() for l in out.splitlines() if l.startswith("# gemm ")]
+        if [e[2] for e in echo] != [engine]:
+            fail(f"gemm-env: run under RINGATTN_GEMM={gemm_env}: table "
+                 f"says {echo}, not {engine}")
+    for name in ("engine.h5", "engine-out.h5"):
+        os.remove(os.path.join(work, name))
     print(f"ok   gemm-env: RINGATTN_GEMM picks the engine of --gemm auto "
-          f"(default {default}); --gemm wins over it")
+          f"(default {default}); --gemm wins over it; bench's JSON and "
+          f"run's table name it")
 
 
 def check_gemm_mixed(work):

@@ -23,6 +23,7 @@ import fcntl
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -360,6 +361,20 @@ def mpirun_in_option(work):
                    {}, work)
 
 
+@case("mpirun-gemm-env", "ringattn-mpirun.sh with RINGATTN_GEMM=openblas")
+def mpirun_gemm_env(work):
+    """every mpirun passes the variable on (-x RINGATTN_GEMM), the run's
+    table names OpenBLAS, verify passes"""
+    r = wrapper(work, env={"RINGATTN_GEMM": "openblas"})
+    cmds = [l for l in r.stdout.splitlines() if l.startswith("+ mpirun")]
+    check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-300:]}")
+    check(len(cmds) == 3 and all(" -x RINGATTN_GEMM " in c for c in cmds),
+          f"commands: {cmds}")
+    check(re.search(r"^# gemm +openblas$", r.stdout, re.M) is not None,
+          "the run's table does not name openblas")
+    return "3 commands with -x RINGATTN_GEMM, run on openblas"
+
+
 @case("mpirun-slurm-ntasks", "ringattn-mpirun.sh with SLURM_NTASKS=abc")
 def mpirun_slurm_ntasks(work):
     """refused, no bash error"""
@@ -576,6 +591,32 @@ def study_failed_point(work):
           os.path.exists(os.path.join(work, "st", "scaling-speedup.png")),
           f"charts with the failed point marked: {r.stdout[-300:]}")
     return status[2]
+
+
+@case("study-gemm-env", "scaling-study.py with RINGATTN_GEMM=openblas, its "
+      "P = 2 point failing (ulysses over 1 head)")
+def study_gemm_env(work):
+    """every mpirun passes the variable on (-x RINGATTN_GEMM: on other
+    nodes it would be unset, and the ranks refuse mixed engines); the rows
+    name the engine and precision that ran"""
+    r = sh([PY, script("scaling-study.py"), "--launcher", "local", "--nodes",
+            "1", "--ranks-per-node", "1,2", "--scaling", "strong", "--seq",
+            "128", "--repeats", "1", "--reps", "1", "--build", BUILD,
+            "--out-dir", "st", "--", "--heads", "1", "--dim", "16",
+            "--strategy", "ulysses"], work, env={"RINGATTN_GEMM": "openblas"},
+           timeout=300)
+    check(r.returncode == 1, f"exit {r.returncode}: {r.stderr[-300:]}")
+    rows = {p["ranks"]: p for p in study_json(work)}
+    check(rows[1].get("gemm") == "openblas" and
+          rows[1].get("precision") == "fp32",
+          f"P = 1 row: gemm {rows[1].get('gemm')}, precision "
+          f"{rows[1].get('precision')}")
+    check(" -x RINGATTN_GEMM " in rows[2].get("command", ""),
+          f"P = 2 command: {rows[2].get('command')}")
+    with open(os.path.join(work, "st", "scaling.csv")) as f:
+        head = f.readline().strip().split(",")
+    check("gemm" in head and "precision" in head, f"CSV columns: {head}")
+    return "rows say openblas, fp32; mpirun -x RINGATTN_GEMM"
 
 
 @case("study-oversubscribed", "scaling-study.py with more ranks on the node "
