@@ -11,9 +11,4 @@ launch/setup.sh build
 if [ "$#" -eq 0 ]; then
   set -- -LE 'valgrind_long|large'
 fi
-# the tests' Open MPI session folders (tests/CMakeLists.txt, RA_SESSIONS)
-sessions=$(sed -n 's/^RA_SESSIONS:PATH=//p' build/CMakeCache.txt)
-rc=0
-ctest --test-dir build --output-on-failure "$@" || rc=$?
-[ -z "$sessions" ] || rm -rf -- "$sessions"
-exit "$rc"
+ctest --test-dir build --output-on-failure "$@"
