@@ -11,4 +11,7 @@ launch/setup.sh build
 if [ "$#" -eq 0 ]; then
   set -- -LE 'valgrind_long|large'
 fi
+# Open MPI's shared session folder kept between the tests' jobs
+# shellcheck source=ompi-keep.sh
+. launch/ompi-keep.sh
 ctest --test-dir build --output-on-failure "$@"
