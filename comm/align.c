@@ -168,8 +168,8 @@ ra_status ra_align_queries(MPI_Comm comm, const ra_shape *s, ra_layout lay,
         MPI_Comm_size(comm, &P) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "align: cannot query the "
                                         "communicator");
-    const ra_slice qs = ra_layout_slice(lay, s->N, rank, P);
-    const ra_slice ks = ra_layout_slice(lay, s->M, rank, P);
+    const ra_slice qs = ra_params_slice(p, lay, s->N, rank, P);
+    const ra_slice ks = ra_params_slice(p, lay, s->M, rank, P);
     if (p->align != RA_ALIGN_SEQUENCE || !mk || !mk->q_segments) {
         align_lens(s, &qs, p, mk, qalign);
         return RA_OK;

@@ -142,9 +142,10 @@ void bench_yardsticks(MPI_Comm comm, int threads, int bf16, int skip,
 }
 
 /* The floats rank i holds of the key/value blocks under a layout. */
-static int64_t block_floats(const ra_shape *s, ra_layout lay, int i, int P)
+static int64_t block_floats(const ra_shape *s, const ra_params *p,
+                            ra_layout lay, int i, int P)
 {
-    return s->B * ra_layout_slice(lay, s->M, i, P).count * s->G *
+    return s->B * ra_params_slice(p, lay, s->M, i, P).count * s->G *
            (s->D + s->Dv);
 }
 
@@ -159,7 +160,8 @@ static int part_of(int64_t count, int64_t at)
 /* One timed pass of P - 1 steps. Every rank makes the same number of
  * Sendrecv calls at every step (parts of the largest block, empty ones
  * included), so that the calls match whatever the slices hold. */
-static double ring_pass(MPI_Comm comm, const ra_shape *s, ra_layout lay,
+static double ring_pass(MPI_Comm comm, const ra_shape *s, const ra_params *p,
+                        ra_layout lay,
                         float *buf, int64_t cap, double *bytes)
 {
     int P, r;
@@ -170,8 +172,8 @@ static double ring_pass(MPI_Comm comm, const ra_shape *s, ra_layout lay,
     const double t0 = MPI_Wtime();
     *bytes = 0;
     for (int step = 0; step + 1 < P; step++) {
-        const int64_t sc = block_floats(s, lay, (r - step + P) % P, P);
-        const int64_t rc = block_floats(s, lay, (r - step - 1 + P) % P, P);
+        const int64_t sc = block_floats(s, p, lay, (r - step + P) % P, P);
+        const int64_t rc = block_floats(s, p, lay, (r - step - 1 + P) % P, P);
         float *out = buf + (step & 1) * cap, *in = buf + ((step + 1) & 1) * cap;
         for (int64_t i = 0; i < parts; i++) {
             const int64_t at = i * RING_PART;
@@ -185,7 +187,8 @@ static double ring_pass(MPI_Comm comm, const ra_shape *s, ra_layout lay,
     return MPI_Wtime() - t0;
 }
 
-double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s, ra_layout lay)
+double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s,
+                            const ra_params *p, ra_layout lay)
 {
     int P;
     MPI_Comm_size(comm, &P);
@@ -193,14 +196,14 @@ double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s, ra_layout lay)
         return 0.0;
     int64_t cap = 0;
     for (int i = 0; i < P; i++)
-        cap = block_floats(s, lay, i, P) > cap ? block_floats(s, lay, i, P)
-                                               : cap;
+        cap = block_floats(s, p, lay, i, P) > cap ? block_floats(s, p, lay, i, P)
+                                                  : cap;
     float *buf = calloc((size_t)(2 * cap + 2), sizeof(float));
     int bad = buf == NULL, any_bad = 0;
     MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
     double t[TIMED_REPS], bytes = 0;
     for (int rep = -1; rep < TIMED_REPS && !any_bad; rep++) {
-        const double secs = ring_pass(comm, s, lay, buf, cap, &bytes);
+        const double secs = ring_pass(comm, s, p, lay, buf, cap, &bytes);
         if (rep >= 0)
             t[rep] = secs;
     }

@@ -110,6 +110,7 @@ void bench_yardsticks(MPI_Comm comm, int threads, int bf16, int skip,
 ra_status bench_additive_make(MPI_Comm comm, uint64_t seed, int64_t A,
                               int64_t D, float **mem, ra_additive *ad);
 /* GB/s per rank of a comm-only ring of the key/value blocks of a layout. */
-double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s, ra_layout lay);
+double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s,
+                            const ra_params *p, ra_layout lay);
 
 #endif /* RA_BENCH_MEASURE_H */

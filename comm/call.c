@@ -240,8 +240,8 @@ static ra_status call_size(strat_call *c, call_arrays *a)
                             c->name);
     c->segs = c->masks && c->masks->q_segments;
     c->lay = ra_params_layout(c->params, c->segs);
-    c->n = ra_layout_slice(c->lay, c->shape->N, c->r, c->P).count;
-    c->m_own = ra_layout_slice(c->lay, c->shape->M, c->r, c->P).count;
+    c->n = ra_params_slice(c->params, c->lay, c->shape->N, c->r, c->P).count;
+    c->m_own = ra_params_slice(c->params, c->lay, c->shape->M, c->r, c->P).count;
     c->threads = ra_params_threads(c->params);
     /* only the thread that called MPI may poll, and only if MPI allows it
      * while other threads run */

@@ -55,7 +55,7 @@ static int64_t group_count(const hyb_state *h, const strat_call *c,
 {
     int64_t n = 0;
     for (int j = 0; j < h->u; j++)
-        n += ra_layout_slice(c->lay, len, g * h->u + j, c->P).count;
+        n += ra_params_slice(c->params, c->lay, len, g * h->u + j, c->P).count;
     return n;
 }
 
@@ -68,7 +68,7 @@ static int64_t group_order(const hyb_state *h, const strat_call *c,
 {
     int64_t n = 0;
     for (int j = 0; j < h->u; j++) {
-        const ra_slice sl = ra_layout_slice(c->lay, len, g * h->u + j, c->P);
+        const ra_slice sl = ra_params_slice(c->params, c->lay, len, g * h->u + j, c->P);
         if (off)
             off[j] = n;
         for (int64_t i = 0; i < sl.count; i++)

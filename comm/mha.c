@@ -129,8 +129,8 @@ ra_status ra_call_mha(MPI_Comm comm, const ra_shape *s,
     if (st == RA_OK) {
         const ra_layout lay = ra_params_layout(params,
                                                masks && masks->q_segments);
-        ll.qs = ra_layout_slice(lay, s->N, r, P);
-        ll.ks = ra_layout_slice(lay, s->M, r, P);
+        ll.qs = ra_params_slice(params, lay, s->N, r, P);
+        ll.ks = ra_params_slice(params, lay, s->M, r, P);
         st = layer_alloc(&ll, s, L);
     }
     /* a refusal on one rank must not leave the others in the ring */

@@ -82,8 +82,8 @@ static int model_setup(model_ctx *m)
     m->grp = m->diag + P;
     m->on_node = m->grp + P;
     for (int r = 0; r < P; r++) {
-        m->nq[r] = (double)ra_layout_slice(m->p.layout, m->s->N, r, P).count;
-        m->nk[r] = (double)ra_layout_slice(m->p.layout, m->s->M, r, P).count;
+        m->nq[r] = (double)ra_params_slice(&m->p, m->p.layout, m->s->N, r, P).count;
+        m->nk[r] = (double)ra_params_slice(&m->p, m->p.layout, m->s->M, r, P).count;
     }
     model_nodes(m);
     if (model_rows(&pb, m->qrow, m->kcol) != 0)
@@ -116,7 +116,7 @@ static double mem_ring(const mem_view *v)
     int64_t bq, bkv;
     ra_params_tiles(v->p, s, &bq, &bkv);
     return 2.0 * 4.0 * (double)s->B *
-               (double)model_slice_most(v->lay, s->M, v->P) *
+               (double)model_slice_most(v->p, v->lay, s->M, v->P) *
                (double)(s->G * (s->D + s->Dv)) +
            4.0 * ra_params_threads(v->p) * (double)(bq * (bkv + s->Dv + 2));
 }
@@ -173,8 +173,8 @@ static double mem_call_copies(const ra_shape *s, const ra_params *p,
 double model_rank_bytes(const ra_shape *s, const ra_params *p, ra_layout lay,
                         int P, int r)
 {
-    const int64_t n = ra_layout_slice(lay, s->N, r, P).count;
-    const int64_t m = ra_layout_slice(lay, s->M, r, P).count;
+    const int64_t n = ra_params_slice(p, lay, s->N, r, P).count;
+    const int64_t m = ra_params_slice(p, lay, s->M, r, P).count;
     const double B = (double)s->B;
     const double mine = 4.0 * B * ((double)n * (double)(s->H * s->D) +
                                    (double)m * (double)(s->G * s->D) +

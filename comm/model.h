@@ -94,7 +94,7 @@ int64_t model_max_seq(const ra_shape *s, const ra_params *p, ra_layout lay,
                       const model_alloc *al, const ra_profile *pf);
 
 /* The layouts the plan tries when the layout is auto. */
-enum { MODEL_LAYOUTS = 3 };
+enum { MODEL_LAYOUTS = 4 };
 
 /* Every strategy under every layout tried: RA_STRATEGY_COUNT * layouts
  * rows, and the fastest applicable one. */

@@ -32,11 +32,15 @@ ra_status model_evaluate(const ra_shape *s, const ra_params *p,
 {
     const int segs = mk && mk->q_seg;
     const ra_layout first = ra_params_layout(p, segs);
+    static const ra_layout every[MODEL_LAYOUTS] = {
+        RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG, RA_LAYOUT_STRIPED,
+        RA_LAYOUT_BALANCED};
     ra_layout lays[MODEL_LAYOUTS] = {first};
     int nl = 1;
     for (int l = 0; layout_auto && l < MODEL_LAYOUTS; l++) /* the rest */
-        if ((ra_layout)l != first)
-            lays[nl++] = (ra_layout)l;
+        if (every[l] != first && /* balanced without a band: contiguous */
+            (every[l] != RA_LAYOUT_BALANCED || p->causal || p->window))
+            lays[nl++] = every[l];
     t->nrows = 0;
     t->best = -1;
     for (int l = 0; l < nl; l++) {

@@ -83,7 +83,7 @@ static void cover_make(const model_problem *pb, int d, key_cover *c)
     const ra_shape *s = pb->s;
     const model_masks *mk = pb->mk;
     const ra_band band = ra_band_of(pb->p, s);
-    const ra_slice qs = ra_layout_slice(pb->p->layout, s->N, d, pb->P);
+    const ra_slice qs = ra_params_slice(pb->p, pb->p->layout, s->N, d, pb->P);
     c->n = 0;
     for (int64_t b = 0; b < s->B; b++) {
         const int64_t ql = mk->q_lens ? mk->q_lens[b] : s->N;
@@ -131,7 +131,7 @@ static int64_t key_owner(ra_layout lay, int64_t M, int P, int64_t j)
 /* Block (d, src): cover summed over src's runs. */
 static double block_runs(const model_problem *pb, const key_cover *c, int src)
 {
-    const ra_slice ks = ra_layout_slice(pb->p->layout, pb->s->M, src, pb->P);
+    const ra_slice ks = ra_params_slice(pb->p, pb->p->layout, pb->s->M, src, pb->P);
     int64_t pairs = 0;
     for (int i = 0; i < ks.nruns; i++)
         pairs += cover_below(c, ks.run[i].start + ks.run[i].count) -
@@ -150,13 +150,20 @@ static void blocks_runs(const model_problem *pb, key_cover *c, int d,
     const int64_t M = pb->s->M;
     int kink[2];
     int64_t n = 0;
-    mark[n++] = 0;
-    for (int i = ring_layout_kinks(pb->p->layout, M, P, kink); i > 0; i--)
-        mark[n++] = kink[i - 1];
     c->sst[0] = c->sen[0] = 0;
     for (int64_t i = 0; i < c->n; i++) {
         c->sst[i + 1] = c->sst[i] + c->st[i];
         c->sen[i + 1] = c->sen[i] + c->en[i];
+    }
+    if (pb->p->layout == RA_LAYOUT_BALANCED) { /* runs of every length */
+        for (int r = 0; r < P; r++)
+            step_max_blocks(sm, d, r, r, block_runs(pb, c, r));
+        return;
+    }
+    mark[n++] = 0;
+    for (int i = ring_layout_kinks(pb->p->layout, M, P, kink); i > 0; i--)
+        mark[n++] = kink[i - 1];
+    for (int64_t i = 0; i < c->n; i++) {
         mark[n++] = key_owner(pb->p->layout, M, P, c->st[i]);
         if (c->en[i] < M)
             mark[n++] = key_owner(pb->p->layout, M, P, c->en[i]);
@@ -257,7 +264,7 @@ static void diag_fill(const model_problem *pb, int64_t *buf, int64_t n,
 int model_diag_segments(const model_problem *pb, double *diag)
 {
     const int P = pb->P;
-    const int64_t n = pb->s->B * model_slice_most(pb->p->layout, pb->s->N, P);
+    const int64_t n = pb->s->B * model_slice_most(pb->p, pb->p->layout, pb->s->N, P);
     int size = 1;
     while (size < P)
         size *= 2;

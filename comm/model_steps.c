@@ -15,11 +15,20 @@
 #include "model_steps.h"
 #include "plan.h"
 
-int64_t model_slice_most(ra_layout lay, int64_t len, int P)
+int64_t model_slice_most(const ra_params *p, ra_layout lay, int64_t len,
+                         int P)
 {
     if (lay == RA_LAYOUT_ZIGZAG) { /* chunks r and 2P-1-r of 2P */
         const int64_t c = 2 * (int64_t)P, base = len / c, extra = len % c;
         return 2 * base + (extra > P ? 2 : extra > 0 ? 1 : 0);
+    }
+    if (lay == RA_LAYOUT_BALANCED) { /* O(P log len): any rank may be it */
+        int64_t most = 0;
+        for (int r = 0; r < P; r++) {
+            const int64_t c = ra_params_slice(p, lay, len, r, P).count;
+            most = c > most ? c : most;
+        }
+        return most;
     }
     return (len + P - 1) / P; /* contiguous and striped: rank 0's */
 }
@@ -113,8 +122,8 @@ double model_block_pairs(const model_problem *pb, int d, int src,
     const ra_shape *s = pb->s;
     const model_masks *mk = pb->mk;
     const ra_band band = ra_band_of(pb->p, s);
-    const ra_slice qs = ra_layout_slice(pb->p->layout, s->N, d, pb->P);
-    const ra_slice ks = ra_layout_slice(pb->p->layout, s->M, src, pb->P);
+    const ra_slice qs = ra_params_slice(pb->p, pb->p->layout, s->N, d, pb->P);
+    const ra_slice ks = ra_params_slice(pb->p, pb->p->layout, s->M, src, pb->P);
     const int segs = mk->q_seg && mk->kv_seg;
     double pairs = 0;
     for (int64_t b = 0; b < s->B; b++) {
@@ -187,7 +196,7 @@ static void kcol_add(const model_problem *pb, int64_t b, const int64_t *seen,
     const ra_shape *s = pb->s;
     const batch_view v = batch_of(pb, b);
     for (int r = 0; r < pb->P; r++) {
-        const ra_slice ks = ra_layout_slice(pb->p->layout, s->M, r, pb->P);
+        const ra_slice ks = ra_params_slice(pb->p, pb->p->layout, s->M, r, pb->P);
         double n = 0;
         for (int64_t i = 0; i < ks.count; i++) {
             const int64_t k = ra_slice_pos(&ks, i);
@@ -208,7 +217,7 @@ static void qrow_add(const model_problem *pb, int r, int64_t *ids,
     const model_masks *mk = pb->mk;
     const int segs = mk->q_seg && mk->kv_seg;
     const ra_band band = ra_band_of(pb->p, s);
-    const ra_slice qs = ra_layout_slice(pb->p->layout, s->N, r, pb->P);
+    const ra_slice qs = ra_params_slice(pb->p, pb->p->layout, s->N, r, pb->P);
     for (int64_t b = 0; b < s->B; b++) {
         for (int64_t i = 0; segs && i < qs.count; i++)
             ids[i] = mk->q_seg[b * s->N + ra_slice_pos(&qs, i)];
@@ -223,7 +232,7 @@ int model_rows(const model_problem *pb, double *qrow, double *kcol)
 {
     const ra_shape *s = pb->s;
     const int segs = pb->mk->q_seg && pb->mk->kv_seg;
-    const int64_t nids = segs ? model_slice_most(pb->p->layout, s->N, pb->P)
+    const int64_t nids = segs ? model_slice_most(pb->p, pb->p->layout, s->N, pb->P)
                               : 0;
     /* seen: M + 1 counts (segments only), then the ids */
     int64_t *seen = malloc(sizeof(int64_t) *
@@ -253,17 +262,18 @@ typedef struct {
 
 /* The ranks in runs of equal slice count (at most MAX_COUNT_RUNS; more
  * become one run of the largest count, still a bound). */
-static int count_runs(ra_layout lay, int64_t len, int P, count_run *out)
+static int count_runs(const ra_params *p, ra_layout lay, int64_t len, int P,
+                      count_run *out)
 {
     int n = 0;
     for (int r = 0; r < P; r++) {
-        const double c = (double)ra_layout_slice(lay, len, r, P).count;
+        const double c = (double)ra_params_slice(p, lay, len, r, P).count;
         if (n > 0 && out[n - 1].c == c) {
             out[n - 1].r1 = r + 1;
             continue;
         }
         if (n == MAX_COUNT_RUNS) {
-            out[0] = (count_run){0, P, (double)model_slice_most(lay, len, P)};
+            out[0] = (count_run){0, P, (double)model_slice_most(p, lay, len, P)};
             return 1;
         }
         out[n++] = (count_run){r, r + 1, c};
@@ -314,15 +324,17 @@ static int diag_flat(const model_problem *pb, int t, int a, int z)
     const int P = pb->P;
     if (a == z)
         return 1;
-    const ra_slice q[2] = {ra_layout_slice(lay, pb->s->N, a, P),
-                           ra_layout_slice(lay, pb->s->N, z, P)};
-    const ra_slice k[2] = {ra_layout_slice(lay, pb->s->M, (a - t + P) % P, P),
-                           ra_layout_slice(lay, pb->s->M, (z - t + P) % P, P)};
+    const ra_slice q[2] = {ra_params_slice(pb->p, lay, pb->s->N, a, P),
+                           ra_params_slice(pb->p, lay, pb->s->N, z, P)};
+    const ra_slice k[2] = {ra_params_slice(pb->p, lay, pb->s->M, (a - t + P) % P, P),
+                           ra_params_slice(pb->p, lay, pb->s->M, (z - t + P) % P, P)};
     if (!lens_same(q, mk->q_lens, pb->s->B) ||
         !lens_same(k, mk->kv_lens, pb->s->B))
         return 0;
     if (lay == RA_LAYOUT_STRIPED)
         return 1;
+    if (lay == RA_LAYOUT_BALANCED) /* every rank's runs may differ */
+        return 0;
     const ra_band band = ra_band_of(pb->p, pb->s);
     for (int i = 0; i < q[0].nruns; i++)
         for (int j = 0; j < k[0].nruns; j++) {
@@ -414,14 +426,14 @@ static int diag_banded(const model_problem *pb, int last, double *diag)
     const int P = pb->P;
     count_run q[MAX_COUNT_RUNS], k[MAX_COUNT_RUNS];
     run_pair rp[MAX_COUNT_RUNS * MAX_COUNT_RUNS];
-    const int nq = count_runs(pb->p->layout, s->N, P, q);
-    const int nk = count_runs(pb->p->layout, s->M, P, k);
+    const int nq = count_runs(pb->p, pb->p->layout, s->N, P, q);
+    const int nk = count_runs(pb->p, pb->p->layout, s->M, P, k);
     for (int i = 0; i < nq * nk; i++)
         rp[i] = (run_pair){q[i / nk], k[i % nk],
                            (double)s->B * q[i / nk].c * k[i % nk].c};
     qsort(rp, (size_t)(nq * nk), sizeof *rp, run_pair_desc);
     int64_t *ids = malloc(sizeof(int64_t) *
-                          (size_t)(model_slice_most(pb->p->layout, s->N, P) +
+                          (size_t)(model_slice_most(pb->p, pb->p->layout, s->N, P) +
                                    1));
     if (!ids)
         return -1;
@@ -478,12 +490,12 @@ static int sends_unbanded(const model_problem *pb, const ring_plan *pl,
     }
     double *top = acc + P + 1; /* top[u]: the largest block sent u steps */
     for (int i = 0; i < 2 * P; i++) { /* prev[i]: last active rank <= i */
-        const ra_slice qs = ra_layout_slice(pl->layout, pl->N, i % P, P);
+        const ra_slice qs = ra_band_slice(pl->layout, pl->cut, pl->N, i % P, P);
         const int active = qs.count > 0 && ra_slice_pos(&qs, 0) < pl->q_end;
         prev[i] = active ? i : i > 0 ? prev[i - 1] : -1;
     }
     for (int src = 0; src < P; src++) {
-        const ra_slice ks = ra_layout_slice(pl->layout, pl->M, src, P);
+        const ra_slice ks = ra_band_slice(pl->layout, pl->cut, pl->M, src, P);
         const int64_t kc = slice_count_in(&ks, 0, pl->kv_end - 1);
         const int far = prev[src + P - 1] > src ? prev[src + P - 1] - src : 0;
         const int u = far < last ? far : last;
@@ -617,10 +629,10 @@ static void sends_scan(block_sends *bs, int last)
 static void sends_block(const ring_plan *pl, int src, int last, double per,
                         double *acc, double *top)
 {
-    const ra_slice ks = ra_layout_slice(pl->layout, pl->M, src, pl->P);
+    const ra_slice ks = ra_band_slice(pl->layout, pl->cut, pl->M, src, pl->P);
     block_sends bs = {pl, src, last, slice_count_in(&ks, 0, pl->kv_end - 1),
                       {0, 0}, per, acc, top};
-    if (pl->layout != RA_LAYOUT_CONTIGUOUS)
+    if (!ring_layout_runs(pl->layout))
         sends_kinked(&bs, last);
     else
         sends_scan(&bs, last);

@@ -24,8 +24,9 @@ typedef struct {
 } model_problem;
 
 /* The largest slice of a length-len axis over P ranks under layout lay, in
- * closed form. */
-int64_t model_slice_most(ra_layout lay, int64_t len, int P);
+ * closed form (balanced: O(P log len), by p's weights). */
+int64_t model_slice_most(const ra_params *p, ra_layout lay, int64_t len,
+                         int P);
 
 /* Visible pairs (one head, summed over batches) of rank d's queries against
  * rank src's keys. ids: scratch of the largest query slice. */

@@ -30,6 +30,7 @@ ring_plan ring_plan_make(const ra_shape *s, const ra_params *p,
      * by q_end and kv_end alone) rather than bound the bands per rank. */
     pl.band = p->align == RA_ALIGN_SEQUENCE ? ra_band_make(0, 0, 0, 0, 0)
                                             : ra_band_of(p, s);
+    pl.cut = ra_cut_band(p);
     pl.q_end = lens_max(masks ? masks->q_lens : NULL, s->B, s->N);
     pl.kv_end = lens_max(masks ? masks->kv_lens : NULL, s->B, s->M);
     return pl;
@@ -51,8 +52,8 @@ static int64_t slice_lower_bound(const ra_slice *sl, int64_t x)
 
 ring_span ring_plan_ends(const ring_plan *pl, int d, int src)
 {
-    ra_slice qs = ra_layout_slice(pl->layout, pl->N, d, pl->P);
-    ra_slice ks = ra_layout_slice(pl->layout, pl->M, src, pl->P);
+    ra_slice qs = ra_band_slice(pl->layout, pl->cut, pl->N, d, pl->P);
+    ra_slice ks = ra_band_slice(pl->layout, pl->cut, pl->M, src, pl->P);
     if (qs.count == 0 || ks.count == 0)
         return (ring_span){0, 0};
     const int64_t qmin = ra_slice_pos(&qs, 0);
@@ -94,19 +95,31 @@ ring_span ring_plan_held(const ring_plan *pl, int src, int t, int last)
 
 /* ---- the last step and the candidates ------------------------------------ */
 
+int ring_layout_runs(ra_layout lay)
+{
+    return lay == RA_LAYOUT_CONTIGUOUS || lay == RA_LAYOUT_BALANCED;
+}
+
+/* Rank r's one run of a length-len axis (ring_layout_runs). */
+static ra_range run_of(const ring_plan *pl, int64_t len, int r)
+{
+    const ra_slice sl = ra_band_slice(pl->layout, pl->cut, len, r, pl->P);
+    return (ra_range){sl.run[0].start, sl.count};
+}
+
 void ring_plan_candidates(const ring_plan *pl, int src, int *da, int *dz)
 {
     *da = 0;
     *dz = pl->P - 1;
-    if (pl->layout != RA_LAYOUT_CONTIGUOUS)
+    if (!ring_layout_runs(pl->layout))
         return;
-    const ra_range k = ra_shard_range(pl->M, src, pl->P);
+    const ra_range k = run_of(pl, pl->M, src);
     const int64_t kz = k.start + k.count - 1 < pl->kv_end - 1
                            ? k.start + k.count - 1 : pl->kv_end - 1;
     int lo = 0, hi = pl->P; /* first d whose last query reaches the keys */
     while (lo < hi) {
         const int mid = lo + (hi - lo) / 2;
-        const ra_range q = ra_shard_range(pl->N, mid, pl->P);
+        const ra_range q = run_of(pl, pl->N, mid);
         if (q.start + q.count - 1 + pl->band.hi < k.start)
             lo = mid + 1;
         else
@@ -116,7 +129,7 @@ void ring_plan_candidates(const ring_plan *pl, int src, int *da, int *dz)
     hi = pl->P; /* first d whose first query is past the keys, or q_end */
     while (lo < hi) {
         const int mid = lo + (hi - lo) / 2;
-        const ra_range q = ra_shard_range(pl->N, mid, pl->P);
+        const ra_range q = run_of(pl, pl->N, mid);
         if (q.start + pl->band.lo <= kz && q.start < pl->q_end)
             lo = mid + 1;
         else
@@ -138,6 +151,8 @@ int ring_plan_step_at(const ring_plan *pl, int src, int da, int dz, int u)
 int ring_layout_kinks(ra_layout lay, int64_t len, int P, int k[2])
 {
     int n = 0;
+    if (lay == RA_LAYOUT_BALANCED) /* no pieces: its runs all differ */
+        return 0;
     const int64_t parts = lay == RA_LAYOUT_ZIGZAG ? 2 * (int64_t)P : P;
     const int64_t e = len % parts; /* runs below e hold one more */
     if (e > 0 && e < P)
@@ -215,7 +230,7 @@ int ring_plan_last_step(const ring_plan *pl)
     int last = 0;
     for (int src = 0; src < pl->P; src++) {
         int da, dz;
-        if (pl->layout != RA_LAYOUT_CONTIGUOUS) {
+        if (!ring_layout_runs(pl->layout)) {
             last = plan_last_kinked(pl, src, last);
             continue;
         }

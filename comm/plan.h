@@ -25,6 +25,7 @@ typedef struct {
     int P;
     ra_band band;          /* query at position p sees keys in
                               [p + lo, p + hi] */
+    ra_band cut;           /* the balanced layout's weights (ra_cut_band) */
     int64_t q_end, kv_end; /* no query at or after q_end sees anything; no
                               key at or after kv_end is seen */
 } ring_plan;
@@ -49,10 +50,16 @@ ring_span ring_plan_held(const ring_plan *pl, int src, int t, int last);
 /* The last step anybody needs: 0 .. P-1, in O(P log P) need tests. */
 int ring_plan_last_step(const ring_plan *pl);
 
+/* 1 for the layouts that give each rank one run of consecutive tokens
+ * (contiguous, balanced): the ranks' first and last positions grow with
+ * the rank. */
+int ring_layout_runs(ra_layout lay);
+
 /* The ranks d whose queries may see block src's keys, from the band alone
- * (what ring_plan_need checks exactly): with contiguous slices their first
- * and last positions grow with d, so they are one range [*da, *dz] (empty
- * when *dz < *da); other layouts: every rank. */
+ * (what ring_plan_need checks exactly): with one run per rank
+ * (ring_layout_runs) their first and last positions grow with d, so they
+ * are one range [*da, *dz] (empty when *dz < *da); other layouts: every
+ * rank. */
 void ring_plan_candidates(const ring_plan *pl, int src, int *da, int *dz);
 
 /* The u-th candidate step of block src, counting from the farthest: the

@@ -25,10 +25,10 @@ static ra_range map_rows(const ra_slice *qs, const ra_attn_map *map)
     return (ra_range){a, z - a};
 }
 
-ra_range ra_attn_map_rows(ra_layout layout, int64_t N, int rank, int nranks,
-                          const ra_attn_map *map)
+ra_range ra_attn_map_rows(ra_layout layout, const ra_numerics *num, int64_t N,
+                          int rank, int nranks, const ra_attn_map *map)
 {
-    const ra_slice qs = ra_layout_slice(layout, N, rank, nranks);
+    const ra_slice qs = ra_layout_slice(layout, num, N, rank, nranks);
     return map_rows(&qs, map);
 }
 
@@ -179,7 +179,7 @@ static ra_status ring_run(ring_state *rs)
     ra_workspace_busy(rs->ws, &c->tm->thread_busy_min,
                       &c->tm->thread_busy_max);
     if (st == RA_OK && c->map) {
-        const ra_slice qs = ra_layout_slice(c->lay, s->N, c->r, c->P);
+        const ra_slice qs = ra_params_slice(c->params, c->lay, s->N, c->r, c->P);
         map_arg ma = {fa.q, c->lse, map_rows(&qs, c->map), c->map};
         const ring_pass_ops probs = {visit_map, NULL, NULL, &ma};
         ring_pack_own(rs); /* the own block to the front */

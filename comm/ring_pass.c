@@ -207,7 +207,7 @@ static void pass_visit(void *ctx, int t, ring_reqs *rq)
     const strat_call *c = rs->c;
     const int src = (c->r - t + c->P) % c->P;
     const ring_span held = ring_plan_held(&rs->plan, src, t, rs->last);
-    const ra_slice keys = ra_layout_slice(c->lay, c->shape->M, src, c->P);
+    const ra_slice keys = ra_params_slice(c->params, c->lay, c->shape->M, src, c->P);
     const ring_buf cur = rs->buf[t & 1];
     rs->blk.m = held.b - held.a;
     for (int64_t j = 0; j < rs->blk.m; j++)

@@ -39,7 +39,7 @@ typedef struct {
 
 static int64_t block_count(const strat_call *c, int j)
 {
-    return ra_layout_slice(c->lay, c->shape->N, j, c->P).count;
+    return ra_params_slice(c->params, c->lay, c->shape->N, j, c->P).count;
 }
 
 /* The two query blocks (ids only with segments, each sized for the

@@ -1,5 +1,5 @@
 /* shard.c: how a sequence axis is cut over the ranks. */
-#include "ringattn.h"
+#include "band.h"
 
 ra_range ra_shard_range(int64_t len, int rank, int nranks)
 {
@@ -28,7 +28,47 @@ ra_slice ra_slice_clip(const ra_slice *sl, int64_t i0, int64_t i1)
     return c;
 }
 
-ra_slice ra_layout_slice(ra_layout layout, int64_t len, int rank, int nranks)
+/* The balanced cut weighs token i by the keys a query at i of a
+ * self-attention of length len sees, [max(0, i + lo), min(len - 1, i + hi)]
+ * (lo <= 0 <= hi, so never none). Its running weight W(x), the sum over
+ * i < x, in closed form and exact: at most len^2, and P W(x) must not
+ * overflow either. */
+typedef __int128 wide;
+
+static wide weight_below(ra_band cut, int64_t len, int64_t x)
+{
+    const int64_t c = len - 1;
+    int64_t t = c - cut.hi; /* rows below t end at i + hi, the rest at c */
+    t = t < 0 ? 0 : t > x ? x : t;
+    const wide ends = (wide)t * cut.hi + (wide)t * (t - 1) / 2 + (wide)(x - t) * c;
+    const int64_t u = x + cut.lo; /* rows from -lo on start at i + lo */
+    const wide starts = u > 0 ? (wide)u * (u - 1) / 2 : 0;
+    return ends - starts + x;
+}
+
+/* Where rank r's run starts: the first x whose running weight reaches
+ * r / P of the whole, so that each rank's work lies within one row's of
+ * the mean. */
+static int64_t balanced_cut(ra_band cut, int64_t len, int r, int P)
+{
+    if (r <= 0)
+        return 0;
+    if (r >= P)
+        return len;
+    const wide goal = weight_below(cut, len, len) * r;
+    int64_t lo = 0, hi = len;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (weight_below(cut, len, mid) * P < goal)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+ra_slice ra_band_slice(ra_layout layout, ra_band cut, int64_t len, int rank,
+                       int nranks)
 {
     ra_slice s = {0};
     switch (layout) {
@@ -48,9 +88,15 @@ ra_slice ra_layout_slice(ra_layout layout, int64_t len, int rank, int nranks)
         s.run[0] = (ra_run){rank, count, nranks};
         break;
     }
+    case RA_LAYOUT_BALANCED:
     case RA_LAYOUT_CONTIGUOUS:
     default: {
         ra_range a = ra_shard_range(len, rank, nranks);
+        if (layout == RA_LAYOUT_BALANCED &&
+            (cut.lo > -RA_UNBOUNDED || cut.hi < RA_UNBOUNDED)) {
+            a.start = balanced_cut(cut, len, rank, nranks);
+            a.count = balanced_cut(cut, len, rank + 1, nranks) - a.start;
+        } /* else every token weighs alike: the contiguous cut */
         s.nruns = 1;
         s.run[0] = (ra_run){a.start, a.count, 1};
         break;
@@ -59,4 +105,18 @@ ra_slice ra_layout_slice(ra_layout layout, int64_t len, int rank, int nranks)
     for (int i = 0; i < s.nruns; i++)
         s.count += s.run[i].count;
     return s;
+}
+
+ra_slice ra_params_slice(const ra_params *params, ra_layout layout,
+                         int64_t len, int rank, int nranks)
+{
+    return ra_band_slice(layout, ra_cut_band(params), len, rank, nranks);
+}
+
+ra_slice ra_layout_slice(ra_layout layout, const ra_numerics *num,
+                         int64_t len, int rank, int nranks)
+{
+    ra_params p;
+    ra_params_join(num, NULL, &p);
+    return ra_params_slice(&p, layout, len, rank, nranks);
 }

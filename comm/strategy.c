@@ -50,7 +50,7 @@ void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
 int64_t strat_slice_pos(const strat_call *c, int64_t len, int j,
                         int64_t *pos)
 {
-    const ra_slice sl = ra_layout_slice(c->lay, len, j, c->P);
+    const ra_slice sl = ra_params_slice(c->params, c->lay, len, j, c->P);
     for (int64_t i = 0; i < sl.count; i++)
         pos[i] = ra_slice_pos(&sl, i);
     return sl.count;
@@ -208,7 +208,7 @@ int64_t strat_slice_most(const strat_call *c, int64_t len)
 {
     int64_t most = 0;
     for (int j = 0; j < c->P; j++) {
-        const int64_t n = ra_layout_slice(c->lay, len, j, c->P).count;
+        const int64_t n = ra_params_slice(c->params, c->lay, len, j, c->P).count;
         most = n > most ? n : most;
     }
     return most;
@@ -218,7 +218,7 @@ void strat_rows(const strat_call *c, int64_t len, int64_t *cnt,
                 int64_t *off)
 {
     for (int j = 0; j < c->P; j++) {
-        cnt[j] = ra_layout_slice(c->lay, len, j, c->P).count;
+        cnt[j] = ra_params_slice(c->params, c->lay, len, j, c->P).count;
         off[j] = j ? off[j - 1] + c->shape->B * cnt[j - 1] : 0;
     }
 }
@@ -251,7 +251,7 @@ ra_status strat_ids_natural(strat_call *c, int64_t len, const int64_t *mine,
     const strat_watch w = {"the gathering of the segment ids", NULL, 0};
     st = strat_wait(c, 1, &req, &w);
     for (int p = 0; st == RA_OK && p < c->P; p++) {
-        const ra_slice sl = ra_layout_slice(c->lay, len, p, c->P);
+        const ra_slice sl = ra_params_slice(c->params, c->lay, len, p, c->P);
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i < sl.count; i++)
                 out[b * len + ra_slice_pos(&sl, i)] =

@@ -68,7 +68,7 @@ static void to_natural(const strat_call *c, const head_group *hg, int src,
                        const head_dest *dst_of, head_rows rows,
                        const float *blk, float *dst)
 {
-    const ra_slice sl = ra_layout_slice(c->lay, dst_of->axis, src, c->P);
+    const ra_slice sl = ra_params_slice(c->params, c->lay, dst_of->axis, src, c->P);
     const int64_t B = c->shape->B, len = dst_of->len;
     const int64_t nh = rows.nh, d = rows.d;
     for (int64_t hl = 0; hl < nh; hl++) {
@@ -92,7 +92,7 @@ static void from_natural(const strat_call *c, const head_group *hg, int dst,
                   float *blk)
 {
     const ra_shape *s = c->shape;
-    const ra_slice sl = ra_layout_slice(c->lay, s->N, dst, c->P);
+    const ra_slice sl = ra_params_slice(c->params, c->lay, s->N, dst, c->P);
     const int64_t B = s->B, N = src_of->len, Dv = s->Dv, nh = hg->h1 - hg->h0;
     float *lblk = blk + B * sl.count * nh * Dv;
     for (int64_t hl = 0; hl < nh; hl++) {
@@ -134,8 +134,8 @@ static void heads_pair(const strat_call *c, const head_xchg *x, int p,
     const int64_t hr = me.h1 - me.h0, gr = me.g1 - me.g0;
     const int64_t hpn = hp.h1 - hp.h0, gpn = hp.g1 - hp.g0;
     const int gp = x->first + p;
-    const int64_t np = ra_layout_slice(c->lay, s->N, gp, c->P).count;
-    const int64_t mp = ra_layout_slice(c->lay, s->M, gp, c->P).count;
+    const int64_t np = ra_params_slice(c->params, c->lay, s->N, gp, c->P).count;
+    const int64_t mp = ra_params_slice(c->params, c->lay, s->M, gp, c->P).count;
     *to = back ? s->B * np * hr * (s->Dv + 1)
                : s->B * (c->n * hpn * s->D + c->m_own * gpn * (s->D + s->Dv));
     *from = back ? s->B * c->n * hpn * (s->Dv + 1)
@@ -189,8 +189,8 @@ ra_status heads_scatter(strat_call *c, head_xchg *x, const head_order *qo,
     ra_status st = heads_exchange(c, x, "the all-to-all of q, k, v");
     for (int p = 0; st == RA_OK && p < x->size; p++) {
         const int src = x->first + p;
-        const int64_t np = ra_layout_slice(c->lay, s->N, src, c->P).count;
-        const int64_t mp = ra_layout_slice(c->lay, s->M, src, c->P).count;
+        const int64_t np = ra_params_slice(c->params, c->lay, s->N, src, c->P).count;
+        const int64_t mp = ra_params_slice(c->params, c->lay, s->M, src, c->P).count;
         const head_dest qd = {s->N, qo->len, qo->idx ? qo->idx + qo->off[p]
                                                      : NULL};
         const head_dest kd = {s->M, ko->len, ko->idx ? ko->idx + ko->off[p]

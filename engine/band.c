@@ -20,6 +20,13 @@ ra_band ra_band_of(const ra_params *p, const ra_shape *s)
                         p->window_right, s->M - s->N);
 }
 
+ra_band ra_cut_band(const ra_params *p)
+{
+    return p ? ra_band_make(p->causal, p->window, p->window_left,
+                            p->window_right, 0)
+             : ra_band_make(0, 0, 0, 0, 0);
+}
+
 int64_t ra_band_keys(ra_band band, int64_t p, int64_t kv_len, int64_t *first,
                      int64_t *last)
 {

@@ -30,6 +30,15 @@ ra_band ra_band_make(int causal, int window, int64_t left, int64_t right,
 /* The band of a forward pass's options for a shape. */
 ra_band ra_band_of(const ra_params *params, const ra_shape *shape);
 
+/* The band the balanced layout weighs a token by: the causal and window
+ * rules of a self-attention (diag 0), whatever N and M are; NULL: none. */
+ra_band ra_cut_band(const ra_params *params);
+
+/* ra_layout_slice with the balanced cut weighed by the band cut
+ * (ra_cut_band; unbounded on both sides: the contiguous cut). */
+ra_slice ra_band_slice(ra_layout layout, ra_band cut, int64_t len, int rank,
+                       int nranks);
+
 /* The keys [*first, *last] that a query at position p sees within
  * [0, kv_len), and their count (0, with *first > *last, when none). */
 int64_t ra_band_keys(ra_band band, int64_t p, int64_t kv_len, int64_t *first,

@@ -67,6 +67,11 @@ double ra_params_scale(const ra_params *params, const ra_shape *shape);
 void ra_params_tiles(const ra_params *params, const ra_shape *shape,
                      int64_t *block_q, int64_t *block_kv);
 ra_layout ra_params_layout(const ra_params *params, int segments);
+
+/* ra_layout_slice on joined options (the balanced cut weighs by their
+ * causal and window rules; band.h, ra_band_slice). */
+ra_slice ra_params_slice(const ra_params *params, ra_layout layout,
+                         int64_t len, int rank, int nranks);
 int ra_params_threads(const ra_params *params);
 
 /* ra_forward_flops and ra_backward_flops on joined options. */

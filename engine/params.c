@@ -166,14 +166,15 @@ static const char *const score_names[] = {"dot", "gaussian", "additive"};
 /* ra_score_name, ra_score_parse */
 RA_NAMED_ENUM(score, ra_score, "score", score_names)
 
-static const char *const layout_names[] = {"contiguous", "zigzag",
-                                            "striped", "auto"};
+static const char *const layout_names[] = {"contiguous", "zigzag", "striped",
+                                            "auto", "balanced"};
 /* ra_layout_name, ra_layout_parse */
 RA_NAMED_ENUM(layout, ra_layout, "layout", layout_names)
 
-/* Measured in docs/PERFORMANCE.md ("Layouts"): a window makes every
- * contiguous slice cost the same and lets the ring skip the hops it cannot
- * reach; random segment lengths load contiguous slices unevenly (busy
+/* Measured in docs/PERFORMANCE.md ("Layouts"): a window lets contiguous
+ * runs skip the hops the ring cannot reach, and balanced runs give the
+ * first rank, whose queries see fewer keys, the rows that even it out;
+ * random segment lengths load contiguous slices unevenly (busy
  * max/min 1.5 at P = 2) where striping spreads every segment over all
  * ranks; causal contiguous slices leave rank 0 a fraction of rank P-1's
  * work, which zigzag evens out. */
@@ -182,7 +183,7 @@ ra_layout ra_params_layout(const ra_params *params, int segments)
     if (params->layout != RA_LAYOUT_AUTO)
         return params->layout;
     if (params->window)
-        return RA_LAYOUT_CONTIGUOUS;
+        return RA_LAYOUT_BALANCED;
     if (segments)
         return RA_LAYOUT_STRIPED;
     return params->causal ? RA_LAYOUT_ZIGZAG : RA_LAYOUT_CONTIGUOUS;

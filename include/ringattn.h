@@ -65,6 +65,10 @@ typedef enum {
     RA_LAYOUT_ZIGZAG = 1,     /* 2P chunks; rank r: chunks r and 2P-1-r */
     RA_LAYOUT_STRIPED = 2,    /* token i on rank i mod P */
     RA_LAYOUT_AUTO = 3,       /* the default: see ra_exec_layout() */
+    RA_LAYOUT_BALANCED = 4,   /* rank r: one run of consecutive tokens,
+                                 the cuts placed so that every rank's
+                                 queries see as many keys under causal and
+                                 the window (ra_layout_slice) */
 } ra_layout;
 
 /* How the ranks split one attention call (docs/DESIGN.md, "Strategies").
@@ -329,7 +333,7 @@ RA_API void ra_exec_tiles(const ra_numerics *num, const ra_exec *exec,
                           int64_t *block_kv);
 
 /* The layout actually used: exec->layout, or for RA_LAYOUT_AUTO the best
- * measured choice (docs/PERFORMANCE.md): contiguous with a window, else
+ * measured choice (docs/PERFORMANCE.md): balanced with a window, else
  * striped with packed segments, else zigzag when causal, else contiguous.
  * segments: whether segment masks are given. */
 RA_API ra_layout ra_exec_layout(const ra_numerics *num, const ra_exec *exec,
@@ -347,7 +351,12 @@ RA_API ra_range ra_shard_range(int64_t len, int rank, int nranks);
 /* The tokens a rank holds under a layout: up to two runs of global
  * positions start + i * stride (i < count), in increasing order; a rank's
  * local arrays hold exactly these tokens in this order. Any len >= 0 and
- * any P work: chunks differ by at most one token, ranks may be empty. */
+ * any P work; ranks may be empty. Contiguous, zigzag and striped chunks
+ * differ by at most one token and ignore num. Balanced weighs token i by
+ * the keys a query at position i of a self-attention of length len would
+ * see under num's causal and window rules (NULL or neither: every token
+ * alike, the contiguous cut) and cuts where the running weight crosses
+ * r / P of the whole, so ranks' work differs by at most one row's. */
 typedef struct {
     int64_t start, count, stride;
 } ra_run;
@@ -358,7 +367,8 @@ typedef struct {
     int64_t count; /* tokens in all runs */
 } ra_slice;
 
-RA_API ra_slice ra_layout_slice(ra_layout layout, int64_t len, int rank, int nranks);
+RA_API ra_slice ra_layout_slice(ra_layout layout, const ra_numerics *num,
+                                int64_t len, int rank, int nranks);
 
 /* The tokens of a slice whose positions lie in [i0, i1), with positions
  * counted from i0: the rows an attention map of those queries holds. */
@@ -398,8 +408,8 @@ RA_API double ra_backward_flops(const ra_shape *shape, const ra_numerics *num,
                                 const ra_masks *masks);
 
 /* This rank's input slices (read only), each rank passing the tokens that
- * ra_layout_slice(ra_exec_layout(num, exec, masks has segments), N or M,
- * rank, P) gives it, in that order; n and m are this rank's query and key
+ * ra_layout_slice(ra_exec_layout(num, exec, masks has segments), num,
+ * N or M, rank, P) gives it, in that order; n and m are this rank's query and key
  * counts (either may be 0):
  *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv) */
 typedef struct {
@@ -419,8 +429,9 @@ typedef struct {
     float *out;
 } ra_attn_map;
 
-RA_API ra_range ra_attn_map_rows(ra_layout layout, int64_t N, int rank,
-                                 int nranks, const ra_attn_map *map);
+RA_API ra_range ra_attn_map_rows(ra_layout layout, const ra_numerics *num,
+                                 int64_t N, int rank, int nranks,
+                                 const ra_attn_map *map);
 
 /* What a forward writes for this rank's query slice (caller-owned):
  *   o (B, n, H, Dv), lse (B, H, n)
@@ -668,13 +679,15 @@ RA_API ra_status ra_h5_read_shape(MPI_Comm comm, const char *path,
                                   ra_axes used[3]);
 
 /* Reads this rank's slices under a resolved layout (not RA_LAYOUT_AUTO;
- * ra_layout_slice over N for q, over M for k and v) from the datasets src
+ * ra_layout_slice with num over N for q, over M for k and v; num may be
+ * NULL for a layout that ignores it) from the datasets src
  * names into caller-owned buffers; each rank reads only its own
  * hyperslabs, with collective transfers. */
 RA_API ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
                                    const ra_h5_source *src,
                                    const ra_shape *shape, ra_layout layout,
-                                   float *q, float *k, float *v);
+                                   const ra_numerics *num, float *q,
+                                   float *k, float *v);
 
 /* Mask data read from a file, owned by the struct (ra_h5_masks_free). */
 typedef struct {
@@ -688,11 +701,13 @@ typedef struct {
  * /q_lens, /kv_lens (B,) and /q_segments (B, N), /kv_segments (B, M), or
  * /segments (B, N) for both when N == M), integer typed; lens must lie in
  * [0, N] and [0, M]. Absent datasets leave NULL pointers. Segments are
- * read as this rank's layout slices. *masks is overwritten (free earlier
+ * read as this rank's layout slices (layout and num as for
+ * ra_h5_read_inputs). *masks is overwritten (free earlier
  * contents first); on failure it is all NULL. */
 RA_API ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                                   const ra_h5_source *src,
                                   const ra_shape *shape, ra_layout layout,
+                                  const ra_numerics *num,
                                   ra_h5_masks *masks);
 RA_API void ra_h5_masks_free(ra_h5_masks *masks);
 
@@ -710,7 +725,7 @@ typedef enum {
  * the messages spell them. A name is a static string ("unknown" for a value
  * outside the enum); a parse accepts exactly those names and returns
  * RA_ERR_ARG, naming the expected ones, for any other.
- *   layout:   "contiguous", "zigzag", "striped", "auto"
+ *   layout:   "contiguous", "zigzag", "striped", "auto", "balanced"
  *   strategy: "ring", "allgather", "tree", "ring-q", "ulysses", "hybrid"
  *   score:    "dot", "gaussian", "additive"
  *   rope:     "none", "interleaved", "half"

@@ -154,7 +154,8 @@ ra_status h5io_read_backward(MPI_Comm comm, const h5io_bwd_files *f,
 {
     const char *in = f->in, *fwd = f->fwd;
     ra_slice qs, ks;
-    ra_status st = h5io_rank_slices(comm, in, p->layout, s, &qs, &ks);
+    ra_status st = h5io_rank_slices(comm, in, p->layout, ra_cut_band(p), s,
+                                    &qs, &ks);
     if (st != RA_OK)
         return st;
     const int64_t odims[4] = {s->B, s->N, s->H, s->Dv};
@@ -269,8 +270,9 @@ ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
                            const float *dq, const float *dk, const float *dv)
 {
     grads_ctx c = {path, shape, meta, dq, dk, dv, {0}, {0}, 0, 0};
-    ra_status st = h5io_rank_slices(comm, path, meta->params->layout, shape,
-                                    &c.qs, &c.ks);
+    ra_status st = h5io_rank_slices(comm, path, meta->params->layout,
+                                    ra_cut_band(meta->params), shape, &c.qs,
+                                    &c.ks);
     if (st == RA_OK && (MPI_Comm_rank(comm, &c.rank) != MPI_SUCCESS ||
                         MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS))
         st = ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);

@@ -15,13 +15,16 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "band.h"
 #include "internal.h"
 
-/* This rank's token slices under a resolved layout: of the N queries into
- * *sq, of the M keys into *sk; RA_ERR_MPI naming path when comm cannot say
- * which rank this is. Not collective. */
+/* This rank's token slices under a resolved layout (the balanced one
+ * weighed by cut, ra_band_slice): of the N queries into *sq, of the M keys
+ * into *sk; RA_ERR_MPI naming path when comm cannot say which rank this
+ * is. Not collective. */
 ra_status h5io_rank_slices(MPI_Comm comm, const char *path, ra_layout layout,
-                           const ra_shape *s, ra_slice *sq, ra_slice *sk);
+                           ra_band cut, const ra_shape *s, ra_slice *sq,
+                           ra_slice *sk);
 
 /* The arguments of a reader of rank slices: a valid shape (ra_shape_check)
  * and a resolved layout (not RA_LAYOUT_AUTO); RA_ERR_ARG naming path
@@ -335,6 +338,7 @@ typedef struct {
     const ra_h5_source *src;
     const ra_shape *shape;
     ra_layout layout;
+    ra_band cut; /* the balanced layout's weights (ra_cut_band) */
     const float *q, *k, *v;
 } h5io_inputs;
 

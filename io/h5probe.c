@@ -53,7 +53,8 @@ static ra_status probe_write_read(MPI_Comm comm, const char *name,
                                   .tuning = tn};
         MPI_Barrier(comm);
         t0 = MPI_Wtime();
-        st = ra_h5_read_inputs(comm, name, &src, s, exec.layout, o, o, o);
+        st = ra_h5_read_inputs(comm, name, &src, s, exec.layout, NULL, o, o,
+                               o);
         mine[1] = MPI_Wtime() - t0;
     }
     if (MPI_Allreduce(mine, t, 2, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS &&

@@ -39,14 +39,15 @@ static void slice_positions(const ra_slice *sl, int64_t *pos)
  * batch by batch: the extra M ids after them receive a batch in rank
  * order, w->keys (unused until step 2) holds a rank's positions;
  * collective. */
-static ra_status ids_gather(MPI_Comm comm, const ra_shape *s, ra_layout layout,
+static ra_status ids_gather(MPI_Comm comm, const ra_shape *s,
+                            const ra_params *p, ra_layout layout,
                             const ra_masks *mk, int64_t m, lse_work *w)
 {
     int P;
     MPI_Comm_size(comm, &P);
     int64_t *recv = w->ids + s->B * s->M, *pos = (int64_t *)w->keys;
     for (int r = 0, off = 0; r < P; r++) {
-        w->counts[r] = (int)ra_layout_slice(layout, s->M, r, P).count;
+        w->counts[r] = (int)ra_params_slice(p, layout, s->M, r, P).count;
         w->displs[r] = off;
         off += w->counts[r];
     }
@@ -57,7 +58,7 @@ static ra_status ids_gather(MPI_Comm comm, const ra_shape *s, ra_layout layout,
             return ra_error_set(RA_ERR_MPI, "lse check: MPI_Allgatherv of "
                                 "the key segment ids failed");
         for (int r = 0; r < P; r++) {
-            const ra_slice sl = ra_layout_slice(layout, s->M, r, P);
+            const ra_slice sl = ra_params_slice(p, layout, s->M, r, P);
             slice_positions(&sl, pos);
             for (int64_t t = 0; t < sl.count; t++)
                 w->ids[b * s->M + pos[t]] = recv[w->displs[r] + t];
@@ -120,8 +121,8 @@ ra_status h5io_lse_check(MPI_Comm comm, const char *fwd, const ra_shape *s,
     int rank, P;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &P);
-    const ra_slice qs = ra_layout_slice(p->layout, s->N, rank, P);
-    const ra_slice ks = ra_layout_slice(p->layout, s->M, rank, P);
+    const ra_slice qs = ra_params_slice(p, p->layout, s->N, rank, P);
+    const ra_slice ks = ra_params_slice(p, p->layout, s->M, rank, P);
     const int segs = mk && mk->q_segments;
     lse_work w = {0};
     ra_status st = RA_OK;
@@ -144,7 +145,7 @@ ra_status h5io_lse_check(MPI_Comm comm, const char *fwd, const ra_shape *s,
         st = ra_error_set(RA_ERR_ARG, "%s: the check of /lse against the "
                           "segments takes M up to %d keys", fwd, INT_MAX);
     if ((st = ra_agree(comm, st)) == RA_OK && segs)
-        st = ra_agree(comm, ids_gather(comm, s, p->layout, mk, ks.count, &w));
+        st = ra_agree(comm, ids_gather(comm, s, p, p->layout, mk, ks.count, &w));
     if (st == RA_OK && w.aligned) /* collective; agreed */
         st = ra_align_queries(comm, s, p->layout, p, mk, w.aligned);
     /* steps 2 and 3: per batch, which local queries see a key; their lse */

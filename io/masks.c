@@ -245,12 +245,13 @@ static ra_status masks_finish(const char *path,
  * failure too. */
 static ra_status masks_read(MPI_Comm comm, const char *path,
                             const mask_set *nm, const ra_shape *s,
-                            ra_layout layout, mask_spec *m, void **block)
+                            ra_layout layout, ra_band cut, mask_spec *m,
+                            void **block)
 {
     const char *const *mask_names = nm->name;
     h5io_reader in = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
     ra_slice sq, sk;
-    ra_status st = h5io_rank_slices(comm, path, layout, s, &sq, &sk);
+    ra_status st = h5io_rank_slices(comm, path, layout, cut, s, &sq, &sk);
     if (st != RA_OK)
         return st;
     masks_plan(s, sq, sk, m);
@@ -289,7 +290,8 @@ cleanup:
 
 ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
                            const ra_h5_source *src, const ra_shape *shape,
-                           ra_layout layout, ra_h5_masks *masks)
+                           ra_layout layout, const ra_numerics *num,
+                           ra_h5_masks *masks)
 {
     ra_error_clear();
     const mask_set nm = names_resolve(src);
@@ -306,8 +308,10 @@ ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
         return st;
 
     h5io_quiet_begin(&quiet);
-    st = ra_agree(comm, masks_read(comm, path, &nm, shape, layout, m,
-                                   &masks->block));
+    ra_params p;
+    ra_params_join(num, NULL, &p);
+    st = ra_agree(comm, masks_read(comm, path, &nm, shape, layout,
+                                   ra_cut_band(&p), m, &masks->block));
     h5io_quiet_end(&quiet);
     if (st != RA_OK) {
         ra_h5_masks_free(masks);

@@ -169,14 +169,15 @@ cleanup:
 
 static ra_status inputs_read(MPI_Comm comm, const char *path,
                              const source_names *nm, const ra_shape *s,
-                             ra_layout layout, float *q, float *k, float *v)
+                             ra_layout layout, ra_band cut, float *q,
+                             float *k, float *v)
 {
     const int64_t qdims[4] = {s->B, s->N, s->H, s->D};
     const int64_t kdims[4] = {s->B, s->M, s->G, ra_shape_dk(s)};
     const int64_t vdims[4] = {s->B, s->M, s->G, s->Dv};
     ra_slice sq, sk;
     h5io_reader in;
-    ra_status st = h5io_rank_slices(comm, path, layout, s, &sq, &sk);
+    ra_status st = h5io_rank_slices(comm, path, layout, cut, s, &sq, &sk);
     if (st != RA_OK)
         return st;
 
@@ -191,9 +192,12 @@ static ra_status inputs_read(MPI_Comm comm, const char *path,
 
 ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
                             const ra_h5_source *src, const ra_shape *shape,
-                            ra_layout layout, float *q, float *k, float *v)
+                            ra_layout layout, const ra_numerics *num,
+                            float *q, float *k, float *v)
 {
     ra_error_clear();
+    ra_params p;
+    ra_params_join(num, NULL, &p);
     const source_names nm = source_resolve(src);
     h5io_quiet quiet;
     ra_status st;
@@ -201,7 +205,8 @@ ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
     if ((st = h5io_slices_check(path, shape, layout)) != RA_OK)
         return st;
     h5io_quiet_begin(&quiet);
-    st = ra_agree(comm, inputs_read(comm, path, &nm, shape, layout, q, k, v));
+    st = ra_agree(comm, inputs_read(comm, path, &nm, shape, layout,
+                                        ra_cut_band(&p), q, k, v));
     h5io_quiet_end(&quiet);
     return st;
 }

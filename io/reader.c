@@ -34,14 +34,15 @@ ra_status h5io_reader_close(h5io_reader *r, const char *path, ra_status st)
 }
 
 ra_status h5io_rank_slices(MPI_Comm comm, const char *path, ra_layout layout,
-                           const ra_shape *s, ra_slice *sq, ra_slice *sk)
+                           ra_band cut, const ra_shape *s, ra_slice *sq,
+                           ra_slice *sk)
 {
     int rank, nranks;
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &nranks) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    *sq = ra_layout_slice(layout, s->N, rank, nranks);
-    *sk = ra_layout_slice(layout, s->M, rank, nranks);
+    *sq = ra_band_slice(layout, cut, s->N, rank, nranks);
+    *sk = ra_band_slice(layout, cut, s->M, rank, nranks);
     return RA_OK;
 }
 
@@ -49,7 +50,8 @@ ra_status h5io_slices_check(const char *path, const ra_shape *s,
                             ra_layout layout)
 {
     const ra_status st = ra_shape_check(s);
-    if (st == RA_OK && (unsigned)layout > RA_LAYOUT_STRIPED)
+    if (st == RA_OK &&
+        (layout == RA_LAYOUT_AUTO || (unsigned)layout > RA_LAYOUT_BALANCED))
         return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
                             (int)layout);
     return st;

@@ -102,7 +102,8 @@ ra_status h5io_scan_nonfinite(MPI_Comm comm, const char *path,
     ra_slice sq, sk;
 
     bad->dataset = NULL;
-    ra_status st = h5io_rank_slices(comm, path, in->layout, s, &sq, &sk);
+    ra_status st = h5io_rank_slices(comm, path, in->layout, in->cut, s, &sq,
+                                    &sk);
     if (st != RA_OK)
         return st;
     const int64_t Dk = ra_shape_dk(s);

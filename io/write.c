@@ -182,7 +182,7 @@ static ra_status outputs_check(const char *path, const ra_shape *shape,
                             "cannot write compressed datasets collectively "
                             "(1.10.2 or later can)", path, H5_VERS_MAJOR,
                             H5_VERS_MINOR, H5_VERS_RELEASE);
-    if ((unsigned)ra_params_layout(params, 0) > RA_LAYOUT_STRIPED)
+    if ((unsigned)ra_params_layout(params, 0) > RA_LAYOUT_BALANCED)
         return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
                             (int)ra_params_layout(params, 0));
     return RA_OK;
@@ -232,8 +232,8 @@ ra_status h5io_write_outputs_staged(MPI_Comm comm, const char *path,
     snprintf(c.o_name, sizeof c.o_name, "%s%so", g, sep);
     snprintf(c.lse_name, sizeof c.lse_name, "%s%slse", g, sep);
     snprintf(c.map_name, sizeof c.map_name, "%s%sattn_map", g, sep);
-    c.rows = ra_layout_slice(ra_params_layout(&c.params, 0), shape->N,
-                             rank, c.nranks);
+    c.rows = ra_params_slice(&c.params, ra_params_layout(&c.params, 0),
+                             shape->N, rank, c.nranks);
     st = h5io_half_range_check(comm, path, c.o_name, meta->out_dtype, o,
                                (size_t)(shape->B * c.rows.count * shape->H *
                                         shape->Dv));

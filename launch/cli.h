@@ -372,12 +372,15 @@ ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
 /* What cli_tensors_alloc() allocates, in cli_mem_check()'s message. */
 #define CLI_TENSORS_WHAT "the tensors (q, k, v, o, lse)"
 
-/* Allocates the tensors of this rank of ctx, after cli_mem_check() of
- * their bytes against limit (--mem-limit, or 0); RA_ERR_ARG (the shape
- * does not fit, or a size overflows) or RA_ERR_NOMEM with a message
- * otherwise. Not collective. */
-ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s, ra_layout lay,
-                            const cli_ctx *ctx, int64_t limit);
+/* Allocates the tensors of this rank of ctx under p's layout (resolved),
+ * after cli_mem_check() of their bytes against p->mem_limit (--mem-limit,
+ * or 0); RA_ERR_ARG (the shape does not fit, or a size overflows) or
+ * RA_ERR_NOMEM with a message otherwise. Not collective. */
+ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s,
+                            const ra_params *p, const cli_ctx *ctx);
+
+/* The numerics of joined options, for the public calls that take them. */
+ra_numerics cli_numerics(const ra_params *p);
 void cli_tensors_free(cli_tensors *t);
 
 /* The additive score's weights, read from an input file. */

@@ -97,17 +97,17 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
 static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
 {
     cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
-    ra_status st = cli_tensors_alloc(&r->d.t, &r->d.s, o->p.layout, ctx,
-                                     o->p.mem_limit);
+    ra_status st = cli_tensors_alloc(&r->d.t, &r->d.s, &o->p, ctx);
     const int64_t A = o->p.score == RA_SCORE_ADDITIVE ? o->p.additive->A : 0;
     if (st == RA_OK)
         st = cli_grads_alloc(&r->d, A, "run --backward", ctx,
                              o->p.mem_limit);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
+    const ra_numerics num = cli_numerics(&o->p);
     return ra_h5_read_masks(ctx->comm, o->in,
                             &(ra_h5_source){.tuning = &ctx->tuning}, &r->d.s,
-                            o->p.layout, &r->d.masks);
+                            o->p.layout, &num, &r->d.masks);
 }
 
 /* Reads the inputs (and the forward state from --fwd), refusing
@@ -118,9 +118,11 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
     cli_tensors *t = &r->d.t;
     h5io_nonfinite bad;
     const h5io_bwd_files files = {o->in, o->fwd, o->src.axes, &ctx->tuning};
+    const ra_numerics num = cli_numerics(&o->p);
     ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
-                                     o->p.layout, t->q, t->k, t->v);
-    const h5io_inputs in = {&o->src, &r->d.s, o->p.layout, t->q, t->k, t->v};
+                                     o->p.layout, &num, t->q, t->k, t->v);
+    const h5io_inputs in = {&o->src,  &r->d.s, o->p.layout,
+                            ra_cut_band(&o->p), t->q, t->k, t->v};
     if (st == RA_OK)
         st = h5io_scan_nonfinite(ctx->comm, o->in, &in, &bad);
     if (st == RA_OK)

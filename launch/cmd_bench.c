@@ -116,8 +116,7 @@ static ra_status config_setup(const cli_ctx *ctx, const bench_opts *o,
     const uint64_t seed = (uint64_t)o->seed;
     r->gen = (bench_gen){&o->p, seed, o->rm.lens, o->rm.segment_avg,
                          o->check_rows};
-    ra_status st = cli_tensors_alloc(&r->t, s, o->p.layout, ctx,
-                                     o->p.mem_limit);
+    ra_status st = cli_tensors_alloc(&r->t, s, &o->p, ctx);
     if (st == RA_OK)
         st = bench_reps_alloc(&r->reps, o->reps, "bench");
     if (st == RA_OK)
@@ -204,7 +203,8 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->model_bytes =
         bench_spread(ctx->comm, model_bytes(ctx, s, naive, r, res)).max;
     res->ring_gbps = naive ? 0.0
-                           : bench_ring_bandwidth(ctx->comm, s, o->p.layout);
+                           : bench_ring_bandwidth(ctx->comm, s, &o->p,
+                                                                  o->p.layout);
     res->steps = naive ? 1 : r->reps.tm.steps;
     res->lens = o->rm.lens;
     res->segment_avg = o->rm.segment_avg;
@@ -322,8 +322,7 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
         /* before the yardsticks and every config: the tensors fit the
          * limit and the address space (allocated untouched, then freed) */
         cli_tensors t;
-        if (st == RA_OK && (st = cli_tensors_alloc(&t, &s, o->p.layout, ctx,
-                                                   o->p.mem_limit)) == RA_OK)
+        if (st == RA_OK && (st = cli_tensors_alloc(&t, &s, &o->p, ctx)) == RA_OK)
             cli_tensors_free(&t);
     }
     if (st == RA_OK)

@@ -104,7 +104,7 @@ static ra_status bb_alloc(const cli_ctx *ctx, const bb_opts *o, bb_state *b)
     const ra_shape *s = &b->d.s;
     cli_tensors *t = &b->d.t;
     const int64_t A = o->p.score == RA_SCORE_ADDITIVE ? o->p.additive->A : 0;
-    ra_status st = cli_tensors_alloc(t, s, o->p.layout, ctx, o->p.mem_limit);
+    ra_status st = cli_tensors_alloc(t, s, &o->p, ctx);
     if (st == RA_OK)
         st = cli_grads_alloc(&b->d, A, "bench --backward", ctx,
                              o->p.mem_limit);
@@ -114,7 +114,7 @@ static ra_status bb_alloc(const cli_ctx *ctx, const bb_opts *o, bb_state *b)
         return st;
     int64_t mmax = 0;
     for (int r = 0; r < ctx->nranks; r++) {
-        const int64_t c = ra_layout_slice(o->p.layout, s->M, r,
+        const int64_t c = ra_params_slice(&o->p, o->p.layout, s->M, r,
                                           ctx->nranks).count;
         mmax = c > mmax ? c : mmax;
     }
@@ -207,7 +207,8 @@ static void bb_result(const cli_ctx *ctx, const bb_opts *o, bb_state *b,
     r->sgemm_gflops = b->yard.sgemm;
     r->peak_gflops = b->yard.peak;
     r->model_bytes = bench_spread(ctx->comm, b->model_bytes).max;
-    r->ring_gbps = bench_ring_bandwidth(ctx->comm, &b->d.s, o->p.layout);
+    r->ring_gbps = bench_ring_bandwidth(ctx->comm, &b->d.s, &o->p,
+                                         o->p.layout);
     r->steps = b->reps.tm.steps;
     int finite = b->finite;
     MPI_Allreduce(MPI_IN_PLACE, &finite, 1, MPI_INT, MPI_MIN, ctx->comm);

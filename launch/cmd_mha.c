@@ -249,8 +249,8 @@ static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     const ra_shape *s = &r->d.s;
     const ra_mha *L = &r->lw.layer;
     cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
-    r->qs = ra_layout_slice(o->p.layout, s->N, ctx->rank, ctx->nranks);
-    r->ks = ra_layout_slice(o->p.layout, s->M, ctx->rank, ctx->nranks);
+    r->qs = ra_params_slice(&o->p, o->p.layout, s->N, ctx->rank, ctx->nranks);
+    r->ks = ra_params_slice(&o->p, o->p.layout, s->M, ctx->rank, ctx->nranks);
     const int64_t nxq = ra_mul_checked(s->B * r->qs.count, L->Eq);
     const int64_t nxk = r->self ? 0 : ra_mul_checked(s->B * r->ks.count, L->Ekv);
     const int64_t ny = ra_mul_checked(s->B * r->qs.count, L->Eout);
@@ -274,9 +274,10 @@ static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     r->xq = r->mem;
     r->xkv = r->self ? r->xq : r->xq + nxq;
     r->y = r->xq + nxq + nxk;
+    const ra_numerics num = cli_numerics(&o->p);
     return ra_h5_read_masks(ctx->comm, o->in,
                             &(ra_h5_source){.tuning = &ctx->tuning}, s,
-                            o->p.layout, &r->d.masks);
+                            o->p.layout, &num, &r->d.masks);
 }
 
 /* Reads this rank's tokens; the reader refuses non-finite ones

@@ -96,7 +96,7 @@ static ra_status plan_masks(const plan_opts *o, plan_state *w)
     ra_status st = RA_OK;
     if (o->in) {
         st = ra_h5_read_masks(MPI_COMM_SELF, o->in, &w->src, s,
-                              RA_LAYOUT_CONTIGUOUS, &w->h5m);
+                              RA_LAYOUT_CONTIGUOUS, NULL, &w->h5m);
         w->mk = (model_masks){w->h5m.q_lens, w->h5m.kv_lens,
                               w->h5m.q_segments, w->h5m.kv_segments};
         return st;

@@ -265,13 +265,13 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
     const ra_shape *s = &r->d.s;
     cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
-    ra_status st = cli_tensors_alloc(&r->d.t, s, o->p.layout, ctx,
-                                     o->p.mem_limit);
+    ra_status st = cli_tensors_alloc(&r->d.t, s, &o->p, ctx);
     r->map = (ra_attn_map){r->mreq.i0, r->mreq.i1, r->mreq.heads,
                            r->mreq.nheads, NULL};
     if (st == RA_OK && o->map_rows) {
-        const ra_range rows = ra_attn_map_rows(o->p.layout, s->N, ctx->rank,
-                                               ctx->nranks, &r->map);
+        const ra_numerics num = cli_numerics(&o->p);
+        const ra_range rows = ra_attn_map_rows(o->p.layout, &num, s->N,
+                                               ctx->rank, ctx->nranks, &r->map);
         const int64_t n = ra_mul_checked(ra_mul_checked(s->B, r->map.nheads),
                                          ra_mul_checked(rows.count, s->M));
         r->map.out = n >= 0 && (uint64_t)n < SIZE_MAX / sizeof(float)
@@ -282,8 +282,9 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
     }
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
+    const ra_numerics num = cli_numerics(&o->p);
     if ((st = ra_h5_read_masks(ctx->comm, o->in, &o->src, s, o->p.layout,
-                               &r->d.masks)) != RA_OK)
+                               &num, &r->d.masks)) != RA_OK)
         return st;
     mask_names(r);
     mask_record(o, r);
@@ -294,9 +295,11 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
 {
     cli_tensors *t = &r->d.t;
+    const ra_numerics num = cli_numerics(&o->p);
     ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
-                                     o->p.layout, t->q, t->k, t->v);
-    const h5io_inputs in = {&o->src, &r->d.s, o->p.layout, t->q, t->k, t->v};
+                                     o->p.layout, &num, t->q, t->k, t->v);
+    const h5io_inputs in = {&o->src,  &r->d.s, o->p.layout,
+                            ra_cut_band(&o->p), t->q, t->k, t->v};
     h5io_nonfinite bad;
     if (st != RA_OK || o->allow_nonfinite ||
         h5io_scan_nonfinite(ctx->comm, o->in, &in, &bad) == RA_OK)

@@ -274,7 +274,7 @@ static ra_status verify_validate(const cli_ctx *ctx, const cli_check *o,
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
     st = ra_h5_read_masks(ctx->comm, o->in, &src, s, RA_LAYOUT_CONTIGUOUS,
-                          &c->masks);
+                          NULL, &c->masks);
     c->v.q_lens = c->masks.q_lens;
     c->v.kv_lens = c->masks.kv_lens;
     return st;

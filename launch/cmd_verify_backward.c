@@ -368,7 +368,7 @@ static ra_status vb_validate(const cli_ctx *ctx, const cli_check *o, vb_ctx *c)
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
     st = ra_h5_read_masks(ctx->comm, o->in, &src, s, RA_LAYOUT_CONTIGUOUS,
-                          &c->masks);
+                          NULL, &c->masks);
     if (st != RA_OK)
         return st;
     const int64_t k = o->sample ? o->sample : VB_SAMPLE;

@@ -218,12 +218,12 @@ ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
 
 /* The slices of rank and the element counts of cli_tensors in t (mem
  * NULL) and its bytes in *total; -1 when a count overflows. */
-static int tensors_size(cli_tensors *t, const ra_shape *s, ra_layout lay,
+static int tensors_size(cli_tensors *t, const ra_shape *s, const ra_params *p,
                         int rank, int nranks, size_t *total)
 {
     memset(t, 0, sizeof *t);
-    t->qs = ra_layout_slice(lay, s->N, rank, nranks);
-    t->ks = ra_layout_slice(lay, s->M, rank, nranks);
+    t->qs = ra_params_slice(p, p->layout, s->N, rank, nranks);
+    t->ks = ra_params_slice(p, p->layout, s->M, rank, nranks);
     const int64_t n = t->qs.count, m = t->ks.count;
     *total = 1; /* one spare element: empty slices still allocate */
     if (count_of(&t->nq, s->B, n, s->H, s->D) ||
@@ -239,14 +239,22 @@ static int tensors_size(cli_tensors *t, const ra_shape *s, ra_layout lay,
     return 0;
 }
 
-ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s, ra_layout lay,
-                            const cli_ctx *ctx, int64_t limit)
+ra_numerics cli_numerics(const ra_params *p)
+{
+    ra_numerics num;
+    ra_exec exec;
+    ra_params_split(p, &num, &exec);
+    return num;
+}
+
+ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s,
+                            const ra_params *p, const cli_ctx *ctx)
 {
     size_t total;
-    if (tensors_size(t, s, lay, ctx->rank, ctx->nranks, &total))
+    if (tensors_size(t, s, p, ctx->rank, ctx->nranks, &total))
         return ra_error_set(RA_ERR_ARG, "shape: the local tensors of rank %d "
                             "overflow the address space", ctx->rank);
-    ra_status st = cli_mem_check(ctx, (int64_t)total, limit,
+    ra_status st = cli_mem_check(ctx, (int64_t)total, p->mem_limit,
                                  CLI_TENSORS_WHAT);
     if (st != RA_OK)
         return st;

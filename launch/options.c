@@ -614,7 +614,7 @@ static const char *score_name(int i) { return ra_score_name((ra_score)i); }
 
 static int parse_layout(const cli_opt *o, const char *val, void *base)
 {
-    return parse_named(o, val, base, layout_name, RA_LAYOUT_AUTO + 1);
+    return parse_named(o, val, base, layout_name, RA_LAYOUT_BALANCED + 1);
 }
 
 static const char *rope_name(int i) { return ra_rope_name((ra_rope)i); }
@@ -726,7 +726,7 @@ const cli_opt cli_forward_opts[] = {
     {.name = "--layout", .kind = CLI_CUSTOM, .meta = "NAME",
      .offset = P_AT(layout), .noun = "layout", .fn = parse_layout,
      .shown = "auto",
-     .help = "contiguous, zigzag, striped or auto"},
+     .help = "contiguous|balanced|zigzag|striped|auto"},
     {.name = "--gemm", .kind = CLI_CUSTOM, .meta = "ENGINE",
      .offset = P_AT(gemm), .noun = "gemm engine", .fn = parse_gemm,
      .shown = "auto",
@@ -754,7 +754,7 @@ const cli_opt cli_forward_opts[] = {
 
 const char cli_forward_details[] =
     "Strategies: ring, ring-q, allgather, tree, ulysses, hybrid, auto (plan's).\n"
-    "Layout auto: contiguous with a window, else striped with segments, else zigzag\n"
+    "Layout auto: balanced with a window, else striped with segments, else zigzag\n"
     "when causal. Engine auto: RINGATTN_GEMM's, else onednn. Details: README.md.\n";
 
 const cli_opt cli_pass_opts[] = {

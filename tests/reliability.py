@@ -244,7 +244,7 @@ CASES = [
     ("window-three", "--window 1,2,3", {}, RUN + ["good.h5", "--window", "1,2,3"], 2,
      r"--window: '2,3' is not an integer"),
     ("layout-unknown", "--layout diagonal", {}, RUN + ["good.h5", "--layout", "diagonal"], 2,
-     r"--layout: unknown layout 'diagonal' \(expected contiguous, zigzag, striped or auto\)"),
+     r"--layout: unknown layout 'diagonal' \(expected contiguous, zigzag, striped, auto or balanced\)"),
     ("scale-nan", "--scale nan", {}, RUN + ["good.h5", "--scale", "nan"], 2,
      r"--scale: 'nan' is not a finite number"),
     ("scale-inf", "--scale inf", {}, RUN + ["good.h5", "--scale", "-inf"], 2,

@@ -143,13 +143,13 @@ check_result check_rows(const problem *p, int causal, double scale,
     return check_slice(p, &prm, NULL, &qs, o, lse);
 }
 
-void local_part_make(local_part *lp, const problem *p, ra_layout layout,
-                     int rank, int nranks)
+void local_part_make(local_part *lp, const problem *p, const ra_params *prm,
+                     ra_layout layout, int rank, int nranks)
 {
     const ra_shape *s = &p->s;
     const int64_t Dk = ra_shape_dk(s);
-    lp->qs = ra_layout_slice(layout, s->N, rank, nranks);
-    lp->ks = ra_layout_slice(layout, s->M, rank, nranks);
+    lp->qs = ra_params_slice(prm, layout, s->N, rank, nranks);
+    lp->ks = ra_params_slice(prm, layout, s->M, rank, nranks);
     const int64_t n = lp->qs.count, m = lp->ks.count;
     lp->q = malloc(sizeof(float) * (size_t)(s->B * n * s->H * s->D + 1));
     lp->k = malloc(sizeof(float) * (size_t)(s->B * m * s->G * Dk + 1));

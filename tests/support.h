@@ -63,8 +63,10 @@ typedef struct {
     float *q, *k, *v, *o, *lse;
 } local_part;
 
-void local_part_make(local_part *lp, const problem *p, ra_layout layout,
-                     int rank, int nranks);
+/* This rank's slices under layout (the balanced one weighed by prm's
+ * rules; prm may be NULL for the others) and its part of p's tensors. */
+void local_part_make(local_part *lp, const problem *p, const ra_params *prm,
+                     ra_layout layout, int rank, int nranks);
 void local_part_free(local_part *lp);
 
 /* Accumulates b into a (for sums over ranks or cases); updates rel_o. */

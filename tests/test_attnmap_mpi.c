@@ -76,12 +76,16 @@ static void run_map(const ra_shape *s, ra_params prm, int lens,
     const ra_masks local = {q_lens, NULL, NULL, NULL};
     const ra_layout lay = ra_params_layout(&prm, 0);
     local_part lp;
-    local_part_make(&lp, &p, lay, rank, nranks);
+    local_part_make(&lp, &p, &prm, lay, rank, nranks);
     const ra_slice qs = lp.qs;
     float *q = lp.q, *k = lp.k, *v = lp.v, *o = lp.o, *lse = lp.lse;
     const int64_t heads[2] = {0, s->H - 1};
     ra_attn_map map = {i0, i1, heads, 2, NULL};
-    const ra_range rows = ra_attn_map_rows(lay, s->N, rank, nranks, &map);
+    ra_numerics num;
+    ra_exec exec;
+    ra_params_split(&prm, &num, &exec);
+    const ra_range rows = ra_attn_map_rows(lay, &num, s->N, rank, nranks,
+                                           &map);
     map.out = malloc(sizeof(float) * (size_t)(s->B * 2 * rows.count * s->M + 1));
     ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm,
                                    lens ? &local : NULL, &(ra_qkv){q, k, v},
@@ -114,14 +118,14 @@ static void test_maps(void **state)
     ra_params_default(&prm);
     prm.block_q = 16;
     prm.block_kv = 32;
-    const ra_layout lays[3] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
-                               RA_LAYOUT_STRIPED};
+    const ra_layout lays[4] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
+                               RA_LAYOUT_STRIPED, RA_LAYOUT_BALANCED};
     float wq[8 * 16], wk[8 * 16], wv[8];
     ra_random_normal(3, RA_STREAM_W_Q, 0, 8 * 16, wq);
     ra_random_normal(3, RA_STREAM_W_K, 0, 8 * 16, wk);
     ra_random_normal(3, RA_STREAM_W_V, 0, 8, wv);
     const ra_additive ad = {8, wq, wk, wv};
-    for (int l = 0; l < 3; l++) {
+    for (int l = 0; l < 4; l++) {
         prm.layout = lays[l];
         prm.score = RA_SCORE_DOT;
         prm.causal = 1;

@@ -168,7 +168,7 @@ static void expect_ok(ra_shape s, bcase c)
     ra_random_normal(seed, RA_STREAM_DO, 0, nd, dout);
     const ra_params prm = params_of(&c);
     local_part lp;
-    local_part_make(&lp, &p, ra_params_layout(&prm, c.segs), rank, nranks);
+    local_part_make(&lp, &p, &prm, ra_params_layout(&prm, c.segs), rank, nranks);
     case_masks cm;
     masks_make(&cm, &s, &c, seed, &lp);
     bwd_ref ref;
@@ -313,6 +313,21 @@ static void test_posenc(void **state)
 
 /* Weight gradients asked for with one of the three missing: refused on
  * every rank alike before any transfer. */
+/* Balanced runs (uneven counts per rank) under causal, a window and both,
+ * with padding; last, so that the cases above keep their seeds. */
+static void test_balanced(void **state)
+{
+    (void)state;
+    const ra_shape s = {2, 257, 257, 2, 1, 16, 16};
+    expect_ok(s, (bcase){.name = "causal", .layout = RA_LAYOUT_BALANCED,
+                         .causal = 1, .threads = 1});
+    expect_ok(s, (bcase){.name = "window", .layout = RA_LAYOUT_BALANCED,
+                         .window = 1, .left = 20, .right = 5, .threads = 1});
+    expect_ok(s, (bcase){.name = "causal-window", .layout = RA_LAYOUT_BALANCED,
+                         .causal = 1, .window = 1, .left = 70, .right = 0,
+                         .lens = 1, .threads = 2});
+}
+
 static void test_weights_refused(void **state)
 {
     (void)state;
@@ -344,6 +359,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_additive),
         cmocka_unit_test(test_posenc),
         cmocka_unit_test(test_weights_refused),
+        cmocka_unit_test(test_balanced),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -50,7 +50,7 @@ static check_result run_forward(const ra_params *prm, uint64_t seed,
     problem p;
     problem_make(&p, &shape, seed);
     local_part lp;
-    local_part_make(&lp, &p, ra_params_layout(prm, 0), rank, nranks);
+    local_part_make(&lp, &p, prm, ra_params_layout(prm, 0), rank, nranks);
     ra_timing tm = {0};
     const ra_status st = ra_call_forward(MPI_COMM_WORLD, &shape, prm, NULL,
                                          &(ra_qkv){lp.q, lp.k, lp.v},
@@ -141,7 +141,7 @@ static void test_backward(void **state)
     bwd_ref ref;
     bwd_ref_make(&ref, &p, &prm, NULL, dout);
     local_part lp;
-    local_part_make(&lp, &p, ra_params_layout(&prm, 0), rank, nranks);
+    local_part_make(&lp, &p, &prm, ra_params_layout(&prm, 0), rank, nranks);
     const int64_t n = lp.qs.count, m = lp.ks.count;
     float *dl = malloc(sizeof(float) * (size_t)(s->B * n * s->H * s->Dv + 1));
     float *dq = malloc(sizeof(float) * (size_t)(s->B * n * s->H * s->D + 1));

@@ -77,8 +77,10 @@ static ra_status t_validate(const cli_ctx *ctx, t_opts *o, t_state *r)
 static ra_status t_setup(const cli_ctx *ctx, t_opts *o, t_state *r)
 {
     r->d.slopes = malloc(sizeof(double));
-    ra_status st = cli_tensors_alloc(&r->d.t, &r->d.s, RA_LAYOUT_CONTIGUOUS,
-                                     ctx, 0);
+    ra_params prm;
+    ra_params_default(&prm);
+    prm.layout = RA_LAYOUT_CONTIGUOUS;
+    ra_status st = cli_tensors_alloc(&r->d.t, &r->d.s, &prm, ctx);
     if (st == RA_OK)
         st = cli_grads_alloc(&r->d, 0, "test", ctx, 0);
     if (st != RA_OK)
@@ -190,8 +192,10 @@ static void test_grads_layout(void **unused)
     const int64_t A = 7, Dk = ra_shape_dk(&d.s);
     const cli_ctx ctx = {.comm = MPI_COMM_WORLD, .rank = rank,
                          .nranks = nranks};
-    ra_status st = cli_tensors_alloc(&d.t, &d.s, RA_LAYOUT_CONTIGUOUS, &ctx,
-                                     0);
+    ra_params prm;
+    ra_params_default(&prm);
+    prm.layout = RA_LAYOUT_CONTIGUOUS;
+    ra_status st = cli_tensors_alloc(&d.t, &d.s, &prm, &ctx);
     if (st == RA_OK)
         st = cli_grads_alloc(&d, A, "test", &ctx, 0);
     int ok = st == RA_OK;

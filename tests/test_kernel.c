@@ -602,6 +602,83 @@ static void test_shard_range(void **state)
         }
 }
 
+/* Keys a query at position i of a self-attention of length len sees,
+ * counted one key at a time (the balanced cut's weight, written out). */
+static int64_t keys_seen(const ra_numerics *num, int64_t len, int64_t i)
+{
+    int64_t n = 0;
+    for (int64_t j = 0; j < len; j++)
+        n += !(num->causal && j > i) &&
+             !(num->window &&
+               (j < i - num->window_left || j > i + num->window_right));
+    return n;
+}
+
+/* Balanced runs tile the axis in rank order, and each rank's work (the
+ * keys its queries see) lies within one row's of the mean; with neither
+ * causal nor window, and for a NULL num, they are the contiguous cut. */
+static void test_balanced_cut(void **state)
+{
+    (void)state;
+    static const int64_t lengths[] = {0, 1, 7, 64, 1001, 3816};
+    static const int64_t rules[][3] = {/* causal, window left, right; -1: none */
+                                       {0, -1, -1}, {1, -1, -1}, {1, 5, 0},
+                                       {1, 600, 0}, {0, 9, 3},   {0, 0, 0},
+                                       {1, 0, 0},   {0, 4000, 4000}};
+    int64_t *w = malloc(sizeof(int64_t) * 3817);
+    assert_non_null(w);
+    double worst = 0.0;
+    for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++)
+        for (size_t ri = 0; ri < sizeof rules / sizeof *rules; ri++) {
+            const int64_t len = lengths[li];
+            ra_numerics num;
+            ra_numerics_default(&num);
+            num.causal = (int)rules[ri][0];
+            num.window = rules[ri][1] >= 0;
+            num.window_left = num.window ? rules[ri][1] : 0;
+            num.window_right = num.window ? rules[ri][2] : 0;
+            int64_t total = 0, heaviest = 0;
+            for (int64_t i = 0; i < len; i++) {
+                w[i] = keys_seen(&num, len, i);
+                total += w[i];
+                heaviest = w[i] > heaviest ? w[i] : heaviest;
+            }
+            for (int P = 1; P <= 9; P++) {
+                int64_t next = 0;
+                for (int r = 0; r < P; r++) {
+                    const ra_slice sl =
+                        ra_layout_slice(RA_LAYOUT_BALANCED, &num, len, r, P);
+                    assert_int_equal(sl.nruns, 1);
+                    assert_int_equal(sl.run[0].stride, 1);
+                    assert_int_equal(sl.run[0].start, next);
+                    assert_int_equal(sl.count, sl.run[0].count);
+                    assert_true(sl.count >= 0);
+                    int64_t work = 0;
+                    for (int64_t t = 0; t < sl.count; t++)
+                        work += w[next + t];
+                    next += sl.count;
+                    const double off = fabs((double)work - (double)total / P);
+                    assert_true(off <= (double)heaviest);
+                    if (len >= 1001)
+                        worst = fmax(worst, off * P / (double)total);
+                    if (!num.causal && !num.window) {
+                        const ra_range g = ra_shard_range(len, r, P);
+                        const ra_slice n0 = ra_layout_slice(
+                            RA_LAYOUT_BALANCED, NULL, len, r, P);
+                        assert_int_equal(sl.run[0].start, g.start);
+                        assert_int_equal(sl.count, g.count);
+                        assert_int_equal(n0.run[0].start, g.start);
+                        assert_int_equal(n0.count, g.count);
+                    }
+                }
+                assert_int_equal(next, len);
+            }
+        }
+    free(w);
+    printf("# balanced cut, len >= 1001: the worst rank's work is off the "
+           "mean by %.4f of it\n", worst);
+}
+
 /* Asserts that s is rejected with a message containing `needle`. */
 static void expect_rejected(ra_shape s, const char *needle)
 {
@@ -723,6 +800,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_kernel_progress),
         cmocka_unit_test(test_kernel_large_scores),
         cmocka_unit_test(test_shard_range),
+        cmocka_unit_test(test_balanced_cut),
         cmocka_unit_test(test_shape_check),
         cmocka_unit_test(test_forward_flops),
     };

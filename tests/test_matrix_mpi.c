@@ -101,7 +101,7 @@ enum {
     NF
 };
 
-static const int nlev[NF] = {6, 4, 4, 3, 3, 3, 5, 3, 2, 3, 2, 3, 3, 2};
+static const int nlev[NF] = {6, 5, 4, 3, 3, 3, 5, 3, 2, 3, 2, 3, 3, 2};
 
 static const ra_strategy strategies[6] = {RA_STRATEGY_RING,
                                           RA_STRATEGY_RING_Q,
@@ -109,8 +109,9 @@ static const ra_strategy strategies[6] = {RA_STRATEGY_RING,
                                           RA_STRATEGY_TREE,
                                           RA_STRATEGY_ULYSSES,
                                           RA_STRATEGY_HYBRID};
-static const ra_layout layouts[4] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
-                                     RA_LAYOUT_STRIPED, RA_LAYOUT_AUTO};
+static const ra_layout layouts[5] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
+                                     RA_LAYOUT_STRIPED, RA_LAYOUT_AUTO,
+                                     RA_LAYOUT_BALANCED};
 static const char *const mask_names[4] = {"none", "causal", "window",
                                           "causal+window"};
 static const char *const pad_names[4] = {"none", "lens", "segments",
@@ -575,8 +576,8 @@ static int data_make(const mx_case *c, mx_data *d)
     memset(d, 0, sizeof *d);
     const ra_params p = params_of(c, NULL);
     const ra_layout lay = ra_params_layout(&p, c->segs);
-    d->qs = ra_layout_slice(lay, c->s.N, rank, nranks);
-    d->ks = ra_layout_slice(lay, c->s.M, rank, nranks);
+    d->qs = ra_params_slice(&p, lay, c->s.N, rank, nranks);
+    d->ks = ra_params_slice(&p, lay, c->s.M, rank, nranks);
     if (data_alloc(c, d) != 0) {
         data_free(d);
         return -1;

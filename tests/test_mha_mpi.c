@@ -97,8 +97,8 @@ static void run_layer(const layer_case *lc)
 
     /* the ring on this rank's slices */
     const ra_layout lay = ra_params_layout(&prm, 0);
-    const ra_slice qs = ra_layout_slice(lay, s->N, rank, nranks);
-    const ra_slice ks = ra_layout_slice(lay, s->M, rank, nranks);
+    const ra_slice qs = ra_params_slice(&prm, lay, s->N, rank, nranks);
+    const ra_slice ks = ra_params_slice(&prm, lay, s->M, rank, nranks);
     float *xq_loc = malloc(sizeof(float) * (size_t)(s->B * qs.count * lc->Eq + 1));
     float *xkv_loc = malloc(sizeof(float) * (size_t)(s->B * ks.count * lc->Ekv + 1));
     float *y = malloc(sizeof(float) * (size_t)(s->B * qs.count * lc->Eout + 1));

@@ -85,8 +85,8 @@ static int fails_cleanly(ra_strategy strategy, int backward)
     int keyval;
     MPI_Comm user = user_make(&keyval);
     local_part lp, grad;
-    local_part_make(&lp, &p, ra_params_layout(&prm, 0), rank, nranks);
-    local_part_make(&grad, &p, ra_params_layout(&prm, 0), rank, nranks);
+    local_part_make(&lp, &p, &prm, ra_params_layout(&prm, 0), rank, nranks);
+    local_part_make(&grad, &p, &prm, ra_params_layout(&prm, 0), rank, nranks);
     ra_status st = ra_call_forward(MPI_COMM_WORLD, &shape, &prm, NULL,
                                    &(ra_qkv){lp.q, lp.k, lp.v},
                                    &(ra_out){lp.o, lp.lse, NULL}, NULL);
@@ -122,7 +122,7 @@ static int still_works(void)
     ra_params prm;
     ra_params_default(&prm);
     local_part lp;
-    local_part_make(&lp, &p, ra_params_layout(&prm, 0), rank, nranks);
+    local_part_make(&lp, &p, &prm, ra_params_layout(&prm, 0), rank, nranks);
     check_result c = {0};
     if (ra_call_forward(MPI_COMM_WORLD, &shape, &prm, NULL,
                         &(ra_qkv){lp.q, lp.k, lp.v},

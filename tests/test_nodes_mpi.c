@@ -133,7 +133,7 @@ static void forward_on_ring(int causal, uint64_t seed)
     ra_params_default(&prm);
     prm.causal = causal;
     local_part lp;
-    local_part_make(&lp, &p, ra_params_layout(&prm, 0), at, nranks);
+    local_part_make(&lp, &p, &prm, ra_params_layout(&prm, 0), at, nranks);
     ra_status st = ra_call_forward(ring, &s, &prm, NULL,
                                    &(ra_qkv){lp.q, lp.k, lp.v},
                                    &(ra_out){lp.o, lp.lse, NULL}, NULL);
@@ -181,7 +181,7 @@ static ra_status call_under(const char *value, ra_gemm gemm,
     prm.gemm = gemm;
     prm.strategy = backward ? RA_STRATEGY_RING : strategy;
     local_part lp;
-    local_part_make(&lp, &p, ra_params_layout(&prm, 0), rank, nranks);
+    local_part_make(&lp, &p, &prm, ra_params_layout(&prm, 0), rank, nranks);
     /* the backward's operands, as large as the whole problem: dout (any
      * values), dq, dk, dv */
     float *g = calloc((size_t)(4 * n_all + 1), sizeof(float));

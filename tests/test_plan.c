@@ -64,8 +64,8 @@ static int pair_visible(const plan_case *c, int64_t i, int64_t j)
 static int64_t brute_need(const plan_case *c, ra_layout lay, int d, int src,
                           int hull, int *need)
 {
-    const ra_slice qs = ra_layout_slice(lay, c->s.N, d, c->P);
-    const ra_slice ks = ra_layout_slice(lay, c->s.M, src, c->P);
+    const ra_slice qs = ra_params_slice(&c->p, lay, c->s.N, d, c->P);
+    const ra_slice ks = ra_params_slice(&c->p, lay, c->s.M, src, c->P);
     const int64_t first = qs.count ? ra_slice_pos(&qs, 0) : 0;
     const int64_t span = qs.count ? ra_slice_pos(&qs, qs.count - 1) - first + 1
                                   : 0;
@@ -107,7 +107,8 @@ static void brute_hull(const plan_case *c, ra_layout lay, int src, int t,
     for (int u = t; u <= last; u++) {
         const int64_t m = brute_need(c, lay, (src + u) % c->P, src, 1, need);
         for (int64_t k = 0; m && k < MAXLEN; k++)
-            if (k < ra_layout_slice(lay, c->s.M, src, c->P).count && need[k]) {
+            if (k < ra_params_slice(&c->p, lay, c->s.M, src, c->P).count &&
+                need[k]) {
                 *a = k < *a ? k : *a;
                 *z = k + 1 > *z ? k + 1 : *z;
             }
@@ -139,7 +140,8 @@ static int64_t check_case(const plan_case *c)
             /* every key that some batch's query may see is inside */
             if (brute_need(c, lay, d, src, 0, need) > 0)
                 for (int64_t k = 0; k < MAXLEN; k++)
-                    if (k < ra_layout_slice(lay, c->s.M, src, c->P).count &&
+                    if (k < ra_params_slice(&c->p, lay, c->s.M, src,
+                                            c->P).count &&
                         need[k])
                         assert_true(sp.a <= k && k < sp.b);
             /* and the range is the plan model's hull exactly */
@@ -185,9 +187,9 @@ static void test_plan_brute_force(void **state)
                                  {4, 19}};
     const int64_t windows[][2] = {{-1, -1}, {0, 0}, {2, 1}, {5, 0}, {0, 3}};
     const ra_layout layouts[] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
-                                 RA_LAYOUT_STRIPED};
+                                 RA_LAYOUT_STRIPED, RA_LAYOUT_BALANCED};
     int64_t cases = 0, skipped_hops = 0, rows = 0;
-    for (size_t li = 0; li < 3; li++)
+    for (size_t li = 0; li < 4; li++)
         for (int P = 1; P <= 4; P++)
             for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
                 for (int causal = 0; causal < 2; causal++)
@@ -231,7 +233,8 @@ static void test_plan_unmasked(void **state)
         const ring_plan pl = ring_plan_make(&c.s, &c.p, NULL, P);
         assert_int_equal(ring_plan_last_step(&pl), P - 1);
         for (int src = 0; src < P; src++) {
-            const int64_t m = ra_layout_slice(pl.layout, c.s.M, src, P).count;
+            const int64_t m =
+                ra_params_slice(&c.p, pl.layout, c.s.M, src, P).count;
             for (int t = 0; t < P; t++) {
                 const ring_span h = ring_plan_held(&pl, src, t, P - 1);
                 assert_int_equal(h.b - h.a, m);
@@ -263,14 +266,14 @@ static int64_t pick(uint64_t seed, uint64_t i, int64_t lo, int64_t hi)
 static void model_case_make(model_case *c, uint64_t seed)
 {
     const ra_layout lays[] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
-                              RA_LAYOUT_STRIPED};
+                              RA_LAYOUT_STRIPED, RA_LAYOUT_BALANCED};
     memset(c, 0, sizeof *c);
     c->s = (ra_shape){pick(seed, 0, 1, MODEL_MAXB), pick(seed, 1, 1, MODEL_MAXLEN),
                       pick(seed, 2, 1, MODEL_MAXLEN), 1, 1, 4, 4, 0};
     if (pick(seed, 3, 0, 2) == 0) /* self-attention, the common case */
         c->s.M = c->s.N;
     ra_params_default(&c->p);
-    c->p.layout = lays[pick(seed, 4, 0, 2)];
+    c->p.layout = lays[pick(seed, 4, 0, 3)];
     c->p.causal = (int)pick(seed, 5, 0, 1);
     c->p.window = pick(seed, 6, 0, 2) == 0;
     c->p.window_left = c->p.window ? pick(seed, 7, 0, 40) : 0;
@@ -375,8 +378,9 @@ static void check_model_case(const model_case *c)
         const int64_t n = len == 0 ? c->s.N : len == 1 ? c->s.M : P - 1;
         int64_t most = 0;
         for (int r = 0; r < P; r++)
-            most = fmax(most, ra_layout_slice(c->p.layout, n, r, P).count);
-        assert_int_equal(model_slice_most(c->p.layout, n, P), most);
+            most = fmax(most,
+                        ra_params_slice(&c->p, c->p.layout, n, r, P).count);
+        assert_int_equal(model_slice_most(&c->p, c->p.layout, n, P), most);
     }
     free(pm);
     free(v);

@@ -98,7 +98,7 @@ static int forward_case(ra_strategy strategy, int window, int map)
     problem p;
     problem_make(&p, &s, 1000u + (unsigned)strategy * 7u + (unsigned)window);
     local_part lp;
-    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    local_part_make(&lp, &p, NULL, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     ra_params prm;
     case_params(&prm, strategy);
     prm.threads = 2;
@@ -109,8 +109,8 @@ static int forward_case(ra_strategy strategy, int window, int map)
     float *o0 = malloc(sizeof(float) * (no + nl + 1)), *l0 = o0 + no;
     int64_t heads[1] = {1};
     ra_attn_map am = {0, s.N, heads, 1, NULL};
-    const ra_range rows = ra_attn_map_rows(prm.layout, s.N, rank, nranks,
-                                           &am);
+    const ra_range rows = ra_attn_map_rows(prm.layout, NULL, s.N, rank,
+                                           nranks, &am);
     am.out = malloc(sizeof(float) * (size_t)(s.B * rows.count * s.M + 1));
     ra_timing tm = {0};
     ra_status st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
@@ -198,7 +198,7 @@ static int tick_case(ra_strategy strategy)
     problem p;
     problem_make(&p, &s, 31u + (unsigned)strategy);
     local_part lp;
-    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    local_part_make(&lp, &p, NULL, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     ra_params prm;
     case_params(&prm, strategy);
     prm.block_q = prm.block_kv = 32;
@@ -244,7 +244,7 @@ static void test_backward(void **state)
     problem p;
     problem_make(&p, &s, 77);
     local_part lp;
-    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    local_part_make(&lp, &p, NULL, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     ra_params prm;
     ra_params_default(&prm);
     prm.layout = RA_LAYOUT_CONTIGUOUS;

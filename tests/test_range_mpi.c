@@ -38,7 +38,7 @@ static void scale_all(float *x, int64_t count, double by)
 static ra_status run(const problem *p, const ra_params *prm, check_result *c)
 {
     local_part lp;
-    local_part_make(&lp, p, ra_params_layout(prm, 0), rank, nranks);
+    local_part_make(&lp, p, prm, ra_params_layout(prm, 0), rank, nranks);
     ra_status st = ra_call_forward(MPI_COMM_WORLD, &p->s, prm, NULL,
                                    &(ra_qkv){lp.q, lp.k, lp.v},
                                    &(ra_out){lp.o, lp.lse, NULL}, NULL);
@@ -62,7 +62,7 @@ static int64_t largest_block(const ra_params *prm, int64_t M)
 {
     int64_t mmax = 0;
     for (int r = 0; r < nranks; r++) {
-        const int64_t c = ra_layout_slice(ra_params_layout(prm, 0), M, r,
+        const int64_t c = ra_params_slice(prm, ra_params_layout(prm, 0), M, r,
                                           nranks).count;
         mmax = c > mmax ? c : mmax;
     }

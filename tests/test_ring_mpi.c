@@ -32,7 +32,7 @@ static check_result run_case(const ra_shape *s, int causal, uint64_t seed,
     prm.threads = threads;
     const ra_layout lay = ra_params_layout(&prm, 0);
     local_part lp;
-    local_part_make(&lp, &p, lay, rank, nranks);
+    local_part_make(&lp, &p, &prm, lay, rank, nranks);
     const ra_slice qs = lp.qs;
     float *q = lp.q, *k = lp.k, *v = lp.v, *o = lp.o, *lse = lp.lse;
     ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm, NULL,
@@ -140,7 +140,7 @@ static void expect_same_bits(ra_shape s, int causal, uint64_t seed)
     ra_timing tm[2];
     int ok = 1;
     for (int t = 0; t < 2; t++) {
-        local_part_make(&lp[t], &p, lay, rank, nranks);
+        local_part_make(&lp[t], &p, &prm, lay, rank, nranks);
         prm.threads = t + 1;
         ok &= ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
                               &(ra_qkv){lp[t].q, lp[t].k, lp[t].v},
@@ -205,8 +205,8 @@ static void test_public_api(void **state)
     ra_params_split(&prm, &num, &exec);
     ra_params_join(&num, &exec, &back);
     local_part a, b, d;
-    local_part_make(&a, &p, ra_exec_layout(&num, &exec, 0), rank, nranks);
-    local_part_make(&b, &p, ra_params_layout(&prm, 0), rank, nranks);
+    local_part_make(&a, &p, NULL, ra_exec_layout(&num, &exec, 0), rank, nranks);
+    local_part_make(&b, &p, &prm, ra_params_layout(&prm, 0), rank, nranks);
     const size_t no = (size_t)(s.B * a.qs.count * s.H * s.Dv);
     const size_t nl = (size_t)(s.B * s.H * a.qs.count);
     const ra_status pub = ra_forward(
@@ -222,7 +222,7 @@ static void test_public_api(void **state)
              memcmp(a.lse, b.lse, sizeof(float) * nl) == 0;
     ra_params dflt;
     ra_params_default(&dflt);
-    local_part_make(&d, &p, ra_exec_layout(NULL, NULL, 0), rank, nranks);
+    local_part_make(&d, &p, NULL, ra_exec_layout(NULL, NULL, 0), rank, nranks);
     const ra_status none = ra_forward(
         MPI_COMM_WORLD, &s, NULL, NULL, NULL, &(ra_qkv){d.q, d.k, d.v},
         &(ra_out){d.o, d.lse, NULL}, NULL);

@@ -32,7 +32,7 @@ static check_result run_scored(const ra_shape *s, const ra_params *prm_in,
     const ra_masks local = {q_lens, kv_lens, NULL, NULL};
     const ra_layout lay = ra_params_layout(&prm, 0);
     local_part lp;
-    local_part_make(&lp, &p, lay, rank, nranks);
+    local_part_make(&lp, &p, &prm, lay, rank, nranks);
     const ra_slice qs = lp.qs;
     float *q = lp.q, *k = lp.k, *v = lp.v, *o = lp.o, *lse = lp.lse;
     ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm,
@@ -60,10 +60,10 @@ static check_result run_scored(const ra_shape *s, const ra_params *prm_in,
 /* Every layout, causal and not, with and without padding. */
 static void expect_all(const ra_shape *s, ra_params prm, uint64_t seed)
 {
-    const ra_layout lays[3] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
-                               RA_LAYOUT_STRIPED};
-    for (int l = 0; l < 3; l++)
-        for (int causal = 0; causal < 2; causal++)
+    const ra_layout lays[4] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
+                               RA_LAYOUT_STRIPED, RA_LAYOUT_BALANCED};
+    for (int l = 0; l < 4; l++)
+        for (int causal = l == 3; causal < 2; causal++)
             for (int lens = 0; lens < 2; lens++) {
                 prm.layout = lays[l];
                 prm.causal = causal;

@@ -20,8 +20,9 @@
 
 static int rank, nranks;
 
-static const ra_layout layouts[3] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
-                                     RA_LAYOUT_STRIPED};
+/* balanced runs differ from contiguous ones only under causal or a window */
+static const ra_layout layouts[4] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
+                                     RA_LAYOUT_STRIPED, RA_LAYOUT_BALANCED};
 
 typedef struct {
     ra_shape s;
@@ -90,7 +91,7 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
     problem_make(&p, s, sc->seed);
     test_masks gm = case_masks(sc);
     local_part lp;
-    local_part_make(&lp, &p, layout, rank, nranks);
+    local_part_make(&lp, &p, &sc->p, layout, rank, nranks);
     int64_t *qsl = malloc(sizeof(int64_t) * (size_t)(s->B * lp.qs.count + 1));
     int64_t *ksl = malloc(sizeof(int64_t) * (size_t)(s->B * lp.ks.count + 1));
     if (gm.q_seg) {
@@ -140,7 +141,9 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
 static void expect_all(const strat_case *sc)
 {
     for (int i = 0; i < RA_STRATEGY_COUNT; i++)
-        for (int l = 0; l < 3; l++) {
+        for (int l = 0; l < 4; l++) {
+            if (l == 3 && !sc->p.causal && !sc->p.window)
+                continue;
             ra_status st;
             check_result g = run_one(sc, (ra_strategy)i, layouts[l], &st);
             if (i == RA_STRATEGY_ULYSSES && sc->s.H < nranks) {
@@ -211,7 +214,7 @@ static void test_allgather_refuses_over_limit(void **state)
     problem p;
     problem_make(&p, &sc.s, sc.seed);
     local_part lp;
-    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    local_part_make(&lp, &p, NULL, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     ra_status st = ra_call_forward(MPI_COMM_WORLD, &sc.s, &sc.p, NULL,
                                    &(ra_qkv){lp.q, lp.k, lp.v},
                                    &(ra_out){lp.o, lp.lse, NULL}, NULL);
@@ -249,7 +252,7 @@ static void test_ulysses_bytes(void **state)
     problem p;
     problem_make(&p, &sc.s, sc.seed);
     local_part lp;
-    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    local_part_make(&lp, &p, NULL, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     ra_timing tm = {0};
     ra_status st = ra_call_forward(MPI_COMM_WORLD, &sc.s, &sc.p, NULL,
                                    &(ra_qkv){lp.q, lp.k, lp.v},
@@ -292,7 +295,7 @@ static void test_one_node_no_cross_bytes(void **state)
     problem p;
     problem_make(&p, &sc.s, sc.seed);
     local_part lp;
-    local_part_make(&lp, &p, RA_LAYOUT_CONTIGUOUS, rank, nranks);
+    local_part_make(&lp, &p, NULL, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     int bad = 0, any = 0;
     for (int i = 0; i < RA_STRATEGY_COUNT; i++) {
         ra_params prm = sc.p;

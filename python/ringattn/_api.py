@@ -182,7 +182,7 @@ def verdict(comm, table, opts):
     for r in range(P):
         for axis, length, what in ((0, N, "queries"), (1, M, "keys")):
             want = sum(c for _, c, _ in _core.layout_slice(layout, length, r,
-                                                           P))
+                                                           P, opts))
             if table[r, axis] != want:
                 raise error(f"rank {r} holds {table[r, axis]} {what} where "
                             f"layout {layout} gives it {want} of "

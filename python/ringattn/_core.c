@@ -416,15 +416,21 @@ static PyObject *core_backward(PyObject *self, PyObject *args)
 
 /* ---- layouts and helpers ----------------------------------------------- */
 
-/* layout_slice(name, length, rank, nranks): the runs (start, count, stride)
- * of the tokens rank holds, by ra_layout_slice. */
+/* layout_slice(name, length, rank, nranks, opts=None): the runs (start,
+ * count, stride) of the tokens rank holds, by ra_layout_slice with the
+ * numerics of opts (the balanced layout weighs by them). */
 static PyObject *core_layout_slice(PyObject *self, PyObject *args)
 {
     const char *name;
     long long len;
     int rank, nranks;
     ra_layout layout;
-    if (!PyArg_ParseTuple(args, "sLii", &name, &len, &rank, &nranks))
+    PyObject *opts = Py_None;
+    core_opts p;
+    opts_default(&p);
+    if (!PyArg_ParseTuple(args, "sLii|O", &name, &len, &rank, &nranks,
+                          &opts) ||
+        (opts != Py_None && params_from_py(opts, &p) < 0))
         return NULL;
     const ra_status st = ra_layout_parse(name, &layout);
     if (st != RA_OK)
@@ -433,7 +439,7 @@ static PyObject *core_layout_slice(PyObject *self, PyObject *args)
         rank >= nranks)
         return PyErr_Format(PyExc_ValueError, "layout_slice: a resolved "
                             "layout, length >= 0 and 0 <= rank < nranks");
-    const ra_slice sl = ra_layout_slice(layout, len, rank, nranks);
+    const ra_slice sl = ra_layout_slice(layout, &p.num, len, rank, nranks);
     PyObject *runs = PyTuple_New(sl.nruns);
     for (int i = 0; runs && i < sl.nruns; i++) {
         PyObject *r = Py_BuildValue("(LLL)", (long long)sl.run[i].start,

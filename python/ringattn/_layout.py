@@ -7,20 +7,27 @@ from mpi4py import MPI
 from . import _core, _options
 
 
-def resolve_layout(layout="auto", **options):
-    """The layout forward() uses with these options: `layout` itself, or
-    for 'auto' the library's choice from causal, window and segments
-    (the same keywords as forward; other keywords are ignored here)."""
+def _cut_options(layout, options):
+    """The _core options that decide a layout and its cut: causal, window
+    and segments (the same keywords as forward; others are ignored)."""
     keep = {k: v for k, v in options.items()
             if k in ("causal", "window", "segments")}
-    opts = _options.params(dict(keep, layout=layout))
-    return _core.layout_resolve(opts, options.get("segments") is not None)
+    return _options.params(dict(keep, layout=layout))
 
 
-def positions(layout, length, rank, nranks):
+def resolve_layout(layout="auto", **options):
+    """The layout forward() uses with these options: `layout` itself, or
+    for 'auto' the library's choice from causal, window and segments."""
+    return _core.layout_resolve(_cut_options(layout, options),
+                                options.get("segments") is not None)
+
+
+def positions(layout, length, rank, nranks, **options):
     """The global positions (int64, increasing) rank holds of a sequence
-    of `length` under a resolved layout."""
-    runs = _core.layout_slice(layout, length, rank, nranks)
+    of `length` under a resolved layout; the balanced one weighs tokens by
+    the causal and window options."""
+    runs = _core.layout_slice(layout, length, rank, nranks,
+                              _cut_options(layout, options))
     parts = [start + stride * np.arange(count, dtype=np.int64)
              for start, count, stride in runs]
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
@@ -33,7 +40,7 @@ def owned_positions(layout, length, comm=None, **options):
     the same options (causal, window, segments)."""
     comm = MPI.COMM_WORLD if comm is None else comm
     return positions(resolve_layout(layout, **options), length,
-                     comm.Get_rank(), comm.Get_size())
+                     comm.Get_rank(), comm.Get_size(), **options)
 
 
 def _is_torch(x):
@@ -67,7 +74,7 @@ def unshard(x, layout="auto", comm=None, axis=1, **options):
     full = np.empty(full_shape, dtype=local.dtype)
     for r, part in enumerate(parts):
         idx = [slice(None)] * full.ndim
-        idx[axis] = positions(name, length, r, comm.Get_size())
+        idx[axis] = positions(name, length, r, comm.Get_size(), **options)
         full[tuple(idx)] = part
     if torch_in:
         import torch

@@ -53,9 +53,10 @@ static void read_tensors(const ra_shape *s)
     if (!mem)
         return;
     if (ra_h5_read_inputs(MPI_COMM_SELF, path, &source, s,
-                          RA_LAYOUT_CONTIGUOUS, mem, mem + nq,
+                          RA_LAYOUT_CONTIGUOUS, NULL, mem, mem + nq,
                           mem + nq + nk) == RA_OK) {
-        const h5io_inputs in = {NULL, s, RA_LAYOUT_CONTIGUOUS, mem, mem + nq,
+        const h5io_inputs in = {NULL, s, RA_LAYOUT_CONTIGUOUS,
+                                ra_cut_band(NULL), mem, mem + nq,
                                 mem + nq + nk};
         h5io_nonfinite bad;
         h5io_scan_nonfinite(MPI_COMM_SELF, path, &in, &bad);
@@ -73,10 +74,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     ra_shape s;
     if (ra_h5_read_shape(MPI_COMM_SELF, path, &source, &s, NULL) == RA_OK) {
-        for (int lay = 0; lay <= RA_LAYOUT_STRIPED; lay++) {
+        ra_numerics num; /* the balanced cut weighs a causal window */
+        ra_numerics_default(&num);
+        num.causal = num.window = 1;
+        num.window_left = 3;
+        for (int lay = 0; lay <= RA_LAYOUT_BALANCED; lay++) {
             ra_h5_masks masks;
-            if (ra_h5_read_masks(MPI_COMM_SELF, path, NULL, &s,
-                                 (ra_layout)lay, &masks) == RA_OK)
+            if (lay != RA_LAYOUT_AUTO &&
+                ra_h5_read_masks(MPI_COMM_SELF, path, NULL, &s,
+                                 (ra_layout)lay, &num, &masks) == RA_OK)
                 ra_h5_masks_free(&masks);
         }
         read_tensors(&s);

@@ -88,7 +88,7 @@ static void parse_run_style(int argc, char **argv)
     for (int P = 1; P <= 5; P++) {
         int64_t total = 0;
         for (int r = 0; r < P; r++) {
-            ra_slice sl = ra_layout_slice(lay, cs.shape.N, r, P);
+            ra_slice sl = ra_params_slice(&p, lay, cs.shape.N, r, P);
             int64_t last = -1;
             for (int64_t t = 0; t < sl.count && t < 4; t++) {
                 int64_t pos = ra_slice_pos(&sl, t);

@@ -77,30 +77,43 @@ def test_strategies(rng, strategy):
           strategy=strategy)
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "zigzag", "striped"])
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag", "striped",
+                                    "balanced"])
 def test_layouts(rng, layout):
     check(rng, N=31, H=2, D=8, window=(5, 3), layout=layout)
 
 
 def test_owned_positions_partition():
     """Every token on exactly one rank, in increasing order, per layout."""
-    for layout in ("contiguous", "zigzag", "striped"):
+    for layout in ("contiguous", "zigzag", "striped", "balanced"):
         for length in (0, 1, 7, 1001):
-            pos = ringattn.owned_positions(layout, length, COMM)
+            pos = ringattn.owned_positions(layout, length, COMM, causal=True,
+                                           window=(300, 0))
             every = np.sort(np.concatenate(COMM.allgather(pos)))
             agreed(np.array_equal(every, np.arange(length)) and
                    np.all(np.diff(pos) > 0), f"{layout} {length}: {pos}")
     picks = [ringattn.resolve_layout("auto", **o) for o in
              ({}, {"causal": True}, {"causal": True, "window": (8, 0)},
               {"segments": np.zeros((1, 4))})]
-    agreed(picks == ["contiguous", "zigzag", "contiguous", "striped"],
+    agreed(picks == ["contiguous", "zigzag", "balanced", "striped"],
            f"auto resolves to {picks}")
+    # balanced runs follow the options: causal gives the first rank more
+    # tokens (its queries see fewer keys), none gives contiguous runs
+    P, r = COMM.Get_size(), COMM.Get_rank()
+    plain = ringattn.owned_positions("balanced", 1001, COMM)
+    agreed(np.array_equal(plain, ringattn.owned_positions("contiguous", 1001,
+                                                          COMM)),
+           f"balanced without causal or window: {plain[:3]}...")
+    first = COMM.allgather(len(ringattn.owned_positions("balanced", 1001,
+                                                        COMM, causal=True)))
+    agreed(P == 1 or first[0] > first[-1], f"causal balanced counts {first}")
 
 
 def test_shard_unshard_roundtrip(rng):
     x = normal(rng, (2, 13, 3, 4))
-    for layout in ("contiguous", "zigzag", "striped"):
-        back = ringattn.unshard(ringattn.shard(x, layout, COMM), layout, COMM)
+    for layout in ("contiguous", "zigzag", "striped", "balanced"):
+        back = ringattn.unshard(ringattn.shard(x, layout, COMM, causal=True),
+                                layout, COMM, causal=True)
         agreed(np.array_equal(back, x), f"{layout}: unshard(shard(x)) != x")
 
 
