@@ -38,8 +38,8 @@ ra_status model_evaluate(const ra_shape *s, const ra_params *p,
     ra_layout lays[MODEL_LAYOUTS] = {first};
     int nl = 1;
     for (int l = 0; layout_auto && l < MODEL_LAYOUTS; l++) /* the rest */
-        if (every[l] != first && /* balanced without a band: contiguous */
-            (every[l] != RA_LAYOUT_BALANCED || p->causal || p->window))
+        if (every[l] != first && /* balanced: where auto would pick it */
+            (every[l] != RA_LAYOUT_BALANCED || p->window))
             lays[nl++] = every[l];
     t->nrows = 0;
     t->best = -1;

@@ -115,12 +115,30 @@ static int64_t cover_below(const key_cover *c, int64_t x)
     return (x * i - c->sst[i]) - (x * k - c->sen[k]);
 }
 
-/* ---- contiguous and zigzag slices ---------------------------------------- */
+/* ---- contiguous, balanced and zigzag slices ------------------------------ */
+
+/* The chunk of `parts` near-equal ones (ra_shard_range) holding j. */
+static int64_t chunk_of(int64_t len, int64_t parts, int64_t j)
+{
+    const int64_t base = len / parts, e = len % parts;
+    return j < e * (base + 1) ? j / (base + 1)
+                              : e + (j - e * (base + 1)) / base;
+}
 
 /* The rank whose slice holds key j (0 <= j < M): chunk c of P (contiguous)
- * or 2P (zigzag), the first M mod parts one key longer. */
-static int64_t key_owner(ra_layout lay, int64_t M, int P, int64_t j)
+ * or 2P (zigzag), the first M mod parts one key longer; balanced: the
+ * first or last rank's run, or a chunk of P - 2 between them. */
+static int64_t key_owner(const model_problem *pb, int64_t M, int P,
+                         int64_t j)
 {
+    const ra_layout lay = pb->p->layout;
+    if (lay == RA_LAYOUT_BALANCED && P >= 2) {
+        const ra_band wt = ra_cut_band(pb->p);
+        const int64_t b1 = ra_balanced_start(wt, M, 1, P);
+        const int64_t bz = ra_balanced_start(wt, M, P - 1, P);
+        return j < b1 ? 0 : j >= bz ? P - 1 : 1 + chunk_of(bz - b1, P - 2,
+                                                           j - b1);
+    }
     const int64_t parts = lay == RA_LAYOUT_ZIGZAG ? 2 * (int64_t)P : P;
     const int64_t base = M / parts, e = M % parts;
     const int64_t c = j < e * (base + 1) ? j / (base + 1)
@@ -140,7 +158,7 @@ static double block_runs(const model_problem *pb, const key_cover *c, int src)
 }
 
 /* Rank d's blocks: rank 0, the kinks and the ranks holding a range's end
- * (mark, 2n + 3 entries) one by one; between two of them every rank's
+ * (mark, 2n + 4 entries) one by one; between two of them every rank's
  * runs lie where cover is constant and are as long as the first's, so
  * that rank's block stands for all. */
 static void blocks_runs(const model_problem *pb, key_cover *c, int d,
@@ -148,25 +166,20 @@ static void blocks_runs(const model_problem *pb, key_cover *c, int d,
 {
     const int P = pb->P;
     const int64_t M = pb->s->M;
-    int kink[2];
+    int kink[3];
     int64_t n = 0;
+    mark[n++] = 0;
+    for (int i = ring_layout_kinks(pb->p->layout, ra_cut_band(pb->p), M, P,
+                                   kink);
+         i > 0; i--)
+        mark[n++] = kink[i - 1];
     c->sst[0] = c->sen[0] = 0;
     for (int64_t i = 0; i < c->n; i++) {
         c->sst[i + 1] = c->sst[i] + c->st[i];
         c->sen[i + 1] = c->sen[i] + c->en[i];
-    }
-    if (pb->p->layout == RA_LAYOUT_BALANCED) { /* runs of every length */
-        for (int r = 0; r < P; r++)
-            step_max_blocks(sm, d, r, r, block_runs(pb, c, r));
-        return;
-    }
-    mark[n++] = 0;
-    for (int i = ring_layout_kinks(pb->p->layout, M, P, kink); i > 0; i--)
-        mark[n++] = kink[i - 1];
-    for (int64_t i = 0; i < c->n; i++) {
-        mark[n++] = key_owner(pb->p->layout, M, P, c->st[i]);
+        mark[n++] = key_owner(pb, M, P, c->st[i]);
         if (c->en[i] < M)
-            mark[n++] = key_owner(pb->p->layout, M, P, c->en[i]);
+            mark[n++] = key_owner(pb, M, P, c->en[i]);
     }
     qsort(mark, (size_t)n, sizeof *mark, i64_cmp);
     for (int64_t i = 0; i < n; i++) {
@@ -239,7 +252,7 @@ static void blocks_striped(const model_problem *pb, const key_cover *c, int d,
 /* ---- every rank ---------------------------------------------------------- */
 
 /* Every rank's blocks into sm, then diag[t]: buf holds key_cover's four
- * arrays (n + 1 each), then the marks or events (8n + 3). */
+ * arrays (n + 1 each), then the marks or events (8n + 4). */
 static void diag_fill(const model_problem *pb, int64_t *buf, int64_t n,
                       step_max *sm, double *diag)
 {

@@ -22,10 +22,11 @@ int64_t model_slice_most(const ra_params *p, ra_layout lay, int64_t len,
         const int64_t c = 2 * (int64_t)P, base = len / c, extra = len % c;
         return 2 * base + (extra > P ? 2 : extra > 0 ? 1 : 0);
     }
-    if (lay == RA_LAYOUT_BALANCED) { /* O(P log len): any rank may be it */
+    if (lay == RA_LAYOUT_BALANCED) { /* the first, last or second rank */
         int64_t most = 0;
-        for (int r = 0; r < P; r++) {
-            const int64_t c = ra_params_slice(p, lay, len, r, P).count;
+        const int r[3] = {0, 1, P - 1};
+        for (int i = 0; i < 3; i++) {
+            const int64_t c = ra_params_slice(p, lay, len, r[i], P).count;
             most = c > most ? c : most;
         }
         return most;
@@ -333,8 +334,6 @@ static int diag_flat(const model_problem *pb, int t, int a, int z)
         return 0;
     if (lay == RA_LAYOUT_STRIPED)
         return 1;
-    if (lay == RA_LAYOUT_BALANCED) /* every rank's runs may differ */
-        return 0;
     const ra_band band = ra_band_of(pb->p, pb->s);
     for (int i = 0; i < q[0].nruns; i++)
         for (int j = 0; j < k[0].nruns; j++) {
@@ -382,9 +381,10 @@ static double diag_scan(const model_problem *pb, int t, int lo, int hi,
                         double best, double bound, int64_t *ids)
 {
     const int P = pb->P;
-    int cut[4], nc = ring_layout_kinks(pb->p->layout, pb->s->N, P, cut);
-    int kk[2];
-    const int nk = ring_layout_kinks(pb->p->layout, pb->s->M, P, kk);
+    const ra_band wt = ra_cut_band(pb->p);
+    int cut[6], nc = ring_layout_kinks(pb->p->layout, wt, pb->s->N, P, cut);
+    int kk[3];
+    const int nk = ring_layout_kinks(pb->p->layout, wt, pb->s->M, P, kk);
     for (int i = 0; i < nk; i++) /* key rank kk[i]: rank kk[i] + t */
         cut[nc++] = (kk[i] + t) % P;
     for (int z = hi; z >= lo && best < bound;) {

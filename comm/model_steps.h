@@ -24,7 +24,7 @@ typedef struct {
 } model_problem;
 
 /* The largest slice of a length-len axis over P ranks under layout lay, in
- * closed form (balanced: O(P log len), by p's weights). */
+ * closed form (balanced: by p's weights). */
 int64_t model_slice_most(const ra_params *p, ra_layout lay, int64_t len,
                          int P);
 

@@ -148,11 +148,23 @@ int ring_plan_step_at(const ring_plan *pl, int src, int da, int dz, int u)
     return dz - v >= first ? dz - v - src : -1;
 }
 
-int ring_layout_kinks(ra_layout lay, int64_t len, int P, int k[2])
+int ring_layout_kinks(ra_layout lay, ra_band cut, int64_t len, int P,
+                      int k[3])
 {
     int n = 0;
-    if (lay == RA_LAYOUT_BALANCED) /* no pieces: its runs all differ */
-        return 0;
+    if (lay == RA_LAYOUT_BALANCED) { /* ra_balanced_start */
+        if (P >= 2)
+            k[n++] = 1;
+        if (P >= 3) {
+            const int64_t b1 = ra_balanced_start(cut, len, 1, P);
+            const int64_t e = (ra_balanced_start(cut, len, P - 1, P) - b1) %
+                              (P - 2); /* ranks 1 .. e hold one more */
+            if (e > 0)
+                k[n++] = 1 + (int)e;
+            k[n++] = P - 1;
+        }
+        return n;
+    }
     const int64_t parts = lay == RA_LAYOUT_ZIGZAG ? 2 * (int64_t)P : P;
     const int64_t e = len % parts; /* runs below e hold one more */
     if (e > 0 && e < P)
@@ -164,8 +176,8 @@ int ring_layout_kinks(ra_layout lay, int64_t len, int P, int k[2])
 
 int ring_plan_pieces(const ring_plan *pl, int lo, int hi, int piece[3][2])
 {
-    int kink[2] = {0, 0}, n = 0;
-    const int nk = ring_layout_kinks(pl->layout, pl->N, pl->P, kink);
+    int kink[3] = {0, 0, 0}, n = 0;
+    const int nk = ring_layout_kinks(pl->layout, pl->cut, pl->N, pl->P, kink);
     if (nk == 2 && kink[0] < kink[1]) { /* the higher kink first */
         const int k = kink[0];
         kink[0] = kink[1];

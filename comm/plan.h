@@ -67,13 +67,17 @@ void ring_plan_candidates(const ring_plan *pl, int src, int *da, int *dz);
  * ahead (steps d - src); -1 after the last. */
 int ring_plan_step_at(const ring_plan *pl, int src, int da, int dz, int u);
 
-/* Where the runs of a layout's slices of a length-len axis change length:
- * ranks r at which a run of rank r is one token shorter than that of rank
- * r - 1 (at most two, into k); returns how many. */
-int ring_layout_kinks(ra_layout lay, int64_t len, int P, int k[2]);
+/* Where the runs of a layout's slices of a length-len axis change length
+ * (the balanced one weighed by cut): ranks r whose runs differ from those
+ * of rank r - 1, into k (at most two; balanced: three, rank 1, the rank
+ * where its middle ranks' runs get one token shorter, and rank P - 1);
+ * returns how many. Between two kinks every rank's runs are as long. */
+int ring_layout_kinks(ra_layout lay, ra_band cut, int64_t len, int P,
+                      int k[3]);
 
 /* The pieces of ranks [lo, hi] between the kinks of the query axis, the
- * highest first, into piece; returns how many (1 to 3). */
+ * highest first, into piece; returns how many (1 to 3). Zigzag and
+ * striped slices only (at most two kinks). */
 int ring_plan_pieces(const ring_plan *pl, int lo, int hi, int piece[3][2]);
 
 #endif

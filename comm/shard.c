@@ -46,15 +46,9 @@ static wide weight_below(ra_band cut, int64_t len, int64_t x)
     return ends - starts + x;
 }
 
-/* Where rank r's run starts: the first x whose running weight reaches
- * r / P of the whole, so that each rank's work lies within one row's of
- * the mean. */
-static int64_t balanced_cut(ra_band cut, int64_t len, int r, int P)
+/* The first x whose running weight reaches r / P of the whole. */
+static int64_t weighed_cut(ra_band cut, int64_t len, int r, int P)
 {
-    if (r <= 0)
-        return 0;
-    if (r >= P)
-        return len;
     const wide goal = weight_below(cut, len, len) * r;
     int64_t lo = 0, hi = len;
     while (lo < hi) {
@@ -65,6 +59,27 @@ static int64_t balanced_cut(ra_band cut, int64_t len, int r, int P)
             hi = mid;
     }
     return lo;
+}
+
+/* Where rank r's run starts: the first and the last rank end where the
+ * running weight reaches 1/P and (P-1)/P of the whole, and the ranks
+ * between share the rest evenly, the first ones a token more (as
+ * ra_shard_range). The weights change only near the ends of the axis
+ * (the window's ramps), so while the ramps lie within the first and the
+ * last rank every rank's work lies within one row's of the mean; and the
+ * runs change length at three ranks at most (ra_layout_kinks), which the
+ * performance model needs to stay linear in P. */
+int64_t ra_balanced_start(ra_band cut, int64_t len, int r, int P)
+{
+    if (r <= 0)
+        return 0;
+    if (r >= P)
+        return len;
+    const int64_t b1 = weighed_cut(cut, len, 1, P);
+    if (r == 1)
+        return b1;
+    const int64_t bz = weighed_cut(cut, len, P - 1, P);
+    return b1 + ra_shard_range(bz - b1, r - 1, P - 2).start;
 }
 
 ra_slice ra_band_slice(ra_layout layout, ra_band cut, int64_t len, int rank,
@@ -94,8 +109,8 @@ ra_slice ra_band_slice(ra_layout layout, ra_band cut, int64_t len, int rank,
         ra_range a = ra_shard_range(len, rank, nranks);
         if (layout == RA_LAYOUT_BALANCED &&
             (cut.lo > -RA_UNBOUNDED || cut.hi < RA_UNBOUNDED)) {
-            a.start = balanced_cut(cut, len, rank, nranks);
-            a.count = balanced_cut(cut, len, rank + 1, nranks) - a.start;
+            a.start = ra_balanced_start(cut, len, rank, nranks);
+            a.count = ra_balanced_start(cut, len, rank + 1, nranks) - a.start;
         } /* else every token weighs alike: the contiguous cut */
         s.nruns = 1;
         s.run[0] = (ra_run){a.start, a.count, 1};

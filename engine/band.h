@@ -34,6 +34,10 @@ ra_band ra_band_of(const ra_params *params, const ra_shape *shape);
  * rules of a self-attention (diag 0), whatever N and M are; NULL: none. */
 ra_band ra_cut_band(const ra_params *params);
 
+/* Where rank r of P starts under the balanced layout of a length-len axis
+ * weighed by the band cut (comm/shard.c; r = P: len). */
+int64_t ra_balanced_start(ra_band cut, int64_t len, int r, int P);
+
 /* ra_layout_slice with the balanced cut weighed by the band cut
  * (ra_cut_band; unbounded on both sides: the contiguous cut). */
 ra_slice ra_band_slice(ra_layout layout, ra_band cut, int64_t len, int rank,

@@ -355,8 +355,12 @@ RA_API ra_range ra_shard_range(int64_t len, int rank, int nranks);
  * differ by at most one token and ignore num. Balanced weighs token i by
  * the keys a query at position i of a self-attention of length len would
  * see under num's causal and window rules (NULL or neither: every token
- * alike, the contiguous cut) and cuts where the running weight crosses
- * r / P of the whole, so ranks' work differs by at most one row's. */
+ * alike, the contiguous cut): the first rank ends where the running
+ * weight reaches 1/P of the whole, the last starts where it reaches
+ * (P-1)/P, and the ranks between share the rest evenly. While a window's
+ * ramps (its first and last rows, which see fewer keys) lie within the
+ * first and the last rank, every rank's work is then within one row's of
+ * the mean. */
 typedef struct {
     int64_t start, count, stride;
 } ra_run;
