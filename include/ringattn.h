@@ -682,15 +682,15 @@ RA_API ra_status ra_h5_read_shape(MPI_Comm comm, const char *path,
                                   const ra_h5_source *src, ra_shape *shape,
                                   ra_axes used[3]);
 
-/* Reads this rank's slices under a resolved layout (not RA_LAYOUT_AUTO;
- * ra_layout_slice with num over N for q, over M for k and v; num may be
- * NULL for a layout that ignores it) from the datasets src
- * names into caller-owned buffers; each rank reads only its own
- * hyperslabs, with collective transfers. */
+/* Reads this rank's slices, rows[0] of the N queries for q and rows[1]
+ * of the M keys for k and v (ra_layout_slice under the call's resolved
+ * layout gives them), from the datasets src names into caller-owned
+ * buffers; each rank reads only its own hyperslabs, with collective
+ * transfers. */
 RA_API ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
                                    const ra_h5_source *src,
-                                   const ra_shape *shape, ra_layout layout,
-                                   const ra_numerics *num, float *q,
+                                   const ra_shape *shape,
+                                   const ra_slice rows[2], float *q,
                                    float *k, float *v);
 
 /* Mask data read from a file, owned by the struct (ra_h5_masks_free). */

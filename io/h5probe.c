@@ -53,8 +53,13 @@ static ra_status probe_write_read(MPI_Comm comm, const char *name,
                                   .tuning = tn};
         MPI_Barrier(comm);
         t0 = MPI_Wtime();
-        st = ra_h5_read_inputs(comm, name, &src, s, exec.layout, NULL, o, o,
-                               o);
+        int rank, P;
+        MPI_Comm_rank(comm, &rank);
+        MPI_Comm_size(comm, &P);
+        const ra_slice rows[2] = {
+            ra_layout_slice(exec.layout, NULL, s->N, rank, P),
+            ra_layout_slice(exec.layout, NULL, s->M, rank, P)};
+        st = ra_h5_read_inputs(comm, name, &src, s, rows, o, o, o);
         mine[1] = MPI_Wtime() - t0;
     }
     if (MPI_Allreduce(mine, t, 2, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS &&

@@ -169,44 +169,65 @@ cleanup:
 
 static ra_status inputs_read(MPI_Comm comm, const char *path,
                              const source_names *nm, const ra_shape *s,
-                             ra_layout layout, ra_band cut, float *q,
-                             float *k, float *v)
+                             const ra_slice rows[2], float *q, float *k,
+                             float *v)
 {
     const int64_t qdims[4] = {s->B, s->N, s->H, s->D};
     const int64_t kdims[4] = {s->B, s->M, s->G, ra_shape_dk(s)};
     const int64_t vdims[4] = {s->B, s->M, s->G, s->Dv};
-    ra_slice sq, sk;
     h5io_reader in;
-    ra_status st = h5io_rank_slices(comm, path, layout, cut, s, &sq, &sk);
-    if (st != RA_OK)
-        return st;
-
+    ra_status st;
     if ((st = h5io_reader_open(comm, path, nm->tuning, &in)) == RA_OK &&
-        (st = tensor_read(in.file, in.dxpl, path, nm, 0, qdims, &sq,
+        (st = tensor_read(in.file, in.dxpl, path, nm, 0, qdims, &rows[0],
                           q)) == RA_OK &&
-        (st = tensor_read(in.file, in.dxpl, path, nm, 1, kdims, &sk,
+        (st = tensor_read(in.file, in.dxpl, path, nm, 1, kdims, &rows[1],
                           k)) == RA_OK)
-        st = tensor_read(in.file, in.dxpl, path, nm, 2, vdims, &sk, v);
+        st = tensor_read(in.file, in.dxpl, path, nm, 2, vdims, &rows[1], v);
     return h5io_reader_close(&in, path, st);
+}
+
+/* RA_ERR_ARG naming path unless sl is up to two runs of increasing
+ * positions in [0, len) whose counts add up. */
+static ra_status rows_check(const char *path, const char *what,
+                            const ra_slice *sl, int64_t len)
+{
+    int64_t total = 0, after = 0; /* the first position a run may take */
+    int ok = sl->nruns >= 0 && sl->nruns <= 2;
+    for (int i = 0; ok && i < sl->nruns; i++) {
+        const ra_run *r = &sl->run[i];
+        ok = r->count >= 0 && r->stride >= 1 &&
+             (r->count == 0 ||
+              (r->start >= after &&
+               r->start + (r->count - 1) * r->stride < len));
+        after = r->count ? r->start + (r->count - 1) * r->stride + 1 : after;
+        total += ok ? r->count : 0;
+    }
+    if (!ok || total != sl->count)
+        return ra_error_set(RA_ERR_ARG, "%s: the %s rows are not runs of "
+                            "increasing positions below %lld "
+                            "(ra_layout_slice gives them)", path, what,
+                            (long long)len);
+    return RA_OK;
 }
 
 ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
                             const ra_h5_source *src, const ra_shape *shape,
-                            ra_layout layout, const ra_numerics *num,
-                            float *q, float *k, float *v)
+                            const ra_slice rows[2], float *q, float *k,
+                            float *v)
 {
     ra_error_clear();
-    ra_params p;
-    ra_params_join(num, NULL, &p);
     const source_names nm = source_resolve(src);
     h5io_quiet quiet;
-    ra_status st;
-
-    if ((st = h5io_slices_check(path, shape, layout)) != RA_OK)
+    ra_status st = ra_shape_check(shape);
+    if (st == RA_OK && !rows)
+        st = ra_error_set(RA_ERR_ARG, "%s: rows are required", path);
+    if (st == RA_OK && (st = rows_check(path, "query", &rows[0],
+                                        shape->N)) == RA_OK)
+        st = rows_check(path, "key", &rows[1], shape->M);
+    if ((st = ra_agree(comm, st)) != RA_OK) /* rows differ by rank */
         return st;
     h5io_quiet_begin(&quiet);
-    st = ra_agree(comm, inputs_read(comm, path, &nm, shape, layout,
-                                        ra_cut_band(&p), q, k, v));
+    st = ra_agree(comm, inputs_read(comm, path, &nm, shape, rows, q, k, v));
     h5io_quiet_end(&quiet);
     return st;
 }

@@ -118,9 +118,9 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
     cli_tensors *t = &r->d.t;
     h5io_nonfinite bad;
     const h5io_bwd_files files = {o->in, o->fwd, o->src.axes, &ctx->tuning};
-    const ra_numerics num = cli_numerics(&o->p);
+    const ra_slice rows[2] = {t->qs, t->ks};
     ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
-                                     o->p.layout, &num, t->q, t->k, t->v);
+                                     rows, t->q, t->k, t->v);
     const h5io_inputs in = {&o->src,  &r->d.s, o->p.layout,
                             ra_cut_band(&o->p), t->q, t->k, t->v};
     if (st == RA_OK)

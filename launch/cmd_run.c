@@ -295,9 +295,9 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
 static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
 {
     cli_tensors *t = &r->d.t;
-    const ra_numerics num = cli_numerics(&o->p);
+    const ra_slice rows[2] = {t->qs, t->ks};
     ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
-                                     o->p.layout, &num, t->q, t->k, t->v);
+                                     rows, t->q, t->k, t->v);
     const h5io_inputs in = {&o->src,  &r->d.s, o->p.layout,
                             ra_cut_band(&o->p), t->q, t->k, t->v};
     h5io_nonfinite bad;

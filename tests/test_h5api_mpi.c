@@ -9,12 +9,15 @@
  * tuning is refused with RA_ERR_ARG by the call that receives it, and
  * leaves no file. Types have one vocabulary (ra_dtype_parse), and
  * ra_h5_gen takes one of them: f16 writes 16-bit floats, bf16 is refused.
+ * ra_h5_read_inputs reads the rows each rank gives it (a balanced slice
+ * here), and refuses on every rank rows that one rank got wrong.
  * Run at P = 1..4; verdicts are reduced over
  * MPI_COMM_WORLD before cmocka asserts; rank 0 prints. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -107,6 +110,71 @@ static void test_tuning_per_call(void **state)
     assert_true(ok);
 }
 
+/* ra_h5_read_inputs reads the rows it is given: this rank's balanced
+ * slice (causal window) holds the same values as the same positions of a
+ * whole read; rows that are not increasing runs inside the axis are
+ * refused with RA_ERR_ARG, naming the file, on every rank. */
+static void test_read_rows(void **state)
+{
+    (void)state;
+    char path[64];
+    scratch_name("rows", path, sizeof path);
+    const ra_status gen = ra_h5_gen(MPI_COMM_WORLD, path, 1, &shape,
+                                    RA_DTYPE_F32, 11, NULL);
+    ra_numerics num;
+    ra_numerics_default(&num);
+    num.causal = num.window = 1;
+    num.window_left = 90;
+    const ra_slice mine[2] = {
+        ra_layout_slice(RA_LAYOUT_BALANCED, &num, shape.N, rank, nranks),
+        ra_layout_slice(RA_LAYOUT_BALANCED, &num, shape.M, rank, nranks)};
+    const ra_slice all[2] = {{1, {{0, shape.N, 1}}, shape.N},
+                             {1, {{0, shape.M, 1}}, shape.M}};
+    const int64_t qrow = shape.H * shape.D, krow = shape.G * shape.D;
+    float *whole = malloc(sizeof(float) *
+                          (size_t)(shape.N * qrow + 2 * shape.M * krow));
+    float *part = malloc(sizeof(float) *
+                         (size_t)(mine[0].count * qrow +
+                                  2 * mine[1].count * krow + 1));
+    const ra_h5_source src = {.axes = RA_AXES_BNHD};
+    ra_status st = gen;
+    if (st == RA_OK)
+        st = ra_h5_read_inputs(MPI_COMM_WORLD, path, &src, &shape, all, whole,
+                               whole + shape.N * qrow,
+                               whole + shape.N * qrow + shape.M * krow);
+    if (st == RA_OK)
+        st = ra_h5_read_inputs(MPI_COMM_WORLD, path, &src, &shape, mine, part,
+                               part + mine[0].count * qrow,
+                               part + mine[0].count * qrow +
+                                   mine[1].count * krow);
+    int same = st == RA_OK;
+    for (int64_t t = 0; same && t < mine[0].count; t++)
+        same = memcmp(part + t * qrow,
+                      whole + ra_slice_pos(&mine[0], t) * qrow,
+                      sizeof(float) * (size_t)qrow) == 0;
+    ra_slice bad[2] = {mine[0], mine[1]};
+    if (rank == nranks - 1) { /* one rank's query rows past the end */
+        bad[0] = (ra_slice){1, {{shape.N, 1, 1}}, 1};
+    }
+    const ra_status refused = ra_h5_read_inputs(MPI_COMM_WORLD, path, &src,
+                                                &shape, bad, part, part,
+                                                part);
+    /* every rank refuses; the one with the bad rows names them */
+    const int named = refused == RA_ERR_ARG &&
+                      (rank != nranks - 1 ||
+                       strstr(ra_error_message(), path) != NULL);
+    const int ok = all_ranks(same && named);
+    if (rank == 0) {
+        printf("# P=%d balanced rows read as in the whole file: %s; one "
+               "rank's rows past the end refused on all: %s  %s\n", nranks,
+               same ? "yes" : "no", ok ? "yes" : "no", ok ? "PASS" : "FAIL");
+        unlink(path);
+    }
+    free(whole);
+    free(part);
+    assert_true(ok);
+}
+
 static void test_tuning_refused(void **state)
 {
     (void)state;
@@ -182,6 +250,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_tuning_per_call),
         cmocka_unit_test(test_tuning_refused),
         cmocka_unit_test(test_dtype_vocabulary),
+        cmocka_unit_test(test_read_rows),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -40,8 +40,8 @@ int main(int argc, char **argv)
     ra_exec exec;                        /* how it runs */
     ra_exec_default(&exec);              /* ring, auto layout, 1 thread, ... */
     ra_layout lay = ra_exec_layout(&num, &exec, 0);   /* 0: no segment masks */
-    ra_slice qs = ra_layout_slice(lay, s.N, rank, nranks);   /* my tokens */
-    ra_slice ks = ra_layout_slice(lay, s.M, rank, nranks);
+    ra_slice qs = ra_layout_slice(lay, &num, s.N, rank, nranks); /* mine */
+    ra_slice ks = ra_layout_slice(lay, &num, s.M, rank, nranks);
     float *q = fill(&qs, s.H * s.D, 0), *k = fill(&ks, s.G * s.D, 1);
     float *v = fill(&ks, s.G * s.Dv, 2);
     float *o = malloc(sizeof(float) * (size_t)(qs.count * s.H * s.Dv + 1));

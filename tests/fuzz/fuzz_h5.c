@@ -52,9 +52,11 @@ static void read_tensors(const ra_shape *s)
     float *mem = malloc(sizeof(float) * (size_t)(nq + nk + nv));
     if (!mem)
         return;
-    if (ra_h5_read_inputs(MPI_COMM_SELF, path, &source, s,
-                          RA_LAYOUT_CONTIGUOUS, NULL, mem, mem + nq,
-                          mem + nq + nk) == RA_OK) {
+    const ra_slice rows[2] = {
+        ra_layout_slice(RA_LAYOUT_CONTIGUOUS, NULL, s->N, 0, 1),
+        ra_layout_slice(RA_LAYOUT_CONTIGUOUS, NULL, s->M, 0, 1)};
+    if (ra_h5_read_inputs(MPI_COMM_SELF, path, &source, s, rows, mem,
+                          mem + nq, mem + nq + nk) == RA_OK) {
         const h5io_inputs in = {NULL, s, RA_LAYOUT_CONTIGUOUS,
                                 ra_cut_band(NULL), mem, mem + nq,
                                 mem + nq + nk};
