@@ -431,7 +431,7 @@ static ra_status call_close(strat_call *c, ra_status st, double t_start,
     free(c->node_of);
     ra_mm16_free(c->mm16);
     if (!c->stalled) {
-        free(c->mem);
+        ra_carve_free(c->mem);
         if (c->comm != MPI_COMM_NULL &&
             MPI_Comm_free(&c->comm) != MPI_SUCCESS && st == RA_OK)
             st = ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_free failed",

@@ -236,7 +236,7 @@ static void bwd_free(const ring_state *rs, bwd_state *bs)
 {
     if (rs->c->stalled)
         return;
-    free(bs->mem);
+    ra_carve_free(bs->mem);
     ra_bwd_workspace_free(bs->ws);
     if (bs->row != MPI_DATATYPE_NULL)
         MPI_Type_free(&bs->row);

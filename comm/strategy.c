@@ -159,7 +159,7 @@ void strat_free(const strat_call *c, void *mem, MPI_Datatype *types,
 {
     if (c->stalled)
         return;
-    free(mem);
+    ra_carve_free(mem);
     for (int i = 0; i < ntypes; i++)
         if (types[i] != MPI_DATATYPE_NULL)
             MPI_Type_free(&types[i]);

@@ -190,10 +190,16 @@ typedef struct {
 
 void *ra_carve(ra_carver *c, int64_t count, size_t elem);
 
-/* Sizes with fill(ctx, c), allocates the block and carves it with a second
- * fill: returns the block (the caller's to free) or NULL when a size
- * overflowed or memory ran out. */
+/* Sizes with fill(ctx, c), allocates the block (or takes one that an
+ * earlier call gave back) and carves it with a second fill: returns the
+ * block (the caller's to give back with ra_carve_free, or to free) or
+ * NULL when a size overflowed or memory ran out. */
 void *ra_carve_alloc(void (*fill)(void *ctx, ra_carver *c), void *ctx);
+
+/* Gives a block of ra_carve_alloc back: one of 4 MiB or more is kept,
+ * mapped, for later calls (up to four blocks; ra_buffers_release frees
+ * them), a smaller one is freed. NULL is ignored. */
+void ra_carve_free(void *block);
 
 /* Fills out[0..count) with unit-normal floats that depend only on
  * (seed, stream, first + i): the same values whatever the slicing. */

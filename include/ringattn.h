@@ -491,6 +491,13 @@ RA_API ra_status ra_forward(MPI_Comm comm, const ra_shape *shape,
                             const ra_masks *masks, const ra_qkv *in,
                             const ra_out *out, ra_timing *timing);
 
+/* The work blocks of 4 MiB and more that ra_forward and ra_backward free
+ * (the ring's K/V buffers, the call's positions and rounded inputs) stay
+ * mapped for the next calls, up to four blocks per process, so that a
+ * repeated call does not fault its pages in again. This frees them;
+ * thread-safe, and safe between any two calls. */
+RA_API void ra_buffers_release(void);
+
 /* The additive score's weight gradients, shapes as in ra_additive:
  * dw_q (A, D), dw_k (A, Dk), dw_v (A); caller-owned, written on every rank
  * with the same values (sums over all ranks' pairs, added up in fp64). */

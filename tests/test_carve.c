@@ -1,6 +1,8 @@
 /* test_carve.c: ra_carve and ra_carve_alloc (engine/internal.h) on random
  * plans: every array aligned, never NULL, inside the block and apart from
- * the others; a size that overflows fails the whole plan. */
+ * the others; a size that overflows fails the whole plan. Big blocks
+ * given back with ra_carve_free serve later plans of bytes .. 2 bytes,
+ * the four largest at most, until ra_buffers_release. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,11 +78,73 @@ static void test_carve_overflow(void **state)
     assert_int_equal(q.used, -1);
 }
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(TEST_ASAN)
+enum { KEEPS = 0 }; /* engine/carve.c keeps nothing under ASan */
+#else
+enum { KEEPS = 1 };
+#endif
+
+/* A block of one piece of `mib` MiB, its first and last bytes written. */
+static unsigned char *big_block(double mib)
+{
+    plan p = {.n = 1, .count = {(int64_t)(mib * (1 << 20))}, .elem = {1}};
+    unsigned char *b = ra_carve_alloc(plan_fill, &p);
+    assert_non_null(b);
+    assert_ptr_equal(p.at[0], b);
+    b[0] = 1;
+    b[p.count[0] - 1] = 2;
+    return b;
+}
+
+static void test_carve_keeps_big_blocks(void **state)
+{
+    (void)state;
+    if (!KEEPS)
+        skip();
+    ra_buffers_release();
+    unsigned char *a = big_block(5);
+    ra_carve_free(a);
+    unsigned char *small = big_block(2); /* under 4 MiB: never kept */
+    assert_ptr_not_equal(small, a);
+    ra_carve_free(small);
+    unsigned char *w = big_block(11); /* more than a holds */
+    assert_ptr_not_equal(w, a);
+    ra_carve_free(w);                 /* kept: a (5), w (11) */
+    unsigned char *x = big_block(5);  /* a, not w: 11 > 2 * 5 */
+    assert_ptr_equal(x, a);
+    unsigned char *y = big_block(5);  /* none fits: fresh */
+    assert_ptr_not_equal(y, w);
+    assert_ptr_not_equal(y, a);
+    assert_ptr_equal(big_block(6), w); /* 11 <= 2 * 6 */
+    ra_carve_free(a);
+    ra_carve_free(y);
+    ra_carve_free(w);                 /* kept: a, y (5), w (11) */
+    unsigned char *f20 = big_block(20), *f21 = big_block(21);
+    ra_carve_free(f20);               /* the four slots full */
+    ra_carve_free(f21);               /* evicts a 5 MiB block */
+    assert_ptr_equal(big_block(21), f21);
+    assert_ptr_equal(big_block(20), f20);
+    assert_ptr_equal(big_block(11), w);
+    unsigned char *five = big_block(5);
+    assert_true(five == a || five == y);
+    ra_carve_free(five);
+    ra_carve_free(w);
+    ra_carve_free(f20);
+    ra_carve_free(f21);
+    ra_buffers_release();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_carve_random_plans),
         cmocka_unit_test(test_carve_overflow),
+        cmocka_unit_test(test_carve_keeps_big_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
