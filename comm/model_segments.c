@@ -140,9 +140,7 @@ static int64_t key_owner(const model_problem *pb, int64_t M, int P,
                                                            j - b1);
     }
     const int64_t parts = lay == RA_LAYOUT_ZIGZAG ? 2 * (int64_t)P : P;
-    const int64_t base = M / parts, e = M % parts;
-    const int64_t c = j < e * (base + 1) ? j / (base + 1)
-                                         : e + (j - e * (base + 1)) / base;
+    const int64_t c = chunk_of(M, parts, j);
     return c < P ? c : parts - 1 - c;
 }
 
