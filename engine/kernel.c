@@ -38,6 +38,9 @@ struct ra_workspace {
                            bf16 (stage_kv), kv16_len elements; grown, never
                            shrunk, freed with the workspace */
     size_t kv16_len;
+    float *bands;       /* fp32 with kv heads: per thread BAND_FLOATS for a
+                           band's keys in rows of their own (band_keys);
+                           made at the first call that uses it */
 };
 
 /* Floats in a page, and doubles in a cache line: each thread's scratch
@@ -47,6 +50,21 @@ enum { PAGE_FLOATS = 1024, BUSY_STRIDE = 8 };
 _Static_assert(sizeof(ra_workspace) <= PAGE_FLOATS * sizeof(float),
                "the struct heads its block on one page");
 
+/* The keys of one (batch, kv head) as the tile products read them: key
+ * j's row at k + (j - j0) * ldk, its value's at v + (j - j0) * ldv. */
+typedef struct {
+    const float *k, *v;
+    int64_t ldk, ldv, j0;
+} kv_rows;
+
+/* One thread's copy of keys [s0, s1) of kv head bg (batch * G + head; -1:
+ * none yet) in rows of their own, cap keys: cap x D of k, then cap x Dv
+ * of v (band_keys). NULL buf: none. */
+typedef struct {
+    float *buf;
+    int64_t cap, bg, s0, s1;
+} band_copy;
+
 /* Scratch of one thread: scores (block_q x block_kv), accumulator
  * (block_q x Dv), running max and sum (block_q each), a per-key term
  * (block_kv), a masked tile's visible columns (2 x block_q). */
@@ -55,7 +73,19 @@ typedef struct {
     int32_t *vis; /* row r sees columns [vis[2r], vis[2r + 1]) */
     int tid; /* the thread's number, for its bf16 products' scratch */
     const uint16_t *kv16; /* the call's staged k, v (stage_kv), or NULL */
+    kv_rows kv;           /* the current rows' keys */
+    band_copy *band;      /* the thread's band copy (band_keys) */
 } tile_scratch;
+
+static const float *key_row(const kv_rows *r, int64_t j)
+{
+    return r->k + (j - r->j0) * r->ldk;
+}
+
+static const float *value_row(const kv_rows *r, int64_t j)
+{
+    return r->v + (j - r->j0) * r->ldv;
+}
 
 static size_t round16(size_t x) { return (x + 15) & ~(size_t)15; }
 
@@ -99,8 +129,10 @@ ra_workspace *ra_workspace_create(int threads, int64_t block_q,
 
 void ra_workspace_free(ra_workspace *ws)
 {
-    if (ws)
+    if (ws) {
         free(ws->kv16);
+        free(ws->bands);
+    }
     free(ws);
 }
 
@@ -169,6 +201,7 @@ static tile_scratch scratch_of(const ra_workspace *ws, int tid)
     t.vis = (int32_t *)(t.kterm + round16((size_t)ws->block_kv));
     t.tid = tid;
     t.kv16 = NULL;
+    t.band = NULL;
     return t;
 }
 
@@ -303,13 +336,14 @@ static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
 }
 
 /* Base-2 scores of a bq x bk tile into t.s (row stride block_kv): qt rows
- * of stride H*D against kt rows of stride G*D. */
-static void score_tile(const ra_block *blk, const float *qt, const float *kt,
+ * of stride H*D against the keys from j0 in t.kv. */
+static void score_tile(const ra_block *blk, const float *qt, int64_t j0,
                        const uint16_t *kt16, int64_t bq, int64_t bk,
                        int q_kept, tile_scratch t)
 {
-    const int64_t D = blk->D, ldq = blk->H * D, ldk = blk->G * D;
+    const int64_t D = blk->D, ldq = blk->H * D, ldk = t.kv.ldk;
     const int64_t lds = blk->block_kv;
+    const float *kt = key_row(&t.kv, j0);
     if (blk->score == RA_SCORE_ADDITIVE) {
         for (int64_t r = 0; r < bq; r++)
             for (int64_t c = 0; c < bk; c++)
@@ -486,16 +520,17 @@ static int band_groups(const ra_block *blk, const tile_rules *rl, int64_t i0,
     return 16 * area <= 15 * bq * bk ? n : 0;
 }
 
-/* A band tile's products by groups (band_groups): with qt and kt, the
- * base-2 scores of each group's rows against its keys (kt: the tile's
- * first key); with vt, acc += P V over each group's keys (P is 0 outside
+/* A band tile's products by groups (band_groups), the tile's keys from
+ * j0 in t.kv: with qt, the base-2 scores of each group's rows against its
+ * keys; without, acc += P V over each group's keys (P is 0 outside
  * them). */
 static void groups_products(const ra_block *blk, const band_group *g,
-                            int ng, const float *qt, const float *kt,
-                            const float *vt, tile_scratch t)
+                            int ng, const float *qt, int64_t j0,
+                            tile_scratch t)
 {
-    const int64_t ldq = blk->H * blk->D, ldk = blk->G * blk->D;
-    const int64_t ldv = blk->G * blk->Dv, lds = blk->block_kv;
+    const int64_t ldq = blk->H * blk->D, ldk = t.kv.ldk;
+    const int64_t ldv = t.kv.ldv, lds = blk->block_kv;
+    const float *kt = key_row(&t.kv, j0), *vt = value_row(&t.kv, j0);
     for (int i = 0; i < ng; i++) {
         if (g[i].nc == 0)
             continue;
@@ -582,6 +617,67 @@ static void rows_merge(const ra_block *blk, const tile_rules *rl,
     }
 }
 
+/* One thread's band copy: BAND_FLOATS floats (2 MiB, 4096 keys at D = Dv
+ * = 64), used when a tile's key range fits in it BAND_SPANS times. */
+enum { BAND_FLOATS = 1 << 19, BAND_SPANS = 3 };
+
+/* Keys [a, z) of kv head bg (batch * G + head) for the tile products. The
+ * block holds each key's heads side by side (row stride G * D), and
+ * oneDNN's products run slower on such rows than on rows of their own
+ * (a window-512 band tile, in cache: 167 GFLOP/s against 189 at D = 64,
+ * H = 4). A full-attention tile streams each key once and does not
+ * notice; a band's keys are read by block_kv / block_q tiles in a row.
+ * So with kv heads (G > 1, fp32) and a short key range, the keys are
+ * copied into bc's rows of their own, BAND_SPANS ranges at a time, ending
+ * at z: the query tiles come last first (ra_kernel_forward_block), so
+ * their ranges move down, and a copy serves the tiles until their range
+ * leaves it; then the keys it shares with the next copy move within the
+ * buffer and only the others are read from the block. (Twice the range
+ * moves keys too often; four times, or a range over a fourth of the
+ * buffer, was slower at windows 512 and 1900.) */
+static void copy_keys(const kv_rows *from, int64_t s0, int64_t a,
+                      int64_t z, int64_t D, int64_t Dv, float *bk, float *bv)
+{
+    for (int64_t j = a; j < z; j++) {
+        memcpy(bk + (j - s0) * D, key_row(from, j), (size_t)D * sizeof *bk);
+        memcpy(bv + (j - s0) * Dv, value_row(from, j),
+               (size_t)Dv * sizeof *bv);
+    }
+}
+
+static kv_rows band_keys(const ra_block *blk, const ra_fwd_ops *x,
+                         int64_t bg, int64_t a, int64_t z, band_copy *bc)
+{
+    const int64_t m = blk->m, G = blk->G, D = blk->D, Dv = blk->Dv;
+    const int64_t b = bg / G, g = bg % G;
+    const kv_rows block = {x->k + (b * m * G + g) * D,
+                           x->v + (b * m * G + g) * Dv, G * D, G * Dv, 0};
+    const int64_t span = BAND_SPANS * (z - a);
+    if (!bc || !bc->buf || G == 1 || span > bc->cap)
+        return block;
+    if (bc->bg != bg || a < bc->s0 || z > bc->s1) {
+        const int64_t s1 = z, s0 = z - span > 0 ? z - span : 0;
+        int64_t k0 = 0, k1 = 0; /* the keys kept: [k0, k1) */
+        if (bc->bg == bg) {
+            k0 = s0 > bc->s0 ? s0 : bc->s0;
+            k1 = s1 < bc->s1 ? s1 : bc->s1;
+        }
+        float *bk = bc->buf, *bv = bc->buf + bc->cap * D;
+        if (k1 > k0) {
+            memmove(bk + (k0 - s0) * D, bk + (k0 - bc->s0) * D,
+                    (size_t)((k1 - k0) * D) * sizeof(float));
+            memmove(bv + (k0 - s0) * Dv, bv + (k0 - bc->s0) * Dv,
+                    (size_t)((k1 - k0) * Dv) * sizeof(float));
+        } else {
+            k0 = k1 = s1;
+        }
+        copy_keys(&block, s0, k1, s1, D, Dv, bk, bv);
+        copy_keys(&block, s0, s0, k0, D, Dv, bk, bv);
+        *bc = (band_copy){bc->buf, bc->cap, bg, s0, s1};
+    }
+    return (kv_rows){bc->buf, bc->buf + bc->cap * D, D, Dv, bc->s0};
+}
+
 /* Query rows [i0, i0 + bq) of head h in batch b against every key tile of
  * the block that any of them may see. */
 static void rows_forward(const ra_block *blk, const tile_rules *rlp,
@@ -600,8 +696,6 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
     if (rl.q_seg)
         ra_minmax(rl.q_seg + i0, bq, &qs_min, &qs_max);
     const float *qt = x->q + ((b * n + i0) * H + h) * D; /* bq x D, ld H*D */
-    const float *kb = x->k + (b * m * G + g) * D;        /* m x D, ld G*D */
-    const float *vb = x->v + (b * m * G + g) * Dv;       /* m x Dv, ld G*Dv */
     /* the staged bf16 k (m x D) and v (m x Dv) of kv head g, or NULL */
     const uint16_t *k16 = t.kv16 ? t.kv16 + (b * G + g) * m * (D + Dv)
                                  : NULL;
@@ -614,6 +708,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
     memset(t.acc, 0, (size_t)(bq * Dv) * sizeof(float));
     key_range(blk, &rl, qmin, qmax, qs_min, qs_max, &j_first, &j_end);
     widen_keys(blk->mm16 ? bkv : KEY_UNIT, m, &j_first, &j_end);
+    t.kv = band_keys(blk, x, b * G + g, j_first, j_end, t.band);
     for (int64_t j0 = j_first; j0 < j_end; j0 += bkv) {
         const int64_t bk = j_end - j0 < bkv ? j_end - j0 : bkv;
         const int64_t kmin = mk->kpos[j0], kmax = mk->kpos[j0 + bk - 1];
@@ -632,9 +727,9 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         const int ng = need_mask ? band_groups(blk, &rl, i0, bq, j0, bk, grp)
                                  : 0;
         if (!ng)
-            score_tile(blk, qt, kb + j0 * G * D, k16 ? k16 + j0 * D : NULL,
-                       bq, bk, j0 > j_first, t);
-        groups_products(blk, grp, ng, qt, kb + j0 * G * D, NULL, t);
+            score_tile(blk, qt, j0, k16 ? k16 + j0 * D : NULL, bq, bk,
+                       j0 > j_first, t);
+        groups_products(blk, grp, ng, qt, j0, t);
         if (blk->alibi)
             alibi_tile(blk, &rl, 1, h, (tile_box){i0, bq, j0, bk}, t.s);
         /* pass 2: the mask, only on tiles that straddle an edge */
@@ -649,10 +744,10 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
             ra_mm_tile(blk->gemm, blk->mm16, t.tid,
                        &(ra_mm){.m = bq, .n = Dv, .k = bk, .alpha = 1.0f,
                                 .beta = 1.0f, .a = t.s, .lda = bkv,
-                                .b = vb + j0 * G * Dv, .ldb = G * Dv,
+                                .b = value_row(&t.kv, j0), .ldb = t.kv.ldv,
                                 .c = t.acc, .ldc = Dv,
                                 .b16 = v16 ? v16 + j0 * Dv : NULL});
-        groups_products(blk, grp, ng, NULL, NULL, vb + j0 * G * Dv, t);
+        groups_products(blk, grp, ng, NULL, j0, t);
         if (x->progress)
             x->progress(x->progress_ctx);
     }
@@ -729,6 +824,19 @@ static const uint16_t *stage_kv(const ra_block *blk, const ra_fwd_ops *x,
     return ws->kv16;
 }
 
+/* The threads' band copies (band_keys), BAND_FLOATS each, made at the
+ * first call that uses them; NULL (no copies) in bf16 (stage_kv has the
+ * keys in rows of their own), without kv heads (the rows are already
+ * their own), or when they cannot be had. */
+static float *band_buffers(const ra_block *blk, ra_workspace *ws)
+{
+    if (blk->mm16 || blk->G == 1)
+        return NULL;
+    if (!ws->bands)
+        ws->bands = malloc((size_t)ws->threads * BAND_FLOATS * sizeof(float));
+    return ws->bands;
+}
+
 void ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
                              ra_workspace *ws)
 {
@@ -742,12 +850,16 @@ void ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
     void *hook_ctx;
     const ra_progress_fn hook = tile_hook_of(ws, &hk, &hook_ctx);
     const uint16_t *kv16 = stage_kv(blk, ops, ws);
+    float *bands = band_buffers(blk, ws);
 
 #pragma omp parallel num_threads(ws->threads)
     {
         const int tid = omp_get_thread_num();
         tile_scratch t = scratch_of(ws, tid);
         t.kv16 = kv16;
+        band_copy bc = {bands ? bands + (size_t)tid * BAND_FLOATS : NULL,
+                        BAND_FLOATS / (blk->D + blk->Dv), -1, 0, 0};
+        t.band = &bc;
         ra_fwd_ops x = *ops; /* the hook runs on thread 0 only */
         x.progress = tid == 0 ? hook : NULL;
         x.progress_ctx = hook_ctx;
@@ -795,7 +907,7 @@ static void probs_rows(const ra_block *blk, const ra_map_ops *x, int64_t b,
     const int64_t D = blk->D, bkv = blk->block_kv, h = x->heads[hi];
     const int64_t g = h / (H / G);
     const float *qt = x->q + ((b * n + i0) * H + h) * D;
-    const float *kb = x->k + (b * m * G + g) * D;
+    t.kv = (kv_rows){x->k + (b * m * G + g) * D, NULL, G * D, 0, 0};
     /* per row, the base-2 offset that turns a tile score into log2(p) */
     for (int64_t r = 0; r < bq; r++) {
         double l = x->lse[(b * H + h) * n + i0 + r];
@@ -809,7 +921,7 @@ static void probs_rows(const ra_block *blk, const ra_map_ops *x, int64_t b,
     }
     for (int64_t j0 = 0; j0 < m; j0 += bkv) {
         const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
-        score_tile(blk, qt, kb + j0 * G * D, NULL, bq, bk, j0 > 0, t);
+        score_tile(blk, qt, j0, NULL, bq, bk, j0 > 0, t);
         map_bias_mask(blk, b, h, (tile_box){i0, bq, j0, bk}, t.s);
         for (int64_t r = 0; r < bq; r++) {
             const int64_t row_at = (b * x->nh + hi) * x->nr + i0 - x->r0 + r;

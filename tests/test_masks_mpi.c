@@ -200,11 +200,13 @@ static void test_windows(void **state)
  * for a window up to 1920 keys wide) and 256-row ones: their band tiles
  * are scored by groups of 64 rows, each over only its keys (kernel.c,
  * band_groups); odd lengths leave short last tiles, lens cut rows and
- * keys off mid-group. */
+ * keys off mid-group. With kv heads (G > 1) the band's keys are read from
+ * a copy in rows of their own, which moves down the block with the tiles
+ * (kernel.c, band_keys): at P = 1 and 2 the last case's copy moves. */
 static void test_window_band_tiles(void **state)
 {
     (void)state;
-    mask_case mc = base_case(2, 1001, 1001, 2, 1, 16, 211);
+    mask_case mc = base_case(2, 1001, 1001, 4, 2, 16, 211);
     mc.p.block_q = mc.p.block_kv = 0;
     mc.p.window = 1;
     mc.p.causal = 1;
@@ -226,6 +228,12 @@ static void test_window_band_tiles(void **state)
     mc.p.window = 1;
     mc.p.causal = 1;
     mc.p.window_left = 700;
+    expect_all_layouts(&mc);
+    mc = base_case(1, 2001, 2001, 4, 2, 16, 214); /* the copy moves */
+    mc.p.block_q = mc.p.block_kv = 0;
+    mc.p.window = 1;
+    mc.p.causal = 1;
+    mc.p.window_left = 300;
     expect_all_layouts(&mc);
 }
 
