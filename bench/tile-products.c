@@ -9,7 +9,12 @@
  *
  *   mpicc -O2 -fopenmp -I engine -I include bench/tile-products.c \
  *       build/libra_internal.a -lopenblas -ldnnl -lm -o /tmp/tile-products
- *   OMP_NUM_THREADS=1 taskset -c 0 /tmp/tile-products
+ *   OMP_NUM_THREADS=1 taskset -c 0 /tmp/tile-products [KV_HEADS]
+ *
+ * KV_HEADS (default 4) is how many heads' rows sit side by side in the
+ * key and value rows, as in a block's (B, m, G, D) layout; 1 gives each
+ * head's keys rows of their own, as the kernel's band copy does
+ * (kernel.c, band_keys). The queries keep 4 heads per row.
  */
 #include <omp.h>
 #include <stdio.h>
@@ -18,6 +23,8 @@
 #include "gemm.h"
 
 enum { D = 64, HEADS = 4, LDS = 1024, ROWS_MAX = 4096 };
+
+static int64_t kv_heads = HEADS;
 
 typedef struct {
     const char *what;
@@ -30,15 +37,18 @@ typedef struct {
 static void tile(ra_gemm g, const tile_case *c, const float *q,
                  const float *k, const float *v, float *s, float *acc)
 {
-    const int64_t ld = HEADS * D, gr = c->rows / c->groups;
+    const int64_t ld = HEADS * D, ldkv = kv_heads * D;
+    const int64_t gr = c->rows / c->groups;
     for (int grp = 0; grp < c->groups; grp++) {
         const int64_t off = grp * gr;
         const ra_mm qk = {.tb = 1, .m = gr, .n = c->keys, .k = D,
                           .alpha = 1.0f, .a = q + off * ld, .lda = ld,
-                          .b = k + off * ld, .ldb = ld, .c = s, .ldc = LDS};
+                          .b = k + off * ldkv, .ldb = ldkv, .c = s,
+                          .ldc = LDS};
         const ra_mm pv = {.m = gr, .n = D, .k = c->keys, .alpha = 1.0f,
                           .beta = 1.0f, .a = s, .lda = LDS,
-                          .b = v + off * ld, .ldb = ld, .c = acc, .ldc = D};
+                          .b = v + off * ldkv, .ldb = ldkv, .c = acc,
+                          .ldc = D};
         ra_sgemm(g, &qk);
         ra_sgemm(g, &pv);
     }
@@ -59,8 +69,11 @@ static double rate(ra_gemm g, const tile_case *c, const float *q,
     return 4.0 * D * (double)c->rows * (double)c->keys / best / 1e9;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    kv_heads = argc > 1 ? atoi(argv[1]) : HEADS;
+    if (kv_heads < 1 || kv_heads > HEADS)
+        return 2;
     const size_t n = (size_t)ROWS_MAX * HEADS * D;
     float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4);
     float *s = calloc((size_t)512 * LDS, 4), *acc = calloc(512 * D, 4);
