@@ -290,15 +290,12 @@ static int is_sorted(const int64_t *x, int64_t len)
     return 1;
 }
 
-/* Sets s[r][c] = -inf wherever query i0 + r may not see key j0 + c.
- * Positions increase along rows and columns, so each row's visible keys
- * [first, last) only move right: one sweep over the tile's keys in all.
- * With vis (no segments: the visible keys are one run), the hidden
- * entries get 0, the weight they would have, and each row's run goes to
- * vis, so that the softmax skips them. */
-static void mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
-                      int64_t bq, int64_t j0, int64_t bk, float *s,
-                      int64_t lds, int32_t *vis)
+/* kernel.h. Each row's visible keys [first, last) only move right: one
+ * sweep over the tile's keys in all. vis lets the softmax skip the hidden
+ * entries, which get the weight they would have, 0. */
+void ra_mask_tile(const ra_mask *mk, const tile_rules *t, int64_t i0,
+                  int64_t bq, int64_t j0, int64_t bk, float *s, int64_t lds,
+                  int32_t *vis)
 {
     const float hidden = vis ? 0.0f : -INFINITY;
     const int64_t *kp = mk->kpos + j0;
@@ -555,7 +552,7 @@ static void groups_products(const ra_block *blk, const band_group *g,
 /* Pass 3, the online softmax of one bq x bk tile of base-2 scores: each
  * row's running max and sum, the accumulator rescaled only where the max
  * moved; the scores become the unnormalised weights 2^(s - max). With vis
- * (mask_tile) only each row's visible run is read; the rest is 0. */
+ * (ra_mask_tile) only each row's visible run is read; the rest is 0. */
 static void softmax_tile(const ra_block *blk, int64_t bq, int64_t bk,
                          const int32_t *vis, tile_scratch t)
 {
@@ -735,7 +732,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         /* pass 2: the mask, only on tiles that straddle an edge */
         int32_t *vis = need_mask && !rl.q_seg ? t.vis : NULL;
         if (need_mask)
-            mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv, vis);
+            ra_mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv, vis);
         /* pass 3: online softmax */
         softmax_tile(blk, bq, bk, vis, t);
         /* pass 4: acc += P V (P rounded to bf16 with bf16 precision);
@@ -894,7 +891,7 @@ static void map_bias_mask(const ra_block *blk, int64_t b, int64_t h,
         float *sa = s + (a - x.i0) * lds;
         if (blk->alibi)
             alibi_tile(blk, &rl, 0, h, (tile_box){a, z - a, x.j0, x.bk}, sa);
-        mask_tile(&blk->mask, &rl, a, z - a, x.j0, x.bk, sa, lds, NULL);
+        ra_mask_tile(&blk->mask, &rl, a, z - a, x.j0, x.bk, sa, lds, NULL);
     }
 }
 

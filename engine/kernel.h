@@ -93,6 +93,15 @@ ra_tile_rules ra_tile_rules_of(const ra_block *blk, int64_t b, int64_t i);
 int64_t ra_tile_run_end(const ra_block *blk, int64_t b, int64_t i,
                         int64_t end, int by_id);
 
+/* Sets s[r][c] (row stride lds) to -inf wherever query i0 + r of the
+ * block may not see key j0 + c under rules t, in one sweep (positions
+ * increase along rows and columns). With vis (rules without segments),
+ * the hidden entries get 0 instead and row r's visible keys are
+ * [vis[2r], vis[2r + 1]). The forward's pass 2 and the backward's. */
+void ra_mask_tile(const ra_mask *mk, const ra_tile_rules *t, int64_t i0,
+                  int64_t bq, int64_t j0, int64_t bk, float *s, int64_t lds,
+                  int32_t *vis);
+
 /* The smallest and largest of x[0..len) (INT64_MAX, INT64_MIN when empty). */
 void ra_minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx);
 

@@ -41,6 +41,7 @@ struct ra_bwd_workspace {
  * dS and its keys' base-2 norm term. */
 typedef struct {
     float *p, *dp, *lse2, *rsum, *csum, *kterm;
+    int64_t kterm_j0; /* the key tile's first key: kterm[0]'s */
     double *dw_v; /* this thread's partial dw_v (A), additive only */
     int tid;      /* the thread's number, for its bf16 products' scratch */
 } bwd_scratch;
@@ -90,6 +91,7 @@ static bwd_scratch scratch_of(const ra_bwd_workspace *ws, int tid)
     t.rsum = t.lse2 + round16((size_t)ws->block_q);
     t.csum = t.rsum + round16((size_t)ws->block_q);
     t.kterm = t.csum + round16((size_t)ws->block_kv);
+    t.kterm_j0 = 0;
     t.dw_v = ws->dw_v + (size_t)tid * (size_t)ws->A;
     t.tid = tid;
     return t;
@@ -132,26 +134,6 @@ static int tile_class(const ra_block *blk, const ra_tile_rules *rl, int64_t i0,
         partial |= !(qs0 == qs1 && ks0 == ks1 && qs0 == ks0);
     }
     return partial ? 1 : 2;
-}
-
-/* Pass 2: s = -inf where query i0 + r may not see key j0 + c. */
-static void mask_tile(const ra_block *blk, const ra_tile_rules *rl, int64_t i0,
-                      int64_t bq, int64_t j0, int64_t bk, float *s)
-{
-    const int64_t *qp = blk->mask.qpos, *kp = blk->mask.kpos;
-    const int64_t lds = blk->block_kv;
-    for (int64_t r = 0; r < bq; r++) {
-        const int64_t p = qp[i0 + r];
-        for (int64_t c = 0; c < bk; c++) {
-            const int64_t kq = kp[j0 + c];
-            int see = p < rl->q_len && kq < rl->kv_len && kq >= p + rl->lo &&
-                      kq <= p + rl->hi;
-            if (see && rl->q_seg)
-                see = rl->q_seg[i0 + r] == rl->k_seg[j0 + c];
-            if (!see)
-                s[r * lds + c] = -INFINITY;
-        }
-    }
 }
 
 /* Where one tile's operands live: row pointers and leading dims of the
@@ -199,8 +181,9 @@ static void probs_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
                             .b = x->k, .ldb = G * D, .c = t.p, .ldc = lds});
     if (blk->alibi)
         alibi_bias(blk, rl, x, t.p);
-    if (cls == 1)
-        mask_tile(blk, rl, x->i0, x->bq, x->j0, x->bk, t.p);
+    if (cls == 1) /* pass 2 */
+        ra_mask_tile(&blk->mask, rl, x->i0, x->bq, x->j0, x->bk, t.p, lds,
+                     NULL);
     for (int64_t r = 0; r < x->bq; r++) {
         float *row = t.p + r * lds;
         const float l = x->lse[r];
@@ -215,8 +198,9 @@ static void probs_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
             for (int64_t d = 0; d < D; d++)
                 qq += (double)qr[d] * qr[d];
             shift += qq * blk->half_inv_sigma2;
+            const float *kt = t.kterm + (x->j0 - t.kterm_j0);
             for (int64_t c = 0; c < x->bk; c++)
-                row[c] -= t.kterm[c];
+                row[c] -= kt[c];
         }
         (void)ra_exp2_shift_sum(row, x->bk, (float)(shift * M_LOG2E));
     }
@@ -349,9 +333,42 @@ static bwd_tile tile_at(const ra_block *blk, const ra_bwd_operands *x,
                       sp->i0, sp->bq, sp->j0, sp->bk, sp->h};
 }
 
+/* The keys [*j0, *j0 + *bk) of a key tile that query rows [i0, i0 + bq)
+ * of one run (rules rl) may see by position: a band's query tile meets
+ * only part of a key tile as wide as the band, and the products then run
+ * over that part, widened to a multiple of KEY_UNIT keys within the tile
+ * (oneDNN runs those faster, as in the forward). Not in bf16, whose
+ * primitives take the declared tile shape only (bf16.h). */
+enum { KEY_UNIT = 16 };
+
+static void band_keys(const ra_block *blk, const ra_tile_rules *rl,
+                      int64_t i0, int64_t bq, int64_t *j0, int64_t *bk)
+{
+    if (blk->mm16)
+        return;
+    const int64_t *kp = blk->mask.kpos + *j0, *qp = blk->mask.qpos;
+    int64_t a = 0, z = *bk;
+    if (rl->lo > -RA_UNBOUNDED)
+        a = ra_lower_bound(kp, *bk, qp[i0] + rl->lo);
+    if (rl->hi < RA_UNBOUNDED)
+        z = ra_lower_bound(kp, *bk, qp[i0 + bq - 1] + rl->hi + 1);
+    if (z <= a) { /* nothing visible: tile_class has said so already */
+        *bk = 0;
+        return;
+    }
+    const int64_t want = (z - a + KEY_UNIT - 1) / KEY_UNIT * KEY_UNIT;
+    if (want <= *bk) {
+        z = a + want <= *bk ? a + want : *bk;
+        a = z - want;
+    }
+    *j0 += a;
+    *bk = z - a;
+}
+
 /* One work item: every tile of kv head g in batch b; a query tile is cut
  * into runs of rows that share their diag (ra_tile_run_end: the whole
- * tile unless each sequence is aligned on its own). */
+ * tile unless each sequence is aligned on its own), and each run meets
+ * only the keys of the key tile it may see (band_keys). */
 static void item_backward(const ra_block *blk, const ra_bwd_operands *ops,
                           int64_t b, int64_t g, bwd_scratch t, int poll,
                           ra_progress_fn progress, void *progress_ctx)
@@ -366,14 +383,22 @@ static void item_backward(const ra_block *blk, const ra_bwd_operands *ops,
                 z = ra_tile_run_end(blk, b, i0, n - i0 < bqm ? n : i0 + bqm,
                                     0);
                 const ra_tile_rules rl = ra_tile_rules_of(blk, b, i0);
-                const int cls = tile_class(blk, &rl, i0, z - i0, j0, bk);
+                if (tile_class(blk, &rl, i0, z - i0, j0, bk) == 0)
+                    continue;
+                if (!keys_ready && blk->score == RA_SCORE_GAUSSIAN) {
+                    const tile_span all = {b, h, g, i0, z - i0, j0, bk};
+                    key_terms(blk, tile_at(blk, ops, &all).k, bk, t);
+                    t.kterm_j0 = j0;
+                }
+                keys_ready = 1;
+                int64_t jn = j0, bn = bk;
+                band_keys(blk, &rl, i0, z - i0, &jn, &bn);
+                const int cls = bn ? tile_class(blk, &rl, i0, z - i0, jn, bn)
+                                   : 0;
                 if (cls == 0)
                     continue;
-                const tile_span sp = {b, h, g, i0, z - i0, j0, bk};
+                const tile_span sp = {b, h, g, i0, z - i0, jn, bn};
                 const bwd_tile x = tile_at(blk, ops, &sp);
-                if (!keys_ready && blk->score == RA_SCORE_GAUSSIAN)
-                    key_terms(blk, x.k, bk, t);
-                keys_ready = 1;
                 grads_tile(blk, &rl, cls, &x, t);
                 if (poll && progress)
                     progress(progress_ctx);

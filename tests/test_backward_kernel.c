@@ -187,6 +187,12 @@ static void test_gaussian_rules(void **state)
     const ra_shape self = {2, 70, 70, 2, 1, 16, 8};
     expect_ok(self, (kcase){.score = g, .window = 1, .left = 5, .right = 0,
                             .segs = 1, .bq = 8, .bkv = 8, .threads = 1});
+    /* key tiles wider than a query tile's band (kernel_bwd.c, band_keys):
+     * the key terms are read from the part's offset */
+    expect_ok(self, (kcase){.score = g, .window = 1, .left = 11, .right = 3,
+                            .bq = 8, .bkv = 64, .threads = 2});
+    expect_ok(self, (kcase){.window = 1, .left = 20, .right = 2, .lens = 1,
+                            .bq = 16, .bkv = 96, .threads = 1});
 }
 
 /* Rows and blocks that see nothing: causal with N > M leaves the first

@@ -34,6 +34,7 @@ typedef struct {
     ra_rope rope;
     int alibi;
     const ra_additive *additive;
+    int64_t bkv; /* key tile width; 0: 48 */
 } bcase;
 
 /* The masks of a case: global lens (B each) and ids (B, N), (B, M) for the
@@ -93,7 +94,7 @@ static ra_params params_of(const bcase *c)
     prm.score = c->score;
     prm.sigma = 1.7;
     prm.block_q = 32;
-    prm.block_kv = 48;
+    prm.block_kv = c->bkv ? c->bkv : 48;
     prm.threads = c->threads;
     prm.rope = c->rope;
     prm.rope_base = 300.0;
@@ -256,22 +257,33 @@ static void test_cross_gqa_gaussian(void **state)
                           .score = RA_SCORE_GAUSSIAN, .threads = 1});
 }
 
+/* Hidden units of the additive cases' weights. */
+enum { ADD_A = 16 };
+
+/* The additive score's weights for shape s (wq: ADD_A x D, wk: ADD_A x
+ * Dk, wv: ADD_A), drawn from the next case's seed; w_q and w_k scaled by
+ * 0.3. */
+static ra_additive additive_weights(const ra_shape *s, float *wq, float *wk,
+                                    float *wv)
+{
+    ra_random_normal(seed_next, RA_STREAM_W_Q, 0, ADD_A * s->D, wq);
+    ra_random_normal(seed_next, RA_STREAM_W_K, 0, ADD_A * s->Dk, wk);
+    ra_random_normal(seed_next, RA_STREAM_W_V, 0, ADD_A, wv);
+    for (int64_t i = 0; i < ADD_A * s->D; i++)
+        wq[i] *= 0.3f;
+    for (int64_t i = 0; i < ADD_A * s->Dk; i++)
+        wk[i] *= 0.3f;
+    return (ra_additive){ADD_A, wq, wk, wv};
+}
+
 /* The additive score: keys of another dim, GQA, masks; the gradients of
  * q, k, v and of w_q, w_k, w_v. */
 static void test_additive(void **state)
 {
     (void)state;
     const ra_shape s = {2, 97, 131, 4, 2, 12, 10, 20};
-    enum { A = 16 };
-    float wq[A * 12], wk[A * 20], wv[A];
-    ra_random_normal(seed_next, RA_STREAM_W_Q, 0, A * s.D, wq);
-    ra_random_normal(seed_next, RA_STREAM_W_K, 0, A * s.Dk, wk);
-    ra_random_normal(seed_next, RA_STREAM_W_V, 0, A, wv);
-    for (int64_t i = 0; i < A * s.D; i++)
-        wq[i] *= 0.3f;
-    for (int64_t i = 0; i < A * s.Dk; i++)
-        wk[i] *= 0.3f;
-    const ra_additive ad = {A, wq, wk, wv};
+    float wq[ADD_A * 12], wk[ADD_A * 20], wv[ADD_A];
+    const ra_additive ad = additive_weights(&s, wq, wk, wv);
     expect_ok(s, (bcase){.name = "additive", .layout = RA_LAYOUT_CONTIGUOUS,
                          .score = RA_SCORE_ADDITIVE, .additive = &ad,
                          .threads = 1});
@@ -349,6 +361,34 @@ static void test_weights_refused(void **state)
     assert_int_equal(st, RA_ERR_ARG);
 }
 
+/* Key tiles wider than a query tile's band: each query tile's products
+ * run over the part of the key tile it may see (kernel_bwd.c, band_keys),
+ * with every score, the masks and position encodings around it; the
+ * Gaussian's key terms are read from that part's offset. */
+static void test_band_keys(void **state)
+{
+    (void)state;
+    const ra_shape s = {2, 301, 301, 4, 2, 16, 16};
+    expect_ok(s, (bcase){.name = "band-causal", .layout = RA_LAYOUT_BALANCED,
+                         .causal = 1, .window = 1, .left = 40, .lens = 1,
+                         .threads = 2, .bkv = 160});
+    expect_ok(s, (bcase){.name = "band-gaussian", .layout = RA_LAYOUT_ZIGZAG,
+                         .window = 1, .left = 25, .right = 10, .segs = 1,
+                         .score = RA_SCORE_GAUSSIAN, .threads = 1,
+                         .bkv = 128});
+    expect_ok(s, (bcase){.name = "band-rope-alibi",
+                         .layout = RA_LAYOUT_STRIPED, .causal = 1,
+                         .window = 1, .left = 50, .rope = RA_ROPE_HALF,
+                         .alibi = 1, .threads = 1, .bkv = 192});
+    const ra_shape sa = {1, 211, 211, 4, 2, 12, 10, 20};
+    float wq[ADD_A * 12], wk[ADD_A * 20], wv[ADD_A];
+    const ra_additive ad = additive_weights(&sa, wq, wk, wv);
+    expect_ok(sa, (bcase){.name = "band-additive",
+                          .layout = RA_LAYOUT_CONTIGUOUS, .causal = 1,
+                          .window = 1, .left = 30, .score = RA_SCORE_ADDITIVE,
+                          .additive = &ad, .threads = 1, .bkv = 128});
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -360,6 +400,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_posenc),
         cmocka_unit_test(test_weights_refused),
         cmocka_unit_test(test_balanced),
+        cmocka_unit_test(test_band_keys),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
