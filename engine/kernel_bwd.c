@@ -3,8 +3,9 @@
  * A work item is one (batch, kv head): it owns the dk, dv rows of that kv
  * head and the dq rows of the query heads of its group, so OpenMP threads
  * never share an output element. Per item the key tiles are the outer loop
- * (their dk, dv tile stays in cache) and (head, query tile) the inner one.
- * For each visible tile: pass 1 recomputes the base-2 scores with sgemm,
+ * (their dk, dv tile stays in cache) and (head, query tile) the inner one;
+ * a query tile meets only the keys of a key tile that its band reaches
+ * (band_keys). For each visible tile: pass 1 recomputes the base-2 scores,
  * pass 2 masks the tile if it straddles an edge, pass 3 turns them into
  * P = 2^(S - LSE log2 e) (the global LSE: no rescaling), then four more
  * products: dV += P^T dO, dP = dO V^T, dS = P * (dP - Drow) in place,
