@@ -7,9 +7,12 @@
  * zeroed scratch while it receives src's partial accumulator from r - 1
  * (which finished it at step t - 1) and sends its own finished one to
  * r + 1; after the kernel it adds the scratch into the received partial.
- * After the last step each finished accumulator goes straight home. An
- * accumulator spans the rows of its block that step 0 holds (those every
- * later step holds are among them). All sums are fp32.
+ * After the last step each finished accumulator goes straight home. The
+ * owner's own part (step 0) stays home, in the caller's dk and dv, so an
+ * accumulator spans only the rows of its block that step 1 holds (those
+ * every later step holds are among them): with a window, the few keys
+ * the next ranks see, not the block. It starts at step 1, from zero, and
+ * is added to the owner's part when it comes home. All sums are fp32.
  *
  * The kernel sees what the forward's kernel saw: the additive score's
  * projections W_q q, W_k k (the accumulators then hold the gradients of
@@ -48,21 +51,31 @@ typedef struct {
     MPI_Datatype row;     /* row_k + row_v floats */
 } bwd_state;
 
-/* The rows of block src that its accumulator spans. */
+/* The rows of block src that its accumulator spans: those step 1 holds
+ * (none when the ring stops at step 0). */
 static ring_span acc_span(const ring_state *rs, int src)
 {
-    return ring_plan_held(&rs->plan, src, 0, rs->last);
+    const ring_span none = {0, 0};
+    return rs->last >= 1 ? ring_plan_held(&rs->plan, src, 1, rs->last)
+                         : none;
+}
+
+/* The caller's dk (or the additive score's gradient of W_k k) and dv. */
+static float *own_dk(const bwd_state *bs)
+{
+    return bs->dkp ? bs->dkp : bs->g->dk;
 }
 
 /* Posts step t's accumulator transfers beside the K/V block's: the
  * partial of this step's block from the left into acc[t & 1], the
  * finished one of the last step's block to the right from
- * acc[(t - 1) & 1]. Nothing at step 0. */
+ * acc[(t - 1) & 1]. Nothing at steps 0 and 1: an accumulator starts at
+ * step 1. */
 static ra_status acc_post(ring_state *rs, int t, ring_reqs *rq, void *arg)
 {
     const strat_call *c = rs->c;
     const bwd_state *bs = arg;
-    if (t == 0 || c->P == 1)
+    if (t <= 1 || c->P == 1)
         return RA_OK;
     const int P = c->P, src = (c->r - t + P) % P, prev = (src + 1) % P;
     const int left = (c->r - 1 + P) % P, right = (c->r + 1) % P;
@@ -83,22 +96,27 @@ static ra_status acc_post(ring_state *rs, int t, ring_reqs *rq, void *arg)
 
 /* Once step t's transfers are in: adds the step's scratch (rows
  * [held.a, held.b) of block src) into the block's accumulator acc
- * (zeroed first at step 0: nothing came in). */
+ * (zeroed first at step 1: nothing came in), or at step 0 puts it in
+ * the caller's dk and dv (B, m_own rows), zero elsewhere. */
 static ra_status acc_add(ring_state *rs, int t, void *arg)
 {
     const strat_call *c = rs->c;
     const bwd_state *bs = arg;
     const int src = (c->r - t + c->P) % c->P;
     const ring_span held = ring_plan_held(&rs->plan, src, t, rs->last);
-    const ring_span sp = acc_span(rs, src);
+    const ring_span sp = t == 0 ? (ring_span){0, c->m_own}
+                                : acc_span(rs, src);
     const int64_t B = c->shape->B, cnt = sp.b - sp.a, m = held.b - held.a;
     const int64_t off = held.a - sp.a, rk = rs->row_k, rv = rs->row_v;
-    float *acc = bs->acc[t & 1];
-    if (t == 0)
-        memset(acc, 0, sizeof(float) * (size_t)(B * cnt * (rk + rv)));
+    float *acc = t == 0 ? own_dk(bs) : bs->acc[t & 1];
+    float *acc_v = t == 0 ? bs->g->dv : acc + B * cnt * rk;
+    if (t <= 1) {
+        memset(acc, 0, sizeof(float) * (size_t)(B * cnt * rk));
+        memset(acc_v, 0, sizeof(float) * (size_t)(B * cnt * rv));
+    }
     for (int64_t b = 0; b < B; b++) {
         float *ak = acc + (b * cnt + off) * rk;
-        float *av = acc + B * cnt * rk + (b * cnt + off) * rv;
+        float *av = acc_v + (b * cnt + off) * rv;
         const float *lk = bs->loc + b * m * rk;
         const float *lv = bs->loc + B * m * rk + b * m * rv;
         for (int64_t i = 0; i < m * rk; i++)
@@ -127,12 +145,13 @@ static void visit_backward(ring_state *rs, const float *kb, const float *vb,
 }
 
 /* After the last step: each finished accumulator goes to the rank its
- * block came from; *own: this rank's own accumulator. */
+ * block came from; *own: this rank's own accumulator (NULL when the ring
+ * stopped at step 0). */
 static ra_status acc_home(ring_state *rs, bwd_state *bs, const float **own)
 {
     strat_call *c = rs->c;
     const int P = c->P, last = rs->last;
-    *own = bs->acc[last == 0 ? 0 : (last + 1) & 1];
+    *own = last == 0 ? NULL : bs->acc[(last + 1) & 1];
     if (last == 0)
         return RA_OK;
     const int home = (c->r - last + P) % P, from = (c->r + last) % P;
@@ -155,22 +174,23 @@ static ra_status acc_home(ring_state *rs, bwd_state *bs, const float **own)
     return st;
 }
 
-/* dk (B, m, G, D) and dv (B, m, G, Dv) of the own keys from their
- * accumulator; rows outside its span were never seen: 0. */
-static void acc_unpack(const ring_state *rs, const float *acc, float *dk,
-                       float *dv)
+/* The own keys' accumulator, home from the ring, added into dk (B, m, G,
+ * D) and dv (B, m, G, Dv), which hold step 0's part. */
+static void acc_fold(const ring_state *rs, const float *acc, float *dk,
+                     float *dv)
 {
     strat_call *c = rs->c;
     const ring_span sp = acc_span(rs, c->r);
     const int64_t B = c->shape->B, m = c->m_own, cnt = sp.b - sp.a;
     const int64_t rk = rs->row_k, rv = rs->row_v;
-    memset(dk, 0, sizeof(float) * (size_t)(B * m * rk));
-    memset(dv, 0, sizeof(float) * (size_t)(B * m * rv));
     for (int64_t b = 0; b < B; b++) {
-        memcpy(dk + (b * m + sp.a) * rk, acc + b * cnt * rk,
-               sizeof(float) * (size_t)(cnt * rk));
-        memcpy(dv + (b * m + sp.a) * rv, acc + B * cnt * rk + b * cnt * rv,
-               sizeof(float) * (size_t)(cnt * rv));
+        float *ak = dk + (b * m + sp.a) * rk, *av = dv + (b * m + sp.a) * rv;
+        const float *fk = acc + b * cnt * rk;
+        const float *fv = acc + B * cnt * rk + b * cnt * rv;
+        for (int64_t i = 0; i < cnt * rk; i++)
+            ak[i] += fk[i];
+        for (int64_t i = 0; i < cnt * rv; i++)
+            av[i] += fv[i];
     }
 }
 
@@ -338,7 +358,8 @@ static ra_status bwd_run(ring_state *rs, bwd_state *bs)
     if (st == RA_OK)
         st = acc_home(rs, bs, &own);
     if (st == RA_OK) {
-        acc_unpack(rs, own, bs->dkp ? bs->dkp : g->dk, g->dv);
+        if (own)
+            acc_fold(rs, own, own_dk(bs), g->dv);
         st = bwd_chain(rs, bs);
     }
     c->tm->steps = rs->last + 1;

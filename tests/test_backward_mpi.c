@@ -21,6 +21,9 @@
 #include "support_bwd.h"
 
 static int rank, nranks;
+
+/* This rank's measurements of the last case's backward call. */
+static ra_timing last_bwd;
 static uint64_t seed_next = 9100;
 
 /* One case beside the shape. */
@@ -139,7 +142,7 @@ static bwd_tally run_local(const problem *p, const bcase *c,
                               &(ra_qkv){lp->q, lp->k, lp->v},
                               &(ra_grads){lp->o, lp->lse, dout, dq, dk, dv,
                                           A ? &dwg : NULL},
-                              NULL);
+                              &last_bwd);
     *ok = st == RA_OK;
     bwd_tally t = {0};
     if (st == RA_OK) {
@@ -389,6 +392,28 @@ static void test_band_keys(void **state)
                           .additive = &ad, .threads = 1, .bkv = 128});
 }
 
+/* With contiguous slices wider than the window, the backward's ring moves
+ * what the forward's does (the left neighbour's last L keys) and their
+ * dk|dv accumulator once, home: about 2 L rows per rank, not a block and
+ * its accumulator (ring_bwd.c); still checked against the reference. */
+static void test_window_bytes(void **state)
+{
+    (void)state;
+    const ra_shape s = {1, 1200, 1200, 2, 1, 8, 8};
+    const int64_t L = 10, row_bytes = 4 * s.G * (s.D + s.Dv);
+    expect_ok(s, (bcase){.name = "window-bytes",
+                         .layout = RA_LAYOUT_CONTIGUOUS, .causal = 1,
+                         .window = 1, .left = L, .threads = 1});
+    long long most = (long long)last_bwd.bytes_sent, all_most;
+    MPI_Allreduce(&most, &all_most, 1, MPI_LONG_LONG, MPI_MAX,
+                  MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("# window %lld: at most %lld bytes sent per rank (%lld rows)\n",
+               (long long)L, all_most, all_most / (long long)row_bytes);
+    assert_true(all_most <= (nranks > 1 ? 2 * L : 0) * row_bytes);
+    assert_true(nranks == 1 || all_most > 0);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -401,6 +426,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_weights_refused),
         cmocka_unit_test(test_balanced),
         cmocka_unit_test(test_band_keys),
+        cmocka_unit_test(test_window_bytes),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
