@@ -216,6 +216,13 @@ static void test_default_tiles(void **state)
               (kcase){.causal = 1, .bq = 256, .bkv = 256, .threads = 1});
     expect_ok((ra_shape){1, 300, 700, 2, 2, 128, 128},
               (kcase){.bq = 256, .bkv = 512, .threads = 2});
+    /* a window's tiles: 128 query rows taken 64 at a time (query_rows) */
+    expect_ok((ra_shape){1, 600, 555, 4, 2, 64, 64},
+              (kcase){.causal = 1, .window = 1, .left = 100, .bq = 128,
+                      .bkv = 240, .threads = 2});
+    expect_ok((ra_shape){2, 333, 333, 2, 1, 32, 16},
+              (kcase){.window = 1, .left = 30, .right = 50, .lens = 1,
+                      .bq = 200, .bkv = 208, .threads = 1});
 }
 
 int main(void)
