@@ -446,17 +446,15 @@ static void key_range(const ra_block *blk, const tile_rules *rl, int64_t qmin,
     }
 }
 
-/* A key range [*a, *z) widened to a multiple of `unit` keys within the
- * block's m keys (unchanged when they are too few). bf16 widens to whole
- * tiles, so that every tile runs the call's bf16 primitive (bf16.h: only
- * the declared bq x bkv shape does; a band one key short of it would run
- * none); fp32 to KEY_UNIT keys, as oneDNN's products run a multiple of 16
- * columns 7-8% faster than one key less (a window-512 tile: 640 against
- * 639 keys). The keys added are outside the rows' masks, which the tiles'
- * own checks find. */
-enum { KEY_UNIT = 16 };
+/* kernel.h. bf16 widens to whole tiles, so that every tile runs the
+ * call's bf16 primitive (bf16.h: only the declared bq x bkv shape does; a
+ * band one key short of it would run none); fp32 to KEY_UNIT keys, as
+ * oneDNN's products run a multiple of 16 columns 7-8% faster than one key
+ * less (a window-512 tile: 640 against 639 keys). The keys added are
+ * outside the rows' masks, which the tiles' own checks find. */
+enum { KEY_UNIT = RA_KEY_UNIT };
 
-static void widen_keys(int64_t unit, int64_t m, int64_t *a, int64_t *z)
+void ra_widen_keys(int64_t unit, int64_t m, int64_t *a, int64_t *z)
 {
     const int64_t len = *z - *a, want = (len + unit - 1) / unit * unit;
     if (len <= 0 || len == want || want > m)
@@ -509,7 +507,7 @@ static int band_groups(const ra_block *blk, const tile_rules *rl, int64_t i0,
             cz = ra_lower_bound(kp, bk, top + 1);
             if (cz < c0)
                 cz = c0;
-            widen_keys(KEY_UNIT, bk, &c0, &cz);
+            ra_widen_keys(KEY_UNIT, bk, &c0, &cz);
         }
         g[n++] = (band_group){r0, nr, c0, cz - c0};
         area += nr * (cz - c0);
@@ -704,7 +702,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
     }
     memset(t.acc, 0, (size_t)(bq * Dv) * sizeof(float));
     key_range(blk, &rl, qmin, qmax, qs_min, qs_max, &j_first, &j_end);
-    widen_keys(blk->mm16 ? bkv : KEY_UNIT, m, &j_first, &j_end);
+    ra_widen_keys(blk->mm16 ? bkv : KEY_UNIT, m, &j_first, &j_end);
     t.kv = band_keys(blk, x, b * G + g, j_first, j_end, t.band);
     for (int64_t j0 = j_first; j0 < j_end; j0 += bkv) {
         const int64_t bk = j_end - j0 < bkv ? j_end - j0 : bkv;

@@ -102,6 +102,13 @@ void ra_mask_tile(const ra_mask *mk, const ra_tile_rules *t, int64_t i0,
                   int64_t bq, int64_t j0, int64_t bk, float *s, int64_t lds,
                   int32_t *vis);
 
+/* Keys per tile product that oneDNN runs fastest in multiples of. */
+enum { RA_KEY_UNIT = 16 };
+
+/* A key range [*a, *z) widened to a multiple of `unit` keys within [0, m)
+ * (unchanged when empty or when m is too few). */
+void ra_widen_keys(int64_t unit, int64_t m, int64_t *a, int64_t *z);
+
 /* The smallest and largest of x[0..len) (INT64_MAX, INT64_MIN when empty). */
 void ra_minmax(const int64_t *x, int64_t len, int64_t *mn, int64_t *mx);
 

@@ -5,7 +5,7 @@
  * never share an output element. Per item the key tiles are the outer loop
  * (their dk, dv tile stays in cache) and (head, query tile) the inner one;
  * a query tile meets only the keys of a key tile that its band reaches
- * (band_keys). For each visible tile: pass 1 recomputes the base-2 scores,
+ * (seen_keys). For each visible tile: pass 1 recomputes the base-2 scores,
  * pass 2 masks the tile if it straddles an edge, pass 3 turns them into
  * P = 2^(S - LSE log2 e) (the global LSE: no rescaling), then four more
  * products: dV += P^T dO, dP = dO V^T, dS = P * (dP - Drow) in place,
@@ -337,12 +337,10 @@ static bwd_tile tile_at(const ra_block *blk, const ra_bwd_operands *x,
 /* The keys [*j0, *j0 + *bk) of a key tile that query rows [i0, i0 + bq)
  * of one run (rules rl) may see by position: a band's query tile meets
  * only part of a key tile as wide as the band, and the products then run
- * over that part, widened to a multiple of KEY_UNIT keys within the tile
- * (oneDNN runs those faster, as in the forward). Not in bf16, whose
- * primitives take the declared tile shape only (bf16.h). */
-enum { KEY_UNIT = 16 };
-
-static void band_keys(const ra_block *blk, const ra_tile_rules *rl,
+ * over that part, widened to a multiple of RA_KEY_UNIT keys within the
+ * tile (ra_widen_keys, as in the forward). Not in bf16, whose primitives
+ * take the declared tile shape only (bf16.h). */
+static void seen_keys(const ra_block *blk, const ra_tile_rules *rl,
                       int64_t i0, int64_t bq, int64_t *j0, int64_t *bk)
 {
     if (blk->mm16)
@@ -357,18 +355,14 @@ static void band_keys(const ra_block *blk, const ra_tile_rules *rl,
         *bk = 0;
         return;
     }
-    const int64_t want = (z - a + KEY_UNIT - 1) / KEY_UNIT * KEY_UNIT;
-    if (want <= *bk) {
-        z = a + want <= *bk ? a + want : *bk;
-        a = z - want;
-    }
+    ra_widen_keys(RA_KEY_UNIT, *bk, &a, &z);
     *j0 += a;
     *bk = z - a;
 }
 
 /* Query rows per tile: block_q, or at most BAND_ROWS with a window. A
  * band's query tile meets 1 + BAND_ROWS / window keys per visible pair
- * of its key tile's part (band_keys); 64 rows ran the backward 8% faster
+ * of its key tile's part (seen_keys); 64 rows ran the backward 8% faster
  * than 128 at window 512 and 16% at window 128 (P = 1, N = 16384, D =
  * 64; 128 rows keep the forward's tiles, which score by groups of 64
  * rows, kernel.c). */
@@ -383,7 +377,7 @@ static int64_t query_rows(const ra_block *blk)
 /* One work item: every tile of kv head g in batch b; a query tile is cut
  * into runs of rows that share their diag (ra_tile_run_end: the whole
  * tile unless each sequence is aligned on its own), and each run meets
- * only the keys of the key tile it may see (band_keys). */
+ * only the keys of the key tile it may see (seen_keys). */
 static void item_backward(const ra_block *blk, const ra_bwd_operands *ops,
                           int64_t b, int64_t g, bwd_scratch t, int poll,
                           ra_progress_fn progress, void *progress_ctx)
@@ -407,7 +401,7 @@ static void item_backward(const ra_block *blk, const ra_bwd_operands *ops,
                 }
                 keys_ready = 1;
                 int64_t jn = j0, bn = bk;
-                band_keys(blk, &rl, i0, z - i0, &jn, &bn);
+                seen_keys(blk, &rl, i0, z - i0, &jn, &bn);
                 const int cls = bn ? tile_class(blk, &rl, i0, z - i0, jn, bn)
                                    : 0;
                 if (cls == 0)
