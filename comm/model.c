@@ -416,16 +416,28 @@ static double coll_time(const model_ctx *m, const sent *x, double intra,
     return t > 0 ? t + m->pf->intra.latency * m->P : 0.0;
 }
 
+/* Block pairs (ranks times steps that see a pair) up to which the ring's
+ * steps are followed rank by rank (model_ring_schedule, some 0.1 s);
+ * beyond, bounded step by step. */
+#define RING_SCHEDULE_BLOCKS 65536.0
+
 /* Ring and ring-q: step t computes rank r's queries against block
  * (r - t) (ring) or (q) the queries of block (r - t) against its keys
- * (ring-q); the step lasts its busiest rank's compute or its transfer,
- * whichever is longer. Each step after the first that runs (computes or
- * moves something) adds the profile's fixed step cost to the compute. */
+ * (ring-q). Each step after the first that runs (computes or moves
+ * something) adds the profile's fixed step cost to the compute. The
+ * ring's ranks are followed step by step (model_ring_schedule): a rank
+ * waits for its neighbours only where a block it needs has not been
+ * forwarded yet, so a rank whose heavy step comes early and one whose
+ * heavy step comes late cost their own sums, not the sum of both heavy
+ * steps. Ring-q, whose (o, lse) travel with its queries, and a ring too
+ * large to follow rank by rank are bounded instead: each step lasts its
+ * busiest rank's compute or its transfer, whichever is longer. */
 static void times_ring(const model_ctx *m, const double *step_bytes, int q,
                        model_result *res)
 {
     const int P = m->P;
     double total = 0, busiest = 0, fixed = 0;
+    double *per = calloc((size_t)(2 * P), sizeof(double)); /* x, fixed */
     for (int t = 0; t < P; t++) {
         const double x = ring_link_time(m, step_bytes[t]);
         double cm = m->diag[q ? (P - t) % P : t] * (double)m->s->H *
@@ -434,9 +446,23 @@ static void times_ring(const model_ctx *m, const double *step_bytes, int q,
             cm += m->pf->step_seconds;
             fixed += m->pf->step_seconds;
         }
+        if (per) {
+            per[t] = x;
+            per[P + t] = t > 0 && cm > 0 ? m->pf->step_seconds : 0.0;
+        }
         busiest += cm;
         total += cm > x ? cm : x;
     }
+    const model_problem pb = {m->s, &m->p, m->mk, P};
+    double alone, moved;
+    if (!q && per &&
+        model_ring_schedule(&pb, m->diag, (double)m->s->H * m->pair_cost,
+                            per + P, per, RING_SCHEDULE_BLOCKS, &alone,
+                            &moved) == 0) {
+        busiest = alone;
+        total = moved;
+    }
+    free(per);
     res->t_compute += fixed;
     res->t_imbalance = busiest + m->pf->call_seconds - res->t_compute;
     res->t_comm = total - busiest;

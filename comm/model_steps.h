@@ -70,4 +70,23 @@ int model_diag_segments(const model_problem *pb, double *diag);
 int model_ring_sends(const model_problem *pb, double row, double *sent,
                      double *step);
 
+/* The ring's steps as ring_loop.c runs them, rank by rank: rank r computes
+ * its queries against block (r - t) mod P at step t, pair_s seconds per
+ * pair (one head: the caller's pairs times heads), plus fixed[t]; where
+ * x[t] > 0, step t also moves a block to each rank's right, and its
+ * receive from r - 1 and its send to r + 1 each end x[t] after both of
+ * their ranks have started step t. Rank r starts step t + 1 when its
+ * compute and its transfers of step t are done. *moved: when the last
+ * rank ends its last step; *alone: the same without the transfers, the
+ * busiest rank's own steps (P entries of fixed and x). A block is
+ * forwarded only when its holder starts the next step, so a rank runs
+ * ahead of a slower neighbour by up to a step: *moved lies between
+ * *alone and the sum over steps of each step's busiest rank and its
+ * transfer. 0; -1 when out of memory or when the ranks times the steps
+ * that see a pair exceed max_blocks (with packed sequences, times the
+ * queries a block pair scans), the caller's cue to bound it instead. */
+int model_ring_schedule(const model_problem *pb, const double *diag,
+                        double pair_s, const double *fixed, const double *x,
+                        double max_blocks, double *alone, double *moved);
+
 #endif /* RA_MODEL_STEPS_H */

@@ -345,6 +345,64 @@ static int last_step_by_steps(const ring_plan *pl)
     return last;
 }
 
+/* The ring's schedule (model_ring_schedule) against the recurrence over
+ * the pair matrix pm, with transfers of x_unit per step where x_on and
+ * a fixed cost on every step after the first: starts S(r, t + 1) =
+ * max(S(r, t) + w(r, t), max(S(r, t), S(r -+ 1, t)) + x(t)); then the
+ * bounds it must lie in, and at P <= 2 its closed form. */
+static void check_schedule(const model_problem *pb, const double *pm,
+                           const double *diag, double x_unit)
+{
+    const int P = pb->P;
+    double *v = calloc((size_t)(5 * P), sizeof(double));
+    assert_non_null(v);
+    double *x = v, *fixed = v + P, *st = v + 2 * P, *nx = v + 3 * P,
+           *tot = v + 4 * P;
+    const double pair_s = 0.5;
+    double upper = 0, got = 0;
+    for (int t = 0; t < P; t++) {
+        x[t] = t + 1 < P ? x_unit * (double)(1 + t % 3) : 0.0;
+        fixed[t] = t > 0 ? 0.25 : 0.0;
+    }
+    for (int t = 0; t < P; t++) {
+        double most = 0;
+        for (int r = 0; r < P; r++) {
+            const double w = pair_s * pm[r * P + (r - t + P) % P] + fixed[t];
+            const double l = st[(r - 1 + P) % P], rt = st[(r + 1) % P];
+            double e = st[r] + w;
+            if (x[t] > 0)
+                e = fmax(e, fmax(fmax(l, st[r]), fmax(rt, st[r])) + x[t]);
+            nx[r] = e;
+            tot[r] += w;
+            most = fmax(most, w);
+        }
+        memcpy(st, nx, sizeof(double) * (size_t)P);
+        upper += most + x[t];
+    }
+    double want = 0, own = 0;
+    for (int r = 0; r < P; r++) {
+        want = fmax(want, st[r]);
+        own = fmax(own, tot[r]);
+    }
+    double alone = 0;
+    assert_int_equal(model_ring_schedule(pb, diag, pair_s, fixed, x, 1e300,
+                                         &alone, &got), 0);
+    assert_true(fabs(alone - own) <= 1e-9 * (1.0 + own));
+    assert_true(fabs(got - want) <= 1e-9 * (1.0 + want));
+    assert_true(got >= own - 1e-9 * (1.0 + own)); /* the busiest rank's work */
+    assert_true(got <= upper + 1e-9 * (1.0 + upper)); /* steps in lockstep */
+    if (P == 2) { /* the other rank's block is on hand from the start */
+        double close = 0;
+        for (int r = 0; r < 2; r++)
+            close = fmax(close, fmax(pair_s * pm[r * 2 + r], x[0]) +
+                                    pair_s * pm[r * 2 + 1 - r] + fixed[1]);
+        assert_true(fabs(got - close) <= 1e-9 * (1.0 + close));
+    }
+    if (x_unit == 0) /* without transfers no rank waits */
+        assert_true(fabs(got - own) <= 1e-9 * (1.0 + own));
+    free(v);
+}
+
 /* One problem: every count against its loop, exactly. */
 static void check_model_case(const model_case *c)
 {
@@ -382,6 +440,8 @@ static void check_model_case(const model_case *c)
                         ra_params_slice(&c->p, c->p.layout, n, r, P).count);
         assert_int_equal(model_slice_most(&c->p, c->p.layout, n, P), most);
     }
+    check_schedule(pb, pm, diag, 0.0);
+    check_schedule(pb, pm, diag, 3.0);
     free(pm);
     free(v);
 }
