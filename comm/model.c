@@ -437,7 +437,7 @@ static void times_ring(const model_ctx *m, const double *step_bytes, int q,
 {
     const int P = m->P;
     double total = 0, busiest = 0, fixed = 0;
-    double *per = calloc((size_t)(2 * P), sizeof(double)); /* x, fixed */
+    double *per = q ? NULL : calloc((size_t)(2 * P), sizeof(double));
     for (int t = 0; t < P; t++) {
         const double x = ring_link_time(m, step_bytes[t]);
         double cm = m->diag[q ? (P - t) % P : t] * (double)m->s->H *
@@ -445,23 +445,19 @@ static void times_ring(const model_ctx *m, const double *step_bytes, int q,
         if (t > 0 && (cm > 0 || x > 0)) {
             cm += m->pf->step_seconds;
             fixed += m->pf->step_seconds;
+            if (per)
+                per[P + t] = m->pf->step_seconds;
         }
-        if (per) {
+        if (per)
             per[t] = x;
-            per[P + t] = t > 0 && cm > 0 ? m->pf->step_seconds : 0.0;
-        }
         busiest += cm;
         total += cm > x ? cm : x;
     }
     const model_problem pb = {m->s, &m->p, m->mk, P};
-    double alone, moved;
-    if (!q && per &&
-        model_ring_schedule(&pb, m->diag, (double)m->s->H * m->pair_cost,
-                            per + P, per, RING_SCHEDULE_BLOCKS, &alone,
-                            &moved) == 0) {
-        busiest = alone;
-        total = moved;
-    }
+    const double pair_s = (double)m->s->H * m->pair_cost;
+    if (per && model_ring_schedule(&pb, m->diag, pair_s, per + P, per,
+                                   RING_SCHEDULE_BLOCKS, &total) == 0)
+        busiest = res->pairs_ring_max * pair_s + fixed; /* its own steps */
     free(per);
     res->t_compute += fixed;
     res->t_imbalance = busiest + m->pf->call_seconds - res->t_compute;

@@ -456,37 +456,30 @@ int model_ring_diag(const model_problem *pb, double *diag)
     return rc;
 }
 
-/* One step of model_ring_schedule: st[0..P) and st[P..2P) become each
- * rank's start of the next step without and with the step's transfer x
- * (nx: scratch, 2P). */
+/* One step of model_ring_schedule: st[r] becomes rank r's start of the
+ * next step (nx: scratch, P). */
 static void schedule_step(const model_problem *pb, int t, double pair_s,
                           double fixed, double x, int64_t *ids, double *st,
                           double *nx)
 {
     const int P = pb->P;
     for (int r = 0; r < P; r++) {
-        const double w =
-            fixed + (pair_s > 0 ? pair_s * model_block_pairs(pb, r,
-                                                             (r - t + P) % P,
-                                                             ids)
-                                : 0.0);
-        nx[r] = st[r] + w;
-        nx[P + r] = st[P + r] + w;
+        const double pairs =
+            pair_s > 0 ? model_block_pairs(pb, r, (r - t + P) % P, ids) : 0.0;
+        nx[r] = st[r] + fixed + pair_s * pairs;
+        if (x > 0) { /* the receive from the left, the send to the right */
+            const double left = st[(r - 1 + P) % P], right = st[(r + 1) % P];
+            double posted = left > right ? left : right;
+            posted = posted > st[r] ? posted : st[r];
+            nx[r] = nx[r] > posted + x ? nx[r] : posted + x;
+        }
     }
-    const double *on = st + P;
-    for (int r = 0; x > 0 && r < P; r++) {
-        const double left = on[(r - 1 + P) % P], right = on[(r + 1) % P];
-        const double recv = (left > on[r] ? left : on[r]) + x;
-        const double send = (right > on[r] ? right : on[r]) + x;
-        const double io = recv > send ? recv : send;
-        nx[P + r] = nx[P + r] > io ? nx[P + r] : io;
-    }
-    memcpy(st, nx, sizeof(double) * (size_t)(2 * P));
+    memcpy(st, nx, sizeof(double) * (size_t)P);
 }
 
 int model_ring_schedule(const model_problem *pb, const double *diag,
                         double pair_s, const double *fixed, const double *x,
-                        double max_blocks, double *alone, double *moved)
+                        double max_blocks, double *makespan)
 {
     const int P = pb->P;
     double blocks = 0;
@@ -496,7 +489,7 @@ int model_ring_schedule(const model_problem *pb, const double *diag,
         blocks *= (double)model_slice_most(pb->p, pb->p->layout, pb->s->N, P);
     if (blocks > max_blocks)
         return -1;
-    double *st = calloc((size_t)(4 * P), sizeof(double));
+    double *st = calloc((size_t)(2 * P), sizeof(double));
     int64_t *ids = malloc(sizeof(int64_t) *
                           (size_t)(model_slice_most(pb->p, pb->p->layout,
                                                     pb->s->N, P) + 1));
@@ -508,12 +501,10 @@ int model_ring_schedule(const model_problem *pb, const double *diag,
     for (int t = 0; t < P; t++)
         if (diag[t] > 0 || fixed[t] > 0 || x[t] > 0)
             schedule_step(pb, t, diag[t] > 0 ? pair_s : 0.0, fixed[t], x[t],
-                          ids, st, st + 2 * P);
-    *alone = *moved = 0;
-    for (int r = 0; r < P; r++) {
-        *alone = st[r] > *alone ? st[r] : *alone;
-        *moved = st[P + r] > *moved ? st[P + r] : *moved;
-    }
+                          ids, st, st + P);
+    *makespan = 0;
+    for (int r = 0; r < P; r++)
+        *makespan = st[r] > *makespan ? st[r] : *makespan;
     free(st);
     free(ids);
     return 0;

@@ -76,17 +76,17 @@ int model_ring_sends(const model_problem *pb, double row, double *sent,
  * x[t] > 0, step t also moves a block to each rank's right, and its
  * receive from r - 1 and its send to r + 1 each end x[t] after both of
  * their ranks have started step t. Rank r starts step t + 1 when its
- * compute and its transfers of step t are done. *moved: when the last
- * rank ends its last step; *alone: the same without the transfers, the
- * busiest rank's own steps (P entries of fixed and x). A block is
+ * compute and its transfers of step t are done. *makespan: when the
+ * last rank ends its last step (P entries of fixed and x). A block is
  * forwarded only when its holder starts the next step, so a rank runs
- * ahead of a slower neighbour by up to a step: *moved lies between
- * *alone and the sum over steps of each step's busiest rank and its
- * transfer. 0; -1 when out of memory or when the ranks times the steps
- * that see a pair exceed max_blocks (with packed sequences, times the
- * queries a block pair scans), the caller's cue to bound it instead. */
+ * ahead of a slower neighbour by up to a step: *makespan lies between the
+ * busiest rank's own steps (its value without transfers) and the sum
+ * over steps of each step's busiest rank and its transfer. 0; -1 when
+ * out of memory or when the ranks times the steps that see a pair exceed
+ * max_blocks (with packed sequences, times the queries a block pair
+ * scans), the caller's cue to bound it instead. */
 int model_ring_schedule(const model_problem *pb, const double *diag,
                         double pair_s, const double *fixed, const double *x,
-                        double max_blocks, double *alone, double *moved);
+                        double max_blocks, double *makespan);
 
 #endif /* RA_MODEL_STEPS_H */

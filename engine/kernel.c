@@ -448,11 +448,10 @@ static void key_range(const ra_block *blk, const tile_rules *rl, int64_t qmin,
 
 /* kernel.h. bf16 widens to whole tiles, so that every tile runs the
  * call's bf16 primitive (bf16.h: only the declared bq x bkv shape does; a
- * band one key short of it would run none); fp32 to KEY_UNIT keys, as
+ * band one key short of it would run none); fp32 to RA_KEY_UNIT keys, as
  * oneDNN's products run a multiple of 16 columns 7-8% faster than one key
  * less (a window-512 tile: 640 against 639 keys). The keys added are
  * outside the rows' masks, which the tiles' own checks find. */
-enum { KEY_UNIT = RA_KEY_UNIT };
 
 void ra_widen_keys(int64_t unit, int64_t m, int64_t *a, int64_t *z)
 {
@@ -467,7 +466,7 @@ void ra_widen_keys(int64_t unit, int64_t m, int64_t *a, int64_t *z)
  * [c0, c0 + nc) of the tile that its rows may see: the visible keys of a
  * row start and end no earlier than those of the rows above it, so a
  * group's span runs from its first row's first key to its last row's last
- * key (widened to KEY_UNIT keys). A narrow window's tile then skips most
+ * key (widened to RA_KEY_UNIT keys). A narrow window's tile then skips most
  * of the two triangles that the band leaves outside it (a 128-row tile of
  * window 512 scores 1.13 entries per visible pair instead of 1.25), and an
  * edge tile of a wide one most of its hidden half. */
@@ -507,7 +506,7 @@ static int band_groups(const ra_block *blk, const tile_rules *rl, int64_t i0,
             cz = ra_lower_bound(kp, bk, top + 1);
             if (cz < c0)
                 cz = c0;
-            ra_widen_keys(KEY_UNIT, bk, &c0, &cz);
+            ra_widen_keys(RA_KEY_UNIT, bk, &c0, &cz);
         }
         g[n++] = (band_group){r0, nr, c0, cz - c0};
         area += nr * (cz - c0);
@@ -702,7 +701,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
     }
     memset(t.acc, 0, (size_t)(bq * Dv) * sizeof(float));
     key_range(blk, &rl, qmin, qmax, qs_min, qs_max, &j_first, &j_end);
-    ra_widen_keys(blk->mm16 ? bkv : KEY_UNIT, m, &j_first, &j_end);
+    ra_widen_keys(blk->mm16 ? bkv : RA_KEY_UNIT, m, &j_first, &j_end);
     t.kv = band_keys(blk, x, b * G + g, j_first, j_end, t.band);
     for (int64_t j0 = j_first; j0 < j_end; j0 += bkv) {
         const int64_t bk = j_end - j0 < bkv ? j_end - j0 : bkv;

@@ -346,8 +346,9 @@ static int last_step_by_steps(const ring_plan *pl)
 }
 
 /* The ring's schedule (model_ring_schedule) against the recurrence over
- * the pair matrix pm, with transfers of x_unit per step where x_on and
- * a fixed cost on every step after the first: starts S(r, t + 1) =
+ * the pair matrix pm, with transfers of x_unit times 1-3 at every step
+ * but the last and a fixed cost on every step after the first: starts
+ * S(r, t + 1) =
  * max(S(r, t) + w(r, t), max(S(r, t), S(r -+ 1, t)) + x(t)); then the
  * bounds it must lie in, and at P <= 2 its closed form. */
 static void check_schedule(const model_problem *pb, const double *pm,
@@ -384,9 +385,12 @@ static void check_schedule(const model_problem *pb, const double *pm,
         want = fmax(want, st[r]);
         own = fmax(own, tot[r]);
     }
-    double alone = 0;
+    double alone = 0, none[64] = {0}; /* without transfers */
+    assert_true(P <= 64);
+    assert_int_equal(model_ring_schedule(pb, diag, pair_s, fixed, none,
+                                         1e300, &alone), 0);
     assert_int_equal(model_ring_schedule(pb, diag, pair_s, fixed, x, 1e300,
-                                         &alone, &got), 0);
+                                         &got), 0);
     assert_true(fabs(alone - own) <= 1e-9 * (1.0 + own));
     assert_true(fabs(got - want) <= 1e-9 * (1.0 + want));
     assert_true(got >= own - 1e-9 * (1.0 + own)); /* the busiest rank's work */
