@@ -84,6 +84,31 @@ static ra_status file_slab(MPI_Comm comm, const char *path,
     return h5io_reader_close(&in, path, st);
 }
 
+/* The forward's arithmetic against this run's (issue 39, class 2): /o and
+ * /lse of a bf16 forward (its tile products, or K/V rounded on the wire)
+ * differ from an fp32 one's by far more than the gradients' rounding, and
+ * the backward's numbers follow from them; a forward of other arithmetic
+ * is refused, naming the option that makes this run's match. */
+static ra_status fwd_arith_check(const char *fwd, const h5io_run_attrs *a,
+                                 const ra_params *p)
+{
+    const char *mine = ra_precision_name(p->precision);
+    if (strcmp(a->precision, mine) != 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: a forward output of other "
+                            "arithmetic: its tile products are %s (attribute "
+                            "precision), this run's %s (--precision %s); "
+                            "pass --precision %s, or --recompute", fwd,
+                            a->precision, mine, mine, a->precision);
+    const char *wire = ra_params_wire_bf16(p) ? "bf16" : "fp32";
+    if (strcmp(a->wire, wire) != 0)
+        return ra_error_set(RA_ERR_INPUT, "%s: a forward output of other "
+                            "arithmetic: its K/V travelled as %s (attribute "
+                            "wire), this run's as %s (--wire); pass --wire "
+                            "%s, or --recompute", fwd, a->wire, wire,
+                            a->wire);
+    return RA_OK;
+}
+
 ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
                          const ra_params *p)
 {
@@ -130,7 +155,7 @@ ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
                             "it would be off by its rounding; refused: rerun "
                             "the forward with --out-dtype f32 or f64, or pass "
                             "--recompute", fwd, a.out_dtype, a.out_dtype);
-    return RA_OK;
+    return fwd_arith_check(fwd, &a, p);
 }
 
 /* The first NaN or infinity of a local (B, n, H, Dv) tensor; lse may hold

@@ -209,8 +209,9 @@ ra_status h5io_fingerprint_compare(const char *fwd, const char *recorded,
 /* ---- the backward pass (run --backward; io/backward.c) ---- */
 
 /* The attributes of the forward output fwd against this run's problem
- * (lengths, mask rules, score, scale or sigma): RA_ERR_INPUT naming the
- * file and what differs. A file of another problem would give gradients of
+ * (lengths, mask rules, score, scale or sigma, and its arithmetic:
+ * precision and wire): RA_ERR_INPUT naming the file, the attribute that
+ * differs and the option. A file of another problem would give gradients of
  * nothing in particular. Not collective. */
 ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
                          const ra_params *p);
