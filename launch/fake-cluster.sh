@@ -31,8 +31,19 @@
 #   export SLURM_CONF=$(launch/fake-cluster.sh slurm-conf)
 #   sbatch --wait -N 2 --ntasks-per-node 1 --cpus-per-task 2 launch/ringattn.slurm
 #
-# `up` first removes any earlier cluster, and removes what it built when a
-# step fails or a signal (INT, TERM, HUP) ends it. The state lives in
+# One user at a time: every user of the fake cluster (this script, the
+# tests, scaling-study.py) holds the lock /tmp/ra-fake-cluster.lock (flock)
+# for as long as it uses the nodes, and says so on stderr while it waits
+# for another ("waiting for the fake cluster held by PID ..."). A caller
+# that holds the lock itself (flock(1), or a process that took it) owns
+# the cluster: `up` and `down` run under its lock. Otherwise `up` takes the
+# lock, waiting for the cluster's current user, and leaves a holder process
+# that keeps it until `down`; `down` waits likewise for a cluster it did
+# not build (a test's), then removes the nodes and ends the holder.
+#
+# `up` first removes a cluster left behind without its holder, and removes
+# what it built when a step fails (exit 1) or a signal ends it (INT, TERM,
+# HUP: exit 130, 143, 129; also while it waits). The state lives in
 # RA_FAKE_CLUSTER_DIR (default /run/ringattn-fake-cluster), an absolute
 # path whose parent exists; `up` makes it (or takes an empty folder) and
 # writes its marker file there, and both `up` and `down` refuse, touching
@@ -41,8 +52,9 @@
 # with blanks works: what other programs are given (mpirun-args, the
 # agent, slurm.conf) names it through a symlink of plain characters in
 # /run. `up --dry-run` only checks the options, root, the tools and the
-# state folder. Exit codes: 0 ok, 1 a step failed or a signal ended `up`,
-# 2 usage, a bad option, the state folder, not root, or a missing tool.
+# state folder. Exit codes: 0 ok, 1 a step failed, 128 + N the signal N
+# ended `up` or `down`, 2 usage, a bad option, the state folder, not root,
+# or a missing tool.
 set -euo pipefail
 
 prog=fake-cluster.sh
@@ -56,6 +68,9 @@ max_slots=1024
 # tc rates this script accepts, in bit/s
 min_rate_bits=1000
 max_rate_bits=1000000000000
+lock=/tmp/ra-fake-cluster.lock # held by the cluster's one user (see above)
+holder=                        # the holder process this run started
+locked=0                       # this run (or its caller) holds the lock
 
 die() { echo "$prog: $2" >&2; exit "$1"; }
 
@@ -71,7 +86,7 @@ fi
 need_root_and_tools() {
   [ "$(id -u)" = 0 ] || die 2 "needs root (network namespaces, bridges, tc)"
   local t
-  for t in ip tc unshare mount hostname; do
+  for t in ip tc unshare mount hostname flock setsid; do
     command -v "$t" >/dev/null 2>&1 ||
       die 2 "'$t' is missing (install iproute2 and util-linux)"
   done
@@ -126,6 +141,113 @@ state_remove() {
 
 # The namespaces this script made (ra-node<i>), whatever K was.
 our_namespaces() { ip netns list 2>/dev/null | awk '$1 ~ /^ra-node[0-9]+$/ {print $1}'; }
+
+# The pids that hold the lock (flock), as /proc/locks lists them.
+lock_holders() {
+  local id
+  id=$(stat -L -c '%Hd %Ld %i' -- "$lock" 2>/dev/null) || return 0
+  awk -v id="$id" 'BEGIN { split(id, d, " ")
+                           want = sprintf("%02x:%02x:%s", d[1], d[2], d[3]) }
+                   $2 == "FLOCK" && $6 == want { print $5 }' /proc/locks
+}
+
+# Whether this process or one of its ancestors holds the lock: then the
+# caller owns the cluster, and this run works under its lock.
+lock_ours() {
+  local holders pid=$$
+  holders=" $(lock_holders | tr '\n' ' ') "
+  while [[ "$pid" =~ ^[0-9]+$ ]] && [ "$pid" -gt 1 ]; do
+    [[ "$holders" == *" $pid "* ]] && return 0
+    pid=$(awk '/^PPid:/ {print $2}' "/proc/$pid/status" 2>/dev/null) || return 1
+  done
+  return 1
+}
+
+# Who holds the lock as process PID: what it wrote into the lock file
+# ("PID WHAT"), else its command line.
+holder_text() {
+  local first="" rest=""
+  read -r first rest <"$lock" 2>/dev/null || true
+  if [ "$first" = "$1" ] && [ -n "$rest" ]; then
+    echo "$rest"
+  else
+    tr '\0\n' '  ' <"/proc/$1/cmdline" 2>/dev/null | cut -c1-160
+  fi
+}
+
+# Takes the lock for this run as WHAT (e.g. "fake-cluster.sh up 3"): a
+# holder process in a session of its own (the terminal's signals never
+# reach it) waits for the lock and then keeps it until lock_release, after
+# this script has ended if need be. Says so while another user holds it.
+lock_take() {
+  local what=$1 first said=""
+  setsid flock -o "$lock" sleep infinity </dev/null >/dev/null 2>&1 &
+  holder=$!
+  disown "$holder" # never reported nor waited for: it outlives `up`
+  while first=$(lock_holders | head -n 1) && [ "$first" != "$holder" ]; do
+    kill -0 "$holder" 2>/dev/null || die 1 "the holder of $lock ended"
+    if [ -n "$first" ] && [ "$first" != "$said" ]; then
+      echo "$prog: waiting for the fake cluster held by PID $first ($(holder_text "$first"))" >&2
+      said=$first
+    fi
+    sleep 0.1
+  done
+  echo "$holder $what" >"$lock"
+}
+
+# Ends the holder (its session: flock and its sleep) and returns once the
+# lock is free of it.
+lock_release() {
+  [ -n "$holder" ] || return 0
+  kill -TERM -- "-$holder" 2>/dev/null || true
+  while [ "$(lock_holders | head -n 1)" = "$holder" ]; do
+    sleep 0.05
+  done
+  holder=
+}
+
+# The lock for `up` or `down` (WHAT): the caller's when it holds it, the
+# holder of this state's cluster for `down`, else a holder of this run's.
+lock_get() {
+  local h=""
+  if lock_ours; then
+    :
+  elif [ "$cmd" = down ] && [ -f "$state/holder" ] &&
+       h=$(cat -- "$state/holder") && [[ "$h" =~ ^[1-9][0-9]*$ ]] &&
+       [ "$(lock_holders | head -n 1)" = "$h" ]; then
+    holder=$h
+  else
+    lock_take "$1"
+  fi
+  locked=1
+}
+
+# Ends `up` or `down` after a failing step (set -e: WHY "failed") or a
+# signal (WHY "interrupted") with exit CODE: removes the cluster once this
+# run holds the lock (before, the nodes are another user's) and ends the
+# holder.
+abort() {
+  local why=$1 code=$2
+  trap - EXIT
+  trap '' INT TERM HUP
+  set +e
+  if [ "$locked" = 1 ]; then
+    echo "$prog: $cmd $why; removing the cluster" >&2
+    cluster_down
+  else
+    echo "$prog: $cmd $why while waiting for the fake cluster; nothing changed" >&2
+  fi
+  lock_release
+  exit "$code"
+}
+
+# From here on a failing step or a signal ends the run through abort.
+abort_traps() {
+  trap 'abort failed 1' EXIT
+  trap 'abort interrupted 130' INT
+  trap 'abort interrupted 143' TERM
+  trap 'abort interrupted 129' HUP
+}
 
 # Bits per second of a rate NUM[.FRAC]UNIT (UNIT kbit, mbit or gbit; FRAC
 # no finer than one bit/s), within [min_rate_bits, max_rate_bits]; status 1
@@ -262,28 +384,15 @@ sigint_default() {
     exec { $ARGV[0] } @ARGV or die "fake-cluster.sh: $ARGV[0]: $!\n"' "$0" "$@"
 }
 
-# Ends `up` after a failing step (set -e, "failed") or a signal
-# ("interrupted"): removes what was built, exit 1.
-up_abort() {
-  trap - EXIT
-  trap '' INT TERM HUP
-  set +e
-  echo "$prog: up $1; removing the partial cluster" >&2
-  cluster_down
-  exit 1
-}
-
 # Builds K nodes at RATE (BITS bit/s) of SLOTS slots each, with Slurm when
-# SLURM is 1. The options and the state folder were checked.
+# SLURM is 1, under the lock. The options and the state folder were
+# checked.
 cluster_up() {
   local k=$1 rate=$2 bits=$3 slots=$4 slurm=$5 burst i with=""
   burst=$(burst_for "$bits")
-  # from the first change on, a failing step or a signal removes what was
-  # built
-  trap 'up_abort failed' EXIT
-  trap 'up_abort interrupted' INT TERM HUP
   cluster_down
   state_make
+  [ -z "$holder" ] || echo "$holder" >"$state/holder"
   ip link add "$bridge" type bridge
   ip addr add "$bridge_addr/24" dev "$bridge"
   ip link set "$bridge" up
@@ -299,11 +408,7 @@ cluster_up() {
     slurm_up "$k" "$slots"
     with=", Slurm partition fake"
   fi
-  # built: a signal from here on is ignored, and the exit is 0
-  trap '' INT TERM HUP
-  trap - EXIT
   echo "$prog: $k nodes up (198.18.0.1-$k, $rate per link, $slots slots each$with)"
-  trap - INT TERM HUP
 }
 
 # slurm.conf for K nodes of S CPUs, everything under $plain/slurm (Slurm
@@ -406,6 +511,13 @@ is_up() { [ -f "$state/$marker" ] && [ -f "$state/nodes" ]; }
 require_up() { is_up || die 2 "no cluster is up in $state (run: $prog up K)"; }
 
 cluster_status() {
+  local h
+  h=$(lock_holders | head -n 1)
+  if [ -n "$h" ]; then
+    echo "lock $lock held by PID $h ($(holder_text "$h"))"
+  else
+    echo "lock $lock free"
+  fi
   if ! is_up; then
     echo "no cluster"
     return 0
@@ -471,7 +583,21 @@ cmd_up() {
     echo "$prog: would build $k nodes ($rate = $bits bit/s per link, $slots slots each) in $state"
     return 0
   fi
+  abort_traps
+  lock_get "fake-cluster.sh up $k, until fake-cluster.sh down"
   cluster_up "$k" "$rate" "$bits" "$slots" "$slurm"
+  trap - EXIT
+}
+
+# `down`: under the lock, removes the cluster and ends its holder.
+cmd_down() {
+  need_root_and_tools
+  state_check
+  abort_traps
+  lock_get "fake-cluster.sh down"
+  cluster_down
+  lock_release
+  trap - EXIT
 }
 
 cmd=${1:-}
@@ -482,9 +608,7 @@ case "$cmd" in
     cmd_up "$@"
     ;;
   down)
-    need_root_and_tools
-    state_check
-    cluster_down
+    cmd_down
     ;;
   hostfile)
     require_up

@@ -10,7 +10,9 @@ counts, ranks per node and threads per rank; strong and weak scaling.
 
 Launchers:
   fake      launch/fake-cluster.sh (root): K fake nodes at --rate per link,
-            ranks dealt round-robin (mpirun --map-by node)
+            ranks dealt round-robin (mpirun --map-by node); the study
+            holds the fake cluster's lock throughout, waiting (and saying
+            so) while another user holds it
   hostfile  mpirun on the first K hosts of --hostfile, --ranks-per-node each
   slurm     srun --nodes K --ntasks-per-node R --cpus-per-task T inside an
             allocation (salloc/sbatch) of at least max(K) nodes
@@ -52,7 +54,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 sys.path.insert(0, HERE)
-from ra_script import Failed, Parser, Refused, run, write_atomic  # noqa: E402
+from ra_script import (  # noqa: E402
+    FakeClusterLock, Failed, Parser, Refused, run, write_atomic)
 FAKE = os.path.join(HERE, "fake-cluster.sh")
 # Open MPI refuses to start as root without these (ringattn-mpirun.sh sets
 # them too); other MPIs ignore them.
@@ -442,6 +445,15 @@ def warn_oversubscribed(a, launch):
 
 
 def run_study(a):
+    """The study under the fake cluster's lock when it uses the cluster."""
+    if a.launcher != "fake":
+        return run_points(a)
+    with FakeClusterLock(f"scaling-study.py --launcher fake --nodes "
+                         f"{','.join(map(str, a.nodes))}"):
+        return run_points(a)
+
+
+def run_points(a):
     os.makedirs(a.out_dir, exist_ok=True)
     meta, points, failed = study_meta(a), [], 0
     P0 = min(a.nodes) * min(a.ranks_per_node)

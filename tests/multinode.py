@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """multinode.py: ringattn across fake nodes (launch/fake-cluster.sh).
 
-    multinode.py RINGATTN FAKE_CLUSTER_SH correct|bytes|kill|api|slurm|options
-                 [TEST_NODES]
+    multinode.py RINGATTN FAKE_CLUSTER_SH
+                 correct|bytes|kill|api|slurm|users|options [TEST_NODES]
 
 Each check builds a 3-node fake cluster, runs 2 ranks per node dealt
 round-robin (mpirun --map-by node, so mpirun's ranks 0 and 3 share node 1),
@@ -25,11 +25,16 @@ and removes the cluster afterwards, also when the check fails:
            both nodes, and verify passes; then scaling-study.py
            --launcher slurm inside an sbatch allocation finishes a point on
            1 node and one on 2. Skipped when Slurm is not installed.
+  users    two users of the fake cluster (issue 39, class 12): while one
+           holds it (a standalone `up`, or a process holding the lock
+           as the tests do), a second `up` and scaling-study.py
+           --launcher fake wait, saying whom for, and the first's nodes
+           stay and carry a job; interrupted while waiting, they change
+           nothing; once the first is done, the second builds its own.
 Needs root (namespaces); exits 77 (skipped) with a message otherwise.
 `options` needs no cluster: the global options --ring-order, --align,
 --mpiio-hint and RINGATTN_MPIIO_HINTS on this machine.
 """
-import fcntl
 import json
 import os
 import re
@@ -46,7 +51,10 @@ os.environ.pop("OMPI_MCA_odls_base_sigkill_timeout", None)
 NODES, PER_NODE = 3, 2
 P = NODES * PER_NODE
 KILL_DEADLINE_S = 20.0  # the job must end this soon after the kill
-LOCK = "/tmp/ra-fake-cluster.lock"  # shared by every user of the cluster
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
+if len(sys.argv) > 2:  # the fake cluster's lock, as the scripts take it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[2])))
+from ra_script import FakeClusterLock, lock_holders  # noqa: E402
 
 
 class Failure(Exception):
@@ -97,21 +105,21 @@ class Cluster:
         self.extra = list(extra)
 
     def __enter__(self):
-        # one fake cluster on the machine at a time, whoever builds it
-        self.lock = open(LOCK, "w")
-        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        # one user of the fake cluster at a time, whoever builds it
+        self.lock = FakeClusterLock(" ".join(["multinode.py"] + sys.argv[3:4]))
+        self.lock.__enter__()
         r = sh([self.script, "up", str(self.nodes), "--rate", "1gbit",
                 "--slots", str(PER_NODE), *self.extra])
         if r.returncode != 0:
             sh([self.script, "down"])
-            self.lock.close()
+            self.lock.__exit__()
             raise Failure("fake-cluster.sh up failed: " + r.stderr.strip())
         self.args = sh([self.script, "mpirun-args"]).stdout.split()
         return self
 
     def __exit__(self, *exc):
         sh([self.script, "down"])
-        self.lock.close()
+        self.lock.__exit__()
         return False
 
     def mpirun(self, ringattn, *args, gemm=None):
@@ -371,6 +379,161 @@ def check_slurm_study(ringattn, script, work, env):
     return f"points on {nodes} nodes"
 
 
+def namespaces():
+    out = sh(["ip", "netns", "list"]).stdout
+    return sorted(w.split()[0] for w in out.splitlines()
+                  if w.startswith("ra-node"))
+
+
+def fake_env(work, state):
+    return {**os.environ, "RA_FAKE_CLUSTER_DIR": os.path.join(work, state)}
+
+
+def user(cmd, work, name):
+    """Starts another user of the fake cluster: cmd with the state folder
+    work/NAME, stderr into work/NAME.err; returns (process, that path)."""
+    err = os.path.join(work, f"{name}.err")
+    with open(err, "w") as f:
+        return subprocess.Popen(cmd, cwd=work, env=fake_env(work, name),
+                                stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=f,
+                                text=True), err
+
+
+def waits_for(proc, err, pid):
+    """Whether the user proc says it waits for PID pid; watches its stderr
+    until it does or proc ends (no clock: ctest's timeout ends a hang)."""
+    want = f"waiting for the fake cluster held by PID {pid} ("
+    while True:
+        ended = proc.poll() is not None
+        with open(err) as f:
+            if want in f.read():
+                return True
+        if ended:
+            return False
+        time.sleep(0.1)
+
+
+def ended(procs):
+    """Ends the users still waiting (SIGTERM)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.communicate()
+
+
+def check_users_standalone(ringattn, script, work):
+    """A standalone `up 2` holds the fake cluster: a second `up` and a
+    study wait for its holder, the nodes stay and carry a job, and SIGTERM
+    ends the waiting ones with nothing changed."""
+    r = sh([script, "up", "2", "--slots", "1"], env=fake_env(work, "first"))
+    check(r.returncode == 0, "the first up failed: " + r.stderr)
+    holder = lock_holders()
+    check(len(holder) == 1, f"the first up left holders {holder}")
+    study_cmd = [os.path.join(os.path.dirname(script), "scaling-study.py"),
+                 "--launcher", "fake", "--nodes", "1", "--ranks-per-node",
+                 "1", "--scaling", "strong", "--seq", "128", "--repeats", "1",
+                 "--reps", "1", "--build", os.path.dirname(ringattn),
+                 "--out-dir", "study", "--", "--heads", "2", "--dim", "16"]
+    waiting = [user([script, "up", "1", "--slots", "1"], work, "second"),
+               user(study_cmd, work, "study")]
+    try:
+        check_waiting(script, work, waiting, holder[0])
+    finally:
+        ended([proc for proc, _ in waiting])
+    return holder[0]
+
+
+def check_waiting(script, work, waiting, holder):
+    """The waiting users say whom for, the holder's nodes carry a job, and
+    SIGTERM ends the waiting users with nothing changed."""
+    for proc, err in waiting:
+        check(waits_for(proc, err, holder),
+              f"{proc.args[:2]} did not wait for PID {holder}: "
+              + open(err).read())
+    check(namespaces() == ["ra-node1", "ra-node2"],
+          f"the first user's nodes changed: {namespaces()}")
+    args = sh([script, "mpirun-args"], env=fake_env(work, "first"))
+    m = sh(["mpirun", *args.stdout.split(), "-np", "2", "--map-by", "node",
+            "hostname"], cwd=work)
+    check(m.returncode == 0 and sorted(m.stdout.split()) == ["node1", "node2"],
+          f"a job on the first user's nodes: {m.stdout} {m.stderr[-300:]}")
+    ended([proc for proc, _ in waiting])
+    for (proc, err), rc in zip(waiting, (143, 1)):
+        check(proc.returncode == rc, f"{proc.args[:2]} exit "
+              f"{proc.returncode}, not {rc}: " + open(err).read())
+    check(namespaces() == ["ra-node1", "ra-node2"] and
+          lock_holders() == [holder] and
+          not {"second", "study"} & set(os.listdir(work)),
+          f"the waiting users changed something: {namespaces()}, holders "
+          f"{lock_holders()}, {os.listdir(work)}")
+
+
+# A user as the tests are one: it holds the lock in-process and runs
+# fake-cluster.sh under it (argv: the launch folder, fake-cluster.sh).
+TEST_USER = """
+import subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from ra_script import FakeClusterLock
+with FakeClusterLock("multinode.py users, as a test"):
+    up = subprocess.run([sys.argv[2], "up", "1", "--slots", "1"],
+                        stdout=sys.stderr)
+    print(up.returncode, flush=True)
+    sys.stdin.read()
+    subprocess.run([sys.argv[2], "down"])
+"""
+
+
+def check_users_test(script, work):
+    """A process holding the lock as the tests do (its own `up 1` under
+    it): a standalone `up 2` waits for it, its node stays; once it is done
+    the `up 2` builds its nodes."""
+    test, _ = user([sys.executable, "-c", TEST_USER,
+                    os.path.dirname(script), script], work, "test")
+    later = None
+    try:
+        check(test.stdout.readline().strip() == "0", "the test's up failed")
+        later, err = user([script, "up", "2", "--slots", "1"], work, "later")
+        check(waits_for(later, err, test.pid),
+              f"a standalone up did not wait for the test (PID {test.pid}): "
+              + open(err).read())
+        check(namespaces() == ["ra-node1"], f"the test's node: "
+              f"{namespaces()}")
+        test.communicate("")
+        check(test.returncode == 0, f"the test user: exit {test.returncode}")
+        later.communicate()
+        check(later.returncode == 0 and
+              namespaces() == ["ra-node1", "ra-node2"],
+              f"the later up: exit {later.returncode}, nodes "
+              f"{namespaces()}: " + open(err).read())
+    finally:  # the test user takes its node down, then the later up ends
+        if test.poll() is None:
+            test.communicate("")
+        if later is not None:
+            later.communicate()
+    d = sh([script, "down"], env=fake_env(work, "later"))
+    check(d.returncode == 0 and not namespaces(),
+          f"down: exit {d.returncode}, nodes {namespaces()}")
+
+
+def check_users(ringattn, script, work):
+    """issue 39, class 12: two users of the fake cluster never break each
+    other."""
+    try:
+        holder = check_users_standalone(ringattn, script, work)
+    finally:
+        d = sh([script, "down"], env=fake_env(work, "first"))
+    check(d.returncode == 0 and not namespaces() and
+          holder not in lock_holders(),
+          f"down: exit {d.returncode}, nodes {namespaces()}, holders "
+          f"{lock_holders()}: {d.stderr}")
+    print(f"users: a second up and a study waited for PID {holder}, whose "
+          "nodes stayed and ran a job; interrupted, they changed nothing")
+    check_users_test(script, work)
+    print("users: a standalone up waited for a test holding the lock, then "
+          "built its nodes")
+
+
 def local_run(ringattn, work, args, env=None):
     return sh(["mpirun", "-np", "2", "--oversubscribe", ringattn, *args],
               cwd=work, env={**os.environ, **(env or {})})
@@ -419,6 +582,19 @@ def check_options(ringattn, work):
 
 
 API_TEST = None
+
+
+def in_work(what, fn, *args):
+    """fn(*args, work) in a temporary folder of its own: 0 when it passes,
+    1 when it fails, with a PASS or FAIL line."""
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"ra-{what}-") as work:
+            fn(*args, work)
+    except (Failure, OSError, subprocess.SubprocessError) as e:
+        print(f"multinode.py {what}: FAIL: {e}")
+        return 1
+    print(f"multinode.py {what}: PASS")
+    return 0
 CHECKS = {"correct": check_correct, "bytes": check_bytes, "kill": check_kill,
           "api": check_api}
 
@@ -426,28 +602,24 @@ CHECKS = {"correct": check_correct, "bytes": check_bytes, "kill": check_kill,
 def main():
     global API_TEST
     if len(sys.argv) not in (4, 5) or \
-            sys.argv[3] not in list(CHECKS) + ["options", "slurm"] or \
+            sys.argv[3] not in list(CHECKS) + ["options", "slurm", "users"] or \
             (sys.argv[3] == "api" and len(sys.argv) != 5):
         print("usage: multinode.py RINGATTN FAKE_CLUSTER_SH "
-              "correct|bytes|kill|api|slurm|options [TEST_NODES]",
+              "correct|bytes|kill|api|slurm|users|options [TEST_NODES]",
               file=sys.stderr)
         return 2
     ringattn, script, what = sys.argv[1:4]
     API_TEST = sys.argv[4] if len(sys.argv) == 5 else None
     if what == "options":
-        try:
-            with tempfile.TemporaryDirectory(prefix="ra-options-") as work:
-                check_options(os.path.abspath(ringattn), work)
-        except (Failure, OSError, subprocess.SubprocessError) as e:
-            print(f"multinode.py options: FAIL: {e}")
-            return 1
-        print("multinode.py options: PASS")
-        return 0
+        return in_work(what, check_options, os.path.abspath(ringattn))
     if os.geteuid() != 0:
         print("multinode.py: skipped: the fake cluster needs root")
         return SKIP
     # a ctest timeout sends SIGTERM: leave through the clean-up paths
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    if what == "users":
+        return in_work(what, check_users, os.path.abspath(ringattn),
+                       os.path.abspath(script))
     if what == "slurm":
         import shutil
         missing = [t for t in SLURM_TOOLS if shutil.which(t) is None]
@@ -455,15 +627,8 @@ def main():
             print(f"multinode.py slurm: skipped: {' '.join(missing)} not "
                   "installed (launch/setup.sh installs Slurm)")
             return SKIP
-        try:
-            with tempfile.TemporaryDirectory(prefix="ra-slurm-") as work:
-                check_slurm(os.path.abspath(ringattn),
-                            os.path.abspath(script), work)
-        except (Failure, OSError, subprocess.SubprocessError) as e:
-            print(f"multinode.py slurm: FAIL: {e}")
-            return 1
-        print("multinode.py slurm: PASS")
-        return 0
+        return in_work(what, check_slurm, os.path.abspath(ringattn),
+                       os.path.abspath(script))
     try:
         with tempfile.TemporaryDirectory(prefix="ra-multinode-") as work, \
                 Cluster(script) as cl:

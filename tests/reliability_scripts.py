@@ -8,7 +8,8 @@ under bad options, foreign folders, interrupts and umasks
 its own and asserts what its docstring says: a refusal exits 2 with exactly
 one stderr line naming the script, before any mpirun (no `+ mpirun` echo)
 and with every file that existed before unchanged and nothing new; an
-interrupt ends the script with exit 1 and nothing left behind; outputs get
+interrupt ends the script with exit 128 + the signal's number (1 for
+bench-sweep.sh and the Python scripts) and nothing left behind; outputs get
 the permissions the umask gives a new file.
 
 The fake-cluster cases need root (network namespaces) and take
@@ -19,7 +20,6 @@ script under test left. `table` prints the cases as Markdown.
 
 Needs /usr/bin/python3 with h5py and numpy (python3-h5py) and matplotlib.
 """
-import fcntl
 import glob
 import json
 import os
@@ -36,6 +36,8 @@ from tree_md5 import md5s  # noqa: E402
 
 RINGATTN = os.path.abspath(sys.argv[1])
 LAUNCH = os.path.abspath(sys.argv[2])
+sys.path.insert(0, LAUNCH)  # the fake cluster's lock, as the scripts take it
+from ra_script import FakeClusterLock, FAKE_CLUSTER_LOCK  # noqa: E402
 MODE = sys.argv[3] if len(sys.argv) > 3 else "cases"
 BUILD = os.path.dirname(RINGATTN)
 PY = "/usr/bin/python3"
@@ -44,7 +46,6 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
            OPENBLAS_NUM_THREADS="1")
 # the scripts' signals as users meet them: Open MPI's default SIGKILL grace
 ENV.pop("OMPI_MCA_odls_base_sigkill_timeout", None)
-LOCK = "/tmp/ra-fake-cluster.lock"  # shared by every user of the cluster
 TINY = ["--seq", "128", "--heads", "2", "--dim", "16"]
 
 
@@ -219,13 +220,15 @@ def fc_interrupt(work, how):
         shutil.rmtree(os.path.join(work, "state"), ignore_errors=True)
     check(got is not None, "up finished before the signal, three times")
     code, err = got
-    check(code == 1, f"exit {code}, not 1: {err[-300:]}")
-    return f"exit 1, nothing left: {err.strip()}"
+    want = 143 if how.startswith("TERM") else 130
+    check(code == want, f"exit {code}, not {want}: {err[-300:]}")
+    return f"exit {code}, nothing left: {err.strip()}"
 
 
 def interrupt_case(name, how, what):
     def fn(work):
-        """exit 1; no namespace, bridge or state folder left"""
+        """exit 130 (INT) or 143 (TERM); no namespace, bridge or state
+        folder left"""
         return fc_interrupt(work, how)
     case(name, what, fake=True)(fn)
 
@@ -240,6 +243,69 @@ for _name, _how, _what in (
         ("fc-interrupt-term", "TERM to the script",
          "SIGTERM to `up 16` once two nodes exist")):
     interrupt_case(_name, _how, _what)
+
+
+def full_pipe():
+    """A pipe whose buffer is full: a write to it blocks until the read
+    end is drained. Returns (read end, write end)."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(w, True)
+    return r, w
+
+
+def drain(fd):
+    """Reads fd to its end (its writers all gone)."""
+    while os.read(fd, 1 << 16):
+        pass
+    os.close(fd)
+
+
+def writing_pipe(pid):
+    """Whether pid is blocked writing to a pipe (its kernel wait channel)."""
+    with open(f"/proc/{pid}/wchan") as f:
+        return "pipe_write" in f.read()
+
+
+def interrupt_at_end(work, sig):
+    """`up 2` whose last line (the cluster is complete) blocks on a full
+    standard output, signalled there: (exit status, stderr)."""
+    state = os.path.join(work, f"state-{sig}")
+    r, w = full_pipe()
+    p = subprocess.Popen([script("fake-cluster.sh"), "up", "2", "--slots",
+                          "1"], cwd=work, env={**ENV,
+                                               "RA_FAKE_CLUSTER_DIR": state},
+                         stdout=w, stderr=subprocess.PIPE, text=True)
+    os.close(w)
+    try:
+        while not writing_pipe(p.pid) and p.poll() is None:
+            time.sleep(0.01)
+        p.send_signal(sig)
+    finally:
+        drain(r)
+    _, err = p.communicate(timeout=60)
+    nothing_up(state)
+    return p.returncode, err
+
+
+@case("fc-interrupt-at-end", "SIGINT, then SIGTERM, to `up 2` while it "
+      "writes its last line (the cluster complete; issue 39, class 13)",
+      fake=True)
+def fc_interrupt_at_end(work):
+    """exit 130, then 143 (was 0, nodes left up); no namespace, bridge or
+    state folder left"""
+    got = []
+    for sig, want in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        code, err = interrupt_at_end(work, sig)
+        check(code == want, f"{sig.name}: exit {code}, not {want}: "
+              f"{err[-300:]}")
+        got.append(f"{sig.name} exit {code}")
+    return ", ".join(got) + ", nothing left"
 
 
 def fc_rate_refused(work, rate):
@@ -694,20 +760,15 @@ def perm_study(work):
 # ---- driver ------------------------------------------------------------------
 
 def fake_lock():
-    """The fake cluster's lock, or None (not root, or busy for 240 s)."""
+    """The fake cluster's lock, taken, or None (not root, or held by
+    another user for 240 s)."""
     if os.geteuid() != 0:
         return None
-    f = open(LOCK, "w")
-    deadline = time.time() + 240
-    while True:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return f
-        except BlockingIOError:
-            if time.time() > deadline:
-                f.close()
-                return None
-            time.sleep(1)
+    lock = FakeClusterLock("reliability_scripts.py", wait=240)
+    try:
+        return lock.__enter__()
+    except TimeoutError:
+        return None
 
 
 def run_case(name, what, fake_case, fn):
@@ -736,13 +797,13 @@ def main():
         for name, what, fake_case, fn in CASES:
             if fake_case and lock is None:
                 print(f"SKIP {name}: the fake cluster needs root and "
-                      f"{LOCK}")
+                      f"{FAKE_CLUSTER_LOCK}")
                 continue
             results.append((name, what, fn.__doc__, *run_case(
                 name, what, fake_case, fn)))
     finally:
         if lock is not None:
-            lock.close()
+            lock.__exit__()
     failed = [r[0] for r in results if not r[3]]
     if MODE == "table":
         print("\n| # | case | input or fault | asserted | result |")
