@@ -2,15 +2,17 @@
 """bench-plot.py: charts from `ringattn bench --json` rows (or a sweep).
 
     /usr/bin/python3 launch/bench-plot.py rows.json [--out-dir DIR]
+                                         [--stem STEM] [--force]
 
-Writes, for whatever the rows contain:
-  bench-gflops.png   GFLOP/s and fraction of sgemm against N, one line per
-                     (ranks, threads, mode, causal, D)
-  bench-scaling.png  strong scaling efficiency against P at each fixed N
-                     (rate at P / (P * rate at the smallest P)), and weak
-                     scaling efficiency for rows where N/P is constant
-Each PNG is written under a temporary name and renamed when complete, with
-the permissions the umask gives a new file.
+Writes, for whatever the rows contain, into DIR (default .):
+  STEM-gflops.png   GFLOP/s and fraction of sgemm against N, one line per
+                    (ranks, threads, mode, causal, D)
+  STEM-scaling.png  strong scaling efficiency against P at each fixed N
+                    (rate at P / (P * rate at the smallest P)), and weak
+                    scaling efficiency for rows where N/P is constant
+STEM is "bench" by default. A chart that exists is refused (before any
+drawing) unless --force. Each PNG is written under a temporary name and
+renamed when complete, with the permissions the umask gives a new file.
 Exit 0 on success, 2 with one "ringattn:" line for bad input (a missing or
 malformed rows file), 1 with one line for a failure while drawing or
 writing. Needs python3-matplotlib (Debian package).
@@ -101,7 +103,7 @@ def plot_scaling(rows, out):
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
-        if ax.lines:
+        if any(not line.get_label().startswith("_") for line in ax.lines):
             ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=110, format="png")
@@ -145,12 +147,21 @@ def main(argv):
     ap = Parser(prog="bench-plot", description=__doc__.splitlines()[0])
     ap.add_argument("json")
     ap.add_argument("--out-dir", default=".")
+    ap.add_argument("--stem", default="bench")
+    ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     rows = read_rows(a.json)
     if not os.path.isdir(a.out_dir):
         raise Refused(f"{a.out_dir}: output directory: No such directory")
     if not os.access(a.out_dir, os.W_OK | os.X_OK):
         raise Refused(f"{a.out_dir}: output directory is not writable")
+    if not a.stem or "/" in a.stem:
+        raise Refused(f"--stem '{a.stem}': not a file name")
+    g = os.path.join(a.out_dir, f"{a.stem}-gflops.png")
+    s = os.path.join(a.out_dir, f"{a.stem}-scaling.png")
+    for path in (g, s):
+        if os.path.lexists(path) and not a.force:
+            raise Refused(f"{path}: exists; add --force to replace it")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -159,8 +170,6 @@ def main(argv):
     except ImportError as e:
         raise Failed(f"bench-plot: {e.name or e} is not installed (Debian: "
                      f"python3-matplotlib)")
-    g = os.path.join(a.out_dir, "bench-gflops.png")
-    s = os.path.join(a.out_dir, "bench-scaling.png")
     try:
         save(plot_gflops, rows, g)
         save(plot_scaling, rows, s)

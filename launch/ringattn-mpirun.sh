@@ -3,14 +3,19 @@
 # or on the hosts of a hostfile or batch allocation.
 #
 #   launch/ringattn-mpirun.sh [-n RANKS] [-b BUILD_DIR] [-w WORKDIR]
-#                             [-f HOSTFILE] [-i INPUT] [-- RUN_OPTIONS...]
+#                             [-f HOSTFILE] [-i INPUT] [--force]
+#                             [-- RUN_OPTIONS...]
 #
 #   -f HOSTFILE  hosts to run on (Open MPI format: "host slots=N" lines)
 #   -i INPUT     the user's own input file (/q /k /v); without it a random
-#                input is generated into WORKDIR first
-# The output is WORKDIR/ringattn-out.h5 (replaced), or the --out FILE (or
-# --out=FILE) of the run options, which is then replaced only with --force
-# among them; verify checks the file the run wrote. Oversubscription
+#                input is generated into WORKDIR/ringattn-in.h5 first
+#   --force      replace the generated input and the output when they exist
+#                (without it, an existing one is refused before any mpirun)
+# The output is WORKDIR/ringattn-out.h5, or the --out FILE (or --out=FILE)
+# of the run options (--force among them also replaces it); verify checks
+# the file the run wrote. Until the run has written its output, a failing
+# step or a signal (INT, TERM, HUP: exit 130, 143, 129) removes the input
+# the script generated; the run removes its own partial output. Oversubscription
 # (--oversubscribe) is asked for only when RANKS exceed the slots of the
 # allocation: the hostfile's slots (1 per line without slots=), else
 # Slurm's SLURM_NTASKS, else PBS's node file, else this machine's cores.
@@ -30,14 +35,17 @@ build=build
 work=.
 hostfile=
 input=
-while getopts ":n:b:w:f:i:h" opt; do
+force=0
+while getopts ":n:b:w:f:i:h-:" opt; do
   case "$opt" in
+    -) [ "$OPTARG" = force ] || die "unknown option --$OPTARG (run options go after --; see $prog -h)"
+       force=1 ;;
     n) ranks=$OPTARG ;;
     b) build=$OPTARG ;;
     w) work=$OPTARG ;;
     f) hostfile=$OPTARG ;;
     i) input=$OPTARG ;;
-    h) sed -n '2,21p' "$0"; exit 0 ;;
+    h) sed -n '2,28p' "$0"; exit 0 ;;
     :) die "-$OPTARG needs a value" ;;
     *) die "unknown option -$OPTARG (run options go after --; see $prog -h)" ;;
   esac
@@ -115,8 +123,8 @@ output_check() {
   [ -d "$dir" ] || die "--out $out: output folder $dir does not exist"
   [ -w "$dir" ] || die "--out $out: output folder $dir is not writable"
   [ ! -d "$out" ] || die "--out $out: output is a folder"
-  [ "$run_force" = 1 ] || [ ! -e "$out" ] ||
-    die "--out $out: output exists; add --force to the run options to replace it"
+  [ "$run_force" = 1 ] || [ "$force" = 1 ] || [ ! -e "$out" ] ||
+    die "--out $out: output exists; add --force to replace it"
 }
 
 count_check -n "$ranks" 1
@@ -144,10 +152,19 @@ out_args=()
 if [ "$run_out_given" = 1 ]; then
   out=$run_out
   output_check
+  [ "$force" = 0 ] || out_args=(--force)
 else
   out=$work/ringattn-out.h5
-  out_args=(--out "$out" --force)
+  out_args=(--out "$out")
   [ ! -d "$out" ] || die "-w $work: $out is a folder"
+  [ "$force" = 1 ] || [ ! -e "$out" ] ||
+    die "-w $work: $out exists; add --force to replace it"
+  [ "$force" = 0 ] || out_args+=(--force)
+fi
+if [ -z "$input" ]; then
+  [ ! -d "$in" ] || die "-w $work: $in is a folder"
+  [ "$force" = 1 ] || [ ! -e "$in" ] ||
+    die "-w $work: $in exists; add --force to replace it (or give it with -i)"
 fi
 mkdir -p -- "$work" 2>/dev/null || die "-w $work: cannot make the folder"
 
@@ -165,10 +182,43 @@ if [ "$ranks" -gt "$slots" ]; then
   extra+=(--oversubscribe)
 fi
 
-run() { echo "+ $*"; "$@"; }
+# The generated input goes with a run that does not finish: a failing step
+# (exit 1 or the step's status) or a signal (exit 128 + N) removes it. The
+# running mpirun (in the background, so that a trap runs at once) is ended
+# first; it ends its ranks.
+job=
+made=
+stop() {
+  local code=$1
+  trap - EXIT
+  trap '' INT TERM HUP
+  [ -z "$job" ] || { kill -TERM "$job" 2>/dev/null; wait "$job" || true; }
+  if [ -n "$made" ]; then
+    rm -f -- "$made"
+    echo "$prog: stopped; removed the generated input $made" >&2
+  fi
+  exit "$code"
+}
+trap 'stop $?' EXIT
+trap 'stop 130' INT
+trap 'stop 143' TERM
+trap 'stop 129' HUP
+
+run() {
+  echo "+ $*"
+  "$@" &
+  job=$!
+  local code=0
+  wait "$job" || code=$?
+  job=
+  return "$code"
+}
 if [ -z "$input" ]; then
+  made=$in
   run mpirun -np "$ranks" "${extra[@]}" "${site[@]}" "$ringattn" gen --out "$in" --force \
       --seq "$SEQ" --heads "$HEADS" --dim "$DIM" --seed "$SEED"
 fi
 run mpirun -np "$ranks" "${extra[@]}" "${site[@]}" "$ringattn" run --in "$in" "${out_args[@]}" "$@"
+made= # the run finished: its input and output are the user's
+trap - EXIT
 run mpirun -np "$ranks" "${extra[@]}" "${site[@]}" "$ringattn" verify --in "$in" --out "$out"

@@ -391,15 +391,16 @@ def verify_line(r):
 
 
 @case("mpirun-out-option", "ringattn-mpirun.sh -- --out mine.h5, and "
-      "-- --out=mine2.h5, beside an older ringattn-out.h5")
+      "-i ringattn-in.h5 -- --out=mine2.h5, beside an older ringattn-out.h5")
 def mpirun_out_option(work):
     """each run writes and verifies its own file; the older output stays"""
     with open(os.path.join(work, "ringattn-out.h5"), "w") as f:
         f.write("an older output\n")
     old = md5s(work)["ringattn-out.h5"]
-    for opt, name in ((["--out", "mine.h5"], "mine.h5"),
-                      (["--out=mine2.h5"], "mine2.h5")):
-        r = wrapper(work, "--", *opt)
+    for opt, name in ((["--", "--out", "mine.h5"], "mine.h5"),
+                      (["-i", "ringattn-in.h5", "--", "--out=mine2.h5"],
+                       "mine2.h5")):
+        r = wrapper(work, *opt)
         check(r.returncode == 0, f"{opt}: exit {r.returncode}: {r.stderr}")
         check(verify_line(r).endswith(f"--out {name}"),
               f"{opt}: verified another file: {verify_line(r)}")
@@ -465,6 +466,80 @@ def mpirun_seq_text(work):
                    {}, work)
 
 
+@case("mpirun-input-exists", "ringattn-mpirun.sh beside an existing "
+      "ringattn-in.h5, then an existing ringattn-out.h5 (issue 39, class 10)")
+def mpirun_input_exists(work):
+    """each refused before gen, the file unchanged (was: replaced); with
+    --force both are replaced and verify passes"""
+    lines = []
+    for name in ("ringattn-in.h5", "ringattn-out.h5"):
+        with open(os.path.join(work, name), "w") as f:
+            f.write("the user's\n")
+        lines.append(refused(wrapper(work), "ringattn-mpirun.sh:",
+                             md5s(work), work))
+        os.rename(os.path.join(work, name), os.path.join(work, "kept"))
+    for name in ("ringattn-in.h5", "ringattn-out.h5"):
+        with open(os.path.join(work, name), "w") as f:
+            f.write("the user's\n")
+    r = wrapper(work, "--force")
+    check(r.returncode == 0 and ": PASS" in r.stdout,
+          f"--force: exit {r.returncode}: {r.stderr[-300:]}")
+    return lines[0]
+
+
+def shim_mpirun(work):
+    """A folder holding an `mpirun` that runs the real one, but for `run`
+    writes its pid into work/run.pid and waits until it is signalled."""
+    real = shutil.which("mpirun")
+    folder = os.path.join(work, "shim")
+    os.mkdir(folder)
+    with open(os.path.join(folder, "mpirun"), "w") as f:
+        f.write("#!/bin/sh\n"
+                'case " $* " in *" run "*)\n'
+                f'  echo $$ > {work}/run.pid; exec sleep infinity ;;\n'
+                "esac\n"
+                f'exec {real} "$@"\n')
+    os.chmod(os.path.join(folder, "mpirun"), 0o755)
+    return folder
+
+
+@case("mpirun-interrupt", "SIGTERM to ringattn-mpirun.sh while its run "
+      "step runs, on the input it generated (issue 39, class 10)")
+def mpirun_interrupt(work):
+    """exit 143; the run step ends, the generated input goes (was: the
+    script ended at once, the input and the step left)"""
+    pid_file, err_file = (os.path.join(work, n) for n in ("run.pid", "err"))
+    env = {**ENV, "SEQ": "128", "HEADS": "2", "DIM": "16",
+           "PATH": shim_mpirun(work) + os.pathsep + ENV["PATH"]}
+    with open(err_file, "w") as err:  # not a pipe: a step left holds it
+        p = subprocess.Popen([script("ringattn-mpirun.sh"), "-b", BUILD,
+                              "-n", "1", "-w", "out"], cwd=work, env=env,
+                             stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        while not os.path.exists(pid_file) and p.poll() is None:
+            time.sleep(0.01)
+        check(p.poll() is None, f"ended before its run step: {p.returncode}")
+        while not open(pid_file).read().endswith("\n"):
+            time.sleep(0.01)
+        step = int(open(pid_file).read())
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+        alive = os.path.exists(f"/proc/{step}") and \
+            open(f"/proc/{step}/stat").read().split()[2] != "Z"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if os.path.exists(pid_file):
+            subprocess.run(["pkill", "-KILL", "-F", pid_file])
+    err = open(err_file).read()
+    check(p.returncode == 143, f"exit {p.returncode}, not 143: {err[-300:]}")
+    check(not alive, "the run step was left running")
+    left = os.listdir(os.path.join(work, "out"))
+    check(not left, f"left in the work folder: {left}")
+    return err.strip().splitlines()[-1]
+
+
 @case("mpirun-bad-flag", "ringattn-mpirun.sh -x")
 def mpirun_bad_flag(work):
     """one line, not getopts' message and the usage"""
@@ -504,6 +579,89 @@ def sweep_json_option(work):
                    "bench-sweep.sh:", {}, work)
 
 
+@case("sweep-out-exists", "bench-sweep.sh -o sw.json onto an existing "
+      "sw.json, and -- --csv all.csv onto an existing all.csv (issue 39, "
+      "class 10)")
+def sweep_out_exists(work):
+    """each refused before the first point, the file unchanged"""
+    lines = []
+    for name, opts in (("sw.json", []), ("all.csv", ["--csv", "all.csv"])):
+        with open(os.path.join(work, name), "w") as f:
+            f.write("the user's\n")
+        lines.append(refused(sweep(work, "-r", "1", "-o", "x.json", "--",
+                                   *TINY, *opts) if opts else
+                             sweep(work, "-r", "1", "-o", name, "--", *TINY),
+                             "bench-sweep.sh:", md5s(work), work))
+    return lines[0]
+
+
+@case("sweep-plot-names", "bench-sweep.sh -o x.json -p in a folder holding "
+      "bench-gflops.png and bench-scaling.png (issue 39, class 10)")
+def sweep_plot_names(work):
+    """the charts are x-gflops.png and x-scaling.png; the folder's charts
+    stay (was: replaced); a second sweep refuses the existing charts"""
+    for name in ("bench-gflops.png", "bench-scaling.png"):
+        with open(os.path.join(work, name), "w") as f:
+            f.write("the project's figure\n")
+    before = md5s(work)
+    r = sweep(work, "-r", "1", "-o", "x.json", "-p", "--", *TINY, "--reps",
+              "1")
+    check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-300:]}")
+    after = md5s(work)
+    check(all(after[k] == v for k, v in before.items()),
+          "the folder's charts were rewritten")
+    check({"x-gflops.png", "x-scaling.png"} <= set(after),
+          f"charts: {sorted(after)}")
+    os.unlink(os.path.join(work, "x.json"))
+    return refused(sweep(work, "-r", "1", "-o", "x.json", "-p", "--", *TINY),
+                   "bench-sweep.sh:", md5s(work), work)
+
+
+@case("sweep-csv", "bench-sweep.sh -r \"1 2\" -- --csv all.csv (issue 39, "
+      "class 10)")
+def sweep_csv(work):
+    """all.csv holds one header and the rows of both points (was: the
+    last point's alone)"""
+    r = sweep(work, "-r", "1 2", "-o", "sw.json", "--", *TINY, "--reps", "1",
+              "--no-yardsticks", "--csv", "all.csv")
+    check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-300:]}")
+    with open(os.path.join(work, "all.csv")) as f:
+        lines = f.read().splitlines()
+    check(len(lines) == 3 and lines[0].startswith("ranks,") and
+          [l.split(",")[0] for l in lines[1:]] == ["1", "2"],
+          f"all.csv: {lines}")
+    return f"{len(lines)} lines: header, P = 1, P = 2"
+
+
+@case("sweep-plot-no-yardsticks", "bench-sweep.sh -p -- --no-yardsticks "
+      "(issue 39, class 20)")
+def sweep_plot_no_yardsticks(work):
+    """refused before the first point (was: every point ran, then the
+    plot refused)"""
+    return refused(sweep(work, "-r", "1 2", "-o", "sw.json", "-p", "--",
+                         *TINY, "--no-yardsticks"), "bench-sweep.sh:", {},
+                   work)
+
+
+# ---- ompi-keep.sh -----------------------------------------------------------
+
+@case("ompi-keep-trap", "a bash script with an EXIT trap of its own that "
+      "sources ompi-keep.sh and exits 3 (issue 39, class 20)")
+def ompi_keep_trap(work):
+    """the script's trap runs, with status 3 (was: replaced), and
+    ompi-keep's folder goes"""
+    body = ("trap 'echo \"own trap, status $?\"' EXIT\n"
+            f". {script('ompi-keep.sh')}\n"
+            '[ -d "$ra_ompi_keep" ] && echo kept\n'
+            "exit 3\n")
+    r = sh(["bash", "-c", body], work, env={"TMPDIR": work})
+    check(r.returncode == 3 and r.stdout.split("\n")[:2] ==
+          ["kept", "own trap, status 3"],
+          f"exit {r.returncode}, stdout {r.stdout!r}: {r.stderr[-300:]}")
+    check(not os.listdir(work), f"left: {os.listdir(work)}")
+    return "kept, then: own trap, status 3"
+
+
 # ---- bench-ab.sh ------------------------------------------------------------
 
 def ab(work, *args):
@@ -539,7 +697,8 @@ def ab_alternates(work):
 
 @case("sweep-interrupt", "SIGTERM to bench-sweep.sh during a point")
 def sweep_interrupt(work):
-    """exit 1 within 10 s; the point's ranks end, the temporary folder goes"""
+    """exit 143 within 10 s; the point's ranks end, the temporary folder
+    goes"""
     tmp = os.path.join(work, "tmp")
     os.mkdir(tmp)
     p = subprocess.Popen([script("bench-sweep.sh"), "-b", BUILD, "-r", "1",
@@ -565,11 +724,12 @@ def sweep_interrupt(work):
     ranks = subprocess.run(["pgrep", "-f", tmp], capture_output=True,
                            text=True).stdout.split()
     subprocess.run(["pkill", "-KILL", "-f", tmp])
-    check(p.returncode == 1, f"exit {p.returncode}, not 1: {err[-300:]}")
+    check(p.returncode == 143, f"exit {p.returncode}, not 143: "
+          f"{err[-300:]}")
     check(secs < 10, f"took {secs:.1f} s")
     check(not ranks, f"processes of the point left: {ranks}")
     check(not os.listdir(tmp), f"left in TMPDIR: {os.listdir(tmp)}")
-    return f"exit 1 after {secs:.1f} s: {err.strip().splitlines()[-1]}"
+    return f"exit 143 after {secs:.1f} s: {err.strip().splitlines()[-1]}"
 
 
 # ---- ringattn.slurm, scaling-study.py ----------------------------------------
@@ -736,8 +896,7 @@ def perm_sweep_plot(work):
               "1", umask=0o027)
     check(r.returncode == 0, f"sweep: exit {r.returncode}: {r.stderr}")
     got = modes_under(0o027, [os.path.join(work, n) for n in
-                              ("sw.json", "bench-gflops.png",
-                               "bench-scaling.png")])
+                              ("sw.json", "sw-gflops.png", "sw-scaling.png")])
     return ", ".join(f"{k} {v}" for k, v in got.items())
 
 
