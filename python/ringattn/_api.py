@@ -2,18 +2,20 @@
 
 Validate, agree, then call: every check made here (types, dtypes,
 contiguity, shapes, options, masks, non-finite values) runs on each rank
-first; one Allgather then shares every rank's verdict and local sizes, so
-that a refusal raises ringattn.Error on every rank alike (with the message
-of the lowest failing rank) and no rank is left waiting in a collective.
-The library agrees its own errors the same way. Nothing is copied: the
-library reads the caller's float32 arrays and writes arrays made here."""
+first; one Iallgather, waited for at most stall_timeout, then shares
+every rank's verdict and local sizes, so that a refusal raises
+ringattn.Error on every rank alike (with the message of the lowest
+failing rank), no rank is left waiting in a collective, and a rank that
+never arrives costs the others an Error, not a hang. The library agrees
+its own errors the same way. Nothing is copied: the library reads the
+caller's float32 arrays and writes arrays made here."""
 from collections import namedtuple
 
 import numpy as np
 from mpi4py import MPI
 
-from . import _core, _options
-from ._core import Error
+from . import _core, _mpi, _options
+from ._errors import error, refusal_of
 
 # The facts each rank shares before a call, in this order.
 FACTS = ("n", "m", "B", "H", "G", "D", "Dv", "Dk", "A", "segments",
@@ -26,13 +28,6 @@ FACT_NAMES = {"B": "batch B", "H": "query heads H", "G": "kv heads G",
               "options": "options", "masks": "lens, ALiBi slopes or weights"}
 
 Call = namedtuple("Call", "comm shape opts masks extras layout")
-
-
-def error(text, status="invalid argument"):
-    """A ringattn.Error carrying a status name, as the library's do."""
-    exc = Error(text)
-    exc.status = status
-    return exc
 
 
 def tensor(name, x, ndim):
@@ -123,7 +118,8 @@ def scan(t):
             where = np.unravel_index(at, t[name].shape)
             raise error(f"{name}[{', '.join(map(str, where))}] (local index) "
                         f"= {t[name].flat[at]} is not finite; pass "
-                        "nonfinite=True to let it through", "invalid input")
+                        "nonfinite=True to let it through", "invalid input",
+                        "value")
 
 
 def local(t, options, grads):
@@ -135,7 +131,7 @@ def local(t, options, grads):
     _core.check_options(opts)
     mk = masks(options, size)
     w, size["A"] = weights(options, size, grads)
-    slopes = _options.alibi_slopes(options)
+    slopes = _options.alibi_slopes(options, size["H"])
     if not opts["nonfinite"]:
         scan(t)
     size["segments"] = int(mk[2] is not None)
@@ -144,23 +140,19 @@ def local(t, options, grads):
     return size, opts, mk, (slopes,) + w
 
 
-def refusal_of(exc):
-    """A local refusal as (message, status) for agree()."""
-    return str(exc), getattr(exc, "status", "invalid argument")
-
-
-def agree(comm, refusal, facts):
-    """Every rank's facts (a P x len(facts) array); raises on every rank
-    when any rank has a refusal (message, status), with the lowest such
-    rank's."""
+def agree(comm, refusal, facts, timeout):
+    """Every rank's facts (a P x len(facts) array), waited for at most
+    timeout seconds (0: for ever); raises on every rank when any rank has
+    a refusal (message, status, kind), with the lowest such rank's."""
     mine = np.array([refusal is not None] + list(facts), dtype=np.int64)
     table = np.empty((comm.Get_size(), mine.size), dtype=np.int64)
-    comm.Allgather(mine, table)
+    _mpi.wait(comm.Iallgather(mine, table), timeout,
+              "the agreement before the call", (mine, table))
     bad = np.flatnonzero(table[:, 0])
     if bad.size:
-        root = int(bad[0])
-        text, status = comm.bcast(refusal, root=root)
-        raise error(f"rank {root}: {text}", status)
+        root = int(bad[0])  # every rank has arrived: the bcast is safe
+        text, status, kind = comm.bcast(refusal, root=root)
+        raise error(f"rank {root}: {text}", status, kind)
     return table[:, 1:]
 
 
@@ -175,7 +167,8 @@ def verdict(comm, table, opts):
             values = ("" if name in ("options", "masks")  # checksums
                       else f" ({col[r]} against {col[0]})")
             raise error(f"rank {r} passes other {FACT_NAMES[name]} than rank"
-                        f" 0{values}; every rank must pass the same")
+                        f" 0{values}; every rank must pass the same",
+                        kind="value")
     N, M = (int(x) for x in table[:, :2].sum(axis=0))
     layout = _core.layout_resolve(opts, bool(table[0, 9]))
     P = comm.Get_size()
@@ -186,7 +179,8 @@ def verdict(comm, table, opts):
             if table[r, axis] != want:
                 raise error(f"rank {r} holds {table[r, axis]} {what} where "
                             f"layout {layout} gives it {want} of "
-                            f"{length} (see ringattn.owned_positions)")
+                            f"{length} (see ringattn.owned_positions)",
+                            kind="value")
     return N, M, layout
 
 
@@ -201,7 +195,7 @@ def prepare(comm, t, options, grads=False, refusal=None):
             facts, parts = [size[f] for f in FACTS], (opts, mk, extras)
         except Exception as exc:  # any local refusal is agreed, never alone
             refusal = refusal_of(exc)
-    table = agree(comm, refusal, facts)
+    table = agree(comm, refusal, facts, _options.stall_timeout(options))
     opts, mk, extras = parts
     N, M, layout = verdict(comm, table, opts)
     s = dict(zip(FACTS, table[0]))

@@ -19,15 +19,20 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <mpi4py/mpi4py.h>
 #include <ringattn.h>
 
-/* ringattn.Error: a library error; .status names the ra_status. */
-static PyObject *core_error;
+/* ringattn.Error: a library error; .status names the ra_status. Its
+ * subclasses ArgumentError (also a ValueError: an invalid argument or
+ * input) and ArgumentTypeError (also a TypeError: an argument of the
+ * wrong type, raised by the Python layer). */
+static PyObject *core_error, *core_arg_error;
 
 /* ---- options: one row per field the package exposes ------------------ */
 
@@ -45,6 +50,10 @@ typedef enum {
     OPT_STRATEGY, /* ra_strategy, by name */
     OPT_SCORE,    /* ra_score, by name */
     OPT_ROPE,     /* ra_rope, by name */
+    OPT_GEMM,     /* ra_gemm, by name */
+    OPT_PRECISION, /* ra_precision, by name */
+    OPT_WIRE,     /* ra_wire, by name */
+    OPT_ALIGN,    /* ra_align, by name (align_names) */
 } opt_kind;
 
 typedef struct {
@@ -64,47 +73,81 @@ static const opt_row opt_table[] = {
     OPT(exec, block_kv, OPT_I64),       OPT(exec, layout, OPT_LAYOUT),
     OPT(exec, threads, OPT_INT),        OPT(exec, stall_timeout, OPT_REAL),
     OPT(exec, strategy, OPT_STRATEGY),  OPT(exec, mem_limit, OPT_I64),
-    OPT(exec, ulysses_size, OPT_I64),
+    OPT(exec, ulysses_size, OPT_I64),   OPT(exec, gemm, OPT_GEMM),
+    OPT(num, precision, OPT_PRECISION), OPT(exec, wire, OPT_WIRE),
+    OPT(num, align, OPT_ALIGN),
 };
 #undef OPT
 #define OPT_COUNT (sizeof opt_table / sizeof opt_table[0])
 
-/* Raises ringattn.Error with the library's last message; returns NULL. */
-static PyObject *raise_status(ra_status st)
+/* Raises ringattn.Error carrying status st with message text (an
+ * ArgumentError for an invalid argument or input); returns NULL. */
+static PyObject *raise_message(ra_status st, const char *text)
 {
-    PyObject *exc = PyObject_CallFunction(core_error, "s",
-                                          ra_error_message());
+    PyObject *cls = st == RA_ERR_ARG || st == RA_ERR_INPUT ? core_arg_error
+                                                           : core_error;
+    PyObject *exc = PyObject_CallFunction(cls, "s", text);
     PyObject *name = PyUnicode_FromString(ra_status_str(st));
     if (exc && name && PyObject_SetAttrString(exc, "status", name) == 0)
-        PyErr_SetObject(core_error, exc);
+        PyErr_SetObject(cls, exc);
     Py_XDECREF(name);
     Py_XDECREF(exc);
     return NULL;
 }
 
-/* The value of an enum field as a Python string. */
-static PyObject *enum_to_py(opt_kind kind, const void *field)
+/* Raises the library's last error; returns NULL. */
+static PyObject *raise_status(ra_status st)
+{
+    return raise_message(st, ra_error_message());
+}
+
+/* ra_align has no name functions in the library: its names here, as the
+ * header's RA_ALIGN_TENSOR and RA_ALIGN_SEQUENCE say them. */
+static const char *const align_names[] = {"tensor", "sequence"};
+
+static ra_status align_parse(const char *name, ra_align *out)
+{
+    for (int i = 0; i < 2; i++)
+        if (strcmp(name, align_names[i]) == 0) {
+            *out = (ra_align)i;
+            return RA_OK;
+        }
+    char text[160];
+    snprintf(text, sizeof text, "align: unknown alignment '%.40s' (expected "
+             "tensor or sequence)", name);
+    raise_message(RA_ERR_ARG, text);
+    return RA_ERR_ARG;
+}
+
+/* The name of an enum field's value. */
+static const char *enum_name(opt_kind kind, const void *field)
 {
     switch (kind) {
-    case OPT_LAYOUT:
-        return PyUnicode_FromString(ra_layout_name(*(const ra_layout *)field));
-    case OPT_STRATEGY:
-        return PyUnicode_FromString(
-            ra_strategy_name(*(const ra_strategy *)field));
-    case OPT_SCORE:
-        return PyUnicode_FromString(ra_score_name(*(const ra_score *)field));
-    default:
-        return PyUnicode_FromString(ra_rope_name(*(const ra_rope *)field));
+    case OPT_LAYOUT: return ra_layout_name(*(const ra_layout *)field);
+    case OPT_STRATEGY: return ra_strategy_name(*(const ra_strategy *)field);
+    case OPT_SCORE: return ra_score_name(*(const ra_score *)field);
+    case OPT_GEMM: return ra_gemm_name(*(const ra_gemm *)field);
+    case OPT_PRECISION:
+        return ra_precision_name(*(const ra_precision *)field);
+    case OPT_WIRE: return ra_wire_name(*(const ra_wire *)field);
+    case OPT_ALIGN:
+        return align_names[*(const ra_align *)field == RA_ALIGN_SEQUENCE];
+    default: return ra_rope_name(*(const ra_rope *)field);
     }
 }
 
-/* Parses an enum field's name with the library's own parser. */
+/* Parses an enum field's name with the library's own parser; ALIGN's
+ * refusal is raised already. */
 static ra_status enum_parse(opt_kind kind, const char *name, void *field)
 {
     switch (kind) {
     case OPT_LAYOUT: return ra_layout_parse(name, field);
     case OPT_STRATEGY: return ra_strategy_parse(name, field);
     case OPT_SCORE: return ra_score_parse(name, field);
+    case OPT_GEMM: return ra_gemm_parse(name, field);
+    case OPT_PRECISION: return ra_precision_parse(name, field);
+    case OPT_WIRE: return ra_wire_parse(name, field);
+    case OPT_ALIGN: return align_parse(name, field);
     default: return ra_rope_parse(name, field);
     }
 }
@@ -117,7 +160,7 @@ static PyObject *opt_to_py(const opt_row *row, const core_opts *p)
     case OPT_INT: return PyLong_FromLong(*(const int *)field);
     case OPT_I64: return PyLong_FromLongLong(*(const int64_t *)field);
     case OPT_REAL: return PyFloat_FromDouble(*(const double *)field);
-    default: return enum_to_py(row->kind, field);
+    default: return PyUnicode_FromString(enum_name(row->kind, field));
     }
 }
 
@@ -161,11 +204,9 @@ static int opt_from_py(const opt_row *row, PyObject *opts, core_opts *p)
     if (!name)
         return -1;
     const ra_status st = enum_parse(row->kind, name, field);
-    if (st != RA_OK) {
+    if (st != RA_OK && !PyErr_Occurred())
         raise_status(st);
-        return -1;
-    }
-    return 0;
+    return st == RA_OK ? 0 : -1;
 }
 
 /* The defaults of both structs. */
@@ -310,7 +351,81 @@ typedef struct {
     void *m[4];     /* q_lens, kv_lens, q_segments, kv_segments */
     void *x[7];     /* extras, by X_* */
     views vs;
+    PyObject *on_step, *on_tick; /* the caller's callables, or NULL */
+    PyObject *raised[3]; /* the first exception a callable raised */
 } core_call;
+
+/* ---- progress callbacks ------------------------------------------------ */
+
+/* Calls fn(args) with the GIL held; the first exception is kept for
+ * call_close and stops every later call. */
+static void progress_call(core_call *c, PyObject *fn, const char *format,
+                          ...)
+{
+    if (!fn || c->raised[0])
+        return;
+    PyGILState_STATE gil = PyGILState_Ensure();
+    va_list ap;
+    va_start(ap, format);
+    PyObject *args = Py_VaBuildValue(format, ap);
+    va_end(ap);
+    PyObject *result = args ? PyObject_CallObject(fn, args) : NULL;
+    if (!result)
+        PyErr_Fetch(&c->raised[0], &c->raised[1], &c->raised[2]);
+    Py_XDECREF(result);
+    Py_XDECREF(args);
+    PyGILState_Release(gil);
+}
+
+/* ra_exec.on_step: on_step(done, total). */
+static void progress_step(void *ctx, int done, int total)
+{
+    core_call *c = ctx;
+    progress_call(c, c->on_step, "(ii)", done, total);
+}
+
+/* ra_exec.on_tick: on_tick(share). */
+static void progress_tick(void *ctx, double done)
+{
+    core_call *c = ctx;
+    progress_call(c, c->on_tick, "(d)", done);
+}
+
+/* The callables of opts "on_step" and "on_tick" (None: none), borrowed
+ * from opts for the call, into c's exec; -1 with an exception set. */
+static int progress_from_py(core_call *c, PyObject *opts)
+{
+    PyObject *fn[2] = {PyDict_GetItemString(opts, "on_step"),
+                       PyDict_GetItemString(opts, "on_tick")};
+    for (int i = 0; i < 2; i++)
+        if (fn[i] && fn[i] != Py_None && !PyCallable_Check(fn[i])) {
+            PyErr_SetString(PyExc_TypeError, "on_step and on_tick must be "
+                            "callables or None");
+            return -1;
+        }
+    c->on_step = fn[0] == Py_None ? NULL : fn[0];
+    c->on_tick = fn[1] == Py_None ? NULL : fn[1];
+    c->p.exec.on_step = c->on_step ? progress_step : NULL;
+    c->p.exec.on_tick = c->on_tick ? progress_tick : NULL;
+    c->p.exec.on_step_ctx = c;
+    return 0;
+}
+
+/* Ends a call: its buffers released; the result, or NULL with an
+ * exception: the call's own (raised alike on every rank), else the first
+ * one a callable of this rank raised. */
+static PyObject *call_close(core_call *c, PyObject *result)
+{
+    views_release(&c->vs);
+    if (!c->raised[0] || !result) {
+        for (int i = 0; i < 3; i++)
+            Py_CLEAR(c->raised[i]);
+        return result;
+    }
+    Py_DECREF(result);
+    PyErr_Restore(c->raised[0], c->raised[1], c->raised[2]);
+    return NULL;
+}
 
 /* shape (B, N, M, H, G, D, Dv, Dk) and the additive score's hidden size A
  * (0 for the other scores) from a tuple of ints. */
@@ -338,7 +453,8 @@ static int call_open(core_call *c, PyObject *args, const char *ttypes,
     memset(c, 0, sizeof *c);
     if (!PyArg_ParseTuple(args, "OOOOOO", &comm, &shape, &opts, &tensors,
                           &masks, &extras) ||
-        shape_from_py(shape, &c->s, &A) < 0 || params_from_py(opts, &c->p) < 0)
+        shape_from_py(shape, &c->s, &A) < 0 ||
+        params_from_py(opts, &c->p) < 0 || progress_from_py(c, opts) < 0)
         return -1;
     MPI_Comm *handle = PyMPIComm_Get(comm);
     if (!handle)
@@ -386,8 +502,7 @@ static PyObject *core_forward(PyObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
         result = st == RA_OK ? timing_to_py(&tm) : raise_status(st);
     }
-    views_release(&c.vs);
-    return result;
+    return call_close(&c, result);
 }
 
 /* backward(comm, shape, opts, (q, k, v, o, lse, dout, dq, dk, dv), masks,
@@ -410,8 +525,7 @@ static PyObject *core_backward(PyObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
         result = st == RA_OK ? timing_to_py(&tm) : raise_status(st);
     }
-    views_release(&c.vs);
-    return result;
+    return call_close(&c, result);
 }
 
 /* ---- layouts and helpers ----------------------------------------------- */
@@ -521,6 +635,39 @@ static struct PyModuleDef core_module = {
     core_methods, NULL, NULL, NULL, NULL,
 };
 
+/* An exception class derived from ringattn.Error and `also`, added to m. */
+static PyObject *error_subclass(PyObject *m, const char *name, PyObject *also,
+                                const char *doc)
+{
+    char full[64];
+    snprintf(full, sizeof full, "ringattn.%s", name);
+    PyObject *bases = PyTuple_Pack(2, core_error, also);
+    PyObject *cls = bases ? PyErr_NewExceptionWithDoc(full, doc, bases, NULL)
+                          : NULL;
+    Py_XDECREF(bases);
+    if (cls && PyModule_AddObjectRef(m, name, cls) < 0)
+        Py_CLEAR(cls);
+    return cls;
+}
+
+/* ringattn.Error and its subclasses; -1 with an exception set. */
+static int errors_add(PyObject *m)
+{
+    core_error = PyErr_NewExceptionWithDoc(
+        "ringattn.Error",
+        "A refusal or failure of ringattn, raised alike on every rank; "
+        ".status names the library's status.", PyExc_RuntimeError, NULL);
+    if (!core_error || PyModule_AddObjectRef(m, "Error", core_error) < 0)
+        return -1;
+    core_arg_error = error_subclass(
+        m, "ArgumentError", PyExc_ValueError,
+        "An invalid argument or input (a ringattn.Error and a ValueError).");
+    PyObject *type_error = error_subclass(
+        m, "ArgumentTypeError", PyExc_TypeError,
+        "An argument of the wrong type (a ringattn.Error and a TypeError).");
+    return core_arg_error && type_error ? 0 : -1;
+}
+
 PyMODINIT_FUNC PyInit__core(void)
 {
     if (import_mpi4py() < 0)
@@ -528,11 +675,7 @@ PyMODINIT_FUNC PyInit__core(void)
     PyObject *m = PyModule_Create(&core_module);
     if (!m)
         return NULL;
-    core_error = PyErr_NewExceptionWithDoc(
-        "ringattn.Error",
-        "A refusal or failure of ringattn, raised alike on every rank; "
-        ".status names the library's status.", PyExc_RuntimeError, NULL);
-    if (!core_error || PyModule_AddObjectRef(m, "Error", core_error) < 0 ||
+    if (errors_add(m) < 0 ||
         PyModule_AddStringConstant(m, "version", RA_VERSION_STRING) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -11,7 +11,7 @@ import tempfile
 from mpi4py import MPI
 
 from . import _paths
-from ._api import error
+from ._errors import error
 
 # The environment of an MPI launch, which the command must not inherit:
 # it would try to join the caller's job instead of starting alone.

@@ -10,11 +10,21 @@ and gradients come back in bfloat16; tensors contiguous in (B, H, n, D)
 order are transposed into a copy; tensors contiguous in neither order are
 refused. RingSelfAttention is a multi-head self-attention layer whose
 sequence is split over the ranks.
+
+Autograd's contract holds: every tensor the backward reads (q, k, v, o
+and lse) is a saved tensor, so that changing one in place after the
+forward makes the backward raise autograd's own "modified by an inplace
+operation" error; the backward is once differentiable: with
+create_graph=True its gradients carry a node that raises autograd's
+"differentiate twice" error when a second derivative goes through it.
 """
+import functools
+
 import torch
 from mpi4py import MPI
 
-from . import _api
+from . import _api, _mpi, _options
+from ._errors import refusal_of
 
 ORDERS = ("bnhd", "bhnd")
 
@@ -51,7 +61,7 @@ def _arrays(tensors, order):
             raise ValueError(f"order {order!r}: expected one of {ORDERS}")
         return {k: _numpy(k, t, order) for k, t in tensors.items()}, None
     except Exception as exc:  # agreed by the caller
-        return {}, _api.refusal_of(exc)
+        return {}, refusal_of(exc)
 
 
 def _tensor(a, order, dtype):
@@ -59,6 +69,46 @@ def _tensor(a, order, dtype):
     t = torch.from_numpy(a)
     t = t.transpose(1, 2) if order == "bhnd" else t
     return t if dtype == torch.float32 else t.to(dtype)
+
+
+TWICE = ("trying to differentiate twice a function that was marked with "
+         "@once_differentiable (ringattn.torch.attention: the ring's "
+         "backward has no derivative)")
+
+
+class NoSecondDerivative(torch.autograd.Function):
+    """Copies of the first n tensors, tied to the others (the inputs they
+    were computed from); differentiating them raises."""
+
+    @staticmethod
+    def forward(ctx, n, *tensors):
+        return tuple(t.clone() for t in tensors[:n])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(TWICE)
+
+
+def once_differentiable(backward):
+    """A backward(ctx, dout, dlse) run without a graph, as
+    torch.autograd.function.once_differentiable does; but when a graph is
+    asked for (create_graph=True) the gradients are tied to every input
+    they depend on, q, k and v as well as dout (torch's ties them to the
+    grad outputs alone: a gradient penalty on dq would silently add
+    nothing)."""
+    @functools.wraps(backward)
+    def wrapper(ctx, *grad_outputs):
+        with torch.no_grad():
+            grads = backward(ctx, *grad_outputs)
+        sources = [t for t in ctx.saved_tensors[:3] + grad_outputs
+                   if t is not None and t.requires_grad]
+        if not (torch.is_grad_enabled() and sources):
+            return grads
+        present = [g for g in grads if g is not None]
+        tied = iter(NoSecondDerivative.apply(len(present), *present,
+                                             *sources))
+        return tuple(None if g is None else next(tied) for g in grads)
+    return wrapper
 
 
 class RingAttentionFunction(torch.autograd.Function):
@@ -69,16 +119,22 @@ class RingAttentionFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, comm, order, options):
         t, refusal = _arrays({"q": q, "k": k, "v": v}, order)
         o, lse, _ = _api.run_forward(comm, t, options, refusal)
-        ctx.saved = (t["q"], t["k"], t["v"], o, lse)
+        out, lse_t = _tensor(o, order, q.dtype), torch.from_numpy(lse)
+        # The library's arrays: views of the tensors saved beside them
+        # (or private copies), which autograd's version check guards.
+        ctx.arrays = (t["q"], t["k"], t["v"], o, lse)
+        ctx.save_for_backward(q, k, v, out, lse_t)
         ctx.comm, ctx.order, ctx.options = comm, order, options
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
-        lse_t = torch.from_numpy(lse)
         ctx.mark_non_differentiable(lse_t)
-        return _tensor(o, order, q.dtype), lse_t
+        return out, lse_t
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout, dlse):
-        q, k, v, o, lse = ctx.saved
+        # Raises autograd's error when a saved tensor changed in place.
+        ctx.saved_tensors  # pylint: disable=pointless-statement
+        q, k, v, o, lse = ctx.arrays
         d = dout.float()
         d = (d.transpose(1, 2) if ctx.order == "bhnd" else d).contiguous()
         t = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "dout": d.numpy()}
@@ -101,15 +157,19 @@ def attention(q, k, v, comm=None, *, order="bnhd", return_lse=False,
     return (o, lse) if return_lse else o
 
 
-def allreduce_grads(module, comm=None):
+def allreduce_grads(module, comm=None, stall_timeout=None):
     """Sums the gradients of module's parameters over the ranks of comm, in
     place: each rank's backward gives a parameter only its own tokens'
     share (collective; float32 or float64 parameters, summed in their
-    own precision)."""
+    own precision). Each sum waits at most stall_timeout seconds (None:
+    the library's default; 0: for ever) for every rank to arrive."""
     comm = MPI.COMM_WORLD if comm is None else comm
+    timeout = _options.stall_timeout({"stall_timeout": stall_timeout})
     for p in module.parameters():
         if p.grad is not None:
-            comm.Allreduce(MPI.IN_PLACE, p.grad.numpy())
+            buf = p.grad.numpy()
+            _mpi.wait(comm.Iallreduce(MPI.IN_PLACE, buf), timeout,
+                      "allreduce_grads", buf)
 
 
 class RingSelfAttention(torch.nn.Module):

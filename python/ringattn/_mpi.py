@@ -1,0 +1,86 @@
+"""The package's own MPI steps, and the end of the job when one rank dies.
+
+No rank waits for ever: the package's collectives (the agreement before
+each call, allreduce_grads) are non-blocking requests polled against a
+deadline, the call's stall_timeout, as the library waits for its own
+transfers. A rank that does not arrive (it raised, or was interrupted,
+between calls) costs the others an Error naming the step; they must
+then end the job (comm.Abort()): the request is still pending.
+
+The standard remedy for the rank that raised is the abort hook
+(install_abort_hook, installed on import): an uncaught exception on one
+rank prints its traceback and aborts the job, as `python -m mpi4py`
+does, so that the others end in seconds instead of waiting in a
+collective or in MPI_Finalize."""
+import sys
+import time
+
+from mpi4py import MPI
+
+from ._errors import error
+
+# Requests given up at their deadline, with the buffers MPI may still
+# write into: kept alive until the job ends.
+ABANDONED = []
+# The polling pause's bounds in seconds: short at first (most waits end
+# at once), then 1 ms, which yields the core on a loaded machine.
+PAUSE_FIRST, PAUSE_MAX = 1e-6, 1e-3
+
+
+def wait(req, timeout, step, buffers):
+    """Waits for the request req, at most `timeout` seconds (0: for
+    ever); at the deadline raises ringattn.Error (status "MPI error")
+    naming the step, and keeps req and its buffers alive."""
+    if timeout == 0:
+        req.Wait()
+        return
+    deadline = time.monotonic() + timeout
+    pause = PAUSE_FIRST
+    while not req.Test():
+        if time.monotonic() > deadline:
+            ABANDONED.append((req, buffers))
+            raise error(f"{step}: not every rank arrived within "
+                        f"stall_timeout = {timeout:g} s (a rank stopped, "
+                        "or raised between calls); this rank is now out of "
+                        "step with them: end the job (comm.Abort())",
+                        "MPI error")
+        time.sleep(pause)
+        pause = min(2 * pause, PAUSE_MAX)
+
+
+class AbortHook:
+    """sys.excepthook that, after the previous hook has printed the
+    exception, aborts comm when MPI runs with more than one rank."""
+
+    def __init__(self, comm, previous):
+        self.comm, self.previous = comm, previous
+
+    def __call__(self, kind, value, tb):
+        self.previous(kind, value, tb)
+        comm = MPI.COMM_WORLD if self.comm is None else self.comm
+        if MPI.Is_initialized() and not MPI.Is_finalized() and \
+                comm.Get_size() > 1:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):  # closed: nothing to keep
+                    pass
+            comm.Abort(1)
+
+
+def install_abort_hook(comm=None):
+    """Makes an uncaught exception on this rank (KeyboardInterrupt
+    included) print its traceback and then abort comm (default
+    MPI.COMM_WORLD, the whole job), so that the other ranks do not wait
+    for ever. `import ringattn` installs it, except in an interactive
+    interpreter; calling it again replaces the communicator."""
+    previous = sys.excepthook
+    if isinstance(previous, AbortHook):
+        previous = previous.previous
+    sys.excepthook = AbortHook(comm, previous)
+
+
+def remove_abort_hook():
+    """Restores the exception hook that install_abort_hook replaced."""
+    if isinstance(sys.excepthook, AbortHook):
+        sys.excepthook = sys.excepthook.previous

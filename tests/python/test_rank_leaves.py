@@ -1,0 +1,85 @@
+"""A rank that leaves between calls (issue 39, class 11): the others wait
+for it in the package's own collectives (the agreement before a call,
+allreduce_grads) no longer than stall_timeout, then raise ringattn.Error
+naming the step (before: an Allgather with no timeout, for ever). That
+they end is what the test shows; the ctest TIMEOUT of python_pN fails it
+if they do not (no time is asserted). The calls run on a duplicate of
+the communicator; afterwards the leaving rank completes the request the
+others gave up, so that the rest of the suite finds the ranks in step (a
+program would end the job instead: comm.Abort())."""
+import numpy as np
+import pytest
+import torch
+from mpi4py import MPI
+
+import ringattn
+import ringattn.torch as rt
+from ringattn import _api, _mpi
+
+from conftest import COMM, P, agreed, normal
+
+RANK = COMM.Get_rank()
+LAST = P - 1
+STALL = 3  # seconds: the others give up after this
+
+
+def call_forward(comm, rng):
+    q, k, v = (ringattn.shard(normal(rng, (1, 4 * P + 1, 2, 8)),
+                              "contiguous", comm) for _ in range(3))
+    ringattn.forward(q, k, v, comm, layout="contiguous",
+                     stall_timeout=STALL)
+
+
+def join_forward(comm):
+    """The leaving rank's late part of the agreement's Iallgather."""
+    width = 1 + len(_api.FACTS)
+    comm.Iallgather(np.zeros(width, np.int64),
+                    np.empty((P, width), np.int64)).Wait()
+
+
+def layer():
+    lin = torch.nn.Linear(3, 1, bias=False)
+    lin.weight.grad = torch.ones_like(lin.weight)
+    return lin
+
+
+def call_allreduce(comm, rng):
+    rt.allreduce_grads(layer(), comm, stall_timeout=STALL)
+
+
+def join_allreduce(comm):
+    buf = layer().weight.grad.numpy()
+    comm.Iallreduce(MPI.IN_PLACE, buf).Wait()
+
+
+STEPS = {"forward": (call_forward, join_forward,
+                     "the agreement before the call"),
+         "allreduce_grads": (call_allreduce, join_allreduce,
+                             "allreduce_grads")}
+
+
+@pytest.mark.skipif(P < 2, reason="needs two ranks")
+@pytest.mark.parametrize("step", sorted(STEPS))
+def test_rank_leaves_between_calls_class11(rng, step):
+    """Every rank but the last calls; the last never arrives. The others
+    raise ringattn.Error (status MPI error) naming the step and the
+    timeout, then report to the last rank."""
+    call, join, name = STEPS[step]
+    side = COMM.Dup()
+    got = "left"
+    if RANK != LAST:
+        try:
+            call(side, rng)
+            got = "returned"
+        except ringattn.Error as exc:
+            got = (exc.status, name in str(exc),
+                   f"stall_timeout = {STALL} s" in str(exc))
+    every = COMM.allgather(got)  # the last rank waits here for the others
+    if RANK == LAST:
+        join(side)
+    for req, _ in _mpi.ABANDONED:
+        req.Wait()
+    _mpi.ABANDONED.clear()
+    side.Free()
+    want = ("MPI error", True, True)
+    agreed(all(g == want for g in every[:LAST]), f"{step}: {every}")
