@@ -13,7 +13,8 @@
 # end, the median of B/A over the rounds, with its range: a ratio above 1
 # means B is slower. MPIRUN_FLAGS adds site flags. Every option is checked
 # before the first run (exit 2, one line); a run that fails ends the script
-# with its exit status. Writes no file.
+# with its exit status, a signal with 128 + its number (INT 130, TERM 143,
+# HUP 129) once the running bench has ended. Writes no file.
 set -euo pipefail
 
 prog=bench-ab.sh
@@ -25,7 +26,7 @@ while getopts ":a:b:n:r:h" opt; do
     b) b=$OPTARG ;;
     n) rounds=$OPTARG ;;
     r) ranks=$OPTARG ;;
-    h) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    h) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     :) die "-$OPTARG needs a value" ;;
     *) die "unknown option -$OPTARG (see -h)" ;;
   esac
@@ -41,7 +42,9 @@ done
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-trap 'exit 1' INT TERM HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 
 # time_s of one bench run: the column named time_s of its first data row.
 one() {

@@ -9,6 +9,7 @@
 # when nothing else is in it. The sourcing shell's own EXIT trap, set
 # before, still runs after that (with the shell's exit status); a shell
 # that sets its EXIT trap later calls ra_ompi_keep_release in it.
+# shellcheck shell=bash
 ra_ompi_top="${TMPDIR:-/tmp}/ompi.$(hostname -s).$(id -u)"
 ra_ompi_keep="$ra_ompi_top/.ringattn-tests-$$"
 

@@ -2,6 +2,7 @@
 """scaling-plot.py: the charts of a scaling study (launch/scaling-study.py).
 
     launch/scaling-plot.py DIR/scaling.json [--out-dir DIR] [--plan PLAN.json]
+                           [--force]
 
 Writes next to the JSON (or into --out-dir):
   scaling-speedup.png     throughput (GFLOP/s) relative to each line's
@@ -22,8 +23,10 @@ One line per (scaling, ranks per node, threads). Markers are the median of
 the repeats, bars their min and max; hollow red-edged markers are
 oversubscribed points (more threads than cores), whose times say nothing
 about compute scaling. A point whose every repeat failed is a red cross on
-the speed-up and efficiency charts (its reason is in the JSON). Each PNG is written under a temporary name and
-renamed when complete, with the permissions the umask gives a new file.
+the speed-up and efficiency charts (its reason is in the JSON). Charts
+that exist are refused (before any drawing) unless --force. Each PNG is
+written under a temporary name and renamed when complete, with the
+permissions the umask gives a new file.
 Needs python3-matplotlib.
 """
 import collections
@@ -266,6 +269,13 @@ def plot_predicted(plt, groups, plan, strategy, path):
     save_fig(plt, fig, path)
 
 
+def chart_paths(out_dir, plan=None):
+    """The charts draw() writes into out_dir (with a plan, one more)."""
+    names = ["speedup", "efficiency", "breakdown", "comm"]
+    names += ["predicted"] if plan is not None else []
+    return [os.path.join(out_dir, f"scaling-{n}.png") for n in names]
+
+
 def draw(meta, points, out_dir, plan=None):
     """Draws the four charts; returns their paths (none without points)."""
     import matplotlib
@@ -279,8 +289,7 @@ def draw(meta, points, out_dir, plan=None):
                 if p.get("status") == "ok"}
     nodes_of.update(failed)
     ps_all = sorted(nodes_of)
-    paths = [os.path.join(out_dir, f"scaling-{n}.png")
-             for n in ("speedup", "efficiency", "breakdown", "comm")]
+    paths = chart_paths(out_dir, plan)
     plot_lines(plt, groups, failed, nodes_of, ps_all, paths[0],
                efficiency=False)
     plot_lines(plt, groups, failed, nodes_of, ps_all, paths[1],
@@ -288,7 +297,6 @@ def draw(meta, points, out_dir, plan=None):
     plot_breakdown(plt, groups, paths[2])
     plot_comm(plt, groups, nodes_of, ps_all, paths[3])
     if plan is not None:
-        paths.append(os.path.join(out_dir, "scaling-predicted.png"))
         plot_predicted(plt, groups, plan, meta.get("strategy", "ring"),
                        paths[-1])
     return paths
@@ -299,6 +307,7 @@ def main(argv):
     ap.add_argument("json")
     ap.add_argument("--out-dir")
     ap.add_argument("--plan")
+    ap.add_argument("--force", action="store_true")
     a = ap.parse_args(argv)
     plan = None
     if a.plan:
@@ -319,6 +328,10 @@ def main(argv):
     if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK | os.X_OK):
         raise Refused(f"scaling-plot: --out-dir {out_dir}: not a writable "
                       "folder")
+    for path in chart_paths(out_dir, plan):
+        if os.path.lexists(path) and not a.force:
+            raise Refused(f"scaling-plot: {path}: exists; add --force to "
+                          "replace it")
     try:
         paths = draw(meta, points, out_dir, plan)
     except ImportError as e:

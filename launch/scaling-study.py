@@ -5,7 +5,7 @@ counts, ranks per node and threads per rank; strong and weak scaling.
     launch/scaling-study.py --launcher fake|hostfile|slurm|local
         [--nodes 1,2,3,4] [--ranks-per-node 2] [--threads 1]
         [--scaling strong,weak-memory,weak-work] [--seq N0] [--repeats 3]
-        [--io] [--out-dir DIR] [--timeout S] [--rate 1gbit]
+        [--io] [--out-dir DIR] [--force] [--timeout S] [--rate 1gbit]
         [--hostfile FILE] [--build DIR] [-- BENCH_OPTIONS...]
 
 Launchers:
@@ -25,7 +25,9 @@ P0 is the smallest P of the study. MPIRUN_FLAGS adds site flags to the
 hostfile and local launchers' mpirun; RINGATTN_GEMM, when set, reaches
 every node (mpirun -x; srun passes the environment), and each row names
 the tile engine and precision that ran. BENCH_OPTIONS go to every bench
-(e.g. --heads 4 --dim 64 --causal). Every point is appended to
+(e.g. --heads 4 --dim 64 --causal). An --out-dir that holds a study's
+outputs already (scaling.json, scaling.csv, its charts) is refused before
+the study unless --force. Every point is appended to
 DIR/scaling.json and DIR/scaling.csv as soon as it finishes, so a failed or
 timed-out point never loses the others; the charts (speed-up against ideal,
 efficiency, time breakdown) are drawn at the end from whatever finished.
@@ -106,6 +108,8 @@ def options(argv):
     ap.add_argument("--io", action="store_true",
                     help="also gen + run a file per point for I/O times")
     ap.add_argument("--out-dir", default="scaling-study")
+    ap.add_argument("--force", action="store_true",
+                    help="replace the outputs of an earlier study in DIR")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds before a point is given up (300)")
     ap.add_argument("--rate", default="1gbit", help="fake: link rate")
@@ -128,7 +132,7 @@ def options(argv):
     if not 0 < a.timeout < math.inf:
         raise StudyError(f"--timeout: {a.timeout:g} is not a number of "
                          "seconds > 0")
-    out_dir_check(a.out_dir)
+    out_dir_check(a.out_dir, a.force)
     if a.bench_args[:1] == ["--"]:
         a.bench_args = a.bench_args[1:]
     a.ringattn = os.path.abspath(os.path.join(a.build, "ringattn"))
@@ -147,9 +151,15 @@ def options(argv):
     return a
 
 
-def out_dir_check(path):
+def out_dir_check(path, force):
     """--out-dir is a writable folder, or can be made: its nearest existing
-    ancestor is a writable folder."""
+    ancestor is a writable folder; it holds no outputs of a study unless
+    force."""
+    outputs = [os.path.join(path, n) for n in ("scaling.json", "scaling.csv")]
+    for out in outputs + plot_module().chart_paths(path):
+        if os.path.lexists(out) and not force:
+            raise StudyError(f"--out-dir {path}: {out} exists; add --force "
+                             "to replace it")
     probe = os.path.abspath(path)
     while not os.path.lexists(probe):
         probe = os.path.dirname(probe)
@@ -478,6 +488,17 @@ def run_points(a):
     return meta, points, failed
 
 
+def plot_module():
+    """launch/scaling-plot.py as a module (matplotlib is imported only
+    when it draws)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "scaling_plot", os.path.join(HERE, "scaling-plot.py"))
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    return plot
+
+
 def interrupted(signum, frame):
     """SIGTERM and SIGHUP end the study as Ctrl-C does: the fake cluster is
     taken down and the temporary folder removed."""
@@ -496,11 +517,7 @@ def main(argv):
     except OSError as e:
         raise Failed(f"scaling-study: {e}")
     try:
-        import importlib.util
-        spec = importlib.util.spec_from_file_location(
-            "scaling_plot", os.path.join(HERE, "scaling-plot.py"))
-        plot = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(plot)
+        plot = plot_module()
         paths = plot.draw(meta, points, a.out_dir)
         for path in paths:
             print(f"scaling-study: wrote {path}")

@@ -487,33 +487,27 @@ def mpirun_input_exists(work):
     return lines[0]
 
 
-def shim_mpirun(work):
-    """A folder holding an `mpirun` that runs the real one, but for `run`
-    writes its pid into work/run.pid and waits until it is signalled."""
-    real = shutil.which("mpirun")
+def shim(work, name, then):
+    """A folder holding a launcher `name` that, for a `run` step, writes
+    its pid into work/run.pid and waits until it is signalled, and
+    otherwise runs the shell text `then` (its arguments in "$@")."""
     folder = os.path.join(work, "shim")
     os.mkdir(folder)
-    with open(os.path.join(folder, "mpirun"), "w") as f:
+    with open(os.path.join(folder, name), "w") as f:
         f.write("#!/bin/sh\n"
                 'case " $* " in *" run "*)\n'
                 f'  echo $$ > {work}/run.pid; exec sleep infinity ;;\n'
-                "esac\n"
-                f'exec {real} "$@"\n')
-    os.chmod(os.path.join(folder, "mpirun"), 0o755)
+                f"esac\n{then}\n")
+    os.chmod(os.path.join(folder, name), 0o755)
     return folder
 
 
-@case("mpirun-interrupt", "SIGTERM to ringattn-mpirun.sh while its run "
-      "step runs, on the input it generated (issue 39, class 10)")
-def mpirun_interrupt(work):
-    """exit 143; the run step ends, the generated input goes (was: the
-    script ended at once, the input and the step left)"""
+def interrupt_run_step(work, cmd, env):
+    """cmd (with env) signalled (SIGTERM) while its run step runs (a shim's
+    `run`): (exit status, stderr, whether the step was left running)."""
     pid_file, err_file = (os.path.join(work, n) for n in ("run.pid", "err"))
-    env = {**ENV, "SEQ": "128", "HEADS": "2", "DIM": "16",
-           "PATH": shim_mpirun(work) + os.pathsep + ENV["PATH"]}
     with open(err_file, "w") as err:  # not a pipe: a step left holds it
-        p = subprocess.Popen([script("ringattn-mpirun.sh"), "-b", BUILD,
-                              "-n", "1", "-w", "out"], cwd=work, env=env,
+        p = subprocess.Popen(cmd, cwd=work, env=env,
                              stdout=subprocess.DEVNULL, stderr=err)
     try:
         while not os.path.exists(pid_file) and p.poll() is None:
@@ -532,8 +526,21 @@ def mpirun_interrupt(work):
             p.wait()
         if os.path.exists(pid_file):
             subprocess.run(["pkill", "-KILL", "-F", pid_file])
-    err = open(err_file).read()
-    check(p.returncode == 143, f"exit {p.returncode}, not 143: {err[-300:]}")
+    return p.returncode, open(err_file).read(), alive
+
+
+@case("mpirun-interrupt", "SIGTERM to ringattn-mpirun.sh while its run "
+      "step runs, on the input it generated (issue 39, class 10)")
+def mpirun_interrupt(work):
+    """exit 143; the run step ends, the generated input goes (was: the
+    script ended at once, the input and the step left)"""
+    folder = shim(work, "mpirun", f'exec {shutil.which("mpirun")} "$@"')
+    env = {**ENV, "SEQ": "128", "HEADS": "2", "DIM": "16",
+           "PATH": folder + os.pathsep + ENV["PATH"]}
+    code, err, alive = interrupt_run_step(
+        work, [script("ringattn-mpirun.sh"), "-b", BUILD, "-n", "1", "-w",
+               "out"], env)
+    check(code == 143, f"exit {code}, not 143: {err[-300:]}")
     check(not alive, "the run step was left running")
     left = os.listdir(os.path.join(work, "out"))
     check(not left, f"left in the work folder: {left}")
@@ -743,6 +750,28 @@ def slurm_outside(work):
     return refused(r, "ringattn.slurm:", {}, work)
 
 
+@case("slurm-interrupt", "SIGTERM (scancel) to ringattn.slurm while its run "
+      "step runs, on the input it generated (srun: a stand-in; issue 39, "
+      "class 10)")
+def slurm_interrupt(work):
+    """exit 143; the step ends, the generated input goes (was: left)"""
+    folder = shim(work, "srun", 'case "$*" in --mpi=list) exit 0 ;; esac\n'
+                  'while [ $# -gt 0 ]; do case "$1" in -*) shift ;; '
+                  '*) break ;; esac; done\nexec "$@"')
+    env = {**ENV, "SLURM_JOB_ID": "1", "SEQ": "128", "RINGATTN": RINGATTN,
+           "IN": os.path.join(work, "out", "in.h5"),
+           "OUT": os.path.join(work, "out", "out.h5"),
+           "PATH": folder + os.pathsep + ENV["PATH"]}
+    os.mkdir(os.path.join(work, "out"))
+    code, err, alive = interrupt_run_step(
+        work, ["bash", script("ringattn.slurm")], env)
+    check(code == 143, f"exit {code}, not 143: {err[-300:]}")
+    check(not alive, "the run step was left running")
+    left = os.listdir(os.path.join(work, "out"))
+    check(not left, f"left in the job's folder: {left}")
+    return err.strip().splitlines()[-1]
+
+
 def study(work, *args):
     return sh([PY, script("scaling-study.py"), "--launcher", "local",
                "--nodes", "1", "--ranks-per-node", "1", "--scaling", "strong",
@@ -769,6 +798,23 @@ def study_outdir_file(work):
 def study_json(work, out_dir="st"):
     with open(os.path.join(work, out_dir, "scaling.json")) as f:
         return json.load(f)["points"]
+
+
+@case("study-outputs-exist", "scaling-study.py --out-dir st where st holds "
+      "a study's scaling.json; scaling-plot.py --out-dir onto existing "
+      "charts (issue 39, class 10)")
+def study_outputs_exist(work):
+    """each refused before any work, the files unchanged (was: replaced)"""
+    os.mkdir(os.path.join(work, "st"))
+    with open(os.path.join(work, "st", "scaling.json"), "w") as f:
+        json.dump({"meta": {}, "points": []}, f)
+    line = refused(study(work, "--out-dir", "st"), "ringattn:", md5s(work),
+                   work)
+    with open(os.path.join(work, "st", "scaling-speedup.png"), "w") as f:
+        f.write("the project's figure\n")
+    refused(sh([PY, script("scaling-plot.py"), "st/scaling.json"], work),
+            "ringattn: scaling-plot:", md5s(work), work)
+    return line
 
 
 @case("study-root", "scaling-study.py as root, without Open MPI's "
