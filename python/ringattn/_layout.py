@@ -4,7 +4,7 @@ own (ra_layout_slice, ra_exec_layout); nothing here restates it."""
 import numpy as np
 from mpi4py import MPI
 
-from . import _core, _options
+from . import _core, _mpi, _options
 
 
 def _cut_options(layout, options):
@@ -61,12 +61,14 @@ def shard(x, layout="auto", comm=None, axis=1, **options):
 def unshard(x, layout="auto", comm=None, axis=1, **options):
     """The full tensor from every rank's slice x along `axis`; collective
     (an allgather of the slices: for tests and small tensors, not for the
-    sequences ringattn exists to split). Returns what x is: a numpy array
-    or a torch tensor."""
+    sequences ringattn exists to split), waiting at most the options'
+    stall_timeout for every rank. Returns what x is: a numpy array or a
+    torch tensor."""
     comm = MPI.COMM_WORLD if comm is None else comm
     torch_in = _is_torch(x)
     local = x.detach().cpu().numpy() if torch_in else np.asarray(x)
-    parts = comm.allgather(local)
+    parts = _mpi.allgather_slices(comm, local, axis,
+                                  _options.stall_timeout(options))
     length = sum(p.shape[axis] for p in parts)
     name = resolve_layout(layout, **options)
     full_shape = list(local.shape)

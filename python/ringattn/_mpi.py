@@ -1,9 +1,9 @@
 """The package's own MPI steps, and the end of the job when one rank dies.
 
 No rank waits for ever: the package's collectives (the agreement before
-each call, allreduce_grads) are non-blocking requests polled against a
-deadline, the call's stall_timeout, as the library waits for its own
-transfers. A rank that does not arrive (it raised, or was interrupted,
+each call, allreduce_grads, unshard) are non-blocking requests polled
+against a deadline, the call's stall_timeout, as the library waits for
+its own transfers. A rank that does not arrive (it raised, or was interrupted,
 between calls) costs the others an Error naming the step; they must
 then end the job (comm.Abort()): the request is still pending.
 
@@ -15,6 +15,7 @@ collective or in MPI_Finalize."""
 import sys
 import time
 
+import numpy as np
 from mpi4py import MPI
 
 from ._errors import error
@@ -46,6 +47,32 @@ def wait(req, timeout, step, buffers):
                         "MPI error")
         time.sleep(pause)
         pause = min(2 * pause, PAUSE_MAX)
+
+
+def allgather_slices(comm, local, axis, timeout):
+    """Every rank's array `local` (a list, by rank), whose shapes may
+    differ along `axis` alone: their shapes and dtypes are agreed first
+    (a ValueError-kind Error on every rank when they differ), then their
+    bytes gathered; each wait at most timeout seconds (0: for ever)."""
+    moved = np.ascontiguousarray(np.moveaxis(local, axis, 0))
+    head = np.zeros(2 + np.MAXDIMS, np.int64)
+    head[:2 + moved.ndim] = [moved.ndim, moved.dtype.num] + list(moved.shape)
+    heads = np.empty((comm.Get_size(), head.size), np.int64)
+    wait(comm.Iallgather(head, heads), timeout, "unshard", (head, heads))
+    rest = np.delete(heads, 2, axis=1)
+    if (rest != rest[0]).any():
+        r = int(np.flatnonzero((rest != rest[0]).any(axis=1))[0])
+        raise error(f"unshard: rank {r} passes a slice of other dtype or "
+                    f"shape than rank 0 beyond axis {axis}", kind="value")
+    counts = heads[:, 2] * (moved.itemsize * int(np.prod(moved.shape[1:])))
+    recv = np.empty(int(counts.sum()), np.uint8)
+    send = moved.reshape(-1).view(np.uint8)
+    wait(comm.Iallgatherv(send, [recv, counts]), timeout, "unshard",
+         (send, recv))
+    ends = np.cumsum(counts)
+    return [np.moveaxis(recv[e - c:e].view(moved.dtype).reshape(
+        (int(n),) + moved.shape[1:]), 0, axis)
+        for e, c, n in zip(ends, counts, heads[:, 2])]
 
 
 class AbortHook:

@@ -123,3 +123,19 @@ def test_nan_with_nonfinite(rng):
     agreed(np.array_equal(nan_rows, rows), f"NaN rows {nan_rows} != {rows}")
     keep = np.setdiff1d(np.arange(len(pos)), rows)
     close("rows without NaN", o[:, keep], clean[:, keep], 1e-6)
+
+
+@pytest.mark.skipif(P < 2, reason="needs two ranks")
+def test_unshard_shapes_differ_class11(rng):
+    """unshard agrees the slices' shapes and dtypes before it gathers
+    them (before: a pickled allgather, then a broadcast error on some
+    ranks alone): a ValueError on every rank alike."""
+    x = normal(rng, (1, 3, 2 if RANK < LAST else 4))
+    try:
+        ringattn.unshard(x, "contiguous", COMM)
+        got = None
+    except ValueError as exc:
+        got = str(exc)
+    every = COMM.allgather(got)
+    agreed(got is not None and f"rank {LAST} passes a slice of other" in got
+           and len(set(every)) == 1, f"{every}")

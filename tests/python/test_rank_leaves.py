@@ -1,7 +1,7 @@
 """A rank that leaves between calls (issue 39, class 11): the others wait
 for it in the package's own collectives (the agreement before a call,
-allreduce_grads) no longer than stall_timeout, then raise ringattn.Error
-naming the step (before: an Allgather with no timeout, for ever). That
+allreduce_grads, unshard) no longer than stall_timeout, then raise
+ringattn.Error naming the step (before: an Allgather with no timeout, for ever). That
 they end is what the test shows; the ctest TIMEOUT of python_pN fails it
 if they do not (no time is asserted). The calls run on a duplicate of
 the communicator; afterwards the leaving rank completes the request the
@@ -52,10 +52,23 @@ def join_allreduce(comm):
     comm.Iallreduce(MPI.IN_PLACE, buf).Wait()
 
 
+def call_unshard(comm, rng):
+    ringattn.unshard(normal(rng, (1, 2, 3)), "contiguous", comm,
+                     stall_timeout=STALL)
+
+
+def join_unshard(comm):
+    """The late part of unshard's first Iallgather (shapes and dtypes)."""
+    width = 2 + np.MAXDIMS
+    comm.Iallgather(np.zeros(width, np.int64),
+                    np.empty((P, width), np.int64)).Wait()
+
+
 STEPS = {"forward": (call_forward, join_forward,
                      "the agreement before the call"),
          "allreduce_grads": (call_allreduce, join_allreduce,
-                             "allreduce_grads")}
+                             "allreduce_grads"),
+         "unshard": (call_unshard, join_unshard, "unshard")}
 
 
 @pytest.mark.skipif(P < 2, reason="needs two ranks")
