@@ -186,8 +186,8 @@ def verdict(comm, table, opts):
 
 def prepare(comm, t, options, grads=False, refusal=None):
     """Validate, agree, then everything the call takes. refusal: a local
-    refusal (message, status) found before (the torch layer's), agreed
-    like the others."""
+    refusal (message, status, kind) found before (the torch layer's),
+    agreed like the others."""
     facts, parts = [0] * len(FACTS), None
     if refusal is None:
         try:

@@ -53,8 +53,8 @@ def _numpy(name, t, order):
 
 
 def _arrays(tensors, order):
-    """numpy views of a dict of tensors, and a refusal (message, status)
-    or None: a failure here is agreed over the ranks, never raised
+    """numpy views of a dict of tensors, and a refusal (message, status,
+    kind) or None: a failure here is agreed over the ranks, never raised
     alone."""
     try:
         if order not in ORDERS:
