@@ -8,9 +8,10 @@ under bad options, foreign folders, interrupts and umasks
 its own and asserts what its docstring says: a refusal exits 2 with exactly
 one stderr line naming the script, before any mpirun (no `+ mpirun` echo)
 and with every file that existed before unchanged and nothing new; an
-interrupt ends the script with exit 128 + the signal's number (1 for
-bench-sweep.sh and the Python scripts) and nothing left behind; outputs get
-the permissions the umask gives a new file.
+interrupt ends the script with exit 128 + the signal's number (1 for the
+Python scripts) and nothing left behind; outputs get the permissions the
+umask gives a new file. The cases of issue 39 (classes 10, 13, 20) name
+their class.
 
 The fake-cluster cases need root (network namespaces) and take
 /tmp/ra-fake-cluster.lock, which every user of the fake cluster takes;
