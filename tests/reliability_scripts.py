@@ -269,8 +269,20 @@ def drain(fd):
 
 def writing_pipe(pid):
     """Whether pid is blocked writing to a pipe (its kernel wait channel)."""
-    with open(f"/proc/{pid}/wchan") as f:
-        return "pipe_write" in f.read()
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return "pipe_write" in f.read()
+    except OSError:  # ended
+        return False
+
+
+def running(pid):
+    """Whether pid runs (exists and is not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def interrupt_at_end(work, sig):
@@ -519,8 +531,7 @@ def interrupt_run_step(work, cmd, env):
         step = int(open(pid_file).read())
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
-        alive = os.path.exists(f"/proc/{step}") and \
-            open(f"/proc/{step}/stat").read().split()[2] != "Z"
+        alive = running(step)
     finally:
         if p.poll() is None:
             p.kill()
