@@ -28,6 +28,9 @@ enum { TAG_END = 7332 };
 
 static ra_status check_score(const ra_shape *s, const ra_params *p)
 {
+    if ((unsigned)p->score > RA_SCORE_ADDITIVE)
+        return ra_error_set(RA_ERR_ARG, "num.score: unknown score %d",
+                            (int)p->score);
     if (p->score == RA_SCORE_GAUSSIAN && !(p->sigma > 0 && isfinite(p->sigma)))
         return ra_error_set(RA_ERR_ARG, "score gaussian: sigma must be a "
                                         "finite number > 0");
@@ -52,7 +55,7 @@ static ra_status check_score(const ra_shape *s, const ra_params *p)
 static ra_status check_posenc(const ra_shape *s, const ra_params *p)
 {
     if ((unsigned)p->rope > RA_ROPE_HALF)
-        return ra_error_set(RA_ERR_ARG, "rope: unknown pairing %d",
+        return ra_error_set(RA_ERR_ARG, "num.rope: unknown pairing %d",
                             (int)p->rope);
     if (p->rope != RA_ROPE_NONE && p->score == RA_SCORE_ADDITIVE)
         return ra_error_set(RA_ERR_ARG, "rope: the additive score projects q "
@@ -91,10 +94,11 @@ static ra_status check_masks(const ra_shape *s, const ra_masks *mk)
     return RA_OK;
 }
 
-/* The shared checks: shape, score, window, tiles, threads, timeout,
- * strategy, masks; RA_OK or the first problem. */
-static ra_status call_check_params(const ra_shape *s, const ra_params *p,
-                                   const ra_masks *mk)
+/* The shared checks: shape, score, position encodings, the enums and
+ * window of ra_numerics, ra_exec (ra_call_check_exec), masks; RA_OK or
+ * the first problem. */
+ra_status ra_call_check_params(const ra_shape *s, const ra_params *p,
+                               const ra_masks *mk)
 {
     ra_status st = ra_shape_check(s);
     if (st == RA_OK)
@@ -105,30 +109,14 @@ static ra_status call_check_params(const ra_shape *s, const ra_params *p,
         return st;
     if (p->window && (p->window_left < 0 || p->window_right < 0))
         return ra_error_set(RA_ERR_ARG, "window: left and right must be >= 0");
-    if (p->block_q < 0 || p->block_kv < 0)
-        return ra_error_set(RA_ERR_ARG, "tiles: block sizes must be >= 0");
-    if (p->threads < 0)
-        return ra_error_set(RA_ERR_ARG, "threads: %d is negative", p->threads);
-    if (!ra_gemm_available(p->gemm))
-        return ra_error_set(RA_ERR_ARG, "gemm: engine '%s' is not in this "
-                            "build of the library (oneDNN: build with "
-                            "libdnnl-dev installed)", ra_gemm_name(p->gemm));
-    ra_gemm env_gemm;
-    if (p->gemm == RA_GEMM_AUTO && ra_gemm_env(&env_gemm) != RA_OK)
-        return RA_ERR_ARG; /* RINGATTN_GEMM names no engine of this build */
-    if ((unsigned)p->precision > RA_PRECISION_BF16 ||
-        (unsigned)p->wire > RA_WIRE_BF16)
-        return ra_error_set(RA_ERR_ARG, "precision: unknown precision %d or "
-                            "wire %d", (int)p->precision, (int)p->wire);
+    if ((unsigned)p->precision > RA_PRECISION_BF16)
+        return ra_error_set(RA_ERR_ARG, "num.precision: unknown precision "
+                            "%d", (int)p->precision);
     if ((unsigned)p->align > RA_ALIGN_SEQUENCE)
-        return ra_error_set(RA_ERR_ARG, "align: unknown alignment %d",
+        return ra_error_set(RA_ERR_ARG, "num.align: unknown alignment %d",
                             (int)p->align);
-    if (!(p->stall_timeout >= 0))
-        return ra_error_set(RA_ERR_ARG, "stall timeout: must be >= 0 seconds");
-    if ((unsigned)p->strategy >= RA_STRATEGY_COUNT || p->mem_limit < 0)
-        return ra_error_set(RA_ERR_ARG, "strategy: unknown strategy %d or "
-                            "negative memory limit", (int)p->strategy);
-    return check_masks(s, mk);
+    st = ra_call_check_exec(p);
+    return st == RA_OK ? check_masks(s, mk) : st;
 }
 
 static ra_status check_map(const ra_shape *s, const ra_attn_map *map)
@@ -154,7 +142,7 @@ static ra_status check_map(const ra_shape *s, const ra_attn_map *map)
  * on the ring. */
 static ra_status call_check(const strat_row *row, const strat_call *c)
 {
-    ra_status st = call_check_params(c->shape, c->params, c->masks);
+    ra_status st = ra_call_check_params(c->shape, c->params, c->masks);
     if (st == RA_OK && !row->additive &&
         c->params->score == RA_SCORE_ADDITIVE)
         return ra_error_set(RA_ERR_ARG, "strategy %s: the additive score "
@@ -375,17 +363,46 @@ static ra_status call_mm16(strat_call *c)
                           c->threads, &c->mm16);
 }
 
+/* call_agree_options waits as every wait of the call does. */
+static ra_status call_wait(void *ctx, MPI_Request *req, const char *phase)
+{
+    const strat_watch w = {phase, NULL, 0, NULL, NULL};
+    return strat_wait(ctx, 1, req, &w);
+}
+
+/* The local checks' verdict st and the fingerprint of the options (when
+ * st is RA_OK: its fields are then sane to read), agreed over the ranks
+ * under the stall watchdog before anything a strategy does. */
+static ra_status call_agree_options(strat_call *c, ra_status st)
+{
+    const ra_call_options o = {
+        .call = c->grads ? RA_CALL_BACKWARD : RA_CALL_FORWARD,
+        .shape = c->shape, .params = c->params, .masks = c->masks,
+        .map = c->map, .dw = c->grads && c->grads->dw, .weights = 1};
+    ra_fingerprint fp = {0};
+    if (st == RA_OK)
+        ra_call_fingerprint(&o, &fp);
+    if (MPI_Comm_size(c->comm, &c->P) != MPI_SUCCESS ||
+        MPI_Comm_rank(c->comm, &c->r) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: cannot query the communicator",
+                            c->name);
+    const ra_agree_waiter w = {call_wait, c};
+    return ra_agree_options(c->comm, st, &fp, &w);
+}
+
 /* The open after the local checks (st): agree, size and carve, agree,
  * the node map, the range check, the position encodings. Every rank
  * returns the same status. */
 static ra_status call_open(strat_call *c, ra_status st)
 {
     call_arrays a = {0};
-    st = ra_agree(c->comm, st);
+    st = call_agree_options(c, st);
     if (st == RA_OK)
         st = ra_gemm_agree(c->comm, c->params->gemm);
-    if (st == RA_OK)
-        st = ra_agree(c->comm, call_size(c, &a));
+    if (st == RA_OK) {
+        st = call_size(c, &a);
+        st = ra_agree(c->comm, st == RA_OK ? ra_call_check_operands(c) : st);
+    }
     if (st == RA_OK)
         st = ra_nodes_of(c->comm, c->name, &c->node_of);
     if (st == RA_OK)
@@ -500,9 +517,19 @@ static ra_status call_run(MPI_Comm comm, const strat_call *a,
                           const strat_row *row, ra_status pre,
                           ra_timing *timing)
 {
-    const double t_start = MPI_Wtime();
     ra_timing tm = {0};
+    const ra_status usable = ra_comm_usable(comm, a->grads ? "ra_backward"
+                                                           : "ra_forward");
+    if (usable != RA_OK) {
+        if (timing)
+            *timing = tm;
+        return usable;
+    }
+    const double t_start = MPI_Wtime();
+    ra_params params = *a->params;
+    ra_params_saturate(&params);
     strat_call c = *a;
+    c.params = &params;
     c.comm = MPI_COMM_NULL;
     c.tm = &tm;
     c.name = ra_strategy_name(row->id);
@@ -524,20 +551,42 @@ static ra_status call_run(MPI_Comm comm, const strat_call *a,
     return call_close(&c, st, t_start, timing);
 }
 
+/* The additive weights, or NULL when incomplete. */
+static const ra_additive *additive_given(const ra_params *p)
+{
+    const ra_additive *ad = p->additive;
+    return ad && ad->w_q && ad->w_k && ad->w_v ? ad : NULL;
+}
+
 ra_status ra_call_strategy_check(MPI_Comm comm, const ra_shape *shape,
                                  const ra_params *params, int segments)
 {
     ra_error_clear();
-    const strat_row *row = strat_row_of(params->strategy);
+    ra_status st = ra_comm_usable(comm, "ra_strategy_check");
+    if (st != RA_OK)
+        return st;
+    ra_params p = *params;
+    ra_params_saturate(&p);
+    const strat_row *row = strat_row_of(p.strategy);
     /* a row that takes the additive score needs its weights, which the
-     * caller may not have read yet: the call checks it */
-    if (row->additive)
-        return RA_OK;
-    const strat_call c = {.shape = shape, .params = params,
+     * caller may not have read yet: the call checks them (and agrees
+     * their values), the check here everything else */
+    static const float zero;
+    static const ra_additive stand_in = {1, &zero, &zero, &zero};
+    if (row->additive && p.score == RA_SCORE_ADDITIVE && !additive_given(&p))
+        p.additive = &stand_in;
+    const strat_call c = {.shape = shape, .params = &p,
                           .name = ra_strategy_name(row->id)};
-    ra_status st = ra_agree(comm, call_check(row, &c));
+    st = call_check(row, &c);
+    ra_fingerprint fp = {0};
+    const ra_call_options o = {.call = RA_CALL_STRATEGY_CHECK,
+                               .shape = shape, .params = &p,
+                               .segments = segments != 0};
+    if (st == RA_OK)
+        ra_call_fingerprint(&o, &fp);
+    st = ra_agree_options(comm, st, &fp, NULL);
     if (st == RA_OK && row->fits)
-        st = ra_agree(comm, row->fits(comm, shape, params, segments));
+        st = ra_agree(comm, row->fits(comm, shape, &p, segments));
     return st;
 }
 
@@ -556,7 +605,8 @@ static strat_call call_args(const ra_shape *shape, const ra_params *params,
 }
 
 /* A forward with an attention map runs the ring, whatever the strategy.
- * A missing in or out is refused like any argument: agreed in the call. */
+ * A missing shape, in or out is refused like any argument: agreed in the
+ * call. */
 ra_status ra_call_forward(MPI_Comm comm, const ra_shape *shape,
                           const ra_params *params, const ra_masks *masks,
                           const ra_qkv *in, const ra_out *out,
@@ -564,10 +614,10 @@ ra_status ra_call_forward(MPI_Comm comm, const ra_shape *shape,
 {
     ra_error_clear();
     strat_call a = call_args(shape, params, masks, in);
-    ra_status pre = RA_OK;
-    if (!in || !out)
+    ra_status pre = ra_shape_check(shape);
+    if (pre == RA_OK && (!in || !out))
         pre = ra_error_set(RA_ERR_ARG, "forward: in and out are required");
-    else if (out->map)
+    else if (pre == RA_OK && out->map)
         pre = check_map(shape, out->map);
     if (out) {
         a.o = out->o;
@@ -578,17 +628,16 @@ ra_status ra_call_forward(MPI_Comm comm, const ra_shape *shape,
     return call_run(comm, &a, strat_row_of(id), pre, timing);
 }
 
-/* The backward's own refusals: its operands, and the additive weights'
- * gradients when they are asked for (other scores ignore dw). */
+/* The backward's own refusals: its structs, and the additive weights'
+ * gradients when they are asked for (other scores ignore dw); the
+ * tensors once the call knows which rows this rank holds
+ * (ra_call_check_operands). */
 static ra_status check_grads(const ra_qkv *in, const ra_grads *g,
                              ra_score score)
 {
     if (!in || !g)
         return ra_error_set(RA_ERR_ARG, "backward: in and grads are "
                                         "required");
-    if (!g->o || !g->lse || !g->dout || !g->dq || !g->dk || !g->dv)
-        return ra_error_set(RA_ERR_ARG, "backward: o, lse, dout, dq, dk and "
-                                        "dv are required");
     if (score == RA_SCORE_ADDITIVE && g->dw &&
         (!g->dw->dw_q || !g->dw->dw_k || !g->dw->dw_v))
         return ra_error_set(RA_ERR_ARG, "backward: dw_q, dw_k and dw_v are "
@@ -604,7 +653,13 @@ ra_status ra_call_backward(MPI_Comm comm, const ra_shape *shape,
 {
     static const ra_grads no_grads;
     ra_error_clear();
-    const ra_status st = check_grads(in, grads, params->score);
+    ra_status st = check_grads(in, grads, params->score);
+    /* the kernels keep a NaN or inf to the rows that see it in the
+     * forward only (issue 39, class 8) */
+    if (st == RA_OK && params->nonfinite)
+        st = ra_error_set(RA_ERR_ARG, "backward: nonfinite "
+                          "(--allow-nonfinite) is for the forward only; the "
+                          "backward takes finite inputs");
     ra_grads g = grads ? *grads : no_grads;
     if (params->score != RA_SCORE_ADDITIVE)
         g.dw = NULL;

@@ -9,7 +9,9 @@
 
 #include <mpi.h>
 
+#include "agree.h"
 #include "internal.h"
+#include "strategy.h"
 
 ra_status ra_call_forward(MPI_Comm comm, const ra_shape *shape,
                           const ra_params *params, const ra_masks *masks,
@@ -28,6 +30,43 @@ ra_status ra_call_mha(MPI_Comm comm, const ra_shape *shape,
                       const ra_params *params, const ra_masks *masks,
                       const ra_mha *layer, const ra_mha_io *io,
                       ra_timing *timing);
+
+/* The shared checks of a call's shape and options (call.c), local: RA_OK
+ * or the first problem, named. ra_call_check_exec: the fields of ra_exec
+ * (enums, ranges, the engine this build has). */
+ra_status ra_call_check_params(const ra_shape *shape, const ra_params *params,
+                               const ra_masks *masks);
+ra_status ra_call_check_exec(const ra_params *params);
+
+/* The functions whose calls agree their options (ra_call_fingerprint). */
+enum { RA_CALL_FORWARD, RA_CALL_BACKWARD, RA_CALL_STRATEGY_CHECK,
+       RA_CALL_MHA };
+
+/* What a call's options fingerprint holds (agree.h): every field of
+ * shape, params and masks that all ranks must pass alike (threads,
+ * mem_limit and the progress callbacks are each rank's own), the lens'
+ * values, whether segments are given, the attention map's rows and heads
+ * and whether the additive weights' gradients are wanted. shape, masks
+ * and map may be NULL. */
+typedef struct {
+    int call;                 /* RA_CALL_... */
+    const ra_shape *shape;
+    const ra_params *params;  /* window bounds saturated (ra_params_join) */
+    const ra_masks *masks;
+    const ra_attn_map *map;
+    int dw;                   /* ra_backward: dw given, additive score */
+    int weights;              /* hash the additive weights' values */
+    int segments;             /* segments given (ra_strategy_check) */
+} ra_call_options;
+
+void ra_call_fingerprint(const ra_call_options *options,
+                         ra_fingerprint *fp);
+
+/* Once the call knows this rank's query and key counts: the operands it
+ * must pass for the rows it holds (a rank holding none may pass NULL,
+ * which then becomes an address no row is read from or written to), and
+ * the backward's lse (finite or -inf, unless num.nonfinite). Local. */
+ra_status ra_call_check_operands(strat_call *c);
 
 /* A rank's operands of a forward pass: its slices of the inputs q, k, v
  * and of the outputs o, lse, shaped as ra_forward_ex() takes them. */

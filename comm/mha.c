@@ -23,6 +23,20 @@ static ra_status check_layer(const ra_shape *s, const ra_mha *L)
     if (!ra_shape_dk_allowed(s, RA_SCORE_DOT))
         return ra_error_set(RA_ERR_ARG, "layer: keys and queries share the "
                                         "head dim D");
+    const struct {
+        const char *what;
+        int64_t dims[3];
+    } t[7] = {{"x_q (B, N, Eq)", {s->B * s->N, L->Eq, 8}},
+              {"x_kv (B, M, Ekv)", {s->B * s->M, L->Ekv, 8}},
+              {"y (B, N, Eout)", {s->B * s->N, L->Eout, 8}},
+              {"w_q (H*D, Eq)", {s->H * s->D, L->Eq, 8}},
+              {"w_k (G*D, Ekv)", {s->G * s->D, L->Ekv, 8}},
+              {"w_v (G*Dv, Ekv)", {s->G * s->Dv, L->Ekv, 8}},
+              {"w_o (Eout, H*Dv)", {s->H * s->Dv, L->Eout, 8}}};
+    for (int i = 0; i < 7; i++)
+        if (ra_count_checked(3, t[i].dims) < 0)
+            return ra_error_set(RA_ERR_ARG, "layer: the byte count of %s "
+                                "overflows 64 bits", t[i].what);
     return RA_OK;
 }
 
@@ -48,6 +62,59 @@ static ra_status check_layer_finite(const ra_shape *s, const ra_mha *L)
     for (int i = 0; i < 8 && st == RA_OK; i++)
         st = ra_check_finite(w[i].what, w[i].x, w[i].n);
     return st;
+}
+
+/* Every check of the layer before any work: the call's shared ones
+ * (call.h), the layer's widths and weights, and the io this rank passes
+ * for the rows it holds (qs, ks). */
+static ra_status layer_check(const ra_shape *s, const ra_params *params,
+                             const ra_masks *masks, const ra_mha *L,
+                             const ra_mha_io *io)
+{
+    ra_status st = ra_call_check_params(s, params, masks);
+    if (st == RA_OK && !io)
+        st = ra_error_set(RA_ERR_ARG, "layer: io is required");
+    if (st == RA_OK)
+        st = check_layer(s, L);
+    if (st == RA_OK && !params->nonfinite)
+        st = check_layer_finite(s, L);
+    return st;
+}
+
+/* The layer's io: NULL only where this rank holds no rows. */
+static ra_status layer_check_io(const ra_mha_io *io, int64_t n, int64_t m)
+{
+    if ((!io->x_q || !io->y) && n > 0)
+        return ra_error_set(RA_ERR_ARG, "layer: io->%s is NULL while this "
+                            "rank holds %lld query rows",
+                            io->x_q ? "y" : "x_q", (long long)n);
+    if (!io->x_kv && m > 0)
+        return ra_error_set(RA_ERR_ARG, "layer: io->x_kv is NULL while this "
+                            "rank holds %lld key rows", (long long)m);
+    return RA_OK;
+}
+
+/* The layer's options agreed over the ranks: the call's (call.h) and the
+ * layer's widths and which biases it has. */
+static ra_status layer_agree(MPI_Comm comm, ra_status st, const ra_shape *s,
+                             const ra_params *params, const ra_masks *masks,
+                             const ra_mha *L)
+{
+    ra_fingerprint fp = {0};
+    if (st == RA_OK) {
+        const ra_call_options o = {.call = RA_CALL_MHA, .shape = s,
+                                   .params = params, .masks = masks,
+                                   .weights = 1};
+        ra_call_fingerprint(&o, &fp);
+        ra_fp_int(&fp, "layer.Eq", L->Eq);
+        ra_fp_int(&fp, "layer.Ekv", L->Ekv);
+        ra_fp_int(&fp, "layer.Eout", L->Eout);
+        ra_fp_int(&fp, "layer.pos_encoding", L->pos_encoding != 0);
+        ra_fp_int(&fp, "layer.biases", (L->b_q != NULL) | (L->b_k != NULL) << 1 |
+                                       (L->b_v != NULL) << 2 |
+                                       (L->b_o != NULL) << 3);
+    }
+    return ra_agree_options(comm, st, &fp, NULL);
 }
 
 /* This rank's tensors: one allocation, q | k | v | o | lse | encoded x_q |
@@ -119,10 +186,10 @@ ra_status ra_call_mha(MPI_Comm comm, const ra_shape *s,
     ra_error_clear();
     layer_local ll = {0};
     int P = 1, r = 0;
-    ra_status st = io ? check_layer(s, L)
-                      : ra_error_set(RA_ERR_ARG, "layer: io is required");
-    if (st == RA_OK && !params->nonfinite)
-        st = check_layer_finite(s, L);
+    ra_status st = ra_comm_usable(comm, "ra_mha_forward");
+    if (st != RA_OK)
+        return st;
+    st = layer_check(s, params, masks, L, io);
     if (MPI_Comm_size(comm, &P) != MPI_SUCCESS ||
         MPI_Comm_rank(comm, &r) != MPI_SUCCESS)
         st = ra_error_set(RA_ERR_MPI, "layer: cannot query the communicator");
@@ -131,10 +198,12 @@ ra_status ra_call_mha(MPI_Comm comm, const ra_shape *s,
                                                masks && masks->q_segments);
         ll.qs = ra_params_slice(params, lay, s->N, r, P);
         ll.ks = ra_params_slice(params, lay, s->M, r, P);
-        st = layer_alloc(&ll, s, L);
+        st = layer_check_io(io, ll.qs.count, ll.ks.count);
     }
+    if (st == RA_OK)
+        st = layer_alloc(&ll, s, L);
     /* a refusal on one rank must not leave the others in the ring */
-    if ((st = ra_agree(comm, st)) != RA_OK)
+    if ((st = layer_agree(comm, st, s, params, masks, L)) != RA_OK)
         goto cleanup;
     int blas = ra_blas_enter(ra_params_threads(params));
     layer_project(&ll, s, L, io->x_q, io->x_kv);

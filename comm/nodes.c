@@ -65,13 +65,19 @@ ra_status ra_nodes_of(MPI_Comm comm, const char *what, int **node_of)
 ra_status ra_comm_nodes(MPI_Comm comm, ra_nodes *out)
 {
     int rank, P;
+    ra_error_clear();
+    ra_status st = ra_comm_usable(comm, "ra_comm_nodes");
+    if (st != RA_OK)
+        return st;
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &P) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "nodes: MPI_Comm_rank/size failed");
     int *node_of = malloc(sizeof(int) * (size_t)P * 2);
-    ra_status st = node_of ? RA_OK
-                           : ra_error_set(RA_ERR_NOMEM, "nodes: out of memory "
-                                          "for %d ranks", P);
+    st = node_of ? RA_OK
+                 : ra_error_set(RA_ERR_NOMEM, "nodes: out of memory for %d "
+                                "ranks", P);
+    if (!out)
+        st = ra_error_set(RA_ERR_ARG, "ra_comm_nodes: nodes is NULL");
     st = ra_agree(comm, st);
     if (st != RA_OK)
         goto done;
@@ -106,6 +112,16 @@ done:
 ra_status ra_comm_ring_order(MPI_Comm comm, int node_aware, MPI_Comm *ring_comm)
 {
     int rank, P, rc;
+    ra_error_clear();
+    ra_status st = ra_comm_usable(comm, "ra_comm_ring_order");
+    if (st != RA_OK)
+        return st;
+    st = ra_agree(comm, ring_comm ? RA_OK
+                                   : ra_error_set(RA_ERR_ARG,
+                                                  "ra_comm_ring_order: "
+                                                  "ring_comm is NULL"));
+    if (st != RA_OK)
+        return st;
     *ring_comm = MPI_COMM_NULL;
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &P) != MPI_SUCCESS)
@@ -117,7 +133,7 @@ ra_status ra_comm_ring_order(MPI_Comm comm, int node_aware, MPI_Comm *ring_comm)
         return RA_OK;
     }
     int *node_of = malloc(sizeof(int) * (size_t)P);
-    ra_status st = ra_agree(comm, node_of ? RA_OK
+    st = ra_agree(comm, node_of ? RA_OK
                                           : ra_error_set(RA_ERR_NOMEM,
                                             "ring order: out of memory for "
                                             "%d ranks", P));

@@ -28,6 +28,8 @@ static ra_range map_rows(const ra_slice *qs, const ra_attn_map *map)
 ra_range ra_attn_map_rows(ra_layout layout, const ra_numerics *num, int64_t N,
                           int rank, int nranks, const ra_attn_map *map)
 {
+    if (!map)
+        return (ra_range){0, 0};
     const ra_slice qs = ra_layout_slice(layout, num, N, rank, nranks);
     return map_rows(&qs, map);
 }

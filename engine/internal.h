@@ -54,6 +54,12 @@ typedef struct {
 /* ra_numerics_default and ra_exec_default joined, no_poll 0. */
 void ra_params_default(ra_params *params);
 
+/* Window bounds beyond RA_UNBOUNDED (band.h) set to it: a window that
+ * wide reaches every key of any shape ra_shape_check accepts, so the
+ * results are those of no limit, and sums of bounds cannot overflow.
+ * ra_params_join and every call do it. */
+void ra_params_saturate(ra_params *params);
+
 /* params from the caller's two structs (NULL: that struct's defaults),
  * and back. */
 void ra_params_join(const ra_numerics *num, const ra_exec *exec,
@@ -107,7 +113,8 @@ ra_status ra_name_parse(const char *kind, const char *const *names, int n,
 /* Defines the pair every named enum of ringattn.h declares:
  * ra_NOUN_name(TYPE), names[value] or "unknown", and
  * ra_NOUN_parse(name, TYPE *out), which sets *out only on RA_OK and names
- * KIND in its error. names is the enum's static table, in value order. */
+ * KIND in its error (a NULL name or out: RA_ERR_ARG). names is the enum's
+ * static table, in value order. */
 #define RA_NAMED_ENUM(noun, type, kind, names)                                \
     const char *ra_##noun##_name(type value)                                  \
     {                                                                         \
@@ -118,6 +125,8 @@ ra_status ra_name_parse(const char *kind, const char *const *names, int n,
     {                                                                         \
         int v = 0;                                                            \
         ra_error_clear();                                                     \
+        if (!out)                                                             \
+            return ra_error_set(RA_ERR_ARG, "%s: out is NULL", kind);         \
         const ra_status st = ra_name_parse(                                   \
             kind, names, (int)(sizeof names / sizeof *names), name, &v);      \
         *out = st == RA_OK ? (type)v : *out;                                  \

@@ -10,6 +10,8 @@
 
 void ra_numerics_default(ra_numerics *num)
 {
+    if (!num)
+        return;
     memset(num, 0, sizeof *num);
     num->scale = NAN;
     num->score = RA_SCORE_DOT;
@@ -22,12 +24,22 @@ void ra_numerics_default(ra_numerics *num)
 
 void ra_exec_default(ra_exec *exec)
 {
+    if (!exec)
+        return;
     memset(exec, 0, sizeof *exec);
     exec->strategy = RA_STRATEGY_RING;
     exec->layout = RA_LAYOUT_AUTO;
     exec->gemm = RA_GEMM_AUTO;
     exec->stall_timeout = RA_STALL_TIMEOUT_DEFAULT;
     exec->wire = RA_WIRE_AUTO;
+}
+
+void ra_params_saturate(ra_params *p)
+{
+    if (p->window_left > RA_UNBOUNDED)
+        p->window_left = RA_UNBOUNDED;
+    if (p->window_right > RA_UNBOUNDED)
+        p->window_right = RA_UNBOUNDED;
 }
 
 void ra_params_join(const ra_numerics *num, const ra_exec *exec,
@@ -58,6 +70,7 @@ void ra_params_join(const ra_numerics *num, const ra_exec *exec,
         .ulysses_size = exec->ulysses_size, .on_step = exec->on_step,
         .on_tick = exec->on_tick, .on_step_ctx = exec->on_step_ctx,
         .wire = exec->wire};
+    ra_params_saturate(p);
 }
 
 void ra_params_split(const ra_params *p, ra_numerics *num, ra_exec *exec)
@@ -150,7 +163,7 @@ ra_status ra_name_parse(const char *kind, const char *const *names, int n,
 {
     char expected[256] = "";
     for (int i = 0; i < n; i++) {
-        if (strcmp(name, names[i]) == 0) {
+        if (name && strcmp(name, names[i]) == 0) {
             *value = i;
             return RA_OK;
         }
@@ -158,6 +171,9 @@ ra_status ra_name_parse(const char *kind, const char *const *names, int n,
         snprintf(expected + used, sizeof expected - used, "%s%s",
                  i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
     }
+    if (!name)
+        return ra_error_set(RA_ERR_ARG, "%s: no name given (NULL; expected "
+                            "%s)", kind, expected);
     return ra_error_set(RA_ERR_ARG, "unknown %s '%s' (expected %s)", kind,
                         name, expected);
 }
@@ -191,6 +207,8 @@ ra_layout ra_params_layout(const ra_params *params, int segments)
 
 double ra_numerics_scale(const ra_numerics *num, const ra_shape *shape)
 {
+    if (!shape || shape->D < 1)
+        return NAN;
     ra_params p;
     ra_params_join(num, NULL, &p);
     return ra_params_scale(&p, shape);
@@ -200,8 +218,14 @@ void ra_exec_tiles(const ra_numerics *num, const ra_exec *exec,
                    const ra_shape *shape, int64_t *block_q, int64_t *block_kv)
 {
     ra_params p;
+    int64_t bq = 0, bkv = 0;
     ra_params_join(num, exec, &p);
-    ra_params_tiles(&p, shape, block_q, block_kv);
+    if (shape)
+        ra_params_tiles(&p, shape, &bq, &bkv);
+    if (block_q)
+        *block_q = bq;
+    if (block_kv)
+        *block_kv = bkv;
 }
 
 ra_layout ra_exec_layout(const ra_numerics *num, const ra_exec *exec,
@@ -212,15 +236,20 @@ ra_layout ra_exec_layout(const ra_numerics *num, const ra_exec *exec,
     return ra_params_layout(&p, segments);
 }
 
-ra_status ra_shape_check(const ra_shape *s)
+/* ra_shape_check without clearing the last error first. */
+static ra_status shape_fault(const ra_shape *s)
 {
-    ra_error_clear();
+    if (!s)
+        return ra_error_set(RA_ERR_ARG, "shape: NULL");
     const int64_t v[7] = {s->B, s->N, s->M, s->H, s->G, s->D, s->Dv};
     const char *names[7] = {"B", "N", "M", "H", "G", "D", "Dv"};
     for (int i = 0; i < 7; i++)
         if (v[i] < 1)
             return ra_error_set(RA_ERR_ARG, "shape: %s must be >= 1, got %lld",
                                 names[i], (long long)v[i]);
+    if (s->Dk < 0)
+        return ra_error_set(RA_ERR_ARG, "shape: Dk must be >= 0 (0: D), got "
+                            "%lld", (long long)s->Dk);
     if (s->H % s->G != 0)
         return ra_error_set(RA_ERR_ARG,
                             "shape: kv heads G=%lld must divide heads H=%lld",
@@ -229,11 +258,12 @@ ra_status ra_shape_check(const ra_shape *s)
     const struct {
         const char *name;
         int64_t len, heads, dim;
-    } t[4] = {{"q (B, N, H, D)", s->N, s->H, s->D},
+    } t[5] = {{"q (B, N, H, D)", s->N, s->H, s->D},
               {"o (B, N, H, Dv)", s->N, s->H, s->Dv},
               {"k (B, M, G, D)", s->M, s->G, s->D},
+              {"k (B, M, G, Dk)", s->M, s->G, ra_shape_dk(s)},
               {"v (B, M, G, Dv)", s->M, s->G, s->Dv}};
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         int64_t bytes = ra_mul_checked(ra_mul_checked(s->B, t[i].len),
                                        ra_mul_checked(t[i].heads,
                                                       ra_mul_checked(t[i].dim, 8)));
@@ -244,6 +274,12 @@ ra_status ra_shape_check(const ra_shape *s)
     return RA_OK;
 }
 
+ra_status ra_shape_check(const ra_shape *s)
+{
+    ra_error_clear();
+    return shape_fault(s);
+}
+
 int ra_shape_dk_allowed(const ra_shape *s, ra_score score)
 {
     return ra_shape_dk(s) == s->D || score == RA_SCORE_ADDITIVE;
@@ -252,6 +288,8 @@ int ra_shape_dk_allowed(const ra_shape *s, ra_score score)
 double ra_params_forward_flops(const ra_shape *s, const ra_params *p,
                                const ra_masks *masks)
 {
+    if (shape_fault(s) != RA_OK)
+        return 0.0;
     ra_band band = ra_band_of(p, s);
     double pairs = 0.0;
     for (int64_t b = 0; b < s->B; b++) {

@@ -39,7 +39,7 @@ void ra_rope_turn(const ra_rope_rows *r, float *x, double sign)
     rope_token t = {NULL, r->B, r->n * r->heads * D, r->heads, D, 0.0, 0.0};
     for (int64_t i = 0; i < r->n; i++) {
         t.tok = x + i * r->heads * D; /* batch 0's row of token i */
-        const double p = (double)(r->pos[i] + r->offset);
+        const double p = (double)r->pos[i] + (double)r->offset;
         for (int64_t k = 0; k < half; k++) {
             /* theta_k = base^(-2k/D), as inv_freq in PyTorch models */
             const double ang =
@@ -54,9 +54,21 @@ void ra_rope_turn(const ra_rope_rows *r, float *x, double sign)
     }
 }
 
+/* What ra_rope_apply refuses by doing nothing (ringattn.h). */
+static int rope_rows_valid(const ra_rope_rows *r, const float *x)
+{
+    if (!r || (unsigned)r->rope > RA_ROPE_HALF || !(r->base > 0) ||
+        !isfinite(r->base) || r->D % 2 != 0)
+        return 0;
+    const int64_t dims[4] = {r->B, r->n, r->heads, r->D};
+    const int64_t count = ra_count_checked(4, dims);
+    return count == 0 || (count > 0 && x && r->pos);
+}
+
 void ra_rope_apply(const ra_rope_rows *rows, float *x)
 {
-    ra_rope_turn(rows, x, 1.0);
+    if (rope_rows_valid(rows, x))
+        ra_rope_turn(rows, x, 1.0);
 }
 
 /* Head h (0-based) of H: of the largest power of two p <= H, slope
@@ -64,7 +76,7 @@ void ra_rope_apply(const ra_rope_rows *rows, float *x)
 double ra_alibi_slope(int64_t H, int64_t h)
 {
     int64_t p = 1;
-    while (p * 2 <= H)
+    while (p <= H / 2)
         p *= 2;
     if (h < p)
         return pow(2.0, -8.0 * (double)(h + 1) / (double)p);
@@ -73,6 +85,8 @@ double ra_alibi_slope(int64_t H, int64_t h)
 
 void ra_alibi_slopes(int64_t H, double *slopes)
 {
+    if (!slopes)
+        return;
     for (int64_t h = 0; h < H; h++)
         slopes[h] = ra_alibi_slope(H, h);
 }

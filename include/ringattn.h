@@ -20,6 +20,19 @@
  * that places a query (causal, window, ALiBi, RoPE) places it at its
  * aligned position i', i + (M - N) by default; ra_numerics.align can align
  * each sequence on its own lengths instead (ra_align).
+ *
+ * The contract of every function below: its arguments are checked before
+ * any work. A function that returns ra_status refuses an argument the
+ * header does not allow (a NULL pointer, an enum value outside its enum,
+ * a size out of range or whose byte count overflows int64) with RA_ERR_ARG
+ * and one line naming it (ra_error_message); one that returns a struct or
+ * a number returns an empty or zero result, and one that returns nothing
+ * does nothing, as each says. A function that takes a communicator
+ * returns RA_ERR_MPI before MPI_Init and after MPI_Finalize, and
+ * RA_ERR_ARG for MPI_COMM_NULL, without communicating. The collective
+ * ones also agree over the ranks: every rank returns the same status and
+ * message, and the options every rank must pass alike are compared
+ * (ra_forward).
  */
 #ifndef RINGATTN_H
 #define RINGATTN_H
@@ -105,11 +118,11 @@ typedef struct {
 /* The key head dim of a shape: Dk, or D when Dk is 0. */
 static inline int64_t ra_shape_dk(const ra_shape *s)
 {
-    return s->Dk > 0 ? s->Dk : s->D;
+    return !s ? 0 : s->Dk > 0 ? s->Dk : s->D;
 }
 
-/* Checks that every size is positive (N and M may be >= 1), G divides H, and
- * that byte counts of every tensor fit in int64. */
+/* Checks that every size is >= 1 (Dk >= 0), G divides H, and that byte
+ * counts of every tensor fit in int64; a NULL shape is refused. */
 RA_API ra_status ra_shape_check(const ra_shape *shape);
 
 /* The score a(q, k) whose softmax weighs the values (the textbook's three):
@@ -158,13 +171,16 @@ typedef struct {
 
 /* Rotates x (rows->B, n, heads, D) in place (angles and their sines in
  * fp64, the result rounded to fp32). D must be even; RA_ROPE_NONE leaves
- * x alone. Pure: no MPI, no allocation. */
+ * x alone. Pure: no MPI, no allocation. Does nothing when rows is NULL,
+ * x or pos is NULL with rows to turn, rope is not an ra_rope, base is not
+ * a finite number > 0, D is odd or a size is negative or overflows. */
 RA_API void ra_rope_apply(const ra_rope_rows *rows, float *x);
 
 /* The standard ALiBi slopes of H heads (Press et al.): for H a power of
  * two, slopes[h-1] = 2^(-8h/H), h = 1..H; otherwise the slopes of the
  * largest power of two p below H, then every other slope of 2p
- * (2^(-8(2i+1)/(2p)), i = 0 .. H-p-1), as the reference code does. */
+ * (2^(-8(2i+1)/(2p)), i = 0 .. H-p-1), as the reference code does.
+ * H <= 0 or a NULL slopes: nothing is written. */
 RA_API void ra_alibi_slopes(int64_t H, double *slopes);
 
 /* Where a query sits for the rules that compare it with keys (causal,
@@ -273,14 +289,18 @@ typedef struct {
 typedef struct {
     ra_strategy strategy; /* how the ranks split the call (default ring) */
     ra_layout layout;
-    int64_t block_q;   /* query tile rows; 0 picks a default per D */
-    int64_t block_kv;  /* key tile rows; 0 picks a default per D */
+    int64_t block_q;   /* query tile rows, 0 .. RA_BLOCK_MAX; 0 picks a
+                          default per D */
+    int64_t block_kv;  /* key tile rows, 0 .. RA_BLOCK_MAX; 0 picks a
+                          default per D */
     ra_gemm gemm;      /* engine of the tile products (RA_GEMM_AUTO); one
                           that ra_gemm_available() denies is refused */
-    int threads;       /* OpenMP and BLAS threads per rank; 0 means 1 (MPI
-                          usually runs a rank per core). The library reads
-                          no environment variable and leaves OpenBLAS's
-                          process-wide thread count as it found it. */
+    int threads;       /* OpenMP and BLAS threads per rank, 0 ..
+                          RA_THREADS_MAX; 0 means 1 (MPI usually runs a
+                          rank per core). The library reads no environment
+                          variable and leaves OpenBLAS's process-wide
+                          thread count as it found it. Each rank's own:
+                          ranks may pass different counts */
     double stall_timeout; /* seconds a rank may wait for a transfer with
                           no progress before the call fails (RA_ERR_MPI,
                           naming the step or phase and the rank waited
@@ -290,8 +310,9 @@ typedef struct {
                           stall the caller must end the job (MPI_Abort):
                           transfers are still in flight. */
     int64_t mem_limit; /* bytes one rank may allocate for the K/V that
-                          allgather gathers; 0: the node's physical memory
-                          divided by the ranks on the node */
+                          allgather gathers, >= 0; 0: the node's physical
+                          memory divided by the ranks on the node. Each
+                          rank's own, like threads */
     int64_t ulysses_size; /* hybrid: ranks per head-parallel group (they
                           must divide P); 0: the ranks of one node */
     void (*on_step)(void *ctx, int done, int total); /* progress, or NULL:
@@ -313,21 +334,28 @@ typedef struct {
 /* The default stall_timeout in seconds. */
 #define RA_STALL_TIMEOUT_DEFAULT 600.0
 
+/* The largest block_q and block_kv, and the most threads per rank, a call
+ * takes; larger values are refused (RA_ERR_ARG, naming the field). */
+#define RA_BLOCK_MAX 65536
+#define RA_THREADS_MAX 1024
+
 /* Fill the defaults: non-causal, no window, scale 1/sqrt(D), the dot
  * score, no RoPE (base RA_ROPE_BASE_DEFAULT), no ALiBi, tensor alignment,
  * finite inputs; strategy ring, automatic tiles and layout, the best gemm,
  * one thread, the default stall timeout, no memory limit, no progress.
  * Every function below that takes a const ra_numerics or ra_exec pointer
- * reads NULL as these defaults. */
+ * reads NULL as these defaults; given NULL, these two do nothing. */
 RA_API void ra_numerics_default(ra_numerics *num);
 RA_API void ra_exec_default(ra_exec *exec);
 
-/* The scale actually used for a shape: num->scale, or 1/sqrt(D). */
+/* The scale actually used for a shape: num->scale, or 1/sqrt(D); NAN for
+ * a NULL shape or D < 1. */
 RA_API double ra_numerics_scale(const ra_numerics *num,
                                 const ra_shape *shape);
 
 /* The tile sizes actually used for a shape (defaults resolved; a window
- * has tiles of its own). */
+ * has tiles of its own) into each output that is not NULL; 0 for a NULL
+ * shape. */
 RA_API void ra_exec_tiles(const ra_numerics *num, const ra_exec *exec,
                           const ra_shape *shape, int64_t *block_q,
                           int64_t *block_kv);
@@ -345,7 +373,9 @@ typedef struct {
 } ra_range;
 
 /* The contiguous slice of a length-`len` axis owned by `rank` of `nranks`:
- * the first len % nranks ranks hold one extra token; ranks may be empty. */
+ * the first len % nranks ranks hold one extra token; ranks may be empty.
+ * Empty ({0, 0}) for len < 0, nranks < 1 or rank outside [0, nranks);
+ * ra_layout_slice and ra_attn_map_rows likewise. */
 RA_API ra_range ra_shard_range(int64_t len, int rank, int nranks);
 
 /* The tokens a rank holds under a layout: up to two runs of global
@@ -360,7 +390,8 @@ RA_API ra_range ra_shard_range(int64_t len, int rank, int nranks);
  * (P-1)/P, and the ranks between share the rest evenly. While a window's
  * ramps (its first and last rows, which see fewer keys) lie within the
  * first and the last rank, every rank's work is then within one row's of
- * the mean. */
+ * the mean. An unresolved layout (RA_LAYOUT_AUTO: see ra_exec_layout)
+ * or one outside the enum gives an empty slice. */
 typedef struct {
     int64_t start, count, stride;
 } ra_run;
@@ -375,7 +406,10 @@ RA_API ra_slice ra_layout_slice(ra_layout layout, const ra_numerics *num,
                                 int64_t len, int rank, int nranks);
 
 /* The tokens of a slice whose positions lie in [i0, i1), with positions
- * counted from i0: the rows an attention map of those queries holds. */
+ * counted from i0: the rows an attention map of those queries holds.
+ * Empty for a NULL slice, one that no layout makes (more than two runs, a
+ * stride < 1, a negative start or count, positions beyond int64), i0 < 0
+ * or i1 <= i0. */
 RA_API ra_slice ra_slice_clip(const ra_slice *slice, int64_t i0, int64_t i1);
 
 /* The global position of local token idx (0 <= idx < slice->count). */
@@ -402,7 +436,8 @@ typedef struct {
  * (query, key) pairs over all batches under causal, window and lens (not
  * segments, whose ids are spread over the ranks); 4*B*H*N*M*D when
  * Dv == D and nothing is masked. The additive score counts 4 A + 2 Dv per
- * pair (a tanh as one operation). masks may be NULL. */
+ * pair (a tanh as one operation). masks may be NULL; a NULL shape or one
+ * ra_shape_check refuses gives 0. */
 RA_API double ra_forward_flops(const ra_shape *shape, const ra_numerics *num,
                                const ra_masks *masks);
 
@@ -414,7 +449,9 @@ RA_API double ra_backward_flops(const ra_shape *shape, const ra_numerics *num,
 /* This rank's input slices (read only), each rank passing the tokens that
  * ra_layout_slice(ra_exec_layout(num, exec, masks has segments), num,
  * N or M, rank, P) gives it, in that order; n and m are this rank's query and key
- * counts (either may be 0):
+ * counts (either may be 0, and a rank then may pass NULL for the tensors
+ * of those rows: q, o, lse, dout, dq when n is 0; k, v, dk, dv when m is
+ * 0; any other NULL is refused):
  *   q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv) */
 typedef struct {
     const float *q, *k, *v;
@@ -425,7 +462,8 @@ typedef struct {
  * final LSE. Each rank fills the rows it holds: ra_attn_map_rows() gives
  * their local index range [start, start + count), and out is
  * (B, nheads, count, M) floats in natural key order. Rows sum to 1, or to 0
- * when they see no key. */
+ * when they see no key. ra_attn_map_rows gives {0, 0} for a NULL map and
+ * as ra_layout_slice for the rest. */
 typedef struct {
     int64_t i0, i1;
     const int64_t *heads;
@@ -470,7 +508,16 @@ typedef struct {
 /* Exact attention forward on in-memory slices, collective over comm: the
  * slices in (ra_qkv) give the outputs out (ra_out) under the masks (NULL:
  * none); timing (NULL: not wanted) receives this rank's measurements.
- * Every rank must pass the same shape, num, exec and mask lengths.
+ * Every rank must pass the same shape, num, exec and mask lengths: the
+ * call compares them (a fingerprint of every field, one small reduction
+ * at its start, under the stall watchdog) and refuses any that differs
+ * with RA_ERR_ARG on every rank, naming the first: "options differ across
+ * ranks: num.scale (rank 0: 0.125, rank 3: 0.25)". Compared: every field
+ * of shape and num (where it has a meaning: the scale with the dot score,
+ * the window's bounds with the window on, ...; the additive weights' and
+ * ALiBi slopes' values), of exec but threads, mem_limit and the progress
+ * callbacks (each rank's own), the values of q_lens and kv_lens, whether
+ * segments and an attention map are given and the map's rows and heads.
  * exec->strategy picks how the ranks split the work (docs/DESIGN.md,
  * "Strategies"); the slices are the same for every strategy. Strategies
  * other than ring take the dot and gaussian scores and tensor alignment.
@@ -526,8 +573,10 @@ typedef struct {
  * additive score's projections (k and dk then have Dk columns). Memory
  * inside: two K/V ring buffers, two travelling dk/dv accumulators and one
  * step's scratch, each of the largest block's size, and per-thread tiles
- * (docs/DESIGN.md, "Backward"). Errors are agreed as for ra_forward;
- * timing may be NULL. */
+ * (docs/DESIGN.md, "Backward"). Errors and options are agreed as for
+ * ra_forward (and whether dw is given); an lse holding NaN or +inf is
+ * refused (RA_ERR_ARG: only -inf marks a row that sees no key), unless
+ * num->nonfinite. timing may be NULL. */
 RA_API ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
                              const ra_numerics *num, const ra_exec *exec,
                              const ra_masks *masks, const ra_qkv *in,
@@ -537,7 +586,9 @@ RA_API ra_status ra_backward(MPI_Comm comm, const ra_shape *shape,
  * work: ulysses needs P <= H, allgather's gathered K/V (and key ids with
  * segments) must fit exec->mem_limit, strategies other than ring take
  * the dot and gaussian scores. Collective; every rank returns the same
- * status and message. ra_forward() makes the same checks. */
+ * status and message. ra_forward() makes the same checks, and the same
+ * comparison of the options over the ranks (the additive weights, which
+ * the caller may not have yet, are left to the call). */
 RA_API ra_status ra_strategy_check(MPI_Comm comm, const ra_shape *shape,
                                    const ra_numerics *num,
                                    const ra_exec *exec, int segments);
@@ -570,7 +621,9 @@ typedef struct {
 /* The layer on this rank's slices, collective over comm. Projections are
  * token-wise (no communication); then ra_forward runs for all heads; then
  * the output projection. shape gives B, N, M, H, G, D, Dv. timing may be
- * NULL. */
+ * NULL. The options and the layer's widths and biases are compared over
+ * the ranks as for ra_forward; x_q and y may be NULL on a rank holding no
+ * query rows, x_kv on one holding no keys. */
 RA_API ra_status ra_mha_forward(MPI_Comm comm, const ra_shape *shape,
                                 const ra_numerics *num, const ra_exec *exec,
                                 const ra_masks *masks, const ra_mha *layer,
@@ -590,7 +643,8 @@ typedef struct {
                                blocks go, runs on another node */
 } ra_nodes;
 
-/* Where the ranks of comm run, as seen from the calling rank. Collective. */
+/* Where the ranks of comm run, as seen from the calling rank. Collective;
+ * a NULL nodes is refused (RA_ERR_ARG) on every rank. */
 RA_API ra_status ra_comm_nodes(MPI_Comm comm, ra_nodes *nodes);
 
 /* A new communicator over the ranks of comm for ra_forward() and the file
@@ -601,7 +655,7 @@ RA_API ra_status ra_comm_nodes(MPI_Comm comm, ra_nodes *nodes);
  * Slices follow the rank in the new communicator, and outputs written
  * through it land at their global positions all the same. It is the
  * caller's, with comm's error handler (MPI's rule for a new communicator).
- * Collective. */
+ * Collective; a NULL ring_comm is refused (RA_ERR_ARG) on every rank. */
 RA_API ra_status ra_comm_ring_order(MPI_Comm comm, int node_aware,
                                     MPI_Comm *ring_comm);
 
@@ -744,7 +798,8 @@ typedef enum {
  *   precision: "fp32", "bf16"
  *   wire:     "auto", "fp32", "bf16"
  *   axes:     "B,N,H,D", "B,H,N,D" (a dataset's "axes" attribute), "none"
- *   dtype:    "f32", "f16", "bf16", "f64" */
+ *   dtype:    "f32", "f16", "bf16", "f64"
+ * A NULL name or out is refused (RA_ERR_ARG), *out left alone. */
 RA_API const char *ra_layout_name(ra_layout layout);
 RA_API ra_status ra_layout_parse(const char *name, ra_layout *out);
 RA_API const char *ra_strategy_name(ra_strategy strategy);

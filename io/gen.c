@@ -276,6 +276,14 @@ ra_status ra_h5_gen(MPI_Comm comm, const char *path, int force,
                     const ra_h5_tuning *tuning)
 {
     ra_error_clear();
+    ra_status st = ra_comm_usable(comm, "ra_h5_gen");
+    if (st != RA_OK)
+        return st;
+    st = ra_agree(comm, path ? ra_shape_check(shape)
+                             : ra_error_set(RA_ERR_ARG, "ra_h5_gen: path is "
+                                            "required"));
+    if (st != RA_OK)
+        return st;
     const h5io_gen_spec g = {dtype, seed, 0, 0, 0, tuning};
     return h5io_gen_backward(comm, path, force, shape, &g);
 }

@@ -297,14 +297,18 @@ ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
     const mask_set nm = names_resolve(src);
     mask_spec m[NMASKS];
     h5io_quiet quiet;
-    ra_status st;
-
+    ra_status st = ra_comm_usable(comm, "ra_h5_read_masks");
+    if (st != RA_OK)
+        return st;
     if (!path || !masks)
-        return ra_error_set(RA_ERR_ARG, "ra_h5_read_masks: path and masks "
-                            "are required");
-    memset(masks, 0, sizeof *masks);
+        st = ra_error_set(RA_ERR_ARG, "ra_h5_read_masks: path and masks are "
+                          "required");
+    else
+        memset(masks, 0, sizeof *masks);
     memset(m, 0, sizeof m);
-    if ((st = h5io_slices_check(path, shape, layout)) != RA_OK)
+    if (st == RA_OK)
+        st = h5io_slices_check(path, shape, layout);
+    if ((st = ra_agree(comm, st)) != RA_OK)
         return st;
 
     h5io_quiet_begin(&quiet);

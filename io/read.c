@@ -119,8 +119,16 @@ ra_status ra_h5_read_shape(MPI_Comm comm, const char *path,
     const source_names nm = source_resolve(src);
     ra_axes mine[3];
     h5io_quiet quiet;
-    ra_status st;
-
+    ra_status st = ra_comm_usable(comm, "ra_h5_read_shape");
+    if (st != RA_OK)
+        return st;
+    st = ra_agree(comm, path && shape ? RA_OK
+                                      : ra_error_set(RA_ERR_ARG,
+                                                     "ra_h5_read_shape: path "
+                                                     "and shape are "
+                                                     "required"));
+    if (st != RA_OK)
+        return st;
     h5io_quiet_begin(&quiet);
     st = ra_agree(comm, shape_read(comm, path, &nm, shape, mine));
     h5io_quiet_end(&quiet);
@@ -218,12 +226,20 @@ ra_status ra_h5_read_inputs(MPI_Comm comm, const char *path,
     ra_error_clear();
     const source_names nm = source_resolve(src);
     h5io_quiet quiet;
-    ra_status st = ra_shape_check(shape);
-    if (st == RA_OK && !rows)
-        st = ra_error_set(RA_ERR_ARG, "%s: rows are required", path);
+    ra_status st = ra_comm_usable(comm, "ra_h5_read_inputs");
+    if (st != RA_OK)
+        return st;
+    st = ra_shape_check(shape);
+    if (st == RA_OK && (!rows || !path))
+        st = ra_error_set(RA_ERR_ARG, "ra_h5_read_inputs: path and rows are "
+                          "required");
     if (st == RA_OK && (st = rows_check(path, "query", &rows[0],
                                         shape->N)) == RA_OK)
         st = rows_check(path, "key", &rows[1], shape->M);
+    if (st == RA_OK && ((!q && rows[0].count > 0) ||
+                        ((!k || !v) && rows[1].count > 0)))
+        st = ra_error_set(RA_ERR_ARG, "ra_h5_read_inputs: q, k and v are "
+                          "required for the rows this rank reads");
     if ((st = ra_agree(comm, st)) != RA_OK) /* rows differ by rank */
         return st;
     h5io_quiet_begin(&quiet);

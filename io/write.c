@@ -247,14 +247,45 @@ ra_status h5io_write_outputs_staged(MPI_Comm comm, const char *path,
     return st;
 }
 
+/* The public entry's arguments: path, shape and meta, meta's enums, and
+ * o and lse for the rows this rank holds (NULL only where it holds none). */
+static ra_status outputs_given(MPI_Comm comm, const char *path,
+                               const ra_shape *shape, const ra_run_meta *meta,
+                               const float *o, const float *lse)
+{
+    int rank, P;
+    ra_status st = ra_shape_check(shape);
+    if (st == RA_OK && (!path || !meta))
+        st = ra_error_set(RA_ERR_ARG, "ra_h5_write_outputs: path and meta "
+                          "are required");
+    if (st == RA_OK && (unsigned)meta->out_axes > RA_AXES_BHND)
+        st = ra_error_set(RA_ERR_ARG, "%s: meta.out_axes: unknown order %d",
+                          path, (int)meta->out_axes);
+    if (st != RA_OK)
+        return st;
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &P) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
+    ra_params p;
+    ra_params_join(meta->num, meta->exec, &p);
+    if (ra_params_slice(&p, ra_params_layout(&p, 0), shape->N, rank,
+                        P).count > 0 && (!o || !lse))
+        return ra_error_set(RA_ERR_ARG, "%s: o and lse are required for the "
+                            "rows rank %d holds", path, rank);
+    return RA_OK;
+}
+
 ra_status ra_h5_write_outputs(MPI_Comm comm, const char *path, int force,
                               const ra_shape *shape, const ra_run_meta *meta,
                               const float *o, const float *lse)
 {
     h5io_staged staged, *one = &staged;
-    ra_status st;
-
     ra_error_clear();
+    ra_status st = ra_comm_usable(comm, "ra_h5_write_outputs");
+    if (st != RA_OK || (st = ra_agree(comm, outputs_given(comm, path, shape,
+                                                          meta, o, lse))) !=
+                           RA_OK)
+        return st;
     st = h5io_write_outputs_staged(comm, path, force, shape, meta, o, lse,
                                    &staged);
     return st == RA_OK ? h5io_publish(comm, &one, 1) : st;
