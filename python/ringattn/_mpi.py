@@ -23,30 +23,35 @@ from ._errors import error
 # Requests given up at their deadline, with the buffers MPI may still
 # write into: kept alive until the job ends.
 ABANDONED = []
-# The polling pause's bounds in seconds: short at first (most waits end
-# at once), then 1 ms, which yields the core on a loaded machine.
-PAUSE_FIRST, PAUSE_MAX = 1e-6, 1e-3
+# How the wait polls: without a pause for its first SPIN seconds (most
+# waits end within them, and a pause on a loaded machine costs a time
+# slice), then with pauses doubling from PAUSE_FIRST to PAUSE_MAX, which
+# yield the core to the ranks being waited for.
+SPIN, PAUSE_FIRST, PAUSE_MAX = 5e-3, 1e-5, 1e-3
 
 
 def wait(req, timeout, step, buffers):
     """Waits for the request req, at most `timeout` seconds (0: for
-    ever); at the deadline raises ringattn.Error (status "MPI error")
-    naming the step, and keeps req and its buffers alive."""
-    if timeout == 0:
-        req.Wait()
-        return
-    deadline = time.monotonic() + timeout
+    ever), interruptible; at the deadline raises ringattn.Error (status
+    "MPI error") naming the step. A request left pending (the deadline,
+    or a KeyboardInterrupt) keeps itself and its buffers alive."""
+    start = time.monotonic()
     pause = PAUSE_FIRST
-    while not req.Test():
-        if time.monotonic() > deadline:
-            ABANDONED.append((req, buffers))
-            raise error(f"{step}: not every rank arrived within "
-                        f"stall_timeout = {timeout:g} s (a rank stopped, "
-                        "or raised between calls); this rank is now out of "
-                        "step with them: end the job (comm.Abort())",
-                        "MPI error")
-        time.sleep(pause)
-        pause = min(2 * pause, PAUSE_MAX)
+    try:
+        while not req.Test():
+            now = time.monotonic()
+            if timeout and now - start > timeout:
+                raise error(f"{step}: not every rank arrived within "
+                            f"stall_timeout = {timeout:g} s (a rank "
+                            "stopped, or raised between calls); this rank "
+                            "is now out of step with them: end the job "
+                            "(comm.Abort())", "MPI error")
+            if now - start > SPIN:
+                time.sleep(pause)
+                pause = min(2 * pause, PAUSE_MAX)
+    except BaseException:  # MPI may still write into the buffers
+        ABANDONED.append((req, buffers))
+        raise
 
 
 def allgather_slices(comm, local, axis, timeout):

@@ -7,6 +7,8 @@ if they do not (no time is asserted). The calls run on a duplicate of
 the communicator; afterwards the leaving rank completes the request the
 others gave up, so that the rest of the suite finds the ranks in step (a
 program would end the job instead: comm.Abort())."""
+import signal
+
 import numpy as np
 import pytest
 import torch
@@ -23,11 +25,10 @@ LAST = P - 1
 STALL = 3  # seconds: the others give up after this
 
 
-def call_forward(comm, rng):
+def call_forward(comm, rng, stall=STALL):
     q, k, v = (ringattn.shard(normal(rng, (1, 4 * P + 1, 2, 8)),
                               "contiguous", comm) for _ in range(3))
-    ringattn.forward(q, k, v, comm, layout="contiguous",
-                     stall_timeout=STALL)
+    ringattn.forward(q, k, v, comm, layout="contiguous", stall_timeout=stall)
 
 
 def join_forward(comm):
@@ -64,6 +65,20 @@ def join_unshard(comm):
                     np.empty((P, width), np.int64)).Wait()
 
 
+def rejoin(side, join, got):
+    """Every rank's verdict got (the last rank waits for the others'
+    here), then the last rank's join of the requests they gave up; side
+    is freed once they have completed."""
+    every = COMM.allgather(got)
+    if RANK == LAST:
+        join(side)
+    for req, _ in _mpi.ABANDONED:
+        req.Wait()
+    _mpi.ABANDONED.clear()
+    side.Free()
+    return every
+
+
 STEPS = {"forward": (call_forward, join_forward,
                      "the agreement before the call"),
          "allreduce_grads": (call_allreduce, join_allreduce,
@@ -87,12 +102,39 @@ def test_rank_leaves_between_calls_class11(rng, step):
         except ringattn.Error as exc:
             got = (exc.status, name in str(exc),
                    f"stall_timeout = {STALL} s" in str(exc))
-    every = COMM.allgather(got)  # the last rank waits here for the others
-    if RANK == LAST:
-        join(side)
-    for req, _ in _mpi.ABANDONED:
-        req.Wait()
-    _mpi.ABANDONED.clear()
-    side.Free()
+    every = rejoin(side, join, got)
     want = ("MPI error", True, True)
     agreed(all(g == want for g in every[:LAST]), f"{step}: {every}")
+
+
+def interrupt(signum, frame):
+    """Ctrl-C's KeyboardInterrupt, once the rank waits in the agreement
+    (before that, the timer is set again)."""
+    while frame is not None and frame.f_code is not _mpi.wait.__code__:
+        frame = frame.f_back
+    if frame is None:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        return
+    raise KeyboardInterrupt
+
+
+@pytest.mark.skipif(P < 2, reason="needs two ranks")
+def test_interrupt_while_waiting_class11(rng):
+    """A KeyboardInterrupt (here from a timer) ends a wait for a rank that
+    never arrives even with stall_timeout=0 (before: a blocking Allgather,
+    deaf to Ctrl-C); the pending request is kept with its buffers."""
+    side = COMM.Dup()
+    got = "left"
+    if RANK != LAST:
+        old = signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        try:
+            call_forward(side, rng, stall=0)
+            got = "returned"
+        except KeyboardInterrupt:
+            got = len(_mpi.ABANDONED)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    every = rejoin(side, join_forward, got)
+    agreed(all(g == 1 for g in every[:LAST]), f"{every}")
