@@ -137,28 +137,30 @@ static ra_status check_map(const ra_shape *s, const ra_attn_map *map)
     return RA_OK;
 }
 
+ra_status strat_takes(const strat_row *row, const ra_params *p)
+{
+    const char *name = ra_strategy_name(row->id);
+    if (!row->additive && p->score == RA_SCORE_ADDITIVE)
+        return ra_error_set(RA_ERR_ARG, "strategy %s: the additive score "
+                            "runs on strategy ring only", name);
+    if (row->id != RA_STRATEGY_RING && p->align == RA_ALIGN_SEQUENCE)
+        return ra_error_set(RA_ERR_ARG, "strategy %s does not support "
+                            "--align-per-sequence (per-sequence alignment "
+                            "runs on strategy ring only)", name);
+    if (p->wire == RA_WIRE_BF16 &&
+        (row->id != RA_STRATEGY_RING || p->score == RA_SCORE_ADDITIVE))
+        return ra_error_set(RA_ERR_ARG, "strategy %s: --wire bf16 (K/V in "
+                            "bf16 between ranks) runs on strategy ring with "
+                            "the dot or gaussian score only", name);
+    return RA_OK;
+}
+
 /* What the row refuses before any work: the shared checks, then the
- * additive score unless the row takes it, and per-sequence alignment but
- * on the ring. */
+ * options the row does not take (strat_takes). */
 static ra_status call_check(const strat_row *row, const strat_call *c)
 {
     ra_status st = ra_call_check_params(c->shape, c->params, c->masks);
-    if (st == RA_OK && !row->additive &&
-        c->params->score == RA_SCORE_ADDITIVE)
-        return ra_error_set(RA_ERR_ARG, "strategy %s: the additive score "
-                            "runs on strategy ring only", c->name);
-    if (st == RA_OK && row->id != RA_STRATEGY_RING &&
-        c->params->align == RA_ALIGN_SEQUENCE)
-        return ra_error_set(RA_ERR_ARG, "strategy %s does not support "
-                            "--align-per-sequence (per-sequence alignment "
-                            "runs on strategy ring only)", c->name);
-    if (st == RA_OK && c->params->wire == RA_WIRE_BF16 &&
-        (row->id != RA_STRATEGY_RING ||
-         c->params->score == RA_SCORE_ADDITIVE))
-        return ra_error_set(RA_ERR_ARG, "strategy %s: --wire bf16 (K/V in "
-                            "bf16 between ranks) runs on strategy ring with "
-                            "the dot or gaussian score only", c->name);
-    return st;
+    return st == RA_OK ? strat_takes(row, c->params) : st;
 }
 
 typedef struct {

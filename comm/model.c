@@ -149,13 +149,16 @@ static double mem_heads(const mem_view *v)
 static double model_row_mem(const mem_view *v); /* the table's, below */
 
 /* The call's own copies of n query and m key rows (call.c, call_carve):
- * RoPE's rotated q and k; bf16's rounded q (bf16 precision) and k, v (or
- * a bf16 wire), RoPE's copies rounded in place; on oneDNN in bf16 the
+ * RoPE's rotated or the Gaussian's centred q and k (with the keys'
+ * bounds and centres, engine/centre.h); bf16's rounded q (bf16 precision)
+ * and k, v
+ * (or a bf16 wire), the own copies rounded in place; on oneDNN in bf16 the
  * kernel's k, v staged in bf16 (kernel.c, stage_kv), taken as m keys. */
 static double mem_call_copies(const ra_shape *s, const ra_params *p,
                               int64_t n, int64_t m)
 {
-    const int rope = p->rope != RA_ROPE_NONE;
+    const int gauss = p->score == RA_SCORE_GAUSSIAN;
+    const int own = p->rope != RA_ROPE_NONE || gauss; /* call_owns_qk */
     const int q16 = p->precision == RA_PRECISION_BF16;
     const int kv16 = q16 || p->wire == RA_WIRE_BF16;
     const double q = (double)s->B * (double)n * (double)(s->H * s->D);
@@ -165,9 +168,10 @@ static double mem_call_copies(const ra_shape *s, const ra_params *p,
     const double v = (double)s->B * (double)m * (double)(s->G * s->Dv);
     const int staged = q16 && p->score != RA_SCORE_ADDITIVE &&
                        ra_gemm_pick(p->gemm) == RA_GEMM_ONEDNN;
-    return 4.0 * ((rope ? q + k : 0.0) + (q16 && !rope ? q : 0.0) +
-                  (kv16 && !rope ? dk : 0.0) + (kv16 ? v : 0.0)) +
-           (staged ? 2.0 * (k + v) : 0.0);
+    return 4.0 * ((own ? q + k : 0.0) + (q16 && !own ? q : 0.0) +
+                  (kv16 && !own ? dk : 0.0) + (kv16 ? v : 0.0)) +
+           (staged ? 2.0 * (k + v) : 0.0) +
+           (gauss ? 20.0 * (double)(s->B * s->G * s->D) : 0.0);
 }
 
 double model_rank_bytes(const ra_shape *s, const ra_params *p, ra_layout lay,
@@ -664,12 +668,8 @@ static ra_status model_checks(const model_ctx *m, model_result *res)
                           ra_strategy_name(m->row->id),
                           (double)cost->gathered(m->s, m->segs) / 1e6,
                           limit / 1e6);
-    if (!m->row->additive && m->p.score == RA_SCORE_ADDITIVE)
-        ok = ra_error_set(RA_ERR_ARG, "the additive score runs on strategy "
-                                      "ring only");
-    if (m->row->id != RA_STRATEGY_RING && m->p.align == RA_ALIGN_SEQUENCE)
-        ok = ra_error_set(RA_ERR_ARG, "per-sequence alignment runs on "
-                                      "strategy ring only");
+    if (ok == RA_OK)
+        ok = strat_takes(m->row, &m->p);
     return ok;
 }
 

@@ -79,6 +79,13 @@ typedef struct {
 /* Every strategy, one row each, in the order of ra_strategy (call.c). */
 extern const strat_row strat_table[RA_STRATEGY_COUNT];
 
+/* The one home of which strategy takes which options (call.c): RA_OK, or
+ * RA_ERR_ARG naming the strategy and the option it does not take (the
+ * additive score without row->additive; per-sequence alignment and a bf16
+ * wire off the ring). The calls refuse, and the model (plan, --strategy
+ * auto) never picks, what it refuses. */
+ra_status strat_takes(const strat_row *row, const ra_params *p);
+
 /* Reports step done of total to the caller's progress callback. */
 void strat_step(strat_call *c, int done, int total);
 

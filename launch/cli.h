@@ -157,7 +157,7 @@ struct cli_opt {
 #define CLI_OPT_PROFILE(T, FIELD)                                             \
     {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",                   \
      .offset = CLI_FIELD(T, FIELD, const char *), .shown = "built-in",        \
-     .help = "machine profile of --strategy auto"}
+     .help = "machine profile: --strategy auto, the stall timeout"}
 
 /* --out-axes B,N,H,D|B,H,N,D: the order the 4-D outputs (/o, the
  * gradients) are written in, into the int FIELD of T, an index of
@@ -346,7 +346,9 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
 
 /* The parse of a driver of one pass (run, run --mha, run --backward,
  * bench --backward): cli_params_default(p) (p lies in opts), the tables,
- * then cli_params_finish(p). Returns -1 when the caller goes on, else the
+ * then cli_params_finish(p); p->stall_timeout is NaN when --stall-timeout
+ * was not given (cli_pass_begin resolves it). Returns -1 when the caller
+ * goes on, else the
  * exit code (0 after --help, 2 after a bad or refused option). */
 int cli_parse_pass(const cli_ctx *ctx, const cli_spec *spec, void *opts,
                    ra_params *p, int argc, char **argv);

@@ -18,7 +18,7 @@
 typedef struct {
     ra_params p;
     ra_h5_source src; /* /q /k /v, in src.axes without an axes attribute */
-    const char *in, *out, *fwd;
+    const char *in, *out, *fwd, *profile;
     int force, recompute, out_axes;
 } bwd_opts;
 
@@ -34,6 +34,7 @@ static const cli_opt bwd_own[] = {
     CLI_OPT_FLAG(bwd_opts, "--recompute", recompute,
                  "recompute /o and /lse with a forward pass instead"),
     CLI_OPT_QKV_LAYOUT(bwd_opts, src.axes),
+    CLI_OPT_PROFILE(bwd_opts, profile),
     {0},
 };
 
@@ -68,17 +69,24 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
     r->d.in = o->in;
     o->src.tuning = &ctx->tuning; /* every read of --in */
     r->d.out = o->out;
+    r->d.profile = o->profile;
+    r->d.backward = 1;
     if (!o->fwd == !o->recompute)
         return ra_agree(ctx->comm,
                         ra_error_set(RA_ERR_ARG, "run --backward: give "
                                      "exactly one of --fwd FILE and "
                                      "--recompute"));
     ra_status st = cli_paths_agree(ctx, (const h5io_named_path[]){
-        {"--in", o->in, 0}, {"--fwd", o->fwd, 0}, {"--out", o->out, 1},
-        {NULL, NULL, 0}});
+        {"--in", o->in, 0}, {"--fwd", o->fwd, 0}, {"--profile", o->profile, 0},
+        {"--out", o->out, 1}, {NULL, NULL, 0}});
+    const char *inputs[4] = {o->in, NULL, NULL, NULL}; /* those given */
+    int n = 1;
+    if (o->fwd)
+        inputs[n++] = o->fwd;
+    if (o->profile)
+        inputs[n++] = o->profile;
     if (st == RA_OK)
-        st = cli_output_agree(ctx, o->out, o->force,
-                              (const char *const[]){o->in, o->fwd, NULL});
+        st = cli_output_agree(ctx, o->out, o->force, inputs);
     if (st == RA_OK)
         st = ra_h5_read_shape(ctx->comm, o->in, &o->src, &r->d.s, NULL);
     if (st != RA_OK)
@@ -161,7 +169,7 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
                                           g->dv, dw},
                               &r->tm);
     if (ran && st == RA_ERR_MPI) /* a stalled ring */
-        cli_abort(ctx, ra_error_message());
+        cli_pass_stalled(ctx, &r->d);
     if (st == RA_OK) {
         char masks[64];
         snprintf(masks, sizeof masks, "%s%s%s",
@@ -207,7 +215,7 @@ int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
     const int code = cli_parse_pass(ctx, &bwd_spec, &o, &o.p, argc, argv);
     if (code >= 0)
         return code;
-    cli_pass_begin(ctx, &o.p);
+    cli_pass_begin(ctx, &r.d, &o.p);
     ra_status st = bwd_validate(ctx, &o, &r);
     if (st == RA_OK)
         st = bwd_setup(ctx, &o, &r);

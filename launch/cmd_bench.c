@@ -301,19 +301,40 @@ static ra_shape config_shape(const bench_opts *o, int i)
     return s;
 }
 
+/* What --mode naive/both cannot run (issue 39, class 20): the
+ * materialising baseline (comm/baseline.c) computes the dot score in fp32
+ * on the contiguous layout, causal at most; any other option is refused by
+ * name, never run in fp32 and reported as applied. */
+static ra_status naive_check(const bench_opts *o)
+{
+    const ra_params *p = &o->p;
+    const char *opt = p->layout != RA_LAYOUT_CONTIGUOUS ? "--layout"
+                      : p->window                       ? "--window"
+                      : o->rm.lens                      ? "--lens"
+                      : o->rm.segment_avg               ? "--segments"
+                      : p->score != RA_SCORE_DOT        ? "--score"
+                      : p->precision != RA_PRECISION_FP32 ? "--precision"
+                      : p->wire == RA_WIRE_BF16         ? "--wire"
+                      : p->rope != RA_ROPE_NONE         ? "--rope"
+                      : p->alibi                        ? "--alibi"
+                                                        : NULL;
+    if (!opt)
+        return RA_OK;
+    return ra_error_set(RA_ERR_ARG, "%s: --mode naive/both runs the "
+                        "materialising baseline, which takes the contiguous "
+                        "layout, the dot score in fp32 and causal masks "
+                        "only (use --mode ring)", opt);
+}
+
 /* Every check before the work: the modes, every shape, the output files
  * (replaced when they exist, as before); the ranks agree. */
 static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
 {
-    ra_status st = RA_OK;
     o->layout_auto = o->p.layout == RA_LAYOUT_AUTO;
-    o->p.layout = ra_params_layout(&o->p, o->rm.segment_avg > 0);
-    if (o->naive && (o->p.layout != RA_LAYOUT_CONTIGUOUS || o->p.window ||
-                     o->rm.lens || o->rm.segment_avg ||
-                     o->p.score != RA_SCORE_DOT))
-        st = ra_error_set(RA_ERR_ARG, "bench: --mode naive/both takes the "
-                          "contiguous layout, the dot score and causal masks "
-                          "only");
+    o->p.layout = o->naive && o->layout_auto /* the baseline's own */
+                      ? RA_LAYOUT_CONTIGUOUS
+                      : ra_params_layout(&o->p, o->rm.segment_avg > 0);
+    ra_status st = o->naive ? naive_check(o) : RA_OK;
     for (int i = 0; i < o->nseq && st == RA_OK; i++) {
         const ra_shape s = config_shape(o, i);
         st = cli_params_check(&o->p, &s, NULL);

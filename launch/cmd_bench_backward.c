@@ -82,6 +82,7 @@ static ra_status bb_validate(const cli_ctx *ctx, bb_opts *o, bb_state *b)
     b->d.s = o->cs.shape;
     b->d.in = "(random)";
     b->d.out = "(none)";
+    b->d.backward = 1;
     cli_pass_layout(&b->d, &o->p, 0);
     ra_status st = ra_shape_check(&b->d.s);
     if (st == RA_OK)
@@ -169,7 +170,7 @@ static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
             bench_reps_record(&b->reps, rep);
     }
     if (st == RA_ERR_MPI)
-        cli_abort(ctx, ra_error_message());
+        cli_pass_stalled(ctx, &b->d);
     b->reps.rss = bench_rss_peak();
     b->finite = all_finite(g->dq, t->nq) && all_finite(g->dk, t->nk) &&
                 all_finite(g->dv, t->nv);
@@ -235,7 +236,7 @@ int cmd_bench_backward(const cli_ctx *ctx, int argc, char **argv)
     const int code = cli_parse_pass(ctx, &bb_spec, &o, &o.p, argc, argv);
     if (code >= 0)
         return code;
-    cli_pass_begin(ctx, &o.p);
+    cli_pass_begin(ctx, &b.d, &o.p);
     ra_status st = bb_validate(ctx, &o, &b);
     if (st == RA_OK)
         st = bb_setup(ctx, &o, &b);

@@ -309,7 +309,7 @@ static ra_status mha_compute(const cli_ctx *ctx, const mha_opts *o,
         (st = ra_call_mha(ctx->comm, s, &o->p, &r->d.masks.view, L,
                           &(ra_mha_io){r->xq, r->xkv, r->y}, NULL)) ==
             RA_ERR_MPI)
-        cli_abort(ctx, ra_error_message()); /* a stalled ring */
+        cli_pass_stalled(ctx, &r->d); /* a stalled ring */
     const double t2 = MPI_Wtime();
     const h5io_layer_output out = {s, &o->p, o->pos, dy, &r->qs, r->y,
                                    ctx->command_line, &ctx->tuning};
@@ -345,7 +345,7 @@ int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
     const int code = cli_parse_pass(ctx, &mha_spec, &o, &o.p, argc, argv);
     if (code >= 0)
         return code;
-    cli_pass_begin(ctx, &o.p);
+    cli_pass_begin(ctx, &r.d, &o.p);
     ra_status st = mha_validate(ctx, &o, &r);
     if (st == RA_OK)
         st = mha_setup(ctx, &o, &r);

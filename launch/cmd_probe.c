@@ -95,7 +95,11 @@ static int engines_parse(const probe_opts *o, ra_gemm g[PROBE_ENGINES])
         if (!seen)
             g[n++] = e;
     }
-    return n;
+    if (n == 0)
+        ra_error_set(RA_ERR_ARG, "--gemm: '%s' names no engine (give auto, "
+                     "openblas%s)", o->gemms,
+                     ra_gemm_available(RA_GEMM_ONEDNN) ? ", onednn" : "");
+    return n > 0 ? n : -1;
 }
 
 /* The scores of --score into scores; how many, or -1 with a message. */
@@ -112,7 +116,10 @@ static int scores_parse(const probe_opts *o, ra_score scores[3])
         }
         n++;
     }
-    return n;
+    if (n == 0)
+        ra_error_set(RA_ERR_ARG, "--score: '%s' names no score (give dot, "
+                     "gaussian, additive or a list)", o->scores);
+    return n > 0 ? n : -1;
 }
 
 /* The precisions of --precision into pr, each once; how many, or -1 with
@@ -132,7 +139,26 @@ static int precisions_parse(const probe_opts *o, ra_precision pr[2])
         if (n == 0 || (n == 1 && pr[0] != e)) /* each once: at most 2 */
             pr[n++] = e;
     }
-    return n;
+    if (n == 0)
+        ra_error_set(RA_ERR_ARG, "--precision: '%s' names no precision "
+                     "(give fp32, bf16 or both)", o->precisions);
+    return n > 0 ? n : -1;
+}
+
+/* Whether rates_parse found a rate to measure; else the option at fault:
+ * --dim naming no dim, or --precision without fp32 for scores that are
+ * all additive (measured in fp32 only). */
+static ra_status rates_any(const probe_opts *o, const ra_profile *p)
+{
+    if (p->nrates > 0)
+        return RA_OK;
+    if (strspn(o->dims, ", ") == strlen(o->dims))
+        return ra_error_set(RA_ERR_ARG, "--dim: '%s' names no head dim",
+                            o->dims);
+    return ra_error_set(RA_ERR_ARG, "--precision: %s alone measures nothing "
+                        "for --score %s: the additive score is measured in "
+                        "fp32 only (its scores are not tile products); add "
+                        "fp32", o->precisions, o->scores);
 }
 
 /* The asked kernel rates: every dim with every score, engine, precision
@@ -174,10 +200,7 @@ static ra_status rates_parse(const probe_opts *o, ra_profile *p)
                      ra_precision_name(pr));
         }
     }
-    if (p->nrates == 0)
-        return ra_error_set(RA_ERR_ARG, "--dim, --score: no kernel shape to "
-                            "measure");
-    return RA_OK;
+    return rates_any(o, p);
 }
 
 /* The options and the paths, agreed over the ranks. */

@@ -188,6 +188,7 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     r->d.in = o->in;
     o->src.tuning = &ctx->tuning; /* every read of --in */
     r->d.out = o->out;
+    r->d.profile = o->profile;
     ra_status st = out_opts_check(o);
     if (st == RA_OK)
         st = progress_check(&o->prog);
@@ -334,7 +335,7 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     }
     if (ran && st == RA_ERR_MPI) /* a stalled ring: the others wait for a
                                     stopped rank */
-        cli_abort(ctx, ra_error_message());
+        cli_pass_stalled(ctx, &r->d);
     const double t2 = MPI_Wtime();
     if (st == RA_OK) {
         int64_t bq, bkv;
@@ -448,7 +449,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     const int code = cli_parse_pass(ctx, &run_spec, &o, &o.p, argc, argv);
     if (code >= 0)
         return code;
-    cli_pass_begin(ctx, &o.p);
+    cli_pass_begin(ctx, &r.d, &o.p);
     ra_status st = run_validate(ctx, &o, &r);
     if (st == RA_OK)
         st = run_setup(ctx, &o, &r);

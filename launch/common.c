@@ -280,6 +280,7 @@ int cli_parse_pass(const cli_ctx *ctx, const cli_spec *spec, void *opts,
                    ra_params *p, int argc, char **argv)
 {
     cli_params_default(p);
+    p->stall_timeout = NAN; /* "not given" until cli_pass_begin */
     const int code = cli_parse_or_exit(ctx, spec, opts, argc, argv);
     if (code >= 0)
         return code;

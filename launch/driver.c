@@ -1,4 +1,5 @@
 /* driver.c: the phases around the pass drivers and the data they share. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,43 +90,91 @@ static double pass_io_seconds(const cli_ctx *ctx, const ra_shape *s)
     return 4.0 * floats / ctx->nranks / CLI_IO_FLOOR;
 }
 
-/* The stall timeout of the pass: the one given, or (the library's default
- * left alone) one derived from the predicted time of a step; then the
- * phase watchdog on the pass, which beats at every step of the run's
- * progress callback. Collective (the prediction). */
-static void pass_watch(const cli_ctx *ctx, const ra_shape *s, ra_params *p)
+/* The backward kernel's rate against the forward's, on top of its FLOPs
+ * (docs/PERFORMANCE.md: five tile products to two, at a lower share of the
+ * peak): a bound, not an estimate. */
+#define CLI_BWD_RATE_LOSS 1.5
+
+/* The step callback of a driver without progress lines: each step of the
+ * pass is a sign of progress for the phase watchdog. */
+static void pass_beat(void *ctx, int done, int total)
+{
+    (void)ctx;
+    (void)done;
+    (void)total;
+    cli_watchdog_beat();
+}
+
+cli_stall_basis cli_pass_basis(const ra_shape *s, const ra_params *p,
+                               int nranks, double forward_s, int backward,
+                               const char *profile)
 {
     const int stepped = p->strategy == RA_STRATEGY_RING ||
                         p->strategy == RA_STRATEGY_RING_Q ||
                         p->strategy == RA_STRATEGY_ALLGATHER;
-    const double predicted = progress_predict(ctx, s, p, NULL);
-    if (p->stall_timeout == RA_STALL_TIMEOUT_DEFAULT)
-        p->stall_timeout = cli_stall_default(predicted,
-                                             stepped ? ctx->nranks : 1);
+    const double ff = ra_params_forward_flops(s, p, NULL);
+    const double bf = ra_params_backward_flops(s, p, NULL);
+    const double ratio = !backward ? 1.0
+                         : CLI_BWD_RATE_LOSS * (ff > 0 ? bf / ff : 2.5);
+    return (cli_stall_basis){backward ? "backward" : "forward",
+                             forward_s * ratio, stepped ? nranks : 1,
+                             profile};
+}
+
+/* The stall timeout of the pass: the one given, or one derived from the
+ * predicted time of the pass that runs (the backward's when there is
+ * one), from the run's profile; then the phase watchdog on the pass, which
+ * beats at every step. Collective (the prediction). */
+static void pass_watch(const cli_ctx *ctx, cli_pass_data *d, ra_params *p)
+{
+    const double fwd_s = progress_predict(ctx, &d->s, p, d->profile);
+    const cli_stall_basis basis = cli_pass_basis(&d->s, p, ctx->nranks, fwd_s,
+                                                 d->backward, d->profile);
+    p->stall_timeout = cli_stall_timeout(d->stall_given, &basis, d->stall_how,
+                                         sizeof d->stall_how);
+    if (!p->on_step) {
+        p->on_step = pass_beat;
+        p->on_step_ctx = NULL;
+    }
+    cli_watchdog_explain(d->stall_how);
     /* twice the library's timeout: its own watchdog, which names the
      * step and the peer, speaks first when it can */
-    cli_watchdog_phase(ctx, "the pass (set-up, read, attention)",
-                       2.0 * p->stall_timeout, pass_io_seconds(ctx, s));
+    cli_watchdog_phase(ctx, d->backward ? "the pass (set-up, read, backward)"
+                                        : "the pass (set-up, read, "
+                                          "attention)",
+                       2.0 * p->stall_timeout, pass_io_seconds(ctx, &d->s));
 }
 
-void cli_pass_begin(const cli_ctx *ctx, const ra_params *p)
+/* Seconds the set-up may take when no timeout is given: reading the
+ * shape, agreeing, allocating, on a loaded machine. */
+#define CLI_SETUP_SECONDS 60.0
+
+void cli_pass_begin(const cli_ctx *ctx, cli_pass_data *d, ra_params *p)
 {
-    const double setup_s = p->stall_timeout != RA_STALL_TIMEOUT_DEFAULT
-                               ? p->stall_timeout
-                               : cli_stall_default(0.0, 1) * 3.0;
-    cli_watchdog_phase(ctx, "the set-up", setup_s, 0.0);
+    d->stall_given = p->stall_timeout; /* NaN: not given */
+    if (isnan(p->stall_timeout)) /* until cli_pass_echo derives it */
+        p->stall_timeout = RA_STALL_TIMEOUT_DEFAULT;
+    cli_watchdog_phase(ctx, "the set-up",
+                       isnan(d->stall_given) ? CLI_SETUP_SECONDS
+                                             : d->stall_given, 0.0);
 }
 
-void cli_pass_echo(const cli_ctx *ctx, const cli_pass_data *d, ra_params *p)
+void cli_pass_echo(const cli_ctx *ctx, cli_pass_data *d, ra_params *p)
 {
-    const int given_stall = p->stall_timeout != RA_STALL_TIMEOUT_DEFAULT;
-    pass_watch(ctx, &d->s, p);
+    pass_watch(ctx, d, p);
     cli_placement_warn(ctx, ra_params_threads(p));
     cli_print_params(ctx, &d->s, p, d->layout_auto, d->in, d->out);
     if (ctx->rank == 0)
-        printf("# %-10s %.3g s without progress ends the job%s\n", "stall",
-               p->stall_timeout,
-               given_stall ? "" : " (derived from the predicted step)");
+        printf("# %-10s %.3g s without progress ends the job (%s)\n",
+               "stall", p->stall_timeout, d->stall_how);
+}
+
+void cli_pass_stalled(const cli_ctx *ctx, const cli_pass_data *d)
+{
+    char line[1600];
+    snprintf(line, sizeof line, "%s; the timeout: %s", ra_error_message(),
+             d->stall_how);
+    cli_abort(ctx, line);
 }
 
 void cli_pass_writing(const cli_ctx *ctx, const cli_pass_data *d,

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "h5io.h"
+#include "watchdog.h"
 
 /* A rank's gradient buffers, one allocation:
  * dout (B, n, H, Dv)  dq (B, n, H, D)  dk (B, m, G, Dk)  dv (B, m, G, Dv)
@@ -27,6 +28,11 @@ typedef struct {
     cli_score_inputs score_in;  /* the additive score's weights */
     double *slopes;             /* /alibi_slopes, or NULL */
     ra_h5_masks masks;
+    int backward;               /* the pass computes gradients (set before
+                                   cli_pass_echo) */
+    const char *profile;        /* the run's --profile, or NULL */
+    double stall_given;         /* --stall-timeout, NaN when not given */
+    char stall_how[400];        /* how the stall timeout was found */
 } cli_pass_data;
 
 void cli_pass_data_free(cli_pass_data *d);
@@ -60,13 +66,31 @@ ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
  * cli_pass_echo, compute, cli_pass_writing, report, its own release, then
  * cli_pass_end with the first failure. */
 
-/* Before validating: the set-up phase watched. */
-void cli_pass_begin(const cli_ctx *ctx, const ra_params *p);
+/* What the stall timeout of a pass rests on (cli_stall_timeout): the
+ * predicted forward_s seconds of a forward pass of s under p on nranks
+ * ranks (progress_predict, from profile; NULL: the built-in one), for
+ * the backward (backward 1) grown by its FLOPs and its kernel's lower
+ * rate; its beats are the strategy's steps. Pure. */
+cli_stall_basis cli_pass_basis(const ra_shape *s, const ra_params *p,
+                               int nranks, double forward_s, int backward,
+                               const char *profile);
 
-/* After setting up: the stall timeout derived when not given (collective:
- * the prediction), the pass phase watched, then from rank 0 the placement
- * warning and the parameter table of d with the stall line. */
-void cli_pass_echo(const cli_ctx *ctx, const cli_pass_data *d, ra_params *p);
+/* Before validating: --stall-timeout as parsed (NaN: not given; every
+ * value given is honoured, 600 and 0 included) kept in d, p's left at the
+ * library's default until cli_pass_echo; the set-up phase watched. */
+void cli_pass_begin(const cli_ctx *ctx, cli_pass_data *d, ra_params *p);
+
+/* After setting up: the stall timeout (cli_stall_timeout: given, or
+ * derived from the prediction of d's pass with d->profile; collective),
+ * p->on_step a beat of the watchdog when the driver set none, the pass
+ * phase watched, then from rank 0 the placement warning and the parameter
+ * table of d with the stall line (its value and how it was found). */
+void cli_pass_echo(const cli_ctx *ctx, cli_pass_data *d, ra_params *p);
+
+/* A stalled pass (RA_ERR_MPI from the library: transfers still in
+ * flight): the library's message and how the timeout was found, then the
+ * job ended (cli_abort). */
+void cli_pass_stalled(const cli_ctx *ctx, const cli_pass_data *d);
 
 /* Before the report: the write of the output watched. */
 void cli_pass_writing(const cli_ctx *ctx, const cli_pass_data *d,

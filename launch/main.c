@@ -42,6 +42,7 @@ static char *join_args(int argc, char **argv)
 int main(int argc, char **argv)
 {
     int provided;
+    cli_streams_open(); /* before anything opens a file */
     cli_mpi_env();
     cli_watchdog_start_mpi();
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);

@@ -7,14 +7,15 @@
 #include "plan.h"
 #include "profile.h"
 #include "progress.h"
+#include "signals.h"
 #include "watchdog.h"
-
-/* A pass predicted to take longer than this shows progress by default. */
-#define PROGRESS_THRESHOLD 10.0
 
 const cli_opt cli_progress_opts[] = {
     CLI_OPT_FLAG(cli_progress, "--progress", asked,
-                 "progress lines on stderr (default: runs over ~10 s)"),
+                 "progress lines on stderr from the start"),
+    CLI_OPT_REAL(cli_progress, "--progress-after", "S", after, 0, 1e9, "10",
+                 "without --progress: lines once the pass has run S s "
+                 "(from the start when predicted longer)"),
     CLI_OPT_FLAG(cli_progress, "--no-progress", refused, "no progress lines"),
     CLI_OPT_POSITIVE(cli_progress, "--progress-every", "S", every, 86400, "5",
                      "seconds between progress lines"),
@@ -30,12 +31,19 @@ ra_status progress_check(const cli_progress *pg)
     return RA_OK;
 }
 
-/* Whether rank 0 prints: the rule of progress_setup (progress.h). */
-static int progress_wanted(const cli_progress *pg, double predicted_seconds)
+/* Whether rank 0 may print: the rule of progress_setup (progress.h). */
+static int progress_wanted(const cli_progress *pg)
 {
-    if (pg->quiet || pg->refused)
-        return 0;
-    return pg->asked || predicted_seconds > PROGRESS_THRESHOLD;
+    return !pg->quiet && !pg->refused;
+}
+
+/* Whether the lines have started, `elapsed` s into the pass: from the
+ * start with --progress or a long prediction, else once the pass has run
+ * --progress-after seconds (issue 39, class 14: a prediction can be
+ * wrong, the clock is not). */
+static int progress_started(const cli_progress *pg, double elapsed)
+{
+    return pg->on && elapsed >= pg->from;
 }
 
 double progress_predict(const cli_ctx *ctx, const ra_shape *s,
@@ -62,9 +70,11 @@ static void progress_step(void *ctx, int done, int total)
     cli_watchdog_beat();
     pg->done = done;
     pg->total = total;
-    if (!pg->on || (done < total && now - pg->last < pg->every))
+    if (!progress_started(pg, elapsed) ||
+        (done < total && now - pg->last < pg->every))
         return;
     pg->last = now;
+    cli_streams_watch(); /* a line nobody reads may cost the job */
     const double eta = elapsed / done * (total - done);
     fprintf(pg->out, "ringattn run: step %d/%d, %.1f s elapsed, ETA %.1f s\n",
             done, total, elapsed, eta);
@@ -79,9 +89,11 @@ static void progress_tick(void *ctx, double share)
 {
     cli_progress *pg = ctx;
     const double now = MPI_Wtime(), elapsed = now - pg->start;
-    if (now - pg->last < pg->every || (pg->total && pg->done >= pg->total))
+    if (!progress_started(pg, elapsed) || now - pg->last < pg->every ||
+        (pg->total && pg->done >= pg->total))
         return;
     pg->last = now;
+    cli_streams_watch();
     char total[24] = "?", eta[48] = "?";
     const double at = pg->done + share;
     if (pg->total > 0) {
@@ -104,7 +116,8 @@ void progress_setup(const cli_ctx *ctx, cli_progress *pg, const ra_shape *s,
                     ra_params *p, const char *profile)
 {
     pg->predicted = progress_predict(ctx, s, p, profile);
-    pg->on = ctx->rank == 0 && progress_wanted(pg, pg->predicted);
+    pg->on = ctx->rank == 0 && progress_wanted(pg);
+    pg->from = pg->asked || pg->predicted > pg->after ? 0.0 : pg->after;
     pg->out = stderr;
     pg->start = pg->last = MPI_Wtime();
     p->on_step = progress_step;
@@ -125,9 +138,13 @@ void progress_print_param(const cli_ctx *ctx, const cli_progress *pg)
 {
     if (ctx->rank != 0)
         return;
-    if (pg->on)
+    if (pg->on && pg->from == 0.0)
         printf("# %-10s on, every %g s (predicted %.1f s)\n",
                "progress", pg->every, pg->predicted);
+    else if (pg->on)
+        printf("# %-10s off for the first %g s (--progress-after; a short "
+               "run, predicted %.3g s), then every %g s\n", "progress",
+               pg->from, pg->predicted, pg->every);
     else
         printf("# %-10s off (%s; predicted %.1f s)\n", "progress",
                pg->quiet     ? "--quiet"

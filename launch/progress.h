@@ -12,7 +12,10 @@
 typedef struct {
     int asked, refused, quiet; /* --progress, --no-progress, --quiet */
     double every;       /* --progress-every: seconds between lines */
-    int on;             /* lines are printed (rank 0) */
+    double after;       /* --progress-after: seconds of a pass after which
+                           lines start without --progress */
+    int on;             /* lines may be printed (rank 0) */
+    double from;        /* seconds into the pass of the first line */
     double predicted;   /* seconds the forward pass should take */
     double start, last; /* MPI_Wtime of the pass's start, of the last line */
     int done, total;    /* steps done and in all (0: none reported yet) */
@@ -34,9 +37,10 @@ double progress_predict(const cli_ctx *ctx, const ra_shape *s,
                         const ra_params *p, const char *profile);
 
 /* Decides whether rank 0 prints (never with --quiet or --no-progress;
- * always with --progress; otherwise when the pass is predicted to take
- * more than about ten seconds, whether or not stderr is a terminal: under
- * mpirun it never is) and points p->on_step
+ * from the start with --progress or when the pass is predicted to take
+ * more than --progress-after seconds (10); otherwise once it has run that
+ * long, whether or not stderr is a terminal: under mpirun it never is) and
+ * points p->on_step
  * at the step callback on every rank (each step is also a beat of the
  * phase watchdog, watchdog.h; only rank 0 prints, when on), and, where
  * lines are printed, p->on_tick at the tile callback: a line every

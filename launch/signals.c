@@ -1,13 +1,26 @@
-/* signals.c: Ctrl-C, a batch system's time limit, or mpirun passing either
- * on to the ranks must not leave a temporary output file behind. The
- * handler does only async-signal-safe work: it unlinks the names that io/
- * published (static buffers, each set before its file is created and
- * cleared after it is renamed or removed), then restores the default action
- * and raises the signal again, so that the process dies of it and the exit
- * status says so. SIGKILL cannot be caught: io/tmpfile.c removes what it
- * leaves. */
+/* signals.c: signals and the standard streams. Ctrl-C, a batch system's
+ * time limit, or mpirun passing either on to the ranks must not leave a
+ * temporary output file behind: the handler does only async-signal-safe
+ * work: it unlinks the names that io/ published (static buffers, each set
+ * before its file is created and cleared after it is renamed or removed),
+ * then restores the default action and raises the signal again, so that
+ * the process dies of it and the exit status says so. SIGKILL cannot be
+ * caught: io/tmpfile.c removes what it leaves.
+ *
+ * A closed or broken output stream must never cost a run or its files
+ * (issue 39, class 13): SIGPIPE is ignored (a failed write of a line is
+ * dropped, never fatal), a closed standard stream is reopened on /dev/null
+ * before anything else can take its number, and a rank under a launcher
+ * stops writing once the reader of the launcher's own output has gone
+ * (Open MPI's mpirun ends the whole job after ten SIGPIPEs on it). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "h5io.h"
@@ -39,4 +52,55 @@ void cli_signals_install(void)
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
         sigaction(sigs[i], &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a write to a closed pipe fails, no more */
+}
+
+void cli_streams_open(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF)
+            continue;
+        const int nul = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (nul >= 0 && nul != fd) { /* a lower number was closed too */
+            dup2(nul, fd);
+            close(nul);
+        }
+    }
+}
+
+/* Whether fd of process pid is a pipe whose reader has gone: its write
+ * end, opened anew, polls POLLERR when nothing reads. */
+static int pipe_reader_gone(long pid, int fd)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/%ld/fd/%d", pid, fd);
+    if (stat(path, &st) != 0 || !S_ISFIFO(st.st_mode))
+        return 0;
+    struct pollfd w = {open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC), 0, 0};
+    if (w.fd < 0)
+        return 0;
+    const int gone = poll(&w, 1, 0) == 1 && (w.revents & POLLERR);
+    close(w.fd);
+    return gone;
+}
+
+void cli_streams_watch(void)
+{
+    static int quiet[3]; /* per stream: pointed at /dev/null */
+    static const char *const launched[] = {"OMPI_COMM_WORLD_RANK",
+                                           "PMIX_RANK"};
+    if (!(getenv(launched[0]) || getenv(launched[1])))
+        return;
+    const long parent = (long)getppid();
+    for (int fd = STDOUT_FILENO; fd <= STDERR_FILENO; fd++) {
+        if (quiet[fd] || !pipe_reader_gone(parent, fd))
+            continue;
+        const int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (nul < 0)
+            return;
+        dup2(nul, fd); /* this rank's lines have no reader left */
+        close(nul);
+        quiet[fd] = 1;
+    }
 }

@@ -3,6 +3,7 @@
  * any MPI call, so the thread never calls MPI: it writes its line with
  * write(2) and ends the process with _exit, which mpirun reports as a
  * failed rank and answers by ending the job. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +12,19 @@
 #include <unistd.h>
 
 #include "h5io.h"
+#include "signals.h"
 #include "watchdog.h"
 
-#define STALL_FACTOR 5.0 /* gaps between beats a stall timeout allows */
-#define STALL_FLOOR 10.0  /* seconds: scheduling noise, a loaded machine */
+/* A derived stall timeout allows STALL_MARGIN predicted gaps between two
+ * signs of progress: a machine loaded STALL_LOAD times over (6 busy loops
+ * and 2 ranks on 2 cores is 4) times a prediction off by STALL_MODEL (the
+ * built-in profile was not measured on this machine: on the 2-core test
+ * machine, shared with other work, a forward ran 11 times its prediction
+ * and a backward under 6 busy loops 27 times). */
+#define STALL_LOAD 8.0
+#define STALL_MODEL 5.0
+#define STALL_MARGIN (STALL_LOAD * STALL_MODEL)
+#define STALL_FLOOR 30.0  /* seconds: start-up costs the model omits */
 #define STALL_CAP 600.0   /* seconds: the library's default */
 #define STALL_INIT 120.0  /* seconds MPI's start-up may take */
 #define STAGGER 1.0       /* seconds per rank number, at most 8 of them:
@@ -28,6 +38,7 @@ static struct {
     pthread_t thread;
     int started, rank;
     const char *phase;
+    char how[400]; /* how the timeout was found, for the message */
     double limit, since; /* seconds allowed, the last sign of progress */
 } wd = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -38,23 +49,40 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-double cli_stall_default(double predicted, int beats)
+double cli_stall_timeout(double given, const cli_stall_basis *b, char *how,
+                         size_t len)
 {
-    const double gap = predicted / (beats > 0 ? beats : 1);
-    const double t = STALL_FACTOR * gap;
-    return t < STALL_FLOOR ? STALL_FLOOR : t > STALL_CAP ? STALL_CAP : t;
+    if (!isnan(given)) {
+        snprintf(how, len, "given (--stall-timeout %g)", given);
+        return given;
+    }
+    const double gap = b->seconds / (b->beats > 0 ? b->beats : 1);
+    const double t = STALL_MARGIN * gap;
+    const double out = t < STALL_FLOOR ? STALL_FLOOR : t > STALL_CAP ? STALL_CAP
+                                                                     : t;
+    snprintf(how, len, "derived: %g x the %s's predicted step %.3g s (%d "
+             "in %.3g s, %s), within [%g, %g] s; raise it with "
+             "--stall-timeout", STALL_MARGIN, b->pass, gap,
+             b->beats > 0 ? b->beats : 1, b->seconds,
+             b->profile ? b->profile : "built-in profile", STALL_FLOOR,
+             STALL_CAP);
+    return out;
 }
 
 /* The end of the job from this rank: one line, the temporary outputs
  * removed, exit 1. */
-static void watchdog_fire(const char *phase, double waited, int rank)
+static void watchdog_fire(const char *phase, double waited, int rank,
+                          const char *how)
 {
-    char line[256];
+    char line[640];
     const int len = snprintf(line, sizeof line, "ringattn: rank %d stalled "
                              "at %s: no progress for %.3g s (a rank stopped, "
-                             "frozen or lost?); ending the job\n", rank,
-                             phase, waited);
-    if (len > 0 && write(STDERR_FILENO, line, (size_t)len) < 0)
+                             "frozen or lost?); ending the job%s%s\n", rank,
+                             phase, waited, how[0] ? "; the timeout: " : "",
+                             how);
+    if (len > 0 && write(STDERR_FILENO, line,
+                         (size_t)len < sizeof line ? (size_t)len
+                                                   : sizeof line - 1) < 0)
         line[0] = '\0'; /* nothing more can be said */
     for (int i = 0; i < H5IO_TMP_SLOTS; i++)
         if (h5io_tmp_active(i))
@@ -74,6 +102,7 @@ static void *watchdog_loop(void *arg)
     double last = now_s();
     for (;;) {
         nanosleep(&tick, NULL);
+        cli_streams_watch();
         const double t = now_s(), lost = t - last - 1e-9 * TICK_NS;
         last = t;
         pthread_mutex_lock(&wd.lock);
@@ -83,9 +112,11 @@ static void *watchdog_loop(void *arg)
         const double waited = now_s() - wd.since;
         const double limit = wd.limit + STAGGER * (wd.rank < 8 ? wd.rank : 8);
         const int rank = wd.rank;
+        char how[sizeof wd.how];
+        memcpy(how, wd.how, sizeof how);
         pthread_mutex_unlock(&wd.lock);
         if (phase && waited > limit)
-            watchdog_fire(phase, waited, rank);
+            watchdog_fire(phase, waited, rank, how);
     }
     return NULL;
 }
@@ -117,6 +148,13 @@ void cli_watchdog_start_mpi(void)
             break;
         }
     cli_watchdog_phase(&ctx, "MPI's start-up", STALL_INIT, 0.0);
+}
+
+void cli_watchdog_explain(const char *how)
+{
+    pthread_mutex_lock(&wd.lock);
+    snprintf(wd.how, sizeof wd.how, "%s", how ? how : "");
+    pthread_mutex_unlock(&wd.lock);
 }
 
 void cli_watchdog_beat(void)

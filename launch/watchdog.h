@@ -10,12 +10,28 @@
 #ifndef RA_WATCHDOG_H
 #define RA_WATCHDOG_H
 
+#include <stddef.h>
+
 #include "cli.h"
 
-/* The default stall timeout of a pass predicted to take `predicted`
- * seconds, reporting progress `beats` times: STALL_FACTOR gaps between
- * beats, within [STALL_FLOOR, STALL_CAP] seconds (watchdog.c). */
-double cli_stall_default(double predicted, int beats);
+/* What a derived stall timeout rests on (issue 39, class 9): the pass
+ * that runs and its predicted time on this job, from the profile the run
+ * was given. */
+typedef struct {
+    const char *pass;    /* "forward" or "backward" */
+    double seconds;      /* its predicted seconds (comm/model.c) */
+    int beats;           /* signs of progress over it (its steps; 1 for a
+                            strategy without steps) */
+    const char *profile; /* the profile file; NULL: the built-in one */
+} cli_stall_basis;
+
+/* The stall timeout of a pass: given (not NaN: --stall-timeout, any value,
+ * 0 included) as it is; else a margin of many predicted gaps between
+ * beats (a machine loaded several times over, a prediction well off),
+ * within a floor and a cap (watchdog.c). how (len bytes) says which, and
+ * from what, for the parameter table and a stall's message. Pure. */
+double cli_stall_timeout(double given, const cli_stall_basis *b, char *how,
+                         size_t len);
 
 /* Enters `phase` (a static string such as "the write of the output"):
  * from now on this rank must beat (cli_watchdog_beat) or enter the next
@@ -28,6 +44,10 @@ void cli_watchdog_phase(const cli_ctx *ctx, const char *phase,
  * (the launcher's environment gives it, else 0), for STALL_INIT seconds:
  * a rank stopped while the others wait in MPI_Init ends the job too. */
 void cli_watchdog_start_mpi(void);
+
+/* The phrase (how the timeout was found; NULL: none) that a stall's
+ * message of the watched phases ends with. */
+void cli_watchdog_explain(const char *how);
 
 /* A sign of progress in the current phase (a pass's step). */
 void cli_watchdog_beat(void);

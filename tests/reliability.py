@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""reliability.py RINGATTN NP [cases|faults|stalls|determinism|table] [ID_REGEX]
+"""reliability.py RINGATTN NP [cases|faults|stalls|determinism|streams|load|table]
+    [ID_REGEX]
 
 Bad inputs, bad options and faults through the command line at NP ranks
 (docs/RELIABILITY.md lists every case; `table` prints that list as Markdown
@@ -20,6 +21,13 @@ stalls: a rank stopped (SIGSTOP) mid-pass is found by the stall watchdog of
   is aborted.
 determinism: the same run twice gives bit-identical /o and /lse, with 1 and
   2 threads.
+streams: issue 39, classes 13, 14 and 20: a closed pipe or a closed or full
+  stdout never costs a run or its files, singleton or under mpirun; progress
+  lines start once a pass has run --progress-after seconds; --strategy auto
+  picks only what takes the options.
+load: issue 39, class 9: a backward under 2 busy loops per core completes
+  with the stall timeout derived from the backward and the profile given;
+  --stall-timeout 600 is used as given.
 
 Needs /usr/bin/python3 with h5py and numpy (python3-h5py).
 """
@@ -682,7 +690,24 @@ CASES_TOOLS = [
      r"cannot allocate the local tensors \([0-9.e+]+ GB on rank 0\)"),
     ("bench-naive-score", "bench --mode both --score gaussian (naive is dot only)", {},
      BENCH_SMALL + ["--mode", "both", "--score", "gaussian"], 2,
-     r"bench: --mode naive/both takes the contiguous layout, the dot score"),
+     r"--score: --mode naive/both runs the materialising baseline, which takes the contiguous layout, the dot score in fp32"),
+    # issue 39, class 20: these ran, reported bf16 (or RoPE, ALiBi) and
+    # computed without it, then failed their own check
+    ("bench-naive-bf16", "issue 39 class 20: bench --mode naive --precision bf16 (the baseline computes fp32)", {},
+     BENCH_SMALL + ["--mode", "naive", "--precision", "bf16"], 2,
+     r"^ringattn: --precision: --mode naive/both runs the materialising baseline, which takes .* the dot score in fp32"),
+    ("bench-both-wire", "issue 39 class 20: bench --mode both --wire bf16", {},
+     BENCH_SMALL + ["--mode", "both", "--wire", "bf16"], 2,
+     r"^ringattn: --wire: --mode naive/both runs the materialising baseline"),
+    ("probe-precision-empty", "issue 39 class 20: probe --precision '' (blamed --dim, --score)", {},
+     ["probe", "--precision", "", "--out", "p.json"], 2,
+     r"^ringattn: --precision: '' names no precision"),
+    ("probe-bf16-additive", "issue 39 class 20: probe --precision bf16 --score additive (blamed --dim, --score)", {},
+     ["probe", "--precision", "bf16", "--score", "additive", "--out", "p.json"], 2,
+     r"^ringattn: --precision: bf16 alone measures nothing for --score additive"),
+    ("bench-naive-rope", "issue 39 class 20: bench --mode naive --rope half (the baseline has no RoPE)", {},
+     BENCH_SMALL + ["--mode", "naive", "--rope", "half"], 2,
+     r"^ringattn: --rope: --mode naive/both runs the materialising baseline"),
     ("verify-nan-scale", "verify: the output's scale attribute is NaN",
      {"nanscale.h5": copy_with("out_old.h5", set_attrs(scale=np.nan))},
      VERIFY + ["nanscale.h5"], 2,
@@ -1910,6 +1935,12 @@ def fault_stall(work, strategy="ring", timeout="1", delay=None,
     line = p.stdout.readline()
     while time.time() < deadline and line and "threads" not in line:
         line = p.stdout.readline()
+    if timeout is None:  # the derived timeout bounds the wait (class 9)
+        while time.time() < deadline and line and \
+                not line.startswith("# stall"):
+            line = p.stdout.readline()
+        m = re.match(r"# stall +([0-9.e+]+) s", line)
+        limit = max(limit, float(m[1]) + 30) if m else limit
     # reading takes a tenth of 0.5 s, the pass several seconds (hybrid's
     # 6 s: at 16384 tokens its 1.5 s ended about when the rank was stopped,
     # which then stopped in the write, a collective no watchdog sees); the
@@ -1926,11 +1957,12 @@ def fault_stall(work, strategy="ring", timeout="1", delay=None,
     t0 = time.time()
     os.kill(victim, signal.SIGSTOP)
     try:
-        _, err = p.communicate(timeout=60)
+        _, err = p.communicate(timeout=limit + 30)
     except subprocess.TimeoutExpired:
         os.kill(victim, signal.SIGKILL)
         p.kill()
-        return [f"{tag} the job still runs 60 s after a rank was stopped"]
+        return [f"{tag} the job still runs {limit + 30:.0f} s after a rank "
+                "was stopped"]
     secs = time.time() - t0
     lines = our_lines(err)
     problems = []
@@ -2127,14 +2159,14 @@ def run_stalls():
             on_engine(i)
             stalls += fault_stall(work, strategy)
         # in the collective read, right after the table; mid-pass with the
-        # stall timeout derived from the predicted step (10 s floor)
+        # stall timeout derived from the predicted step (the wait allowed:
+        # the timeout the table states, plus 30 s)
         on_engine(0)
         stalls += fault_stall(work, delay=0.0, pattern=STALL_ANY,
                               tag="stall read:")
         on_engine(1)
         stalls += fault_stall(work, timeout=None, delay=1.0,
-                              pattern=STALL_ANY, tag="stall default:",
-                              limit=60)
+                              pattern=STALL_ANY, tag="stall default:")
         return stalls
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -2156,6 +2188,264 @@ def run_faults():
             on_engine(i)
             failures += fault(work)
         return failures
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---- issue 39: output streams (class 13), progress by the clock (class 14),
+# the stall timeout of the pass that runs (class 9) --------------------------
+
+FAST_PROFILE = profile_text(
+    kernel='[{"D": 32, "Dv": 32, "score": "dot", "flops_per_core": 1e18}, '
+           '{"D": 40, "Dv": 40, "score": "dot", "flops_per_core": 1e18}]',
+    intra='{"latency": 1e-12, "bandwidth": 1e18}', alltoall_intra="1e18",
+    allgather_intra="1e18", reduce_scatter_intra="1e18")
+
+
+def launched(np_, args):
+    """ringattn args as a singleton (np_ None) or under mpirun at np_."""
+    pre = [] if np_ is None else ["mpirun", "-np", str(np_),
+                                  "--oversubscribe"]
+    return pre + [RINGATTN] + args
+
+
+def same_outputs(work, a, b, names=("o", "lse")):
+    pa, pb = os.path.join(work, a), os.path.join(work, b)
+    if not (os.path.exists(pa) and os.path.exists(pb)):
+        return False
+    with h5py.File(pa, "r") as fa, h5py.File(pb, "r") as fb:
+        return all(np.array_equal(fa[n][...], fb[n][...]) for n in names)
+
+
+def verdict(tag, bad, detail):
+    print(f"{'FAIL' if bad else 'ok':4} {tag}: {detail}", flush=True)
+    return [f"{tag}: {b}" for b in bad]
+
+
+def class13_pipe_closed(work, np_):
+    """issue 39, class 13: `ringattn run --progress ... 2>&1 | head -1`: as a
+    singleton SIGPIPE ended it (exit 141, no output); under mpirun, Open
+    MPI's mpirun ended the job after ten SIGPIPEs on its own stdout and
+    crashed (exit 139). Now: exit 0 and the output equal to that of the
+    same run whose streams are read to the end."""
+    args = ["run", "--in", "pipe.h5", "--force", "--progress",
+            "--progress-every", "0.000001", "--out"]
+    ref = subprocess.run(launched(np_, args + ["ref.h5"]), env=ENV, cwd=work,
+                         capture_output=True, timeout=300)
+    p = subprocess.Popen(launched(np_, args + ["piped.h5"]), env=SIG_ENV,
+                         cwd=work, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    first = p.stdout.readline()
+    p.stdout.close()  # `| head -1`
+    try:
+        rc = p.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = p.wait()
+    bad = []
+    if ref.returncode != 0 or not first:
+        bad.append(f"the reference run: exit {ref.returncode}")
+    if rc != 0:
+        bad.append(f"exit {rc}, expected 0")
+    if not same_outputs(work, "ref.h5", "piped.h5"):
+        bad.append("the output is missing or differs from the reference")
+    if leftovers(work):
+        bad.append(f"left: {leftovers(work)}")
+    for name in ("ref.h5", "piped.h5"):
+        if os.path.exists(os.path.join(work, name)):
+            os.unlink(os.path.join(work, name))
+    where = "singleton" if np_ is None else f"mpirun -np {np_}"
+    return verdict(f"class 13 pipe closed ({where})", bad, f"exit {rc}")
+
+
+def class13_stdout_gone(work):
+    """issue 39, class 13: `probe --show P --out P2` and `run` with standard
+    output closed (exit 2 and nothing written before) or full (/dev/full):
+    exit 0 and the files as a run with a working stdout writes them."""
+    problems = []
+    with open(os.path.join(work, "p.json"), "w") as f:
+        f.write(profile_text())
+    subprocess.run([RINGATTN, "probe", "--show", "p.json", "--out",
+                    "p_ref.json", "--force"], env=ENV, cwd=work,
+                   capture_output=True)
+    subprocess.run([RINGATTN, "run", "--in", "pipe.h5", "--out", "o_ref.h5",
+                    "--force"], env=ENV, cwd=work, capture_output=True)
+    for how in ("closed", "full"):
+        kw = ({"preexec_fn": lambda: os.close(1)} if how == "closed" else
+              {"stdout": open("/dev/full", "w")})
+        probe = subprocess.run([RINGATTN, "probe", "--show", "p.json",
+                                "--out", "p2.json", "--force"], env=ENV,
+                               cwd=work, stderr=subprocess.PIPE, **kw)
+        run = subprocess.run([RINGATTN, "run", "--in", "pipe.h5", "--out",
+                              "o2.h5", "--force"], env=ENV, cwd=work,
+                             stderr=subprocess.PIPE, **kw)
+        bad = []
+        if probe.returncode != 0 or run.returncode != 0:
+            bad.append(f"exit {probe.returncode} (probe), {run.returncode} "
+                       f"(run): {(probe.stderr + run.stderr)[:300]!r}")
+        try:
+            same = (open(os.path.join(work, "p2.json")).read() ==
+                    open(os.path.join(work, "p_ref.json")).read())
+        except OSError:
+            same = False
+        if not same:
+            bad.append("probe: --out missing or not the profile shown")
+        if not same_outputs(work, "o_ref.h5", "o2.h5"):
+            bad.append("run: the output is missing or differs")
+        problems += verdict(f"class 13 stdout {how}", bad,
+                            f"exit {probe.returncode}, {run.returncode}")
+        for name in ("p2.json", "o2.h5"):
+            if os.path.exists(os.path.join(work, name)):
+                os.unlink(os.path.join(work, name))
+    return problems
+
+
+STEP_LINE = re.compile(r"^ringattn run: step (\d+)/(\d+), ")
+
+
+def class14_progress_by_clock(work):
+    """issue 39, class 14: lines start once the pass has run
+    --progress-after seconds, whatever the prediction: a profile that
+    predicts nothing (a kernel at 1e18 FLOP/s) and a threshold of 1 us,
+    which any pass outlasts, print step lines up to NP/NP without
+    --progress; a threshold of 1e9 s prints none (before: lines only when
+    the prediction was over 10 s; a 23 s run printed nothing)."""
+    with open(os.path.join(work, "fast.json"), "w") as f:
+        f.write(FAST_PROFILE)
+    base = ["run", "--in", "pipe.h5", "--out", "pg.h5", "--force",
+            "--profile", "fast.json", "--progress-every", "0.000001"]
+    r = mpirun(base + ["--progress-after", "0.000001"], cwd=work, timeout=300)
+    steps = [tuple(map(int, m.groups())) for m in
+             map(STEP_LINE.match, r.stderr.splitlines()) if m]
+    bad = []
+    if r.returncode != 0:
+        bad.append(f"exit {r.returncode}: {r.stderr[-300:]}")
+    if not steps or steps[-1] != (NP, NP):
+        bad.append(f"step lines {steps}, expected up to {NP}/{NP}")
+    if "# progress   off for the first 1e-06 s" not in r.stdout:
+        bad.append("the table does not say when the lines start")
+    quiet = mpirun(base + ["--progress-after", "1e9"], cwd=work, timeout=300)
+    if quiet.returncode != 0 or \
+            any(STEP_LINE.match(l) for l in quiet.stderr.splitlines()):
+        bad.append(f"--progress-after 1e9: exit {quiet.returncode}, lines "
+                   f"{quiet.stderr[-200:]!r}")
+    return verdict("class 14 progress by the clock", bad,
+                   f"{len(steps)} step lines")
+
+
+def class20_auto_takes_options(work):
+    """issue 39, class 20: --strategy auto picks only a strategy that takes
+    the options: with --wire bf16 it picked allgather, which then refused
+    the wire; now it runs (exit 0) on a strategy that takes it, and its
+    output equals that of --strategy ring --wire bf16."""
+    base = ["run", "--in", "auto.h5", "--force", "--wire", "bf16", "--out"]
+    r = mpirun(base + ["auto_o.h5", "--strategy", "auto"], cwd=work,
+               timeout=300)
+    ref = mpirun(base + ["ring_o.h5", "--strategy", "ring"], cwd=work,
+                 timeout=300)
+    bad = []
+    if r.returncode != 0 or ref.returncode != 0:
+        bad.append(f"exit {r.returncode}: {our_lines(r.stderr)}")
+    elif not same_outputs(work, "auto_o.h5", "ring_o.h5"):
+        bad.append("auto's output differs from the ring's")
+    return verdict("class 20 auto takes --wire bf16", bad,
+                   f"exit {r.returncode}")
+
+
+def run_streams():
+    work = tempfile.mkdtemp(prefix="ra_streams_")
+    try:
+        subprocess.run([RINGATTN, "gen", "--out", "pipe.h5", "--seq", "8192",
+                        "--heads", "2", "--dim", "32"], env=ENV, cwd=work,
+                       check=True, capture_output=True)
+        subprocess.run([RINGATTN, "gen", "--out", "auto.h5", "--seq", "511",
+                        "--heads", "2", "--dim", "64"], env=ENV, cwd=work,
+                       check=True, capture_output=True)
+        return (class13_pipe_closed(work, None) +
+                class13_pipe_closed(work, NP) + class13_stdout_gone(work) +
+                class14_progress_by_clock(work) +
+                class20_auto_takes_options(work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def busy_loops(n):
+    """n processes spinning on the CPU (the machine loaded n times over its
+    cores' share); the caller kills them."""
+    return [subprocess.Popen(["sh", "-c", "while :; do :; done"])
+            for _ in range(n)]
+
+
+def grads_fp64(path):
+    """dq, dk, dv of the file's q, k, v, do (B, N, H, D; H = G, not causal,
+    scale 1/sqrt(D)) in fp64."""
+    with h5py.File(path, "r") as f:
+        q, k, v, do = (f[n][...].astype(np.float64) for n in
+                       ("q", "k", "v", "do"))
+    sc = 1.0 / np.sqrt(q.shape[-1])
+    s = np.einsum("bnhd,bmhd->bhnm", q, k) * sc
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = np.einsum("bhnm,bmhd->bnhd", p, v)
+    dp = np.einsum("bnhd,bmhd->bhnm", do, v)
+    rows = np.einsum("bnhd,bnhd->bhn", do, o)[..., None]
+    ds = p * (dp - rows)
+    return (np.einsum("bhnm,bmhd->bnhd", ds, k) * sc,
+            np.einsum("bhnm,bnhd->bmhd", ds, q) * sc,
+            np.einsum("bhnm,bnhd->bmhd", p, do))
+
+
+def class9_backward_loaded(work):
+    """issue 39, class 9 (the CI variant of the issue's N = 32768 check):
+    run --backward --recompute at NP ranks under 2 busy loops per core,
+    with a profile that predicts far too fast a machine: the stall timeout
+    is derived from the backward's step and the profile given, the pass
+    completes, its gradients agree with fp64 numpy; --stall-timeout 600 is
+    used as given (before: taken for "not given" and derived)."""
+    subprocess.run([RINGATTN, "gen", "--out", "bw.h5", "--batch", "1",
+                    "--seq", "1531", "--heads", "3", "--dim", "40",
+                    "--backward"], env=ENV, cwd=work, check=True,
+                   capture_output=True)
+    with open(os.path.join(work, "fast.json"), "w") as f:
+        f.write(FAST_PROFILE)
+    base = ["run", "--backward", "--in", "bw.h5", "--recompute", "--force"]
+    loops = busy_loops(2 * (os.cpu_count() or 1))
+    try:
+        r = mpirun(base + ["--out", "g.h5", "--profile", "fast.json"],
+                   cwd=work, timeout=600)
+        given = mpirun(base + ["--out", "g600.h5", "--stall-timeout", "600"],
+                       cwd=work, timeout=600)
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+    bad = []
+    stall = [l for l in r.stdout.splitlines() if l.startswith("# stall")]
+    if r.returncode != 0 or given.returncode != 0:
+        bad.append(f"exit {r.returncode}, {given.returncode}: "
+                   f"{(r.stderr + given.stderr)[-400:]}")
+    if not stall or "derived" not in stall[0] or "backward" not in stall[0] \
+            or "fast.json" not in stall[0]:
+        bad.append(f"stall line {stall}: not derived from the backward and "
+                   "fast.json")
+    if "# stall      600 s without progress ends the job (given" not in \
+            given.stdout:
+        bad.append("--stall-timeout 600 not used as given")
+    if not bad:
+        want = grads_fp64(os.path.join(work, "bw.h5"))
+        with h5py.File(os.path.join(work, "g.h5"), "r") as f:
+            errs = [float(np.abs(f[n][...] - w).max() / np.abs(w).max())
+                    for n, w in zip(("dq", "dk", "dv"), want)]
+        if not all(e < 1e-4 for e in errs):
+            bad.append(f"gradients off by {errs} (relative to the largest)")
+    return verdict("class 9 backward under load", bad,
+                   stall[0][:100] if stall else "no stall line")
+
+
+def run_load():
+    work = tempfile.mkdtemp(prefix="ra_load_")
+    try:
+        return class9_backward_loaded(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -2217,6 +2507,10 @@ if __name__ == "__main__":
         failures = run_stalls()
     elif MODE == "determinism":
         failures = run_determinism()
+    elif MODE == "streams":
+        failures = run_streams()
+    elif MODE == "load":
+        failures = run_load()
     else:
         failures = run_cases(table=MODE == "table")
     print(f"reliability {MODE} P={NP}: {len(failures)} failures, "

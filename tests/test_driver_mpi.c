@@ -118,7 +118,7 @@ static int t_driver(const cli_ctx *ctx, int argc, char **argv)
     const int code = cli_parse_pass(ctx, &t_spec, &o, &o.p, argc, argv);
     if (code >= 0)
         return code;
-    cli_pass_begin(ctx, &o.p);
+    cli_pass_begin(ctx, &r.d, &o.p);
     ra_status st = t_validate(ctx, &o, &r);
     if (st == RA_OK)
         st = t_setup(ctx, &o, &r);
