@@ -28,9 +28,6 @@ enum { TAG_END = 7332 };
 
 static ra_status check_score(const ra_shape *s, const ra_params *p)
 {
-    if ((unsigned)p->score > RA_SCORE_ADDITIVE)
-        return ra_error_set(RA_ERR_ARG, "num.score: unknown score %d",
-                            (int)p->score);
     if (p->score == RA_SCORE_GAUSSIAN && !(p->sigma > 0 && isfinite(p->sigma)))
         return ra_error_set(RA_ERR_ARG, "score gaussian: sigma must be a "
                                         "finite number > 0");
@@ -54,9 +51,6 @@ static ra_status check_score(const ra_shape *s, const ra_params *p)
 /* RoPE and ALiBi: the pairing and base, the slopes the caller gave. */
 static ra_status check_posenc(const ra_shape *s, const ra_params *p)
 {
-    if ((unsigned)p->rope > RA_ROPE_HALF)
-        return ra_error_set(RA_ERR_ARG, "num.rope: unknown pairing %d",
-                            (int)p->rope);
     if (p->rope != RA_ROPE_NONE && p->score == RA_SCORE_ADDITIVE)
         return ra_error_set(RA_ERR_ARG, "rope: the additive score projects q "
                             "and k itself; rotary embeddings apply to the dot "
@@ -94,13 +88,15 @@ static ra_status check_masks(const ra_shape *s, const ra_masks *mk)
     return RA_OK;
 }
 
-/* The shared checks: shape, score, position encodings, the enums and
- * window of ra_numerics, ra_exec (ra_call_check_exec), masks; RA_OK or
- * the first problem. */
+/* The shared checks: shape, the enums (ra_call_check_enums), score,
+ * position encodings, window, ra_exec (ra_call_check_exec), masks; RA_OK
+ * or the first problem. */
 ra_status ra_call_check_params(const ra_shape *s, const ra_params *p,
                                const ra_masks *mk)
 {
     ra_status st = ra_shape_check(s);
+    if (st == RA_OK)
+        st = ra_call_check_enums(p);
     if (st == RA_OK)
         st = check_score(s, p);
     if (st == RA_OK)
@@ -109,12 +105,6 @@ ra_status ra_call_check_params(const ra_shape *s, const ra_params *p,
         return st;
     if (p->window && (p->window_left < 0 || p->window_right < 0))
         return ra_error_set(RA_ERR_ARG, "window: left and right must be >= 0");
-    if ((unsigned)p->precision > RA_PRECISION_BF16)
-        return ra_error_set(RA_ERR_ARG, "num.precision: unknown precision "
-                            "%d", (int)p->precision);
-    if ((unsigned)p->align > RA_ALIGN_SEQUENCE)
-        return ra_error_set(RA_ERR_ARG, "num.align: unknown alignment %d",
-                            (int)p->align);
     st = ra_call_check_exec(p);
     return st == RA_OK ? check_masks(s, mk) : st;
 }

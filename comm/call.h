@@ -32,10 +32,12 @@ ra_status ra_call_mha(MPI_Comm comm, const ra_shape *shape,
                       ra_timing *timing);
 
 /* The shared checks of a call's shape and options (call.c), local: RA_OK
- * or the first problem, named. ra_call_check_exec: the fields of ra_exec
- * (enums, ranges, the engine this build has). */
+ * or the first problem, named. ra_call_check_enums: every enum field of
+ * ra_numerics and ra_exec within its enum; ra_call_check_exec: the bounds
+ * of ra_exec's other fields and the engine this build has. */
 ra_status ra_call_check_params(const ra_shape *shape, const ra_params *params,
                                const ra_masks *masks);
+ra_status ra_call_check_enums(const ra_params *params);
 ra_status ra_call_check_exec(const ra_params *params);
 
 /* The functions whose calls agree their options (ra_call_fingerprint). */

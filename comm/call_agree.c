@@ -1,5 +1,5 @@
 /* call_agree.c: the library's own contract for one call, past the shape
- * and the scores (call.c): the ranges of ra_exec's fields, the operands
+ * and the scores (call.c): every enum's range, ra_exec's bounds, the operands
  * a rank must pass for the tokens it holds, the backward's lse, and the
  * fingerprint of every option that all ranks must pass alike (agreed by
  * ra_agree_options at the start of the call, agree.h). */
@@ -9,14 +9,29 @@
 #include "gemm_env.h"
 #include "strategy.h"
 
+ra_status ra_call_check_enums(const ra_params *p)
+{
+    const struct {
+        const char *field;
+        int value, last;
+    } e[8] = {{"num.score", (int)p->score, RA_SCORE_ADDITIVE},
+              {"num.rope", (int)p->rope, RA_ROPE_HALF},
+              {"num.align", (int)p->align, RA_ALIGN_SEQUENCE},
+              {"num.precision", (int)p->precision, RA_PRECISION_BF16},
+              {"exec.strategy", (int)p->strategy, RA_STRATEGY_COUNT - 1},
+              {"exec.layout", (int)p->layout, RA_LAYOUT_BALANCED},
+              {"exec.gemm", (int)p->gemm, RA_GEMM_ONEDNN},
+              {"exec.wire", (int)p->wire, RA_WIRE_BF16}};
+    for (int i = 0; i < 8; i++)
+        if (e[i].value < 0 || e[i].value > e[i].last)
+            return ra_error_set(RA_ERR_ARG, "%s: %d is none of its values "
+                                "(0 .. %d)", e[i].field, e[i].value,
+                                e[i].last);
+    return RA_OK;
+}
+
 ra_status ra_call_check_exec(const ra_params *p)
 {
-    if ((unsigned)p->strategy >= RA_STRATEGY_COUNT)
-        return ra_error_set(RA_ERR_ARG, "exec.strategy: unknown strategy %d",
-                            (int)p->strategy);
-    if ((unsigned)p->layout > RA_LAYOUT_BALANCED)
-        return ra_error_set(RA_ERR_ARG, "exec.layout: unknown layout %d",
-                            (int)p->layout);
     if (p->block_q < 0 || p->block_q > RA_BLOCK_MAX)
         return ra_error_set(RA_ERR_ARG, "exec.block_q: %lld query rows is "
                             "outside [0, %d] (0: the default)",
@@ -29,9 +44,6 @@ ra_status ra_call_check_exec(const ra_params *p)
         return ra_error_set(RA_ERR_ARG, "exec.threads: %d is outside "
                             "[0, %d] (0: one thread)", p->threads,
                             RA_THREADS_MAX);
-    if ((unsigned)p->gemm > RA_GEMM_ONEDNN)
-        return ra_error_set(RA_ERR_ARG, "exec.gemm: unknown engine %d",
-                            (int)p->gemm);
     if (!ra_gemm_available(p->gemm))
         return ra_error_set(RA_ERR_ARG, "gemm: engine '%s' is not in this "
                             "build of the library (oneDNN: build with "
@@ -39,9 +51,6 @@ ra_status ra_call_check_exec(const ra_params *p)
     ra_gemm env_gemm;
     if (p->gemm == RA_GEMM_AUTO && ra_gemm_env(&env_gemm) != RA_OK)
         return RA_ERR_ARG; /* RINGATTN_GEMM names no engine of this build */
-    if ((unsigned)p->wire > RA_WIRE_BF16)
-        return ra_error_set(RA_ERR_ARG, "exec.wire: unknown wire %d",
-                            (int)p->wire);
     if (!(p->stall_timeout >= 0))
         return ra_error_set(RA_ERR_ARG, "exec.stall_timeout: must be >= 0 "
                             "seconds");

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "call.h"
 #include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
@@ -247,7 +248,8 @@ ra_status h5io_write_outputs_staged(MPI_Comm comm, const char *path,
     return st;
 }
 
-/* The public entry's arguments: path, shape and meta, meta's enums, and
+/* The public entry's arguments: path, shape and meta, meta's enums (its
+ * num's and exec's too), and
  * o and lse for the rows this rank holds (NULL only where it holds none). */
 static ra_status outputs_given(MPI_Comm comm, const char *path,
                                const ra_shape *shape, const ra_run_meta *meta,
@@ -263,11 +265,13 @@ static ra_status outputs_given(MPI_Comm comm, const char *path,
                           path, (int)meta->out_axes);
     if (st != RA_OK)
         return st;
+    ra_params p;
+    ra_params_join(meta->num, meta->exec, &p);
+    if ((st = ra_call_check_enums(&p)) != RA_OK)
+        return st;
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS ||
         MPI_Comm_size(comm, &P) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);
-    ra_params p;
-    ra_params_join(meta->num, meta->exec, &p);
     if (ra_params_slice(&p, ra_params_layout(&p, 0), shape->N, rank,
                         P).count > 0 && (!o || !lse))
         return ra_error_set(RA_ERR_ARG, "%s: o and lse are required for the "
