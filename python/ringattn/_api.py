@@ -17,15 +17,18 @@ from mpi4py import MPI
 from . import _core, _mpi, _options
 from ._errors import error, refusal_of
 
-# The facts each rank shares before a call, in this order.
-FACTS = ("n", "m", "B", "H", "G", "D", "Dv", "Dk", "A", "segments",
-         "options", "masks")
+# The facts each rank shares before a call, in this order: what this
+# layer needs alike on every rank, the sizes of the arrays it hands the
+# library (the global shape is built from them) and what decides the
+# layout and its cut (its verdict on the slices). The library agrees every
+# other option, the masks and the weights itself (ra_forward).
+FACTS = ("n", "m", "B", "H", "G", "D", "Dv", "Dk", "A", "segments") + \
+    _options.CUT
 # How a fact that differs between ranks is named in the message.
 FACT_NAMES = {"B": "batch B", "H": "query heads H", "G": "kv heads G",
               "D": "head dim D", "Dv": "value dim Dv", "Dk": "key dim Dk",
               "A": "additive hidden size A",
-              "segments": "segment masks (given or not)",
-              "options": "options", "masks": "lens, ALiBi slopes or weights"}
+              "segments": "segment masks (given or not)"}
 
 Call = namedtuple("Call", "comm shape opts masks extras layout")
 
@@ -135,8 +138,7 @@ def local(t, options, grads):
     if not opts["nonfinite"]:
         scan(t)
     size["segments"] = int(mk[2] is not None)
-    size["options"] = _options.fingerprint(opts, ())
-    size["masks"] = _options.fingerprint({}, mk[:2] + (slopes,) + w[:3])
+    size.update(_options.cut_facts(opts))
     return size, opts, mk, (slopes,) + w
 
 
@@ -164,13 +166,15 @@ def verdict(comm, table, opts):
         col = table[:, j]
         if (col != col[0]).any():
             r = int(np.flatnonzero(col != col[0])[0])
-            values = ("" if name in ("options", "masks")  # checksums
+            values = ("" if name == "layout"  # a checksum of the name
                       else f" ({col[r]} against {col[0]})")
-            raise error(f"rank {r} passes other {FACT_NAMES[name]} than rank"
+            raise error(f"rank {r} passes other "
+                        f"{FACT_NAMES.get(name, name)} than rank"
                         f" 0{values}; every rank must pass the same",
                         kind="value")
     N, M = (int(x) for x in table[:, :2].sum(axis=0))
-    layout = _core.layout_resolve(opts, bool(table[0, 9]))
+    layout = _core.layout_resolve(opts, bool(table[0, FACTS.index(
+        "segments")]))
     P = comm.Get_size()
     for r in range(P):
         for axis, length, what in ((0, N, "queries"), (1, M, "keys")):

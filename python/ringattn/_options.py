@@ -25,6 +25,10 @@ ARRAYS = MASKS + ("additive",)
 FLAGS = ("causal", "nonfinite")
 # Fields set through another keyword (window=(left, right)).
 DERIVED = ("window_left", "window_right")
+# The fields that decide the layout and its cut (ra_exec_layout,
+# ra_layout_slice), which every rank must pass alike for this layer's
+# verdict on the slices.
+CUT = ("causal", "window", "window_left", "window_right", "layout")
 # ra_exec's progress callbacks: Python callables (or None) of this rank,
 # which may differ between ranks.
 CALLBACKS = ("on_step", "on_tick")
@@ -186,13 +190,8 @@ def alibi_slopes(options, H):
     return np.ascontiguousarray(a, dtype=np.float64)
 
 
-def fingerprint(opts, arrays):
-    """A checksum of the options (but the callbacks) and of the arrays
-    every rank must pass alike (lens, slopes, weights): ranks compare it
-    before the call."""
-    same = sorted((k, v) for k, v in opts.items() if k not in CALLBACKS)
-    crc = zlib.crc32(repr(same).encode())
-    for a in arrays:
-        if a is not None:
-            crc = zlib.crc32(np.ascontiguousarray(a).tobytes(), crc)
-    return crc
+def cut_facts(opts):
+    """The fields of CUT as integers (the layout's name as a checksum)."""
+    facts = {k: opts[k] for k in CUT if k != "layout"}
+    facts["layout"] = zlib.crc32(opts["layout"].encode())
+    return facts

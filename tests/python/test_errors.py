@@ -81,7 +81,36 @@ def test_slices_not_the_layout(rng):
 @pytest.mark.skipif(P < 2, reason="needs two ranks")
 def test_options_differ_between_ranks(rng):
     q, k, v = slices(rng)
-    refused(fwd(q, k, v, causal=RANK == 0), "other options")
+    refused(fwd(q, k, v, causal=RANK == 0), "rank 1 passes other causal "
+            "than rank 0 (0 against 1)")
+
+
+@pytest.mark.skipif(P < 2, reason="needs two ranks")
+@pytest.mark.parametrize("key,mine,others,name", [
+    ("scale", 0.5, 0.25, "scale"),
+    ("alibi", [0.5, 0.1], [0.5, 0.2], "alibi_slopes"),
+    ("q_lens", [3], [4], "q_lens"),
+    ("precision", "bf16", "fp32", "precision"),
+])
+def test_other_options_refused_by_the_library(rng, key, mine, others, name):
+    """Options, slopes and lens that differ between ranks are the
+    library's to agree (issue 39, class 7): refused on every rank, by
+    name; this layer agrees only what decides the layout (class 11's
+    report: no rule twice)."""
+    q, k, v = slices(rng)
+    value = mine if RANK == LAST else others
+    refused(fwd(q, k, v, **{key: value}), name)
+
+
+@pytest.mark.skipif(P < 2, reason="needs two ranks")
+def test_threads_are_each_ranks_own(rng):
+    """threads may differ between ranks (a rank's own cores), as the
+    library allows (before: refused by this layer's checksum)."""
+    q, k, v = slices(rng)
+    want, _ = ringattn.forward(q, k, v, COMM, layout="contiguous")
+    o, _ = ringattn.forward(q, k, v, COMM, layout="contiguous",
+                            threads=1 + (RANK == LAST))
+    close("o", o, want, 2e-5)
 
 
 def test_bad_options(rng):
