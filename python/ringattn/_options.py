@@ -159,6 +159,20 @@ def params(options):
     return opts
 
 
+def frozen(options):
+    """options with private copies of their arrays (masks, ALiBi slopes,
+    additive weights), for a backward that reads them later: the caller
+    may change its own in place meanwhile."""
+    out = dict(options)
+    for key in ARRAYS + ("alibi",):
+        value = out.get(key)
+        if value is None or isinstance(value, BOOLS):
+            continue
+        out[key] = (tuple(np.array(w, copy=True) for w in value)
+                    if key == "additive" else np.array(value, copy=True))
+    return out
+
+
 def stall_timeout(options):
     """The stall timeout a call's own agreement waits for: the keyword's
     when it is a real number >= 0, else the library's default."""

@@ -14,7 +14,8 @@ sequence is split over the ranks.
 Autograd's contract holds: every tensor the backward reads (q, k, v, o
 and lse) is a saved tensor, so that changing one in place after the
 forward makes the backward raise autograd's own "modified by an inplace
-operation" error; the backward is once differentiable: with
+operation" error (the masks, slopes and weights it reads are copies made
+at the forward); the backward is once differentiable: with
 create_graph=True its gradients carry a node that raises autograd's
 "differentiate twice" error when a second derivative goes through it.
 """
@@ -124,7 +125,8 @@ class RingAttentionFunction(torch.autograd.Function):
         # (or private copies), which autograd's version check guards.
         ctx.arrays = (t["q"], t["k"], t["v"], o, lse)
         ctx.save_for_backward(q, k, v, out, lse_t)
-        ctx.comm, ctx.order, ctx.options = comm, order, options
+        ctx.comm, ctx.order = comm, order
+        ctx.options = _options.frozen(options)
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         ctx.mark_non_differentiable(lse_t)
         return out, lse_t

@@ -97,6 +97,33 @@ def test_inplace_on_a_copy_right_class3(rng):
         close(name, t.grad.numpy(), mine(want), 1e-4)
 
 
+def test_masks_changed_after_forward_class3(rng):
+    """Segment ids, lens and ALiBi slopes changed in place between the
+    forward and the backward: the backward uses the forward's (copies
+    kept by the forward; before: the changed arrays, silently)."""
+    B, N, H, D = 2, 13, 2, 8
+    full = [normal(rng, (B, N, H, D)) for _ in range(3)]
+    ids = np.repeat(np.arange(3), 5)[None, :N].repeat(B, 0)
+    opts = {"layout": "contiguous", "q_lens": [11, 13],
+            "alibi": np.array([0.5, 0.25])}
+    grads = []
+    for change in (False, True):
+        seg = ringattn.shard(ids, "contiguous", COMM)
+        options = dict(opts, segments=seg, q_lens=np.array(opts["q_lens"]),
+                       alibi=opts["alibi"].copy())
+        ts = [torch.from_numpy(ringattn.shard(x, "contiguous", COMM))
+              .requires_grad_() for x in full]
+        o = rt.attention(*ts, COMM, **options)
+        if change:
+            seg[:] = 0
+            options["q_lens"][:] = 1
+            options["alibi"][:] = 4.0
+        o.square().sum().backward()
+        grads.append([t.grad.numpy() for t in ts])
+    for name, got, want in zip(("dq", "dk", "dv"), grads[1], grads[0]):
+        close(name, got, want, 1e-6)
+
+
 def test_second_backward_refused_class3(rng):
     """The saved tensors are freed after a backward: a second backward
     raises autograd's error (before: it ran again from kept arrays)."""
