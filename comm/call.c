@@ -17,6 +17,7 @@
 #include "agree.h"
 #include "align.h"
 #include "call.h"
+#include "centre.h"
 #include "gemm_env.h"
 #include "model.h"
 #include "internal.h"
@@ -155,10 +156,20 @@ static ra_status call_check(const strat_row *row, const strat_call *c)
 
 typedef struct {
     strat_call *c;
-    float *qr, *kr;   /* RoPE's rotated q and k, rounded in place too */
-    float *qb, *kb, *vb; /* bf16-rounded copies of q, k (without RoPE), v */
+    float *qr, *kr;   /* the call's own q and k (call_owns_qk): rotated by
+                         RoPE, centred for the Gaussian, rounded in place */
+    float *qb, *kb, *vb; /* bf16-rounded copies of q, k (not owned), v */
     double *slopes;
+    double *bounds;   /* Gaussian: the keys' bounds (centre.h) */
+    float *centre;    /* Gaussian: their centres (B, G, D) */
 } call_arrays;
+
+/* Whether the call works on copies of q and k of its own: RoPE rotates
+ * them, the Gaussian score centres them (centre.h). */
+static int call_owns_qk(const ra_params *p)
+{
+    return p->rope != RA_ROPE_NONE || p->score == RA_SCORE_GAUSSIAN;
+}
 
 /* Whether the call rounds q (bf16 precision) and k, v (bf16 precision or
  * K/V in bf16 on the wire) to bf16 before any row runs. */
@@ -182,14 +193,18 @@ static void call_carve(void *arg, ra_carver *cv)
     const ra_params *p = c->params;
     c->qpos = ra_carve(cv, c->n, sizeof(int64_t));
     c->kpos = ra_carve(cv, c->m_own, sizeof(int64_t));
-    if (p->rope != RA_ROPE_NONE) {
+    if (call_owns_qk(p)) {
         a->qr = ra_carve(cv, s->B * c->n * s->H * s->D, sizeof(float));
         a->kr = ra_carve(cv, s->B * c->m_own * s->G * s->D, sizeof(float));
     }
-    if (call_rounds_q(p) && p->rope == RA_ROPE_NONE)
+    if (p->score == RA_SCORE_GAUSSIAN) {
+        a->bounds = ra_carve(cv, 2 * s->B * s->G * s->D, sizeof(double));
+        a->centre = ra_carve(cv, s->B * s->G * s->D, sizeof(float));
+    }
+    if (call_rounds_q(p) && !call_owns_qk(p))
         a->qb = ra_carve(cv, s->B * c->n * s->H * s->D, sizeof(float));
     if (call_rounds_kv(p)) {
-        if (p->rope == RA_ROPE_NONE)
+        if (!call_owns_qk(p))
             a->kb = ra_carve(cv, s->B * c->m_own * s->G * ra_shape_dk(s),
                              sizeof(float));
         a->vb = ra_carve(cv, s->B * c->m_own * s->G * s->Dv, sizeof(float));
@@ -313,6 +328,39 @@ static void call_posenc(strat_call *c, const call_arrays *a)
     }
 }
 
+/* The Gaussian score: this rank's q and k (rotated already, not yet
+ * rounded) moved into the call's copies by the keys' centre per batch, kv
+ * head and dim from their bounds over every rank (centre.h), so that the
+ * kernels' fp32 score does not cancel. Collective; every rank returns the
+ * same status. */
+static ra_status call_centre(strat_call *c, const call_arrays *a)
+{
+    const ra_shape *s = c->shape;
+    if (c->params->score != RA_SCORE_GAUSSIAN)
+        return RA_OK;
+    const int64_t len = s->B * s->G * s->D;
+    for (int64_t i = 0; i < 2 * len; i++)
+        a->bounds[i] = -INFINITY;
+    ra_centre_bounds(c->k, s->B, c->m_own, s->G, s->D, c->kpos,
+                     c->masks ? c->masks->kv_lens : NULL, a->bounds);
+    MPI_Request req;
+    if (MPI_Iallreduce(MPI_IN_PLACE, a->bounds, (int)(2 * len), MPI_DOUBLE,
+                       MPI_MAX, c->comm, &req) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Iallreduce of the keys' "
+                            "bounds failed", c->name);
+    const strat_watch w = {"the keys' bounds", NULL, 0};
+    const ra_status st = strat_wait(c, 1, &req, &w);
+    if (st != RA_OK)
+        return st;
+    ra_centre_of(a->bounds, s->B, s->G, s->D, a->centre);
+    ra_centre_apply(c->q, a->qr, s->B, c->n, s->H, s->G, s->D, a->centre);
+    ra_centre_apply(c->k, a->kr, s->B, c->m_own, s->G, s->G, s->D,
+                    a->centre);
+    c->q = a->qr;
+    c->k = a->kr;
+    return RA_OK;
+}
+
 /* x (len) into dst (NULL: x is already a copy of the call's) rounded to
  * bf16; returns the rounded array. */
 static float *call_round(const float *x, float *dst, int64_t len)
@@ -325,8 +373,9 @@ static float *call_round(const float *x, float *dst, int64_t len)
 }
 
 /* bf16 precision and K/V in bf16 on the wire: the call's q (bf16
- * precision) and k, v rounded to bf16 once, after RoPE, into copies that
- * replace c->q, c->k, c->v (RoPE's copies are rounded in place), so
+ * precision) and k, v rounded to bf16 once, after RoPE and the Gaussian's
+ * centring, into copies that replace c->q, c->k, c->v (the call's own
+ * copies, call_owns_qk, are rounded in place), so
  * every row moves and folds rounded rows; a bf16 value stays as it is. */
 static void call_round_inputs(strat_call *c, const call_arrays *a)
 {
@@ -404,6 +453,9 @@ static ra_status call_open(strat_call *c, ra_status st)
                               c->qalign);
     if (st == RA_OK) {
         call_posenc(c, &a);
+        st = call_centre(c, &a);
+    }
+    if (st == RA_OK) {
         call_round_inputs(c, &a);
         st = ra_agree(c->comm, call_mm16(c));
     }

@@ -247,12 +247,24 @@ void ra_state_close(int64_t B, int64_t n, int64_t H, int64_t Dv, float *o,
     }
 }
 
+/* The merge of two weighted entries wa a + wb b (wa, wb >= 0), where a
+ * non-finite entry (nonfinite mode: a visible NaN or inf value,
+ * pv_nonfinite) stands for itself whatever its weight: then the sum of
+ * the non-finite ones (NaN, or inf of their sign; both signs: NaN). */
+static float merge_entry(float wa, float a, float wb, float b)
+{
+    if (isfinite(a) && isfinite(b))
+        return wa * a + wb * b;
+    return (isfinite(a) ? 0.0f : a) + (isfinite(b) ? 0.0f : b);
+}
+
 /* Merges the partial acc / sum (log2 max mx) of one query row into the
  * running o row (Dv) and *lse with the LSE merge; shift (natural log) is
  * added to the partial's LSE. sum == 0 is the empty partial and changes
- * nothing. */
+ * nothing. With keep (nonfinite mode) non-finite entries merge by
+ * merge_entry. */
 static void merge_row(int64_t Dv, const float *acc, float mx, float sum,
-                      double shift, float *o, float *lse)
+                      double shift, int keep, float *o, float *lse)
 {
     if (isnan(sum)) { /* a NaN in q or k (--allow-nonfinite): show it */
         for (int64_t d = 0; d < Dv; d++)
@@ -275,8 +287,10 @@ static void merge_row(int64_t Dv, const float *acc, float mx, float sum,
     double l = hi + log1p(exp(lo - hi));
     float wa = (float)exp(la - l);
     float wb = (float)(exp(lb - l) / sum);
-    for (int64_t d = 0; d < Dv; d++)
+    for (int64_t d = 0; d < Dv && !keep; d++)
         o[d] = wa * o[d] + wb * acc[d];
+    for (int64_t d = 0; d < Dv && keep; d++)
+        o[d] = merge_entry(wa, o[d], wb, acc[d]);
     *lse = (float)l;
 }
 
@@ -573,12 +587,116 @@ static void softmax_tile(const ra_block *blk, int64_t bq, int64_t bk,
             float c = exp2f(t.mx[r] - mnew); /* 0 when mx was -inf */
             t.sum[r] *= c;
             float *a = t.acc + r * Dv;
-            for (int64_t d = 0; d < Dv; d++)
+            for (int64_t d = 0; d < Dv && !blk->nan_check; d++)
                 a[d] *= c;
+            for (int64_t d = 0; d < Dv && blk->nan_check; d++)
+                a[d] = merge_entry(c, a[d], 0.0f, 0.0f);
             t.mx[r] = mnew;
         }
         t.sum[r] += ra_exp2_shift_sum(row, len, mnew);
     }
+}
+
+/* Whether every entry of the rows x cols floats of x (row stride ld) is
+ * finite: none has the all-ones exponent of NaN and inf (integer ops, so
+ * that the scan vectorises). */
+static int block_finite(const float *x, int64_t rows, int64_t cols,
+                        int64_t ld)
+{
+    const uint32_t ones = 0x7f800000u;
+    uint32_t bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            uint32_t u;
+            memcpy(&u, x + r * ld + c, sizeof u);
+            bad |= (u & ones) == ones;
+        }
+    return !bad;
+}
+
+/* Whether query i sees key j under the rules rl of its run (ra_mask_tile's
+ * rules, for one pair). */
+static int pair_visible(const ra_block *blk, const tile_rules *rl, int64_t i,
+                        int64_t j)
+{
+    const int64_t qp = blk->mask.qpos[i], kp = blk->mask.kpos[j];
+    return qp < rl->q_len && kp < rl->kv_len && kp >= qp + rl->lo &&
+           kp <= qp + rl->hi && (!rl->q_seg || rl->q_seg[i] == rl->k_seg[j]);
+}
+
+/* One column of pass 4 whose values v (stride ldv) hold a NaN or inf:
+ * acc (stride Dv) += P v, the finite values by their weight (rounded to
+ * bf16 with bf16 precision, as the products round P), each non-finite one
+ * that the row sees as exact arithmetic has it (every visible weight is
+ * > 0, however small its float): NaN, or inf of its sign, both signs NaN.
+ * Hidden keys add nothing (their P is 0, and 0 x NaN would be NaN). */
+static void column_nonfinite(const ra_block *blk, const tile_rules *rl,
+                             tile_box x, int need_mask, const float *v,
+                             int64_t ldv, float *acc, const float *s)
+{
+    for (int64_t r = 0; r < x.bq; r++) {
+        const float *p = s + r * blk->block_kv;
+        float sum = 0.0f, bad = 0.0f;
+        for (int64_t c = 0; c < x.bk; c++) {
+            const float w = blk->mm16 ? ra_bf16_to_f32(ra_bf16_of(p[c]))
+                                      : p[c];
+            if (isfinite(v[c * ldv]))
+                sum += w * v[c * ldv];
+            else if (!need_mask ||
+                     pair_visible(blk, rl, x.i0 + r, x.j0 + c))
+                bad += v[c * ldv];
+        }
+        acc[r * blk->Dv] += sum + bad;
+    }
+}
+
+/* Pass 4 of a tile x in nonfinite mode when its values hold a NaN or an
+ * inf: the columns without one by products, the others by
+ * column_nonfinite. Returns 0, doing nothing, when every value is
+ * finite. */
+static int pv_nonfinite(const ra_block *blk, const tile_rules *rl,
+                        tile_box x, int need_mask, tile_scratch t)
+{
+    const int64_t Dv = blk->Dv, ldv = t.kv.ldv;
+    const float *vt = value_row(&t.kv, x.j0);
+    if (block_finite(vt, x.bk, Dv, ldv))
+        return 0;
+    for (int64_t d = 0, e; d < Dv; d = e) {
+        e = d + 1;
+        if (!block_finite(vt + d, x.bk, 1, ldv)) {
+            column_nonfinite(blk, rl, x, need_mask, vt + d, ldv, t.acc + d,
+                             t.s);
+            continue;
+        }
+        while (e < Dv && block_finite(vt + e, x.bk, 1, ldv))
+            e++;
+        ra_mm_tile(blk->gemm, blk->mm16, t.tid,
+                   &(ra_mm){.m = x.bq, .n = e - d, .k = x.bk, .alpha = 1.0f,
+                            .beta = 1.0f, .a = t.s, .lda = blk->block_kv,
+                            .b = vt + d, .ldb = ldv, .c = t.acc + d,
+                            .ldc = Dv});
+    }
+    return 1;
+}
+
+/* Pass 4 of tile x: acc += P V (P rounded to bf16 with bf16 precision,
+ * v16 the tile's values staged in bf16 or NULL); by groups when there
+ * are ng, each over its span (P is 0 outside it); in nonfinite mode, a
+ * tile whose values hold NaN or inf by pv_nonfinite. */
+static void tile_values(const ra_block *blk, const tile_rules *rl,
+                        tile_box x, int need_mask, const band_group *grp,
+                        int ng, const uint16_t *v16, tile_scratch t)
+{
+    if (blk->nan_check && pv_nonfinite(blk, rl, x, need_mask, t))
+        return;
+    if (!ng)
+        ra_mm_tile(blk->gemm, blk->mm16, t.tid,
+                   &(ra_mm){.m = x.bq, .n = blk->Dv, .k = x.bk,
+                            .alpha = 1.0f, .beta = 1.0f, .a = t.s,
+                            .lda = blk->block_kv,
+                            .b = value_row(&t.kv, x.j0), .ldb = t.kv.ldv,
+                            .c = t.acc, .ldc = blk->Dv, .b16 = v16});
+    groups_products(blk, grp, ng, NULL, x.j0, t);
 }
 
 /* The end of a work item (rows [i0, i0 + bq) of head h in batch b): each
@@ -606,7 +724,7 @@ static void rows_merge(const ra_block *blk, const tile_rules *rl,
             shift -= qq * blk->half_inv_sigma2;
         }
         merge_row(Dv, t.acc + r * Dv, t.mx[r], t.sum[r], shift,
-                  x->o + ((b * n + i0 + r) * H + h) * Dv,
+                  blk->nan_check, x->o + ((b * n + i0 + r) * H + h) * Dv,
                   x->lse + (b * H + h) * n + i0 + r);
     }
 }
@@ -732,16 +850,9 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
             ra_mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv, vis);
         /* pass 3: online softmax */
         softmax_tile(blk, bq, bk, vis, t);
-        /* pass 4: acc += P V (P rounded to bf16 with bf16 precision);
-         * by groups, each over its span (P is 0 outside it) */
-        if (!ng)
-            ra_mm_tile(blk->gemm, blk->mm16, t.tid,
-                       &(ra_mm){.m = bq, .n = Dv, .k = bk, .alpha = 1.0f,
-                                .beta = 1.0f, .a = t.s, .lda = bkv,
-                                .b = value_row(&t.kv, j0), .ldb = t.kv.ldv,
-                                .c = t.acc, .ldc = Dv,
-                                .b16 = v16 ? v16 + j0 * Dv : NULL});
-        groups_products(blk, grp, ng, NULL, j0, t);
+        /* pass 4: acc += P V */
+        tile_values(blk, &rl, (tile_box){i0, bq, j0, bk}, need_mask, grp, ng,
+                    v16 ? v16 + j0 * Dv : NULL, t);
         if (x->progress)
             x->progress(x->progress_ctx);
     }

@@ -101,6 +101,8 @@ void ra_reference_scored(const ra_ref_score *sc, const ra_mask *mask,
         }
         double sum = 0.0;
         for (int64_t j = 0; j < m; j++) {
+            if (!ra_ref_visible(mask, i, j))
+                continue; /* weight 0, and no 0 x NaN from its value */
             double p = exp(scores[j] - mx);
             sum += p;
             for (int64_t d = 0; d < Dv; d++)

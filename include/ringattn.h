@@ -259,7 +259,11 @@ typedef struct {
     int64_t window_left, window_right; /* >= 0 when window is set */
     double scale;      /* dot score scale s; NAN means 1/sqrt(D) */
     ra_score score;    /* dot (default), gaussian or additive */
-    double sigma;      /* gaussian bandwidth, > 0 */
+    double sigma;      /* gaussian bandwidth, > 0. A call moves its
+                          copies of q and k (after RoPE, before any bf16
+                          rounding) by a centre of the keys per batch, kv
+                          head and dim, which changes no score: inputs far
+                          from 0 keep their accuracy (0 for keys about 0) */
     const ra_additive *additive; /* weights of the additive score */
     ra_rope rope;      /* rotary embedding of q and k (RA_ROPE_NONE: off)
                           at global positions: key j at j, query i at i'
@@ -277,8 +281,12 @@ typedef struct {
     ra_align align;    /* where queries sit (ra_align); RA_ALIGN_TENSOR */
     int nonfinite;     /* 1: inputs may hold NaN or inf; a NaN score then
                           makes its query row NaN instead of being dropped
-                          (costs a scan of every score tile), and the
-                          inputs' range is the caller's to judge */
+                          (costs a scan of every score and value tile),
+                          a NaN or inf value reaches exactly the rows
+                          that see its key (as exact arithmetic: inf of
+                          its sign, NaN with both signs), and the inputs'
+                          range is the caller's to judge. Forward only:
+                          ra_backward refuses it (RA_ERR_ARG) */
     ra_precision precision; /* of the tile products (RA_PRECISION_FP32;
                           ra_precision) */
 } ra_numerics;

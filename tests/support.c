@@ -221,6 +221,13 @@ check_result check_allreduce(MPI_Comm comm, const check_result *c)
     return g;
 }
 
+const char *test_arith_name(ra_precision precision, ra_wire wire)
+{
+    return precision == RA_PRECISION_BF16 ? "bf16"
+           : wire == RA_WIRE_BF16         ? "wire-bf16"
+                                          : "fp32";
+}
+
 ra_gemm test_gemm(void)
 {
     ra_gemm g;

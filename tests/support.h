@@ -84,4 +84,8 @@ int check_ok(const check_result *c);
  * test on a value the library refuses. */
 ra_gemm test_gemm(void);
 
+/* The arithmetic of a run as the tests print it: "bf16" (precision),
+ * "wire-bf16" (fp32 with K/V in bf16 between ranks) or "fp32". */
+const char *test_arith_name(ra_precision precision, ra_wire wire);
+
 #endif

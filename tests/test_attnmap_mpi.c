@@ -66,11 +66,17 @@ static void check_map(const problem *p, const ra_params *prm,
     free(sc);
 }
 
+/* The map of rows [i0, i1) on unit-normal inputs from seed, q and k
+ * moved by offset. */
 static void run_map(const ra_shape *s, ra_params prm, int lens,
-                    int64_t i0, int64_t i1, uint64_t seed)
+                    int64_t i0, int64_t i1, uint64_t seed, double offset)
 {
     problem p;
     problem_make(&p, s, seed);
+    for (int64_t i = 0; i < s->B * s->N * s->H * s->D; i++)
+        p.q[i] = (float)(p.q[i] + offset);
+    for (int64_t i = 0; i < s->B * s->M * s->G * ra_shape_dk(s); i++)
+        p.k[i] = (float)(p.k[i] + offset);
     int64_t q_lens[4];
     ra_random_lens(seed, RA_STREAM_Q_LENS, s->B, s->N, q_lens);
     const ra_masks local = {q_lens, NULL, NULL, NULL};
@@ -100,9 +106,10 @@ static void run_map(const ra_shape *s, ra_params prm, int lens,
     MPI_Allreduce(&count, &all_rows, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0)
         printf("# P=%d %-8s %-10s rows [%lld, %lld) causal=%d lens=%d: max "
-               "|p - ref| %.2e, max |sum - ref sum| %.2e\n",
+               "|p - ref| %.2e, max |sum - ref sum| %.2e (offset %g)\n",
                nranks, ra_score_name(prm.score), ra_layout_name(lay),
-               (long long)i0, (long long)i1, prm.causal, lens, gerr[0], gerr[1]);
+               (long long)i0, (long long)i1, prm.causal, lens, gerr[0], gerr[1],
+               offset);
     assert_int_equal(all_rows, i1 - i0);
     assert_true(gerr[0] < RA_TOLERANCE && gerr[1] < RA_TOLERANCE);
     local_part_free(&lp);
@@ -129,17 +136,36 @@ static void test_maps(void **state)
         prm.layout = lays[l];
         prm.score = RA_SCORE_DOT;
         prm.causal = 1;
-        run_map(&s, prm, 1, 0, 157, 800 + l);     /* every row */
+        run_map(&s, prm, 1, 0, 157, 800 + l, 0.0);     /* every row */
         prm.causal = 0;
-        run_map(&s, prm, 0, 40, 47, 810 + l);     /* a few rows */
+        run_map(&s, prm, 0, 40, 47, 810 + l, 0.0);     /* a few rows */
         prm.score = RA_SCORE_GAUSSIAN;
         prm.sigma = 3.0;
-        run_map(&s, prm, 0, 100, 157, 820 + l);
+        run_map(&s, prm, 0, 100, 157, 820 + l, 0.0);
         prm.score = RA_SCORE_ADDITIVE;
         prm.additive = &ad;
         prm.causal = 1;
-        run_map(&s, prm, 1, 3, 30, 830 + l);
+        run_map(&s, prm, 1, 3, 30, 830 + l, 0.0);
     }
+}
+
+/* Issue 39, class 1: the Gaussian map of q and k far from 0 (the call
+ * centres them; before, the map's fp32 scores cancelled like the
+ * forward's). */
+static void test_issue39_class1_gaussian_map_offsets(void **state)
+{
+    (void)state;
+    const ra_shape s = {2, 157, 203, 4, 2, 16, 8};
+    ra_params prm;
+    ra_params_default(&prm);
+    prm.block_q = 16;
+    prm.block_kv = 32;
+    prm.score = RA_SCORE_GAUSSIAN;
+    prm.sigma = 3.0;
+    prm.causal = 1;
+    prm.layout = RA_LAYOUT_ZIGZAG;
+    run_map(&s, prm, 1, 0, 157, 840, 100.0);
+    run_map(&s, prm, 1, 0, 157, 841, 1e4);
 }
 
 int main(int argc, char **argv)
@@ -147,6 +173,7 @@ int main(int argc, char **argv)
     mpi_test_init(&argc, &argv, &rank, &nranks);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_maps),
+        cmocka_unit_test(test_issue39_class1_gaussian_map_offsets),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
