@@ -300,11 +300,11 @@ ra_status ra_h5_read_masks(MPI_Comm comm, const char *path,
     ra_status st = ra_comm_usable(comm, "ra_h5_read_masks");
     if (st != RA_OK)
         return st;
+    if (masks)
+        memset(masks, 0, sizeof *masks);
     if (!path || !masks)
         st = ra_error_set(RA_ERR_ARG, "ra_h5_read_masks: path and masks are "
                           "required");
-    else
-        memset(masks, 0, sizeof *masks);
     memset(m, 0, sizeof m);
     if (st == RA_OK)
         st = h5io_slices_check(path, shape, layout);
