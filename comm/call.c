@@ -554,6 +554,32 @@ static const strat_row *strat_row_of(ra_strategy id)
     return &strat_table[0];
 }
 
+/* The call's own communicator (c->comm, with c->r and c->P): a duplicate
+ * of comm that returns MPI errors (ringattn.h), made under the stall
+ * watchdog, so that a rank that never comes to the call is named instead
+ * of waited for. After a stall the duplicate's slot stays allocated: the
+ * duplication is still in flight (the job must end). */
+static ra_status call_dup(strat_call *c, MPI_Comm comm)
+{
+    MPI_Comm *slot = malloc(sizeof *slot);
+    MPI_Request req;
+    if (!slot || MPI_Comm_rank(comm, &c->r) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &c->P) != MPI_SUCCESS ||
+        MPI_Comm_idup(comm, slot, &req) != MPI_SUCCESS) {
+        free(slot);
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_idup failed", c->name);
+    }
+    const strat_watch w = {"the start of the call", NULL, 0, NULL, NULL};
+    const ra_status st = strat_wait(c, 1, &req, &w);
+    if (st == RA_OK) {
+        c->comm = *slot;
+        MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    }
+    if (!c->stalled)
+        free(slot);
+    return st;
+}
+
 /* One call of row: open (the local checks or the caller's refusal pre,
  * agreement, set-up), the row's forward or backward (a), the end token,
  * close. Every rank takes the same branches up to the row. */
@@ -578,9 +604,9 @@ static ra_status call_run(MPI_Comm comm, const strat_call *a,
     c.tm = &tm;
     c.name = ra_strategy_name(row->id);
     ra_status st = pre == RA_OK ? call_check(row, &c) : pre;
-    if (MPI_Comm_dup(comm, &c.comm) != MPI_SUCCESS)
-        return ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_dup failed", c.name);
-    MPI_Comm_set_errhandler(c.comm, MPI_ERRORS_RETURN); /* ringattn.h */
+    const ra_status dup = call_dup(&c, comm);
+    if (dup != RA_OK)
+        return dup;
     st = call_open(&c, st);
     if (st == RA_OK) {
         const int blas = ra_blas_enter(1); /* single-threaded BLAS inside

@@ -1883,11 +1883,11 @@ def fault_verify_nan(work):
 # point-to-point ones name the rank they wait for, the collectives (which do
 # not say who is late) the phase and the ranks taking part; a rank stopped
 # after its last transfer is found at the end of the call and named; one
-# stopped while the call opens, at the agreement of the options or the
-# range check every call makes.
+# stopped while the call opens, at its start (the call's communicator),
+# the agreement of the options or the range check every call makes.
 STALL_END = (r"|the end of the call: no transfer (from|to) rank \d"
-             r"|the (check of the inputs' range|agreement of the options): "
-             r"the collective over 2 ranks")
+             r"|the (start of the call|check of the inputs' range"
+             r"|agreement of the options): the collective over 2 ranks")
 STALL_MESSAGES = {
     "ring": r"ring: rank \d stalled at (step \d+: no transfer (from|to) "
             r"rank \d" + STALL_END + ")",

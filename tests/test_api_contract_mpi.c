@@ -556,6 +556,41 @@ static void test_class7_calls(void **state)
     fixture_free(&f);
 }
 
+/* issue 39, class 7 (no rank hangs): a rank that never comes to a call
+ * is found by the others' stall watchdog at the start of the call (before:
+ * they waited in MPI_Comm_dup for ever, whatever stall_timeout said).
+ * Once they gave up, the absent rank joins the duplication they left in
+ * flight, so that the job can go on. */
+static void test_class7_absent_rank(void **state)
+{
+    (void)state;
+    fixture f;
+    fixture_make(&f, &shape0, 78);
+    const int absent = nranks > 1 && rank == nranks - 1;
+    f.exec.stall_timeout = 1;
+    int ok = 1, token = 0;
+    if (!absent) {
+        const ra_status st = forward(&f);
+        ok = nranks == 1 ? st == RA_OK
+                         : st == RA_ERR_MPI &&
+                               strstr(ra_error_message(), "stalled at the "
+                                      "start of the call") != NULL;
+        if (rank == 0)
+            printf("# P=%d %s: %s\n", nranks, ra_status_str(st),
+                   ra_error_message());
+        if (nranks > 1)
+            MPI_Send(&token, 1, MPI_INT, nranks - 1, 39, MPI_COMM_WORLD);
+    } else {
+        for (int i = 0; i < nranks - 1; i++)
+            MPI_Recv(&token, 1, MPI_INT, MPI_ANY_SOURCE, 39, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+        MPI_Comm late; /* the others' duplicate stays theirs, unfreed */
+        MPI_Comm_dup(MPI_COMM_WORLD, &late);
+    }
+    assert_true(all(ok));
+    fixture_free(&f);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -570,6 +605,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_class19_window_max),
         cmocka_unit_test(test_class7_options_differ),
         cmocka_unit_test(test_class7_calls),
+        cmocka_unit_test(test_class7_absent_rank),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
