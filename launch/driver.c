@@ -95,13 +95,21 @@ static double pass_io_seconds(const cli_ctx *ctx, const ra_shape *s)
  * peak): a bound, not an estimate. */
 #define CLI_BWD_RATE_LOSS 1.5
 
-/* The step callback of a driver without progress lines: each step of the
- * pass is a sign of progress for the phase watchdog. */
+/* The step and tile callbacks of a driver without progress lines: each
+ * step of the pass, and each tick between a forward's tiles, is a sign of
+ * progress for the phase watchdog. */
 static void pass_beat(void *ctx, int done, int total)
 {
     (void)ctx;
     (void)done;
     (void)total;
+    cli_watchdog_beat();
+}
+
+static void pass_tick(void *ctx, double share)
+{
+    (void)ctx;
+    (void)share;
     cli_watchdog_beat();
 }
 
@@ -134,6 +142,7 @@ static void pass_watch(const cli_ctx *ctx, cli_pass_data *d, ra_params *p)
                                          sizeof d->stall_how);
     if (!p->on_step) {
         p->on_step = pass_beat;
+        p->on_tick = pass_tick;
         p->on_step_ctx = NULL;
     }
     cli_watchdog_explain(d->stall_how);

@@ -82,7 +82,8 @@ void cli_pass_begin(const cli_ctx *ctx, cli_pass_data *d, ra_params *p);
 
 /* After setting up: the stall timeout (cli_stall_timeout: given, or
  * derived from the prediction of d's pass with d->profile; collective),
- * p->on_step a beat of the watchdog when the driver set none, the pass
+ * p->on_step and p->on_tick beats of the watchdog when the driver set no
+ * step callback, the pass
  * phase watched, then from rank 0 the placement warning and the parameter
  * table of d with the stall line (its value and how it was found). */
 void cli_pass_echo(const cli_ctx *ctx, cli_pass_data *d, ra_params *p);

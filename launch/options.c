@@ -762,7 +762,6 @@ const cli_opt cli_pass_opts[] = {
      .offset = P_FIELD(stall_timeout, double), .rhi = 1e9,
      .shown = "run: from the prediction; bench: "
               RA_XSTR(RA_STALL_TIMEOUT_DEFAULT) " s",
-     .help = "abort after S s with no progress (0: never; any S given is "
-             "used)"},
+     .help = "abort after S s with no progress (0: never)"},
     {0},
 };

@@ -14,8 +14,7 @@ const cli_opt cli_progress_opts[] = {
     CLI_OPT_FLAG(cli_progress, "--progress", asked,
                  "progress lines on stderr from the start"),
     CLI_OPT_REAL(cli_progress, "--progress-after", "S", after, 0, 1e9, "10",
-                 "without --progress: lines once the pass has run S s "
-                 "(from the start when predicted longer)"),
+                 "no --progress: lines once the pass has run S s"),
     CLI_OPT_FLAG(cli_progress, "--no-progress", refused, "no progress lines"),
     CLI_OPT_POSITIVE(cli_progress, "--progress-every", "S", every, 86400, "5",
                      "seconds between progress lines"),
@@ -81,14 +80,17 @@ static void progress_step(void *ctx, int done, int total)
     fflush(pg->out);
 }
 
-/* The tile callback (rank 0, when on): a line within a step when `every`
- * has passed, with the share of the step's tiles done. The ETA follows
+/* The tile callback (every rank: a beat of the phase watchdog, so that a
+ * long step's own work is never taken for a stall; rank 0, when on: a
+ * line within a step when `every` has passed, with the share of the step's
+ * tiles done). The ETA follows
  * the steps done when one has ended; before, the first step's own pace
  * (the end of that step), or the prediction while no tile is done. */
 static void progress_tick(void *ctx, double share)
 {
     cli_progress *pg = ctx;
     const double now = MPI_Wtime(), elapsed = now - pg->start;
+    cli_watchdog_beat(); /* tiles done: this rank computes */
     if (!progress_started(pg, elapsed) || now - pg->last < pg->every ||
         (pg->total && pg->done >= pg->total))
         return;
@@ -121,7 +123,7 @@ void progress_setup(const cli_ctx *ctx, cli_progress *pg, const ra_shape *s,
     pg->out = stderr;
     pg->start = pg->last = MPI_Wtime();
     p->on_step = progress_step;
-    p->on_tick = pg->on ? progress_tick : NULL;
+    p->on_tick = progress_tick;
     p->on_step_ctx = pg;
 }
 

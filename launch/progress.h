@@ -40,11 +40,10 @@ double progress_predict(const cli_ctx *ctx, const ra_shape *s,
  * from the start with --progress or when the pass is predicted to take
  * more than --progress-after seconds (10); otherwise once it has run that
  * long, whether or not stderr is a terminal: under mpirun it never is) and
- * points p->on_step
- * at the step callback on every rank (each step is also a beat of the
- * phase watchdog, watchdog.h; only rank 0 prints, when on), and, where
- * lines are printed, p->on_tick at the tile callback: a line every
- * `every` seconds even within a long step. Call just before the pass,
+ * points p->on_step at the step callback and p->on_tick at the tile
+ * callback on every rank (each step and each tick is also a beat of the
+ * phase watchdog, watchdog.h; only rank 0 prints, when on: a line every
+ * `every` seconds even within a long step). Call just before the pass,
  * which then starts the clock (progress_start). */
 void progress_setup(const cli_ctx *ctx, cli_progress *pg, const ra_shape *s,
                     ra_params *p, const char *profile);

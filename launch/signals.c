@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,13 +86,11 @@ static int pipe_reader_gone(long pid, int fd)
     return gone;
 }
 
-void cli_streams_watch(void)
+/* Points the streams whose launcher's reader has gone at /dev/null; the
+ * caller holds streams_lock. */
+static void streams_check(void)
 {
     static int quiet[3]; /* per stream: pointed at /dev/null */
-    static const char *const launched[] = {"OMPI_COMM_WORLD_RANK",
-                                           "PMIX_RANK"};
-    if (!(getenv(launched[0]) || getenv(launched[1])))
-        return;
     const long parent = (long)getppid();
     for (int fd = STDOUT_FILENO; fd <= STDERR_FILENO; fd++) {
         if (quiet[fd] || !pipe_reader_gone(parent, fd))
@@ -103,4 +102,15 @@ void cli_streams_watch(void)
         close(nul);
         quiet[fd] = 1;
     }
+}
+
+void cli_streams_watch(void)
+{
+    static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+    if (!(getenv("OMPI_COMM_WORLD_RANK") || getenv("PMIX_RANK")))
+        return;
+    if (pthread_mutex_trylock(&streams_lock) != 0)
+        return; /* the other thread is looking */
+    streams_check();
+    pthread_mutex_unlock(&streams_lock);
 }

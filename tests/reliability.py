@@ -1913,14 +1913,17 @@ STALL_PHASE = r"^ringattn: rank \d stalled at the pass \(set-up, read"
 
 
 def fault_stall(work, strategy="ring", timeout="1", delay=None,
-                pattern=None, tag=None, limit=30):
+                pattern=None, tag=None, limit=120):
     """SIGSTOP one rank of a 2-rank run `delay` s after the parameter table
     (default: mid-pass) with --stall-timeout `timeout` (None: the default,
     derived from the predicted step): the other rank's watchdog names where
     it waits (STALL_MESSAGES, or pattern), the job is aborted (the stopped
-    rank too) within `limit` seconds, nothing is left. On a loaded machine
-    the rank may still be reading when it stops: the phase watchdog's line
-    is then as right as the strategy's."""
+    rank too) within `limit` seconds, nothing is left. The other rank
+    finishes its own tiles first (each a sign of progress, issue 39 class
+    9), which on a loaded machine takes tens of seconds: `limit` bounds a
+    hang, not a speed. On a loaded machine the rank may still be reading
+    when it stops: the phase watchdog's line is then as right as the
+    strategy's."""
     if not os.path.exists(os.path.join(work, "stall.h5")):
         subprocess.run([RINGATTN, "gen", "--out", "stall.h5", "--seq",
                         "32768", "--heads", "8", "--dim", "32"], env=ENV,
@@ -1929,6 +1932,11 @@ def fault_stall(work, strategy="ring", timeout="1", delay=None,
            "stall.h5", "--out", "stalled.h5", "--block-q", "64",
            "--strategy", strategy]
     cmd += ["--stall-timeout", timeout] if timeout else []
+    if timeout is None:  # derived from a profile of a fast machine: the
+        # floor, so that the stopped job ends within minutes
+        with open(os.path.join(work, "fast.json"), "w") as f:
+            f.write(FAST_PROFILE)
+        cmd += ["--profile", "fast.json"]
     tag = tag or f"stall {strategy}:"
     pattern = pattern or (STALL_MESSAGES[strategy] + "|" + STALL_PHASE)
     p = subprocess.Popen(cmd, env=SIG_ENV, cwd=work, stdout=subprocess.PIPE,
@@ -1937,12 +1945,13 @@ def fault_stall(work, strategy="ring", timeout="1", delay=None,
     line = p.stdout.readline()
     while time.time() < deadline and line and "threads" not in line:
         line = p.stdout.readline()
-    if timeout is None:  # the derived timeout bounds the wait (class 9)
+    if timeout is None:  # the derived timeout bounds the wait (class 9):
+        # the phase watchdog's twice it, plus this rank's own step
         while time.time() < deadline and line and \
                 not line.startswith("# stall"):
             line = p.stdout.readline()
         m = re.match(r"# stall +([0-9.e+]+) s", line)
-        limit = max(limit, float(m[1]) + 30) if m else limit
+        limit = max(limit, 2 * float(m[1]) + 60) if m else limit
     # reading takes a tenth of 0.5 s, the pass several seconds (hybrid's
     # 6 s: at 16384 tokens its 1.5 s ended about when the rank was stopped,
     # which then stopped in the write, a collective no watchdog sees); the
@@ -2161,8 +2170,9 @@ def run_stalls():
             on_engine(i)
             stalls += fault_stall(work, strategy)
         # in the collective read, right after the table; mid-pass with the
-        # stall timeout derived from the predicted step (the wait allowed:
-        # the timeout the table states, plus 30 s)
+        # stall timeout derived from the predicted step of a fast machine's
+        # profile (the wait allowed: twice the timeout the table states,
+        # plus 60 s)
         on_engine(0)
         stalls += fault_stall(work, delay=0.0, pattern=STALL_ANY,
                               tag="stall read:")
