@@ -10,6 +10,7 @@
  * Discipline: validate locally, agree over the ranks (ra_agree), then start
  * the collectives, so that a refusal on one rank never leaves the others
  * waiting in one. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,6 +340,10 @@ static ra_status call_centre(strat_call *c, const call_arrays *a)
     if (c->params->score != RA_SCORE_GAUSSIAN)
         return RA_OK;
     const int64_t len = s->B * s->G * s->D;
+    if (2 * len > INT_MAX) /* the same on every rank: no collective yet */
+        return ra_error_set(RA_ERR_ARG, "score gaussian: B G D = %lld key "
+                            "centres are more than one reduction takes "
+                            "(2^30)", (long long)len);
     for (int64_t i = 0; i < 2 * len; i++)
         a->bounds[i] = -INFINITY;
     ra_centre_bounds(c->k, s->B, c->m_own, s->G, s->D, c->kpos,
