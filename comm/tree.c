@@ -39,6 +39,17 @@ typedef struct {
     ra_workspace *ws;
 } tree_state;
 
+/* One entry of the merge, (wa a + wb b) / sum; a non-finite entry (a NaN
+ * or inf value its row sees, nonfinite inputs) stands for itself whatever
+ * its weight, which may have underflowed to 0 (0 x inf would make NaN):
+ * then the sum of the non-finite ones, as engine/kernel.c merges tiles. */
+static float merge_entry(double wa, float a, double wb, float b, double sum)
+{
+    if (isfinite(a) && isfinite(b))
+        return (float)((wa * a + wb * b) / sum);
+    return (isfinite(a) ? 0.0f : a) + (isfinite(b) ? 0.0f : b);
+}
+
 /* inout = in merged with inout, element by element: each element is a row
  * o (Dv floats) and its lse. A NaN lse (non-finite inputs) wins. */
 static void tree_merge(void *in, void *inout, int *len, MPI_Datatype *type)
@@ -60,7 +71,7 @@ static void tree_merge(void *in, void *inout, int *len, MPI_Datatype *type)
         const double mx = la > lb ? la : lb;
         const double wa = exp(la - mx), wb = exp(lb - mx), sum = wa + wb;
         for (int d = 0; d < dv; d++)
-            b[d] = (float)((wa * a[d] + wb * b[d]) / sum);
+            b[d] = merge_entry(wa, a[d], wb, b[d], sum);
         b[dv] = (float)(mx + log(sum));
     }
 }

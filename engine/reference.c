@@ -105,8 +105,11 @@ void ra_reference_scored(const ra_ref_score *sc, const ra_mask *mask,
                 continue; /* weight 0, and no 0 x NaN from its value */
             double p = exp(scores[j] - mx);
             sum += p;
+            /* a visible NaN or inf counts whatever its weight: the weight
+             * is > 0 in exact arithmetic even where exp underflows */
             for (int64_t d = 0; d < Dv; d++)
-                oi[d] += p * v[j * ldv + d];
+                oi[d] += isfinite(v[j * ldv + d]) ? p * v[j * ldv + d]
+                                                  : v[j * ldv + d];
         }
         for (int64_t d = 0; d < Dv; d++)
             oi[d] /= sum;
