@@ -1,0 +1,67 @@
+/* sim.h: ringattn-sim, the engine's own comm/ and engine/ run under
+ * SimGrid's SMPI on a simulated platform (docs/SIMULATION.md). The driver
+ * (sim_main.c) makes in-memory inputs and calls ra_call_forward or
+ * ra_call_backward; the hooks (sim_hooks.c) sit where comm/ calls the
+ * kernels and the block allocator (a link-time seam: docs/DESIGN.md, "The
+ * simulated build"). */
+#ifndef RA_SIM_H
+#define RA_SIM_H
+
+#include <stdint.h>
+
+#include "internal.h"
+
+/* exact: the kernels run for real and the output is checked against fp64;
+ * scale: each kernel call's time is injected, large buffers are folded. */
+typedef enum { SIM_EXACT = 0, SIM_SCALE = 1 } sim_mode;
+
+/* Everything a run takes, filled by sim_options_parse. */
+typedef struct {
+    ra_shape s;
+    ra_params p;
+    sim_mode mode;
+    int backward;
+    int node_aware;        /* --ring-order node (default) or mpirun */
+    int64_t reps, seed, check_rows;
+    double rate;           /* --rate: kernel FLOP/s per core; 0: profile's */
+    const char *platform;  /* --platform: the file, echoed only */
+} sim_opts;
+
+/* Fills o from argv (defaults first); 0, 1 for --help, or 2 with one line
+ * in why ("--option: problem"). */
+int sim_options_parse(int argc, char **argv, sim_opts *o, char *why,
+                      size_t n);
+/* The options and their help, on stdout. */
+void sim_options_usage(void);
+
+/* What the hooks inject at scale: seconds per visible (query, key) pair
+ * and head of a forward kernel call (the backward's is times
+ * SIM_BWD_FACTOR, as ra_backward_flops counts), and the fixed cost of each
+ * kernel call after a call's first (the profile's step_seconds). */
+typedef struct {
+    int at_scale;
+    double pair_head_seconds;
+    double step_seconds;
+} sim_cost;
+
+#define SIM_BWD_FACTOR 2.5
+
+/* Sets what the hooks do; the same on every rank, before the first call.
+ * RA_ERR_NOMEM when their per-rank state cannot be allocated. */
+ra_status sim_hooks_set(const sim_cost *cost);
+/* Marks the start of a call on this rank (its first kernel call carries no
+ * step cost). */
+void sim_hooks_call_begin(void);
+/* Seconds this rank's hooks injected since the process started. */
+double sim_hooks_injected(void);
+/* Frees the hooks' state; once, by one rank, after every transfer ended
+ * (all ranks past a barrier). */
+void sim_hooks_release(void);
+
+/* A buffer of the driver's: folded (shared by all ranks, contents
+ * meaningless) at scale, private and zeroed in exact mode; sim_buffer_free
+ * takes either. */
+void *sim_buffer_alloc(size_t bytes, int folded);
+void sim_buffer_free(void *p, int folded);
+
+#endif /* RA_SIM_H */

@@ -1,0 +1,317 @@
+/* sim_hooks.c: what runs where comm/ calls the kernels and the block
+ * allocator in ringattn-sim. The linker sends those calls here (--wrap,
+ * launch/sim/sim.cmake; docs/DESIGN.md, "The simulated build"):
+ *   exact mode: straight on to the real functions;
+ *   at scale:   a kernel call becomes the time this machine's measured
+ *               rate gives for its visible pairs (smpi_execute), and the
+ *               float arrays of 1 MiB or more in a carved block are folded
+ *               (SMPI_PARTIAL_SHARED_MALLOC: all ranks share their pages,
+ *               their contents are meaningless), so that 1024 ranks fit in
+ *               one machine's memory. Positions, ids and plans stay
+ *               private: the ring's control flow is the real one. */
+#include <mpi.h>
+#include <smpi/smpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backward.h"
+#include "band.h"
+#include "kernel.h"
+#include "sim.h"
+
+void __real_ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
+                                    ra_workspace *ws);
+void __real_ra_kernel_backward_block(const ra_block *blk,
+                                     const ra_bwd_operands *x,
+                                     ra_bwd_workspace *ws);
+void *__real_ra_carve(ra_carver *c, int64_t count, size_t elem);
+void *__real_ra_carve_alloc(void (*fill)(void *ctx, ra_carver *c), void *ctx);
+void __real_ra_carve_free(void *block);
+
+/* Set by every rank before its first call, the same on all. */
+static sim_cost cost;
+/* Per rank, by rank of MPI_COMM_WORLD: at scale SMPI runs every rank on
+ * one thread (contexts/factory:raw), so thread-local would be shared. */
+typedef struct {
+    int calls_in_call;
+    double injected;
+} rank_state;
+static rank_state *ranks;
+
+static rank_state *mine(void)
+{
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return &ranks[r];
+}
+
+ra_status sim_hooks_set(const sim_cost *c)
+{
+    int P = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    cost = *c;
+    if (!ranks && !(ranks = calloc((size_t)P, sizeof *ranks)))
+        return ra_error_set(RA_ERR_NOMEM, "the hooks' state of %d ranks", P);
+    return RA_OK;
+}
+
+void sim_hooks_call_begin(void) { mine()->calls_in_call = 0; }
+double sim_hooks_injected(void) { return mine()->injected; }
+
+/* ---- visible pairs of one kernel call ------------------------------------ */
+
+/* Keys at first + stride * t, t in [0, len): the layouts give each rank at
+ * most two such runs (ra_layout_slice); a gathered set may hold more. */
+typedef struct {
+    int64_t first, stride, len;
+} key_run;
+enum { SIM_RUNS = 16 };
+
+/* kpos[0..m) as strided runs into r; their count, or -1 past SIM_RUNS. */
+static int key_runs(const int64_t *kpos, int64_t m, key_run *r)
+{
+    int count = 0;
+    for (int64_t j = 0; j < m;) {
+        if (count == SIM_RUNS)
+            return -1;
+        const int64_t stride = j + 1 < m ? kpos[j + 1] - kpos[j] : 1;
+        int64_t end = j + 1;
+        while (end < m && kpos[end] - kpos[end - 1] == stride)
+            end++;
+        r[count++] = (key_run){kpos[j], stride, end - j};
+        j = end;
+    }
+    return count;
+}
+
+/* Members of run r in [x, y]. */
+static int64_t run_count(const key_run *r, int64_t x, int64_t y)
+{
+    const int64_t last = r->first + r->stride * (r->len - 1);
+    if (y < r->first || x > last || x > y)
+        return 0;
+    const int64_t lo = x <= r->first ? 0 : (x - r->first + r->stride - 1) / r->stride;
+    const int64_t hi = y >= last ? r->len - 1 : (y - r->first) / r->stride;
+    return hi >= lo ? hi - lo + 1 : 0;
+}
+
+/* Visible (query, key) pairs of one batch and head of blk under its causal
+ * and window rules (the sim's inputs have no lengths nor segments). */
+static double block_pairs(const ra_block *blk)
+{
+    const ra_mask *mk = &blk->mask;
+    const ra_band band = ra_band_make(mk->causal, mk->window, mk->left,
+                                      mk->right, mk->diag);
+    key_run runs[SIM_RUNS];
+    const int nr = mk->kpos ? key_runs(mk->kpos, blk->m, runs) : 0;
+    if (!mk->kpos)
+        runs[0] = (key_run){0, 1, blk->m};
+    double pairs = 0;
+    for (int64_t i = 0; i < blk->n; i++) {
+        const int64_t p = mk->qpos ? mk->qpos[i] : i;
+        const int64_t x = p + band.lo, y = p + band.hi;
+        if (nr >= 0 || !mk->kpos) {
+            for (int k = 0; k < (mk->kpos ? nr : 1); k++)
+                pairs += (double)run_count(&runs[k], x, y);
+        } else {
+            pairs += (double)(ra_lower_bound(mk->kpos, blk->m, y + 1) -
+                              ra_lower_bound(mk->kpos, blk->m, x));
+        }
+    }
+    return pairs;
+}
+
+/* The injected time of one kernel call on blk (factor: 1 forward,
+ * SIM_BWD_FACTOR backward), plus the step cost after a call's first. */
+static void inject(const ra_block *blk, double factor)
+{
+    double t = block_pairs(blk) * (double)(blk->B * blk->H) *
+               cost.pair_head_seconds * factor;
+    rank_state *me = mine();
+    if (me->calls_in_call++ > 0)
+        t += cost.step_seconds;
+    me->injected += t;
+    if (t > 0)
+        smpi_execute(t);
+}
+
+void __wrap_ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
+                                    ra_workspace *ws)
+{
+    if (cost.at_scale)
+        inject(blk, 1.0);
+    else
+        __real_ra_kernel_forward_block(blk, ops, ws);
+}
+
+void __wrap_ra_kernel_backward_block(const ra_block *blk,
+                                     const ra_bwd_operands *x,
+                                     ra_bwd_workspace *ws)
+{
+    if (cost.at_scale)
+        inject(blk, SIM_BWD_FACTOR);
+    else
+        __real_ra_kernel_backward_block(blk, x, ws);
+}
+
+/* ---- folded blocks --------------------------------------------------------- */
+
+/* The float arrays of a block being sized, as [start, stop) byte offsets:
+ * those SMPI folds. Arrays below SIM_FOLD_MIN stay private. */
+enum { SIM_FOLDS = 16, SIM_FOLD_MIN = 1 << 20 };
+static struct { /* no MPI call (no switch of rank) while recording */
+    int recording, count;
+    size_t off[2 * SIM_FOLDS];
+} fold;
+
+void *__wrap_ra_carve(ra_carver *c, int64_t count, size_t elem)
+{
+    const int64_t at = c->used;
+    void *out = __real_ra_carve(c, count, elem);
+    const int64_t bytes = c->used < 0 ? 0 : count * (int64_t)elem;
+    if (!fold.recording || c->base || elem > sizeof(float) ||
+        bytes < SIM_FOLD_MIN)
+        return out;
+    /* SMPI takes disjoint ranges apart: one that starts where the last
+     * ended extends it */
+    if (fold.count > 0 && fold.off[2 * fold.count - 1] == (size_t)at) {
+        fold.off[2 * fold.count - 1] = (size_t)(at + bytes);
+    } else if (fold.count < SIM_FOLDS) {
+        fold.off[2 * fold.count] = (size_t)at;
+        fold.off[2 * fold.count + 1] = (size_t)(at + bytes);
+        fold.count++;
+    }
+    return out;
+}
+
+void *__wrap_ra_carve_alloc(void (*fill)(void *ctx, ra_carver *c), void *ctx)
+{
+    if (!cost.at_scale)
+        return __real_ra_carve_alloc(fill, ctx);
+    ra_carver c = {NULL, 0};
+    fold.recording = 1;
+    fold.count = 0;
+    fill(ctx, &c);
+    fold.recording = 0;
+    if (c.used < 0)
+        return NULL;
+    const size_t bytes = (size_t)(c.used ? c.used : RA_CARVE_ALIGN);
+    void *block = NULL;
+    if (fold.count > 0)
+        block = SMPI_PARTIAL_SHARED_MALLOC(bytes, fold.off, fold.count);
+    else if (posix_memalign(&block, RA_CARVE_ALIGN, bytes) != 0)
+        block = NULL;
+    if (!block)
+        return NULL;
+    c = (ra_carver){block, 0};
+    fill(ctx, &c);
+    return block;
+}
+
+/* SMPI's free takes folded blocks and, for any other, calls free(). */
+void __wrap_ra_carve_free(void *block)
+{
+    if (cost.at_scale)
+        SMPI_SHARED_FREE(block);
+    else
+        __real_ra_carve_free(block);
+}
+
+/* ---- folded transfers ------------------------------------------------------ */
+
+/* At scale a transfer of SIM_WIRE_MIN bytes or more, of floats or of a
+ * derived type (the ring's K/V rows), moves as plain bytes between folded
+ * scratch blocks: SMPI times it by its size and copies nothing (it skips
+ * the copy between shared blocks, and a derived type's packing, a memmove
+ * of the whole block per message, would dominate the run). Its contents
+ * are meaningless at scale anyway; ids and positions (MPI_INT64_T) and
+ * small messages move as they are. */
+enum { SIM_WIRE_MIN = 64 << 10, SIM_SCRATCH = 8 };
+static struct {
+    void *block[SIM_SCRATCH];
+    size_t bytes[SIM_SCRATCH];
+} scratch;
+
+int __real_MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest,
+                     int tag, MPI_Comm comm, MPI_Request *req);
+int __real_MPI_Irecv(void *buf, int count, MPI_Datatype type, int src,
+                     int tag, MPI_Comm comm, MPI_Request *req);
+
+/* A folded block of at least bytes (blocks only grow: a transfer still in
+ * flight keeps reading the old one), or NULL. */
+static void *scratch_of(size_t bytes)
+{
+    int i = 0;
+    while (i < SIM_SCRATCH && scratch.block[i] && scratch.bytes[i] < bytes)
+        i++;
+    if (i == SIM_SCRATCH)
+        return NULL;
+    if (!scratch.block[i]) {
+        scratch.block[i] = SMPI_SHARED_MALLOC(bytes);
+        scratch.bytes[i] = bytes;
+    }
+    return scratch.block[i];
+}
+
+/* The bytes a transfer of count x type folds into, or 0: it moves as is. */
+static size_t folded_bytes(int count, MPI_Datatype type)
+{
+    int size = 0;
+    if (!cost.at_scale || type == MPI_INT64_T ||
+        MPI_Type_size(type, &size) != MPI_SUCCESS || size <= 0)
+        return 0;
+    const size_t bytes = (size_t)count * (size_t)size;
+    return bytes >= SIM_WIRE_MIN && bytes <= INT32_MAX ? bytes : 0;
+}
+
+/* Where a transfer of *count x *type at buf moves: buf as it is, or a
+ * folded scratch block, *count bytes. */
+static void *fold_transfer(void *buf, int *count, MPI_Datatype *type)
+{
+    const size_t bytes = folded_bytes(*count, *type);
+    void *at = bytes ? scratch_of(bytes) : NULL;
+    if (!at)
+        return buf;
+    *count = (int)bytes;
+    *type = MPI_BYTE;
+    return at;
+}
+
+int __wrap_MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest,
+                     int tag, MPI_Comm comm, MPI_Request *req)
+{
+    const void *at = fold_transfer((void *)buf, &count, &type);
+    return __real_MPI_Isend(at, count, type, dest, tag, comm, req);
+}
+
+int __wrap_MPI_Irecv(void *buf, int count, MPI_Datatype type, int src,
+                     int tag, MPI_Comm comm, MPI_Request *req)
+{
+    void *at = fold_transfer(buf, &count, &type);
+    return __real_MPI_Irecv(at, count, type, src, tag, comm, req);
+}
+
+void sim_hooks_release(void)
+{
+    for (int i = 0; i < SIM_SCRATCH; i++)
+        if (scratch.block[i])
+            SMPI_SHARED_FREE(scratch.block[i]);
+    memset(&scratch, 0, sizeof scratch);
+    free(ranks);
+    ranks = NULL;
+}
+
+void *sim_buffer_alloc(size_t bytes, int folded)
+{
+    if (folded)
+        return SMPI_SHARED_MALLOC(bytes ? bytes : 1);
+    return calloc(bytes ? bytes : 1, 1);
+}
+
+void sim_buffer_free(void *p, int folded)
+{
+    if (folded)
+        SMPI_SHARED_FREE(p);
+    else
+        free(p);
+}

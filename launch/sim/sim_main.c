@@ -1,0 +1,311 @@
+/* sim_main.c: ringattn-sim, the engine's forward and backward passes on a
+ * simulated cluster (SimGrid SMPI; docs/SIMULATION.md). Each rank makes its
+ * slices in memory (random per global index, as `ringattn bench`, so the
+ * same at every P), calls ra_call_forward (and ra_call_backward) on the
+ * node-ordered communicator, and rank 0 prints a '#' echo of every
+ * parameter, then one result row in simulated seconds. Exact mode checks
+ * the output against the fp64 reference (bench_check.c); at scale the
+ * hooks inject each kernel call's time (sim_hooks.c).
+ * parse -> set up (ring order, strategy check, cost, tensors) -> passes ->
+ * check -> report. */
+#include <math.h>
+#include <mpi.h>
+#include <smpi/smpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agree.h"
+#include "band.h"
+#include "bench_check.h"
+#include "call.h"
+#include "profile.h"
+#include "sim.h"
+#include "tally.h"
+
+/* One rank's slices: inputs, outputs, and for the backward dO and the
+ * gradients; one allocation each, folded at scale. */
+typedef struct {
+    ra_slice qs, ks;
+    float *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
+    int folded;
+} sim_tensors;
+
+typedef struct {
+    MPI_Comm comm;
+    int rank, P;
+    ra_nodes nodes;
+    ra_layout layout;
+    ra_profile pf;
+    double rate; /* kernel FLOP/s per core in use */
+} sim_ctx;
+
+/* Rank 0 prints one line and every rank ends with code. */
+static int finish(int rank, int code, const char *line)
+{
+    if (rank == 0 && line)
+        fprintf(stderr, "ringattn-sim: %s\n", line);
+    MPI_Finalize();
+    return code;
+}
+
+static int exit_code(ra_status st)
+{
+    return st == RA_ERR_ARG || st == RA_ERR_INPUT ? 2 : 1;
+}
+
+/* The tensors' element counts, in the order of sim_tensors' pointers. */
+static void tensor_counts(const ra_shape *s, int64_t n, int64_t m, int bwd,
+                          int64_t c[9])
+{
+    const int64_t B = s->B;
+    const int64_t all[9] = {B * n * s->H * s->D, B * m * s->G * s->D,
+                            B * m * s->G * s->Dv, B * n * s->H * s->Dv,
+                            B * s->H * n, bwd ? B * n * s->H * s->Dv : 0,
+                            bwd ? B * n * s->H * s->D : 0,
+                            bwd ? B * m * s->G * s->D : 0,
+                            bwd ? B * m * s->G * s->Dv : 0};
+    memcpy(c, all, sizeof all);
+}
+
+static float **tensor_slot(sim_tensors *t, int i)
+{
+    float **slots[9] = {&t->q, &t->k, &t->v, &t->o, &t->lse,
+                        &t->dout, &t->dq, &t->dk, &t->dv};
+    return slots[i];
+}
+
+static void tensors_free(sim_tensors *t)
+{
+    for (int i = 0; i < 9; i++)
+        if (*tensor_slot(t, i))
+            sim_buffer_free(*tensor_slot(t, i), t->folded);
+}
+
+/* This rank's slices, filled with the seed's inputs in exact mode. */
+static ra_status tensors_make(const sim_ctx *x, const sim_opts *o,
+                              sim_tensors *t)
+{
+    const ra_shape *s = &o->s;
+    memset(t, 0, sizeof *t);
+    t->folded = o->mode == SIM_SCALE;
+    t->qs = ra_params_slice(&o->p, x->layout, s->N, x->rank, x->P);
+    t->ks = ra_params_slice(&o->p, x->layout, s->M, x->rank, x->P);
+    int64_t c[9];
+    tensor_counts(s, t->qs.count, t->ks.count, o->backward, c);
+    for (int i = 0; i < 9; i++)
+        if (c[i] > 0 && !(*tensor_slot(t, i) = sim_buffer_alloc(
+                              sizeof(float) * (size_t)c[i], t->folded)))
+            return ra_error_set(RA_ERR_NOMEM, "the rank's slices (%lld floats)",
+                                (long long)c[i]);
+    if (t->folded)
+        return RA_OK;
+    const uint64_t seed = (uint64_t)o->seed;
+    ra_random_slice(seed, RA_STREAM_Q, s->B, s->N, s->H * s->D, &t->qs, t->q);
+    ra_random_slice(seed, RA_STREAM_K, s->B, s->M, s->G * s->D, &t->ks, t->k);
+    ra_random_slice(seed, RA_STREAM_V, s->B, s->M, s->G * s->Dv, &t->ks, t->v);
+    if (o->backward)
+        ra_random_slice(seed, RA_STREAM_DO, s->B, s->N, s->H * s->Dv, &t->qs,
+                        t->dout);
+    return RA_OK;
+}
+
+/* What the hooks inject: this machine's built-in profile (comm/profile.c)
+ * at the run's kernel key, or --rate; the model's own per-pair cost
+ * (ra_pair_flops) and fixed step cost. */
+static ra_status cost_setup(sim_ctx *x, const sim_opts *o)
+{
+    profile_default(&x->pf);
+    const profile_kernel_key key = profile_key_of(&o->p, o->s.D, o->s.Dv);
+    x->rate = o->rate > 0 ? o->rate : profile_kernel_rate(&x->pf, &key);
+    const sim_cost c = {o->mode == SIM_SCALE,
+                        ra_pair_flops(&o->s, &o->p) / (double)o->s.H / x->rate,
+                        x->pf.step_seconds};
+    return sim_hooks_set(&c);
+}
+
+static void echo(const sim_ctx *x, const sim_opts *o)
+{
+    const ra_shape *s = &o->s;
+    const ra_params *p = &o->p;
+    printf("# ringattn-sim: the engine under SimGrid SMPI (simulated time)\n");
+    printf("# %-14s%s\n", "mode", o->mode == SIM_EXACT
+           ? "exact (kernels run; fp64 check)"
+           : "scale (kernel time injected; buffers folded)");
+    printf("# %-14s%s\n", "platform", o->platform);
+    printf("# %-14s%d on %d nodes (%d-%d per node), ring order %s\n", "ranks",
+           x->P, x->nodes.nodes, x->nodes.ranks_per_node_min,
+           x->nodes.ranks_per_node_max, o->node_aware ? "node" : "mpirun");
+    printf("# %-14sB=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld\n",
+           "shape", (long long)s->B, (long long)s->N, (long long)s->M,
+           (long long)s->H, (long long)s->G, (long long)s->D,
+           (long long)s->Dv);
+    printf("# %-14scausal=%d window=%s%lld,%lld\n", "mask", p->causal,
+           p->window ? "" : "off ", (long long)p->window_left,
+           (long long)p->window_right);
+    printf("# %-14s%s, layout %s, precision %s, wire %s\n", "strategy",
+           ra_strategy_name(p->strategy), ra_layout_name(x->layout),
+           ra_precision_name(p->precision), ra_wire_name(p->wire));
+    printf("# %-14s%s, reps %lld, seed %lld, check rows %lld\n", "pass",
+           o->backward ? "backward" : "forward", (long long)o->reps,
+           (long long)o->seed, (long long)o->check_rows);
+    printf("# %-14s%.2f GFLOP/s per core (%s), step %.3g s\n", "kernel rate",
+           x->rate * 1e-9, o->rate > 0 ? "--rate" : "built-in profile",
+           x->pf.step_seconds);
+}
+
+/* One pass on every rank; this rank's simulated seconds in *sec. */
+static ra_status one_pass(const sim_ctx *x, const sim_opts *o, int backward,
+                          sim_tensors *t, const ra_masks *mk, double *sec)
+{
+    ra_timing tm = {0};
+    const ra_qkv in = {t->q, t->k, t->v};
+    MPI_Barrier(x->comm);
+    sim_hooks_call_begin();
+    const double t0 = MPI_Wtime();
+    if (o->mode == SIM_SCALE && x->pf.call_seconds > 0)
+        smpi_execute(x->pf.call_seconds);
+    ra_status st =
+        backward ? ra_call_backward(x->comm, &o->s, &o->p, mk, &in,
+                                    &(ra_grads){t->o, t->lse, t->dout, t->dq,
+                                                t->dk, t->dv, NULL},
+                                    &tm)
+                 : ra_call_forward(x->comm, &o->s, &o->p, mk, &in,
+                                   &(ra_out){t->o, t->lse, NULL}, &tm);
+    *sec = MPI_Wtime() - t0;
+    return st;
+}
+
+/* The timed passes (a forward first for the backward's o and lse); the
+ * slowest rank's seconds of the fastest rep in *best. */
+static ra_status passes(const sim_ctx *x, const sim_opts *o, sim_tensors *t,
+                        const ra_masks *mk, double *best)
+{
+    double sec = 0;
+    ra_status st = o->backward ? one_pass(x, o, 0, t, mk, &sec) : RA_OK;
+    *best = INFINITY;
+    for (int64_t r = 0; r < o->reps && st == RA_OK; r++) {
+        st = one_pass(x, o, o->backward, t, mk, &sec);
+        double slowest = sec;
+        MPI_Allreduce(&sec, &slowest, 1, MPI_DOUBLE, MPI_MAX, x->comm);
+        *best = slowest < *best ? slowest : *best;
+    }
+    return st;
+}
+
+/* Exact mode's verdict: the forward against fp64 (bench's check), the
+ * backward's gradients finite (their fp64 check is the test suite's).
+ * Writes the error into *err; 1 pass, 0 fail. Collective. */
+static int check(const sim_ctx *x, const sim_opts *o, const sim_tensors *t,
+                 const bench_masks *bm, double *err)
+{
+    if (o->backward) {
+        int64_t c[9];
+        tensor_counts(&o->s, t->qs.count, t->ks.count, 1, c);
+        int bad = 0, any = 0;
+        for (int i = 6; i < 9; i++)
+            for (int64_t j = 0; j < c[i]; j++)
+                bad |= !isfinite((*tensor_slot((sim_tensors *)t, i))[j]);
+        MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, x->comm);
+        *err = NAN;
+        return !any;
+    }
+    const bench_gen gen = {&o->p, (uint64_t)o->seed, 0, 0, o->check_rows};
+    ra_tally mine = {0}, all = {0};
+    bench_check_output(&gen, &o->s, &t->qs, bm, t->o, t->lse, &mine);
+    if (ra_tally_allreduce(x->comm, &mine, &all) != RA_OK)
+        all.bad_inf = 1;
+    *err = all.rel_o;
+    return ra_tally_ok(&all, RA_TOLERANCE);
+}
+
+static void report(const sim_ctx *x, const sim_opts *o, double sec,
+                   double err, int verdict, const ra_masks *mk)
+{
+    const double flops =
+        o->backward ? ra_params_backward_flops(&o->s, &o->p, mk)
+                    : ra_params_forward_flops(&o->s, &o->p, mk);
+    double injected = sim_hooks_injected(), inj_max = 0;
+    MPI_Reduce(&injected, &inj_max, 1, MPI_DOUBLE, MPI_MAX, 0, x->comm);
+    if (x->rank != 0)
+        return;
+    printf("# %5s %6s %-9s %-9s %9s %13s %10s %10s %9s %s\n", "P", "nodes",
+           "mode", "strategy", "N", "sim_seconds", "GFLOP/s", "injected_s",
+           "max_err", "verdict");
+    const char *v = o->mode == SIM_SCALE ? "unchecked"
+                    : verdict            ? (o->backward ? "PASS(finite)" : "PASS")
+                                         : "FAIL";
+    printf("  %5d %6d %-9s %-9s %9lld %13.6f %10.3f %10.4f %9.2e %s\n", x->P,
+           x->nodes.nodes, o->mode == SIM_EXACT ? "exact" : "scale",
+           ra_strategy_name(o->p.strategy), (long long)o->s.N, sec,
+           flops / sec * 1e-9, inj_max, err, v);
+}
+
+/* The communicator, the layout, the strategy's refusals, the cost. */
+static ra_status ctx_setup(sim_ctx *x, const sim_opts *o)
+{
+    ra_status st = ra_comm_ring_order(MPI_COMM_WORLD, o->node_aware, &x->comm);
+    if (st != RA_OK)
+        return st;
+    MPI_Comm_rank(x->comm, &x->rank);
+    MPI_Comm_size(x->comm, &x->P);
+    if ((st = ra_comm_nodes(x->comm, &x->nodes)) != RA_OK)
+        return st;
+    x->layout = ra_params_layout(&o->p, 0);
+    st = ra_call_strategy_check(x->comm, &o->s, &o->p, 0);
+    if (st == RA_OK)
+        st = ra_agree(x->comm, cost_setup(x, o));
+    return st;
+}
+
+static int run(sim_ctx *x, const sim_opts *o)
+{
+    sim_tensors t;
+    bench_masks bm = {0};
+    const bench_gen gen = {&o->p, (uint64_t)o->seed, 0, 0, o->check_rows};
+    ra_status st = tensors_make(x, o, &t);
+    if (st == RA_OK)
+        st = bench_masks_make(&gen, &o->s, &t.qs, &t.ks, &bm);
+    st = ra_agree(x->comm, st);
+    double sec = 0, err = NAN;
+    if (st == RA_OK && (st = passes(x, o, &t, &bm.view, &sec)) == RA_ERR_MPI)
+        MPI_Abort(MPI_COMM_WORLD, 1); /* a stalled peer: nobody waits */
+    int verdict = 1;
+    if (st == RA_OK && o->mode == SIM_EXACT)
+        verdict = check(x, o, &t, &bm, &err);
+    if (st == RA_OK)
+        report(x, o, sec, err, verdict, &bm.view);
+    tensors_free(&t);
+    bench_masks_free(&bm);
+    MPI_Barrier(x->comm); /* every transfer has ended */
+    if (x->rank == 0)
+        sim_hooks_release();
+    MPI_Comm_free(&x->comm);
+    if (st != RA_OK)
+        return finish(x->rank, exit_code(st), ra_error_message());
+    return finish(x->rank, verdict ? 0 : 1, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    static _Thread_local sim_opts o; /* per rank, off the small stack */
+    char why[512];
+    const int rc = sim_options_parse(argc, argv, &o, why, sizeof why);
+    if (rc == 1 && rank == 0)
+        sim_options_usage();
+    if (rc != 0)
+        return finish(rank, rc == 1 ? 0 : rc, rc == 1 ? NULL : why);
+    sim_ctx x = {0};
+    const ra_status st = ctx_setup(&x, &o);
+    if (st != RA_OK)
+        return finish(rank, exit_code(st), ra_error_message());
+    if (x.rank == 0) {
+        echo(&x, &o);
+        fflush(stdout);
+    }
+    const int code = run(&x, &o);
+    return code;
+}
