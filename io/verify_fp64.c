@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "band.h"
+#include "centre.h"
 #include "ref_block.h"
 #include "internal.h"
 #include "verify.h"
@@ -37,6 +38,10 @@ typedef struct {
     double *k, *v, *sc;   /* (KB, G, Dk) (KB, G, Dv) (nr, KB) */
     unsigned char *vis;   /* (nr, KB) */
     int64_t *kpos, *kseg; /* (KB) */
+    /* the Gaussian score rounded to bf16: the run rounds q and k moved by
+     * the keys' centre (centre.h), so the reference moves them too */
+    double *bounds;       /* (2, G, D) */
+    float *centre, *kf;   /* (G, D), one key block (KB, G, D) in fp32 */
 } vwork;
 
 static void vwork_free(vwork *w)
@@ -44,9 +49,17 @@ static void vwork_free(vwork *w)
     void *p[] = {w->pos, w->qseg, w->qat, w->ids, w->at, w->keys, w->q, w->o, w->lse, w->mx, w->sum, w->acc,
                  w->acc_abs, w->va,
                  w->qa, w->ka, w->lrow, w->k, w->v, w->sc, w->vis, w->kpos,
-                 w->kseg};
+                 w->kseg, w->bounds, w->centre, w->kf};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++)
         free(p[i]);
+}
+
+/* Whether the run moved q and k by the keys' centre before rounding them
+ * to bf16 (the Gaussian score; unrounded, the move changes nothing the
+ * fp64 reference can see). */
+static int verify_centred(const verify_ctx *c)
+{
+    return c->p.score == RA_SCORE_GAUSSIAN && (c->round_q || c->round_kv);
 }
 
 static ra_status vwork_alloc(const verify_ctx *c, int64_t n, vwork *w)
@@ -79,6 +92,14 @@ static ra_status vwork_alloc(const verify_ctx *c, int64_t n, vwork *w)
     w->vis = malloc((size_t)(n * KEY_BLOCK));
     w->kpos = malloc(i8 * KEY_BLOCK);
     w->kseg = c->kv_seg_name ? malloc(i8 * KEY_BLOCK) : NULL;
+    if (verify_centred(c)) {
+        w->bounds = malloc(d * (size_t)(2 * G * s->D));
+        w->centre = malloc(sizeof(float) * (size_t)(G * s->D));
+        w->kf = malloc(sizeof(float) * (size_t)(KEY_BLOCK * G * s->D));
+        if (!w->bounds || !w->centre || !w->kf)
+            return ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the "
+                                "keys' centres");
+    }
     if (!w->pos || !w->q || !w->o || !w->lse || !w->mx || !w->sum ||
         !w->acc || !w->lrow || !w->k || !w->v || !w->sc || !w->vis ||
         !w->kpos || (c->q_seg_name && (!w->qseg || !w->kseg)) ||
@@ -120,6 +141,49 @@ static ra_status rows_align(const char *in, const verify_ctx *c, int64_t b,
     return RA_OK;
 }
 
+/* x (rows, heads, D) moved by the centre (G, D) of its kv head, as the
+ * run moves its copies (centre.h); nothing without a centre. */
+static void centre_rows(const vwork *w, double *x, int64_t rows,
+                        int64_t heads, int64_t G, int64_t D)
+{
+    for (int64_t i = 0; w->centre && i < rows * heads; i++) {
+        const float *ch = w->centre + (i % heads) / (heads / G) * D;
+        for (int64_t d = 0; d < D; d++)
+            x[i * D + d] -= ch[d];
+    }
+}
+
+/* The centre of batch b's keys (rotated) that padding does not hide, from
+ * one pass over them, as the run finds it over its ranks. */
+static ra_status batch_centre(const char *in, const verify_ctx *c, int64_t b,
+                              vwork *w)
+{
+    const ra_shape *s = c->s;
+    const int64_t G = s->G, D = s->D;
+    ra_status st = RA_OK;
+    for (int64_t x = 0; x < 2 * G * D; x++)
+        w->bounds[x] = -INFINITY;
+    for (int64_t j0 = 0; j0 < s->M && st == RA_OK; j0 += KEY_BLOCK) {
+        const int64_t kb = s->M - j0 < KEY_BLOCK ? s->M - j0 : KEY_BLOCK;
+        st = h5io_read_rows_as(in, c->run.names[1], verify_qkv_axes(c), b, j0,
+                               kb, w->k);
+        for (int64_t j = 0; j < kb && st == RA_OK; j++) {
+            w->kpos[j] = j0 + j;
+            for (int64_t g = 0; g < G; g++)
+                ra_rope_row_ref(c->p.rope, c->p.rope_base,
+                                w->k + (j * G + g) * D, D, j0 + j);
+        }
+        for (int64_t x = 0; x < kb * G * D && st == RA_OK; x++)
+            w->kf[x] = (float)w->k[x];
+        if (st == RA_OK)
+            ra_centre_bounds(w->kf, 1, kb, G, D, w->kpos,
+                             c->kv_lens ? c->kv_lens + b : NULL, w->bounds);
+    }
+    if (st == RA_OK)
+        ra_centre_of(w->bounds, 1, G, D, w->centre);
+    return st;
+}
+
 /* The rows of batch b: q (rotated), o, their lse, segment ids; the additive
  * score's query projection; the softmax state reset. */
 static ra_status rows_load(const char *in, const char *out,
@@ -147,6 +211,9 @@ static ra_status rows_load(const char *in, const char *out,
         for (int64_t h = 0; h < H; h++)
             ra_rope_row_ref(c->p.rope, c->p.rope_base, w->q + (r * H + h) * D,
                             D, w->qat[r]);
+    if (st == RA_OK && w->centre)
+        st = batch_centre(in, c, b, w);
+    centre_rows(w, w->q, nr, H, s->G, D);
     if (c->round_q) /* RoPE's rotation is fp64 here, float32 in the run:
                        they agree to float32's rounding before bf16's */
         ra_bf16_round_f64(w->q, nr * H * D);
@@ -192,6 +259,7 @@ static ra_status block_load(const char *in, const verify_ctx *c, int64_t b,
             ra_rope_row_ref(c->p.rope, c->p.rope_base, w->k + (j * G + g) * Dk,
                             Dk, j0 + j);
     }
+    centre_rows(w, w->k, kb, G, G, Dk);
     if (c->round_kv) {
         ra_bf16_round_f64(w->k, kb * G * Dk);
         ra_bf16_round_f64(w->v, kb * G * s->Dv);

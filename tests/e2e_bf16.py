@@ -12,6 +12,10 @@ command line at NP ranks (NP >= 2):
    blocks), and both pass bench's check.
 4. run --backward --precision bf16 writes gradients that verify --backward,
    which judges fp32 gradients only, refuses by name (exit 2).
+5. The Gaussian score on q and k far from 0 (issue 39, class 1): the run
+   rounds them to bf16 after moving them by the keys' centre, and verify's
+   reference does the same: a right run passes (it failed, the reference
+   rounding the raw inputs), and judged as fp32 it still fails.
 """
 import json
 import os
@@ -93,6 +97,21 @@ def main():
                    "--out", p("g16.h5"), "--precision", "bf16"])
         run(MPI + ["verify", "--backward", "--in", p("in32.h5"), "--out",
                    p("g16.h5")], code=2)
+        # 5: the Gaussian score at an offset of 100 and of -1e4
+        for offset in (100.0, -1e4):
+            far = dict(tensors, q=tensors["q"] + offset, k=tensors["k"] + offset)
+            with h5py.File(p("far.h5"), "w") as f:
+                for name, x in far.items():
+                    f[name] = x
+                    f[name].attrs["axes"] = "B,N,H,D"
+            gauss = ["--score", "gaussian", "--sigma", "4", "--causal"]
+            run(MPI + ["run", "--in", p("far.h5"), "--out", p("ofar.h5"),
+                       "--precision", "bf16", "--force"] + gauss)
+            out = run(MPI + ["verify", "--in", p("far.h5"), "--out",
+                             p("ofar.h5")])
+            assert "precision bf16" in out and "PASS" in out
+            run(MPI + ["verify", "--in", p("far.h5"), "--out", p("ofar.h5"),
+                       "--precision", "fp32"], code=1)
     print("e2e_bf16: PASS")
 
 
