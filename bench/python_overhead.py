@@ -66,7 +66,7 @@ def worker(a):
     dot = torch.from_numpy(do)
 
     def torch_step():
-        rt.attention(*ts, comm).backward(dot)
+        rt.attention(*ts, comm, order="bnhd").backward(dot)
 
     both, _ = timed(torch_step)
     if comm.Get_rank() == 0:

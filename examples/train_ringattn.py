@@ -12,8 +12,9 @@ The model: token embedding, one causal ringattn.torch.RingSelfAttention
 layer with a residual connection, LayerNorm, and a linear readout, in
 float64 (--dtype) around the attention, which ringattn computes in float32
 (the layer rounds q, k, v to float32 at its boundary and widens o back).
-Every rank holds the same parameters and its slice of each sequence (the
-layout ringattn picks for causal attention); the loss is the mean over all
+Every rank holds the same parameters and its contiguous slice of each
+sequence (which ringattn moves into the layout it picks for causal
+attention, and back); the loss is the mean over all
 positions of all ranks, and each parameter's gradient is summed over the
 ranks (allreduce_grads) before Adam steps, so every rank steps alike.
 

@@ -7,8 +7,12 @@ every rank's verdict and local sizes, so that a refusal raises
 ringattn.Error on every rank alike (with the message of the lowest
 failing rank), no rank is left waiting in a collective, and a rank that
 never arrives costs the others an Error, not a hang. The library agrees
-its own errors the same way. Nothing is copied: the library reads the
-caller's float32 arrays and writes arrays made here."""
+its own errors the same way. Shards cut as the call computes them are
+not copied: the library reads the caller's float32 arrays and writes
+arrays made here. Contiguous shards (layout "auto") under causal, window
+or segments are moved into the library's balanced layout and the results
+moved back (_shards.Move), at the cost of those copies and one
+all-to-all per array."""
 from collections import namedtuple
 
 import numpy as np
@@ -16,6 +20,8 @@ from mpi4py import MPI
 
 from . import _core, _mpi, _options
 from ._errors import error, refusal_of
+from ._layout import held_layout
+from ._shards import Move
 
 # The facts each rank shares before a call, in this order: what this
 # layer needs alike on every rank, the sizes of the arrays it hands the
@@ -30,7 +36,7 @@ FACT_NAMES = {"B": "batch B", "H": "query heads H", "G": "kv heads G",
               "A": "additive hidden size A",
               "segments": "segment masks (given or not)"}
 
-Call = namedtuple("Call", "comm shape opts masks extras layout")
+Call = namedtuple("Call", "comm shape opts masks extras layout moves")
 
 
 def tensor(name, x, ndim):
@@ -158,10 +164,10 @@ def agree(comm, refusal, facts, timeout):
     return table[:, 1:]
 
 
-def verdict(comm, table, opts):
-    """The global shape from every rank's facts, refusing facts that differ
-    between ranks and slices that are not the layout's; the same verdict
-    on every rank, since every rank holds the same table."""
+def lengths(table):
+    """The global N and M from every rank's facts, refusing facts that
+    differ between ranks; the same verdict on every rank, since every
+    rank holds the same table."""
     for j, name in enumerate(FACTS[2:], start=2):
         col = table[:, j]
         if (col != col[0]).any():
@@ -172,26 +178,36 @@ def verdict(comm, table, opts):
                         f"{FACT_NAMES.get(name, name)} than rank"
                         f" 0{values}; every rank must pass the same",
                         kind="value")
-    N, M = (int(x) for x in table[:, :2].sum(axis=0))
+    return tuple(int(x) for x in table[:, :2].sum(axis=0))
+
+
+def verdict(comm, table, opts, N, M):
+    """The layout the library computes in and the cut of the caller's
+    shards (held_layout), refusing slices whose row counts are not that
+    cut's; the same verdict on every rank."""
     layout = _core.layout_resolve(opts, bool(table[0, FACTS.index(
         "segments")]))
+    held = held_layout(opts["layout"], layout)
+    cut = ("contiguous shards (layout 'auto')" if opts["layout"] == "auto"
+           else f"layout {held}")
     P = comm.Get_size()
     for r in range(P):
         for axis, length, what in ((0, N, "queries"), (1, M, "keys")):
-            want = sum(c for _, c, _ in _core.layout_slice(layout, length, r,
+            want = sum(c for _, c, _ in _core.layout_slice(held, length, r,
                                                            P, opts))
             if table[r, axis] != want:
                 raise error(f"rank {r} holds {table[r, axis]} {what} where "
-                            f"layout {layout} gives it {want} of "
-                            f"{length} (see ringattn.owned_positions)",
-                            kind="value")
-    return N, M, layout
+                            f"{cut} gives it {want} of {length} (see "
+                            "ringattn.owned_positions)", kind="value")
+    return layout, held
 
 
-def prepare(comm, t, options, grads=False, refusal=None):
+def prepare(comm, t, options, grads=False, refusal=None, fix=None):
     """Validate, agree, then everything the call takes. refusal: a local
     refusal (message, status, kind) found before (the torch layer's),
-    agreed like the others."""
+    agreed like the others; fix(N, M, opts): a rule of the caller's on
+    the global lengths (it may complete opts from them), returning a
+    refusal's message or None, the same on every rank."""
     facts, parts = [0] * len(FACTS), None
     if refusal is None:
         try:
@@ -201,44 +217,94 @@ def prepare(comm, t, options, grads=False, refusal=None):
             refusal = refusal_of(exc)
     table = agree(comm, refusal, facts, _options.stall_timeout(options))
     opts, mk, extras = parts
-    N, M, layout = verdict(comm, table, opts)
+    N, M = lengths(table)
+    text = fix(N, M, opts) if fix is not None else None
+    if text:
+        raise error(text, kind="value")
+    layout, held = verdict(comm, table, opts, N, M)
+    opts["layout"] = layout
+    moves = None
+    if held != layout and comm.Get_size() > 1:
+        moves = (Move(comm, N, held, layout, opts),
+                 Move(comm, M, held, layout, opts))
     s = dict(zip(FACTS, table[0]))
     shape = (s["B"], N, M, s["H"], s["G"], s["D"], s["Dv"],
              0 if s["Dk"] == s["D"] else s["Dk"], s["A"])
-    return Call(comm, tuple(int(x) for x in shape), opts, mk, extras, layout)
+    return Call(comm, tuple(int(x) for x in shape), opts, mk, extras, layout,
+                moves)
 
 
-def run_forward(comm, t, options, refusal=None):
+# Which Move (0: the queries', 1: the keys') and which axis each array's
+# rows take.
+ROWS = {"q": (0, 1), "o": (0, 1), "dout": (0, 1), "lse": (0, 2),
+        "dq": (0, 1), "k": (1, 1), "v": (1, 1), "dk": (1, 1), "dv": (1, 1)}
+
+
+def moved(c, arrays, timeout, back=False):
+    """The dict of arrays in the library's layout (back: in the caller's
+    cut), moved when the two differ."""
+    if c.moves is None:
+        return arrays
+    out = {}
+    for name, x in arrays.items():
+        which, axis = ROWS[name]
+        move = c.moves[which]
+        out[name] = (move.back if back else move.forward)(x, axis, timeout)
+    return out
+
+
+def moved_masks(c, timeout):
+    """ra_masks' arrays in the library's layout (the segment ids move with
+    their rows; lens are global)."""
+    q_lens, kv_lens, seg, kv_seg = c.masks
+    if c.moves is None or seg is None:
+        return c.masks
+    return (q_lens, kv_lens, c.moves[0].forward(seg, 1, timeout),
+            c.moves[1].forward(kv_seg, 1, timeout))
+
+
+def run_forward(comm, t, options, refusal=None, fix=None):
     """forward() on the dict t of q, k, v: (o, lse, timings)."""
     comm = MPI.COMM_WORLD if comm is None else comm
-    c = prepare(comm, t, options, refusal=refusal)
+    c = prepare(comm, t, options, refusal=refusal, fix=fix)
+    wait = _options.stall_timeout(options)
+    t = moved(c, t, wait)
     B, _, _, H, _, _, Dv, _, _ = c.shape
     n = t["q"].shape[1]
     o = np.empty((B, n, H, Dv), dtype=np.float32)
     lse = np.empty((B, H, n), dtype=np.float32)
     tm = _core.forward(c.comm, c.shape, c.opts, (t["q"], t["k"], t["v"], o,
-                                                 lse), c.masks, c.extras)
-    return o, lse, tm
+                                                 lse), moved_masks(c, wait),
+                       c.extras)
+    r = moved(c, {"o": o, "lse": lse}, wait, back=True)
+    return r["o"], r["lse"], tm
 
 
-def run_backward(comm, t, options, refusal=None):
+def run_backward(comm, t, options, refusal=None, fix=None):
     """backward() on the dict t of q, k, v, o, lse, dout: (dq, dk, dv),
     the additive weights' gradients or None, the timings."""
     comm = MPI.COMM_WORLD if comm is None else comm
-    c = prepare(comm, t, options, grads=True, refusal=refusal)
+    c = prepare(comm, t, options, grads=True, refusal=refusal, fix=fix)
+    wait = _options.stall_timeout(options)
+    t = moved(c, t, wait)
     q, k, v = t["q"], t["k"], t["v"]
     dq, dk, dv = (np.empty_like(x) for x in (q, k, v))
     tm = _core.backward(c.comm, c.shape, c.opts,
                         (q, k, v, t["o"], t["lse"], t["dout"], dq, dk, dv),
-                        c.masks, c.extras)
-    return (dq, dk, dv), (c.extras[4:] if c.shape[8] else None), tm
+                        moved_masks(c, wait), c.extras)
+    r = moved(c, {"dq": dq, "dk": dk, "dv": dv}, wait, back=True)
+    return (r["dq"], r["dk"], r["dv"]), \
+        (c.extras[4:] if c.shape[8] else None), tm
 
 
 def forward(q, k, v, comm=None, *, timing=False, **options):
     """Exact attention on this rank's slices; collective over comm (default
     MPI.COMM_WORLD). q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv):
-    float32, C-contiguous, this rank's tokens of the layout
-    (owned_positions), read in place. Returns o (B, n, H, Dv) and
+    float32, C-contiguous, this rank's tokens: its contiguous shard by
+    default (layout "auto", moved into the library's balanced layout and
+    back when causal, window or segments make that pay), or its tokens of
+    the layout named by layout= (owned_positions gives either), read in
+    place. Returns o (B, n, H, Dv) and
     lse (B, H, n), and the library's timings (a dict) with timing=True.
     Options as ra_numerics and ra_exec (causal, window=(left, right),
     scale, score, sigma, layout, strategy, threads, rope, rope_base, alibi

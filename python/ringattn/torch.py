@@ -2,14 +2,21 @@
 
 attention() is an autograd function: its forward runs ringattn.forward on
 this rank's slices, its backward ringattn.backward (the ring's gradients).
-Tensors are CPU tensors in (B, n, H, D) order, or (B, H, n, D) with
-order="bhnd". Contiguous float32 tensors in (B, n, H, D) order (and
-(B, H, n, D) views of them) are read in place; bfloat16 tensors are
-widened to float32 (a copy: the library computes in float32) and outputs
-and gradients come back in bfloat16; tensors contiguous in (B, H, n, D)
-order are transposed into a copy; tensors contiguous in neither order are
-refused. RingSelfAttention is a multi-head self-attention layer whose
-sequence is split over the ranks.
+Tensors are CPU tensors whose order the caller states: (B, n, H, D)
+with order="bnhd", (B, H, n, D) with order="bhnd"; no order is assumed
+(the two cannot be told apart when n == H, and SDPA's users hold the
+second, flash-attention's the first). Contiguous float32 tensors in
+(B, n, H, D) order (and (B, H, n, D) views of them) are read in place;
+bfloat16 tensors are computed in bfloat16 (precision="bf16" unless the
+call names another; the library reads them widened into a float32 copy)
+and outputs and gradients come back in bfloat16; tensors contiguous in
+(B, H, n, D) order are transposed into a copy; tensors contiguous in
+neither order, and float64 tensors (no float64 path: see "gradcheck" in
+docs/PYTHON.md), are refused. RingSelfAttention is a multi-head
+self-attention layer whose sequence is split over the ranks; the
+entry points of flash-attention and PyTorch (flash_attn_func,
+flash_attn_varlen_func, scaled_dot_product_attention,
+MultiheadAttention) are in _compat and _mha.
 
 Autograd's contract holds: every tensor the backward reads (q, k, v, o
 and lse) is a saved tensor, so that changing one in place after the
@@ -20,6 +27,7 @@ create_graph=True its gradients carry a node that raises autograd's
 "differentiate twice" error when a second derivative goes through it.
 """
 import functools
+from collections import namedtuple
 
 import torch
 from mpi4py import MPI
@@ -28,6 +36,16 @@ from . import _api, _mpi, _options
 from ._errors import refusal_of
 
 ORDERS = ("bnhd", "bhnd")
+
+# A call of the autograd function: its communicator, the tensors' order,
+# the options, a rule on the global lengths (_api.prepare's fix) and a
+# refusal found before (message, status, kind), agreed like the others.
+Spec = namedtuple("Spec", "comm order options fix refusal")
+
+FLOAT64 = ("{name} is float64: ringattn computes in float32 or bfloat16 and "
+           "has no float64 path; pass {name}.float() (for "
+           "torch.autograd.gradcheck: a float64 wrapper around float32 with "
+           "eps=1e-3, atol=1e-3, docs/PYTHON.md 'gradcheck')")
 
 
 def _numpy(name, t, order):
@@ -40,6 +58,8 @@ def _numpy(name, t, order):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} is a {type(t).__name__}, not a "
                         "torch.Tensor")
+    if t.dtype == torch.float64:
+        raise TypeError(FLOAT64.format(name=name))
     declared = t.is_contiguous()
     if order == "bhnd" and t.dim() == 4:
         t = t.transpose(1, 2)
@@ -58,6 +78,10 @@ def _arrays(tensors, order):
     kind) or None: a failure here is agreed over the ranks, never raised
     alone."""
     try:
+        if order is None:
+            raise TypeError("order: not given; say which order the tensors "
+                            "are in: order='bnhd' for (B, n, H, D) or "
+                            "order='bhnd' for (B, H, n, D)")
         if order not in ORDERS:
             raise ValueError(f"order {order!r}: expected one of {ORDERS}")
         return {k: _numpy(k, t, order) for k, t in tensors.items()}, None
@@ -117,15 +141,19 @@ class RingAttentionFunction(torch.autograd.Function):
     through the ring."""
 
     @staticmethod
-    def forward(ctx, q, k, v, comm, order, options):
+    def forward(ctx, q, k, v, spec):
+        comm, order, options = spec.comm, spec.order, spec.options
         t, refusal = _arrays({"q": q, "k": k, "v": v}, order)
-        o, lse, _ = _api.run_forward(comm, t, options, refusal)
+        if q.dtype == torch.bfloat16 and "precision" not in options:
+            options = dict(options, precision="bf16")
+        o, lse, _ = _api.run_forward(comm, t, options,
+                                     spec.refusal or refusal, spec.fix)
         out, lse_t = _tensor(o, order, q.dtype), torch.from_numpy(lse)
         # The library's arrays: views of the tensors saved beside them
         # (or private copies), which autograd's version check guards.
         ctx.arrays = (t["q"], t["k"], t["v"], o, lse)
         ctx.save_for_backward(q, k, v, out, lse_t)
-        ctx.comm, ctx.order = comm, order
+        ctx.comm, ctx.order, ctx.fix = comm, order, spec.fix
         ctx.options = _options.frozen(options)
         ctx.dtypes = (q.dtype, k.dtype, v.dtype)
         ctx.mark_non_differentiable(lse_t)
@@ -140,22 +168,31 @@ class RingAttentionFunction(torch.autograd.Function):
         d = dout.float()
         d = (d.transpose(1, 2) if ctx.order == "bhnd" else d).contiguous()
         t = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "dout": d.numpy()}
-        grads, _, _ = _api.run_backward(ctx.comm, t, ctx.options)
+        grads, _, _ = _api.run_backward(ctx.comm, t, ctx.options,
+                                        fix=ctx.fix)
         dq, dk, dv = (_tensor(g, ctx.order, dt)
                       for g, dt in zip(grads, ctx.dtypes))
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None
 
 
-def attention(q, k, v, comm=None, *, order="bnhd", return_lse=False,
+def attention(q, k, v, comm=None, *, order=None, return_lse=False,
               **options):
     """Exact attention of this rank's slices with gradients; collective
     over comm (default MPI.COMM_WORLD). q (B, n, H, D), k (B, m, G, D),
-    v (B, m, G, Dv), or (B, H, n, D) ... with order="bhnd"; float32 or
+    v (B, m, G, Dv) with order="bnhd", or (B, H, n, D) ... with
+    order="bhnd" (no default: an order not given is refused); float32 or
     bfloat16 CPU tensors. Returns o in q's order and dtype (and lse
-    (B, H, n) float32 with return_lse=True). Options, masks and errors as
-    ringattn.forward; the backward runs the ring strategy."""
-    comm = MPI.COMM_WORLD if comm is None else comm
-    o, lse = RingAttentionFunction.apply(q, k, v, comm, order, options)
+    (B, H, n) float32 with return_lse=True). Options, masks, shards and
+    errors as ringattn.forward; the backward runs the ring strategy."""
+    return attend(q, k, v, Spec(comm, order, options, None, None),
+                  return_lse)
+
+
+def attend(q, k, v, spec, return_lse=False):
+    """attention() of a Spec (the entry points' way in: a rule on the
+    global lengths, a refusal of their own)."""
+    comm = MPI.COMM_WORLD if spec.comm is None else spec.comm
+    o, lse = RingAttentionFunction.apply(q, k, v, spec._replace(comm=comm))
     return (o, lse) if return_lse else o
 
 
@@ -214,10 +251,16 @@ class RingSelfAttention(torch.nn.Module):
         wide = q.dtype == torch.float64
         if wide:
             q, k, v = q.float(), k.float(), v.float()
-        o = attention(q, k, v, self.comm, **self.options)
+        o = attention(q, k, v, self.comm, order="bnhd", **self.options)
         o = o.double() if wide else o
         return self.out_proj(o.reshape(B, n, self.H * self.D))
 
 
+# The entry points of flash-attention and PyTorch, on attend().
+from ._compat import (flash_attn_func, flash_attn_varlen_func,  # noqa: E402
+                      scaled_dot_product_attention)
+from ._mha import MultiheadAttention  # noqa: E402
+
 __all__ = ["attention", "allreduce_grads", "RingAttentionFunction",
-           "RingSelfAttention"]
+           "RingSelfAttention", "flash_attn_func", "flash_attn_varlen_func",
+           "scaled_dot_product_attention", "MultiheadAttention"]

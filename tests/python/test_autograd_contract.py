@@ -77,7 +77,7 @@ def test_inplace_after_forward_class3(rng, order, which):
 def test_inplace_bfloat16_class3(rng):
     """bfloat16 tensors (widened into copies inside) keep the contract."""
     ts, _ = leaves(rng, "bnhd", torch.bfloat16)
-    o = rt.attention(*ts, COMM, causal=True)
+    o = rt.attention(*ts, COMM, order="bnhd", causal=True)
     with torch.no_grad():
         ts[0].add_(1)
     raised_inplace(lambda: o.float().sum().backward())
@@ -87,7 +87,7 @@ def test_inplace_on_a_copy_right_class3(rng):
     """In place on a copy of o is allowed: the gradients are float64
     autograd's of the forward's values."""
     ts, full = leaves(rng, "bnhd")
-    o = rt.attention(*ts, COMM, causal=True)
+    o = rt.attention(*ts, COMM, order="bnhd", causal=True)
     o2 = o.clone()
     o2.mul_(2)
     o2.sum().backward()
@@ -113,7 +113,7 @@ def test_masks_changed_after_forward_class3(rng):
                        alibi=opts["alibi"].copy())
         ts = [torch.from_numpy(ringattn.shard(x, "contiguous", COMM))
               .requires_grad_() for x in full]
-        o = rt.attention(*ts, COMM, **options)
+        o = rt.attention(*ts, COMM, order="bnhd", **options)
         if change:
             seg[:] = 0
             options["q_lens"][:] = 1
@@ -128,7 +128,7 @@ def test_second_backward_refused_class3(rng):
     """The saved tensors are freed after a backward: a second backward
     raises autograd's error (before: it ran again from kept arrays)."""
     ts, _ = leaves(rng, "bnhd")
-    o = rt.attention(*ts, COMM, causal=True)
+    o = rt.attention(*ts, COMM, order="bnhd", causal=True)
     o.sum().backward()
     try:
         o.sum().backward()
@@ -145,12 +145,12 @@ def test_create_graph_class4(rng, loss):
     reaches the attention, whether the gradient of the loss is a constant
     (sum) or depends on o (square)."""
     ts, full = leaves(rng, "bnhd")
-    o = rt.attention(*ts, COMM, causal=True)
+    o = rt.attention(*ts, COMM, order="bnhd", causal=True)
     value = o.sum() if loss == "sum" else o.square().sum()
     grads = torch.autograd.grad(value, ts, create_graph=True)
     plain = torch.autograd.grad(
         (lambda x: x.sum() if loss == "sum" else x.square().sum())(
-            rt.attention(*ts, COMM, causal=True)), ts)
+            rt.attention(*ts, COMM, order="bnhd", causal=True)), ts)
     agreed(all(g.requires_grad for g in grads), "gradients without graph")
     for name, g, want in zip(("dq", "dk", "dv"), grads, plain):
         close(name, g.detach().numpy(), want.numpy(), 1e-6)

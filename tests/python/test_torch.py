@@ -50,7 +50,7 @@ def test_attention_bfloat16(rng):
     q, k, v, dout = (normal(rng, (1, 17, 2, 8)) for _ in range(4))
     ts = [torch.from_numpy(mine(x)).bfloat16().requires_grad_()
           for x in (q, k, v)]
-    o = rt.attention(*ts, COMM)
+    o = rt.attention(*ts, COMM, order="bnhd")
     (o.float() * torch.from_numpy(mine(dout))).sum().backward()
     wide = [t.detach().float().numpy().astype(np.float64) for t in ts]
     full = [ringattn.unshard(x, "auto", COMM) for x in wide]
@@ -68,7 +68,7 @@ def test_zero_copy_torch(rng):
     them with order="bhnd"."""
     ts = [torch.from_numpy(mine(normal(rng, (1, 12, 2, 8))))
           for _ in range(3)]
-    o = rt.attention(*ts, COMM)
+    o = rt.attention(*ts, COMM, order="bnhd")
     want = tuple(t.data_ptr() for t in ts + [o])
     agreed(_core.pointers()[:4] == want, f"{_core.pointers()} != {want}")
     o = rt.attention(*(t.transpose(1, 2) for t in ts), COMM, order="bhnd")
@@ -101,7 +101,8 @@ def test_errors_on_every_rank(rng):
     nan = ts[1].clone()
     nan[0, -1, 0, 0] = float("nan")
     cases = [
-        ([ts[0], on(0, ts[1].double(), ts[1]), ts[2]], "dtype float64", {}),
+        ([ts[0], on(0, ts[1].double(), ts[1]), ts[2]],
+         "k is float64: ringattn computes in float32", {}),
         ([ts[0].transpose(1, 2)] + ts[1:], "q is not contiguous in order "
          "bnhd", {}),
         (ts, "order 'bnh'", {"order": "bnh"}),
@@ -111,7 +112,8 @@ def test_errors_on_every_rank(rng):
         cases.append(([on(last, t[..., :4].contiguous(), t) for t in ts],
                       f"rank {last} passes other head dim D", {}))
     for tensors, text, kw in cases:
-        raised(lambda: rt.attention(*tensors, COMM, **kw), text)
+        raised(lambda: rt.attention(*tensors, COMM, **{"order": "bnhd",
+                                                       **kw}), text)
 
 
 def test_bfloat16_strided_refused(rng):
@@ -122,7 +124,7 @@ def test_bfloat16_strided_refused(rng):
           for _ in range(3)]
     last = COMM.Get_size() - 1
     v = bf[2][..., ::2] if RANK == last else bf[2][..., :4].contiguous()
-    raised(lambda: rt.attention(bf[0], bf[1], v, COMM),
+    raised(lambda: rt.attention(bf[0], bf[1], v, COMM, order="bnhd"),
            f"rank {last}: v is not contiguous in order bnhd")
 
 
@@ -131,7 +133,7 @@ def test_backward_error_on_every_rank(rng):
     rank."""
     ts = [torch.from_numpy(mine(normal(rng, (1, 12, 2, 8))))
           .requires_grad_() for _ in range(3)]
-    o = rt.attention(*ts, COMM)
+    o = rt.attention(*ts, COMM, order="bnhd")
     w = torch.ones_like(o)
     if RANK == COMM.Get_size() - 1:
         w[0, 0, 1, 2] = float("nan")
