@@ -7,6 +7,7 @@
 #include "driver.h"
 #include "internal.h"
 #include "placement.h"
+#include "plan.h"
 #include "progress.h"
 #include "watchdog.h"
 
@@ -69,9 +70,25 @@ ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
     return RA_OK;
 }
 
+/* d->profile, when given, read as a prediction would read it: a file that
+ * cannot be read is refused, never silently replaced by the built-in
+ * profile. */
+static ra_status pass_profile_check(const cli_pass_data *d)
+{
+    if (!d->profile)
+        return RA_OK;
+    ra_profile *pf = malloc(sizeof *pf);
+    ra_status st = pf ? plan_profile_load(d->profile, pf)
+                      : ra_error_set(RA_ERR_NOMEM, "--profile: out of memory");
+    free(pf);
+    return st;
+}
+
 ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p)
 {
     ra_status st = cli_params_check(p, &d->s, NULL);
+    if (st == RA_OK)
+        st = pass_profile_check(d);
     if (st == RA_OK)
         st = cli_score_setup(in, &d->s, p, &d->score_in);
     if (st == RA_OK)

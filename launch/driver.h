@@ -41,7 +41,8 @@ void cli_pass_data_free(cli_pass_data *d);
  * whether it was chosen. */
 void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented);
 
-/* p checked against the shape d->s (cli_params_check), then the additive
+/* p checked against the shape d->s (cli_params_check), d->profile read
+ * (refused when it cannot be), then the additive
  * score's weights and the ALiBi slopes read from the input file in into
  * d (cli_score_setup, cli_alibi_setup). Not collective. */
 ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p);

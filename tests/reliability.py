@@ -1294,6 +1294,16 @@ CASES_BACKWARD = [
     ("backward-fwd-fp32-as-bf16", "issue 39 class 2: run --backward --precision bf16 --fwd of an fp32 forward",
      GDO, RUN_B + ["gdx.h5", "--fwd", "out_old.h5", "--precision", "bf16"], 2,
      r"out_old\.h5: a forward output of other arithmetic: its tile products are fp32 \(attribute precision\), this run's bf16 \(--precision bf16\); pass --precision fp32"),
+    # issue 39, class 9: the stall timeout is derived from the profile the
+    # run was given; one that cannot be read is refused, not replaced
+    ("backward-profile-bad", "issue 39 class 9: run --backward --profile of a truncated JSON file",
+     dict(GDO, **{"badp.json": write_text('{"schema": 2')}),
+     RUN_B + ["gdx.h5", "--recompute", "--profile", "badp.json"], 2,
+     r"^ringattn: badp\.json: .*expected near end of file"),
+    ("run-profile-bad", "issue 39 class 9: run --profile of a truncated JSON file (no --strategy auto)",
+     {"badp.json": write_text('{"schema": 2')},
+     RUN + ["good.h5", "--profile", "badp.json"], 2,
+     r"^ringattn: badp\.json: .*expected near end of file"),
     ("segments-uint64", "/segments of uint64 ids 2^63 and 2^63 + 1 (both clamped to one id before)",
      {"u64.h5": lambda p: make(p, k=(2, 8, 1, 4), v=(2, 8, 1, 3), edit=uint64_segments)},
      RUN + ["u64.h5"], 2,
