@@ -17,7 +17,7 @@ packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin
           libopenblas-dev libhdf5-openmpi-dev hdf5-tools libjansson-dev libcmocka-dev
           libdnnl-dev libsimgrid-dev
           python3-h5py python3-numpy python3-matplotlib python3-torch
-          python3-dev python3-mpi4py python3-pytest
+          python3-dev python3-mpi4py python3-pytest python3-setuptools python3-venv
           valgrind iproute2 util-linux slurmctld slurmd slurm-client munge)
 missing=()
 for p in "${packages[@]}"; do

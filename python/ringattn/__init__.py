@@ -19,8 +19,12 @@ the job instead of leaving the other ranks waiting for it.
 """
 import sys
 
+from ._needs import check_interpreter
+
+check_interpreter()
+
 from ._core import ArgumentError, ArgumentTypeError, Error, \
-    version as __version__
+    version as __version__  # noqa: E402
 from ._api import backward, forward
 from ._layout import owned_positions, resolve_layout, shard, unshard
 from ._mpi import install_abort_hook, remove_abort_hook

@@ -61,8 +61,11 @@ def test_multihead_attention_drop_in_issue41(rng, batch_first, kdim, causal,
     kv = x if kdim is None else torch.from_numpy(
         rng.standard_normal(shape + (kdim,)))
     dout = torch.from_numpy(rng.standard_normal(shape + (E,)))
-    mask = torch.nn.Transformer.generate_square_subsequent_mask(L).double() \
-        if causal else None
+    # The causal mask in both of torch's spellings (bool beside a bool
+    # key_padding_mask, as torch 2.x wants them alike).
+    mask = None if not causal else \
+        torch.ones(L, L, dtype=torch.bool).triu(1) if padded else \
+        torch.nn.Transformer.generate_square_subsequent_mask(L).double()
     pad = torch.zeros(B, L, dtype=torch.bool)
     if padded:
         pad[1, L - 3:] = True

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""shard_move.py: what contiguous shards cost under causal attention
+(issue 41, part 1): the call moving them into the zigzag layout and back,
+against a caller that already holds zigzag shards, and against computing
+in the contiguous layout itself (unbalanced).
+
+    PYTHONPATH=build/python mpirun -np 2 /usr/bin/python3 \\
+        bench/shard_move.py [--seq 16384] [--heads 4] [--dim 64] [--reps 5]
+
+Each variant runs ringattn.forward then ringattn.backward (causal, B = 1)
+on the same global q, k, v, dout, cut as it needs: 'auto' (contiguous
+shards, moved), 'zigzag' (zigzag shards, nothing moved), 'contiguous'
+(contiguous shards computed where they are). Each pass is timed between
+barriers on every rank; a row gives the per-pass min / avg / max over the
+--reps passes after one warm-up (the slowest rank of each pass), and its
+verdict: its o and dq against the zigzag run's, gathered (PASS within
+1e-5 of their largest entry). Rank 0 prints a '#' echo of the parameters
+and the rows. Exit 0; 2 and one `ringattn:` line on stderr for a bad
+option, before anything runs.
+"""
+import argparse
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import ringattn
+
+VARIANTS = (("auto", "contiguous shards, moved to zigzag and back"),
+            ("zigzag", "zigzag shards held by the caller"),
+            ("contiguous", "contiguous shards, computed unbalanced"))
+
+
+def options():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for name, default in (("seq", 16384), ("heads", 4), ("dim", 64),
+                          ("reps", 5)):
+        p.add_argument("--" + name, type=int, default=default)
+    a = p.parse_args()
+    for name in ("seq", "heads", "dim", "reps"):
+        if getattr(a, name) < 1:
+            sys.stderr.write(f"ringattn: --{name} {getattr(a, name)}: "
+                             "expected at least 1\n")
+            sys.exit(2)
+    return a
+
+
+def run(comm, full, layout, reps):
+    """(per-pass seconds, o and dq put back in global order) of one
+    variant."""
+    pos = ringattn.owned_positions(layout, full[0].shape[1], comm,
+                                   causal=True)
+    q, k, v, do = (np.ascontiguousarray(x[:, pos]) for x in full)
+    times = []
+    for rep in range(reps + 1):  # the first pass warms up
+        comm.Barrier()
+        t0 = time.perf_counter()
+        o, lse = ringattn.forward(q, k, v, comm, causal=True, layout=layout)
+        dq, _, _ = ringattn.backward(q, k, v, o, lse, do, comm, causal=True,
+                                     layout=layout)
+        t = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        if rep:
+            times.append(t)
+    back = [ringattn.unshard(x, layout, comm, causal=True) for x in (o, dq)]
+    return np.array(times), back
+
+
+def main():
+    a = options()
+    comm = MPI.COMM_WORLD
+    rng = np.random.default_rng(7)
+    full = [rng.standard_normal((1, a.seq, a.heads, a.dim), np.float32)
+            for _ in range(4)]
+    results = {name: run(comm, full, name, a.reps) for name, _ in VARIANTS}
+    if comm.Get_rank():
+        return
+    print(f"# shard_move: P {comm.Get_size()}, N {a.seq}, H {a.heads}, "
+          f"D {a.dim}, causal, forward + backward, reps {a.reps} (+1 "
+          "warm-up), seconds per pass (slowest rank)")
+    print(f"# {'layout':<11} {'min':>8} {'avg':>8} {'max':>8} {'vs zigzag':>9}"
+          f" {'error':>9}  verdict  what")
+    base = results["zigzag"][0].min()
+    want = results["zigzag"][1]
+    for name, what in VARIANTS:
+        t, got = results[name]
+        err = max(float(np.abs(g - w).max() / np.abs(w).max())
+                  for g, w in zip(got, want))
+        print(f"  {name:<11} {t.min():8.3f} {t.mean():8.3f} {t.max():8.3f} "
+              f"{t.min() / base:9.2f} {err:9.1e}  "
+              f"{'PASS' if err <= 1e-5 else 'FAIL':<7}  {what}")
+
+
+if __name__ == "__main__":
+    main()
