@@ -688,11 +688,12 @@ static int parse_strategy(const cli_opt *o, const char *val, void *base)
 #define P_AT(f) offsetof(ra_params, f)
 /* A field of ra_params of C type ctype (CLI_FIELD). */
 #define P_FIELD(f, ctype) CLI_FIELD(ra_params, f, ctype)
-/* A tile size: rows in [1, 65536]; the library's choice by default. */
+/* A tile size: rows in [1, RA_BLOCK_MAX]; the library's choice by
+ * default. */
 #define TILE_OPT(nm, f, help_)                                                \
     {.name = nm, .kind = CLI_INT, .meta = "N",                                \
-     .offset = P_FIELD(f, int64_t), .lo = 1, .hi = 1 << 16, .shown = "auto",  \
-     .help = help_}
+     .offset = P_FIELD(f, int64_t), .lo = 1, .hi = RA_BLOCK_MAX,              \
+     .shown = "auto", .help = help_}
 
 const cli_opt cli_forward_opts[] = {
     CLI_OPT_FLAG(ra_params, "--causal", causal,
@@ -738,7 +739,7 @@ const cli_opt cli_forward_opts[] = {
      .offset = P_AT(wire), .noun = "wire type", .fn = parse_wire,
      .shown = "auto", .help = "K/V on the ring: fp32, bf16 or auto"},
     {.name = "--threads", .kind = CLI_INT32, .meta = "T",
-     .offset = P_FIELD(threads, int), .lo = 1, .hi = 1024,
+     .offset = P_FIELD(threads, int), .lo = 1, .hi = RA_THREADS_MAX,
      .shown = "$OMP_NUM_THREADS or 1", .help = "threads per rank"},
     {.name = "--strategy", .kind = CLI_CUSTOM, .meta = "NAME",
      .offset = P_AT(strategy), .noun = "strategy", .fn = parse_strategy,
