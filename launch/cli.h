@@ -157,7 +157,7 @@ struct cli_opt {
 #define CLI_OPT_PROFILE(T, FIELD)                                             \
     {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",                   \
      .offset = CLI_FIELD(T, FIELD, const char *), .shown = "built-in",        \
-     .help = "machine profile: --strategy auto, the stall timeout"}
+     .help = "probe profile: auto, stall timeout"}
 
 /* --out-axes B,N,H,D|B,H,N,D: the order the 4-D outputs (/o, the
  * gradients) are written in, into the int FIELD of T, an index of
@@ -166,7 +166,7 @@ extern const char *const cli_out_axes[];
 #define CLI_OPT_OUT_AXES(T, FIELD)                                            \
     CLI_OPT_CHOICE(T, "--out-axes", "AXES", FIELD, cli_out_axes,              \
                    "output order", "B,N,H,D",                                 \
-                   "order of the 4-D outputs: B,N,H,D or B,H,N,D")
+                   "4-D outputs: B,N,H,D or B,H,N,D")
 
 /* --qkv-layout bnhd|bhnd: the order of the q, k, v (and do) datasets that
  * carry no axes attribute, into the ra_axes FIELD of T; without it such

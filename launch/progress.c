@@ -14,7 +14,7 @@ const cli_opt cli_progress_opts[] = {
     CLI_OPT_FLAG(cli_progress, "--progress", asked,
                  "progress lines on stderr from the start"),
     CLI_OPT_REAL(cli_progress, "--progress-after", "S", after, 0, 1e9, "10",
-                 "no --progress: lines once the pass has run S s"),
+                 "lines once a pass has run S s"),
     CLI_OPT_FLAG(cli_progress, "--no-progress", refused, "no progress lines"),
     CLI_OPT_POSITIVE(cli_progress, "--progress-every", "S", every, 86400, "5",
                      "seconds between progress lines"),
