@@ -14,7 +14,10 @@ shards, moved), 'zigzag' (zigzag shards, nothing moved), 'contiguous'
 barriers on every rank; a row gives the per-pass min / avg / max over the
 --reps passes after one warm-up (the slowest rank of each pass), and its
 verdict: its o and dq against the zigzag run's, gathered (PASS within
-1e-5 of their largest entry). Rank 0 prints a '#' echo of the parameters
+1e-5 of their largest entry). A last row times the moves alone that
+'auto' adds to a forward and backward (q, k, v in and o, lse out; q, k,
+v, o, lse, dout in and dq, dk, dv out: _shards.Move, as the call makes
+them), which a loaded machine's noise on the whole passes can hide. Rank 0 prints a '#' echo of the parameters
 and the rows. Exit 0; 2 and one `ringattn:` line on stderr for a bad
 option, before anything runs.
 """
@@ -26,6 +29,7 @@ import numpy as np
 from mpi4py import MPI
 
 import ringattn
+from ringattn import _options, _shards
 
 VARIANTS = (("auto", "contiguous shards, moved to zigzag and back"),
             ("zigzag", "zigzag shards held by the caller"),
@@ -66,6 +70,31 @@ def run(comm, full, layout, reps):
     return np.array(times), back
 
 
+def moves_alone(comm, full, reps):
+    """Per-pass seconds of the 14 row moves 'auto' adds to a causal
+    forward and backward (the slowest rank of each pass)."""
+    N = full[0].shape[1]
+    opts = _options.params({"causal": True})
+    move = _shards.Move(comm, N, "contiguous", "zigzag", opts)
+    pos = ringattn.owned_positions("auto", N, comm)
+    x = np.ascontiguousarray(full[0][:, pos])
+    lse = np.ascontiguousarray(x[..., 0].transpose(0, 2, 1))
+    wait = _options.stall_timeout({})
+    times = []
+    for rep in range(reps + 1):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(3 + 5):  # q, k, v; then q, k, v, o, dout in
+            y = move.forward(x, 1, wait)
+        for _ in range(1 + 3):  # o; then dq, dk, dv out
+            move.back(y, 1, wait)
+        move.back(move.forward(lse, 2, wait), 2, wait)  # lse in and out
+        t = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        if rep:
+            times.append(t)
+    return np.array(times)
+
+
 def main():
     a = options()
     comm = MPI.COMM_WORLD
@@ -73,6 +102,7 @@ def main():
     full = [rng.standard_normal((1, a.seq, a.heads, a.dim), np.float32)
             for _ in range(4)]
     results = {name: run(comm, full, name, a.reps) for name, _ in VARIANTS}
+    alone = moves_alone(comm, full, a.reps)
     if comm.Get_rank():
         return
     print(f"# shard_move: P {comm.Get_size()}, N {a.seq}, H {a.heads}, "
@@ -89,6 +119,9 @@ def main():
         print(f"  {name:<11} {t.min():8.3f} {t.mean():8.3f} {t.max():8.3f} "
               f"{t.min() / base:9.2f} {err:9.1e}  "
               f"{'PASS' if err <= 1e-5 else 'FAIL':<7}  {what}")
+    print(f"  {'moves':<11} {alone.min():8.3f} {alone.mean():8.3f} "
+          f"{alone.max():8.3f} {alone.min() / base:9.2f} {'-':>9}  "
+          f"{'-':<7}  the rows moves 'auto' adds, alone")
 
 
 if __name__ == "__main__":

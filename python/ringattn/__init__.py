@@ -1,7 +1,8 @@
 """ringattn: exact ring attention over MPI ranks, from NumPy and PyTorch.
 
 Each rank of an mpi4py communicator passes its own slice of the sequence
-(the tokens owned_positions() names, in that order); the library computes
+(its contiguous shard by default; the tokens owned_positions() names, in
+that order, for the layout= it names); the library computes
 softmax attention over the whole sequence with blockwise ring attention and
 returns this rank's rows. Collective calls; every refusal or failure is a
 ringattn.Error raised on every rank alike (ArgumentTypeError, also a
