@@ -61,8 +61,8 @@ class Move:
             req = self.comm.Ialltoallv(
                 [send, (send_plan[1].tolist(), offsets(send_plan[1])), kind],
                 [recv, (recv_plan[1].tolist(), offsets(recv_plan[1])), kind])
-            _mpi.wait(req, timeout, "the rows' move to the call's layout",
-                      (send, recv))
+            _mpi.wait(req, timeout, "the rows' move between the shards' "
+                      "cut and the call's layout", (send, recv))
         finally:
             kind.Free()
         out = np.empty_like(recv)
