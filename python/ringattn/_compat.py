@@ -185,11 +185,22 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k,
     return (out, lse, None) if return_attn_probs else out
 
 
+def _causal_size(attn_mask):
+    """The size L of attn_mask when it is the whole (L, L) causal mask
+    (leading axes of 1 allowed: (1, 1, L, L)), else None."""
+    from ._mha import is_causal_mask
+    while attn_mask.dim() > 2 and attn_mask.shape[0] == 1:
+        attn_mask = attn_mask[0]
+    return attn_mask.shape[0] if is_causal_mask(attn_mask) else None
+
+
 def _sdpa_options(query, key, attn_mask, dropout_p, is_causal, scale,
                   enable_gqa):
     """The options of scaled_dot_product_attention's arguments."""
-    _check(attn_mask is None, "value", "attn_mask: ringattn takes no dense "
-           "mask; pass is_causal=True for the causal one, or call "
+    size = None if attn_mask is None else _causal_size(attn_mask)
+    _check(attn_mask is None or size is not None, "value", "attn_mask: "
+           "ringattn takes the whole (L, L) causal mask alone (True, or "
+           "-inf, exactly above the diagonal); pass is_causal=True, or call "
            "ringattn.torch.attention with window=, q_lens=/kv_lens= or "
            "segments=")
     _check(dropout_p == 0, "value", NO_DROPOUT.format(dropout_p))
@@ -202,13 +213,15 @@ def _sdpa_options(query, key, attn_mask, dropout_p, is_causal, scale,
            f"{G}: pass enable_gqa=True for grouped-query attention")
 
     def fix(N, M, _):
-        if is_causal and N != M:
-            return (f"is_causal with L = {N} queries and S = {M} keys: "
-                    "scaled_dot_product_attention aligns the causal mask "
-                    "top-left, ringattn bottom-right; call "
+        if (is_causal or size) and N != M:
+            return (f"a causal mask with L = {N} queries and S = {M} keys: "
+                    "scaled_dot_product_attention aligns it top-left, "
+                    "ringattn bottom-right; call "
                     "ringattn.torch.attention(causal=True) for the latter")
+        if size is not None and size != N:
+            return f"attn_mask is ({size}, {size}) for L = {N} queries"
         return None
-    return {"scale": scale, "causal": is_causal}, fix
+    return {"scale": scale, "causal": is_causal or size is not None}, fix
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None,
@@ -218,8 +231,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None,
     """torch.nn.functional.scaled_dot_product_attention on this rank's
     shards of L and S: query (B, H, L, E), key (B, G, S, E), value
     (B, G, S, Ev) (heads first; (B, L, E) for one head); returns
-    (B, H, L, Ev). attn_mask (other than None) and dropout_p other than 0
-    are refused; is_causal needs L == S (torch aligns it top-left)."""
+    (B, H, L, Ev). attn_mask: None or the whole (L, L) causal mask (as
+    is_causal); dropout_p other than 0 is refused; a causal mask needs
+    L == S (torch aligns it top-left)."""
     one_head = query.dim() == 3
     if one_head:
         query, key, value = (x.unsqueeze(1) for x in (query, key, value))

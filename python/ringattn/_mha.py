@@ -18,7 +18,7 @@ from ._errors import refusal_of
 from ._layout import unshard
 
 
-def _is_causal_mask(mask):
+def is_causal_mask(mask):
     """Whether mask, (L, L), is the causal mask as torch spells it: True
     (bool) or -inf (float) exactly above the diagonal."""
     if mask.dim() != 2 or mask.shape[0] != mask.shape[1]:
@@ -89,7 +89,7 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
                              "(the output is the same)")
         causal, size = bool(is_causal), None
         if attn_mask is not None:
-            if not _is_causal_mask(attn_mask):
+            if not is_causal_mask(attn_mask):
                 raise ValueError("attn_mask: ringattn takes the causal mask "
                                  "alone (True or -inf above the diagonal);"
                                  " pass is_causal=True, or window= etc. "

@@ -209,14 +209,22 @@ def sdpa_reference(q, k, v, is_causal=False, scale=None):
 
 
 @pytest.mark.parametrize("kw", [{}, {"is_causal": True},
-                                {"scale": 0.25, "enable_gqa": True}])
+                                {"scale": 0.25, "enable_gqa": True},
+                                {"attn_mask": "bool"},
+                                {"attn_mask": "float"}])
 def test_scaled_dot_product_attention_issue41_part3(rng, kw):
     B, H, L, S, E = 2, 4, 4 * P + 3, 4 * P + 3, 8
     G = 2 if kw.get("enable_gqa") else H
-    S = S if kw.get("is_causal") else S + P
+    S = S if kw.get("is_causal") or "attn_mask" in kw else S + P
     full = [torch.from_numpy(normal(rng, s).astype(np.float64)) for s in
             ((B, H, L, E), (B, G, S, E), (B, G, S, E), (B, H, L, E))]
-    ref = {k: x for k, x in kw.items() if k != "enable_gqa"}
+    if "attn_mask" in kw:  # the causal mask, whole, in torch's spellings
+        above = torch.ones(L, S, dtype=torch.bool).triu(1)
+        kw = {"attn_mask": above if kw["attn_mask"] == "bool" else
+              torch.zeros(1, 1, L, S).masked_fill(above, -math.inf)}
+    ref = {k: x for k, x in kw.items() if k not in ("enable_gqa",
+                                                    "attn_mask")}
+    ref["is_causal"] = ref.get("is_causal", False) or "attn_mask" in kw
     o_ref, g_ref = grads_of(lambda q, k, v: sdpa_reference(q, k, v, **ref),
                             full[:3], full[3])
     o, g = grads_of(lambda q, k, v: rt.scaled_dot_product_attention(
@@ -235,10 +243,14 @@ def test_sdpa_refused_issue41_part3(rng):
     sdpa = rt.scaled_dot_product_attention
     mask = torch.ones(q.shape[2], 4 * P, dtype=torch.bool)
     raised(lambda: sdpa(q, q, q, attn_mask=mask), ValueError,
-           "attn_mask: ringattn takes no dense mask")
+           "attn_mask: ringattn takes the whole (L, L) causal mask alone")
     raised(lambda: sdpa(q, q, q, dropout_p=0.5), ValueError, "dropout_p=0.5")
     raised(lambda: sdpa(q, kv, kv, is_causal=True), ValueError,
-           f"is_causal with L = {4 * P} queries and S = {5 * P} keys")
+           f"a causal mask with L = {4 * P} queries and S = {5 * P} keys")
+    small = torch.ones(3, 3, dtype=torch.bool).triu(1)
+    if 4 * P != 3:
+        raised(lambda: sdpa(q, q, q, attn_mask=small), ValueError,
+               f"attn_mask is (3, 3) for L = {4 * P} queries")
     raised(lambda: sdpa(q, gqa, gqa), ValueError, "query has 2 heads and "
            "key 1: pass enable_gqa=True")
 
