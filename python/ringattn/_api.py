@@ -188,8 +188,8 @@ def verdict(comm, table, opts, N, M):
     layout = _core.layout_resolve(opts, bool(table[0, FACTS.index(
         "segments")]))
     held = held_layout(opts["layout"], layout)
-    cut = ("contiguous shards (layout 'auto')" if opts["layout"] == "auto"
-           else f"layout {held}")
+    cut = ("contiguous shards (layout 'auto') give" if opts["layout"] ==
+           "auto" else f"layout {held} gives")
     P = comm.Get_size()
     for r in range(P):
         for axis, length, what in ((0, N, "queries"), (1, M, "keys")):
@@ -197,7 +197,7 @@ def verdict(comm, table, opts, N, M):
                                                            P, opts))
             if table[r, axis] != want:
                 raise error(f"rank {r} holds {table[r, axis]} {what} where "
-                            f"{cut} gives it {want} of {length} (see "
+                            f"{cut} it {want} of {length} (see "
                             "ringattn.owned_positions)", kind="value")
     return layout, held
 
