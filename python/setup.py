@@ -9,6 +9,7 @@ module finds the library through its run path; ringattn.plan() runs the
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -109,18 +110,22 @@ class BuildPy(build_py):
                     f'runs."""\nCLI = {CLI!r}\n')
 
 
-# Build files outside the source tree (pip builds in place).
-SCRATCH = os.path.join(tempfile.gettempdir(), f"ringattn-pip-{os.getuid()}")
+# Build files outside the source tree (pip builds in place), removed
+# once this run of setup() has made what pip asked for.
+SCRATCH = tempfile.mkdtemp(prefix="ringattn-pip-")
 
-setup(
-    version=version(),
-    options={"build": {"build_base": os.path.join(SCRATCH, "build")},
-             "egg_info": {"egg_base": SCRATCH}},
-    packages=["ringattn"],
-    ext_modules=[Extension(
-        "ringattn._core", ["ringattn/_core.c"],
-        include_dirs=[INC, mpi4py.get_include()], library_dirs=[LIB],
-        runtime_library_dirs=[LIB], libraries=["ringattn"],
-        extra_compile_args=COMPILE, extra_link_args=LINK)],
-    cmdclass={"build_py": BuildPy},
-)
+try:
+    setup(
+        version=version(),
+        options={"build": {"build_base": os.path.join(SCRATCH, "build")},
+                 "egg_info": {"egg_base": SCRATCH}},
+        packages=["ringattn"],
+        ext_modules=[Extension(
+            "ringattn._core", ["ringattn/_core.c"],
+            include_dirs=[INC, mpi4py.get_include()], library_dirs=[LIB],
+            runtime_library_dirs=[LIB], libraries=["ringattn"],
+            extra_compile_args=COMPILE, extra_link_args=LINK)],
+        cmdclass={"build_py": BuildPy},
+    )
+finally:
+    shutil.rmtree(SCRATCH, ignore_errors=True)
