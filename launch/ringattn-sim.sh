@@ -67,9 +67,15 @@ bad="$(awk -v P="$ranks" -v over="$over" '
 [ -z "$bad" ] || fail "-n $ranks: $bad (--oversubscribe allows it)"
 
 # Open MPI's choice of collective algorithms (as the real runs; SMPI's
-# default selector took 100 times longer at 128 ranks).
+# default selector took 100 times longer at 128 ranks), except that the
+# small collectives of agreement and set-up use algorithms that are not
+# node-aware: a node-aware one makes SMPI split every new communicator by
+# node first, which took 35 s per communicator at 512 ranks.
 cfg=(--cfg=smpi/host-speed:100Gf
-     --cfg=smpi/coll-selector:ompi
+     --cfg=smpi/coll-selector:ompi --cfg=smpi/allreduce:rdb
+     --cfg=smpi/bcast:binomial_tree --cfg=smpi/allgather:bruck
+     --cfg=smpi/reduce:binomial --cfg=smpi/gather:ompi_binomial
+     --cfg=smpi/barrier:ompi_recursivedoubling
      --log=root.thres:warning --log=smpi_config.thres:warning)
 if [ "$mode" = scale ]; then
   # No kernel runs (no OpenMP region waits in MPI), so all ranks share one

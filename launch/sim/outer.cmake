@@ -1,5 +1,6 @@
 # outer.cmake: the simulated build inside the ordinary one. When SimGrid's
-# smpicc is found (RA_SIM AUTO) or required (ON), the ordinary build also
+# smpicc is found (RA_SIM AUTO; not in a sanitizer build, whose tests do
+# not run it) or required (ON), the ordinary build also
 # configures and builds this source tree with RA_SIMGRID=ON in
 # <build>/sim, so that `launch/setup.sh` and `launch/test.sh` make
 # ringattn-sim with the rest and the test `sim_exact_p16` finds it
@@ -8,7 +9,11 @@ set(RA_SIM AUTO CACHE STRING "Also build ringattn-sim (SimGrid): AUTO, ON or OFF
 find_program(RA_SMPICC smpicc)
 find_program(RA_SMPIRUN smpirun)
 set(RA_SIM_PROGRAM "")
-if(NOT RA_SIM STREQUAL "OFF" AND RA_SMPICC AND RA_SMPIRUN)
+set(RA_SIM_WANTED ON)
+if(RA_SIM STREQUAL "OFF" OR (RA_SIM STREQUAL "AUTO" AND RA_SANITIZE))
+  set(RA_SIM_WANTED OFF)
+endif()
+if(RA_SIM_WANTED AND RA_SMPICC AND RA_SMPIRUN)
   include(ExternalProject)
   set(RA_SIM_DIR ${PROJECT_BINARY_DIR}/sim)
   ExternalProject_Add(ringattn_sim_build
@@ -24,6 +29,6 @@ elseif(RA_SIM STREQUAL "ON")
   message(FATAL_ERROR "RA_SIM=ON but SimGrid's smpicc and smpirun were not "
           "found (apt-get install libsimgrid-dev)")
 else()
-  message(STATUS "simulated build: off (RA_SIM=OFF, or no smpicc: apt-get "
-          "install libsimgrid-dev)")
+  message(STATUS "simulated build: off (RA_SIM=OFF, a sanitizer build, or "
+          "no smpicc: apt-get install libsimgrid-dev)")
 endif()

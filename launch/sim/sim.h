@@ -58,10 +58,12 @@ double sim_hooks_injected(void);
  * (all ranks past a barrier). */
 void sim_hooks_release(void);
 
-/* A buffer of the driver's: folded (shared by all ranks, contents
- * meaningless) at scale, private and zeroed in exact mode; sim_buffer_free
- * takes either. */
-void *sim_buffer_alloc(size_t bytes, int folded);
+/* The driver's tensor slot (0 .. SIM_SLOTS - 1) of bytes: private and
+ * zeroed in exact mode; folded at scale, one block per slot shared by
+ * every rank (contents meaningless; counted once in the process's memory),
+ * kept until sim_hooks_release. sim_buffer_free takes either. */
+enum { SIM_SLOTS = 9 };
+void *sim_buffer_alloc(size_t bytes, int slot, int folded);
 void sim_buffer_free(void *p, int folded);
 
 #endif /* RA_SIM_H */

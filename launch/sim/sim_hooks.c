@@ -227,30 +227,33 @@ void __wrap_ra_carve_free(void *block)
  * are meaningless at scale anyway; ids and positions (MPI_INT64_T) and
  * small messages move as they are. */
 enum { SIM_WIRE_MIN = 64 << 10, SIM_SCRATCH = 8 };
+/* Folded blocks shared by every rank: pool 0 the transfers', pool 1 + i
+ * the driver's tensor i (sim_buffer_alloc). */
 static struct {
     void *block[SIM_SCRATCH];
     size_t bytes[SIM_SCRATCH];
-} scratch;
+} scratch[1 + SIM_SLOTS];
 
 int __real_MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest,
                      int tag, MPI_Comm comm, MPI_Request *req);
 int __real_MPI_Irecv(void *buf, int count, MPI_Datatype type, int src,
                      int tag, MPI_Comm comm, MPI_Request *req);
 
-/* A folded block of at least bytes (blocks only grow: a transfer still in
- * flight keeps reading the old one), or NULL. */
-static void *scratch_of(size_t bytes)
+/* A folded block of pool at least bytes long (a pool's blocks are only
+ * added: a transfer still in flight keeps reading an old one), or NULL. */
+static void *scratch_of(int pool, size_t bytes)
 {
     int i = 0;
-    while (i < SIM_SCRATCH && scratch.block[i] && scratch.bytes[i] < bytes)
+    while (i < SIM_SCRATCH && scratch[pool].block[i] &&
+           scratch[pool].bytes[i] < bytes)
         i++;
     if (i == SIM_SCRATCH)
         return NULL;
-    if (!scratch.block[i]) {
-        scratch.block[i] = SMPI_SHARED_MALLOC(bytes);
-        scratch.bytes[i] = bytes;
+    if (!scratch[pool].block[i]) {
+        scratch[pool].block[i] = SMPI_SHARED_MALLOC(bytes);
+        scratch[pool].bytes[i] = bytes;
     }
-    return scratch.block[i];
+    return scratch[pool].block[i];
 }
 
 /* The bytes a transfer of count x type folds into, or 0: it moves as is. */
@@ -269,7 +272,7 @@ static size_t folded_bytes(int count, MPI_Datatype type)
 static void *fold_transfer(void *buf, int *count, MPI_Datatype *type)
 {
     const size_t bytes = folded_bytes(*count, *type);
-    void *at = bytes ? scratch_of(bytes) : NULL;
+    void *at = bytes ? scratch_of(0, bytes) : NULL;
     if (!at)
         return buf;
     *count = (int)bytes;
@@ -293,25 +296,24 @@ int __wrap_MPI_Irecv(void *buf, int count, MPI_Datatype type, int src,
 
 void sim_hooks_release(void)
 {
-    for (int i = 0; i < SIM_SCRATCH; i++)
-        if (scratch.block[i])
-            SMPI_SHARED_FREE(scratch.block[i]);
-    memset(&scratch, 0, sizeof scratch);
+    for (int p = 0; p <= SIM_SLOTS; p++)
+        for (int i = 0; i < SIM_SCRATCH; i++)
+            if (scratch[p].block[i])
+                SMPI_SHARED_FREE(scratch[p].block[i]);
+    memset(scratch, 0, sizeof scratch);
     free(ranks);
     ranks = NULL;
 }
 
-void *sim_buffer_alloc(size_t bytes, int folded)
+void *sim_buffer_alloc(size_t bytes, int slot, int folded)
 {
     if (folded)
-        return SMPI_SHARED_MALLOC(bytes ? bytes : 1);
+        return scratch_of(1 + slot, bytes ? bytes : 1);
     return calloc(bytes ? bytes : 1, 1);
 }
 
 void sim_buffer_free(void *p, int folded)
 {
-    if (folded)
-        SMPI_SHARED_FREE(p);
-    else
+    if (!folded)
         free(p);
 }

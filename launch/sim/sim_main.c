@@ -56,10 +56,10 @@ static int exit_code(ra_status st)
 
 /* The tensors' element counts, in the order of sim_tensors' pointers. */
 static void tensor_counts(const ra_shape *s, int64_t n, int64_t m, int bwd,
-                          int64_t c[9])
+                          int64_t c[SIM_SLOTS])
 {
     const int64_t B = s->B;
-    const int64_t all[9] = {B * n * s->H * s->D, B * m * s->G * s->D,
+    const int64_t all[SIM_SLOTS] = {B * n * s->H * s->D, B * m * s->G * s->D,
                             B * m * s->G * s->Dv, B * n * s->H * s->Dv,
                             B * s->H * n, bwd ? B * n * s->H * s->Dv : 0,
                             bwd ? B * n * s->H * s->D : 0,
@@ -70,14 +70,14 @@ static void tensor_counts(const ra_shape *s, int64_t n, int64_t m, int bwd,
 
 static float **tensor_slot(sim_tensors *t, int i)
 {
-    float **slots[9] = {&t->q, &t->k, &t->v, &t->o, &t->lse,
+    float **slots[SIM_SLOTS] = {&t->q, &t->k, &t->v, &t->o, &t->lse,
                         &t->dout, &t->dq, &t->dk, &t->dv};
     return slots[i];
 }
 
 static void tensors_free(sim_tensors *t)
 {
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < SIM_SLOTS; i++)
         if (*tensor_slot(t, i))
             sim_buffer_free(*tensor_slot(t, i), t->folded);
 }
@@ -91,11 +91,11 @@ static ra_status tensors_make(const sim_ctx *x, const sim_opts *o,
     t->folded = o->mode == SIM_SCALE;
     t->qs = ra_params_slice(&o->p, x->layout, s->N, x->rank, x->P);
     t->ks = ra_params_slice(&o->p, x->layout, s->M, x->rank, x->P);
-    int64_t c[9];
+    int64_t c[SIM_SLOTS];
     tensor_counts(s, t->qs.count, t->ks.count, o->backward, c);
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < SIM_SLOTS; i++)
         if (c[i] > 0 && !(*tensor_slot(t, i) = sim_buffer_alloc(
-                              sizeof(float) * (size_t)c[i], t->folded)))
+                              sizeof(float) * (size_t)c[i], i, t->folded)))
             return ra_error_set(RA_ERR_NOMEM, "the rank's slices (%lld floats)",
                                 (long long)c[i]);
     if (t->folded)
@@ -200,10 +200,10 @@ static int check(const sim_ctx *x, const sim_opts *o, const sim_tensors *t,
                  const bench_masks *bm, double *err)
 {
     if (o->backward) {
-        int64_t c[9];
+        int64_t c[SIM_SLOTS];
         tensor_counts(&o->s, t->qs.count, t->ks.count, 1, c);
         int bad = 0, any = 0;
-        for (int i = 6; i < 9; i++)
+        for (int i = 6; i < SIM_SLOTS; i++)
             for (int64_t j = 0; j < c[i]; j++)
                 bad |= !isfinite((*tensor_slot((sim_tensors *)t, i))[j]);
         MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, x->comm);
