@@ -3,9 +3,10 @@
 # SimGrid SMPI, small enough for CI (under a minute): exact mode at P = 16
 # matches the fp64 reference (ring with GQA and an odd length; hybrid with
 # a window), the node-aware ring sees 4 simulated nodes of 4 ranks, the
-# at-scale mode runs and injects time, and bad input (a missing or
-# malformed platform, an unknown host, more ranks than cores without
-# --oversubscribe, an unknown option) exits 2 with one line naming it.
+# at-scale mode runs and injects time (the built-in profile's rate or a
+# probe's), and bad input (a missing or malformed platform, an unknown
+# host, more ranks than cores without --oversubscribe, an unknown option,
+# a missing profile) exits 2 with one line naming it.
 set -uo pipefail
 program="$1"
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -40,6 +41,15 @@ else
   fail "scale: exit $? ($(tail -3 "$tmp/out"))"
 fi
 
+# at scale with a probe's profile: its rate is the one injected
+if "$sim" --program "$program" -n 4 --mode scale --seq 4096 --heads 8 --dim 64 \
+    --profile "$here/bench/records/probe-p2.json" > "$tmp/out" 2>&1; then
+  grep -q '^# kernel rate .*(.*probe-p2.json)' "$tmp/out" ||
+    fail "--profile: the echo does not name the profile"
+else
+  fail "--profile: exit $? ($(tail -3 "$tmp/out"))"
+fi
+
 # bad input: exit 2, one line naming the problem
 refused() {
   local name="$1" pattern="$2"; shift 2
@@ -58,6 +68,8 @@ refused "unknown host" "line 2: unknown host 'node-x'" -n 2 --hostfile "$tmp/hos
 refused "more ranks than cores" "9 ranks on host node-0 of 8 cores" \
   -n 9 --ranks-per-node 9
 refused "unknown option" "--sequence: unknown option" -n 2 --sequence 5
+refused "missing profile" "--profile: $tmp/none.json: cannot open" -n 2 \
+  --mode scale --profile "$tmp/none.json"
 "$sim" --program "$program" -n 9 --ranks-per-node 9 --oversubscribe --mode scale \
   --seq 900 --heads 2 --dim 16 > "$tmp/out" 2>&1 ||
   fail "--oversubscribe: exit $? ($(tail -2 "$tmp/out"))"

@@ -12,11 +12,20 @@ find_library(RA_DNNL_LIBRARY dnnl)
 file(GLOB RA_SIM_LIBRARY_SOURCES CONFIGURE_DEPENDS
      ${PROJECT_SOURCE_DIR}/engine/*.c ${PROJECT_SOURCE_DIR}/comm/*.c)
 file(GLOB RA_SIM_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/launch/sim/*.c)
+# `--profile FILE` reads a probe's JSON with the command line's own reader
+# (launch/profile_json.c, jansson). Its header chain names HDF5 types, so
+# HDF5's headers are on the include path; nothing of HDF5 is linked.
+list(APPEND RA_SIM_SOURCES ${PROJECT_SOURCE_DIR}/launch/profile_json.c
+     ${PROJECT_SOURCE_DIR}/launch/json_out.c)
+set(RA_HDF5_MODULE hdf5-openmpi CACHE STRING "pkg-config module of parallel HDF5")
+pkg_check_modules(RA_HDF5 REQUIRED ${RA_HDF5_MODULE})
+pkg_check_modules(RA_JANSSON REQUIRED IMPORTED_TARGET jansson)
 add_executable(ringattn_sim ${RA_SIM_LIBRARY_SOURCES} ${RA_SIM_SOURCES})
 set_target_properties(ringattn_sim PROPERTIES OUTPUT_NAME ringattn-sim)
 target_include_directories(ringattn_sim PRIVATE
   ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/engine
-  ${PROJECT_SOURCE_DIR}/comm ${PROJECT_SOURCE_DIR}/launch/sim)
+  ${PROJECT_SOURCE_DIR}/comm ${PROJECT_SOURCE_DIR}/launch/sim
+  ${PROJECT_SOURCE_DIR}/launch ${PROJECT_SOURCE_DIR}/io ${RA_HDF5_INCLUDE_DIRS})
 # SMPI_NO_OVERRIDE_MALLOC: smpi_helpers.h would make malloc and free macros,
 # which clash with engine/carve.c; large blocks are folded by the sim's own
 # allocation hooks instead (sim_hooks.c).
@@ -24,7 +33,8 @@ target_compile_definitions(ringattn_sim PRIVATE RA_BUILDING_LIBRARY
                            SMPI_NO_OVERRIDE_MALLOC)
 target_compile_options(ringattn_sim PRIVATE -Wall -Wextra -Wno-unused-parameter
                        -Wno-missing-field-initializers)
-target_link_libraries(ringattn_sim PRIVATE OpenMP::OpenMP_C PkgConfig::RA_BLAS m)
+target_link_libraries(ringattn_sim PRIVATE OpenMP::OpenMP_C PkgConfig::RA_BLAS
+                      PkgConfig::RA_JANSSON m)
 if(RA_DNNL_INCLUDE_DIR AND RA_DNNL_LIBRARY)
   target_compile_definitions(ringattn_sim PRIVATE RA_HAVE_ONEDNN)
   target_include_directories(ringattn_sim PRIVATE ${RA_DNNL_INCLUDE_DIR})

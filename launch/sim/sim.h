@@ -24,6 +24,7 @@ typedef struct {
     int node_aware;        /* --ring-order node (default) or mpirun */
     int64_t reps, seed, check_rows;
     double rate;           /* --rate: kernel FLOP/s per core; 0: profile's */
+    const char *profile;   /* --profile: a probe's JSON; NULL: built-in */
     const char *platform;  /* --platform: the file, echoed only */
 } sim_opts;
 

@@ -20,6 +20,7 @@
 #include "bench_check.h"
 #include "call.h"
 #include "profile.h"
+#include "profile_json.h"
 #include "sim.h"
 #include "tally.h"
 
@@ -110,14 +111,24 @@ static ra_status tensors_make(const sim_ctx *x, const sim_opts *o,
     return RA_OK;
 }
 
-/* What the hooks inject: this machine's built-in profile (comm/profile.c)
- * at the run's kernel key, or --rate; the model's own per-pair cost
- * (ra_pair_flops) and fixed step cost. */
+/* What the hooks inject: the kernel rate of the run's kernel key in
+ * --profile's probe (else this machine's built-in profile, comm/profile.c)
+ * or --rate; the model's own per-pair cost (ra_pair_flops) and fixed step
+ * cost. A profile without the rate is refused by name. */
 static ra_status cost_setup(sim_ctx *x, const sim_opts *o)
 {
+    char why[512];
     profile_default(&x->pf);
+    if (o->profile && profile_read_json(o->profile, &x->pf, why, sizeof why))
+        return ra_error_set(RA_ERR_INPUT, "--profile: %s", why);
     const profile_kernel_key key = profile_key_of(&o->p, o->s.D, o->s.Dv);
     x->rate = o->rate > 0 ? o->rate : profile_kernel_rate(&x->pf, &key);
+    if (!(x->rate > 0))
+        return ra_error_set(RA_ERR_INPUT, "--profile %s: no kernel rate for "
+                            "D=%lld, %s (ringattn probe --dim %lld, or --rate)",
+                            o->profile ? o->profile : "(built-in)",
+                            (long long)o->s.D, key.precision,
+                            (long long)o->s.D);
     const sim_cost c = {o->mode == SIM_SCALE,
                         ra_pair_flops(&o->s, &o->p) / (double)o->s.H / x->rate,
                         x->pf.step_seconds};
@@ -150,7 +161,8 @@ static void echo(const sim_ctx *x, const sim_opts *o)
            o->backward ? "backward" : "forward", (long long)o->reps,
            (long long)o->seed, (long long)o->check_rows);
     printf("# %-14s%.2f GFLOP/s per core (%s), step %.3g s\n", "kernel rate",
-           x->rate * 1e-9, o->rate > 0 ? "--rate" : "built-in profile",
+           x->rate * 1e-9, o->rate > 0 ? "--rate"
+                           : o->profile ? o->profile : "built-in profile",
            x->pf.step_seconds);
 }
 

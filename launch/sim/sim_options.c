@@ -149,6 +149,12 @@ static int p_rate(sim_opts *o, const char *v, char *why, size_t n)
     return 0;
 }
 
+static int p_profile(sim_opts *o, const char *v, char *why, size_t n)
+{
+    o->profile = v;
+    return 0;
+}
+
 static int p_platform(sim_opts *o, const char *v, char *why, size_t n)
 {
     o->platform = v;
@@ -179,6 +185,8 @@ static const sim_opt table[] = {
      "time, folded buffers)", p_mode},
     {"--rate", "GFLOPS", "kernel rate per core at scale (the profile's)",
      p_rate},
+    {"--profile", "FILE", "machine profile of `ringattn probe` (built-in)",
+     p_profile},
     {"--ring-order", "O", "node (default) or mpirun", p_ring_order},
     {"--platform", "FILE", "the platform (echoed; launch/ringattn-sim.sh "
      "passes it to smpirun)", p_platform},
