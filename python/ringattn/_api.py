@@ -263,8 +263,10 @@ def moved_masks(c, timeout):
             c.moves[1].forward(kv_seg, 1, timeout))
 
 
-def run_forward(comm, t, options, refusal=None, fix=None):
-    """forward() on the dict t of q, k, v: (o, lse, timings)."""
+def run_forward(comm, t, options, refusal=None, fix=None, keep=None):
+    """forward() on the dict t of q, k, v: (o, lse, timings). keep: a
+    dict that, when the call moved rows, receives what a backward on the
+    moved rows needs (Kept), for run_backward_kept."""
     comm = MPI.COMM_WORLD if comm is None else comm
     c = prepare(comm, t, options, refusal=refusal, fix=fix)
     wait = _options.stall_timeout(options)
@@ -273,11 +275,39 @@ def run_forward(comm, t, options, refusal=None, fix=None):
     n = t["q"].shape[1]
     o = np.empty((B, n, H, Dv), dtype=np.float32)
     lse = np.empty((B, H, n), dtype=np.float32)
+    mk = moved_masks(c, wait)
     tm = _core.forward(c.comm, c.shape, c.opts, (t["q"], t["k"], t["v"], o,
-                                                 lse), moved_masks(c, wait),
-                       c.extras)
+                                                 lse), mk, c.extras)
+    if keep is not None and c.moves is not None:
+        keep["kept"] = Kept(c, dict(t, o=o, lse=lse), mk)
     r = moved(c, {"o": o, "lse": lse}, wait, back=True)
     return r["o"], r["lse"], tm
+
+
+# A forward's moved rows (q, k, v, o, lse in the library's layout), its
+# Call (the moves, the resolved layout) and its moved masks.
+Kept = namedtuple("Kept", "call arrays masks")
+
+
+def run_backward_kept(kept, dout, options, fix=None):
+    """The backward of a forward that moved rows, on its Kept: dout moved
+    in, (dq, dk, dv) moved back to the caller's cut; 4 moves where
+    run_backward on the caller's arrays makes 9. A NaN in dout is
+    refused with its index in the caller's slice, agreed as any other."""
+    c, wait = kept.call, _options.stall_timeout(options)
+    refusal = None
+    if not c.opts["nonfinite"]:
+        try:
+            scan({"dout": dout})
+        except Exception as exc:  # agreed by run_backward
+            refusal = refusal_of(exc)
+    t = dict(kept.arrays, dout=c.moves[0].forward(dout, 1, wait))
+    opts = dict(options, layout=c.layout)
+    if kept.masks[2] is not None:
+        opts.update(segments=kept.masks[2], kv_segments=kept.masks[3])
+    grads, _, _ = run_backward(c.comm, t, opts, refusal, fix)
+    r = moved(c, dict(zip(("dq", "dk", "dv"), grads)), wait, back=True)
+    return r["dq"], r["dk"], r["dv"]
 
 
 def run_backward(comm, t, options, refusal=None, fix=None):

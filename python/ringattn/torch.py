@@ -146,12 +146,15 @@ class RingAttentionFunction(torch.autograd.Function):
         t, refusal = _arrays({"q": q, "k": k, "v": v}, order)
         if q.dtype == torch.bfloat16 and "precision" not in options:
             options = dict(options, precision="bf16")
+        keep = {}
         o, lse, _ = _api.run_forward(comm, t, options,
-                                     spec.refusal or refusal, spec.fix)
+                                     spec.refusal or refusal, spec.fix, keep)
         out, lse_t = _tensor(o, order, q.dtype), torch.from_numpy(lse)
         # The library's arrays: views of the tensors saved beside them
         # (or private copies), which autograd's version check guards.
         ctx.arrays = (t["q"], t["k"], t["v"], o, lse)
+        # Moved rows (a forward that moved them): the backward's own.
+        ctx.kept = keep.get("kept")
         ctx.save_for_backward(q, k, v, out, lse_t)
         ctx.comm, ctx.order, ctx.fix = comm, order, spec.fix
         ctx.options = _options.frozen(options)
@@ -167,9 +170,14 @@ class RingAttentionFunction(torch.autograd.Function):
         q, k, v, o, lse = ctx.arrays
         d = dout.float()
         d = (d.transpose(1, 2) if ctx.order == "bhnd" else d).contiguous()
-        t = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "dout": d.numpy()}
-        grads, _, _ = _api.run_backward(ctx.comm, t, ctx.options,
-                                        fix=ctx.fix)
+        if ctx.kept is not None:
+            grads = _api.run_backward_kept(ctx.kept, d.numpy(), ctx.options,
+                                           ctx.fix)
+        else:
+            t = {"q": q, "k": k, "v": v, "o": o, "lse": lse,
+                 "dout": d.numpy()}
+            grads, _, _ = _api.run_backward(ctx.comm, t, ctx.options,
+                                            fix=ctx.fix)
         dq, dk, dv = (_tensor(g, ctx.order, dt)
                       for g, dt in zip(grads, ctx.dtypes))
         return dq, dk, dv, None
