@@ -2,7 +2,7 @@
 # tests/sim.sh PROGRAM: ringattn-sim (issue 40, parts 1, 2 and 6) under
 # SimGrid SMPI, small enough for CI (under a minute): exact mode at P = 16
 # matches the fp64 reference (ring with GQA and an odd length; hybrid with
-# a window), the node-aware ring sees 4 simulated nodes of 4 ranks, the
+# a window; the backward, N != M), the node-aware ring sees 4 simulated nodes of 4 ranks, the
 # at-scale mode runs and injects time (the built-in profile's rate or a
 # probe's), and bad input (a missing or malformed platform, an unknown
 # host, more ranks than cores without --oversubscribe, an unknown option,
@@ -30,6 +30,8 @@ exact "ring gqa causal" -n 16 --ranks-per-node 4 --platform ethernet-1024 \
   --seq 1000 --heads 4 --kv-heads 2 --dim 32 --causal
 exact "hybrid window" -n 16 --ranks-per-node 4 --seq 777 --heads 8 --kv-heads 4 \
   --dim 16 --window 50,20 --strategy hybrid
+exact "backward causal cross" -n 16 --ranks-per-node 4 --seq 333 --kv-seq 401 \
+  --heads 4 --kv-heads 2 --dim 16 --causal --backward
 
 # at scale: runs, says so, injects the kernels' time
 if "$sim" --program "$program" -n 16 --mode scale --seq 65536 --heads 8 \

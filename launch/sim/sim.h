@@ -7,6 +7,7 @@
 #ifndef RA_SIM_H
 #define RA_SIM_H
 
+#include <mpi.h>
 #include <stdint.h>
 
 #include "internal.h"
@@ -66,5 +67,22 @@ void sim_hooks_release(void);
 enum { SIM_SLOTS = 9 };
 void *sim_buffer_alloc(size_t bytes, int slot, int folded);
 void sim_buffer_free(void *p, int folded);
+
+/* Exact mode's fp64 check of a backward pass (sim_check_bwd.c): this
+ * rank's dq, dk, dv slices (B, n, H, D), (B, m, G, D), (B, m, G, Dv) of
+ * the seed's inputs, gathered on rank 0 and compared with the reference
+ * gradients; the largest relative Frobenius error of the three in *err
+ * (INFINITY when the check could not run) on every rank; 1 when below
+ * 1e-5. Dot score, fp32 products and wire. Collective over comm. */
+typedef struct {
+    MPI_Comm comm;
+    int rank, P;
+    const ra_shape *s;
+    const ra_params *p;
+    ra_layout layout;
+    uint64_t seed;
+    const float *dq, *dk, *dv;
+} sim_bwd_check;
+int sim_check_backward(const sim_bwd_check *c, double *err);
 
 #endif /* RA_SIM_H */
