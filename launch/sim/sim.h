@@ -22,17 +22,16 @@ typedef struct {
     ra_params p;
     sim_mode mode;
     int backward;
-    int node_aware;        /* --ring-order node (default) or mpirun */
+    int node_aware; /* --ring-order node (default) or mpirun */
     int64_t reps, seed, check_rows;
-    double rate;           /* --rate: kernel FLOP/s per core; 0: profile's */
-    const char *profile;   /* --profile: a probe's JSON; NULL: built-in */
-    const char *platform;  /* --platform: the file, echoed only */
+    double rate;          /* --rate: kernel FLOP/s per core; 0: profile's */
+    const char *profile;  /* --profile: a probe's JSON; NULL: built-in */
+    const char *platform; /* --platform: the file, echoed only */
 } sim_opts;
 
 /* Fills o from argv (defaults first); 0, 1 for --help, or 2 with one line
  * in why ("--option: problem"). */
-int sim_options_parse(int argc, char **argv, sim_opts *o, char *why,
-                      size_t n);
+int sim_options_parse(int argc, char **argv, sim_opts *o, char *why, size_t n);
 /* The options and their help, on stdout. */
 void sim_options_usage(void);
 

@@ -39,7 +39,8 @@ static int gather_grad(const sim_bwd_check *r, grad_view *g)
     const int P = r->P, root = r->rank == 0;
     const int64_t B = r->s->B, row = g->heads * g->dim;
     int *cnt = calloc((size_t)(2 * P), sizeof(int));
-    float *all = root ? malloc(sizeof(float) * (size_t)(B * g->len * row)) : NULL;
+    float *all =
+        root ? malloc(sizeof(float) * (size_t)(B * g->len * row)) : NULL;
     int rc = cnt && (!root || all) ? 0 : -1;
     for (int p = 0; rc == 0 && p < P; p++) {
         const ra_slice sl = ra_params_slice(r->p, r->layout, g->len, p, P);
@@ -48,14 +49,17 @@ static int gather_grad(const sim_bwd_check *r, grad_view *g)
     }
     if (rc == 0)
         rc = MPI_Gatherv(g->mine, cnt[r->rank], MPI_FLOAT, all, cnt, cnt + P,
-                         MPI_FLOAT, 0, r->comm) == MPI_SUCCESS ? 0 : -1;
+                         MPI_FLOAT, 0, r->comm) == MPI_SUCCESS
+                 ? 0
+                 : -1;
     for (int p = 0; rc == 0 && root && p < P; p++) {
         const ra_slice sl = ra_params_slice(r->p, r->layout, g->len, p, P);
         const float *src = all + cnt[P + p];
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i < sl.count; i++)
                 memcpy(g->whole + (b * g->len + slice_pos(&sl, i)) * row,
-                       src + (b * sl.count + i) * row, sizeof(float) * (size_t)row);
+                       src + (b * sl.count + i) * row,
+                       sizeof(float) * (size_t)row);
     }
     free(cnt);
     free(all);
@@ -92,16 +96,20 @@ static void tally(const float *got, int64_t rows, int64_t ld, int64_t c0,
 /* Batch b, kv head g: the reference gradients of its query heads into
  * w->dq (per head, tallied at once) and w->dk, w->dv (summed over the
  * group), tallied against the gathered whole gradients. */
-static void ref_group(const sim_bwd_check *r, ref_work *w, int64_t b,
-                      int64_t g, const grad_view gv[BWD_N], double err[][2])
+static void ref_group(const sim_bwd_check *r, ref_work *w, int64_t b, int64_t g,
+                      const grad_view gv[BWD_N], double err[][2])
 {
     const ra_shape *s = r->s;
     const ra_params *p = r->p;
     const int64_t N = s->N, M = s->M, D = s->D, Dv = s->Dv, rep = s->H / s->G;
     const ra_ref_score sc = {.score = RA_SCORE_DOT,
-                             .scale = ra_params_scale(p, s), .Dk = D};
-    const ra_mask mk = {.causal = p->causal, .diag = M - N, .window = p->window,
-                        .left = p->window_left, .right = p->window_right};
+                             .scale = ra_params_scale(p, s),
+                             .Dk = D};
+    const ra_mask mk = {.causal = p->causal,
+                        .diag = M - N,
+                        .window = p->window,
+                        .left = p->window_left,
+                        .right = p->window_right};
     take(w->k + b * M * s->G * D, M, s->G * D, g * D, D, w->kd);
     take(w->v + b * M * s->G * Dv, M, s->G * Dv, g * Dv, Dv, w->vd);
     memset(w->dk, 0, sizeof(double) * (size_t)(M * D));
@@ -109,16 +117,16 @@ static void ref_group(const sim_bwd_check *r, ref_work *w, int64_t b,
     for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
         take(w->q + b * N * s->H * D, N, s->H * D, h * D, D, w->qd);
         take(w->dout + b * N * s->H * Dv, N, s->H * Dv, h * Dv, Dv, w->dod);
-        const ra_ref_grads rg = {w->qd, w->kd, w->vd, w->dod, D, D, Dv, Dv,
-                                 w->dq, w->dk, w->dv, D, D, Dv};
+        const ra_ref_grads rg = {w->qd, w->kd, w->vd, w->dod, D, D, Dv,
+                                 Dv,    w->dq, w->dk, w->dv,  D, D, Dv};
         ra_reference_backward(&sc, N, M, D, Dv, &mk, &rg, w->scores);
-        tally(gv[BWD_DQ].whole + b * N * s->H * D, N, s->H * D, h * D, D,
-              w->dq, err[BWD_DQ]);
+        tally(gv[BWD_DQ].whole + b * N * s->H * D, N, s->H * D, h * D, D, w->dq,
+              err[BWD_DQ]);
     }
     tally(gv[BWD_DK].whole + b * M * s->G * D, M, s->G * D, g * D, D, w->dk,
           err[BWD_DK]);
-    tally(gv[BWD_DV].whole + b * M * s->G * Dv, M, s->G * Dv, g * Dv, Dv,
-          w->dv, err[BWD_DV]);
+    tally(gv[BWD_DV].whole + b * M * s->G * Dv, M, s->G * Dv, g * Dv, Dv, w->dv,
+          err[BWD_DV]);
 }
 
 /* Rank 0: the seed's whole inputs and the reference of every batch and
@@ -150,7 +158,9 @@ static double ref_all(const sim_bwd_check *r, const grad_view gv[BWD_N])
         worst = 0;
         for (int i = 0; i < BWD_N; i++) {
             const double e = sqrt(err[i][0] / (err[i][1] > 0 ? err[i][1] : 1));
-            worst = isfinite(e) && e > worst ? e : isfinite(e) ? worst : INFINITY;
+            worst = isfinite(e) && e > worst ? e
+                    : isfinite(e)            ? worst
+                                             : INFINITY;
         }
     }
     free(w.q);
@@ -170,8 +180,9 @@ int sim_check_backward(const sim_bwd_check *r, double *err)
     int rc = 0;
     for (int i = 0; i < BWD_N; i++) {
         if (r->rank == 0 &&
-            !(gv[i].whole = malloc(sizeof(float) * (size_t)(s->B * gv[i].len *
-                                                           gv[i].heads * gv[i].dim))))
+            !(gv[i].whole =
+                  malloc(sizeof(float) *
+                         (size_t)(s->B * gv[i].len * gv[i].heads * gv[i].dim))))
             rc = -1;
         int any = rc;
         MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MIN, r->comm);

@@ -30,9 +30,9 @@ int __wrap_MPI_Ibcast(void *buf, int count, MPI_Datatype type, int root,
     return MPI_Bcast(buf, count, type, root, comm);
 }
 
-int __wrap_MPI_Ireduce_scatter(const void *send, void *recv,
-                               const int *rcounts, MPI_Datatype type,
-                               MPI_Op op, MPI_Comm comm, MPI_Request *req)
+int __wrap_MPI_Ireduce_scatter(const void *send, void *recv, const int *rcounts,
+                               MPI_Datatype type, MPI_Op op, MPI_Comm comm,
+                               MPI_Request *req)
 {
     *req = MPI_REQUEST_NULL;
     return MPI_Reduce_scatter(send, recv, rcounts, type, op, comm);

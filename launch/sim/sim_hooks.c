@@ -90,7 +90,8 @@ static int64_t run_count(const key_run *r, int64_t x, int64_t y)
     const int64_t last = r->first + r->stride * (r->len - 1);
     if (y < r->first || x > last || x > y)
         return 0;
-    const int64_t lo = x <= r->first ? 0 : (x - r->first + r->stride - 1) / r->stride;
+    const int64_t lo =
+        x <= r->first ? 0 : (x - r->first + r->stride - 1) / r->stride;
     const int64_t hi = y >= last ? r->len - 1 : (y - r->first) / r->stride;
     return hi >= lo ? hi - lo + 1 : 0;
 }
@@ -100,8 +101,8 @@ static int64_t run_count(const key_run *r, int64_t x, int64_t y)
 static double block_pairs(const ra_block *blk)
 {
     const ra_mask *mk = &blk->mask;
-    const ra_band band = ra_band_make(mk->causal, mk->window, mk->left,
-                                      mk->right, mk->diag);
+    const ra_band band =
+        ra_band_make(mk->causal, mk->window, mk->left, mk->right, mk->diag);
     key_run runs[SIM_RUNS];
     const int nr = mk->kpos ? key_runs(mk->kpos, blk->m, runs) : 0;
     if (!mk->kpos)
@@ -236,8 +237,8 @@ static struct {
 
 int __real_MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest,
                      int tag, MPI_Comm comm, MPI_Request *req);
-int __real_MPI_Irecv(void *buf, int count, MPI_Datatype type, int src,
-                     int tag, MPI_Comm comm, MPI_Request *req);
+int __real_MPI_Irecv(void *buf, int count, MPI_Datatype type, int src, int tag,
+                     MPI_Comm comm, MPI_Request *req);
 
 /* A folded block of pool at least bytes long (a pool's blocks are only
  * added: a transfer still in flight keeps reading an old one), or NULL. */
@@ -287,8 +288,8 @@ int __wrap_MPI_Isend(const void *buf, int count, MPI_Datatype type, int dest,
     return __real_MPI_Isend(at, count, type, dest, tag, comm, req);
 }
 
-int __wrap_MPI_Irecv(void *buf, int count, MPI_Datatype type, int src,
-                     int tag, MPI_Comm comm, MPI_Request *req)
+int __wrap_MPI_Irecv(void *buf, int count, MPI_Datatype type, int src, int tag,
+                     MPI_Comm comm, MPI_Request *req)
 {
     void *at = fold_transfer(buf, &count, &type);
     return __real_MPI_Irecv(at, count, type, src, tag, comm, req);

@@ -60,19 +60,22 @@ static void tensor_counts(const ra_shape *s, int64_t n, int64_t m, int bwd,
                           int64_t c[SIM_SLOTS])
 {
     const int64_t B = s->B;
-    const int64_t all[SIM_SLOTS] = {B * n * s->H * s->D, B * m * s->G * s->D,
-                            B * m * s->G * s->Dv, B * n * s->H * s->Dv,
-                            B * s->H * n, bwd ? B * n * s->H * s->Dv : 0,
-                            bwd ? B * n * s->H * s->D : 0,
-                            bwd ? B * m * s->G * s->D : 0,
-                            bwd ? B * m * s->G * s->Dv : 0};
+    const int64_t all[SIM_SLOTS] = {B * n * s->H * s->D,
+                                    B * m * s->G * s->D,
+                                    B * m * s->G * s->Dv,
+                                    B * n * s->H * s->Dv,
+                                    B * s->H * n,
+                                    bwd ? B * n * s->H * s->Dv : 0,
+                                    bwd ? B * n * s->H * s->D : 0,
+                                    bwd ? B * m * s->G * s->D : 0,
+                                    bwd ? B * m * s->G * s->Dv : 0};
     memcpy(c, all, sizeof all);
 }
 
 static float **tensor_slot(sim_tensors *t, int i)
 {
-    float **slots[SIM_SLOTS] = {&t->q, &t->k, &t->v, &t->o, &t->lse,
-                        &t->dout, &t->dq, &t->dk, &t->dv};
+    float **slots[SIM_SLOTS] = {&t->q,    &t->k,  &t->v,  &t->o, &t->lse,
+                                &t->dout, &t->dq, &t->dk, &t->dv};
     return slots[i];
 }
 
@@ -95,8 +98,9 @@ static ra_status tensors_make(const sim_ctx *x, const sim_opts *o,
     int64_t c[SIM_SLOTS];
     tensor_counts(s, t->qs.count, t->ks.count, o->backward, c);
     for (int i = 0; i < SIM_SLOTS; i++)
-        if (c[i] > 0 && !(*tensor_slot(t, i) = sim_buffer_alloc(
-                              sizeof(float) * (size_t)c[i], i, t->folded)))
+        if (c[i] > 0 &&
+            !(*tensor_slot(t, i) =
+                  sim_buffer_alloc(sizeof(float) * (size_t)c[i], i, t->folded)))
             return ra_error_set(RA_ERR_NOMEM, "the rank's slices (%lld floats)",
                                 (long long)c[i]);
     if (t->folded)
@@ -124,7 +128,8 @@ static ra_status cost_setup(sim_ctx *x, const sim_opts *o)
     const profile_kernel_key key = profile_key_of(&o->p, o->s.D, o->s.Dv);
     x->rate = o->rate > 0 ? o->rate : profile_kernel_rate(&x->pf, &key);
     if (!(x->rate > 0))
-        return ra_error_set(RA_ERR_INPUT, "--profile %s: no kernel rate for "
+        return ra_error_set(RA_ERR_INPUT,
+                            "--profile %s: no kernel rate for "
                             "D=%lld, %s (ringattn probe --dim %lld, or --rate)",
                             o->profile ? o->profile : "(built-in)",
                             (long long)o->s.D, key.precision,
@@ -140,17 +145,17 @@ static void echo(const sim_ctx *x, const sim_opts *o)
     const ra_shape *s = &o->s;
     const ra_params *p = &o->p;
     printf("# ringattn-sim: the engine under SimGrid SMPI (simulated time)\n");
-    printf("# %-14s%s\n", "mode", o->mode == SIM_EXACT
-           ? "exact (kernels run; fp64 check)"
-           : "scale (kernel time injected; buffers folded)");
+    printf("# %-14s%s\n", "mode",
+           o->mode == SIM_EXACT
+               ? "exact (kernels run; fp64 check)"
+               : "scale (kernel time injected; buffers folded)");
     printf("# %-14s%s\n", "platform", o->platform);
     printf("# %-14s%d on %d nodes (%d-%d per node), ring order %s\n", "ranks",
            x->P, x->nodes.nodes, x->nodes.ranks_per_node_min,
            x->nodes.ranks_per_node_max, o->node_aware ? "node" : "mpirun");
     printf("# %-14sB=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld\n",
            "shape", (long long)s->B, (long long)s->N, (long long)s->M,
-           (long long)s->H, (long long)s->G, (long long)s->D,
-           (long long)s->Dv);
+           (long long)s->H, (long long)s->G, (long long)s->D, (long long)s->Dv);
     printf("# %-14scausal=%d window=%s%lld,%lld\n", "mask", p->causal,
            p->window ? "" : "off ", (long long)p->window_left,
            (long long)p->window_right);
@@ -161,8 +166,10 @@ static void echo(const sim_ctx *x, const sim_opts *o)
            o->backward ? "backward" : "forward", (long long)o->reps,
            (long long)o->seed, (long long)o->check_rows);
     printf("# %-14s%.2f GFLOP/s per core (%s), step %.3g s\n", "kernel rate",
-           x->rate * 1e-9, o->rate > 0 ? "--rate"
-                           : o->profile ? o->profile : "built-in profile",
+           x->rate * 1e-9,
+           o->rate > 0  ? "--rate"
+           : o->profile ? o->profile
+                        : "built-in profile",
            x->pf.step_seconds);
 }
 
@@ -213,9 +220,9 @@ static int check(const sim_ctx *x, const sim_opts *o, const sim_tensors *t,
 {
     if (o->backward && o->p.precision == RA_PRECISION_FP32 &&
         !ra_params_wire_bf16(&o->p)) {
-        const sim_bwd_check c = {x->comm, x->rank, x->P, &o->s, &o->p,
-                                 x->layout, (uint64_t)o->seed,
-                                 t->dq, t->dk, t->dv};
+        const sim_bwd_check c =
+            {x->comm,   x->rank,           x->P,  &o->s, &o->p,
+             x->layout, (uint64_t)o->seed, t->dq, t->dk, t->dv};
         return sim_check_backward(&c, err);
     }
     if (o->backward) {
@@ -238,12 +245,12 @@ static int check(const sim_ctx *x, const sim_opts *o, const sim_tensors *t,
     return ra_tally_ok(&all, RA_TOLERANCE);
 }
 
-static void report(const sim_ctx *x, const sim_opts *o, double sec,
-                   double err, int verdict, const ra_masks *mk)
+static void report(const sim_ctx *x, const sim_opts *o, double sec, double err,
+                   int verdict, const ra_masks *mk)
 {
-    const double flops =
-        o->backward ? ra_params_backward_flops(&o->s, &o->p, mk)
-                    : ra_params_forward_flops(&o->s, &o->p, mk);
+    const double flops = o->backward
+                             ? ra_params_backward_flops(&o->s, &o->p, mk)
+                             : ra_params_forward_flops(&o->s, &o->p, mk);
     double injected = sim_hooks_injected(), inj_max = 0;
     MPI_Reduce(&injected, &inj_max, 1, MPI_DOUBLE, MPI_MAX, 0, x->comm);
     if (x->rank != 0)

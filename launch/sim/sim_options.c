@@ -11,8 +11,7 @@
 
 enum { SIM_MAX_SIZE = INT64_C(1) << 40 };
 
-typedef int (*sim_parse_fn)(sim_opts *o, const char *val, char *why,
-                            size_t n);
+typedef int (*sim_parse_fn)(sim_opts *o, const char *val, char *why, size_t n);
 
 typedef struct {
     const char *name, *meta, *help;
@@ -45,10 +44,10 @@ static int named(const char *name, ra_status st, char *why, size_t n)
     return 2;
 }
 
-#define SIZE_PARSER(fn, name, field, lo)                                           \
-    static int fn(sim_opts *o, const char *v, char *why, size_t n)             \
-    {                                                                          \
-        return int_of(name, v, lo, SIM_MAX_SIZE, &o->field, why, n);         \
+#define SIZE_PARSER(fn, name, field, lo)                             \
+    static int fn(sim_opts *o, const char *v, char *why, size_t n)   \
+    {                                                                \
+        return int_of(name, v, lo, SIM_MAX_SIZE, &o->field, why, n); \
     }
 SIZE_PARSER(p_seq, "--seq", s.N, 1)
 SIZE_PARSER(p_kv_seq, "--kv-seq", s.M, 1)
@@ -87,11 +86,11 @@ static int p_window(sim_opts *o, const char *v, char *why, size_t n)
     left[len] = '\0';
     o->p.window = 1;
     o->p.window_right = 0;
-    int rc = int_of("--window", left, 0, SIM_MAX_SIZE, &o->p.window_left,
-                    why, n);
+    int rc =
+        int_of("--window", left, 0, SIM_MAX_SIZE, &o->p.window_left, why, n);
     if (rc == 0 && comma)
-        rc = int_of("--window", comma + 1, 0, SIM_MAX_SIZE,
-                    &o->p.window_right, why, n);
+        rc = int_of("--window", comma + 1, 0, SIM_MAX_SIZE, &o->p.window_right,
+                    why, n);
     return rc;
 }
 
@@ -107,8 +106,7 @@ static int p_layout(sim_opts *o, const char *v, char *why, size_t n)
 
 static int p_precision(sim_opts *o, const char *v, char *why, size_t n)
 {
-    return named("--precision", ra_precision_parse(v, &o->p.precision), why,
-                 n);
+    return named("--precision", ra_precision_parse(v, &o->p.precision), why, n);
 }
 
 static int p_wire(sim_opts *o, const char *v, char *why, size_t n)
@@ -132,8 +130,10 @@ static int p_ring_order(sim_opts *o, const char *v, char *why, size_t n)
         o->node_aware = strcmp(v, "node") == 0;
         return 0;
     }
-    snprintf(why, n, "--ring-order: unknown order '%s' (expected node or "
-             "mpirun)", v);
+    snprintf(why, n,
+             "--ring-order: unknown order '%s' (expected node or "
+             "mpirun)",
+             v);
     return 2;
 }
 
@@ -181,15 +181,19 @@ static const sim_opt table[] = {
     {"--seed", "S", "input seed (1)", p_seed},
     {"--check-rows", "K", "rows per rank checked in fp64, exact mode (3)",
      p_check_rows},
-    {"--mode", "M", "exact (real kernels, fp64 check) or scale (injected "
-     "time, folded buffers)", p_mode},
+    {"--mode", "M",
+     "exact (real kernels, fp64 check) or scale (injected "
+     "time, folded buffers)",
+     p_mode},
     {"--rate", "GFLOPS", "kernel rate per core at scale (the profile's)",
      p_rate},
     {"--profile", "FILE", "machine profile of `ringattn probe` (built-in)",
      p_profile},
     {"--ring-order", "O", "node (default) or mpirun", p_ring_order},
-    {"--platform", "FILE", "the platform (echoed; launch/ringattn-sim.sh "
-     "passes it to smpirun)", p_platform},
+    {"--platform", "FILE",
+     "the platform (echoed; launch/ringattn-sim.sh "
+     "passes it to smpirun)",
+     p_platform},
 };
 enum { SIM_NOPTS = sizeof table / sizeof *table };
 
@@ -212,7 +216,8 @@ static void defaults(sim_opts *o)
 
 void sim_options_usage(void)
 {
-    printf("usage: ringattn-sim [options] (under smpirun: launch/ringattn-sim.sh)\n");
+    printf("usage: ringattn-sim [options] (under smpirun: "
+           "launch/ringattn-sim.sh)\n");
     for (int i = 0; i < SIM_NOPTS; i++)
         printf("  %-12s %-7s %s\n", table[i].name,
                table[i].meta ? table[i].meta : "", table[i].help);
@@ -235,8 +240,8 @@ int sim_options_parse(int argc, char **argv, sim_opts *o, char *why, size_t n)
             snprintf(why, n, "%s: needs a value %s", argv[a], table[i].meta);
             return 2;
         }
-        const int rc = table[i].parse(o, table[i].meta ? argv[++a] : NULL,
-                                      why, n);
+        const int rc =
+            table[i].parse(o, table[i].meta ? argv[++a] : NULL, why, n);
         if (rc != 0)
             return rc;
     }
