@@ -3,10 +3,12 @@
 #                 [--ranks-per-node R] [--oversubscribe] [--program PATH]
 #                 [ringattn-sim options...]
 # Runs ringattn-sim (the engine under SimGrid SMPI, docs/SIMULATION.md) on P
-# simulated ranks with the switches it needs: one thread per rank on
-# SimGrid's thread contexts, the simulated core speed of the shipped
-# platforms (100 Gf) as this machine's, and at scale (--mode scale) no
-# timing of real compute and small stacks. Checks first, exit 2 and one
+# simulated ranks with the switches it needs: the simulated core speed of
+# the shipped platforms (100 Gf) as this machine's, the collective
+# algorithms, one thread per rank in exact mode, and at scale (--mode
+# scale) all ranks on one thread, no timing of real compute, small stacks
+# (docs/SIMULATION.md). --help: these options and ringattn-sim's. Checks
+# first, exit 2 and one
 # line: a missing or malformed platform, a hostfile naming a host the
 # platform lacks, more ranks on a host than its cores without
 # --oversubscribe. NAME is a platform of launch/sim/platforms (fat-tree-1024,
@@ -27,6 +29,10 @@ while [ $# -gt 0 ]; do
     --oversubscribe) over=1; shift ;;
     --program) program="${2:?}"; shift 2 ;;
     --mode) mode="${2:?}"; args+=("$1" "$2"); shift 2 ;;
+    --help) # the wrapper's options, then ringattn-sim's (smpirun would
+            # take --help for its own)
+      sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+      ranks=1 args=(--usage); shift ;;
     *) args+=("$1"); shift ;;
   esac
 done

@@ -227,7 +227,8 @@ int sim_options_parse(int argc, char **argv, sim_opts *o, char *why, size_t n)
 {
     defaults(o);
     for (int a = 1; a < argc; a++) {
-        if (strcmp(argv[a], "--help") == 0)
+        /* smpirun keeps --help for itself: ringattn-sim.sh passes --usage */
+        if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "--usage") == 0)
             return 1;
         int i = 0;
         while (i < SIM_NOPTS && strcmp(argv[a], table[i].name) != 0)
