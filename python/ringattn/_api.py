@@ -131,8 +131,9 @@ def scan(t):
                         "value")
 
 
-def local(t, options, grads):
-    """This rank's checks: the facts to share, and the call's parts."""
+def local(t, options, grads, scanned=False):
+    """This rank's checks: the facts to share, and the call's parts
+    (scanned: the inputs' NaN scan was made before)."""
     for name, x in t.items():
         tensor(name, x, 3 if name == "lse" else 4)
     size = shapes(t)
@@ -141,7 +142,7 @@ def local(t, options, grads):
     mk = masks(options, size)
     w, size["A"] = weights(options, size, grads)
     slopes = _options.alibi_slopes(options, size["H"])
-    if not opts["nonfinite"]:
+    if not (opts["nonfinite"] or scanned):
         scan(t)
     size["segments"] = int(mk[2] is not None)
     size.update(_options.cut_facts(opts))
@@ -202,7 +203,8 @@ def verdict(comm, table, opts, N, M):
     return layout, held
 
 
-def prepare(comm, t, options, grads=False, refusal=None, fix=None):
+def prepare(comm, t, options, grads=False, refusal=None, fix=None,
+            scanned=False):
     """Validate, agree, then everything the call takes. refusal: a local
     refusal (message, status, kind) found before (the torch layer's),
     agreed like the others; fix(N, M, opts): a rule of the caller's on
@@ -211,7 +213,7 @@ def prepare(comm, t, options, grads=False, refusal=None, fix=None):
     facts, parts = [0] * len(FACTS), None
     if refusal is None:
         try:
-            size, opts, mk, extras = local(t, options, grads)
+            size, opts, mk, extras = local(t, options, grads, scanned)
             facts, parts = [size[f] for f in FACTS], (opts, mk, extras)
         except Exception as exc:  # any local refusal is agreed, never alone
             refusal = refusal_of(exc)
@@ -305,16 +307,19 @@ def run_backward_kept(kept, dout, options, fix=None):
     opts = dict(options, layout=c.layout)
     if kept.masks[2] is not None:
         opts.update(segments=kept.masks[2], kv_segments=kept.masks[3])
-    grads, _, _ = run_backward(c.comm, t, opts, refusal, fix)
+    # Scanned already: dout here, q, k and v by the forward.
+    grads, _, _ = run_backward(c.comm, t, opts, refusal, fix, scanned=True)
     r = moved(c, dict(zip(("dq", "dk", "dv"), grads)), wait, back=True)
     return r["dq"], r["dk"], r["dv"]
 
 
-def run_backward(comm, t, options, refusal=None, fix=None):
+def run_backward(comm, t, options, refusal=None, fix=None, scanned=False):
     """backward() on the dict t of q, k, v, o, lse, dout: (dq, dk, dv),
-    the additive weights' gradients or None, the timings."""
+    the additive weights' gradients or None, the timings. scanned: the
+    inputs were scanned for NaN before (run_backward_kept)."""
     comm = MPI.COMM_WORLD if comm is None else comm
-    c = prepare(comm, t, options, grads=True, refusal=refusal, fix=fix)
+    c = prepare(comm, t, options, grads=True, refusal=refusal, fix=fix,
+                scanned=scanned)
     wait = _options.stall_timeout(options)
     t = moved(c, t, wait)
     q, k, v = t["q"], t["k"], t["v"]

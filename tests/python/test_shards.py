@@ -173,3 +173,23 @@ def test_order_stated_or_refused_issue41_part2(rng, shape):
         agreed(False, f"{shape}: an unlabelled tensor was not refused")
     except ringattn.ArgumentTypeError as exc:
         agreed("order: not given" in str(exc), str(exc))
+
+
+def test_moved_backward_refuses_nan_dout_issue41_part1(rng):
+    """The autograd backward on the forward's moved rows (contiguous
+    shards under causal) refuses a NaN in one rank's dout on every rank,
+    naming its index in that rank's own slice."""
+    n_all = 4 * P + 3
+    pos = ringattn.owned_positions("auto", n_all, COMM)
+    ts = [torch.from_numpy(normal(rng, (1, n_all, 2, 8))[:, pos].copy())
+          .requires_grad_() for _ in range(3)]
+    o = rt.attention(*ts, COMM, order="bnhd", causal=True)
+    w = torch.ones_like(o)
+    last = P - 1
+    if COMM.Get_rank() == last:
+        w[0, 1, 1, 2] = float("nan")
+    try:
+        (o * w).sum().backward()
+        agreed(False, "a NaN in dout was not refused")
+    except ringattn.ArgumentError as exc:
+        agreed(f"rank {last}: dout[0, 1, 1, 2]" in str(exc), str(exc))
