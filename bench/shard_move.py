@@ -18,8 +18,8 @@ verdict: its o and dq against the zigzag run's, gathered (PASS within
 'auto' adds to a forward and backward (q, k, v in and o, lse out; q, k,
 v, o, lse, dout in and dq, dk, dv out: _shards.Move, as the call makes
 them), which a loaded machine's noise on the whole passes can hide.
-Rank 0 prints a '#' echo of the parameters and the rows. Exit 0; 2 and one `ringattn:` line on stderr for a bad
-option, before anything runs.
+Rank 0 prints a '#' echo of the parameters and the rows. Exit 0; 2 and
+one `ringattn:` line on stderr for a bad option, before anything runs.
 """
 import argparse
 import sys
