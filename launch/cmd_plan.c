@@ -48,6 +48,12 @@ static const cli_opt plan_own[] = {
      .shown = "built-in", .help = "profile of `ringattn probe`"},
     CLI_OPT_POSITIVE(plan_opts, "--link-rate", "BITS", link_rate, 1e15, NULL,
                      "bits/s between nodes, in place of the profile's"),
+    CLI_OPT_POSITIVE(plan_opts, "--link-latency", "SECONDS", link_latency,
+                     1.0, NULL, "seconds per message between nodes, in "
+                     "place of the profile's"),
+    CLI_OPT_TEXT(plan_opts, "--platform", "FILE", platform, NULL,
+                 "the cluster of a SimGrid platform file (ringattn-sim's): "
+                 "its nodes, cores and links"),
     CLI_OPT_POSITIVE(plan_opts, "--kernel-rate", "GFLOPS", kernel_rate, 1e9,
                      NULL, "GFLOP/s per core, in place of the profile's"),
     CLI_OPT_INT(plan_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
@@ -79,7 +85,9 @@ static const cli_spec plan_spec = {
     .epilog =
     "Counts (visible pairs, bytes, model memory) are exact and equal what\n"
     "bench counts; times are estimates from the profile's rates. Fake nodes\n"
-    "on one machine: --cores of that machine. Scores, strategies and\n"
+    "on one machine: --cores of that machine. --platform FILE: the links\n"
+    "between nodes, the cores per node and at most its nodes, as\n"
+    "ringattn-sim runs on them (docs/SIMULATION.md). Scores, strategies and\n"
     "layouts: ringattn run --help.\n",
     .globals = CLI_GLOBAL_FILES,
 };
@@ -113,7 +121,8 @@ static ra_status plan_masks(const plan_opts *o, plan_state *w)
 static model_alloc plan_alloc(const plan_opts *o, const plan_state *w,
                               int64_t P, int64_t K)
 {
-    const long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    const long nproc = w->pl.nodes > 0 ? w->pl.cores
+                                        : sysconf(_SC_NPROCESSORS_ONLN);
     const int64_t cores = o->cores > 0 ? o->cores
                                        : K * (nproc > 0 ? nproc : 1);
     const profile_kernel_key key = profile_key_of(&o->p, w->s.D, w->s.Dv);
@@ -122,6 +131,57 @@ static model_alloc plan_alloc(const plan_opts *o, const plan_state *w,
                             : profile_kernel_rate(&w->pf, &key);
     return (model_alloc){.P = (int)P, .nodes = (int)K, .cores = (int)cores,
                          .core_rate = rate};
+}
+
+/* --platform: its cluster read, the options it stands for refused beside
+ * it, and by default one rank per node up to its nodes, as ringattn-sim
+ * places ranks. Before the job's nodes are defaulted. */
+static ra_status plan_platform(plan_opts *o, plan_state *w)
+{
+    char why[512];
+    const char *both = o->link_rate > 0      ? "--link-rate"
+                       : o->link_latency > 0 ? "--link-latency"
+                       : o->cores > 0        ? "--cores"
+                                             : NULL;
+    if (!o->platform)
+        return RA_OK;
+    if (both)
+        return ra_error_set(RA_ERR_ARG, "%s: --platform gives the links and "
+                            "cores; one or the other", both);
+    if (platform_read(o->platform, &w->pl, why, sizeof why) != 0)
+        return ra_error_set(RA_ERR_INPUT, "%s", why);
+    const ra_platform *pl = &w->pl;
+    if (o->nodes == 0)
+        o->nodes = o->ranks < pl->nodes ? o->ranks : pl->nodes;
+    int64_t most = o->nodes;
+    for (int i = 0; i < o->nsweep; i++)
+        most = o->sweep[i] > most ? o->sweep[i] : most;
+    if (most > pl->nodes)
+        return ra_error_set(RA_ERR_ARG, "--platform %s: %lld nodes asked for "
+                            "and the platform has %d", o->platform,
+                            (long long)most, pl->nodes);
+    if (o->ranks > o->nodes * pl->cores)
+        return ra_error_set(RA_ERR_ARG, "--ranks: %lld ranks on %lld nodes "
+                            "of %d cores (--platform %s)", (long long)o->ranks,
+                            (long long)o->nodes, pl->cores, o->platform);
+    return RA_OK;
+}
+
+/* The link between nodes: the platform's, or --link-rate and
+ * --link-latency in place of the profile's; the collectives between nodes
+ * then share that link (their measured rates are another machine's). */
+static void plan_links(const plan_opts *o, plan_state *w)
+{
+    if (w->pl.nodes > 0)
+        platform_link(&w->pl, &w->pf.inter);
+    if (o->link_rate > 0)
+        w->pf.inter.bandwidth = o->link_rate / 8.0;
+    if (o->link_latency > 0)
+        w->pf.inter.latency = o->link_latency;
+    if (w->pl.nodes > 0 || o->link_rate > 0) {
+        w->pf.alltoall_inter = w->pf.allgather_inter = 0;
+        w->pf.reduce_scatter_inter = 0;
+    }
 }
 
 /* Whether the profile can time every allocation the plan predicts: the
@@ -169,6 +229,8 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
     }
     if (st == RA_OK && o->ranks == 0)
         o->ranks = ctx->nranks;
+    if (st == RA_OK)
+        st = plan_platform(o, w);
     if (st == RA_OK && o->nodes == 0)
         o->nodes = o->ranks == ctx->nranks ? ctx->nodes.nodes : 1;
     if (st == RA_OK && o->nodes > o->ranks)
@@ -188,11 +250,8 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
                                                               NULL});
     if (st == RA_OK)
         st = plan_profile_load(o->profile, &w->pf);
-    if (st == RA_OK && o->link_rate > 0) { /* collectives share the link */
-        w->pf.inter.bandwidth = o->link_rate / 8.0;
-        w->pf.alltoall_inter = w->pf.allgather_inter = 0;
-        w->pf.reduce_scatter_inter = 0;
-    }
+    if (st == RA_OK)
+        plan_links(o, w);
     if (st == RA_OK)
         st = plan_profile_fits(o, w);
     if (st == RA_OK && o->max_seq == 0)

@@ -5,6 +5,7 @@
 
 #include "bench_check.h"
 #include "plan.h"
+#include "platform.h"
 
 enum { PLAN_MAX_SWEEP = 32 };
 
@@ -12,10 +13,12 @@ typedef struct {
     cli_shape cs;
     ra_params p;
     const char *in, *profile;
+    const char *platform;   /* --platform: a SimGrid platform file */
     ra_axes qkv_layout;     /* --qkv-layout: --in's order without axes */
     cli_tables tab;               /* --json, --csv */
     int64_t ranks, nodes, cores;  /* 0: not given */
     double link_rate;             /* bits/s between nodes; 0: the profile's */
+    double link_latency;          /* s per message between nodes; 0: same */
     double kernel_rate;           /* GFLOP/s per core; 0: the profile's */
     cli_random_masks rm;
     int64_t seed, additive_hidden;
@@ -33,6 +36,7 @@ typedef struct {
     model_masks mk;
     ra_additive additive;  /* A only: the model needs no weights */
     ra_profile pf;
+    ra_platform pl;        /* --platform's cluster; pl.nodes 0: none */
     int layout_auto;
     model_table table;
     model_table *sweep;    /* 2 per node count: strong, weak */

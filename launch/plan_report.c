@@ -71,9 +71,19 @@ static void print_echo(const plan_opts *o, const plan_state *w)
     printf("# %-10s %lld ranks on %lld node(s), %d thread(s) per rank, "
            "%lld cores in all\n", "allocation", (long long)o->ranks,
            (long long)o->nodes, ra_params_threads(&o->p),
-           (long long)(o->cores > 0 ? o->cores : sysconf(_SC_NPROCESSORS_ONLN) * o->nodes));
+           (long long)(o->cores > 0 ? o->cores
+                       : (w->pl.nodes > 0 ? w->pl.cores
+                                          : sysconf(_SC_NPROCESSORS_ONLN)) *
+                             o->nodes));
+    if (w->pl.nodes > 0)
+        printf("# %-10s %s: cluster '%s', %s, %d nodes of %d cores, link "
+               "%.4g GB/s, %.3g us between neighbours\n", "platform",
+               o->platform, w->pl.id, w->pl.topology, w->pl.nodes,
+               w->pl.cores, w->pf.inter.bandwidth * 1e-9,
+               w->pf.inter.latency * 1e6);
     printf("# %-10s %s%s%s\n", "profile", o->profile ? o->profile : "built-in",
-           o->link_rate > 0 ? " (links between nodes: --link-rate)" : "",
+           o->link_rate > 0 || o->link_latency > 0 || w->pl.nodes > 0
+               ? " (links between nodes: the platform or --link-*)" : "",
            o->kernel_rate > 0 ? " (kernel rate: --kernel-rate)" : "");
     const profile_kernel_key key = profile_key_of(&o->p, s->D, s->Dv);
     printf("# %-10s %s %s, %s tiles: %.1f GFLOP/s per core%s\n", "kernel",
@@ -189,7 +199,7 @@ static json_t *plan_json_row_problem(const plan_opts *o, const plan_point *at,
     const ra_shape *s = at->s;
     return json_pack(
         "{s:s, s:s, s:b, s:o, s:I, s:I, s:i, s:s, s:I, s:I, s:I, s:I, s:I, "
-        "s:I, s:I, s:b}",
+        "s:I, s:I, s:b, s:o}",
         "strategy", ra_strategy_name(r->strategy),
         "layout", ra_layout_name(r->layout), "applies", r->applies,
         "why", cli_json_text(r->why), "ranks", (json_int_t)at->ranks,
@@ -198,7 +208,7 @@ static json_t *plan_json_row_problem(const plan_opts *o, const plan_point *at,
         "seq_q", (json_int_t)s->N, "seq_kv", (json_int_t)s->M,
         "heads", (json_int_t)s->H, "kv_heads", (json_int_t)s->G,
         "dim", (json_int_t)s->D, "dim_v", (json_int_t)s->Dv,
-        "causal", o->p.causal);
+        "causal", o->p.causal, "platform", cli_json_text(o->platform));
 }
 
 static json_t *plan_json_row_costs(const model_result *r)
