@@ -26,33 +26,37 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
-
-import ringattn
-from ringattn import _options, _shards
 
 VARIANTS = (("auto", "contiguous shards, moved to zigzag and back"),
             ("zigzag", "zigzag shards held by the caller"),
             ("contiguous", "contiguous shards, computed unbalanced"))
 
 
+class Parser(argparse.ArgumentParser):
+    """A bad option is one `ringattn:` line and exit 2."""
+
+    def error(self, message):
+        sys.stderr.write(f"ringattn: shard_move: {message}\n")
+        sys.exit(2)
+
+
 def options():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(prog="shard_move.py", description=__doc__.split("\n")[0])
     for name, default in (("seq", 16384), ("heads", 4), ("dim", 64),
                           ("reps", 5)):
         p.add_argument("--" + name, type=int, default=default)
     a = p.parse_args()
     for name in ("seq", "heads", "dim", "reps"):
         if getattr(a, name) < 1:
-            sys.stderr.write(f"ringattn: --{name} {getattr(a, name)}: "
-                             "expected at least 1\n")
-            sys.exit(2)
+            p.error(f"--{name} {getattr(a, name)}: expected at least 1")
     return a
 
 
 def run(comm, full, layout, reps):
     """(per-pass seconds, o and dq put back in global order) of one
     variant."""
+    from mpi4py import MPI
+    import ringattn
     pos = ringattn.owned_positions(layout, full[0].shape[1], comm,
                                    causal=True)
     q, k, v, do = (np.ascontiguousarray(x[:, pos]) for x in full)
@@ -73,6 +77,9 @@ def run(comm, full, layout, reps):
 def moves_alone(comm, full, reps):
     """Per-pass seconds of the 14 row moves 'auto' adds to a causal
     forward and backward (the slowest rank of each pass)."""
+    from mpi4py import MPI
+    import ringattn
+    from ringattn import _options, _shards
     N = full[0].shape[1]
     opts = _options.params({"causal": True})
     move = _shards.Move(comm, N, "contiguous", "zigzag", opts)
@@ -97,6 +104,7 @@ def moves_alone(comm, full, reps):
 
 def main():
     a = options()
+    from mpi4py import MPI  # after the options: a bad one starts no MPI
     comm = MPI.COMM_WORLD
     rng = np.random.default_rng(7)
     full = [rng.standard_normal((1, a.seq, a.heads, a.dim), np.float32)
@@ -121,7 +129,7 @@ def main():
               f"{'PASS' if err <= 1e-5 else 'FAIL':<7}  {what}")
     print(f"  {'moves':<11} {alone.min():8.3f} {alone.mean():8.3f} "
           f"{alone.max():8.3f} {alone.min() / base:9.2f} {'-':>9}  "
-          f"{'-':<7}  the rows moves 'auto' adds, alone")
+          f"{'-':<7}  the row moves 'auto' adds, alone")
 
 
 if __name__ == "__main__":

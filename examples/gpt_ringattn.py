@@ -52,8 +52,16 @@ import ringattn.torch as rt
 COMM = MPI.COMM_WORLD
 
 
-def options():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+class Parser(argparse.ArgumentParser):
+    """A bad option is one `ringattn:` line and exit 2."""
+
+    def error(self, message):
+        fail(message)
+
+
+def options(argv=None):
+    """The options, every one checked before any work (exit 2)."""
+    p = Parser(prog="gpt_ringattn.py", description=__doc__.split("\n")[0])
     p.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
     for name, default in (("seq", 256), ("batch", 4), ("embed", 64),
                           ("heads", 4), ("layers", 2), ("steps", 300),
@@ -67,7 +75,7 @@ def options():
     p.add_argument("--loss-tol", type=float, default=1e-4)
     p.add_argument("--plot")
     p.add_argument("--plot-runs", nargs="+")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     bad = [f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items()
            if isinstance(v, int) and not isinstance(v, bool) and v < 1]
     if bad:
@@ -83,7 +91,7 @@ def options():
 
 def fail(text):
     if COMM.Get_rank() == 0:
-        sys.stderr.write(f"ringattn: {text}\n")
+        sys.stderr.write(f"ringattn: gpt_ringattn: {text}\n")
     sys.exit(2)
 
 

@@ -82,3 +82,43 @@ def test_overhead_bad_option(argv, text):
            and lines[0].startswith("ringattn: python_overhead: ")
            and text in lines[0],
            f"exit {run.returncode}, stderr {lines}, stdout {run.stdout!r}")
+
+
+GPT_BAD = [
+    (["--seq", "0"], "--seq 0: expected at least 1"),
+    (["--embed", "30", "--heads", "4"], "--embed 30 is not a multiple"),
+    (["--text", "/nonexistent"], "--text /nonexistent: no such file"),
+    (["--stepz", "3"], "unrecognized arguments: --stepz 3"),
+]
+
+
+@pytest.mark.parametrize("argv,text", GPT_BAD)
+def test_gpt_example_bad_option_issue41(capsys, argv, text):
+    """examples/gpt_ringattn.py: exit 2 and rank 0 alone writes one
+    `ringattn: gpt_ringattn:` line naming the option."""
+    example = load("examples/gpt_ringattn.py")
+    with pytest.raises(SystemExit) as stop:
+        example.options(argv)
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    one = (len(lines) == 1 and lines[0].startswith("ringattn: "
+                                                    "gpt_ringattn: ")
+           and text in lines[0]) if RANK == 0 else not lines
+    agreed(stop.value.code == 2 and one and not out,
+           f"exit {stop.value.code}, stderr {lines}, stdout {out!r}")
+
+
+@pytest.mark.skipif(P > 1, reason="a process of its own: run at P = 1")
+@pytest.mark.parametrize("argv,text", [
+    (["--seq", "0"], "--seq 0: expected at least 1"),
+    (["--sek", "8"], "unrecognized arguments: --sek 8")])
+def test_shard_move_bad_option_issue41(argv, text):
+    """bench/shard_move.py: exit 2 and one `ringattn:` line on stderr."""
+    run = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "shard_move.py")]
+        + argv, capture_output=True, text=True, check=False, timeout=60)
+    lines = run.stderr.splitlines()
+    agreed(run.returncode == 2 and len(lines) == 1 and not run.stdout
+           and lines[0].startswith("ringattn: shard_move: ")
+           and text in lines[0],
+           f"exit {run.returncode}, stderr {lines}, stdout {run.stdout!r}")
