@@ -48,6 +48,9 @@ void bench_print_yard(FILE *out, const bench_yard *y);
 void bench_print_header(FILE *out);
 void bench_print_row(FILE *out, const bench_result *r);
 int bench_json_write(FILE *out, const bench_result *rows, int count);
+/* One row of bench_json_write (bench_json.c), the caller's to release;
+ * NULL when out of memory. */
+json_t *bench_json_row(const bench_result *r);
 /* The columns of the table, for --help. */
 extern const char bench_columns[];
 int bench_csv_write(FILE *out, const bench_result *rows, int count);

@@ -2,11 +2,12 @@
 """scaling-study.py: `ringattn bench` (and optionally `run`) across node
 counts, ranks per node and threads per rank; strong and weak scaling.
 
-    launch/scaling-study.py --launcher fake|hostfile|slurm|local
+    launch/scaling-study.py --launcher fake|hostfile|slurm|local|simgrid
         [--nodes 1,2,3,4] [--ranks-per-node 2] [--threads 1]
         [--scaling strong,weak-memory,weak-work] [--seq N0] [--repeats 3]
         [--io] [--out-dir DIR] [--force] [--timeout S] [--rate 1gbit]
-        [--hostfile FILE] [--build DIR] [-- BENCH_OPTIONS...]
+        [--hostfile FILE] [--build DIR] [--platform FILE|NAME]
+        [--sim-mode exact|scale] [-- BENCH_OPTIONS...]
 
 Launchers:
   fake      launch/fake-cluster.sh (root): K fake nodes at --rate per link,
@@ -17,6 +18,17 @@ Launchers:
   slurm     srun --nodes K --ntasks-per-node R --cpus-per-task T inside an
             allocation (salloc/sbatch) of at least max(K) nodes
   local     mpirun on this machine (one node; K must be 1)
+  simgrid   ringattn-sim (the engine under SimGrid SMPI, docs/SIMULATION.md)
+            through launch/ringattn-sim.sh on K simulated nodes of
+            --platform (a file, or a name of launch/sim/platforms/: default
+            fat-tree-1024), R ranks each, one thread per rank; --sim-mode
+            exact (kernels run, output checked against fp64) or scale
+            (kernel time injected, buffers folded; the default). The
+            program is DIR/sim/ringattn-sim (or DIR/ringattn-sim, as
+            `launch/setup.sh --sim DIR` builds it) of --build; BENCH_OPTIONS are
+            ringattn-sim's (--heads, --dim, --causal, --strategy, ...).
+            Every row says "simulated": true, its sim_mode and platform;
+            times are simulated seconds.
 Scaling (named in every output row):
   strong       N = N0 at every P
   weak-memory  N = N0 * P / P0: fixed memory per rank (N/P constant)
@@ -70,8 +82,10 @@ CSV_FIELDS = [
     "io_read_s", "io_write_s", "comm_wait_fraction", "bytes_sent",
     "cross_node_bytes_total", "ring_gbps", "oversubscribed", "launcher",
     "link_rate", "ring_order", "layout", "score", "causal", "precision",
-    "gemm", "verdict", "status",
+    "gemm", "verdict", "status", "simulated", "sim_mode", "platform",
 ]
+SIM = os.path.join(HERE, "ringattn-sim.sh")
+PLATFORMS = os.path.join(HERE, "sim", "platforms")
 
 
 class StudyError(Refused):
@@ -94,7 +108,8 @@ def options(argv):
         prog="scaling-study", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--launcher", required=True,
-                    choices=["fake", "hostfile", "slurm", "local"])
+                    choices=["fake", "hostfile", "slurm", "local",
+                             "simgrid"])
     ap.add_argument("--nodes", default="1,2,3,4")
     ap.add_argument("--ranks-per-node", default="2")
     ap.add_argument("--threads", default="1")
@@ -117,6 +132,10 @@ def options(argv):
                     help="mpirun --map-by for fake/hostfile (node)")
     ap.add_argument("--hostfile")
     ap.add_argument("--build", default="build")
+    ap.add_argument("--platform", default="fat-tree-1024",
+                    help="simgrid: the SimGrid platform (fat-tree-1024)")
+    ap.add_argument("--sim-mode", default="scale", choices=["exact", "scale"],
+                    help="simgrid: exact or scale (scale)")
     ap.add_argument("bench_args", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
     a.nodes = parse_ints(a.nodes, "--nodes")
@@ -136,8 +155,15 @@ def options(argv):
     if a.bench_args[:1] == ["--"]:
         a.bench_args = a.bench_args[1:]
     a.ringattn = os.path.abspath(os.path.join(a.build, "ringattn"))
+    if a.launcher == "simgrid":  # a build's sub-build, or setup.sh --sim's
+        a.ringattn = next((p for p in (
+            os.path.join(a.build, "sim", "ringattn-sim"),
+            os.path.join(a.build, "ringattn-sim")) if os.access(p, os.X_OK)),
+            os.path.join(a.build, "sim", "ringattn-sim"))
     if not os.access(a.ringattn, os.X_OK):
         raise StudyError(f"no {a.ringattn}; build first or pass --build")
+    if a.launcher == "simgrid":
+        simgrid_check(a)
     if a.launcher == "hostfile" and not (a.hostfile and
                                          os.access(a.hostfile, os.R_OK)):
         raise StudyError("--launcher hostfile needs a readable --hostfile")
@@ -167,6 +193,31 @@ def out_dir_check(path, force):
         raise StudyError(f"--out-dir {path}: {probe} is not a folder")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise StudyError(f"--out-dir {path}: {probe} is not writable")
+
+
+def simgrid_check(a):
+    """The platform (a file or a shipped name) read by ringattn-sim.sh's own
+    reader, before any work: it exists, is a platform, has max(--nodes)
+    hosts; one thread per simulated rank."""
+    if a.threads != [1]:
+        raise StudyError("--threads: the simulator runs one thread per "
+                         "rank: --threads 1")
+    named = os.path.join(PLATFORMS, a.platform + ".xml")
+    if not os.path.exists(a.platform) and os.path.exists(named):
+        a.platform = named
+    r = subprocess.run([sys.executable, os.path.join(HERE, "sim",
+                                                     "platform_hosts.py"),
+                        a.platform], capture_output=True, text=True)
+    if r.returncode != 0:
+        lines = r.stderr.strip().splitlines()
+        raise StudyError(lines[-1].replace("ringattn-sim.sh: ", "")
+                         if lines else f"--platform {a.platform}: unreadable")
+    hosts = r.stdout.split("\n")
+    hosts = [h for h in hosts if h.strip()]
+    if max(a.nodes) > len(hosts):
+        raise StudyError(f"--nodes: {max(a.nodes)} nodes and --platform "
+                         f"{a.platform} has {len(hosts)} hosts")
+    a.platform = os.path.abspath(a.platform)
 
 
 def fake_check(a):
@@ -204,6 +255,8 @@ class Launcher:
     def oversubscribed(self, K, R, T):
         """More threads than cores: on the fake cluster all nodes share
         this machine's cores."""
+        if self.a.launcher == "simgrid":
+            return False  # ringattn-sim.sh refuses more than a host's cores
         if self.a.launcher in ("fake", "local"):
             return K * R * T > (os.cpu_count() or 1)
         return R * T > self.cores_per_node()
@@ -230,6 +283,9 @@ class Launcher:
         # ranks refuse to run on mixed engines)
         if "RINGATTN_GEMM" in os.environ:
             env += ["-x", "RINGATTN_GEMM"]
+        if a.launcher == "simgrid":
+            return [SIM, "-n", str(P), "--platform", a.platform,
+                    "--ranks-per-node", str(R), "--program", a.ringattn]
         over = ["--oversubscribe"] if self.oversubscribed(K, R, T) else []
         site = os.environ.get("MPIRUN_FLAGS", "").split()
         if a.launcher == "fake":
@@ -293,9 +349,14 @@ def bench_point(a, launch, K, R, T, N, work):
     js = os.path.join(work, "bench.json")
     if os.path.exists(js):
         os.remove(js)
-    cmd = launch.prefix(K, R, T) + [a.ringattn, "bench", "--seq", str(N),
-                                    "--threads", str(T), "--reps",
-                                    str(a.reps), *a.bench_args, "--json", js]
+    if a.launcher == "simgrid":
+        cmd = launch.prefix(K, R, T) + ["--mode", a.sim_mode, "--seq", str(N),
+                                        "--reps", str(a.reps), *a.bench_args,
+                                        "--json", js]
+    else:
+        cmd = launch.prefix(K, R, T) + [
+            a.ringattn, "bench", "--seq", str(N), "--threads", str(T),
+            "--reps", str(a.reps), *a.bench_args, "--json", js]
     code, out, err = run_cmd(cmd, a.timeout)
     if code != 0:
         why = "timeout" if code is None else f"exit {code}"
@@ -369,6 +430,9 @@ def point_row(a, launch, scaling, K, R, T, rep, row, io):
         "precision": row["precision"], "gemm": row["gemm"],
         "batch": row["batch"], "heads": row["heads"], "dim": row["dim"],
         "verdict": row["verdict"], "status": "ok",
+        "simulated": bool(row.get("simulated")),
+        "sim_mode": row.get("sim_mode", ""),
+        "platform": row.get("platform", ""),
     }
 
 
@@ -388,6 +452,8 @@ def write_csv(f, points):
 
 
 def host_names(launch, K, R, T, timeout):
+    if launch.a.launcher == "simgrid":
+        return []  # simulated hosts: the platform's (meta["platform"])
     code, out, _ = run_cmd(launch.prefix(K, R, T) + ["hostname"], timeout)
     return sorted(set(out.split())) if code == 0 else []
 
@@ -395,8 +461,9 @@ def host_names(launch, K, R, T, timeout):
 def study_meta(a):
     mpi = subprocess.run(["mpirun", "--version"], capture_output=True,
                          text=True).stdout.splitlines()
-    ver = subprocess.run([a.ringattn, "--help"], capture_output=True,
-                         text=True)
+    sim = a.launcher == "simgrid"
+    ver = subprocess.run(["true"] if sim else [a.ringattn, "--help"],
+                         capture_output=True, text=True)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "launcher": a.launcher, "nodes": a.nodes,
@@ -405,6 +472,8 @@ def study_meta(a):
         "reps": a.reps, "bench_args": a.bench_args,
         "link_rate": a.rate if a.launcher == "fake" else None,
         "map_by": a.map_by, "cores_here": os.cpu_count(),
+        "simulated": sim, "platform": a.platform if sim else None,
+        "sim_mode": a.sim_mode if sim else None,
         "mpi_version": mpi[0] if mpi else "",
         "ringattn_ok": ver.returncode == 0,
         "python": sys.version.split()[0], "hosts": {},

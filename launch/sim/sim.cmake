@@ -13,10 +13,12 @@ file(GLOB RA_SIM_LIBRARY_SOURCES CONFIGURE_DEPENDS
      ${PROJECT_SOURCE_DIR}/engine/*.c ${PROJECT_SOURCE_DIR}/comm/*.c)
 file(GLOB RA_SIM_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/launch/sim/*.c)
 # `--profile FILE` reads a probe's JSON with the command line's own reader
-# (launch/profile_json.c, jansson). Its header chain names HDF5 types, so
-# HDF5's headers are on the include path; nothing of HDF5 is linked.
+# (launch/profile_json.c, jansson), and `--json FILE` writes bench's row
+# (launch/bench_json.c). Their header chain names HDF5 types, so HDF5's
+# headers are on the include path; nothing of HDF5 is linked.
 list(APPEND RA_SIM_SOURCES ${PROJECT_SOURCE_DIR}/launch/profile_json.c
-     ${PROJECT_SOURCE_DIR}/launch/json_out.c)
+     ${PROJECT_SOURCE_DIR}/launch/json_out.c
+     ${PROJECT_SOURCE_DIR}/launch/bench_json.c)
 set(RA_HDF5_MODULE hdf5-openmpi CACHE STRING "pkg-config module of parallel HDF5")
 pkg_check_modules(RA_HDF5 REQUIRED ${RA_HDF5_MODULE})
 pkg_check_modules(RA_JANSSON REQUIRED IMPORTED_TARGET jansson)

@@ -10,6 +10,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
+#include "bench_measure.h"
 #include "internal.h"
 
 /* exact: the kernels run for real and the output is checked against fp64;
@@ -27,6 +28,7 @@ typedef struct {
     double rate;          /* --rate: kernel FLOP/s per core; 0: profile's */
     const char *profile;  /* --profile: a probe's JSON; NULL: built-in */
     const char *platform; /* --platform: the file, echoed only */
+    const char *json;     /* --json: bench's row (and the sim's keys) */
 } sim_opts;
 
 /* Fills o from argv (defaults first); 0, 1 for --help, or 2 with one line
@@ -66,6 +68,22 @@ void sim_hooks_release(void);
 enum { SIM_SLOTS = 9 };
 void *sim_buffer_alloc(size_t bytes, int slot, int folded);
 void sim_buffer_free(void *p, int folded);
+
+/* What a row says beyond bench's: how it was simulated. */
+typedef struct {
+    const char *mode;     /* "exact", "scale" */
+    const char *platform; /* the file smpirun ran on */
+    const char *verdict;  /* PASS, FAIL, PASS(finite), unchecked */
+    double injected;      /* seconds of kernel time injected, slowest rank */
+} sim_row;
+
+/* --json's folder is writable (rank 0 checks; one line in why). */
+int sim_json_check(const char *path, char *why, size_t n);
+/* Writes bench's row of r (launch/bench_json.c) with the keys of sim
+ * ("simulated": true, "sim_mode", "platform", "injected_s") and its
+ * verdict into path as a one-row array, as `bench --json` writes; 0, or -1
+ * with errno set. Rank 0. */
+int sim_json_write(const char *path, const bench_result *r, const sim_row *sim);
 
 /* Exact mode's fp64 check of a backward pass (sim_check_bwd.c): this
  * rank's dq, dk, dv slices (B, n, H, D), (B, m, G, D), (B, m, G, Dv) of

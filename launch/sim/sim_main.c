@@ -8,6 +8,7 @@
  * hooks inject each kernel call's time (sim_hooks.c).
  * parse -> set up (ring order, strategy check, cost, tensors) -> passes ->
  * check -> report. */
+#include <errno.h>
 #include <math.h>
 #include <mpi.h>
 #include <smpi/smpi.h>
@@ -19,6 +20,7 @@
 #include "band.h"
 #include "bench_check.h"
 #include "call.h"
+#include "model.h"
 #include "profile.h"
 #include "profile_json.h"
 #include "sim.h"
@@ -173,11 +175,13 @@ static void echo(const sim_ctx *x, const sim_opts *o)
            x->pf.step_seconds);
 }
 
-/* One pass on every rank; this rank's simulated seconds in *sec. */
+/* One pass on every rank; this rank's simulated seconds in *sec, the
+ * call's own timing in *tm. */
 static ra_status one_pass(const sim_ctx *x, const sim_opts *o, int backward,
-                          sim_tensors *t, const ra_masks *mk, double *sec)
+                          sim_tensors *t, const ra_masks *mk, ra_timing *tm,
+                          double *sec)
 {
-    ra_timing tm = {0};
+    *tm = (ra_timing){0};
     const ra_qkv in = {t->q, t->k, t->v};
     MPI_Barrier(x->comm);
     sim_hooks_call_begin();
@@ -188,26 +192,25 @@ static ra_status one_pass(const sim_ctx *x, const sim_opts *o, int backward,
         backward ? ra_call_backward(x->comm, &o->s, &o->p, mk, &in,
                                     &(ra_grads){t->o, t->lse, t->dout, t->dq,
                                                 t->dk, t->dv, NULL},
-                                    &tm)
+                                    tm)
                  : ra_call_forward(x->comm, &o->s, &o->p, mk, &in,
-                                   &(ra_out){t->o, t->lse, NULL}, &tm);
+                                   &(ra_out){t->o, t->lse, NULL}, tm);
     *sec = MPI_Wtime() - t0;
     return st;
 }
 
-/* The timed passes (a forward first for the backward's o and lse); the
- * slowest rank's seconds of the fastest rep in *best. */
+/* The timed passes (a forward first for the backward's o and lse), each
+ * recorded as bench records its own (the driver's seconds as the wall:
+ * they include the call's fixed cost injected at scale). */
 static ra_status passes(const sim_ctx *x, const sim_opts *o, sim_tensors *t,
-                        const ra_masks *mk, double *best)
+                        const ra_masks *mk, bench_reps *r)
 {
     double sec = 0;
-    ra_status st = o->backward ? one_pass(x, o, 0, t, mk, &sec) : RA_OK;
-    *best = INFINITY;
-    for (int64_t r = 0; r < o->reps && st == RA_OK; r++) {
-        st = one_pass(x, o, o->backward, t, mk, &sec);
-        double slowest = sec;
-        MPI_Allreduce(&sec, &slowest, 1, MPI_DOUBLE, MPI_MAX, x->comm);
-        *best = slowest < *best ? slowest : *best;
+    ra_status st = o->backward ? one_pass(x, o, 0, t, mk, &r->tm, &sec) : RA_OK;
+    for (int64_t rep = 0; rep < o->reps && st == RA_OK; rep++) {
+        st = one_pass(x, o, o->backward, t, mk, &r->tm, &sec);
+        bench_reps_record(r, rep);
+        r->wall[rep] = sec;
     }
     return st;
 }
@@ -245,27 +248,67 @@ static int check(const sim_ctx *x, const sim_opts *o, const sim_tensors *t,
     return ra_tally_ok(&all, RA_TOLERANCE);
 }
 
-static void report(const sim_ctx *x, const sim_opts *o, double sec, double err,
-                   int verdict, const ra_masks *mk)
+/* bench's result of the run from the recorded passes, as cmd_bench.c's
+ * config_result makes it, without what a simulation cannot measure: the
+ * yardsticks, the comm-only ring and the RSS (0, shown as 0 or null).
+ * Collective. */
+static void sim_result(const sim_ctx *x, const sim_opts *o,
+                       const sim_tensors *t, const bench_masks *bm,
+                       bench_reps *r, double err, int verdict,
+                       bench_result *res)
 {
-    const double flops = o->backward
-                             ? ra_params_backward_flops(&o->s, &o->p, mk)
-                             : ra_params_forward_flops(&o->s, &o->p, mk);
+    const bench_gen gen = {&o->p, (uint64_t)o->seed, 0, 0, o->check_rows};
+    memset(res, 0, sizeof *res);
+    res->s = o->s;
+    res->p = o->p;
+    res->ranks = x->P;
+    res->threads = ra_params_threads(&o->p);
+    res->mode = ra_strategy_name(o->p.strategy);
+    ra_params_tiles(&o->p, &o->s, &res->block_q, &res->block_kv);
+    const double pairs = bench_local_pairs(&gen, &o->s, &t->qs, bm);
+    MPI_Allreduce(&pairs, &res->pairs_max, 1, MPI_DOUBLE, MPI_MAX, x->comm);
+    res->flops = o->backward ? ra_params_backward_flops(&o->s, &o->p, &bm->view)
+                             : ra_params_forward_flops(&o->s, &o->p, &bm->view);
+    bench_times(x->comm, o->reps, r, res);
+    res->nodes = x->nodes.nodes;
+    res->ranks_per_node = x->nodes.ranks_per_node_max;
+    res->node_aware = o->node_aware;
+    res->gflops = res->flops / res->seconds_median * 1e-9;
+    res->model_bytes =
+        bench_spread(x->comm,
+                     model_rank_bytes(&o->s, &o->p, x->layout, x->P, x->rank))
+            .max;
+    res->steps = r->tm.steps;
+    res->max_rel_error = err;
+    res->pass = verdict;
+}
+
+/* Rank 0: the result row, and --json's file. */
+static ra_status report(const sim_ctx *x, const sim_opts *o,
+                        const bench_result *res)
+{
     double injected = sim_hooks_injected(), inj_max = 0;
     MPI_Reduce(&injected, &inj_max, 1, MPI_DOUBLE, MPI_MAX, 0, x->comm);
     if (x->rank != 0)
-        return;
+        return RA_OK;
     printf("# %5s %6s %-9s %-9s %9s %13s %10s %10s %9s %s\n", "P", "nodes",
            "mode", "strategy", "N", "sim_seconds", "GFLOP/s", "injected_s",
            "max_err", "verdict");
-    const char *v = o->mode == SIM_SCALE ? "unchecked"
-                    : !verdict           ? "FAIL"
-                    : isnan(err)         ? "PASS(finite)"
-                                         : "PASS";
+    const double err = res->max_rel_error;
+    const sim_row row = {o->mode == SIM_EXACT ? "exact" : "scale", o->platform,
+                         o->mode == SIM_SCALE ? "unchecked"
+                         : !res->pass         ? "FAIL"
+                         : isnan(err)         ? "PASS(finite)"
+                                              : "PASS",
+                         inj_max};
     printf("  %5d %6d %-9s %-9s %9lld %13.6f %10.3f %10.4f %9.2e %s\n", x->P,
-           x->nodes.nodes, o->mode == SIM_EXACT ? "exact" : "scale",
-           ra_strategy_name(o->p.strategy), (long long)o->s.N, sec,
-           flops / sec * 1e-9, inj_max, err, v);
+           x->nodes.nodes, row.mode, res->mode, (long long)o->s.N,
+           res->seconds_median, res->gflops, inj_max, err, row.verdict);
+    fflush(stdout);
+    if (o->json && sim_json_write(o->json, res, &row) != 0)
+        return ra_error_set(RA_ERR_IO, "--json %s: %s", o->json,
+                            strerror(errno));
+    return RA_OK;
 }
 
 /* The communicator, the layout, the strategy's refusals, the cost. */
@@ -280,6 +323,11 @@ static ra_status ctx_setup(sim_ctx *x, const sim_opts *o)
         return st;
     x->layout = ra_params_layout(&o->p, 0);
     st = ra_call_strategy_check(x->comm, &o->s, &o->p, 0);
+    char why[512];
+    if (st == RA_OK && x->rank == 0 && o->json &&
+        sim_json_check(o->json, why, sizeof why) != 0)
+        st = ra_error_set(RA_ERR_ARG, "%s", why);
+    st = ra_agree(x->comm, st);
     if (st == RA_OK)
         st = ra_agree(x->comm, cost_setup(x, o));
     return st;
@@ -289,21 +337,28 @@ static int run(sim_ctx *x, const sim_opts *o)
 {
     sim_tensors t;
     bench_masks bm = {0};
+    bench_reps reps = {0};
     const bench_gen gen = {&o->p, (uint64_t)o->seed, 0, 0, o->check_rows};
     ra_status st = tensors_make(x, o, &t);
     if (st == RA_OK)
         st = bench_masks_make(&gen, &o->s, &t.qs, &t.ks, &bm);
+    if (st == RA_OK)
+        st = bench_reps_alloc(&reps, o->reps, "ringattn-sim");
     st = ra_agree(x->comm, st);
-    double sec = 0, err = NAN;
-    if (st == RA_OK && (st = passes(x, o, &t, &bm.view, &sec)) == RA_ERR_MPI)
+    double err = NAN;
+    if (st == RA_OK && (st = passes(x, o, &t, &bm.view, &reps)) == RA_ERR_MPI)
         MPI_Abort(MPI_COMM_WORLD, 1); /* a stalled peer: nobody waits */
     int verdict = 1;
     if (st == RA_OK && o->mode == SIM_EXACT)
         verdict = check(x, o, &t, &bm, &err);
-    if (st == RA_OK)
-        report(x, o, sec, err, verdict, &bm.view);
+    bench_result res;
+    if (st == RA_OK) {
+        sim_result(x, o, &t, &bm, &reps, err, verdict, &res);
+        st = ra_agree(x->comm, report(x, o, &res));
+    }
     tensors_free(&t);
     bench_masks_free(&bm);
+    bench_reps_free(&reps);
     MPI_Barrier(x->comm); /* every transfer has ended */
     if (x->rank == 0)
         sim_hooks_release();

@@ -161,6 +161,12 @@ static int p_platform(sim_opts *o, const char *v, char *why, size_t n)
     return 0;
 }
 
+static int p_json(sim_opts *o, const char *v, char *why, size_t n)
+{
+    o->json = v;
+    return 0;
+}
+
 static const sim_opt table[] = {
     {"--seq", "N", "query length (4096)", p_seq},
     {"--kv-seq", "M", "key length (N)", p_kv_seq},
@@ -194,6 +200,8 @@ static const sim_opt table[] = {
      "the platform (echoed; launch/ringattn-sim.sh "
      "passes it to smpirun)",
      p_platform},
+    {"--json", "FILE", "the result as bench's JSON row, marked simulated",
+     p_json},
 };
 enum { SIM_NOPTS = sizeof table / sizeof *table };
 
