@@ -48,12 +48,10 @@ static const cli_opt plan_own[] = {
      .shown = "built-in", .help = "profile of `ringattn probe`"},
     CLI_OPT_POSITIVE(plan_opts, "--link-rate", "BITS", link_rate, 1e15, NULL,
                      "bits/s between nodes, in place of the profile's"),
-    CLI_OPT_POSITIVE(plan_opts, "--link-latency", "SECONDS", link_latency,
-                     1.0, NULL, "seconds per message between nodes, in "
-                     "place of the profile's"),
+    CLI_OPT_POSITIVE(plan_opts, "--link-latency", "S", link_latency, 1.0,
+                     NULL, "latency between nodes, in place of the profile's"),
     CLI_OPT_TEXT(plan_opts, "--platform", "FILE", platform, NULL,
-                 "the cluster of a SimGrid platform file (ringattn-sim's): "
-                 "its nodes, cores and links"),
+                 "a SimGrid platform: its nodes, cores, links"),
     CLI_OPT_POSITIVE(plan_opts, "--kernel-rate", "GFLOPS", kernel_rate, 1e9,
                      NULL, "GFLOP/s per core, in place of the profile's"),
     CLI_OPT_INT(plan_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
