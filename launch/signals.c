@@ -56,6 +56,59 @@ void cli_signals_install(void)
     signal(SIGPIPE, SIG_IGN); /* a write to a closed pipe fails, no more */
 }
 
+/* Whether the parent is mpirun itself (the ranks of its own node), with
+ * none of its options that rewrite the ranks' lines (tags, timestamps,
+ * files, xterms), which a rank writing straight to its streams would
+ * lose. */
+static int parent_is_plain_mpirun(void)
+{
+    static const char *const rewrites[] = {
+        "OMPI_MCA_orte_tag_output", "OMPI_MCA_orte_timestamp_output",
+        "OMPI_MCA_orte_output_filename", "OMPI_MCA_orte_xterm"};
+    char path[64], comm[32] = "";
+    if (!getenv("OMPI_COMM_WORLD_RANK"))
+        return 0;
+    for (size_t i = 0; i < sizeof rewrites / sizeof *rewrites; i++)
+        if (getenv(rewrites[i]))
+            return 0;
+    snprintf(path, sizeof path, "/proc/%ld/comm", (long)getppid());
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    const int got = fgets(comm, sizeof comm, f) != NULL;
+    fclose(f);
+    comm[strcspn(comm, "\n")] = '\0';
+    return got && (!strcmp(comm, "mpirun") || !strcmp(comm, "mpiexec") ||
+                   !strcmp(comm, "orterun"));
+}
+
+/* A rank of mpirun's own node whose launcher writes into a pipe (`mpirun
+ * ... | head -1`) writes its lines into that pipe itself instead of
+ * handing them to mpirun: once the reader has gone, its writes fail
+ * (SIGPIPE is ignored) and mpirun has nothing to deliver, whereas Open
+ * MPI 4's mpirun ends the whole job after ten lines it could not write.
+ * Files and terminals keep mpirun's forwarding. */
+static void streams_direct(void)
+{
+    if (!parent_is_plain_mpirun())
+        return;
+    for (int fd = STDOUT_FILENO; fd <= STDERR_FILENO; fd++) {
+        char path[64];
+        struct stat st;
+        snprintf(path, sizeof path, "/proc/%ld/fd/%d", (long)getppid(), fd);
+        if (stat(path, &st) != 0 || !S_ISFIFO(st.st_mode))
+            continue;
+        const int w = open(path, O_WRONLY | O_CLOEXEC);
+        if (w < 0)
+            continue;
+        dup2(w, fd);
+        close(w);
+        if (fd == STDOUT_FILENO) /* each line leaves at once: mpirun may
+                                    end a rank before its exit flushes */
+            setvbuf(stdout, NULL, _IOLBF, 0);
+    }
+}
+
 void cli_streams_open(void)
 {
     for (int fd = 0; fd <= 2; fd++) {
@@ -67,6 +120,7 @@ void cli_streams_open(void)
             close(nul);
         }
     }
+    streams_direct();
 }
 
 /* Whether fd of process pid is a pipe whose reader has gone: its write

@@ -11,7 +11,11 @@ void cli_signals_install(void);
 
 /* Reopens each of the standard streams 0, 1, 2 that is closed on
  * /dev/null, so that no file the command opens takes its number (and
- * receives its lines). Call first thing in main. */
+ * receives its lines). A rank whose parent is mpirun writing into a pipe
+ * (no --tag-output and the like) then writes its lines into that pipe
+ * itself, line-buffered, so that a pipe whose reader has gone costs
+ * mpirun nothing to deliver (Open MPI 4 ends the job after ten failed
+ * writes). Call first thing in main. */
 void cli_streams_open(void);
 
 /* Under a launcher (mpirun): when the reader of the launcher's standard
