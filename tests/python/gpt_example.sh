@@ -6,7 +6,7 @@
 #   gpt_example.sh SRC PYTHON MPIEXEC [MPIEXEC_FLAGS...]
 set -eu
 src=$1; py=$2; mpi=$3; shift 3
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringattn-gpt-XXXXXX")
+tmp=$(mktemp -d)  # under $TMPDIR or /tmp
 trap 'rm -rf "$tmp"' EXIT
 "$mpi" -np 2 "$@" "$py" "$src/examples/gpt_ringattn.py" --steps 20 \
     --print-every 10 --out "$tmp/p2.json"
