@@ -15,14 +15,15 @@
  * --bind-to core ringattn bench --seq 16384 --heads 4 --dim D [--causal]
  * --gemm G` on the quiet machine, GFLOP/s over 2 ranks halved. Band: the
  * full rate times the band / full ratio of one `mpirun -np 2 ringattn
- * probe --gemm openblas,onednn --dim 64,128` (bench/records/
- * probe-engines-p2-loaded.json; the machine was loaded, so its ratios,
+ * probe --gemm openblas,onednn --dim 64,128` (`git show records:bench/
+ * records/probe-engines-p2-loaded.json`; the machine was loaded, so its ratios,
  * not its rates, are kept). The other scores from "Scores": gaussian 0.99
  * of dot; additive 29.5 GFLOP/s over 2 ranks at A = 64 (their compute is
  * not the tile products). bf16: the fp32 rate times the bf16 / fp32
  * ratio of one quiet `mpirun -np 2 --bind-to core ringattn probe --gemm
  * openblas,onednn --dim 64,128 --precision fp32,bf16 --seconds 24`
- * (bench/records/probe-bf16-p2.json; "bf16 in the model"). */
+ * (`git show records:bench/records/probe-bf16-p2.json`; "bf16 in the
+ * model"). */
 static void default_rates(ra_profile *p)
 {
     static const double dot[2][2][2][PROFILE_CLASSES] = {
