@@ -339,6 +339,29 @@ typedef struct {
                           halves the bytes of each K/V hop (ra_wire) */
 } ra_exec;
 
+/* The value fields of ra_numerics and ra_exec, one row each, for bindings
+ * that set them by name (the Python package's keywords iterate it):
+ * X(part, field, kind), part num (ra_numerics) or exec (ra_exec), kind
+ * FLAG (an int 0 or 1), INT (int), I64 (int64_t), REAL (double) or the
+ * field's enum (LAYOUT, STRATEGY, SCORE, ROPE, GEMM, PRECISION, WIRE,
+ * ALIGN). The pointer fields (arrays, callbacks) are not rows. A value
+ * field added to either struct gets its row here, and a pointer field its
+ * keyword or its reason not to have one: tests/python/test_options.py
+ * fails otherwise. */
+#define RA_OPTION_FIELDS(X)                                                   \
+    X(num, causal, FLAG)           X(num, window, FLAG)                       \
+    X(num, window_left, I64)       X(num, window_right, I64)                  \
+    X(num, scale, REAL)            X(num, score, SCORE)                       \
+    X(num, sigma, REAL)            X(num, rope, ROPE)                         \
+    X(num, rope_base, REAL)        X(num, alibi, FLAG)                        \
+    X(num, align, ALIGN)           X(num, nonfinite, FLAG)                    \
+    X(num, precision, PRECISION)   X(exec, strategy, STRATEGY)                \
+    X(exec, layout, LAYOUT)        X(exec, block_q, I64)                      \
+    X(exec, block_kv, I64)         X(exec, gemm, GEMM)                        \
+    X(exec, threads, INT)          X(exec, stall_timeout, REAL)               \
+    X(exec, mem_limit, I64)        X(exec, ulysses_size, I64)                 \
+    X(exec, wire, WIRE)
+
 /* The default stall_timeout in seconds. */
 #define RA_STALL_TIMEOUT_DEFAULT 600.0
 

@@ -34,7 +34,7 @@
  * wrong type, raised by the Python layer). */
 static PyObject *core_error, *core_arg_error;
 
-/* ---- options: one row per field the package exposes ------------------ */
+/* ---- options: one row per field, from the header's RA_OPTION_FIELDS -- */
 
 /* The options of a call: what it computes and how it runs. */
 typedef struct {
@@ -42,19 +42,19 @@ typedef struct {
     ra_exec exec;
 } core_opts;
 
-typedef enum {
-    OPT_INT,      /* int field */
-    OPT_I64,      /* int64_t field */
-    OPT_REAL,     /* double field */
-    OPT_LAYOUT,   /* ra_layout, by name */
-    OPT_STRATEGY, /* ra_strategy, by name */
-    OPT_SCORE,    /* ra_score, by name */
-    OPT_ROPE,     /* ra_rope, by name */
-    OPT_GEMM,     /* ra_gemm, by name */
-    OPT_PRECISION, /* ra_precision, by name */
-    OPT_WIRE,     /* ra_wire, by name */
-    OPT_ALIGN,    /* ra_align, by name (align_names) */
-} opt_kind;
+/* The kinds of RA_OPTION_FIELDS. */
+#define OPT_KINDS(K)                                                          \
+    K(FLAG) K(INT) K(I64) K(REAL) K(LAYOUT) K(STRATEGY) K(SCORE) K(ROPE)      \
+    K(GEMM) K(PRECISION) K(WIRE) K(ALIGN)
+
+#define KIND_ENUM(kind) OPT_##kind,
+typedef enum { OPT_KINDS(KIND_ENUM) } opt_kind;
+#undef KIND_ENUM
+
+/* Each kind's name, as fields() tells Python. */
+#define KIND_NAME(kind) #kind,
+static const char *const kind_names[] = {OPT_KINDS(KIND_NAME)};
+#undef KIND_NAME
 
 typedef struct {
     const char *name; /* the field's name, the dict's key */
@@ -62,22 +62,31 @@ typedef struct {
     size_t offset;
 } opt_row;
 
-#define OPT(part, field, kind) {#field, kind, offsetof(core_opts, part.field)}
-static const opt_row opt_table[] = {
-    OPT(num, causal, OPT_INT),          OPT(num, window, OPT_INT),
-    OPT(num, window_left, OPT_I64),     OPT(num, window_right, OPT_I64),
-    OPT(num, scale, OPT_REAL),          OPT(num, score, OPT_SCORE),
-    OPT(num, sigma, OPT_REAL),          OPT(num, nonfinite, OPT_INT),
-    OPT(num, rope, OPT_ROPE),           OPT(num, rope_base, OPT_REAL),
-    OPT(num, alibi, OPT_INT),           OPT(exec, block_q, OPT_I64),
-    OPT(exec, block_kv, OPT_I64),       OPT(exec, layout, OPT_LAYOUT),
-    OPT(exec, threads, OPT_INT),        OPT(exec, stall_timeout, OPT_REAL),
-    OPT(exec, strategy, OPT_STRATEGY),  OPT(exec, mem_limit, OPT_I64),
-    OPT(exec, ulysses_size, OPT_I64),   OPT(exec, gemm, OPT_GEMM),
-    OPT(num, precision, OPT_PRECISION), OPT(exec, wire, OPT_WIRE),
-    OPT(num, align, OPT_ALIGN),
-};
-#undef OPT
+/* A row's field has its kind's C type (a row of the wrong kind fails to
+ * compile). */
+#define KIND_TYPE_FLAG int
+#define KIND_TYPE_INT int
+#define KIND_TYPE_I64 int64_t
+#define KIND_TYPE_REAL double
+#define KIND_TYPE_LAYOUT ra_layout
+#define KIND_TYPE_STRATEGY ra_strategy
+#define KIND_TYPE_SCORE ra_score
+#define KIND_TYPE_ROPE ra_rope
+#define KIND_TYPE_GEMM ra_gemm
+#define KIND_TYPE_PRECISION ra_precision
+#define KIND_TYPE_WIRE ra_wire
+#define KIND_TYPE_ALIGN ra_align
+#define OPT_CHECK(part, field, kind)                                          \
+    _Static_assert(_Generic(((core_opts *)0)->part.field,                     \
+                            KIND_TYPE_##kind: 1, default: 0),                 \
+                   #field ": not of kind " #kind);
+RA_OPTION_FIELDS(OPT_CHECK)
+#undef OPT_CHECK
+
+#define OPT_ROW(part, field, kind)                                            \
+    {#field, OPT_##kind, offsetof(core_opts, part.field)},
+static const opt_row opt_table[] = {RA_OPTION_FIELDS(OPT_ROW)};
+#undef OPT_ROW
 #define OPT_COUNT (sizeof opt_table / sizeof opt_table[0])
 
 /* Raises ringattn.Error carrying status st with message text (an
@@ -157,6 +166,7 @@ static PyObject *opt_to_py(const opt_row *row, const core_opts *p)
 {
     const void *field = (const char *)p + row->offset;
     switch (row->kind) {
+    case OPT_FLAG:
     case OPT_INT: return PyLong_FromLong(*(const int *)field);
     case OPT_I64: return PyLong_FromLongLong(*(const int64_t *)field);
     case OPT_REAL: return PyFloat_FromDouble(*(const double *)field);
@@ -198,7 +208,8 @@ static int opt_from_py(const opt_row *row, PyObject *opts, core_opts *p)
         *(double *)field = PyFloat_AsDouble(x);
         return PyErr_Occurred() ? -1 : 0;
     }
-    if (row->kind == OPT_INT || row->kind == OPT_I64)
+    if (row->kind == OPT_FLAG || row->kind == OPT_INT ||
+        row->kind == OPT_I64)
         return opt_int_from_py(row, x, field);
     const char *name = PyUnicode_AsUTF8(x);
     if (!name)
@@ -243,6 +254,22 @@ static PyObject *core_defaults(PyObject *self, PyObject *unused)
         Py_XDECREF(v);
     }
     return d;
+}
+
+/* fields(): ((name, kind), ...), RA_OPTION_FIELDS's rows in its order,
+ * kind as the header names it ("FLAG", "I64", "LAYOUT", ...). */
+static PyObject *core_fields(PyObject *self, PyObject *unused)
+{
+    PyObject *t = PyTuple_New((Py_ssize_t)OPT_COUNT);
+    for (size_t i = 0; t && i < OPT_COUNT; i++) {
+        PyObject *row = Py_BuildValue("(ss)", opt_table[i].name,
+                                      kind_names[opt_table[i].kind]);
+        if (!row)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, (Py_ssize_t)i, row);
+    }
+    return t;
 }
 
 /* check_options(opts): refuses what the library's parsers refuse. */
@@ -611,6 +638,8 @@ static PyObject *core_pointers(PyObject *self, PyObject *unused)
 }
 
 static PyMethodDef core_methods[] = {
+    {"fields", core_fields, METH_NOARGS,
+     "The option fields (RA_OPTION_FIELDS): ((name, kind), ...)."},
     {"defaults", core_defaults, METH_NOARGS,
      "The library's default options (ra_numerics_default, ra_exec_default) "
      "as a dict."},

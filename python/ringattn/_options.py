@@ -17,12 +17,14 @@ import numpy as np
 from . import _core
 
 DEFAULTS = _core.defaults()
+# The option fields and their kinds, from the header's RA_OPTION_FIELDS
+# (the one table of the keywords that are fields): FLAG, INT, I64, REAL
+# or an enum's name.
+FIELDS = dict(_core.fields())
 
 # Keywords that are not option fields: masks and weights (arrays).
 MASKS = ("q_lens", "kv_lens", "segments", "kv_segments")
 ARRAYS = MASKS + ("additive",)
-# int fields given as booleans.
-FLAGS = ("causal", "nonfinite")
 # Fields set through another keyword (window=(left, right)).
 DERIVED = ("window_left", "window_right")
 # The fields that decide the layout and its cut (ra_exec_layout,
@@ -33,7 +35,7 @@ CUT = ("causal", "window", "window_left", "window_right", "layout")
 # which may differ between ranks.
 CALLBACKS = ("on_step", "on_tick")
 # Every keyword the calls take.
-KEYWORDS = tuple(sorted((set(DEFAULTS) - set(DERIVED)) | set(ARRAYS) |
+KEYWORDS = tuple(sorted((set(FIELDS) - set(DERIVED)) | set(ARRAYS) |
                         set(CALLBACKS)))
 
 BOOLS = (bool, np.bool_)
@@ -135,14 +137,13 @@ SPECIAL = {"window": window, "scale": scale, "rope": rope, "alibi": alibi,
 
 
 def setter(key):
-    """How keyword key is read, from the type of its field's default."""
+    """How keyword key is read, from its field's kind."""
     if key in SPECIAL:
         return SPECIAL[key]
-    if key in FLAGS:
-        return flag
-    if key not in DEFAULTS or key in DERIVED:
+    if key not in FIELDS or key in DERIVED:
         return None
-    return {str: name, float: real, int: integer}[type(DEFAULTS[key])]
+    return {"FLAG": flag, "INT": integer, "I64": integer,
+            "REAL": real}.get(FIELDS[key], name)
 
 
 def params(options):

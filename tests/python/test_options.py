@@ -42,8 +42,9 @@ EXEC_ONLY = ("block_q", "block_kv", "gemm", "threads", "stall_timeout",
              "mem_limit", "ulysses_size", "wire", "strategy", "on_step",
              "on_tick")
 # Pointer fields, taken through other keywords (alibi=, additive=) or
-# implied (on_step_ctx: the callables carry their own context).
-NOT_KEYWORDS = ("alibi_slopes", "on_step_ctx")
+# implied (on_step_ctx: the callables carry their own context), or the
+# command line's alone (checkpoint: run --checkpoint, issue 43).
+NOT_KEYWORDS = ("alibi_slopes", "on_step_ctx", "checkpoint")
 # Wrong types of each kind of keyword.
 WRONG = {
     "flag": [1, "no", None, 1.0],
@@ -76,8 +77,9 @@ def raised(fn, cls, *contains):
     agreed(ok, f"expected {cls.__name__} with {contains}; got {every}")
 
 
-def header_fields(struct):
-    """The field names of a struct of include/ringattn.h."""
+def header_fields(struct, pointers=False):
+    """The names of a struct's fields in include/ringattn.h: its value
+    fields, or its pointer fields (function pointers included)."""
     with open(os.path.join(ROOT, "include", "ringattn.h"),
               encoding="utf-8") as f:
         text = f.read()
@@ -86,6 +88,8 @@ def header_fields(struct):
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
     names = []
     for decl in body.split(";"):
+        if ("*" in decl) != pointers:
+            continue
         decl = re.sub(r"\(\*(\w+)\)\(.*", r"\1", decl.strip(), flags=re.S)
         names += [re.sub(r"[^\w]", "", part.split()[-1])
                   for part in decl.split(",") if part.strip()]
@@ -93,16 +97,35 @@ def header_fields(struct):
 
 
 def test_every_field_is_a_keyword_class22():
-    """Each field of ra_numerics and ra_exec is a keyword (before: the
-    package refused precision, wire, gemm and align)."""
+    """Each value field of ra_numerics and ra_exec is a row of the
+    header's RA_OPTION_FIELDS, the one table _core.c and _options.py
+    read, and a keyword (before: the package refused precision, wire,
+    gemm and align; a field added to the header without its row fails
+    here, issue 41 part 3)."""
     fields = header_fields("ra_numerics") + header_fields("ra_exec")
-    missing = [f for f in fields if f not in NOT_KEYWORDS and
+    rows = _options.FIELDS
+    agreed(sorted(fields) == sorted(rows) and len(fields) > 20,
+           f"header fields {sorted(fields)} against RA_OPTION_FIELDS "
+           f"{sorted(rows)}")
+    pointers = header_fields("ra_numerics", True) + \
+        header_fields("ra_exec", True)
+    missing = [f for f in fields + pointers if f not in NOT_KEYWORDS and
                f not in _options.KEYWORDS and f not in _options.DERIVED]
-    agreed(not missing and len(fields) > 20,
-           f"fields {fields}; not keywords: {missing}")
+    agreed(not missing, f"fields {fields} {pointers}; not keywords: {missing}")
     covered = set(VALID) | set(_options.ARRAYS)
     agreed(covered == set(_options.KEYWORDS),
            f"keywords {_options.KEYWORDS} against tested {sorted(covered)}")
+
+
+def test_kinds_from_the_table_issue41_part3():
+    """Every row's kind is one _options reads, and its default has the
+    kind's Python type (a flag 0 or 1)."""
+    types = {"FLAG": int, "INT": int, "I64": int, "REAL": float}
+    bad = [(k, kind, _options.DEFAULTS[k])
+           for k, kind in _options.FIELDS.items()
+           if not isinstance(_options.DEFAULTS[k], types.get(kind, str)) or
+           (kind == "FLAG" and _options.DEFAULTS[k] not in (0, 1))]
+    agreed(not bad, f"rows whose defaults are not of their kind: {bad}")
 
 
 @pytest.mark.parametrize("key", sorted(VALID))
@@ -131,12 +154,8 @@ def kind_of(key):
         return key
     if key in _options.CALLBACKS:
         return "callback"
-    if key in _options.FLAGS:
-        return "flag"
-    if key in ("scale", "rope"):
-        return {"scale": "real", "rope": "name"}[key]
-    return {str: "name", float: "real", int: "integer"}[
-        type(_options.DEFAULTS[key])]
+    return {"FLAG": "flag", "INT": "integer", "I64": "integer",
+            "REAL": "real"}.get(_options.FIELDS[key], "name")
 
 
 @pytest.mark.parametrize("key", sorted(VALID))
