@@ -366,6 +366,33 @@ static ra_status call_centre(strat_call *c, const call_arrays *a)
     return RA_OK;
 }
 
+/* The Gaussian score with RoPE, after the forward (its lse) or before
+ * the backward (the given lse): the worst ratio of fp32 rounding to the
+ * error allowed over every rank's rows (range.h), watched; every rank
+ * returns the same verdict. */
+static ra_status call_gauss_rope(strat_call *c, const float *lse)
+{
+    const ra_params *p = c->params;
+    if (p->score != RA_SCORE_GAUSSIAN || p->rope == RA_ROPE_NONE)
+        return RA_OK;
+    double worst = ra_gauss_rope_ratio(c->shape, c->n, c->q, lse, p->sigma);
+    MPI_Request req;
+    if (MPI_Iallreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, c->comm,
+                       &req) != MPI_SUCCESS)
+        return ra_error_set(RA_ERR_MPI, "%s: MPI_Iallreduce of the Gaussian "
+                            "score's rounding failed", c->name);
+    const strat_watch w = {"the check of the Gaussian score's rounding",
+                           NULL, 0};
+    const ra_status st = strat_wait(c, 1, &req, &w);
+        return st;
+    return ra_error_set(RA_ERR_INPUT, "score gaussian with RoPE: q and k sit "
+                        "too far from 0 for float32 (the rotation leaves no "
+                        "common offset to take off): the scores' rounding "
+                        "may reach %.3g times the error allowed; centre q "
+                        "and k before the call, widen sigma or drop RoPE",
+                        worst);
+}
+
 /* x (len) into dst (NULL: x is already a copy of the call's) rounded to
  * bf16; returns the rounded array. */
 static float *call_round(const float *x, float *dst, int64_t len)
@@ -616,9 +643,14 @@ static ra_status call_run(MPI_Comm comm, const strat_call *a,
     if (st == RA_OK) {
         const int blas = ra_blas_enter(1); /* single-threaded BLAS inside
                                               our own threads */
-        st = c.grads ? row->backward(&c) : row->forward(&c);
+        if (c.grads)
+            st = call_gauss_rope(&c, c.grads->lse);
+        if (st == RA_OK)
+            st = c.grads ? row->backward(&c) : row->forward(&c);
         if (st == RA_OK)
             st = call_finish(&c);
+        if (st == RA_OK && !c.grads)
+            st = call_gauss_rope(&c, c.lse);
         ra_blas_leave(blas);
         if (st == RA_OK && !c.stepped) /* a row without steps */
             ra_step_report(c.params, 1, 1);

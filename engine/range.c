@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "compare.h"
 #include "internal.h"
 #include "kernel.h"
 #include "range.h"
@@ -213,4 +214,37 @@ ra_status ra_input_bounds_check(const ra_shape *s, const ra_params *p,
                             "scale v down", b->v_abs, (long long)block_keys,
                             SAFE_MAX);
     return RA_OK;
+}
+
+/* One row's rounding estimate over its allowance (range.h), for rows of
+ * D entries: the sums of the norms and of q.k grow the rounding by about
+ * sqrt(D) / 2 (measured from D = 2 to 128, docs/RELIABILITY.md), and a
+ * margin of 2 keeps the rows it accepts within half the allowance. */
+static double gauss_row_ratio(double q2, double lse, double sigma,
+                              int64_t D)
+{
+    const double r = sqrt(q2), var2 = 2.0 * sigma * sigma;
+    const double d = sqrt(var2 * (fmax(0.0, -lse) + 1.0));
+    const double growth = fmax(1.0, 0.5 * sqrt((double)D));
+    const double est = 0x1p-24 * growth * (2.0 * r + d) * (2.0 * r + d) /
+                       var2;
+    return 2.0 * est / (RA_TOLERANCE * fmax(1.0, fabs(lse)));
+}
+
+double ra_gauss_rope_ratio(const ra_shape *s, int64_t n, const float *q,
+                           const float *lse, double sigma)
+{
+    double worst = 0.0;
+    for (int64_t b = 0; b < s->B; b++)
+        for (int64_t h = 0; h < s->H; h++)
+            for (int64_t i = 0; i < n; i++) {
+                const double l = lse[(b * s->H + h) * n + i];
+                if (!isfinite(l))
+                    continue; /* a row that sees no key has no score */
+                const float *row = q + ((b * n + i) * s->H + h) * s->D;
+                worst = fmax(worst,
+                             gauss_row_ratio(row_norm2(row, s->D), l, sigma,
+                                             s->D));
+            }
+    return worst;
 }

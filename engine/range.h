@@ -47,4 +47,18 @@ ra_status ra_input_bounds_check(const ra_shape *shape, const ra_params *params,
                                 const ra_input_bounds *bounds,
                                 int64_t block_keys);
 
+/* The Gaussian score with RoPE: the rotation gives each position its own
+ * angle, so no common offset of q and k survives it for centring to take
+ * off (centre.h), and the kernels' fp32 distance 2 q.k - |q|^2 - |k|^2
+ * cancels when q and k sit far from 0. For each finite row of lse
+ * (B, H, n), with q (B, n, H, D) the call's rotated, centred queries, the
+ * rounding estimate u g (|q| + |k|)^2 / (2 sigma^2) (u = 2^-24, g =
+ * max(1, sqrt(D) / 2) the growth of the sums, |k| <= |q| + d for the keys
+ * that carry the row's weight, d^2 / (2 sigma^2) <= max(0, -lse) + 1),
+ * times a margin of 2, against the error `ringattn verify` accepts,
+ * RA_TOLERANCE max(1, |lse|). Returns the largest ratio of the two over
+ * the rows (0 without rows): above 1, the call refuses. */
+double ra_gauss_rope_ratio(const ra_shape *shape, int64_t n, const float *q,
+                           const float *lse, double sigma);
+
 #endif /* RA_RANGE_H */

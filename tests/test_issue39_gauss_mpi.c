@@ -5,7 +5,9 @@
  * centre (engine/centre.h). Unit-normal q, k moved by offsets 0, 8, 100 and
  * 1e4 (the same and different ones for q and k), every strategy, fp32,
  * bf16 and the bf16 wire, forward and backward, against the fp64
- * reference of the inputs as given, at P = 1..4. Every rank builds the
+ * reference of the inputs as given, at P = 1..4; with RoPE (no common
+ * offset survives the rotation) right near 0 and refused by name far
+ * from it, forward and backward. Every rank builds the
  * same problem from the seed and checks its own rows; verdicts are
  * reduced before asserting, rank 0 prints. */
 #include <math.h>
@@ -37,6 +39,7 @@ typedef struct {
     ra_wire wire;
     int causal, lens;
     ra_layout layout;
+    ra_rope rope;
 } gcase;
 
 /* Adds off to the n floats of x, in fp32 as a user's data would hold it. */
@@ -101,6 +104,7 @@ static ra_params params_of(const gcase *gc, double sigma)
     prm.strategy = gc->strategy;
     prm.precision = gc->precision;
     prm.wire = gc->wire;
+    prm.rope = gc->rope;
     if (gc->strategy == RA_STRATEGY_HYBRID)
         prm.ulysses_size = nranks % 2 ? 1 : 2;
     return prm;
@@ -400,6 +404,109 @@ static void test_issue39_class1_backward(void **state)
     assert_false(bad);
 }
 
+/* Whether a refused call said why on every rank (st the call's). */
+static int refused_rope(ra_status st)
+{
+    const int mine = st == RA_ERR_INPUT &&
+                     strstr(ra_error_message(), "score gaussian with RoPE");
+    int all;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
+/* The backward of q, k moved by off, with o = 0 and lse = 0 given (a
+ * backward checks before any work); its status. */
+static ra_status rope_backward_status(const ra_shape *s, const gcase *gc,
+                                      double sigma, uint64_t seed)
+{
+    problem p;
+    shifted_problem(&p, s, seed, gc->q_off, gc->k_off);
+    const ra_params prm = params_of(gc, sigma);
+    local_part lp;
+    local_part_make(&lp, &p, &prm, gc->layout, rank, nranks);
+    const int64_t n = lp.qs.count, m = lp.ks.count;
+    const int64_t nq = s->B * n * s->H;
+    float *lse = calloc((size_t)nq + 1, sizeof(float));
+    float *o = calloc((size_t)(nq * s->Dv) + 1, sizeof(float));
+    float *dq = malloc(sizeof(float) * (size_t)(nq * s->D + 1));
+    float *dk = malloc(sizeof(float) * (size_t)(s->B * m * s->G * s->D + 1));
+    float *dv = malloc(sizeof(float) * (size_t)(s->B * m * s->G * s->Dv + 1));
+    const ra_status st = ra_call_backward(
+        MPI_COMM_WORLD, s, &prm, NULL, &(ra_qkv){lp.q, lp.k, lp.v},
+        &(ra_grads){o, lse, o, dq, dk, dv, NULL}, NULL);
+    free(lse);
+    free(o);
+    free(dq);
+    free(dk);
+    free(dv);
+    local_part_free(&lp);
+    problem_free(&p);
+    return st;
+}
+
+/* One RoPE case: right at offsets 0 and 1 (fp32 within RA_TOLERANCE of
+ * the raw reference forward and backward; bf16 within its bound),
+ * refused by name at 100, forward and backward. */
+static int expect_rope(const ra_shape *s, gcase gc, double sigma,
+                       uint64_t seed)
+{
+    const int bf16 = gc.precision == RA_PRECISION_BF16 ||
+                     gc.wire == RA_WIRE_BF16;
+    int bad = 0;
+    for (int o = 0; o < 3; o++) {
+        gc.q_off = gc.k_off = o == 2 ? 100.0 : (double)o;
+        const fwd_result r = run_forward(s, &gc, sigma, seed);
+        double e[3] = {0.0, 0.0, 0.0};
+        int ok;
+        if (o == 2) {
+            ok = refused_rope(r.st) &&
+                 refused_rope(rope_backward_status(s, &gc, sigma, seed));
+        } else {
+            ok = r.st == RA_OK && !r.touched &&
+                 r.raw.rows == s->B * s->H * s->N &&
+                 (bf16 ? r.raw.rel_o < 2e-2 : check_ok(&r.raw));
+            if (!bf16)
+                run_backward(s, &gc, sigma, seed, e);
+            for (int i = 0; i < 3; i++)
+                ok &= e[i] >= 0.0 && e[i] < 1e-5;
+        }
+        if (rank == 0)
+            printf("# P=%d rope %-11s %-9s %-9s causal=%d lens=%d offset=%g "
+                   "rel_o=%.2e lse=%.2e dq=%.2e dk=%.2e dv=%.2e %s\n",
+                   nranks, ra_rope_name(gc.rope),
+                   ra_strategy_name(gc.strategy),
+                   test_arith_name(gc.precision, gc.wire), gc.causal,
+                   gc.lens, gc.q_off, r.raw.rel_o, r.raw.max_lse, e[0], e[1],
+                   e[2], ok ? "PASS" : "FAIL");
+        bad |= !ok;
+    }
+    return bad;
+}
+
+/* Issue 39, class 1 with RoPE: every strategy, fp32, bf16 and the ring's
+ * bf16 wire, both rotations, causal or not, padded or not. */
+static void test_issue39_class1_rope(void **state)
+{
+    (void)state;
+    const ra_shape s = {2, 53, 47, 4, 2, 8, 6};
+    int bad = 0;
+    uint64_t seed = 3980;
+    for (int i = 0; i < RA_STRATEGY_COUNT; i++)
+        for (int a = 0; a < 3; a++) {
+            if (a == 2 && i != RA_STRATEGY_RING)
+                continue; /* the bf16 wire is the ring's */
+            const gcase gc = {
+                .strategy = (ra_strategy)i,
+                .precision = a == 1 ? RA_PRECISION_BF16 : RA_PRECISION_FP32,
+                .wire = a == 2 ? RA_WIRE_BF16 : RA_WIRE_FP32,
+                .causal = (i + a) % 2, .lens = i % 2,
+                .layout = a ? RA_LAYOUT_CONTIGUOUS : RA_LAYOUT_ZIGZAG,
+                .rope = (i + a) % 2 ? RA_ROPE_HALF : RA_ROPE_INTERLEAVED};
+            bad |= expect_rope(&s, gc, 2.0, seed++);
+        }
+    assert_false(bad);
+}
+
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
@@ -408,6 +515,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_issue39_class1_nadaraya_watson),
         cmocka_unit_test(test_issue39_class1_other_offsets),
         cmocka_unit_test(test_issue39_class1_backward),
+        cmocka_unit_test(test_issue39_class1_rope),
     };
     return mpi_test_finish(cmocka_run_group_tests(tests, NULL, NULL));
 }
