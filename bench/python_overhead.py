@@ -60,7 +60,7 @@ def worker(a):
                 inner.append(comm.allreduce(extra or 0.0, op=MPI.MAX))
         return float(np.median(times)), float(np.median(inner))
 
-    fwd, lib = timed(lambda: ringattn.forward(q, k, v, comm,
+    fwd, lib = timed(lambda: ringattn.forward(q, k, v, comm, order="bnhd",
                                               timing=True)[2]["total"])
     ts = [torch.from_numpy(x).requires_grad_() for x in (q, k, v)]
     dot = torch.from_numpy(do)

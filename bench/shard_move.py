@@ -64,8 +64,10 @@ def run(comm, full, layout, reps):
     for rep in range(reps + 1):  # the first pass warms up
         comm.Barrier()
         t0 = time.perf_counter()
-        o, lse = ringattn.forward(q, k, v, comm, causal=True, layout=layout)
-        dq, _, _ = ringattn.backward(q, k, v, o, lse, do, comm, causal=True,
+        o, lse = ringattn.forward(q, k, v, comm, order="bnhd",
+                                  causal=True, layout=layout)
+        dq, _, _ = ringattn.backward(q, k, v, o, lse, do, comm, order="bnhd",
+                                     causal=True,
                                      layout=layout)
         t = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
         if rep:

@@ -16,7 +16,8 @@ the job instead of leaving the other ranks waiting for it.
 
     from mpi4py import MPI
     import ringattn
-    o, lse = ringattn.forward(q, k, v, MPI.COMM_WORLD, causal=True)
+    o, lse = ringattn.forward(q, k, v, MPI.COMM_WORLD, order="bnhd",
+                              causal=True)
 """
 import sys
 

@@ -38,6 +38,43 @@ FACT_NAMES = {"B": "batch B", "H": "query heads H", "G": "kv heads G",
 
 Call = namedtuple("Call", "comm shape opts masks extras layout moves")
 
+# The orders of 4-D arrays and tensors, named by the caller (order=):
+# never assumed, since (B, n, H, D) and (B, H, n, D) cannot be told apart
+# when n == H (and SDPA's users hold the second, flash-attention's the
+# first).
+ORDERS = ("bnhd", "bhnd")
+
+
+def check_order(order, what):
+    """Refuses an order not given or not one of ORDERS; what: the noun of
+    the caller's arrays ("arrays", "tensors")."""
+    if order is None:
+        raise TypeError(f"order: not given; say which order the {what} "
+                        "are in: order='bnhd' for (B, n, H, D) or "
+                        "order='bhnd' for (B, H, n, D)")
+    if not isinstance(order, str) or order not in ORDERS:
+        raise ValueError(f"order {order!r}: expected one of {ORDERS}")
+
+
+def swapped(x):
+    """A 4-D array with axes 1 and 2 swapped, C-contiguous (a copy unless
+    it is a swapped view of a C-contiguous array)."""
+    return np.ascontiguousarray(np.swapaxes(x, 1, 2))
+
+
+def in_order(arrays, order):
+    """The dict of the caller's arrays with the 4-D ones in (B, n, H, D)
+    order (order "bhnd": swapped into copies; anything else passes for the
+    call's checks to refuse), and a refusal or None, agreed by the call."""
+    try:
+        check_order(order, "arrays")
+    except Exception as exc:  # agreed by prepare
+        return arrays, refusal_of(exc)
+    if order == "bnhd":
+        return arrays, None
+    return {k: swapped(x) if isinstance(x, np.ndarray) and x.ndim == 4
+            else x for k, x in arrays.items()}, None
+
 
 def tensor(name, x, ndim):
     """Refuses what the library cannot read in place: not a float32,
@@ -332,34 +369,39 @@ def run_backward(comm, t, options, refusal=None, fix=None, scanned=False):
         (c.extras[4:] if c.shape[8] else None), tm
 
 
-def forward(q, k, v, comm=None, *, timing=False, **options):
+def forward(q, k, v, comm=None, *, order=None, timing=False, **options):
     """Exact attention on this rank's slices; collective over comm (default
-    MPI.COMM_WORLD). q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv):
-    float32, C-contiguous, this rank's tokens: its contiguous shard by
-    default (layout "auto", moved into the library's balanced layout and
-    back when causal, window or segments make that pay), or its tokens of
-    the layout named by layout= (owned_positions gives either), read in
-    place. Returns o (B, n, H, Dv) and
-    lse (B, H, n), and the library's timings (a dict) with timing=True.
-    Options as ra_numerics and ra_exec (causal, window=(left, right),
-    scale, score, sigma, layout, strategy, threads, rope, rope_base, alibi
-    (True or
-    slopes), nonfinite, stall_timeout, block_q, block_kv, mem_limit,
-    ulysses_size); masks q_lens, kv_lens (B,), segments (B, n) (and
+    MPI.COMM_WORLD). q (B, n, H, D), k (B, m, G, D), v (B, m, G, Dv) with
+    order="bnhd" (read in place), or (B, H, n, D), (B, G, m, D),
+    (B, G, m, Dv) with order="bhnd" (swapped into copies); no default:
+    an order not given is refused. float32, this rank's tokens: its
+    contiguous shard by default (layout "auto", moved into the library's
+    balanced layout and back when causal, window or segments make that
+    pay), or its tokens of the layout named by layout= (owned_positions
+    gives either). Returns o in q's order ((B, n, H, Dv) or (B, H, n, Dv))
+    and lse (B, H, n), and the library's timings (a dict) with
+    timing=True. Options as ra_numerics and ra_exec (every value field,
+    docs/PYTHON.md); masks q_lens, kv_lens (B,), segments (B, n) (and
     kv_segments (B, m)); the additive score's weights
     additive=(w_q, w_k, w_v). Raises ringattn.Error on every rank alike."""
-    o, lse, tm = run_forward(comm, {"q": q, "k": k, "v": v}, options)
+    t, refusal = in_order({"q": q, "k": k, "v": v}, order)
+    o, lse, tm = run_forward(comm, t, options, refusal)
+    o = swapped(o) if order == "bhnd" else o
     return (o, lse, tm) if timing else (o, lse)
 
 
-def backward(q, k, v, o, lse, dout, comm=None, *, timing=False, **options):
+def backward(q, k, v, o, lse, dout, comm=None, *, order=None, timing=False,
+             **options):
     """Gradients of forward() through the ring (the ring strategy whatever
-    `strategy` says): the same slices, options and masks as the forward,
-    its o and lse, and dout (B, n, H, Dv). Returns dq, dk, dv (and, for
-    the additive score, a tuple dw_q, dw_k, dw_v summed over all ranks;
-    and the timings with timing=True). Collective; raises ringattn.Error on
-    every rank alike."""
-    t = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "dout": dout}
-    grads, dw, tm = run_backward(comm, t, options)
+    `strategy` says): the same slices, order, options and masks as the
+    forward, its o and lse, and dout (o's shape). Returns dq, dk, dv in
+    the caller's order (and, for the additive score, a tuple dw_q, dw_k,
+    dw_v summed over all ranks; and the timings with timing=True).
+    Collective; raises ringattn.Error on every rank alike."""
+    t, refusal = in_order({"q": q, "k": k, "v": v, "o": o, "lse": lse,
+                           "dout": dout}, order)
+    grads, dw, tm = run_backward(comm, t, options, refusal)
+    if order == "bhnd":
+        grads = tuple(swapped(g) for g in grads)
     out = grads + ((dw,) if dw is not None else ())
     return out + (tm,) if timing else out

@@ -35,7 +35,6 @@ from mpi4py import MPI
 from . import _api, _mpi, _options
 from ._errors import refusal_of
 
-ORDERS = ("bnhd", "bhnd")
 
 # A call of the autograd function: its communicator, the tensors' order,
 # the options, a rule on the global lengths (_api.prepare's fix) and a
@@ -78,12 +77,7 @@ def _arrays(tensors, order):
     kind) or None: a failure here is agreed over the ranks, never raised
     alone."""
     try:
-        if order is None:
-            raise TypeError("order: not given; say which order the tensors "
-                            "are in: order='bnhd' for (B, n, H, D) or "
-                            "order='bhnd' for (B, H, n, D)")
-        if order not in ORDERS:
-            raise ValueError(f"order {order!r}: expected one of {ORDERS}")
+        _api.check_order(order, "tensors")
         return {k: _numpy(k, t, order) for k, t in tensors.items()}, None
     except Exception as exc:  # agreed by the caller
         return {}, refusal_of(exc)

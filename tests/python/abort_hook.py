@@ -35,7 +35,8 @@ def worker(case):
             raise KeyboardInterrupt
         raise RuntimeError("rank 1 leaves")
     q = np.ones((1, 3, 1, 4), np.float32)
-    ringattn.forward(q, q, q, comm, layout="contiguous", stall_timeout=0)
+    ringattn.forward(q, q, q, comm, order="bnhd",
+                     layout="contiguous", stall_timeout=0)
     print(f"rank {comm.Get_rank()}: returned", flush=True)
 
 

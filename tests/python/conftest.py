@@ -146,6 +146,7 @@ def ring_run(q, k, v, dout, **options):
         options["segments"] = mine(seg)
         options["kv_segments"] = mine(seg if kv_seg is None else kv_seg)
     ql, kl, vl, dl = mine(q), mine(k), mine(v), mine(dout)
-    o, lse = ringattn.forward(ql, kl, vl, COMM, **options)
-    dq, dk, dv = ringattn.backward(ql, kl, vl, o, lse, dl, COMM, **options)
+    o, lse = ringattn.forward(ql, kl, vl, COMM, order="bnhd", **options)
+    dq, dk, dv = ringattn.backward(ql, kl, vl, o, lse, dl, COMM, order="bnhd",
+                                   **options)
     return o, lse, dq, dk, dv, mine

@@ -19,7 +19,7 @@ from mpi4py import MPI
 assert ringattn.__file__.startswith(os.environ["VENV"]), ringattn.__file__
 rng = np.random.default_rng()
 q, k, v = (rng.standard_normal((1, 7, 2, 4), np.float32) for _ in range(3))
-o, _ = ringattn.forward(q, k, v, MPI.COMM_SELF, causal=True)
+o, _ = ringattn.forward(q, k, v, MPI.COMM_SELF, order="bnhd", causal=True)
 s = np.einsum("bihd,bjhd->bhij", q.astype(float), k.astype(float)) / 2
 s[..., np.triu_indices(7, 1)[0], np.triu_indices(7, 1)[1]] = -math.inf
 p = np.exp(s - s.max(-1, keepdims=True))

@@ -289,7 +289,7 @@ def test_bfloat16_computed_in_bfloat16_issue41_part4(rng):
     for given, precision in ((None, "bf16"), ("fp32", "fp32")):
         kw = {} if given is None else {"precision": given}
         o = rt.attention(*ts, COMM, order="bnhd", causal=True, **kw)
-        want, _ = ringattn.forward(*wide, COMM, causal=True,
+        want, _ = ringattn.forward(*wide, COMM, order="bnhd", causal=True,
                                    precision=precision)
         same = torch.equal(o, torch.from_numpy(want).bfloat16())
         agreed(same, f"bf16 tensors with precision {given}: not the "

@@ -35,7 +35,8 @@ def refused(fn, *contains, status="invalid argument"):
 
 
 def fwd(q, k, v, **options):
-    return lambda: ringattn.forward(q, k, v, COMM, layout="contiguous",
+    return lambda: ringattn.forward(q, k, v, COMM, order="bnhd",
+                                    layout="contiguous",
                                     **options)
 
 
@@ -107,15 +108,17 @@ def test_threads_are_each_ranks_own(rng):
     """threads may differ between ranks (a rank's own cores), as the
     library allows (before: refused by this layer's checksum)."""
     q, k, v = slices(rng)
-    want, _ = ringattn.forward(q, k, v, COMM, layout="contiguous")
-    o, _ = ringattn.forward(q, k, v, COMM, layout="contiguous",
+    want, _ = ringattn.forward(q, k, v, COMM, order="bnhd",
+                               layout="contiguous")
+    o, _ = ringattn.forward(q, k, v, COMM, order="bnhd", layout="contiguous",
                             threads=1 + (RANK == LAST))
     close("o", o, want, 2e-5)
 
 
 def test_bad_options(rng):
     q, k, v = slices(rng)
-    refused(lambda: ringattn.forward(q, k, v, COMM, layout="diagonal"),
+    refused(lambda: ringattn.forward(q, k, v, COMM, order="bnhd",
+                                     layout="diagonal"),
             "diagonal")
     refused(fwd(q, k, v, window=(-1, 0)), "window")
     refused(fwd(q, k, v, windw=(1, 0)), "unknown option 'windw'")
@@ -143,10 +146,11 @@ def test_nan_with_nonfinite(rng):
     every other row as it was."""
     q, k, v = slices(rng)
     pos = ringattn.owned_positions("contiguous", 4 * P + 3, COMM)
-    clean, _ = ringattn.forward(q, k, v, COMM, layout="contiguous")
+    clean, _ = ringattn.forward(q, k, v, COMM, order="bnhd",
+                                layout="contiguous")
     rows = np.flatnonzero(pos == 3)
     q[0, rows, 1, 0] = np.nan
-    o, _ = ringattn.forward(q, k, v, COMM, layout="contiguous",
+    o, _ = ringattn.forward(q, k, v, COMM, order="bnhd", layout="contiguous",
                             nonfinite=True)
     nan_rows = np.flatnonzero(np.isnan(o).any(axis=(0, 2, 3)))
     agreed(np.array_equal(nan_rows, rows), f"NaN rows {nan_rows} != {rows}")

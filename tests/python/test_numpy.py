@@ -122,7 +122,7 @@ def test_zero_copy(rng):
     it was handed are those of the caller's arrays."""
     q, k, v = (ringattn.shard(normal(rng, (1, 16, 2, 8)), "contiguous",
                               COMM) for _ in range(3))
-    o, lse = ringattn.forward(q, k, v, COMM, layout="contiguous")
+    o, lse = ringattn.forward(q, k, v, COMM, order="bnhd", layout="contiguous")
     want = tuple(a.__array_interface__["data"][0] for a in (q, k, v, o, lse))
     agreed(_core.pointers() == want, f"{_core.pointers()} != {want}")
 
@@ -134,9 +134,9 @@ def test_timing_and_additive(rng):
     q, k, v, do = (ringattn.shard(normal(rng, (1, 9, 2, 4)), "contiguous",
                                   COMM) for _ in range(4))
     w = (normal(rng, (3, 4)), normal(rng, (3, 4)), normal(rng, (3,)))
-    o, lse, tm = ringattn.forward(q, k, v, COMM, timing=True,
+    o, lse, tm = ringattn.forward(q, k, v, COMM, order="bnhd", timing=True,
                                   score="additive", additive=w)
-    dq, dk, dv, dw = ringattn.backward(q, k, v, o, lse, do, COMM,
+    dq, dk, dv, dw = ringattn.backward(q, k, v, o, lse, do, COMM, order="bnhd",
                                        score="additive", additive=w)
     agreed(tm["total"] > 0 and [x.shape for x in dw] == [x.shape for x in w]
            and all(np.isfinite(x).all() for x in dw), f"{tm} {dw}")

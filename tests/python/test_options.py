@@ -141,10 +141,11 @@ def test_keyword_accepted_class22(rng, key):
     if key == "layout":
         q, k, v = (ringattn.shard(ringattn.unshard(x, "contiguous", COMM),
                                   VALID[key], COMM) for x in (q, k, v))
-    o, _ = ringattn.forward(q, k, v, COMM, **options)
+    o, _ = ringattn.forward(q, k, v, COMM, order="bnhd", **options)
     agreed(np.isfinite(o).all(), f"{key}: o not finite")
     if key in EXEC_ONLY:
-        want, _ = ringattn.forward(q, k, v, COMM, layout="contiguous")
+        want, _ = ringattn.forward(q, k, v, COMM, order="bnhd",
+                                   layout="contiguous")
         close(key, o, want, 2e-5)
 
 
@@ -168,7 +169,8 @@ def test_keyword_typed_class22(rng, key):
         if key in ("scale", "rope") and bad is None:
             continue  # None means the default scale, no rotation
         options = {"layout": "contiguous", key: bad}
-        raised(lambda: ringattn.forward(q, k, v, COMM, **options),
+        raised(lambda: ringattn.forward(q, k, v, COMM, order="bnhd",
+                                        **options),
                TypeError, f"rank 0: {key}=")
 
 
@@ -176,7 +178,8 @@ def test_typed_on_one_rank_class22(rng):
     """A wrong type on one rank alone is refused on every rank."""
     q, k, v = slices(rng)
     causal = "yes" if RANK == LAST else True
-    raised(lambda: ringattn.forward(q, k, v, COMM, causal=causal),
+    raised(lambda: ringattn.forward(q, k, v, COMM, order="bnhd",
+                                    causal=causal),
            TypeError, f"rank {LAST}: causal='yes'")
 
 
@@ -186,7 +189,8 @@ def test_typed_on_one_rank_class22(rng):
                                        ("blockq", "block_q")])
 def test_unknown_keyword_did_you_mean_class22(rng, typo, near):
     q, k, v = slices(rng)
-    raised(lambda: ringattn.forward(q, k, v, COMM, layout="contiguous",
+    raised(lambda: ringattn.forward(q, k, v, COMM, order="bnhd",
+                                    layout="contiguous",
                                     **{typo: 1}),
            TypeError, f"unknown option {typo!r}; did you mean {near!r}?")
 
@@ -199,7 +203,8 @@ def test_unknown_keyword_did_you_mean_class22(rng, typo, near):
 def test_unknown_name_class22(rng, key, value):
     """An enum's unknown name: a ValueError naming the field."""
     q, k, v = slices(rng)
-    raised(lambda: ringattn.forward(q, k, v, COMM, **{key: value}),
+    raised(lambda: ringattn.forward(q, k, v, COMM, order="bnhd",
+                                    **{key: value}),
            ValueError, value)
 
 
@@ -210,7 +215,8 @@ def test_progress_callbacks_class22(rng):
     the call has completed on every rank."""
     q, k, v = slices(rng, N=40 * P + 7, D=16)
     steps, ticks = [], []
-    o, _ = ringattn.forward(q, k, v, COMM, layout="contiguous", block_q=16,
+    o, _ = ringattn.forward(q, k, v, COMM, order="bnhd",
+                            layout="contiguous", block_q=16,
                             block_kv=16, on_step=lambda d, t:
                             steps.append((d, t)), on_tick=ticks.append)
     total = steps[-1][1] if steps else 0
@@ -222,7 +228,8 @@ def test_progress_callbacks_class22(rng):
         raise KeyError("from on_step")
 
     try:
-        again, _ = ringattn.forward(q, k, v, COMM, layout="contiguous",
+        again, _ = ringattn.forward(q, k, v, COMM, order="bnhd",
+                                    layout="contiguous",
                                     block_q=16, block_kv=16,
                                     on_step=fail if RANK == LAST else None)
         got = np.array_equal(again, o)
@@ -245,9 +252,10 @@ def test_precision_bf16_class22(rng):
 
     ql, kl, vl, dl = mine(q), mine(k), mine(v), mine(dout)
     opts = {"causal": True, "layout": "contiguous"}
-    o32, lse32 = ringattn.forward(ql, kl, vl, COMM, **opts)
-    o16, lse16 = ringattn.forward(ql, kl, vl, COMM, precision="bf16", **opts)
-    g16 = ringattn.backward(ql, kl, vl, o16, lse16, dl, COMM,
+    o32, lse32 = ringattn.forward(ql, kl, vl, COMM, order="bnhd", **opts)
+    o16, lse16 = ringattn.forward(ql, kl, vl, COMM, order="bnhd",
+                                  precision="bf16", **opts)
+    g16 = ringattn.backward(ql, kl, vl, o16, lse16, dl, COMM, order="bnhd",
                             precision="bf16", **opts)
     close("o fp32", o32, mine(o_ref), 2e-5)
     close("o bf16", o16, mine(o_ref), 2e-2)
@@ -279,7 +287,8 @@ def test_alibi_slopes_right_class5(rng):
     want = alibi_reference(q, k, v, [1, 2, 0.5], causal=True)
     ql, kl, vl = (ringattn.shard(x, "contiguous", COMM) for x in (q, k, v))
     for slopes in ([1, 2, 0.5], np.array([1, 2, 0.5], np.float32)):
-        o, _ = ringattn.forward(ql, kl, vl, COMM, layout="contiguous",
+        o, _ = ringattn.forward(ql, kl, vl, COMM, order="bnhd",
+                                layout="contiguous",
                                 causal=True, alibi=slopes)
         close("alibi", o, ringattn.shard(want, "contiguous", COMM), 2e-5)
 
@@ -309,11 +318,13 @@ def test_alibi_slopes_refused_class5(rng, case):
     a 2-D one taken)."""
     _, bad, cls, text = case
     q, k, v = slices(rng, H=2)
-    raised(lambda: ringattn.forward(q, k, v, COMM, layout="contiguous",
+    raised(lambda: ringattn.forward(q, k, v, COMM, order="bnhd",
+                                    layout="contiguous",
                                     alibi=bad), cls, text)
     if P > 1 and case[0] not in ("nan", "inf"):  # the library agrees those
         mixed = bad if RANK == LAST else [0.5, 0.25]
-        raised(lambda: ringattn.forward(q, k, v, COMM, layout="contiguous",
+        raised(lambda: ringattn.forward(q, k, v, COMM, order="bnhd",
+                                        layout="contiguous",
                                         alibi=mixed), cls, f"rank {LAST}: ")
 
 
@@ -322,6 +333,7 @@ def test_threads_beyond_bound_class16(rng):
     a segmentation fault of the interpreter)."""
     q, k, v = slices(rng)
     for threads in (100000, 1 << 40):
-        raised(lambda: ringattn.forward(q, k, v, COMM, layout="contiguous",
+        raised(lambda: ringattn.forward(q, k, v, COMM, order="bnhd",
+                                        layout="contiguous",
                                         threads=threads),
                ValueError, "threads")

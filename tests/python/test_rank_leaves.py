@@ -28,7 +28,8 @@ STALL = 3  # seconds: the others give up after this
 def call_forward(comm, rng, stall=STALL):
     q, k, v = (ringattn.shard(normal(rng, (1, 4 * P + 1, 2, 8)),
                               "contiguous", comm) for _ in range(3))
-    ringattn.forward(q, k, v, comm, layout="contiguous", stall_timeout=stall)
+    ringattn.forward(q, k, v, comm, order="bnhd",
+                     layout="contiguous", stall_timeout=stall)
 
 
 def join_forward(comm):

@@ -10,9 +10,10 @@ the one the keyword names, refused by name when a rank's row counts are
 not; where the counts match but the rows are other ones no call can
 tell, which is why the default is the cut users hold.
 
-Part 2: ringattn.torch.attention takes no default order: an unlabelled
-4-D tensor is refused, and both orders are right when stated, for shapes
-where both readings fit (n == H included)."""
+Part 2: ringattn.torch.attention, ringattn.forward and ringattn.backward
+take no default order: an unlabelled 4-D tensor or array is refused, and
+both orders are right when stated, for shapes where both readings fit
+(n == H included)."""
 import numpy as np
 import pytest
 import torch
@@ -63,9 +64,9 @@ def call(full, options, layout, cut):
     if "segments" in opts:
         opts["segments"] = np.ascontiguousarray(opts["segments"][:, pos])
     q, k, v, dout = (np.ascontiguousarray(x[:, pos]) for x in full)
-    o, lse = ringattn.forward(q, k, v, COMM, **opts)
+    o, lse = ringattn.forward(q, k, v, COMM, order="bnhd", **opts)
     return (o, lse) + ringattn.backward(q, k, v, o, lse, dout, COMM,
-                                        **opts), pos
+                                        order="bnhd", **opts), pos
 
 
 def same_rows(options, held, cut):
@@ -120,8 +121,9 @@ def test_contiguous_default_cross_attention_issue41_part1(rng):
     pk = _layout.positions("contiguous", m_all, COMM.Get_rank(), P)
     ql, dl = (np.ascontiguousarray(x[:, pq]) for x in (q, dout))
     kl, vl = (np.ascontiguousarray(x[:, pk]) for x in (k, v))
-    o, lse = ringattn.forward(ql, kl, vl, COMM, causal=True)
-    grads = ringattn.backward(ql, kl, vl, o, lse, dl, COMM, causal=True)
+    o, lse = ringattn.forward(ql, kl, vl, COMM, order="bnhd", causal=True)
+    grads = ringattn.backward(ql, kl, vl, o, lse, dl, COMM, order="bnhd",
+                              causal=True)
     close("o", o, o_ref[:, pq], 2e-5)
     for name, got, want, p in zip(("dq", "dk", "dv"), grads, g_ref,
                                   (pq, pk, pk)):
@@ -173,6 +175,50 @@ def test_order_stated_or_refused_issue41_part2(rng, shape):
         agreed(False, f"{shape}: an unlabelled tensor was not refused")
     except ringattn.ArgumentTypeError as exc:
         agreed("order: not given" in str(exc), str(exc))
+
+
+def refused_order(fn, cls, text):
+    """fn raises cls, a ringattn.Error, on every rank, with text in it."""
+    try:
+        fn()
+        got = "not refused"
+    except ringattn.Error as exc:
+        got = str(exc) if isinstance(exc, cls) else repr(exc)
+    agreed(text in got, f"expected {cls.__name__} with {text!r}: {got}")
+
+
+@pytest.mark.parametrize("shape", ORDER_SHAPES)
+def test_numpy_order_stated_or_refused_issue41_part2(rng, shape):
+    """ringattn.forward and backward on arrays in either stated order
+    match float64 (o and the gradients come back in the caller's order);
+    an order not given, or not a known name, is refused on every rank."""
+    b, n, h, d = shape
+    n = n * P
+    full = [normal(rng, (b, n, h, d)) for _ in range(4)]
+    o_ref, lse_ref, g_ref = reference_grads(*full[:3], full[3], causal=True)
+    pos = ringattn.owned_positions("auto", n, COMM)
+    for order in ("bnhd", "bhnd"):
+        mine = [np.ascontiguousarray(x[:, pos]) for x in full]
+        if order == "bhnd":
+            mine = [np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+                    for x in mine]
+        q, k, v, dout = mine
+        o, lse = ringattn.forward(q, k, v, COMM, order=order, causal=True)
+        grads = ringattn.backward(q, k, v, o, lse, dout, COMM, order=order,
+                                  causal=True)
+
+        def bnhd(x):
+            agreed(x.shape == q.shape, f"{order}: {x.shape} != {q.shape}")
+            return x.transpose(0, 2, 1, 3) if order == "bhnd" else x
+        close(f"{shape} {order} o", bnhd(o), o_ref[:, pos], 2e-5)
+        lse_close(f"{shape} {order} lse", lse, lse_ref[:, :, pos])
+        for name, g, want in zip(("dq", "dk", "dv"), grads, g_ref):
+            close(f"{shape} {order} {name}", bnhd(g), want[:, pos], 1e-4)
+    q, k, v = (np.ascontiguousarray(x[:, pos]) for x in full[:3])
+    refused_order(lambda: ringattn.forward(q, k, v, COMM, causal=True),
+                  ringattn.ArgumentTypeError, "order: not given")
+    refused_order(lambda: ringattn.forward(q, k, v, COMM, order="BNHD"),
+                  ringattn.ArgumentError, "order 'BNHD': expected one of")
 
 
 def test_moved_backward_refuses_nan_dout_issue41_part1(rng):
