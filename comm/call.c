@@ -384,6 +384,7 @@ static ra_status call_gauss_rope(strat_call *c, const float *lse)
     const strat_watch w = {"the check of the Gaussian score's rounding",
                            NULL, 0};
     const ra_status st = strat_wait(c, 1, &req, &w);
+    if (st != RA_OK || worst <= 1.0)
         return st;
     return ra_error_set(RA_ERR_INPUT, "score gaussian with RoPE: q and k sit "
                         "too far from 0 for float32 (the rotation leaves no "
