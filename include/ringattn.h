@@ -452,6 +452,56 @@ static inline int64_t ra_slice_pos(const ra_slice *slice, int64_t idx)
     return slice->run[0].start + idx * slice->run[0].stride;
 }
 
+/* ---- Shards cut another way ------------------------------------------ *
+ * ra_forward and ra_backward take each rank's tokens of the call's layout
+ * (ra_exec_layout, then ra_layout_slice), whatever the caller's data
+ * loader cut: the C API moves no rows itself. Its callers mostly hold
+ * the layout's cut already (the command line reads files by layout; a
+ * framework keeps its activations in the cut of its first call), and
+ * would pay a copy and an all-to-all per array for nothing; and a rank's
+ * pointers say nothing of how many rows it holds or how they were cut,
+ * so no default could refuse shards cut otherwise: a library that
+ * assumed contiguous shards would compute zigzag ones wrong as silently
+ * as one that assumes the layout's cut computes contiguous ones. The
+ * contract is therefore one cut, named by exec->layout (RA_LAYOUT_AUTO:
+ * ra_exec_layout's choice; ra_layout_slice gives each rank's tokens). A
+ * caller holding contiguous shards (a data loader's) moves them with
+ * ra_shard_move, which checks every rank's row counts against both cuts,
+ * into the layout before the call and the outputs back after it, as the
+ * Python package does for its default layout "auto" (docs/PYTHON.md;
+ * tests/test_shard_move_mpi.c does it for every layout and mask). */
+
+/* One move of a sequence's rows between two cuts: this rank's rows of
+ * `from` (ra_layout_slice(from, num, len, rank, P): src_rows of them) go
+ * to the ranks that hold them under `to` (dst_rows here). Arrays are
+ * (outer, rows, row_bytes) bytes in C order: q (B, n, H, D) float32 is
+ * outer B and row_bytes H * D * 4; lse (B, H, n) is outer B * H and
+ * row_bytes 4; segment ids (B, n) int64 outer B and row_bytes 8. */
+typedef struct {
+    ra_layout from, to;  /* resolved: contiguous, zigzag, striped or
+                            balanced (not RA_LAYOUT_AUTO) */
+    const ra_numerics *num; /* weighs the balanced cut (its causal and
+                            window), as the call's; NULL: none */
+    int64_t len;         /* the sequence's tokens, N or M, >= 0 */
+    int64_t src_rows, dst_rows; /* this rank's rows under from and to */
+    int64_t outer, row_bytes;   /* >= 0 */
+    double stall_timeout; /* as ra_exec's; 0: wait forever */
+} ra_shard_move_spec;
+
+/* Moves rows as spec says, collective over comm: src (outer, src_rows,
+ * row_bytes) into dst (outer, dst_rows, row_bytes), caller-owned, not
+ * overlapping (NULL when the rank's array is empty); each row keeps its
+ * bytes. Every rank must pass the same from, to, len, outer, row_bytes
+ * and num's causal and window (compared: RA_ERR_ARG naming the first that
+ * differs); a src_rows or dst_rows that is not the rank's count under its
+ * cut is refused on every rank (RA_ERR_ARG "ra_shard_move: rank 1 holds 7
+ * rows where layout contiguous gives it 8 of 15"). One all-to-all of whole
+ * rows, watched by stall_timeout as a call's transfers (after a stall
+ * the caller must end the job: transfers are still in flight). */
+RA_API ra_status ra_shard_move(MPI_Comm comm,
+                               const ra_shard_move_spec *spec,
+                               const void *src, void *dst);
+
 /* Optional masks of one forward pass (any pointer may be NULL):
  *   q_lens (B), kv_lens (B): padding; key j of batch b is visible only when
  *     j < kv_lens[b], query rows i >= q_lens[b] get o = 0 and lse = -inf.
