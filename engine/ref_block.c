@@ -66,19 +66,45 @@ static void scores(const ra_ref_block *x, int64_t h)
     }
 }
 
+/* Pass 2 for row r: the mask (-inf where hidden) and ALiBi's bias; returns
+ * the row's largest score. */
+static double row_mask(const ra_ref_block *x, int64_t r, double slope)
+{
+    const int64_t kb = x->kb, qd = x->qat[r];
+    const unsigned char *vis = x->vis + r * kb;
+    double *row = x->sc + r * kb, bmax = -INFINITY;
+    if (slope != 0.0)
+        for (int64_t j = 0; j < kb; j++)
+            row[j] -= slope * fabs((double)(x->kpos[j] - qd));
+    for (int64_t j = 0; j < kb; j++) {
+        row[j] = vis[j] ? row[j] : -INFINITY;
+        bmax = row[j] > bmax ? row[j] : bmax;
+    }
+    return bmax;
+}
+
+/* Head h's ALiBi slope, 0 without ALiBi. */
+static double block_slope(const ra_ref_block *x, int64_t h)
+{
+    return x->p->alibi ? ra_params_alibi_slope(x->p, x->s->H, h) : 0.0;
+}
+
+void ra_ref_block_scores(const ra_ref_block *x, int64_t h)
+{
+    const double slope = block_slope(x, h);
+    scores(x, h);
+    for (int64_t r = 0; r < x->nr; r++)
+        row_mask(x, r, slope);
+}
+
 /* Passes 2 and 3 for row r of head h: mask and bias, then the online
  * softmax (the row's weights replace its scores). */
 static void row_softmax(const ra_ref_block *x, int64_t h, int64_t r,
                         double slope)
 {
     const int64_t nr = x->nr, kb = x->kb, Dv = x->s->Dv;
-    double *row = x->sc + r * kb, bmax = -INFINITY;
-    const int64_t qd = x->qat[r];
-    for (int64_t j = 0; j < kb; j++) {
-        row[j] = !x->vis[r * kb + j] ? -INFINITY
-                 : row[j] - slope * fabs((double)(x->kpos[j] - qd));
-        bmax = row[j] > bmax ? row[j] : bmax;
-    }
+    double *row = x->sc + r * kb;
+    const double bmax = row_mask(x, r, slope);
     double *mx = x->mx + h * nr + r, *sum = x->sum + h * nr + r;
     double *acc = x->acc + (h * nr + r) * Dv;
     const double mnew = bmax > *mx ? bmax : *mx;
@@ -93,10 +119,11 @@ static void row_softmax(const ra_ref_block *x, int64_t h, int64_t r,
     for (int64_t d = 0; x->acc_abs && d < Dv; d++)
         x->acc_abs[(h * nr + r) * Dv + d] *= corr;
     *mx = mnew;
-    for (int64_t j = 0; j < kb; j++) {
-        row[j] = exp(row[j] - mnew);
+    for (int64_t j = 0; j < kb; j++)
+        row[j] -= mnew;
+    ra_ref_exp(row, kb);
+    for (int64_t j = 0; j < kb; j++)
         *sum += row[j];
-    }
 }
 
 void ra_ref_block_fold(const ra_ref_block *x, int64_t h)
@@ -104,8 +131,7 @@ void ra_ref_block_fold(const ra_ref_block *x, int64_t h)
     const ra_shape *s = x->s;
     const int64_t nr = x->nr, kb = x->kb, Dv = s->Dv, G = s->G;
     const int64_t g = h / (s->H / G);
-    const double slope = x->p->alibi ? ra_params_alibi_slope(x->p, s->H, h)
-                                     : 0.0;
+    const double slope = block_slope(x, h);
     scores(x, h);
     for (int64_t r = 0; r < nr; r++)
         row_softmax(x, h, r, slope);

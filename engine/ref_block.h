@@ -32,6 +32,17 @@ typedef struct {
  * softmax, acc += P V. */
 void ra_ref_block_fold(const ra_ref_block *x, int64_t h);
 
+/* Head h's scores of the block with the mask and ALiBi's bias into sc
+ * (nr, kb): -inf where a row does not see a key (pass 1 and 2 of the
+ * fold; the backward check's weights follow from them and the rows'
+ * LSE). */
+void ra_ref_block_scores(const ra_ref_block *x, int64_t h);
+
+/* x[i] = exp(x[i]) for i < n in fp64 within a few ulp of libm's, 0 for
+ * arguments below -708 (-inf among them), vectorised by what the core has
+ * (ref_exp.c). */
+void ra_ref_exp(double *x, int64_t n);
+
 /* out (n, A) = rows (n, D) W^T in fp64, W (A, D): the additive score's
  * projections W_q q and W_k k of n head rows. */
 void ra_ref_project(const float *W, int64_t A, int64_t D, const double *rows,

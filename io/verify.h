@@ -37,4 +37,30 @@ static inline ra_axes verify_qkv_axes(const verify_ctx *c)
 ra_status verify_rows(const char *in, const char *out, const verify_ctx *c,
                       const int64_t *rows, int64_t n, ra_tally *t);
 
+/* One batch of verify --backward's sampled check (verify_grads.c): the
+ * files, batch b's sampled query rows pick_q (N) and keys keys[0..nk)
+ * (ascending), this rank's sums over its query rows of the keys' fp64
+ * dk (nk, G, Dk) and dv (nk, G, Dv) (added to), and the tally t: squared
+ * errors of dq, dk, dv [0..2], squared references [3..5], non-finite
+ * entries [6]. */
+typedef struct {
+    const char *grads;
+    const unsigned char *pick_q;
+    const int64_t *keys;
+    int64_t nk;
+    double *dk, *dv, *t;
+} verify_bwd_batch;
+
+/* This rank's query rows mine of batch b: their statistics, their share of
+ * the sampled keys' dk and dv (into x), and their sampled rows' dq
+ * against the file (into x->t). Not collective. The gradients of the dot
+ * and Gaussian scores, fp32 runs (no bf16 rounding). */
+ra_status verify_grads_share(const char *in, const verify_ctx *c, int64_t b,
+                             ra_range mine, const verify_bwd_batch *x);
+
+/* The sampled keys' dk and dv in x, summed over every rank's share, taken
+ * back by RoPE and compared with the file's /dk and /dv (into x->t). */
+ra_status verify_grads_keys(const verify_ctx *c, int64_t b,
+                            const verify_bwd_batch *x);
+
 #endif /* RA_VERIFY_H */

@@ -12,39 +12,9 @@
 #include "centre.h"
 #include "ref_block.h"
 #include "internal.h"
-#include "verify.h"
+#include "verify_work.h"
 
-/* Keys per block, and query rows per pass over the keys (a larger share,
- * e.g. --all, takes several passes): scores of 1024 x 2048 doubles. */
-enum { KEY_BLOCK = 2048, ROW_CHUNK = 1024 };
-
-/* Scratch of one share: its rows' tensors and state, one key block. */
-typedef struct {
-    int64_t nr;           /* rows of the current batch */
-    int64_t *pos, *qseg;  /* (nr) query positions, segment ids or NULL */
-    int64_t *qat;         /* (nr) their aligned positions (ra_align) */
-    /* per-sequence alignment with segments, else NULL: one batch's query
-     * ids (N) then key ids (M), the scratch of ra_align_batch (N + M) and
-     * the aligned positions of all its queries (N) */
-    int64_t *ids, *at;
-    ra_key_id *keys;
-    double *q, *o, *lse;  /* (nr, H, D) (nr, H, Dv) (H, nr) */
-    double *mx, *sum;     /* (H, nr): running max and sum */
-    double *acc;          /* (H, nr, Dv) */
-    double *acc_abs, *va; /* round_p: P |V| (H, nr, Dv) and |v| (KB, G,
-                             Dv), for the tolerance (compare.h) */
-    double *qa, *ka;      /* additive: W_q q (nr, H, A), W_k k (KB, G, A) */
-    double *lrow;         /* one /lse row (N) */
-    double *k, *v, *sc;   /* (KB, G, Dk) (KB, G, Dv) (nr, KB) */
-    unsigned char *vis;   /* (nr, KB) */
-    int64_t *kpos, *kseg; /* (KB) */
-    /* the Gaussian score rounded to bf16: the run rounds q and k moved by
-     * the keys' centre (centre.h), so the reference moves them too */
-    double *bounds;       /* (2, G, D) */
-    float *centre, *kf;   /* (G, D), one key block (KB, G, D) in fp32 */
-} vwork;
-
-static void vwork_free(vwork *w)
+void verify_work_free(vwork *w)
 {
     void *p[] = {w->pos, w->qseg, w->qat, w->ids, w->at, w->keys, w->q, w->o, w->lse, w->mx, w->sum, w->acc,
                  w->acc_abs, w->va,
@@ -62,7 +32,7 @@ static int verify_centred(const verify_ctx *c)
     return c->p.score == RA_SCORE_GAUSSIAN && (c->round_q || c->round_kv);
 }
 
-static ra_status vwork_alloc(const verify_ctx *c, int64_t n, vwork *w)
+ra_status verify_work_alloc(const verify_ctx *c, int64_t n, vwork *w)
 {
     const ra_shape *s = c->s;
     const int64_t Dk = ra_shape_dk(s), H = s->H, G = s->G;
@@ -184,27 +154,71 @@ static ra_status batch_centre(const char *in, const verify_ctx *c, int64_t b,
     return st;
 }
 
-/* The rows of batch b: q (rotated), o, their lse, segment ids; the additive
- * score's query projection; the softmax state reset. */
-static ra_status rows_load(const char *in, const char *out,
-                           const verify_ctx *c, int64_t b, const int64_t *rows,
-                           vwork *w)
+ra_status verify_read_runs(const char *path, const char *name,
+                           verify_run_kind kind, const verify_ctx *c,
+                           int64_t b, const int64_t *idx, int64_t n,
+                           int64_t width, void *out)
+{
+    ra_status st = RA_OK;
+    int present;
+    for (int64_t r = 0, z = 0; r < n && st == RA_OK; r = z) {
+        for (z = r + 1; z < n && idx[z] == idx[r] + (z - r); z++)
+            ;
+        double *x = (double *)out + r * width;
+        st = kind == VERIFY_IDS
+                 ? h5io_read_segments(path, name, b, idx[r], z - r,
+                                      (int64_t *)out + r, &present)
+             : kind == VERIFY_O
+                 ? h5io_read_o_rows(path, b, idx[r], z - r, x)
+                 : h5io_read_rows_as(path, name, kind == VERIFY_GRAD
+                                     ? RA_AXES_BNHD : verify_qkv_axes(c), b,
+                                     idx[r], z - r, x);
+    }
+    return st;
+}
+
+/* The rows' /lse of out into w->lse (H, nr). */
+static ra_status rows_lse(const char *out, const verify_ctx *c, int64_t b,
+                          vwork *w)
+{
+    ra_status st = RA_OK;
+    for (int64_t h = 0; h < c->s->H && st == RA_OK; h++) {
+        if ((st = h5io_read_lse(out, b, h, 0, c->s->N, w->lrow)) == RA_OK)
+            for (int64_t r = 0; r < w->nr; r++)
+                w->lse[h * w->nr + r] = w->lrow[w->pos[r]];
+    }
+    return st;
+}
+
+/* The softmax state of the rows, reset. */
+static void rows_reset(const verify_ctx *c, vwork *w)
+{
+    const int64_t n = w->nr * c->s->H;
+    for (int64_t x = 0; x < n; x++) {
+        w->mx[x] = -INFINITY;
+        w->sum[x] = 0.0;
+    }
+    memset(w->acc, 0, sizeof(double) * (size_t)(n * c->s->Dv));
+    if (w->acc_abs)
+        memset(w->acc_abs, 0, sizeof(double) * (size_t)(n * c->s->Dv));
+}
+
+ra_status verify_rows_load(const char *in, const char *out,
+                           const verify_ctx *c, int64_t b,
+                           const int64_t *rows, vwork *w)
 {
     const ra_shape *s = c->s;
     const int64_t H = s->H, D = s->D, nr = w->nr;
-    const ra_axes axes = verify_qkv_axes(c);
-    ra_status st = RA_OK;
-    int present;
-    for (int64_t r = 0; r < nr && st == RA_OK; r++) {
+    for (int64_t r = 0; r < nr; r++)
         w->pos[r] = rows[r] % s->N;
-        if ((st = h5io_read_rows_as(in, c->run.names[0], axes, b, w->pos[r],
-                                    1, w->q + r * H * D)) == RA_OK &&
-            (st = h5io_read_o_rows(out, b, w->pos[r], 1,
-                                   w->o + r * H * s->Dv)) == RA_OK &&
-            w->qseg)
-            st = h5io_read_segments(in, c->q_seg_name, b, w->pos[r], 1,
-                                    w->qseg + r, &present);
-    }
+    ra_status st = verify_read_runs(in, c->run.names[0], VERIFY_TENSOR, c,
+                                    b, w->pos, nr, H * D, w->q);
+    if (st == RA_OK && out)
+        st = verify_read_runs(out, NULL, VERIFY_O, c, b, w->pos, nr,
+                              H * s->Dv, w->o);
+    if (st == RA_OK && w->qseg)
+        st = verify_read_runs(in, c->q_seg_name, VERIFY_IDS, c, b, w->pos,
+                              nr, 1, w->qseg);
     if (st == RA_OK)
         st = rows_align(in, c, b, w);
     for (int64_t r = 0; r < nr && st == RA_OK; r++)
@@ -217,58 +231,20 @@ static ra_status rows_load(const char *in, const char *out,
     if (c->round_q) /* RoPE's rotation is fp64 here, float32 in the run:
                        they agree to float32's rounding before bf16's */
         ra_bf16_round_f64(w->q, nr * H * D);
-    for (int64_t h = 0; h < H && st == RA_OK; h++) {
-        if ((st = h5io_read_lse(out, b, h, 0, s->N, w->lrow)) == RA_OK)
-            for (int64_t r = 0; r < nr; r++)
-                w->lse[h * nr + r] = w->lrow[w->pos[r]];
-    }
+    if (st == RA_OK && out)
+        st = rows_lse(out, c, b, w);
     if (st == RA_OK && w->qa)
         ra_ref_project(c->p.additive->w_q, c->p.additive->A, D, w->q, nr * H,
                      w->qa);
-    for (int64_t x = 0; x < nr * H; x++) {
-        w->mx[x] = -INFINITY;
-        w->sum[x] = 0.0;
-    }
-    memset(w->acc, 0, sizeof(double) * (size_t)(nr * H * s->Dv));
-    if (w->acc_abs)
-        memset(w->acc_abs, 0, sizeof(double) * (size_t)(nr * H * s->Dv));
+    rows_reset(c, w);
     return st;
 }
 
-/* Keys [j0, j0 + kb) of batch b: k (rotated), v, ids, positions, the
- * additive key projection, and which (row, key) pairs are visible. */
-static ra_status block_load(const char *in, const verify_ctx *c, int64_t b,
-                            int64_t j0, int64_t kb, vwork *w)
+/* Which (row, key) pairs of batch b the block's kb keys in w show. */
+static void keys_visible(const verify_ctx *c, int64_t b, int64_t kb,
+                         vwork *w)
 {
     const ra_shape *s = c->s;
-    const int64_t G = s->G, Dk = ra_shape_dk(s);
-    int present;
-    const ra_axes axes = verify_qkv_axes(c);
-    ra_status st = h5io_read_rows_as(in, c->run.names[1], axes, b, j0, kb,
-                                     w->k);
-    if (st == RA_OK)
-        st = h5io_read_rows_as(in, c->run.names[2], axes, b, j0, kb, w->v);
-    if (st == RA_OK && w->kseg)
-        st = h5io_read_segments(in, c->kv_seg_name, b, j0, kb, w->kseg,
-                                &present);
-    if (st != RA_OK)
-        return st;
-    for (int64_t j = 0; j < kb; j++) {
-        w->kpos[j] = j0 + j;
-        for (int64_t g = 0; g < G; g++)
-            ra_rope_row_ref(c->p.rope, c->p.rope_base, w->k + (j * G + g) * Dk,
-                            Dk, j0 + j);
-    }
-    centre_rows(w, w->k, kb, G, G, Dk);
-    if (c->round_kv) {
-        ra_bf16_round_f64(w->k, kb * G * Dk);
-        ra_bf16_round_f64(w->v, kb * G * s->Dv);
-    }
-    for (int64_t x = 0; w->va && x < kb * G * s->Dv; x++)
-        w->va[x] = fabs(w->v[x]);
-    if (w->ka)
-        ra_ref_project(c->p.additive->w_k, c->p.additive->A, Dk, w->k, kb * G,
-                     w->ka);
     for (int64_t r = 0; r < w->nr; r++) {
         const ra_mask mk = {.causal = c->run.causal, .diag = s->M - s->N,
                             .window = c->run.window,
@@ -282,11 +258,53 @@ static ra_status block_load(const char *in, const verify_ctx *c, int64_t b,
         for (int64_t j = 0; j < kb; j++)
             w->vis[r * kb + j] = (unsigned char)ra_ref_visible(&mk, 0, j);
     }
+}
+
+ra_status verify_keys_load(const char *in, const verify_ctx *c, int64_t b,
+                           int64_t j0, const int64_t *keys, int64_t kb,
+                           vwork *w)
+{
+    const ra_shape *s = c->s;
+    const int64_t G = s->G, Dk = ra_shape_dk(s);
+    for (int64_t j = 0; j < kb; j++)
+        w->kpos[j] = keys ? keys[j] : j0 + j;
+    ra_status st = verify_read_runs(in, c->run.names[1], VERIFY_TENSOR, c, b,
+                                    w->kpos, kb, G * Dk, w->k);
+    if (st == RA_OK)
+        st = verify_read_runs(in, c->run.names[2], VERIFY_TENSOR, c, b,
+                              w->kpos, kb, G * s->Dv, w->v);
+    if (st == RA_OK && w->kseg)
+        st = verify_read_runs(in, c->kv_seg_name, VERIFY_IDS, c, b,
+                              w->kpos, kb, 1, w->kseg);
+    if (st != RA_OK)
+        return st;
+    for (int64_t j = 0; j < kb; j++)
+        for (int64_t g = 0; g < G; g++)
+            ra_rope_row_ref(c->p.rope, c->p.rope_base, w->k + (j * G + g) * Dk,
+                            Dk, w->kpos[j]);
+    centre_rows(w, w->k, kb, G, G, Dk);
+    if (c->round_kv) {
+        ra_bf16_round_f64(w->k, kb * G * Dk);
+        ra_bf16_round_f64(w->v, kb * G * s->Dv);
+    }
+    for (int64_t x = 0; w->va && x < kb * G * s->Dv; x++)
+        w->va[x] = fabs(w->v[x]);
+    if (w->ka)
+        ra_ref_project(c->p.additive->w_k, c->p.additive->A, Dk, w->k, kb * G,
+                     w->ka);
+    keys_visible(c, b, kb, w);
     return RA_OK;
 }
 
-/* The block of kb keys in w as the fp64 passes see it (ref_block.h). */
-static ra_ref_block block_of(const verify_ctx *c, int64_t kb, vwork *w)
+int verify_block_seen(const vwork *w, int64_t kb)
+{
+    for (int64_t x = 0; x < w->nr * kb; x++)
+        if (w->vis[x])
+            return 1;
+    return 0;
+}
+
+ra_ref_block verify_block_of(const verify_ctx *c, int64_t kb, vwork *w)
 {
     return (ra_ref_block){
         c->s, &c->p, c->score.scale, w->nr, kb, w->q, w->k, w->v, w->qa,
@@ -317,12 +335,14 @@ static ra_status batch_check(const char *in, const char *out,
                              const int64_t *rows, vwork *w, ra_tally *t)
 {
     const ra_shape *s = c->s;
-    ra_status st = rows_load(in, out, c, b, rows, w);
+    ra_status st = verify_rows_load(in, out, c, b, rows, w);
     for (int64_t j0 = 0; j0 < s->M && st == RA_OK; j0 += KEY_BLOCK) {
         const int64_t kb = s->M - j0 < KEY_BLOCK ? s->M - j0 : KEY_BLOCK;
-        if ((st = block_load(in, c, b, j0, kb, w)) != RA_OK)
+        if ((st = verify_keys_load(in, c, b, j0, NULL, kb, w)) != RA_OK)
             break;
-        const ra_ref_block x = block_of(c, kb, w);
+        if (!verify_block_seen(w, kb)) /* e.g. above the causal diagonal */
+            continue;
+        const ra_ref_block x = verify_block_of(c, kb, w);
         for (int64_t h = 0; h < s->H; h++)
             ra_ref_block_fold(&x, h);
     }
@@ -335,7 +355,7 @@ ra_status verify_rows(const char *in, const char *out, const verify_ctx *c,
                       const int64_t *rows, int64_t n, ra_tally *t)
 {
     vwork w = {0};
-    ra_status st = n > 0 ? vwork_alloc(c, n < ROW_CHUNK ? n : ROW_CHUNK, &w)
+    ra_status st = n > 0 ? verify_work_alloc(c, n < ROW_CHUNK ? n : ROW_CHUNK, &w)
                          : RA_OK;
     for (int64_t a = 0; a < n && st == RA_OK;) {
         const int64_t b = rows[a] / c->s->N;
@@ -346,6 +366,6 @@ ra_status verify_rows(const char *in, const char *out, const verify_ctx *c,
         st = batch_check(in, out, c, b, rows + a, &w, t);
         a = z;
     }
-    vwork_free(&w);
+    verify_work_free(&w);
     return st;
 }

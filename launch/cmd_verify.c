@@ -16,6 +16,7 @@
 #include "kernel.h"
 #include "tally.h"
 #include "verify.h"
+#include "verify_cost.h"
 
 /* This rank's comparison with the reference (the one error tally) and the
  * NaN values of /o and /lse in any row, checked or not. */
@@ -125,7 +126,8 @@ static const cli_spec verify_spec = {
     "rows) with the causal flag, window, score, scale, RoPE and ALiBi\n"
     "recorded in OUT.h5 and the mask datasets of IN.h5 (lens, segments), and\n"
     "compares /o and /lse. Under mpirun each rank checks a share of the rows\n"
-    "(blocked fp64 BLAS over key blocks). The recorded parameters and the\n"
+    "(blocked fp64 BLAS over key blocks); the check's predicted cost is\n"
+    "printed before it starts. The recorded parameters and the\n"
     "masks are checked as run checks them. Outputs of run --mha (/y) and of\n"
     "modes it does not know are refused by name.\n"
     "Exit 0 when the relative error ||o - ref|| / ||ref|| and the LSE error\n"
@@ -328,6 +330,14 @@ static ra_status verify_share(const cli_ctx *ctx, const cli_check *o,
 {
     const ra_shape *s = c->v.s;
     const ra_range mine = ra_shard_range(nrows, ctx->rank, ctx->nranks);
+    /* consecutive rows skip the key blocks none of them sees; a sample's
+     * rows are spread over them */
+    const double f = nrows < s->B * s->N ? 1.0
+                     : verify_pair_fraction(c->v.run.causal, c->v.run.window,
+                                            c->v.run.window_left,
+                                            c->v.run.window_right, s->M);
+    const double pairs = (double)mine.count * s->M * s->H * f;
+    verify_cost_print(ctx, "verify", pairs * (double)(s->D + s->Dv), pairs);
     const int blas = ra_blas_enter(1); /* one rank per core */
     t->cmp.p_unit = c->v.round_p ? RA_BF16_UNIT : 0.0;
     ra_status st = verify_rows(o->in, o->out, &c->v, rows + mine.start,

@@ -3,18 +3,20 @@
  * definition, on every row or on seeded random samples of query rows (dq)
  * and key rows (dk, dv).
  *
- * Cost: a key row's gradient sums over every query that sees it, and each
- * of those needs its own LSE and Drow, i.e. a pass over all keys. So the
- * check works in units of one (batch, kv head): the unit's fp64 gradients
- * for all its rows are one pass of N M (D + Dv) H/G multiply-adds (the
- * cost of one fp64 forward of those heads), units are split over the ranks,
- * and with a sample only the units holding a sampled row are computed.
- * Each rank holds one batch of q, k, v, dO and the gradients (a checking
- * tool: O(N + M) memory per rank). RoPE is applied to the fp64 rows here
- * and the gradients taken back by the rotation at minus the positions;
- * ALiBi and the additive score come from the reference. The additive
- * weights' gradients are sums over every pair, so with that score every
- * unit is computed and /dw_q, /dw_k, /dw_v are checked whole. */
+ * Cost: a gradient entry needs its query row's LSE and Drow, i.e. a pass
+ * over all keys, and a key's dk and dv sum over every query that sees it.
+ * So each rank takes its share of every sampled batch's query rows, finds
+ * their statistics with one blocked fp64 forward of them, and adds their
+ * pairs with the sampled keys to the keys' dk and dv (summed over the
+ * ranks) and their sampled rows' dq (io/verify_grads.c): the check costs
+ * one fp64 forward of the batches that hold a sampled row plus a share
+ * that grows with the samples, split over the ranks, printed before it
+ * starts. The additive score's weights' gradients are sums over every
+ * pair: with that score the check works in units of one (batch, kv head)
+ * with the naive reference (one row at a time, each rank holding a batch),
+ * and /dw_q, /dw_k, /dw_v are checked whole. RoPE is applied to the fp64
+ * rows and the gradients taken back by the rotation at minus the
+ * positions; ALiBi comes from the reference. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,8 @@
 #include "cli.h"
 #include "h5io.h"
 #include "internal.h"
+#include "verify.h"
+#include "verify_cost.h"
 
 enum { VB_SAMPLE = 256 }; /* rows of each side checked without --sample */
 
@@ -42,7 +46,12 @@ static const cli_spec vb_spec = {
     "for the additive score /dw_q, /dw_k, /dw_v whole): exit 0 when every\n"
     "relative error ||g - ref|| / ||ref|| is below the tolerance and no\n"
     "checked value is NaN or infinite.\n"
-    "Without --sample or --all: 256 random query rows and 256 key rows.\n",
+    "Without --sample or --all: 256 random query rows and 256 key rows. The\n"
+    "check costs one fp64 forward of the batches holding a sampled row plus\n"
+    "the samples' share, split over the ranks; its predicted cost is printed\n"
+    "before it starts. An entry outside the sample is not looked at: a wrong\n"
+    "entry is found with the chance its row is sampled, K / (B N) for dq,\n"
+    "K / (B M) for dk and dv.\n",
     .groups = {{cli_check_opts, 0}},
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
@@ -258,10 +267,16 @@ static int unit_needed(const vb_ctx *c, int64_t b)
     return 0;
 }
 
-/* This rank's units: (b, g) with (b G + g) mod P == rank. */
-static ra_status vb_check(const cli_ctx *ctx, const cli_check *o,
+/* This rank's units of the naive check: (b, g) with (b G + g) mod P ==
+ * rank; its predicted cost printed first. */
+static ra_status vb_units(const cli_ctx *ctx, const cli_check *o,
                           const vb_ctx *c, double *t)
 {
+    const ra_shape *s = &c->s;
+    const double units = ceil((double)(s->B * s->G) / ctx->nranks);
+    const double pairs = (double)s->N * s->M * (s->H / s->G) * units;
+    verify_cost_print(ctx, "verify --backward (additive score, every pair)",
+                      pairs * (double)(3 * s->D + 2 * s->Dv), 2 * pairs);
     vb_bufs w = {0};
     ra_status st = vb_bufs_alloc(&c->s, &w);
     int64_t loaded = -1;
@@ -277,6 +292,113 @@ static ra_status vb_check(const cli_ctx *ctx, const cli_check *o,
     }
     vb_bufs_free(&w);
     return st;
+}
+
+/* The recorded problem as the fp64 passes of verify see it (fp32: nothing
+ * rounded). */
+static verify_ctx vb_verify_ctx(const vb_ctx *c)
+{
+    verify_ctx v = {.s = &c->s, .run = c->run, .p = c->p, .score = c->score,
+                    .q_lens = c->masks.q_lens, .kv_lens = c->masks.kv_lens,
+                    .q_seg_name = c->q_seg, .kv_seg_name = c->kv_seg};
+    v.p.sigma = c->run.sigma;
+    return v;
+}
+
+/* x[0..n) summed over the ranks, in pieces an int counts. */
+static ra_status sum_ranks(MPI_Comm comm, double *x, int64_t n)
+{
+    for (int64_t a = 0; a < n; a += 1 << 26) {
+        const int len = (int)(n - a < (1 << 26) ? n - a : (1 << 26));
+        if (MPI_Allreduce(MPI_IN_PLACE, x + a, len, MPI_DOUBLE, MPI_SUM,
+                          comm) != MPI_SUCCESS)
+            return ra_error_set(RA_ERR_MPI, "verify --backward: summing the "
+                                            "keys' gradients failed");
+    }
+    return RA_OK;
+}
+
+/* The sampled rows and keys of batch b: keys[0..*nk), and how many query
+ * rows of it are sampled. */
+static int64_t batch_picks(const vb_ctx *c, int64_t b, int64_t *keys,
+                           int64_t *nk)
+{
+    int64_t nq = 0;
+    *nk = 0;
+    for (int64_t j = 0; j < c->s.M; j++)
+        if (c->pick_k[b * c->s.M + j])
+            keys[(*nk)++] = j;
+    for (int64_t i = 0; i < c->s.N; i++)
+        nq += c->pick_q[b * c->s.N + i];
+    return nq;
+}
+
+/* The sampled check's predicted cost on the most loaded rank. */
+static void vb_cost(const cli_ctx *ctx, const vb_ctx *c, int64_t *keys)
+{
+    const ra_shape *s = &c->s;
+    const double f = verify_pair_fraction(c->run.causal, c->run.window,
+                                          c->run.window_left,
+                                          c->run.window_right, s->M);
+    const double rows = ceil((double)s->N / ctx->nranks), H = (double)s->H;
+    const double D = (double)s->D, Dv = (double)s->Dv;
+    double madds = 0, exps = 0;
+    for (int64_t b = 0, nk; b < s->B; b++) {
+        const double nq = (double)batch_picks(c, b, keys, &nk);
+        if (nq == 0 && nk == 0)
+            continue;
+        const double q = ceil(nq / ctx->nranks) * s->M * f * H;
+        const double k = rows * (double)nk * f * H;
+        const double all = rows * s->M * f * H;
+        madds += all * (D + Dv) + k * (2 * D + 2 * Dv) + q * (2 * D + Dv);
+        exps += all + k + q;
+    }
+    verify_cost_print(ctx, "verify --backward", madds, exps);
+}
+
+/* The sampled check: every batch holding a sampled row, each rank taking
+ * its share of the query rows; collective. */
+static ra_status vb_sampled(const cli_ctx *ctx, const cli_check *o,
+                            const vb_ctx *c, double *t)
+{
+    const ra_shape *s = &c->s;
+    const int64_t G = s->G, Dk = ra_shape_dk(s), Dv = s->Dv;
+    const verify_ctx v = vb_verify_ctx(c);
+    int64_t *keys = malloc(sizeof(int64_t) * (size_t)(s->M + 1));
+    double *dkv = malloc(sizeof(double) * (size_t)(s->M * G * (Dk + Dv) + 1));
+    ra_status st = ra_agree(ctx->comm, keys && dkv ? RA_OK
+                            : ra_error_set(RA_ERR_NOMEM, "verify --backward: "
+                                           "cannot allocate the keys' "
+                                           "gradients"));
+    if (st == RA_OK)
+        vb_cost(ctx, c, keys);
+    const ra_range mine = ra_shard_range(s->N, ctx->rank, ctx->nranks);
+    const int blas = ra_blas_enter(1); /* one rank per core */
+    for (int64_t b = 0, nk = 0; b < s->B && st == RA_OK; b++) {
+        if (batch_picks(c, b, keys, &nk) == 0 && nk == 0)
+            continue;
+        memset(dkv, 0, sizeof(double) * (size_t)(nk * G * (Dk + Dv)));
+        const verify_bwd_batch x = {o->out, c->pick_q + b * s->N, keys, nk,
+                                    dkv, dkv + nk * G * Dk, t};
+        st = ra_agree(ctx->comm, verify_grads_share(o->in, &v, b, mine, &x));
+        if (st == RA_OK)
+            st = sum_ranks(ctx->comm, dkv, nk * G * (Dk + Dv));
+        if (st == RA_OK && ctx->rank == 0)
+            st = verify_grads_keys(&v, b, &x);
+        st = ra_agree(ctx->comm, st);
+    }
+    ra_blas_leave(blas);
+    free(keys);
+    free(dkv);
+    return st;
+}
+
+/* The additive score's check works in naive units, the others sampled. */
+static ra_status vb_check(const cli_ctx *ctx, const cli_check *o,
+                          const vb_ctx *c, double *t)
+{
+    return c->dw ? ra_agree(ctx->comm, vb_units(ctx, o, c, t))
+                 : vb_sampled(ctx, o, c, t);
 }
 
 /* One gradient dataset of out has the dims the input's shape gives. */
@@ -456,7 +578,7 @@ int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv)
     double t[9] = {0};
     ra_status st = vb_validate(ctx, &o, &c);
     if (st == RA_OK)
-        st = ra_agree(ctx->comm, vb_check(ctx, &o, &c, t));
+        st = vb_check(ctx, &o, &c, t);
     if (st == RA_OK && c.dw)
         st = vb_weights(ctx, &o, &c, t);
     code = st == RA_OK ? vb_report(ctx, &o, &c, t)

@@ -156,6 +156,47 @@ def verify(grads, extra, want, inp="in.h5"):
     return ok
 
 
+def corrupted_cases(grads, fwd):
+    """verify --backward finds a wrong gradient: one entry of /dq, /dk or
+    /dv with every row checked, and one coordinate of every row with a
+    sample of 5 (a sampled row or key always holds a wrong entry; one wrong
+    entry alone is found with the chance its row is sampled). verify and
+    verify --backward print their predicted cost before the verdict."""
+    ok = True
+    cmd = ["mpirun", "-np", NP, "--oversubscribe", RINGATTN, "verify"]
+    for name in ("dq", "dk", "dv"):
+        for extra, every in ((["--all"], False), (["--sample", "5"], True)):
+            shutil.copy(grads, "bad.h5")
+            with h5py.File("bad.h5", "r+") as f:
+                x = f[name][...]
+                rms = float(np.sqrt(np.mean(x.astype(np.float64) ** 2)))
+                if every:
+                    x[..., 0] += 1e-2 * rms
+                else:
+                    x[np.unravel_index(np.argmax(np.abs(x)), x.shape)] *= 1.01
+                f[name][...] = x
+            r = subprocess.run(cmd + ["--backward", "--in", "in.h5", "--out",
+                                      "bad.h5"] + extra, env=ENV,
+                               capture_output=True, text=True)
+            lines = r.stdout.strip().splitlines()
+            good = (r.returncode == 1 and len(lines) == 2 and
+                    "predicted cost per rank" in lines[0] and
+                    lines[1].endswith("FAIL"))
+            print(f"{'PASS' if good else 'FAIL'} verify --backward "
+                  f"{' '.join(extra)} of a wrong /{name} "
+                  f"({'every row' if every else 'one entry'}): exit "
+                  f"{r.returncode}, cost printed first")
+            ok &= good
+    r = subprocess.run(cmd + ["--in", "in.h5", "--out", fwd], env=ENV,
+                       capture_output=True, text=True)
+    lines = r.stdout.strip().splitlines()
+    good = (r.returncode == 0 and len(lines) == 2 and
+            lines[0].startswith("# verify: predicted cost per rank"))
+    print(f"{'PASS' if good else 'FAIL'} verify prints its predicted cost "
+          "before the verdict")
+    return ok and good
+
+
 def main():
     work = tempfile.mkdtemp(prefix="ra_e2e_bwd_")
     try:
@@ -204,6 +245,7 @@ def cases():
     ok &= verify("g_heads.h5", ["--all"], 0)
     ok &= verify("g_fwd.h5", ["--all"], 0)
     ok &= verify("g_fwd.h5", ["--sample", "17"], 0)
+    ok &= corrupted_cases("g_fwd.h5", "fwd.h5")
     # the same gradients checked as a non-causal run's must fail
     with h5py.File("g_fwd.h5", "r+") as f:
         f.attrs["causal"] = 0

@@ -1,0 +1,234 @@
+/* verify_grads.c: the reads and fp64 passes of verify --backward's check
+ * (verify.h). A gradient entry needs its pair's score and its query row's
+ * LSE and Drow = do . o, which need the whole row. So one rank's share of
+ * the query rows is taken a chunk at a time: (1) the chunk's statistics
+ * from the forward's fold over every key block (lse, o, then Drow);
+ * (2) the chunk against the batch's sampled keys, added to their dk, dv;
+ * (3) the chunk's sampled rows against every key block: their dq, compared
+ * here. Pass 1 is the check's main cost: one fp64 forward of the rank's
+ * rows; passes 2 and 3 grow with the samples. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ref_grads.h"
+#include "verify_work.h"
+
+/* The scratch of one share: a chunk of consecutive rows and, apart, its
+ * sampled rows. */
+typedef struct {
+    vwork all, sel;
+    double *dout, *lse, *drow;  /* chunk: (nr, H, Dv), (H, nr), (H, nr) */
+    double *sdout, *slse, *sdrow; /* its sampled rows: the same */
+    double *dq, *got;           /* sampled rows: (ns, H, D) ref and file */
+    double *dp;                 /* (ROW_CHUNK, KEY_BLOCK) */
+    int64_t *rows, *srows;      /* flat rows of the chunk, of its sample */
+} gwork;
+
+static void gwork_free(gwork *g)
+{
+    void *p[] = {g->dout, g->lse, g->drow, g->sdout, g->slse, g->sdrow,
+                 g->dq, g->got, g->dp, g->rows, g->srows};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+        free(p[i]);
+    verify_work_free(&g->all);
+    verify_work_free(&g->sel);
+}
+
+static ra_status gwork_alloc(const verify_ctx *c, gwork *g)
+{
+    const ra_shape *s = c->s;
+    const size_t n = ROW_CHUNK, d = sizeof(double), H = (size_t)s->H;
+    ra_status st = verify_work_alloc(c, ROW_CHUNK, &g->all);
+    if (st == RA_OK)
+        st = verify_work_alloc(c, ROW_CHUNK, &g->sel);
+    g->dout = malloc(d * n * H * (size_t)s->Dv);
+    g->sdout = malloc(d * n * H * (size_t)s->Dv);
+    g->lse = malloc(d * n * H);
+    g->drow = malloc(d * n * H);
+    g->slse = malloc(d * n * H);
+    g->sdrow = malloc(d * n * H);
+    g->dq = malloc(d * n * H * (size_t)s->D);
+    g->got = malloc(d * n * H * (size_t)s->D);
+    g->dp = malloc(d * n * KEY_BLOCK);
+    g->rows = malloc(sizeof(int64_t) * n);
+    g->srows = malloc(sizeof(int64_t) * n);
+    if (st == RA_OK && (!g->dout || !g->sdout || !g->lse || !g->drow ||
+                        !g->slse || !g->sdrow || !g->dq || !g->got ||
+                        !g->dp || !g->rows || !g->srows))
+        st = ra_error_set(RA_ERR_NOMEM, "verify --backward: cannot allocate "
+                          "the check's buffers");
+    return st;
+}
+
+/* Pass 1: the chunk's lse and Drow = do . o (H, nr) from a fold over every
+ * key block. */
+static ra_status chunk_stats(const char *in, const verify_ctx *c, int64_t b,
+                             gwork *g)
+{
+    const ra_shape *s = c->s;
+    vwork *w = &g->all;
+    const int64_t H = s->H, Dv = s->Dv, nr = w->nr;
+    ra_status st = RA_OK;
+    for (int64_t j0 = 0; j0 < s->M && st == RA_OK; j0 += KEY_BLOCK) {
+        const int64_t kb = s->M - j0 < KEY_BLOCK ? s->M - j0 : KEY_BLOCK;
+        if ((st = verify_keys_load(in, c, b, j0, NULL, kb, w)) != RA_OK ||
+            !verify_block_seen(w, kb))
+            continue;
+        const ra_ref_block x = verify_block_of(c, kb, w);
+        for (int64_t h = 0; h < H; h++)
+            ra_ref_block_fold(&x, h);
+    }
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t r = 0; r < nr; r++) {
+            const double sum = w->sum[h * nr + r];
+            const double *acc = w->acc + (h * nr + r) * Dv;
+            const double *dout = g->dout + (r * H + h) * Dv;
+            double dr = 0.0;
+            for (int64_t d = 0; sum > 0 && d < Dv; d++)
+                dr += dout[d] * acc[d] / sum;
+            g->lse[h * nr + r] = sum > 0 ? w->mx[h * nr + r] + log(sum)
+                                         : -INFINITY;
+            g->drow[h * nr + r] = dr;
+        }
+    return st;
+}
+
+/* Pass 2: the chunk against the sampled keys, added to their dk, dv. */
+static ra_status chunk_keys(const char *in, const verify_ctx *c, int64_t b,
+                            const verify_bwd_batch *x, gwork *g)
+{
+    const ra_shape *s = c->s;
+    const int64_t G = s->G, Dk = ra_shape_dk(s);
+    vwork *w = &g->all;
+    ra_status st = RA_OK;
+    for (int64_t k0 = 0; k0 < x->nk && st == RA_OK; k0 += KEY_BLOCK) {
+        const int64_t kb = x->nk - k0 < KEY_BLOCK ? x->nk - k0 : KEY_BLOCK;
+        if ((st = verify_keys_load(in, c, b, 0, x->keys + k0, kb, w)) !=
+                RA_OK || !verify_block_seen(w, kb))
+            continue;
+        const ra_ref_block blk = verify_block_of(c, kb, w);
+        const ra_ref_bgrads gr = {g->lse, g->drow, g->dout, NULL,
+                                  x->dk + k0 * G * Dk,
+                                  x->dv + k0 * G * s->Dv, g->dp};
+        for (int64_t h = 0; h < s->H; h++)
+            ra_ref_block_backward(&blk, h, &gr);
+    }
+    return st;
+}
+
+/* Adds the squared error of got against ref (n values), the squared ref
+ * and got's non-finite entries to t[which], t[3 + which], t[6]. */
+static void tally_grad(const double *got, const double *ref, int64_t n,
+                       int which, double *t)
+{
+    for (int64_t x = 0; x < n; x++) {
+        t[6] += !isfinite(got[x]);
+        t[which] += (got[x] - ref[x]) * (got[x] - ref[x]);
+        t[3 + which] += ref[x] * ref[x];
+    }
+}
+
+/* The sampled rows of the chunk into g->sel with their statistics. */
+static ra_status chunk_sample(const char *in, const verify_ctx *c, int64_t b,
+                              const verify_bwd_batch *x, gwork *g)
+{
+    const int64_t H = c->s->H, Dv = c->s->Dv, nr = g->all.nr;
+    int64_t ns = 0;
+    for (int64_t r = 0; r < nr; r++) {
+        if (!x->pick_q[g->all.pos[r]])
+            continue;
+        memcpy(g->sdout + ns * H * Dv, g->dout + r * H * Dv,
+               sizeof(double) * (size_t)(H * Dv));
+        g->srows[ns++] = g->rows[r];
+    }
+    for (int64_t h = 0, i = 0; h < H; h++)
+        for (int64_t r = 0; r < nr; r++)
+            if (x->pick_q[g->all.pos[r]]) {
+                g->slse[i] = g->lse[h * nr + r];
+                g->sdrow[i++] = g->drow[h * nr + r];
+            }
+    g->sel.nr = ns;
+    return ns ? verify_rows_load(in, NULL, c, b, g->srows, &g->sel) : RA_OK;
+}
+
+/* Pass 3: the chunk's sampled rows against every key block: their dq,
+ * rotated back, against the file's. */
+static ra_status chunk_dq(const char *in, const verify_ctx *c, int64_t b,
+                          const verify_bwd_batch *x, gwork *g)
+{
+    const ra_shape *s = c->s;
+    const int64_t H = s->H, D = s->D;
+    vwork *w = &g->sel;
+    ra_status st = chunk_sample(in, c, b, x, g);
+    if (st != RA_OK || w->nr == 0)
+        return st;
+    memset(g->dq, 0, sizeof(double) * (size_t)(w->nr * H * D));
+    const ra_ref_bgrads gr = {g->slse, g->sdrow, g->sdout, g->dq, NULL,
+                              NULL, g->dp};
+    for (int64_t j0 = 0; j0 < s->M && st == RA_OK; j0 += KEY_BLOCK) {
+        const int64_t kb = s->M - j0 < KEY_BLOCK ? s->M - j0 : KEY_BLOCK;
+        if ((st = verify_keys_load(in, c, b, j0, NULL, kb, w)) != RA_OK ||
+            !verify_block_seen(w, kb))
+            continue;
+        const ra_ref_block blk = verify_block_of(c, kb, w);
+        for (int64_t h = 0; h < H; h++)
+            ra_ref_block_backward(&blk, h, &gr);
+    }
+    for (int64_t r = 0; r < w->nr * H; r++)
+        ra_rope_row_ref(c->p.rope, c->p.rope_base, g->dq + r * D, D,
+                        -w->qat[r / H]);
+    if (st == RA_OK)
+        st = verify_read_runs(x->grads, "/dq", VERIFY_GRAD, c, b, w->pos,
+                              w->nr, H * D, g->got);
+    if (st == RA_OK)
+        tally_grad(g->got, g->dq, w->nr * H * D, 0, x->t);
+    return st;
+}
+
+ra_status verify_grads_share(const char *in, const verify_ctx *c, int64_t b,
+                             ra_range mine, const verify_bwd_batch *x)
+{
+    const ra_shape *s = c->s;
+    gwork g = {0};
+    ra_status st = mine.count > 0 ? gwork_alloc(c, &g) : RA_OK;
+    for (int64_t i0 = mine.start; i0 < mine.start + mine.count &&
+                                  st == RA_OK; i0 += ROW_CHUNK) {
+        const int64_t end = mine.start + mine.count;
+        g.all.nr = end - i0 < ROW_CHUNK ? end - i0 : ROW_CHUNK;
+        for (int64_t r = 0; r < g.all.nr; r++)
+            g.rows[r] = b * s->N + i0 + r;
+        if ((st = verify_rows_load(in, NULL, c, b, g.rows, &g.all)) ==
+                RA_OK &&
+            (st = h5io_read_rows_as(in, "/do", verify_qkv_axes(c), b, i0,
+                                    g.all.nr, g.dout)) == RA_OK &&
+            (st = chunk_stats(in, c, b, &g)) == RA_OK &&
+            (st = chunk_keys(in, c, b, x, &g)) == RA_OK)
+            st = chunk_dq(in, c, b, x, &g);
+    }
+    gwork_free(&g);
+    return st;
+}
+
+ra_status verify_grads_keys(const verify_ctx *c, int64_t b,
+                            const verify_bwd_batch *x)
+{
+    const ra_shape *s = c->s;
+    const int64_t G = s->G, Dk = ra_shape_dk(s), Dv = s->Dv, n = x->nk;
+    for (int64_t r = 0; r < n * G; r++)
+        ra_rope_row_ref(c->p.rope, c->p.rope_base, x->dk + r * Dk, Dk,
+                        -x->keys[r / G]);
+    double *got = malloc(sizeof(double) * (size_t)(n * G * (Dk + Dv) + 1));
+    ra_status st = got ? RA_OK : ra_error_set(RA_ERR_NOMEM, "verify "
+                                              "--backward: out of memory");
+    if (st == RA_OK && (st = verify_read_runs(x->grads, "/dk", VERIFY_GRAD,
+                                              c, b, x->keys, n, G * Dk,
+                                              got)) == RA_OK)
+        tally_grad(got, x->dk, n * G * Dk, 1, x->t);
+    if (st == RA_OK && (st = verify_read_runs(x->grads, "/dv", VERIFY_GRAD,
+                                              c, b, x->keys, n, G * Dv,
+                                              got)) == RA_OK)
+        tally_grad(got, x->dv, n * G * Dv, 2, x->t);
+    free(got);
+    return st;
+}
