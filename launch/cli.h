@@ -225,6 +225,9 @@ int cli_parse(const cli_spec *spec, void *opts, int argc, char **argv);
 
 /* Writes the help of a subcommand, generated from its tables. */
 void cli_help(const cli_spec *spec, FILE *out);
+/* on: cli_help writes Markdown instead (`ringattn help --markdown`, the
+ * generated part of docs/REFERENCE.md). */
+void cli_help_markdown(int on);
 /* One row of a help table, as the options' are: left from column indent,
  * the text (one line) and the default def (or NULL) from the help
  * column. */

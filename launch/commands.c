@@ -120,6 +120,30 @@ static int unknown_command(const cli_ctx *ctx, int argc, const char *cmd)
     return CLI_EXIT_USAGE;
 }
 
+/* `ringattn help --markdown` (not in --help): every subcommand's and mode's
+ * help as Markdown, from the tables the parser reads; launch/reference.py
+ * puts it into docs/REFERENCE.md. */
+static int help_markdown(const cli_ctx *ctx)
+{
+    if (ctx->rank == 0) {
+        fputs("```text\n", stdout);
+        cli_usage(stdout);
+        fputs("```\n\n", stdout);
+    }
+    cli_help_markdown(1);
+    int rc = CLI_EXIT_OK;
+    for (int i = 0; i < NCOMMANDS && rc == CLI_EXIT_OK; i++) {
+        char *argv[] = {(char *)commands[i].name, "--help", NULL};
+        rc = commands[i].fn(ctx, 2, argv);
+        for (const cli_mode *m = cli_modes; m->command; m++)
+            if (rc == CLI_EXIT_OK &&
+                strcmp(m->command, commands[i].name) == 0)
+                rc = m->fn(ctx, 2, argv);
+    }
+    cli_help_markdown(0);
+    return rc;
+}
+
 int cli_dispatch(const cli_ctx *ctx, int argc, char **argv)
 {
     const char *cmd = argc > 1 ? argv[1] : "";
@@ -139,6 +163,9 @@ int cli_dispatch(const cli_ctx *ctx, int argc, char **argv)
     }
     if (strcmp(cmd, "--version") == 0)
         return cli_version(ctx);
+    if (strcmp(cmd, "help") == 0 && argc == 3 &&
+        strcmp(argv[2], "--markdown") == 0)
+        return help_markdown(ctx);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
         strcmp(cmd, "help") == 0) {
         if (ctx->rank == 0)

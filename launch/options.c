@@ -394,8 +394,86 @@ static void help_option(FILE *out, const cli_opt *o)
                                     : o->def ? o->def : o->shown);
 }
 
+/* cli_help's output as Markdown (cli_help_markdown): the options as a
+ * table of name, accepted values, default and meaning, the rest as text. */
+static int help_as_markdown;
+
+void cli_help_markdown(int on)
+{
+    help_as_markdown = on;
+}
+
+/* text as one Markdown table cell: '|' escaped, nothing else changed. */
+static void md_cell(FILE *out, const char *text)
+{
+    for (const char *c = text ? text : ""; *c; c++) {
+        if (*c == '|')
+            fputc('\\', out);
+        fputc(*c, out);
+    }
+}
+
+/* The values an option accepts, as its table states them. */
+static void md_values(FILE *out, const cli_opt *o)
+{
+    if (o->kind == CLI_CHOICE) {
+        for (int i = 0; o->choices[i]; i++)
+            fprintf(out, "%s`%s`", i ? ", " : "", o->choices[i]);
+    } else if (o->kind == CLI_INT || o->kind == CLI_INT32) {
+        fprintf(out, "%s, integer >= %lld", o->meta, (long long)o->lo);
+        if (o->hi != INT64_MAX && o->hi != INT32_MAX)
+            fprintf(out, " and <= %lld", (long long)o->hi);
+    } else if (o->kind == CLI_REAL) {
+        fprintf(out, "%s, real %s %g", o->meta, o->open_lo ? ">" : ">=",
+                o->rlo);
+        if (o->rhi < DBL_MAX)
+            fprintf(out, " and <= %g", o->rhi);
+    } else if (o->meta) {
+        md_cell(out, o->meta);
+    }
+}
+
+/* One subcommand's section of docs/REFERENCE.md. */
+static void help_markdown(const cli_spec *spec, FILE *out)
+{
+    fprintf(out, "### ringattn %s\n\n```text\n%s```\n\n", spec->name,
+            spec->usage);
+    fputs("| option | value | default | meaning |\n|---|---|---|---|\n",
+          out);
+    for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
+        for (const cli_opt *o = spec->groups[g].opts; o->name; o++) {
+            fprintf(out, "| `%s` | ", o->name);
+            md_values(out, o);
+            fputs(" | ", out);
+            md_cell(out, o->required ? "required"
+                         : o->kind == CLI_FLAG ? NULL
+                         : o->def ? o->def : o->shown);
+            fputs(" | ", out);
+            md_cell(out, o->help);
+            fputs(" |\n", out);
+        }
+    char *rest = NULL; /* the global options, modes and epilog, as text */
+    size_t len = 0;
+    FILE *f = open_memstream(&rest, &len);
+    if (f) {
+        cli_global_help(spec->globals, f);
+        cli_modes_help(spec->name, f);
+        if (spec->epilog)
+            fprintf(f, "\n%s", spec->epilog);
+        fclose(f);
+    }
+    if (rest && len > 1)
+        fprintf(out, "\n```text%s```\n", rest);
+    fputc('\n', out);
+    free(rest);
+}
+
 void cli_help(const cli_spec *spec, FILE *out)
 {
+    if (help_as_markdown) {
+        help_markdown(spec, out);
+        return;
+    }
     fputs(spec->usage, out);
     fputc('\n', out);
     for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
@@ -756,7 +834,7 @@ const cli_opt cli_forward_opts[] = {
 const char cli_forward_details[] =
     "Strategies: ring, ring-q, allgather, tree, ulysses, hybrid, auto (plan's).\n"
     "Layout auto: balanced with a window, else striped with segments, else zigzag\n"
-    "when causal. Engine auto: RINGATTN_GEMM's, else onednn. Details: README.md.\n";
+    "when causal. Engine auto: RINGATTN_GEMM's, else onednn. docs/REFERENCE.md.\n";
 
 const cli_opt cli_pass_opts[] = {
     {.name = "--stall-timeout", .kind = CLI_REAL, .meta = "S",

@@ -66,7 +66,7 @@ def on_engine(i):
     """Runs what follows on OpenBLAS when i is odd (RINGATTN_GEMM, in both
     environments), else on the environment's engine: the faults and stalls
     alternate the tile engines, so that each engine meets about half of them
-    (README, "Both tile engines"). A build without oneDNN runs OpenBLAS
+    (docs/TESTING.md, "Both tile engines"). A build without oneDNN runs OpenBLAS
     either way."""
     for env in (ENV, SIG_ENV):
         env.pop("RINGATTN_GEMM", None)
