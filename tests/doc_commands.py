@@ -3,10 +3,10 @@
 of the README and docs/*.md runs as written (issue 45).
 
 A command block is a fenced block tagged sh or bash. Each runs with
-`bash -e -o pipefail` in a scratch folder of its document, where `build`
-is BUILD_DIR and every other top-level entry of the source tree (launch/,
-bench/, examples/, ...) is linked in, so `build/ringattn` and
-`launch/...` mean what they mean in a checkout; the blocks of one
+`bash -e -o pipefail` in a scratch copy of the source tree per document,
+where `build` is BUILD_DIR, so `build/ringattn` and `launch/...` mean
+what they mean in a checkout and nothing is written into the source
+(`ringattn` alone is BUILD_DIR's, on PATH); the blocks of one
 document share the folder, in order (a later block may read an earlier
 one's files). A block that cannot run here says so on the line before its
 fence:
@@ -15,9 +15,8 @@ fence:
 
 NAME is one of SKIP_NAMES; any other name, or a block that exits
 non-zero, fails the test, and so does a README or PERFORMANCE.md longer
-than LIMITS. Rank 0 of each mpirun prints; the test prints
-one line per block (document:line, PASS/SKIP/FAIL and seconds) and the
-output of a failed block.
+than LIMITS. It prints one line per block (document:line, PASS, SKIP or
+FAIL and seconds) and the output of a failed block.
 """
 import glob
 import os
@@ -73,11 +72,17 @@ def blocks(path):
 
 
 def scratch(src, build):
+    """A copy of the source tree (less builds and .git: a few MB), so that
+    no block writes into the source, with `build` linked to BUILD_DIR."""
     d = tempfile.mkdtemp(prefix="ringattn-doc.")
     for name in os.listdir(src):
         if name.startswith(("build", ".")):
             continue
-        os.symlink(os.path.join(src, name), os.path.join(d, name))
+        path = os.path.join(src, name)
+        if os.path.isdir(path):
+            shutil.copytree(path, os.path.join(d, name), symlinks=True)
+        else:
+            shutil.copy2(path, d)
     os.symlink(os.path.abspath(build), os.path.join(d, "build"))
     return d
 
