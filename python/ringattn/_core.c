@@ -594,6 +594,56 @@ static PyObject *core_layout_slice(PyObject *self, PyObject *args)
     return runs;
 }
 
+/* shard_move(comm, src_layout, dst_layout, opts, length, (src_rows,
+ * dst_rows, outer, row_bytes), src, dst, stall_timeout): ra_shard_move
+ * of src's rows into dst (C-contiguous buffers of any item type, dst
+ * writable), the balanced cut weighed by opts' numerics. */
+static PyObject *core_shard_move(PyObject *self, PyObject *args)
+{
+    PyObject *comm, *opts, *src, *dst;
+    const char *from, *to;
+    long long len, rows_in, rows_out, outer, row_bytes;
+    ra_shard_move_spec s = {0};
+    core_opts p;
+    if (!PyArg_ParseTuple(args, "OssOL(LLLL)OOd", &comm, &from, &to, &opts,
+                          &len, &rows_in, &rows_out, &outer, &row_bytes,
+                          &src, &dst, &s.stall_timeout) ||
+        params_from_py(opts, &p) < 0)
+        return NULL;
+    ra_status st = ra_layout_parse(from, &s.from);
+    if (st == RA_OK)
+        st = ra_layout_parse(to, &s.to);
+    if (st != RA_OK)
+        return raise_status(st);
+    MPI_Comm *handle = PyMPIComm_Get(comm);
+    Py_buffer in, out;
+    if (!handle || PyObject_GetBuffer(src, &in, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dst, &out, PyBUF_C_CONTIGUOUS |
+                                          PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&in);
+        return NULL;
+    }
+    if (in.len < outer * rows_in * row_bytes ||
+        out.len < outer * rows_out * row_bytes) {
+        PyBuffer_Release(&in);
+        PyBuffer_Release(&out);
+        return PyErr_Format(PyExc_ValueError, "shard_move: buffers of %zd "
+                            "and %zd bytes for %lld and %lld rows",
+                            in.len, out.len, rows_in, rows_out);
+    }
+    s.num = &p.num, s.len = len, s.src_rows = rows_in;
+    s.dst_rows = rows_out, s.outer = outer, s.row_bytes = row_bytes;
+    Py_BEGIN_ALLOW_THREADS
+    st = ra_shard_move(*handle, &s, in.buf, out.buf);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    if (st != RA_OK)
+        return raise_status(st);
+    Py_RETURN_NONE;
+}
+
 /* layout_resolve(opts, segments): the layout the call will use, by
  * ra_exec_layout. */
 static PyObject *core_layout_resolve(PyObject *self, PyObject *args)
@@ -649,6 +699,8 @@ static PyMethodDef core_methods[] = {
     {"backward", core_backward, METH_VARARGS, "ra_backward on buffers."},
     {"layout_slice", core_layout_slice, METH_VARARGS,
      "The runs (start, count, stride) a rank holds (ra_layout_slice)."},
+    {"shard_move", core_shard_move, METH_VARARGS,
+     "Rows of one sequence moved between two cuts (ra_shard_move)."},
     {"layout_resolve", core_layout_resolve, METH_VARARGS,
      "The layout a call with these options uses (ra_exec_layout)."},
     {"first_nonfinite", core_first_nonfinite, METH_O,
