@@ -22,6 +22,7 @@
 #include "gemm_env.h"
 #include "model.h"
 #include "internal.h"
+#include "logits.h"
 #include "nodes.h"
 #include "range.h"
 #include "strategy.h"
@@ -91,8 +92,8 @@ static ra_status check_masks(const ra_shape *s, const ra_masks *mk)
 }
 
 /* The shared checks: shape, the enums (ra_call_check_enums), score,
- * position encodings, window, ra_exec (ra_call_check_exec), masks; RA_OK
- * or the first problem. */
+ * position encodings, softcap and sinks (logits.c), window, ra_exec
+ * (ra_call_check_exec), masks; RA_OK or the first problem. */
 ra_status ra_call_check_params(const ra_shape *s, const ra_params *p,
                                const ra_masks *mk)
 {
@@ -103,6 +104,8 @@ ra_status ra_call_check_params(const ra_shape *s, const ra_params *p,
         st = check_score(s, p);
     if (st == RA_OK)
         st = check_posenc(s, p);
+    if (st == RA_OK)
+        st = ra_logits_check(s, p);
     if (st != RA_OK)
         return st;
     if (p->window && (p->window_left < 0 || p->window_right < 0))
@@ -152,6 +155,8 @@ ra_status strat_takes(const strat_row *row, const ra_params *p)
 static ra_status call_check(const strat_row *row, const strat_call *c)
 {
     ra_status st = ra_call_check_params(c->shape, c->params, c->masks);
+    if (st == RA_OK)
+        st = ra_logits_check_map(c->params, c->map);
     return st == RA_OK ? strat_takes(row, c->params) : st;
 }
 
@@ -652,6 +657,10 @@ static ra_status call_run(MPI_Comm comm, const strat_call *a,
             st = call_finish(&c);
         if (st == RA_OK && !c.grads)
             st = call_gauss_rope(&c, c.lse);
+        if (st == RA_OK && !c.grads) /* the sinks' one place (logits.c) */
+            ra_logits_sinks_forward(&c);
+        else if (st == RA_OK)
+            st = ra_logits_sinks_backward(&c);
         ra_blas_leave(blas);
         if (st == RA_OK && !c.stepped) /* a row without steps */
             ra_step_report(c.params, 1, 1);

@@ -211,6 +211,9 @@ static void fp_numerics(ra_fingerprint *fp, const ra_call_options *o)
     ra_fp_int(fp, "num.nonfinite", p->nonfinite != 0);
     ra_fp_named(fp, "num.precision", p->precision,
                 ra_precision_name(p->precision));
+    ra_fp_real(fp, "num.softcap", p->softcap);
+    ra_fp_bytes(fp, "num.sinks", p->sinks,
+                sizeof(float) * (size_t)(H > 0 ? H : 0));
 }
 
 /* ra_exec, but for what is the rank's own (threads, mem_limit: its cores

@@ -45,6 +45,7 @@ void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
                           .kv_lens = mk ? mk->kv_lens : NULL,
                           .q_seg = q_seg, .qalign = c->qalign};
     blk->alibi = c->slopes;
+    blk->softcap = (float)(p->softcap * M_LOG2E);
 }
 
 int64_t strat_slice_pos(const strat_call *c, int64_t len, int j,

@@ -32,6 +32,8 @@ typedef struct {
     ra_align align;
     int nonfinite;
     ra_precision precision;
+    double softcap;
+    const float *sinks;
     /* ra_exec: how it runs */
     ra_strategy strategy;
     ra_layout layout;

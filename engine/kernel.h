@@ -62,6 +62,10 @@ typedef struct {
     /* ALiBi: slopes (H, natural log) or NULL; query head h's score gets
      * -slope_h * |kpos - a| added, a the aligned position (ra_mask) */
     const double *alibi;
+    float softcap;   /* logit softcapping in base 2: the cap times log2(e)
+                        (a base-2 score s becomes softcap tanh(s / softcap),
+                        the natural one the same with the natural cap),
+                        before ALiBi and the mask; 0: off. Dot score only */
     ra_gemm gemm;    /* the tile products' engine (gemm.h) */
     const ra_mm16 *mm16; /* bf16 precision: the call's bf16 products
                           (bf16.h), else NULL: fp32 products */
@@ -184,8 +188,9 @@ void ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
 
 /* The score of the fp64 reference, computed from its definition per pair:
  * dot s * q.k, gaussian -||q - k||^2 / (2 sigma^2), additive
- * w_v . tanh(W_q q + W_k k) with k of dim Dk, plus the ALiBi bias when on
- * (positions from the mask, diag included; no mask: 0, 1, 2... and 0). */
+ * w_v . tanh(W_q q + W_k k) with k of dim Dk, capped when softcap is on,
+ * plus the ALiBi bias when on (positions from the mask, diag included; no
+ * mask: 0, 1, 2... and 0). */
 typedef struct {
     ra_score score;
     double scale, sigma;
@@ -193,6 +198,12 @@ typedef struct {
     int64_t Dk;
     int alibi;          /* 1: add -alibi_slope * |kpos - a| (ra_mask) */
     double alibi_slope; /* of the head being computed */
+    double softcap;     /* > 0: the score s (before ALiBi) becomes
+                           softcap * tanh(s / softcap); 0: off */
+    int sink_on;        /* 1: one more softmax column of logit sink and
+                           value 0 (a row that sees no key: o = 0,
+                           lse = sink) */
+    double sink;
 } ra_ref_score;
 
 /* The operands of the fp64 reference: nq query rows against m keys,
@@ -287,6 +298,20 @@ typedef struct {
  * lse (B, H, n); scores is scratch of n * M floats. */
 void ra_naive_forward(const ra_naive_args *a, const float *q, const float *k,
                       const float *v, float *o, float *lse, float *scores);
+
+/* Attention sinks (sinks.c), on this rank's n rows of a call's final
+ * o (B, n, H, Dv) and lse (B, H, n) (shape s), sinks (H) natural-log
+ * logits:
+ * ra_sinks_fold makes lse' = logaddexp(lse, sink_h) and o' = o
+ * exp(lse - lse') in place (lse = -inf: o' = 0, lse' = sink_h; a NaN row
+ * stays), on up to `threads` threads; ra_sinks_grad gives this rank's
+ * part of d sinks (H), -sum over its rows of exp(sink_h - lse'_i)
+ * (dout_i . o'_i), from o', lse' and dout. */
+void ra_sinks_fold(const ra_shape *s, int64_t n, const float *sinks,
+                   float *o, float *lse, int threads);
+void ra_sinks_grad(const ra_shape *s, int64_t n, const float *sinks,
+                   const float *o, const float *lse, const float *dout,
+                   double *dsinks);
 
 /* The vectorised helpers (exp, max, tanh) are declared in simd.h. */
 

@@ -10,7 +10,8 @@
  * P = 2^(S - LSE log2 e) (the global LSE: no rescaling), then four more
  * products: dV += P^T dO, dP = dO V^T, dS = P * (dP - Drow) in place,
  * dQ += c dS K, dK += c dS^T Q (c the natural score's coefficient). The
- * additive score works on the projections W_q q and W_k k (D is A): its
+ * softcapped score's dS gets the cap's derivative 1 - tanh^2 (kept from
+ * pass 1). The additive score works on the projections W_q q and W_k k (D is A): its
  * scores and their derivatives are made pair by pair, and each thread sums
  * its part of dw_v apart, added up in thread order afterwards. ALiBi adds
  * its bias to the recomputed scores and changes no derivative. With
@@ -37,11 +38,11 @@ struct ra_bwd_workspace {
                           both arrays live in the block of the struct */
 };
 
-/* Scratch of one thread: P and dP tiles (block_q x block_kv), the rows'
- * base-2 LSE, and for the Gaussian score the tile's row and column sums of
- * dS and its keys' base-2 norm term. */
+/* Scratch of one thread: P, dP and softcap's derivative tiles (block_q x
+ * block_kv), the rows' base-2 LSE, and for the Gaussian score the tile's
+ * row and column sums of dS and its keys' base-2 norm term. */
 typedef struct {
-    float *p, *dp, *lse2, *rsum, *csum, *kterm;
+    float *p, *dp, *dt, *lse2, *rsum, *csum, *kterm;
     int64_t kterm_j0; /* the key tile's first key: kterm[0]'s */
     double *dw_v; /* this thread's partial dw_v (A), additive only */
     int tid;      /* the thread's number, for its bf16 products' scratch */
@@ -57,7 +58,7 @@ ra_bwd_workspace *ra_bwd_workspace_create(int threads, int64_t block_q,
     if (threads < 1 || block_q < 1 || block_kv < 1 || A < 0)
         return NULL;
     const size_t head = round16((sizeof(ra_bwd_workspace) + 3) / 4);
-    const size_t per = 2 * round16((size_t)(block_q * block_kv)) +
+    const size_t per = 3 * round16((size_t)(block_q * block_kv)) +
                        2 * round16((size_t)block_q) +
                        2 * round16((size_t)block_kv);
     const size_t sums = 2 * (size_t)threads * (size_t)A; /* doubles */
@@ -88,7 +89,8 @@ static bwd_scratch scratch_of(const ra_bwd_workspace *ws, int tid)
     bwd_scratch t;
     t.p = ws->mem + (size_t)tid * ws->per_thread;
     t.dp = t.p + tile;
-    t.lse2 = t.dp + tile;
+    t.dt = t.dp + tile;
+    t.lse2 = t.dt + tile;
     t.rsum = t.lse2 + round16((size_t)ws->block_q);
     t.csum = t.rsum + round16((size_t)ws->block_q);
     t.kterm = t.csum + round16((size_t)ws->block_kv);
@@ -180,6 +182,8 @@ static void probs_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
                    &(ra_mm){.tb = 1, .m = x->bq, .n = x->bk, .k = D,
                             .alpha = blk->alpha, .a = x->q, .lda = H * D,
                             .b = x->k, .ldb = G * D, .c = t.p, .ldc = lds});
+    for (int64_t r = 0; blk->softcap > 0 && r < x->bq; r++)
+        ra_softcap(t.p + r * lds, x->bk, blk->softcap, t.dt + r * lds);
     if (blk->alibi)
         alibi_bias(blk, rl, x, t.p);
     if (cls == 1) /* pass 2 */
@@ -283,6 +287,8 @@ static void grads_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
         float *dsr = t.dp + r * lds;
         for (int64_t c0 = 0; c0 < x->bk; c0++)
             dsr[c0] = pr[c0] * (dsr[c0] - dr);
+        for (int64_t c0 = 0; blk->softcap > 0 && c0 < x->bk; c0++)
+            dsr[c0] *= t.dt[r * lds + c0]; /* through the cap's tanh */
     }
     if (blk->score == RA_SCORE_ADDITIVE) {
         additive_terms(blk, x, t);

@@ -63,6 +63,7 @@ void ra_params_join(const ra_numerics *num, const ra_exec *exec,
         .rope_base = num->rope_base, .alibi = num->alibi,
         .alibi_slopes = num->alibi_slopes, .align = num->align,
         .nonfinite = num->nonfinite, .precision = num->precision,
+        .softcap = num->softcap, .sinks = num->sinks,
         .strategy = exec->strategy, .layout = exec->layout,
         .block_q = exec->block_q, .block_kv = exec->block_kv,
         .gemm = exec->gemm, .threads = exec->threads,
@@ -82,7 +83,7 @@ void ra_params_split(const ra_params *p, ra_numerics *num, ra_exec *exec)
         .additive = p->additive, .rope = p->rope, .rope_base = p->rope_base,
         .alibi = p->alibi, .alibi_slopes = p->alibi_slopes,
         .align = p->align, .nonfinite = p->nonfinite,
-        .precision = p->precision};
+        .precision = p->precision, .softcap = p->softcap, .sinks = p->sinks};
     *exec = (ra_exec){
         .strategy = p->strategy, .layout = p->layout,
         .block_q = p->block_q, .block_kv = p->block_kv, .gemm = p->gemm,

@@ -132,7 +132,10 @@ void ra_ref_block_fold(const ra_ref_block *x, int64_t h)
     const int64_t nr = x->nr, kb = x->kb, Dv = s->Dv, G = s->G;
     const int64_t g = h / (s->H / G);
     const double slope = block_slope(x, h);
+    const double cap = x->p->softcap;
     scores(x, h);
+    for (int64_t i = 0; cap > 0 && i < nr * kb; i++)
+        x->sc[i] = cap * tanh(x->sc[i] / cap); /* before bias and mask */
     for (int64_t r = 0; r < nr; r++)
         row_softmax(x, h, r, slope);
     /* pass 4: acc += P V (and P |V| for the bf16 tolerance) */

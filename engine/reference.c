@@ -86,6 +86,8 @@ void ra_reference_scored(const ra_ref_score *sc, const ra_mask *mask,
         for (int64_t j = 0; j < m; j++) {
             double s = ra_ref_visible(mask, i, j) ? score_of(sc, D, qi, k + j * ldk)
                                            : -INFINITY;
+            if (sc->softcap > 0 && s > -INFINITY)
+                s = sc->softcap * tanh(s / sc->softcap);
             if (sc->alibi && s > -INFINITY)
                 s += sc->alibi_slope * ra_ref_alibi_distance(mask, i, j);
             scores[j] = s;
@@ -95,11 +97,13 @@ void ra_reference_scored(const ra_ref_score *sc, const ra_mask *mask,
         double *oi = x->o + i * x->ldo;
         for (int64_t d = 0; d < Dv; d++)
             oi[d] = 0.0;
-        if (mx == -INFINITY) { /* sees no key: o = 0, lse = -inf */
-            lse[i] = -INFINITY;
+        if (mx == -INFINITY) { /* sees no key: o = 0, lse = -inf (sink) */
+            lse[i] = sc->sink_on ? sc->sink : -INFINITY;
             continue;
         }
-        double sum = 0.0;
+        if (sc->sink_on && sc->sink > mx)
+            mx = sc->sink;
+        double sum = sc->sink_on ? exp(sc->sink - mx) : 0.0;
         for (int64_t j = 0; j < m; j++) {
             if (!ra_ref_visible(mask, i, j))
                 continue; /* weight 0, and no 0 x NaN from its value */

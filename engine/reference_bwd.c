@@ -79,6 +79,8 @@ static int row_probs(const ra_ref_score *sc, int64_t i, int64_t m, int64_t D,
         p[j] = ra_ref_visible(mask, i, j)
                    ? pair_score(sc, D, qi, g->k + j * g->ldk)
                    : -INFINITY;
+        if (sc->softcap > 0 && p[j] > -INFINITY)
+            p[j] = sc->softcap * tanh(p[j] / sc->softcap);
         if (sc->alibi && p[j] > -INFINITY) /* a bias: no derivative */
             p[j] += sc->alibi_slope * ra_ref_alibi_distance(mask, i, j);
         mx = p[j] > mx ? p[j] : mx;
@@ -88,8 +90,12 @@ static int row_probs(const ra_ref_score *sc, int64_t i, int64_t m, int64_t D,
             p[j] = 0.0;
         return 0;
     }
+    if (sc->sink_on && sc->sink > mx)
+        mx = sc->sink;
     for (int64_t j = 0; j < m; j++)
         sum += exp(p[j] - mx);
+    if (sc->sink_on) /* the sink's column: in the sum, value 0 */
+        sum += exp(sc->sink - mx);
     const double lse = mx + log(sum);
     for (int64_t j = 0; j < m; j++)
         p[j] = exp(p[j] - lse);
@@ -123,7 +129,12 @@ void ra_reference_backward(const ra_ref_score *sc, int64_t nq, int64_t m,
                 dp += doi[d] * vj[d];
                 g->dv[j * g->lddv + d] += p[j] * doi[d];
             }
-            const double ds = p[j] * (dp - drow);
+            double ds = p[j] * (dp - drow);
+            if (sc->softcap > 0) { /* through the cap: 1 - tanh^2 */
+                const double t =
+                    tanh(pair_score(sc, D, qi, kj) / sc->softcap);
+                ds *= 1.0 - t * t;
+            }
             double *dkj = g->dk + j * g->lddk;
             if (sc->score == RA_SCORE_ADDITIVE) {
                 additive_grads(sc, D, ds, qi, kj, dqi, dkj, g);

@@ -101,6 +101,12 @@ void ra_additive_grad_scalar(const float *a, const float *b, const float *w,
                              float ds, float *da, float *db, float *dw,
                              int64_t len);
 
+/* Logit softcapping of x[0..len): x[j] = cap tanh(x[j] / cap), cap > 0
+ * (relative error about 1e-7; NaN stays NaN, +-inf gives +-cap), and
+ * when dt is not NULL its derivative dt[j] = 1 - tanh^2. */
+void ra_softcap(float *x, int64_t len, float cap, float *dt);
+void ra_softcap_scalar(float *x, int64_t len, float cap, float *dt);
+
 /* The largest of x[0..len), -inf for len 0. */
 float ra_max(const float *x, int64_t len);
 float ra_max_scalar(const float *x, int64_t len);

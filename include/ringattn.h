@@ -289,6 +289,19 @@ typedef struct {
                           ra_backward refuses it (RA_ERR_ARG) */
     ra_precision precision; /* of the tile products (RA_PRECISION_FP32;
                           ra_precision) */
+    double softcap;    /* > 0: logit softcapping, the scaled dot score s
+                          becomes softcap * tanh(s / softcap) before the
+                          masks, and ALiBi's bias is added after it; 0:
+                          off. The dot score only (the gaussian score's
+                          row term and the additive score's bound make it
+                          no cap of theirs: refused, RA_ERR_ARG) */
+    const float *sinks; /* (H) attention sinks, natural-log units of the
+                          scaled score, owned by the caller, or NULL: each
+                          row's softmax denominator of head h gains
+                          exp(sinks[h]); o is the sum over keys normalised
+                          by it, lse includes it, and a row that sees no
+                          key gets o = 0 and lse = sinks[h]. Not with an
+                          attention map (RA_ERR_ARG) */
 } ra_numerics;
 
 /* How a call runs: the ranks' split, tiles, threads, limits and progress.
@@ -644,6 +657,9 @@ typedef struct {
     const float *o, *lse, *dout;
     float *dq, *dk, *dv;
     const ra_additive_grads *dw;
+    float *dsinks; /* (H) the gradient of num->sinks, written on every
+                      rank with the same values (one reduction), or NULL:
+                      not wanted */
 } ra_grads;
 
 /* Gradients of ra_forward() through the ring, collective over comm. Each

@@ -67,7 +67,8 @@ check_result check_slice(const problem *p, const ra_params *params,
                                 .scale = ra_params_scale(params, s),
                                 .sigma = params->sigma,
                                 .additive = params->additive, .Dk = Dk,
-                                .alibi = params->alibi};
+                                .alibi = params->alibi,
+                                .softcap = params->softcap};
     const int bf16 = params->precision == RA_PRECISION_BF16;
     const int round_kv = bf16 || params->wire == RA_WIRE_BF16;
     check_result c = {.p_unit = bf16 ? RA_BF16_UNIT : 0.0};
@@ -83,6 +84,8 @@ check_result check_slice(const problem *p, const ra_params *params,
             int64_t g = h / (s->H / s->G);
             if (params->alibi)
                 score.alibi_slope = ra_params_alibi_slope(params, s->H, h);
+            score.sink_on = params->sinks != NULL;
+            score.sink = params->sinks ? params->sinks[h] : 0.0;
             for (int64_t j = 0; j < s->M; j++) {
                 for (int64_t d = 0; d < Dk; d++)
                     kd[j * Dk + d] = p->k[((b * s->M + j) * s->G + g) * Dk + d];

@@ -36,6 +36,20 @@ static void rope_rows(const ra_params *prm, double *x, int64_t len, int64_t D,
                         sign * (first + i));
 }
 
+/* d sinks of head h over the rows of one (b, h): -sum over the rows of
+ * p_sink (do . o'), from the fp64 forward's o' (N, Dv) and lse' (N). */
+static void sink_grad(bwd_ref *r, double sink, int64_t N, int64_t Dv,
+                      const double *dout, const double *o,
+                      const double *lse, int64_t h)
+{
+    for (int64_t i = 0; i < N; i++) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < Dv; d++)
+            dot += dout[i * Dv + d] * o[i * Dv + d];
+        r->dsinks[h] -= exp(sink - lse[i]) * dot;
+    }
+}
+
 /* One (b, h): the forward state and the gradients, dk and dv summed into
  * the group's kv head. w holds the scratch arrays, in order q, k, v, do, o,
  * lse, dq, dk, dv, scores. */
@@ -50,7 +64,9 @@ static void ref_head(bwd_ref *r, const problem *p, const ra_params *prm,
         .score = prm->score, .scale = ra_params_scale(prm, s),
         .sigma = prm->sigma, .additive = prm->additive, .Dk = Dk,
         .alibi = prm->alibi,
-        .alibi_slope = prm->alibi ? ra_params_alibi_slope(prm, s->H, h) : 0};
+        .alibi_slope = prm->alibi ? ra_params_alibi_slope(prm, s->H, h) : 0,
+        .softcap = prm->softcap, .sink_on = prm->sinks != NULL,
+        .sink = prm->sinks ? prm->sinks[h] : 0.0};
     const ra_mask m = {.causal = prm->causal, .diag = M - N,
                        .window = prm->window, .left = prm->window_left,
                        .right = prm->window_right,
@@ -67,6 +83,8 @@ static void ref_head(bwd_ref *r, const problem *p, const ra_params *prm,
     const ra_ref_rows rr = {N, M, D, Dv, w[0], D, w[1], Dk, w[2], Dv, w[4], Dv,
                             w[5]};
     ra_reference_scored(&sc, &m, &rr, w[9]);
+    if (prm->sinks)
+        sink_grad(r, prm->sinks[h], N, Dv, w[3], w[4], w[5], h);
     for (int64_t i = 0; i < N; i++) {
         for (int64_t d = 0; d < Dv; d++)
             r->o[((b * N + i) * s->H + h) * Dv + d] = (float)w[4][i * Dv + d];
@@ -104,6 +122,7 @@ void bwd_ref_make(bwd_ref *r, const problem *p, const ra_params *params,
     r->dv = calloc((size_t)(s->B * M * s->G * Dv + 1), sizeof(double));
     r->dw = additive ? calloc((size_t)(A * (D + Dk + 1)), sizeof(double))
                      : NULL;
+    r->dsinks = params->sinks ? calloc((size_t)s->H, sizeof(double)) : NULL;
     const int64_t len[10] = {N * D, M * Dk, M * Dv, N * Dv, N * Dv,
                              N,     N * D,  M * Dk, M * Dv, M};
     double *w[10];
@@ -124,6 +143,7 @@ void bwd_ref_free(bwd_ref *r)
     free(r->dk);
     free(r->dv);
     free(r->dw);
+    free(r->dsinks);
 }
 
 void bwd_tally_add(bwd_tally *t, int which, const float *got,

@@ -18,6 +18,8 @@
 typedef struct {
     float *o, *lse;
     double *dq, *dk, *dv, *dw;
+    double *dsinks; /* (H) with params->sinks (o and lse then include
+                       them), else NULL */
 } bwd_ref;
 
 void bwd_ref_make(bwd_ref *r, const problem *p, const ra_params *params,

@@ -133,6 +133,18 @@ static void test_dot_fd(void **state)
     run_masks(&sc);
 }
 
+/* Softcap (issue 42): the cap's tanh inside the score, ALiBi after it. */
+static void test_softcap_fd(void **state)
+{
+    (void)state;
+    const ra_ref_score sc = {.score = RA_SCORE_DOT, .scale = 0.7,
+                             .softcap = 0.9};
+    run_masks(&sc);
+    const ra_ref_score sa = {.score = RA_SCORE_DOT, .scale = 0.7,
+                             .softcap = 1.3, .alibi = 1, .alibi_slope = 0.4};
+    run_masks(&sa);
+}
+
 static void test_gaussian_fd(void **state)
 {
     (void)state;
@@ -350,6 +362,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dot_fd),
+        cmocka_unit_test(test_softcap_fd),
         cmocka_unit_test(test_gaussian_fd),
         cmocka_unit_test(test_additive_fd),
         cmocka_unit_test(test_alibi_fd),
