@@ -151,13 +151,16 @@ ra_status strat_takes(const strat_row *row, const ra_params *p)
 }
 
 /* What the row refuses before any work: the shared checks, then the
- * options the row does not take (strat_takes). */
+ * options the row does not take (strat_takes), then checkpoints where
+ * none are taken (strat_ckpt_takes). */
 static ra_status call_check(const strat_row *row, const strat_call *c)
 {
     ra_status st = ra_call_check_params(c->shape, c->params, c->masks);
     if (st == RA_OK)
         st = ra_logits_check_map(c->params, c->map);
-    return st == RA_OK ? strat_takes(row, c->params) : st;
+    if (st == RA_OK)
+        st = strat_takes(row, c->params);
+    return st == RA_OK ? strat_ckpt_takes(c) : st;
 }
 
 typedef struct {

@@ -230,6 +230,7 @@ static void fp_exec(ra_fingerprint *fp, const ra_params *p)
     ra_fp_real(fp, "exec.stall_timeout", p->stall_timeout);
     ra_fp_int(fp, "exec.ulysses_size",
               p->strategy == RA_STRATEGY_HYBRID ? p->ulysses_size : 0);
+    ra_fp_int(fp, "exec.checkpoint", p->checkpoint != NULL);
 }
 
 /* The masks' lengths (values) and whether segments are given; the

@@ -146,6 +146,21 @@ static void visit_forward(ring_state *rs, const float *kb, const float *vb,
     ra_kernel_forward_block(&rs->blk, &ops, rs->ws);
 }
 
+/* The forward's state between steps: the running o (B, n, H, Dv) and lse
+ * (B, H, n), held in the caller's outputs (a row's o is read only once
+ * its lse is finite). */
+static void state_forward(ring_state *rs, int t, ra_state *st, void *arg)
+{
+    const forward_arg *fa = arg;
+    const strat_call *c = rs->c;
+    const ra_shape *s = c->shape;
+    (void)t;
+    st->pass = "forward";
+    st->nparts = 2;
+    st->part[0] = (ra_state_part){"o", fa->o, s->B * c->n * s->H * s->Dv};
+    st->part[1] = (ra_state_part){"lse", fa->lse, s->B * s->H * c->n};
+}
+
 /* The attention-map pass: write each block's columns of the weights. */
 typedef struct {
     const float *q;
@@ -175,8 +190,11 @@ static ra_status ring_run(ring_state *rs)
     ra_state_open(s->B, c->n, s->H, c->lse, c->threads);
     ring_pack_own(rs);
     forward_arg fa = {rs->qp ? rs->qp : c->q, c->o, c->lse};
-    const ring_pass_ops fwd = {visit_forward, NULL, NULL, &fa};
-    ra_status st = ring_pass(rs, &fwd);
+    const ring_pass_ops fwd = {visit_forward, NULL, NULL, &fa,
+                               state_forward};
+    ra_status st = ra_agree(c->comm, ring_resume(rs, &fwd));
+    if (st == RA_OK)
+        st = ring_pass(rs, &fwd);
     ra_state_close(s->B, c->n, s->H, s->Dv, c->o, c->lse, c->threads);
     ra_workspace_busy(rs->ws, &c->tm->thread_busy_min,
                       &c->tm->thread_busy_max);

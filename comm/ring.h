@@ -43,6 +43,8 @@ typedef struct {
     float *qp, *kp;       /* additive: W_q q (B, n, H, A), W_k k (B, m, G, A) */
     ra_workspace *ws;
     int steps_done, steps_total; /* of every pass of the call */
+    int start;            /* the step the next pass starts at: 0, or a
+                             loaded checkpoint's (ring_resume) */
 } ring_state;
 
 /* Sizes, plans and allocates the ring of call c, describes the problem to
@@ -56,7 +58,10 @@ void ring_free(ring_state *rs);
  * the held block, kb with blk.m key rows (B, m, row_k floats) and vb
  * their values (B, m, G, Dv), passing ring_poll and rq to the kernel;
  * post (NULL: none) posts more transfers of step t into the pair
- * RING_PASS_EXTRA of rq; settle (NULL: none) works once they are in. */
+ * RING_PASS_EXTRA of rq; settle (NULL: none) works once they are in;
+ * state (NULL: the pass takes no checkpoints) names the pass's state at
+ * the boundary before step t (ra_state: pass, parts), the same parts and
+ * counts for every t. */
 enum { RING_PASS_EXTRA = 2 };
 typedef struct {
     void (*visit)(ring_state *rs, const float *kb, const float *vb,
@@ -64,6 +69,7 @@ typedef struct {
     ra_status (*post)(ring_state *rs, int t, ring_reqs *rq, void *arg);
     ra_status (*settle)(ring_state *rs, int t, void *arg);
     void *arg;
+    void (*state)(ring_state *rs, int t, ra_state *st, void *arg);
 } ring_pass_ops;
 
 /* Makes this rank's own keys (k, or its projection, rows of row_k
@@ -73,9 +79,18 @@ typedef struct {
  * copied into buf[0] always. */
 void ring_pack_own(ring_state *rs);
 
-/* Runs steps 0 .. last on the ring loop (strategy.h): the transfers of
- * the next block, ops' visit of the current one. ring_pack_own must have
- * made this rank's own block step 0's. */
+/* Runs steps rs->start .. last on the ring loop (strategy.h): the
+ * transfers of the next block, ops' visit of the current one. At start 0
+ * ring_pack_own must have made this rank's own block step 0's; at a later
+ * start ring_resume has fetched that step's. */
 ra_status ring_pass(ring_state *rs, const ring_pass_ops *ops);
+
+/* Before a pass with checkpoints (ops->state) and the call's load
+ * callback: loads the state ops->state(rs, 1) names (the pass sees the
+ * loaded step in rs->start and moves what depends on the step itself),
+ * then fetches the block of that step from the rank it came from, as the
+ * ring would have held it (K/V read again from the owner's slices: the
+ * same values, bf16 with wire16). Else rs->start = 0. Collective. */
+ra_status ring_resume(ring_state *rs, const ring_pass_ops *ops);
 
 #endif /* RA_RING_H */

@@ -144,6 +144,37 @@ static void visit_backward(ring_state *rs, const float *kb, const float *vb,
                              c->may_poll ? ring_poll : NULL, rq);
 }
 
+/* The backward's state at the boundary before step t: dq, the own dk and
+ * dv (step 0's part) and the accumulator finished at step t - 1, which
+ * step t sends on (acc[(t - 1) & 1], counted at the largest block's
+ * size, so that the parts do not depend on t). */
+static void state_backward(ring_state *rs, int t, ra_state *st, void *arg)
+{
+    bwd_state *bs = arg;
+    const strat_call *c = rs->c;
+    const ra_shape *s = c->shape;
+    st->pass = "backward";
+    st->nparts = 4;
+    st->part[0] = (ra_state_part){"dq", bs->dq,
+                                  s->B * c->n * s->H * rs->blk.D};
+    st->part[1] = (ra_state_part){"dk", own_dk(bs),
+                                  s->B * c->m_own * rs->row_k};
+    st->part[2] = (ra_state_part){"dv", bs->g->dv,
+                                  s->B * c->m_own * rs->row_v};
+    st->part[3] = (ra_state_part){"acc", bs->acc[(t - 1) & 1],
+                                  s->B * rs->mmax * (rs->row_k + rs->row_v)};
+}
+
+/* After a resume at step start: the loaded accumulator (in acc[0], where
+ * state_backward(rs, 1) names it) where step start looks for it. */
+static void acc_resumed(const ring_state *rs, bwd_state *bs)
+{
+    const int64_t block = rs->c->shape->B * rs->mmax *
+                          (rs->row_k + rs->row_v);
+    if (rs->start > 0 && ((rs->start - 1) & 1))
+        memcpy(bs->acc[1], bs->acc[0], sizeof(float) * (size_t)block);
+}
+
 /* After the last step: each finished accumulator goes to the rank its
  * block came from; *own: this rank's own accumulator (NULL when the ring
  * stopped at step 0). */
@@ -352,9 +383,14 @@ static ra_status bwd_run(ring_state *rs, bwd_state *bs)
     memset(bs->dq, 0, sizeof(float) * (size_t)(s->B * c->n * qrow));
     bs->q = rs->qp ? rs->qp : c->q;
     ring_pack_own(rs);
-    const ring_pass_ops ops = {visit_backward, acc_post, acc_add, bs};
+    const ring_pass_ops ops = {visit_backward, acc_post, acc_add, bs,
+                               state_backward};
     const float *own = NULL;
-    ra_status st = ring_pass(rs, &ops);
+    ra_status st = ra_agree(c->comm, ring_resume(rs, &ops));
+    if (st == RA_OK) {
+        acc_resumed(rs, bs);
+        st = ring_pass(rs, &ops);
+    }
     if (st == RA_OK)
         st = acc_home(rs, bs, &own);
     if (st == RA_OK) {

@@ -80,10 +80,20 @@ static ra_status loop_step(strat_call *c, const ring_loop *lp, int t,
     return st != RA_OK ? st : fst;
 }
 
+/* The boundary before step t: a checkpoint when the ranks ask for one. */
+static ra_status loop_boundary(strat_call *c, const ring_loop *lp, int t)
+{
+    if (!c->params->checkpoint || !lp->state || t >= lp->steps)
+        return RA_OK;
+    ra_state s = {.step = t, .steps = lp->steps};
+    lp->state(lp->ctx, t, &s);
+    return strat_ckpt_boundary(c, &s);
+}
+
 ra_status ring_loop_run(strat_call *c, ring_loop *lp)
 {
     ra_status st = RA_OK;
-    for (int t = 0; t < lp->steps && st == RA_OK; t++) {
+    for (int t = lp->start; t < lp->steps && st == RA_OK; t++) {
         ring_reqs rq = {.failed = 0};
         for (int i = 0; i < 2 * RING_PAIRS; i++) {
             rq.req[i] = MPI_REQUEST_NULL;
@@ -92,6 +102,8 @@ ra_status ring_loop_run(strat_call *c, ring_loop *lp)
         st = loop_step(c, lp, t, &rq);
         if (st == RA_OK)
             strat_step(c, ++lp->done, lp->total);
+        if (st == RA_OK)
+            st = loop_boundary(c, lp, t + 1);
     }
     return st;
 }

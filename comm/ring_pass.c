@@ -20,7 +20,7 @@
 #include "internal.h"
 #include "ring.h"
 
-enum { TAG_KV = 7301, TAG_SEG = 7302 };
+enum { TAG_KV = 7301, TAG_SEG = 7302, TAG_FETCH = 7303 };
 
 /* n floats of x into block row `at` of the held block: as they are, or
  * as bf16 with wire16 (exact: the call rounded k and v already). */
@@ -233,6 +233,99 @@ static ra_status pass_settle(void *ctx, int t, ring_reqs *rq)
     return pc->ops->settle(pc->rs, t, pc->ops->arg);
 }
 
+static void pass_state(void *ctx, int t, ra_state *st)
+{
+    const pass_ctx *pc = ctx;
+    pc->ops->state(pc->rs, t, st, pc->ops->arg);
+}
+
+/* The datatypes of a fetch (ring_fetch): this rank's part of its own
+ * block for step s to send (K/V rows, then ids), the block of step s to
+ * receive (fp32 K/V into buf, ids into seg). Returns 0 or -1. */
+static int fetch_types(const ring_state *rs, int s, MPI_Datatype ty[4])
+{
+    const strat_call *c = rs->c;
+    const int from = (c->r - s + c->P) % c->P;
+    const ring_span mine = ring_plan_held(&rs->plan, c->r, s, rs->last);
+    const ring_span in = ring_plan_held(&rs->plan, from, s, rs->last);
+    const int64_t B = c->shape->B, cnt = in.b - in.a;
+    MPI_Aint k, v, seg = 0;
+    MPI_Get_address(rs->kp ? rs->kp : c->k, &k);
+    MPI_Get_address(c->v, &v);
+    const rows_at own = {k, v, c->m_own},
+                  at_in = {0, (MPI_Aint)(B * cnt * rs->row_k *
+                                             (int64_t)sizeof(float)), cnt};
+    if (rows_type(B, own, mine.a, mine.b - mine.a, rs->row_k, rs->row_v,
+                  MPI_FLOAT, &ty[0]) != 0 ||
+        rows_type(B, at_in, 0, cnt, rs->row_k, rs->row_v, MPI_FLOAT,
+                  &ty[1]) != 0)
+        return -1;
+    if (!c->segs)
+        return 0;
+    MPI_Get_address(c->masks->kv_segments, &seg);
+    const rows_at ids = {seg, 0, c->m_own}, ids_in = {0, 0, cnt};
+    return rows_type(B, ids, mine.a, mine.b - mine.a, 1, 0, MPI_INT64_T,
+                     &ty[2]) != 0 ||
+                   rows_type(B, ids_in, 0, cnt, 1, 0, MPI_INT64_T, &ty[3]) != 0
+               ? -1 : 0;
+}
+
+/* The block of step s from rank r - s, which sends it from its own
+ * slices (rank r to r + s): into buf[s & 1], or with wire16 through
+ * buf[0] into w16[s & 1] (exact: k and v are bf16 values already). */
+static ra_status ring_fetch(ring_state *rs, int s)
+{
+    strat_call *c = rs->c;
+    const int P = c->P, to = (c->r + s) % P, from = (c->r - s + P) % P;
+    const ring_span in = ring_plan_held(&rs->plan, from, s, rs->last);
+    const int64_t rows = c->shape->B * (in.b - in.a);
+    MPI_Datatype ty[4] = {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL,
+                          MPI_DATATYPE_NULL, MPI_DATATYPE_NULL};
+    MPI_Request req[4] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL,
+                          MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    float *kv = rs->wire16 ? rs->buf[0].kv : rs->buf[s & 1].kv;
+    ra_status st = RA_OK;
+    if (fetch_types(rs, s, ty) != 0 ||
+        MPI_Irecv(kv, 1, ty[1], from, TAG_FETCH, c->comm, &req[0]) !=
+            MPI_SUCCESS ||
+        MPI_Isend(MPI_BOTTOM, 1, ty[0], to, TAG_FETCH, c->comm, &req[2]) !=
+            MPI_SUCCESS ||
+        (c->segs &&
+         (MPI_Irecv(rs->buf[s & 1].seg, 1, ty[3], from, TAG_FETCH + 1,
+                    c->comm, &req[1]) != MPI_SUCCESS ||
+          MPI_Isend(MPI_BOTTOM, 1, ty[2], to, TAG_FETCH + 1, c->comm,
+                    &req[3]) != MPI_SUCCESS)))
+        st = ra_error_set(RA_ERR_MPI, "ring: resuming at step %d: posting "
+                          "the block's transfers failed", s);
+    const int peer[4] = {from, from, to, to};
+    const strat_watch w = {"the resumed step's block", peer, 2, NULL, NULL};
+    if (st == RA_OK)
+        st = strat_wait(c, 4, req, &w);
+    if (st == RA_OK && rs->wire16)
+        ra_bf16_pack(kv, rows * (rs->row_k + rs->row_v), rs->w16[s & 1]);
+    for (int i = 0; i < 4 && !c->stalled; i++)
+        if (ty[i] != MPI_DATATYPE_NULL)
+            MPI_Type_free(&ty[i]);
+    return st;
+}
+
+ra_status ring_resume(ring_state *rs, const ring_pass_ops *ops)
+{
+    strat_call *c = rs->c;
+    ra_state s = {.steps = rs->last + 1};
+    rs->start = 0;
+    if (!ops->state || !c->params->checkpoint)
+        return RA_OK;
+    ops->state(rs, 1, &s, ops->arg);
+    ra_status st = strat_ckpt_load(c, &s);
+    if (st != RA_OK || s.step == 0)
+        return st;
+    rs->start = s.step;
+    rs->steps_done = s.step;
+    rs->own_k = rs->own_v = NULL; /* step 0's block is not read again */
+    return ring_fetch(rs, s.step);
+}
+
 ra_status ring_pass(ring_state *rs, const ring_pass_ops *ops)
 {
     strat_call *c = rs->c;
@@ -241,8 +334,11 @@ ra_status ring_pass(ring_state *rs, const ring_pass_ops *ops)
                     .right = (c->r + 1) % c->P, .post = pass_post,
                     .visit = pass_visit,
                     .settle = ops->settle ? pass_settle : NULL, .ctx = &pc,
-                    .done = rs->steps_done, .total = rs->steps_total};
+                    .done = rs->steps_done, .total = rs->steps_total,
+                    .start = rs->start,
+                    .state = ops->state ? pass_state : NULL};
     const ra_status st = ring_loop_run(c, &lp);
     rs->steps_done = lp.done;
+    rs->start = 0; /* a later pass starts at step 0 */
     return st;
 }

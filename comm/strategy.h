@@ -140,12 +140,35 @@ typedef struct {
     ra_status (*settle)(void *ctx, int t, ring_reqs *rq);
     void *ctx;
     int done, total; /* steps reported so far, of total */
+    /* Checkpoints: the loop starts at step start (a loaded state's) and,
+     * when the call has exec.checkpoint and state is not NULL, asks at
+     * the boundary before each step t > start (strat_ckpt_boundary) with
+     * the parts state(ctx, t, st) names. */
+    int start;
+    void (*state)(void *ctx, int t, ra_state *st);
 } ring_loop;
 
 ra_status ring_loop_run(strat_call *c, ring_loop *lp);
 
 /* The kernel's progress callback: tests the ring_reqs at ctx. */
 void ring_poll(void *ctx);
+
+/* ---- checkpoints (ckpt.c; ringattn.h, ra_checkpoint) ---- */
+
+/* RA_ERR_ARG naming what takes no checkpoint when c has exec.checkpoint:
+ * a strategy other than ring, the attention map, the additive score's
+ * backward; a checkpoint without ask or save. Local. */
+ra_status strat_ckpt_takes(const strat_call *c);
+
+/* At the boundary state->step of state->steps: every rank's ask, the
+ * largest answer over the ranks (watched); on a save every rank's save,
+ * agreed; RA_STOPPED (every rank) when asked to stop. */
+ra_status strat_ckpt_boundary(strat_call *c, const ra_state *state);
+
+/* With a load callback: fills state's parts and step (every rank the
+ * same step in 1 .. steps - 1, else RA_ERR_INPUT); without: step 0.
+ * Collective, agreed. state names its parts and steps on entry. */
+ra_status strat_ckpt_load(strat_call *c, ra_state *state);
 
 /* A strategy's arrays for one call: fill(state, c, cv) carves each of
  * them (ra_carve; run twice, once to size and once to carve, so it

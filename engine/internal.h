@@ -47,6 +47,7 @@ typedef struct {
     void (*on_tick)(void *ctx, double done);
     void *on_step_ctx;
     ra_wire wire;
+    const ra_checkpoint *checkpoint;
     /* internal only */
     int no_poll; /* 1: never progress transfers between tiles (bench
                     --no-poll: how much overlap polling buys); 0 when

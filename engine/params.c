@@ -70,7 +70,7 @@ void ra_params_join(const ra_numerics *num, const ra_exec *exec,
         .stall_timeout = exec->stall_timeout, .mem_limit = exec->mem_limit,
         .ulysses_size = exec->ulysses_size, .on_step = exec->on_step,
         .on_tick = exec->on_tick, .on_step_ctx = exec->on_step_ctx,
-        .wire = exec->wire};
+        .wire = exec->wire, .checkpoint = exec->checkpoint};
     ra_params_saturate(p);
 }
 
@@ -90,7 +90,8 @@ void ra_params_split(const ra_params *p, ra_numerics *num, ra_exec *exec)
         .threads = p->threads, .stall_timeout = p->stall_timeout,
         .mem_limit = p->mem_limit, .ulysses_size = p->ulysses_size,
         .on_step = p->on_step, .on_tick = p->on_tick,
-        .on_step_ctx = p->on_step_ctx, .wire = p->wire};
+        .on_step_ctx = p->on_step_ctx, .wire = p->wire,
+        .checkpoint = p->checkpoint};
 }
 
 void ra_params_default(ra_params *params)

@@ -16,6 +16,7 @@ const char *ra_status_str(ra_status st)
     case RA_ERR_IO: return "I/O error";
     case RA_ERR_MPI: return "MPI error";
     case RA_ERR_EXISTS: return "output exists";
+    case RA_STOPPED: return "stopped at a checkpoint";
     }
     return "unknown status";
 }

@@ -65,6 +65,8 @@ typedef enum {
     RA_ERR_IO,        /* reading or writing a file failed */
     RA_ERR_MPI,       /* an MPI call failed */
     RA_ERR_EXISTS,    /* the output exists and replacing it was not asked */
+    RA_STOPPED,       /* a checkpoint asked the call to stop (ra_checkpoint):
+                         its state is saved, its outputs are not done */
 } ra_status;
 
 /* A static, human-readable name for a status. */
@@ -304,6 +306,68 @@ typedef struct {
                           attention map (RA_ERR_ARG) */
 } ra_numerics;
 
+/* ---- Checkpoints of a call with steps --------------------------------- *
+ * Between two ring steps a rank's whole state is a few arrays (the
+ * forward's running o and lse, the backward's dq, dk, dv and travelling
+ * accumulator); the K/V it holds the call fetches again from their owners.
+ * A caller that wants to stop a long call and continue it later (the
+ * command line's run --checkpoint, docs/CHECKPOINT.md) gives exec->
+ * checkpoint: the library calls ask on every rank at each step boundary,
+ * acts on the largest answer over the ranks (one small reduction, under
+ * the stall watchdog), and hands the state to save on every rank; with
+ * load, the call starts from a saved state instead of step 0 and gives
+ * bitwise the same results as a call never stopped (same P, shape,
+ * options). The library touches no file and no signal: saving and loading
+ * are the caller's. Strategies ring (forward and backward); the others,
+ * the attention map and the additive score's backward are refused
+ * (RA_ERR_ARG) by name. */
+
+/* What ask answers for this rank at a step boundary. */
+typedef enum {
+    RA_CKPT_GO_ON = 0, /* no checkpoint here */
+    RA_CKPT_SAVE = 1,  /* save the state, then go on */
+    RA_CKPT_STOP = 2,  /* save the state, then return RA_STOPPED */
+} ra_ckpt_action;
+
+#define RA_STATE_PARTS_MAX 8
+
+/* One array of a rank's state: count floats at data, the library's own
+ * buffer (save reads it, load fills it), named for the file. */
+typedef struct {
+    const char *name;
+    float *data;
+    int64_t count;
+} ra_state_part;
+
+/* A rank's state at the boundary before step `step` (1 .. steps - 1) of
+ * the call's pass ("forward" or "backward"). Its parts and their counts
+ * depend on the shape, the options, P and this rank, never on the step. */
+typedef struct {
+    const char *pass;
+    int step, steps;
+    int nparts;
+    ra_state_part part[RA_STATE_PARTS_MAX];
+} ra_state;
+
+/* The caller's side of checkpoints, called on the calling thread of every
+ * rank (save and load at the same point on every rank, with no transfer
+ * of the call in flight, so they may do collective work on the caller's
+ * communicator, such as writing a file):
+ *   ask(ctx, done, total): this rank's ra_ckpt_action after step done of
+ *     total; cheap (a flag, a clock);
+ *   save(ctx, state): RA_OK, or a status with ra_error_set's message; a
+ *     failure on any rank fails the call on every rank with that status;
+ *   load(ctx, state) (NULL: start at step 0): fills each part's data and
+ *     state->step (1 .. steps - 1) once the call is set up, before any
+ *     step; the ranks must load the same step. A failure fails the call.
+ */
+typedef struct {
+    int (*ask)(void *ctx, int done, int total);
+    ra_status (*save)(void *ctx, const ra_state *state);
+    ra_status (*load)(void *ctx, ra_state *state);
+    void *ctx;
+} ra_checkpoint;
+
 /* How a call runs: the ranks' split, tiles, threads, limits and progress.
  * It changes speed and memory, not the numbers (beyond rounding). Fill
  * with ra_exec_default(), then set what differs. */
@@ -350,6 +414,9 @@ typedef struct {
     void *on_step_ctx; /* passed to on_step and on_tick as ctx */
     ra_wire wire;      /* how K/V travel the ring (RA_WIRE_AUTO): bf16
                           halves the bytes of each K/V hop (ra_wire) */
+    const ra_checkpoint *checkpoint; /* checkpoints at step boundaries
+                          (ra_checkpoint), or NULL: none. Each rank's own
+                          callbacks; whether one is given is compared */
 } ra_exec;
 
 /* The value fields of ra_numerics and ra_exec, one row each, for bindings

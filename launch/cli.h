@@ -17,8 +17,11 @@
 #include "h5io.h"
 #include "internal.h"
 
-/* Exit codes: usage and input errors, runtime failures. */
-enum { CLI_EXIT_OK = 0, CLI_EXIT_RUNTIME = 1, CLI_EXIT_USAGE = 2 };
+/* Exit codes: usage and input errors, runtime failures, and a run
+ * --checkpoint that saved its state and stopped as a signal asked (run
+ * --resume continues it, docs/CHECKPOINT.md). */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_RUNTIME = 1, CLI_EXIT_USAGE = 2,
+       CLI_EXIT_CHECKPOINTED = 3 };
 
 /* The process as the subcommands see it. */
 typedef struct {

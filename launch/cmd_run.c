@@ -16,6 +16,7 @@
 #include "placement.h"
 #include "plan.h"
 #include "progress.h"
+#include "resume.h"
 
 typedef struct {
     ra_params p;
@@ -28,6 +29,7 @@ typedef struct {
     const char *map_rows, *map_heads;
     cli_progress prog;
     const char *profile;        /* --strategy auto: the machine profile */
+    cli_ckpt_args ck;           /* --checkpoint, --resume */
 } run_opts;
 
 static const cli_opt run_own[] = {
@@ -87,7 +89,8 @@ static const cli_spec run_spec = {
     "Attention of IN.h5's /q /k /v (and its masks) on P ranks into OUT.h5.\n",
     .groups = {{run_own, 0}, {cli_forward_opts, offsetof(run_opts, p)},
                {cli_pass_opts, offsetof(run_opts, p)},
-               {cli_progress_opts, offsetof(run_opts, prog)}},
+               {cli_progress_opts, offsetof(run_opts, prog)},
+               {cli_ckpt_opts, offsetof(run_opts, ck)}},
     .epilog = cli_forward_details,
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
@@ -151,6 +154,7 @@ typedef struct {
     char fingerprint[H5IO_FP_LEN]; /* what was read, for the output */
     ra_timing tm;
     h5io_staged staged;         /* the output, complete, not yet renamed */
+    cli_ckpt ckpt;              /* --checkpoint, --resume */
     double t_read, t_write, t_total;
     int picked;                 /* --strategy auto chose pick.strategy */
     model_result pick;
@@ -220,6 +224,8 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     if (st == RA_OK)
         st = h5io_segment_names_from(o->in, &o->src, &r->q_seg, &r->kv_seg);
     st = ra_agree(ctx->comm, st);
+    if (st == RA_OK)
+        st = cli_ckpt_begin(ctx, &o->ck, "forward", &r->ckpt, &o->p);
     if (st == RA_OK) /* collective */
         st = ra_call_strategy_check(ctx->comm, &r->d.s, &o->p,
                                     r->q_seg != NULL);
@@ -289,7 +295,7 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
         return st;
     mask_names(r);
     mask_record(o, r);
-    return RA_OK;
+    return cli_ckpt_key(&r->ckpt, s, &o->p, &r->d.masks.view, 0);
 }
 
 /* Reads this rank's slices and refuses non-finite values (collective). */
@@ -321,6 +327,8 @@ static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
     if (st == RA_OK)
         st = cli_fingerprint(ctx, &r->d, &o->p, &r->recorded, r->q_seg,
                              r->kv_seg, r->fingerprint);
+    if (st == RA_OK)
+        st = cli_ckpt_arm(&r->ckpt, r->fingerprint);
     const double t1 = MPI_Wtime();
     const int ran = st == RA_OK;
     progress_start(&o->p);
@@ -462,6 +470,7 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     cli_pass_writing(ctx, &r.d, &o.p);
     if (st == RA_OK)
         st = run_report(ctx, &o, &r);
+    st = cli_ckpt_end(&r.ckpt, st);
     run_release(&r);
     return cli_pass_end(ctx, &r.d, st);
 }

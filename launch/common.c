@@ -302,6 +302,7 @@ int cli_exit_code(ra_status st)
     case RA_ERR_ARG:
     case RA_ERR_INPUT:
     case RA_ERR_EXISTS: return CLI_EXIT_USAGE;
+    case RA_STOPPED: return CLI_EXIT_CHECKPOINTED;
     default: return CLI_EXIT_RUNTIME;
     }
 }
