@@ -126,6 +126,7 @@ void bench_yardsticks(MPI_Comm comm, int threads, int bf16, int skip,
     if (skip) {
         *y = (bench_yard){.bf16 = bf16, .skipped = 1};
         snprintf(y->impl, sizeof y->impl, "not measured (--no-yardsticks)");
+        bench_core_peak(comm, threads, bf16, 1, y);
         return;
     }
     const double mine[2] = {
@@ -139,6 +140,7 @@ void bench_yardsticks(MPI_Comm comm, int threads, int bf16, int skip,
     if (least <= 0 && mine[1] > 0)
         snprintf(y->impl, sizeof y->impl, "another rank could not run it");
     y->bf16 = bf16;
+    bench_core_peak(comm, threads, bf16, 0, y);
 }
 
 /* The floats rank i holds of the key/value blocks under a layout. */

@@ -40,6 +40,12 @@ typedef struct {
     double peak_gflops;        /* sum over ranks of the oneDNN matmul's
                                   GFLOP/s in the run's precision; 0: not
                                   measured (no oneDNN), shown as n/a */
+    double core_gflops;        /* sum over ranks and threads of the core's
+                                  physical peak in the run's precision
+                                  (bench_yard.core); 0: not measured */
+    double products_gflops;    /* sum over ranks and threads of the
+                                  products-only rate of this problem's
+                                  tile products; 0: not measured */
     double comm_wait_fraction; /* max over ranks of median wait / wall */
     double bytes_sent;         /* per rank, max over ranks, one pass */
     double bytes_sent_avg;     /* per rank, mean over ranks, one pass */
@@ -95,6 +101,9 @@ typedef struct {
     double sgemm, peak;
     int bf16, skipped;
     char impl[128];
+    double core;        /* the core's physical peak (core_peak.h) summed
+                           over ranks and threads; 0: none (why in loop) */
+    char loop[96];      /* the loop that measured it, or why none */
 } bench_yard;
 
 /* Both yardsticks on this rank's threads, all ranks at once, the peak in
@@ -102,6 +111,22 @@ typedef struct {
  * n/a). Collective. */
 void bench_yardsticks(MPI_Comm comm, int threads, int bf16, int skip,
                       bench_yard *y);
+
+/* The core's physical peak into y->core and y->loop: the register-resident
+ * loop of the precision's tile instruction (core_peak.h) on every rank at
+ * once, summed over the ranks and times threads; with skip nothing.
+ * Collective (bench_yard.c). */
+void bench_core_peak(MPI_Comm comm, int threads, int bf16, int skip,
+                     bench_yard *y);
+
+/* The products-only rate of problem s under p (the forward's tile
+ * products, or with backward the backward's) on one thread of every rank
+ * at once, summed over the ranks and times threads; 0 with skip or when
+ * the products cannot be made on some rank (the additive score's come
+ * pair by pair: only its products that are tile products count).
+ * Collective (bench_yard.c). */
+double bench_products_rate(MPI_Comm comm, const ra_shape *s,
+                           const ra_params *p, int backward, int skip);
 
 /* Seeded random weights of the additive score, A hidden units over q and
  * k of dim D: w_q (A, D), w_k (A, D), w_v (A), the first two scaled by

@@ -156,11 +156,11 @@ static ra_status batch_centre(const char *in, const verify_ctx *c, int64_t b,
 
 ra_status verify_read_runs(const char *path, const char *name,
                            verify_run_kind kind, const verify_ctx *c,
-                           int64_t b, const int64_t *idx, int64_t n,
-                           int64_t width, void *out)
+                           verify_tokens tok, int64_t width, void *out)
 {
     ra_status st = RA_OK;
     int present;
+    const int64_t b = tok.b, *idx = tok.idx, n = tok.n;
     for (int64_t r = 0, z = 0; r < n && st == RA_OK; r = z) {
         for (z = r + 1; z < n && idx[z] == idx[r] + (z - r); z++)
             ;
@@ -211,14 +211,15 @@ ra_status verify_rows_load(const char *in, const char *out,
     const int64_t H = s->H, D = s->D, nr = w->nr;
     for (int64_t r = 0; r < nr; r++)
         w->pos[r] = rows[r] % s->N;
+    const verify_tokens rows_at = {b, w->pos, nr};
     ra_status st = verify_read_runs(in, c->run.names[0], VERIFY_TENSOR, c,
-                                    b, w->pos, nr, H * D, w->q);
+                                    rows_at, H * D, w->q);
     if (st == RA_OK && out)
-        st = verify_read_runs(out, NULL, VERIFY_O, c, b, w->pos, nr,
-                              H * s->Dv, w->o);
+        st = verify_read_runs(out, NULL, VERIFY_O, c, rows_at, H * s->Dv,
+                              w->o);
     if (st == RA_OK && w->qseg)
-        st = verify_read_runs(in, c->q_seg_name, VERIFY_IDS, c, b, w->pos,
-                              nr, 1, w->qseg);
+        st = verify_read_runs(in, c->q_seg_name, VERIFY_IDS, c, rows_at, 1,
+                              w->qseg);
     if (st == RA_OK)
         st = rows_align(in, c, b, w);
     for (int64_t r = 0; r < nr && st == RA_OK; r++)
@@ -268,14 +269,15 @@ ra_status verify_keys_load(const char *in, const verify_ctx *c, int64_t b,
     const int64_t G = s->G, Dk = ra_shape_dk(s);
     for (int64_t j = 0; j < kb; j++)
         w->kpos[j] = keys ? keys[j] : j0 + j;
-    ra_status st = verify_read_runs(in, c->run.names[1], VERIFY_TENSOR, c, b,
-                                    w->kpos, kb, G * Dk, w->k);
+    const verify_tokens keys_at = {b, w->kpos, kb};
+    ra_status st = verify_read_runs(in, c->run.names[1], VERIFY_TENSOR, c,
+                                    keys_at, G * Dk, w->k);
     if (st == RA_OK)
-        st = verify_read_runs(in, c->run.names[2], VERIFY_TENSOR, c, b,
-                              w->kpos, kb, G * s->Dv, w->v);
+        st = verify_read_runs(in, c->run.names[2], VERIFY_TENSOR, c, keys_at,
+                              G * s->Dv, w->v);
     if (st == RA_OK && w->kseg)
-        st = verify_read_runs(in, c->kv_seg_name, VERIFY_IDS, c, b,
-                              w->kpos, kb, 1, w->kseg);
+        st = verify_read_runs(in, c->kv_seg_name, VERIFY_IDS, c, keys_at, 1,
+                              w->kseg);
     if (st != RA_OK)
         return st;
     for (int64_t j = 0; j < kb; j++)
@@ -318,15 +320,25 @@ static void rows_tally(const verify_ctx *c, const vwork *w, ra_tally *t)
     const int64_t H = c->s->H, Dv = c->s->Dv, nr = w->nr;
     for (int64_t r = 0; r < nr; r++)
         for (int64_t h = 0; h < H; h++) {
-            const double sum = w->sum[h * nr + r];
+            double sum = w->sum[h * nr + r], mx = w->mx[h * nr + r];
             const double *acc = w->acc + (h * nr + r) * Dv;
+            if (c->p.sinks) { /* one more column: logit sink, value 0 */
+                const double sink = c->p.sinks[h];
+                if (!(sum > 0) || sink > mx) {
+                    sum = sum > 0 ? sum * exp(mx - sink) : 0.0;
+                    mx = sink;
+                }
+                sum += exp(sink - mx);
+            }
             for (int64_t d = 0; d < Dv; d++)
                 ra_tally_o(t, w->o[(r * H + h) * Dv + d],
-                           sum > 0 ? acc[d] / sum : 0.0);
+                           sum > 0 ? acc[d] / sum *
+                                     exp(w->mx[h * nr + r] - mx) : 0.0);
             for (int64_t d = 0; w->acc_abs && sum > 0 && d < Dv; d++)
-                ra_tally_o_abs(t, w->acc_abs[(h * nr + r) * Dv + d] / sum);
+                ra_tally_o_abs(t, w->acc_abs[(h * nr + r) * Dv + d] / sum *
+                                  exp(w->mx[h * nr + r] - mx));
             ra_tally_lse(t, w->lse[h * nr + r],
-                         sum > 0 ? w->mx[h * nr + r] + log(sum) : -INFINITY);
+                         sum > 0 ? mx + log(sum) : -INFINITY);
         }
 }
 

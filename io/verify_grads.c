@@ -179,8 +179,9 @@ static ra_status chunk_dq(const char *in, const verify_ctx *c, int64_t b,
         ra_rope_row_ref(c->p.rope, c->p.rope_base, g->dq + r * D, D,
                         -w->qat[r / H]);
     if (st == RA_OK)
-        st = verify_read_runs(x->grads, "/dq", VERIFY_GRAD, c, b, w->pos,
-                              w->nr, H * D, g->got);
+        st = verify_read_runs(x->grads, "/dq", VERIFY_GRAD, c,
+                              (verify_tokens){b, w->pos, w->nr}, H * D,
+                              g->got);
     if (st == RA_OK)
         tally_grad(g->got, g->dq, w->nr * H * D, 0, x->t);
     return st;
@@ -218,16 +219,15 @@ ra_status verify_grads_keys(const verify_ctx *c, int64_t b,
     for (int64_t r = 0; r < n * G; r++)
         ra_rope_row_ref(c->p.rope, c->p.rope_base, x->dk + r * Dk, Dk,
                         -x->keys[r / G]);
+    const verify_tokens keys = {b, x->keys, n};
     double *got = malloc(sizeof(double) * (size_t)(n * G * (Dk + Dv) + 1));
     ra_status st = got ? RA_OK : ra_error_set(RA_ERR_NOMEM, "verify "
                                               "--backward: out of memory");
     if (st == RA_OK && (st = verify_read_runs(x->grads, "/dk", VERIFY_GRAD,
-                                              c, b, x->keys, n, G * Dk,
-                                              got)) == RA_OK)
+                                              c, keys, G * Dk, got)) == RA_OK)
         tally_grad(got, x->dk, n * G * Dk, 1, x->t);
     if (st == RA_OK && (st = verify_read_runs(x->grads, "/dv", VERIFY_GRAD,
-                                              c, b, x->keys, n, G * Dv,
-                                              got)) == RA_OK)
+                                              c, keys, G * Dv, got)) == RA_OK)
         tally_grad(got, x->dv, n * G * Dv, 2, x->t);
     free(got);
     return st;

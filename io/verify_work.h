@@ -46,12 +46,18 @@ typedef enum {
     VERIFY_TENSOR, VERIFY_GRAD, VERIFY_O, VERIFY_IDS
 } verify_run_kind;
 
-/* Reads the n tokens idx[0..n) (ascending) of batch b of dataset name in
- * runs of consecutive tokens: width doubles each, or one int64 id. */
+/* Tokens idx[0..n) (ascending) of batch b. */
+typedef struct {
+    int64_t b;
+    const int64_t *idx;
+    int64_t n;
+} verify_tokens;
+
+/* Reads the tokens tok of dataset name in runs of consecutive tokens:
+ * width doubles each, or one int64 id. */
 ra_status verify_read_runs(const char *path, const char *name,
                            verify_run_kind kind, const verify_ctx *c,
-                           int64_t b, const int64_t *idx, int64_t n,
-                           int64_t width, void *out);
+                           verify_tokens tok, int64_t width, void *out);
 
 /* Allocates w for up to n rows and KEY_BLOCK keys. */
 ra_status verify_work_alloc(const verify_ctx *c, int64_t n, vwork *w);

@@ -82,10 +82,28 @@ static json_t *row_costs(const bench_result *r)
         "verdict", r->pass ? "PASS" : "FAIL");
 }
 
+/* The core's physical peak and the products-only rate of a row, with the
+ * row's fractions of them (null: not measured). */
+static json_t *row_yards(const bench_result *r)
+{
+    return json_pack(
+        "{s:o, s:o, s:o, s:o}",
+        "core_peak_gflops", measured_or_null(r->core_gflops, 1.0, "%.4f"),
+        "fraction_of_core_peak",
+        measured_or_null(r->core_gflops > 0 ? r->gflops : 0.0,
+                         r->core_gflops, "%.4f"),
+        "products_gflops", measured_or_null(r->products_gflops, 1.0, "%.4f"),
+        "fraction_of_products",
+        measured_or_null(r->products_gflops > 0 ? r->gflops : 0.0,
+                         r->products_gflops, "%.4f"));
+}
+
 json_t *bench_json_row(const bench_result *r)
 {
-    return cli_json_merge(cli_json_merge(row_problem(r), row_times(r)),
-                          row_costs(r));
+    return cli_json_merge(cli_json_merge(cli_json_merge(row_problem(r),
+                                                        row_times(r)),
+                                         row_costs(r)),
+                          row_yards(r));
 }
 
 int bench_json_write(FILE *out, const bench_result *rows, int count)

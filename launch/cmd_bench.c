@@ -200,6 +200,9 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->gflops = res->flops / res->seconds_median * 1e-9;
     res->sgemm_gflops = yard->sgemm;
     res->peak_gflops = yard->peak;
+    res->core_gflops = yard->core;
+    res->products_gflops = bench_products_rate(ctx->comm, s, &o->p, 0,
+                                               o->no_yardsticks);
     res->model_bytes =
         bench_spread(ctx->comm, model_bytes(ctx, s, naive, r, res)).max;
     res->ring_gbps = naive ? 0.0

@@ -207,6 +207,9 @@ static void bb_result(const cli_ctx *ctx, const bb_opts *o, bb_state *b,
     r->gflops = r->flops / r->seconds_median * 1e-9;
     r->sgemm_gflops = b->yard.sgemm;
     r->peak_gflops = b->yard.peak;
+    r->core_gflops = b->yard.core;
+    r->products_gflops = bench_products_rate(ctx->comm, &b->d.s, &o->p, 1,
+                                             o->no_yardsticks);
     r->model_bytes = bench_spread(ctx->comm, b->model_bytes).max;
     r->ring_gbps = bench_ring_bandwidth(ctx->comm, &b->d.s, &o->p,
                                          o->p.layout);

@@ -129,6 +129,30 @@ def check_peak(stdout, header, rows):
     print(f"ok   bench-peak: the oneDNN peak column "
           f"({'n/a without oneDNN' if na else 'measured'}) in the table, "
           f"the echo and the JSON of bench and bench --backward")
+    check_core_products(stdout, cols, rows)
+
+
+def check_core_products(stdout, cols, rows):
+    """The core's physical peak (the loop named in the echo, or n/a naming
+    what the core lacks) and the products-only rate: columns of the table,
+    keys of the JSON, each fraction that of the row's GFLOP/s (issue 44)."""
+    core = [l for l in stdout.splitlines() if l.startswith("# core ")]
+    na = len(core) == 1 and "n/a: this core has no" in core[0]
+    for row in rows:
+        ok = cols[-4:] == ["core", "f_core", "prod", "f_prod"]
+        for key, frac in (("core_peak_gflops", "fraction_of_core_peak"),
+                          ("products_gflops", "fraction_of_products")):
+            if key == "core_peak_gflops" and na:
+                ok &= row[key] is None and row[frac] is None
+            else:
+                ok &= row[key] > 0 and abs(
+                    row[frac] - row["gflops"] / row[key]) < 1e-3
+        if len(core) != 1 or not ok:
+            fail(f"bench-core: echo {core}, columns {cols[-4:]}, row "
+                 f"{[row.get(k) for k in ('core_peak_gflops', 'products_gflops')]}")
+    print(f"ok   bench-core: the core's peak ({core[0].split()[2]} loop) and "
+          "the products-only rate, columns and JSON keys, bench and "
+          "bench --backward")
 
 
 def check_no_yardsticks(work):
