@@ -1,15 +1,36 @@
 /* gemm_env.c: the engine of RA_GEMM_AUTO from RINGATTN_GEMM (gemm_env.h),
  * so that one build runs either engine without a rebuild (the test suite
  * runs once on each: .ci/run). */
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "gemm.h"
 #include "gemm_env.h"
 #include "internal.h"
 
-ra_status ra_gemm_env(ra_gemm *out)
+/* RINGATTN_GEMM as the process held it when the library first looked:
+ * read once (ringattn.h, ra_gemm), so that every call of a process, on
+ * any thread, runs on the same engine whatever setenv does later. A value
+ * longer than the buffer names no engine either way. */
+static char env_value[64];
+static atomic_int env_state; /* 0: not read, 1: being read, 2: read */
+
+static const char *gemm_env_value(void)
 {
-    const char *env = getenv(RA_GEMM_ENV);
+    int unread = 0;
+    if (atomic_compare_exchange_strong(&env_state, &unread, 1)) {
+        const char *env = getenv(RA_GEMM_ENV);
+        snprintf(env_value, sizeof env_value, "%s", env ? env : "");
+        atomic_store(&env_state, 2);
+    }
+    while (atomic_load(&env_state) != 2)
+        ; /* another thread's getenv and copy: a few instructions */
+    return env_value;
+}
+
+ra_status ra_gemm_env_parse(const char *env, ra_gemm *out)
+{
     ra_gemm g = RA_GEMM_AUTO;
     *out = ra_gemm_resolve(RA_GEMM_AUTO);
     if (!env || !env[0])
@@ -21,6 +42,11 @@ ra_status ra_gemm_env(ra_gemm *out)
                                                               : "");
     *out = ra_gemm_resolve(g);
     return RA_OK;
+}
+
+ra_status ra_gemm_env(ra_gemm *out)
+{
+    return ra_gemm_env_parse(gemm_env_value(), out);
 }
 
 ra_gemm ra_gemm_pick(ra_gemm gemm)

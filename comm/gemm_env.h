@@ -12,11 +12,15 @@
 #define RA_GEMM_ENV "RINGATTN_GEMM"
 
 /* The engine RA_GEMM_AUTO stands for into out: the one RINGATTN_GEMM
- * names (openblas, onednn), else (unset, empty or auto) the build's
+ * names (read once per process, at the first call of this function),
+ * else (unset, empty or auto) the build's
  * (ra_gemm_resolve: oneDNN when built with it, else OpenBLAS). RA_ERR_ARG,
  * naming the variable and its value, when the value is no engine name or
  * an engine this build lacks; out then holds the build's engine. */
 ra_status ra_gemm_env(ra_gemm *out);
+/* ra_gemm_env for the variable's value env (NULL: unset), whatever the
+ * process holds: the rule alone, for the tests. */
+ra_status ra_gemm_env_parse(const char *env, ra_gemm *out);
 
 /* The engine a call runs for gemm: gemm itself when named (the caller's
  * choice wins over the variable), RA_GEMM_AUTO as ra_gemm_env resolves

@@ -320,10 +320,36 @@ const char *ra_align_name(ra_align align)
     return ra_name_of(align_names, 2, (int)align);
 }
 
-static const char *const dtype_names[] = {"f32", "f16", "bf16", "f64"};
-/* ra_dtype_name, ra_dtype_parse: the one vocabulary of file types (run's
- * --out-dtype, gen's --dtype, the out_dtype attribute) */
-RA_NAMED_ENUM(dtype, ra_dtype, "dtype", dtype_names)
+/* The one vocabulary of types (issue 45): file types (run's --out-dtype,
+ * gen's --dtype, the out_dtype attribute) are named as the arithmetic is
+ * (ra_precision, ra_wire: "fp32", "bf16"). */
+static const char *const dtype_names[] = {"fp32", "fp16", "bf16", "fp64"};
+/* The names of the types before that, still read: outputs written
+ * before record them (attribute out_dtype), and scripts pass them. */
+static const char *const dtype_old_names[] = {"f32", "f16", "bf16", "f64"};
+enum { DTYPE_COUNT = sizeof dtype_names / sizeof *dtype_names };
+
+const char *ra_dtype_name(ra_dtype value)
+{
+    return ra_name_of(dtype_names, DTYPE_COUNT, (int)value);
+}
+
+ra_status ra_dtype_parse(const char *name, ra_dtype *out)
+{
+    int v = 0;
+    ra_error_clear();
+    if (!out)
+        return ra_error_set(RA_ERR_ARG, "dtype: out is NULL");
+    for (int i = 0; name && i < DTYPE_COUNT; i++)
+        if (strcmp(name, dtype_old_names[i]) == 0) {
+            *out = (ra_dtype)i;
+            return RA_OK;
+        }
+    const ra_status st =
+        ra_name_parse("dtype", dtype_names, DTYPE_COUNT, name, &v);
+    *out = st == RA_OK ? (ra_dtype)v : *out;
+    return st;
+}
 
 static const char *const strategy_names[RA_STRATEGY_COUNT] = {
     "ring", "allgather", "tree", "ring-q", "ulysses", "hybrid"};

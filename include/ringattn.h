@@ -33,6 +33,15 @@
  * ones also agree over the ranks: every rank returns the same status and
  * message, and the options every rank must pass alike are compared
  * (ra_forward).
+ *
+ * The environment: everything a call does comes from its arguments, with
+ * two exceptions, each read where said. RINGATTN_GEMM, the engine
+ * RA_GEMM_AUTO stands for, read once per process (ra_gemm). HDF5's search
+ * paths HDF5_EXT_PREFIX, HDF5_EXTFILE_PREFIX and HDF5_VDS_PREFIX, read by
+ * the ra_h5_* functions each time they check a file's links, external
+ * storage and virtual datasets, as HDF5 reads them, so that the checks
+ * follow the files HDF5 would. No other variable (threads come from
+ * ra_exec.threads, never from OMP_NUM_THREADS).
  */
 #ifndef RINGATTN_H
 #define RINGATTN_H
@@ -206,10 +215,10 @@ typedef enum {
  * five products backward); the online softmax, masks, position encodings
  * and scores are the library's own on either.
  *
- * The environment variable RINGATTN_GEMM (auto, openblas, onednn) decides
- * what RA_GEMM_AUTO stands for, so that one build runs either engine
- * without a rebuild; an explicit RA_GEMM_OPENBLAS or RA_GEMM_ONEDNN wins
- * over it. Unset, empty or auto: the build's default below. Any other
+ * over it. The library reads it once per process, when a call first
+ * needs it (a call or a prediction with RA_GEMM_AUTO); a later change of
+ * the variable in that process changes nothing. Unset, empty or auto: the
+ * build's default below. Any other
  * value, or onednn in a build without oneDNN, makes every call that
  * leaves gemm at RA_GEMM_AUTO return RA_ERR_ARG (ra_error_message names
  * RINGATTN_GEMM and the value) before any work; so does a call whose
@@ -382,9 +391,10 @@ typedef struct {
                           that ra_gemm_available() denies is refused */
     int threads;       /* OpenMP and BLAS threads per rank, 0 ..
                           RA_THREADS_MAX; 0 means 1 (MPI usually runs a
-                          rank per core). The library reads no environment
-                          variable and leaves OpenBLAS's process-wide
-                          thread count as it found it. Each rank's own:
+                          rank per core). The library reads no thread
+                          variable (OMP_NUM_THREADS and the like) and
+                          leaves OpenBLAS's process-wide thread count as
+                          it found it. Each rank's own:
                           ranks may pass different counts */
     double stall_timeout; /* seconds a rank may wait for a transfer with
                           no progress before the call fails (RA_ERR_MPI,
@@ -962,7 +972,9 @@ typedef enum {
  *   precision: "fp32", "bf16"
  *   wire:     "auto", "fp32", "bf16"
  *   axes:     "B,N,H,D", "B,H,N,D" (a dataset's "axes" attribute), "none"
- *   dtype:    "f32", "f16", "bf16", "f64"
+ *   dtype:    "fp32", "fp16", "bf16", "fp64" (as precision and wire name
+ *             them); ra_dtype_parse also reads the earlier "f32", "f16"
+ *             and "f64", which outputs written before record
  * A NULL name or out is refused (RA_ERR_ARG), *out left alone. */
 RA_API const char *ra_layout_name(ra_layout layout);
 RA_API ra_status ra_layout_parse(const char *name, ra_layout *out);

@@ -149,12 +149,15 @@ ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
         return ra_error_set(RA_ERR_INPUT, "%s: a forward output of another "
                             "problem: its %s do not match this run's", fwd,
                             what);
-    if (strcmp(a.out_dtype, "f16") == 0 || strcmp(a.out_dtype, "bf16") == 0)
+    ra_dtype stored = RA_DTYPE_F32;
+    if (ra_dtype_parse(a.out_dtype, &stored) == RA_OK &&
+        (stored == RA_DTYPE_F16 || stored == RA_DTYPE_BF16))
         return ra_error_set(RA_ERR_INPUT, "%s: /o is stored as %s (attribute "
                             "out_dtype, run --out-dtype %s): gradients from "
                             "it would be off by its rounding; refused: rerun "
-                            "the forward with --out-dtype f32 or f64, or pass "
-                            "--recompute", fwd, a.out_dtype, a.out_dtype);
+                            "the forward with --out-dtype fp32 or fp64, or "
+                            "pass --recompute", fwd, ra_dtype_name(stored),
+                            ra_dtype_name(stored));
     return fwd_arith_check(fwd, &a, p);
 }
 

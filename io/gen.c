@@ -41,7 +41,7 @@ static ra_status slab_write(hid_t file, MPI_Comm comm, const gen_ctx *c,
                                c->buf);
     const hid_t type = h5io_dtype_file_type(RA_DTYPE_F16);
     if (type < 0)
-        return ra_error_set(RA_ERR_IO, "%s: cannot make the type f16 of %s",
+        return ra_error_set(RA_ERR_IO, "%s: cannot make the type fp16 of %s",
                             c->path, name);
     h5io_half_encode(c->buf, c->half, (size_t)n, 0);
     const ra_status st = h5io_dset_write(
@@ -237,7 +237,7 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
     if (dtype != RA_DTYPE_F32 && dtype != RA_DTYPE_F64 &&
         dtype != RA_DTYPE_F16)
         return ra_error_set(RA_ERR_ARG, "%s: dtype %s: generated files are "
-                            "f32, f64 or f16", path, ra_dtype_name(dtype));
+                            "fp32, fp64 or fp16", path, ra_dtype_name(dtype));
     if ((st = ra_shape_check(shape)) != RA_OK)
         return st;
     if (MPI_Comm_rank(comm, &c.rank) != MPI_SUCCESS ||

@@ -128,7 +128,7 @@ typedef struct {
     char alibi_slopes[16];  /* "standard", "/alibi_slopes" or "" */
     char align[16];         /* "tensor" (also when absent) or "sequence" */
     char qkv_layout[8];   /* "bnhd" when absent */
-    char out_dtype[8];    /* type of /o: "f32" when absent */
+    char out_dtype[8];    /* type of /o: "fp32" when absent */
     char precision[8];    /* of the tile products: "fp32" (also when
                              absent) or "bf16" */
     char wire[8];         /* how K/V travelled: "fp32" (also when absent)

@@ -191,7 +191,7 @@ void h5io_half_encode(const float *x, uint16_t *out, size_t n, int brain);
 
 /* Refuses, before anything is written, a float32 tensor whose largest
  * finite |value| over all ranks of comm becomes infinite as a 16-bit float
- * (dtype f16 or bf16; other dtypes pass): RA_ERR_IO naming path, the
+ * (dtype fp16 or bf16; other dtypes pass): RA_ERR_IO naming path, the
  * dataset name and that value. x[n] is this rank's part; collective, the
  * same status on every rank. */
 ra_status h5io_half_range_check(MPI_Comm comm, const char *path,

@@ -76,7 +76,7 @@ ra_status h5io_half_range_check(MPI_Comm comm, const char *path,
         return RA_OK;
     return ra_error_set(RA_ERR_IO, "%s: dataset %s: the largest |value| "
                         "%.9g overflows %s (largest finite %s); nothing "
-                        "written: use --out-dtype f32 or scale v down",
+                        "written: use --out-dtype fp32 or scale v down",
                         path, name, (double)top, ra_dtype_name(dtype),
                         brain ? "3.39e38" : "65504");
 }

@@ -496,7 +496,7 @@ static ra_status run_attrs_data(hid_t file, const char *path,
         "q_segments_dataset", "kv_segments_dataset"};
     ra_status st;
     snprintf(a->qkv_layout, sizeof a->qkv_layout, "bnhd");
-    snprintf(a->out_dtype, sizeof a->out_dtype, "f32");
+    snprintf(a->out_dtype, sizeof a->out_dtype, "fp32");
     for (int i = 0; i < 3; i++)
         snprintf(a->names[i], sizeof a->names[i], "/%c", "qkv"[i]);
     if ((st = h5io_attr_read_string(file, path, "masks", a->masks,

@@ -180,9 +180,10 @@ int cli_parse_qkv_layout(const cli_opt *opt, const char *val, void *base);
      .offset = CLI_FIELD(T, FIELD, ra_axes), .fn = cli_parse_qkv_layout,      \
      .help = "bnhd or bhnd: axis order of q, k, v without 'axes'"}
 
-/* A file type by the library's names (ra_dtype_parse: f32, f16, bf16,
- * f64), or gen's old spellings float32, float64, float16 as aliases, into
- * the ra_dtype field at o->offset; -1 with the error set otherwise. */
+/* A file type by the library's names (ra_dtype_parse: fp32, fp16, bf16,
+ * fp64, and its earlier f32, f16, f64), or gen's old spellings float32,
+ * float64, float16 as aliases, into the ra_dtype field at o->offset; -1
+ * with the error set otherwise. */
 int cli_parse_dtype(const cli_opt *o, const char *val, void *base);
 
 /* A table of options (ending with a NULL name) and where its struct lies

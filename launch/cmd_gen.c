@@ -16,14 +16,14 @@ typedef struct {
     cli_random_masks rm;
 } gen_opts;
 
-/* A type gen writes: f32, f64 or f16 (cli_parse_dtype's names and
+/* A type gen writes: fp32, fp64 or fp16 (cli_parse_dtype's names and
  * aliases; bfloat16 inputs are not generated). */
 static int parse_gen_dtype(const cli_opt *o, const char *val, void *base)
 {
     if (cli_parse_dtype(o, val, base) == 0 &&
         *(ra_dtype *)((char *)base + o->offset) != RA_DTYPE_BF16)
         return 0;
-    ra_error_set(RA_ERR_ARG, "%s: '%s' is not f32, f64 or f16 (float32, "
+    ra_error_set(RA_ERR_ARG, "%s: '%s' is not fp32, fp64 or fp16 (float32, "
                  "float64, float16 also work)", o->name, val);
     return -1;
 }
@@ -34,7 +34,7 @@ static const cli_opt gen_own[] = {
     CLI_OPT_FORCE(gen_opts, force),
     {.name = "--dtype", .kind = CLI_CUSTOM, .meta = "T",
      .offset = CLI_FIELD(gen_opts, dtype, ra_dtype), .fn = parse_gen_dtype,
-     .def = "f32", .help = "f32, f64 or f16 for /q, /k, /v and /do"},
+     .def = "fp32", .help = "fp32, fp64 or fp16 for /q, /k, /v and /do"},
     CLI_OPT_INT(gen_opts, "--seed", "S", seed, 0, INT64_MAX, "1",
                 "seed of every value"),
     CLI_OPT_FLAG(gen_opts, "--mha", mha,

@@ -296,9 +296,11 @@ static int verify_report(const cli_ctx *ctx, const cli_check *o,
                                                "over the ranks failed");
     /* a 16-bit /o holds o rounded to its type: the check accepts that
      * rounding (half an ulp relative), never less than --tol */
-    const double ulp = strcmp(r->out_dtype, "f16") == 0    ? 0x1p-11
-                       : strcmp(r->out_dtype, "bf16") == 0 ? 0x1p-8
-                                                           : 0;
+    ra_dtype stored = RA_DTYPE_F32;
+    (void)ra_dtype_parse(r->out_dtype, &stored); /* unknown: no rounding */
+    const double ulp = stored == RA_DTYPE_F16    ? 0x1p-11
+                       : stored == RA_DTYPE_BF16 ? 0x1p-8
+                                                 : 0;
     const double tol = o->tol > ulp ? o->tol : ulp;
     const int pass = ra_tally_ok(&g, tol) && nans == 0;
     const double tol_o = ra_tally_tol_o(&g, tol);

@@ -424,10 +424,11 @@ static void md_values(FILE *out, const cli_opt *o)
         if (o->hi != INT64_MAX && o->hi != INT32_MAX)
             fprintf(out, " and <= %lld", (long long)o->hi);
     } else if (o->kind == CLI_REAL) {
-        fprintf(out, "%s, real %s %g", o->meta, o->open_lo ? ">" : ">=",
-                o->rlo);
+        fprintf(out, "%s, real", o->meta);
+        if (o->rlo > -DBL_MAX)
+            fprintf(out, " %s %g", o->open_lo ? ">" : ">=", o->rlo);
         if (o->rhi < DBL_MAX)
-            fprintf(out, " and <= %g", o->rhi);
+            fprintf(out, "%s <= %g", o->rlo > -DBL_MAX ? " and" : "", o->rhi);
     } else if (o->meta) {
         md_cell(out, o->meta);
     }
@@ -516,7 +517,7 @@ int cli_parse_qkv_layout(const cli_opt *o, const char *val, void *base)
 
 int cli_parse_dtype(const cli_opt *o, const char *val, void *base)
 {
-    /* gen's spellings before the one vocabulary, kept as aliases */
+    /* gen's spellings before ra_dtype's, kept as aliases */
     static const struct {
         const char *name;
         ra_dtype dtype;
@@ -530,8 +531,8 @@ int cli_parse_dtype(const cli_opt *o, const char *val, void *base)
             *field = old[i].dtype;
             return 0;
         }
-    ra_error_set(RA_ERR_ARG, "%s: unknown %s '%s' (expected f32, f16, bf16 "
-                 "or f64)", o->name, o->noun ? o->noun : "type", val);
+    ra_error_set(RA_ERR_ARG, "%s: unknown %s '%s' (expected fp32, fp16, "
+                 "bf16 or fp64)", o->name, o->noun ? o->noun : "type", val);
     return -1;
 }
 

@@ -7,7 +7,7 @@ against numpy's fp64 attention of the values the file holds:
    exponent bits), float32, float64, little and big endian: read through
    HDF5's conversion into fp32; the error of /o against the fp64 reference
    is printed as a table (the one in docs/PERFORMANCE.md) and bounded.
-2. --out-dtype f16|bf16|f32|f64: /o's stored type, holding the float32
+2. --out-dtype fp16|bf16|fp32|fp64: /o's stored type, holding the float32
    result rounded to nearest even (numpy's rounding, bit for bit), its
    error within that rounding; /lse stays float32; `ringattn verify`
    passes.
@@ -117,8 +117,8 @@ def out_dtypes(tmp, t):
     inp = os.path.join(tmp, "in.h5")
     held = write_inputs(inp, "float32", t)
     o_ref, lse_ref = reference(held["q"], held["k"], held["v"])
-    want = {"f32": ("float32", 2e-6), "f16": ("float16", 2.0 ** -11),
-            "bf16": (None, 2.0 ** -8), "f64": ("float64", 2e-6)}
+    want = {"fp32": ("float32", 2e-6), "fp16": ("float16", 2.0 ** -11),
+            "bf16": (None, 2.0 ** -8), "fp64": ("float64", 2e-6)}
     o32 = None
     for dt, (np_name, rel) in want.items():
         out = os.path.join(tmp, f"o_{dt}.h5")
@@ -133,11 +133,11 @@ def out_dtypes(tmp, t):
             assert tid.get_size() == 2 and tid.get_fields()[2] == 8, tid.get_fields()
         assert ltype == np.dtype("float32"), ltype
         # the same float32 result, rounded to nearest even once
-        if dt == "f32":
+        if dt == "fp32":
             o32 = o.astype(np.float32)
-        rounded = {"f16": lambda: o32.astype(np.float16).astype(np.float64),
+        rounded = {"fp16": lambda: o32.astype(np.float16).astype(np.float64),
                    "bf16": lambda: bf16_round(o32)[1],
-                   "f64": lambda: o32.astype(np.float64)}.get(dt, lambda: o)()
+                   "fp64": lambda: o32.astype(np.float64)}.get(dt, lambda: o)()
         assert np.array_equal(o, rounded), (dt, np.max(np.abs(o - rounded)))
         # rounding to the type (half an ulp, relative) on top of the fp32
         # compute's absolute error
@@ -167,7 +167,7 @@ def storage(tmp, t):
         summary = json.load(f)
     assert summary["causal"] is True and summary["ranks"] == NP, summary
     assert summary["shape"] == {"B": B, "N": N, "M": M, "H": H, "G": G, "D": D, "Dv": D}
-    assert abs(summary["scale"] - 1 / np.sqrt(D)) < 1e-12 and summary["out_dtype"] == "f32"
+    assert abs(summary["scale"] - 1 / np.sqrt(D)) < 1e-12 and summary["out_dtype"] == "fp32"
     print(f"--json: {sorted(summary)}")
     r = subprocess.run(MPI + [RINGATTN, "run", "--in", inp, "--out", os.path.join(tmp, "x.h5"),
                               "--out-compress", "3"], env=ENV, capture_output=True, text=True)

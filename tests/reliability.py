@@ -3,8 +3,9 @@
     [ID_REGEX]
 
 Bad inputs, bad options and faults through the command line at NP ranks
-(docs/RELIABILITY.md lists every case; `table` prints that list as Markdown
-from a run of the cases; ID_REGEX keeps the cases whose id it matches).
+(docs/RELIABILITY.md lists every case by id; `table` prints them with their
+commands and messages as Markdown from a run of the cases; ID_REGEX keeps
+the cases whose id it matches).
 
 cases: each bad input or option of CASES must give exactly one stderr line
   "ringattn: ..." that matches the case's pattern, the case's exit status
@@ -306,7 +307,7 @@ CASES = [
      ["gen", "--out", "gen.h5", "--seq", "1099511627776", "--heads", "1048576",
       "--dim", "1048576"], 2, r"shape: the byte count of q \(B, N, H, D\) overflows 64 bits"),
     ("gen-dtype", "gen --dtype bfloat16", {}, ["gen", "--out", "gen.h5", "--dtype", "bfloat16"], 2,
-     r"--dtype: 'bfloat16' is not f32, f64 or f16 \(float32, float64, float16 also work\)"),
+     r"--dtype: 'bfloat16' is not fp32, fp64 or fp16 \(float32, float64, float16 also work\)"),
 ]
 
 # Output safety: outputs that would destroy an input, checks made before the
@@ -1280,7 +1281,7 @@ CASES_BACKWARD = [
     ("backward-fwd-f16", "run --backward --fwd of a forward written with --out-dtype f16",
      dict(GDO, **{"f16.h5": fwd_of("gdx.h5", "--out-dtype", "f16")}),
      RUN_B + ["gdx.h5", "--fwd", "f16.h5"], 2,
-     r"f16\.h5: /o is stored as f16 \(attribute out_dtype, run --out-dtype f16\).*refused: rerun the forward with --out-dtype f32 or f64, or pass --recompute"),
+     r"f16\.h5: /o is stored as fp16 \(attribute out_dtype, run --out-dtype fp16\).*refused: rerun the forward with --out-dtype fp32 or fp64, or pass --recompute"),
     # issue 39, class 2: a forward of other arithmetic gave fp32 gradients
     # off by 2e-3 from its o and lse, exit 0
     ("backward-fwd-bf16-precision", "issue 39 class 2: run --backward --fwd of a --precision bf16 forward, this run fp32",
@@ -1315,7 +1316,7 @@ CASES_BACKWARD = [
     ("out-f16-overflow", "--out-dtype f16 with |o| above 65504 (inf written before)",
      {"bigv.h5": lambda p: make(p, edit=scaled("v", 1e5))},
      RUN + ["bigv.h5", "--out-dtype", "f16"], 1,
-     r"out\.h5: dataset /o: the largest \|value\| [0-9.e+]+ overflows f16 \(largest finite 65504\)"),
+     r"out\.h5: dataset /o: the largest \|value\| [0-9.e+]+ overflows fp16 \(largest finite 65504\)"),
 ]
 
 # ---- issue 24: the house as its users meet it ------------------------------
@@ -1345,7 +1346,7 @@ CASES_HOUSE = [
      r"--csv: t\.json is also the output file of --json \(t\.json\)"),
     ("house-gen-dtype-bf16", "gen --dtype bf16: a name of the one dtype vocabulary gen does not write",
      {}, ["gen", "--out", "gen.h5", "--dtype", "bf16"], 2,
-     r"--dtype: 'bf16' is not f32, f64 or f16"),
+     r"--dtype: 'bf16' is not fp32, fp64 or fp16"),
 
 ]
 

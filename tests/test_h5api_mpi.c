@@ -7,8 +7,9 @@
  * /q at a multiple of 1 MiB; the next ra_h5_gen without a tuning must
  * not (before, ra_h5_tuning_set kept it for every later call). A bad
  * tuning is refused with RA_ERR_ARG by the call that receives it, and
- * leaves no file. Types have one vocabulary (ra_dtype_parse), and
- * ra_h5_gen takes one of them: f16 writes 16-bit floats, bf16 is refused.
+ * leaves no file. Types have one vocabulary (ra_dtype_parse: fp32, fp16,
+ * bf16, fp64; the earlier f32, f16, f64 still read), and ra_h5_gen takes
+ * one of them: fp16 writes 16-bit floats, bf16 is refused.
  * ra_h5_read_inputs reads the rows each rank gives it (a balanced slice
  * here), and refuses on every rank rows that one rank got wrong.
  * Run at P = 1..4; verdicts are reduced over
@@ -219,10 +220,17 @@ static void test_dtype_vocabulary(void **state)
         names &= ra_dtype_parse(ra_dtype_name((ra_dtype)d), &back) ==
                      RA_OK && back == (ra_dtype)d;
     }
+    /* the names before the one vocabulary, which older outputs record */
+    const char *old[] = {"f32", "f16", "bf16", "f64"};
+    for (int d = RA_DTYPE_F32; d <= RA_DTYPE_F64; d++) {
+        ra_dtype back = (ra_dtype)-1;
+        names &= ra_dtype_parse(old[d], &back) == RA_OK &&
+                 back == (ra_dtype)d;
+    }
     ra_dtype kept = RA_DTYPE_F64;
     names &= ra_dtype_parse("float32", &kept) == RA_ERR_ARG &&
              kept == RA_DTYPE_F64 &&
-             strstr(ra_error_message(), "expected f32, f16, bf16 or f64");
+             strstr(ra_error_message(), "expected fp32, fp16, bf16 or fp64");
     char half[64], bf[64];
     scratch_name("f16", half, sizeof half);
     scratch_name("bf16", bf, sizeof bf);
