@@ -445,7 +445,8 @@ typedef struct {
     X(num, sigma, REAL)            X(num, rope, ROPE)                         \
     X(num, rope_base, REAL)        X(num, alibi, FLAG)                        \
     X(num, align, ALIGN)           X(num, nonfinite, FLAG)                    \
-    X(num, precision, PRECISION)   X(exec, strategy, STRATEGY)                \
+    X(num, precision, PRECISION)   X(num, softcap, REAL)                      \
+    X(exec, strategy, STRATEGY)                                               \
     X(exec, layout, LAYOUT)        X(exec, block_q, I64)                      \
     X(exec, block_kv, I64)         X(exec, gemm, GEMM)                        \
     X(exec, threads, INT)          X(exec, stall_timeout, REAL)               \
@@ -905,6 +906,9 @@ typedef struct {
     /* mask datasets (ra_h5_read_masks); NULL: the default name, used
      * when present; a name given here must exist */
     const char *q_lens, *kv_lens, *segments, *q_segments, *kv_segments;
+    const char *sinks;     /* attention sinks (H,) (ra_numerics.sinks), or
+                              NULL: none; the command line reads them, the
+                              output records the name */
     const ra_h5_tuning *tuning; /* the reads' MPI-IO tuning, or NULL; a
                                    negative align or a hint that is not
                                    key=value is refused (RA_ERR_ARG) */

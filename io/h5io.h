@@ -127,6 +127,9 @@ typedef struct {
     int alibi;              /* 0 when absent */
     char alibi_slopes[16];  /* "standard", "/alibi_slopes" or "" */
     char align[16];         /* "tensor" (also when absent) or "sequence" */
+    double softcap;         /* the dot score's softcap, 0 (off) when absent */
+    char sinks_dataset[256]; /* the sinks' dataset of the input, "" when
+                               none (or absent) */
     char qkv_layout[8];   /* "bnhd" when absent */
     char out_dtype[8];    /* type of /o: "fp32" when absent */
     char precision[8];    /* of the tile products: "fp32" (also when

@@ -448,7 +448,8 @@ cleanup:
     return st;
 }
 
-/* RoPE and ALiBi as the run recorded them (defaults: neither). */
+/* RoPE, ALiBi, softcap and the sinks' dataset as the run recorded them
+ * (defaults: none of them). */
 static ra_status posenc_attrs_read(hid_t file, const char *path,
                                    h5io_run_attrs *a)
 {
@@ -464,7 +465,12 @@ static ra_status posenc_attrs_read(hid_t file, const char *path,
         (st = attr_read(file, path, "alibi", H5T_INTEGER, H5T_NATIVE_INT,
                         &a->alibi, &present)) != RA_OK ||
         (st = h5io_attr_read_string(file, path, "align", a->align,
-                                    sizeof a->align)) != RA_OK)
+                                    sizeof a->align)) != RA_OK ||
+        (st = attr_read(file, path, "softcap", H5T_FLOAT, H5T_NATIVE_DOUBLE,
+                        &a->softcap, &present)) != RA_OK ||
+        (st = h5io_attr_read_string(file, path, "sinks_dataset",
+                                    a->sinks_dataset,
+                                    sizeof a->sinks_dataset)) != RA_OK)
         return st;
     return h5io_attr_read_string(file, path, "alibi_slopes", a->alibi_slopes,
                             sizeof a->alibi_slopes);

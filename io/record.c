@@ -10,7 +10,8 @@
 
 /* The rules of the forward pass: mask, window, score and its one
  * parameter (scale for dot, sigma for gaussian; the other is not
- * recorded, since it was not applied), the layout over ranks, the
+ * recorded, since it was not applied), the dot score's softcap (0: off)
+ * and the sinks' dataset ("" without sinks), the layout over ranks, the
  * precision and how K/V travelled (wire: "bf16" means rounded). */
 static ra_status record_rules(MPI_Comm comm, hid_t file, const char *path,
                               const h5io_recipe *r)
@@ -40,6 +41,15 @@ static ra_status record_rules(MPI_Comm comm, hid_t file, const char *path,
         (st = h5io_attr_write_string(comm, file, path, "wire",
                                      ra_params_wire_bf16(p) ? "bf16"
                                                             : "fp32")) != RA_OK)
+        return st;
+    if (p->score == RA_SCORE_DOT &&
+        (st = h5io_attr_write_double(comm, file, path, "softcap",
+                                     p->softcap)) != RA_OK)
+        return st;
+    if ((st = h5io_attr_write_string(comm, file, path, "sinks_dataset",
+                                     p->sinks && r->source &&
+                                     r->source->sinks ? r->source->sinks
+                                                      : "")) != RA_OK)
         return st;
     if (p->score == RA_SCORE_DOT)
         st = h5io_attr_write_double(comm, file, path, "scale", r->scale);

@@ -405,6 +405,13 @@ ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
                           cli_score_inputs *si);
 void cli_score_free(cli_score_inputs *si);
 
+/* The attention sinks of a run: dataset path (H,) of the input file in
+ * read into *sinks (the caller's to free) and p->sinks pointed at it,
+ * refused (RA_ERR_INPUT, one line naming in and path) when absent, of
+ * another shape or not finite; nothing when path is NULL. Not collective. */
+ra_status cli_sinks_setup(const char *in, const char *path,
+                          const ra_shape *s, ra_params *p, float **sinks);
+
 /* The ALiBi slopes of a run with p->alibi: /alibi_slopes (H,) of the input
  * when present (finite, any float type, read as float32), else none (the library's
  * standard slopes); p->alibi_slopes then points into *slopes. */

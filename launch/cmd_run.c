@@ -27,6 +27,7 @@ typedef struct {
     int64_t out_chunk;
     int force, allow_nonfinite;
     const char *map_rows, *map_heads;
+    const char *sinks;          /* --sinks: their dataset, or NULL */
     cli_progress prog;
     const char *profile;        /* --strategy auto: the machine profile */
     cli_ckpt_args ck;           /* --checkpoint, --resume */
@@ -75,6 +76,8 @@ static const cli_opt run_own[] = {
     {.name = "--attn-map-heads", .kind = CLI_TEXT, .meta = "LIST",
      .offset = CLI_FIELD(run_opts, map_heads, const char *), .shown = "0",
      .help = "query heads of the map, e.g. 0,3"},
+    CLI_OPT_TEXT(run_opts, "--sinks", "PATH", sinks, NULL,
+                 "attention sinks: one logit per head (H,), e.g. /sinks"),
     CLI_OPT_FLAG(run_opts, "--allow-nonfinite", allow_nonfinite,
                  "let NaN and inf inputs through (refused otherwise)"),
     CLI_OPT_PROFILE(run_opts, profile),
@@ -193,6 +196,7 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     o->src.tuning = &ctx->tuning; /* every read of --in */
     r->d.out = o->out;
     r->d.profile = o->profile;
+    r->d.sinks_path = o->sinks;
     ra_status st = out_opts_check(o);
     if (st == RA_OK)
         st = progress_check(&o->prog);
@@ -254,7 +258,7 @@ static void mask_record(const run_opts *o, run_state *r)
 {
     const ra_h5_source *src = &o->src;
     r->recorded = (ra_h5_source){.q = src->q, .k = src->k, .v = src->v,
-                                 .axes = src->axes};
+                                 .axes = src->axes, .sinks = o->sinks};
     if (r->d.masks.q_lens)
         r->recorded.q_lens = src->q_lens ? src->q_lens : "/q_lens";
     if (r->d.masks.kv_lens)

@@ -30,6 +30,7 @@ typedef struct {
     verify_ctx v;
     cli_score_inputs weights;
     double *slopes;                    /* /alibi_slopes, or NULL */
+    float *sinks;                      /* the run's sinks, or NULL */
     ra_h5_masks masks;                 /* lens (B) or NULL, validated */
 } check_ctx;
 
@@ -172,8 +173,8 @@ static ra_status output_kind(const char *out)
                         "ringattn run, which verify checks", out);
 }
 
-/* RoPE and ALiBi as OUT.h5 records them; the slopes from IN.h5 when the
- * run took them from there. */
+/* RoPE, ALiBi, softcap and sinks as OUT.h5 records them; the slopes and
+ * sinks from IN.h5 when the run took them from there. */
 static ra_status run_posenc(const char *in, const char *out, check_ctx *c,
                             ra_params *p)
 {
@@ -188,7 +189,12 @@ static ra_status run_posenc(const char *in, const char *out, check_ctx *c,
                             "alignment '%s' (expected tensor or sequence)",
                             out, r->align);
     p->align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
-    ra_status st = cli_alibi_setup(in, c->v.s, p, &c->slopes);
+    p->softcap = r->softcap;
+    ra_status st = cli_sinks_setup(in, r->sinks_dataset[0] ? r->sinks_dataset
+                                                          : NULL,
+                                   c->v.s, p, &c->sinks);
+    if (st == RA_OK)
+        st = cli_alibi_setup(in, c->v.s, p, &c->slopes);
     if (st == RA_OK && p->alibi &&
         (strcmp(r->alibi_slopes, "/alibi_slopes") == 0) != !!p->alibi_slopes)
         st = ra_error_set(RA_ERR_INPUT, "%s: attribute alibi_slopes: the run "
@@ -376,6 +382,7 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
                        : cli_fail_status(ctx, st);
     free(rows);
     free(c.slopes);
+    free(c.sinks);
     ra_h5_masks_free(&c.masks);
     cli_score_free(&c.weights);
     return code;

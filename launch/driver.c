@@ -19,6 +19,8 @@ void cli_pass_data_free(cli_pass_data *d)
     cli_score_free(&d->score_in);
     free(d->slopes);
     d->slopes = NULL;
+    free(d->sinks);
+    d->sinks = NULL;
     ra_h5_masks_free(&d->masks);
 }
 
@@ -93,6 +95,8 @@ ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p)
         st = cli_score_setup(in, &d->s, p, &d->score_in);
     if (st == RA_OK)
         st = cli_alibi_setup(in, &d->s, p, &d->slopes);
+    if (st == RA_OK)
+        st = cli_sinks_setup(in, d->sinks_path, &d->s, p, &d->sinks);
     return st;
 }
 

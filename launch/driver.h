@@ -27,6 +27,8 @@ typedef struct {
     cli_grads g;
     cli_score_inputs score_in;  /* the additive score's weights */
     double *slopes;             /* /alibi_slopes, or NULL */
+    const char *sinks_path;     /* --sinks: the sinks' dataset, or NULL */
+    float *sinks;               /* the sinks read from it, or NULL */
     ra_h5_masks masks;
     int backward;               /* the pass computes gradients (set before
                                    cli_pass_echo) */
@@ -43,8 +45,9 @@ void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented);
 
 /* p checked against the shape d->s (cli_params_check), d->profile read
  * (refused when it cannot be), then the additive
- * score's weights and the ALiBi slopes read from the input file in into
- * d (cli_score_setup, cli_alibi_setup). Not collective. */
+ * score's weights, the ALiBi slopes and the sinks (d->sinks_path) read
+ * from the input file in into d (cli_score_setup, cli_alibi_setup,
+ * cli_sinks_setup). Not collective. */
 ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p);
 
 /* The fingerprint (h5io_fingerprint_make) of what d holds after the read:

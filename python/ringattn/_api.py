@@ -179,11 +179,15 @@ def local(t, options, grads, scanned=False):
     mk = masks(options, size)
     w, size["A"] = weights(options, size, grads)
     slopes = _options.alibi_slopes(options, size["H"])
+    sinks = _options.sinks(options, size["H"])
+    dsinks = np.zeros(size["H"], np.float32) \
+        if grads and sinks is not None else None
+    w = w + (None,) * (6 - len(w))  # the forward has no dw_*
     if not (opts["nonfinite"] or scanned):
         scan(t)
     size["segments"] = int(mk[2] is not None)
     size.update(_options.cut_facts(opts))
-    return size, opts, mk, (slopes,) + w
+    return size, opts, mk, (slopes,) + w + (sinks, dsinks)
 
 
 def agree(comm, refusal, facts, timeout):
@@ -345,15 +349,17 @@ def run_backward_kept(kept, dout, options, fix=None):
     if kept.masks[2] is not None:
         opts.update(segments=kept.masks[2], kv_segments=kept.masks[3])
     # Scanned already: dout here, q, k and v by the forward.
-    grads, _, _ = run_backward(c.comm, t, opts, refusal, fix, scanned=True)
+    grads, _, _, dsinks = run_backward(c.comm, t, opts, refusal, fix,
+                                       scanned=True)
     r = moved(c, dict(zip(("dq", "dk", "dv"), grads)), wait, back=True)
-    return r["dq"], r["dk"], r["dv"]
+    return (r["dq"], r["dk"], r["dv"]), dsinks
 
 
 def run_backward(comm, t, options, refusal=None, fix=None, scanned=False):
     """backward() on the dict t of q, k, v, o, lse, dout: (dq, dk, dv),
-    the additive weights' gradients or None, the timings. scanned: the
-    inputs were scanned for NaN before (run_backward_kept)."""
+    the additive weights' gradients or None, the timings, the sinks'
+    gradient (H,) or None. scanned: the inputs were scanned for NaN
+    before (run_backward_kept)."""
     comm = MPI.COMM_WORLD if comm is None else comm
     c = prepare(comm, t, options, grads=True, refusal=refusal, fix=fix,
                 scanned=scanned)
@@ -366,7 +372,7 @@ def run_backward(comm, t, options, refusal=None, fix=None, scanned=False):
                         moved_masks(c, wait), c.extras)
     r = moved(c, {"dq": dq, "dk": dk, "dv": dv}, wait, back=True)
     return (r["dq"], r["dk"], r["dv"]), \
-        (c.extras[4:] if c.shape[8] else None), tm
+        (c.extras[4:7] if c.shape[8] else None), tm, c.extras[8]
 
 
 def forward(q, k, v, comm=None, *, order=None, timing=False, **options):
@@ -383,7 +389,9 @@ def forward(q, k, v, comm=None, *, order=None, timing=False, **options):
     timing=True. Options as ra_numerics and ra_exec (every value field,
     docs/PYTHON.md); masks q_lens, kv_lens (B,), segments (B, n) (and
     kv_segments (B, m)); the additive score's weights
-    additive=(w_q, w_k, w_v). Raises ringattn.Error on every rank alike."""
+    additive=(w_q, w_k, w_v); attention sinks sinks= (H,), one logit per
+    query head (ringattn.h, ra_numerics.sinks). Raises ringattn.Error on
+    every rank alike."""
     t, refusal = in_order({"q": q, "k": k, "v": v}, order)
     o, lse, tm = run_forward(comm, t, options, refusal)
     o = swapped(o) if order == "bhnd" else o
@@ -396,12 +404,14 @@ def backward(q, k, v, o, lse, dout, comm=None, *, order=None, timing=False,
     `strategy` says): the same slices, order, options and masks as the
     forward, its o and lse, and dout (o's shape). Returns dq, dk, dv in
     the caller's order (and, for the additive score, a tuple dw_q, dw_k,
-    dw_v summed over all ranks; and the timings with timing=True).
+    dw_v summed over all ranks; with sinks=, their gradient (H,) summed
+    over all ranks; and the timings with timing=True).
     Collective; raises ringattn.Error on every rank alike."""
     t, refusal = in_order({"q": q, "k": k, "v": v, "o": o, "lse": lse,
                            "dout": dout}, order)
-    grads, dw, tm = run_backward(comm, t, options, refusal)
+    grads, dw, tm, dsinks = run_backward(comm, t, options, refusal)
     if order == "bhnd":
         grads = tuple(swapped(g) for g in grads)
-    out = grads + ((dw,) if dw is not None else ())
+    out = grads + ((dw,) if dw is not None else ()) + \
+        ((dsinks,) if dsinks is not None else ())
     return out + (tm,) if timing else out

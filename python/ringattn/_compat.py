@@ -22,8 +22,6 @@ from ._layout import owned_positions
 # What no entry point can express yet, and why.
 NO_DROPOUT = ("dropout_p={}: ringattn has no attention dropout; pass 0.0 "
               "(dropout elsewhere in the model is unaffected)")
-NO_SOFTCAP = ("softcap={}: logit softcapping is not built yet (issue 42); "
-              "pass 0.0")
 
 
 def _check(cond, kind, text):
@@ -56,17 +54,17 @@ def _window_options(window, length):
 def _flash_common(dropout_p, softcap, alibi_slopes, deterministic, H):
     """The options every flash entry point maps alike."""
     _check(dropout_p == 0, "value", NO_DROPOUT.format(dropout_p))
-    _check(softcap == 0, "value", NO_SOFTCAP.format(softcap))
     _check(isinstance(deterministic, bool), "type",
            f"deterministic={deterministic!r}: expected True or False "
            "(ringattn is deterministic for a given rank count either way)")
+    capped = {"softcap": softcap}  # 0: off, as flash-attention's
     if alibi_slopes is None:
-        return {}
+        return capped
     a = alibi_slopes.detach().cpu().numpy() if \
         isinstance(alibi_slopes, torch.Tensor) else np.asarray(alibi_slopes)
     _check(a.ndim == 1, "value", f"alibi_slopes of shape {a.shape}: ringattn"
            f" takes one slope per head for every batch, ({H},)")
-    return {"alibi": a}
+    return dict(capped, alibi=a)
 
 
 def _guarded(build, comm, order, layout):
@@ -88,7 +86,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None,
     """flash_attn_func of flash-attention 2 on this rank's shards: q
     (B, n, H, D), k and v (B, m, G, D); returns out (B, n, H, D), and with
     return_attn_probs (out, softmax_lse (B, H, n), None): ringattn forms
-    no probabilities. dropout_p and softcap other than 0 are refused."""
+    no probabilities. dropout_p other than 0 is refused; softcap > 0 caps
+    the scaled scores, CAP tanh(s / CAP), as flash-attention does."""
     def build():
         opts = _flash_common(dropout_p, softcap, alibi_slopes,
                              deterministic, q.shape[2] if q.dim() == 4 else 0)

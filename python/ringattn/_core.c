@@ -364,7 +364,11 @@ static uintptr_t last_ptr[9];
 static int last_count;
 
 enum { T_Q, T_K, T_V, T_O, T_LSE, T_DOUT, T_DQ, T_DK, T_DV };
-enum { X_SLOPES, X_WQ, X_WK, X_WV, X_DWQ, X_DWK, X_DWV };
+enum { X_SLOPES, X_WQ, X_WK, X_WV, X_DWQ, X_DWK, X_DWV, X_SINKS, X_DSINKS,
+       X_COUNT };
+/* The extras' buffer types, by X_*: the same tuple for both calls (the
+ * forward passes None for the gradients). */
+static const char extras_types[] = "dffffffff";
 
 /* Everything one library call takes, from the arguments
  * (comm, shape, opts, tensors, masks, extras). */
@@ -376,7 +380,7 @@ typedef struct {
     ra_masks mk;
     void *t[9];     /* tensors, by T_* */
     void *m[4];     /* q_lens, kv_lens, q_segments, kv_segments */
-    void *x[7];     /* extras, by X_* */
+    void *x[X_COUNT]; /* extras, by X_* */
     views vs;
     PyObject *on_step, *on_tick; /* the caller's callables, or NULL */
     PyObject *raised[3]; /* the first exception a callable raised */
@@ -493,6 +497,7 @@ static int call_open(core_call *c, PyObject *args, const char *ttypes,
         return -1;
     c->mk = (ra_masks){c->m[0], c->m[1], c->m[2], c->m[3]};
     c->p.num.alibi_slopes = c->x[X_SLOPES];
+    c->p.num.sinks = c->x[X_SINKS];
     if (A > 0) {
         c->ad = (ra_additive){A, c->x[X_WQ], c->x[X_WK], c->x[X_WV]};
         c->p.num.additive = &c->ad;
@@ -514,14 +519,15 @@ static PyObject *timing_to_py(const ra_timing *tm)
 }
 
 /* forward(comm, shape, opts, (q, k, v, o, lse), masks, (slopes, w_q, w_k,
- * w_v)): ra_forward into o and lse; returns the timings. */
+ * w_v, None, None, None, sinks, None)): ra_forward into o and lse;
+ * returns the timings. */
 static PyObject *core_forward(PyObject *self, PyObject *args)
 {
     core_call c;
     ra_timing tm;
     ra_status st = RA_OK;
     PyObject *result = NULL;
-    if (call_open(&c, args, "fffff", T_O, "dfff", 4) == 0) {
+    if (call_open(&c, args, "fffff", T_O, extras_types, X_DWQ) == 0) {
         Py_BEGIN_ALLOW_THREADS
         st = ra_forward(c.comm, &c.s, &c.p.num, &c.p.exec, &c.mk,
                         &(ra_qkv){c.t[T_Q], c.t[T_K], c.t[T_V]},
@@ -533,20 +539,21 @@ static PyObject *core_forward(PyObject *self, PyObject *args)
 }
 
 /* backward(comm, shape, opts, (q, k, v, o, lse, dout, dq, dk, dv), masks,
- * (slopes, w_q, w_k, w_v, dw_q, dw_k, dw_v)): ra_backward into dq, dk,
- * dv (and the additive weights' gradients); returns the timings. */
+ * (slopes, w_q, w_k, w_v, dw_q, dw_k, dw_v, sinks, dsinks)): ra_backward
+ * into dq, dk, dv (and the additive weights' and the sinks' gradients);
+ * returns the timings. */
 static PyObject *core_backward(PyObject *self, PyObject *args)
 {
     core_call c;
     ra_timing tm;
     ra_status st = RA_OK;
     PyObject *result = NULL;
-    if (call_open(&c, args, "fffffffff", T_DQ, "dffffff", X_DWQ) == 0) {
+    if (call_open(&c, args, "fffffffff", T_DQ, extras_types, X_DWQ) == 0) {
         const ra_additive_grads dw = {c.x[X_DWQ], c.x[X_DWK], c.x[X_DWV]};
         const ra_additive_grads *dwp = c.x[X_DWV] ? &dw : NULL;
         Py_BEGIN_ALLOW_THREADS
         const ra_grads g = {c.t[T_O], c.t[T_LSE], c.t[T_DOUT], c.t[T_DQ],
-                            c.t[T_DK], c.t[T_DV], dwp};
+                            c.t[T_DK], c.t[T_DV], dwp, c.x[X_DSINKS]};
         st = ra_backward(c.comm, &c.s, &c.p.num, &c.p.exec, &c.mk,
                          &(ra_qkv){c.t[T_Q], c.t[T_K], c.t[T_V]}, &g, &tm);
         Py_END_ALLOW_THREADS

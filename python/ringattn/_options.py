@@ -24,7 +24,7 @@ FIELDS = dict(_core.fields())
 
 # Keywords that are not option fields: masks and weights (arrays).
 MASKS = ("q_lens", "kv_lens", "segments", "kv_segments")
-ARRAYS = MASKS + ("additive",)
+ARRAYS = MASKS + ("additive", "sinks")
 # Fields set through another keyword (window=(left, right)).
 DERIVED = ("window_left", "window_right")
 # The fields that decide the layout and its cut (ra_exec_layout,
@@ -210,3 +210,25 @@ def cut_facts(opts):
     facts = {k: opts[k] for k in CUT if k != "layout"}
     facts["layout"] = zlib.crc32(opts["layout"].encode())
     return facts
+
+
+def sinks(options, H):
+    """The attention sinks as a float32 (H,) array (a copy), or None.
+    TypeError or ValueError for an array of another dtype kind than real
+    or integer, another rank than 1 or another length than H; the library
+    checks that they are finite."""
+    value = options.get("sinks")
+    if value is None:
+        return None
+    try:
+        a = np.asarray(value)
+    except ValueError as exc:  # a ragged sequence
+        raise ValueError(f"sinks: {shown(value)} is not an array of logits "
+                         f"({exc})") from None
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"sinks: logits of dtype {a.dtype}; expected real "
+                        "numbers")
+    if a.shape != (H,):
+        raise ValueError(f"sinks of shape {a.shape}: one logit per query "
+                         f"head, ({H},)")
+    return np.array(a, dtype=np.float32)

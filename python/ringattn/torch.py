@@ -135,9 +135,12 @@ class RingAttentionFunction(torch.autograd.Function):
     through the ring."""
 
     @staticmethod
-    def forward(ctx, q, k, v, spec):
+    def forward(ctx, q, k, v, sinks, spec):
         comm, order, options = spec.comm, spec.order, spec.options
         t, refusal = _arrays({"q": q, "k": k, "v": v}, order)
+        if sinks is not None:  # a tensor: its gradient is the backward's
+            options = dict(options, sinks=sinks.detach().float().numpy())
+        ctx.sinks_dtype = None if sinks is None else sinks.dtype
         if q.dtype == torch.bfloat16 and "precision" not in options:
             options = dict(options, precision="bf16")
         keep = {}
@@ -165,16 +168,18 @@ class RingAttentionFunction(torch.autograd.Function):
         d = dout.float()
         d = (d.transpose(1, 2) if ctx.order == "bhnd" else d).contiguous()
         if ctx.kept is not None:
-            grads = _api.run_backward_kept(ctx.kept, d.numpy(), ctx.options,
-                                           ctx.fix)
+            grads, dsinks = _api.run_backward_kept(ctx.kept, d.numpy(),
+                                                   ctx.options, ctx.fix)
         else:
             t = {"q": q, "k": k, "v": v, "o": o, "lse": lse,
                  "dout": d.numpy()}
-            grads, _, _ = _api.run_backward(ctx.comm, t, ctx.options,
-                                            fix=ctx.fix)
+            grads, _, _, dsinks = _api.run_backward(ctx.comm, t, ctx.options,
+                                                    fix=ctx.fix)
         dq, dk, dv = (_tensor(g, ctx.order, dt)
                       for g, dt in zip(grads, ctx.dtypes))
-        return dq, dk, dv, None
+        ds = None if ctx.sinks_dtype is None else \
+            torch.from_numpy(dsinks).to(ctx.sinks_dtype)
+        return dq, dk, dv, ds, None
 
 
 def attention(q, k, v, comm=None, *, order=None, return_lse=False,
@@ -185,7 +190,9 @@ def attention(q, k, v, comm=None, *, order=None, return_lse=False,
     order="bhnd" (no default: an order not given is refused); float32 or
     bfloat16 CPU tensors. Returns o in q's order and dtype (and lse
     (B, H, n) float32 with return_lse=True). Options, masks, shards and
-    errors as ringattn.forward; the backward runs the ring strategy."""
+    errors as ringattn.forward; sinks= may be a tensor (H,) that receives
+    its gradient (summed over the ranks). The backward runs the ring
+    strategy."""
     return attend(q, k, v, Spec(comm, order, options, None, None),
                   return_lse)
 
@@ -194,7 +201,10 @@ def attend(q, k, v, spec, return_lse=False):
     """attention() of a Spec (the entry points' way in: a rule on the
     global lengths, a refusal of their own)."""
     comm = MPI.COMM_WORLD if spec.comm is None else spec.comm
-    o, lse = RingAttentionFunction.apply(q, k, v, spec._replace(comm=comm))
+    sinks = spec.options.get("sinks")
+    sinks = sinks if isinstance(sinks, torch.Tensor) else None
+    o, lse = RingAttentionFunction.apply(q, k, v, sinks,
+                                         spec._replace(comm=comm))
     return (o, lse) if return_lse else o
 
 

@@ -113,8 +113,8 @@ def raised(fn, cls, text):
 
 FLASH_REFUSED = [
     ({"dropout_p": 0.1}, ValueError, "dropout_p=0.1: ringattn has no"),
-    ({"softcap": 30.0}, ValueError, "softcap=30.0: logit softcapping is "
-     "not built yet (issue 42)"),
+    ({"softcap": -1.0}, ringattn.Error, "softcap: -1 is not a finite "
+     "number >= 0"),
     ({"window_size": (2.5, 1)}, TypeError, "window_size=(2.5, 1)"),
     ({"window_size": (-2, 1)}, ValueError, "window_size=(-2, 1)"),
     ({"alibi_slopes": torch.ones(1, 2)}, ValueError, "alibi_slopes of "

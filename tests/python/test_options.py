@@ -33,7 +33,7 @@ VALID = {
     "precision": "bf16", "layout": "zigzag", "strategy": "ring-q",
     "block_q": 16, "block_kv": np.int32(32), "gemm": "openblas",
     "threads": 2, "stall_timeout": 30, "mem_limit": 1 << 30,
-    "ulysses_size": 1, "wire": "fp32",
+    "ulysses_size": 1, "wire": "fp32", "softcap": np.float64(2.5),
     "on_step": lambda done, total: None, "on_tick": lambda share: None,
 }
 # ra_exec's fields that change how a call runs, not its numbers: the
