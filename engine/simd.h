@@ -102,8 +102,8 @@ void ra_additive_grad_scalar(const float *a, const float *b, const float *w,
                              int64_t len);
 
 /* Logit softcapping of x[0..len): x[j] = cap tanh(x[j] / cap), cap > 0
- * (relative error about 1e-7; NaN stays NaN, +-inf gives +-cap), and
- * when dt is not NULL its derivative dt[j] = 1 - tanh^2. */
+ * (relative error about 2e-7; NaN stays NaN, +-inf gives +-cap within
+ * 1e-7), and when dt is not NULL its derivative dt[j] = 1 - tanh^2. */
 void ra_softcap(float *x, int64_t len, float cap, float *dt);
 void ra_softcap_scalar(float *x, int64_t len, float cap, float *dt);
 

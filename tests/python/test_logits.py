@@ -22,7 +22,7 @@ def mine(x, axis=1, **options):
 
 
 def gemma_reference(q, k, v, dout, cap, causal=False, window=None,
-                    sinks=None, segments=None):
+                    sinks=None, segments=None, slopes=None):
     """o and (dq, dk, dv[, d sinks]) in float64: softcapped scores (cap 0:
     none), then the mask (bottom-right aligned, as the library's), the
     sink column (gpt-oss: concatenated, softmax, dropped), P V."""
@@ -36,6 +36,8 @@ def gemma_reference(q, k, v, dout, cap, causal=False, window=None,
     s = cap * torch.tanh(s / cap) if cap else s
     i = torch.arange(N)[:, None] + (M - N)
     j = torch.arange(M)[None, :]
+    if slopes is not None:  # ALiBi after the cap, as ringattn.h says
+        s = s - torch.tensor(slopes).view(1, H, 1, 1) * (j - i).abs()
     seen = torch.ones(N, M, dtype=torch.bool)
     if causal:
         seen &= j <= i
@@ -170,3 +172,19 @@ def test_sinks_numpy(rng):
                                        sinks=sinks)
     close("dq", dq, mine(g_ref[0], causal=True), 1e-4)
     close("d sinks", ds, g_ref[3], 1e-4)
+
+
+def test_softcap_alibi(rng):
+    """ALiBi's bias goes on after the cap (the bias is never capped)."""
+    B, N, H, D = 1, 18, 2, 8
+    q, k, v, dout = (normal(rng, (B, N, H, D)) for _ in range(4))
+    slopes = np.array([0.3, 0.05])
+    o_ref, g_ref = gemma_reference(q, k, v, dout, 1.2, True, None,
+                                   slopes=slopes)
+    ts = [torch.from_numpy(mine(x, causal=True)).requires_grad_()
+          for x in (q, k, v)]
+    o = rt.attention(*ts, COMM, order="bnhd", softcap=1.2, causal=True,
+                     alibi=slopes)
+    (o * torch.from_numpy(mine(dout, causal=True))).sum().backward()
+    close("alibi o", o.detach().numpy(), mine(o_ref, causal=True), 2e-5)
+    close("alibi dq", ts[0].grad.numpy(), mine(g_ref[0], causal=True), 1e-4)
