@@ -17,7 +17,10 @@
 # profile's rate per core is the rate a rank gets there.
 #
 # PLAN_ONLY=1 keeps the probes and bench outputs of an earlier run and
-# redoes only the predictions (after a change to the model).
+# redoes only the predictions (after a change to the model). The records
+# of docs/model-*table.md live on the branch `records`, not on main: bring
+# them back first with `git archive records bench/records/model
+# bench/records/model-engine bench/records/model-bf16 | tar -x`.
 #
 # MODEL_SET=engine runs instead the short set of the tile engines and
 # classes (docs/PERFORMANCE.md, "Probing the tile engines"): one probe per
@@ -43,6 +46,11 @@ if [ "$set_name" = engine ] || [ "$set_name" = bf16 ]; then
   table=docs/model-$set_name-table.md
 fi
 fc=launch/fake-cluster.sh
+if [ "${PLAN_ONLY:-0}" = 1 ] && ! compgen -G "$out/*.probe.json" > /dev/null; then
+  echo "model.sh: PLAN_ONLY=1 needs an earlier run's records in $out" \
+       "(git archive records $out | tar -x)" >&2
+  exit 2
+fi
 mkdir -p "$out"
 [ "${PLAN_ONLY:-0}" = 1 ] || rm -f "$out"/*.json
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
