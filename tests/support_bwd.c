@@ -171,3 +171,39 @@ double bwd_tally_rel(const bwd_tally *t, int which)
         return t->err2[which] == 0.0 ? 0.0 : INFINITY;
     return sqrt(t->err2[which] / t->ref2[which]);
 }
+
+void case_masks_make(case_masks *cm, const ra_shape *s, int lens, int segs,
+                     int64_t avg, uint64_t seed, const local_part *lp)
+{
+    const int64_t B = s->B;
+    const ra_slice qs = {1, {{0, s->N, 1}}, s->N};
+    const ra_slice ks = {1, {{0, s->M, 1}}, s->M};
+    cm->lens = malloc(sizeof(int64_t) * (size_t)(2 * B));
+    cm->seg = malloc(sizeof(int64_t) * (size_t)(B * (s->N + s->M)));
+    cm->qseg_loc = malloc(sizeof(int64_t) * (size_t)(B * lp->qs.count + 1));
+    cm->kseg_loc = malloc(sizeof(int64_t) * (size_t)(B * lp->ks.count + 1));
+    ra_random_lens(seed, RA_STREAM_Q_LENS, B, s->N, cm->lens);
+    ra_random_lens(seed, RA_STREAM_KV_LENS, B, s->M, cm->lens + B);
+    ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, B, s->N, avg, &qs,
+                       cm->seg);
+    ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, B, s->M, avg, &ks,
+                       cm->seg + B * s->N);
+    slice_gather(cm->seg, B, s->N, 1, sizeof(int64_t), &lp->qs, cm->qseg_loc);
+    slice_gather(cm->seg + B * s->N, B, s->M, 1, sizeof(int64_t), &lp->ks,
+                 cm->kseg_loc);
+    cm->global = (test_masks){lens ? cm->lens : NULL,
+                              lens ? cm->lens + B : NULL,
+                              segs ? cm->seg : NULL,
+                              segs ? cm->seg + B * s->N : NULL};
+    cm->local = (ra_masks){lens ? cm->lens : NULL, lens ? cm->lens + B : NULL,
+                           segs ? cm->qseg_loc : NULL,
+                           segs ? cm->kseg_loc : NULL};
+}
+
+void case_masks_free(case_masks *cm)
+{
+    free(cm->lens);
+    free(cm->seg);
+    free(cm->qseg_loc);
+    free(cm->kseg_loc);
+}

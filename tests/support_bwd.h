@@ -26,6 +26,20 @@ void bwd_ref_make(bwd_ref *r, const problem *p, const ra_params *params,
                   const test_masks *masks, const float *dout);
 void bwd_ref_free(bwd_ref *r);
 
+/* The masks of a test case: random global lens (B each) and segment ids
+ * (B, N), (B, M) of mean length avg for the reference (global), this
+ * rank's ids of its slices in lp for the library (local); lens and segs
+ * say which the case uses (the others NULL in both). */
+typedef struct {
+    int64_t *lens, *seg, *qseg_loc, *kseg_loc;
+    test_masks global;
+    ra_masks local;
+} case_masks;
+
+void case_masks_make(case_masks *cm, const ra_shape *s, int lens, int segs,
+                     int64_t avg, uint64_t seed, const local_part *lp);
+void case_masks_free(case_masks *cm);
+
 /* Sums of |got - ref|^2 and |ref|^2 of one gradient tensor, and its
  * entries that are not finite: whole-tensor relative errors are
  * sqrt(err2 / ref2) once summed over ranks. */

@@ -40,51 +40,6 @@ typedef struct {
     int64_t bkv; /* key tile width; 0: 48 */
 } bcase;
 
-/* The masks of a case: global lens (B each) and ids (B, N), (B, M) for the
- * reference; this rank's ids for the library. */
-typedef struct {
-    int64_t *lens, *seg, *qseg_loc, *kseg_loc;
-    test_masks global;
-    ra_masks local;
-} case_masks;
-
-static void masks_make(case_masks *cm, const ra_shape *s, const bcase *c,
-                       uint64_t seed, const local_part *lp)
-{
-    const int64_t B = s->B;
-    const ra_slice qs = {1, {{0, s->N, 1}}, s->N};
-    const ra_slice ks = {1, {{0, s->M, 1}}, s->M};
-    cm->lens = malloc(sizeof(int64_t) * (size_t)(2 * B));
-    cm->seg = malloc(sizeof(int64_t) * (size_t)(B * (s->N + s->M)));
-    cm->qseg_loc = malloc(sizeof(int64_t) * (size_t)(B * lp->qs.count + 1));
-    cm->kseg_loc = malloc(sizeof(int64_t) * (size_t)(B * lp->ks.count + 1));
-    ra_random_lens(seed, RA_STREAM_Q_LENS, B, s->N, cm->lens);
-    ra_random_lens(seed, RA_STREAM_KV_LENS, B, s->M, cm->lens + B);
-    cm->lens[0] = 0; /* a batch whose queries all see nothing */
-    ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, B, s->N, 13, &qs, cm->seg);
-    ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, B, s->M, 13, &ks,
-                       cm->seg + B * s->N);
-    slice_gather(cm->seg, B, s->N, 1, sizeof(int64_t), &lp->qs, cm->qseg_loc);
-    slice_gather(cm->seg + B * s->N, B, s->M, 1, sizeof(int64_t), &lp->ks,
-                 cm->kseg_loc);
-    cm->global = (test_masks){c->lens ? cm->lens : NULL,
-                              c->lens ? cm->lens + B : NULL,
-                              c->segs ? cm->seg : NULL,
-                              c->segs ? cm->seg + B * s->N : NULL};
-    cm->local = (ra_masks){c->lens ? cm->lens : NULL,
-                           c->lens ? cm->lens + B : NULL,
-                           c->segs ? cm->qseg_loc : NULL,
-                           c->segs ? cm->kseg_loc : NULL};
-}
-
-static void masks_free(case_masks *cm)
-{
-    free(cm->lens);
-    free(cm->seg);
-    free(cm->qseg_loc);
-    free(cm->kseg_loc);
-}
-
 static ra_params params_of(const bcase *c)
 {
     ra_params prm;
@@ -174,7 +129,8 @@ static void expect_ok(ra_shape s, bcase c)
     local_part lp;
     local_part_make(&lp, &p, &prm, ra_params_layout(&prm, c.segs), rank, nranks);
     case_masks cm;
-    masks_make(&cm, &s, &c, seed, &lp);
+    case_masks_make(&cm, &s, c.lens, c.segs, 13, seed, &lp);
+    cm.lens[0] = 0; /* a batch whose queries all see nothing */
     bwd_ref ref;
     bwd_ref_make(&ref, &p, &prm, &cm.global, dout);
     int ok_local;
@@ -200,7 +156,7 @@ static void expect_ok(ra_shape s, bcase c)
                ra_layout_name(ra_params_layout(&prm, c.segs)), e[0], e[1],
                e[2], e[3], g.nonfinite, ok ? "PASS" : "FAIL");
     bwd_ref_free(&ref);
-    masks_free(&cm);
+    case_masks_free(&cm);
     local_part_free(&lp);
     free(dout);
     problem_free(&p);

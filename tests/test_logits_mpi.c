@@ -58,47 +58,6 @@ static ra_params params_of(const lcase *c)
     return prm;
 }
 
-/* Global masks (lens, ids) and this rank's ids. */
-typedef struct {
-    int64_t *lens, *seg, *qloc, *kloc;
-    test_masks global;
-    ra_masks local;
-} lmasks;
-
-static void lmasks_make(lmasks *m, const ra_shape *s, const lcase *c,
-                        uint64_t seed, const local_part *lp)
-{
-    const int64_t B = s->B;
-    const ra_slice qs = {1, {{0, s->N, 1}}, s->N};
-    const ra_slice ks = {1, {{0, s->M, 1}}, s->M};
-    m->lens = malloc(sizeof(int64_t) * (size_t)(2 * B));
-    m->seg = malloc(sizeof(int64_t) * (size_t)(B * (s->N + s->M)));
-    m->qloc = malloc(sizeof(int64_t) * (size_t)(B * lp->qs.count + 1));
-    m->kloc = malloc(sizeof(int64_t) * (size_t)(B * lp->ks.count + 1));
-    ra_random_lens(seed, RA_STREAM_Q_LENS, B, s->N, m->lens);
-    ra_random_lens(seed, RA_STREAM_KV_LENS, B, s->M, m->lens + B);
-    ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, B, s->N, 17, &qs, m->seg);
-    ra_random_segments(seed, RA_STREAM_Q_SEGMENTS, B, s->M, 17, &ks,
-                       m->seg + B * s->N);
-    slice_gather(m->seg, B, s->N, 1, sizeof(int64_t), &lp->qs, m->qloc);
-    slice_gather(m->seg + B * s->N, B, s->M, 1, sizeof(int64_t), &lp->ks,
-                 m->kloc);
-    const int64_t *ql = c->lens ? m->lens : NULL;
-    const int64_t *kl = c->lens ? m->lens + B : NULL;
-    m->global = (test_masks){ql, kl, c->segs ? m->seg : NULL,
-                             c->segs ? m->seg + B * s->N : NULL};
-    m->local = (ra_masks){ql, kl, c->segs ? m->qloc : NULL,
-                          c->segs ? m->kloc : NULL};
-}
-
-static void lmasks_free(lmasks *m)
-{
-    free(m->lens);
-    free(m->seg);
-    free(m->qloc);
-    free(m->kloc);
-}
-
 /* The summed verdict of one case: forward tally, gradient tally, d sinks
  * error, and whether any rank failed. */
 typedef struct {
@@ -120,7 +79,7 @@ static void tally_dsinks(lverdict *v, const float *got, const double *ref,
 
 /* This rank's forward (strategy c->strategy) and backward (ring). */
 static lverdict run_local(const problem *p, const lcase *c, const float *dfull,
-                          const bwd_ref *ref, const lmasks *m,
+                          const bwd_ref *ref, const case_masks *m,
                           local_part *lp)
 {
     const ra_shape *s = &p->s;
@@ -197,8 +156,8 @@ static void expect_ok(ra_shape s, lcase c)
     local_part lp;
     local_part_make(&lp, &p, &prm, ra_params_layout(&prm, c.segs), rank,
                     nranks);
-    lmasks m;
-    lmasks_make(&m, &s, &c, seed, &lp);
+    case_masks m;
+    case_masks_make(&m, &s, c.lens, c.segs, 17, seed, &lp);
     bwd_ref ref;
     bwd_ref_make(&ref, &p, &prm, &m.global, dout);
     const lverdict v = run_local(&p, &c, dout, &ref, &m, &lp);
@@ -218,7 +177,7 @@ static void expect_ok(ra_shape s, lcase c)
                nranks, c.name, ra_strategy_name(c.strategy), g.fwd.rel_o,
                g.fwd.max_lse, e[0], e[1], e[2], e[3], ok ? "PASS" : "FAIL");
     bwd_ref_free(&ref);
-    lmasks_free(&m);
+    case_masks_free(&m);
     local_part_free(&lp);
     free(dout);
     problem_free(&p);
