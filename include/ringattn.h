@@ -463,8 +463,9 @@ typedef struct {
 
 /* Fill the defaults: non-causal, no window, scale 1/sqrt(D), the dot
  * score, no RoPE (base RA_ROPE_BASE_DEFAULT), no ALiBi, tensor alignment,
- * finite inputs, no softcap, no sinks; strategy ring, automatic tiles and layout, the best gemm,
- * one thread, the default stall timeout, no memory limit, no progress.
+ * finite inputs, no softcap, no sinks; strategy ring, automatic tiles and
+ * layout, the best gemm, one thread, the default stall timeout, no memory
+ * limit, no progress.
  * Every function below that takes a const ra_numerics or ra_exec pointer
  * reads NULL as these defaults; given NULL, these two do nothing. */
 RA_API void ra_numerics_default(ra_numerics *num);
