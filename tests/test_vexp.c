@@ -329,10 +329,10 @@ static void test_additive_grad(void **state)
     printf("# additive grad: 50 rows agree on both paths and with fp64\n");
 }
 
-/* Softcap (issue 42): every path gives the same bits as the scalar one,
- * the cap times tanh within 2e-7 relative of fp64 (3e-7 at the switch to
- * the exp form), the derivative 1 - tanh^2 within 1e-6, NaN stays NaN and
- * -inf gives -cap within 1e-7; lengths cover every path's tail. */
+/* Softcap (issue 42): every path gives the scalar one's bits (a NaN's
+ * sign aside), the cap times tanh within 3e-7 relative of fp64, the
+ * derivative 1 - tanh^2 within 1e-6, NaN stays NaN and -inf gives -cap
+ * within 1e-7; lengths cover every path's tail. */
 static void test_softcap(void **state)
 {
     (void)state;
@@ -356,8 +356,11 @@ static void test_softcap(void **state)
                 ra_simd_cap(caps[ci]);
                 memcpy(y, x, sizeof(float) * (size_t)len);
                 ra_softcap(y, len, cap, dt);
-                assert_memory_equal(y, ref, sizeof(float) * (size_t)len);
-                assert_memory_equal(dt, dref, sizeof(float) * (size_t)len);
+                for (int64_t j = 0; j < len; j++) /* a NaN's sign is free */
+                    assert_true(isnan(ref[j])
+                                    ? isnan(y[j]) && isnan(dt[j])
+                                    : memcmp(&y[j], &ref[j], 4) == 0 &&
+                                          memcmp(&dt[j], &dref[j], 4) == 0);
             }
             for (int64_t j = 0; j < len; j++) {
                 if (isnan(x[j]) || isinf(x[j])) {
