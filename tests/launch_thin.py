@@ -9,7 +9,7 @@ and thin, and the records kept out of the source (issue 24, items 3 and 4).
            pasting, no cli_pass table).
   help     every option of every subcommand's --help is one row (its text
            on one line, at most a default below it), no line over 79
-           characters; run, bench and plan --help are at most 68 lines and
+           characters; run, bench and plan --help are at most 70 lines and
            list the global options they honour.
   records  bench/records holds JSON only, each file parses, none names an
            absolute machine path (/tmp/..., /work/...); docs/ holds prose
@@ -107,8 +107,8 @@ def check_help():
         wide = [l for l in r.stdout.splitlines() if len(l) > 79]
         if wide:
             fail(f"{cmd} --help: a line over 79 characters: {wide[0]!r}")
-        if cmd in GLOBALS and n > 68:
-            fail(f"{cmd} --help: {n} lines (at most 68 wanted)")
+        if cmd in GLOBALS and n > 70:
+            fail(f"{cmd} --help: {n} lines (at most 70 wanted)")
         for g in GLOBALS.get(cmd, []):
             if not re.search(rf"^  {g} ", r.stdout, re.M):
                 fail(f"{cmd} --help: no global option {g}")
