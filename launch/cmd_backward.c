@@ -14,12 +14,14 @@
 #include "h5io.h"
 #include "internal.h"
 #include "placement.h"
+#include "resume.h"
 
 typedef struct {
     ra_params p;
     ra_h5_source src; /* /q /k /v, in src.axes without an axes attribute */
     const char *in, *out, *fwd, *profile;
     int force, recompute, out_axes;
+    cli_ckpt_args ck; /* --checkpoint, --resume */
 } bwd_opts;
 
 static const cli_opt bwd_own[] = {
@@ -50,7 +52,8 @@ static const cli_spec bwd_spec = {
     "Masks, /additive weights and /alibi_slopes of IN.h5 apply as in run;\n"
     "every score, --rope and --alibi.\n",
     .groups = {{bwd_own, 0}, {cli_forward_opts, offsetof(bwd_opts, p)},
-               {cli_pass_opts, offsetof(bwd_opts, p)}},
+               {cli_pass_opts, offsetof(bwd_opts, p)},
+               {cli_ckpt_opts, offsetof(bwd_opts, ck)}},
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
@@ -62,6 +65,7 @@ typedef struct {
     char fp_in[H5IO_FP_LEN];   /* this run's, from --in */
     ra_timing tm_fwd, tm;
     double t_total;
+    cli_ckpt ckpt;             /* --checkpoint, --resume */
 } bwd_state;
 
 static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
@@ -98,7 +102,10 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
         st = h5io_fingerprint_read(o->fwd, r->fp_fwd, sizeof r->fp_fwd);
     if (st == RA_OK)
         st = h5io_segment_names(o->in, &r->q_seg, &r->kv_seg);
-    return ra_agree(ctx->comm, st);
+    st = ra_agree(ctx->comm, st);
+    return st == RA_OK ? cli_ckpt_begin(ctx, &o->ck, "backward", &r->ckpt,
+                                        &o->p)
+                       : st;
 }
 
 /* The layout, this rank's buffers (agreed) and the masks. */
@@ -113,9 +120,12 @@ static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
     const ra_numerics num = cli_numerics(&o->p);
-    return ra_h5_read_masks(ctx->comm, o->in,
-                            &(ra_h5_source){.tuning = &ctx->tuning}, &r->d.s,
-                            o->p.layout, &num, &r->d.masks);
+    st = ra_h5_read_masks(ctx->comm, o->in,
+                          &(ra_h5_source){.tuning = &ctx->tuning}, &r->d.s,
+                          o->p.layout, &num, &r->d.masks);
+    return st == RA_OK ? cli_ckpt_key(&r->ckpt, &r->d.s, &o->p,
+                                      &r->d.masks.view, 0)
+                       : st;
 }
 
 /* Reads the inputs (and the forward state from --fwd), refusing
@@ -145,7 +155,7 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
     if (st == RA_OK && o->fwd)
         st = h5io_lse_check(ctx->comm, o->fwd, &r->d.s, &o->p,
                             &r->d.masks.view, t->lse);
-    return st;
+    return st == RA_OK ? cli_ckpt_arm(&r->ckpt, r->fp_in) : st;
 }
 
 static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
@@ -159,8 +169,10 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
     const double t0 = MPI_Wtime();
     ra_status st = bwd_read(ctx, o, r);
     const int ran = st == RA_OK;
+    ra_params fwd = o->p; /* checkpoints are the backward's */
+    fwd.checkpoint = NULL;
     if (st == RA_OK && o->recompute)
-        st = ra_call_forward(ctx->comm, &r->d.s, &o->p, &r->d.masks.view,
+        st = ra_call_forward(ctx->comm, &r->d.s, &fwd, &r->d.masks.view,
                              &in, &(ra_out){t->o, t->lse, NULL}, &r->tm_fwd);
     if (st == RA_OK)
         st = ra_call_backward(ctx->comm, &r->d.s, &o->p, &r->d.masks.view,
@@ -226,5 +238,6 @@ int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
     cli_pass_writing(ctx, &r.d, &o.p);
     if (st == RA_OK)
         st = bwd_report(ctx, &o, &r);
+    st = cli_ckpt_end(&r.ckpt, st);
     return cli_pass_end(ctx, &r.d, st);
 }

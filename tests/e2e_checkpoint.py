@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""e2e_checkpoint.py: run --checkpoint and --resume through the command
+line (docs/CHECKPOINT.md), checked with h5py.
+
+usage: e2e_checkpoint.py RINGATTN NP quick | loop N
+
+quick: forward (causal, RoPE, ALiBi) and backward (window, bf16) each
+stopped by SIGUSR1 right after their first checkpoint (exit 3) and resumed
+to bitwise the /o and /lse (/dq /dk /dv) of the run never stopped; the
+refusals of --resume, each exit 2 and one line naming what differs (an
+option, P, the input, a corrupt file, no checkpoint); a rank killed
+(SIGKILL) while a checkpoint is being written leaves the previous one
+whole, and the run resumes from it bitwise.
+loop N: N runs, each signalled at a random moment (SIGUSR1 to mpirun,
+which passes it on, or SIGTERM to every rank, as a batch system ends a
+step) and resumed as often as it takes: every output bitwise the
+reference's.
+"""
+import glob
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+
+RINGATTN, NP, MODE = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+# signalled runs keep Open MPI's default grace between SIGTERM and SIGKILL
+ENV = {k: v for k, v in os.environ.items()
+       if k != "OMPI_MCA_odls_base_sigkill_timeout"}
+FAILED = []
+
+
+def check(ok, what):
+    print(f"# P={NP} {what}: {'PASS' if ok else 'FAIL'}", flush=True)
+    if not ok:
+        FAILED.append(what)
+
+
+def mpirun(np_, args):
+    return ["mpirun", "-np", str(np_), "--oversubscribe", RINGATTN,
+            "run"] + args
+
+
+def run(args, np_=NP):
+    return subprocess.run(mpirun(np_, args), capture_output=True, text=True,
+                          env=ENV, timeout=600)
+
+
+def lines(r):
+    return [l for l in r.stderr.splitlines() if l.startswith("ringattn:")]
+
+
+def same(a, b, names):
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        return all(np.array_equal(fa[n][()], fb[n][()]) for n in names)
+
+
+def ranks_of(proc):
+    """The pids of mpirun's ranks (its children named ringattn)."""
+    out = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                         text=True).stdout.split()
+    pids = []
+    for p in out:
+        try:
+            if open(f"/proc/{p}/comm").read().strip() == "ringattn":
+                pids.append(int(p))
+        except OSError:
+            pass  # gone meanwhile
+    return pids
+
+
+def kill(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def start(args):
+    return subprocess.Popen(mpirun(NP, args), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def wait_for(cond, proc, limit=300.0):
+    t0 = time.time()
+    while not cond() and proc.poll() is None and time.time() - t0 < limit:
+        time.sleep(0.005)
+    return cond()
+
+
+def stop_after_first(args, ck):
+    """Runs args with --checkpoint ck,0, SIGUSR1 to mpirun once the first
+    checkpoint is whole; returns (exit status, stderr lines)."""
+    path = os.path.join(ck, "checkpoint.h5")
+    p = start(args + ["--checkpoint", ck + ",0"])
+    if wait_for(lambda: os.path.exists(path), p):
+        p.send_signal(signal.SIGUSR1)
+    _, err = p.communicate(timeout=600)
+    return p.returncode, [l for l in err.splitlines()
+                          if l.startswith("ringattn:")]
+
+
+def resume_case(d, name, args, outs):
+    """One pass stopped after its first checkpoint and resumed."""
+    ref, out, ck = (os.path.join(d, name + s) for s in
+                    (".ref.h5", ".out.h5", ".ck"))
+    os.mkdir(ck)
+    r = run(args + ["--out", ref])
+    code, err = stop_after_first(args + ["--out", out, "--force"], ck)
+    stopped = code == 3 and len(err) == 1 and "--resume" in err[0]
+    r2 = run(args + ["--out", out, "--force", "--resume", ck])
+    check(r.returncode == 0 and stopped and r2.returncode == 0 and
+          same(ref, out, outs) and not os.path.exists(
+              os.path.join(ck, "checkpoint.h5")),
+          f"{name}: stopped (exit {code}), resumed, bitwise")
+    return ck, ref
+
+
+def refusals(d, args, ck):
+    """--resume refused before any work: exit 2, one line naming what."""
+    other = os.path.join(d, "other.h5")
+    subprocess.run([RINGATTN, "gen", "--seq", "3000", "--heads", "4",
+                    "--dim", "32", "--seed", "9", "--out", other],
+                   capture_output=True, check=True)
+    path = os.path.join(ck, "checkpoint.h5")
+    code, _ = stop_after_first(args + ["--out", os.path.join(d, "x.h5")], ck)
+    keep = os.path.join(d, "keep.h5")
+    shutil.copy(path, keep)
+    cases = [("other options", args[:-1], NP, "num.causal"),
+             ("other input", ["--in", other] + args[2:], NP,
+              "other input data"),
+             ("other P", args, NP + 1, "ranks")]
+    for what, a, np_, word in cases:
+        r = run(a + ["--out", os.path.join(d, "y.h5"), "--force",
+                     "--resume", ck], np_)
+        check(r.returncode == 2 and len(lines(r)) == 1 and
+              word in lines(r)[0], f"refused, {what}: {lines(r)[:1]}")
+    with h5py.File(path, "r+") as f:
+        f["state_o"][3] += 1.0
+    r = run(args + ["--out", os.path.join(d, "y.h5"), "--force", "--resume",
+                    ck])
+    check(r.returncode == 2 and "corrupt" in " ".join(lines(r)),
+          f"refused, corrupt checkpoint: {lines(r)[:1]}")
+    r = run(args + ["--out", os.path.join(d, "y.h5"), "--force", "--resume",
+                    d])
+    check(r.returncode == 2 and "no checkpoint" in " ".join(lines(r)),
+          f"refused, no checkpoint: {lines(r)[:1]}")
+    shutil.copy(keep, path)
+    return code
+
+
+def kill_in_write(d, args, ref):
+    """SIGKILL of one rank while a checkpoint is being written: the
+    previous one stays whole and resumes bitwise."""
+    ck = os.path.join(d, "kill.ck")
+    os.mkdir(ck)
+    path = os.path.join(ck, "checkpoint.h5")
+    out = os.path.join(d, "kill.h5")
+    p = start(args + ["--out", out, "--checkpoint", ck + ",0"])
+    wait_for(lambda: os.path.exists(path), p)
+    writing = lambda: glob.glob(os.path.join(ck, ".checkpoint.h5.tmp.*"))
+    killed = wait_for(writing, p) and p.poll() is None
+    if killed:
+        kill(ranks_of(p)[-1], signal.SIGKILL)
+    p.communicate(timeout=600)
+    r = run(args + ["--out", out, "--force", "--resume", ck])
+    check(killed and p.returncode != 0 and r.returncode == 0 and
+          same(ref, out, ["o", "lse"]),
+          f"a rank killed in a checkpoint write (exit {p.returncode}): "
+          f"the previous checkpoint resumed bitwise")
+
+
+def quick(d):
+    inp = os.path.join(d, "in.h5")
+    subprocess.run([RINGATTN, "gen", "--seq", "3000", "--heads", "4",
+                    "--dim", "32", "--backward", "--out", inp],
+                   capture_output=True, check=True)
+    fwd = ["--in", inp, "--rope", "half", "--alibi", "--layout", "striped",
+           "--causal"]
+    ck, ref = resume_case(d, "forward", fwd, ["o", "lse"])
+    bwd = ["--backward", "--in", inp, "--recompute", "--window", "300,20",
+           "--precision", "bf16"]
+    resume_case(d, "backward", bwd, ["dq", "dk", "dv"])
+    shutil.rmtree(ck)
+    os.mkdir(ck)
+    refusals(d, fwd, ck)
+    kill_in_write(d, fwd, ref)
+
+
+def loop(d, n):
+    inp, ref = os.path.join(d, "in.h5"), os.path.join(d, "ref.h5")
+    subprocess.run([RINGATTN, "gen", "--seq", "4000", "--heads", "4",
+                    "--dim", "32", "--out", inp], capture_output=True,
+                   check=True)
+    args = ["--in", inp, "--causal", "--layout", "zigzag"]
+    t0 = time.time()
+    run(args + ["--out", ref])
+    span = time.time() - t0
+    rng = random.Random(43)
+    stops = equal = 0
+    for i in range(n):
+        ck, out = os.path.join(d, f"ck{i}"), os.path.join(d, f"o{i}.h5")
+        os.mkdir(ck)
+        resume = []
+        for _ in range(20):
+            p = start(args + ["--out", out, "--force", "--checkpoint",
+                              ck + ",0"] + resume)
+            time.sleep(rng.uniform(0.2, 1.0) * span)
+            if p.poll() is None and rng.random() < 0.5:
+                p.send_signal(signal.SIGUSR1) # mpirun passes it on
+            elif p.poll() is None: # as a batch system ends a step
+                for pid in ranks_of(p):
+                    kill(pid, signal.SIGTERM)
+            p.communicate(timeout=600)
+            if p.returncode == 0:
+                break
+            stops += p.returncode == 3
+            if os.path.exists(os.path.join(ck, "checkpoint.h5")):
+                resume = ["--resume", ck]
+        equal += p.returncode == 0 and same(ref, out, ["o", "lse"])
+        shutil.rmtree(ck)
+        os.remove(out)
+    check(equal == n, f"{n} runs signalled at random moments ({stops} "
+          f"stops), every output bitwise the reference's: {equal}")
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="ra-ckpt-")
+    try:
+        t0 = time.time()
+        if MODE == "quick":
+            quick(d)
+        else:
+            loop(d, int(sys.argv[4]))
+        print(f"# {MODE}: {time.time() - t0:.1f} s")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    sys.exit(1 if FAILED else 0)
+
+
+if __name__ == "__main__":
+    main()
