@@ -6,6 +6,14 @@
 #include "kernel.h"
 #include "ref_block.h"
 
+void ra_ref_softcap(double cap, double *s, double *slope)
+{
+    const double t = tanh(*s / cap);
+    *s = cap * t;
+    if (slope)
+        *slope = 1.0 - t * t;
+}
+
 void ra_ref_project(const float *W, int64_t A, int64_t D, const double *rows,
                     int64_t n, double *out)
 {
@@ -34,7 +42,8 @@ static void scores_additive(const ra_ref_block *x, int64_t h)
         }
 }
 
-/* Pass 1 for head h: the block's scores (nr, kb) into sc. */
+/* Pass 1 for head h: the block's scores (nr, kb) into sc, capped when
+ * softcap is on (the dot score only). */
 static void scores(const ra_ref_block *x, int64_t h)
 {
     const ra_shape *s = x->s;
@@ -49,6 +58,8 @@ static void scores(const ra_ref_block *x, int64_t h)
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)kb,
                 (int)D, gauss ? inv2 : x->scale, x->q + h * D, (int)(H * D),
                 x->k + g * Dk, (int)(G * Dk), 0.0, x->sc, (int)kb);
+    for (int64_t i = 0; !gauss && x->p->softcap > 0 && i < nr * kb; i++)
+        ra_ref_softcap(x->p->softcap, &x->sc[i], NULL);
     if (!gauss)
         return;
     for (int64_t r = 0; r < nr; r++) { /* -(|q|^2 + |k|^2) / (2 sigma^2) */
@@ -132,10 +143,7 @@ void ra_ref_block_fold(const ra_ref_block *x, int64_t h)
     const int64_t nr = x->nr, kb = x->kb, Dv = s->Dv, G = s->G;
     const int64_t g = h / (s->H / G);
     const double slope = block_slope(x, h);
-    const double cap = x->p->softcap;
     scores(x, h);
-    for (int64_t i = 0; cap > 0 && i < nr * kb; i++)
-        x->sc[i] = cap * tanh(x->sc[i] / cap); /* before bias and mask */
     for (int64_t r = 0; r < nr; r++)
         row_softmax(x, h, r, slope);
     /* pass 4: acc += P V (and P |V| for the bf16 tolerance) */

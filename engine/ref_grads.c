@@ -35,6 +35,23 @@ static void gauss_term(const ra_ref_block *x, const double *ds, int by_row,
     }
 }
 
+/* The softcapped dot score's derivative 1 - tanh^2 of every pair of the
+ * block into d (nr, kb), from the scores recomputed: q and k are head h's
+ * and its kv head's rows. */
+static void cap_slopes(const ra_ref_block *x, const double *q,
+                       const double *k, double *d)
+{
+    const ra_shape *s = x->s;
+    const int64_t nr = x->nr, kb = x->kb;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)kb,
+                (int)s->D, x->scale, q, (int)(s->H * s->D), k,
+                (int)(s->G * ra_shape_dk(s)), 0.0, d, (int)kb);
+    for (int64_t i = 0; i < nr * kb; i++) {
+        double sc = d[i];
+        ra_ref_softcap(x->p->softcap, &sc, &d[i]);
+    }
+}
+
 void ra_ref_block_backward(const ra_ref_block *x, int64_t h,
                            const ra_ref_bgrads *g)
 {
@@ -47,15 +64,20 @@ void ra_ref_block_backward(const ra_ref_block *x, int64_t h,
     const double *q = x->q + h * D, *k = x->k + gh * Dk;
     const double *dout = g->dout + h * Dv;
     ra_ref_block_scores(x, h);
+    if (x->p->softcap > 0) /* the cap's derivative, in dp for now */
+        cap_slopes(x, q, k, g->dp);
     block_probs(x, h, g->lse);
-    /* pass 3: dP = do V^T; dv += P^T do; dS = P (dP - Drow) */
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, kb, (int)Dv,
-                1.0, dout, (int)(H * Dv), x->v + gh * Dv, (int)(G * Dv), 0.0,
-                g->dp, kb);
+    /* pass 3: dv += P^T do; P times the cap's derivative; dP = do V^T;
+     * dS = P (dP - Drow) */
     if (g->dv)
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, (int)Dv, nr,
                     1.0, x->sc, kb, dout, (int)(H * Dv), 1.0, g->dv + gh * Dv,
                     (int)(G * Dv));
+    for (int64_t i = 0; x->p->softcap > 0 && i < (int64_t)nr * kb; i++)
+        x->sc[i] *= g->dp[i];
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, kb, (int)Dv,
+                1.0, dout, (int)(H * Dv), x->v + gh * Dv, (int)(G * Dv), 0.0,
+                g->dp, kb);
     for (int64_t r = 0; r < nr; r++)
         for (int64_t j = 0; j < kb; j++)
             g->dp[r * kb + j] = x->sc[r * kb + j] *

@@ -145,6 +145,11 @@ ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
         what = "ALiBi (attributes alibi, alibi_slopes)";
     else if (strcmp(a.align, ra_align_name(p->align)) != 0)
         what = "query alignment (attribute align, --align-per-sequence)";
+    else if (p->score == RA_SCORE_DOT && a.softcap != p->softcap)
+        what = "softcap (attribute softcap, --softcap)";
+    else if ((a.sinks_dataset[0] != '\0') != (p->sinks != NULL))
+        what = "sinks (attribute sinks_dataset; run --backward takes none "
+               "yet)";
     if (what)
         return ra_error_set(RA_ERR_INPUT, "%s: a forward output of another "
                             "problem: its %s do not match this run's", fwd,

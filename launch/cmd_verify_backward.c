@@ -453,9 +453,11 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
                          sizeof(double))))
         st = ra_error_set(RA_ERR_NOMEM, "verify --backward: cannot allocate "
                           "the weights' gradients");
+    c->p.softcap = r->softcap;
     c->score = (ra_ref_score){.score = c->p.score, .scale = r->scale,
                               .sigma = r->sigma, .additive = c->p.additive,
-                              .Dk = ra_shape_dk(&c->s), .alibi = c->p.alibi};
+                              .Dk = ra_shape_dk(&c->s), .alibi = c->p.alibi,
+                              .softcap = r->softcap};
     return st;
 }
 

@@ -3,7 +3,9 @@
 # command line at NP ranks: gen (GQA, padding lengths), /sinks written
 # beside the inputs -> run --softcap CAP --sinks /sinks on several
 # strategies and masks -> verify (fp64, reading the run's record), info
-# showing the record; verify of a record changed after the run fails;
+# showing the record; run --backward --softcap -> verify --backward, and
+# its refusal of a forward with another softcap; verify of a record
+# changed after the run fails;
 # the refusals exit 2 with one line naming the option or the dataset.
 set -euo pipefail
 ringattn=$1
@@ -40,6 +42,26 @@ run_verify allgather --strategy allgather --causal --softcap 2
 "$ringattn" info out-ring.h5 > info.txt
 grep -q 'softcap *= 2.5' info.txt || fail "info: no softcap: $(cat info.txt)"
 grep -q 'sinks_dataset *= "/sinks"' info.txt || fail "info: no sinks"
+
+# the backward of a softcapped forward, from its file and recomputed
+"$ringattn" gen --out bin.h5 --batch 2 --seq 61 --heads 4 --kv-heads 2 \
+    --dim 8 --backward --seed 7 > /dev/null
+"${mpi[@]}" "$ringattn" run --in bin.h5 --out bf.h5 --causal --softcap 2 \
+    --quiet > /dev/null || fail "run for the backward"
+for how in "--fwd bf.h5" "--recompute"; do
+    # shellcheck disable=SC2086
+    "${mpi[@]}" "$ringattn" run --backward --in bin.h5 $how --out bg.h5 \
+        --force --causal --softcap 2 > /dev/null || fail "backward $how"
+    "$ringattn" verify --backward --in bin.h5 --out bg.h5 --all > vb.txt ||
+        fail "verify --backward ($how): $(cat vb.txt)"
+done
+set +e
+"$ringattn" run --backward --in bin.h5 --fwd bf.h5 --out bg2.h5 --causal \
+    2> err.txt > /dev/null
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "its softcap (attribute softcap" err.txt ||
+    fail "backward without the forward's softcap: exit $rc: $(cat err.txt)"
 
 # a record that no longer says what the run did: verify must fail
 "$python" -c "
