@@ -159,14 +159,24 @@ static ra_status hook_save(void *arg, const ra_state *state)
     cli_ckpt *k = arg;
     const h5io_ckpt_meta meta = {k->key, k->fingerprint, &k->ctx->tuning};
     cli_watchdog_beat(); /* the write is progress of its own */
+    const double t0 = MPI_Wtime();
     const ra_status st = h5io_ckpt_write(k->ctx->comm, k->path, &meta,
                                          state);
     cli_watchdog_beat();
     k->last = MPI_Wtime();
-    if (st == RA_OK) {
-        k->saved++;
-        k->step = state->step;
-    }
+    if (st != RA_OK)
+        return st;
+    k->saved++;
+    k->step = state->step;
+    double bytes = 0;
+    for (int i = 0; i < state->nparts; i++)
+        bytes += 4.0 * (double)state->part[i].count;
+    if (k->ctx->rank == 0) /* rank 0's part stands for the ranks' */
+        printf("# checkpoint at step %d of %d: %.1f MB per rank in %.3f s "
+               "(%.2f GB/s over %d ranks), %s\n", state->step, state->steps,
+               bytes * 1e-6, k->last - t0,
+               bytes * k->ctx->nranks / (k->last - t0) * 1e-9,
+               k->ctx->nranks, k->path);
     return st;
 }
 

@@ -203,7 +203,7 @@ def loop(d, n):
     run(args + ["--out", ref])
     span = time.time() - t0
     rng = random.Random(43)
-    stops = equal = 0
+    stops = equal = hangs = 0
     for i in range(n):
         ck, out = os.path.join(d, f"ck{i}"), os.path.join(d, f"o{i}.h5")
         os.mkdir(ck)
@@ -213,11 +213,18 @@ def loop(d, n):
                               ck + ",0"] + resume)
             time.sleep(rng.uniform(0.2, 1.0) * span)
             if p.poll() is None and rng.random() < 0.5:
-                p.send_signal(signal.SIGUSR1) # mpirun passes it on
-            elif p.poll() is None: # as a batch system ends a step
+                p.send_signal(signal.SIGUSR1)  # mpirun passes it on
+            elif p.poll() is None:  # as a batch system ends a step
                 for pid in ranks_of(p):
                     kill(pid, signal.SIGTERM)
-            p.communicate(timeout=600)
+            try:
+                p.communicate(timeout=20 * span + 60)
+            except subprocess.TimeoutExpired:
+                # Open MPI 4's mpirun, seen here: its ranks have exited
+                # (zombies) and it never reaps them. Counted, not hidden.
+                hangs += 1
+                p.kill()
+                p.communicate()
             if p.returncode == 0:
                 break
             stops += p.returncode == 3
@@ -225,9 +232,11 @@ def loop(d, n):
                 resume = ["--resume", ck]
         equal += p.returncode == 0 and same(ref, out, ["o", "lse"])
         shutil.rmtree(ck)
-        os.remove(out)
+        if os.path.exists(out):
+            os.remove(out)
     check(equal == n, f"{n} runs signalled at random moments ({stops} "
-          f"stops), every output bitwise the reference's: {equal}")
+          f"stops, {hangs} mpirun hangs after its ranks exited), every "
+          f"output bitwise the reference's: {equal}")
 
 
 def main():
