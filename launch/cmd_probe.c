@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "agree.h"
+#include "bench_measure.h"
 #include "cli.h"
 #include "gemm_env.h"
 #include "h5io.h"
@@ -346,6 +347,78 @@ static ra_status probe_show(const cli_ctx *ctx, const probe_opts *o,
     return st;
 }
 
+/* A kernel rate's three yardsticks, FLOP/s per core: the core's
+ * physical peak in its precision, oneDNN's 2048^3 matmul, and its own
+ * tile products without the softmax (0: not measured). */
+typedef struct {
+    double core, peak, products;
+    char loop_fp32[96], loop_bf16[96]; /* the loops (or why none) */
+} probe_yard;
+
+/* The yardsticks of every kernel rate of p, every rank at once, per core
+ * (issue 44); the core and oneDNN's once per precision. Collective. */
+static void probe_yards(const cli_ctx *ctx, const ra_profile *p,
+                        probe_yard *y)
+{
+    bench_yard by[2];
+    const double cores = (double)ctx->nranks * (p->threads > 0 ? p->threads
+                                                               : 1);
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        bench_yardsticks(ctx->comm, p->threads, bf16, 0, &by[bf16]);
+    for (int i = 0; i < p->nrates; i++) {
+        const profile_rate *r = &p->rate[i];
+        const int bf16 = strcmp(r->precision, "bf16") == 0;
+        const ra_shape s = {.B = 1, .N = 4096, .M = 4096, .H = 4, .G = 4,
+                            .D = r->D, .Dv = r->Dv};
+        ra_params q;
+        ra_params_default(&q);
+        q.score = r->score;
+        q.sigma = 4.0;
+        q.gemm = r->gemm;
+        q.precision = bf16 ? RA_PRECISION_BF16 : RA_PRECISION_FP32;
+        y[i].core = by[bf16].core / cores * 1e9; /* FLOP/s, as the rate */
+        y[i].peak = by[bf16].peak / cores * 1e9;
+        y[i].products = bench_products_rate(ctx->comm, &s, &q, 0, 0) /
+                        cores * 1e9;
+        snprintf(y[i].loop_fp32, sizeof y[i].loop_fp32, "%s", by[0].loop);
+        snprintf(y[i].loop_bf16, sizeof y[i].loop_bf16, "%s", by[1].loop);
+    }
+}
+
+/* x / of as a cell ("-" when of is not measured). */
+static const char *fraction(double x, double of, char *buf)
+{
+    if (of > 0)
+        snprintf(buf, 32, "%.3f", x / of);
+    else
+        snprintf(buf, 32, "-");
+    return buf;
+}
+
+/* Rank 0: each kernel rate as a fraction of its three yardsticks. */
+static void probe_yards_print(const ra_profile *p, const probe_yard *y)
+{
+    char v[6][32];
+    printf("%-28s %8s %8s %8s %8s %6s %6s %6s\n", "yardsticks (per core)",
+           "D = Dv", "core", "peak", "prod", "f_core", "f_peak", "f_prod");
+    for (int i = 0; i < p->nrates; i++) {
+        const profile_rate *r = &p->rate[i];
+        const double k = r->flops_per_core;
+        char what[64];
+        snprintf(what, sizeof what, "%s %s %s", ra_score_name(r->score),
+                 r->precision[0] ? r->precision : "fp32",
+                 profile_class_name(r->cls));
+        printf("  %-26s %8lld %8s %8s %8s %6s %6s %6s\n", what,
+               (long long)r->D,
+               cell(y[i].core, 1e9, v[0]), cell(y[i].peak, 1e9, v[1]),
+               cell(y[i].products, 1e9, v[2]), fraction(k, y[i].core, v[3]),
+               fraction(k, y[i].peak, v[4]),
+               fraction(k, y[i].products, v[5]));
+    }
+    printf("  (core: %s loop for fp32, %s for bf16)\n", y[0].loop_fp32,
+           y[0].loop_bf16);
+}
+
 int cmd_probe(const cli_ctx *ctx, int argc, char **argv)
 {
     probe_opts o = {0};
@@ -358,8 +431,14 @@ int cmd_probe(const cli_ctx *ctx, int argc, char **argv)
                           : probe_validate(ctx, &o, &p);
     if (st == RA_OK && !o.show)
         st = probe_measure(ctx, &o, &p);
+    probe_yard yard[PROFILE_MAX_RATES];
+    const int yards = st == RA_OK && !o.show && p.nrates > 0;
+    if (yards)
+        probe_yards(ctx, &p, yard);
     if (st == RA_OK && ctx->rank == 0)
         probe_print(&p);
+    if (yards && ctx->rank == 0)
+        probe_yards_print(&p, yard);
     if (st == RA_OK && o.out)
         st = probe_write(ctx, o.out, o.force, &p);
     if (st == RA_OK && ctx->rank == 0 && o.out)

@@ -174,6 +174,14 @@ def check_probe(work):
     with open(os.path.join(work, "p.json")) as f:
         p = json.load(f)
     profile_checks(p, 1, NP)
+    yard = r.stdout.split("yardsticks (per core)")[-1].splitlines()
+    rows = [l.split() for l in yard[1:] if l.startswith("  ") and
+            not l.strip().startswith("(")]
+    check(len(rows) == len(p["kernel"]) and all(
+        len(x) == 10 and all(c == "-" or float(c) > 0 for c in x[4:])
+        for x in rows) and "loop for fp32" in r.stdout,
+          "a yardsticks row per kernel rate: the core's loop, oneDNN's "
+          "matmul and the products-only rate, with the fractions (issue 44)")
     check(p["oversubscribed"] is over, f"the profile records "
           f"oversubscribed = {over}")
     plan_warns(work, p)
