@@ -148,8 +148,7 @@ ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
     else if (p->score == RA_SCORE_DOT && a.softcap != p->softcap)
         what = "softcap (attribute softcap, --softcap)";
     else if ((a.sinks_dataset[0] != '\0') != (p->sinks != NULL))
-        what = "sinks (attribute sinks_dataset; run --backward takes none "
-               "yet)";
+        what = "sinks (attribute sinks_dataset, --sinks)";
     if (what)
         return ra_error_set(RA_ERR_INPUT, "%s: a forward output of another "
                             "problem: its %s do not match this run's", fwd,
@@ -271,6 +270,18 @@ static ra_status weights_write(hid_t file, MPI_Comm comm, const grads_ctx *c)
     return st;
 }
 
+/* The sinks' gradient (H,), the same on every rank: rank 0 writes it. */
+static ra_status dsinks_write(hid_t file, MPI_Comm comm, const grads_ctx *c)
+{
+    const hsize_t dims[1] = {(hsize_t)c->shape->H};
+    const ra_slice slice =
+        h5io_slice_range((ra_range){0, c->rank ? 0 : c->shape->H});
+    return h5io_dset_write(comm, file, c->path, "/dsinks", H5T_IEEE_F32LE,
+                           &(h5io_region){H5T_NATIVE_FLOAT, 1, dims, 0,
+                                          &slice},
+                           c->meta->dsinks);
+}
+
 static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)
 {
     const grads_ctx *c = arg;
@@ -293,7 +304,8 @@ static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)
                                      c->dk, &order)) != RA_OK ||
         (st = h5io_dset_write_stored(comm, file, c->path, "/dv", f32, &rv,
                                      c->dv, &order)) != RA_OK ||
-        (c->meta->dw && (st = weights_write(file, comm, c)) != RA_OK))
+        (c->meta->dw && (st = weights_write(file, comm, c)) != RA_OK) ||
+        (c->meta->dsinks && (st = dsinks_write(file, comm, c)) != RA_OK))
         return st;
     return grads_attrs(file, comm, c);
 }

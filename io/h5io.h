@@ -265,14 +265,16 @@ typedef struct {
                                  (B, G, M, Dv); else tokens-first. Their
                                  attribute axes says which */
     const ra_h5_tuning *tuning; /* the write's MPI-IO tuning, or NULL */
+    const float *dsinks;      /* (H) the sinks' gradient, or NULL */
 } h5io_grads_meta;
 
 /* Collective and atomic like ra_h5_write_outputs: /dq (B, N, H, D),
  * /dk (B, M, G, Dk), /dv (B, M, G, Dv) float32 from each rank's layout
  * slices, with meta->dw also /dw_q (A, D), /dw_k (A, Dk), /dw_v (A,),
- * and root attributes: h5io_record's (kind = "gradients": the forward
- * pass's rules, score, RoPE, ALiBi, masks), pass = "backward", forward,
- * seq_q, seq_kv. */
+ * with meta->dsinks /dsinks (H,) (rank 0's), and root attributes:
+ * h5io_record's (kind = "gradients": the forward pass's rules, score,
+ * RoPE, ALiBi, masks, sinks_dataset), pass = "backward", forward, seq_q,
+ * seq_kv. */
 ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
                            const ra_shape *shape, const h5io_grads_meta *meta,
                            const float *dq, const float *dk, const float *dv);

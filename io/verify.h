@@ -42,13 +42,16 @@ ra_status verify_rows(const char *in, const char *out, const verify_ctx *c,
  * (ascending), this rank's sums over its query rows of the keys' fp64
  * dk (nk, G, Dk) and dv (nk, G, Dv) (added to), and the tally t: squared
  * errors of dq, dk, dv [0..2], squared references [3..5], non-finite
- * entries [6]. */
+ * entries [6]. With the run's sinks (c->p.sinks) the statistics include
+ * the sink's column, and every row of the share adds its term of
+ * d sink_h = -sum_i exp(sink_h - lse_i) (do_i . o_i) to x->dsinks. */
 typedef struct {
     const char *grads;
     const unsigned char *pick_q;
     const int64_t *keys;
     int64_t nk;
     double *dk, *dv, *t;
+    double *dsinks; /* with sinks (H): this rank's rows' d sinks, added to */
 } verify_bwd_batch;
 
 /* This rank's query rows mine of batch b: their statistics, their share of

@@ -61,10 +61,27 @@ static ra_status gwork_alloc(const verify_ctx *c, gwork *g)
     return st;
 }
 
+/* One row's lse and Drow = do . o from its fold (sum, mx, acc), with the
+ * sink's column when sink is finite (else -inf: none); a row that sees no
+ * key has o = 0, lse = sink. */
+static void row_stats(double sum, double mx, const double *acc,
+                      const double *dout, int64_t Dv, double sink,
+                      double *lse, double *drow)
+{
+    const double own = sum > 0 ? mx + log(sum) : -INFINITY;
+    const double top = own > sink ? own : sink;
+    *lse = top == -INFINITY ? -INFINITY
+                            : top + log(exp(own - top) + exp(sink - top));
+    double dr = 0.0;
+    for (int64_t d = 0; sum > 0 && d < Dv; d++)
+        dr += dout[d] * acc[d] / sum;
+    *drow = sum > 0 ? dr * exp(own - *lse) : 0.0;
+}
+
 /* Pass 1: the chunk's lse and Drow = do . o (H, nr) from a fold over every
- * key block. */
+ * key block, and with sinks its rows' d sinks terms. */
 static ra_status chunk_stats(const char *in, const verify_ctx *c, int64_t b,
-                             gwork *g)
+                             const verify_bwd_batch *bx, gwork *g)
 {
     const ra_shape *s = c->s;
     vwork *w = &g->all;
@@ -81,15 +98,13 @@ static ra_status chunk_stats(const char *in, const verify_ctx *c, int64_t b,
     }
     for (int64_t h = 0; h < H; h++)
         for (int64_t r = 0; r < nr; r++) {
-            const double sum = w->sum[h * nr + r];
-            const double *acc = w->acc + (h * nr + r) * Dv;
-            const double *dout = g->dout + (r * H + h) * Dv;
-            double dr = 0.0;
-            for (int64_t d = 0; sum > 0 && d < Dv; d++)
-                dr += dout[d] * acc[d] / sum;
-            g->lse[h * nr + r] = sum > 0 ? w->mx[h * nr + r] + log(sum)
-                                         : -INFINITY;
-            g->drow[h * nr + r] = dr;
+            const int64_t i = h * nr + r;
+            const double sink = c->p.sinks ? c->p.sinks[h] : -INFINITY;
+            row_stats(w->sum[i], w->mx[i], w->acc + i * Dv,
+                      g->dout + (r * H + h) * Dv, Dv, sink, &g->lse[i],
+                      &g->drow[i]);
+            if (c->p.sinks && bx->dsinks)
+                bx->dsinks[h] -= exp(sink - g->lse[i]) * g->drow[i];
         }
     return st;
 }
@@ -203,7 +218,7 @@ ra_status verify_grads_share(const char *in, const verify_ctx *c, int64_t b,
                 RA_OK &&
             (st = h5io_read_rows_as(in, "/do", verify_qkv_axes(c), b, i0,
                                     g.all.nr, g.dout)) == RA_OK &&
-            (st = chunk_stats(in, c, b, &g)) == RA_OK &&
+            (st = chunk_stats(in, c, b, x, &g)) == RA_OK &&
             (st = chunk_keys(in, c, b, x, &g)) == RA_OK)
             st = chunk_dq(in, c, b, x, &g);
     }

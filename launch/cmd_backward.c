@@ -20,6 +20,7 @@ typedef struct {
     ra_params p;
     ra_h5_source src; /* /q /k /v, in src.axes without an axes attribute */
     const char *in, *out, *fwd, *profile;
+    const char *sinks; /* --sinks, or the one --fwd's run recorded */
     int force, recompute, out_axes;
     cli_ckpt_args ck; /* --checkpoint, --resume */
 } bwd_opts;
@@ -35,6 +36,8 @@ static const cli_opt bwd_own[] = {
                  "read /o, /lse from this run of the same problem"),
     CLI_OPT_FLAG(bwd_opts, "--recompute", recompute,
                  "recompute /o and /lse with a forward pass instead"),
+    CLI_OPT_TEXT(bwd_opts, "--sinks", "PATH", sinks, NULL,
+                 "attention sinks (H,) of IN.h5 (with --fwd: its run's)"),
     CLI_OPT_QKV_LAYOUT(bwd_opts, src.axes),
     CLI_OPT_PROFILE(bwd_opts, profile),
     {0},
@@ -47,8 +50,9 @@ static const cli_spec bwd_spec = {
     "                                 (--fwd FWD.h5 | --recompute) [options]\n"
     "\n"
     "Gradients of L with dL/do = /do through o = softmax(score(q, k)) v:\n"
-    "writes /dq (B,N,H,D), /dk (B,M,G,Dk), /dv (B,M,G,Dv) float32, and with\n"
-    "--score additive the weights' /dw_q (A,D), /dw_k (A,Dk), /dw_v (A,).\n"
+    "writes /dq (B,N,H,D), /dk (B,M,G,Dk), /dv (B,M,G,Dv) float32, with\n"
+    "--score additive the weights' /dw_q (A,D), /dw_k (A,Dk), /dw_v (A,),\n"
+    "with sinks their gradient /dsinks (H,).\n"
     "Masks, /additive weights and /alibi_slopes of IN.h5 apply as in run;\n"
     "every score, --rope and --alibi.\n",
     .groups = {{bwd_own, 0}, {cli_forward_opts, offsetof(bwd_opts, p)},
@@ -63,10 +67,36 @@ typedef struct {
     const char *q_seg, *kv_seg;
     char fp_fwd[H5IO_FP_LEN];  /* the --fwd file's fingerprint */
     char fp_in[H5IO_FP_LEN];   /* this run's, from --in */
+    char fwd_sinks[256];       /* the --fwd run's sinks_dataset ("": none) */
+    float *dsinks;             /* (H) with sinks, else NULL */
     ra_timing tm_fwd, tm;
     double t_total;
     cli_ckpt ckpt;             /* --checkpoint, --resume */
 } bwd_state;
+
+/* The sinks' dataset: --sinks, else the one the --fwd run recorded (the
+ * forward's sinks); a --sinks other than that run's is refused. Not
+ * collective. */
+static ra_status bwd_sinks(bwd_opts *o, bwd_state *r)
+{
+    h5io_run_attrs a;
+    ra_status st = o->fwd ? h5io_read_run_attrs(o->fwd, &a) : RA_OK;
+    if (st != RA_OK)
+        return st;
+    if (o->fwd) {
+        snprintf(r->fwd_sinks, sizeof r->fwd_sinks, "%s", a.sinks_dataset);
+        if (o->sinks && strcmp(o->sinks, r->fwd_sinks) != 0)
+            return ra_error_set(RA_ERR_INPUT, "--sinks %s: the forward %s "
+                                "was run with %s (attribute sinks_dataset)",
+                                o->sinks, o->fwd, r->fwd_sinks[0]
+                                    ? r->fwd_sinks : "no sinks");
+        if (!o->sinks && r->fwd_sinks[0])
+            o->sinks = r->fwd_sinks;
+    }
+    r->d.sinks_path = o->sinks;
+    o->src.sinks = o->sinks; /* recorded in the gradients' file */
+    return RA_OK;
+}
 
 static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
 {
@@ -95,7 +125,9 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
         st = ra_h5_read_shape(ctx->comm, o->in, &o->src, &r->d.s, NULL);
     if (st != RA_OK)
         return st;
-    st = cli_pass_params(o->in, &r->d, &o->p);
+    st = bwd_sinks(o, r);
+    if (st == RA_OK)
+        st = cli_pass_params(o->in, &r->d, &o->p);
     if (st == RA_OK && o->fwd)
         st = h5io_fwd_check(o->fwd, &r->d.s, &o->p);
     if (st == RA_OK && o->fwd)
@@ -117,6 +149,10 @@ static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
     if (st == RA_OK)
         st = cli_grads_alloc(&r->d, A, "run --backward", ctx,
                              o->p.mem_limit);
+    if (st == RA_OK && o->p.sinks &&
+        !(r->dsinks = malloc(sizeof(float) * (size_t)r->d.s.H)))
+        st = ra_error_set(RA_ERR_NOMEM, "run --backward: out of memory for "
+                          "the sinks' gradient");
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
     const ra_numerics num = cli_numerics(&o->p);
@@ -178,7 +214,7 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
         st = ra_call_backward(ctx->comm, &r->d.s, &o->p, &r->d.masks.view,
                               &in,
                               &(ra_grads){t->o, t->lse, g->dout, g->dq, g->dk,
-                                          g->dv, dw},
+                                          g->dv, dw, r->dsinks},
                               &r->tm);
     if (ran && st == RA_ERR_MPI) /* a stalled ring */
         cli_pass_stalled(ctx, &r->d);
@@ -194,7 +230,7 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
                                       masks, ctx->command_line, dw,
                                       r->fp_in, &o->src,
                                       (ra_axes)(RA_AXES_BNHD + o->out_axes),
-                                      &ctx->tuning};
+                                      &ctx->tuning, r->dsinks};
         st = h5io_write_grads(ctx->comm, o->out, o->force, &r->d.s, &meta,
                               r->d.g.dq, r->d.g.dk, r->d.g.dv);
     }
@@ -239,5 +275,6 @@ int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
     if (st == RA_OK)
         st = bwd_report(ctx, &o, &r);
     st = cli_ckpt_end(&r.ckpt, st);
+    free(r.dsinks);
     return cli_pass_end(ctx, &r.d, st);
 }

@@ -16,7 +16,10 @@
  * with the naive reference (one row at a time, each rank holding a batch),
  * and /dw_q, /dw_k, /dw_v are checked whole. RoPE is applied to the fp64
  * rows and the gradients taken back by the rotation at minus the
- * positions; ALiBi comes from the reference. */
+ * positions; ALiBi comes from the reference. With sinks (the run's record
+ * sinks_dataset of IN.h5) every row joins the check of /dsinks, whole:
+ * d sink_h = -sum_i exp(sink_h - lse_i) (do_i . o_i) from the fp64 lse and
+ * o, which include the sink's column; so every batch is folded. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +46,8 @@ static const cli_spec vb_spec = {
     "Recomputes dq, dk, dv in fp64 with the mask rules, score, RoPE and\n"
     "ALiBi that G.h5 records and the masks, /additive weights and\n"
     "/alibi_slopes of IN.h5, and compares the checked rows of each (and\n"
-    "for the additive score /dw_q, /dw_k, /dw_v whole): exit 0 when every\n"
+    "for the additive score /dw_q, /dw_k, /dw_v whole, with sinks /dsinks\n"
+    "whole, from a fold of every batch): exit 0 when every\n"
     "relative error ||g - ref|| / ||ref|| is below the tolerance and no\n"
     "checked value is NaN or infinite.\n"
     "Without --sample or --all: 256 random query rows and 256 key rows. The\n"
@@ -64,6 +68,7 @@ typedef struct {
     ra_ref_score score;
     cli_score_inputs score_in;
     double *slopes;       /* /alibi_slopes of the input, or NULL */
+    float *sinks;         /* the run's sinks from the input, or NULL */
     double *dw;           /* additive: this rank's dw_q | dw_k | dw_v */
     ra_h5_masks masks;
     const char *q_seg, *kv_seg;
@@ -345,7 +350,7 @@ static void vb_cost(const cli_ctx *ctx, const vb_ctx *c, int64_t *keys)
     double madds = 0, exps = 0;
     for (int64_t b = 0, nk; b < s->B; b++) {
         const double nq = (double)batch_picks(c, b, keys, &nk);
-        if (nq == 0 && nk == 0)
+        if (nq == 0 && nk == 0 && !c->p.sinks)
             continue;
         const double q = ceil(nq / ctx->nranks) * s->M * f * H;
         const double k = rows * (double)nk * f * H;
@@ -356,7 +361,36 @@ static void vb_cost(const cli_ctx *ctx, const vb_ctx *c, int64_t *keys)
     verify_cost_print(ctx, "verify --backward", madds, exps);
 }
 
-/* The sampled check: every batch holding a sampled row, each rank taking
+/* The ranks' sums of d sinks ref (H) against the file's /dsinks: t[9],
+ * t[10] get the squared error and norm, t[6] the non-finite entries.
+ * Collective. */
+static ra_status vb_dsinks(const cli_ctx *ctx, const cli_check *o,
+                           const vb_ctx *c, double *ref, double *t)
+{
+    const int64_t H = c->s.H;
+    float *got = malloc(sizeof(float) * (size_t)H);
+    int present = 0;
+    ra_status st = got ? h5io_read_weights(o->out, "/dsinks", 1, &H, got,
+                                           &present)
+                       : ra_error_set(RA_ERR_NOMEM, "verify --backward: out "
+                                      "of memory");
+    if (st == RA_OK && !present)
+        st = ra_error_set(RA_ERR_INPUT, "%s: dataset /dsinks: not found (the "
+                          "run recorded sinks_dataset %s)", o->out,
+                          c->run.sinks_dataset);
+    if ((st = ra_agree(ctx->comm, st)) == RA_OK)
+        st = sum_ranks(ctx->comm, ref, H);
+    for (int64_t h = 0; st == RA_OK && ctx->rank == 0 && h < H; h++) {
+        t[6] += !isfinite(got[h]);
+        t[9] += (got[h] - ref[h]) * (got[h] - ref[h]);
+        t[10] += ref[h] * ref[h];
+    }
+    free(got);
+    return st;
+}
+
+/* The sampled check: every batch holding a sampled row (with sinks every
+ * batch), each rank taking
  * its share of the query rows; collective. */
 static ra_status vb_sampled(const cli_ctx *ctx, const cli_check *o,
                             const vb_ctx *c, double *t)
@@ -365,7 +399,8 @@ static ra_status vb_sampled(const cli_ctx *ctx, const cli_check *o,
     const int64_t G = s->G, Dk = ra_shape_dk(s), Dv = s->Dv;
     const verify_ctx v = vb_verify_ctx(c);
     int64_t *keys = malloc(sizeof(int64_t) * (size_t)(s->M + 1));
-    double *dkv = malloc(sizeof(double) * (size_t)(s->M * G * (Dk + Dv) + 1));
+    const int64_t nkv = s->M * G * (Dk + Dv);
+    double *dkv = calloc((size_t)(nkv + s->H + 1), sizeof(double));
     ra_status st = ra_agree(ctx->comm, keys && dkv ? RA_OK
                             : ra_error_set(RA_ERR_NOMEM, "verify --backward: "
                                            "cannot allocate the keys' "
@@ -375,11 +410,11 @@ static ra_status vb_sampled(const cli_ctx *ctx, const cli_check *o,
     const ra_range mine = ra_shard_range(s->N, ctx->rank, ctx->nranks);
     const int blas = ra_blas_enter(1); /* one rank per core */
     for (int64_t b = 0, nk = 0; b < s->B && st == RA_OK; b++) {
-        if (batch_picks(c, b, keys, &nk) == 0 && nk == 0)
+        if (batch_picks(c, b, keys, &nk) == 0 && nk == 0 && !c->p.sinks)
             continue;
         memset(dkv, 0, sizeof(double) * (size_t)(nk * G * (Dk + Dv)));
         const verify_bwd_batch x = {o->out, c->pick_q + b * s->N, keys, nk,
-                                    dkv, dkv + nk * G * Dk, t};
+                                    dkv, dkv + nk * G * Dk, t, dkv + nkv};
         st = ra_agree(ctx->comm, verify_grads_share(o->in, &v, b, mine, &x));
         if (st == RA_OK)
             st = sum_ranks(ctx->comm, dkv, nk * G * (Dk + Dv));
@@ -388,6 +423,8 @@ static ra_status vb_sampled(const cli_ctx *ctx, const cli_check *o,
         st = ra_agree(ctx->comm, st);
     }
     ra_blas_leave(blas);
+    if (st == RA_OK && c->p.sinks)
+        st = vb_dsinks(ctx, o, c, dkv + nkv, t);
     free(keys);
     free(dkv);
     return st;
@@ -445,6 +482,15 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute scale: %g is not a "
                             "finite number > 0", o->out, r->scale);
     ra_status st = cli_score_setup(o->in, &c->s, &c->p, &c->score_in);
+    if (st == RA_OK)
+        st = cli_sinks_setup(o->in, r->sinks_dataset[0] ? r->sinks_dataset
+                                                        : NULL,
+                             &c->s, &c->p, &c->sinks);
+    if (st == RA_OK && c->p.sinks && c->p.additive)
+        st = ra_error_set(RA_ERR_INPUT, "verify --backward: %s: the additive "
+                          "score with sinks (attribute sinks_dataset) is not "
+                          "checked: its naive reference gives no /dsinks",
+                          o->out);
     if (st == RA_OK && c->p.alibi && strcmp(r->alibi_slopes, "standard"))
         st = cli_alibi_setup(o->in, &c->s, &c->p, &c->slopes);
     const int64_t A = c->p.additive ? c->p.additive->A : 0;
@@ -544,20 +590,24 @@ static ra_status vb_weights(const cli_ctx *ctx, const cli_check *o,
 static int vb_report(const cli_ctx *ctx, const cli_check *o, const vb_ctx *c,
                      const double *t)
 {
-    double g[9];
-    if (MPI_Allreduce(t, g, 9, MPI_DOUBLE, MPI_SUM, ctx->comm) != MPI_SUCCESS)
+    double g[11];
+    if (MPI_Allreduce(t, g, 11, MPI_DOUBLE, MPI_SUM, ctx->comm) != MPI_SUCCESS)
         return cli_fail(ctx, CLI_EXIT_RUNTIME, "verify --backward: summing "
                                                "the errors failed");
-    double e[4];
+    double e[5];
     int pass = g[6] == 0;
-    for (int i = 0; i < 4; i++) {
-        const double err = i < 3 ? g[i] : g[7], ref = i < 3 ? g[3 + i] : g[8];
+    for (int i = 0; i < 5; i++) {
+        static const int at[5][2] = {{0, 3}, {1, 4}, {2, 5}, {7, 8}, {9, 10}};
+        const double err = g[at[i][0]], ref = g[at[i][1]];
         e[i] = ref > 0 ? sqrt(err / ref) : sqrt(err);
         pass &= e[i] < o->tol;
     }
-    char dw[48] = "";
+    char dw[80] = "";
     if (c->dw)
         snprintf(dw, sizeof dw, ", weights %.3e", e[3]);
+    if (c->p.sinks)
+        snprintf(dw + strlen(dw), sizeof dw - strlen(dw), ", dsinks %.3e",
+                 e[4]);
     if (ctx->rank == 0)
         printf("ringattn verify --backward: %s: %s rows, causal %s, window "
                "%s, masks %s, score %s, rope %s, alibi %s: rel err dq %.3e, "
@@ -577,7 +627,7 @@ int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv)
     if (code >= 0)
         return code;
     vb_ctx c = {0};
-    double t[9] = {0};
+    double t[11] = {0};
     ra_status st = vb_validate(ctx, &o, &c);
     if (st == RA_OK)
         st = vb_check(ctx, &o, &c, t);
@@ -589,6 +639,7 @@ int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv)
     free(c.pick_k);
     free(c.dw);
     free(c.slopes);
+    free(c.sinks);
     cli_score_free(&c.score_in);
     ra_h5_masks_free(&c.masks);
     return code;

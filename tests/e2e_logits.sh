@@ -3,8 +3,9 @@
 # command line at NP ranks: gen (GQA, padding lengths), /sinks written
 # beside the inputs -> run --softcap CAP --sinks /sinks on several
 # strategies and masks -> verify (fp64, reading the run's record), info
-# showing the record; run --backward --softcap -> verify --backward, and
-# its refusal of a forward with another softcap; verify of a record
+# showing the record; run --backward --softcap (and --sinks: /dsinks) ->
+# verify --backward, its refusal of a forward with another softcap or
+# sinks; a changed /dsinks fails verify --backward; verify of a record
 # changed after the run fails;
 # the refusals exit 2 with one line naming the option or the dataset.
 set -euo pipefail
@@ -62,6 +63,37 @@ rc=$?
 set -e
 [ "$rc" = 2 ] && grep -q "its softcap (attribute softcap" err.txt ||
     fail "backward without the forward's softcap: exit $rc: $(cat err.txt)"
+
+# the backward with sinks: from the forward's record and recomputed with
+# --sinks, verify --backward checks /dsinks; a changed /dsinks fails it
+"$python" -c "
+import h5py, numpy as np
+with h5py.File('bin.h5', 'a') as f:
+    f['/sinks'] = np.array([1.5, -0.5, 2.5, 0.25], dtype=np.float32)"
+"${mpi[@]}" "$ringattn" run --in bin.h5 --out bfs.h5 --causal --softcap 2 \
+    --sinks /sinks --quiet > /dev/null || fail "run with sinks for backward"
+for how in "--fwd bfs.h5" "--recompute --sinks /sinks"; do
+    # shellcheck disable=SC2086
+    "${mpi[@]}" "$ringattn" run --backward --in bin.h5 $how --out bgs.h5 \
+        --force --causal --softcap 2 > /dev/null || fail "backward $how"
+    "$ringattn" verify --backward --in bin.h5 --out bgs.h5 --sample 40 \
+        > vbs.txt || fail "verify --backward sinks ($how): $(cat vbs.txt)"
+    grep -q "dsinks [0-9.e-]*," vbs.txt || fail "no dsinks: $(cat vbs.txt)"
+done
+"$python" -c "
+import h5py
+with h5py.File('bgs.h5', 'a') as f: f['/dsinks'][1] = f['/dsinks'][1] * 1.05 + 1e-3"
+if "$ringattn" verify --backward --in bin.h5 --out bgs.h5 > vbs.txt; then
+    fail "verify --backward passed a changed /dsinks: $(cat vbs.txt)"
+fi
+set +e
+"${mpi[@]}" "$ringattn" run --backward --in bin.h5 --fwd bf.h5 --out bg3.h5 \
+    --causal --softcap 2 --sinks /sinks 2> err.txt > /dev/null
+rc=$?
+set -e
+[ "$rc" = 2 ] && [ "$(grep -c '^ringattn:' err.txt)" = 1 ] &&
+    grep -q -- "--sinks /sinks: the forward bf.h5 was run with no sinks" \
+        err.txt || fail "backward --sinks on a forward without: $(cat err.txt)"
 
 # a record that no longer says what the run did: verify must fail
 "$python" -c "
