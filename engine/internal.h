@@ -173,6 +173,7 @@ enum {
     RA_STREAM_W_V = 12,
     RA_STREAM_ADDITIVE = 30,   /* random additive weights w_q | w_k | w_v */
     RA_STREAM_DO = 40,         /* the output gradient dO of a backward pass */
+    RA_STREAM_SINKS = 41,      /* gen --sinks: the attention sinks (H,) */
     RA_STREAM_PROBE = 50,      /* probe's scratch tensors (kernel, I/O) */
     RA_STREAM_SAMPLE = 99,     /* verify's sample of rows */
 };

@@ -4,7 +4,7 @@
  * every value depends only on (seed, stream, index), never on P.
  *
  * Streams of the seed: 0 q, 1 k, 2 v, 3 q_lens, 4 kv_lens, 5 segments or
- * q_segments, 6 kv_segments. Tensors are stored as float32, float64 or
+ * q_segments, 6 kv_segments, 40 do, 41 sinks. Tensors are stored as float32, float64 or
  * float16; float16 is encoded here (half.c), as run's outputs are. */
 #include <stdlib.h>
 
@@ -24,6 +24,7 @@ typedef struct {
     uint16_t *half; /* as much, float16 encoded (dtype F16 only) */
     int64_t *ids;  /* room for B lens, or this rank's (B, n) or (B, m) ids */
     int dout;      /* also /do (B, N, H, Dv), stream RA_STREAM_DO */
+    int sinks;     /* also /sinks (H,), stream RA_STREAM_SINKS */
 } gen_ctx;
 
 /* Writes this rank's slab c->buf (n floats, rows slice of dims) of the
@@ -141,6 +142,27 @@ static ra_status segments_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
     return RA_OK;
 }
 
+/* /sinks (H,) float32: unit-normal logits, the spread of the scaled dot
+ * scores of unit-normal q and k; rank 0 writes them. */
+static ra_status sinks_write(hid_t file, MPI_Comm comm, const gen_ctx *c)
+{
+    const int64_t H = c->shape->H;
+    float *sinks = malloc(sizeof(float) * (size_t)H);
+    ra_status st = ra_agree(comm, sinks ? RA_OK
+                            : ra_error_set(RA_ERR_NOMEM, "%s: out of memory "
+                                           "for /sinks", c->path));
+    if (st != RA_OK)
+        return st;
+    ra_random_normal(c->seed, RA_STREAM_SINKS, 0, H, sinks);
+    const hsize_t dims[1] = {(hsize_t)H};
+    const ra_slice slice = h5io_slice_range((ra_range){0, c->rank ? 0 : H});
+    st = h5io_dset_write(comm, file, c->path, "/sinks", H5T_IEEE_F32LE,
+                         &(h5io_region){H5T_NATIVE_FLOAT, 1, dims, 0, &slice},
+                         sinks);
+    free(sinks);
+    return st;
+}
+
 static ra_status gen_write(hid_t file, MPI_Comm comm, void *arg)
 {
     const gen_ctx *c = arg;
@@ -149,6 +171,7 @@ static ra_status gen_write(hid_t file, MPI_Comm comm, void *arg)
     if ((st = tensors_write(file, comm, c)) != RA_OK ||
         (c->lens && (st = lens_write(file, comm, c)) != RA_OK) ||
         (c->segment_avg > 0 && (st = segments_write(file, comm, c)) != RA_OK) ||
+        (c->sinks && (st = sinks_write(file, comm, c)) != RA_OK) ||
         (st = h5io_attr_write_string(comm, file, c->path, "engine_version",
                                      RA_VERSION_STRING)) != RA_OK ||
         (st = h5io_attr_write_int(comm, file, c->path, "schema_version",
@@ -223,7 +246,7 @@ ra_status h5io_gen_backward(MPI_Comm comm, const char *path, int force,
     const int64_t segment_avg = g->segment_avg;
     const int dout = g->dout;
     gen_ctx c = {path, shape, dtype, g->seed, g->lens, segment_avg, 0, 0,
-                 NULL, NULL, NULL, dout};
+                 NULL, NULL, NULL, dout, g->sinks};
     int64_t nfloat, nids;
     h5io_quiet quiet;
     ra_status st;

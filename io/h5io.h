@@ -58,6 +58,8 @@ typedef struct {
     int64_t segment_avg;
     int dout;
     const ra_h5_tuning *tuning;
+    int sinks; /* also /sinks (H,) float32, unit-normal, stream
+                  RA_STREAM_SINKS */
 } h5io_gen_spec;
 
 /* ra_h5_gen() as g asks, collective over comm. */

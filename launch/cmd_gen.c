@@ -10,7 +10,7 @@
 typedef struct {
     cli_shape cs;
     const char *out;
-    int force, mha, backward;
+    int force, mha, backward, sinks;
     ra_dtype dtype;
     int64_t embed, seed;
     cli_random_masks rm;
@@ -43,6 +43,8 @@ static const cli_opt gen_own[] = {
                 "model width of the layer inputs"),
     CLI_OPT_FLAG(gen_opts, "--backward", backward,
                  "also write an output gradient /do for run --backward"),
+    CLI_OPT_FLAG(gen_opts, "--sinks", sinks,
+                 "also write /sinks (H,), unit-normal, for run --sinks"),
     {0},
 };
 
@@ -54,7 +56,9 @@ static const cli_spec gen_spec = {
              "values. Every value depends only on the seed and its index: any P\n"
              "gives the same file contents. --lens adds /q_lens and /kv_lens\n"
              "(B,) int64; --segments adds the ids /segments (B,N), or\n"
-             "/q_segments (B,N) and /kv_segments (B,M) when M differs.\n",
+             "/q_segments (B,N) and /kv_segments (B,M) when M differs.\n"
+             "--sinks adds /sinks (H,) float32, unit-normal attention-sink\n"
+             "logits (the spread of the scaled scores of q and k).\n",
     .groups = {{cli_seq_opts, offsetof(gen_opts, cs)},
                {cli_shape_opts, offsetof(gen_opts, cs)},
                {gen_own, 0}, {cli_random_mask_opts, offsetof(gen_opts, rm)}},
@@ -87,6 +91,9 @@ static ra_status gen_validate(const cli_ctx *ctx, gen_opts *o)
 {
     cli_shape_finish(&o->cs);
     ra_status st = ra_shape_check(&o->cs.shape);
+    if (st == RA_OK && o->mha && o->sinks)
+        st = ra_error_set(RA_ERR_ARG, "gen --sinks: not with --mha (the "
+                          "layer takes no sinks)");
     if (st == RA_OK && !o->mha)
         st = cli_mem_check(ctx, h5io_gen_bytes(&o->cs.shape, ctx->rank,
                                                ctx->nranks, o->backward,
@@ -105,7 +112,7 @@ static ra_status gen_write(const cli_ctx *ctx, const gen_opts *o)
                             &ctx->tuning);
     const h5io_gen_spec g = {o->dtype, (uint64_t)o->seed,
                              o->rm.lens, o->rm.segment_avg, o->backward,
-                             &ctx->tuning};
+                             &ctx->tuning, o->sinks};
     return h5io_gen_backward(ctx->comm, o->out, o->force, s, &g);
 }
 

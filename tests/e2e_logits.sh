@@ -3,7 +3,7 @@
 # command line at NP ranks: gen (GQA, padding lengths), /sinks written
 # beside the inputs -> run --softcap CAP --sinks /sinks on several
 # strategies and masks -> verify (fp64, reading the run's record), info
-# showing the record; run --backward --softcap (and --sinks: /dsinks) ->
+# showing the record; run --backward --softcap (and gen --sinks: /dsinks) ->
 # verify --backward, its refusal of a forward with another softcap or
 # sinks; a changed /dsinks fails verify --backward; verify of a record
 # changed after the run fails;
@@ -45,8 +45,8 @@ grep -q 'softcap *= 2.5' info.txt || fail "info: no softcap: $(cat info.txt)"
 grep -q 'sinks_dataset *= "/sinks"' info.txt || fail "info: no sinks"
 
 # the backward of a softcapped forward, from its file and recomputed
-"$ringattn" gen --out bin.h5 --batch 2 --seq 61 --heads 4 --kv-heads 2 \
-    --dim 8 --backward --seed 7 > /dev/null
+"${mpi[@]}" "$ringattn" gen --out bin.h5 --batch 2 --seq 61 --heads 4 \
+    --kv-heads 2 --dim 8 --backward --sinks --seed 7 > /dev/null
 "${mpi[@]}" "$ringattn" run --in bin.h5 --out bf.h5 --causal --softcap 2 \
     --quiet > /dev/null || fail "run for the backward"
 for how in "--fwd bf.h5" "--recompute"; do
@@ -64,12 +64,9 @@ set -e
 [ "$rc" = 2 ] && grep -q "its softcap (attribute softcap" err.txt ||
     fail "backward without the forward's softcap: exit $rc: $(cat err.txt)"
 
-# the backward with sinks: from the forward's record and recomputed with
-# --sinks, verify --backward checks /dsinks; a changed /dsinks fails it
-"$python" -c "
-import h5py, numpy as np
-with h5py.File('bin.h5', 'a') as f:
-    f['/sinks'] = np.array([1.5, -0.5, 2.5, 0.25], dtype=np.float32)"
+# the backward with sinks (gen --sinks): from the forward's record and
+# recomputed with --sinks, verify --backward checks /dsinks; a changed
+# /dsinks fails it
 "${mpi[@]}" "$ringattn" run --in bin.h5 --out bfs.h5 --causal --softcap 2 \
     --sinks /sinks --quiet > /dev/null || fail "run with sinks for backward"
 for how in "--fwd bfs.h5" "--recompute --sinks /sinks"; do
@@ -82,7 +79,8 @@ for how in "--fwd bfs.h5" "--recompute --sinks /sinks"; do
 done
 "$python" -c "
 import h5py
-with h5py.File('bgs.h5', 'a') as f: f['/dsinks'][1] = f['/dsinks'][1] * 1.05 + 1e-3"
+with h5py.File('bgs.h5', 'a') as f:
+    f['/dsinks'][1] = f['/dsinks'][1] * 1.05 + 1e-3"
 if "$ringattn" verify --backward --in bin.h5 --out bgs.h5 > vbs.txt; then
     fail "verify --backward passed a changed /dsinks: $(cat vbs.txt)"
 fi
