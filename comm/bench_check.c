@@ -170,7 +170,9 @@ static void check_one(check_run *c, int64_t b, int64_t h, int64_t i)
     const ra_ref_score score = {p->score, ra_params_scale(p, s), p->sigma,
                                 p->additive, s->D, p->alibi,
                                 p->alibi ? ra_params_alibi_slope(p, s->H, h)
-                                         : 0.0, p->softcap};
+                                         : 0.0, p->softcap,
+                                p->sinks != NULL,
+                                p->sinks ? p->sinks[h] : 0.0};
     const int64_t n = c->qs->count;
     int64_t gi = ra_slice_pos(c->qs, i);
     int64_t at = w->qat ? w->qat[gi] : gi + s->M - s->N;

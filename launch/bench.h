@@ -26,6 +26,8 @@ typedef struct {
     int layout_auto;         /* the layout was chosen, not given */
     int64_t additive_hidden; /* A of the random additive weights */
     float *additive_mem;     /* w_q (A, D) | w_k (A, D) | w_v (A) */
+    int sinks;               /* --sinks: random sinks, as gen --sinks */
+    float *sinks_mem;        /* their H values (p.sinks), or NULL */
     ra_additive additive;
     int mode;                /* 0 ring, 1 naive, 2 both */
     int ring, naive;

@@ -59,6 +59,8 @@ static const cli_opt bench_own[] = {
                 "query rows per rank checked in fp64"),
     CLI_OPT_INT(bench_opts, "--seed", "S", seed, 0, INT32_MAX, "1",
                 "input seed"),
+    CLI_OPT_FLAG(bench_opts, "--sinks", sinks,
+                 "sinks as gen --sinks; plain rates beside (+softcap)"),
     CLI_OPT_PROFILE(bench_opts, profile),
     {0},
 };
@@ -265,6 +267,9 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o,
     if (o->rm.segment_avg)
         printf("# %-12s mean length %lld\n", "segments",
                (long long)o->rm.segment_avg);
+    if (o->p.softcap > 0 || o->sinks)
+        printf("# %-12s softcap %g, sinks %s; a plain pass beside each\n",
+               "logits", o->p.softcap, o->sinks ? "unit-normal" : "none");
     printf("# %-12s %s%s\n", "layout", ra_layout_name(o->p.layout),
            o->layout_auto ? " (auto)" : "");
     printf("# %-12s %s\n", "strategy",
@@ -320,6 +325,8 @@ static ra_status naive_check(const bench_opts *o)
                       : p->wire == RA_WIRE_BF16         ? "--wire"
                       : p->rope != RA_ROPE_NONE         ? "--rope"
                       : p->alibi                        ? "--alibi"
+                      : p->softcap > 0                  ? "--softcap"
+                      : o->sinks                        ? "--sinks"
                                                         : NULL;
     if (!opt)
         return RA_OK;
@@ -368,12 +375,52 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
     return st;
 }
 
-/* The additive score's random weights (bench_additive_make). */
+/* --sinks: H unit-normal logits of the seed, as gen --sinks writes. */
+static ra_status bench_sinks(const cli_ctx *ctx, bench_opts *o)
+{
+    const int64_t H = o->cs.shape.H;
+    if (!o->sinks)
+        return RA_OK;
+    o->sinks_mem = malloc(sizeof(float) * (size_t)H);
+    ra_status st = ra_agree(ctx->comm, o->sinks_mem ? RA_OK
+                            : ra_error_set(RA_ERR_NOMEM, "bench --sinks: out "
+                                           "of memory"));
+    if (st == RA_OK)
+        ra_random_normal((uint64_t)o->seed, RA_STREAM_SINKS, 0, H,
+                         o->sinks_mem);
+    o->p.sinks = o->sinks_mem;
+    return st;
+}
+
+/* With softcap or sinks, the same configuration without them, after the
+ * row: both rates in one run. Collective. */
+static ra_status plain_beside(const cli_ctx *ctx, const bench_opts *one,
+                              const ra_shape *s, const bench_yard *yard,
+                              const bench_result *with)
+{
+    if (one->p.softcap == 0 && !one->p.sinks)
+        return RA_OK;
+    bench_opts plain = *one;
+    plain.p.softcap = 0;
+    plain.p.sinks = NULL;
+    bench_result res;
+    ra_status st = run_config(ctx, &plain, s, 0, yard, &res);
+    if (st == RA_OK && ctx->rank == 0)
+        printf("# plain: %s N=%lld %.1f GFLOP/s; with%s%s %.1f GFLOP/s "
+               "(%.2f of plain)%s\n", with->mode, (long long)s->N,
+               res.gflops, one->p.softcap > 0 ? " softcap" : "",
+               one->p.sinks ? " sinks" : "", with->gflops,
+               with->gflops / res.gflops, res.pass ? "" : ", plain FAIL");
+    return st;
+}
+
+/* The additive score's random weights (bench_additive_make), the sinks. */
 static ra_status bench_setup(const cli_ctx *ctx, bench_opts *o)
 {
-    if (o->p.score != RA_SCORE_ADDITIVE)
-        return RA_OK;
-    ra_status st = bench_additive_make(ctx->comm, (uint64_t)o->seed,
+    ra_status st = bench_sinks(ctx, o);
+    if (st != RA_OK || o->p.score != RA_SCORE_ADDITIVE)
+        return st;
+    st = bench_additive_make(ctx->comm, (uint64_t)o->seed,
                                        o->additive_hidden, o->cs.shape.D,
                                        &o->additive_mem, &o->additive);
     o->p.additive = &o->additive;
@@ -423,6 +470,8 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
             st = run_config(ctx, &one, &s, naive, &yard, &rows[*nrows]);
             if (st == RA_OK && ctx->rank == 0)
                 bench_print_row(stdout, &rows[*nrows]);
+            if (st == RA_OK && !naive)
+                st = plain_beside(ctx, &one, &s, &yard, &rows[*nrows]);
             if (st == RA_OK && ctx->rank == 0 && !naive && o->auto_strategy &&
                 o->predicted[i] > 0)
                 printf("# plan: %s predicted %.4f s, measured %.4f s "
@@ -488,6 +537,7 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     }
     free(rows);
     free(o.additive_mem);
+    free(o.sinks_mem);
     if (st != RA_OK)
         return cli_fail_status(ctx, st);
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;

@@ -6,7 +6,7 @@
 # showing the record; run --backward --softcap (and gen --sinks: /dsinks) ->
 # verify --backward, its refusal of a forward with another softcap or
 # sinks; a changed /dsinks fails verify --backward; verify of a record
-# changed after the run fails;
+# changed after the run fails; bench --softcap --sinks checks and compares;
 # the refusals exit 2 with one line naming the option or the dataset.
 set -euo pipefail
 ringattn=$1
@@ -120,4 +120,10 @@ refuse missing "--sinks /nope: no such dataset" --sinks /nope
 refuse negative "softcap: -1 is not a finite number >= 0" --softcap -1
 refuse gaussian "softcap: the gaussian score" --softcap 2 --score gaussian
 refuse map "sinks: the attention map" --sinks /sinks --attn-map 0:4
+# bench with both features: its fp64 check passes, a plain pass beside
+"${mpi[@]}" "$ringattn" bench --seq 96 --heads 4 --kv-heads 2 --dim 16 \
+    --causal --softcap 2 --sinks --reps 1 --warmup 0 --no-yardsticks \
+    > bench.txt || fail "bench --softcap --sinks: $(cat bench.txt)"
+grep -q "^# plain: ring N=96 .* with softcap sinks .* of plain)$" bench.txt &&
+    grep -q " PASS " bench.txt || fail "bench: $(cat bench.txt)"
 echo "e2e_logits PASS (P=$np)"
