@@ -215,6 +215,9 @@ typedef enum {
  * five products backward); the online softmax, masks, position encodings
  * and scores are the library's own on either.
  *
+ * The environment variable RINGATTN_GEMM (auto, openblas, onednn) decides
+ * what RA_GEMM_AUTO stands for, so that one build runs either engine
+ * without a rebuild; an explicit RA_GEMM_OPENBLAS or RA_GEMM_ONEDNN wins
  * over it. The library reads it once per process, when a call first
  * needs it (a call or a prediction with RA_GEMM_AUTO); a later change of
  * the variable in that process changes nothing. Unset, empty or auto: the
