@@ -83,6 +83,11 @@ cfg=(--cfg=smpi/host-speed:100Gf
      --cfg=smpi/reduce:binomial --cfg=smpi/gather:ompi_binomial
      --cfg=smpi/barrier:ompi_recursivedoubling
      --log=root.thres:warning --log=smpi_config.thres:warning)
+# MPI_Test and MPI_Iprobe cost 1 us each, not SMPI's default 0.1 ms grown
+# on every unsuccessful try: the all-gather tests its transfers from the
+# kernel's progress hook, which at 0.1 ms a test delayed it by seconds.
+cfg+=(--cfg=smpi/test:1e-6 --cfg=smpi/iprobe:1e-6
+      --cfg=smpi/grow-injected-times:no)
 if [ "$mode" = scale ]; then
   # No kernel runs (no OpenMP region waits in MPI), so all ranks share one
   # thread (raw contexts: a switch costs no system call); compute is

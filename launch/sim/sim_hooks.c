@@ -23,7 +23,9 @@ void __real_ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
                                     ra_workspace *ws);
 void __real_ra_kernel_backward_block(const ra_block *blk,
                                      const ra_bwd_operands *x,
-                                     ra_bwd_workspace *ws);
+                                     ra_bwd_workspace *ws,
+                                     ra_progress_fn progress,
+                                     void *progress_ctx);
 void *__real_ra_carve(ra_carver *c, int64_t count, size_t elem);
 void *__real_ra_carve_alloc(void (*fill)(void *ctx, ra_carver *c), void *ctx);
 void __real_ra_carve_free(void *block);
@@ -123,8 +125,15 @@ static double block_pairs(const ra_block *blk)
 }
 
 /* The injected time of one kernel call on blk (factor: 1 forward,
- * SIM_BWD_FACTOR backward), plus the step cost after a call's first. */
-static void inject(const ra_block *blk, double factor)
+ * SIM_BWD_FACTOR backward), plus the step cost after a call's first,
+ * then the caller's progress hook once, which the real kernel runs
+ * between its tiles: the all-gather posts its chained sends there
+ * (comm/allgather.c), and once per call keeps them ahead of the ranks
+ * that need them while a block's transfer is shorter than a call. More
+ * calls of the hook cost the simulation (each tests all of a rank's
+ * transfers) and change no simulated time (docs/SIMULATION.md). */
+static void inject(const ra_block *blk, double factor, ra_progress_fn progress,
+                   void *progress_ctx)
 {
     double t = block_pairs(blk) * (double)(blk->B * blk->H) *
                cost.pair_head_seconds * factor;
@@ -134,25 +143,29 @@ static void inject(const ra_block *blk, double factor)
     me->injected += t;
     if (t > 0)
         smpi_execute(t);
+    if (progress)
+        progress(progress_ctx);
 }
 
 void __wrap_ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
                                     ra_workspace *ws)
 {
     if (cost.at_scale)
-        inject(blk, 1.0);
+        inject(blk, 1.0, ops->progress, ops->progress_ctx);
     else
         __real_ra_kernel_forward_block(blk, ops, ws);
 }
 
 void __wrap_ra_kernel_backward_block(const ra_block *blk,
                                      const ra_bwd_operands *x,
-                                     ra_bwd_workspace *ws)
+                                     ra_bwd_workspace *ws,
+                                     ra_progress_fn progress,
+                                     void *progress_ctx)
 {
     if (cost.at_scale)
-        inject(blk, SIM_BWD_FACTOR);
+        inject(blk, SIM_BWD_FACTOR, progress, progress_ctx);
     else
-        __real_ra_kernel_backward_block(blk, x, ws);
+        __real_ra_kernel_backward_block(blk, x, ws, progress, progress_ctx);
 }
 
 /* ---- folded blocks --------------------------------------------------------- */
