@@ -129,6 +129,7 @@ void bench_yardsticks(MPI_Comm comm, int threads, int bf16, int skip,
         bench_core_peak(comm, threads, bf16, 1, y);
         return;
     }
+    *y = (bench_yard){.bf16 = bf16};
     const double mine[2] = {
         bench_sgemm_rate(comm, threads),
         bench_peak_rate(comm, threads, bf16, y->impl, sizeof y->impl)};

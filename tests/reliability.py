@@ -1858,11 +1858,17 @@ def fault_bench_few_tokens(work):
     except subprocess.TimeoutExpired:
         print("FAIL bench-few-tokens: 4 ranks, N = 1..3: still running after 90 s")
         return ["bench with more ranks than tokens hangs"]
-    rows = [l for l in r.stdout.splitlines() if l.strip() and not l.startswith("#")]
-    ok = r.returncode == 0 and len(rows) == 3 and all(l.endswith("PASS") for l in rows)
+    lines = r.stdout.splitlines()
+    rows = [l for l in lines if l.strip() and not l.startswith("#")]
+    head = [l.lstrip("#").split() for l in lines if l.startswith("#") and
+            "verdict" in l.split()]
+    at = head[0].index("verdict") if head else -1
+    verdicts = [l.split()[at] if at >= 0 and len(l.split()) > at else None
+                for l in rows]
+    ok = r.returncode == 0 and len(rows) == 3 and \
+        all(v == "PASS" for v in verdicts)
     print(f"{'ok' if ok else 'FAIL':4} bench-few-tokens: 4 ranks, N = 1..3: exit "
-          f"{r.returncode}, {len(rows)} rows, verdicts "
-          f"{[l.split()[-1] for l in rows]}")
+          f"{r.returncode}, {len(rows)} rows, verdicts {verdicts}")
     return [] if ok else [f"bench few tokens: exit {r.returncode}: {r.stderr[:300]}"]
 
 

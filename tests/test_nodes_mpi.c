@@ -165,12 +165,11 @@ static void test_forward_on_ring(void **state)
 /* The engine tests' problem: small, 4 heads. */
 static const ra_shape agree_shape = {1, 37, 37, 4, 4, 16, 16};
 
-/* One call with RINGATTN_GEMM=value on this rank (NULL: unset) and
- * params.gemm = gemm: a forward on strategy `strategy`, or with backward
- * a ring forward then the backward; its status, with the message in msg. */
-static ra_status call_under(const char *value, ra_gemm gemm,
-                            ra_strategy strategy, int backward, char *msg,
-                            size_t cap)
+/* One call with params.gemm = gemm: a forward on strategy `strategy`, or
+ * with backward a ring forward on OpenBLAS then the backward; its status,
+ * with the message in msg. RINGATTN_GEMM is the process's (read once). */
+static ra_status call_under(ra_gemm gemm, ra_strategy strategy, int backward,
+                            char *msg, size_t cap)
 {
     const ra_shape s = agree_shape;
     const int64_t n_all = s.N * s.H * s.D;
@@ -187,16 +186,13 @@ static ra_status call_under(const char *value, ra_gemm gemm,
     float *g = calloc((size_t)(4 * n_all + 1), sizeof(float));
     assert_non_null(g);
     ra_status st = RA_OK;
-    if (backward) { /* o and lse from a forward run on one engine */
-        assert_int_equal(unsetenv("RINGATTN_GEMM"), 0);
-        st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
+    if (backward) { /* o and lse from a forward run on one named engine */
+        ra_params fwd = prm;
+        fwd.gemm = RA_GEMM_OPENBLAS;
+        st = ra_call_forward(MPI_COMM_WORLD, &s, &fwd, NULL,
                              &(ra_qkv){lp.q, lp.k, lp.v},
                              &(ra_out){lp.o, lp.lse, NULL}, NULL);
     }
-    if (value)
-        assert_int_equal(setenv("RINGATTN_GEMM", value, 1), 0);
-    else
-        assert_int_equal(unsetenv("RINGATTN_GEMM"), 0);
     if (st == RA_OK && backward)
         st = ra_call_backward(MPI_COMM_WORLD, &s, &prm, NULL,
                               &(ra_qkv){lp.q, lp.k, lp.v},
@@ -231,17 +227,20 @@ static int runs_here(ra_strategy strategy)
     return st == RA_OK || strategy == RA_STRATEGY_RING;
 }
 
-/* RINGATTN_GEMM reaches each node separately: ranks whose variables name
- * different engines are refused alike on every rank, naming the
- * variable, by every strategy's forward that can run here and by the
- * backward; alike values, or an engine named in the call, run. */
+/* --mixed-engines: main set RINGATTN_GEMM to onednn on rank 0 and
+ * openblas on the others before the library first read it. */
+static int mixed_engines;
+
+/* RINGATTN_GEMM reaches each node separately and is read once per
+ * process: under --mixed-engines (ranks whose variables name different
+ * engines) every strategy's forward that can run here and the backward
+ * are refused alike on every rank, naming the variable; otherwise (alike
+ * values) they run; an engine named in the call runs either way. */
 static void test_engines_agree(void **state)
 {
     (void)state;
-    const char *had = getenv("RINGATTN_GEMM");
-    char *saved = had ? strdup(had) : NULL;
-    const int onednn = ra_gemm_available(RA_GEMM_ONEDNN);
-    const char *mine = onednn && rank == 0 ? "onednn" : "openblas";
+    const int mixed = mixed_engines && ra_gemm_available(RA_GEMM_ONEDNN) &&
+                      nranks > 1;
     char msg[512];
     int ok = 1;
     for (int i = 0; i <= RA_STRATEGY_COUNT; i++) {
@@ -250,30 +249,25 @@ static void test_engines_agree(void **state)
         const ra_strategy strat = bwd ? RA_STRATEGY_RING : (ra_strategy)i;
         if (!runs_here(strat))
             continue;
-        ok &= call_under("openblas", RA_GEMM_AUTO, strat, bwd, msg,
-                         sizeof msg) == RA_OK;
-        const ra_status mixed = call_under(mine, RA_GEMM_AUTO, strat, bwd,
-                                           msg, sizeof msg);
-        if (onednn && nranks > 1)
-            ok &= mixed == RA_ERR_ARG &&
+        const ra_status st = call_under(RA_GEMM_AUTO, strat, bwd, msg,
+                                        sizeof msg);
+        if (mixed)
+            ok &= st == RA_ERR_ARG &&
                   strstr(msg, "RINGATTN_GEMM: the ranks run different tile "
                               "engines (openblas on some, onednn on "
                               "others)") != NULL;
         else
-            ok &= mixed == RA_OK;
-        ok &= call_under(mine, RA_GEMM_OPENBLAS, strat, bwd, msg,
-                         sizeof msg) == RA_OK;
+            ok &= st == RA_OK;
+        ok &= call_under(RA_GEMM_OPENBLAS, strat, bwd, msg, sizeof msg) ==
+              RA_OK;
     }
-    if (saved)
-        setenv("RINGATTN_GEMM", saved, 1);
-    else
-        unsetenv("RINGATTN_GEMM");
-    free(saved);
     ok = all_true(MPI_COMM_WORLD, ok);
     if (rank == 0)
         printf("# engines, every strategy that runs here and the backward: "
-               "alike run, mixed %s, named in the call run: %s\n",
-               onednn && nranks > 1 ? "refused" : "(one engine) run",
+               "%s, named in the call run: %s\n",
+               mixed ? "mixed refused"
+                     : mixed_engines ? "mixed (one engine here) run"
+                                     : "alike run",
                ok ? "PASS" : "FAIL");
     assert_true(ok);
 }
@@ -281,6 +275,16 @@ static void test_engines_agree(void **state)
 int main(int argc, char **argv)
 {
     mpi_test_init(&argc, &argv, &rank, &nranks);
+    mixed_engines = argc > 1 && strcmp(argv[1], "--mixed-engines") == 0;
+    if (mixed_engines) { /* before the library first reads it */
+        const int onednn = ra_gemm_available(RA_GEMM_ONEDNN);
+        setenv("RINGATTN_GEMM", onednn && rank == 0 ? "onednn" : "openblas",
+               1);
+        const struct CMUnitTest mixed[] = {
+            cmocka_unit_test(test_engines_agree),
+        };
+        return mpi_test_finish(cmocka_run_group_tests(mixed, NULL, NULL));
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nodes_match_names),
         cmocka_unit_test(test_ring_is_node_major),
