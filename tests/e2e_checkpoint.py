@@ -5,7 +5,7 @@ line (docs/CHECKPOINT.md), checked with h5py.
 usage: e2e_checkpoint.py RINGATTN NP quick | loop N
 
 quick: forward (causal, RoPE, ALiBi) and backward (window, bf16) each
-stopped by SIGUSR1 right after their first checkpoint (exit 3) and resumed
+stopped by SIGUSR1 at their first boundary (exit 3) and resumed
 to bitwise the /o and /lse (/dq /dk /dv) of the run never stopped; the
 refusals of --resume, each exit 2 and one line naming what differs (an
 option, P, the input, a corrupt file, no checkpoint); a rank killed
@@ -94,13 +94,31 @@ def wait_for(cond, proc, limit=300.0):
     return cond()
 
 
+def catching_usr1(proc):
+    """The pids of proc's ranks once all NP of them have a SIGUSR1
+    handler (/proc's SigCgt), else []."""
+    pids = ranks_of(proc)
+    bit = 1 << (signal.SIGUSR1 - 1)
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                cgt = [l for l in f if l.startswith("SigCgt:")]
+        except OSError:
+            return []
+        if not cgt or not int(cgt[0].split()[1], 16) & bit:
+            return []
+    return pids if len(pids) == NP else []
+
+
 def stop_after_first(args, ck):
-    """Runs args with --checkpoint ck,0, SIGUSR1 to mpirun once the first
-    checkpoint is whole; returns (exit status, stderr lines)."""
-    path = os.path.join(ck, "checkpoint.h5")
+    """Runs args with --checkpoint ck,0 and SIGUSR1 to its ranks as soon
+    as all of them catch it: the pass stops at its first boundary (saved
+    there, exit 3) however fast or loaded the machine is; returns (exit
+    status, stderr lines)."""
     p = start(args + ["--checkpoint", ck + ",0"])
-    if wait_for(lambda: os.path.exists(path), p):
-        p.send_signal(signal.SIGUSR1)
+    if wait_for(lambda: catching_usr1(p), p):
+        for pid in catching_usr1(p):
+            kill(pid, signal.SIGUSR1)
     _, err = p.communicate(timeout=600)
     return p.returncode, [l for l in err.splitlines()
                           if l.startswith("ringattn:")]
