@@ -72,7 +72,7 @@ static void align_lens(const ra_shape *s, const ra_slice *qs,
 {
     for (int64_t b = 0; b < s->B; b++) {
         int64_t diag = s->M - s->N;
-        if (p->align == RA_ALIGN_SEQUENCE)
+        if (p->num.align == RA_ALIGN_SEQUENCE)
             diag = (mk && mk->kv_lens ? mk->kv_lens[b] : s->M) -
                    (mk && mk->q_lens ? mk->q_lens[b] : s->N);
         for (int64_t i = 0; i < qs->count; i++)
@@ -170,7 +170,7 @@ ra_status ra_align_queries(MPI_Comm comm, const ra_shape *s, ra_layout lay,
                                         "communicator");
     const ra_slice qs = ra_params_slice(p, lay, s->N, rank, P);
     const ra_slice ks = ra_params_slice(p, lay, s->M, rank, P);
-    if (p->align != RA_ALIGN_SEQUENCE || !mk || !mk->q_segments) {
+    if (p->num.align != RA_ALIGN_SEQUENCE || !mk || !mk->q_segments) {
         align_lens(s, &qs, p, mk, qalign);
         return RA_OK;
     }

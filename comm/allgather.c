@@ -77,7 +77,7 @@ int64_t allgather_bytes(const ra_shape *s, int segs)
 ra_status allgather_fits(MPI_Comm comm, const ra_shape *s,
                          const ra_params *p, int segs)
 {
-    int64_t limit = p->mem_limit;
+    int64_t limit = p->exec.mem_limit;
     ra_status st = limit > 0 ? RA_OK : node_share(comm, &limit);
     const int64_t need = allgather_bytes(s, segs);
     if (st == RA_OK && (need < 0 || need > limit))

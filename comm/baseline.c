@@ -67,9 +67,16 @@ ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *s,
             st = ra_error_set(RA_ERR_MPI, "baseline: MPI_Allgatherv failed");
         t2 = MPI_Wtime();
         const int blas = ra_blas_enter(ra_params_threads(params));
-        ra_naive_args a = {.B = s->B, .n = qr.count, .N = s->N, .M = s->M,
-                           .H = s->H, .G = s->G, .D = s->D, .Dv = s->Dv,
-                           .q_start = qr.start, .causal = params->causal,
+        ra_naive_args a = {.B = s->B,
+                           .n = qr.count,
+                           .N = s->N,
+                           .M = s->M,
+                           .H = s->H,
+                           .G = s->G,
+                           .D = s->D,
+                           .Dv = s->Dv,
+                           .q_start = qr.start,
+                           .causal = params->num.causal,
                            .scale = (float)ra_params_scale(params, s)};
         if (st == RA_OK && qr.count > 0)
             ra_naive_forward(&a, x->q, kf, vf, x->o, x->lse, scores);

@@ -92,11 +92,11 @@ static double batch_pairs(const bench_gen *gen, const ra_shape *s,
     const int64_t kl = bm->kv_lens ? bm->kv_lens[b] : s->M;
     /* per-sequence alignment: the batch's own diagonal (with segments the
      * count keeps it, an estimate of the segments' own) */
-    const ra_band band = p->align == RA_ALIGN_SEQUENCE
-                             ? ra_band_make(p->causal, p->window,
-                                            p->window_left, p->window_right,
-                                            kl - ql)
-                             : ra_band_of(p, s);
+    const ra_band band =
+        p->num.align == RA_ALIGN_SEQUENCE
+            ? ra_band_make(p->num.causal, p->num.window, p->num.window_left,
+                           p->num.window_right, kl - ql)
+            : ra_band_of(p, s);
     return model_slice_pairs(band, qs, NULL, s->M, ql, kl,
                              kseg ? bm->q_seg + b * qs->count : NULL, kseg);
 }
@@ -167,27 +167,36 @@ static void check_one(check_run *c, int64_t b, int64_t h, int64_t i)
     const ra_params *p = c->gen->p;
     const bench_masks *bm = c->bm;
     check_scratch *w = &c->w;
-    const ra_ref_score score = {p->score, ra_params_scale(p, s), p->sigma,
-                                p->additive, s->D, p->alibi,
-                                p->alibi ? ra_params_alibi_slope(p, s->H, h)
-                                         : 0.0, p->softcap,
-                                p->sinks != NULL,
-                                p->sinks ? p->sinks[h] : 0.0};
+    const ra_ref_score score = {p->num.score,
+                                ra_params_scale(p, s),
+                                p->num.sigma,
+                                p->num.additive,
+                                s->D,
+                                p->num.alibi,
+                                p->num.alibi ? ra_params_alibi_slope(p, s->H, h)
+                                             : 0.0,
+                                p->num.softcap,
+                                p->num.sinks != NULL,
+                                p->num.sinks ? p->num.sinks[h] : 0.0};
     const int64_t n = c->qs->count;
     int64_t gi = ra_slice_pos(c->qs, i);
     int64_t at = w->qat ? w->qat[gi] : gi + s->M - s->N;
     regen_row(c->gen, (regen_tensor){RA_STREAM_Q, s->N, s->H, s->D}, b, gi,
               h, w->tmp, w->qd);
-    ra_rope_row_ref(p->rope, p->rope_base, w->qd, s->D, at);
-    if (p->precision == RA_PRECISION_BF16)
+    ra_rope_row_ref(p->num.rope, p->num.rope_base, w->qd, s->D, at);
+    if (p->num.precision == RA_PRECISION_BF16)
         ra_bf16_round_f64(w->qd, s->D);
-    const ra_mask mk = {.causal = p->causal, .diag = s->M - s->N,
-                        .window = p->window, .left = p->window_left,
-                        .right = p->window_right, .qpos = &gi,
+    const ra_mask mk = {.causal = p->num.causal,
+                        .diag = s->M - s->N,
+                        .window = p->num.window,
+                        .left = p->num.window_left,
+                        .right = p->num.window_right,
+                        .qpos = &gi,
                         .q_lens = bm->q_lens ? bm->q_lens + b : NULL,
                         .kv_lens = bm->kv_lens ? bm->kv_lens + b : NULL,
                         .q_seg = w->kseg ? bm->q_seg + b * n + i : NULL,
-                        .k_seg = w->kseg, .qalign = &at};
+                        .k_seg = w->kseg,
+                        .qalign = &at};
     double lref;
     const ra_ref_rows rr = {1, s->M, s->D, s->Dv, w->qd, s->D, w->kd, s->D,
                             w->vd, s->Dv, w->ref, s->Dv, &lref};
@@ -218,12 +227,12 @@ static void check_batch(check_run *c, int64_t b)
     for (int64_t g = 0; g < s->G; g++) {
         for (int64_t j = 0; j < s->M; j++) {
             regen_row(gen, k, b, j, g, c->w.tmp, c->w.kd + j * s->D);
-            ra_rope_row_ref(gen->p->rope, gen->p->rope_base,
+            ra_rope_row_ref(gen->p->num.rope, gen->p->num.rope_base,
                             c->w.kd + j * s->D, s->D, j);
             regen_row(gen, v, b, j, g, c->w.tmp, c->w.vd + j * s->Dv);
         }
-        if (gen->p->precision == RA_PRECISION_BF16 ||
-            gen->p->wire == RA_WIRE_BF16) {
+        if (gen->p->num.precision == RA_PRECISION_BF16 ||
+            gen->p->exec.wire == RA_WIRE_BF16) {
             ra_bf16_round_f64(c->w.kd, s->M * s->D);
             ra_bf16_round_f64(c->w.vd, s->M * s->Dv);
         }
@@ -242,7 +251,7 @@ static void check_batch(check_run *c, int64_t b)
 static int segs_missing(const bench_gen *gen, const check_scratch *w)
 {
     return gen->segment_avg > 0 &&
-           (!w->kseg || (gen->p->align == RA_ALIGN_SEQUENCE && !w->qseg));
+           (!w->kseg || (gen->p->num.align == RA_ALIGN_SEQUENCE && !w->qseg));
 }
 
 /* Per-sequence alignment: the aligned positions of batch b's queries into
@@ -270,11 +279,11 @@ void bench_check_output(const bench_gen *gen, const ra_shape *s,
         .sc = malloc(sizeof(double) * (size_t)s->M),
         .tmp = malloc(sizeof(float) * (size_t)Dmax)}};
     check_scratch *w = &c.w;
-    const int bf16 = gen->p->precision == RA_PRECISION_BF16;
+    const int bf16 = gen->p->num.precision == RA_PRECISION_BF16;
     w->vabs = bf16 ? malloc(sizeof(double) * (size_t)(s->M * s->Dv)) : NULL;
     w->rabs = bf16 ? malloc(sizeof(double) * (size_t)s->Dv) : NULL;
     t->p_unit = bf16 ? RA_BF16_UNIT : 0.0;
-    const int seq = gen->p->align == RA_ALIGN_SEQUENCE;
+    const int seq = gen->p->num.align == RA_ALIGN_SEQUENCE;
     w->qat = seq ? malloc(sizeof(int64_t) * (size_t)s->N) : NULL;
     w->keys = seq ? malloc(sizeof(ra_key_id) * (size_t)(s->N + s->M)) : NULL;
     const int64_t batches[2] = {0, s->B - 1};

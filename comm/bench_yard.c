@@ -57,9 +57,9 @@ static ra_block shapes_block(const ra_shape *s, const ra_params *p)
     blk.G = s->G;
     blk.D = s->D;
     blk.Dv = s->Dv;
-    blk.score = p->score;
-    blk.alpha = (float)(p->score == RA_SCORE_GAUSSIAN
-                            ? M_LOG2E / (p->sigma * p->sigma)
+    blk.score = p->num.score;
+    blk.alpha = (float)(p->num.score == RA_SCORE_GAUSSIAN
+                            ? M_LOG2E / (p->num.sigma * p->num.sigma)
                             : ra_params_scale(p, s) * M_LOG2E);
     ra_params_tiles(p, s, &blk.block_q, &blk.block_kv);
     return blk;
@@ -77,9 +77,9 @@ static double products_mine(MPI_Comm comm, const ra_shape *s,
     tiles = tiles < PRODUCT_TILES_MIN ? PRODUCT_TILES_MIN
             : tiles > PRODUCT_TILES_MAX ? PRODUCT_TILES_MAX : tiles;
     ra_products *x = NULL;
-    const int bf16 = p->precision == RA_PRECISION_BF16;
-    if (count == 0 || ra_products_open(ra_gemm_pick(p->gemm), bf16, !backward,
-                                       shapes, count, &x) != RA_OK) {
+    const int bf16 = p->num.precision == RA_PRECISION_BF16;
+    if (count == 0 || ra_products_open(ra_gemm_pick(p->exec.gemm), bf16,
+                                       !backward, shapes, count, &x) != RA_OK) {
         ra_error_clear();
         x = NULL;
     }

@@ -31,43 +31,44 @@ enum { TAG_END = 7332 };
 
 static ra_status check_score(const ra_shape *s, const ra_params *p)
 {
-    if (p->score == RA_SCORE_GAUSSIAN && !(p->sigma > 0 && isfinite(p->sigma)))
+    if (p->num.score == RA_SCORE_GAUSSIAN &&
+        !(p->num.sigma > 0 && isfinite(p->num.sigma)))
         return ra_error_set(RA_ERR_ARG, "score gaussian: sigma must be a "
                                         "finite number > 0");
-    if (p->score == RA_SCORE_ADDITIVE &&
-        (!p->additive || p->additive->A < 1 || !p->additive->w_q ||
-         !p->additive->w_k || !p->additive->w_v))
+    if (p->num.score == RA_SCORE_ADDITIVE &&
+        (!p->num.additive || p->num.additive->A < 1 || !p->num.additive->w_q ||
+         !p->num.additive->w_k || !p->num.additive->w_v))
         return ra_error_set(RA_ERR_ARG, "score additive: weights w_q (A, D), "
                                         "w_k (A, Dk), w_v (A) are required");
-    if (!ra_shape_dk_allowed(s, p->score))
+    if (!ra_shape_dk_allowed(s, p->num.score))
         return ra_error_set(RA_ERR_ARG, "shape: keys of dim Dk=%lld differ "
                             "from queries of dim D=%lld, which only the "
                             "additive score allows", (long long)ra_shape_dk(s),
                             (long long)s->D);
-    if (p->score != RA_SCORE_ADDITIVE && !isnan(p->scale) &&
-        !isfinite(p->scale))
+    if (p->num.score != RA_SCORE_ADDITIVE && !isnan(p->num.scale) &&
+        !isfinite(p->num.scale))
         return ra_error_set(RA_ERR_ARG, "scale: %g is not a finite number",
-                            p->scale);
+                            p->num.scale);
     return RA_OK;
 }
 
 /* RoPE and ALiBi: the pairing and base, the slopes the caller gave. */
 static ra_status check_posenc(const ra_shape *s, const ra_params *p)
 {
-    if (p->rope != RA_ROPE_NONE && p->score == RA_SCORE_ADDITIVE)
+    if (p->num.rope != RA_ROPE_NONE && p->num.score == RA_SCORE_ADDITIVE)
         return ra_error_set(RA_ERR_ARG, "rope: the additive score projects q "
                             "and k itself; rotary embeddings apply to the dot "
                             "and gaussian scores");
-    if (p->rope != RA_ROPE_NONE && s->D % 2 != 0)
+    if (p->num.rope != RA_ROPE_NONE && s->D % 2 != 0)
         return ra_error_set(RA_ERR_ARG, "rope: the head dim D=%lld must be "
                             "even (dims are rotated in pairs)",
                             (long long)s->D);
-    if (p->rope != RA_ROPE_NONE && !(p->rope_base > 0 &&
-                                     isfinite(p->rope_base)))
+    if (p->num.rope != RA_ROPE_NONE &&
+        !(p->num.rope_base > 0 && isfinite(p->num.rope_base)))
         return ra_error_set(RA_ERR_ARG, "rope: the base must be a finite "
                             "number > 0");
-    for (int64_t h = 0; p->alibi && p->alibi_slopes && h < s->H; h++)
-        if (!isfinite(p->alibi_slopes[h]))
+    for (int64_t h = 0; p->num.alibi && p->num.alibi_slopes && h < s->H; h++)
+        if (!isfinite(p->num.alibi_slopes[h]))
             return ra_error_set(RA_ERR_ARG, "alibi: slope %lld is not a "
                                 "finite number", (long long)h);
     return RA_OK;
@@ -108,7 +109,7 @@ ra_status ra_call_check_params(const ra_shape *s, const ra_params *p,
         st = ra_logits_check(s, p);
     if (st != RA_OK)
         return st;
-    if (p->window && (p->window_left < 0 || p->window_right < 0))
+    if (p->num.window && (p->num.window_left < 0 || p->num.window_right < 0))
         return ra_error_set(RA_ERR_ARG, "window: left and right must be >= 0");
     st = ra_call_check_exec(p);
     return st == RA_OK ? check_masks(s, mk) : st;
@@ -135,15 +136,15 @@ static ra_status check_map(const ra_shape *s, const ra_attn_map *map)
 ra_status strat_takes(const strat_row *row, const ra_params *p)
 {
     const char *name = ra_strategy_name(row->id);
-    if (!row->additive && p->score == RA_SCORE_ADDITIVE)
+    if (!row->additive && p->num.score == RA_SCORE_ADDITIVE)
         return ra_error_set(RA_ERR_ARG, "strategy %s: the additive score "
                             "runs on strategy ring only", name);
-    if (row->id != RA_STRATEGY_RING && p->align == RA_ALIGN_SEQUENCE)
+    if (row->id != RA_STRATEGY_RING && p->num.align == RA_ALIGN_SEQUENCE)
         return ra_error_set(RA_ERR_ARG, "strategy %s does not support "
                             "--align-per-sequence (per-sequence alignment "
                             "runs on strategy ring only)", name);
-    if (p->wire == RA_WIRE_BF16 &&
-        (row->id != RA_STRATEGY_RING || p->score == RA_SCORE_ADDITIVE))
+    if (p->exec.wire == RA_WIRE_BF16 &&
+        (row->id != RA_STRATEGY_RING || p->num.score == RA_SCORE_ADDITIVE))
         return ra_error_set(RA_ERR_ARG, "strategy %s: --wire bf16 (K/V in "
                             "bf16 between ranks) runs on strategy ring with "
                             "the dot or gaussian score only", name);
@@ -177,19 +178,20 @@ typedef struct {
  * them, the Gaussian score centres them (centre.h). */
 static int call_owns_qk(const ra_params *p)
 {
-    return p->rope != RA_ROPE_NONE || p->score == RA_SCORE_GAUSSIAN;
+    return p->num.rope != RA_ROPE_NONE || p->num.score == RA_SCORE_GAUSSIAN;
 }
 
 /* Whether the call rounds q (bf16 precision) and k, v (bf16 precision or
  * K/V in bf16 on the wire) to bf16 before any row runs. */
 static int call_rounds_q(const ra_params *p)
 {
-    return p->precision == RA_PRECISION_BF16;
+    return p->num.precision == RA_PRECISION_BF16;
 }
 
 static int call_rounds_kv(const ra_params *p)
 {
-    return p->precision == RA_PRECISION_BF16 || p->wire == RA_WIRE_BF16;
+    return p->num.precision == RA_PRECISION_BF16 ||
+           p->exec.wire == RA_WIRE_BF16;
 }
 
 /* The call's block (c->mem): the positions, RoPE's rotated q and k,
@@ -206,7 +208,7 @@ static void call_carve(void *arg, ra_carver *cv)
         a->qr = ra_carve(cv, s->B * c->n * s->H * s->D, sizeof(float));
         a->kr = ra_carve(cv, s->B * c->m_own * s->G * s->D, sizeof(float));
     }
-    if (p->score == RA_SCORE_GAUSSIAN) {
+    if (p->num.score == RA_SCORE_GAUSSIAN) {
         a->bounds = ra_carve(cv, 2 * s->B * s->G * s->D, sizeof(double));
         a->centre = ra_carve(cv, s->B * s->G * s->D, sizeof(float));
     }
@@ -218,9 +220,9 @@ static void call_carve(void *arg, ra_carver *cv)
                              sizeof(float));
         a->vb = ra_carve(cv, s->B * c->m_own * s->G * s->Dv, sizeof(float));
     }
-    if (p->alibi)
+    if (p->num.alibi)
         a->slopes = ra_carve(cv, s->H, sizeof(double));
-    if (p->align == RA_ALIGN_SEQUENCE)
+    if (p->num.align == RA_ALIGN_SEQUENCE)
         c->qalign = ra_carve(cv, s->B * c->n, sizeof(int64_t));
 }
 
@@ -251,6 +253,14 @@ static ra_status call_size(strat_call *c, call_arrays *a)
      * while other threads run */
     c->may_poll = !c->params->no_poll &&
                   (c->threads == 1 || level >= MPI_THREAD_FUNNELED);
+    /* every strategy sends a slice's rows with int counts (each refuses
+     * more precisely later); found here before the positions' allocation */
+    if (c->shape->B * (c->n > c->m_own ? c->n : c->m_own) > INT_MAX)
+        return ra_error_set(RA_ERR_ARG, "%s: a slice of %lld rows cannot "
+                            "be described to MPI (counts are int); use more "
+                            "ranks", c->name,
+                            (long long)(c->shape->B *
+                                        (c->n > c->m_own ? c->n : c->m_own)));
     a->c = c;
     c->mem = ra_carve_alloc(call_carve, a);
     if (!c->mem)
@@ -268,7 +278,7 @@ static ra_status call_size(strat_call *c, call_arrays *a)
  * judge. */
 static ra_status call_check_range(strat_call *c)
 {
-    if (c->params->nonfinite)
+    if (c->params->num.nonfinite)
         return RA_OK;
     const ra_input_bounds mine = ra_input_bounds_of(c->shape, c->n, c->m_own,
                                                     c->q, c->k, c->v,
@@ -292,8 +302,8 @@ void call_rope_queries(const strat_call *c, float *x, double sign)
 {
     const ra_shape *s = c->shape;
     const ra_params *p = c->params;
-    ra_rope_rows r = {p->rope, p->rope_base, s->B, c->n, s->H, s->D,
-                      c->qpos, s->M - s->N};
+    ra_rope_rows r = {p->num.rope, p->num.rope_base, s->B,       c->n, s->H,
+                      s->D,        c->qpos,          s->M - s->N};
     if (!c->qalign) {
         ra_rope_turn(&r, x, sign);
         return;
@@ -316,21 +326,24 @@ static void call_posenc(strat_call *c, const call_arrays *a)
 {
     const ra_shape *s = c->shape;
     const ra_params *p = c->params;
-    if (p->rope != RA_ROPE_NONE) {
+    if (p->num.rope != RA_ROPE_NONE) {
         memcpy(a->qr, c->q, sizeof(float) * (size_t)(s->B * c->n * s->H *
                                                      s->D));
         memcpy(a->kr, c->k, sizeof(float) * (size_t)(s->B * c->m_own * s->G *
                                                      s->D));
         call_rope_queries(c, a->qr, 1.0);
-        const ra_rope_rows kr = {p->rope, p->rope_base, s->B, c->m_own,
-                                 s->G, s->D, c->kpos, 0};
+        const ra_rope_rows kr = {p->num.rope, p->num.rope_base,
+                                 s->B,        c->m_own,
+                                 s->G,        s->D,
+                                 c->kpos,     0};
         ra_rope_apply(&kr, a->kr);
         c->q = a->qr;
         c->k = a->kr;
     }
-    if (p->alibi) {
-        if (p->alibi_slopes)
-            memcpy(a->slopes, p->alibi_slopes, sizeof(double) * (size_t)s->H);
+    if (p->num.alibi) {
+        if (p->num.alibi_slopes)
+            memcpy(a->slopes, p->num.alibi_slopes,
+                   sizeof(double) * (size_t)s->H);
         else
             ra_alibi_slopes(s->H, a->slopes);
         c->slopes = a->slopes;
@@ -345,7 +358,7 @@ static void call_posenc(strat_call *c, const call_arrays *a)
 static ra_status call_centre(strat_call *c, const call_arrays *a)
 {
     const ra_shape *s = c->shape;
-    if (c->params->score != RA_SCORE_GAUSSIAN)
+    if (c->params->num.score != RA_SCORE_GAUSSIAN)
         return RA_OK;
     const int64_t len = s->B * s->G * s->D;
     if (2 * len > INT_MAX) /* the same on every rank: no collective yet */
@@ -381,9 +394,9 @@ static ra_status call_centre(strat_call *c, const call_arrays *a)
 static ra_status call_gauss_rope(strat_call *c, const float *lse)
 {
     const ra_params *p = c->params;
-    if (p->score != RA_SCORE_GAUSSIAN || p->rope == RA_ROPE_NONE)
+    if (p->num.score != RA_SCORE_GAUSSIAN || p->num.rope == RA_ROPE_NONE)
         return RA_OK;
-    double worst = ra_gauss_rope_ratio(c->shape, c->n, c->q, lse, p->sigma);
+    double worst = ra_gauss_rope_ratio(c->shape, c->n, c->q, lse, p->num.sigma);
     MPI_Request req;
     if (MPI_Iallreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, c->comm,
                        &req) != MPI_SUCCESS)
@@ -435,13 +448,13 @@ static void call_round_inputs(strat_call *c, const call_arrays *a)
  * the forward's or the backward's full tiles, into c->mm16. */
 static ra_status call_mm16(strat_call *c)
 {
-    if (c->params->precision != RA_PRECISION_BF16)
+    if (c->params->num.precision != RA_PRECISION_BF16)
         return RA_OK;
     ra_block blk;
     ra_mm_shape shapes[RA_MM16_MAX];
     strat_block_init(c, c->n, c->qpos, NULL, &blk);
     const int count = ra_kernel_mm_shapes(&blk, c->grads != NULL, shapes);
-    return ra_mm16_create(ra_gemm_pick(c->params->gemm), shapes, count,
+    return ra_mm16_create(ra_gemm_pick(c->params->exec.gemm), shapes, count,
                           c->threads, &c->mm16);
 }
 
@@ -480,7 +493,7 @@ static ra_status call_open(strat_call *c, ra_status st)
     call_arrays a = {0};
     st = call_agree_options(c, st);
     if (st == RA_OK)
-        st = ra_gemm_agree(c->comm, c->params->gemm);
+        st = ra_gemm_agree(c->comm, c->params->exec.gemm);
     if (st == RA_OK) {
         st = call_size(c, &a);
         st = ra_agree(c->comm, st == RA_OK ? ra_call_check_operands(c) : st);
@@ -510,7 +523,7 @@ static ra_status call_open(strat_call *c, ra_status st)
  * do at P = 1 or without a timeout. */
 static ra_status call_finish(strat_call *c)
 {
-    if (c->P == 1 || !(c->params->stall_timeout > 0))
+    if (c->P == 1 || !(c->params->exec.stall_timeout > 0))
         return RA_OK;
     const int peer[2] = {(c->r + c->P - 1) % c->P, (c->r + 1) % c->P};
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -674,7 +687,7 @@ static ra_status call_run(MPI_Comm comm, const strat_call *a,
 /* The additive weights, or NULL when incomplete. */
 static const ra_additive *additive_given(const ra_params *p)
 {
-    const ra_additive *ad = p->additive;
+    const ra_additive *ad = p->num.additive;
     return ad && ad->w_q && ad->w_k && ad->w_v ? ad : NULL;
 }
 
@@ -687,14 +700,15 @@ ra_status ra_call_strategy_check(MPI_Comm comm, const ra_shape *shape,
         return st;
     ra_params p = *params;
     ra_params_saturate(&p);
-    const strat_row *row = strat_row_of(p.strategy);
+    const strat_row *row = strat_row_of(p.exec.strategy);
     /* a row that takes the additive score needs its weights, which the
      * caller may not have read yet: the call checks them (and agrees
      * their values), the check here everything else */
     static const float zero;
     static const ra_additive stand_in = {1, &zero, &zero, &zero};
-    if (row->additive && p.score == RA_SCORE_ADDITIVE && !additive_given(&p))
-        p.additive = &stand_in;
+    if (row->additive && p.num.score == RA_SCORE_ADDITIVE &&
+        !additive_given(&p))
+        p.num.additive = &stand_in;
     const strat_call c = {.shape = shape, .params = &p,
                           .name = ra_strategy_name(row->id)};
     st = call_check(row, &c);
@@ -744,7 +758,7 @@ ra_status ra_call_forward(MPI_Comm comm, const ra_shape *shape,
         a.lse = out->lse;
         a.map = out->map;
     }
-    const ra_strategy id = a.map ? RA_STRATEGY_RING : params->strategy;
+    const ra_strategy id = a.map ? RA_STRATEGY_RING : params->exec.strategy;
     return call_run(comm, &a, strat_row_of(id), pre, timing);
 }
 
@@ -773,15 +787,15 @@ ra_status ra_call_backward(MPI_Comm comm, const ra_shape *shape,
 {
     static const ra_grads no_grads;
     ra_error_clear();
-    ra_status st = check_grads(in, grads, params->score);
+    ra_status st = check_grads(in, grads, params->num.score);
     /* the kernels keep a NaN or inf to the rows that see it in the
      * forward only (issue 39, class 8) */
-    if (st == RA_OK && params->nonfinite)
+    if (st == RA_OK && params->num.nonfinite)
         st = ra_error_set(RA_ERR_ARG, "backward: nonfinite "
                           "(--allow-nonfinite) is for the forward only; the "
                           "backward takes finite inputs");
     ra_grads g = grads ? *grads : no_grads;
-    if (params->score != RA_SCORE_ADDITIVE)
+    if (params->num.score != RA_SCORE_ADDITIVE)
         g.dw = NULL;
     strat_call a = call_args(shape, params, masks, in);
     a.grads = &g;

@@ -14,14 +14,14 @@ ra_status ra_call_check_enums(const ra_params *p)
     const struct {
         const char *field;
         int value, last;
-    } e[8] = {{"num.score", (int)p->score, RA_SCORE_ADDITIVE},
-              {"num.rope", (int)p->rope, RA_ROPE_HALF},
-              {"num.align", (int)p->align, RA_ALIGN_SEQUENCE},
-              {"num.precision", (int)p->precision, RA_PRECISION_BF16},
-              {"exec.strategy", (int)p->strategy, RA_STRATEGY_COUNT - 1},
-              {"exec.layout", (int)p->layout, RA_LAYOUT_BALANCED},
-              {"exec.gemm", (int)p->gemm, RA_GEMM_ONEDNN},
-              {"exec.wire", (int)p->wire, RA_WIRE_BF16}};
+    } e[8] = {{"num.score", (int)p->num.score, RA_SCORE_ADDITIVE},
+              {"num.rope", (int)p->num.rope, RA_ROPE_HALF},
+              {"num.align", (int)p->num.align, RA_ALIGN_SEQUENCE},
+              {"num.precision", (int)p->num.precision, RA_PRECISION_BF16},
+              {"exec.strategy", (int)p->exec.strategy, RA_STRATEGY_COUNT - 1},
+              {"exec.layout", (int)p->exec.layout, RA_LAYOUT_BALANCED},
+              {"exec.gemm", (int)p->exec.gemm, RA_GEMM_ONEDNN},
+              {"exec.wire", (int)p->exec.wire, RA_WIRE_BF16}};
     for (int i = 0; i < 8; i++)
         if (e[i].value < 0 || e[i].value > e[i].last)
             return ra_error_set(RA_ERR_ARG, "%s: %d is none of its values "
@@ -32,33 +32,40 @@ ra_status ra_call_check_enums(const ra_params *p)
 
 ra_status ra_call_check_exec(const ra_params *p)
 {
-    if (p->block_q < 0 || p->block_q > RA_BLOCK_MAX)
-        return ra_error_set(RA_ERR_ARG, "exec.block_q: %lld query rows is "
+    if (p->exec.block_q < 0 || p->exec.block_q > RA_BLOCK_MAX)
+        return ra_error_set(RA_ERR_ARG,
+                            "exec.block_q: %lld query rows is "
                             "outside [0, %d] (0: the default)",
-                            (long long)p->block_q, RA_BLOCK_MAX);
-    if (p->block_kv < 0 || p->block_kv > RA_BLOCK_MAX)
-        return ra_error_set(RA_ERR_ARG, "exec.block_kv: %lld key rows is "
+                            (long long)p->exec.block_q, RA_BLOCK_MAX);
+    if (p->exec.block_kv < 0 || p->exec.block_kv > RA_BLOCK_MAX)
+        return ra_error_set(RA_ERR_ARG,
+                            "exec.block_kv: %lld key rows is "
                             "outside [0, %d] (0: the default)",
-                            (long long)p->block_kv, RA_BLOCK_MAX);
-    if (p->threads < 0 || p->threads > RA_THREADS_MAX)
-        return ra_error_set(RA_ERR_ARG, "exec.threads: %d is outside "
-                            "[0, %d] (0: one thread)", p->threads,
-                            RA_THREADS_MAX);
-    if (!ra_gemm_available(p->gemm))
-        return ra_error_set(RA_ERR_ARG, "gemm: engine '%s' is not in this "
+                            (long long)p->exec.block_kv, RA_BLOCK_MAX);
+    if (p->exec.threads < 0 || p->exec.threads > RA_THREADS_MAX)
+        return ra_error_set(RA_ERR_ARG,
+                            "exec.threads: %d is outside "
+                            "[0, %d] (0: one thread)",
+                            p->exec.threads, RA_THREADS_MAX);
+    if (!ra_gemm_available(p->exec.gemm))
+        return ra_error_set(RA_ERR_ARG,
+                            "gemm: engine '%s' is not in this "
                             "build of the library (oneDNN: build with "
-                            "libdnnl-dev installed)", ra_gemm_name(p->gemm));
+                            "libdnnl-dev installed)",
+                            ra_gemm_name(p->exec.gemm));
     ra_gemm env_gemm;
-    if (p->gemm == RA_GEMM_AUTO && ra_gemm_env(&env_gemm) != RA_OK)
+    if (p->exec.gemm == RA_GEMM_AUTO && ra_gemm_env(&env_gemm) != RA_OK)
         return RA_ERR_ARG; /* RINGATTN_GEMM names no engine of this build */
-    if (!(p->stall_timeout >= 0))
+    if (!(p->exec.stall_timeout >= 0))
         return ra_error_set(RA_ERR_ARG, "exec.stall_timeout: must be >= 0 "
                             "seconds");
-    if (p->mem_limit < 0 || p->ulysses_size < 0)
+    if (p->exec.mem_limit < 0 || p->exec.ulysses_size < 0)
         return ra_error_set(RA_ERR_ARG, "exec.%s: %lld is negative",
-                            p->mem_limit < 0 ? "mem_limit" : "ulysses_size",
-                            (long long)(p->mem_limit < 0 ? p->mem_limit
-                                                         : p->ulysses_size));
+                            p->exec.mem_limit < 0 ? "mem_limit"
+                                                  : "ulysses_size",
+                            (long long)(p->exec.mem_limit < 0
+                                            ? p->exec.mem_limit
+                                            : p->exec.ulysses_size));
     return RA_OK;
 }
 
@@ -136,7 +143,7 @@ static ra_status check_operands(const strat_call *c)
         {"grads->dq", g->dq, n},   {"grads->dk", g->dk, m},
         {"grads->dv", g->dv, m}};
     ra_status st = check_present("backward", c->r, bwd, 9);
-    if (st == RA_OK && !c->params->nonfinite)
+    if (st == RA_OK && !c->params->num.nonfinite)
         st = check_lse(c);
     return st;
 }
@@ -171,8 +178,8 @@ static void fp_shape(ra_fingerprint *fp, const ra_shape *s)
 static void fp_additive(ra_fingerprint *fp, const ra_call_options *o)
 {
     const ra_params *p = o->params;
-    const ra_additive *ad = p->score == RA_SCORE_ADDITIVE ? p->additive
-                                                          : NULL;
+    const ra_additive *ad =
+        p->num.score == RA_SCORE_ADDITIVE ? p->num.additive : NULL;
     const int64_t A = ad && o->weights ? ad->A : 0;
     const int values = A > 0 && o->shape;
     const int64_t D = values ? o->shape->D : 0;
@@ -192,27 +199,29 @@ static void fp_numerics(ra_fingerprint *fp, const ra_call_options *o)
 {
     const ra_params *p = o->params;
     const int64_t H = o->shape ? o->shape->H : 0;
-    ra_fp_int(fp, "num.causal", p->causal != 0);
-    ra_fp_int(fp, "num.window", p->window != 0);
-    ra_fp_int(fp, "num.window_left", p->window ? p->window_left : 0);
-    ra_fp_int(fp, "num.window_right", p->window ? p->window_right : 0);
-    ra_fp_named(fp, "num.score", p->score, ra_score_name(p->score));
-    ra_fp_real(fp, "num.scale", p->score == RA_SCORE_DOT ? p->scale : 0);
+    ra_fp_int(fp, "num.causal", p->num.causal != 0);
+    ra_fp_int(fp, "num.window", p->num.window != 0);
+    ra_fp_int(fp, "num.window_left", p->num.window ? p->num.window_left : 0);
+    ra_fp_int(fp, "num.window_right", p->num.window ? p->num.window_right : 0);
+    ra_fp_named(fp, "num.score", p->num.score, ra_score_name(p->num.score));
+    ra_fp_real(fp, "num.scale",
+               p->num.score == RA_SCORE_DOT ? p->num.scale : 0);
     ra_fp_real(fp, "num.sigma",
-               p->score == RA_SCORE_GAUSSIAN ? p->sigma : 0);
+               p->num.score == RA_SCORE_GAUSSIAN ? p->num.sigma : 0);
     fp_additive(fp, o);
-    ra_fp_named(fp, "num.rope", p->rope, ra_rope_name(p->rope));
+    ra_fp_named(fp, "num.rope", p->num.rope, ra_rope_name(p->num.rope));
     ra_fp_real(fp, "num.rope_base",
-               p->rope != RA_ROPE_NONE ? p->rope_base : 0);
-    ra_fp_int(fp, "num.alibi", p->alibi != 0);
-    ra_fp_bytes(fp, "num.alibi_slopes", p->alibi ? p->alibi_slopes : NULL,
+               p->num.rope != RA_ROPE_NONE ? p->num.rope_base : 0);
+    ra_fp_int(fp, "num.alibi", p->num.alibi != 0);
+    ra_fp_bytes(fp, "num.alibi_slopes",
+                p->num.alibi ? p->num.alibi_slopes : NULL,
                 sizeof(double) * (size_t)(H > 0 ? H : 0));
-    ra_fp_named(fp, "num.align", p->align, ra_align_name(p->align));
-    ra_fp_int(fp, "num.nonfinite", p->nonfinite != 0);
-    ra_fp_named(fp, "num.precision", p->precision,
-                ra_precision_name(p->precision));
-    ra_fp_real(fp, "num.softcap", p->softcap);
-    ra_fp_bytes(fp, "num.sinks", p->sinks,
+    ra_fp_named(fp, "num.align", p->num.align, ra_align_name(p->num.align));
+    ra_fp_int(fp, "num.nonfinite", p->num.nonfinite != 0);
+    ra_fp_named(fp, "num.precision", p->num.precision,
+                ra_precision_name(p->num.precision));
+    ra_fp_real(fp, "num.softcap", p->num.softcap);
+    ra_fp_bytes(fp, "num.sinks", p->num.sinks,
                 sizeof(float) * (size_t)(H > 0 ? H : 0));
 }
 
@@ -220,17 +229,19 @@ static void fp_numerics(ra_fingerprint *fp, const ra_call_options *o)
  * and memory) and the progress callbacks. */
 static void fp_exec(ra_fingerprint *fp, const ra_params *p)
 {
-    ra_fp_named(fp, "exec.strategy", p->strategy,
-                ra_strategy_name(p->strategy));
-    ra_fp_named(fp, "exec.layout", p->layout, ra_layout_name(p->layout));
-    ra_fp_int(fp, "exec.block_q", p->block_q);
-    ra_fp_int(fp, "exec.block_kv", p->block_kv);
-    ra_fp_named(fp, "exec.gemm", p->gemm, ra_gemm_name(p->gemm));
-    ra_fp_named(fp, "exec.wire", p->wire, ra_wire_name(p->wire));
-    ra_fp_real(fp, "exec.stall_timeout", p->stall_timeout);
+    ra_fp_named(fp, "exec.strategy", p->exec.strategy,
+                ra_strategy_name(p->exec.strategy));
+    ra_fp_named(fp, "exec.layout", p->exec.layout,
+                ra_layout_name(p->exec.layout));
+    ra_fp_int(fp, "exec.block_q", p->exec.block_q);
+    ra_fp_int(fp, "exec.block_kv", p->exec.block_kv);
+    ra_fp_named(fp, "exec.gemm", p->exec.gemm, ra_gemm_name(p->exec.gemm));
+    ra_fp_named(fp, "exec.wire", p->exec.wire, ra_wire_name(p->exec.wire));
+    ra_fp_real(fp, "exec.stall_timeout", p->exec.stall_timeout);
     ra_fp_int(fp, "exec.ulysses_size",
-              p->strategy == RA_STRATEGY_HYBRID ? p->ulysses_size : 0);
-    ra_fp_int(fp, "exec.checkpoint", p->checkpoint != NULL);
+              p->exec.strategy == RA_STRATEGY_HYBRID ? p->exec.ulysses_size
+                                                     : 0);
+    ra_fp_int(fp, "exec.checkpoint", p->exec.checkpoint != NULL);
 }
 
 /* The masks' lengths (values) and whether segments are given; the

@@ -9,13 +9,13 @@
 
 ra_status strat_ckpt_takes(const strat_call *c)
 {
-    const ra_checkpoint *k = c->params->checkpoint;
+    const ra_checkpoint *k = c->params->exec.checkpoint;
     if (!k)
         return RA_OK;
     if (!k->ask || !k->save)
         return ra_error_set(RA_ERR_ARG, "exec.checkpoint: ask and save are "
                             "required");
-    if (c->params->strategy != RA_STRATEGY_RING)
+    if (c->params->exec.strategy != RA_STRATEGY_RING)
         return ra_error_set(RA_ERR_ARG, "strategy %s: checkpoints are taken "
                             "by strategy ring only (docs/CHECKPOINT.md)",
                             c->name);
@@ -23,7 +23,7 @@ ra_status strat_ckpt_takes(const strat_call *c)
         return ra_error_set(RA_ERR_ARG, "checkpoint: the attention map's "
                             "pass takes none; write the map without "
                             "checkpoints");
-    if (c->grads && c->params->score == RA_SCORE_ADDITIVE)
+    if (c->grads && c->params->num.score == RA_SCORE_ADDITIVE)
         return ra_error_set(RA_ERR_ARG, "checkpoint: the additive score's "
                             "backward takes none (its weight gradients sum "
                             "inside the kernel's tiles)");
@@ -44,7 +44,7 @@ static ra_status ckpt_max(strat_call *c, int *v, int n, const char *phase)
 
 ra_status strat_ckpt_boundary(strat_call *c, const ra_state *state)
 {
-    const ra_checkpoint *k = c->params->checkpoint;
+    const ra_checkpoint *k = c->params->exec.checkpoint;
     int act = k->ask(k->ctx, state->step, state->steps);
     ra_status st = ckpt_max(c, &act, 1, "the checkpoint question");
     if (st != RA_OK || act == RA_CKPT_GO_ON)
@@ -59,7 +59,7 @@ ra_status strat_ckpt_boundary(strat_call *c, const ra_state *state)
 
 ra_status strat_ckpt_load(strat_call *c, ra_state *state)
 {
-    const ra_checkpoint *k = c->params->checkpoint;
+    const ra_checkpoint *k = c->params->exec.checkpoint;
     state->step = 0;
     if (!k || !k->load)
         return RA_OK;

@@ -104,7 +104,7 @@ ra_status hybrid_group_check(const ra_shape *s, int P, int u)
 ra_status hybrid_group_size(MPI_Comm comm, const ra_shape *s,
                             const ra_params *p, int *u_out)
 {
-    int P = 1, u = (int)p->ulysses_size, lo = 0, hi = 0;
+    int P = 1, u = (int)p->exec.ulysses_size, lo = 0, hi = 0;
     if (MPI_Comm_size(comm, &P) != MPI_SUCCESS)
         return ra_error_set(RA_ERR_MPI, "hybrid: cannot query the "
                                         "communicator");

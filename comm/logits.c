@@ -23,17 +23,20 @@
 
 ra_status ra_logits_check(const ra_shape *s, const ra_params *p)
 {
-    if (!(p->softcap >= 0 && isfinite(p->softcap)))
-        return ra_error_set(RA_ERR_ARG, "softcap: %g is not a finite number "
-                            ">= 0 (0: off)", p->softcap);
-    if (p->softcap > 0 && p->score != RA_SCORE_DOT)
-        return ra_error_set(RA_ERR_ARG, "softcap: the %s score is not "
+    if (!(p->num.softcap >= 0 && isfinite(p->num.softcap)))
+        return ra_error_set(RA_ERR_ARG,
+                            "softcap: %g is not a finite number "
+                            ">= 0 (0: off)",
+                            p->num.softcap);
+    if (p->num.softcap > 0 && p->num.score != RA_SCORE_DOT)
+        return ra_error_set(RA_ERR_ARG,
+                            "softcap: the %s score is not "
                             "capped (softcap caps the dot score: the "
                             "gaussian's row term and the additive score's "
                             "own tanh bound leave no cap of theirs)",
-                            ra_score_name(p->score));
-    for (int64_t h = 0; p->sinks && h < s->H; h++)
-        if (!isfinite(p->sinks[h]))
+                            ra_score_name(p->num.score));
+    for (int64_t h = 0; p->num.sinks && h < s->H; h++)
+        if (!isfinite(p->num.sinks[h]))
             return ra_error_set(RA_ERR_ARG, "sinks: sink %lld is not a "
                                 "finite number", (long long)h);
     return RA_OK;
@@ -41,7 +44,7 @@ ra_status ra_logits_check(const ra_shape *s, const ra_params *p)
 
 ra_status ra_logits_check_map(const ra_params *p, const ra_attn_map *map)
 {
-    if (p->sinks && map)
+    if (p->num.sinks && map)
         return ra_error_set(RA_ERR_ARG, "sinks: the attention map is not "
                             "available with sinks");
     return RA_OK;
@@ -50,14 +53,14 @@ ra_status ra_logits_check_map(const ra_params *p, const ra_attn_map *map)
 void ra_logits_sinks_forward(const strat_call *c)
 {
     const ra_shape *s = c->shape;
-    if (c->params->sinks && c->n > 0)
-        ra_sinks_fold(s, c->n, c->params->sinks, c->o, c->lse, c->threads);
+    if (c->params->num.sinks && c->n > 0)
+        ra_sinks_fold(s, c->n, c->params->num.sinks, c->o, c->lse, c->threads);
 }
 
 ra_status ra_logits_sinks_backward(strat_call *c)
 {
     const int64_t H = c->shape->H;
-    if (!c->params->sinks)
+    if (!c->params->num.sinks)
         return RA_OK; /* the reduction runs with or without dsinks: ranks
                          may differ in wanting it */
     double *part = calloc(2 * (size_t)H, sizeof *part);
@@ -70,7 +73,7 @@ ra_status ra_logits_sinks_backward(strat_call *c)
         return st;
     }
     if (c->n > 0)
-        ra_sinks_grad(c->shape, c->n, c->params->sinks, c->grads->o,
+        ra_sinks_grad(c->shape, c->n, c->params->num.sinks, c->grads->o,
                       c->grads->lse, c->grads->dout, part);
     MPI_Request req;
     if (MPI_Iallreduce(part, part + H, (int)H, MPI_DOUBLE, MPI_SUM, c->comm,

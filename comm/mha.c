@@ -76,7 +76,7 @@ static ra_status layer_check(const ra_shape *s, const ra_params *params,
         st = ra_error_set(RA_ERR_ARG, "layer: io is required");
     if (st == RA_OK)
         st = check_layer(s, L);
-    if (st == RA_OK && !params->nonfinite)
+    if (st == RA_OK && !params->num.nonfinite)
         st = check_layer_finite(s, L);
     return st;
 }

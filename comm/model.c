@@ -82,8 +82,12 @@ static int model_setup(model_ctx *m)
     m->grp = m->diag + P;
     m->on_node = m->grp + P;
     for (int r = 0; r < P; r++) {
-        m->nq[r] = (double)ra_params_slice(&m->p, m->p.layout, m->s->N, r, P).count;
-        m->nk[r] = (double)ra_params_slice(&m->p, m->p.layout, m->s->M, r, P).count;
+        m->nq[r] =
+            (double)ra_params_slice(&m->p, m->p.exec.layout, m->s->N, r, P)
+                .count;
+        m->nk[r] =
+            (double)ra_params_slice(&m->p, m->p.exec.layout, m->s->M, r, P)
+                .count;
     }
     model_nodes(m);
     if (model_rows(&pb, m->qrow, m->kcol) != 0)
@@ -157,17 +161,17 @@ static double model_row_mem(const mem_view *v); /* the table's, below */
 static double mem_call_copies(const ra_shape *s, const ra_params *p,
                               int64_t n, int64_t m)
 {
-    const int gauss = p->score == RA_SCORE_GAUSSIAN;
-    const int own = p->rope != RA_ROPE_NONE || gauss; /* call_owns_qk */
-    const int q16 = p->precision == RA_PRECISION_BF16;
-    const int kv16 = q16 || p->wire == RA_WIRE_BF16;
+    const int gauss = p->num.score == RA_SCORE_GAUSSIAN;
+    const int own = p->num.rope != RA_ROPE_NONE || gauss; /* call_owns_qk */
+    const int q16 = p->num.precision == RA_PRECISION_BF16;
+    const int kv16 = q16 || p->exec.wire == RA_WIRE_BF16;
     const double q = (double)s->B * (double)n * (double)(s->H * s->D);
     const double k = (double)s->B * (double)m * (double)(s->G * s->D);
     const double dk = (double)s->B * (double)m *
                       (double)(s->G * ra_shape_dk(s));
     const double v = (double)s->B * (double)m * (double)(s->G * s->Dv);
-    const int staged = q16 && p->score != RA_SCORE_ADDITIVE &&
-                       ra_gemm_pick(p->gemm) == RA_GEMM_ONEDNN;
+    const int staged = q16 && p->num.score != RA_SCORE_ADDITIVE &&
+                       ra_gemm_pick(p->exec.gemm) == RA_GEMM_ONEDNN;
     return 4.0 * ((own ? q + k : 0.0) + (q16 && !own ? q : 0.0) +
                   (kv16 && !own ? dk : 0.0) + (kv16 ? v : 0.0)) +
            (staged ? 2.0 * (k + v) : 0.0) +
@@ -227,8 +231,9 @@ static int bytes_ring(const model_ctx *m, sent *x, double *step_bytes)
 {
     const ra_shape *s = m->s;
     const model_problem pb = {s, &m->p, m->mk, m->P};
-    const int64_t A = m->p.score == RA_SCORE_ADDITIVE && m->p.additive
-                          ? m->p.additive->A : 0;
+    const int64_t A = m->p.num.score == RA_SCORE_ADDITIVE && m->p.num.additive
+                          ? m->p.num.additive->A
+                          : 0;
     /* K/V as fp32, or bf16 on a bf16 wire (ring_pass.c) */
     const double elt = ra_params_wire_bf16(&m->p) ? 2.0 : 4.0;
     const double row = elt * (double)(s->G * ((A ? A : s->D) + s->Dv)) +
@@ -617,9 +622,9 @@ struct model_cost {
 static double rank_limit(const ra_params *p, const ra_profile *pf, int P,
                          int nodes)
 {
-    return p->mem_limit > 0 ? (double)p->mem_limit
-                            : (double)pf->mem_per_node /
-                                  ((P + nodes - 1) / nodes);
+    return p->exec.mem_limit > 0
+               ? (double)p->exec.mem_limit
+               : (double)pf->mem_per_node / ((P + nodes - 1) / nodes);
 }
 
 /* ulysses.c's refusal: more ranks than query heads. */
@@ -634,9 +639,10 @@ static ra_status check_ulysses(const model_ctx *m, model_result *res)
 static ra_status check_hybrid(const model_ctx *m, model_result *res)
 {
     const int P = m->P, nodes = m->al->nodes > 0 ? m->al->nodes : 1;
-    const int u = m->p.ulysses_size > 0 ? (int)m->p.ulysses_size : P / nodes;
+    const int u =
+        m->p.exec.ulysses_size > 0 ? (int)m->p.exec.ulysses_size : P / nodes;
     ra_status ok;
-    if (m->p.ulysses_size <= 0 && P % nodes != 0)
+    if (m->p.exec.ulysses_size <= 0 && P % nodes != 0)
         ok = ra_error_set(RA_ERR_ARG, "hybrid: nodes hold different "
                           "numbers of ranks (%d over %d); give the "
                           "group size explicitly", P, nodes);
@@ -729,7 +735,7 @@ static void model_work(const model_ctx *m, model_result *res)
         res->pairs_total += m->qrow[r];
         res->pairs_ring_max = fmax(res->pairs_ring_max, m->qrow[r]);
         res->mem_max = fmax(res->mem_max,
-                            model_rank_bytes(s, &m->p, m->p.layout, P, r));
+                            model_rank_bytes(s, &m->p, m->p.exec.layout, P, r));
     }
     res->flops = ra_pair_flops(s, &m->p) * res->pairs_total;
     for (int r = 0; r < P; r++) {
@@ -828,7 +834,7 @@ static const strat_row *row_of(ra_strategy id)
 
 static double model_row_mem(const mem_view *v)
 {
-    return row_of(v->p->strategy)->cost->mem(v);
+    return row_of(v->p->exec.strategy)->cost->mem(v);
 }
 
 static double model_row_work(const model_ctx *m, const model_result *res,
@@ -884,10 +890,10 @@ static double rank_rate(const model_ctx *m)
 static int predict_one(model_ctx *m, int with_io, model_result *res)
 {
     const ra_shape *s = m->s;
-    const ra_strategy strat = m->p.strategy;
+    const ra_strategy strat = m->p.exec.strategy;
     memset(res, 0, sizeof *res);
     res->strategy = strat;
-    res->layout = m->p.layout;
+    res->layout = m->p.exec.layout;
     sent *x = calloc((size_t)m->P, sizeof *x);
     double *step_bytes = calloc((size_t)m->P + 1, sizeof(double));
     int rc = -1;
@@ -924,12 +930,12 @@ int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
     const model_masks none = {0};
     model_ctx m = {.s = s, .p = *p, .mk = mk ? mk : &none, .al = al,
                    .pf = pf, .P = al->P > 0 ? al->P : 1};
-    m.p.layout = lay;
+    m.p.exec.layout = lay;
     m.segs = m.mk->q_seg && m.mk->kv_seg;
     int rc = model_setup(&m); /* the rows and steps, shared by all */
     for (int i = 0; i < RA_STRATEGY_COUNT && rc == 0; i++) {
         m.row = &strat_table[i];
-        m.p.strategy = m.row->id;
+        m.p.exec.strategy = m.row->id;
         rc = predict_one(&m, with_io, &res[m.row->id]);
     }
     model_free(&m);
@@ -943,7 +949,7 @@ int64_t model_max_seq(const ra_shape *s, const ra_params *p, ra_layout lay,
     const int nodes = al->nodes > 0 ? al->nodes : 1;
     const double limit = (double)pf->mem_per_node / ((P + nodes - 1) / nodes);
     int64_t (*gathered)(const ra_shape *, int) =
-        row_of(p->strategy)->cost->gathered;
+        row_of(p->exec.strategy)->cost->gathered;
     int64_t lo = 0, hi = (int64_t)1 << 40;
     while (lo < hi) { /* the largest N whose busiest rank fits */
         const int64_t mid = lo + (hi - lo + 1) / 2;
@@ -952,8 +958,8 @@ int64_t model_max_seq(const ra_shape *s, const ra_params *p, ra_layout lay,
         double worst = 0;
         for (int r = 0; r < P && r < 2; r++) /* rank 0 holds the most */
             worst = fmax(worst, model_rank_bytes(&t, p, lay, P, r));
-        if (gathered && p->mem_limit > 0 &&
-            (double)gathered(&t, 0) > (double)p->mem_limit)
+        if (gathered && p->exec.mem_limit > 0 &&
+            (double)gathered(&t, 0) > (double)p->exec.mem_limit)
             worst = INFINITY;
         if (worst <= limit)
             lo = mid;

@@ -39,7 +39,7 @@ ra_status model_evaluate(const ra_shape *s, const ra_params *p,
     int nl = 1;
     for (int l = 0; layout_auto && l < MODEL_LAYOUTS; l++) /* the rest */
         if (every[l] != first && /* balanced: where auto would pick it */
-            (every[l] != RA_LAYOUT_BALANCED || p->window))
+            (every[l] != RA_LAYOUT_BALANCED || p->num.window))
             lays[nl++] = every[l];
     t->nrows = 0;
     t->best = -1;

@@ -83,7 +83,8 @@ static void cover_make(const model_problem *pb, int d, key_cover *c)
     const ra_shape *s = pb->s;
     const model_masks *mk = pb->mk;
     const ra_band band = ra_band_of(pb->p, s);
-    const ra_slice qs = ra_params_slice(pb->p, pb->p->layout, s->N, d, pb->P);
+    const ra_slice qs =
+        ra_params_slice(pb->p, pb->p->exec.layout, s->N, d, pb->P);
     c->n = 0;
     for (int64_t b = 0; b < s->B; b++) {
         const int64_t ql = mk->q_lens ? mk->q_lens[b] : s->N;
@@ -131,7 +132,7 @@ static int64_t chunk_of(int64_t len, int64_t parts, int64_t j)
 static int64_t key_owner(const model_problem *pb, int64_t M, int P,
                          int64_t j)
 {
-    const ra_layout lay = pb->p->layout;
+    const ra_layout lay = pb->p->exec.layout;
     if (lay == RA_LAYOUT_BALANCED && P >= 2) {
         const ra_band wt = ra_cut_band(pb->p);
         const int64_t b1 = ra_balanced_start(wt, M, 1, P);
@@ -147,7 +148,8 @@ static int64_t key_owner(const model_problem *pb, int64_t M, int P,
 /* Block (d, src): cover summed over src's runs. */
 static double block_runs(const model_problem *pb, const key_cover *c, int src)
 {
-    const ra_slice ks = ra_params_slice(pb->p, pb->p->layout, pb->s->M, src, pb->P);
+    const ra_slice ks =
+        ra_params_slice(pb->p, pb->p->exec.layout, pb->s->M, src, pb->P);
     int64_t pairs = 0;
     for (int i = 0; i < ks.nruns; i++)
         pairs += cover_below(c, ks.run[i].start + ks.run[i].count) -
@@ -167,7 +169,7 @@ static void blocks_runs(const model_problem *pb, key_cover *c, int d,
     int kink[3];
     int64_t n = 0;
     mark[n++] = 0;
-    for (int i = ring_layout_kinks(pb->p->layout, ra_cut_band(pb->p), M, P,
+    for (int i = ring_layout_kinks(pb->p->exec.layout, ra_cut_band(pb->p), M, P,
                                    kink);
          i > 0; i--)
         mark[n++] = kink[i - 1];
@@ -258,7 +260,7 @@ static void diag_fill(const model_problem *pb, int64_t *buf, int64_t n,
     int64_t *work = buf + 4 * (n + 1);
     for (int d = 0; d < pb->P; d++) {
         cover_make(pb, d, &c);
-        if (pb->p->layout == RA_LAYOUT_STRIPED)
+        if (pb->p->exec.layout == RA_LAYOUT_STRIPED)
             blocks_striped(pb, &c, d, work, sm);
         else
             blocks_runs(pb, &c, d, work, sm);
@@ -275,7 +277,8 @@ static void diag_fill(const model_problem *pb, int64_t *buf, int64_t n,
 int model_diag_segments(const model_problem *pb, double *diag)
 {
     const int P = pb->P;
-    const int64_t n = pb->s->B * model_slice_most(pb->p, pb->p->layout, pb->s->N, P);
+    const int64_t n =
+        pb->s->B * model_slice_most(pb->p, pb->p->exec.layout, pb->s->N, P);
     int size = 1;
     while (size < P)
         size *= 2;

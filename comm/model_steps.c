@@ -123,8 +123,10 @@ double model_block_pairs(const model_problem *pb, int d, int src,
     const ra_shape *s = pb->s;
     const model_masks *mk = pb->mk;
     const ra_band band = ra_band_of(pb->p, s);
-    const ra_slice qs = ra_params_slice(pb->p, pb->p->layout, s->N, d, pb->P);
-    const ra_slice ks = ra_params_slice(pb->p, pb->p->layout, s->M, src, pb->P);
+    const ra_slice qs =
+        ra_params_slice(pb->p, pb->p->exec.layout, s->N, d, pb->P);
+    const ra_slice ks =
+        ra_params_slice(pb->p, pb->p->exec.layout, s->M, src, pb->P);
     const int segs = mk->q_seg && mk->kv_seg;
     double pairs = 0;
     for (int64_t b = 0; b < s->B; b++) {
@@ -197,7 +199,8 @@ static void kcol_add(const model_problem *pb, int64_t b, const int64_t *seen,
     const ra_shape *s = pb->s;
     const batch_view v = batch_of(pb, b);
     for (int r = 0; r < pb->P; r++) {
-        const ra_slice ks = ra_params_slice(pb->p, pb->p->layout, s->M, r, pb->P);
+        const ra_slice ks =
+            ra_params_slice(pb->p, pb->p->exec.layout, s->M, r, pb->P);
         double n = 0;
         for (int64_t i = 0; i < ks.count; i++) {
             const int64_t k = ra_slice_pos(&ks, i);
@@ -218,7 +221,8 @@ static void qrow_add(const model_problem *pb, int r, int64_t *ids,
     const model_masks *mk = pb->mk;
     const int segs = mk->q_seg && mk->kv_seg;
     const ra_band band = ra_band_of(pb->p, s);
-    const ra_slice qs = ra_params_slice(pb->p, pb->p->layout, s->N, r, pb->P);
+    const ra_slice qs =
+        ra_params_slice(pb->p, pb->p->exec.layout, s->N, r, pb->P);
     for (int64_t b = 0; b < s->B; b++) {
         for (int64_t i = 0; segs && i < qs.count; i++)
             ids[i] = mk->q_seg[b * s->N + ra_slice_pos(&qs, i)];
@@ -233,8 +237,8 @@ int model_rows(const model_problem *pb, double *qrow, double *kcol)
 {
     const ra_shape *s = pb->s;
     const int segs = pb->mk->q_seg && pb->mk->kv_seg;
-    const int64_t nids = segs ? model_slice_most(pb->p, pb->p->layout, s->N, pb->P)
-                              : 0;
+    const int64_t nids =
+        segs ? model_slice_most(pb->p, pb->p->exec.layout, s->N, pb->P) : 0;
     /* seen: M + 1 counts (segments only), then the ids */
     int64_t *seen = malloc(sizeof(int64_t) *
                            (size_t)((segs ? s->M + 1 : 0) + nids + 1));
@@ -321,7 +325,7 @@ static int lens_same(const ra_slice x[2], const int64_t *lens, int64_t B)
 static int diag_flat(const model_problem *pb, int t, int a, int z)
 {
     const model_masks *mk = pb->mk;
-    const ra_layout lay = pb->p->layout;
+    const ra_layout lay = pb->p->exec.layout;
     const int P = pb->P;
     if (a == z)
         return 1;
@@ -382,9 +386,10 @@ static double diag_scan(const model_problem *pb, int t, int lo, int hi,
 {
     const int P = pb->P;
     const ra_band wt = ra_cut_band(pb->p);
-    int cut[6], nc = ring_layout_kinks(pb->p->layout, wt, pb->s->N, P, cut);
+    int cut[6],
+        nc = ring_layout_kinks(pb->p->exec.layout, wt, pb->s->N, P, cut);
     int kk[3];
-    const int nk = ring_layout_kinks(pb->p->layout, wt, pb->s->M, P, kk);
+    const int nk = ring_layout_kinks(pb->p->exec.layout, wt, pb->s->M, P, kk);
     for (int i = 0; i < nk; i++) /* key rank kk[i]: rank kk[i] + t */
         cut[nc++] = (kk[i] + t) % P;
     for (int z = hi; z >= lo && best < bound;) {
@@ -426,15 +431,15 @@ static int diag_banded(const model_problem *pb, int last, double *diag)
     const int P = pb->P;
     count_run q[MAX_COUNT_RUNS], k[MAX_COUNT_RUNS];
     run_pair rp[MAX_COUNT_RUNS * MAX_COUNT_RUNS];
-    const int nq = count_runs(pb->p, pb->p->layout, s->N, P, q);
-    const int nk = count_runs(pb->p, pb->p->layout, s->M, P, k);
+    const int nq = count_runs(pb->p, pb->p->exec.layout, s->N, P, q);
+    const int nk = count_runs(pb->p, pb->p->exec.layout, s->M, P, k);
     for (int i = 0; i < nq * nk; i++)
         rp[i] = (run_pair){q[i / nk], k[i % nk],
                            (double)s->B * q[i / nk].c * k[i % nk].c};
     qsort(rp, (size_t)(nq * nk), sizeof *rp, run_pair_desc);
-    int64_t *ids = malloc(sizeof(int64_t) *
-                          (size_t)(model_slice_most(pb->p, pb->p->layout, s->N, P) +
-                                   1));
+    int64_t *ids = malloc(
+        sizeof(int64_t) *
+        (size_t)(model_slice_most(pb->p, pb->p->exec.layout, s->N, P) + 1));
     if (!ids)
         return -1;
     for (int t = 0; t <= last; t++)
@@ -486,13 +491,14 @@ int model_ring_schedule(const model_problem *pb, const double *diag,
     for (int t = 0; t < P; t++)
         blocks += diag[t] > 0 ? (double)P : 0.0;
     if (pb->mk->q_seg && pb->mk->kv_seg) /* block pairs scan the queries */
-        blocks *= (double)model_slice_most(pb->p, pb->p->layout, pb->s->N, P);
+        blocks *=
+            (double)model_slice_most(pb->p, pb->p->exec.layout, pb->s->N, P);
     if (blocks > max_blocks)
         return -1;
     double *st = calloc((size_t)(2 * P), sizeof(double));
-    int64_t *ids = malloc(sizeof(int64_t) *
-                          (size_t)(model_slice_most(pb->p, pb->p->layout,
-                                                    pb->s->N, P) + 1));
+    int64_t *ids = malloc(
+        sizeof(int64_t) *
+        (size_t)(model_slice_most(pb->p, pb->p->exec.layout, pb->s->N, P) + 1));
     if (!st || !ids) {
         free(st);
         free(ids);

@@ -28,8 +28,8 @@ ring_plan ring_plan_make(const ra_shape *s, const ra_params *p,
     /* Per-sequence alignment moves each sequence's band by its own
      * lengths: the plan then keeps every hop the lengths allow (it skips
      * by q_end and kv_end alone) rather than bound the bands per rank. */
-    pl.band = p->align == RA_ALIGN_SEQUENCE ? ra_band_make(0, 0, 0, 0, 0)
-                                            : ra_band_of(p, s);
+    pl.band = p->num.align == RA_ALIGN_SEQUENCE ? ra_band_make(0, 0, 0, 0, 0)
+                                                : ra_band_of(p, s);
     pl.cut = ra_cut_band(p);
     pl.q_end = lens_max(masks ? masks->q_lens : NULL, s->B, s->N);
     pl.kv_end = lens_max(masks ? masks->kv_lens : NULL, s->B, s->M);

@@ -113,14 +113,14 @@ static void kernel_problem(const profile_rate *r, kernel_arg *a)
     a->s = (ra_shape){.B = 1, .N = n, .M = n, .H = KERNEL_H, .G = KERNEL_H,
                       .D = r->D, .Dv = r->Dv};
     ra_params_default(&a->p);
-    a->p.score = r->score;
-    a->p.sigma = 4.0;
-    a->p.gemm = r->gemm;
-    a->p.precision = strcmp(r->precision, "bf16") == 0 ? RA_PRECISION_BF16
-                                                       : RA_PRECISION_FP32;
-    a->p.causal = r->cls != PROFILE_FULL;
-    a->p.window = r->cls == PROFILE_BAND;
-    a->p.window_left = a->p.window ? KERNEL_WINDOW : 0;
+    a->p.num.score = r->score;
+    a->p.num.sigma = 4.0;
+    a->p.exec.gemm = r->gemm;
+    a->p.num.precision = strcmp(r->precision, "bf16") == 0 ? RA_PRECISION_BF16
+                                                           : RA_PRECISION_FP32;
+    a->p.num.causal = r->cls != PROFILE_FULL;
+    a->p.num.window = r->cls == PROFILE_BAND;
+    a->p.num.window_left = a->p.num.window ? KERNEL_WINDOW : 0;
 }
 
 double probe_kernel(const probe_comms *c, const profile_rate *r)
@@ -149,7 +149,7 @@ double probe_kernel(const probe_comms *c, const profile_rate *r)
     for (size_t i = 0; i < nw; i++)
         w[i] *= 0.125f; /* keeps tanh away from saturation */
     const ra_additive add = {KERNEL_A, w, w + KERNEL_A * D, w + 2 * KERNEL_A * D};
-    a.p.additive = &add;
+    a.p.num.additive = &add;
     const double secs = probe_time(c->world, c->share, kernel_op, &a);
     double rate = secs > 0
                       ? ra_params_forward_flops(&a.s, &a.p, NULL) / secs

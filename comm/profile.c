@@ -104,8 +104,9 @@ static const char *const class_names[PROFILE_CLASSES] = {"full", "masked",
 
 profile_class profile_class_of(const ra_params *p)
 {
-    return p->window ? PROFILE_BAND : p->causal ? PROFILE_MASKED
-                                                : PROFILE_FULL;
+    return p->num.window   ? PROFILE_BAND
+           : p->num.causal ? PROFILE_MASKED
+                           : PROFILE_FULL;
 }
 
 const char *profile_class_name(profile_class c)
@@ -125,18 +126,28 @@ int profile_class_parse(const char *name, profile_class *c)
 
 profile_kernel_key profile_key_of(const ra_params *p, int64_t D, int64_t Dv)
 {
-    profile_kernel_key k = {D, Dv, p->score, ra_gemm_pick(p->gemm),
-                            p->precision == RA_PRECISION_BF16 &&
-                                    p->score != RA_SCORE_ADDITIVE
-                                ? "bf16" : "fp32",
-                            profile_class_of(p), 0, 0, 0, 0};
-    if (p->window) {
+    profile_kernel_key k = {D,
+                            Dv,
+                            p->num.score,
+                            ra_gemm_pick(p->exec.gemm),
+                            p->num.precision == RA_PRECISION_BF16 &&
+                                    p->num.score != RA_SCORE_ADDITIVE
+                                ? "bf16"
+                                : "fp32",
+                            profile_class_of(p),
+                            0,
+                            0,
+                            0,
+                            0};
+    if (p->num.window) {
         const ra_shape s = {.B = 1, .N = 1, .M = 1, .H = 1, .G = 1, .D = D,
                             .Dv = Dv};
         ra_params_tiles(p, &s, &k.bq, &k.bkv);
-        k.keys = p->window_left + (p->causal ? 0 : p->window_right) + 1;
-        k.follow = p->block_kv <= 0 &&
-                   p->window_left + p->window_right + 1 <= RA_WINDOW_TILE_SPAN;
+        k.keys =
+            p->num.window_left + (p->num.causal ? 0 : p->num.window_right) + 1;
+        k.follow =
+            p->exec.block_kv <= 0 &&
+            p->num.window_left + p->num.window_right + 1 <= RA_WINDOW_TILE_SPAN;
     }
     return k;
 }
@@ -179,8 +190,8 @@ double profile_kernel_rate(const ra_profile *p, const profile_kernel_key *k)
         ra_params probe;
         int64_t bq, bkv;
         ra_params_default(&probe);
-        probe.causal = probe.window = 1;
-        probe.window_left = PROFILE_BAND_KEYS - 1;
+        probe.num.causal = probe.num.window = 1;
+        probe.num.window_left = PROFILE_BAND_KEYS - 1;
         const ra_shape s = {.B = 1, .N = 1, .M = 1, .H = 1, .G = 1,
                             .D = k->D, .Dv = k->Dv};
         ra_params_tiles(&probe, &s, &bq, &bkv);

@@ -43,7 +43,8 @@ static ra_status ring_size(ring_state *rs)
     rs->mmax = strat_slice_most(c, s->M);
     /* the additive score sends the keys' projections W_k k (A per head)
      * around the ring instead of the keys, and works on W_q q */
-    const int64_t A = p->score == RA_SCORE_ADDITIVE ? p->additive->A : 0;
+    const int64_t A =
+        p->num.score == RA_SCORE_ADDITIVE ? p->num.additive->A : 0;
     rs->row_k = s->G * (A ? A : s->D);
     rs->row_v = s->G * s->Dv;
     rs->wire16 = ra_params_wire_bf16(p);
@@ -80,8 +81,8 @@ static void ring_carve(void *state, const strat_call *c, ra_carver *cv)
             rs->buf[i].seg = ra_carve(cv, rows, sizeof(int64_t));
     }
     rs->kpos = ra_carve(cv, rs->mmax, sizeof(int64_t));
-    if (p->score == RA_SCORE_ADDITIVE) {
-        const int64_t qp[4] = {s->B, c->n, s->H, p->additive->A};
+    if (p->num.score == RA_SCORE_ADDITIVE) {
+        const int64_t qp[4] = {s->B, c->n, s->H, p->num.additive->A};
         rs->qp = ra_carve(cv, ra_count_checked(4, qp), sizeof(float));
         rs->kp = ra_carve(cv, s->B * c->m_own * rs->row_k, sizeof(float));
     }
@@ -93,7 +94,7 @@ static void ring_project(ring_state *rs)
 {
     const strat_call *c = rs->c;
     const ra_shape *s = c->shape;
-    const ra_additive *ad = c->params->additive;
+    const ra_additive *ad = c->params->num.additive;
     const int64_t Dk = ra_shape_dk(s);
     if (c->n > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
@@ -118,9 +119,9 @@ ra_status ring_setup(ring_state *rs, strat_call *c)
     strat_block_init(c, c->n, c->qpos, c->segs ? c->masks->q_segments : NULL,
                      &rs->blk);
     rs->blk.mask.kpos = rs->kpos;
-    if (c->params->score == RA_SCORE_ADDITIVE) {
-        rs->blk.D = c->params->additive->A;
-        rs->blk.w_v = c->params->additive->w_v;
+    if (c->params->num.score == RA_SCORE_ADDITIVE) {
+        rs->blk.D = c->params->num.additive->A;
+        rs->blk.w_v = c->params->num.additive->w_v;
         ring_project(rs);
     }
     return RA_OK;

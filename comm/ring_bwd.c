@@ -325,7 +325,7 @@ static ra_status bwd_chain_additive(ring_state *rs, bwd_state *bs)
 {
     const strat_call *c = rs->c;
     const ra_shape *s = c->shape;
-    const ra_additive *ad = c->params->additive;
+    const ra_additive *ad = c->params->num.additive;
     const ra_additive_grads *dw = bs->g->dw;
     const int64_t A = ad->A, D = s->D, Dk = ra_shape_dk(s);
     const int64_t nq = s->B * c->n * s->H, nk = s->B * c->m_own * s->G;
@@ -359,13 +359,15 @@ static ra_status bwd_chain(ring_state *rs, bwd_state *bs)
     const strat_call *c = rs->c;
     const ra_shape *s = c->shape;
     const ra_params *p = c->params;
-    if (p->score == RA_SCORE_ADDITIVE)
+    if (p->num.score == RA_SCORE_ADDITIVE)
         return bwd_chain_additive(rs, bs);
-    if (p->rope == RA_ROPE_NONE)
+    if (p->num.rope == RA_ROPE_NONE)
         return RA_OK;
     call_rope_queries(c, bs->dq, -1.0);
-    const ra_rope_rows keys = {p->rope, p->rope_base, s->B, c->m_own, s->G,
-                               s->D, c->kpos, 0};
+    const ra_rope_rows keys = {p->num.rope, p->num.rope_base,
+                               s->B,        c->m_own,
+                               s->G,        s->D,
+                               c->kpos,     0};
     ra_rope_turn(&keys, bs->g->dk, -1.0);
     return RA_OK;
 }

@@ -83,7 +83,7 @@ static ra_status loop_step(strat_call *c, const ring_loop *lp, int t,
 /* The boundary before step t: a checkpoint when the ranks ask for one. */
 static ra_status loop_boundary(strat_call *c, const ring_loop *lp, int t)
 {
-    if (!c->params->checkpoint || !lp->state || t >= lp->steps)
+    if (!c->params->exec.checkpoint || !lp->state || t >= lp->steps)
         return RA_OK;
     ra_state s = {.step = t, .steps = lp->steps};
     lp->state(lp->ctx, t, &s);

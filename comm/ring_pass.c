@@ -314,7 +314,7 @@ ra_status ring_resume(ring_state *rs, const ring_pass_ops *ops)
     strat_call *c = rs->c;
     ra_state s = {.steps = rs->last + 1};
     rs->start = 0;
-    if (!ops->state || !c->params->checkpoint)
+    if (!ops->state || !c->params->exec.checkpoint)
         return RA_OK;
     ops->state(rs, 1, &s, ops->arg);
     ra_status st = strat_ckpt_load(c, &s);

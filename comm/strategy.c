@@ -19,7 +19,7 @@ void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
     const ra_shape *s = c->shape;
     const ra_params *p = c->params;
     const ra_masks *mk = c->masks;
-    const int gauss = p->score == RA_SCORE_GAUSSIAN;
+    const int gauss = p->num.score == RA_SCORE_GAUSSIAN;
     int64_t bq, bkv;
     ra_params_tiles(p, s, &bq, &bkv);
     memset(blk, 0, sizeof *blk);
@@ -29,23 +29,27 @@ void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
     blk->G = s->G;
     blk->D = s->D;
     blk->Dv = s->Dv;
-    blk->alpha = (float)(gauss ? M_LOG2E / (p->sigma * p->sigma)
+    blk->alpha = (float)(gauss ? M_LOG2E / (p->num.sigma * p->num.sigma)
                                : ra_params_scale(p, s) * M_LOG2E);
     blk->block_q = bq;
     blk->block_kv = bkv;
-    blk->score = p->score;
-    blk->nan_check = p->nonfinite;
-    blk->gemm = ra_gemm_pick(p->gemm); /* auto: RINGATTN_GEMM's */
+    blk->score = p->num.score;
+    blk->nan_check = p->num.nonfinite;
+    blk->gemm = ra_gemm_pick(p->exec.gemm); /* auto: RINGATTN_GEMM's */
     blk->mm16 = c->mm16;
-    blk->half_inv_sigma2 = gauss ? 0.5 / (p->sigma * p->sigma) : 0.0;
-    blk->mask = (ra_mask){.causal = p->causal, .diag = s->M - s->N,
-                          .window = p->window, .left = p->window_left,
-                          .right = p->window_right, .qpos = qpos,
+    blk->half_inv_sigma2 = gauss ? 0.5 / (p->num.sigma * p->num.sigma) : 0.0;
+    blk->mask = (ra_mask){.causal = p->num.causal,
+                          .diag = s->M - s->N,
+                          .window = p->num.window,
+                          .left = p->num.window_left,
+                          .right = p->num.window_right,
+                          .qpos = qpos,
                           .q_lens = mk ? mk->q_lens : NULL,
                           .kv_lens = mk ? mk->kv_lens : NULL,
-                          .q_seg = q_seg, .qalign = c->qalign};
+                          .q_seg = q_seg,
+                          .qalign = c->qalign};
     blk->alibi = c->slopes;
-    blk->softcap = (float)(p->softcap * M_LOG2E);
+    blk->softcap = (float)(p->num.softcap * M_LOG2E);
 }
 
 int64_t strat_slice_pos(const strat_call *c, int64_t len, int j,
@@ -80,7 +84,7 @@ static ra_status strat_stalled(strat_call *c, int n, const MPI_Request *req,
                                const strat_watch *w)
 {
     const char *name = c->name;
-    const double secs = c->params->stall_timeout;
+    const double secs = c->params->exec.stall_timeout;
     int open = 0;
     while (open < n - 1 && req[open] == MPI_REQUEST_NULL)
         open++;
@@ -99,7 +103,7 @@ static ra_status strat_stalled(strat_call *c, int n, const MPI_Request *req,
 ra_status strat_wait(strat_call *c, int n, MPI_Request *req,
                      const strat_watch *w)
 {
-    const double timeout = c->params->stall_timeout;
+    const double timeout = c->params->exec.stall_timeout;
     if (!(timeout > 0) && !w->tick) {
         if (MPI_Waitall(n, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
             return ra_error_set(RA_ERR_MPI, "%s: %s: a transfer failed",
@@ -188,7 +192,8 @@ ra_workspace *strat_workspace(const strat_call *c)
     ra_workspace *ws = ra_workspace_create(c->threads, bq, bkv,
                                            c->shape->Dv);
     if (ws)
-        ra_workspace_set_tick(ws, c->params->on_tick, c->params->on_step_ctx);
+        ra_workspace_set_tick(ws, c->params->exec.on_tick,
+                              c->params->exec.on_step_ctx);
     return ws;
 }
 
@@ -231,10 +236,10 @@ ra_status strat_ids_natural(strat_call *c, int64_t len, const int64_t *mine,
     int *cnt = malloc(sizeof(int) * (size_t)c->P * 2);
     int64_t *n = malloc(sizeof(int64_t) * (size_t)c->P * 2);
     MPI_Request req = MPI_REQUEST_NULL;
-    ra_status st = cnt && n ? RA_OK
-                            : ra_error_set(RA_ERR_NOMEM, "%s: out of memory",
-                                           ra_strategy_name(
-                                               c->params->strategy));
+    ra_status st =
+        cnt && n ? RA_OK
+                 : ra_error_set(RA_ERR_NOMEM, "%s: out of memory",
+                                ra_strategy_name(c->params->exec.strategy));
     if (st != RA_OK)
         goto done;
     strat_rows(c, len, n, n + c->P);
@@ -270,11 +275,12 @@ ra_status strat_alltoall(strat_call *c, const strat_a2a *x, const float *send,
     const int size = x->size, me = c->r - x->first;
     MPI_Request *req = malloc(sizeof(MPI_Request) * (size_t)(2 * size + 1));
     int *peer = malloc(sizeof(int) * (size_t)(2 * size + 1));
-    ra_status st = req && peer ? RA_OK
-                               : ra_error_set(RA_ERR_NOMEM, "%s: out of "
-                                              "memory",
-                                              ra_strategy_name(
-                                                  c->params->strategy));
+    ra_status st =
+        req && peer ? RA_OK
+                    : ra_error_set(RA_ERR_NOMEM,
+                                   "%s: out of "
+                                   "memory",
+                                   ra_strategy_name(c->params->exec.strategy));
     int rc = MPI_SUCCESS, n = 0;
     for (int p = 0; st == RA_OK && p < size; p++) /* receives first */
         if (p != me) {

@@ -252,10 +252,11 @@ ra_status heads_xchg_init(const strat_call *c, head_xchg *x, int first,
     *x = (head_xchg){.first = first, .size = size};
     const int64_t there = heads_counts(c, x, 0), back = heads_counts(c, x, 1);
     if (there < 0 || back < 0 || most > INT_MAX)
-        return ra_error_set(RA_ERR_ARG, "%s: one all-to-all would move more "
+        return ra_error_set(RA_ERR_ARG,
+                            "%s: one all-to-all would move more "
                             "than 2^31 floats per rank; use more ranks or "
                             "strategy ring",
-                            ra_strategy_name(c->params->strategy));
+                            ra_strategy_name(c->params->exec.strategy));
     most = there > most ? there : most;
     x->floats = back > most ? back : most;
     return RA_OK;

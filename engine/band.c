@@ -16,14 +16,14 @@ ra_band ra_band_make(int causal, int window, int64_t left, int64_t right,
 
 ra_band ra_band_of(const ra_params *p, const ra_shape *s)
 {
-    return ra_band_make(p->causal, p->window, p->window_left,
-                        p->window_right, s->M - s->N);
+    return ra_band_make(p->num.causal, p->num.window, p->num.window_left,
+                        p->num.window_right, s->M - s->N);
 }
 
 ra_band ra_cut_band(const ra_params *p)
 {
-    return p ? ra_band_make(p->causal, p->window, p->window_left,
-                            p->window_right, 0)
+    return p ? ra_band_make(p->num.causal, p->num.window, p->num.window_left,
+                            p->num.window_right, 0)
              : ra_band_make(0, 0, 0, 0, 0);
 }
 
@@ -66,8 +66,8 @@ double ra_band_pairs(ra_band band, const int64_t *pos, int64_t n,
 
 double ra_pair_flops(const ra_shape *s, const ra_params *p)
 {
-    const double score = p->score == RA_SCORE_ADDITIVE && p->additive
-                             ? 4.0 * (double)p->additive->A
+    const double score = p->num.score == RA_SCORE_ADDITIVE && p->num.additive
+                             ? 4.0 * (double)p->num.additive->A
                              : 2.0 * (double)s->D;
     return (score + 2.0 * (double)s->Dv) * (double)s->H;
 }

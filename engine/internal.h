@@ -11,43 +11,14 @@
  * own default tiles (ra_params_tiles); wider ones the defaults per D. */
 #define RA_WINDOW_TILE_SPAN 1920
 
-/* The options of one call as the library reads them: the fields of
- * ra_numerics and ra_exec joined (each documented there), and the knobs
- * no public struct carries. The public entry points join the caller's two
- * structs once (ra_params_join); engine/, the strategies, io/ and the
- * command line read and fill this one. */
+/* The options of one call as the library reads them: the caller's two
+ * structs side by side (each field documented in ringattn.h), and the
+ * knobs no public struct carries. The public entry points copy the
+ * caller's structs in once (ra_params_join); engine/, the strategies,
+ * io/ and the command line read params->num.X and params->exec.X. */
 typedef struct {
-    /* ra_numerics: what is computed */
-    int causal;
-    int window;
-    int64_t window_left, window_right;
-    double scale;
-    ra_score score;
-    double sigma;
-    const ra_additive *additive;
-    ra_rope rope;
-    double rope_base;
-    int alibi;
-    const double *alibi_slopes;
-    ra_align align;
-    int nonfinite;
-    ra_precision precision;
-    double softcap;
-    const float *sinks;
-    /* ra_exec: how it runs */
-    ra_strategy strategy;
-    ra_layout layout;
-    int64_t block_q, block_kv;
-    ra_gemm gemm;
-    int threads;
-    double stall_timeout;
-    int64_t mem_limit;
-    int64_t ulysses_size;
-    void (*on_step)(void *ctx, int done, int total);
-    void (*on_tick)(void *ctx, double done);
-    void *on_step_ctx;
-    ra_wire wire;
-    const ra_checkpoint *checkpoint;
+    ra_numerics num; /* what is computed */
+    ra_exec exec;    /* how it runs */
     /* internal only */
     int no_poll; /* 1: never progress transfers between tiles (bench
                     --no-poll: how much overlap polling buys); 0 when

@@ -36,10 +36,10 @@ void ra_exec_default(ra_exec *exec)
 
 void ra_params_saturate(ra_params *p)
 {
-    if (p->window_left > RA_UNBOUNDED)
-        p->window_left = RA_UNBOUNDED;
-    if (p->window_right > RA_UNBOUNDED)
-        p->window_right = RA_UNBOUNDED;
+    if (p->num.window_left > RA_UNBOUNDED)
+        p->num.window_left = RA_UNBOUNDED;
+    if (p->num.window_right > RA_UNBOUNDED)
+        p->num.window_right = RA_UNBOUNDED;
 }
 
 void ra_params_join(const ra_numerics *num, const ra_exec *exec,
@@ -55,43 +55,14 @@ void ra_params_join(const ra_numerics *num, const ra_exec *exec,
         ra_exec_default(&exec_default);
         exec = &exec_default;
     }
-    *p = (ra_params){
-        .causal = num->causal, .window = num->window,
-        .window_left = num->window_left, .window_right = num->window_right,
-        .scale = num->scale, .score = num->score, .sigma = num->sigma,
-        .additive = num->additive, .rope = num->rope,
-        .rope_base = num->rope_base, .alibi = num->alibi,
-        .alibi_slopes = num->alibi_slopes, .align = num->align,
-        .nonfinite = num->nonfinite, .precision = num->precision,
-        .softcap = num->softcap, .sinks = num->sinks,
-        .strategy = exec->strategy, .layout = exec->layout,
-        .block_q = exec->block_q, .block_kv = exec->block_kv,
-        .gemm = exec->gemm, .threads = exec->threads,
-        .stall_timeout = exec->stall_timeout, .mem_limit = exec->mem_limit,
-        .ulysses_size = exec->ulysses_size, .on_step = exec->on_step,
-        .on_tick = exec->on_tick, .on_step_ctx = exec->on_step_ctx,
-        .wire = exec->wire, .checkpoint = exec->checkpoint};
+    *p = (ra_params){.num = *num, .exec = *exec};
     ra_params_saturate(p);
 }
 
 void ra_params_split(const ra_params *p, ra_numerics *num, ra_exec *exec)
 {
-    *num = (ra_numerics){
-        .causal = p->causal, .window = p->window,
-        .window_left = p->window_left, .window_right = p->window_right,
-        .scale = p->scale, .score = p->score, .sigma = p->sigma,
-        .additive = p->additive, .rope = p->rope, .rope_base = p->rope_base,
-        .alibi = p->alibi, .alibi_slopes = p->alibi_slopes,
-        .align = p->align, .nonfinite = p->nonfinite,
-        .precision = p->precision, .softcap = p->softcap, .sinks = p->sinks};
-    *exec = (ra_exec){
-        .strategy = p->strategy, .layout = p->layout,
-        .block_q = p->block_q, .block_kv = p->block_kv, .gemm = p->gemm,
-        .threads = p->threads, .stall_timeout = p->stall_timeout,
-        .mem_limit = p->mem_limit, .ulysses_size = p->ulysses_size,
-        .on_step = p->on_step, .on_tick = p->on_tick,
-        .on_step_ctx = p->on_step_ctx, .wire = p->wire,
-        .checkpoint = p->checkpoint};
+    *num = p->num;
+    *exec = p->exec;
 }
 
 void ra_params_default(ra_params *params)
@@ -113,18 +84,18 @@ RA_NAMED_ENUM(wire, ra_wire, "wire", wire_names)
 
 int ra_params_wire_bf16(const ra_params *params)
 {
-    if (params->wire != RA_WIRE_AUTO)
-        return params->wire == RA_WIRE_BF16;
-    return params->precision == RA_PRECISION_BF16 &&
-           params->strategy == RA_STRATEGY_RING &&
-           params->score != RA_SCORE_ADDITIVE;
+    if (params->exec.wire != RA_WIRE_AUTO)
+        return params->exec.wire == RA_WIRE_BF16;
+    return params->num.precision == RA_PRECISION_BF16 &&
+           params->exec.strategy == RA_STRATEGY_RING &&
+           params->num.score != RA_SCORE_ADDITIVE;
 }
 
 double ra_params_scale(const ra_params *params, const ra_shape *shape)
 {
-    if (isnan(params->scale))
+    if (isnan(params->num.scale))
         return 1.0 / sqrt((double)shape->D);
-    return params->scale;
+    return params->num.scale;
 }
 
 /* Default tiles, from the sweeps in docs/PERFORMANCE.md ("Tile sizes"):
@@ -137,22 +108,22 @@ void ra_params_tiles(const ra_params *params, const ra_shape *shape,
                      int64_t *block_q, int64_t *block_kv)
 {
     int64_t bq = 256, bkv = shape->D <= 64 ? 256 : 512;
-    if (params->window &&
-        params->window_left + params->window_right + 1 <=
+    if (params->num.window &&
+        params->num.window_left + params->num.window_right + 1 <=
             RA_WINDOW_TILE_SPAN) {
         bq = 128;
-        bkv = params->window_left + params->window_right + bq;
+        bkv = params->num.window_left + params->num.window_right + bq;
         bkv = (bkv + 15) / 16 * 16;
     }
-    *block_q = params->block_q > 0 ? params->block_q : bq;
-    *block_kv = params->block_kv > 0 ? params->block_kv : bkv;
+    *block_q = params->exec.block_q > 0 ? params->exec.block_q : bq;
+    *block_kv = params->exec.block_kv > 0 ? params->exec.block_kv : bkv;
 }
 
 int ra_params_threads(const ra_params *params)
 {
     /* One thread per rank unless asked for more: MPI launchers usually
      * place one rank per core already. */
-    return params->threads > 0 ? params->threads : 1;
+    return params->exec.threads > 0 ? params->exec.threads : 1;
 }
 
 const char *ra_name_of(const char *const *names, int n, int value)
@@ -198,13 +169,13 @@ RA_NAMED_ENUM(layout, ra_layout, "layout", layout_names)
  * work, which zigzag evens out. */
 ra_layout ra_params_layout(const ra_params *params, int segments)
 {
-    if (params->layout != RA_LAYOUT_AUTO)
-        return params->layout;
-    if (params->window)
+    if (params->exec.layout != RA_LAYOUT_AUTO)
+        return params->exec.layout;
+    if (params->num.window)
         return RA_LAYOUT_BALANCED;
     if (segments)
         return RA_LAYOUT_STRIPED;
-    return params->causal ? RA_LAYOUT_ZIGZAG : RA_LAYOUT_CONTIGUOUS;
+    return params->num.causal ? RA_LAYOUT_ZIGZAG : RA_LAYOUT_CONTIGUOUS;
 }
 
 double ra_numerics_scale(const ra_numerics *num, const ra_shape *shape)
@@ -297,9 +268,10 @@ double ra_params_forward_flops(const ra_shape *s, const ra_params *p,
     for (int64_t b = 0; b < s->B; b++) {
         const int64_t ql = masks && masks->q_lens ? masks->q_lens[b] : s->N;
         const int64_t kl = masks && masks->kv_lens ? masks->kv_lens[b] : s->M;
-        if (p->align == RA_ALIGN_SEQUENCE) /* each batch on its lengths */
-            band = ra_band_make(p->causal, p->window, p->window_left,
-                                p->window_right, kl - ql);
+        if (p->num.align == RA_ALIGN_SEQUENCE) /* each batch on its lengths */
+            band =
+                ra_band_make(p->num.causal, p->num.window, p->num.window_left,
+                             p->num.window_right, kl - ql);
         pairs += ra_band_pairs(band, NULL, s->N, ql, kl);
     }
     return ra_pair_flops(s, p) * pairs;

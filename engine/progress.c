@@ -4,6 +4,6 @@
 
 void ra_step_report(const ra_params *params, int done, int total)
 {
-    if (params && params->on_step)
-        params->on_step(params->on_step_ctx, done, total);
+    if (params && params->exec.on_step)
+        params->exec.on_step(params->exec.on_step_ctx, done, total);
 }

@@ -148,16 +148,18 @@ static ra_status check_additive(const ra_shape *s, const ra_additive *ad,
 static ra_status check_product(const ra_shape *s, const ra_params *p,
                                const ra_input_bounds *b)
 {
-    const int gauss = p->score == RA_SCORE_GAUSSIAN;
-    const double factor = gauss ? 1.0 / (p->sigma * p->sigma)
+    const int gauss = p->num.score == RA_SCORE_GAUSSIAN;
+    const double factor = gauss ? 1.0 / (p->num.sigma * p->num.sigma)
                                 : fabs(ra_params_scale(p, s));
     const double alpha = factor * M_LOG2E; /* base-2 scores */
     if (!(alpha <= SAFE_MAX))
-        return gauss ? ra_error_set(RA_ERR_ARG, "score gaussian: sigma = %.3g "
+        return gauss ? ra_error_set(RA_ERR_ARG,
+                                    "score gaussian: sigma = %.3g "
                                     "makes 1/sigma^2 = %.3g, beyond the "
-                                    "kernel's float32 limit (%.3g)", p->sigma,
-                                    factor, SAFE_MAX)
-                     : ra_error_set(RA_ERR_ARG, "scale %.3g is beyond the "
+                                    "kernel's float32 limit (%.3g)",
+                                    p->num.sigma, factor, SAFE_MAX)
+                     : ra_error_set(RA_ERR_ARG,
+                                    "scale %.3g is beyond the "
                                     "kernel's float32 limit (%.3g)",
                                     ra_params_scale(p, s), SAFE_MAX);
     const double dot = b->q_norm * b->k_norm;
@@ -171,18 +173,20 @@ static ra_status check_product(const ra_shape *s, const ra_params *p,
                             factor * dot, SAFE_MAX);
     const double norm = fmax(b->q_norm, b->k_norm);
     if (gauss && norm * norm * alpha > SAFE_MAX)
-        return ra_error_set(RA_ERR_INPUT, "score gaussian: |q|^2 or |k|^2 / "
+        return ra_error_set(RA_ERR_INPUT,
+                            "score gaussian: |q|^2 or |k|^2 / "
                             "(2 sigma^2) reaches %.3g (largest row norm %.3g, "
                             "sigma %.3g), beyond the kernel's float32 limit "
-                            "(%.3g)", norm * norm * factor / 2.0, norm,
-                            p->sigma, SAFE_MAX);
+                            "(%.3g)",
+                            norm * norm * factor / 2.0, norm, p->num.sigma,
+                            SAFE_MAX);
     return RA_OK;
 }
 
 ra_status ra_alibi_check(const ra_shape *s, const ra_params *p)
 {
     const int64_t dist = s->N > s->M ? s->N : s->M;
-    for (int64_t h = 0; p->alibi && h < s->H; h++) {
+    for (int64_t h = 0; p->num.alibi && h < s->H; h++) {
         const double slope = ra_params_alibi_slope(p, s->H, h);
         const double bias = fabs(slope) * M_LOG2E * (double)dist;
         if (!(bias <= SAFE_MAX))
@@ -199,8 +203,8 @@ ra_status ra_alibi_check(const ra_shape *s, const ra_params *p)
 ra_status ra_input_bounds_check(const ra_shape *s, const ra_params *p,
                                 const ra_input_bounds *b, int64_t block_keys)
 {
-    ra_status st = p->score == RA_SCORE_ADDITIVE
-                       ? check_additive(s, p->additive, b)
+    ra_status st = p->num.score == RA_SCORE_ADDITIVE
+                       ? check_additive(s, p->num.additive, b)
                        : check_product(s, p, b);
     if (st == RA_OK)
         st = ra_alibi_check(s, p);

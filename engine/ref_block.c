@@ -29,7 +29,7 @@ void ra_ref_project(const float *W, int64_t A, int64_t D, const double *rows,
 /* The additive score of every (row, key) pair for head h into sc. */
 static void scores_additive(const ra_ref_block *x, int64_t h)
 {
-    const ra_additive *ad = x->p->additive;
+    const ra_additive *ad = x->p->num.additive;
     const int64_t H = x->s->H, G = x->s->G, g = h / (H / G);
     for (int64_t r = 0; r < x->nr; r++)
         for (int64_t j = 0; j < x->kb; j++) {
@@ -49,17 +49,17 @@ static void scores(const ra_ref_block *x, int64_t h)
     const ra_shape *s = x->s;
     const int64_t H = s->H, G = s->G, D = s->D, nr = x->nr, kb = x->kb;
     const int64_t g = h / (H / G), Dk = ra_shape_dk(s);
-    if (x->p->score == RA_SCORE_ADDITIVE) {
+    if (x->p->num.score == RA_SCORE_ADDITIVE) {
         scores_additive(x, h);
         return;
     }
-    const int gauss = x->p->score == RA_SCORE_GAUSSIAN;
-    const double inv2 = gauss ? 1.0 / (x->p->sigma * x->p->sigma) : 0.0;
+    const int gauss = x->p->num.score == RA_SCORE_GAUSSIAN;
+    const double inv2 = gauss ? 1.0 / (x->p->num.sigma * x->p->num.sigma) : 0.0;
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)kb,
                 (int)D, gauss ? inv2 : x->scale, x->q + h * D, (int)(H * D),
                 x->k + g * Dk, (int)(G * Dk), 0.0, x->sc, (int)kb);
-    for (int64_t i = 0; !gauss && x->p->softcap > 0 && i < nr * kb; i++)
-        ra_ref_softcap(x->p->softcap, &x->sc[i], NULL);
+    for (int64_t i = 0; !gauss && x->p->num.softcap > 0 && i < nr * kb; i++)
+        ra_ref_softcap(x->p->num.softcap, &x->sc[i], NULL);
     if (!gauss)
         return;
     for (int64_t r = 0; r < nr; r++) { /* -(|q|^2 + |k|^2) / (2 sigma^2) */
@@ -97,7 +97,7 @@ static double row_mask(const ra_ref_block *x, int64_t r, double slope)
 /* Head h's ALiBi slope, 0 without ALiBi. */
 static double block_slope(const ra_ref_block *x, int64_t h)
 {
-    return x->p->alibi ? ra_params_alibi_slope(x->p, x->s->H, h) : 0.0;
+    return x->p->num.alibi ? ra_params_alibi_slope(x->p, x->s->H, h) : 0.0;
 }
 
 void ra_ref_block_scores(const ra_ref_block *x, int64_t h)

@@ -48,7 +48,7 @@ static void cap_slopes(const ra_ref_block *x, const double *q,
                 (int)(s->G * ra_shape_dk(s)), 0.0, d, (int)kb);
     for (int64_t i = 0; i < nr * kb; i++) {
         double sc = d[i];
-        ra_ref_softcap(x->p->softcap, &sc, &d[i]);
+        ra_ref_softcap(x->p->num.softcap, &sc, &d[i]);
     }
 }
 
@@ -59,12 +59,13 @@ void ra_ref_block_backward(const ra_ref_block *x, int64_t h,
     const int64_t H = s->H, G = s->G, D = s->D, Dv = s->Dv;
     const int64_t Dk = ra_shape_dk(s), gh = h / (H / G);
     const int nr = (int)x->nr, kb = (int)x->kb;
-    const int gauss = x->p->score == RA_SCORE_GAUSSIAN;
-    const double c = gauss ? 1.0 / (x->p->sigma * x->p->sigma) : x->scale;
+    const int gauss = x->p->num.score == RA_SCORE_GAUSSIAN;
+    const double c =
+        gauss ? 1.0 / (x->p->num.sigma * x->p->num.sigma) : x->scale;
     const double *q = x->q + h * D, *k = x->k + gh * Dk;
     const double *dout = g->dout + h * Dv;
     ra_ref_block_scores(x, h);
-    if (x->p->softcap > 0) /* the cap's derivative, in dp for now */
+    if (x->p->num.softcap > 0) /* the cap's derivative, in dp for now */
         cap_slopes(x, q, k, g->dp);
     block_probs(x, h, g->lse);
     /* pass 3: dv += P^T do; P times the cap's derivative; dP = do V^T;
@@ -73,7 +74,7 @@ void ra_ref_block_backward(const ra_ref_block *x, int64_t h,
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, (int)Dv, nr,
                     1.0, x->sc, kb, dout, (int)(H * Dv), 1.0, g->dv + gh * Dv,
                     (int)(G * Dv));
-    for (int64_t i = 0; x->p->softcap > 0 && i < (int64_t)nr * kb; i++)
+    for (int64_t i = 0; x->p->num.softcap > 0 && i < (int64_t)nr * kb; i++)
         x->sc[i] *= g->dp[i];
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, kb, (int)Dv,
                 1.0, dout, (int)(H * Dv), x->v + gh * Dv, (int)(G * Dv), 0.0,

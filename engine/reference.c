@@ -123,8 +123,8 @@ void ra_reference_scored(const ra_ref_score *sc, const ra_mask *mask,
 
 double ra_params_alibi_slope(const ra_params *params, int64_t H, int64_t h)
 {
-    return params->alibi_slopes ? params->alibi_slopes[h]
-                                : ra_alibi_slope(H, h);
+    return params->num.alibi_slopes ? params->num.alibi_slopes[h]
+                                    : ra_alibi_slope(H, h);
 }
 
 void ra_rope_row_ref(ra_rope rope, double base, double *x, int64_t D,

@@ -92,7 +92,7 @@ static ra_status file_slab(MPI_Comm comm, const char *path,
 static ra_status fwd_arith_check(const char *fwd, const h5io_run_attrs *a,
                                  const ra_params *p)
 {
-    const char *mine = ra_precision_name(p->precision);
+    const char *mine = ra_precision_name(p->num.precision);
     if (strcmp(a->precision, mine) != 0)
         return ra_error_set(RA_ERR_INPUT, "%s: a forward output of other "
                             "arithmetic: its tile products are %s (attribute "
@@ -120,34 +120,35 @@ ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
     const char *what = NULL;
     if (a.seq_q != s->N || a.seq_kv != s->M)
         what = "sequence lengths (attributes seq_q, seq_kv)";
-    else if (a.causal != p->causal)
+    else if (a.causal != p->num.causal)
         what = "causal mask (attribute causal)";
-    else if (a.window != (p->window ? 1 : 0) ||
-             (p->window && (a.window_left != p->window_left ||
-                            a.window_right != p->window_right)))
+    else if (a.window != (p->num.window ? 1 : 0) ||
+             (p->num.window && (a.window_left != p->num.window_left ||
+                                a.window_right != p->num.window_right)))
         what = "window (attributes window, window_left, window_right)";
-    else if (strcmp(a.score, ra_score_name(p->score)) != 0)
+    else if (strcmp(a.score, ra_score_name(p->num.score)) != 0)
         what = "score (attribute score)";
-    else if (p->score == RA_SCORE_DOT &&
+    else if (p->num.score == RA_SCORE_DOT &&
              !(fabs(a.scale - scale) <= 1e-6 * fabs(scale)))
         what = "scale (attribute scale)";
-    else if (p->score == RA_SCORE_GAUSSIAN &&
-             !(fabs(a.sigma - p->sigma) <= 1e-6 * p->sigma))
+    else if (p->num.score == RA_SCORE_GAUSSIAN &&
+             !(fabs(a.sigma - p->num.sigma) <= 1e-6 * p->num.sigma))
         what = "Gaussian bandwidth (attribute sigma)";
-    else if (strcmp(a.rope, ra_rope_name(p->rope)) != 0 ||
-             (p->rope != RA_ROPE_NONE &&
-              !(fabs(a.rope_base - p->rope_base) <= 1e-9 * p->rope_base)))
+    else if (strcmp(a.rope, ra_rope_name(p->num.rope)) != 0 ||
+             (p->num.rope != RA_ROPE_NONE &&
+              !(fabs(a.rope_base - p->num.rope_base) <=
+                1e-9 * p->num.rope_base)))
         what = "rotary embedding (attributes rope, rope_base)";
-    else if (a.alibi != (p->alibi ? 1 : 0) ||
-             (p->alibi && strcmp(a.alibi_slopes, p->alibi_slopes
-                                                     ? "/alibi_slopes"
-                                                     : "standard") != 0))
+    else if (a.alibi != (p->num.alibi ? 1 : 0) ||
+             (p->num.alibi &&
+              strcmp(a.alibi_slopes,
+                     p->num.alibi_slopes ? "/alibi_slopes" : "standard") != 0))
         what = "ALiBi (attributes alibi, alibi_slopes)";
-    else if (strcmp(a.align, ra_align_name(p->align)) != 0)
+    else if (strcmp(a.align, ra_align_name(p->num.align)) != 0)
         what = "query alignment (attribute align, --align-per-sequence)";
-    else if (p->score == RA_SCORE_DOT && a.softcap != p->softcap)
+    else if (p->num.score == RA_SCORE_DOT && a.softcap != p->num.softcap)
         what = "softcap (attribute softcap, --softcap)";
-    else if ((a.sinks_dataset[0] != '\0') != (p->sinks != NULL))
+    else if ((a.sinks_dataset[0] != '\0') != (p->num.sinks != NULL))
         what = "sinks (attribute sinks_dataset, --sinks)";
     if (what)
         return ra_error_set(RA_ERR_INPUT, "%s: a forward output of another "
@@ -186,8 +187,8 @@ ra_status h5io_read_backward(MPI_Comm comm, const h5io_bwd_files *f,
 {
     const char *in = f->in, *fwd = f->fwd;
     ra_slice qs, ks;
-    ra_status st = h5io_rank_slices(comm, in, p->layout, ra_cut_band(p), s,
-                                    &qs, &ks);
+    ra_status st =
+        h5io_rank_slices(comm, in, p->exec.layout, ra_cut_band(p), s, &qs, &ks);
     if (st != RA_OK)
         return st;
     const int64_t odims[4] = {s->B, s->N, s->H, s->Dv};
@@ -254,7 +255,7 @@ static ra_status grads_attrs(hid_t file, MPI_Comm comm, const grads_ctx *c)
 static ra_status weights_write(hid_t file, MPI_Comm comm, const grads_ctx *c)
 {
     const ra_additive_grads *dw = c->meta->dw;
-    const int64_t A = c->meta->params->additive->A;
+    const int64_t A = c->meta->params->num.additive->A;
     const hsize_t dims[3][2] = {{(hsize_t)A, (hsize_t)c->shape->D},
                                 {(hsize_t)A, (hsize_t)ra_shape_dk(c->shape)},
                                 {(hsize_t)A, 1}};
@@ -315,9 +316,9 @@ ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
                            const float *dq, const float *dk, const float *dv)
 {
     grads_ctx c = {path, shape, meta, dq, dk, dv, {0}, {0}, 0, 0};
-    ra_status st = h5io_rank_slices(comm, path, meta->params->layout,
-                                    ra_cut_band(meta->params), shape, &c.qs,
-                                    &c.ks);
+    ra_status st =
+        h5io_rank_slices(comm, path, meta->params->exec.layout,
+                         ra_cut_band(meta->params), shape, &c.qs, &c.ks);
     if (st == RA_OK && (MPI_Comm_rank(comm, &c.rank) != MPI_SUCCESS ||
                         MPI_Comm_size(comm, &c.nranks) != MPI_SUCCESS))
         st = ra_error_set(RA_ERR_MPI, "%s: MPI_Comm_rank/size failed", path);

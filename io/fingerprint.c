@@ -80,8 +80,8 @@ static void line_whole(const char *key, const char *name, const void *x,
 static void lines_params(const ra_shape *s, const ra_params *p, char *text,
                          size_t len)
 {
-    const ra_additive *ad = p->score == RA_SCORE_ADDITIVE ? p->additive
-                                                           : NULL;
+    const ra_additive *ad =
+        p->num.score == RA_SCORE_ADDITIVE ? p->num.additive : NULL;
     uint64_t h = 0;
     if (ad) {
         h = ra_hash64(ad->w_q, sizeof(float) * (size_t)(ad->A * s->D), 1);
@@ -91,7 +91,7 @@ static void lines_params(const ra_shape *s, const ra_params *p, char *text,
     }
     line_whole("additive", "/additive", ad ? &h : NULL, sizeof h, text, len);
     line_whole("alibi_slopes", "/alibi_slopes",
-               p->alibi ? p->alibi_slopes : NULL,
+               p->num.alibi ? p->num.alibi_slopes : NULL,
                sizeof(double) * (size_t)s->H, text, len);
 }
 

@@ -99,8 +99,8 @@ static ra_status batches_check(const char *fwd, const ra_shape *s,
                            mk && mk->kv_lens ? mk->kv_lens[b] : s->M,
                            NULL, s->M, w->aligned ? w->aligned + b * n : NULL};
         if (w->aligned)
-            v.band = ra_band_make(p->causal, p->window, p->window_left,
-                                  p->window_right, 0);
+            v.band = ra_band_make(p->num.causal, p->num.window,
+                                  p->num.window_left, p->num.window_right, 0);
         if (w->ids) {
             for (int64_t j = 0; j < s->M; j++)
                 w->keys[j] = (ra_key_id){w->ids[b * s->M + j], j};
@@ -121,8 +121,8 @@ ra_status h5io_lse_check(MPI_Comm comm, const char *fwd, const ra_shape *s,
     int rank, P;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &P);
-    const ra_slice qs = ra_params_slice(p, p->layout, s->N, rank, P);
-    const ra_slice ks = ra_params_slice(p, p->layout, s->M, rank, P);
+    const ra_slice qs = ra_params_slice(p, p->exec.layout, s->N, rank, P);
+    const ra_slice ks = ra_params_slice(p, p->exec.layout, s->M, rank, P);
     const int segs = mk && mk->q_segments;
     lse_work w = {0};
     ra_status st = RA_OK;
@@ -131,23 +131,24 @@ ra_status h5io_lse_check(MPI_Comm comm, const char *fwd, const ra_shape *s,
     w.seen = malloc((size_t)qs.count + 1);
     w.counts = malloc(sizeof(int) * 2 * (size_t)P);
     w.displs = w.counts ? w.counts + P : NULL;
-    if (p->align == RA_ALIGN_SEQUENCE)
+    if (p->num.align == RA_ALIGN_SEQUENCE)
         w.aligned = malloc(sizeof(int64_t) * (size_t)(s->B * qs.count + 1));
     if (segs) {
         w.ids = malloc(sizeof(int64_t) * (size_t)((s->B + 1) * s->M));
         w.keys = malloc(sizeof(ra_key_id) * (size_t)s->M);
     }
     if (!w.pos || !w.seen || !w.counts || (segs && (!w.ids || !w.keys)) ||
-        (p->align == RA_ALIGN_SEQUENCE && !w.aligned))
+        (p->num.align == RA_ALIGN_SEQUENCE && !w.aligned))
         st = ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate the check of "
                           "/lse against the masks", fwd);
     else if (segs && s->M > INT_MAX)
         st = ra_error_set(RA_ERR_ARG, "%s: the check of /lse against the "
                           "segments takes M up to %d keys", fwd, INT_MAX);
     if ((st = ra_agree(comm, st)) == RA_OK && segs)
-        st = ra_agree(comm, ids_gather(comm, s, p, p->layout, mk, ks.count, &w));
+        st = ra_agree(comm,
+                      ids_gather(comm, s, p, p->exec.layout, mk, ks.count, &w));
     if (st == RA_OK && w.aligned) /* collective; agreed */
-        st = ra_align_queries(comm, s, p->layout, p, mk, w.aligned);
+        st = ra_align_queries(comm, s, p->exec.layout, p, mk, w.aligned);
     /* steps 2 and 3: per batch, which local queries see a key; their lse */
     if (st == RA_OK) {
         slice_positions(&qs, w.pos);

@@ -18,43 +18,45 @@ static ra_status record_rules(MPI_Comm comm, hid_t file, const char *path,
 {
     const ra_params *p = r->params;
     ra_status st;
-    if ((st = h5io_attr_write_int(comm, file, path, "causal",
-                                  p->causal)) != RA_OK ||
+    if ((st = h5io_attr_write_int(comm, file, path, "causal", p->num.causal)) !=
+            RA_OK ||
         (st = h5io_attr_write_int(comm, file, path, "window",
-                                  p->window ? 1 : 0)) != RA_OK ||
+                                  p->num.window ? 1 : 0)) != RA_OK ||
         (st = h5io_attr_write_int64(comm, file, path, "window_left",
-                                    p->window_left)) != RA_OK ||
+                                    p->num.window_left)) != RA_OK ||
         (st = h5io_attr_write_int64(comm, file, path, "window_right",
-                                    p->window_right)) != RA_OK ||
+                                    p->num.window_right)) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "score",
-                                     ra_score_name(p->score))) != RA_OK ||
+                                     ra_score_name(p->num.score))) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "layout",
-                                     ra_layout_name(ra_params_layout(p, 0))))
-            != RA_OK ||
-        (st = h5io_attr_write_int(comm, file, path, "ranks",
-                                  r->nranks)) != RA_OK ||
+                                     ra_layout_name(ra_params_layout(p, 0)))) !=
+            RA_OK ||
+        (st = h5io_attr_write_int(comm, file, path, "ranks", r->nranks)) !=
+            RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "strategy",
-                                     ra_strategy_name(p->strategy))) != RA_OK ||
+                                     ra_strategy_name(p->exec.strategy))) !=
+            RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "precision",
-                                     ra_precision_name(p->precision))) !=
+                                     ra_precision_name(p->num.precision))) !=
             RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "wire",
                                      ra_params_wire_bf16(p) ? "bf16"
                                                             : "fp32")) != RA_OK)
         return st;
-    if (p->score == RA_SCORE_DOT &&
+    if (p->num.score == RA_SCORE_DOT &&
         (st = h5io_attr_write_double(comm, file, path, "softcap",
-                                     p->softcap)) != RA_OK)
+                                     p->num.softcap)) != RA_OK)
         return st;
     if ((st = h5io_attr_write_string(comm, file, path, "sinks_dataset",
-                                     p->sinks && r->source &&
-                                     r->source->sinks ? r->source->sinks
-                                                      : "")) != RA_OK)
+                                     p->num.sinks && r->source &&
+                                             r->source->sinks
+                                         ? r->source->sinks
+                                         : "")) != RA_OK)
         return st;
-    if (p->score == RA_SCORE_DOT)
+    if (p->num.score == RA_SCORE_DOT)
         st = h5io_attr_write_double(comm, file, path, "scale", r->scale);
-    else if (p->score == RA_SCORE_GAUSSIAN)
-        st = h5io_attr_write_double(comm, file, path, "sigma", p->sigma);
+    else if (p->num.score == RA_SCORE_GAUSSIAN)
+        st = h5io_attr_write_double(comm, file, path, "sigma", p->num.sigma);
     return st;
 }
 
@@ -123,17 +125,18 @@ static ra_status record_posenc(MPI_Comm comm, hid_t file, const char *path,
 {
     ra_status st;
     if ((st = h5io_attr_write_string(comm, file, path, "rope",
-                                     ra_rope_name(p->rope))) != RA_OK ||
+                                     ra_rope_name(p->num.rope))) != RA_OK ||
         (st = h5io_attr_write_double(comm, file, path, "rope_base",
-                                     p->rope_base)) != RA_OK ||
+                                     p->num.rope_base)) != RA_OK ||
         (st = h5io_attr_write_int(comm, file, path, "alibi",
-                                  p->alibi ? 1 : 0)) != RA_OK ||
+                                  p->num.alibi ? 1 : 0)) != RA_OK ||
         (st = h5io_attr_write_string(comm, file, path, "align",
-                                     ra_align_name(p->align))) != RA_OK)
+                                     ra_align_name(p->num.align))) != RA_OK)
         return st;
     return h5io_attr_write_string(comm, file, path, "alibi_slopes",
-                                  !p->alibi ? "" : p->alibi_slopes
-                                  ? "/alibi_slopes" : "standard");
+                                  !p->num.alibi         ? ""
+                                  : p->num.alibi_slopes ? "/alibi_slopes"
+                                                        : "standard");
 }
 
 ra_status h5io_record(MPI_Comm comm, hid_t file, const char *path,

@@ -29,19 +29,20 @@ void verify_work_free(vwork *w)
  * fp64 reference can see). */
 static int verify_centred(const verify_ctx *c)
 {
-    return c->p.score == RA_SCORE_GAUSSIAN && (c->round_q || c->round_kv);
+    return c->p.num.score == RA_SCORE_GAUSSIAN && (c->round_q || c->round_kv);
 }
 
 ra_status verify_work_alloc(const verify_ctx *c, int64_t n, vwork *w)
 {
     const ra_shape *s = c->s;
     const int64_t Dk = ra_shape_dk(s), H = s->H, G = s->G;
-    const int64_t A = c->p.score == RA_SCORE_ADDITIVE ? c->p.additive->A : 0;
+    const int64_t A =
+        c->p.num.score == RA_SCORE_ADDITIVE ? c->p.num.additive->A : 0;
     const size_t d = sizeof(double), i8 = sizeof(int64_t);
     w->pos = malloc(i8 * (size_t)n);
     w->qseg = c->q_seg_name ? malloc(i8 * (size_t)n) : NULL;
     w->qat = malloc(i8 * (size_t)n);
-    const int ids = c->q_seg_name && c->p.align == RA_ALIGN_SEQUENCE;
+    const int ids = c->q_seg_name && c->p.num.align == RA_ALIGN_SEQUENCE;
     w->ids = ids ? malloc(i8 * (size_t)(s->N + s->M)) : NULL;
     w->at = ids ? malloc(i8 * (size_t)s->N) : NULL;
     w->keys = ids ? malloc(sizeof *w->keys * (size_t)(s->N + s->M)) : NULL;
@@ -89,7 +90,7 @@ static ra_status rows_align(const char *in, const verify_ctx *c, int64_t b,
 {
     const ra_shape *s = c->s;
     int64_t diag = s->M - s->N;
-    if (c->p.align == RA_ALIGN_SEQUENCE)
+    if (c->p.num.align == RA_ALIGN_SEQUENCE)
         diag = (c->kv_lens ? c->kv_lens[b] : s->M) -
                (c->q_lens ? c->q_lens[b] : s->N);
     for (int64_t r = 0; r < w->nr; r++)
@@ -140,7 +141,7 @@ static ra_status batch_centre(const char *in, const verify_ctx *c, int64_t b,
         for (int64_t j = 0; j < kb && st == RA_OK; j++) {
             w->kpos[j] = j0 + j;
             for (int64_t g = 0; g < G; g++)
-                ra_rope_row_ref(c->p.rope, c->p.rope_base,
+                ra_rope_row_ref(c->p.num.rope, c->p.num.rope_base,
                                 w->k + (j * G + g) * D, D, j0 + j);
         }
         for (int64_t x = 0; x < kb * G * D && st == RA_OK; x++)
@@ -224,8 +225,8 @@ ra_status verify_rows_load(const char *in, const char *out,
         st = rows_align(in, c, b, w);
     for (int64_t r = 0; r < nr && st == RA_OK; r++)
         for (int64_t h = 0; h < H; h++)
-            ra_rope_row_ref(c->p.rope, c->p.rope_base, w->q + (r * H + h) * D,
-                            D, w->qat[r]);
+            ra_rope_row_ref(c->p.num.rope, c->p.num.rope_base,
+                            w->q + (r * H + h) * D, D, w->qat[r]);
     if (st == RA_OK && w->centre)
         st = batch_centre(in, c, b, w);
     centre_rows(w, w->q, nr, H, s->G, D);
@@ -235,8 +236,8 @@ ra_status verify_rows_load(const char *in, const char *out,
     if (st == RA_OK && out)
         st = rows_lse(out, c, b, w);
     if (st == RA_OK && w->qa)
-        ra_ref_project(c->p.additive->w_q, c->p.additive->A, D, w->q, nr * H,
-                     w->qa);
+        ra_ref_project(c->p.num.additive->w_q, c->p.num.additive->A, D, w->q,
+                       nr * H, w->qa);
     rows_reset(c, w);
     return st;
 }
@@ -282,8 +283,8 @@ ra_status verify_keys_load(const char *in, const verify_ctx *c, int64_t b,
         return st;
     for (int64_t j = 0; j < kb; j++)
         for (int64_t g = 0; g < G; g++)
-            ra_rope_row_ref(c->p.rope, c->p.rope_base, w->k + (j * G + g) * Dk,
-                            Dk, w->kpos[j]);
+            ra_rope_row_ref(c->p.num.rope, c->p.num.rope_base,
+                            w->k + (j * G + g) * Dk, Dk, w->kpos[j]);
     centre_rows(w, w->k, kb, G, G, Dk);
     if (c->round_kv) {
         ra_bf16_round_f64(w->k, kb * G * Dk);
@@ -292,8 +293,8 @@ ra_status verify_keys_load(const char *in, const verify_ctx *c, int64_t b,
     for (int64_t x = 0; w->va && x < kb * G * s->Dv; x++)
         w->va[x] = fabs(w->v[x]);
     if (w->ka)
-        ra_ref_project(c->p.additive->w_k, c->p.additive->A, Dk, w->k, kb * G,
-                     w->ka);
+        ra_ref_project(c->p.num.additive->w_k, c->p.num.additive->A, Dk, w->k,
+                       kb * G, w->ka);
     keys_visible(c, b, kb, w);
     return RA_OK;
 }
@@ -322,8 +323,8 @@ static void rows_tally(const verify_ctx *c, const vwork *w, ra_tally *t)
         for (int64_t h = 0; h < H; h++) {
             double sum = w->sum[h * nr + r], mx = w->mx[h * nr + r];
             const double *acc = w->acc + (h * nr + r) * Dv;
-            if (c->p.sinks) { /* one more column: logit sink, value 0 */
-                const double sink = c->p.sinks[h];
+            if (c->p.num.sinks) { /* one more column: logit sink, value 0 */
+                const double sink = c->p.num.sinks[h];
                 if (!(sum > 0) || sink > mx) {
                     sum = sum > 0 ? sum * exp(mx - sink) : 0.0;
                     mx = sink;

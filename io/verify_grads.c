@@ -99,11 +99,11 @@ static ra_status chunk_stats(const char *in, const verify_ctx *c, int64_t b,
     for (int64_t h = 0; h < H; h++)
         for (int64_t r = 0; r < nr; r++) {
             const int64_t i = h * nr + r;
-            const double sink = c->p.sinks ? c->p.sinks[h] : -INFINITY;
+            const double sink = c->p.num.sinks ? c->p.num.sinks[h] : -INFINITY;
             row_stats(w->sum[i], w->mx[i], w->acc + i * Dv,
                       g->dout + (r * H + h) * Dv, Dv, sink, &g->lse[i],
                       &g->drow[i]);
-            if (c->p.sinks && bx->dsinks)
+            if (c->p.num.sinks && bx->dsinks)
                 bx->dsinks[h] -= exp(sink - g->lse[i]) * g->drow[i];
         }
     return st;
@@ -191,7 +191,7 @@ static ra_status chunk_dq(const char *in, const verify_ctx *c, int64_t b,
             ra_ref_block_backward(&blk, h, &gr);
     }
     for (int64_t r = 0; r < w->nr * H; r++)
-        ra_rope_row_ref(c->p.rope, c->p.rope_base, g->dq + r * D, D,
+        ra_rope_row_ref(c->p.num.rope, c->p.num.rope_base, g->dq + r * D, D,
                         -w->qat[r / H]);
     if (st == RA_OK)
         st = verify_read_runs(x->grads, "/dq", VERIFY_GRAD, c,
@@ -232,7 +232,7 @@ ra_status verify_grads_keys(const verify_ctx *c, int64_t b,
     const ra_shape *s = c->s;
     const int64_t G = s->G, Dk = ra_shape_dk(s), Dv = s->Dv, n = x->nk;
     for (int64_t r = 0; r < n * G; r++)
-        ra_rope_row_ref(c->p.rope, c->p.rope_base, x->dk + r * Dk, Dk,
+        ra_rope_row_ref(c->p.num.rope, c->p.num.rope_base, x->dk + r * Dk, Dk,
                         -x->keys[r / G]);
     const verify_tokens keys = {b, x->keys, n};
     double *got = malloc(sizeof(double) * (size_t)(n * G * (Dk + Dv) + 1));

@@ -16,19 +16,20 @@ static json_t *row_problem(const bench_result *r)
     return json_pack(
         "{s:i, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:I, "
         "s:b, s:I, s:s, s:i, s:I, s:I, s:s, s:s, s:s}",
-        "ranks", r->ranks, "threads", r->threads, "mode", r->mode,
-        "batch", (json_int_t)s->B, "seq_q", (json_int_t)s->N,
-        "seq_kv", (json_int_t)s->M, "heads", (json_int_t)s->H,
-        "kv_heads", (json_int_t)s->G, "dim", (json_int_t)s->D,
-        "dim_v", (json_int_t)s->Dv, "causal", r->p.causal,
-        "window_left", (json_int_t)(r->p.window ? r->p.window_left : -1),
-        "window_right", (json_int_t)(r->p.window ? r->p.window_right : -1),
-        "lens", r->lens, "segment_avg", (json_int_t)r->segment_avg,
-        "layout", ra_layout_name(lay), "steps", r->steps,
-        "block_q", (json_int_t)r->block_q, "block_kv",
-        (json_int_t)r->block_kv, "precision", ra_precision_name(r->p.precision),
-        "wire", ra_params_wire_bf16(&r->p) ? "bf16" : "fp32", "gemm",
-        ra_gemm_name(ra_gemm_pick(r->p.gemm)));
+        "ranks", r->ranks, "threads", r->threads, "mode", r->mode, "batch",
+        (json_int_t)s->B, "seq_q", (json_int_t)s->N, "seq_kv", (json_int_t)s->M,
+        "heads", (json_int_t)s->H, "kv_heads", (json_int_t)s->G, "dim",
+        (json_int_t)s->D, "dim_v", (json_int_t)s->Dv, "causal", r->p.num.causal,
+        "window_left",
+        (json_int_t)(r->p.num.window ? r->p.num.window_left : -1),
+        "window_right",
+        (json_int_t)(r->p.num.window ? r->p.num.window_right : -1), "lens",
+        r->lens, "segment_avg", (json_int_t)r->segment_avg, "layout",
+        ra_layout_name(lay), "steps", r->steps, "block_q",
+        (json_int_t)r->block_q, "block_kv", (json_int_t)r->block_kv,
+        "precision", ra_precision_name(r->p.num.precision), "wire",
+        ra_params_wire_bf16(&r->p) ? "bf16" : "fp32", "gemm",
+        ra_gemm_name(ra_gemm_pick(r->p.exec.gemm)));
 }
 
 /* A fixed-point real, or null when x is not a measured figure (0). */

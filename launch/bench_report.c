@@ -105,16 +105,18 @@ int bench_csv_write(FILE *out, const bench_result *rows, int count)
         char sgemm[16], peak[16], frac[16];
         yard_cells(r->gflops, r->sgemm_gflops, sgemm, frac);
         yard_cells(r->gflops, r->peak_gflops, peak, frac);
-        fprintf(out, "%d,%d,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%lld,"
-                     "%lld,%.6e,%.4f,%s,%s,%.6f,%.0f,%.4f,%.0f,%.0f,%.3e,"
-                     "%s\n",
+        fprintf(out,
+                "%d,%d,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%lld,"
+                "%lld,%.6e,%.4f,%s,%s,%.6f,%.0f,%.4f,%.0f,%.0f,%.3e,"
+                "%s\n",
                 r->ranks, r->threads, r->mode, (long long)r->s.B,
                 (long long)r->s.N, (long long)r->s.M, (long long)r->s.H,
                 (long long)r->s.G, (long long)r->s.D, (long long)r->s.Dv,
-                r->p.causal, ra_layout_name(ra_params_layout(&r->p, r->segment_avg > 0)),
+                r->p.num.causal,
+                ra_layout_name(ra_params_layout(&r->p, r->segment_avg > 0)),
                 (long long)r->block_q, (long long)r->block_kv,
-                r->seconds_median, r->gflops, sgemm,
-                peak, r->comm_wait_fraction, r->bytes_sent, r->ring_gbps,
+                r->seconds_median, r->gflops, sgemm, peak,
+                r->comm_wait_fraction, r->bytes_sent, r->ring_gbps,
                 r->peak_rss.max, r->model_bytes, r->max_rel_error,
                 r->pass ? "PASS" : "FAIL");
     }

@@ -145,11 +145,12 @@ static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
 {
     cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
     ra_status st = cli_tensors_alloc(&r->d.t, &r->d.s, &o->p, ctx);
-    const int64_t A = o->p.score == RA_SCORE_ADDITIVE ? o->p.additive->A : 0;
+    const int64_t A =
+        o->p.num.score == RA_SCORE_ADDITIVE ? o->p.num.additive->A : 0;
     if (st == RA_OK)
         st = cli_grads_alloc(&r->d, A, "run --backward", ctx,
-                             o->p.mem_limit);
-    if (st == RA_OK && o->p.sinks &&
+                             o->p.exec.mem_limit);
+    if (st == RA_OK && o->p.num.sinks &&
         !(r->dsinks = malloc(sizeof(float) * (size_t)r->d.s.H)))
         st = ra_error_set(RA_ERR_NOMEM, "run --backward: out of memory for "
                           "the sinks' gradient");
@@ -158,7 +159,7 @@ static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
     const ra_numerics num = cli_numerics(&o->p);
     st = ra_h5_read_masks(ctx->comm, o->in,
                           &(ra_h5_source){.tuning = &ctx->tuning}, &r->d.s,
-                          o->p.layout, &num, &r->d.masks);
+                          o->p.exec.layout, &num, &r->d.masks);
     return st == RA_OK ? cli_ckpt_key(&r->ckpt, &r->d.s, &o->p,
                                       &r->d.masks.view, 0)
                        : st;
@@ -175,8 +176,9 @@ static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
     const ra_slice rows[2] = {t->qs, t->ks};
     ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
                                      rows, t->q, t->k, t->v);
-    const h5io_inputs in = {&o->src,  &r->d.s, o->p.layout,
-                            ra_cut_band(&o->p), t->q, t->k, t->v};
+    const h5io_inputs in =
+        {&o->src, &r->d.s, o->p.exec.layout, ra_cut_band(&o->p), t->q,
+         t->k,    t->v};
     if (st == RA_OK)
         st = h5io_scan_nonfinite(ctx->comm, o->in, &in, &bad);
     if (st == RA_OK)
@@ -199,14 +201,14 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
 {
     const cli_tensors *t = &r->d.t;
     const cli_grads *g = &r->d.g;
-    const int additive = o->p.score == RA_SCORE_ADDITIVE;
+    const int additive = o->p.num.score == RA_SCORE_ADDITIVE;
     const ra_additive_grads *dw = additive ? &g->dw_grads : NULL;
     const ra_qkv in = {t->q, t->k, t->v};
     const double t0 = MPI_Wtime();
     ra_status st = bwd_read(ctx, o, r);
     const int ran = st == RA_OK;
     ra_params fwd = o->p; /* checkpoints are the backward's */
-    fwd.checkpoint = NULL;
+    fwd.exec.checkpoint = NULL;
     if (st == RA_OK && o->recompute)
         st = ra_call_forward(ctx->comm, &r->d.s, &fwd, &r->d.masks.view,
                              &in, &(ra_out){t->o, t->lse, NULL}, &r->tm_fwd);

@@ -162,7 +162,7 @@ static double model_bytes(const cli_ctx *ctx, const ra_shape *s, int naive,
 {
     const cli_tensors *t = &r->t;
     if (!naive)
-        return model_rank_bytes(s, &res->p, res->p.layout, ctx->nranks,
+        return model_rank_bytes(s, &res->p, res->p.exec.layout, ctx->nranks,
                                 ctx->rank);
     return (double)(t->nq + t->nk + t->nv + t->no + t->nl) * 4.0 +
            4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv)) +
@@ -191,7 +191,7 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
     res->p = o->p;
     res->ranks = ctx->nranks;
     res->threads = ra_params_threads(&o->p);
-    res->mode = naive ? "naive" : ra_strategy_name(o->p.strategy);
+    res->mode = naive ? "naive" : ra_strategy_name(o->p.exec.strategy);
     ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
     res->flops = config_flops(ctx, o, s, r);
     res->pairs_max = r->pairs_max;
@@ -207,9 +207,9 @@ static void config_result(const cli_ctx *ctx, const bench_opts *o,
                                                o->no_yardsticks);
     res->model_bytes =
         bench_spread(ctx->comm, model_bytes(ctx, s, naive, r, res)).max;
-    res->ring_gbps = naive ? 0.0
-                           : bench_ring_bandwidth(ctx->comm, s, &o->p,
-                                                                  o->p.layout);
+    res->ring_gbps =
+        naive ? 0.0
+              : bench_ring_bandwidth(ctx->comm, s, &o->p, o->p.exec.layout);
     res->steps = naive ? 1 : r->reps.tm.steps;
     res->lens = o->rm.lens;
     res->segment_avg = o->rm.segment_avg;
@@ -255,27 +255,29 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o,
     printf("# %-12s", "seq");
     for (int i = 0; i < o->nseq; i++)
         printf(" %lld", (long long)o->seqs[i]);
-    printf("\n# %-12s %s\n", "causal", o->p.causal ? "yes (GFLOP/s count the "
-                                                    "visible half only)"
-                                                  : "no");
-    if (o->p.window)
+    printf("\n# %-12s %s\n", "causal",
+           o->p.num.causal ? "yes (GFLOP/s count the "
+                             "visible half only)"
+                           : "no");
+    if (o->p.num.window)
         printf("# %-12s left %lld, right %lld\n", "window",
-               (long long)o->p.window_left, (long long)o->p.window_right);
+               (long long)o->p.num.window_left,
+               (long long)o->p.num.window_right);
     if (o->rm.lens || o->rm.segment_avg)
         printf("# %-12s%s%s\n", "masks", o->rm.lens ? " random lens" : "",
                o->rm.segment_avg ? " random segments" : "");
     if (o->rm.segment_avg)
         printf("# %-12s mean length %lld\n", "segments",
                (long long)o->rm.segment_avg);
-    if (o->p.softcap > 0 || o->sinks)
+    if (o->p.num.softcap > 0 || o->sinks)
         printf("# %-12s softcap %g, sinks %s; a plain pass beside each\n",
-               "logits", o->p.softcap, o->sinks ? "unit-normal" : "none");
-    printf("# %-12s %s%s\n", "layout", ra_layout_name(o->p.layout),
+               "logits", o->p.num.softcap, o->sinks ? "unit-normal" : "none");
+    printf("# %-12s %s%s\n", "layout", ra_layout_name(o->p.exec.layout),
            o->layout_auto ? " (auto)" : "");
     printf("# %-12s %s\n", "strategy",
            o->all_strategies  ? "all (a row for each that applies)"
            : o->auto_strategy ? "auto (the plan's pick per length)"
-                              : ra_strategy_name(o->p.strategy));
+                              : ra_strategy_name(o->p.exec.strategy));
     for (int i = 0; o->auto_strategy && i < o->nseq; i++) {
         printf("# %-12s %s, chosen by the plan for N=%lld\n", "auto",
                ra_strategy_name((ra_strategy)o->picked[i]),
@@ -290,9 +292,9 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o,
     printf("# %-12s %lld warm-up, %lld timed (median)\n", "passes",
            (long long)o->warmup, (long long)o->reps);
     printf("# %-12s %s\n", "exp", ra_exp2_impl());
-    printf("# %-12s %s\n", "gemm", ra_gemm_name(ra_gemm_pick(o->p.gemm)));
+    printf("# %-12s %s\n", "gemm", ra_gemm_name(ra_gemm_pick(o->p.exec.gemm)));
     printf("# %-12s %s, K/V as %s between ranks\n", "precision",
-           ra_precision_name(o->p.precision),
+           ra_precision_name(o->p.num.precision),
            ra_params_wire_bf16(&o->p) ? "bf16" : "fp32");
     bench_print_yard(stdout, yard);
     printf("# %-12s %s\n", "command", ctx->command_line);
@@ -316,18 +318,18 @@ static ra_shape config_shape(const bench_opts *o, int i)
 static ra_status naive_check(const bench_opts *o)
 {
     const ra_params *p = &o->p;
-    const char *opt = p->layout != RA_LAYOUT_CONTIGUOUS ? "--layout"
-                      : p->window                       ? "--window"
-                      : o->rm.lens                      ? "--lens"
-                      : o->rm.segment_avg               ? "--segments"
-                      : p->score != RA_SCORE_DOT        ? "--score"
-                      : p->precision != RA_PRECISION_FP32 ? "--precision"
-                      : p->wire == RA_WIRE_BF16         ? "--wire"
-                      : p->rope != RA_ROPE_NONE         ? "--rope"
-                      : p->alibi                        ? "--alibi"
-                      : p->softcap > 0                  ? "--softcap"
-                      : o->sinks                        ? "--sinks"
-                                                        : NULL;
+    const char *opt = p->exec.layout != RA_LAYOUT_CONTIGUOUS  ? "--layout"
+                      : p->num.window                         ? "--window"
+                      : o->rm.lens                            ? "--lens"
+                      : o->rm.segment_avg                     ? "--segments"
+                      : p->num.score != RA_SCORE_DOT          ? "--score"
+                      : p->num.precision != RA_PRECISION_FP32 ? "--precision"
+                      : p->exec.wire == RA_WIRE_BF16          ? "--wire"
+                      : p->num.rope != RA_ROPE_NONE           ? "--rope"
+                      : p->num.alibi                          ? "--alibi"
+                      : p->num.softcap > 0                    ? "--softcap"
+                      : o->sinks                              ? "--sinks"
+                                                              : NULL;
     if (!opt)
         return RA_OK;
     return ra_error_set(RA_ERR_ARG, "%s: --mode naive/both runs the "
@@ -340,10 +342,10 @@ static ra_status naive_check(const bench_opts *o)
  * (replaced when they exist, as before); the ranks agree. */
 static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
 {
-    o->layout_auto = o->p.layout == RA_LAYOUT_AUTO;
-    o->p.layout = o->naive && o->layout_auto /* the baseline's own */
-                      ? RA_LAYOUT_CONTIGUOUS
-                      : ra_params_layout(&o->p, o->rm.segment_avg > 0);
+    o->layout_auto = o->p.exec.layout == RA_LAYOUT_AUTO;
+    o->p.exec.layout = o->naive && o->layout_auto /* the baseline's own */
+                           ? RA_LAYOUT_CONTIGUOUS
+                           : ra_params_layout(&o->p, o->rm.segment_avg > 0);
     ra_status st = o->naive ? naive_check(o) : RA_OK;
     for (int i = 0; i < o->nseq && st == RA_OK; i++) {
         const ra_shape s = config_shape(o, i);
@@ -388,7 +390,7 @@ static ra_status bench_sinks(const cli_ctx *ctx, bench_opts *o)
     if (st == RA_OK)
         ra_random_normal((uint64_t)o->seed, RA_STREAM_SINKS, 0, H,
                          o->sinks_mem);
-    o->p.sinks = o->sinks_mem;
+    o->p.num.sinks = o->sinks_mem;
     return st;
 }
 
@@ -398,18 +400,19 @@ static ra_status plain_beside(const cli_ctx *ctx, const bench_opts *one,
                               const ra_shape *s, const bench_yard *yard,
                               const bench_result *with)
 {
-    if (one->p.softcap == 0 && !one->p.sinks)
+    if (one->p.num.softcap == 0 && !one->p.num.sinks)
         return RA_OK;
     bench_opts plain = *one;
-    plain.p.softcap = 0;
-    plain.p.sinks = NULL;
+    plain.p.num.softcap = 0;
+    plain.p.num.sinks = NULL;
     bench_result res;
     ra_status st = run_config(ctx, &plain, s, 0, yard, &res);
     if (st == RA_OK && ctx->rank == 0)
         printf("# plain: %s N=%lld %.1f GFLOP/s; with%s%s %.1f GFLOP/s "
-               "(%.2f of plain)%s\n", with->mode, (long long)s->N,
-               res.gflops, one->p.softcap > 0 ? " softcap" : "",
-               one->p.sinks ? " sinks" : "", with->gflops,
+               "(%.2f of plain)%s\n",
+               with->mode, (long long)s->N, res.gflops,
+               one->p.num.softcap > 0 ? " softcap" : "",
+               one->p.num.sinks ? " sinks" : "", with->gflops,
                with->gflops / res.gflops, res.pass ? "" : ", plain FAIL");
     return st;
 }
@@ -418,12 +421,12 @@ static ra_status plain_beside(const cli_ctx *ctx, const bench_opts *one,
 static ra_status bench_setup(const cli_ctx *ctx, bench_opts *o)
 {
     ra_status st = bench_sinks(ctx, o);
-    if (st != RA_OK || o->p.score != RA_SCORE_ADDITIVE)
+    if (st != RA_OK || o->p.num.score != RA_SCORE_ADDITIVE)
         return st;
     st = bench_additive_make(ctx->comm, (uint64_t)o->seed,
                                        o->additive_hidden, o->cs.shape.D,
                                        &o->additive_mem, &o->additive);
-    o->p.additive = &o->additive;
+    o->p.num.additive = &o->additive;
     return st;
 }
 
@@ -436,9 +439,10 @@ static int strategy_applies(const cli_ctx *ctx, const bench_opts *o,
 {
     if (!o->all_strategies)
         return k == 0;
-    if (p->strategy != RA_STRATEGY_RING && p->score == RA_SCORE_ADDITIVE)
+    if (p->exec.strategy != RA_STRATEGY_RING &&
+        p->num.score == RA_SCORE_ADDITIVE)
         return 0;
-    return p->strategy != RA_STRATEGY_ULYSSES || s->H >= ctx->nranks;
+    return p->exec.strategy != RA_STRATEGY_ULYSSES || s->H >= ctx->nranks;
 }
 
 /* Measures every configuration; rank 0 prints the rows as they come. */
@@ -448,7 +452,7 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
     bench_yard yard;
     /* the peak in the kernels' precision */
     bench_yardsticks(ctx->comm, ra_params_threads(&o->p),
-                     o->p.precision == RA_PRECISION_BF16, o->no_yardsticks,
+                     o->p.num.precision == RA_PRECISION_BF16, o->no_yardsticks,
                      &yard);
     if (ctx->rank == 0) {
         print_echo(ctx, o, &yard);
@@ -461,9 +465,9 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
             const int naive = k == RA_STRATEGY_COUNT;
             bench_opts one = *o;
             if (!naive && o->all_strategies)
-                one.p.strategy = (ra_strategy)k;
+                one.p.exec.strategy = (ra_strategy)k;
             if (!naive && o->auto_strategy)
-                one.p.strategy = (ra_strategy)o->picked[i];
+                one.p.exec.strategy = (ra_strategy)o->picked[i];
             if (!(naive ? o->naive : o->ring) ||
                 (!naive && !strategy_applies(ctx, o, &one.p, &s, k)))
                 continue;
@@ -511,11 +515,11 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     cli_shape_finish(&o.cs);
     if (cli_params_finish(&o.p) != RA_OK)
         return cli_fail_status(ctx, RA_ERR_ARG);
-    if ((int)o.p.strategy == CLI_STRATEGY_ALL ||
-        (int)o.p.strategy == CLI_STRATEGY_AUTO) {
-        o.all_strategies = (int)o.p.strategy == CLI_STRATEGY_ALL;
+    if ((int)o.p.exec.strategy == CLI_STRATEGY_ALL ||
+        (int)o.p.exec.strategy == CLI_STRATEGY_AUTO) {
+        o.all_strategies = (int)o.p.exec.strategy == CLI_STRATEGY_ALL;
         o.auto_strategy = !o.all_strategies;
-        o.p.strategy = RA_STRATEGY_RING;
+        o.p.exec.strategy = RA_STRATEGY_RING;
     }
     bench_result *rows = calloc((size_t)((1 + RA_STRATEGY_COUNT) * o.nseq),
                                 sizeof *rows);

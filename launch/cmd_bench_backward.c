@@ -90,12 +90,12 @@ static ra_status bb_validate(const cli_ctx *ctx, bb_opts *o, bb_state *b)
     if (st == RA_OK)
         st = bench_tables_check(ctx, &o->tab, NULL);
     st = ra_agree(ctx->comm, st);
-    if (st == RA_OK && o->p.score == RA_SCORE_ADDITIVE) {
+    if (st == RA_OK && o->p.num.score == RA_SCORE_ADDITIVE) {
         cli_score_inputs *si = &b->d.score_in;
         st = bench_additive_make(ctx->comm, (uint64_t)o->seed,
                                  o->additive_hidden, b->d.s.D, &si->mem,
                                  &si->additive);
-        o->p.additive = &si->additive;
+        o->p.num.additive = &si->additive;
     }
     return st;
 }
@@ -104,19 +104,21 @@ static ra_status bb_alloc(const cli_ctx *ctx, const bb_opts *o, bb_state *b)
 {
     const ra_shape *s = &b->d.s;
     cli_tensors *t = &b->d.t;
-    const int64_t A = o->p.score == RA_SCORE_ADDITIVE ? o->p.additive->A : 0;
+    const int64_t A =
+        o->p.num.score == RA_SCORE_ADDITIVE ? o->p.num.additive->A : 0;
     ra_status st = cli_tensors_alloc(t, s, &o->p, ctx);
     if (st == RA_OK)
         st = cli_grads_alloc(&b->d, A, "bench --backward", ctx,
-                             o->p.mem_limit);
+                             o->p.exec.mem_limit);
     if (st == RA_OK)
         st = bench_reps_alloc(&b->reps, o->reps, "bench --backward");
     if (st != RA_OK)
         return st;
     int64_t mmax = 0;
     for (int r = 0; r < ctx->nranks; r++) {
-        const int64_t c = ra_params_slice(&o->p, o->p.layout, s->M, r,
-                                          ctx->nranks).count;
+        const int64_t c =
+            ra_params_slice(&o->p, o->p.exec.layout, s->M, r, ctx->nranks)
+                .count;
         mmax = c > mmax ? c : mmax;
     }
     /* q k v o lse dout dq dk dv, then 2 K/V buffers and 3 dk|dv ones */
@@ -156,7 +158,7 @@ static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
     const ra_shape *s = &b->d.s;
     const cli_tensors *t = &b->d.t;
     const cli_grads *g = &b->d.g;
-    const int additive = o->p.score == RA_SCORE_ADDITIVE;
+    const int additive = o->p.num.score == RA_SCORE_ADDITIVE;
     const ra_qkv in = {t->q, t->k, t->v};
     const ra_grads grads = {t->o, t->lse, g->dout, g->dq, g->dk, g->dv,
                             additive ? &g->dw_grads : NULL};
@@ -182,7 +184,7 @@ static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
 static ra_status bb_compute(const cli_ctx *ctx, bb_opts *o, bb_state *b)
 {
     bench_yardsticks(ctx->comm, ra_params_threads(&o->p),
-                     o->p.precision == RA_PRECISION_BF16, o->no_yardsticks,
+                     o->p.num.precision == RA_PRECISION_BF16, o->no_yardsticks,
                      &b->yard);
     bench_rss_reset();
     return bb_measure(ctx, o, b);
@@ -211,8 +213,8 @@ static void bb_result(const cli_ctx *ctx, const bb_opts *o, bb_state *b,
     r->products_gflops = bench_products_rate(ctx->comm, &b->d.s, &o->p, 1,
                                              o->no_yardsticks);
     r->model_bytes = bench_spread(ctx->comm, b->model_bytes).max;
-    r->ring_gbps = bench_ring_bandwidth(ctx->comm, &b->d.s, &o->p,
-                                         o->p.layout);
+    r->ring_gbps =
+        bench_ring_bandwidth(ctx->comm, &b->d.s, &o->p, o->p.exec.layout);
     r->steps = b->reps.tm.steps;
     int finite = b->finite;
     MPI_Allreduce(MPI_IN_PLACE, &finite, 1, MPI_INT, MPI_MIN, ctx->comm);

@@ -249,8 +249,10 @@ static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     const ra_shape *s = &r->d.s;
     const ra_mha *L = &r->lw.layer;
     cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
-    r->qs = ra_params_slice(&o->p, o->p.layout, s->N, ctx->rank, ctx->nranks);
-    r->ks = ra_params_slice(&o->p, o->p.layout, s->M, ctx->rank, ctx->nranks);
+    r->qs =
+        ra_params_slice(&o->p, o->p.exec.layout, s->N, ctx->rank, ctx->nranks);
+    r->ks =
+        ra_params_slice(&o->p, o->p.exec.layout, s->M, ctx->rank, ctx->nranks);
     const int64_t nxq = ra_mul_checked(s->B * r->qs.count, L->Eq);
     const int64_t nxk = r->self ? 0 : ra_mul_checked(s->B * r->ks.count, L->Ekv);
     const int64_t ny = ra_mul_checked(s->B * r->qs.count, L->Eout);
@@ -260,11 +262,12 @@ static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     const int64_t fk[4] = {s->B, r->ks.count, s->G, s->D + s->Dv};
     const int64_t heads = ra_add_checked(ra_count_checked(4, fq),
                                          ra_count_checked(4, fk));
-    ra_status st = cli_mem_check(
-        ctx, ra_mul_checked(ra_add_checked(ra_add_checked(nxq, nxk),
-                                           ra_add_checked(ny, heads)),
-                            (int64_t)sizeof(float)),
-        o->p.mem_limit, "the layer's slices and heads");
+    ra_status st =
+        cli_mem_check(ctx,
+                      ra_mul_checked(ra_add_checked(ra_add_checked(nxq, nxk),
+                                                    ra_add_checked(ny, heads)),
+                                     (int64_t)sizeof(float)),
+                      o->p.exec.mem_limit, "the layer's slices and heads");
     if (st == RA_OK && (nxq < 0 || nxk < 0 || ny < 0 ||
         !(r->mem = malloc(sizeof(float) * (size_t)(nxq + nxk + ny + 1)))))
         st = ra_error_set(RA_ERR_NOMEM, "run --mha: cannot allocate the local "
@@ -277,7 +280,7 @@ static ra_status mha_setup(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     const ra_numerics num = cli_numerics(&o->p);
     return ra_h5_read_masks(ctx->comm, o->in,
                             &(ra_h5_source){.tuning = &ctx->tuning}, s,
-                            o->p.layout, &num, &r->d.masks);
+                            o->p.exec.layout, &num, &r->d.masks);
 }
 
 /* Reads this rank's tokens; the reader refuses non-finite ones

@@ -221,9 +221,9 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
         w->s = o->cs.shape;
     if (st == RA_OK)
         st = cli_params_check(&o->p, &w->s, NULL);
-    if (st == RA_OK && o->p.score == RA_SCORE_ADDITIVE) {
+    if (st == RA_OK && o->p.num.score == RA_SCORE_ADDITIVE) {
         w->additive.A = o->additive_hidden;
-        o->p.additive = &w->additive;
+        o->p.num.additive = &w->additive;
     }
     if (st == RA_OK && o->ranks == 0)
         o->ranks = ctx->nranks;
@@ -270,9 +270,9 @@ static ra_status plan_parse(const cli_ctx *ctx, plan_opts *o, int argc,
     cli_shape_finish(&o->cs);
     if (cli_params_finish(&o->p) != RA_OK)
         return RA_ERR_ARG;
-    if ((int)o->p.strategy == CLI_STRATEGY_AUTO ||
-        (int)o->p.strategy == CLI_STRATEGY_ALL)
-        o->p.strategy = RA_STRATEGY_RING; /* the plan tries every one */
+    if ((int)o->p.exec.strategy == CLI_STRATEGY_AUTO ||
+        (int)o->p.exec.strategy == CLI_STRATEGY_ALL)
+        o->p.exec.strategy = RA_STRATEGY_RING; /* the plan tries every one */
     return RA_OK;
 }
 
@@ -290,7 +290,7 @@ int cmd_plan(const cli_ctx *ctx, int argc, char **argv)
         code = cli_fail_status(ctx, st);
         goto done;
     }
-    w->layout_auto = o.p.layout == RA_LAYOUT_AUTO;
+    w->layout_auto = o.p.exec.layout == RA_LAYOUT_AUTO;
     st = plan_setup(ctx, &o, w);
     if (st == RA_OK) {
         plan_profile_warn(ctx, o.profile, &w->pf);

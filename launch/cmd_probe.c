@@ -372,10 +372,10 @@ static void probe_yards(const cli_ctx *ctx, const ra_profile *p,
                             .D = r->D, .Dv = r->Dv};
         ra_params q;
         ra_params_default(&q);
-        q.score = r->score;
-        q.sigma = 4.0;
-        q.gemm = r->gemm;
-        q.precision = bf16 ? RA_PRECISION_BF16 : RA_PRECISION_FP32;
+        q.num.score = r->score;
+        q.num.sigma = 4.0;
+        q.exec.gemm = r->gemm;
+        q.num.precision = bf16 ? RA_PRECISION_BF16 : RA_PRECISION_FP32;
         y[i].core = by[bf16].core / cores * 1e9; /* FLOP/s, as the rate */
         y[i].peak = by[bf16].peak / cores * 1e9;
         y[i].products = bench_products_rate(ctx->comm, &s, &q, 0, 0) /

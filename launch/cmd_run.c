@@ -212,13 +212,13 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
                               (const char *const[]){o->in, NULL});
     if (st == RA_OK)
         st = ra_h5_read_shape(ctx->comm, o->in, &o->src, &r->d.s, r->axes);
-    if (st == RA_OK && (int)o->p.strategy == CLI_STRATEGY_AUTO &&
+    if (st == RA_OK && (int)o->p.exec.strategy == CLI_STRATEGY_AUTO &&
         (st = plan_pick(ctx, &r->d.s, &o->p, NULL, o->profile, &r->pick)) ==
             RA_OK)
         r->picked = r->pick.applies; /* 0: the ring, after a warning */
     if (st != RA_OK)
         return st;
-    o->p.nonfinite = o->allow_nonfinite;
+    o->p.num.nonfinite = o->allow_nonfinite;
     st = cli_pass_params(o->in, &r->d, &o->p);
     if (st == RA_OK)
         st = cli_ulysses_check(&o->p, &r->d.s, ctx->nranks);
@@ -281,7 +281,7 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
                            r->mreq.nheads, NULL};
     if (st == RA_OK && o->map_rows) {
         const ra_numerics num = cli_numerics(&o->p);
-        const ra_range rows = ra_attn_map_rows(o->p.layout, &num, s->N,
+        const ra_range rows = ra_attn_map_rows(o->p.exec.layout, &num, s->N,
                                                ctx->rank, ctx->nranks, &r->map);
         const int64_t n = ra_mul_checked(ra_mul_checked(s->B, r->map.nheads),
                                          ra_mul_checked(rows.count, s->M));
@@ -294,7 +294,7 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         return st;
     const ra_numerics num = cli_numerics(&o->p);
-    if ((st = ra_h5_read_masks(ctx->comm, o->in, &o->src, s, o->p.layout,
+    if ((st = ra_h5_read_masks(ctx->comm, o->in, &o->src, s, o->p.exec.layout,
                                &num, &r->d.masks)) != RA_OK)
         return st;
     mask_names(r);
@@ -309,8 +309,9 @@ static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
     const ra_slice rows[2] = {t->qs, t->ks};
     ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
                                      rows, t->q, t->k, t->v);
-    const h5io_inputs in = {&o->src,  &r->d.s, o->p.layout,
-                            ra_cut_band(&o->p), t->q, t->k, t->v};
+    const h5io_inputs in =
+        {&o->src, &r->d.s, o->p.exec.layout, ra_cut_band(&o->p), t->q,
+         t->k,    t->v};
     h5io_nonfinite bad;
     if (st != RA_OK || o->allow_nonfinite ||
         h5io_scan_nonfinite(ctx->comm, o->in, &in, &bad) == RA_OK)
@@ -403,7 +404,7 @@ static void run_result_print(const cli_ctx *ctx, const run_opts *o,
     const char *note = "";
     if (strstr(r->mask_names, "segments"))
         note = " (useful: visible pairs, segments not discounted)";
-    else if (o->p.causal || o->p.window || r->mask_names[0])
+    else if (o->p.num.causal || o->p.num.window || r->mask_names[0])
         note = " (useful: visible pairs only)";
     printf("ringattn run: attention %.3f s, %.1f GFLOP/s%s on %d ranks x "
            "%d threads (comm wait max %.3f s); %s; wrote %s\n", worst[0],

@@ -179,28 +179,30 @@ static ra_status run_posenc(const char *in, const char *out, check_ctx *c,
                             ra_params *p)
 {
     const h5io_run_attrs *r = &c->v.run;
-    if (ra_rope_parse(r->rope, &p->rope) != RA_OK)
+    if (ra_rope_parse(r->rope, &p->num.rope) != RA_OK)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute rope: unknown "
                             "pairing '%s'", out, r->rope);
-    p->rope_base = r->rope_base;
-    p->alibi = r->alibi;
+    p->num.rope_base = r->rope_base;
+    p->num.alibi = r->alibi;
     if (strcmp(r->align, "tensor") != 0 && strcmp(r->align, "sequence") != 0)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute align: unknown "
                             "alignment '%s' (expected tensor or sequence)",
                             out, r->align);
-    p->align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
-    p->softcap = r->softcap;
+    p->num.align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
+    p->num.softcap = r->softcap;
     ra_status st = cli_sinks_setup(in, r->sinks_dataset[0] ? r->sinks_dataset
                                                           : NULL,
                                    c->v.s, p, &c->sinks);
     if (st == RA_OK)
         st = cli_alibi_setup(in, c->v.s, p, &c->slopes);
-    if (st == RA_OK && p->alibi &&
-        (strcmp(r->alibi_slopes, "/alibi_slopes") == 0) != !!p->alibi_slopes)
-        st = ra_error_set(RA_ERR_INPUT, "%s: attribute alibi_slopes: the run "
-                          "used %s slopes, but %s %s /alibi_slopes", out,
-                          r->alibi_slopes, in,
-                          p->alibi_slopes ? "has" : "has no");
+    if (st == RA_OK && p->num.alibi &&
+        (strcmp(r->alibi_slopes, "/alibi_slopes") == 0) !=
+            !!p->num.alibi_slopes)
+        st = ra_error_set(RA_ERR_INPUT,
+                          "%s: attribute alibi_slopes: the run "
+                          "used %s slopes, but %s %s /alibi_slopes",
+                          out, r->alibi_slopes, in,
+                          p->num.alibi_slopes ? "has" : "has no");
     return st;
 }
 
@@ -211,13 +213,13 @@ static ra_status run_params(const char *in, const char *out, check_ctx *c)
     ra_params *p = &c->v.p;
     const h5io_run_attrs *r = &c->v.run;
     ra_params_default(p);
-    p->causal = r->causal;
-    p->window = r->window;
-    p->window_left = r->window_left;
-    p->window_right = r->window_right;
-    p->scale = r->scale;
-    p->sigma = r->sigma;
-    ra_status st = ra_score_parse(r->score, &p->score);
+    p->num.causal = r->causal;
+    p->num.window = r->window;
+    p->num.window_left = r->window_left;
+    p->num.window_right = r->window_right;
+    p->num.scale = r->scale;
+    p->num.sigma = r->sigma;
+    ra_status st = ra_score_parse(r->score, &p->num.score);
     if (st != RA_OK)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute score: unknown score "
                             "'%s'", out, r->score);
@@ -225,8 +227,10 @@ static ra_status run_params(const char *in, const char *out, check_ctx *c)
         (st = cli_params_check(p, c->v.s, out)) != RA_OK ||
         (st = cli_score_setup(in, c->v.s, p, &c->weights)) != RA_OK)
         return st;
-    c->v.score = (ra_ref_score){.score = p->score, .scale = p->scale,
-                                .sigma = p->sigma, .additive = p->additive,
+    c->v.score = (ra_ref_score){.score = p->num.score,
+                                .scale = p->num.scale,
+                                .sigma = p->num.sigma,
+                                .additive = p->num.additive,
                                 .Dk = ra_shape_dk(c->v.s)};
     return RA_OK;
 }
@@ -248,7 +252,7 @@ static ra_status run_numerics(const cli_check *o, check_ctx *c)
                             r->wire);
     if (o->precision_set)
         prec = (ra_precision)o->precision;
-    c->v.p.precision = prec;
+    c->v.p.num.precision = prec;
     c->v.round_q = c->v.round_p = prec == RA_PRECISION_BF16;
     c->v.round_kv = c->v.round_q || strcmp(r->wire, "bf16") == 0;
     return RA_OK;
@@ -316,8 +320,8 @@ static int verify_report(const cli_ctx *ctx, const cli_check *o,
                "window %s, masks %s, score %s, %s %.6g, rope %s, alibi %s: "
                "max abs err %.3e, rel err %.3e, lse err %.3e, bad rows %.0f, "
                "NaN values in all rows %.0f, tolerance %.1e%s, on o %.1e "
-               "(precision %s, K/V %s): %s\n", o->out,
-               (long long)nrows, (long long)s->H,
+               "(precision %s, K/V %s): %s\n",
+               o->out, (long long)nrows, (long long)s->H,
                nrows == s->B * s->N ? "all" : "sampled",
                r->causal ? "yes" : "no", r->window ? "yes" : "no",
                r->masks[0] ? r->masks : "none", r->score,
@@ -325,7 +329,7 @@ static int verify_report(const cli_ctx *ctx, const cli_check *o,
                r->alibi ? r->alibi_slopes : "no", g.max_abs_o, g.rel_o,
                g.max_lse, (double)g.bad_inf, nans, tol,
                ulp > o->tol ? " (the rounding of a 16-bit /o)" : "", tol_o,
-               ra_precision_name(c->v.p.precision),
+               ra_precision_name(c->v.p.num.precision),
                c->v.round_kv ? "rounded to bf16" : "fp32",
                pass ? "PASS" : "FAIL");
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;

@@ -165,7 +165,7 @@ static ra_status vb_read(const cli_check *o, const vb_ctx *c, int64_t b,
          (st = h5io_read_segments(o->in, c->kv_seg, b, 0, M, w->kseg,
                                   &present)) != RA_OK))
         return st;
-    const int seq = c->p.align == RA_ALIGN_SEQUENCE;
+    const int seq = c->p.num.align == RA_ALIGN_SEQUENCE;
     ra_align_batch(seq && c->q_seg ? w->qseg : NULL, w->kseg, N, M,
                    seq && c->masks.q_lens ? c->masks.q_lens[b] : N,
                    seq && c->masks.kv_lens ? c->masks.kv_lens[b] : M, w->keys,
@@ -210,9 +210,9 @@ static void compare(row_block got, int64_t h, const double *ref,
 static void rope_rows(const vb_ctx *c, double *x, int64_t len,
                       const int64_t *pos, int64_t sign)
 {
-    for (int64_t i = 0; i < len && c->p.rope != RA_ROPE_NONE; i++)
-        ra_rope_row_ref(c->p.rope, c->p.rope_base, x + i * c->s.D, c->s.D,
-                        sign * (pos ? pos[i] : i));
+    for (int64_t i = 0; i < len && c->p.num.rope != RA_ROPE_NONE; i++)
+        ra_rope_row_ref(c->p.num.rope, c->p.num.rope_base, x + i * c->s.D,
+                        c->s.D, sign * (pos ? pos[i] : i));
 }
 
 /* The fp64 gradients of unit (b, g) against the file's picked rows. */
@@ -222,7 +222,7 @@ static void vb_unit(const vb_ctx *c, vb_bufs *w, int64_t b, int64_t g,
     const ra_shape *s = &c->s;
     const int64_t N = s->N, M = s->M, D = s->D, Dv = s->Dv;
     const int64_t Dk = ra_shape_dk(s), per = s->H / s->G;
-    const int64_t A = c->p.additive ? c->p.additive->A : 0;
+    const int64_t A = c->p.num.additive ? c->p.num.additive->A : 0;
     const ra_mask mk = {.causal = c->run.causal, .diag = M - N,
                         .window = c->run.window, .left = c->run.window_left,
                         .right = c->run.window_right,
@@ -306,7 +306,7 @@ static verify_ctx vb_verify_ctx(const vb_ctx *c)
     verify_ctx v = {.s = &c->s, .run = c->run, .p = c->p, .score = c->score,
                     .q_lens = c->masks.q_lens, .kv_lens = c->masks.kv_lens,
                     .q_seg_name = c->q_seg, .kv_seg_name = c->kv_seg};
-    v.p.sigma = c->run.sigma;
+    v.p.num.sigma = c->run.sigma;
     return v;
 }
 
@@ -350,7 +350,7 @@ static void vb_cost(const cli_ctx *ctx, const vb_ctx *c, int64_t *keys)
     double madds = 0, exps = 0;
     for (int64_t b = 0, nk; b < s->B; b++) {
         const double nq = (double)batch_picks(c, b, keys, &nk);
-        if (nq == 0 && nk == 0 && !c->p.sinks)
+        if (nq == 0 && nk == 0 && !c->p.num.sinks)
             continue;
         const double q = ceil(nq / ctx->nranks) * s->M * f * H;
         const double k = rows * (double)nk * f * H;
@@ -410,7 +410,7 @@ static ra_status vb_sampled(const cli_ctx *ctx, const cli_check *o,
     const ra_range mine = ra_shard_range(s->N, ctx->rank, ctx->nranks);
     const int blas = ra_blas_enter(1); /* one rank per core */
     for (int64_t b = 0, nk = 0; b < s->B && st == RA_OK; b++) {
-        if (batch_picks(c, b, keys, &nk) == 0 && nk == 0 && !c->p.sinks)
+        if (batch_picks(c, b, keys, &nk) == 0 && nk == 0 && !c->p.num.sinks)
             continue;
         memset(dkv, 0, sizeof(double) * (size_t)(nk * G * (Dk + Dv)));
         const verify_bwd_batch x = {o->out, c->pick_q + b * s->N, keys, nk,
@@ -423,7 +423,7 @@ static ra_status vb_sampled(const cli_ctx *ctx, const cli_check *o,
         st = ra_agree(ctx->comm, st);
     }
     ra_blas_leave(blas);
-    if (st == RA_OK && c->p.sinks)
+    if (st == RA_OK && c->p.num.sinks)
         st = vb_dsinks(ctx, o, c, dkv + nkv, t);
     free(keys);
     free(dkv);
@@ -463,22 +463,22 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
 {
     const h5io_run_attrs *r = &c->run;
     ra_params_default(&c->p);
-    if (ra_score_parse(r->score, &c->p.score) != RA_OK)
+    if (ra_score_parse(r->score, &c->p.num.score) != RA_OK)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute score: '%s' is not "
                             "a score", o->out, r->score);
-    if (ra_rope_parse(r->rope, &c->p.rope) != RA_OK ||
+    if (ra_rope_parse(r->rope, &c->p.num.rope) != RA_OK ||
         !(r->rope_base > 0 && isfinite(r->rope_base)))
         return ra_error_set(RA_ERR_INPUT, "%s: attributes rope, rope_base: "
                             "'%s', %g is no rotary embedding", o->out,
                             r->rope, r->rope_base);
-    c->p.rope_base = r->rope_base;
-    c->p.alibi = r->alibi != 0;
+    c->p.num.rope_base = r->rope_base;
+    c->p.num.alibi = r->alibi != 0;
     if (strcmp(r->align, "tensor") != 0 && strcmp(r->align, "sequence") != 0)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute align: unknown "
                             "alignment '%s' (expected tensor or sequence)",
                             o->out, r->align);
-    c->p.align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
-    if (c->p.score == RA_SCORE_DOT && !(r->scale > 0 && isfinite(r->scale)))
+    c->p.num.align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
+    if (c->p.num.score == RA_SCORE_DOT && !(r->scale > 0 && isfinite(r->scale)))
         return ra_error_set(RA_ERR_INPUT, "%s: attribute scale: %g is not a "
                             "finite number > 0", o->out, r->scale);
     ra_status st = cli_score_setup(o->in, &c->s, &c->p, &c->score_in);
@@ -486,23 +486,26 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
         st = cli_sinks_setup(o->in, r->sinks_dataset[0] ? r->sinks_dataset
                                                         : NULL,
                              &c->s, &c->p, &c->sinks);
-    if (st == RA_OK && c->p.sinks && c->p.additive)
+    if (st == RA_OK && c->p.num.sinks && c->p.num.additive)
         st = ra_error_set(RA_ERR_INPUT, "verify --backward: %s: the additive "
                           "score with sinks (attribute sinks_dataset) is not "
                           "checked: its naive reference gives no /dsinks",
                           o->out);
-    if (st == RA_OK && c->p.alibi && strcmp(r->alibi_slopes, "standard"))
+    if (st == RA_OK && c->p.num.alibi && strcmp(r->alibi_slopes, "standard"))
         st = cli_alibi_setup(o->in, &c->s, &c->p, &c->slopes);
-    const int64_t A = c->p.additive ? c->p.additive->A : 0;
+    const int64_t A = c->p.num.additive ? c->p.num.additive->A : 0;
     if (st == RA_OK && A &&
         !(c->dw = calloc((size_t)(A * (c->s.D + ra_shape_dk(&c->s) + 1)),
                          sizeof(double))))
         st = ra_error_set(RA_ERR_NOMEM, "verify --backward: cannot allocate "
                           "the weights' gradients");
-    c->p.softcap = r->softcap;
-    c->score = (ra_ref_score){.score = c->p.score, .scale = r->scale,
-                              .sigma = r->sigma, .additive = c->p.additive,
-                              .Dk = ra_shape_dk(&c->s), .alibi = c->p.alibi,
+    c->p.num.softcap = r->softcap;
+    c->score = (ra_ref_score){.score = c->p.num.score,
+                              .scale = r->scale,
+                              .sigma = r->sigma,
+                              .additive = c->p.num.additive,
+                              .Dk = ra_shape_dk(&c->s),
+                              .alibi = c->p.num.alibi,
                               .softcap = r->softcap};
     return st;
 }
@@ -555,7 +558,7 @@ static ra_status vb_validate(const cli_ctx *ctx, const cli_check *o, vb_ctx *c)
 static ra_status vb_weights(const cli_ctx *ctx, const cli_check *o,
                             const vb_ctx *c, double *t)
 {
-    const int64_t A = c->p.additive->A, D = c->s.D, Dk = ra_shape_dk(&c->s);
+    const int64_t A = c->p.num.additive->A, D = c->s.D, Dk = ra_shape_dk(&c->s);
     const int64_t len = A * (D + Dk + 1);
     float *got = malloc(sizeof(float) * (size_t)(len + 1));
     const int64_t dq[2] = {A, D}, dk[2] = {A, Dk}, dv[1] = {A};
@@ -605,7 +608,7 @@ static int vb_report(const cli_ctx *ctx, const cli_check *o, const vb_ctx *c,
     char dw[80] = "";
     if (c->dw)
         snprintf(dw, sizeof dw, ", weights %.3e", e[3]);
-    if (c->p.sinks)
+    if (c->p.num.sinks)
         snprintf(dw + strlen(dw), sizeof dw - strlen(dw), ", dsinks %.3e",
                  e[4]);
     if (ctx->rank == 0)

@@ -24,57 +24,61 @@ const char *const cli_out_axes[] = {"B,N,H,D", "B,H,N,D", NULL};
 void cli_params_default(ra_params *p)
 {
     ra_params_default(p);
-    p->sigma = NAN;     /* "not given", told apart from an explicit 1 */
-    p->rope_base = NAN; /* likewise from an explicit 10000 */
+    p->num.sigma = NAN;     /* "not given", told apart from an explicit 1 */
+    p->num.rope_base = NAN; /* likewise from an explicit 10000 */
 }
 
 /* Whether --strategy (p->strategy as parsed) may run strategy s: it is s,
  * or a choice (auto, bench's all) that may pick s. */
 static int strategy_may_be(const ra_params *p, ra_strategy s)
 {
-    return p->strategy == s || (int)p->strategy == CLI_STRATEGY_AUTO ||
-           (int)p->strategy == CLI_STRATEGY_ALL;
+    return p->exec.strategy == s ||
+           (int)p->exec.strategy == CLI_STRATEGY_AUTO ||
+           (int)p->exec.strategy == CLI_STRATEGY_ALL;
 }
 
 ra_status cli_params_finish(ra_params *p)
 {
-    if (p->threads == 0)
-        p->threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
+    if (p->exec.threads == 0)
+        p->exec.threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
     /* an option that the chosen score, encoding or strategy does not use is
      * refused, never recorded as if it had been applied */
-    if (p->score != RA_SCORE_DOT && !isnan(p->scale))
-        return ra_error_set(RA_ERR_ARG, "--scale: the %s score takes no "
+    if (p->num.score != RA_SCORE_DOT && !isnan(p->num.scale))
+        return ra_error_set(RA_ERR_ARG,
+                            "--scale: the %s score takes no "
                             "scale (it applies to --score dot only)",
-                            ra_score_name(p->score));
-    if (p->score != RA_SCORE_GAUSSIAN && !isnan(p->sigma))
-        return ra_error_set(RA_ERR_ARG, "--sigma: the %s score takes no "
+                            ra_score_name(p->num.score));
+    if (p->num.score != RA_SCORE_GAUSSIAN && !isnan(p->num.sigma))
+        return ra_error_set(RA_ERR_ARG,
+                            "--sigma: the %s score takes no "
                             "bandwidth (it applies to --score gaussian only)",
-                            ra_score_name(p->score));
-    if (p->rope == RA_ROPE_NONE && !isnan(p->rope_base))
+                            ra_score_name(p->num.score));
+    if (p->num.rope == RA_ROPE_NONE && !isnan(p->num.rope_base))
         return ra_error_set(RA_ERR_ARG, "--rope-base: no rotary embedding "
                             "to apply it to (it needs --rope interleaved or "
                             "half)");
-    if (p->align == RA_ALIGN_SEQUENCE && !p->causal && !p->window &&
-        !p->alibi && p->rope == RA_ROPE_NONE)
+    if (p->num.align == RA_ALIGN_SEQUENCE && !p->num.causal && !p->num.window &&
+        !p->num.alibi && p->num.rope == RA_ROPE_NONE)
         return ra_error_set(RA_ERR_ARG, "--align-per-sequence: no rule to "
                             "align (it moves the queries of --causal, "
                             "--window, --alibi and --rope)");
-    if (p->ulysses_size && !strategy_may_be(p, RA_STRATEGY_HYBRID))
-        return ra_error_set(RA_ERR_ARG, "--ulysses-size: the %s strategy "
+    if (p->exec.ulysses_size && !strategy_may_be(p, RA_STRATEGY_HYBRID))
+        return ra_error_set(RA_ERR_ARG,
+                            "--ulysses-size: the %s strategy "
                             "has no head-parallel groups (it applies to "
                             "--strategy hybrid, or auto)",
-                            ra_strategy_name(p->strategy));
-    if (isnan(p->sigma))
-        p->sigma = CLI_SIGMA_DEFAULT;
-    if (isnan(p->rope_base))
-        p->rope_base = RA_ROPE_BASE_DEFAULT;
+                            ra_strategy_name(p->exec.strategy));
+    if (isnan(p->num.sigma))
+        p->num.sigma = CLI_SIGMA_DEFAULT;
+    if (isnan(p->num.rope_base))
+        p->num.rope_base = RA_ROPE_BASE_DEFAULT;
     return RA_OK;
 }
 
 ra_status cli_ulysses_check(const ra_params *p, const ra_shape *s, int P)
 {
-    const int64_t u = p->ulysses_size;
-    if (u == 0 || p->strategy != RA_STRATEGY_HYBRID)
+    const int64_t u = p->exec.ulysses_size;
+    if (u == 0 || p->exec.strategy != RA_STRATEGY_HYBRID)
         return RA_OK; /* the plan checks what auto may pick */
     if (P % u != 0)
         return ra_error_set(RA_ERR_ARG, "--ulysses-size: groups of %lld "
@@ -105,47 +109,61 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
     char name[512];
     const int64_t limit = (int64_t)1 << 40;
     ra_gemm env_gemm; /* --gemm auto (or none): RINGATTN_GEMM must name one */
-    if (p->gemm == RA_GEMM_AUTO && ra_gemm_env(&env_gemm) != RA_OK)
+    if (p->exec.gemm == RA_GEMM_AUTO && ra_gemm_env(&env_gemm) != RA_OK)
         return RA_ERR_ARG;
-    if (p->score == RA_SCORE_DOT &&
-        (isnan(p->scale) ? file != NULL : !isfinite(p->scale)))
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %g is not "
-                            "a finite number", param_name(name, sizeof name,
-                            file, "--scale", "scale"), p->scale);
-    if (p->window && (p->window_left < 0 || p->window_left > limit))
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %lld is "
-                            "outside [0, %lld]", param_name(name, sizeof name,
-                            file, "--window", "window_left"),
-                            (long long)p->window_left, (long long)limit);
-    if (p->window && (p->window_right < 0 || p->window_right > limit))
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %lld is "
-                            "outside [0, %lld]", param_name(name, sizeof name,
-                            file, "--window", "window_right"),
-                            (long long)p->window_right, (long long)limit);
-    if (p->score == RA_SCORE_GAUSSIAN && !(p->sigma > 0 && isfinite(p->sigma)))
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %g is not "
-                            "a finite number > 0", param_name(name, sizeof
-                            name, file, "--sigma", "sigma"), p->sigma);
-    if (p->rope != RA_ROPE_NONE && s->D % 2 != 0)
+    if (p->num.score == RA_SCORE_DOT &&
+        (isnan(p->num.scale) ? file != NULL : !isfinite(p->num.scale)))
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
+                            "%s: %g is not "
+                            "a finite number",
+                            param_name(name, sizeof name, file, "--scale",
+                                       "scale"),
+                            p->num.scale);
+    if (p->num.window && (p->num.window_left < 0 || p->num.window_left > limit))
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
+                            "%s: %lld is "
+                            "outside [0, %lld]",
+                            param_name(name, sizeof name, file, "--window",
+                                       "window_left"),
+                            (long long)p->num.window_left, (long long)limit);
+    if (p->num.window &&
+        (p->num.window_right < 0 || p->num.window_right > limit))
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
+                            "%s: %lld is "
+                            "outside [0, %lld]",
+                            param_name(name, sizeof name, file, "--window",
+                                       "window_right"),
+                            (long long)p->num.window_right, (long long)limit);
+    if (p->num.score == RA_SCORE_GAUSSIAN &&
+        !(p->num.sigma > 0 && isfinite(p->num.sigma)))
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
+                            "%s: %g is not "
+                            "a finite number > 0",
+                            param_name(name, sizeof name, file, "--sigma",
+                                       "sigma"),
+                            p->num.sigma);
+    if (p->num.rope != RA_ROPE_NONE && s->D % 2 != 0)
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: the head "
                             "dim D=%lld must be even", param_name(name, sizeof
                             name, file, "--rope", "rope"), (long long)s->D);
-    if (p->rope != RA_ROPE_NONE && p->score == RA_SCORE_ADDITIVE)
+    if (p->num.rope != RA_ROPE_NONE && p->num.score == RA_SCORE_ADDITIVE)
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: applies to "
                             "the dot and gaussian scores, not additive",
                             param_name(name, sizeof name, file, "--rope",
                                        "rope"));
-    if (p->rope != RA_ROPE_NONE && !(p->rope_base > 0 &&
-                                     isfinite(p->rope_base)))
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: %g is not "
-                            "a finite number > 0", param_name(name, sizeof
-                            name, file, "--rope-base", "rope_base"),
-                            p->rope_base);
-    if ((int)p->strategy == CLI_STRATEGY_ALL)
+    if (p->num.rope != RA_ROPE_NONE &&
+        !(p->num.rope_base > 0 && isfinite(p->num.rope_base)))
+        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
+                            "%s: %g is not "
+                            "a finite number > 0",
+                            param_name(name, sizeof name, file, "--rope-base",
+                                       "rope_base"),
+                            p->num.rope_base);
+    if ((int)p->exec.strategy == CLI_STRATEGY_ALL)
         return ra_error_set(RA_ERR_ARG, "--strategy all: only bench runs "
                             "every strategy; name one (ring, allgather, "
                             "tree, ring-q, ulysses, hybrid)");
-    if ((int)p->strategy == CLI_STRATEGY_AUTO)
+    if ((int)p->exec.strategy == CLI_STRATEGY_AUTO)
         return ra_error_set(RA_ERR_ARG, "--strategy auto: the plan chooses for "
                             "the forward pass of run and bench only; name one "
                             "(ring, allgather, tree, ring-q, ulysses, hybrid)");
@@ -222,8 +240,8 @@ static int tensors_size(cli_tensors *t, const ra_shape *s, const ra_params *p,
                         int rank, int nranks, size_t *total)
 {
     memset(t, 0, sizeof *t);
-    t->qs = ra_params_slice(p, p->layout, s->N, rank, nranks);
-    t->ks = ra_params_slice(p, p->layout, s->M, rank, nranks);
+    t->qs = ra_params_slice(p, p->exec.layout, s->N, rank, nranks);
+    t->ks = ra_params_slice(p, p->exec.layout, s->M, rank, nranks);
     const int64_t n = t->qs.count, m = t->ks.count;
     *total = 1; /* one spare element: empty slices still allocate */
     if (count_of(&t->nq, s->B, n, s->H, s->D) ||
@@ -254,8 +272,8 @@ ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s,
     if (tensors_size(t, s, p, ctx->rank, ctx->nranks, &total))
         return ra_error_set(RA_ERR_ARG, "shape: the local tensors of rank %d "
                             "overflow the address space", ctx->rank);
-    ra_status st = cli_mem_check(ctx, (int64_t)total, p->mem_limit,
-                                 CLI_TENSORS_WHAT);
+    ra_status st =
+        cli_mem_check(ctx, (int64_t)total, p->exec.mem_limit, CLI_TENSORS_WHAT);
     if (st != RA_OK)
         return st;
     if (!(t->mem = malloc(total)))
@@ -280,7 +298,7 @@ int cli_parse_pass(const cli_ctx *ctx, const cli_spec *spec, void *opts,
                    ra_params *p, int argc, char **argv)
 {
     cli_params_default(p);
-    p->stall_timeout = NAN; /* "not given" until cli_pass_begin */
+    p->exec.stall_timeout = NAN; /* "not given" until cli_pass_begin */
     const int code = cli_parse_or_exit(ctx, spec, opts, argc, argv);
     if (code >= 0)
         return code;
@@ -327,15 +345,15 @@ int cli_fail_status(const cli_ctx *ctx, ra_status st)
 
 static void print_score(const ra_shape *s, const ra_params *p)
 {
-    if (p->score == RA_SCORE_DOT)
+    if (p->num.score == RA_SCORE_DOT)
         printf("# %-10s dot, scale %.9g%s\n", "score", ra_params_scale(p, s),
-               isnan(p->scale) ? " (1/sqrt(D))" : "");
-    else if (p->score == RA_SCORE_GAUSSIAN)
+               isnan(p->num.scale) ? " (1/sqrt(D))" : "");
+    else if (p->num.score == RA_SCORE_GAUSSIAN)
         printf("# %-10s gaussian, -||q - k||^2 / (2 sigma^2), sigma %.9g\n",
-               "score", p->sigma);
+               "score", p->num.sigma);
     else
         printf("# %-10s additive, w_v . tanh(W_q q + W_k k), A = %lld\n",
-               "score", (long long)(p->additive ? p->additive->A : 0));
+               "score", (long long)(p->num.additive ? p->num.additive->A : 0));
 }
 
 void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
@@ -355,36 +373,40 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
            "shape", (long long)s->B, (long long)s->N, (long long)s->M,
            (long long)s->H, (long long)s->G, (long long)s->D,
            (long long)s->Dv);
-    const int seq = p->align == RA_ALIGN_SEQUENCE;
+    const int seq = p->num.align == RA_ALIGN_SEQUENCE;
     printf("# %-10s %s\n", "causal",
-           !p->causal ? "no" : seq ? "yes (j <= i')" : "yes (j <= i + M - N)");
+           !p->num.causal ? "no"
+           : seq          ? "yes (j <= i')"
+                          : "yes (j <= i + M - N)");
     if (seq)
         printf("# %-10s i' = i + kv_len - q_len per sequence (or segment)\n",
                "align");
-    if (p->rope != RA_ROPE_NONE)
-        printf("# %-10s %s pairs, base %g\n", "rope", ra_rope_name(p->rope),
-               p->rope_base);
-    if (p->alibi)
+    if (p->num.rope != RA_ROPE_NONE)
+        printf("# %-10s %s pairs, base %g\n", "rope", ra_rope_name(p->num.rope),
+               p->num.rope_base);
+    if (p->num.alibi)
         printf("# %-10s %s slopes\n", "alibi",
-               p->alibi_slopes ? "/alibi_slopes" : "standard");
-    if (p->window)
+               p->num.alibi_slopes ? "/alibi_slopes" : "standard");
+    if (p->num.window)
         printf("# %-10s i' - %lld <= j <= i' + %lld%s\n", "window",
-               (long long)p->window_left, (long long)p->window_right,
+               (long long)p->num.window_left, (long long)p->num.window_right,
                seq ? "" : " (i' = i + M - N)");
     print_score(s, p);
-    printf("# %-10s %s%s\n", "layout", ra_layout_name(p->layout),
+    printf("# %-10s %s%s\n", "layout", ra_layout_name(p->exec.layout),
            layout_auto ? " (auto)" : "");
-    printf("# %-10s %s\n", "strategy", ra_strategy_name(p->strategy));
+    printf("# %-10s %s\n", "strategy", ra_strategy_name(p->exec.strategy));
     printf("# %-10s %s, K/V as %s between ranks\n", "precision",
-           ra_precision_name(p->precision),
+           ra_precision_name(p->num.precision),
            ra_params_wire_bf16(p) ? "bf16" : "fp32");
-    printf("# %-10s %s\n", "gemm", ra_gemm_name(ra_gemm_pick(p->gemm)));
-    const char *rule = p->window && p->window_left + p->window_right + 1 <=
-                                         RA_WINDOW_TILE_SPAN
-                           ? "window rule" : "default for D";
+    printf("# %-10s %s\n", "gemm", ra_gemm_name(ra_gemm_pick(p->exec.gemm)));
+    const char *rule =
+        p->num.window && p->num.window_left + p->num.window_right + 1 <=
+                             RA_WINDOW_TILE_SPAN
+            ? "window rule"
+            : "default for D";
     printf("# %-10s %lld x %lld (queries: %s, keys: %s)\n", "tiles",
-           (long long)bq, (long long)bkv, p->block_q ? "--block-q" : rule,
-           p->block_kv ? "--block-kv" : rule);
+           (long long)bq, (long long)bkv, p->exec.block_q ? "--block-q" : rule,
+           p->exec.block_kv ? "--block-kv" : rule);
     printf("# %-10s %d\n", "ranks", ctx->nranks);
     cli_print_job(ctx, 10);
     printf("# %-10s %d per rank\n", "threads", ra_params_threads(p));

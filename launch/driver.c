@@ -26,8 +26,8 @@ void cli_pass_data_free(cli_pass_data *d)
 
 void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented)
 {
-    d->layout_auto = p->layout == RA_LAYOUT_AUTO;
-    p->layout = ra_params_layout(p, segmented);
+    d->layout_auto = p->exec.layout == RA_LAYOUT_AUTO;
+    p->exec.layout = ra_params_layout(p, segmented);
 }
 
 /* Floats after each part of the gradients: every part, even an empty one,
@@ -138,9 +138,9 @@ cli_stall_basis cli_pass_basis(const ra_shape *s, const ra_params *p,
                                int nranks, double forward_s, int backward,
                                const char *profile)
 {
-    const int stepped = p->strategy == RA_STRATEGY_RING ||
-                        p->strategy == RA_STRATEGY_RING_Q ||
-                        p->strategy == RA_STRATEGY_ALLGATHER;
+    const int stepped = p->exec.strategy == RA_STRATEGY_RING ||
+                        p->exec.strategy == RA_STRATEGY_RING_Q ||
+                        p->exec.strategy == RA_STRATEGY_ALLGATHER;
     const double ff = ra_params_forward_flops(s, p, NULL);
     const double bf = ra_params_backward_flops(s, p, NULL);
     const double ratio = !backward ? 1.0
@@ -159,20 +159,23 @@ static void pass_watch(const cli_ctx *ctx, cli_pass_data *d, ra_params *p)
     const double fwd_s = progress_predict(ctx, &d->s, p, d->profile);
     const cli_stall_basis basis = cli_pass_basis(&d->s, p, ctx->nranks, fwd_s,
                                                  d->backward, d->profile);
-    p->stall_timeout = cli_stall_timeout(d->stall_given, &basis, d->stall_how,
-                                         sizeof d->stall_how);
-    if (!p->on_step) {
-        p->on_step = pass_beat;
-        p->on_tick = pass_tick;
-        p->on_step_ctx = NULL;
+    p->exec.stall_timeout =
+        cli_stall_timeout(d->stall_given, &basis, d->stall_how,
+                          sizeof d->stall_how);
+    if (!p->exec.on_step) {
+        p->exec.on_step = pass_beat;
+        p->exec.on_tick = pass_tick;
+        p->exec.on_step_ctx = NULL;
     }
     cli_watchdog_explain(d->stall_how);
     /* twice the library's timeout: its own watchdog, which names the
      * step and the peer, speaks first when it can */
-    cli_watchdog_phase(ctx, d->backward ? "the pass (set-up, read, backward)"
-                                        : "the pass (set-up, read, "
-                                          "attention)",
-                       2.0 * p->stall_timeout, pass_io_seconds(ctx, &d->s));
+    cli_watchdog_phase(ctx,
+                       d->backward ? "the pass (set-up, read, backward)"
+                                   : "the pass (set-up, read, "
+                                     "attention)",
+                       2.0 * p->exec.stall_timeout,
+                       pass_io_seconds(ctx, &d->s));
 }
 
 /* Seconds the set-up may take when no timeout is given: reading the
@@ -181,9 +184,9 @@ static void pass_watch(const cli_ctx *ctx, cli_pass_data *d, ra_params *p)
 
 void cli_pass_begin(const cli_ctx *ctx, cli_pass_data *d, ra_params *p)
 {
-    d->stall_given = p->stall_timeout; /* NaN: not given */
-    if (isnan(p->stall_timeout)) /* until cli_pass_echo derives it */
-        p->stall_timeout = RA_STALL_TIMEOUT_DEFAULT;
+    d->stall_given = p->exec.stall_timeout; /* NaN: not given */
+    if (isnan(p->exec.stall_timeout))       /* until cli_pass_echo derives it */
+        p->exec.stall_timeout = RA_STALL_TIMEOUT_DEFAULT;
     cli_watchdog_phase(ctx, "the set-up",
                        isnan(d->stall_given) ? CLI_SETUP_SECONDS
                                              : d->stall_given, 0.0);
@@ -195,8 +198,8 @@ void cli_pass_echo(const cli_ctx *ctx, cli_pass_data *d, ra_params *p)
     cli_placement_warn(ctx, ra_params_threads(p));
     cli_print_params(ctx, &d->s, p, d->layout_auto, d->in, d->out);
     if (ctx->rank == 0)
-        printf("# %-10s %.3g s without progress ends the job (%s)\n",
-               "stall", p->stall_timeout, d->stall_how);
+        printf("# %-10s %.3g s without progress ends the job (%s)\n", "stall",
+               p->exec.stall_timeout, d->stall_how);
 }
 
 void cli_pass_stalled(const cli_ctx *ctx, const cli_pass_data *d)
@@ -210,7 +213,7 @@ void cli_pass_stalled(const cli_ctx *ctx, const cli_pass_data *d)
 void cli_pass_writing(const cli_ctx *ctx, const cli_pass_data *d,
                       const ra_params *p)
 {
-    cli_watchdog_phase(ctx, "the write of the output", p->stall_timeout,
+    cli_watchdog_phase(ctx, "the write of the output", p->exec.stall_timeout,
                        pass_io_seconds(ctx, &d->s));
 }
 

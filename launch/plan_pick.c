@@ -95,7 +95,7 @@ static ra_status plan_job_table(const cli_ctx *ctx, const ra_shape *s,
     if (st != RA_OK) /* the same verdict on every rank: the same inputs */
         goto cleanup;
     ra_params q = *p; /* every strategy is evaluated; p's may be auto */
-    q.strategy = RA_STRATEGY_RING;
+    q.exec.strategy = RA_STRATEGY_RING;
     st = ra_agree(ctx->comm,
                   model_evaluate(s, &q, 0, masks, &al, pf, 0, *out));
 cleanup:
@@ -116,14 +116,14 @@ ra_status plan_pick(const cli_ctx *ctx, const ra_shape *s, ra_params *p,
             fprintf(stderr, "ringattn: warning: --strategy auto: %s; "
                     "running the ring\n", ra_error_message());
         memset(pick, 0, sizeof *pick);
-        p->strategy = pick->strategy = RA_STRATEGY_RING;
+        p->exec.strategy = pick->strategy = RA_STRATEGY_RING;
         st = RA_OK;
     } else if (st == RA_OK && t->best < 0) {
         st = ra_error_set(RA_ERR_ARG, "--strategy auto: no strategy takes "
                           "this problem (ring: %s)", t->row[0].why);
     } else if (st == RA_OK) {
         *pick = t->row[t->best];
-        p->strategy = pick->strategy;
+        p->exec.strategy = pick->strategy;
     }
     free(t);
     return st;
@@ -139,7 +139,7 @@ ra_status plan_predict(const cli_ctx *ctx, const ra_shape *s,
     for (int k = 0; st == RA_OK && k <= t->nrows; k++) {
         if (k == t->nrows)
             st = RA_ERR_ARG; /* the model says it does not apply */
-        else if (t->row[k].strategy == p->strategy && t->row[k].applies) {
+        else if (t->row[k].strategy == p->exec.strategy && t->row[k].applies) {
             *out = t->row[k];
             break;
         }

@@ -64,8 +64,8 @@ static void print_echo(const plan_opts *o, const plan_state *w)
            (long long)s->H, (long long)s->G, (long long)s->D,
            (long long)s->Dv);
     printf("# %-10s causal %s, window %s, score %s, masks%s%s%s\n", "options",
-           o->p.causal ? "yes" : "no", o->p.window ? "yes" : "no",
-           ra_score_name(o->p.score), w->mk.q_lens ? " lens" : "",
+           o->p.num.causal ? "yes" : "no", o->p.num.window ? "yes" : "no",
+           ra_score_name(o->p.num.score), w->mk.q_lens ? " lens" : "",
            w->mk.q_seg ? " segments" : "",
            w->mk.q_lens || w->mk.q_seg ? "" : " none");
     printf("# %-10s %lld ranks on %lld node(s), %d thread(s) per rank, "
@@ -94,7 +94,7 @@ static void print_echo(const plan_opts *o, const plan_state *w)
            o->kernel_rate > 0 ? " (--kernel-rate)" : "");
     printf("# %-10s %s\n", "layout",
            w->layout_auto ? "auto: each tried, the best per strategy shown"
-                          : ra_layout_name(o->p.layout));
+                          : ra_layout_name(o->p.exec.layout));
 }
 
 /* vs_best of a row: its time over the best's, "tie" within the model's
@@ -200,15 +200,14 @@ static json_t *plan_json_row_problem(const plan_opts *o, const plan_point *at,
     return json_pack(
         "{s:s, s:s, s:b, s:o, s:I, s:I, s:i, s:s, s:I, s:I, s:I, s:I, s:I, "
         "s:I, s:I, s:b, s:o}",
-        "strategy", ra_strategy_name(r->strategy),
-        "layout", ra_layout_name(r->layout), "applies", r->applies,
-        "why", cli_json_text(r->why), "ranks", (json_int_t)at->ranks,
-        "nodes", (json_int_t)at->nodes, "threads", ra_params_threads(&o->p),
-        "scaling", at->scaling, "batch", (json_int_t)s->B,
-        "seq_q", (json_int_t)s->N, "seq_kv", (json_int_t)s->M,
-        "heads", (json_int_t)s->H, "kv_heads", (json_int_t)s->G,
-        "dim", (json_int_t)s->D, "dim_v", (json_int_t)s->Dv,
-        "causal", o->p.causal, "platform", cli_json_text(o->platform));
+        "strategy", ra_strategy_name(r->strategy), "layout",
+        ra_layout_name(r->layout), "applies", r->applies, "why",
+        cli_json_text(r->why), "ranks", (json_int_t)at->ranks, "nodes",
+        (json_int_t)at->nodes, "threads", ra_params_threads(&o->p), "scaling",
+        at->scaling, "batch", (json_int_t)s->B, "seq_q", (json_int_t)s->N,
+        "seq_kv", (json_int_t)s->M, "heads", (json_int_t)s->H, "kv_heads",
+        (json_int_t)s->G, "dim", (json_int_t)s->D, "dim_v", (json_int_t)s->Dv,
+        "causal", o->p.num.causal, "platform", cli_json_text(o->platform));
 }
 
 static json_t *plan_json_row_costs(const model_result *r)
@@ -364,16 +363,17 @@ ra_status plan_report_max_seq(const cli_ctx *ctx, const plan_opts *o,
     printf("#%9s %14s %12s\n", "strategy", "max_seq", "peak_MB");
     for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
         ra_params p = o->p;
-        p.strategy = (ra_strategy)k;
+        p.exec.strategy = (ra_strategy)k;
         const ra_layout lay = ra_params_layout(&p, 0);
         const int64_t n = model_max_seq(&w->s, &p, lay, al, &w->pf);
         ra_shape s = w->s;
         s.N = s.M = n > 0 ? n : 1;
-        printf(" %9s %14lld %12.1f%s\n", ra_strategy_name(p.strategy),
+        printf(" %9s %14lld %12.1f%s\n", ra_strategy_name(p.exec.strategy),
                (long long)n,
                model_rank_bytes(&s, &p, lay, al->P, 0) / 1048576.0,
                k == RA_STRATEGY_ULYSSES && w->s.H < al->P
-                   ? "  (does not apply: more ranks than heads)" : "");
+                   ? "  (does not apply: more ranks than heads)"
+                   : "");
     }
     fflush(stdout);
     return RA_OK;

@@ -17,8 +17,8 @@ ra_status cli_alibi_setup(const char *in, const ra_shape *s, ra_params *p,
     int64_t have[4];
     float *f = NULL;
     *slopes = NULL;
-    p->alibi_slopes = NULL;
-    if (!p->alibi)
+    p->num.alibi_slopes = NULL;
+    if (!p->num.alibi)
         return RA_OK;
     ra_status st = h5io_dataset_dims(in, "/alibi_slopes", &rank, have,
                                      &present);
@@ -40,7 +40,7 @@ ra_status cli_alibi_setup(const char *in, const ra_shape *s, ra_params *p,
         goto cleanup;
     for (int64_t h = 0; h < s->H; h++)
         (*slopes)[h] = f[h];
-    p->alibi_slopes = *slopes;
+    p->num.alibi_slopes = *slopes;
     if (ra_alibi_check(s, p) != RA_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", ra_error_message());

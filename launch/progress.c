@@ -122,16 +122,16 @@ void progress_setup(const cli_ctx *ctx, cli_progress *pg, const ra_shape *s,
     pg->from = pg->asked || pg->predicted > pg->after ? 0.0 : pg->after;
     pg->out = stderr;
     pg->start = pg->last = MPI_Wtime();
-    p->on_step = progress_step;
-    p->on_tick = progress_tick;
-    p->on_step_ctx = pg;
+    p->exec.on_step = progress_step;
+    p->exec.on_tick = progress_tick;
+    p->exec.on_step_ctx = pg;
 }
 
 void progress_start(const ra_params *p)
 {
-    if (p->on_step != progress_step)
+    if (p->exec.on_step != progress_step)
         return;
-    cli_progress *pg = p->on_step_ctx;
+    cli_progress *pg = p->exec.on_step_ctx;
     pg->start = pg->last = MPI_Wtime();
     pg->done = pg->total = 0;
 }

@@ -208,7 +208,7 @@ ra_status cli_ckpt_begin(const cli_ctx *ctx, const cli_ckpt_args *a,
         signals_catch();
         k->last = MPI_Wtime();
         k->hooks = (ra_checkpoint){hook_ask, hook_save, NULL, k};
-        p->checkpoint = &k->hooks;
+        p->exec.checkpoint = &k->hooks;
     }
     return st;
 }

@@ -18,19 +18,19 @@ static json_t *run_rules(const cli_run_summary *r)
     const ra_h5_source *src = r->source;
     return json_pack(
         "{s:b, s:o, s:s, s:o*, s:o*, s:s, s:s, s:o, s:o, s:o, s:o, s:s}",
-        "causal", p->causal, "window", p->window
-            ? json_pack("[I, I]", (json_int_t)p->window_left,
-                        (json_int_t)p->window_right) : json_null(),
-        "score", ra_score_name(p->score),
-        "scale", p->score == RA_SCORE_DOT ? json_real(r->scale) : NULL,
-        "sigma", p->score == RA_SCORE_GAUSSIAN ? json_real(p->sigma) : NULL,
-        "layout", ra_layout_name(p->layout),
-        "qkv_layout", h5io_qkv_layout_name(src->axes),
-        "q_dataset", cli_json_text(src->q ? src->q : "/q"),
-        "k_dataset", cli_json_text(src->k ? src->k : "/k"),
-        "v_dataset", cli_json_text(src->v ? src->v : "/v"),
-        "masks", cli_json_text(r->masks), "out_dtype",
-        ra_dtype_name(r->out_dtype));
+        "causal", p->num.causal, "window",
+        p->num.window ? json_pack("[I, I]", (json_int_t)p->num.window_left,
+                                  (json_int_t)p->num.window_right)
+                      : json_null(),
+        "score", ra_score_name(p->num.score), "scale",
+        p->num.score == RA_SCORE_DOT ? json_real(r->scale) : NULL, "sigma",
+        p->num.score == RA_SCORE_GAUSSIAN ? json_real(p->num.sigma) : NULL,
+        "layout", ra_layout_name(p->exec.layout), "qkv_layout",
+        h5io_qkv_layout_name(src->axes), "q_dataset",
+        cli_json_text(src->q ? src->q : "/q"), "k_dataset",
+        cli_json_text(src->k ? src->k : "/k"), "v_dataset",
+        cli_json_text(src->v ? src->v : "/v"), "masks", cli_json_text(r->masks),
+        "out_dtype", ra_dtype_name(r->out_dtype));
 }
 
 /* The summary, keys in the order they are written. */

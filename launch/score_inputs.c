@@ -50,12 +50,12 @@ ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
                           cli_score_inputs *si)
 {
     const int64_t Dk = ra_shape_dk(s);
-    if (!ra_shape_dk_allowed(s, p->score))
+    if (!ra_shape_dk_allowed(s, p->num.score))
         return ra_error_set(RA_ERR_INPUT, "%s: dataset /k: head dim Dk = %lld "
                             "differs from /q (D = %lld); only --score "
                             "additive takes keys of another dim", in,
                             (long long)Dk, (long long)s->D);
-    if (p->score != RA_SCORE_ADDITIVE)
+    if (p->num.score != RA_SCORE_ADDITIVE)
         return RA_OK;
     int rank, present;
     int64_t dims[4];
@@ -78,6 +78,6 @@ ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
     if ((st = weights_read(in, s, A, si)) !=
         RA_OK)
         return st;
-    p->additive = &si->additive;
+    p->num.additive = &si->additive;
     return RA_OK;
 }

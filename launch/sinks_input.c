@@ -14,7 +14,7 @@ ra_status cli_sinks_setup(const char *in, const char *path,
     int rank, present;
     int64_t have[4];
     *sinks = NULL;
-    p->sinks = NULL;
+    p->num.sinks = NULL;
     if (!path)
         return RA_OK;
     ra_status st = h5io_dataset_dims(in, path, &rank, have, &present);
@@ -32,7 +32,7 @@ ra_status cli_sinks_setup(const char *in, const char *path,
         return ra_error_set(RA_ERR_NOMEM, "%s: out of memory for the sinks",
                             in);
     st = h5io_read_weights(in, path, 1, dims, *sinks, &present);
-    p->sinks = *sinks;
+    p->num.sinks = *sinks;
     if (st == RA_OK && ra_logits_check(s, p) != RA_OK) {
         char why[512];
         snprintf(why, sizeof why, "%s", ra_error_message());
@@ -41,7 +41,7 @@ ra_status cli_sinks_setup(const char *in, const char *path,
     if (st != RA_OK) {
         free(*sinks);
         *sinks = NULL;
-        p->sinks = NULL;
+        p->num.sinks = NULL;
     }
     return st;
 }

@@ -21,12 +21,12 @@ typedef struct {
 static void rope_turn(const ra_params *p, double *x, int64_t D, double pos,
                       double sign)
 {
-    if (p->rope == RA_ROPE_NONE)
+    if (p->num.rope == RA_ROPE_NONE)
         return;
     for (int64_t kk = 0; kk < D / 2; kk++) {
-        const double ang = sign * pos * pow(p->rope_base, -2.0 * kk / D);
-        const int64_t a = p->rope == RA_ROPE_HALF ? kk : 2 * kk;
-        const int64_t b = p->rope == RA_ROPE_HALF ? kk + D / 2 : 2 * kk + 1;
+        const double ang = sign * pos * pow(p->num.rope_base, -2.0 * kk / D);
+        const int64_t a = p->num.rope == RA_ROPE_HALF ? kk : 2 * kk;
+        const int64_t b = p->num.rope == RA_ROPE_HALF ? kk + D / 2 : 2 * kk + 1;
         const double xa = x[a], xb = x[b];
         x[a] = xa * cos(ang) - xb * sin(ang);
         x[b] = xb * cos(ang) + xa * sin(ang);
@@ -47,7 +47,7 @@ static int64_t last_of(const int64_t *x, int64_t len, int64_t id)
 static int64_t aligned(const mref_in *in, int64_t b, int64_t i)
 {
     const int64_t N = in->s.N, M = in->s.M;
-    if (in->p->align != RA_ALIGN_SEQUENCE)
+    if (in->p->num.align != RA_ALIGN_SEQUENCE)
         return i + M - N;
     if (in->q_seg) {
         const int64_t id = in->q_seg[b * N + i];
@@ -62,9 +62,10 @@ static int visible(const mref_in *in, int64_t b, int64_t i, int64_t j)
 {
     const int64_t N = in->s.N, M = in->s.M, ip = aligned(in, b, i);
     const ra_params *p = in->p;
-    if (p->causal && j > ip)
+    if (p->num.causal && j > ip)
         return 0;
-    if (p->window && (j < ip - p->window_left || j > ip + p->window_right))
+    if (p->num.window &&
+        (j < ip - p->num.window_left || j > ip + p->num.window_right))
         return 0;
     if ((in->q_lens && i >= in->q_lens[b]) ||
         (in->kv_lens && j >= in->kv_lens[b]))
@@ -80,8 +81,8 @@ static double pair_score(const mref_in *in, const double *q, const double *k,
     const ra_params *p = in->p;
     const int64_t D = in->s.D;
     double s = 0.0;
-    if (p->score == RA_SCORE_ADDITIVE) {
-        const ra_additive *w = p->additive;
+    if (p->num.score == RA_SCORE_ADDITIVE) {
+        const ra_additive *w = p->num.additive;
         if (gq) {
             memset(gq, 0, sizeof(double) * (size_t)D);
             memset(gk, 0, sizeof(double) * (size_t)D);
@@ -99,10 +100,10 @@ static double pair_score(const mref_in *in, const double *q, const double *k,
         }
         return s;
     }
-    const int gauss = p->score == RA_SCORE_GAUSSIAN;
-    const double c = gauss
-                         ? 1.0 / (p->sigma * p->sigma)
-                         : (isnan(p->scale) ? 1.0 / sqrt((double)D) : p->scale);
+    const int gauss = p->num.score == RA_SCORE_GAUSSIAN;
+    const double c =
+        gauss ? 1.0 / (p->num.sigma * p->num.sigma)
+              : (isnan(p->num.scale) ? 1.0 / sqrt((double)D) : p->num.scale);
     for (int64_t d = 0; d < D; d++) {
         const double x = gauss ? q[d] - k[d] : q[d] * k[d];
         s += gauss ? -0.5 * c * x * x : c * x;
@@ -150,7 +151,7 @@ static double row_forward(const mref_in *in, int64_t b, int64_t h, int64_t i,
         if (!visible(in, b, i, j))
             continue;
         w->s[j] = pair_score(in, w->q + i * s->D, w->k + j * s->D, NULL, NULL);
-        if (in->p->alibi)
+        if (in->p->num.alibi)
             w->s[j] -= in->slopes[h] * fabs((double)(j - ip));
         mx = fmax(mx, w->s[j]);
     }

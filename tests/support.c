@@ -63,14 +63,15 @@ check_result check_slice(const problem *p, const ra_params *params,
     const test_masks none = {0};
     const test_masks *mk = masks ? masks : &none;
     const int64_t Dk = ra_shape_dk(s), n = qs->count;
-    ra_ref_score score = {.score = params->score,
-                                .scale = ra_params_scale(params, s),
-                                .sigma = params->sigma,
-                                .additive = params->additive, .Dk = Dk,
-                                .alibi = params->alibi,
-                                .softcap = params->softcap};
-    const int bf16 = params->precision == RA_PRECISION_BF16;
-    const int round_kv = bf16 || params->wire == RA_WIRE_BF16;
+    ra_ref_score score = {.score = params->num.score,
+                          .scale = ra_params_scale(params, s),
+                          .sigma = params->num.sigma,
+                          .additive = params->num.additive,
+                          .Dk = Dk,
+                          .alibi = params->num.alibi,
+                          .softcap = params->num.softcap};
+    const int bf16 = params->num.precision == RA_PRECISION_BF16;
+    const int round_kv = bf16 || params->exec.wire == RA_WIRE_BF16;
     check_result c = {.p_unit = bf16 ? RA_BF16_UNIT : 0.0};
     double *vabs = malloc(sizeof(double) * (size_t)(s->M * s->Dv + 1));
     double *oabs = malloc(sizeof(double) * (size_t)(s->Dv + 1));
@@ -82,15 +83,15 @@ check_result check_slice(const problem *p, const ra_params *params,
     for (int64_t b = 0; b < s->B; b++) {
         for (int64_t h = 0; h < s->H; h++) {
             int64_t g = h / (s->H / s->G);
-            if (params->alibi)
+            if (params->num.alibi)
                 score.alibi_slope = ra_params_alibi_slope(params, s->H, h);
-            score.sink_on = params->sinks != NULL;
-            score.sink = params->sinks ? params->sinks[h] : 0.0;
+            score.sink_on = params->num.sinks != NULL;
+            score.sink = params->num.sinks ? params->num.sinks[h] : 0.0;
             for (int64_t j = 0; j < s->M; j++) {
                 for (int64_t d = 0; d < Dk; d++)
                     kd[j * Dk + d] = p->k[((b * s->M + j) * s->G + g) * Dk + d];
-                ra_rope_row_ref(params->rope, params->rope_base, kd + j * Dk,
-                                s->D, j);
+                ra_rope_row_ref(params->num.rope, params->num.rope_base,
+                                kd + j * Dk, s->D, j);
                 for (int64_t d = 0; d < s->Dv; d++)
                     vd[j * s->Dv + d] = p->v[((b * s->M + j) * s->G + g) * s->Dv + d];
                 ref_round(kd + j * Dk, Dk, round_kv);
@@ -100,17 +101,21 @@ check_result check_slice(const problem *p, const ra_params *params,
                 int64_t gi = ra_slice_pos(qs, i);
                 for (int64_t d = 0; d < s->D; d++)
                     qd[d] = p->q[((b * s->N + gi) * s->H + h) * s->D + d];
-                ra_rope_row_ref(params->rope, params->rope_base, qd, s->D,
-                                gi + s->M - s->N);
+                ra_rope_row_ref(params->num.rope, params->num.rope_base, qd,
+                                s->D, gi + s->M - s->N);
                 ref_round(qd, s->D, bf16);
-                ra_mask m = {.causal = params->causal, .diag = s->M - s->N,
-                             .window = params->window,
-                             .left = params->window_left,
-                             .right = params->window_right, .qpos = &gi,
+                ra_mask m = {.causal = params->num.causal,
+                             .diag = s->M - s->N,
+                             .window = params->num.window,
+                             .left = params->num.window_left,
+                             .right = params->num.window_right,
+                             .qpos = &gi,
                              .q_lens = mk->q_lens ? mk->q_lens + b : NULL,
                              .kv_lens = mk->kv_lens ? mk->kv_lens + b : NULL,
-                             .q_seg = mk->q_seg ? mk->q_seg + b * s->N + gi : NULL,
-                             .k_seg = mk->kv_seg ? mk->kv_seg + b * s->M : NULL};
+                             .q_seg =
+                                 mk->q_seg ? mk->q_seg + b * s->N + gi : NULL,
+                             .k_seg =
+                                 mk->kv_seg ? mk->kv_seg + b * s->M : NULL};
                 double ld;
                 const ra_ref_rows rr = {1, s->M, s->D, s->Dv, qd, s->D, kd, Dk,
                                         vd, s->Dv, od, s->Dv, &ld};
@@ -140,8 +145,8 @@ check_result check_rows(const problem *p, int causal, double scale,
 {
     ra_params prm;
     ra_params_default(&prm);
-    prm.causal = causal;
-    prm.scale = scale;
+    prm.num.causal = causal;
+    prm.num.scale = scale;
     const ra_slice qs = {1, {{n0, n, 1}}, n};
     return check_slice(p, &prm, NULL, &qs, o, lse);
 }

@@ -32,7 +32,7 @@ static void rope_rows(const ra_params *prm, double *x, int64_t len, int64_t D,
                       int64_t first, int64_t sign)
 {
     for (int64_t i = 0; i < len; i++)
-        ra_rope_row_ref(prm->rope, prm->rope_base, x + i * D, D,
+        ra_rope_row_ref(prm->num.rope, prm->num.rope_base, x + i * D, D,
                         sign * (first + i));
 }
 
@@ -60,16 +60,24 @@ static void ref_head(bwd_ref *r, const problem *p, const ra_params *prm,
     const ra_shape *s = &p->s;
     const int64_t N = s->N, M = s->M, D = s->D, Dv = s->Dv;
     const int64_t Dk = ra_shape_dk(s), g = h / (s->H / s->G);
-    const ra_ref_score sc = {
-        .score = prm->score, .scale = ra_params_scale(prm, s),
-        .sigma = prm->sigma, .additive = prm->additive, .Dk = Dk,
-        .alibi = prm->alibi,
-        .alibi_slope = prm->alibi ? ra_params_alibi_slope(prm, s->H, h) : 0,
-        .softcap = prm->softcap, .sink_on = prm->sinks != NULL,
-        .sink = prm->sinks ? prm->sinks[h] : 0.0};
-    const ra_mask m = {.causal = prm->causal, .diag = M - N,
-                       .window = prm->window, .left = prm->window_left,
-                       .right = prm->window_right,
+    const ra_ref_score sc = {.score = prm->num.score,
+                             .scale = ra_params_scale(prm, s),
+                             .sigma = prm->num.sigma,
+                             .additive = prm->num.additive,
+                             .Dk = Dk,
+                             .alibi = prm->num.alibi,
+                             .alibi_slope =
+                                 prm->num.alibi
+                                     ? ra_params_alibi_slope(prm, s->H, h)
+                                     : 0,
+                             .softcap = prm->num.softcap,
+                             .sink_on = prm->num.sinks != NULL,
+                             .sink = prm->num.sinks ? prm->num.sinks[h] : 0.0};
+    const ra_mask m = {.causal = prm->num.causal,
+                       .diag = M - N,
+                       .window = prm->num.window,
+                       .left = prm->num.window_left,
+                       .right = prm->num.window_right,
                        .q_lens = mk->q_lens ? mk->q_lens + b : NULL,
                        .kv_lens = mk->kv_lens ? mk->kv_lens + b : NULL,
                        .q_seg = mk->q_seg ? mk->q_seg + b * N : NULL,
@@ -83,8 +91,8 @@ static void ref_head(bwd_ref *r, const problem *p, const ra_params *prm,
     const ra_ref_rows rr = {N, M, D, Dv, w[0], D, w[1], Dk, w[2], Dv, w[4], Dv,
                             w[5]};
     ra_reference_scored(&sc, &m, &rr, w[9]);
-    if (prm->sinks)
-        sink_grad(r, prm->sinks[h], N, Dv, w[3], w[4], w[5], h);
+    if (prm->num.sinks)
+        sink_grad(r, prm->num.sinks[h], N, Dv, w[3], w[4], w[5], h);
     for (int64_t i = 0; i < N; i++) {
         for (int64_t d = 0; d < Dv; d++)
             r->o[((b * N + i) * s->H + h) * Dv + d] = (float)w[4][i * Dv + d];
@@ -92,7 +100,7 @@ static void ref_head(bwd_ref *r, const problem *p, const ra_params *prm,
     }
     memset(w[7], 0, sizeof(double) * (size_t)(M * Dk));
     memset(w[8], 0, sizeof(double) * (size_t)(M * Dv));
-    const int64_t A = prm->additive ? prm->additive->A : 0;
+    const int64_t A = prm->num.additive ? prm->num.additive->A : 0;
     double *dw = r->dw;
     const ra_ref_grads gr = {w[0], w[1], w[2], w[3], D, Dk, Dv, Dv,
                              w[6], w[7], w[8], D, Dk, Dv,
@@ -113,8 +121,8 @@ void bwd_ref_make(bwd_ref *r, const problem *p, const ra_params *params,
     const test_masks none = {0};
     const int64_t N = s->N, M = s->M, D = s->D, Dv = s->Dv;
     const int64_t Dk = ra_shape_dk(s);
-    const int additive = params->score == RA_SCORE_ADDITIVE;
-    const int64_t A = additive ? params->additive->A : 0;
+    const int additive = params->num.score == RA_SCORE_ADDITIVE;
+    const int64_t A = additive ? params->num.additive->A : 0;
     r->o = malloc(sizeof(float) * (size_t)(s->B * N * s->H * Dv + 1));
     r->lse = malloc(sizeof(float) * (size_t)(s->B * s->H * N + 1));
     r->dq = calloc((size_t)(s->B * N * s->H * D + 1), sizeof(double));
@@ -122,7 +130,7 @@ void bwd_ref_make(bwd_ref *r, const problem *p, const ra_params *params,
     r->dv = calloc((size_t)(s->B * M * s->G * Dv + 1), sizeof(double));
     r->dw = additive ? calloc((size_t)(A * (D + Dk + 1)), sizeof(double))
                      : NULL;
-    r->dsinks = params->sinks ? calloc((size_t)s->H, sizeof(double)) : NULL;
+    r->dsinks = params->num.sinks ? calloc((size_t)s->H, sizeof(double)) : NULL;
     const int64_t len[10] = {N * D, M * Dk, M * Dv, N * Dv, N * Dv,
                              N,     N * D,  M * Dk, M * Dv, M};
     double *w[10];

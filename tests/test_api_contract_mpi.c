@@ -400,10 +400,10 @@ static void test_class19_window_max(void **state)
         local_part_make(&f.lp, &f.p, &f.prm, f.exec.layout, rank, nranks);
         assert_int_equal(agreed(forward(&f), NULL), RA_OK);
         ra_params ref = f.prm; /* the reference without the window */
-        ref.window = 0;
-        ref.causal = f.num.causal;
+        ref.num.window = 0;
+        ref.num.causal = f.num.causal;
         if (c & 2) /* right 0 is causal's own limit */
-            ref.causal = 1;
+            ref.num.causal = 1;
         assert_true(forward_right(&f, &ref));
         if (f.exec.strategy == RA_STRATEGY_RING) {
             grads_mem g;

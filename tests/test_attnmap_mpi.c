@@ -25,8 +25,8 @@ static void check_map(const problem *p, const ra_params *prm,
 {
     const ra_shape *s = &p->s;
     const int64_t Dk = ra_shape_dk(s);
-    const ra_ref_score score = {prm->score, ra_params_scale(prm, s),
-                                prm->sigma, prm->additive, Dk};
+    const ra_ref_score score = {prm->num.score, ra_params_scale(prm, s),
+                                prm->num.sigma, prm->num.additive, Dk};
     double *qd = malloc(sizeof(double) * (size_t)s->D);
     double *kd = malloc(sizeof(double) * (size_t)(s->M * Dk));
     double *vd = calloc((size_t)s->M, sizeof(double)); /* Dv = 1 view */
@@ -41,7 +41,8 @@ static void check_map(const problem *p, const ra_params *prm,
                 int64_t gi = ra_slice_pos(qs, rows.start + r);
                 for (int64_t d = 0; d < s->D; d++)
                     qd[d] = p->q[((b * s->N + gi) * s->H + h) * s->D + d];
-                ra_mask mk = {.causal = prm->causal, .diag = s->M - s->N,
+                ra_mask mk = {.causal = prm->num.causal,
+                              .diag = s->M - s->N,
                               .qpos = &gi,
                               .q_lens = q_lens ? q_lens + b : NULL};
                 double o1, l;
@@ -107,9 +108,9 @@ static void run_map(const ra_shape *s, ra_params prm, int lens,
     if (rank == 0)
         printf("# P=%d %-8s %-10s rows [%lld, %lld) causal=%d lens=%d: max "
                "|p - ref| %.2e, max |sum - ref sum| %.2e (offset %g)\n",
-               nranks, ra_score_name(prm.score), ra_layout_name(lay),
-               (long long)i0, (long long)i1, prm.causal, lens, gerr[0], gerr[1],
-               offset);
+               nranks, ra_score_name(prm.num.score), ra_layout_name(lay),
+               (long long)i0, (long long)i1, prm.num.causal, lens, gerr[0],
+               gerr[1], offset);
     assert_int_equal(all_rows, i1 - i0);
     assert_true(gerr[0] < RA_TOLERANCE && gerr[1] < RA_TOLERANCE);
     local_part_free(&lp);
@@ -123,8 +124,8 @@ static void test_maps(void **state)
     const ra_shape s = {2, 157, 203, 4, 2, 16, 8, 16};
     ra_params prm;
     ra_params_default(&prm);
-    prm.block_q = 16;
-    prm.block_kv = 32;
+    prm.exec.block_q = 16;
+    prm.exec.block_kv = 32;
     const ra_layout lays[4] = {RA_LAYOUT_CONTIGUOUS, RA_LAYOUT_ZIGZAG,
                                RA_LAYOUT_STRIPED, RA_LAYOUT_BALANCED};
     float wq[8 * 16], wk[8 * 16], wv[8];
@@ -133,18 +134,18 @@ static void test_maps(void **state)
     ra_random_normal(3, RA_STREAM_W_V, 0, 8, wv);
     const ra_additive ad = {8, wq, wk, wv};
     for (int l = 0; l < 4; l++) {
-        prm.layout = lays[l];
-        prm.score = RA_SCORE_DOT;
-        prm.causal = 1;
+        prm.exec.layout = lays[l];
+        prm.num.score = RA_SCORE_DOT;
+        prm.num.causal = 1;
         run_map(&s, prm, 1, 0, 157, 800 + l, 0.0);     /* every row */
-        prm.causal = 0;
+        prm.num.causal = 0;
         run_map(&s, prm, 0, 40, 47, 810 + l, 0.0);     /* a few rows */
-        prm.score = RA_SCORE_GAUSSIAN;
-        prm.sigma = 3.0;
+        prm.num.score = RA_SCORE_GAUSSIAN;
+        prm.num.sigma = 3.0;
         run_map(&s, prm, 0, 100, 157, 820 + l, 0.0);
-        prm.score = RA_SCORE_ADDITIVE;
-        prm.additive = &ad;
-        prm.causal = 1;
+        prm.num.score = RA_SCORE_ADDITIVE;
+        prm.num.additive = &ad;
+        prm.num.causal = 1;
         run_map(&s, prm, 1, 3, 30, 830 + l, 0.0);
     }
 }
@@ -158,12 +159,12 @@ static void test_issue39_class1_gaussian_map_offsets(void **state)
     const ra_shape s = {2, 157, 203, 4, 2, 16, 8};
     ra_params prm;
     ra_params_default(&prm);
-    prm.block_q = 16;
-    prm.block_kv = 32;
-    prm.score = RA_SCORE_GAUSSIAN;
-    prm.sigma = 3.0;
-    prm.causal = 1;
-    prm.layout = RA_LAYOUT_ZIGZAG;
+    prm.exec.block_q = 16;
+    prm.exec.block_kv = 32;
+    prm.num.score = RA_SCORE_GAUSSIAN;
+    prm.num.sigma = 3.0;
+    prm.num.causal = 1;
+    prm.exec.layout = RA_LAYOUT_ZIGZAG;
     run_map(&s, prm, 1, 0, 157, 840, 100.0);
     run_map(&s, prm, 1, 0, 157, 841, 1e4);
 }

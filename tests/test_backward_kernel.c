@@ -135,12 +135,12 @@ static void expect_ok(ra_shape s, kcase c)
                            c.segs ? seg : NULL, c.segs ? seg + s.B * s.N : NULL};
     ra_params prm;
     ra_params_default(&prm);
-    prm.causal = c.causal;
-    prm.window = c.window;
-    prm.window_left = c.left;
-    prm.window_right = c.right;
-    prm.score = c.score;
-    prm.sigma = 1.5;
+    prm.num.causal = c.causal;
+    prm.num.window = c.window;
+    prm.num.window_left = c.left;
+    prm.num.window_right = c.right;
+    prm.num.score = c.score;
+    prm.num.sigma = 1.5;
     bwd_ref ref;
     bwd_ref_make(&ref, &p, &prm, &mk, dout);
     const bwd_tally t = run_kernel(&p, &c, &prm, &mk, dout, &ref);

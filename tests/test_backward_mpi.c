@@ -44,20 +44,20 @@ static ra_params params_of(const bcase *c)
 {
     ra_params prm;
     ra_params_default(&prm);
-    prm.layout = c->layout;
-    prm.causal = c->causal;
-    prm.window = c->window;
-    prm.window_left = c->left;
-    prm.window_right = c->right;
-    prm.score = c->score;
-    prm.sigma = 1.7;
-    prm.block_q = 32;
-    prm.block_kv = c->bkv ? c->bkv : 48;
-    prm.threads = c->threads;
-    prm.rope = c->rope;
-    prm.rope_base = 300.0;
-    prm.alibi = c->alibi;
-    prm.additive = c->additive;
+    prm.exec.layout = c->layout;
+    prm.num.causal = c->causal;
+    prm.num.window = c->window;
+    prm.num.window_left = c->left;
+    prm.num.window_right = c->right;
+    prm.num.score = c->score;
+    prm.num.sigma = 1.7;
+    prm.exec.block_q = 32;
+    prm.exec.block_kv = c->bkv ? c->bkv : 48;
+    prm.exec.threads = c->threads;
+    prm.num.rope = c->rope;
+    prm.num.rope_base = 300.0;
+    prm.num.alibi = c->alibi;
+    prm.num.additive = c->additive;
     return prm;
 }
 

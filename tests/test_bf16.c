@@ -58,11 +58,11 @@ static void expect_case(const bf16_case *k, ra_gemm gemm, uint64_t seed)
     problem_make(&p, s, seed);
     ra_params prm;
     ra_params_default(&prm);
-    prm.causal = k->causal;
-    prm.window = k->window;
-    prm.window_left = k->left;
-    prm.window_right = k->right;
-    prm.gemm = gemm;
+    prm.num.causal = k->causal;
+    prm.num.window = k->window;
+    prm.num.window_left = k->left;
+    prm.num.window_right = k->right;
+    prm.exec.gemm = gemm;
     int64_t bq, bkv, *qpos = malloc(sizeof(int64_t) * (size_t)s->N);
     int64_t *kpos = malloc(sizeof(int64_t) * (size_t)s->M);
     int64_t lens[2] = {s->N - s->N / 3, s->M - s->M / 5};
@@ -101,9 +101,9 @@ static void expect_case(const bf16_case *k, ra_gemm gemm, uint64_t seed)
     const test_masks tm = {k->lens ? &lens[0] : NULL,
                            k->lens ? &lens[1] : NULL, NULL, NULL};
     const ra_slice all = {1, {{0, s->N, 1}}, s->N};
-    prm.precision = RA_PRECISION_BF16;
+    prm.num.precision = RA_PRECISION_BF16;
     const check_result bf = check_slice(&p, &prm, &tm, &all, o, lse);
-    prm.precision = RA_PRECISION_FP32;
+    prm.num.precision = RA_PRECISION_FP32;
     const check_result fp = check_slice(&p, &prm, &tm, &all, o, lse);
     printf("# %s N=%lld H=%lld G=%lld D=%lld Dv=%lld causal %d window %d "
            "lens %d: rel %.2e (tol %.2e), lse %.2e; against fp32 %.2e\n",

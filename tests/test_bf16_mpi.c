@@ -33,12 +33,12 @@ static ra_params params_of(ra_strategy st, ra_precision prec, ra_wire wire)
 {
     ra_params p;
     ra_params_default(&p);
-    p.causal = 1;
-    p.strategy = st;
-    p.precision = prec;
-    p.wire = wire;
-    p.block_q = 64;
-    p.block_kv = 64;
+    p.num.causal = 1;
+    p.exec.strategy = st;
+    p.num.precision = prec;
+    p.exec.wire = wire;
+    p.exec.block_q = 64;
+    p.exec.block_kv = 64;
     return p;
 }
 

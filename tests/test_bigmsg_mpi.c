@@ -37,9 +37,11 @@ static void test_message_over_2gib(void **state)
     const ra_shape s = {1, 2, 140000, 1, 1, 4096, 4096};
     ra_params prm;
     ra_params_default(&prm);
-    prm.layout = RA_LAYOUT_CONTIGUOUS;
-    const ra_slice qs = ra_params_slice(&prm, prm.layout, s.N, rank, nranks);
-    const ra_slice ks = ra_params_slice(&prm, prm.layout, s.M, rank, nranks);
+    prm.exec.layout = RA_LAYOUT_CONTIGUOUS;
+    const ra_slice qs =
+        ra_params_slice(&prm, prm.exec.layout, s.N, rank, nranks);
+    const ra_slice ks =
+        ra_params_slice(&prm, prm.exec.layout, s.M, rank, nranks);
     const size_t row = (size_t)s.D;
     float *q = malloc(sizeof(float) * row * (size_t)(qs.count + 1));
     float *k = malloc(sizeof(float) * row * (size_t)ks.count);

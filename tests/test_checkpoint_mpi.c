@@ -109,15 +109,15 @@ static void setup_make(setup *u, const ckpt_case *k, uint64_t seed)
                       .Dv = 8};
     problem_make(&u->p, &u->s, seed);
     ra_params_default(&u->prm);
-    u->prm.layout = k->layout;
-    u->prm.causal = k->causal;
-    u->prm.window = k->window;
-    u->prm.window_left = 13;
-    u->prm.window_right = 2;
-    u->prm.rope = k->rope ? RA_ROPE_HALF : RA_ROPE_NONE;
-    u->prm.alibi = k->alibi;
-    u->prm.precision = k->bf16 ? RA_PRECISION_BF16 : RA_PRECISION_FP32;
-    u->prm.gemm = test_gemm();
+    u->prm.exec.layout = k->layout;
+    u->prm.num.causal = k->causal;
+    u->prm.num.window = k->window;
+    u->prm.num.window_left = 13;
+    u->prm.num.window_right = 2;
+    u->prm.num.rope = k->rope ? RA_ROPE_HALF : RA_ROPE_NONE;
+    u->prm.num.alibi = k->alibi;
+    u->prm.num.precision = k->bf16 ? RA_PRECISION_BF16 : RA_PRECISION_FP32;
+    u->prm.exec.gemm = test_gemm();
     local_part_make(&u->lp, &u->p, &u->prm, k->layout, rank, nranks);
     const ra_shape *s = &u->s;
     u->seg_full = malloc(sizeof(int64_t) * (size_t)(s->B * s->N));
@@ -161,7 +161,7 @@ static ra_status call(setup *u, memory *m, int load, int backward,
     ra_params prm = u->prm;
     const ra_checkpoint hooks = {hook_ask, hook_save,
                                  load ? hook_load : NULL, m};
-    prm.checkpoint = m ? &hooks : NULL;
+    prm.exec.checkpoint = m ? &hooks : NULL;
     const ra_qkv in = {u->lp.q, u->lp.k, u->lp.v};
     if (!backward)
         return ra_call_forward(MPI_COMM_WORLD, &u->s, &prm, &u->masks, &in,
@@ -295,16 +295,16 @@ static void test_refusals(void **state)
     setup_make(&u, &k, 4400u);
     memory m = {0};
     int ok = 1;
-    u.prm.strategy = RA_STRATEGY_ALLGATHER;
+    u.prm.exec.strategy = RA_STRATEGY_ALLGATHER;
     ok &= refused(call(&u, &m, 0, 0, NULL, NULL, NULL), RA_ERR_ARG,
                   "allgather");
-    u.prm.strategy = RA_STRATEGY_RING;
+    u.prm.exec.strategy = RA_STRATEGY_RING;
     int64_t heads[1] = {0};
     ra_attn_map am = {0, 2, heads, 1,
                       malloc(sizeof(float) * (size_t)(2 * u.s.B * u.s.M))};
     const ra_checkpoint hooks = {hook_ask, hook_save, NULL, &m};
     ra_params prm = u.prm;
-    prm.checkpoint = &hooks;
+    prm.exec.checkpoint = &hooks;
     ok &= refused(ra_call_forward(MPI_COMM_WORLD, &u.s, &prm, NULL,
                                   &(ra_qkv){u.lp.q, u.lp.k, u.lp.v},
                                   &(ra_out){u.lp.o, u.lp.lse, &am}, NULL),

@@ -79,7 +79,7 @@ static ra_status t_setup(const cli_ctx *ctx, t_opts *o, t_state *r)
     r->d.slopes = malloc(sizeof(double));
     ra_params prm;
     ra_params_default(&prm);
-    prm.layout = RA_LAYOUT_CONTIGUOUS;
+    prm.exec.layout = RA_LAYOUT_CONTIGUOUS;
     ra_status st = cli_tensors_alloc(&r->d.t, &r->d.s, &prm, ctx);
     if (st == RA_OK)
         st = cli_grads_alloc(&r->d, 0, "test", ctx, 0);
@@ -194,7 +194,7 @@ static void test_grads_layout(void **unused)
                          .nranks = nranks};
     ra_params prm;
     ra_params_default(&prm);
-    prm.layout = RA_LAYOUT_CONTIGUOUS;
+    prm.exec.layout = RA_LAYOUT_CONTIGUOUS;
     ra_status st = cli_tensors_alloc(&d.t, &d.s, &prm, &ctx);
     if (st == RA_OK)
         st = cli_grads_alloc(&d, A, "test", &ctx, 0);

@@ -95,18 +95,18 @@ static ra_params params_of(const gcase *gc, double sigma)
 {
     ra_params prm;
     ra_params_default(&prm);
-    prm.score = RA_SCORE_GAUSSIAN;
-    prm.sigma = sigma;
-    prm.block_q = 16;
-    prm.block_kv = 24;
-    prm.causal = gc->causal;
-    prm.layout = gc->layout;
-    prm.strategy = gc->strategy;
-    prm.precision = gc->precision;
-    prm.wire = gc->wire;
-    prm.rope = gc->rope;
+    prm.num.score = RA_SCORE_GAUSSIAN;
+    prm.num.sigma = sigma;
+    prm.exec.block_q = 16;
+    prm.exec.block_kv = 24;
+    prm.num.causal = gc->causal;
+    prm.exec.layout = gc->layout;
+    prm.exec.strategy = gc->strategy;
+    prm.num.precision = gc->precision;
+    prm.exec.wire = gc->wire;
+    prm.num.rope = gc->rope;
     if (gc->strategy == RA_STRATEGY_HYBRID)
-        prm.ulysses_size = nranks % 2 ? 1 : 2;
+        prm.exec.ulysses_size = nranks % 2 ? 1 : 2;
     return prm;
 }
 
@@ -163,8 +163,8 @@ static fwd_result run_forward(const ra_shape *s, const gcase *gc,
     check_result raw = {0}, usual = {0};
     if (r.st == RA_OK) {
         ra_params exact = prm;
-        exact.precision = RA_PRECISION_FP32;
-        exact.wire = RA_WIRE_FP32;
+        exact.num.precision = RA_PRECISION_FP32;
+        exact.exec.wire = RA_WIRE_FP32;
         raw = check_slice(&p, &exact, gc->lens ? &gm : NULL, &lp.qs, lp.o,
                           lp.lse);
         centred_problem(&p, gc->lens ? kv_lens : NULL, &pc);
@@ -261,7 +261,7 @@ static void test_issue39_class1_nadaraya_watson(void **state)
         const gcase gc = {.layout = RA_LAYOUT_STRIPED};
         ra_params prm = params_of(&gc, 0.5);
         local_part lp;
-        local_part_make(&lp, &p, &prm, prm.layout, rank, nranks);
+        local_part_make(&lp, &p, &prm, prm.exec.layout, rank, nranks);
         const ra_status st = ra_call_forward(
             MPI_COMM_WORLD, &s, &prm, NULL, &(ra_qkv){lp.q, lp.k, lp.v},
             &(ra_out){lp.o, lp.lse, NULL}, NULL);
@@ -330,7 +330,7 @@ static void run_backward(const ra_shape *s, const gcase *gc, double sigma,
     slice_gather(dout_full, s->B, s->N, s->H * s->Dv, sizeof(float), &lp.qs,
                  dout);
     ra_params exact = prm;
-    exact.precision = RA_PRECISION_FP32;
+    exact.num.precision = RA_PRECISION_FP32;
     bwd_ref ref;
     bwd_ref_make(&ref, &p, &exact, NULL, dout_full);
     const ra_qkv in = {lp.q, lp.k, lp.v};

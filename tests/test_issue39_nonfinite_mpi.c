@@ -189,21 +189,21 @@ static ra_params params_of(const nf_case *nc)
 {
     ra_params prm;
     ra_params_default(&prm);
-    prm.nonfinite = 1;
+    prm.num.nonfinite = 1;
     if (nc->scale > 0.0)
-        prm.scale = nc->scale;
-    prm.causal = nc->causal;
-    prm.window = nc->window;
-    prm.window_left = nc->left;
-    prm.window_right = nc->right;
-    prm.layout = nc->layout;
-    prm.strategy = nc->strategy;
-    prm.precision = nc->precision;
-    prm.wire = nc->wire;
-    prm.block_q = 8; /* many tiles, some wholly visible, some straddling */
-    prm.block_kv = 8;
+        prm.num.scale = nc->scale;
+    prm.num.causal = nc->causal;
+    prm.num.window = nc->window;
+    prm.num.window_left = nc->left;
+    prm.num.window_right = nc->right;
+    prm.exec.layout = nc->layout;
+    prm.exec.strategy = nc->strategy;
+    prm.num.precision = nc->precision;
+    prm.exec.wire = nc->wire;
+    prm.exec.block_q = 8; /* many tiles, some wholly visible, some straddling */
+    prm.exec.block_kv = 8;
     if (nc->strategy == RA_STRATEGY_HYBRID)
-        prm.ulysses_size = nranks % 2 ? 1 : 2;
+        prm.exec.ulysses_size = nranks % 2 ? 1 : 2;
     return prm;
 }
 
@@ -321,7 +321,7 @@ static void test_issue39_class8_backward_refused(void **state)
     problem_make(&p, &shape, 3990);
     ra_params prm = params_of(&(nf_case){.causal = 1});
     local_part lp;
-    local_part_make(&lp, &p, &prm, prm.layout, rank, nranks);
+    local_part_make(&lp, &p, &prm, prm.exec.layout, rank, nranks);
     const int64_t n = lp.qs.count, m = lp.ks.count;
     memset(lp.o, 0, sizeof(float) * (size_t)(shape.B * n * shape.H * 6));
     memset(lp.lse, 0, sizeof(float) * (size_t)(shape.B * shape.H * n));

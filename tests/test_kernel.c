@@ -55,8 +55,8 @@ static tiles tiles_resolve(tiles t, const ra_shape *s)
 {
     ra_params prm;
     ra_params_default(&prm);
-    prm.block_q = t.bq;
-    prm.block_kv = t.bkv;
+    prm.exec.block_q = t.bq;
+    prm.exec.block_kv = t.bkv;
     tiles r;
     ra_params_tiles(&prm, s, &r.bq, &r.bkv);
     return r;
@@ -743,7 +743,7 @@ static double flops_of(const ra_shape *s, int causal)
 {
     ra_params p;
     ra_params_default(&p);
-    p.causal = causal;
+    p.num.causal = causal;
     return ra_params_forward_flops(s, &p, NULL);
 }
 
@@ -774,17 +774,17 @@ static void test_forward_flops(void **state)
     ra_shape w = {1, 8, 8, 1, 1, 1, 1};
     ra_params p;
     ra_params_default(&p);
-    p.causal = 1;
-    p.window = 1;
-    p.window_left = 2;
+    p.num.causal = 1;
+    p.num.window = 1;
+    p.num.window_left = 2;
     int64_t ql = 3, kl = 5;
     ra_masks mk = {.q_lens = &ql, .kv_lens = &kl};
     assert_true(ra_params_forward_flops(&w, &p, &mk) ==
                 2.0 * 2 * (1 + 2 + 3));
     /* Window (1, 1), no lens: every row sees 3 keys but the two ends 2. */
-    p.causal = 0;
-    p.window_left = 1;
-    p.window_right = 1;
+    p.num.causal = 0;
+    p.num.window_left = 1;
+    p.num.window_right = 1;
     assert_true(ra_params_forward_flops(&w, &p, NULL) ==
                 2.0 * 2 * (3 * 8 - 2));
 }

@@ -91,7 +91,7 @@ static check_result run_layout(const mask_case *mc, ra_layout layout,
     }
     ra_masks local = {q_lens, kv_lens, q_seg ? qsl : NULL, q_seg ? ksl : NULL};
     ra_params prm = mc->p;
-    prm.layout = layout;
+    prm.exec.layout = layout;
     ra_timing tm = {0};
     ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm, &local,
                                    &(ra_qkv){q, k, v}, &(ra_out){o, lse, NULL},
@@ -114,11 +114,11 @@ static check_result run_layout(const mask_case *mc, ra_layout layout,
         printf("# P=%d %-10s B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld "
                "causal=%d window=%s%lld,%lld lens=%d seg=%lld steps=%d "
                "rel_o=%.2e lse=%.2e bad=%lld %s\n",
-               nranks, ra_layout_name(layout), (long long)s->B,
-               (long long)s->N, (long long)s->M, (long long)s->H,
-               (long long)s->G, (long long)s->D, prm.causal,
-               prm.window ? "" : "off:", (long long)prm.window_left,
-               (long long)prm.window_right, mc->lens,
+               nranks, ra_layout_name(layout), (long long)s->B, (long long)s->N,
+               (long long)s->M, (long long)s->H, (long long)s->G,
+               (long long)s->D, prm.num.causal,
+               prm.num.window ? "" : "off:", (long long)prm.num.window_left,
+               (long long)prm.num.window_right, mc->lens,
                (long long)mc->segment_avg, tm.steps, g.rel_o, g.max_lse,
                (long long)g.bad_inf, check_ok(&g) ? "PASS" : "FAIL");
     local_part_free(&lp);
@@ -136,7 +136,7 @@ static check_result run_layout(const mask_case *mc, ra_layout layout,
 static void expect_all_layouts(const mask_case *mc)
 {
     for (int l = 0; l < 4; l++) {
-        if (l == 3 && !mc->p.causal && !mc->p.window)
+        if (l == 3 && !mc->p.num.causal && !mc->p.num.window)
             continue;
         check_result g = run_layout(mc, layouts[l], NULL);
         assert_true(g.rows == mc->s.B * mc->s.H * mc->s.N);
@@ -147,10 +147,10 @@ static void expect_all_layouts(const mask_case *mc)
 static mask_case base_case(int64_t B, int64_t N, int64_t M, int64_t H,
                            int64_t G, int64_t D, uint64_t seed)
 {
-    mask_case mc = {{B, N, M, H, G, D, D}, {0}, 0, 0, seed};
+    mask_case mc = {{B, N, M, H, G, D, D}, {{0}}, 0, 0, seed};
     ra_params_default(&mc.p);
-    mc.p.block_q = 16; /* small tiles: many tile edges at test sizes */
-    mc.p.block_kv = 24;
+    mc.p.exec.block_q = 16; /* small tiles: many tile edges at test sizes */
+    mc.p.exec.block_kv = 24;
     return mc;
 }
 
@@ -158,16 +158,16 @@ static void test_causal_layouts(void **state)
 {
     (void)state;
     mask_case mc = base_case(2, 1001, 1001, 4, 2, 32, 101);
-    mc.p.causal = 1;
+    mc.p.num.causal = 1;
     expect_all_layouts(&mc);
     mc = base_case(1, 7, 7, 2, 1, 8, 102); /* N < 2P */
-    mc.p.causal = 1;
+    mc.p.num.causal = 1;
     expect_all_layouts(&mc);
     mc = base_case(1, 333, 501, 2, 2, 16, 103); /* cross, M > N */
-    mc.p.causal = 1;
+    mc.p.num.causal = 1;
     expect_all_layouts(&mc);
     mc = base_case(1, 501, 333, 2, 2, 16, 104); /* cross, N > M */
-    mc.p.causal = 1;
+    mc.p.num.causal = 1;
     expect_all_layouts(&mc);
 }
 
@@ -175,24 +175,24 @@ static void test_windows(void **state)
 {
     (void)state;
     mask_case mc = base_case(1, 777, 777, 2, 1, 16, 201);
-    mc.p.window = 1;
-    mc.p.causal = 1;
+    mc.p.num.window = 1;
+    mc.p.num.causal = 1;
     const int64_t lefts[4] = {0, 1, 50, 5000}; /* 0 and wider than N */
     for (int i = 0; i < 4; i++) {
-        mc.p.window_left = lefts[i];
+        mc.p.num.window_left = lefts[i];
         expect_all_layouts(&mc);
     }
-    mc.p.causal = 0; /* two-sided */
-    mc.p.window_left = 20;
-    mc.p.window_right = 30;
+    mc.p.num.causal = 0; /* two-sided */
+    mc.p.num.window_left = 20;
+    mc.p.num.window_right = 30;
     expect_all_layouts(&mc);
-    mc.p.window_left = 0;
-    mc.p.window_right = 0;
+    mc.p.num.window_left = 0;
+    mc.p.num.window_right = 0;
     expect_all_layouts(&mc);
     mc = base_case(1, 300, 451, 2, 2, 16, 202); /* cross lengths */
-    mc.p.window = 1;
-    mc.p.window_left = 40;
-    mc.p.window_right = 5;
+    mc.p.num.window = 1;
+    mc.p.num.window_left = 40;
+    mc.p.num.window_right = 5;
     expect_all_layouts(&mc);
 }
 
@@ -207,33 +207,33 @@ static void test_window_band_tiles(void **state)
 {
     (void)state;
     mask_case mc = base_case(2, 1001, 1001, 4, 2, 16, 211);
-    mc.p.block_q = mc.p.block_kv = 0;
-    mc.p.window = 1;
-    mc.p.causal = 1;
-    mc.p.window_left = 511;
+    mc.p.exec.block_q = mc.p.exec.block_kv = 0;
+    mc.p.num.window = 1;
+    mc.p.num.causal = 1;
+    mc.p.num.window_left = 511;
     expect_all_layouts(&mc);
     mc.lens = 1;
-    mc.p.window_left = 300;
+    mc.p.num.window_left = 300;
     expect_all_layouts(&mc);
-    mc.p.alibi = 1; /* the bias lands on the grouped scores */
+    mc.p.num.alibi = 1; /* the bias lands on the grouped scores */
     expect_all_layouts(&mc);
     mc = base_case(1, 1001, 1201, 2, 2, 16, 212); /* cross, two-sided */
-    mc.p.block_q = mc.p.block_kv = 0;
-    mc.p.window = 1;
-    mc.p.window_left = 100;
-    mc.p.window_right = 60;
+    mc.p.exec.block_q = mc.p.exec.block_kv = 0;
+    mc.p.num.window = 1;
+    mc.p.num.window_left = 100;
+    mc.p.num.window_right = 60;
     expect_all_layouts(&mc);
     mc = base_case(1, 3816, 1001, 2, 1, 16, 213); /* N > M, wide window */
-    mc.p.block_q = mc.p.block_kv = 256;
-    mc.p.window = 1;
-    mc.p.causal = 1;
-    mc.p.window_left = 700;
+    mc.p.exec.block_q = mc.p.exec.block_kv = 256;
+    mc.p.num.window = 1;
+    mc.p.num.causal = 1;
+    mc.p.num.window_left = 700;
     expect_all_layouts(&mc);
     mc = base_case(1, 2001, 2001, 4, 2, 16, 214); /* the copy moves */
-    mc.p.block_q = mc.p.block_kv = 0;
-    mc.p.window = 1;
-    mc.p.causal = 1;
-    mc.p.window_left = 300;
+    mc.p.exec.block_q = mc.p.exec.block_kv = 0;
+    mc.p.num.window = 1;
+    mc.p.num.causal = 1;
+    mc.p.num.window_left = 300;
     expect_all_layouts(&mc);
 }
 
@@ -244,9 +244,9 @@ static void test_window_skips_hops(void **state)
      * neighbour's last L keys are ever needed: two steps, and about L rows
      * sent per rank, not a whole slice. */
     mask_case mc = base_case(1, 4000, 4000, 1, 1, 8, 301);
-    mc.p.causal = 1;
-    mc.p.window = 1;
-    mc.p.window_left = 10;
+    mc.p.num.causal = 1;
+    mc.p.num.window = 1;
+    mc.p.num.window_left = 10;
     ra_timing tm;
     check_result g = run_layout(&mc, RA_LAYOUT_CONTIGUOUS, &tm);
     assert_true(check_ok(&g));
@@ -254,7 +254,7 @@ static void test_window_skips_hops(void **state)
     const int64_t row_bytes = 4 * (mc.s.D + mc.s.Dv);
     assert_true(tm.bytes_sent <= (nranks > 1 ? 10 : 0) * row_bytes);
     /* Causal without a window: nobody needs the last rank's keys. */
-    mc.p.window = 0;
+    mc.p.num.window = 0;
     g = run_layout(&mc, RA_LAYOUT_CONTIGUOUS, &tm);
     assert_true(check_ok(&g));
     assert_int_equal(tm.steps, nranks);
@@ -266,11 +266,11 @@ static void test_lens(void **state)
     mask_case mc = base_case(3, 257, 301, 4, 2, 16, 401);
     mc.lens = 1;
     expect_all_layouts(&mc);
-    mc.p.causal = 1;
+    mc.p.num.causal = 1;
     expect_all_layouts(&mc);
     mc.lens = 2; /* q_lens 0 and N, kv_lens M and 0 */
     expect_all_layouts(&mc);
-    mc.p.causal = 0;
+    mc.p.num.causal = 0;
     expect_all_layouts(&mc);
 }
 
@@ -280,15 +280,15 @@ static void test_segments(void **state)
     mask_case mc = base_case(2, 513, 513, 4, 2, 16, 501);
     mc.segment_avg = 40;
     expect_all_layouts(&mc);
-    mc.p.causal = 1; /* document masking */
+    mc.p.num.causal = 1; /* document masking */
     expect_all_layouts(&mc);
     mc.lens = 1;
-    mc.p.window = 1;
-    mc.p.window_left = 25;
+    mc.p.num.window = 1;
+    mc.p.num.window_left = 25;
     expect_all_layouts(&mc); /* everything at once */
     mc = base_case(1, 5, 9, 2, 1, 8, 502); /* tiny: N < P at P = 4... */
     mc.segment_avg = 2;
-    mc.p.causal = 1;
+    mc.p.num.causal = 1;
     expect_all_layouts(&mc);
 }
 

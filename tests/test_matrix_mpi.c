@@ -438,25 +438,25 @@ static ra_params params_of(const mx_case *c, const mx_data *d)
 {
     ra_params p;
     ra_params_default(&p);
-    p.strategy = c->strategy;
-    p.layout = c->layout;
-    p.causal = c->causal;
-    p.window = c->window;
-    p.window_left = c->left;
-    p.window_right = c->right;
-    p.score = c->score;
-    p.scale = c->scale;
-    p.sigma = c->sigma;
-    p.additive = d ? &d->add : NULL;
-    p.rope = c->rope;
-    p.rope_base = c->rope_base;
-    p.alibi = c->alibi != 0;
-    p.alibi_slopes = c->alibi == 2 && d ? d->slopes : NULL;
-    p.ulysses_size = c->ulysses_size;
-    p.block_q = c->block_q;
-    p.block_kv = c->block_kv;
-    p.align = c->align ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
-    p.precision = c->bf16 ? RA_PRECISION_BF16 : RA_PRECISION_FP32;
+    p.exec.strategy = c->strategy;
+    p.exec.layout = c->layout;
+    p.num.causal = c->causal;
+    p.num.window = c->window;
+    p.num.window_left = c->left;
+    p.num.window_right = c->right;
+    p.num.score = c->score;
+    p.num.scale = c->scale;
+    p.num.sigma = c->sigma;
+    p.num.additive = d ? &d->add : NULL;
+    p.num.rope = c->rope;
+    p.num.rope_base = c->rope_base;
+    p.num.alibi = c->alibi != 0;
+    p.num.alibi_slopes = c->alibi == 2 && d ? d->slopes : NULL;
+    p.exec.ulysses_size = c->ulysses_size;
+    p.exec.block_q = c->block_q;
+    p.exec.block_kv = c->block_kv;
+    p.num.align = c->align ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
+    p.num.precision = c->bf16 ? RA_PRECISION_BF16 : RA_PRECISION_FP32;
     return p;
 }
 

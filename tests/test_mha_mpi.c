@@ -89,11 +89,11 @@ static void run_layer(const layer_case *lc)
     const ra_masks masks = {q_lens, kv_lens, NULL, NULL};
     ra_params prm;
     ra_params_default(&prm);
-    prm.causal = lc->causal;
-    prm.rope = lc->rope;
-    prm.alibi = lc->alibi;
-    prm.block_q = 16;
-    prm.block_kv = 24;
+    prm.num.causal = lc->causal;
+    prm.num.rope = lc->rope;
+    prm.num.alibi = lc->alibi;
+    prm.exec.block_q = 16;
+    prm.exec.block_kv = 24;
 
     /* the ring on this rank's slices */
     const ra_layout lay = ra_params_layout(&prm, 0);
@@ -124,10 +124,10 @@ static void run_layer(const layer_case *lc)
     linear64(ekv, s->B * s->M, lc->Ekv, L.w_k, L.b_k, GD, k);
     linear64(ekv, s->B * s->M, lc->Ekv, L.w_v, L.b_v, GDv, v);
     for (int64_t t = 0; t < s->B * s->N * s->H; t++) /* token (t / H) % N */
-        ra_rope_row_ref(lc->rope, prm.rope_base, q + t * s->D, s->D,
+        ra_rope_row_ref(lc->rope, prm.num.rope_base, q + t * s->D, s->D,
                         (t / s->H) % s->N + s->M - s->N);
     for (int64_t t = 0; t < s->B * s->M * s->G; t++)
-        ra_rope_row_ref(lc->rope, prm.rope_base, k + t * s->D, s->D,
+        ra_rope_row_ref(lc->rope, prm.num.rope_base, k + t * s->D, s->D,
                         (t / s->G) % s->M);
     for (int64_t b = 0; b < s->B; b++)
         for (int64_t h = 0; h < s->H; h++) {

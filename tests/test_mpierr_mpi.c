@@ -81,7 +81,7 @@ static int fails_cleanly(ra_strategy strategy, int backward)
     problem_make(&p, &shape, 7);
     ra_params prm;
     ra_params_default(&prm);
-    prm.strategy = strategy;
+    prm.exec.strategy = strategy;
     int keyval;
     MPI_Comm user = user_make(&keyval);
     local_part lp, grad;

@@ -131,7 +131,7 @@ static void forward_on_ring(int causal, uint64_t seed)
     MPI_Comm_rank(ring, &at);
     ra_params prm;
     ra_params_default(&prm);
-    prm.causal = causal;
+    prm.num.causal = causal;
     local_part lp;
     local_part_make(&lp, &p, &prm, ra_params_layout(&prm, 0), at, nranks);
     ra_status st = ra_call_forward(ring, &s, &prm, NULL,
@@ -177,8 +177,8 @@ static ra_status call_under(ra_gemm gemm, ra_strategy strategy, int backward,
     problem_make(&p, &s, 73);
     ra_params prm;
     ra_params_default(&prm);
-    prm.gemm = gemm;
-    prm.strategy = backward ? RA_STRATEGY_RING : strategy;
+    prm.exec.gemm = gemm;
+    prm.exec.strategy = backward ? RA_STRATEGY_RING : strategy;
     local_part lp;
     local_part_make(&lp, &p, &prm, ra_params_layout(&prm, 0), rank, nranks);
     /* the backward's operands, as large as the whole problem: dout (any
@@ -188,7 +188,7 @@ static ra_status call_under(ra_gemm gemm, ra_strategy strategy, int backward,
     ra_status st = RA_OK;
     if (backward) { /* o and lse from a forward run on one named engine */
         ra_params fwd = prm;
-        fwd.gemm = RA_GEMM_OPENBLAS;
+        fwd.exec.gemm = RA_GEMM_OPENBLAS;
         st = ra_call_forward(MPI_COMM_WORLD, &s, &fwd, NULL,
                              &(ra_qkv){lp.q, lp.k, lp.v},
                              &(ra_out){lp.o, lp.lse, NULL}, NULL);
@@ -218,7 +218,7 @@ static int runs_here(ra_strategy strategy)
 {
     ra_params prm;
     ra_params_default(&prm);
-    prm.strategy = strategy;
+    prm.exec.strategy = strategy;
     const ra_status st = ra_call_strategy_check(MPI_COMM_WORLD, &agree_shape,
                                                 &prm, 0);
     if (st != RA_OK && rank == 0)

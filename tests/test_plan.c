@@ -47,9 +47,10 @@ static int pair_visible(const plan_case *c, int64_t i, int64_t j)
 {
     const ra_params *p = &c->p;
     const int64_t diag = c->s.M - c->s.N, a = i + diag;
-    if (p->causal && j > a)
+    if (p->num.causal && j > a)
         return 0;
-    if (p->window && (j < a - p->window_left || j > a + p->window_right))
+    if (p->num.window &&
+        (j < a - p->num.window_left || j > a + p->num.window_right))
         return 0;
     for (int64_t b = 0; b < c->s.B; b++)
         if (!c->lens || (i < c->q_lens[b] && j < c->kv_lens[b]))
@@ -199,11 +200,13 @@ static void test_plan_brute_force(void **state)
                             c.s = (ra_shape){2, shapes[si][0], shapes[si][1],
                                              1, 1, 4, 4, 0};
                             ra_params_default(&c.p);
-                            c.p.layout = layouts[li];
-                            c.p.causal = causal;
-                            c.p.window = windows[wi][0] >= 0;
-                            c.p.window_left = c.p.window ? windows[wi][0] : 0;
-                            c.p.window_right = c.p.window ? windows[wi][1] : 0;
+                            c.p.exec.layout = layouts[li];
+                            c.p.num.causal = causal;
+                            c.p.num.window = windows[wi][0] >= 0;
+                            c.p.num.window_left =
+                                c.p.num.window ? windows[wi][0] : 0;
+                            c.p.num.window_right =
+                                c.p.num.window ? windows[wi][1] : 0;
                             if (lens)
                                 fill_lens(&c, (uint64_t)(cases + 1));
                             rows += check_case(&c);
@@ -229,7 +232,7 @@ static void test_plan_unmasked(void **state)
         plan_case c = {.P = P};
         c.s = (ra_shape){1, 11, 9, 1, 1, 4, 4, 0};
         ra_params_default(&c.p);
-        c.p.layout = RA_LAYOUT_CONTIGUOUS;
+        c.p.exec.layout = RA_LAYOUT_CONTIGUOUS;
         const ring_plan pl = ring_plan_make(&c.s, &c.p, NULL, P);
         assert_int_equal(ring_plan_last_step(&pl), P - 1);
         for (int src = 0; src < P; src++) {
@@ -273,11 +276,11 @@ static void model_case_make(model_case *c, uint64_t seed)
     if (pick(seed, 3, 0, 2) == 0) /* self-attention, the common case */
         c->s.M = c->s.N;
     ra_params_default(&c->p);
-    c->p.layout = lays[pick(seed, 4, 0, 3)];
-    c->p.causal = (int)pick(seed, 5, 0, 1);
-    c->p.window = pick(seed, 6, 0, 2) == 0;
-    c->p.window_left = c->p.window ? pick(seed, 7, 0, 40) : 0;
-    c->p.window_right = c->p.window ? pick(seed, 8, 0, 10) : 0;
+    c->p.exec.layout = lays[pick(seed, 4, 0, 3)];
+    c->p.num.causal = (int)pick(seed, 5, 0, 1);
+    c->p.num.window = pick(seed, 6, 0, 2) == 0;
+    c->p.num.window_left = c->p.num.window ? pick(seed, 7, 0, 40) : 0;
+    c->p.num.window_right = c->p.num.window ? pick(seed, 8, 0, 10) : 0;
     const int64_t masks = pick(seed, 9, 0, 3); /* none, lens, segments, both */
     if (masks & 1) {
         ra_random_lens(seed, RA_STREAM_Q_LENS, c->s.B, c->s.N, c->q_lens);
@@ -440,9 +443,10 @@ static void check_model_case(const model_case *c)
         const int64_t n = len == 0 ? c->s.N : len == 1 ? c->s.M : P - 1;
         int64_t most = 0;
         for (int r = 0; r < P; r++)
-            most = fmax(most,
-                        ra_params_slice(&c->p, c->p.layout, n, r, P).count);
-        assert_int_equal(model_slice_most(&c->p, c->p.layout, n, P), most);
+            most =
+                fmax(most,
+                     ra_params_slice(&c->p, c->p.exec.layout, n, r, P).count);
+        assert_int_equal(model_slice_most(&c->p, c->p.exec.layout, n, P), most);
     }
     check_schedule(pb, pm, diag, 0.0);
     check_schedule(pb, pm, diag, 3.0);
@@ -459,7 +463,8 @@ static void test_model_counts(void **state)
     for (uint64_t seed = 1; seed <= MODEL_CASES; seed++) {
         model_case_make(c, seed);
         check_model_case(c);
-        masked += c->p.causal || c->p.window || c->mk.q_lens || c->mk.q_seg;
+        masked +=
+            c->p.num.causal || c->p.num.window || c->mk.q_lens || c->mk.q_seg;
         sent += c->pb.P > 1;
     }
     printf("# %d random problems (%lld with masks, %lld over several "

@@ -81,7 +81,7 @@ static check_result run_layout(const pe_case *pc, ra_layout layout,
     const ra_masks local = {q_lens, kv_lens, q_seg ? qsl : NULL,
                             q_seg ? ksl : NULL};
     ra_params prm = pc->p;
-    prm.layout = layout;
+    prm.exec.layout = layout;
     *tm = (ra_timing){0};
     const ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm, &local,
                                          &(ra_qkv){lp.q, lp.k, lp.v},
@@ -95,11 +95,12 @@ static check_result run_layout(const pe_case *pc, ra_layout layout,
     if (rank == 0)
         printf("# P=%d %-10s N=%lld M=%lld H=%lld G=%lld D=%lld rope=%s "
                "alibi=%d%s causal=%d window=%d lens=%d seg=%d steps=%d "
-               "rel_o=%.2e lse=%.2e %s\n", nranks, ra_layout_name(layout),
-               (long long)s->N, (long long)s->M, (long long)s->H,
-               (long long)s->G, (long long)s->D, ra_rope_name(prm.rope),
-               prm.alibi, prm.alibi_slopes ? " (given)" : "", prm.causal,
-               prm.window, pc->lens, pc->segments, tm->steps, g.rel_o,
+               "rel_o=%.2e lse=%.2e %s\n",
+               nranks, ra_layout_name(layout), (long long)s->N, (long long)s->M,
+               (long long)s->H, (long long)s->G, (long long)s->D,
+               ra_rope_name(prm.num.rope), prm.num.alibi,
+               prm.num.alibi_slopes ? " (given)" : "", prm.num.causal,
+               prm.num.window, pc->lens, pc->segments, tm->steps, g.rel_o,
                g.max_lse, check_ok(&g) ? "PASS" : "FAIL");
     local_part_free(&lp);
     free(qsl);
@@ -115,7 +116,7 @@ static check_result run_layout(const pe_case *pc, ra_layout layout,
 static void expect_all_layouts(const pe_case *pc)
 {
     for (int l = 0; l < 4; l++) {
-        if (l == 3 && !pc->p.causal && !pc->p.window)
+        if (l == 3 && !pc->p.num.causal && !pc->p.num.window)
             continue;
         ra_timing tm;
         const check_result g = run_layout(pc, layouts[l], &tm);
@@ -127,10 +128,10 @@ static void expect_all_layouts(const pe_case *pc)
 static pe_case base_case(int64_t N, int64_t M, int64_t H, int64_t G,
                          int64_t D, uint64_t seed)
 {
-    pe_case pc = {{2, N, M, H, G, D, D, 0}, {0}, 0, 0, seed};
+    pe_case pc = {{2, N, M, H, G, D, D, 0}, {{0}}, 0, 0, seed};
     ra_params_default(&pc.p);
-    pc.p.block_q = 16; /* small tiles: many tile edges at test sizes */
-    pc.p.block_kv = 24;
+    pc.p.exec.block_q = 16; /* small tiles: many tile edges at test sizes */
+    pc.p.exec.block_kv = 24;
     return pc;
 }
 
@@ -138,18 +139,18 @@ static pe_case base_case(int64_t N, int64_t M, int64_t H, int64_t G,
 static void expect_all_masks(pe_case pc)
 {
     expect_all_layouts(&pc); /* none */
-    pc.p.causal = 1;
+    pc.p.num.causal = 1;
     expect_all_layouts(&pc);
-    pc.p.window = 1;
-    pc.p.window_left = 37;
-    pc.p.window_right = pc.p.causal ? 0 : 11;
+    pc.p.num.window = 1;
+    pc.p.num.window_left = 37;
+    pc.p.num.window_right = pc.p.num.causal ? 0 : 11;
     expect_all_layouts(&pc);
-    pc.p.causal = 0;
-    pc.p.window_right = 11;
+    pc.p.num.causal = 0;
+    pc.p.num.window_right = 11;
     pc.lens = 1;
     expect_all_layouts(&pc);
-    pc.p.window = 0;
-    pc.p.causal = 1;
+    pc.p.num.window = 0;
+    pc.p.num.causal = 1;
     pc.segments = 1;
     expect_all_layouts(&pc);
 }
@@ -159,12 +160,12 @@ static void test_rope(void **state)
     (void)state;
     for (int r = RA_ROPE_INTERLEAVED; r <= RA_ROPE_HALF; r++) {
         pe_case pc = base_case(301, 301, 4, 2, 16, 700 + (uint64_t)r);
-        pc.p.rope = (ra_rope)r;
+        pc.p.num.rope = (ra_rope)r;
         expect_all_masks(pc);
         pc = base_case(203, 331, 2, 2, 8, 710 + (uint64_t)r); /* M > N */
-        pc.p.rope = (ra_rope)r;
-        pc.p.rope_base = 500.0;
-        pc.p.causal = 1;
+        pc.p.num.rope = (ra_rope)r;
+        pc.p.num.rope_base = 500.0;
+        pc.p.num.causal = 1;
         expect_all_layouts(&pc);
     }
 }
@@ -173,17 +174,17 @@ static void test_alibi(void **state)
 {
     (void)state;
     pe_case pc = base_case(301, 301, 4, 2, 16, 720); /* H a power of two */
-    pc.p.alibi = 1;
+    pc.p.num.alibi = 1;
     expect_all_masks(pc);
     pc = base_case(257, 190, 6, 3, 8, 721); /* H = 6, N > M */
-    pc.p.alibi = 1;
-    pc.p.causal = 1;
+    pc.p.num.alibi = 1;
+    pc.p.num.causal = 1;
     expect_all_layouts(&pc);
     const double given[6] = {0.9, 0.02, 0.3, 0.0, -0.05, 1.5};
-    pc.p.alibi_slopes = given;
+    pc.p.num.alibi_slopes = given;
     expect_all_layouts(&pc);
-    pc.p.rope = RA_ROPE_HALF; /* both at once */
-    pc.p.causal = 0;
+    pc.p.num.rope = RA_ROPE_HALF; /* both at once */
+    pc.p.num.causal = 0;
     expect_all_layouts(&pc);
 }
 
@@ -193,13 +194,13 @@ static void test_alibi_window_hops(void **state)
 {
     (void)state;
     pe_case pc = base_case(2000, 2000, 2, 1, 8, 730);
-    pc.p.causal = 1;
-    pc.p.window = 1;
-    pc.p.window_left = 100;
+    pc.p.num.causal = 1;
+    pc.p.num.window = 1;
+    pc.p.num.window_left = 100;
     ra_timing plain, alibi;
     check_result g = run_layout(&pc, RA_LAYOUT_CONTIGUOUS, &plain);
     assert_true(check_ok(&g));
-    pc.p.alibi = 1;
+    pc.p.num.alibi = 1;
     g = run_layout(&pc, RA_LAYOUT_CONTIGUOUS, &alibi);
     assert_true(check_ok(&g));
     assert_int_equal(alibi.steps, plain.steps);

@@ -246,16 +246,16 @@ static void test_kernel_classes(void **state)
      * score's (its scores are not tile products) */
     ra_params rp;
     ra_params_default(&rp);
-    rp.precision = RA_PRECISION_BF16;
-    rp.causal = 1;
+    rp.num.precision = RA_PRECISION_BF16;
+    rp.num.causal = 1;
     k = profile_key_of(&rp, 64, 32);
     assert_string_equal(k.precision, "bf16");
     assert_int_equal(k.cls, PROFILE_MASKED);
     assert_true(k.D == 64 && k.Dv == 32);
-    rp.score = RA_SCORE_ADDITIVE;
+    rp.num.score = RA_SCORE_ADDITIVE;
     assert_string_equal(profile_key_of(&rp, 64, 32).precision, "fp32");
-    rp.precision = RA_PRECISION_FP32;
-    rp.score = RA_SCORE_DOT;
+    rp.num.precision = RA_PRECISION_FP32;
+    rp.num.score = RA_SCORE_DOT;
     assert_string_equal(profile_key_of(&rp, 64, 32).precision, "fp32");
     /* the built-in profile predicts bf16 runs on each engine and class */
     profile_default(&p);

@@ -83,10 +83,10 @@ static int steps_of(ra_strategy st, int64_t u)
 static void case_params(ra_params *prm, ra_strategy strategy)
 {
     ra_params_default(prm);
-    prm->layout = RA_LAYOUT_CONTIGUOUS;
-    prm->strategy = strategy;
-    prm->causal = 1;
-    prm->ulysses_size = nranks % 2 ? 1 : 2;
+    prm->exec.layout = RA_LAYOUT_CONTIGUOUS;
+    prm->exec.strategy = strategy;
+    prm->num.causal = 1;
+    prm->exec.ulysses_size = nranks % 2 ? 1 : 2;
 }
 
 /* One forward call with and without the callback; 1 when all is well on
@@ -101,24 +101,24 @@ static int forward_case(ra_strategy strategy, int window, int map)
     local_part_make(&lp, &p, NULL, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     ra_params prm;
     case_params(&prm, strategy);
-    prm.threads = 2;
-    prm.window = window;
-    prm.window_left = 9;
+    prm.exec.threads = 2;
+    prm.num.window = window;
+    prm.num.window_left = 9;
     const size_t no = (size_t)(s.B * lp.qs.count * s.H * s.Dv);
     const size_t nl = (size_t)(s.B * s.H * lp.qs.count);
     float *o0 = malloc(sizeof(float) * (no + nl + 1)), *l0 = o0 + no;
     int64_t heads[1] = {1};
     ra_attn_map am = {0, s.N, heads, 1, NULL};
-    const ra_range rows = ra_attn_map_rows(prm.layout, NULL, s.N, rank,
-                                           nranks, &am);
+    const ra_range rows =
+        ra_attn_map_rows(prm.exec.layout, NULL, s.N, rank, nranks, &am);
     am.out = malloc(sizeof(float) * (size_t)(s.B * rows.count * s.M + 1));
     ra_timing tm = {0};
     ra_status st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
                                    &(ra_qkv){lp.q, lp.k, lp.v},
                                    &(ra_out){o0, l0, NULL}, &tm);
     calls c = {.caller = pthread_self()};
-    prm.on_step = on_step;
-    prm.on_step_ctx = &c;
+    prm.exec.on_step = on_step;
+    prm.exec.on_step_ctx = &c;
     if (st == RA_OK && map)
         st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
                              &(ra_qkv){lp.q, lp.k, lp.v},
@@ -129,7 +129,8 @@ static int forward_case(ra_strategy strategy, int window, int map)
                              &(ra_out){lp.o, lp.lse, NULL}, NULL);
     const int ring_steps = tm.steps * (map ? 2 : 1);
     const int want = strategy == RA_STRATEGY_RING
-                         ? ring_steps : steps_of(strategy, prm.ulysses_size);
+                         ? ring_steps
+                         : steps_of(strategy, prm.exec.ulysses_size);
     int ok = st == RA_OK && calls_ok(&c, want) &&
              memcmp(o0, lp.o, sizeof(float) * no) == 0 &&
              memcmp(l0, lp.lse, sizeof(float) * nl) == 0;
@@ -201,7 +202,7 @@ static int tick_case(ra_strategy strategy)
     local_part_make(&lp, &p, NULL, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     ra_params prm;
     case_params(&prm, strategy);
-    prm.block_q = prm.block_kv = 32;
+    prm.exec.block_q = prm.exec.block_kv = 32;
     const size_t no = (size_t)(s.B * lp.qs.count * s.H * s.Dv);
     const size_t nl = (size_t)(s.B * s.H * lp.qs.count);
     float *o0 = malloc(sizeof(float) * (no + nl + 1)), *l0 = o0 + no;
@@ -209,8 +210,8 @@ static int tick_case(ra_strategy strategy)
                                    &(ra_qkv){lp.q, lp.k, lp.v},
                                    &(ra_out){o0, l0, NULL}, NULL);
     ticks t = {.caller = pthread_self()};
-    prm.on_tick = on_tick;
-    prm.on_step_ctx = &t;
+    prm.exec.on_tick = on_tick;
+    prm.exec.on_step_ctx = &t;
     if (st == RA_OK)
         st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
                              &(ra_qkv){lp.q, lp.k, lp.v},
@@ -247,8 +248,8 @@ static void test_backward(void **state)
     local_part_make(&lp, &p, NULL, RA_LAYOUT_CONTIGUOUS, rank, nranks);
     ra_params prm;
     ra_params_default(&prm);
-    prm.layout = RA_LAYOUT_CONTIGUOUS;
-    prm.threads = 2;
+    prm.exec.layout = RA_LAYOUT_CONTIGUOUS;
+    prm.exec.threads = 2;
     const size_t nq = (size_t)(s.B * lp.qs.count * s.H * s.D);
     const size_t nk = (size_t)(s.B * lp.ks.count * s.G * s.D);
     float *mem = calloc(2 * nq + 2 * nk + 1, sizeof(float));
@@ -259,8 +260,8 @@ static void test_backward(void **state)
                                    &(ra_qkv){lp.q, lp.k, lp.v},
                                    &(ra_out){lp.o, lp.lse, NULL}, NULL);
     calls c = {.caller = pthread_self()};
-    prm.on_step = on_step;
-    prm.on_step_ctx = &c;
+    prm.exec.on_step = on_step;
+    prm.exec.on_step_ctx = &c;
     ra_timing tm = {0};
     if (st == RA_OK)
         st = ra_call_backward(MPI_COMM_WORLD, &s, &prm, NULL,

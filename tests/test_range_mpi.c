@@ -78,7 +78,7 @@ static void test_scores_at_the_edge(void **state)
         problem_make(&p, &s, 41 + (uint64_t)causal);
         ra_params prm;
         ra_params_default(&prm);
-        prm.causal = causal;
+        prm.num.causal = causal;
         const ra_input_bounds b = ra_input_bounds_of(&s, s.N, s.M, p.q, p.k,
                                                      p.v, 1);
         const double bound = b.q_norm * b.k_norm * ra_params_scale(&prm, &s) *
@@ -95,7 +95,7 @@ static void test_scores_at_the_edge(void **state)
         assert_int_equal(run(&p, &prm, &g), RA_ERR_INPUT);
         assert_non_null(strstr(ra_error_message(), "scores overflow float32"));
         /* inputs that may be non-finite are the caller's to judge */
-        prm.nonfinite = 1;
+        prm.num.nonfinite = 1;
         assert_int_equal(run(&p, &prm, &g), RA_OK);
         problem_free(&p);
     }
@@ -130,15 +130,15 @@ static void test_options_beyond_float32(void **state)
     ra_params prm;
     ra_params_default(&prm);
     check_result g;
-    prm.scale = 1e39;
+    prm.num.scale = 1e39;
     assert_int_equal(run(&p, &prm, &g), RA_ERR_ARG);
     assert_non_null(strstr(ra_error_message(), "scale 1e+39"));
-    prm.scale = NAN;
-    prm.score = RA_SCORE_GAUSSIAN;
-    prm.sigma = 1e-300;
+    prm.num.scale = NAN;
+    prm.num.score = RA_SCORE_GAUSSIAN;
+    prm.num.sigma = 1e-300;
     assert_int_equal(run(&p, &prm, &g), RA_ERR_ARG);
     assert_non_null(strstr(ra_error_message(), "sigma = 1e-300"));
-    prm.sigma = 1.0; /* and a sane sigma still computes right */
+    prm.num.sigma = 1.0; /* and a sane sigma still computes right */
     assert_int_equal(run(&p, &prm, &g), RA_OK);
     assert_true(check_ok(&g));
     problem_free(&p);
@@ -161,8 +161,8 @@ static void test_nonfinite_weights(void **state)
     problem_make(&p, &s, 53);
     ra_params prm;
     ra_params_default(&prm);
-    prm.score = RA_SCORE_ADDITIVE;
-    prm.additive = &ad;
+    prm.num.score = RA_SCORE_ADDITIVE;
+    prm.num.additive = &ad;
     check_result g;
     assert_int_equal(run(&p, &prm, &g), RA_OK);
     assert_true(check_ok(&g));

@@ -26,10 +26,10 @@ static check_result run_case(const ra_shape *s, int causal, uint64_t seed,
     problem_make(&p, s, seed);
     ra_params prm;
     ra_params_default(&prm); /* the automatic layout: zigzag when causal */
-    prm.causal = causal;
-    prm.block_q = block_q;
-    prm.block_kv = block_kv;
-    prm.threads = threads;
+    prm.num.causal = causal;
+    prm.exec.block_q = block_q;
+    prm.exec.block_kv = block_kv;
+    prm.exec.threads = threads;
     const ra_layout lay = ra_params_layout(&prm, 0);
     local_part lp;
     local_part_make(&lp, &p, &prm, lay, rank, nranks);
@@ -134,14 +134,14 @@ static void expect_same_bits(ra_shape s, int causal, uint64_t seed)
     problem_make(&p, &s, seed);
     ra_params prm;
     ra_params_default(&prm);
-    prm.causal = causal;
+    prm.num.causal = causal;
     const ra_layout lay = ra_params_layout(&prm, 0);
     local_part lp[2];
     ra_timing tm[2];
     int ok = 1;
     for (int t = 0; t < 2; t++) {
         local_part_make(&lp[t], &p, &prm, lay, rank, nranks);
-        prm.threads = t + 1;
+        prm.exec.threads = t + 1;
         ok &= ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
                               &(ra_qkv){lp[t].q, lp[t].k, lp[t].v},
                               &(ra_out){lp[t].o, lp[t].lse, NULL},
@@ -157,7 +157,7 @@ static void expect_same_bits(ra_shape s, int causal, uint64_t seed)
          tm[0].thread_busy_max > 0 && tm[0].thread_busy_max <= tm[0].compute &&
          tm[1].thread_busy_min <= tm[1].thread_busy_max &&
          tm[1].thread_busy_max > 0 && tm[1].thread_busy_max <= tm[1].compute;
-    prm.threads = 2;
+    prm.exec.threads = 2;
     check_result c = check_slice(&p, &prm, NULL, &lp[1].qs, lp[1].o, lp[1].lse);
     check_result g = check_allreduce(MPI_COMM_WORLD, &c);
     int all = 0;
@@ -215,9 +215,9 @@ static void test_public_api(void **state)
     const ra_status in = ra_call_forward(
         MPI_COMM_WORLD, &s, &prm, NULL, &(ra_qkv){b.q, b.k, b.v},
         &(ra_out){b.o, b.lse, NULL}, NULL);
-    int ok = pub == RA_OK && in == RA_OK &&
-             back.causal == 1 && back.block_q == 16 &&
-             back.stall_timeout == RA_STALL_TIMEOUT_DEFAULT &&
+    int ok = pub == RA_OK && in == RA_OK && back.num.causal == 1 &&
+             back.exec.block_q == 16 &&
+             back.exec.stall_timeout == RA_STALL_TIMEOUT_DEFAULT &&
              memcmp(a.o, b.o, sizeof(float) * no) == 0 &&
              memcmp(a.lse, b.lse, sizeof(float) * nl) == 0;
     ra_params dflt;

@@ -47,9 +47,9 @@ static check_result run_scored(const ra_shape *s, const ra_params *prm_in,
     if (rank == 0)
         printf("# P=%d %-8s %-10s N=%lld M=%lld H=%lld G=%lld D=%lld Dk=%lld "
                "causal=%d lens=%d rel_o=%.2e lse=%.2e bad=%lld %s\n",
-               nranks, ra_score_name(prm.score), ra_layout_name(lay),
+               nranks, ra_score_name(prm.num.score), ra_layout_name(lay),
                (long long)s->N, (long long)s->M, (long long)s->H,
-               (long long)s->G, (long long)s->D, (long long)Dk, prm.causal,
+               (long long)s->G, (long long)s->D, (long long)Dk, prm.num.causal,
                lens, g.rel_o, g.max_lse, (long long)g.bad_inf,
                check_ok(&g) ? "PASS" : "FAIL");
     local_part_free(&lp);
@@ -65,8 +65,8 @@ static void expect_all(const ra_shape *s, ra_params prm, uint64_t seed)
     for (int l = 0; l < 4; l++)
         for (int causal = l == 3; causal < 2; causal++)
             for (int lens = 0; lens < 2; lens++) {
-                prm.layout = lays[l];
-                prm.causal = causal;
+                prm.exec.layout = lays[l];
+                prm.num.causal = causal;
                 check_result g = run_scored(s, &prm, lens, seed++);
                 assert_true(g.rows == s->B * s->H * s->N);
                 assert_true(check_ok(&g));
@@ -78,18 +78,18 @@ static void test_gaussian(void **state)
     (void)state;
     ra_params prm;
     ra_params_default(&prm);
-    prm.score = RA_SCORE_GAUSSIAN;
-    prm.block_q = 32;
-    prm.block_kv = 48;
+    prm.num.score = RA_SCORE_GAUSSIAN;
+    prm.exec.block_q = 32;
+    prm.exec.block_kv = 48;
     const ra_shape s = {2, 301, 257, 4, 2, 16, 8};
     const double sigmas[3] = {0.5, 2.0, 10.0};
     for (int i = 0; i < 3; i++) {
-        prm.sigma = sigmas[i];
+        prm.num.sigma = sigmas[i];
         expect_all(&s, prm, 600 + 10 * i);
     }
     /* D = 1: the Nadaraya-Watson setting of the textbook */
     const ra_shape nw = {1, 50, 101, 1, 1, 1, 1};
-    prm.sigma = 0.3;
+    prm.num.sigma = 0.3;
     expect_all(&nw, prm, 650);
 }
 
@@ -110,13 +110,13 @@ static void test_additive(void **state)
     const ra_additive ad = {A, wq, wk, wv};
     ra_params prm;
     ra_params_default(&prm);
-    prm.score = RA_SCORE_ADDITIVE;
-    prm.additive = &ad;
-    prm.block_q = 16;
-    prm.block_kv = 40;
+    prm.num.score = RA_SCORE_ADDITIVE;
+    prm.num.additive = &ad;
+    prm.exec.block_q = 16;
+    prm.exec.block_kv = 40;
     expect_all(&s, prm, 700);
     /* the wrong use is refused: other key dims with the dot score */
-    prm.score = RA_SCORE_DOT;
+    prm.num.score = RA_SCORE_DOT;
     float dummy = 0;
     ra_status st = ra_call_forward(MPI_COMM_WORLD, &s, &prm, NULL,
                                    &(ra_qkv){&dummy, &dummy, &dummy},

@@ -47,8 +47,8 @@ static void random_problem(ra_shape *s, ra_params *p, int stepless)
     *s = (ra_shape){.B = between(1, 3), .N = between(1, 5000) | 1,
                     .M = between(1, 5000) | 1, .H = G * between(1, 3),
                     .G = G, .D = between(1, 130), .Dv = between(1, 130)};
-    p->causal = uniform() < 0.5;
-    p->strategy = stepless ? RA_STRATEGY_TREE : RA_STRATEGY_RING;
+    p->num.causal = uniform() < 0.5;
+    p->exec.strategy = stepless ? RA_STRATEGY_TREE : RA_STRATEGY_RING;
 }
 
 static void test_given_honoured(void **state)

@@ -104,10 +104,10 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
                             gm.q_seg ? qsl : NULL,
                             gm.q_seg ? ksl : NULL};
     ra_params prm = sc->p;
-    prm.layout = layout;
-    prm.strategy = strategy;
+    prm.exec.layout = layout;
+    prm.exec.strategy = strategy;
     if (strategy == RA_STRATEGY_HYBRID) /* two groups of 2 at P = 4 */
-        prm.ulysses_size = nranks % 2 ? 1 : 2;
+        prm.exec.ulysses_size = nranks % 2 ? 1 : 2;
     ra_status st = ra_call_forward(MPI_COMM_WORLD, s, &prm, &local,
                                    &(ra_qkv){lp.q, lp.k, lp.v},
                                    &(ra_out){lp.o, lp.lse, NULL}, NULL);
@@ -121,12 +121,14 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
     if (rank == 0)
         printf("# P=%d %-9s %-10s B=%lld N=%lld M=%lld H=%lld G=%lld "
                "causal=%d window=%d lens=%d seg=%lld rel_o=%.2e lse=%.2e "
-               "%s%s%s\n", nranks, ra_strategy_name(strategy),
-               ra_layout_name(layout), (long long)s->B, (long long)s->N,
-               (long long)s->M, (long long)s->H, (long long)s->G, prm.causal,
-               prm.window, sc->lens, (long long)sc->segment_avg, g.rel_o,
-               g.max_lse,
-               st != RA_OK ? "REFUSED " : check_ok(&g) ? "PASS" : "FAIL",
+               "%s%s%s\n",
+               nranks, ra_strategy_name(strategy), ra_layout_name(layout),
+               (long long)s->B, (long long)s->N, (long long)s->M,
+               (long long)s->H, (long long)s->G, prm.num.causal, prm.num.window,
+               sc->lens, (long long)sc->segment_avg, g.rel_o, g.max_lse,
+               st != RA_OK    ? "REFUSED "
+               : check_ok(&g) ? "PASS"
+                              : "FAIL",
                "", st == RA_OK ? "" : ra_error_message());
     local_part_free(&lp);
     free(qsl);
@@ -142,7 +144,7 @@ static void expect_all(const strat_case *sc)
 {
     for (int i = 0; i < RA_STRATEGY_COUNT; i++)
         for (int l = 0; l < 4; l++) {
-            if (l == 3 && !sc->p.causal && !sc->p.window)
+            if (l == 3 && !sc->p.num.causal && !sc->p.num.window)
                 continue;
             ra_status st;
             check_result g = run_one(sc, (ra_strategy)i, layouts[l], &st);
@@ -159,10 +161,10 @@ static void expect_all(const strat_case *sc)
 static strat_case base_case(int64_t B, int64_t N, int64_t M, int64_t H,
                             int64_t G, int64_t D, uint64_t seed)
 {
-    strat_case sc = {{B, N, M, H, G, D, D}, {0}, 0, 0, seed};
+    strat_case sc = {{B, N, M, H, G, D, D}, {{0}}, 0, 0, seed};
     ra_params_default(&sc.p);
-    sc.p.block_q = 16; /* small tiles: many tile edges at test sizes */
-    sc.p.block_kv = 24;
+    sc.p.exec.block_q = 16; /* small tiles: many tile edges at test sizes */
+    sc.p.exec.block_kv = 24;
     return sc;
 }
 
@@ -171,10 +173,10 @@ static void test_gqa_causal(void **state)
     (void)state;
     strat_case sc = base_case(2, 301, 301, 4, 2, 16, 1301);
     expect_all(&sc);
-    sc.p.causal = 1;
+    sc.p.num.causal = 1;
     expect_all(&sc);
     sc = base_case(1, 7, 7, 2, 1, 8, 1302); /* N < 2P */
-    sc.p.causal = 1;
+    sc.p.num.causal = 1;
     expect_all(&sc);
 }
 
@@ -182,7 +184,7 @@ static void test_decoding_shapes(void **state)
 {
     (void)state;
     strat_case sc = base_case(2, 3, 997, 8, 2, 16, 1303); /* few queries */
-    sc.p.causal = 1;
+    sc.p.num.causal = 1;
     expect_all(&sc);
     sc = base_case(1, 1, 1001, 4, 4, 32, 1304); /* one query per head */
     expect_all(&sc);
@@ -193,15 +195,15 @@ static void test_padding_windows_segments(void **state)
     (void)state;
     strat_case sc = base_case(3, 257, 301, 4, 2, 16, 1305);
     sc.lens = 1;
-    sc.p.causal = 1;
+    sc.p.num.causal = 1;
     expect_all(&sc);
-    sc.p.window = 1;
-    sc.p.window_left = 30;
-    sc.p.window_right = 3;
+    sc.p.num.window = 1;
+    sc.p.num.window_left = 30;
+    sc.p.num.window_right = 3;
     expect_all(&sc);
     sc = base_case(2, 213, 213, 4, 1, 16, 1306);
     sc.segment_avg = 20;
-    sc.p.causal = 1;
+    sc.p.num.causal = 1;
     expect_all(&sc);
 }
 
@@ -209,8 +211,8 @@ static void test_allgather_refuses_over_limit(void **state)
 {
     (void)state;
     strat_case sc = base_case(1, 64, 4096, 2, 2, 32, 1307);
-    sc.p.strategy = RA_STRATEGY_ALLGATHER;
-    sc.p.mem_limit = 4096 * 2 * 64 * 4 - 1; /* one byte short of K/V */
+    sc.p.exec.strategy = RA_STRATEGY_ALLGATHER;
+    sc.p.exec.mem_limit = 4096 * 2 * 64 * 4 - 1; /* one byte short of K/V */
     problem p;
     problem_make(&p, &sc.s, sc.seed);
     local_part lp;
@@ -219,11 +221,13 @@ static void test_allgather_refuses_over_limit(void **state)
                                    &(ra_qkv){lp.q, lp.k, lp.v},
                                    &(ra_out){lp.o, lp.lse, NULL}, NULL);
     char want[96];
-    snprintf(want, sizeof want, "needs %lld bytes per rank, above the "
-             "memory limit of %lld bytes", (long long)(sc.p.mem_limit + 1),
-             (long long)sc.p.mem_limit);
+    snprintf(want, sizeof want,
+             "needs %lld bytes per rank, above the "
+             "memory limit of %lld bytes",
+             (long long)(sc.p.exec.mem_limit + 1),
+             (long long)sc.p.exec.mem_limit);
     int bad = st != RA_ERR_ARG || !strstr(ra_error_message(), want);
-    sc.p.mem_limit += 1; /* exactly enough */
+    sc.p.exec.mem_limit += 1; /* exactly enough */
     st = ra_call_forward(MPI_COMM_WORLD, &sc.s, &sc.p, NULL,
                          &(ra_qkv){lp.q, lp.k, lp.v},
                          &(ra_out){lp.o, lp.lse, NULL}, NULL);
@@ -247,8 +251,8 @@ static void test_ulysses_bytes(void **state)
     (void)state;
     const int64_t N = 96 * nranks, H = 4 * nranks, D = 8;
     strat_case sc = base_case(1, N, N, H, H, D, 1308);
-    sc.p.strategy = RA_STRATEGY_ULYSSES;
-    sc.p.layout = RA_LAYOUT_CONTIGUOUS;
+    sc.p.exec.strategy = RA_STRATEGY_ULYSSES;
+    sc.p.exec.layout = RA_LAYOUT_CONTIGUOUS;
     problem p;
     problem_make(&p, &sc.s, sc.seed);
     local_part lp;
@@ -277,8 +281,8 @@ static void test_watched_waits(void **state)
 {
     (void)state;
     strat_case sc = base_case(2, 203, 250, 4, 2, 16, 1309);
-    sc.p.stall_timeout = 120;
-    sc.p.causal = 1;
+    sc.p.exec.stall_timeout = 120;
+    sc.p.num.causal = 1;
     sc.lens = 1;
     sc.segment_avg = 40;
     expect_all(&sc);
@@ -299,8 +303,8 @@ static void test_one_node_no_cross_bytes(void **state)
     int bad = 0, any = 0;
     for (int i = 0; i < RA_STRATEGY_COUNT; i++) {
         ra_params prm = sc.p;
-        prm.layout = RA_LAYOUT_CONTIGUOUS;
-        prm.strategy = (ra_strategy)i;
+        prm.exec.layout = RA_LAYOUT_CONTIGUOUS;
+        prm.exec.strategy = (ra_strategy)i;
         ra_timing tm = {0};
         tm.bytes_cross_node = -1;
         const ra_status st = ra_call_forward(MPI_COMM_WORLD, &sc.s, &prm, NULL,

@@ -105,11 +105,11 @@ static void ref_group(const sim_bwd_check *r, ref_work *w, int64_t b, int64_t g,
     const ra_ref_score sc = {.score = RA_SCORE_DOT,
                              .scale = ra_params_scale(p, s),
                              .Dk = D};
-    const ra_mask mk = {.causal = p->causal,
+    const ra_mask mk = {.causal = p->num.causal,
                         .diag = M - N,
-                        .window = p->window,
-                        .left = p->window_left,
-                        .right = p->window_right};
+                        .window = p->num.window,
+                        .left = p->num.window_left,
+                        .right = p->num.window_right};
     take(w->k + b * M * s->G * D, M, s->G * D, g * D, D, w->kd);
     take(w->v + b * M * s->G * Dv, M, s->G * Dv, g * Dv, Dv, w->vd);
     memset(w->dk, 0, sizeof(double) * (size_t)(M * D));

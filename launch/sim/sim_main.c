@@ -158,12 +158,12 @@ static void echo(const sim_ctx *x, const sim_opts *o)
     printf("# %-14sB=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld\n",
            "shape", (long long)s->B, (long long)s->N, (long long)s->M,
            (long long)s->H, (long long)s->G, (long long)s->D, (long long)s->Dv);
-    printf("# %-14scausal=%d window=%s%lld,%lld\n", "mask", p->causal,
-           p->window ? "" : "off ", (long long)p->window_left,
-           (long long)p->window_right);
+    printf("# %-14scausal=%d window=%s%lld,%lld\n", "mask", p->num.causal,
+           p->num.window ? "" : "off ", (long long)p->num.window_left,
+           (long long)p->num.window_right);
     printf("# %-14s%s, layout %s, precision %s, wire %s\n", "strategy",
-           ra_strategy_name(p->strategy), ra_layout_name(x->layout),
-           ra_precision_name(p->precision), ra_wire_name(p->wire));
+           ra_strategy_name(p->exec.strategy), ra_layout_name(x->layout),
+           ra_precision_name(p->num.precision), ra_wire_name(p->exec.wire));
     printf("# %-14s%s, reps %lld, seed %lld, check rows %lld\n", "pass",
            o->backward ? "backward" : "forward", (long long)o->reps,
            (long long)o->seed, (long long)o->check_rows);
@@ -221,7 +221,7 @@ static ra_status passes(const sim_ctx *x, const sim_opts *o, sim_tensors *t,
 static int check(const sim_ctx *x, const sim_opts *o, const sim_tensors *t,
                  const bench_masks *bm, double *err)
 {
-    if (o->backward && o->p.precision == RA_PRECISION_FP32 &&
+    if (o->backward && o->p.num.precision == RA_PRECISION_FP32 &&
         !ra_params_wire_bf16(&o->p)) {
         const sim_bwd_check c =
             {x->comm,   x->rank,           x->P,  &o->s, &o->p,
@@ -263,7 +263,7 @@ static void sim_result(const sim_ctx *x, const sim_opts *o,
     res->p = o->p;
     res->ranks = x->P;
     res->threads = ra_params_threads(&o->p);
-    res->mode = ra_strategy_name(o->p.strategy);
+    res->mode = ra_strategy_name(o->p.exec.strategy);
     ra_params_tiles(&o->p, &o->s, &res->block_q, &res->block_kv);
     const double pairs = bench_local_pairs(&gen, &o->s, &t->qs, bm);
     MPI_Allreduce(&pairs, &res->pairs_max, 1, MPI_DOUBLE, MPI_MAX, x->comm);

@@ -62,7 +62,7 @@ SIZE_PARSER(p_check_rows, "--check-rows", check_rows, 0)
 
 static int p_causal(sim_opts *o, const char *v, char *why, size_t n)
 {
-    o->p.causal = 1;
+    o->p.num.causal = 1;
     return 0;
 }
 
@@ -84,34 +84,36 @@ static int p_window(sim_opts *o, const char *v, char *why, size_t n)
     }
     memcpy(left, v, len);
     left[len] = '\0';
-    o->p.window = 1;
-    o->p.window_right = 0;
-    int rc =
-        int_of("--window", left, 0, SIM_MAX_SIZE, &o->p.window_left, why, n);
-    if (rc == 0 && comma)
-        rc = int_of("--window", comma + 1, 0, SIM_MAX_SIZE, &o->p.window_right,
+    o->p.num.window = 1;
+    o->p.num.window_right = 0;
+    int rc = int_of("--window", left, 0, SIM_MAX_SIZE, &o->p.num.window_left,
                     why, n);
+    if (rc == 0 && comma)
+        rc = int_of("--window", comma + 1, 0, SIM_MAX_SIZE,
+                    &o->p.num.window_right, why, n);
     return rc;
 }
 
 static int p_strategy(sim_opts *o, const char *v, char *why, size_t n)
 {
-    return named("--strategy", ra_strategy_parse(v, &o->p.strategy), why, n);
+    return named("--strategy", ra_strategy_parse(v, &o->p.exec.strategy), why,
+                 n);
 }
 
 static int p_layout(sim_opts *o, const char *v, char *why, size_t n)
 {
-    return named("--layout", ra_layout_parse(v, &o->p.layout), why, n);
+    return named("--layout", ra_layout_parse(v, &o->p.exec.layout), why, n);
 }
 
 static int p_precision(sim_opts *o, const char *v, char *why, size_t n)
 {
-    return named("--precision", ra_precision_parse(v, &o->p.precision), why, n);
+    return named("--precision", ra_precision_parse(v, &o->p.num.precision), why,
+                 n);
 }
 
 static int p_wire(sim_opts *o, const char *v, char *why, size_t n)
 {
-    return named("--wire", ra_wire_parse(v, &o->p.wire), why, n);
+    return named("--wire", ra_wire_parse(v, &o->p.exec.wire), why, n);
 }
 
 static int p_mode(sim_opts *o, const char *v, char *why, size_t n)
@@ -209,11 +211,11 @@ static void defaults(sim_opts *o)
 {
     memset(o, 0, sizeof *o);
     ra_params_default(&o->p);
-    o->p.threads = 1; /* one thread per simulated rank */
+    o->p.exec.threads = 1; /* one thread per simulated rank */
     /* No stall watchdog: SimGrid reports a deadlock itself, and the
      * watchdog's polling wait (strat_wait) would cost a context switch per
      * MPI_Test; 0 makes the waits MPI_Waitall. */
-    o->p.stall_timeout = 0;
+    o->p.exec.stall_timeout = 0;
     o->s = (ra_shape){.B = 1, .N = 4096, .H = 8, .D = 64};
     o->reps = 1;
     o->seed = 1;

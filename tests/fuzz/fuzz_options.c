@@ -33,10 +33,12 @@ static int split_args(const uint8_t *data, size_t size, char *buf,
 
 static void check_params(const ra_params *p)
 {
-    if (p->block_q < 0 || p->block_q > (1 << 16) || p->block_kv < 0 ||
-        p->block_kv > (1 << 16) || p->threads < 0 || p->threads > 1024 ||
-        (unsigned)p->layout > RA_LAYOUT_AUTO || p->window_left < 0 ||
-        p->window_right < 0 || (!isnan(p->scale) && !isfinite(p->scale)))
+    if (p->exec.block_q < 0 || p->exec.block_q > (1 << 16) ||
+        p->exec.block_kv < 0 || p->exec.block_kv > (1 << 16) ||
+        p->exec.threads < 0 || p->exec.threads > 1024 ||
+        (unsigned)p->exec.layout > RA_LAYOUT_AUTO || p->num.window_left < 0 ||
+        p->num.window_right < 0 ||
+        (!isnan(p->num.scale) && !isfinite(p->num.scale)))
         abort();
 }
 
