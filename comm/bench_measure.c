@@ -12,9 +12,8 @@
 #include "internal.h"
 #include "peak.h"
 
-/* Messages of a comm-only ring go in parts of at most this many floats:
- * MPI counts are int. */
-enum { RING_PART = 1 << 30, RING_TAG = 11, TIMED_REPS = 3 };
+/* Timed passes of the comm-only ring, after one warm-up. */
+enum { TIMED_REPS = 3 };
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -152,42 +151,34 @@ static int64_t block_floats(const ra_shape *s, const ra_params *p,
            (s->D + s->Dv);
 }
 
-/* The part of a count-long message starting at element at: at most
- * RING_PART elements, 0 past its end. */
-static int part_of(int64_t count, int64_t at)
+/* What a block count needs: the problem and the layout. */
+typedef struct {
+    const ra_shape *s;
+    const ra_params *p;
+    ra_layout lay;
+    int P;
+} ring_blocks;
+
+/* The floats rank sends at step t: the block that started at rank - t. */
+static int64_t ring_block_count(void *ctx, int rank, int t)
 {
-    return (int)(count <= at ? 0 : count - at < RING_PART ? count - at
-                                                          : RING_PART);
+    const ring_blocks *b = ctx;
+    return block_floats(b->s, b->p, b->lay, ((rank - t) % b->P + b->P) % b->P,
+                        b->P);
 }
 
-/* One timed pass of P - 1 steps. Every rank makes the same number of
- * Sendrecv calls at every step (parts of the largest block, empty ones
- * included), so that the calls match whatever the slices hold. */
-static double ring_pass(MPI_Comm comm, const ra_shape *s, const ra_params *p,
-                        ra_layout lay,
-                        float *buf, int64_t cap, double *bytes)
+/* One timed pass of P - 1 steps on the ring loop; the bytes this rank
+ * sent into *bytes; -1 when a transfer failed. */
+static double ring_pass(MPI_Comm comm, const bench_ring *ring, double *bytes)
 {
-    int P, r;
-    MPI_Comm_size(comm, &P);
-    MPI_Comm_rank(comm, &r);
-    const int64_t parts = cap / RING_PART + 1;
+    int64_t sent = 0;
     MPI_Barrier(comm);
     const double t0 = MPI_Wtime();
-    *bytes = 0;
-    for (int step = 0; step + 1 < P; step++) {
-        const int64_t sc = block_floats(s, p, lay, (r - step + P) % P, P);
-        const int64_t rc = block_floats(s, p, lay, (r - step - 1 + P) % P, P);
-        float *out = buf + (step & 1) * cap, *in = buf + ((step + 1) & 1) * cap;
-        for (int64_t i = 0; i < parts; i++) {
-            const int64_t at = i * RING_PART;
-            const int sn = part_of(sc, at), rn = part_of(rc, at);
-            MPI_Sendrecv(out + (sn ? at : 0), sn, MPI_FLOAT, (r + 1) % P,
-                         RING_TAG, in + (rn ? at : 0), rn, MPI_FLOAT,
-                         (r - 1 + P) % P, RING_TAG, comm, MPI_STATUS_IGNORE);
-        }
-        *bytes += 4.0 * (double)sc;
-    }
-    return MPI_Wtime() - t0;
+    const ra_status st = bench_ring_run(comm, "bench's comm-only ring", ring,
+                                        &sent);
+    const double secs = MPI_Wtime() - t0;
+    *bytes = 4.0 * (double)sent;
+    return st == RA_OK ? secs : -1.0;
 }
 
 double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s,
@@ -204,12 +195,16 @@ double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s,
     float *buf = calloc((size_t)(2 * cap + 2), sizeof(float));
     int bad = buf == NULL, any_bad = 0;
     MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
+    ring_blocks blocks = {s, p, lay, P};
+    const bench_ring ring = {P - 1, ring_block_count, &blocks, buf, cap + 1};
     double t[TIMED_REPS], bytes = 0;
     for (int rep = -1; rep < TIMED_REPS && !any_bad; rep++) {
-        const double secs = ring_pass(comm, s, p, lay, buf, cap, &bytes);
+        const double secs = ring_pass(comm, &ring, &bytes);
+        bad |= secs < 0;
         if (rep >= 0)
             t[rep] = secs;
     }
+    MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, comm);
     free(buf);
     const double secs = any_bad ? 0 : bench_median(t, TIMED_REPS);
     return secs > 0 ? bytes / secs * 1e-9 : 0.0;

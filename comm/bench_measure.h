@@ -134,8 +134,28 @@ double bench_products_rate(MPI_Comm comm, const ra_shape *s,
  * caller frees); the ranks agree that it was made. */
 ra_status bench_additive_make(MPI_Comm comm, uint64_t seed, int64_t A,
                               int64_t D, float **mem, ra_additive *ad);
-/* GB/s per rank of a comm-only ring of the key/value blocks of a layout. */
+/* GB/s per rank of a comm-only ring of the key/value blocks of a layout
+ * (0 when it could not be measured). */
 double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s,
                             const ra_params *p, ra_layout lay);
+
+/* A comm-only ring of steps steps (bench's blocks, probe's ring step): at
+ * step t every rank sends count(ctx, its rank, t) floats from half t % 2
+ * of buf (two halves of cap floats each) to its right neighbour and
+ * receives its left neighbour's count into the other half. */
+typedef struct {
+    int steps;
+    int64_t (*count)(void *ctx, int rank, int t);
+    void *ctx;
+    float *buf;
+    int64_t cap;
+} bench_ring;
+
+/* Runs ring over comm (every rank) on the strategies' one ring loop
+ * (ring_loop.c), with plain waits and nothing computed between; the
+ * floats this rank sent into *sent. RA_OK, or RA_ERR_MPI naming name and
+ * the step (local: the caller agrees). */
+ra_status bench_ring_run(MPI_Comm comm, const char *name,
+                         const bench_ring *ring, int64_t *sent);
 
 #endif /* RA_BENCH_MEASURE_H */

@@ -17,7 +17,6 @@
 enum {
     PROBE_MIN_REPS = 3,
     PROBE_MAX_REPS = 50,
-    PROBE_TAG = 23,
     KERNEL_N = 2048,         /* queries and keys of the kernel's problem */
     KERNEL_N_ADDITIVE = 512, /* the additive score: about 30x slower */
     KERNEL_N_MASKED = 4096,  /* the masked and band classes: a causal
@@ -212,28 +211,28 @@ void probe_fixed(const probe_comms *c, double *call, double *step)
 
 typedef struct {
     MPI_Comm comm;
-    int left, right;
     int count;        /* floats per message or per peer */
     float *out, *in;
     int *counts;      /* count for each peer (reduce-scatter) */
     MPI_Op merge;     /* reduce-scatter's operation */
 } comm_arg;
 
-/* One ring step: send to the right, receive from the left, both at once. */
+/* The floats of every rank's ring-step message. */
+static int64_t step_count(void *ctx, int rank, int t)
+{
+    (void)rank, (void)t;
+    return ((const comm_arg *)ctx)->count;
+}
+
+/* One ring step on the strategies' ring loop (bench_ring_run): send to
+ * the right, receive from the left, both at once. */
 static int step_op(void *arg)
 {
     comm_arg *a = arg;
-    MPI_Request req[2];
-    if (MPI_Irecv(a->in, a->count, MPI_FLOAT, a->left, PROBE_TAG, a->comm,
-                  &req[0]) != MPI_SUCCESS)
-        return -1;
-    if (MPI_Isend(a->out, a->count, MPI_FLOAT, a->right, PROBE_TAG, a->comm,
-                  &req[1]) != MPI_SUCCESS) {
-        MPI_Cancel(&req[0]);
-        MPI_Wait(&req[0], MPI_STATUS_IGNORE);
-        return -1;
-    }
-    return MPI_Waitall(2, req, MPI_STATUSES_IGNORE) == MPI_SUCCESS ? 0 : -1;
+    const bench_ring ring = {1, step_count, a, a->out, a->in - a->out};
+    int64_t sent = 0;
+    return bench_ring_run(a->comm, "probe's ring step", &ring, &sent) == RA_OK
+               ? 0 : -1;
 }
 
 static int alltoall_op(void *arg)
@@ -276,11 +275,9 @@ static int reduce_scatter_op(void *arg)
  * comm has one rank (nothing to measure) or memory is short. */
 static int comm_arg_make(comm_arg *a, MPI_Comm comm, int count)
 {
-    int r, k;
-    MPI_Comm_rank(comm, &r);
+    int k;
     MPI_Comm_size(comm, &k);
-    *a = (comm_arg){comm, (r - 1 + k) % k, (r + 1) % k, count, NULL, NULL,
-                    NULL, MPI_OP_NULL};
+    *a = (comm_arg){comm, count, NULL, NULL, NULL, MPI_OP_NULL};
     if (k < 2)
         return -1;
     a->out = calloc((size_t)count * (size_t)k * 2, sizeof(float));
