@@ -103,6 +103,33 @@ static const char *param_name(char *buf, size_t len, const char *file,
     return buf;
 }
 
+/* The library's strategy names, in enum order, joined by ", ". */
+static const char *strategy_names(char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < RA_STRATEGY_COUNT && at < len; k++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", k ? ", " : "",
+                               ra_strategy_name((ra_strategy)k));
+    return buf;
+}
+
+/* RA_ERR_ARG when --strategy is a choice only bench or the plan makes
+ * (all, auto) where one strategy must be named. */
+static ra_status strategy_named(const ra_params *p)
+{
+    char names[128];
+    if ((int)p->exec.strategy == CLI_STRATEGY_ALL)
+        return ra_error_set(RA_ERR_ARG, "--strategy all: only bench runs "
+                            "every strategy; name one (%s)",
+                            strategy_names(names, sizeof names));
+    if ((int)p->exec.strategy == CLI_STRATEGY_AUTO)
+        return ra_error_set(RA_ERR_ARG, "--strategy auto: the plan chooses for "
+                            "the forward pass of run and bench only; name one "
+                            "(%s)", strategy_names(names, sizeof names));
+    return RA_OK;
+}
+
 ra_status cli_params_check(const ra_params *p, const ra_shape *s,
                            const char *file)
 {
@@ -159,14 +186,9 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
                             param_name(name, sizeof name, file, "--rope-base",
                                        "rope_base"),
                             p->num.rope_base);
-    if ((int)p->exec.strategy == CLI_STRATEGY_ALL)
-        return ra_error_set(RA_ERR_ARG, "--strategy all: only bench runs "
-                            "every strategy; name one (ring, allgather, "
-                            "tree, ring-q, ulysses, hybrid)");
-    if ((int)p->exec.strategy == CLI_STRATEGY_AUTO)
-        return ra_error_set(RA_ERR_ARG, "--strategy auto: the plan chooses for "
-                            "the forward pass of run and bench only; name one "
-                            "(ring, allgather, tree, ring-q, ulysses, hybrid)");
+    const ra_status st = strategy_named(p);
+    if (st != RA_OK)
+        return st;
     return ra_shape_check(s);
 }
 
