@@ -19,7 +19,9 @@ Writes next to the JSON (or into --out-dir):
                           per pass beside the plan's predicted ones, strong
                           and weak, for the study's strategy (ring unless
                           the study names another)
-One line per (scaling, ranks per node, threads). Markers are the median of
+One line per (scaling, ranks per node, threads); P on a base-2 log axis
+when it spans 32 times or more; a simulated study's platform and mode in
+the titles of the first two. Markers are the median of
 the repeats, bars their min and max; hollow red-edged markers are
 oversubscribed points (more threads than cores), whose times say nothing
 about compute scaling. A point whose every repeat failed is a red cross on
@@ -111,6 +113,11 @@ def series(by_p, value):
 
 
 def p_axis(ax, ps_all, nodes_of):
+    """Ticks at the study's P; a base-2 log axis when P spans 32 times or
+    more (1 to 1024 nodes would crowd the small P on a linear one)."""
+    if max(ps_all) >= 32 * min(ps_all):
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
     ax.set_xticks(ps_all)
     ax.set_xticklabels([f"{P}\n({nodes_of[P]} node{'s' if nodes_of[P] > 1 else ''})"
                         for P in ps_all])
@@ -125,7 +132,16 @@ def mark_oversubscribed(ax, xs, ys, over, color):
                     zorder=5)
 
 
-def plot_lines(plt, groups, failed, nodes_of, ps_all, path, efficiency):
+def where_of(meta):
+    """' (simulated: PLATFORM, MODE)' for a study of ringattn-sim, else ''."""
+    if not meta.get("simulated"):
+        return ""
+    plat = os.path.basename(str(meta.get("platform")))
+    return f" (simulated: {plat}, {meta.get('sim_mode')})"
+
+
+def plot_lines(plt, groups, failed, nodes_of, ps_all, path, efficiency,
+               where):
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for i, (key, by_p) in enumerate(sorted(groups.items())):
         ps, med, lo, hi = series(by_p, lambda p: p["gflops"])
@@ -145,8 +161,10 @@ def plot_lines(plt, groups, failed, nodes_of, ps_all, path, efficiency):
         ax.set_ylabel("efficiency (speed-up / (P / P0))")
         ax.set_ylim(bottom=0)
     else:
-        ax.plot([lo_p, hi_p], [1.0, hi_p / lo_p], "k--", lw=1,
+        ax.plot(ps_all, [P / lo_p for P in ps_all], "k--", lw=1,
                 label="ideal (P / P0)")
+        if hi_p >= 32 * lo_p:  # as the P axis (p_axis)
+            ax.set_yscale("log", base=2)
         ax.set_ylabel("throughput speed-up over the line's smallest P")
     ax.plot([], [], "o", mfc="white", mec="red", mew=1.8,
             label="oversubscribed (more threads than cores)")
@@ -154,7 +172,8 @@ def plot_lines(plt, groups, failed, nodes_of, ps_all, path, efficiency):
     p_axis(ax, ps_all, nodes_of)
     ax.set_title("scaling-study: " + ("efficiency" if efficiency
                                       else "speed-up") +
-                 " (median of repeats, bars min-max)")
+                 " (median of repeats, bars min-max)" + where,
+                 fontsize=10 if where else None)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_fig(plt, fig, path)
@@ -290,10 +309,11 @@ def draw(meta, points, out_dir, plan=None):
     nodes_of.update(failed)
     ps_all = sorted(nodes_of)
     paths = chart_paths(out_dir, plan)
+    where = where_of(meta)
     plot_lines(plt, groups, failed, nodes_of, ps_all, paths[0],
-               efficiency=False)
+               efficiency=False, where=where)
     plot_lines(plt, groups, failed, nodes_of, ps_all, paths[1],
-               efficiency=True)
+               efficiency=True, where=where)
     plot_breakdown(plt, groups, paths[2])
     plot_comm(plt, groups, nodes_of, ps_all, paths[3])
     if plan is not None:
