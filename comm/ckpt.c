@@ -1,11 +1,28 @@
 /* ckpt.c: checkpoints of a call at its step boundaries (ringattn.h,
  * ra_checkpoint): which calls take them, the question every rank answers
- * at a boundary and the agreed answer, the save and the load. A strategy
- * says what its state is (ring_pass_ops.state); the caller keeps it where
- * it likes: the library touches no file and no signal. */
+ * at a boundary and the agreed answer, the save, the load and the
+ * resumed step's block sent again by its owner. A strategy says what its
+ * state is (ring_pass_ops.state, ringq.c, hybrid.c); the caller keeps it
+ * where it likes: the library touches no file and no signal. */
+#include <string.h>
+
 #include "agree.h"
+#include "ckpt.h"
 #include "internal.h"
 #include "strategy.h"
+
+/* Whether the call's row (named c->name, call.c) runs its steps on the
+ * ring loop with a state at each boundary: ring (forward and backward),
+ * ring-q and hybrid (forward; their backward runs on the ring row). */
+static int row_has_steps(const strat_call *c)
+{
+    static const ra_strategy stepped[] = {
+        RA_STRATEGY_RING, RA_STRATEGY_RING_Q, RA_STRATEGY_HYBRID};
+    for (size_t i = 0; i < sizeof stepped / sizeof *stepped; i++)
+        if (strcmp(c->name, ra_strategy_name(stepped[i])) == 0)
+            return 1;
+    return 0;
+}
 
 ra_status strat_ckpt_takes(const strat_call *c)
 {
@@ -15,10 +32,10 @@ ra_status strat_ckpt_takes(const strat_call *c)
     if (!k->ask || !k->save)
         return ra_error_set(RA_ERR_ARG, "exec.checkpoint: ask and save are "
                             "required");
-    if (c->params->exec.strategy != RA_STRATEGY_RING)
-        return ra_error_set(RA_ERR_ARG, "strategy %s: checkpoints are taken "
-                            "by strategy ring only (docs/CHECKPOINT.md)",
-                            c->name);
+    if (!row_has_steps(c))
+        return ra_error_set(RA_ERR_ARG, "strategy %s has no steps to "
+                            "checkpoint (ring, ring-q and hybrid have; "
+                            "docs/CHECKPOINT.md)", c->name);
     if (c->map)
         return ra_error_set(RA_ERR_ARG, "checkpoint: the attention map's "
                             "pass takes none; write the map without "
@@ -72,4 +89,26 @@ ra_status strat_ckpt_load(strat_call *c, ra_state *state)
                           "%d .. %d, want one step in 1 .. %d", -v[1], v[0],
                           state->steps - 1);
     return st;
+}
+
+ra_status strat_ckpt_fetch(strat_call *c, const strat_fetch *f, int n)
+{
+    MPI_Request req[2 * STRAT_FETCH_MAX];
+    int peer[2 * STRAT_FETCH_MAX];
+    ra_status st = RA_OK;
+    for (int i = 0; i < 2 * n; i++)
+        req[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < n && st == RA_OK; i++) {
+        peer[i] = f->from;
+        peer[n + i] = f->to;
+        if (MPI_Irecv(f->pair[i].recv, f->pair[i].nrecv, f->pair[i].type,
+                      f->from, f->tag + i, c->comm, &req[i]) != MPI_SUCCESS ||
+            MPI_Isend(f->pair[i].send, f->pair[i].nsend, f->pair[i].type,
+                      f->to, f->tag + i, c->comm, &req[n + i]) != MPI_SUCCESS)
+            st = ra_error_set(RA_ERR_MPI, "%s: resuming at step %d: posting "
+                              "the held block's transfers failed", c->name,
+                              f->step);
+    }
+    const strat_watch w = {"the resumed step's block", peer, n, NULL, NULL};
+    return st == RA_OK ? strat_wait(c, 2 * n, req, &w) : st;
 }

@@ -17,10 +17,11 @@
 #include <string.h>
 
 #include "agree.h"
+#include "ckpt.h"
 #include "internal.h"
 #include "strategy.h"
 
-enum { TAG_RING = 7321 };
+enum { TAG_RING = 7321, TAG_FETCH = 7322 };
 
 typedef struct {
     int u, ng, grp, gi;     /* group size, groups, my group, my index */
@@ -269,14 +270,63 @@ static ra_status hyb_post(void *ctx, int t, ring_reqs *rq)
     return RA_OK;
 }
 
+/* The state at the boundary before step t: the running o and lse of my
+ * group's queries and my heads (the K/V block held is fetched again from
+ * its group on a resume). */
+static void hyb_state_at(void *ctx, int t, ra_state *st)
+{
+    const hyb_state *h = ctx;
+    const ra_shape *s = h->c->shape;
+    const int64_t rows = s->B * h->Ng * (h->hg.h1 - h->hg.h0);
+    (void)t;
+    st->pass = "forward";
+    st->nparts = 2;
+    st->part[0] = (ra_state_part){"o", h->o, rows * s->Dv};
+    st->part[1] = (ra_state_part){"lse", h->lse, rows};
+}
+
+/* With a checkpoint to load, at step t: (o, lse) loaded, and the K/V
+ * block of step t (group grp - t's, after its scatter) sent again by the
+ * rank of my index there, as each rank sends its own (kv[0]) to the rank
+ * of its index in group grp + t; the loop starts at t. Collective. */
+static ra_status hyb_resume(hyb_state *h, ring_loop *lp)
+{
+    strat_call *c = h->c;
+    ra_state ld = {.steps = h->ng};
+    hyb_state_at(h, 1, &ld);
+    ra_status st = strat_ckpt_load(c, &ld);
+    if (st != RA_OK || ld.step == 0)
+        return st;
+    const int t = ld.step, ng = h->ng, og = (h->grp - t + ng) % ng;
+    const int64_t row = (h->hg.g1 - h->hg.g0) * (c->shape->D + c->shape->Dv);
+    const int64_t own = h->kgoff[h->grp + 1] - h->kgoff[h->grp];
+    const int64_t held = h->kgoff[og + 1] - h->kgoff[og];
+    const strat_fetch f = {
+        og * h->u + h->gi, (h->grp + t) % ng * h->u + h->gi, TAG_FETCH, t,
+        {{h->kv[0], h->kv[1], (int)(c->shape->B * own * row),
+          (int)(c->shape->B * held * row), MPI_FLOAT}}};
+    lp->start = lp->done = t;
+    st = strat_ckpt_fetch(c, &f, 1);
+    if (st == RA_OK && !(t & 1)) { /* step t holds kv[t & 1] */
+        float *x = h->kv[0];
+        h->kv[0] = h->kv[1];
+        h->kv[1] = x;
+    }
+    return st;
+}
+
 /* Between groups: P/u steps on the ring loop; at step t this rank holds
- * the block of group (grp - t) mod ng and has the next one in flight. */
+ * the block of group (grp - t) mod ng and has the next one in flight;
+ * from a loaded checkpoint's step on a resume. */
 static ra_status hyb_ring(hyb_state *h, strat_call *c)
 {
     ring_loop lp = {.steps = h->ng, .left = h->left, .right = h->right,
                     .post = hyb_post, .visit = hyb_visit, .ctx = h,
-                    .total = h->ng};
-    return ring_loop_run(c, &lp);
+                    .total = h->ng, .state = hyb_state_at};
+    ra_status st = c->params->exec.checkpoint
+                       ? ra_agree(c->comm, hyb_resume(h, &lp)) : RA_OK;
+    c->tm->steps = h->ng;
+    return st == RA_OK ? ring_loop_run(c, &lp) : st;
 }
 
 /* The groups and this rank's place; collective. */

@@ -15,10 +15,12 @@
 #include <string.h>
 
 #include "agree.h"
+#include "ckpt.h"
 #include "internal.h"
 #include "strategy.h"
 
-enum { TAG_Q = 7311, TAG_SEG = 7312, TAG_O = 7313, TAG_LSE = 7314 };
+enum { TAG_Q = 7311, TAG_SEG = 7312, TAG_O = 7313, TAG_LSE = 7314,
+       TAG_FETCH = 7315 /* and 7316 */ };
 
 /* One travelling block: q (B, n_j, H, D), o (B, n_j, H, Dv), lse
  * (B, H, n_j), ids (B, n_j); sized for the largest block. */
@@ -180,6 +182,61 @@ static void ringq_visit(void *ctx, int t, ring_reqs *rq)
             g->ws);
 }
 
+/* The state at the boundary before step t: the held block's running o
+ * and lse (its queries are fetched again from their rank on a resume),
+ * sized for the largest block so that every step names the same counts. */
+static void ringq_state_at(void *ctx, int t, ra_state *st)
+{
+    const ringq_state *g = ctx;
+    const strat_call *c = g->c;
+    const ra_shape *s = c->shape;
+    const qblock *held = &g->buf[t & 1];
+    const int64_t nj = block_count(c, (c->r - t + c->P) % c->P);
+    const int64_t o_row = s->H * s->Dv, tail = s->B * (g->nmax - nj);
+    /* zeros past the block's rows: a state's bytes depend on nothing else */
+    memset(held->o + s->B * nj * o_row, 0,
+           sizeof(float) * (size_t)(tail * o_row));
+    memset(held->lse + s->B * s->H * nj, 0,
+           sizeof(float) * (size_t)(tail * s->H));
+    st->pass = "forward";
+    st->nparts = 2;
+    st->part[0] = (ra_state_part){"held_o", held->o,
+                                  s->B * g->nmax * s->H * s->Dv};
+    st->part[1] = (ra_state_part){"held_lse", held->lse,
+                                  s->B * s->H * g->nmax};
+}
+
+/* With a checkpoint to load, at step t: the held block's (o, lse) loaded
+ * (into buf[1], where ringq_state_at(1) names them, then where step t
+ * holds them), its queries and ids sent again by their rank j = r - t,
+ * which sends its own to r + t; the loop starts at t. Collective. */
+static ra_status ringq_resume(ringq_state *g, ring_loop *lp)
+{
+    strat_call *c = g->c;
+    const ra_shape *s = c->shape;
+    ra_state ld = {.steps = c->P};
+    ringq_state_at(g, 1, &ld);
+    ra_status st = strat_ckpt_load(c, &ld);
+    if (st != RA_OK || ld.step == 0)
+        return st;
+    const int t = ld.step, j = (c->r - t + c->P) % c->P;
+    qblock *held = &g->buf[t & 1];
+    if (held != &g->buf[1]) {
+        memcpy(held->o, g->buf[1].o, sizeof(float) * (size_t)ld.part[0].count);
+        memcpy(held->lse, g->buf[1].lse,
+               sizeof(float) * (size_t)ld.part[1].count);
+    }
+    lp->start = lp->done = t;
+    const int n_own = (int)(s->B * c->n);
+    const int n_held = (int)(s->B * block_count(c, j));
+    const strat_fetch f = {
+        j, (c->r + t) % c->P, TAG_FETCH, t,
+        {{c->q, held->q, n_own, n_held, g->qrow},
+         {c->segs ? c->masks->q_segments : NULL, held->seg, n_own, n_held,
+          MPI_INT64_T}}};
+    return strat_ckpt_fetch(c, &f, c->segs ? 2 : 1);
+}
+
 ra_status ringq_forward(strat_call *c)
 {
     const ra_shape *s = c->shape;
@@ -188,7 +245,7 @@ ra_status ringq_forward(strat_call *c)
     ring_loop lp = {.steps = c->P, .left = (c->r + c->P - 1) % c->P,
                     .right = (c->r + 1) % c->P, .post = post_queries,
                     .visit = ringq_visit, .settle = post_accumulators,
-                    .ctx = &g, .total = c->P};
+                    .ctx = &g, .total = c->P, .state = ringq_state_at};
     ra_status st = ra_agree(c->comm, ringq_alloc(&g, c));
     if (st == RA_OK) {
         const size_t rows = (size_t)(s->B * c->n);
@@ -197,6 +254,8 @@ ra_status ringq_forward(strat_call *c)
             memcpy(g.buf[0].seg, c->masks->q_segments, sizeof(int64_t) * rows);
         ra_state_reset(s->B, c->n, s->H, s->Dv, g.buf[0].o, g.buf[0].lse);
     }
+    if (st == RA_OK && c->params->exec.checkpoint)
+        st = ra_agree(c->comm, ringq_resume(&g, &lp));
     if (st == RA_OK)
         st = ring_loop_run(c, &lp);
     if (st == RA_OK && c->P == 1) {

@@ -330,8 +330,9 @@ typedef struct {
  * load, the call starts from a saved state instead of step 0 and gives
  * bitwise the same results as a call never stopped (same P, shape,
  * options). The library touches no file and no signal: saving and loading
- * are the caller's. Strategies ring (forward and backward); the others,
- * the attention map and the additive score's backward are refused
+ * are the caller's. Strategies ring, ring-q and hybrid (the backward
+ * runs on the ring for each); allgather, tree and ulysses (no steps), the
+ * attention map and the additive score's backward are refused
  * (RA_ERR_ARG) by name. */
 
 /* What ask answers for this rank at a step boundary. */

@@ -214,6 +214,19 @@ static ra_status rows_read(const ckpt_reader *k, const char *name,
     return ra_agree(k->comm, st);
 }
 
+/* The pass of the file has as many steps as this run's (a hybrid's
+ * groups, the ring plan's skipped steps), else RA_ERR_ARG naming both. */
+static ra_status steps_check(const ckpt_reader *k)
+{
+    int64_t steps = 0;
+    ra_status st = head_int(k->r.file, k->path, "steps", &steps);
+    if (st == RA_OK && steps != k->state->steps)
+        st = ra_error_set(RA_ERR_ARG, "%s: the checkpoint's pass has %lld "
+                          "steps, this run's %d: made with other options",
+                          k->path, (long long)steps, k->state->steps);
+    return st;
+}
+
 /* Part i of this rank into its buffer: its count checked against
  * /counts, its values against /sums; agreed before and after the
  * collective read. */
@@ -274,6 +287,8 @@ ra_status h5io_ckpt_read(MPI_Comm comm, const char *path,
     st = ra_agree(comm, st);
     if (st == RA_OK) {
         st = ra_agree(comm, h5io_reader_open(comm, path, tuning, &k.r));
+        if (st == RA_OK)
+            st = ra_agree(comm, steps_check(&k));
         if (st == RA_OK)
             st = rows_read(&k, "/counts", H5T_NATIVE_INT64, k.counts);
         if (st == RA_OK)

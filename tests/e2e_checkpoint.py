@@ -4,13 +4,16 @@ line (docs/CHECKPOINT.md), checked with h5py.
 
 usage: e2e_checkpoint.py RINGATTN NP quick | loop N
 
-quick: forward (causal, RoPE, ALiBi) and backward (window, bf16) each
-stopped by SIGUSR1 at their first boundary (exit 3) and resumed
-to bitwise the /o and /lse (/dq /dk /dv) of the run never stopped; the
+quick, on an input of packed segments: forward (causal, RoPE, ALiBi),
+backward (window, bf16) and forward on strategy ring-q (causal) each
+stopped by SIGUSR1 at their first boundary (exit 3) and resumed to
+bitwise the /o and /lse (/dq /dk /dv) of the run never stopped; the
 refusals of --resume, each exit 2 and one line naming what differs (an
-option, P, the input, a corrupt file, no checkpoint); a rank killed
-(SIGKILL) while a checkpoint is being written leaves the previous one
-whole, and the run resumes from it bitwise.
+option, P, the input, a corrupt file, other steps, no checkpoint); a
+rank killed (SIGKILL) while a checkpoint is being written, and a full
+disk during one (a small tmpfs: skipped by name where it cannot be
+mounted), each leave the previous checkpoint whole and alone, and the
+run resumes from it bitwise.
 loop N: N runs, each signalled at a random moment (SIGUSR1 to mpirun,
 which passes it on, or SIGTERM to every rank, as a batch system ends a
 step) and resumed as often as it takes: every output bitwise the
@@ -144,7 +147,8 @@ def refusals(d, args, ck):
     """--resume refused before any work: exit 2, one line naming what."""
     other = os.path.join(d, "other.h5")
     subprocess.run([RINGATTN, "gen", "--seq", "3000", "--heads", "4",
-                    "--dim", "32", "--seed", "9", "--out", other],
+                    "--dim", "32", "--seed", "9", "--segments", "400",
+                    "--out", other],
                    capture_output=True, check=True)
     path = os.path.join(ck, "checkpoint.h5")
     code, _ = stop_after_first(args + ["--out", os.path.join(d, "x.h5")], ck)
@@ -165,6 +169,13 @@ def refusals(d, args, ck):
                     ck])
     check(r.returncode == 2 and "corrupt" in " ".join(lines(r)),
           f"refused, corrupt checkpoint: {lines(r)[:1]}")
+    shutil.copy(keep, path)
+    with h5py.File(path, "r+") as f:  # as another hybrid group size makes
+        f.attrs["steps"] = f.attrs["steps"] + 2
+    r = run(args + ["--out", os.path.join(d, "y.h5"), "--force", "--resume",
+                    ck])
+    check(r.returncode == 2 and "steps" in " ".join(lines(r)),
+          f"refused, a pass of other steps: {lines(r)[:1]}")
     r = run(args + ["--out", os.path.join(d, "y.h5"), "--force", "--resume",
                     d])
     check(r.returncode == 2 and "no checkpoint" in " ".join(lines(r)),
@@ -194,10 +205,47 @@ def kill_in_write(d, args, ref):
           f"the previous checkpoint resumed bitwise")
 
 
+def full_disk(d, args, ref, size):
+    """A checkpoint dir on a tmpfs with room for one checkpoint of size
+    bytes and a half: the second checkpoint's temporary file runs out of
+    space. The run stops with exit 1 and one line naming the file (or
+    goes on to a whole output), the first checkpoint stays alone and
+    whole, and resumes bitwise."""
+    full, out = os.path.join(d, "full"), os.path.join(d, "full.h5")
+    ck, kept = os.path.join(full, "ck"), os.path.join(d, "full.ck")
+    os.mkdir(full)
+    kb = (size * 3 // 2 + (256 << 10)) // 1024
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kb}k", "tmpfs",
+                        full], capture_output=True, text=True)
+    if m.returncode != 0:
+        print(f"# P={NP} full disk: SKIPPED (no tmpfs: "
+              f"{m.stderr.strip()})", flush=True)
+        return
+    try:
+        os.mkdir(ck)
+        r = run(args + ["--out", out, "--checkpoint", ck + ",0"])
+        left = sorted(os.listdir(ck))
+        with h5py.File(os.path.join(ck, "checkpoint.h5"), "r") as f:
+            step = int(f.attrs["step"])
+        shutil.copytree(ck, kept)
+    finally:
+        if subprocess.run(["umount", full]).returncode != 0:
+            subprocess.run(["umount", "-l", full])
+    said = " ".join(lines(r))
+    stopped = r.returncode == 1 and len(lines(r)) == 1 and "checkpoint" in said
+    r2 = run(args + ["--out", out, "--force", "--resume", kept])
+    check((stopped or r.returncode == 0) and left == ["checkpoint.h5"] and
+          step == 1 and r2.returncode == 0 and same(ref, out, ["o", "lse"]),
+          f"a full disk in the second checkpoint (exit {r.returncode}, "
+          f"{lines(r)[:1]}): the first alone ({left}, step {step}), "
+          f"resumed bitwise")
+
+
 def quick(d):
     inp = os.path.join(d, "in.h5")
     subprocess.run([RINGATTN, "gen", "--seq", "3000", "--heads", "4",
-                    "--dim", "32", "--backward", "--out", inp],
+                    "--dim", "32", "--backward", "--segments", "400",
+                    "--out", inp],
                    capture_output=True, check=True)
     fwd = ["--in", inp, "--rope", "half", "--alibi", "--layout", "striped",
            "--causal"]
@@ -205,10 +253,13 @@ def quick(d):
     bwd = ["--backward", "--in", inp, "--recompute", "--window", "300,20",
            "--precision", "bf16"]
     resume_case(d, "backward", bwd, ["dq", "dk", "dv"])
+    rq = ["--in", inp, "--strategy", "ring-q", "--causal"]
+    resume_case(d, "ring-q", rq, ["o", "lse"])
     shutil.rmtree(ck)
     os.mkdir(ck)
     refusals(d, fwd, ck)
     kill_in_write(d, fwd, ref)
+    full_disk(d, fwd, ref, os.path.getsize(os.path.join(d, "keep.h5")))
 
 
 def loop(d, n):

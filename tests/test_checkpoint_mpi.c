@@ -1,14 +1,18 @@
 /* test_checkpoint_mpi.c: checkpoints of a call (ringattn.h, ra_checkpoint)
- * at P = 1..4, forward and backward on strategy ring: a call stopped at
- * each step boundary in turn (RA_STOPPED, its state saved in memory) and
- * resumed from that state gives bitwise the o and lse (dq, dk, dv) of the
- * call never stopped, which are right against the fp64 reference; a call
- * that saves at every boundary and goes on gives the same bits too. The
- * cases cover causal with zigzag, a window with balanced, RoPE with
- * ALiBi and packed segments (whose ids the resumed step fetches), bf16
- * (its K/V on a bf16 wire). Refusals: a strategy without steps, the
- * attention map, ranks that load different steps. Verdicts are reduced
- * over the ranks; rank 0 prints. */
+ * at P = 1..4, forward and backward, on the strategies with steps (ring;
+ * ring-q, whose query blocks and their (o, lse) travel; hybrid, a ring
+ * between head groups; the backward runs on the ring for each): a call
+ * stopped at each step boundary in turn (RA_STOPPED, its state saved in
+ * memory) and resumed from that state gives bitwise the o and lse (dq,
+ * dk, dv) of the call never stopped, which are right against the fp64
+ * reference (the resumed call's first step is the one after the loaded
+ * boundary); a call that saves at every boundary and goes on gives the
+ * same bits too. The cases cover causal with zigzag, a window with
+ * balanced, RoPE with ALiBi and packed segments (whose ids the resumed
+ * step fetches), bf16 (its K/V on a bf16 wire), on each strategy.
+ * Refusals: the strategies without steps, the attention map, ranks that
+ * load different steps. Verdicts are reduced over the ranks; rank 0
+ * prints. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,7 +36,17 @@ typedef struct {
     float *part[RA_STATE_PARTS_MAX];
     int64_t count[RA_STATE_PARTS_MAX];
     int skew;            /* load: rank 1 claims one step more */
+    int first;           /* the first step a call reported done (on_step):
+                            a resumed call's is the loaded step + 1 */
 } memory;
+
+static void hook_step(void *ctx, int done, int total)
+{
+    memory *m = ctx;
+    (void)total;
+    if (!m->first)
+        m->first = done;
+}
 
 static int hook_ask(void *ctx, int done, int total)
 {
@@ -83,11 +97,13 @@ static void memory_free(memory *m)
     memset(m, 0, sizeof *m);
 }
 
-/* One case: options, layout and whether segments are given. */
+/* One case: options, layout, whether segments are given, the strategy
+ * (hybrid: groups of 2 ranks when P is even and above 2, else of 1). */
 typedef struct {
     const char *name;
     int causal, window, rope, alibi, bf16, segs;
     ra_layout layout;
+    ra_strategy strategy;
 } ckpt_case;
 
 /* A rank's problem of one case: its slices, segment ids and the
@@ -110,6 +126,8 @@ static void setup_make(setup *u, const ckpt_case *k, uint64_t seed)
     problem_make(&u->p, &u->s, seed);
     ra_params_default(&u->prm);
     u->prm.exec.layout = k->layout;
+    u->prm.exec.strategy = k->strategy;
+    u->prm.exec.ulysses_size = nranks > 2 && nranks % 2 == 0 ? 2 : 1;
     u->prm.num.causal = k->causal;
     u->prm.num.window = k->window;
     u->prm.num.window_left = 13;
@@ -162,6 +180,8 @@ static ra_status call(setup *u, memory *m, int load, int backward,
     const ra_checkpoint hooks = {hook_ask, hook_save,
                                  load ? hook_load : NULL, m};
     prm.exec.checkpoint = m ? &hooks : NULL;
+    prm.exec.on_step = m ? hook_step : NULL;
+    prm.exec.on_step_ctx = m;
     const ra_qkv in = {u->lp.q, u->lp.k, u->lp.v};
     if (!backward)
         return ra_call_forward(MPI_COMM_WORLD, &u->s, &prm, &u->masks, &in,
@@ -205,7 +225,10 @@ static int stops_resumes(setup *u, int backward, int steps, const float *o,
             if (st != RA_STOPPED || m.step != stop)
                 bad = -1;
             m.stop_at = 0;
+            m.first = 0;
             st = call(u, &m, 1, backward, o, lse, NULL);
+            if (m.first != stop + 1) /* it went on from the state */
+                bad = -1;
         } else if (m.saves != steps - 1) {
             bad = -1;
         }
@@ -225,7 +248,7 @@ static int case_run(const ckpt_case *k, uint64_t seed)
 {
     setup u;
     setup_make(&u, k, seed);
-    ra_timing tm = {0};
+    ra_timing tm = {0}, tb = {0};
     const size_t nf = results_size(&u, 0), nb = results_size(&u, 1);
     float *want_f = malloc(sizeof(float) * (nf + 1));
     float *want_b = malloc(sizeof(float) * (nb + 1));
@@ -239,20 +262,19 @@ static int case_run(const ckpt_case *k, uint64_t seed)
     const check_result g = check_allreduce(MPI_COMM_WORLD, &r);
     const float *o = want_f, *lse = want_f + u.no;
     if (st == RA_OK)
-        st = call(&u, NULL, 0, 1, o, lse, NULL);
+        st = call(&u, NULL, 0, 1, o, lse, &tb);
     results_copy(&u, 1, want_b);
-    const int steps = tm.steps;
-    const int bad_f = st == RA_OK ? stops_resumes(&u, 0, steps, NULL, NULL,
-                                                  want_f) : -1;
-    const int bad_b = st == RA_OK ? stops_resumes(&u, 1, steps, o, lse,
+    const int bad_f = st == RA_OK ? stops_resumes(&u, 0, tm.steps, NULL,
+                                                  NULL, want_f) : -1;
+    const int bad_b = st == RA_OK ? stops_resumes(&u, 1, tb.steps, o, lse,
                                                   want_b) : -1;
     /* bf16 is judged bitwise against its own uninterrupted run only */
     int v[2] = {bad_f == 0 && bad_b == 0, check_ok(&g) || k->bf16}, all[2];
     MPI_Allreduce(v, all, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (rank == 0)
-        printf("# P=%d %-22s steps %d: stopped and resumed at each, "
+        printf("# P=%d %-30s steps %d, %d: stopped and resumed at each, "
                "forward %s, backward %s, fp64 rel_o %.2e %s\n", nranks,
-               k->name, steps, bad_f == 0 ? "bitwise" : "DIFFERS",
+               k->name, tm.steps, tb.steps, bad_f == 0 ? "bitwise" : "DIFFERS",
                bad_b == 0 ? "bitwise" : "DIFFERS", g.rel_o,
                all[0] && all[1] ? "PASS" : "FAIL");
     free(want_f);
@@ -265,10 +287,26 @@ static void test_resume_bitwise(void **state)
 {
     (void)state;
     static const ckpt_case cases[] = {
-        {"causal zigzag", 1, 0, 0, 0, 0, 0, RA_LAYOUT_ZIGZAG},
-        {"window balanced", 0, 1, 0, 0, 0, 0, RA_LAYOUT_BALANCED},
-        {"rope alibi segments", 1, 0, 1, 1, 0, 1, RA_LAYOUT_STRIPED},
-        {"bf16 causal window", 1, 1, 0, 0, 1, 0, RA_LAYOUT_CONTIGUOUS},
+        {"causal zigzag", 1, 0, 0, 0, 0, 0, RA_LAYOUT_ZIGZAG,
+         RA_STRATEGY_RING},
+        {"window balanced", 0, 1, 0, 0, 0, 0, RA_LAYOUT_BALANCED,
+         RA_STRATEGY_RING},
+        {"rope alibi segments", 1, 0, 1, 1, 0, 1, RA_LAYOUT_STRIPED,
+         RA_STRATEGY_RING},
+        {"bf16 causal window", 1, 1, 0, 0, 1, 0, RA_LAYOUT_CONTIGUOUS,
+         RA_STRATEGY_RING},
+        {"ring-q causal zigzag", 1, 0, 0, 0, 0, 0, RA_LAYOUT_ZIGZAG,
+         RA_STRATEGY_RING_Q},
+        {"ring-q rope alibi segments", 1, 0, 1, 1, 0, 1, RA_LAYOUT_STRIPED,
+         RA_STRATEGY_RING_Q},
+        {"ring-q bf16 window", 0, 1, 0, 0, 1, 0, RA_LAYOUT_BALANCED,
+         RA_STRATEGY_RING_Q},
+        {"hybrid causal window", 1, 1, 0, 0, 0, 0, RA_LAYOUT_ZIGZAG,
+         RA_STRATEGY_HYBRID},
+        {"hybrid rope alibi segments", 1, 0, 1, 1, 0, 1, RA_LAYOUT_STRIPED,
+         RA_STRATEGY_HYBRID},
+        {"hybrid bf16 causal", 1, 0, 0, 0, 1, 0, RA_LAYOUT_CONTIGUOUS,
+         RA_STRATEGY_HYBRID},
     };
     int ok = 1;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
@@ -290,14 +328,23 @@ static int refused(ra_status st, ra_status want, const char *what)
 static void test_refusals(void **state)
 {
     (void)state;
-    const ckpt_case k = {"causal", 1, 0, 0, 0, 0, 0, RA_LAYOUT_CONTIGUOUS};
+    const ckpt_case k = {"causal", 1, 0, 0, 0, 0, 0, RA_LAYOUT_CONTIGUOUS,
+                         RA_STRATEGY_RING};
     setup u;
     setup_make(&u, &k, 4400u);
     memory m = {0};
     int ok = 1;
-    u.prm.exec.strategy = RA_STRATEGY_ALLGATHER;
-    ok &= refused(call(&u, &m, 0, 0, NULL, NULL, NULL), RA_ERR_ARG,
-                  "allgather");
+    static const ra_strategy stepless[] = {
+        RA_STRATEGY_ALLGATHER, RA_STRATEGY_TREE, RA_STRATEGY_ULYSSES};
+    for (size_t i = 0; i < sizeof stepless / sizeof *stepless; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "strategy %s has no steps",
+                 ra_strategy_name(stepless[i]));
+        u.prm.exec.strategy = stepless[i];
+        if (nranks != 3 || stepless[i] != RA_STRATEGY_ULYSSES) /* H = 4 */
+            ok &= refused(call(&u, &m, 0, 0, NULL, NULL, NULL), RA_ERR_ARG,
+                          want);
+    }
     u.prm.exec.strategy = RA_STRATEGY_RING;
     int64_t heads[1] = {0};
     ra_attn_map am = {0, 2, heads, 1,
