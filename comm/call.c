@@ -93,7 +93,7 @@ static ra_status check_masks(const ra_shape *s, const ra_masks *mk)
 }
 
 /* The shared checks: shape, the enums (ra_call_check_enums), score,
- * position encodings, softcap and sinks (logits.c), window, ra_exec
+ * position encodings, score features and sinks (logits.c), window, ra_exec
  * (ra_call_check_exec), masks; RA_OK or the first problem. */
 ra_status ra_call_check_params(const ra_shape *s, const ra_params *p,
                                const ra_masks *mk)

@@ -220,7 +220,8 @@ static void fp_numerics(ra_fingerprint *fp, const ra_call_options *o)
     ra_fp_int(fp, "num.nonfinite", p->num.nonfinite != 0);
     ra_fp_named(fp, "num.precision", p->num.precision,
                 ra_precision_name(p->num.precision));
-    ra_fp_real(fp, "num.softcap", p->num.softcap);
+    for (int i = 0; i < ra_score_feature_count; i++)
+        ra_fp_real(fp, ra_score_features[i].key, ra_feature_get(&p->num, i));
     ra_fp_bytes(fp, "num.sinks", p->num.sinks,
                 sizeof(float) * (size_t)(H > 0 ? H : 0));
 }

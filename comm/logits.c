@@ -1,5 +1,6 @@
-/* logits.c: the two score features that sit outside the tiles, for every
- * strategy: the checks of softcap and sinks, and the sinks themselves.
+/* logits.c: what sits outside the tiles, for every strategy: the checks
+ * of the score features (score_features.h) and of sinks, and the sinks
+ * themselves.
  *
  * A sink is one more column of every row's softmax, of logit sinks[h] and
  * value 0. It changes no strategy: each one's final (o, lse) over the keys
@@ -11,8 +12,8 @@
  * sink's own gradient is
  *   d sink_h = -sum over rows i of exp(sink_h - lse'_i) (dO_i . O'_i)
  * summed over the ranks by one reduction (the maths: engine/sinks.c).
- * Softcap lives in the kernels (ra_block.softcap); only its check is
- * here. */
+ * The score features live in the kernels (ra_block.features); only
+ * their check is called here. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,18 +24,9 @@
 
 ra_status ra_logits_check(const ra_shape *s, const ra_params *p)
 {
-    if (!(p->num.softcap >= 0 && isfinite(p->num.softcap)))
-        return ra_error_set(RA_ERR_ARG,
-                            "softcap: %g is not a finite number "
-                            ">= 0 (0: off)",
-                            p->num.softcap);
-    if (p->num.softcap > 0 && p->num.score != RA_SCORE_DOT)
-        return ra_error_set(RA_ERR_ARG,
-                            "softcap: the %s score is not "
-                            "capped (softcap caps the dot score: the "
-                            "gaussian's row term and the additive score's "
-                            "own tanh bound leave no cap of theirs)",
-                            ra_score_name(p->num.score));
+    ra_status st = ra_features_check(&p->num);
+    if (st != RA_OK)
+        return st;
     for (int64_t h = 0; p->num.sinks && h < s->H; h++)
         if (!isfinite(p->num.sinks[h]))
             return ra_error_set(RA_ERR_ARG, "sinks: sink %lld is not a "

@@ -1,12 +1,13 @@
-/* logits.h: softcap's and the sinks' checks, and the sinks' one place in
- * the call path (logits.c), internal to comm/. */
+/* logits.h: the score features' and the sinks' checks, and the sinks' one
+ * place in the call path (logits.c), internal to comm/. */
 #ifndef RA_LOGITS_H
 #define RA_LOGITS_H
 
 #include "internal.h"
 #include "strategy.h"
 
-/* softcap finite and >= 0, only with the dot score; every sink finite
+/* every score feature in its range and rule (ra_features_check); every
+ * sink finite
  * (ra_call_check_params); sinks without an attention map (map may be
  * NULL). RA_OK or the first problem, named. */
 ra_status ra_logits_check(const ra_shape *shape, const ra_params *params);

@@ -49,7 +49,7 @@ void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
                           .q_seg = q_seg,
                           .qalign = c->qalign};
     blk->alibi = c->slopes;
-    blk->softcap = (float)(p->num.softcap * M_LOG2E);
+    blk->features = ra_features_on(&p->num) ? &p->num : NULL;
 }
 
 int64_t strat_slice_pos(const strat_call *c, int64_t len, int j,

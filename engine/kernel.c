@@ -3,12 +3,14 @@
  * Work items are (batch, head, query tile); OpenMP threads take them
  * dynamically, largest causal tiles first, each calling single-threaded
  * sgemm per tile on scratch pages of its own and counting its busy time;
- * thread 0 alone runs the caller's progress hook (tail_progress). Per item, pass 1 makes the base-2 scores of one key tile
- * with sgemm (alpha = scale * log2 e), caps them (softcap) and adds the ALiBi bias when on, pass 2 masks the tile if it straddles
- * an edge of the mask (tiles wholly invisible are never computed), pass 3
- * runs the online softmax (rescaling the accumulator
- * only where the row max moved), pass 4 adds P V with sgemm; at the end of
- * the block the normalised partial is merged into (o, lse). With bf16
+ * thread 0 alone runs the caller's progress hook (tail_progress). Per
+ * item, pass 1 makes the base-2 scores of one key tile with sgemm
+ * (alpha = scale * log2 e), maps them by the score features
+ * (score_features.h) and adds the ALiBi bias when on, pass 2 masks the
+ * tile if it straddles an edge of the mask (tiles wholly invisible are
+ * never computed), pass 3 runs the online softmax (rescaling the
+ * accumulator only where the row max moved), pass 4 adds P V with sgemm;
+ * at the end of the block the normalised partial is merged into (o, lse). With bf16
  * precision (blk->mm16) the two products run in bf16 with fp32 sums
  * (bf16.h: P is rounded as it is packed); everything else stays fp32. */
 #include <math.h>
@@ -404,15 +406,6 @@ static int64_t alibi_ref(const ra_block *blk, const tile_rules *rl,
     if (lo > hi) /* the row sees nothing here: any reference will do */
         return at;
     return at < lo ? lo : at > hi ? hi : at;
-}
-
-/* Logit softcapping of the bq x bk base-2 scores of tile s (row stride
- * block_kv): after the score products, before ALiBi and the mask. */
-static void softcap_tile(const ra_block *blk, int64_t bq, int64_t bk,
-                         float *s)
-{
-    for (int64_t r = 0; r < bq; r++)
-        ra_softcap(s + r * blk->block_kv, bk, blk->softcap, NULL);
 }
 
 /* The ALiBi bias of a key at kp from a query aligned at `at`: -|kp - at|
@@ -851,8 +844,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
             score_tile(blk, qt, j0, k16 ? k16 + j0 * D : NULL, bq, bk,
                        j0 > j_first, t);
         groups_products(blk, grp, ng, qt, j0, t);
-        if (blk->softcap > 0)
-            softcap_tile(blk, bq, bk, t.s);
+        ra_features_tile(blk->features, t.s, bq, bk, blk->block_kv, NULL);
         if (blk->alibi)
             alibi_tile(blk, &rl, 1, h, (tile_box){i0, bq, j0, bk}, t.s);
         /* pass 2: the mask, only on tiles that straddle an edge */
@@ -1038,8 +1030,7 @@ static void probs_rows(const ra_block *blk, const ra_map_ops *x, int64_t b,
     for (int64_t j0 = 0; j0 < m; j0 += bkv) {
         const int64_t bk = m - j0 < bkv ? m - j0 : bkv;
         score_tile(blk, qt, j0, NULL, bq, bk, j0 > 0, t);
-        if (blk->softcap > 0)
-            softcap_tile(blk, bq, bk, t.s);
+        ra_features_tile(blk->features, t.s, bq, bk, blk->block_kv, NULL);
         map_bias_mask(blk, b, h, (tile_box){i0, bq, j0, bk}, t.s);
         for (int64_t r = 0; r < bq; r++) {
             const int64_t row_at = (b * x->nh + hi) * x->nr + i0 - x->r0 + r;

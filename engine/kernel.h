@@ -12,6 +12,7 @@
 
 #include "bf16.h"
 #include "internal.h"
+#include "score_features.h"
 #include "simd.h"
 
 /* Which (query, key) pairs are visible. Positions are global token indices,
@@ -62,10 +63,9 @@ typedef struct {
     /* ALiBi: slopes (H, natural log) or NULL; query head h's score gets
      * -slope_h * |kpos - a| added, a the aligned position (ra_mask) */
     const double *alibi;
-    float softcap;   /* logit softcapping in base 2: the cap times log2(e)
-                        (a base-2 score s becomes softcap tanh(s / softcap),
-                        the natural one the same with the natural cap),
-                        before ALiBi and the mask; 0: off. Dot score only */
+    const ra_numerics *features; /* the score features to apply
+                        (score_features.h), after the score products and
+                        before ALiBi and the mask, or NULL: none is on */
     ra_gemm gemm;    /* the tile products' engine (gemm.h) */
     const ra_mm16 *mm16; /* bf16 precision: the call's bf16 products
                           (bf16.h), else NULL: fp32 products */
@@ -188,7 +188,7 @@ void ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
 
 /* The score of the fp64 reference, computed from its definition per pair:
  * dot s * q.k, gaussian -||q - k||^2 / (2 sigma^2), additive
- * w_v . tanh(W_q q + W_k k) with k of dim Dk, capped when softcap is on,
+ * w_v . tanh(W_q q + W_k k) with k of dim Dk, mapped by the score features,
  * plus the ALiBi bias when on (positions from the mask, diag included; no
  * mask: 0, 1, 2... and 0). */
 typedef struct {
@@ -198,8 +198,8 @@ typedef struct {
     int64_t Dk;
     int alibi;          /* 1: add -alibi_slope * |kpos - a| (ra_mask) */
     double alibi_slope; /* of the head being computed */
-    double softcap;     /* > 0: the score s (before ALiBi) becomes
-                           softcap * tanh(s / softcap); 0: off */
+    const ra_numerics *features; /* the score features (before ALiBi;
+                           score_features.h), or NULL: none */
     int sink_on;        /* 1: one more softmax column of logit sink and
                            value 0 (a row that sees no key: o = 0,
                            lse = sink) */

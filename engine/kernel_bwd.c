@@ -10,8 +10,8 @@
  * P = 2^(S - LSE log2 e) (the global LSE: no rescaling), then four more
  * products: dV += P^T dO, dP = dO V^T, dS = P * (dP - Drow) in place,
  * dQ += c dS K, dK += c dS^T Q (c the natural score's coefficient). The
- * softcapped score's dS gets the cap's derivative 1 - tanh^2 (kept from
- * pass 1). The additive score works on the projections W_q q and W_k k (D is A): its
+ * score features' dS gets their derivative (kept from pass 1). The
+ * additive score works on the projections W_q q and W_k k (D is A): its
  * scores and their derivatives are made pair by pair, and each thread sums
  * its part of dw_v apart, added up in thread order afterwards. ALiBi adds
  * its bias to the recomputed scores and changes no derivative. With
@@ -38,7 +38,7 @@ struct ra_bwd_workspace {
                           both arrays live in the block of the struct */
 };
 
-/* Scratch of one thread: P, dP and softcap's derivative tiles (block_q x
+/* Scratch of one thread: P, dP and the features' derivative tiles (block_q x
  * block_kv), the rows' base-2 LSE, and for the Gaussian score the tile's
  * row and column sums of dS and its keys' base-2 norm term. */
 typedef struct {
@@ -182,8 +182,7 @@ static void probs_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
                    &(ra_mm){.tb = 1, .m = x->bq, .n = x->bk, .k = D,
                             .alpha = blk->alpha, .a = x->q, .lda = H * D,
                             .b = x->k, .ldb = G * D, .c = t.p, .ldc = lds});
-    for (int64_t r = 0; blk->softcap > 0 && r < x->bq; r++)
-        ra_softcap(t.p + r * lds, x->bk, blk->softcap, t.dt + r * lds);
+    ra_features_tile(blk->features, t.p, x->bq, x->bk, lds, t.dt);
     if (blk->alibi)
         alibi_bias(blk, rl, x, t.p);
     if (cls == 1) /* pass 2 */
@@ -287,8 +286,8 @@ static void grads_tile(const ra_block *blk, const ra_tile_rules *rl, int cls,
         float *dsr = t.dp + r * lds;
         for (int64_t c0 = 0; c0 < x->bk; c0++)
             dsr[c0] = pr[c0] * (dsr[c0] - dr);
-        for (int64_t c0 = 0; blk->softcap > 0 && c0 < x->bk; c0++)
-            dsr[c0] *= t.dt[r * lds + c0]; /* through the cap's tanh */
+        for (int64_t c0 = 0; blk->features && c0 < x->bk; c0++)
+            dsr[c0] *= t.dt[r * lds + c0]; /* through the features' maps */
     }
     if (blk->score == RA_SCORE_ADDITIVE) {
         additive_terms(blk, x, t);

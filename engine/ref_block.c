@@ -6,14 +6,6 @@
 #include "kernel.h"
 #include "ref_block.h"
 
-void ra_ref_softcap(double cap, double *s, double *slope)
-{
-    const double t = tanh(*s / cap);
-    *s = cap * t;
-    if (slope)
-        *slope = 1.0 - t * t;
-}
-
 void ra_ref_project(const float *W, int64_t A, int64_t D, const double *rows,
                     int64_t n, double *out)
 {
@@ -42,8 +34,8 @@ static void scores_additive(const ra_ref_block *x, int64_t h)
         }
 }
 
-/* Pass 1 for head h: the block's scores (nr, kb) into sc, capped when
- * softcap is on (the dot score only). */
+/* Pass 1 for head h: the block's scores (nr, kb) into sc, mapped by the
+ * score features (the dot score's only: the call refuses the others). */
 static void scores(const ra_ref_block *x, int64_t h)
 {
     const ra_shape *s = x->s;
@@ -58,8 +50,9 @@ static void scores(const ra_ref_block *x, int64_t h)
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)kb,
                 (int)D, gauss ? inv2 : x->scale, x->q + h * D, (int)(H * D),
                 x->k + g * Dk, (int)(G * Dk), 0.0, x->sc, (int)kb);
-    for (int64_t i = 0; !gauss && x->p->num.softcap > 0 && i < nr * kb; i++)
-        ra_ref_softcap(x->p->num.softcap, &x->sc[i], NULL);
+    for (int64_t i = 0; !gauss && ra_features_on(&x->p->num) && i < nr * kb;
+         i++)
+        ra_features_ref(&x->p->num, &x->sc[i], NULL);
     if (!gauss)
         return;
     for (int64_t r = 0; r < nr; r++) { /* -(|q|^2 + |k|^2) / (2 sigma^2) */

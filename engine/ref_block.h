@@ -43,10 +43,6 @@ void ra_ref_block_scores(const ra_ref_block *x, int64_t h);
  * (ref_exp.c). */
 void ra_ref_exp(double *x, int64_t n);
 
-/* Softcap of one fp64 score: *s = cap tanh(*s / cap), and its derivative
- * 1 - tanh^2 into *slope when slope is not NULL. */
-void ra_ref_softcap(double cap, double *s, double *slope);
-
 /* out (n, A) = rows (n, D) W^T in fp64, W (A, D): the additive score's
  * projections W_q q and W_k k of n head rows. */
 void ra_ref_project(const float *W, int64_t A, int64_t D, const double *rows,

@@ -35,7 +35,7 @@ static void gauss_term(const ra_ref_block *x, const double *ds, int by_row,
     }
 }
 
-/* The softcapped dot score's derivative 1 - tanh^2 of every pair of the
+/* The score features' derivative of every pair of the dot score's
  * block into d (nr, kb), from the scores recomputed: q and k are head h's
  * and its kv head's rows. */
 static void cap_slopes(const ra_ref_block *x, const double *q,
@@ -48,7 +48,7 @@ static void cap_slopes(const ra_ref_block *x, const double *q,
                 (int)(s->G * ra_shape_dk(s)), 0.0, d, (int)kb);
     for (int64_t i = 0; i < nr * kb; i++) {
         double sc = d[i];
-        ra_ref_softcap(x->p->num.softcap, &sc, &d[i]);
+        ra_features_ref(&x->p->num, &sc, &d[i]);
     }
 }
 
@@ -65,7 +65,8 @@ void ra_ref_block_backward(const ra_ref_block *x, int64_t h,
     const double *q = x->q + h * D, *k = x->k + gh * Dk;
     const double *dout = g->dout + h * Dv;
     ra_ref_block_scores(x, h);
-    if (x->p->num.softcap > 0) /* the cap's derivative, in dp for now */
+    const int mapped = ra_features_on(&x->p->num);
+    if (mapped) /* the features' derivative, in dp for now */
         cap_slopes(x, q, k, g->dp);
     block_probs(x, h, g->lse);
     /* pass 3: dv += P^T do; P times the cap's derivative; dP = do V^T;
@@ -74,7 +75,7 @@ void ra_ref_block_backward(const ra_ref_block *x, int64_t h,
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kb, (int)Dv, nr,
                     1.0, x->sc, kb, dout, (int)(H * Dv), 1.0, g->dv + gh * Dv,
                     (int)(G * Dv));
-    for (int64_t i = 0; x->p->num.softcap > 0 && i < (int64_t)nr * kb; i++)
+    for (int64_t i = 0; mapped && i < (int64_t)nr * kb; i++)
         x->sc[i] *= g->dp[i];
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, kb, (int)Dv,
                 1.0, dout, (int)(H * Dv), x->v + gh * Dv, (int)(G * Dv), 0.0,

@@ -86,8 +86,8 @@ void ra_reference_scored(const ra_ref_score *sc, const ra_mask *mask,
         for (int64_t j = 0; j < m; j++) {
             double s = ra_ref_visible(mask, i, j) ? score_of(sc, D, qi, k + j * ldk)
                                            : -INFINITY;
-            if (sc->softcap > 0 && s > -INFINITY)
-                s = sc->softcap * tanh(s / sc->softcap);
+            if (s > -INFINITY)
+                ra_features_ref(sc->features, &s, NULL);
             if (sc->alibi && s > -INFINITY)
                 s += sc->alibi_slope * ra_ref_alibi_distance(mask, i, j);
             scores[j] = s;

@@ -79,8 +79,8 @@ static int row_probs(const ra_ref_score *sc, int64_t i, int64_t m, int64_t D,
         p[j] = ra_ref_visible(mask, i, j)
                    ? pair_score(sc, D, qi, g->k + j * g->ldk)
                    : -INFINITY;
-        if (sc->softcap > 0 && p[j] > -INFINITY)
-            p[j] = sc->softcap * tanh(p[j] / sc->softcap);
+        if (p[j] > -INFINITY)
+            ra_features_ref(sc->features, &p[j], NULL);
         if (sc->alibi && p[j] > -INFINITY) /* a bias: no derivative */
             p[j] += sc->alibi_slope * ra_ref_alibi_distance(mask, i, j);
         mx = p[j] > mx ? p[j] : mx;
@@ -130,10 +130,10 @@ void ra_reference_backward(const ra_ref_score *sc, int64_t nq, int64_t m,
                 g->dv[j * g->lddv + d] += p[j] * doi[d];
             }
             double ds = p[j] * (dp - drow);
-            if (sc->softcap > 0) { /* through the cap: 1 - tanh^2 */
-                const double t =
-                    tanh(pair_score(sc, D, qi, kj) / sc->softcap);
-                ds *= 1.0 - t * t;
+            if (sc->features) { /* through the features' maps */
+                double s = pair_score(sc, D, qi, kj), slope;
+                ra_features_ref(sc->features, &s, &slope);
+                ds *= slope;
             }
             double *dkj = g->dk + j * g->lddk;
             if (sc->score == RA_SCORE_ADDITIVE) {

@@ -1,6 +1,7 @@
-/* simd.c: the max and the tanhs (additive score, softcap) of the kernel, and the table that picks one
- * path (scalar, AVX2/FMA, AVX-512) for every vectorised helper, the way
- * ggml's vec helpers do. The exp paths are in vexp.c. */
+/* simd.c: the max and the tanhs (additive score, scaled tanh) of the
+ * kernel, and the table that picks one path (scalar, AVX2/FMA, AVX-512)
+ * for every vectorised helper, the way ggml's vec helpers do. The exp
+ * paths are in vexp.c. */
 #include <float.h>
 
 #include "simd.h"
@@ -39,9 +40,9 @@ void ra_additive_grad_scalar(const float *a, const float *b, const float *w,
     }
 }
 
-/* Softcap's tanh, relative error about 1e-7 everywhere (the cap times
- * it is the score: an absolute error there is a relative one of the
- * weight): below SMALL_TANH in magnitude the odd polynomial
+/* The scaled tanh c tanh(x / c), relative error about 1e-7 everywhere
+ * (c times it is the score: an absolute error there is a relative one of
+ * the weight): below SMALL_TANH in magnitude the odd polynomial
  * y (1 + y^2 P(y^2)), P fitted on [0, 0.625] (truncation 1.3e-8
  * relative); above it, tanh_one's 1 - 2 / (exp(2|y|) + 1). */
 #define SMALL_TANH 0.625f
@@ -62,7 +63,7 @@ static inline float tanh_small(float y)
     return fmaf(y * u, p, y);
 }
 
-void ra_softcap_scalar(float *x, int64_t len, float cap, float *dt)
+void ra_scaled_tanh_scalar(float *x, int64_t len, float cap, float *dt)
 {
     const float inv = 1.0f / cap;
     for (int64_t j = 0; j < len; j++) {
@@ -239,8 +240,8 @@ static void additive_grad_avx2(const float *a, const float *b, const float *w,
                             len - j);
 }
 
-/* Softcap's tanh of 8 lanes (ra_softcap_scalar's arithmetic; a NaN stays
- * NaN: min(cap, NaN) is NaN). */
+/* The scaled tanh of 8 lanes (ra_scaled_tanh_scalar's arithmetic; a NaN
+ * stays NaN: min(cap, NaN) is NaN). */
 __attribute__((target("avx2,fma")))
 static inline __m256 tanh8(__m256 y)
 {
@@ -265,7 +266,7 @@ static inline __m256 tanh8(__m256 y)
 }
 
 __attribute__((target("avx2,fma")))
-static void softcap_avx2(float *x, int64_t len, float cap, float *dt)
+static void scaled_tanh_avx2(float *x, int64_t len, float cap, float *dt)
 {
     const __m256 vcap = _mm256_set1_ps(cap), inv = _mm256_set1_ps(1.0f / cap);
     const __m256 one = _mm256_set1_ps(1.0f);
@@ -276,7 +277,7 @@ static void softcap_avx2(float *x, int64_t len, float cap, float *dt)
         if (dt)
             _mm256_storeu_ps(dt + j, _mm256_fnmadd_ps(th, th, one));
     }
-    ra_softcap_scalar(x + j, len - j, cap, dt ? dt + j : NULL);
+    ra_scaled_tanh_scalar(x + j, len - j, cap, dt ? dt + j : NULL);
 }
 
 /* tanh8 on 16 lanes. */
@@ -319,7 +320,7 @@ static inline __m512 tanh16(__m512 y)
 }
 
 __attribute__((target("avx512f")))
-static void softcap_avx512(float *x, int64_t len, float cap, float *dt)
+static void scaled_tanh_avx512(float *x, int64_t len, float cap, float *dt)
 {
     const __m512 vcap = _mm512_set1_ps(cap), inv = _mm512_set1_ps(1.0f / cap);
     const __m512 one = _mm512_set1_ps(1.0f);
@@ -330,7 +331,7 @@ static void softcap_avx512(float *x, int64_t len, float cap, float *dt)
         if (dt)
             _mm512_storeu_ps(dt + j, _mm512_fnmadd_ps(th, th, one));
     }
-    softcap_avx2(x + j, len - j, cap, dt ? dt + j : NULL);
+    scaled_tanh_avx2(x + j, len - j, cap, dt ? dt + j : NULL);
 }
 
 __attribute__((target("avx2,fma")))
@@ -367,7 +368,7 @@ typedef float (*additive_fn)(const float *, const float *, const float *,
 typedef void (*additive_grad_fn)(const float *, const float *, const float *,
                                  float, float *, float *, float *, int64_t);
 typedef float (*reduce_fn)(const float *, int64_t);
-typedef void (*softcap_fn)(float *, int64_t, float, float *);
+typedef void (*scaled_tanh_fn)(float *, int64_t, float, float *);
 
 /* One row per path; the additive score has no AVX-512 variant of its own. */
 typedef struct {
@@ -377,20 +378,20 @@ typedef struct {
     additive_fn additive;
     additive_grad_fn additive_grad;
     reduce_fn sum_squares, max_abs;
-    softcap_fn softcap;
+    scaled_tanh_fn scaled_tanh;
 } vec_impl;
 
 static const vec_impl scalar_impl = {
     "scalar", ra_exp2_shift_sum_scalar, ra_max_scalar,
     ra_additive_score_scalar, ra_additive_grad_scalar, ra_sum_squares_scalar,
-    ra_max_abs_scalar, ra_softcap_scalar};
+    ra_max_abs_scalar, ra_scaled_tanh_scalar};
 #ifdef RA_HAVE_X86
 static const vec_impl avx2_impl = {
     "avx2-fma", ra_exp2_shift_sum_avx2, max_avx2, additive_score_avx2,
-    additive_grad_avx2, sum_squares_avx2, max_abs_avx2, softcap_avx2};
+    additive_grad_avx2, sum_squares_avx2, max_abs_avx2, scaled_tanh_avx2};
 static const vec_impl avx512_impl = {
     "avx512f", ra_exp2_shift_sum_avx512, max_avx512, additive_score_avx2,
-    additive_grad_avx2, sum_squares_avx512, max_abs_avx512, softcap_avx512};
+    additive_grad_avx2, sum_squares_avx512, max_abs_avx512, scaled_tanh_avx512};
 #endif
 
 /* The widest path the CPU has, at most the one named by cap. */
@@ -457,9 +458,9 @@ void ra_additive_grad(const float *a, const float *b, const float *w,
     impl()->additive_grad(a, b, w, ds, da, db, dw, len);
 }
 
-void ra_softcap(float *x, int64_t len, float cap, float *dt)
+void ra_scaled_tanh(float *x, int64_t len, float cap, float *dt)
 {
-    impl()->softcap(x, len, cap, dt);
+    impl()->scaled_tanh(x, len, cap, dt);
 }
 
 const char *ra_exp2_impl(void) { return impl()->name; }

@@ -83,6 +83,22 @@ float ra_exp2_shift_sum(float *x, int64_t len, float shift);
 /* The portable path, exposed for tests. */
 float ra_exp2_shift_sum_scalar(float *x, int64_t len, float shift);
 
+/* The same pass for a bf16 call: p[j] = 2^(x[j] - shift) rounded to
+ * bf16 (nearest even) for j < len, x unchanged, returning the sum of the
+ * unrounded values; 2^f within 3e-6 relative (bf16 keeps 2^-8), every
+ * path the same bits (vexp.c). Inputs of -inf give 0. */
+float ra_exp2_shift_sum_bf16(const float *x, int64_t len, float shift,
+                             uint16_t *p);
+/* The paths, exposed for tests. */
+float ra_exp2_shift_sum_bf16_scalar(const float *x, int64_t len,
+                                    float shift, uint16_t *p);
+#ifdef RA_HAVE_X86
+float ra_exp2_shift_sum_bf16_avx2(const float *x, int64_t len, float shift,
+                                  uint16_t *p);
+float ra_exp2_shift_sum_bf16_avx512(const float *x, int64_t len, float shift,
+                                    uint16_t *p);
+#endif
+
 /* The additive score of one (query, key) pair from their projections:
  * sum over j < len of w[j] * tanh(a[j] + b[j]) (absolute error ~1e-7 per
  * term). */
@@ -101,11 +117,11 @@ void ra_additive_grad_scalar(const float *a, const float *b, const float *w,
                              float ds, float *da, float *db, float *dw,
                              int64_t len);
 
-/* Logit softcapping of x[0..len): x[j] = cap tanh(x[j] / cap), cap > 0
+/* The scaled tanh of x[0..len): x[j] = cap tanh(x[j] / cap), cap > 0
  * (relative error about 2e-7; NaN stays NaN, +-inf gives +-cap within
  * 1e-7), and when dt is not NULL its derivative dt[j] = 1 - tanh^2. */
-void ra_softcap(float *x, int64_t len, float cap, float *dt);
-void ra_softcap_scalar(float *x, int64_t len, float cap, float *dt);
+void ra_scaled_tanh(float *x, int64_t len, float cap, float *dt);
+void ra_scaled_tanh_scalar(float *x, int64_t len, float cap, float *dt);
 
 /* The largest of x[0..len), -inf for len 0. */
 float ra_max(const float *x, int64_t len);

@@ -13,6 +13,7 @@
 #include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
+#include "score_features.h"
 
 /* One float dataset a backward pass reads: its name, rank and expected
  * dims want[rank]; a 4-D one is a tensor (B, N, H, D) stored in the order
@@ -109,6 +110,18 @@ static ra_status fwd_arith_check(const char *fwd, const h5io_run_attrs *a,
     return RA_OK;
 }
 
+/* The score feature the forward recorded otherwise than p has it, said
+ * into buf ("NAME (attribute NAME, OPTION)"), or NULL. */
+static const char *feature_differs(const h5io_run_attrs *a,
+                                   const ra_params *p, char *buf, size_t n)
+{
+    const ra_score_feature *f = ra_features_differ(&a->features, &p->num);
+    if (!f)
+        return NULL;
+    snprintf(buf, n, "%s (attribute %s, %s)", f->name, f->name, f->option);
+    return buf;
+}
+
 ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
                          const ra_params *p)
 {
@@ -146,10 +159,11 @@ ra_status h5io_fwd_check(const char *fwd, const ra_shape *s,
         what = "ALiBi (attributes alibi, alibi_slopes)";
     else if (strcmp(a.align, ra_align_name(p->num.align)) != 0)
         what = "query alignment (attribute align, --align-per-sequence)";
-    else if (p->num.score == RA_SCORE_DOT && a.softcap != p->num.softcap)
-        what = "softcap (attribute softcap, --softcap)";
     else if ((a.sinks_dataset[0] != '\0') != (p->num.sinks != NULL))
         what = "sinks (attribute sinks_dataset, --sinks)";
+    char feature[96];
+    if (!what)
+        what = feature_differs(&a, p, feature, sizeof feature);
     if (what)
         return ra_error_set(RA_ERR_INPUT, "%s: a forward output of another "
                             "problem: its %s do not match this run's", fwd,

@@ -129,7 +129,9 @@ typedef struct {
     int alibi;              /* 0 when absent */
     char alibi_slopes[16];  /* "standard", "/alibi_slopes" or "" */
     char align[16];         /* "tensor" (also when absent) or "sequence" */
-    double softcap;         /* the dot score's softcap, 0 (off) when absent */
+    ra_numerics features;   /* the score features' fields as recorded
+                               (score_features.h; 0, off, when absent);
+                               its other fields are unused */
     char sinks_dataset[256]; /* the sinks' dataset of the input, "" when
                                none (or absent) */
     char qkv_layout[8];   /* "bnhd" when absent */

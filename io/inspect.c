@@ -10,6 +10,7 @@
 #include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
+#include "score_features.h"
 
 /* A box of a dataset: start[i] .. start[i] + count[i] on the first nfixed
  * axes and the whole of the others, of a dataset of rank dimensions and
@@ -448,8 +449,25 @@ cleanup:
     return st;
 }
 
-/* RoPE, ALiBi, softcap and the sinks' dataset as the run recorded them
- * (defaults: none of them). */
+/* Every score feature's attribute into num (0, off, when absent). */
+static ra_status features_read(hid_t file, const char *path,
+                               ra_numerics *num)
+{
+    ra_features_copy(num, NULL);
+    for (int i = 0; i < ra_score_feature_count; i++) {
+        double v = 0;
+        int present;
+        ra_status st = attr_read(file, path, ra_score_features[i].name,
+                                 H5T_FLOAT, H5T_NATIVE_DOUBLE, &v, &present);
+        if (st != RA_OK)
+            return st;
+        ra_feature_set(num, i, v);
+    }
+    return RA_OK;
+}
+
+/* RoPE, ALiBi, the score features and the sinks' dataset as the run
+ * recorded them (defaults: none of them). */
 static ra_status posenc_attrs_read(hid_t file, const char *path,
                                    h5io_run_attrs *a)
 {
@@ -466,8 +484,7 @@ static ra_status posenc_attrs_read(hid_t file, const char *path,
                         &a->alibi, &present)) != RA_OK ||
         (st = h5io_attr_read_string(file, path, "align", a->align,
                                     sizeof a->align)) != RA_OK ||
-        (st = attr_read(file, path, "softcap", H5T_FLOAT, H5T_NATIVE_DOUBLE,
-                        &a->softcap, &present)) != RA_OK ||
+        (st = features_read(file, path, &a->features)) != RA_OK ||
         (st = h5io_attr_read_string(file, path, "sinks_dataset",
                                     a->sinks_dataset,
                                     sizeof a->sinks_dataset)) != RA_OK)

@@ -7,11 +7,12 @@
 #include "h5io.h"
 #include "h5util.h"
 #include "internal.h"
+#include "score_features.h"
 
 /* The rules of the forward pass: mask, window, score and its one
  * parameter (scale for dot, sigma for gaussian; the other is not
- * recorded, since it was not applied), the dot score's softcap (0: off)
- * and the sinks' dataset ("" without sinks), the layout over ranks, the
+ * recorded, since it was not applied), every score feature's value
+ * (0: off) and the sinks' dataset ("" without sinks), the layout over ranks, the
  * precision and how K/V travelled (wire: "bf16" means rounded). */
 static ra_status record_rules(MPI_Comm comm, hid_t file, const char *path,
                               const h5io_recipe *r)
@@ -43,10 +44,11 @@ static ra_status record_rules(MPI_Comm comm, hid_t file, const char *path,
                                      ra_params_wire_bf16(p) ? "bf16"
                                                             : "fp32")) != RA_OK)
         return st;
-    if (p->num.score == RA_SCORE_DOT &&
-        (st = h5io_attr_write_double(comm, file, path, "softcap",
-                                     p->num.softcap)) != RA_OK)
-        return st;
+    for (int i = 0; i < ra_score_feature_count; i++)
+        if ((st = h5io_attr_write_double(comm, file, path,
+                                         ra_score_features[i].name,
+                                         ra_feature_get(&p->num, i))) != RA_OK)
+            return st;
     if ((st = h5io_attr_write_string(comm, file, path, "sinks_dataset",
                                      p->num.sinks && r->source &&
                                              r->source->sinks

@@ -60,7 +60,7 @@ static const cli_opt bench_own[] = {
     CLI_OPT_INT(bench_opts, "--seed", "S", seed, 0, INT32_MAX, "1",
                 "input seed"),
     CLI_OPT_FLAG(bench_opts, "--sinks", sinks,
-                 "sinks as gen --sinks; plain rates beside (+softcap)"),
+                 "sinks as gen --sinks; plain rates beside (+features)"),
     CLI_OPT_PROFILE(bench_opts, profile),
     {0},
 };
@@ -239,6 +239,17 @@ static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
     return st;
 }
 
+/* The echo's line of the score features and sinks. */
+static void print_logits(const bench_opts *o)
+{
+    printf("# %-12s", "logits");
+    for (int i = 0; i < ra_score_feature_count; i++)
+        printf(" %s %g,", ra_score_features[i].name,
+               ra_feature_get(&o->p.num, i));
+    printf(" sinks %s; a plain pass beside each\n",
+           o->sinks ? "unit-normal" : "none");
+}
+
 /* ---- the driver ------------------------------------------------------------ */
 
 static void print_echo(const cli_ctx *ctx, const bench_opts *o,
@@ -269,9 +280,8 @@ static void print_echo(const cli_ctx *ctx, const bench_opts *o,
     if (o->rm.segment_avg)
         printf("# %-12s mean length %lld\n", "segments",
                (long long)o->rm.segment_avg);
-    if (o->p.num.softcap > 0 || o->sinks)
-        printf("# %-12s softcap %g, sinks %s; a plain pass beside each\n",
-               "logits", o->p.num.softcap, o->sinks ? "unit-normal" : "none");
+    if (ra_features_on(&o->p.num) || o->sinks)
+        print_logits(o);
     printf("# %-12s %s%s\n", "layout", ra_layout_name(o->p.exec.layout),
            o->layout_auto ? " (auto)" : "");
     printf("# %-12s %s\n", "strategy",
@@ -311,6 +321,13 @@ static ra_shape config_shape(const bench_opts *o, int i)
     return s;
 }
 
+/* The first score feature that is on in num, or NULL. */
+static const ra_score_feature *feature_on(const ra_numerics *num)
+{
+    const ra_numerics off = {0};
+    return ra_features_differ(num, &off);
+}
+
 /* What --mode naive/both cannot run (issue 39, class 20): the
  * materialising baseline (comm/baseline.c) computes the dot score in fp32
  * on the contiguous layout, causal at most; any other option is refused by
@@ -318,6 +335,7 @@ static ra_shape config_shape(const bench_opts *o, int i)
 static ra_status naive_check(const bench_opts *o)
 {
     const ra_params *p = &o->p;
+    const ra_score_feature *f = feature_on(&p->num);
     const char *opt = p->exec.layout != RA_LAYOUT_CONTIGUOUS  ? "--layout"
                       : p->num.window                         ? "--window"
                       : o->rm.lens                            ? "--lens"
@@ -327,7 +345,7 @@ static ra_status naive_check(const bench_opts *o)
                       : p->exec.wire == RA_WIRE_BF16          ? "--wire"
                       : p->num.rope != RA_ROPE_NONE           ? "--rope"
                       : p->num.alibi                          ? "--alibi"
-                      : p->num.softcap > 0                    ? "--softcap"
+                      : f                                     ? f->option
                       : o->sinks                              ? "--sinks"
                                                               : NULL;
     if (!opt)
@@ -394,24 +412,24 @@ static ra_status bench_sinks(const cli_ctx *ctx, bench_opts *o)
     return st;
 }
 
-/* With softcap or sinks, the same configuration without them, after the
- * row: both rates in one run. Collective. */
+/* With score features or sinks, the same configuration without them,
+ * after the row: both rates in one run. Collective. */
 static ra_status plain_beside(const cli_ctx *ctx, const bench_opts *one,
                               const ra_shape *s, const bench_yard *yard,
                               const bench_result *with)
 {
-    if (one->p.num.softcap == 0 && !one->p.num.sinks)
+    const ra_score_feature *f = feature_on(&one->p.num);
+    if (!f && !one->p.num.sinks)
         return RA_OK;
     bench_opts plain = *one;
-    plain.p.num.softcap = 0;
+    ra_features_copy(&plain.p.num, NULL);
     plain.p.num.sinks = NULL;
     bench_result res;
     ra_status st = run_config(ctx, &plain, s, 0, yard, &res);
     if (st == RA_OK && ctx->rank == 0)
-        printf("# plain: %s N=%lld %.1f GFLOP/s; with%s%s %.1f GFLOP/s "
+        printf("# plain: %s N=%lld %.1f GFLOP/s; with %s%s %.1f GFLOP/s "
                "(%.2f of plain)%s\n",
-               with->mode, (long long)s->N, res.gflops,
-               one->p.num.softcap > 0 ? " softcap" : "",
+               with->mode, (long long)s->N, res.gflops, f ? f->name : "",
                one->p.num.sinks ? " sinks" : "", with->gflops,
                with->gflops / res.gflops, res.pass ? "" : ", plain FAIL");
     return st;

@@ -173,7 +173,7 @@ static ra_status output_kind(const char *out)
                         "ringattn run, which verify checks", out);
 }
 
-/* RoPE, ALiBi, softcap and sinks as OUT.h5 records them; the slopes and
+/* RoPE, ALiBi, score features and sinks as OUT.h5 records them; the slopes and
  * sinks from IN.h5 when the run took them from there. */
 static ra_status run_posenc(const char *in, const char *out, check_ctx *c,
                             ra_params *p)
@@ -189,7 +189,7 @@ static ra_status run_posenc(const char *in, const char *out, check_ctx *c,
                             "alignment '%s' (expected tensor or sequence)",
                             out, r->align);
     p->num.align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
-    p->num.softcap = r->softcap;
+    ra_features_copy(&p->num, &r->features);
     ra_status st = cli_sinks_setup(in, r->sinks_dataset[0] ? r->sinks_dataset
                                                           : NULL,
                                    c->v.s, p, &c->sinks);

@@ -499,14 +499,16 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
                          sizeof(double))))
         st = ra_error_set(RA_ERR_NOMEM, "verify --backward: cannot allocate "
                           "the weights' gradients");
-    c->p.num.softcap = r->softcap;
+    ra_features_copy(&c->p.num, &r->features);
     c->score = (ra_ref_score){.score = c->p.num.score,
                               .scale = r->scale,
                               .sigma = r->sigma,
                               .additive = c->p.num.additive,
                               .Dk = ra_shape_dk(&c->s),
                               .alibi = c->p.num.alibi,
-                              .softcap = r->softcap};
+                              .features = ra_features_on(&c->p.num)
+                                              ? &c->p.num
+                                              : NULL};
     return st;
 }
 

@@ -13,6 +13,7 @@
 #include "compare.h"
 #include "h5io.h"
 #include "internal.h"
+#include "score_features.h"
 
 #define RA_STR(x) #x
 #define RA_XSTR(x) RA_STR(x) /* a macro's value as a string */
@@ -774,6 +775,13 @@ static int parse_strategy(const cli_opt *o, const char *val, void *base)
      .offset = P_FIELD(f, int64_t), .lo = 1, .hi = RA_BLOCK_MAX,              \
      .shown = "auto", .help = help_}
 
+/* A score feature's option (score_features.h): a finite double, whose
+ * range and rule the library checks. */
+#define FEATURE_OPT(field, option, meta_, help_)                              \
+    {.name = option, .kind = CLI_REAL, .meta = meta_,                         \
+     .offset = P_FIELD(num.field, double), .rlo = -DBL_MAX, .rhi = DBL_MAX,   \
+     .help = help_},
+
 const cli_opt cli_forward_opts[] = {
     CLI_OPT_FLAG(ra_params, "--causal", num.causal,
                  "query i sees keys j <= i + M - N"),
@@ -824,13 +832,7 @@ const cli_opt cli_forward_opts[] = {
      .help = "RoPE base: theta_i = B^(-2i/D)"},
     CLI_OPT_FLAG(ra_params, "--alibi", num.alibi,
                  "ALiBi: add -slope_h * |j - i'| to head h's scores"),
-    {.name = "--softcap",
-     .kind = CLI_REAL,
-     .meta = "CAP",
-     .offset = P_FIELD(num.softcap, double),
-     .rlo = -DBL_MAX,
-     .rhi = DBL_MAX,
-     .help = "cap dot scores: CAP tanh(s/CAP) (0: off)"},
+    RA_SCORE_FEATURES(FEATURE_OPT)
     CLI_OPT_FLAG(ra_params, "--align-per-sequence", num.align,
                  "align causal/window/ALiBi/RoPE per sequence (varlen)"),
     TILE_OPT("--block-q", exec.block_q, "query tile rows"),

@@ -16,6 +16,10 @@ and thin, and the records kept out of the source (issue 24, items 3 and 4).
            (Markdown) and pictures (PNG) only, and the README's API example.
   params   no function of launch/ takes more than 8 parameters
            (.ci/longest-functions.py --max-params 8).
+  features every score feature of RA_SCORE_FEATURES (engine/
+           score_features.h) is named, in the product's code, only by
+           ringattn.h, score_features.h/.c and Python's flash-attention
+           shim (issue 42: a feature is one row that everything reads).
 
 Each check prints what it found and exits 1 on the first failure.
 """
@@ -155,8 +159,38 @@ def check_params():
     print("params: no launch/ function takes more than 8 parameters")
 
 
+# The product files that may name a score feature (docs/DESIGN.md,
+# "A score feature"); _compat.py names flash-attention's own keywords.
+FEATURE_HOMES = {"include/ringattn.h", "engine/score_features.h",
+                 "engine/score_features.c", "python/ringattn/_compat.py"}
+
+
+def check_features():
+    with open(os.path.join(SRC, "engine", "score_features.h")) as f:
+        names = re.findall(r"^\s*X\((\w+),", f.read(), re.M)
+    if not names:
+        fail("engine/score_features.h: no row in RA_SCORE_FEATURES")
+    for name in names:
+        word = re.compile(r"\b" + name + r"\b", re.I)
+        homes = set()
+        for part in ("include", "engine", "comm", "io", "launch", "python"):
+            for root, _, files in os.walk(os.path.join(SRC, part)):
+                for fn in files:
+                    if not fn.endswith((".c", ".h", ".py")):
+                        continue
+                    path = os.path.join(root, fn)
+                    with open(path, errors="replace") as f:
+                        if word.search(f.read()):
+                            homes.add(os.path.relpath(path, SRC))
+        extra = sorted(homes - FEATURE_HOMES)
+        if extra:
+            fail(f"score feature {name} named outside its row: {extra}")
+        print(f"features: {name} named only in {sorted(homes)}")
+
+
 CHECKS = {"json": check_json, "driver": check_driver, "help": check_help,
-          "records": check_records, "params": check_params}
+          "records": check_records, "params": check_params,
+          "features": check_features}
 for key, check in CHECKS.items():
     if not ONLY or ONLY == key:
         check()

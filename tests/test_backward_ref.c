@@ -137,11 +137,13 @@ static void test_dot_fd(void **state)
 static void test_softcap_fd(void **state)
 {
     (void)state;
+    const ra_numerics cap09 = {.softcap = 0.9}, cap13 = {.softcap = 1.3};
     const ra_ref_score sc = {.score = RA_SCORE_DOT, .scale = 0.7,
-                             .softcap = 0.9};
+                             .features = &cap09};
     run_masks(&sc);
     const ra_ref_score sa = {.score = RA_SCORE_DOT, .scale = 0.7,
-                             .softcap = 1.3, .alibi = 1, .alibi_slope = 0.4};
+                             .features = &cap13, .alibi = 1,
+                             .alibi_slope = 0.4};
     run_masks(&sa);
 }
 

@@ -351,11 +351,11 @@ static void test_softcap(void **state)
                 x[j] *= cap * (0.3f + (float)(j % 5)); /* both forms */
             x[0] = rep == 1 ? NAN : rep == 2 ? -INFINITY : x[0];
             memcpy(ref, x, sizeof(float) * (size_t)len);
-            ra_softcap_scalar(ref, len, cap, dref);
+            ra_scaled_tanh_scalar(ref, len, cap, dref);
             for (int ci = 0; ci < 2; ci++) {
                 ra_simd_cap(caps[ci]);
                 memcpy(y, x, sizeof(float) * (size_t)len);
-                ra_softcap(y, len, cap, dt);
+                ra_scaled_tanh(y, len, cap, dt);
                 for (int64_t j = 0; j < len; j++) /* a NaN's sign is free */
                     assert_true(isnan(ref[j])
                                     ? isnan(y[j]) && isnan(dt[j])
