@@ -4,7 +4,9 @@
 # fuzz replays. Without arguments the 20-minute valgrind run of the whole
 # test_kernel (label valgrind_long) and the 2 GiB message tests (label
 # large) are left out; arguments go to ctest instead (e.g. -L unit, or
-# -L valgrind_long).
+# -L valgrind_long). Tests run one per core (-j nproc; the ranks of an MPI
+# test count as its PROCESSORS) unless the arguments or CTEST_PARALLEL_LEVEL
+# say otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 launch/setup.sh build
@@ -14,4 +16,9 @@ fi
 # Open MPI's shared session folder kept between the tests' jobs
 # shellcheck source=ompi-keep.sh
 . launch/ompi-keep.sh
-ctest --test-dir build --output-on-failure "$@"
+jobs=()
+case " $* " in
+  *" -j"* | *" --parallel"*) ;;
+  *) [ -n "${CTEST_PARALLEL_LEVEL:-}" ] || jobs=(-j "$(nproc)") ;;
+esac
+ctest --test-dir build --output-on-failure "${jobs[@]}" "$@"

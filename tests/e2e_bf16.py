@@ -26,7 +26,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from e2e_precision import bf16_round, bf16_type  # the 16-bit type, the rounding
+from e2e_util import bf16_round, bf16_type  # the 16-bit type, the rounding
 
 RINGATTN, NP = sys.argv[1], int(sys.argv[2])
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")

@@ -20,7 +20,6 @@ the command line at NP ranks, each result checked against numpy in fp64:
 """
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -28,44 +27,11 @@ import h5py
 import numpy as np
 import matplotlib.image as mpimg
 
+from e2e_util import attention, refused, run
+
 RINGATTN, NP = sys.argv[1], int(sys.argv[2])
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 MPI = ["mpirun", "-np", str(NP), "--oversubscribe"]
 TOL = 1e-5
-
-
-def run(args):
-    print("+", " ".join(args), flush=True)
-    return subprocess.run(args, check=True, env=ENV, capture_output=True,
-                          text=True).stdout
-
-
-def refused(args, pattern):
-    """args exit 2 with exactly one stderr line of ours (mpirun adds its
-    own notice), matching pattern, and no traceback."""
-    print("+", " ".join(args), "(must be refused)", flush=True)
-    r = subprocess.run(args, env=ENV, capture_output=True, text=True)
-    lines = [l for l in r.stderr.splitlines() if l.startswith("ringattn:")]
-    assert r.returncode == 2, (r.returncode, r.stderr)
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert re.search(pattern, lines[0]), (pattern, lines[0])
-
-
-def attention_bhnd(q, k, v, causal=False):
-    """fp64 reference on (B, H, N, D) tensors, GQA by repeating kv heads;
-    o comes back as (B, N, H, Dv), the tool's output order."""
-    H, G = q.shape[1], k.shape[1]
-    k = np.repeat(k, H // G, axis=1)
-    v = np.repeat(v, H // G, axis=1)
-    s = np.einsum("bhnd,bhmd->bhnm", q, k) / np.sqrt(q.shape[-1])
-    if causal:
-        N, M = q.shape[2], k.shape[2]
-        s = np.where(np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N, s, -np.inf)
-    mx = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - mx)
-    lse = (mx + np.log(p.sum(axis=-1, keepdims=True)))[..., 0]
-    p /= p.sum(axis=-1, keepdims=True)
-    return np.einsum("bhnm,bhmd->bnhd", p, v), lse
 
 
 def check_out(out, o_ref, lse_ref, what, group=""):
@@ -83,7 +49,7 @@ def layouts(tmp):
     q = rng.standard_normal((B, H, N, D)).astype(np.float32)
     k = rng.standard_normal((B, G, M, D)).astype(np.float32)
     v = rng.standard_normal((B, G, M, Dv)).astype(np.float32)
-    o_ref, lse_ref = attention_bhnd(*(t.astype(np.float64) for t in (q, k, v)), causal=True)
+    o_ref, lse_ref = attention(q, k, v, causal=True, order="bhnd")
 
     tagged, plain, named = (os.path.join(tmp, n) for n in ("tagged.h5", "plain.h5", "named.h5"))
     with h5py.File(tagged, "w") as f:
@@ -157,7 +123,7 @@ def out_axes(tmp):
     B, H, N, D, Dv = 2, 3, 53, 8, 5
     q, k, v = (rng.standard_normal((B, H, N, d)).astype(np.float32)
                for d in (D, D, Dv))
-    o_ref, lse_ref = attention_bhnd(*(t.astype(np.float64) for t in (q, k, v)))
+    o_ref, lse_ref = attention(q, k, v, order="bhnd")
     inp, tok, heads = (os.path.join(tmp, n) for n in
                        ("ax.h5", "ax_tok.h5", "ax_heads.h5"))
     with h5py.File(inp, "w") as f:

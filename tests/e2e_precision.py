@@ -25,34 +25,11 @@ import tempfile
 import h5py
 import numpy as np
 
+from e2e_util import ENV, attention, bf16_round, bf16_type, run
+
 RINGATTN, NP = sys.argv[1], int(sys.argv[2])
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 MPI = ["mpirun", "-np", str(NP), "--oversubscribe"]
 B, N, M, H, G, D = 2, 75, 83, 4, 2, 16
-
-
-def run(args):
-    print("+", " ".join(args), flush=True)
-    return subprocess.run(args, check=True, env=ENV, capture_output=True,
-                          text=True).stdout
-
-
-def bf16_type():
-    t = h5py.h5t.IEEE_F32LE.copy()
-    t.set_fields(15, 7, 8, 0, 7)
-    t.set_offset(0)
-    t.set_precision(16)
-    t.set_size(2)
-    t.set_ebias(127)
-    return t
-
-
-def bf16_round(x):
-    """float32 values rounded to the nearest bfloat16 (ties to even), as
-    their 16-bit patterns and as the float64 values they hold."""
-    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
 def write_inputs(path, kind, t):
@@ -75,18 +52,6 @@ def write_inputs(path, kind, t):
     return held
 
 
-def reference(q, k, v):
-    """fp64 attention on (B, N, H, D) tensors, GQA; o (B, N, H, Dv), lse
-    (B, H, N)."""
-    k = np.repeat(k, H // G, axis=2)
-    v = np.repeat(v, H // G, axis=2)
-    s = np.einsum("bnhd,bmhd->bhnm", q, k) / np.sqrt(D)
-    mx = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - mx)
-    lse = (mx + np.log(p.sum(axis=-1, keepdims=True)))[..., 0]
-    return np.einsum("bhnm,bmhd->bnhd", p / p.sum(axis=-1, keepdims=True), v), lse
-
-
 def outputs(path):
     with h5py.File(path, "r") as f:
         return f["o"][()].astype(np.float64), f["lse"][()].astype(np.float64), f["o"].dtype, f["lse"].dtype
@@ -103,7 +68,7 @@ def input_types(tmp, t):
         held = write_inputs(inp, kind, t)
         run(MPI + [RINGATTN, "run", "--in", inp, "--out", out, "--force"])
         o, lse, _, _ = outputs(out)
-        o_ref, lse_ref = reference(held["q"], held["k"], held["v"])
+        o_ref, lse_ref = attention(held["q"], held["k"], held["v"])
         abs_o = np.max(np.abs(o - o_ref))
         rel_o = abs_o / np.max(np.abs(o_ref))
         abs_l = np.max(np.abs(lse - lse_ref))
@@ -116,7 +81,7 @@ def input_types(tmp, t):
 def out_dtypes(tmp, t):
     inp = os.path.join(tmp, "in.h5")
     held = write_inputs(inp, "float32", t)
-    o_ref, lse_ref = reference(held["q"], held["k"], held["v"])
+    o_ref, lse_ref = attention(held["q"], held["k"], held["v"])
     want = {"fp32": ("float32", 2e-6), "fp16": ("float16", 2.0 ** -11),
             "bf16": (None, 2.0 ** -8), "fp64": ("float64", 2e-6)}
     o32 = None

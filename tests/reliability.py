@@ -32,6 +32,7 @@ load: issue 39, class 9: a backward under 2 busy loops per core completes
 
 Needs /usr/bin/python3 with h5py and numpy (python3-h5py).
 """
+import concurrent.futures
 import glob
 import os
 import re
@@ -70,11 +71,26 @@ def on_engine(i):
     (docs/TESTING.md, "Both tile engines"). A build without oneDNN runs OpenBLAS
     either way."""
     for env in (ENV, SIG_ENV):
-        env.pop("RINGATTN_GEMM", None)
-        if i % 2:
-            env["RINGATTN_GEMM"] = "openblas"
-        elif "RINGATTN_GEMM" in os.environ:
-            env["RINGATTN_GEMM"] = os.environ["RINGATTN_GEMM"]
+        picked = engine_env(i, env)
+        env.clear()
+        env.update(picked)
+
+
+def engine_env(i, env):
+    """A copy of env with the engine on_engine(i) picks."""
+    env = {k: v for k, v in env.items() if k != "RINGATTN_GEMM"}
+    if i % 2:
+        env["RINGATTN_GEMM"] = "openblas"
+    elif "RINGATTN_GEMM" in os.environ:
+        env["RINGATTN_GEMM"] = os.environ["RINGATTN_GEMM"]
+    return env
+
+
+def load_factor():
+    """How many times over the machine is loaded (1 when it is not): the
+    bounds that catch a hang grow with it, so that a busy machine is not
+    taken for a hung job."""
+    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
 def mpirun(args, np_=None, env=None, **kw):
@@ -1929,18 +1945,24 @@ STALL_ANY = r"rank \d stalled at "
 STALL_PHASE = r"^ringattn: rank \d stalled at the pass \(set-up, read"
 
 
-def fault_stall(work, strategy="ring", timeout="1", delay=None,
-                pattern=None, tag=None, limit=120):
+def fault_stall(work, strategy="ring", timeout="load", delay=None,
+                pattern=None, tag=None, engine=0):
     """SIGSTOP one rank of a 2-rank run `delay` s after the parameter table
     (default: mid-pass) with --stall-timeout `timeout` (None: the default,
     derived from the predicted step): the other rank's watchdog names where
     it waits (STALL_MESSAGES, or pattern), the job is aborted (the stopped
     rank too) within `limit` seconds, nothing is left. The other rank
     finishes its own tiles first (each a sign of progress, issue 39 class
-    9), which on a loaded machine takes tens of seconds: `limit` bounds a
-    hang, not a speed. On a loaded machine the rank may still be reading
-    when it stops: the phase watchdog's line is then as right as the
-    strategy's."""
+    9), which on a loaded machine takes tens of seconds: the bound of 120 s
+    times the machine's load (load_factor) catches a hang, not a speed. On
+    a loaded machine the rank may still be reading when it stops: the phase
+    watchdog's line is then as right as the strategy's. engine: on_engine's
+    choice, for this job alone. timeout "load": 1 s on a machine loaded
+    once, a second more per load of the cores beyond (a rank of a job that
+    is not stopped can wait that long for a core)."""
+    limit = 120 * load_factor()
+    if timeout == "load":
+        timeout = str(round(load_factor()))
     if not os.path.exists(os.path.join(work, "stall.h5")):
         subprocess.run([RINGATTN, "gen", "--out", "stall.h5", "--seq",
                         "32768", "--heads", "8", "--dim", "32"], env=ENV,
@@ -1956,9 +1978,10 @@ def fault_stall(work, strategy="ring", timeout="1", delay=None,
         cmd += ["--profile", "fast.json"]
     tag = tag or f"stall {strategy}:"
     pattern = pattern or (STALL_MESSAGES[strategy] + "|" + STALL_PHASE)
-    p = subprocess.Popen(cmd, env=SIG_ENV, cwd=work, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
+    p = subprocess.Popen(cmd, env=engine_env(engine, SIG_ENV), cwd=work,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.time() + limit / 2
     line = p.stdout.readline()
     while time.time() < deadline and line and "threads" not in line:
         line = p.stdout.readline()
@@ -1968,7 +1991,7 @@ def fault_stall(work, strategy="ring", timeout="1", delay=None,
                 not line.startswith("# stall"):
             line = p.stdout.readline()
         m = re.match(r"# stall +([0-9.e+]+) s", line)
-        limit = max(limit, 2 * float(m[1]) + 60) if m else limit
+        limit = max(limit, 2 * float(m[1]) + limit / 2) if m else limit
     # reading takes a tenth of 0.5 s, the pass several seconds (hybrid's
     # 6 s: at 16384 tokens its 1.5 s ended about when the rank was stopped,
     # which then stopped in the write, a collective no watchdog sees); the
@@ -1980,7 +2003,8 @@ def fault_stall(work, strategy="ring", timeout="1", delay=None,
                           text=True).stdout.split()
     if len(kids) != 2 or p.poll() is not None:
         p.kill()
-        return [f"{tag} expected 2 running ranks, found {kids}"]
+        return [f"{tag} expected 2 running ranks, found {kids}: "
+                f"{p.communicate()[1].strip()[-400:]}"]
     victim = int(kids[1])
     t0 = time.time()
     os.kill(victim, signal.SIGSTOP)
@@ -2177,26 +2201,34 @@ def fault_side_files_full(work):
 
 
 def run_stalls():
-    """The timing-sensitive faults: a stopped rank in every strategy. ctest
-    gives them both cores (PROCESSORS 2), so that no other test's load
-    decides when a watchdog fires."""
+    """The timing-sensitive faults: a stopped rank in every strategy, two
+    jobs at a time, each in a folder of its own. Once its rank is stopped a
+    job keeps one core busy (the other rank's own tiles), so two of them
+    fill the two cores ctest gives the test (PROCESSORS 2); the longest
+    (the derived timeout's) starts first."""
     work = tempfile.mkdtemp(prefix="ra_stall_")
     try:
-        stalls = []
-        for i, strategy in enumerate(STALL_MESSAGES):
-            on_engine(i)
-            stalls += fault_stall(work, strategy)
-        # in the collective read, right after the table; mid-pass with the
-        # stall timeout derived from the predicted step of a fast machine's
-        # profile (the wait allowed: twice the timeout the table states,
-        # plus 60 s)
-        on_engine(0)
-        stalls += fault_stall(work, delay=0.0, pattern=STALL_ANY,
-                              tag="stall read:")
-        on_engine(1)
-        stalls += fault_stall(work, timeout=None, delay=1.0,
-                              pattern=STALL_ANY, tag="stall default:")
-        return stalls
+        subprocess.run([RINGATTN, "gen", "--out", "stall.h5", "--seq",
+                        "32768", "--heads", "8", "--dim", "32"], env=ENV,
+                       cwd=work, check=True, capture_output=True)
+        # mid-pass with the stall timeout derived from the predicted step
+        # of a fast machine's profile (the wait allowed: twice the timeout
+        # the table states, plus half the hang bound); in the collective
+        # read, right after the table; mid-pass in each strategy
+        cases = [dict(timeout=None, delay=1.0, pattern=STALL_ANY,
+                      tag="stall default:", engine=1),
+                 dict(delay=0.0, pattern=STALL_ANY, tag="stall read:")]
+        cases += [dict(strategy=strategy, engine=i)
+                  for i, strategy in enumerate(STALL_MESSAGES)]
+
+        def one(i):
+            own = os.path.join(work, str(i))
+            os.mkdir(own)
+            os.symlink(os.path.join(work, "stall.h5"),
+                       os.path.join(own, "stall.h5"))
+            return fault_stall(own, **cases[i])
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            return sum(pool.map(one, range(len(cases))), [])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -21,6 +21,7 @@ script under test left. `table` prints the cases as Markdown.
 
 Needs /usr/bin/python3 with h5py and numpy (python3-h5py) and matplotlib.
 """
+import concurrent.futures
 import glob
 import json
 import os
@@ -65,10 +66,9 @@ def script(name):
 
 def sh(cmd, cwd, env=None, timeout=120, umask=None):
     """Runs cmd in cwd with ENV (and env on top) under umask."""
-    pre = (lambda: os.umask(umask)) if umask is not None else None
     return subprocess.run(cmd, cwd=cwd, env={**ENV, **(env or {})},
                           capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=pre)
+                          umask=-1 if umask is None else umask)
 
 
 def refused(r, prefix, before, work):
@@ -1005,22 +1005,37 @@ def run_case(name, what, fake_case, fn):
     return ok, result
 
 
-def main():
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    t0 = time.time()
+def run_all():
+    """Every case: (name, what, docstring, ok, result) in CASES' order. The
+    cases without the fake cluster run two at a time in threads (each in
+    its own folder, its processes its own), the fake cluster's one after
+    the other beside them, under its lock."""
     lock = fake_lock() if any(c[2] for c in CASES) else None
-    results = []
+    results = {}
     try:
-        for name, what, fake_case, fn in CASES:
-            if fake_case and lock is None:
-                print(f"SKIP {name}: the fake cluster needs root and "
-                      f"{FAKE_CLUSTER_LOCK}")
-                continue
-            results.append((name, what, fn.__doc__, *run_case(
-                name, what, fake_case, fn)))
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            local = {i: pool.submit(run_case, *c) for i, c in
+                     enumerate(CASES) if not c[2]}
+            for i, (name, what, fake_case, fn) in enumerate(CASES):
+                if not fake_case:
+                    continue
+                if lock is None:
+                    print(f"SKIP {name}: the fake cluster needs root and "
+                          f"{FAKE_CLUSTER_LOCK}")
+                    continue
+                results[i] = run_case(name, what, fake_case, fn)
+            results.update({i: f.result() for i, f in local.items()})
     finally:
         if lock is not None:
             lock.__exit__()
+    return [(CASES[i][0], CASES[i][1], CASES[i][3].__doc__, *results[i])
+            for i in sorted(results)]
+
+
+def main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    t0 = time.time()
+    results = run_all()
     failed = [r[0] for r in results if not r[3]]
     if MODE == "table":
         print("\n| # | case | input or fault | asserted | result |")

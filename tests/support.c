@@ -229,6 +229,54 @@ check_result check_allreduce(MPI_Comm comm, const check_result *c)
     return g;
 }
 
+void test_segment_ids(uint64_t seed, uint64_t stream, int64_t B, int64_t len,
+                      int64_t avg, int kv_side_apart, int64_t *out)
+{
+    for (int64_t b = 0; b < B; b++) {
+        int64_t id = 0;
+        for (int64_t i = 0; i < len; i++) {
+            if (i > 0 && ra_random_u64(seed, stream, (uint64_t)(b * len + i)) %
+                                 (uint64_t)avg == 0)
+                id++;
+            out[b * len + i] = kv_side_apart && id % 3 == 2 ? id + 1000 : id;
+        }
+    }
+}
+
+test_masks test_masks_make(const ra_shape *s, uint64_t seed, int lens,
+                           int64_t segment_avg, int kv_side_apart)
+{
+    test_masks m = {0};
+    if (lens) {
+        int64_t *ql = malloc(sizeof(int64_t) * (size_t)s->B);
+        int64_t *kl = malloc(sizeof(int64_t) * (size_t)s->B);
+        ra_random_lens(seed, RA_STREAM_Q_LENS, s->B, s->N, ql);
+        ra_random_lens(seed, RA_STREAM_KV_LENS, s->B, s->M, kl);
+        m.q_lens = ql;
+        m.kv_lens = kl;
+    }
+    if (segment_avg > 0) {
+        int64_t *qs = malloc(sizeof(int64_t) * (size_t)(s->B * s->N));
+        int64_t *ks = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
+        test_segment_ids(seed, RA_STREAM_Q_SEGMENTS, s->B, s->N, segment_avg, 0,
+                         qs);
+        test_segment_ids(seed, RA_STREAM_KV_SEGMENTS, s->B, s->M, segment_avg,
+                         kv_side_apart, ks);
+        m.q_seg = qs;
+        m.kv_seg = ks;
+    }
+    return m;
+}
+
+void test_masks_free(test_masks *m)
+{
+    free((void *)m->q_lens);
+    free((void *)m->kv_lens);
+    free((void *)m->q_seg);
+    free((void *)m->kv_seg);
+    *m = (test_masks){0};
+}
+
 const char *test_arith_name(ra_precision precision, ra_wire wire)
 {
     return precision == RA_PRECISION_BF16 ? "bf16"

@@ -34,6 +34,21 @@ typedef struct {
     const int64_t *q_lens, *kv_lens, *q_seg, *kv_seg;
 } test_masks;
 
+/* The global masks of a test case from its seed (free with
+ * test_masks_free): lens != 0, random padding lengths (ra_random_lens);
+ * segment_avg > 0, sorted segment ids of that mean run length, on the key
+ * side with every third id moved away (kv_side_apart), so that some query
+ * segments see no key. */
+test_masks test_masks_make(const ra_shape *s, uint64_t seed, int lens,
+                           int64_t segment_avg, int kv_side_apart);
+void test_masks_free(test_masks *m);
+
+/* Sorted segment ids of B rows of len tokens, a new id where the random
+ * stream of (seed, stream) is 0 modulo avg; kv_side_apart: every third id
+ * moved by 1000. */
+void test_segment_ids(uint64_t seed, uint64_t stream, int64_t B, int64_t len,
+                      int64_t avg, int kv_side_apart, int64_t *out);
+
 /* Checks the local rows of a layout slice: o (B, n, H, Dv) and lse (B, H, n)
  * in slice order, against the reference under params' causal and window
  * rules, RoPE and ALiBi, and the global masks (NULL: none). */

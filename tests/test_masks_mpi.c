@@ -33,51 +33,25 @@ typedef struct {
     uint64_t seed;
 } mask_case;
 
-/* Sorted segment ids of a length-len axis with mean run length avg; every
- * third id is skipped on the key side (odd offset), so some query segments
- * find no key at all. */
-static void make_segments(uint64_t seed, uint64_t stream, int64_t B,
-                          int64_t len, int64_t avg, int kv_side, int64_t *out)
-{
-    for (int64_t b = 0; b < B; b++) {
-        int64_t id = 0;
-        for (int64_t i = 0; i < len; i++) {
-            if (i > 0 && ra_random_u64(seed, stream, (uint64_t)(b * len + i)) %
-                                 (uint64_t)avg == 0)
-                id++;
-            out[b * len + i] = kv_side && id % 3 == 2 ? id + 1000 : id;
-        }
-    }
-}
-
 static check_result run_layout(const mask_case *mc, ra_layout layout,
                                ra_timing *tm_out)
 {
     const ra_shape *s = &mc->s;
     problem p;
     problem_make(&p, s, mc->seed);
-    int64_t *q_lens = NULL, *kv_lens = NULL, *q_seg = NULL, *kv_seg = NULL;
-    if (mc->lens) {
-        q_lens = malloc(sizeof(int64_t) * (size_t)s->B);
-        kv_lens = malloc(sizeof(int64_t) * (size_t)s->B);
-        ra_random_lens(mc->seed, RA_STREAM_Q_LENS, s->B, s->N, q_lens);
-        ra_random_lens(mc->seed, RA_STREAM_KV_LENS, s->B, s->M, kv_lens);
-        if (mc->lens == 2) { /* the edges: nothing, and everything */
-            q_lens[0] = 0;
-            kv_lens[0] = s->M;
-            if (s->B > 1) {
-                q_lens[1] = s->N;
-                kv_lens[1] = 0;
-            }
+    test_masks global =
+        test_masks_make(s, mc->seed, mc->lens, mc->segment_avg, 1);
+    int64_t *q_lens = (int64_t *)global.q_lens;
+    int64_t *kv_lens = (int64_t *)global.kv_lens;
+    const int64_t *q_seg = global.q_seg, *kv_seg = global.kv_seg;
+    if (mc->lens == 2) { /* the edges: nothing, and everything */
+        q_lens[0] = 0;
+        kv_lens[0] = s->M;
+        if (s->B > 1) {
+            q_lens[1] = s->N;
+            kv_lens[1] = 0;
         }
     }
-    if (mc->segment_avg) {
-        q_seg = malloc(sizeof(int64_t) * (size_t)(s->B * s->N));
-        kv_seg = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
-        make_segments(mc->seed, RA_STREAM_Q_SEGMENTS, s->B, s->N, mc->segment_avg, 0, q_seg);
-        make_segments(mc->seed, RA_STREAM_KV_SEGMENTS, s->B, s->M, mc->segment_avg, 1, kv_seg);
-    }
-    const test_masks global = {q_lens, kv_lens, q_seg, kv_seg};
 
     local_part lp;
     local_part_make(&lp, &p, &mc->p, layout, rank, nranks);
@@ -124,10 +98,7 @@ static check_result run_layout(const mask_case *mc, ra_layout layout,
     local_part_free(&lp);
     free(qsl);
     free(ksl);
-    free(q_lens);
-    free(kv_lens);
-    free(q_seg);
-    free(kv_seg);
+    test_masks_free(&global);
     problem_free(&p);
     return g;
 }

@@ -35,20 +35,6 @@ typedef struct {
     uint64_t seed;
 } pe_case;
 
-static void make_segments(uint64_t seed, uint64_t stream, int64_t B,
-                          int64_t len, int64_t *out)
-{
-    for (int64_t b = 0; b < B; b++) {
-        int64_t id = 0;
-        for (int64_t i = 0; i < len; i++) {
-            if (i > 0 && ra_random_u64(seed, stream, (uint64_t)(b * len + i)) %
-                                 40 == 0)
-                id++;
-            out[b * len + i] = id;
-        }
-    }
-}
-
 /* Runs one layout; returns the global result and this rank's timings. */
 static check_result run_layout(const pe_case *pc, ra_layout layout,
                                ra_timing *tm)
@@ -66,8 +52,11 @@ static check_result run_layout(const pe_case *pc, ra_layout layout,
     if (pc->segments) {
         q_seg = malloc(sizeof(int64_t) * (size_t)(s->B * s->N));
         kv_seg = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
-        make_segments(pc->seed, RA_STREAM_Q_SEGMENTS, s->B, s->N, q_seg);
-        make_segments(pc->seed, RA_STREAM_Q_SEGMENTS, s->B, s->M, kv_seg);
+        /* mean run 40, the key side's ids as the queries' */
+        test_segment_ids(pc->seed, RA_STREAM_Q_SEGMENTS, s->B, s->N, 40, 0,
+                         q_seg);
+        test_segment_ids(pc->seed, RA_STREAM_Q_SEGMENTS, s->B, s->M, 40, 0,
+                         kv_seg);
     }
     const test_masks global = {q_lens, kv_lens, q_seg, kv_seg};
     local_part lp;

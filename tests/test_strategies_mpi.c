@@ -32,56 +32,6 @@ typedef struct {
     uint64_t seed;
 } strat_case;
 
-/* Sorted segment ids with mean run length avg; on the key side every third
- * id is moved away, so some query segments see no key. */
-static void make_segments(uint64_t seed, uint64_t stream, int64_t B,
-                          int64_t len, int64_t avg, int kv_side, int64_t *out)
-{
-    for (int64_t b = 0; b < B; b++) {
-        int64_t id = 0;
-        for (int64_t i = 0; i < len; i++) {
-            if (i > 0 && ra_random_u64(seed, stream, (uint64_t)(b * len + i)) %
-                                 (uint64_t)avg == 0)
-                id++;
-            out[b * len + i] = kv_side && id % 3 == 2 ? id + 1000 : id;
-        }
-    }
-}
-
-/* The global masks of a case (all NULL when off); freed by the caller. */
-static test_masks case_masks(const strat_case *sc)
-{
-    const ra_shape *s = &sc->s;
-    test_masks m = {0};
-    if (sc->lens) {
-        int64_t *ql = malloc(sizeof(int64_t) * (size_t)s->B);
-        int64_t *kl = malloc(sizeof(int64_t) * (size_t)s->B);
-        ra_random_lens(sc->seed, RA_STREAM_Q_LENS, s->B, s->N, ql);
-        ra_random_lens(sc->seed, RA_STREAM_KV_LENS, s->B, s->M, kl);
-        m.q_lens = ql;
-        m.kv_lens = kl;
-    }
-    if (sc->segment_avg) {
-        int64_t *qs = malloc(sizeof(int64_t) * (size_t)(s->B * s->N));
-        int64_t *ks = malloc(sizeof(int64_t) * (size_t)(s->B * s->M));
-        make_segments(sc->seed, RA_STREAM_Q_SEGMENTS, s->B, s->N,
-                      sc->segment_avg, 0, qs);
-        make_segments(sc->seed, RA_STREAM_KV_SEGMENTS, s->B, s->M,
-                      sc->segment_avg, 1, ks);
-        m.q_seg = qs;
-        m.kv_seg = ks;
-    }
-    return m;
-}
-
-static void case_masks_free(test_masks *m)
-{
-    free((void *)m->q_lens);
-    free((void *)m->kv_lens);
-    free((void *)m->q_seg);
-    free((void *)m->kv_seg);
-}
-
 /* One strategy on one layout: the global verdict. */
 static check_result run_one(const strat_case *sc, ra_strategy strategy,
                             ra_layout layout, ra_status *status)
@@ -89,19 +39,16 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
     const ra_shape *s = &sc->s;
     problem p;
     problem_make(&p, s, sc->seed);
-    test_masks gm = case_masks(sc);
+    test_masks gm = test_masks_make(s, sc->seed, sc->lens, sc->segment_avg, 1);
     local_part lp;
     local_part_make(&lp, &p, &sc->p, layout, rank, nranks);
     int64_t *qsl = malloc(sizeof(int64_t) * (size_t)(s->B * lp.qs.count + 1));
     int64_t *ksl = malloc(sizeof(int64_t) * (size_t)(s->B * lp.ks.count + 1));
     if (gm.q_seg) {
-        slice_gather(gm.q_seg, s->B, s->N, 1, sizeof(int64_t), &lp.qs,
-                     qsl);
-        slice_gather(gm.kv_seg, s->B, s->M, 1, sizeof(int64_t), &lp.ks,
-                     ksl);
+        slice_gather(gm.q_seg, s->B, s->N, 1, sizeof(int64_t), &lp.qs, qsl);
+        slice_gather(gm.kv_seg, s->B, s->M, 1, sizeof(int64_t), &lp.ks, ksl);
     }
-    const ra_masks local = {gm.q_lens, gm.kv_lens,
-                            gm.q_seg ? qsl : NULL,
+    const ra_masks local = {gm.q_lens, gm.kv_lens, gm.q_seg ? qsl : NULL,
                             gm.q_seg ? ksl : NULL};
     ra_params prm = sc->p;
     prm.exec.layout = layout;
@@ -133,7 +80,7 @@ static check_result run_one(const strat_case *sc, ra_strategy strategy,
     local_part_free(&lp);
     free(qsl);
     free(ksl);
-    case_masks_free(&gm);
+    test_masks_free(&gm);
     problem_free(&p);
     return g;
 }
