@@ -5,10 +5,9 @@
  * fingerprint, the output file's record, verify and the command line loop
  * over ra_score_features and never name a feature.
  *
- * Adding one (docs/DESIGN.md): its field and its RA_OPTION_FIELDS row
- * (ringattn.h: the Python keyword), its row of RA_SCORE_FEATURES below
- * (the command line's option), and its rule, tile map and fp64 map in
- * score_features.c. */
+ * Adding one (docs/DESIGN.md): its field and its row of RA_SCORE_FEATURES
+ * (ringattn.h: the option, the Python keyword, the attribute), and its
+ * rule, tile map and fp64 map in score_features.c. */
 #ifndef RA_SCORE_FEATURES_H
 #define RA_SCORE_FEATURES_H
 
@@ -16,11 +15,6 @@
 #include <stdint.h>
 
 #include "ringattn.h"
-
-/* X(field, option, meta, help): each feature's field of ra_numerics and
- * its command-line option (a CLI_REAL, the help one line). */
-#define RA_SCORE_FEATURES(X)                                                  \
-    X(softcap, "--softcap", "CAP", "cap dot scores: CAP tanh(s/CAP) (0: off)")
 
 typedef struct {
     const char *name;   /* the field: the output's attribute, the Python

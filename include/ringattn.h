@@ -438,8 +438,9 @@ typedef struct {
  * X(part, field, kind), part num (ra_numerics) or exec (ra_exec), kind
  * FLAG (an int 0 or 1), INT (int), I64 (int64_t), REAL (double) or the
  * field's enum (LAYOUT, STRATEGY, SCORE, ROPE, GEMM, PRECISION, WIRE,
- * ALIGN). The pointer fields (arrays, callbacks) are not rows. A value
- * field added to either struct gets its row here, and a pointer field its
+ * ALIGN). The pointer fields (arrays, callbacks) are not rows, nor the
+ * score features (RA_SCORE_FEATURES: REAL each). A value field added to
+ * either struct gets its row here or there, and a pointer field its
  * keyword or its reason not to have one: tests/python/test_options.py
  * fails otherwise. */
 #define RA_OPTION_FIELDS(X)                                                   \
@@ -449,13 +450,23 @@ typedef struct {
     X(num, sigma, REAL)            X(num, rope, ROPE)                         \
     X(num, rope_base, REAL)        X(num, alibi, FLAG)                        \
     X(num, align, ALIGN)           X(num, nonfinite, FLAG)                    \
-    X(num, precision, PRECISION)   X(num, softcap, REAL)                      \
+    X(num, precision, PRECISION)                                              \
     X(exec, strategy, STRATEGY)                                               \
     X(exec, layout, LAYOUT)        X(exec, block_q, I64)                      \
     X(exec, block_kv, I64)         X(exec, gemm, GEMM)                        \
     X(exec, threads, INT)          X(exec, stall_timeout, REAL)               \
     X(exec, mem_limit, I64)        X(exec, ulysses_size, I64)                 \
     X(exec, wire, WIRE)
+
+/* The score features: double fields of ra_numerics, 0 when off, each a
+ * map of every scaled score after the score products and before ALiBi's
+ * bias and the masks, one row each: X(field, option, meta, help), the
+ * field and its command-line option (a real number; its help one line).
+ * The library's table (engine/score_features.c) gives each its rule and
+ * maps, and every part of ringattn (kernels, references, checks, output
+ * attributes, the command line, the Python keywords) loops over it. */
+#define RA_SCORE_FEATURES(X)                                                  \
+    X(softcap, "--softcap", "CAP", "cap dot scores: CAP tanh(s/CAP) (0: off)")
 
 /* The default stall_timeout in seconds. */
 #define RA_STALL_TIMEOUT_DEFAULT 600.0

@@ -16,10 +16,10 @@ and thin, and the records kept out of the source (issue 24, items 3 and 4).
            (Markdown) and pictures (PNG) only, and the README's API example.
   params   no function of launch/ takes more than 8 parameters
            (.ci/longest-functions.py --max-params 8).
-  features every score feature of RA_SCORE_FEATURES (engine/
-           score_features.h) is named, in the product's code, only by
-           ringattn.h, score_features.h/.c and Python's flash-attention
-           shim (issue 42: a feature is one row that everything reads).
+  features every score feature of RA_SCORE_FEATURES (ringattn.h) is
+           named, in the product's code, only by ringattn.h,
+           engine/score_features.c and Python's flash-attention shim
+           (issue 42: a feature is one row that everything reads).
 
 Each check prints what it found and exits 1 on the first failure.
 """
@@ -161,15 +161,17 @@ def check_params():
 
 # The product files that may name a score feature (docs/DESIGN.md,
 # "A score feature"); _compat.py names flash-attention's own keywords.
-FEATURE_HOMES = {"include/ringattn.h", "engine/score_features.h",
-                 "engine/score_features.c", "python/ringattn/_compat.py"}
+FEATURE_HOMES = {"include/ringattn.h", "engine/score_features.c",
+                 "python/ringattn/_compat.py"}
 
 
 def check_features():
-    with open(os.path.join(SRC, "engine", "score_features.h")) as f:
-        names = re.findall(r"^\s*X\((\w+),", f.read(), re.M)
+    with open(os.path.join(SRC, "include", "ringattn.h")) as f:
+        table = re.search(r"#define RA_SCORE_FEATURES\(X\)(.*?)\n\n",
+                          f.read(), re.S)
+    names = re.findall(r"X\((\w+),", table.group(1) if table else "")
     if not names:
-        fail("engine/score_features.h: no row in RA_SCORE_FEATURES")
+        fail("include/ringattn.h: no row in RA_SCORE_FEATURES")
     for name in names:
         word = re.compile(r"\b" + name + r"\b", re.I)
         homes = set()

@@ -81,11 +81,18 @@ typedef struct {
                             KIND_TYPE_##kind: 1, default: 0),                 \
                    #field ": not of kind " #kind);
 RA_OPTION_FIELDS(OPT_CHECK)
+/* a score feature: a REAL of ra_numerics */
+#define FEATURE_CHECK(field, option, meta, help) OPT_CHECK(num, field, REAL)
+RA_SCORE_FEATURES(FEATURE_CHECK)
+#undef FEATURE_CHECK
 #undef OPT_CHECK
 
 #define OPT_ROW(part, field, kind)                                            \
     {#field, OPT_##kind, offsetof(core_opts, part.field)},
-static const opt_row opt_table[] = {RA_OPTION_FIELDS(OPT_ROW)};
+#define FEATURE_ROW(field, option, meta, help) OPT_ROW(num, field, REAL)
+static const opt_row opt_table[] = {
+    RA_OPTION_FIELDS(OPT_ROW) RA_SCORE_FEATURES(FEATURE_ROW)};
+#undef FEATURE_ROW
 #undef OPT_ROW
 #define OPT_COUNT (sizeof opt_table / sizeof opt_table[0])
 
