@@ -20,7 +20,6 @@
 #include "call.h"
 #include "centre.h"
 #include "gemm_env.h"
-#include "model.h"
 #include "internal.h"
 #include "logits.h"
 #include "nodes.h"
@@ -583,19 +582,15 @@ static ra_status fits_hybrid(MPI_Comm comm, const ra_shape *s,
 }
 
 /* The strategies, one row each (strategy.h). Adding a strategy is its
- * file and a row here, whose cost is the model's arithmetic of it
- * (comm/model.c). */
+ * file and a row here; the performance model keeps its own row for it
+ * (model_costs, comm/perf/model.c), which the call path never reads. */
 const strat_row strat_table[RA_STRATEGY_COUNT] = {
-    {RA_STRATEGY_RING, 1, NULL, ring_forward, ring_backward,
-     &model_cost_ring},
-    {RA_STRATEGY_ALLGATHER, 0, allgather_fits, allgather_forward, NULL,
-     &model_cost_allgather},
-    {RA_STRATEGY_TREE, 0, NULL, tree_forward, NULL, &model_cost_tree},
-    {RA_STRATEGY_RING_Q, 0, NULL, ringq_forward, NULL, &model_cost_ringq},
-    {RA_STRATEGY_ULYSSES, 0, fits_ulysses, ulysses_forward, NULL,
-     &model_cost_ulysses},
-    {RA_STRATEGY_HYBRID, 0, fits_hybrid, hybrid_forward, NULL,
-     &model_cost_hybrid},
+    {RA_STRATEGY_RING, 1, NULL, ring_forward, ring_backward},
+    {RA_STRATEGY_ALLGATHER, 0, allgather_fits, allgather_forward, NULL},
+    {RA_STRATEGY_TREE, 0, NULL, tree_forward, NULL},
+    {RA_STRATEGY_RING_Q, 0, NULL, ringq_forward, NULL},
+    {RA_STRATEGY_ULYSSES, 0, fits_ulysses, ulysses_forward, NULL},
+    {RA_STRATEGY_HYBRID, 0, fits_hybrid, hybrid_forward, NULL},
 };
 
 /* The row of strategy id; an unknown id (refused by the checks) gets the

@@ -70,21 +70,4 @@ void ra_call_fingerprint(const ra_call_options *options,
  * the backward's lse (finite or -inf, unless num.nonfinite). Local. */
 ra_status ra_call_check_operands(strat_call *c);
 
-/* A rank's operands of a forward pass: its slices of the inputs q, k, v
- * and of the outputs o, lse, shaped as ra_forward_ex() takes them. */
-typedef struct {
-    const float *q, *k, *v;
-    float *o, *lse;
-} ra_baseline_operands;
-
-/* The baseline that `ringattn bench --mode naive` measures the ring
- * against (baseline.c): the contract of ra_forward_ex() without masks,
- * computed the naive way: every rank gathers the full K and V
- * (MPI_Allgatherv) and materialises the n x M score matrix of each head
- * (ra_naive_forward). Memory O(M + n * M) per rank. */
-ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *shape,
-                              const ra_params *params,
-                              const ra_baseline_operands *x,
-                              ra_timing *timing);
-
 #endif /* RA_CALL_H */

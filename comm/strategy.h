@@ -59,13 +59,11 @@ typedef struct {
                            slopes */
 } strat_call;
 
-struct model_cost;
-
 /* A strategy, one row of the table in call.c: whether it takes the
  * additive score, what it refuses before any work beyond the shared
- * checks (NULL: nothing more; collective over comm), its forward, its
- * backward (NULL: none) and its cost, the performance model's arithmetic
- * of it (model.h). */
+ * checks (NULL: nothing more; collective over comm), its forward and its
+ * backward (NULL: none). The performance model keeps its own row per
+ * strategy (comm/perf/model.h); nothing here points into it. */
 typedef struct {
     ra_strategy id;
     int additive;
@@ -73,7 +71,6 @@ typedef struct {
                       int segs);
     ra_status (*forward)(strat_call *c);
     ra_status (*backward)(strat_call *c);
-    const struct model_cost *cost;
 } strat_row;
 
 /* Every strategy, one row each, in the order of ra_strategy (call.c). */

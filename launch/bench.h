@@ -1,5 +1,5 @@
 /* bench.h: `ringattn bench`: its options and reporting; the measurements,
- * masks and check are comm/bench_measure.h's and comm/bench_check.h's. */
+ * masks and check are comm/perf/'s bench_measure.h and bench_check.h. */
 #ifndef RA_BENCH_H
 #define RA_BENCH_H
 

@@ -3,8 +3,8 @@
  * pass, per-rank min/avg/max, the same processes' large-sgemm rate and
  * oneDNN matmul peak as the yardsticks, a comm-only ring for bandwidth, peak RSS, and a sampled fp64
  * check of every configuration's output. Rank 0 alone prints.
- * parse -> validate -> set up -> measure -> report; comm/bench_measure.c
- * and comm/bench_check.c hold the measurements and the check. */
+ * parse -> validate -> set up -> measure -> report; comm/perf/
+ * bench_measure.c and bench_check.c hold the measurements and the check. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,9 +329,9 @@ static const ra_score_feature *feature_on(const ra_numerics *num)
 }
 
 /* What --mode naive/both cannot run (issue 39, class 20): the
- * materialising baseline (comm/baseline.c) computes the dot score in fp32
- * on the contiguous layout, causal at most; any other option is refused by
- * name, never run in fp32 and reported as applied. */
+ * materialising baseline (comm/perf/baseline.c) computes the dot score in
+ * fp32 on the contiguous layout, causal at most; any other option is
+ * refused by name, never run in fp32 and reported as applied. */
 static ra_status naive_check(const bench_opts *o)
 {
     const ra_params *p = &o->p;

@@ -1,5 +1,5 @@
 /* cmd_probe.c: `ringattn probe`: measure the machine profile the
- * performance model predicts from (comm/profile.h), print it as a table and
+ * performance model predicts from (comm/perf/profile.h), print it as a table and
  * write it as JSON. parse -> validate -> measure -> report; `--show FILE`
  * reads a profile back instead of measuring. */
 #include <stdio.h>
@@ -17,6 +17,7 @@
 #include "placement.h"
 #include "probe.h"
 #include "profile_json.h"
+#include "profile_write.h"
 
 enum {
     PROBE_IO_ROWS = 4096, /* query rows per rank of the I/O probe (16 MiB) */

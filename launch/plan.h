@@ -1,7 +1,7 @@
 /* plan.h: the performance model as the command line uses it: `ringattn
  * plan` (cmd_plan.c) and `--strategy auto` of run and bench (plan_pick.c).
- * The arithmetic is comm/model.c's, the pick over strategies and layouts
- * comm/model_pick.c's. */
+ * The arithmetic is comm/perf/model.c's, the pick over strategies and
+ * layouts comm/perf/model_pick.c's. */
 #ifndef RA_LAUNCH_PLAN_H
 #define RA_LAUNCH_PLAN_H
 

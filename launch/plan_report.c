@@ -10,44 +10,18 @@
 static const char *const no_profile =
     "no machine profile: using this machine's built-in figures, not probed";
 
-/* The model's median error, |measured / predicted - 1| over 85 measured
- * cases (docs/PERFORMANCE.md, "Accuracy"): strategies predicted closer
- * than this to the fastest are a tie, not a ranking. */
-#define PLAN_MODEL_ERROR 0.048
-
-/* The row of strategy k with the best layout (the first when none
- * applies). */
-static const model_result *best_of(const model_table *t, int k)
-{
-    const model_result *best = NULL;
-    for (int i = 0; i < t->nrows; i++) {
-        const model_result *r = &t->row[i];
-        if ((int)r->strategy != k)
-            continue;
-        if (!best || (r->applies && (!best->applies ||
-                                     r->t_total < best->t_total)))
-            best = r;
-    }
-    return best;
-}
-
-/* The strategies (each at its best layout) predicted within the model's
- * error of t's best, the best first, joined by sep into buf; how many. */
+/* The strategies tied with t's best (model_ties), the best first, joined
+ * by sep into buf; how many. */
 static int plan_ties(const model_table *t, const char *sep, char *buf,
                      size_t size)
 {
-    const model_result *b = &t->row[t->best];
-    int n = 1;
-    snprintf(buf, size, "%s", ra_strategy_name(b->strategy));
-    for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
-        const model_result *r = best_of(t, k);
-        if (k == (int)b->strategy || !r->applies ||
-            r->t_total > b->t_total * (1.0 + PLAN_MODEL_ERROR))
-            continue;
+    ra_strategy tie[RA_STRATEGY_COUNT];
+    const int n = model_ties(t, tie);
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
         const size_t used = strlen(buf);
-        snprintf(buf + used, size - used, "%s%s", sep,
-                 ra_strategy_name(r->strategy));
-        n++;
+        snprintf(buf + used, size - used, "%s%s", i ? sep : "",
+                 ra_strategy_name(tie[i]));
     }
     return n;
 }
@@ -106,7 +80,7 @@ static const char *vs_best(const model_table *t, const model_result *r,
         return "-";
     const double x = r->t_total / t->row[t->best].t_total - 1.0;
     snprintf(buf, size, "%+.1f%%%s", 100.0 * x,
-             x <= PLAN_MODEL_ERROR ? " tie" : "");
+             x <= MODEL_ERROR ? " tie" : "");
     return buf;
 }
 
@@ -118,7 +92,7 @@ static void print_table(const plan_state *w)
            "comm", "imbalance", "io", "peak_MB", "MB_intra", "MB_inter",
            "why not");
     for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
-        const model_result *r = best_of(&w->table, k);
+        const model_result *r = model_best_of(&w->table, (ra_strategy)k);
         printf(" %9s %10s %7s %9.4f %12s %9.4f %9.4f %9.4f %8.4f %9.1f "
                "%9.2f %9.2f  %s\n", ra_strategy_name(r->strategy),
                ra_layout_name(r->layout), r->applies ? "yes" : "no",
@@ -145,12 +119,12 @@ static void print_fastest(const plan_state *w)
     if (n > 1)
         printf("fastest: %.*s and %s within the model's error (%.1f%%): a "
                "tie; ", (int)(last - ties), ties, last + 2,
-               100.0 * PLAN_MODEL_ERROR);
+               100.0 * MODEL_ERROR);
     else
         printf("fastest: ");
     printf("strategy %s, layout %s, predicted %.4f s +- %.1f%% (model took "
            "%.3f s)\n", ra_strategy_name(b->strategy),
-           ra_layout_name(b->layout), b->t_total, 100.0 * PLAN_MODEL_ERROR,
+           ra_layout_name(b->layout), b->t_total, 100.0 * MODEL_ERROR,
            w->seconds);
 }
 

@@ -29,8 +29,8 @@ extern const cli_opt cli_progress_opts[];
 ra_status progress_check(const cli_progress *pg);
 
 /* The predicted seconds of a forward pass: the performance model's time for
- * p's strategy on this job (comm/model.c, without I/O and masks: an upper
- * bound under masks), from the machine profile file (NULL: the built-in
+ * p's strategy on this job (comm/perf/model.c, without I/O and masks: an
+ * upper bound under masks), from the machine profile file (NULL: the built-in
  * one); for what the model does not cover, the FLOPs over the kernel's rate
  * per core times the cores in use. Collective. */
 double progress_predict(const cli_ctx *ctx, const ra_shape *s,

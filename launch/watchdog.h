@@ -19,7 +19,7 @@
  * was given. */
 typedef struct {
     const char *pass;    /* "forward" or "backward" */
-    double seconds;      /* its predicted seconds (comm/model.c) */
+    double seconds;      /* its predicted seconds (comm/perf/model.c) */
     int beats;           /* signs of progress over it (its steps; 1 for a
                             strategy without steps) */
     const char *profile; /* the profile file; NULL: the built-in one */

@@ -11,11 +11,15 @@
  * sender need.
  *
  * Then the performance model's counts that pair ranks with ranks
- * (comm/model_steps.h), computed without a loop over every pair, against
+ * (comm/perf/model_steps.h), computed without a loop over every pair, against
  * those loops on random problems (P up to 64, every layout, causal,
  * windows, padding, packed segments): each rank's row and column of the
  * pair matrix, the ring's busiest rank per step, the ring's bytes per rank
- * and per step, the largest slice, the plan's last step. */
+ * and per step, the largest slice, the plan's last step.
+ *
+ * And the model's own table of the strategies' costs (comm/perf/model.c)
+ * has a row for every row of the strategy table: each strategy is
+ * predicted, none refused for want of a cost. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +31,7 @@
 #include <cmocka.h>
 
 #include "internal.h"
+#include "model.h"
 #include "model_steps.h"
 #include "plan.h"
 
@@ -473,12 +478,39 @@ static void test_model_counts(void **state)
     free(c);
 }
 
+/* Every strategy of strat_table has its row in the model's table: on a
+ * problem every strategy takes (P = 2, 4 heads), each one applies, with
+ * a time, and reports itself. */
+static void test_model_rows(void **state)
+{
+    (void)state;
+    ra_shape s = {.B = 1, .N = 96, .M = 96, .H = 4, .G = 4, .D = 16,
+                  .Dv = 16};
+    ra_params p;
+    ra_params_default(&p);
+    ra_profile pf;
+    profile_default(&pf);
+    const model_alloc al = {.P = 2, .nodes = 1, .core_rate = 1e9};
+    model_result res[RA_STRATEGY_COUNT];
+    assert_int_equal(model_predict_all(&s, &p, RA_LAYOUT_CONTIGUOUS, NULL,
+                                       &al, &pf, 0, res), 0);
+    for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
+        if (!res[k].applies)
+            printf("# %s\n", res[k].why);
+        assert_int_equal(res[k].strategy, k);
+        assert_true(res[k].applies && res[k].t_total > 0);
+    }
+    printf("# %d strategies, each with its row in the model's table\n",
+           RA_STRATEGY_COUNT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_unmasked),
         cmocka_unit_test(test_plan_brute_force),
         cmocka_unit_test(test_model_counts),
+        cmocka_unit_test(test_model_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "profile_json.h"
+#include "profile_write.h"
 
 static char dir[] = "/tmp/ra_profile_XXXXXX";
 

@@ -1,5 +1,5 @@
 # sim.cmake: the simulated build (RA_SIMGRID=ON, a build folder of its own):
-# engine/ and comm/ compiled by smpicc with launch/sim/ into ringattn-sim,
+# engine/ and comm/ (with comm/perf/) compiled by smpicc with launch/sim/ into ringattn-sim,
 # which smpirun runs on a simulated platform (docs/SIMULATION.md). No HDF5,
 # no io/, no command line: inputs are made in memory.
 find_package(OpenMP REQUIRED COMPONENTS C)
@@ -10,14 +10,14 @@ find_path(RA_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.h)
 find_library(RA_DNNL_LIBRARY dnnl)
 
 file(GLOB RA_SIM_LIBRARY_SOURCES CONFIGURE_DEPENDS
-     ${PROJECT_SOURCE_DIR}/engine/*.c ${PROJECT_SOURCE_DIR}/comm/*.c)
+     ${PROJECT_SOURCE_DIR}/engine/*.c ${PROJECT_SOURCE_DIR}/comm/*.c
+     ${PROJECT_SOURCE_DIR}/comm/perf/*.c)
 file(GLOB RA_SIM_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/launch/sim/*.c)
-# `--profile FILE` reads a probe's JSON with the command line's own reader
-# (launch/profile_json.c, jansson), and `--json FILE` writes bench's row
+# `--profile FILE` reads a probe's JSON with the planning unit's reader
+# (comm/perf/profile_json.c, jansson), and `--json FILE` writes bench's row
 # (launch/bench_json.c). Their header chain names HDF5 types, so HDF5's
 # headers are on the include path; nothing of HDF5 is linked.
-list(APPEND RA_SIM_SOURCES ${PROJECT_SOURCE_DIR}/launch/profile_json.c
-     ${PROJECT_SOURCE_DIR}/launch/json_out.c
+list(APPEND RA_SIM_SOURCES ${PROJECT_SOURCE_DIR}/launch/json_out.c
      ${PROJECT_SOURCE_DIR}/launch/bench_json.c)
 set(RA_HDF5_MODULE hdf5-openmpi CACHE STRING "pkg-config module of parallel HDF5")
 pkg_check_modules(RA_HDF5 REQUIRED ${RA_HDF5_MODULE})
@@ -26,7 +26,8 @@ add_executable(ringattn_sim ${RA_SIM_LIBRARY_SOURCES} ${RA_SIM_SOURCES})
 set_target_properties(ringattn_sim PROPERTIES OUTPUT_NAME ringattn-sim)
 target_include_directories(ringattn_sim PRIVATE
   ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/engine
-  ${PROJECT_SOURCE_DIR}/comm ${PROJECT_SOURCE_DIR}/launch/sim
+  ${PROJECT_SOURCE_DIR}/comm ${PROJECT_SOURCE_DIR}/comm/perf
+  ${PROJECT_SOURCE_DIR}/launch/sim
   ${PROJECT_SOURCE_DIR}/launch ${PROJECT_SOURCE_DIR}/io ${RA_HDF5_INCLUDE_DIRS})
 # SMPI_NO_OVERRIDE_MALLOC: smpi_helpers.h would make malloc and free macros,
 # which clash with engine/carve.c; large blocks are folded by the sim's own

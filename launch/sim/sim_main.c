@@ -118,9 +118,10 @@ static ra_status tensors_make(const sim_ctx *x, const sim_opts *o,
 }
 
 /* What the hooks inject: the kernel rate of the run's kernel key in
- * --profile's probe (else this machine's built-in profile, comm/profile.c)
- * or --rate; the model's own per-pair cost (ra_pair_flops) and fixed step
- * cost. A profile without the rate is refused by name. */
+ * --profile's probe (else this machine's built-in profile,
+ * comm/perf/profile.c) or --rate; the model's own per-pair cost
+ * (ra_pair_flops) and fixed step cost. A profile without the rate is
+ * refused by name. */
 static ra_status cost_setup(sim_ctx *x, const sim_opts *o)
 {
     char why[512];

@@ -1,7 +1,7 @@
 /* model_steps.h: the counts of the performance model that pair ranks with
  * ranks (internal, pure arithmetic: no MPI, no files): visible pairs per
  * rank, the ring's busiest rank at each step, and the ring's bytes per
- * rank and per step. comm/model.c times them.
+ * rank and per step. comm/perf/model.c times them.
  *
  * Each restates, in time that grows with P (not P^2), what a loop over
  * every pair of ranks gives: tests/test_plan.c holds them to those loops

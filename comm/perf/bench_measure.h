@@ -1,7 +1,8 @@
 /* bench_measure.h: the measurements of `ringattn bench` and `ringattn
  * probe` besides the pass itself (bench_measure.c): medians and spreads
- * over the ranks, peak RSS, the yardsticks, a comm-only ring; and the
- * additive score's random weights (bench_additive.c). Collective where a
+ * over the ranks, peak RSS, the yardsticks; the comm-only rings on the
+ * ring loop (bench_ring.c); the additive score's random weights
+ * (bench_additive.c); the naive baseline (baseline.c). Collective where a
  * communicator is given. */
 #ifndef RA_BENCH_MEASURE_H
 #define RA_BENCH_MEASURE_H
@@ -157,5 +158,22 @@ typedef struct {
  * the step (local: the caller agrees). */
 ra_status bench_ring_run(MPI_Comm comm, const char *name,
                          const bench_ring *ring, int64_t *sent);
+
+/* A rank's operands of a forward pass: its slices of the inputs q, k, v
+ * and of the outputs o, lse, shaped as ra_forward_ex() takes them. */
+typedef struct {
+    const float *q, *k, *v;
+    float *o, *lse;
+} ra_baseline_operands;
+
+/* The baseline that `ringattn bench --mode naive` measures the ring
+ * against (baseline.c): the contract of ra_forward_ex() without masks,
+ * computed the naive way: every rank gathers the full K and V
+ * (MPI_Allgatherv) and materialises the n x M score matrix of each head
+ * (ra_naive_forward). Memory O(M + n * M) per rank. */
+ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *shape,
+                              const ra_params *params,
+                              const ra_baseline_operands *x,
+                              ra_timing *timing);
 
 #endif /* RA_BENCH_MEASURE_H */

@@ -215,7 +215,7 @@ static int rate_ok(double x)
 
 /* The links and collectives the model times for need: the rate it divides
  * by and the key that is missing when that rate is not usable (the model's
- * fall-backs for 0 included, as in comm/model.c). */
+ * fall-backs for 0 included, as in comm/perf/model.c). */
 static const char *profile_link_gap(const ra_profile *p,
                                     const profile_need *need)
 {

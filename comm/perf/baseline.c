@@ -1,9 +1,10 @@
-/* baseline.c: gather everything, materialise everything (see call.h). */
+/* baseline.c: gather everything, materialise everything (see
+ * bench_measure.h). */
 #include <limits.h>
 #include <stdlib.h>
 
 #include "agree.h"
-#include "call.h"
+#include "bench_measure.h"
 #include "internal.h"
 #include "kernel.h"
 

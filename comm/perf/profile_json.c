@@ -1,6 +1,7 @@
-/* profile_json.c: machine profiles (comm/profile.h) as JSON files.
+/* profile_json.c: machine profiles (profile.h) read from JSON files
+ * (launch/profile_write.c writes them).
  *
- * jansson parses and writes the text. The keys the reader knows are
+ * jansson parses the text. The keys the reader knows are
  * declared once, in tables of pj_key; a missing (unless optional),
  * repeated or unknown key, a value of the wrong type or outside its range
  * is refused with a one-line reason naming the file and the key. */
@@ -9,76 +10,26 @@
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include <jansson.h>
+
 #include "gemm.h"
 #include "profile_json.h"
 
 enum {
     JSON_MAX_BYTES = 1 << 20, /* a profile is a few kB */
     JSON_PATH = 96,
-    JSON_SCHEMA = 3, /* the "schema" key: the layout of this file */
     JSON_SCHEMA_OLDEST = 2, /* read too: no engine, precision, class nor
                                fixed costs (optional keys) */
 };
 
 /* Rates above this are refused as corrupt (1 EB/s or 1e18 FLOP/s). */
 #define JSON_RATE_MAX 1e18
-
-/* ---- writing ------------------------------------------------------------ */
-
-/* Reals at 17 digits: a profile reads back exactly. */
-enum { PROFILE_JSON_DIGITS = 17 };
-
-static json_t *pj_kernel(const ra_profile *p)
-{
-    json_t *rates = json_array();
-    for (int i = 0; i < p->nrates && rates; i++) {
-        const profile_rate *r = &p->rate[i];
-        if (json_array_append_new(rates, json_pack(
-                "{s:I, s:I, s:s, s:s, s:s, s:s, s:f}", "D", (json_int_t)r->D,
-                "Dv", (json_int_t)r->Dv, "score", ra_score_name(r->score),
-                "gemm", ra_gemm_name(r->gemm), "precision",
-                r->precision[0] ? r->precision : "fp32", "class",
-                profile_class_name(r->cls),
-                "flops_per_core", r->flops_per_core)) != 0) {
-            json_decref(rates);
-            rates = NULL;
-        }
-    }
-    return rates;
-}
-
-int profile_write_json(FILE *f, const ra_profile *p)
-{
-    json_t *head = json_pack(
-        "{s:i, s:b, s:b, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:o, "
-        "s:{s:f, s:f}, s:{s:f, s:f}}", "schema", JSON_SCHEMA,
-        "measured", p->measured, "oversubscribed", p->oversubscribed,
-        "date", cli_json_text(p->date),
-        "version", cli_json_text(p->version), "hosts", cli_json_text(p->hosts),
-        "io_dir", cli_json_text(p->io_dir), "nodes", p->nodes,
-        "ranks", p->ranks, "ranks_per_node", p->ranks_per_node,
-        "threads", p->threads, "kernel", pj_kernel(p),
-        "intra", "latency", p->intra.latency, "bandwidth", p->intra.bandwidth,
-        "inter", "latency", p->inter.latency, "bandwidth", p->inter.bandwidth);
-    json_t *rates = json_pack(
-        "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:f, s:f}",
-        "alltoall_intra", p->alltoall_intra,
-        "alltoall_inter", p->alltoall_inter,
-        "allgather_intra", p->allgather_intra,
-        "allgather_inter", p->allgather_inter,
-        "reduce_scatter_intra", p->reduce_scatter_intra,
-        "reduce_scatter_inter", p->reduce_scatter_inter,
-        "io_read", p->io_read, "io_write", p->io_write,
-        "mem_per_node", (json_int_t)p->mem_per_node,
-        "call_seconds", p->call_seconds, "step_seconds", p->step_seconds);
-    return cli_json_dump(f, cli_json_merge(head, rates), PROFILE_JSON_DIGITS);
-}
 
 /* ---- reading ------------------------------------------------------------ */
 
@@ -185,7 +136,7 @@ static const pj_key rate_keys[] = {
 };
 
 static const pj_key profile_keys[] = {
-    {"schema", JK_INT, 0, 0, JSON_SCHEMA_OLDEST, JSON_SCHEMA},
+    {"schema", JK_INT, 0, 0, JSON_SCHEMA_OLDEST, PROFILE_JSON_SCHEMA},
     {"measured", JK_BOOL, JK(ra_profile, measured)},
     {"oversubscribed", JK_BOOL, JK(ra_profile, oversubscribed), 0, 0, NULL,
      1},

@@ -56,3 +56,33 @@ ra_status model_evaluate(const ra_shape *s, const ra_params *p,
         t->best = -1;
     return RA_OK;
 }
+
+const model_result *model_best_of(const model_table *t, ra_strategy k)
+{
+    const model_result *best = NULL;
+    for (int i = 0; i < t->nrows; i++) {
+        const model_result *r = &t->row[i];
+        if (r->strategy != k)
+            continue;
+        if (!best || (r->applies && (!best->applies ||
+                                     r->t_total < best->t_total)))
+            best = r;
+    }
+    return best;
+}
+
+int model_ties(const model_table *t, ra_strategy tie[RA_STRATEGY_COUNT])
+{
+    if (t->best < 0)
+        return 0;
+    const model_result *b = &t->row[t->best];
+    int n = 0;
+    tie[n++] = b->strategy;
+    for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
+        const model_result *r = model_best_of(t, (ra_strategy)k);
+        if (k != (int)b->strategy && r && r->applies &&
+            r->t_total <= b->t_total * (1.0 + MODEL_ERROR))
+            tie[n++] = r->strategy;
+    }
+    return n;
+}

@@ -1,5 +1,5 @@
 /* probe.h: the measurements of `ringattn probe` (probe_measure.c), each
- * one filling part of a machine profile (comm/profile.h). */
+ * one filling part of a machine profile (comm/perf/profile.h). */
 #ifndef RA_PROBE_H
 #define RA_PROBE_H
 

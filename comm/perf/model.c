@@ -18,6 +18,9 @@
 
 /* ---- the problem as the model sees it ------------------------------------- */
 
+/* A strategy's row in the model's own table (struct model_cost, below). */
+typedef struct model_cost model_cost;
+
 typedef struct {
     const ra_shape *s;
     ra_params p;          /* layout resolved */
@@ -25,6 +28,7 @@ typedef struct {
     const model_alloc *al;
     const ra_profile *pf;
     const strat_row *row; /* the strategy predicted */
+    const model_cost *cost; /* and its row in model_costs */
     int P, segs, nodes;   /* node ids are below nodes */
     int *node;            /* P: node of each rank */
     double *nq, *nk;      /* P each: slice counts over N and over M */
@@ -594,8 +598,8 @@ static void times_of_hybrid(const model_ctx *m, const model_sends *d,
     }
 }
 
-/* A strategy as the model counts it (model.h), the cost of its row in
- * strat_table (comm/call.c): eff, the share of the kernel's rate its
+/* A strategy as the model counts it (model.h), its row in model_costs
+ * (below): eff, the share of the kernel's rate its
  * compute reaches (tile edges, packing, per-call work; calibrated against
  * bench on this machine, docs/PERFORMANCE.md "The performance model");
  * its own refusals beyond the shared ones (NULL: none); what it gathers
@@ -662,7 +666,7 @@ static ra_status check_hybrid(const model_ctx *m, model_result *res)
  * then the features only some rows take, as the call refuses them. */
 static ra_status model_checks(const model_ctx *m, model_result *res)
 {
-    const model_cost *cost = m->row->cost;
+    const model_cost *cost = m->cost;
     const int nodes = m->al->nodes > 0 ? m->al->nodes : 1;
     res->u = 1;
     ra_status ok = cost->check ? cost->check(m, res) : RA_OK;
@@ -804,43 +808,47 @@ static int bytes_of_hybrid(const model_ctx *m, sent *x, double *step_bytes,
     return 0;
 }
 
-const model_cost model_cost_ring = {
-    0.95, NULL, NULL, mem_ring, work_own_queries, bytes_of_ring,
-    times_of_ring, 1};
-const model_cost model_cost_allgather = {
-    0.95, NULL, allgather_bytes, mem_gathered, work_own_queries,
-    bytes_of_allgather, times_of_allgather, 0};
-const model_cost model_cost_tree = {
-    0.90, NULL, NULL, mem_tree, work_own_keys, bytes_of_tree, times_of_tree,
-    0};
-const model_cost model_cost_ringq = {
-    0.93, NULL, NULL, mem_ringq, work_own_keys, bytes_of_ringq,
-    times_of_ringq, 1};
-const model_cost model_cost_ulysses = {
-    0.95, check_ulysses, NULL, mem_heads, work_ulysses, bytes_of_ulysses,
-    times_of_ulysses, 0};
-const model_cost model_cost_hybrid = {
-    0.93, check_hybrid, NULL, mem_heads, work_hybrid, bytes_of_hybrid,
-    times_of_hybrid, 0};
+/* The model's own table, one row per strategy keyed by its enum (the
+ * strategy table, call.c, knows nothing of the model). A strategy without
+ * a row here is predicted as refused, by name (model_cost_of). */
+static const model_cost model_costs[RA_STRATEGY_COUNT] = {
+    [RA_STRATEGY_RING] = {0.95, NULL, NULL, mem_ring, work_own_queries,
+                          bytes_of_ring, times_of_ring, 1},
+    [RA_STRATEGY_ALLGATHER] = {0.95, NULL, allgather_bytes, mem_gathered,
+                               work_own_queries, bytes_of_allgather,
+                               times_of_allgather, 0},
+    [RA_STRATEGY_TREE] = {0.90, NULL, NULL, mem_tree, work_own_keys,
+                          bytes_of_tree, times_of_tree, 0},
+    [RA_STRATEGY_RING_Q] = {0.93, NULL, NULL, mem_ringq, work_own_keys,
+                            bytes_of_ringq, times_of_ringq, 1},
+    [RA_STRATEGY_ULYSSES] = {0.95, check_ulysses, NULL, mem_heads,
+                             work_ulysses, bytes_of_ulysses,
+                             times_of_ulysses, 0},
+    [RA_STRATEGY_HYBRID] = {0.93, check_hybrid, NULL, mem_heads,
+                            work_hybrid, bytes_of_hybrid, times_of_hybrid,
+                            0},
+};
 
-/* The row of strategy id in strat_table (an unknown id: the ring's). */
-static const strat_row *row_of(ra_strategy id)
+/* The row of strategy id in model_costs, or NULL when it has none. */
+static const model_cost *model_cost_of(ra_strategy id)
 {
-    for (int i = 0; i < RA_STRATEGY_COUNT; i++)
-        if (strat_table[i].id == id)
-            return &strat_table[i];
-    return &strat_table[0];
+    if ((int)id < 0 || id >= RA_STRATEGY_COUNT || !model_costs[id].times)
+        return NULL;
+    return &model_costs[id];
 }
 
+/* What a strategy without a cost holds beyond its slices is unknown:
+ * counted as nothing, and predict_one refuses it. */
 static double model_row_mem(const mem_view *v)
 {
-    return row_of(v->p->exec.strategy)->cost->mem(v);
+    const model_cost *cost = model_cost_of(v->p->exec.strategy);
+    return cost ? cost->mem(v) : 0.0;
 }
 
 static double model_row_work(const model_ctx *m, const model_result *res,
                              int r)
 {
-    return m->row->cost->work(m, res, r);
+    return m->cost->work(m, res, r);
 }
 
 /* Counts: pairs, work per rank, bytes; step_bytes for the times. 0, or -1
@@ -850,14 +858,14 @@ static int model_counts(const model_ctx *m, sent *x, double *step_bytes,
 {
     const int P = m->P;
     model_work(m, res);
-    if (m->row->cost->bytes(m, x, step_bytes, res) != 0)
+    if (m->cost->bytes(m, x, step_bytes, res) != 0)
         return -1;
     for (int r = 0; r < P; r++) {
         res->bytes_max = fmax(res->bytes_max, x[r].all);
         res->bytes_avg += x[r].all / P;
         res->intra_max = fmax(res->intra_max, x[r].intra);
         res->inter_max = fmax(res->inter_max, x[r].inter);
-        if (m->row->cost->ring_like) {
+        if (m->cost->ring_like) {
             const double c = m->node[r] != m->node[(r + 1) % P] ? x[r].all : 0;
             res->cross_max = fmax(res->cross_max, c);
             res->cross_total += c;
@@ -883,7 +891,7 @@ static double rank_rate(const model_ctx *m)
     double share = ra_params_threads(&m->p);
     if (m->al->cores > 0 && share * m->P > m->al->cores)
         share = (double)m->al->cores / m->P;
-    return m->al->core_rate * share * m->row->cost->eff;
+    return m->al->core_rate * share * m->cost->eff;
 }
 
 /* One strategy on a set-up context (m->p.strategy); 0 or -1 (memory). */
@@ -899,6 +907,12 @@ static int predict_one(model_ctx *m, int with_io, model_result *res)
     int rc = -1;
     if (!x || !step_bytes)
         goto cleanup;
+    if (!m->cost) { /* refused by name, never predicted as another */
+        snprintf(res->why, sizeof res->why, "%s: the performance model has "
+                 "no cost for it (comm/perf/model.c)", ra_strategy_name(strat));
+        rc = 0;
+        goto cleanup;
+    }
     m->rate = rank_rate(m);
     m->pair_cost = ra_pair_flops(s, &m->p) / (double)s->H / m->rate;
     ra_status ok = model_checks(m, res);
@@ -912,7 +926,7 @@ static int predict_one(model_ctx *m, int with_io, model_result *res)
     /* the tiles, and the call's fixed cost (the profile's; 0 unprobed) */
     res->t_compute = res->work_avg * m->pair_cost + m->pf->call_seconds;
     const model_sends sends = {x, step_bytes};
-    m->row->cost->times(m, &sends, res);
+    m->cost->times(m, &sends, res);
     res->t_io = with_io ? io_time(s, m->pf) : 0.0;
     res->t_total = res->t_compute + res->t_comm + res->t_imbalance + res->t_io;
     rc = 0;
@@ -935,6 +949,7 @@ int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
     int rc = model_setup(&m); /* the rows and steps, shared by all */
     for (int i = 0; i < RA_STRATEGY_COUNT && rc == 0; i++) {
         m.row = &strat_table[i];
+        m.cost = model_cost_of(m.row->id);
         m.p.exec.strategy = m.row->id;
         rc = predict_one(&m, with_io, &res[m.row->id]);
     }
@@ -948,8 +963,8 @@ int64_t model_max_seq(const ra_shape *s, const ra_params *p, ra_layout lay,
     const int P = al->P > 0 ? al->P : 1;
     const int nodes = al->nodes > 0 ? al->nodes : 1;
     const double limit = (double)pf->mem_per_node / ((P + nodes - 1) / nodes);
-    int64_t (*gathered)(const ra_shape *, int) =
-        row_of(p->exec.strategy)->cost->gathered;
+    const model_cost *cost = model_cost_of(p->exec.strategy);
+    int64_t (*gathered)(const ra_shape *, int) = cost ? cost->gathered : NULL;
     int64_t lo = 0, hi = (int64_t)1 << 40;
     while (lo < hi) { /* the largest N whose busiest rank fits */
         const int64_t mid = lo + (hi - lo + 1) / 2;

@@ -1,8 +1,8 @@
 /* platform.h: the cluster a SimGrid platform file describes, as `ringattn
  * plan --platform` reads it, so that a prediction and a simulation
  * (ringattn-sim, docs/SIMULATION.md) describe the same machine. */
-#ifndef RA_LAUNCH_PLATFORM_H
-#define RA_LAUNCH_PLATFORM_H
+#ifndef RA_PERF_PLATFORM_H
+#define RA_PERF_PLATFORM_H
 
 #include <stddef.h>
 
@@ -32,4 +32,4 @@ int platform_read(const char *path, ra_platform *pl, char *err, size_t n);
  * SHARED link halved, as a ring step sends both ways). */
 void platform_link(const ra_platform *pl, profile_link *inter);
 
-#endif /* RA_LAUNCH_PLATFORM_H */
+#endif /* RA_PERF_PLATFORM_H */

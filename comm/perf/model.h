@@ -56,13 +56,11 @@ typedef struct {
     double mem_max;        /* bytes per rank, the largest (bench model_MB) */
 } model_result;
 
-/* The model's arithmetic of one strategy (comm/model.c): the cost field of
- * its row in strat_table (strategy.h), so that predicting every strategy
- * is a loop over that one table. Adding a strategy: its file, its row,
- * and its cost here. */
-typedef struct model_cost model_cost;
-extern const model_cost model_cost_ring, model_cost_allgather,
-    model_cost_tree, model_cost_ringq, model_cost_ulysses, model_cost_hybrid;
+/* The model keeps its own row per strategy (model_costs in model.c, keyed
+ * by ra_strategy), beside the strategy table that runs the calls
+ * (strat_table, comm/call.c), which knows nothing of the model. Adding a
+ * strategy: its file, its row there, and its row here; a strategy
+ * without a row here is predicted as refused, by name. */
 
 /* Visible pairs of one batch, one head: the queries of slice qs (q_seg:
  * their ids in slice order, or NULL) against the keys of ks (NULL: all
@@ -119,5 +117,19 @@ ra_status model_evaluate(const ra_shape *s, const ra_params *p,
                          int layout_auto, const model_masks *mk,
                          const model_alloc *al, const ra_profile *pf,
                          int with_io, model_table *t);
+
+/* The model's median error, |measured / predicted - 1| over 85 measured
+ * cases (docs/PERFORMANCE.md, "Accuracy"): strategies predicted closer
+ * than this to the fastest are a tie, not a ranking. */
+#define MODEL_ERROR 0.048
+
+/* The row of strategy k in t at its best layout (the first when none
+ * applies). */
+const model_result *model_best_of(const model_table *t, ra_strategy k);
+
+/* The strategies, each at its best layout, predicted within MODEL_ERROR
+ * of t's best, into tie: the best first, then the others in enum order;
+ * how many (0 when nothing applies). */
+int model_ties(const model_table *t, ra_strategy tie[RA_STRATEGY_COUNT]);
 
 #endif /* RA_MODEL_H */
