@@ -247,7 +247,7 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o, plan_state *w)
         st = h5io_output_check(o->tab.csv, 1, (const char *const[]){o->in,
                                                               NULL});
     if (st == RA_OK)
-        st = plan_profile_load(o->profile, &w->pf);
+        st = profile_load(o->profile, &w->pf);
     if (st == RA_OK)
         plan_links(o, w);
     if (st == RA_OK)

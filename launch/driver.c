@@ -80,7 +80,7 @@ static ra_status pass_profile_check(const cli_pass_data *d)
     if (!d->profile)
         return RA_OK;
     ra_profile *pf = malloc(sizeof *pf);
-    ra_status st = pf ? plan_profile_load(d->profile, pf)
+    ra_status st = pf ? profile_load(d->profile, pf)
                       : ra_error_set(RA_ERR_NOMEM, "--profile: out of memory");
     free(pf);
     return st;

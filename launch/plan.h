@@ -9,10 +9,6 @@
 #include "model.h"
 #include "profile_json.h"
 
-/* The profile of path (NULL: profile_default, this machine not probed);
- * RA_ERR_INPUT with the reader's one-line reason. */
-ra_status plan_profile_load(const char *path, ra_profile *pf);
-
 /* Rank 0: one warning line on stderr when the profile read from path was
  * probed oversubscribed (nothing for the built-in one). */
 void plan_profile_warn(const cli_ctx *ctx, const char *path,

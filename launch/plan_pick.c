@@ -12,17 +12,6 @@
 #include "plan.h"
 #include "profile_json.h"
 
-ra_status plan_profile_load(const char *path, ra_profile *pf)
-{
-    char why[512];
-    profile_default(pf);
-    if (!path)
-        return RA_OK;
-    if (profile_read_json(path, pf, why, sizeof why) != 0)
-        return ra_error_set(RA_ERR_INPUT, "%s", why);
-    return RA_OK;
-}
-
 void plan_profile_warn(const cli_ctx *ctx, const char *path,
                        const ra_profile *pf)
 {
@@ -83,7 +72,7 @@ static ra_status plan_job_table(const cli_ctx *ctx, const ra_shape *s,
     ra_status st = pf && node_of && *out
                    ? RA_OK : ra_error_set(RA_ERR_NOMEM, "plan: out of memory");
     if (st == RA_OK)
-        st = plan_profile_load(profile, pf);
+        st = profile_load(profile, pf);
     if ((st = ra_agree(ctx->comm, st)) != RA_OK)
         goto cleanup;
     model_alloc al;

@@ -366,3 +366,12 @@ int profile_read_json(const char *path, ra_profile *p, char *err, size_t n)
         *p = got;
     return rc;
 }
+
+ra_status profile_load(const char *path, ra_profile *p)
+{
+    char why[512];
+    profile_default(p);
+    if (path && profile_read_json(path, p, why, sizeof why) != 0)
+        return ra_error_set(RA_ERR_INPUT, "%s", why);
+    return RA_OK;
+}

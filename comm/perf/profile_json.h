@@ -16,4 +16,8 @@ enum { PROFILE_JSON_SCHEMA = 3 };
  * space); 0, or -1 with a one-line reason naming the file and the key. */
 int profile_read_json(const char *path, ra_profile *p, char *err, size_t n);
 
+/* The profile of path (NULL: profile_default, this machine not probed);
+ * RA_ERR_INPUT with the reader's one-line reason. */
+ra_status profile_load(const char *path, ra_profile *p);
+
 #endif /* RA_PROFILE_JSON_H */
