@@ -1,6 +1,7 @@
-/* test_profile_json.c: machine profiles as JSON (launch/profile_json.c,
- * through jansson): what is written reads back equal, field by field, for
- * random profiles; the kernel rate falls back as documented; every
+/* test_profile_json.c: machine profiles as JSON (comm/perf/profile_json.c
+ * reads, launch/profile_write.c writes, through jansson): what is written
+ * reads back equal, field by field, for random profiles; the kernel rate
+ * falls back as documented; every
  * malformed file is refused with one line naming the file and the key or
  * the problem (jansson's words for text that is not JSON). */
 #include <math.h>
