@@ -141,31 +141,27 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
     if (p->num.score == RA_SCORE_DOT &&
         (isnan(p->num.scale) ? file != NULL : !isfinite(p->num.scale)))
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
-                            "%s: %g is not "
-                            "a finite number",
+                            "%s: %g is not a finite number",
                             param_name(name, sizeof name, file, "--scale",
                                        "scale"),
                             p->num.scale);
     if (p->num.window && (p->num.window_left < 0 || p->num.window_left > limit))
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
-                            "%s: %lld is "
-                            "outside [0, %lld]",
+                            "%s: %lld is outside [0, %lld]",
                             param_name(name, sizeof name, file, "--window",
                                        "window_left"),
                             (long long)p->num.window_left, (long long)limit);
     if (p->num.window &&
         (p->num.window_right < 0 || p->num.window_right > limit))
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
-                            "%s: %lld is "
-                            "outside [0, %lld]",
+                            "%s: %lld is outside [0, %lld]",
                             param_name(name, sizeof name, file, "--window",
                                        "window_right"),
                             (long long)p->num.window_right, (long long)limit);
     if (p->num.score == RA_SCORE_GAUSSIAN &&
         !(p->num.sigma > 0 && isfinite(p->num.sigma)))
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
-                            "%s: %g is not "
-                            "a finite number > 0",
+                            "%s: %g is not a finite number > 0",
                             param_name(name, sizeof name, file, "--sigma",
                                        "sigma"),
                             p->num.sigma);
@@ -181,8 +177,7 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
     if (p->num.rope != RA_ROPE_NONE &&
         !(p->num.rope_base > 0 && isfinite(p->num.rope_base)))
         return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
-                            "%s: %g is not "
-                            "a finite number > 0",
+                            "%s: %g is not a finite number > 0",
                             param_name(name, sizeof name, file, "--rope-base",
                                        "rope_base"),
                             p->num.rope_base);

@@ -68,14 +68,8 @@ ra_status ra_baseline_forward(MPI_Comm comm, const ra_shape *s,
             st = ra_error_set(RA_ERR_MPI, "baseline: MPI_Allgatherv failed");
         t2 = MPI_Wtime();
         const int blas = ra_blas_enter(ra_params_threads(params));
-        ra_naive_args a = {.B = s->B,
-                           .n = qr.count,
-                           .N = s->N,
-                           .M = s->M,
-                           .H = s->H,
-                           .G = s->G,
-                           .D = s->D,
-                           .Dv = s->Dv,
+        ra_naive_args a = {.B = s->B, .n = qr.count, .N = s->N, .M = s->M,
+                           .H = s->H, .G = s->G, .D = s->D, .Dv = s->Dv,
                            .q_start = qr.start,
                            .causal = params->num.causal,
                            .scale = (float)ra_params_scale(params, s)};
