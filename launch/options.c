@@ -577,7 +577,7 @@ const cli_opt cli_check_opts[] = {
                      RA_XSTR(RA_TOLERANCE), "tolerance of each relative error"),
     {.name = "--precision", .kind = CLI_CUSTOM, .meta = "P",
      .offset = CLI_FIELD(cli_check, precision, int),
-     .seen = CLI_SEEN(cli_check, precision_set), .noun = "precision",
+     .seen = CLI_SEEN(cli_check, precision_set),
      .fn = parse_precision, .shown = "the recorded one",
      .help = "judge the run as fp32 or bf16 (forward outputs)"},
     {0},
@@ -662,107 +662,72 @@ static int parse_window(const cli_opt *o, const char *val, void *base)
     return 0;
 }
 
-/* A name of an enum the library names (layout, score): the library's own
- * names are the one list. */
-static int parse_named(const cli_opt *o, const char *val, void *base,
-                       const char *(*name_of)(int), int count)
+/* An enum the library names: its parser (ra_*_parse) is the one list of
+ * names and says what it expected; the message gains the option. */
+static int named(const cli_opt *o, ra_status st)
 {
-    const char *names[8] = {0};
-    for (int i = 0; i < count; i++) {
-        names[i] = name_of(i);
-        if (strcmp(val, names[i]) == 0) {
-            *(int *)((char *)base + o->offset) = i;
-            return 0;
-        }
-    }
-    char list[256];
-    choice_list(names, list, sizeof list);
-    ra_error_set(RA_ERR_ARG, "%s: unknown %s '%s' (expected %s)", o->name,
-                 o->noun, val, list);
+    if (st == RA_OK)
+        return 0;
+    char why[256];
+    snprintf(why, sizeof why, "%s", ra_error_message());
+    ra_error_set(RA_ERR_ARG, "%s: %s", o->name, why);
     return -1;
 }
 
-/* parse_named() stores the enums as int. */
-_Static_assert(sizeof(ra_layout) == sizeof(int) &&
-                   sizeof(ra_score) == sizeof(int) &&
-                   sizeof(ra_rope) == sizeof(int) &&
-                   sizeof(ra_gemm) == sizeof(int),
-               "the layout, score, rope and gemm enums are stored as int");
-
-static const char *layout_name(int i) { return ra_layout_name((ra_layout)i); }
-static const char *score_name(int i) { return ra_score_name((ra_score)i); }
+/* The destination of o in the group's struct at base, of enum type T. */
+#define ENUM_AT(T, o, base) ((T *)((char *)(base) + (o)->offset))
 
 static int parse_layout(const cli_opt *o, const char *val, void *base)
 {
-    return parse_named(o, val, base, layout_name, RA_LAYOUT_BALANCED + 1);
+    return named(o, ra_layout_parse(val, ENUM_AT(ra_layout, o, base)));
 }
-
-static const char *rope_name(int i) { return ra_rope_name((ra_rope)i); }
 
 static int parse_rope(const cli_opt *o, const char *val, void *base)
 {
-    return parse_named(o, val, base, rope_name, RA_ROPE_HALF + 1);
+    return named(o, ra_rope_parse(val, ENUM_AT(ra_rope, o, base)));
 }
-
-static const char *gemm_name(int i) { return ra_gemm_name((ra_gemm)i); }
 
 /* An engine this build lacks is refused here, naming the flag. */
 static int parse_gemm(const cli_opt *o, const char *val, void *base)
 {
-    if (parse_named(o, val, base, gemm_name, RA_GEMM_ONEDNN + 1) != 0)
+    ra_gemm *g = ENUM_AT(ra_gemm, o, base);
+    if (named(o, ra_gemm_parse(val, g)) != 0)
         return -1;
-    const ra_gemm g = *(ra_gemm *)((char *)base + o->offset);
-    if (ra_gemm_available(g))
+    if (ra_gemm_available(*g))
         return 0;
     ra_error_set(RA_ERR_ARG, "%s %s: this build has no oneDNN (rebuild with "
                  "libdnnl-dev installed)", o->name, val);
     return -1;
 }
 
-_Static_assert(sizeof(ra_precision) == sizeof(int) &&
-                   sizeof(ra_wire) == sizeof(int),
-               "the precision and wire enums are stored as int");
-
-static const char *precision_name(int i)
-{
-    return ra_precision_name((ra_precision)i);
-}
-
 static int parse_precision(const cli_opt *o, const char *val, void *base)
 {
-    return parse_named(o, val, base, precision_name, RA_PRECISION_BF16 + 1);
+    return named(o, ra_precision_parse(val, ENUM_AT(ra_precision, o, base)));
 }
-
-static const char *wire_name(int i) { return ra_wire_name((ra_wire)i); }
 
 static int parse_wire(const cli_opt *o, const char *val, void *base)
 {
-    return parse_named(o, val, base, wire_name, RA_WIRE_BF16 + 1);
+    return named(o, ra_wire_parse(val, ENUM_AT(ra_wire, o, base)));
 }
 
 static int parse_score(const cli_opt *o, const char *val, void *base)
 {
-    return parse_named(o, val, base, score_name, RA_SCORE_ADDITIVE + 1);
-}
-
-_Static_assert(sizeof(ra_strategy) == sizeof(int),
-               "the strategy enum is stored as int");
-
-static const char *strategy_name(int i)
-{
-    return ra_strategy_name((ra_strategy)i);
+    return named(o, ra_score_parse(val, ENUM_AT(ra_score, o, base)));
 }
 
 /* "all" stores CLI_STRATEGY_ALL, which only bench accepts; "auto"
- * CLI_STRATEGY_AUTO (plan.h), which run and bench resolve. */
+ * CLI_STRATEGY_AUTO (plan.h), which run and bench resolve: ra_strategy
+ * is an int. */
+_Static_assert(sizeof(ra_strategy) == sizeof(int),
+               "the strategy enum is stored as int");
 static int parse_strategy(const cli_opt *o, const char *val, void *base)
 {
     if (strcmp(val, "all") == 0 || strcmp(val, "auto") == 0) {
-        *(int *)((char *)base + o->offset) =
+        *ENUM_AT(int, o, base) =
             val[1] == 'l' ? CLI_STRATEGY_ALL : CLI_STRATEGY_AUTO;
         return 0;
     }
-    return parse_named(o, val, base, strategy_name, RA_STRATEGY_COUNT);
+    return named(o, ra_strategy_parse(val, ENUM_AT(ra_strategy, o, base)));
 }
 
 #define P_AT(f) offsetof(ra_params, f)
@@ -802,7 +767,6 @@ const cli_opt cli_forward_opts[] = {
      .kind = CLI_CUSTOM,
      .meta = "NAME",
      .offset = P_AT(num.score),
-     .noun = "score",
      .fn = parse_score,
      .shown = "dot",
      .help = "dot, gaussian or additive (see below)"},
@@ -818,7 +782,6 @@ const cli_opt cli_forward_opts[] = {
      .kind = CLI_CUSTOM,
      .meta = "PAIRING",
      .offset = P_AT(num.rope),
-     .noun = "rotary pairing",
      .fn = parse_rope,
      .shown = "none",
      .help = "RoPE of q and k: interleaved or half"},
@@ -841,7 +804,6 @@ const cli_opt cli_forward_opts[] = {
      .kind = CLI_CUSTOM,
      .meta = "NAME",
      .offset = P_AT(exec.layout),
-     .noun = "layout",
      .fn = parse_layout,
      .shown = "auto",
      .help = "contiguous|balanced|zigzag|striped|auto"},
@@ -849,7 +811,6 @@ const cli_opt cli_forward_opts[] = {
      .kind = CLI_CUSTOM,
      .meta = "ENGINE",
      .offset = P_AT(exec.gemm),
-     .noun = "gemm engine",
      .fn = parse_gemm,
      .shown = "auto",
      .help = "tile engine: onednn, openblas or auto"},
@@ -857,7 +818,6 @@ const cli_opt cli_forward_opts[] = {
      .kind = CLI_CUSTOM,
      .meta = "P",
      .offset = P_AT(num.precision),
-     .noun = "precision",
      .fn = parse_precision,
      .shown = "fp32",
      .help = "tile products: fp32 or bf16"},
@@ -865,7 +825,6 @@ const cli_opt cli_forward_opts[] = {
      .kind = CLI_CUSTOM,
      .meta = "TYPE",
      .offset = P_AT(exec.wire),
-     .noun = "wire type",
      .fn = parse_wire,
      .shown = "auto",
      .help = "K/V on the ring: fp32, bf16 or auto"},
@@ -881,7 +840,6 @@ const cli_opt cli_forward_opts[] = {
      .kind = CLI_CUSTOM,
      .meta = "NAME",
      .offset = P_AT(exec.strategy),
-     .noun = "strategy",
      .fn = parse_strategy,
      .shown = "ring",
      .help = "how ranks split the work (see below)"},
