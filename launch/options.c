@@ -435,6 +435,24 @@ static void md_values(FILE *out, const cli_opt *o)
     }
 }
 
+/* The epilog; cli_forward_details opens with the strategies, by the
+ * library's names. */
+static void epilog_help(const cli_spec *spec, FILE *out)
+{
+    if (!spec->epilog)
+        return;
+    fputc('\n', out);
+    if (spec->epilog != cli_forward_details) {
+        fputs(spec->epilog, out);
+        return;
+    }
+    fputs("Strategies:", out);
+    for (int k = 0; k < RA_STRATEGY_COUNT; k++)
+        fprintf(out, " %s,", ra_strategy_name((ra_strategy)k));
+    fputs(" auto (plan's).\n", out);
+    fputs(spec->epilog, out);
+}
+
 /* One subcommand's section of docs/REFERENCE.md. */
 static void help_markdown(const cli_spec *spec, FILE *out)
 {
@@ -460,8 +478,7 @@ static void help_markdown(const cli_spec *spec, FILE *out)
     if (f) {
         cli_global_help(spec->globals, f);
         cli_modes_help(spec->name, f);
-        if (spec->epilog)
-            fprintf(f, "\n%s", spec->epilog);
+        epilog_help(spec, f);
         fclose(f);
     }
     if (rest && len > 1)
@@ -484,10 +501,7 @@ void cli_help(const cli_spec *spec, FILE *out)
     fprintf(out, "  %-*s%s\n", HELP_COLUMN - 2, "--help", "this text");
     cli_global_help(spec->globals, out);
     cli_modes_help(spec->name, out);
-    if (spec->epilog) {
-        fputc('\n', out);
-        fputs(spec->epilog, out);
-    }
+    epilog_help(spec, out);
 }
 
 int cli_parse_or_exit(const cli_ctx *ctx, const cli_spec *spec, void *opts,
@@ -863,7 +877,6 @@ const cli_opt cli_forward_opts[] = {
 };
 
 const char cli_forward_details[] =
-    "Strategies: ring, ring-q, allgather, tree, ulysses, hybrid, auto (plan's).\n"
     "Layout auto: balanced with a window, else striped with segments, else zigzag\n"
     "when causal. Engine auto: RINGATTN_GEMM's, else onednn. docs/REFERENCE.md.\n";
 
