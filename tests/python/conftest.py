@@ -25,8 +25,26 @@ P = COMM.Get_size()
 def pytest_configure(config):
     """Rank 0 alone prints: the other ranks' reports go nowhere (their
     verdicts reach rank 0's report through agreed())."""
+    config.addinivalue_line("markers", "at_p(n): runs at P = n alone "
+                            "(what it checks is the same at every P)")
     if COMM.Get_rank() > 0:
         sys.stdout = open(os.devnull, "w", encoding="utf-8")
+
+
+def pytest_collection_modifyitems(items):
+    """A test marked at_p(n) runs at P = n alone (python_pN): its verdict
+    does not depend on the rank count (a pure-Python table, a script's
+    options, a refusal each rank finds in its own arguments before any
+    transfer), so python_p1 .. p4 need not each run it. n = 2 where the
+    test checks that every rank raises alike or that rank 0 alone
+    prints; n = 1 where one process does all. Every test whose verdict
+    may change with P (the agreement, the ring, a refusal on one rank)
+    runs at every P."""
+    for item in items:
+        mark = item.get_closest_marker("at_p")
+        if mark is not None and mark.args[0] != P:
+            item.add_marker(pytest.mark.skip(
+                reason=f"the same at every P: runs at P = {mark.args[0]}"))
 
 
 def agreed(ok, what):

@@ -123,6 +123,7 @@ FLASH_REFUSED = [
 ]
 
 
+@pytest.mark.at_p(2)
 @pytest.mark.parametrize("case", range(len(FLASH_REFUSED)))
 def test_flash_attn_func_refused_issue41_part3(rng, case):
     kw, cls, text = FLASH_REFUSED[case]

@@ -115,6 +115,7 @@ def test_threads_are_each_ranks_own(rng):
     close("o", o, want, 2e-5)
 
 
+@pytest.mark.at_p(2)
 def test_bad_options(rng):
     q, k, v = slices(rng)
     refused(lambda: ringattn.forward(q, k, v, COMM, order="bnhd",

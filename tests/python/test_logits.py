@@ -101,6 +101,7 @@ def test_flash_softcap(rng):
         close(f"flash {name}", t.grad.numpy(), mine(want), 1e-4)
 
 
+@pytest.mark.at_p(2)
 def test_softcap_refused(rng):
     """The gaussian score has no cap: refused by name on every rank."""
     q = torch.from_numpy(mine(normal(rng, (1, 8, 2, 4))))

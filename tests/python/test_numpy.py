@@ -142,7 +142,7 @@ def test_timing_and_additive(rng):
            and all(np.isfinite(x).all() for x in dw), f"{tm} {dw}")
 
 
-@pytest.mark.skipif(P > 1, reason="local, the same at every P: run at P = 1")
+@pytest.mark.at_p(1)
 def test_plan():
     """plan() reads `ringattn plan --json`: a prediction per strategy.
     Local (ranks=2 is an argument), so python_p1 alone runs it: at each P

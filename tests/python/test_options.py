@@ -96,6 +96,7 @@ def header_fields(struct, pointers=False):
     return [n for n in names if n]
 
 
+@pytest.mark.at_p(1)
 def test_every_field_is_a_keyword_class22():
     """Each value field of ra_numerics and ra_exec is a row of the
     header's RA_OPTION_FIELDS, the one table _core.c and _options.py
@@ -117,6 +118,7 @@ def test_every_field_is_a_keyword_class22():
            f"keywords {_options.KEYWORDS} against tested {sorted(covered)}")
 
 
+@pytest.mark.at_p(1)
 def test_kinds_from_the_table_issue41_part3():
     """Every row's kind is one _options reads, and its default has the
     kind's Python type (a flag 0 or 1)."""
@@ -159,6 +161,7 @@ def kind_of(key):
             "REAL": "real"}.get(_options.FIELDS[key], "name")
 
 
+@pytest.mark.at_p(2)
 @pytest.mark.parametrize("key", sorted(VALID))
 def test_keyword_typed_class22(rng, key):
     """Each keyword refuses values of another type on every rank, as a
@@ -183,6 +186,7 @@ def test_typed_on_one_rank_class22(rng):
            TypeError, f"rank {LAST}: causal='yes'")
 
 
+@pytest.mark.at_p(2)
 @pytest.mark.parametrize("typo,near", [("windw", "window"),
                                        ("presicion", "precision"),
                                        ("cuasal", "causal"),
@@ -195,6 +199,7 @@ def test_unknown_keyword_did_you_mean_class22(rng, typo, near):
            TypeError, f"unknown option {typo!r}; did you mean {near!r}?")
 
 
+@pytest.mark.at_p(2)
 @pytest.mark.parametrize("key,value", [("precision", "bf8"),
                                        ("wire", "fp16"),
                                        ("gemm", "mkl"),

@@ -1,10 +1,11 @@
 """The package's scripts refuse a bad option as the command line does:
 exit 2 and exactly one stderr line `ringattn: <script>: ...`, before any
-work. examples/train_ringattn.py is judged in this process (its options()
-and rank 0's stderr: importing it again would start torch again);
+work. The examples are judged in this process (their options() and rank
+0's stderr: importing them again would start torch again), at P = 2 only
+(rank 0 writes, rank 1 stays silent; the same at every P);
 bench/python_overhead.py, which imports neither MPI nor torch before it
 has read its options, as a process of its own, at P = 1 only (the same
-process at every P)."""
+process at every P). conftest.py: at_p."""
 import functools
 import importlib.util
 import os
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import COMM, P, agreed
+from conftest import COMM, agreed
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 RANK = COMM.Get_rank()
@@ -42,6 +43,7 @@ EXAMPLE_BAD = [
 ]
 
 
+@pytest.mark.at_p(2)
 @pytest.mark.parametrize("argv,text", EXAMPLE_BAD)
 def test_example_bad_option(capsys, argv, text):
     """Exit 2, and rank 0 alone writes one `ringattn:` line naming the
@@ -68,7 +70,7 @@ OVERHEAD_BAD = [
 ]
 
 
-@pytest.mark.skipif(P > 1, reason="a process of its own: run at P = 1")
+@pytest.mark.at_p(1)
 @pytest.mark.parametrize("argv,text", OVERHEAD_BAD)
 def test_overhead_bad_option(argv, text):
     """Exit 2 and one `ringattn:` line on stderr, nothing on stdout (before
@@ -92,6 +94,7 @@ GPT_BAD = [
 ]
 
 
+@pytest.mark.at_p(2)
 @pytest.mark.parametrize("argv,text", GPT_BAD)
 def test_gpt_example_bad_option_issue41(capsys, argv, text):
     """examples/gpt_ringattn.py: exit 2 and rank 0 alone writes one
@@ -108,7 +111,7 @@ def test_gpt_example_bad_option_issue41(capsys, argv, text):
            f"exit {stop.value.code}, stderr {lines}, stdout {out!r}")
 
 
-@pytest.mark.skipif(P > 1, reason="a process of its own: run at P = 1")
+@pytest.mark.at_p(1)
 @pytest.mark.parametrize("argv,text", [
     (["--seq", "0"], "--seq 0: expected at least 1"),
     (["--sek", "8"], "unrecognized arguments: --sek 8")])
