@@ -151,7 +151,10 @@ static void pack32(const float *x, int64_t rows, int64_t cols, int64_t ld,
 static void mm16_emulate(const ra_mm16 *e, mm16_scratch s, const ra_mm *x)
 {
     ra_mm y = *x;
-    pack32(x->a, x->ta ? x->k : x->m, x->ta ? x->m : x->k, x->lda, s.a32);
+    if (x->a16)
+        ra_bf16_unpack(x->a16, x->m * x->k, s.a32);
+    else
+        pack32(x->a, x->ta ? x->k : x->m, x->ta ? x->m : x->k, x->lda, s.a32);
     pack32(x->b, x->tb ? x->n : x->k, x->tb ? x->k : x->n, x->ldb, s.b32);
     y.a = s.a32;
     y.lda = x->ta ? x->m : x->k;
@@ -181,10 +184,11 @@ static void mm16_prim(const ra_mm16 *e, int i, int tid, mm16_scratch s,
                       const ra_mm *x)
 {
     dnnl_memory_t *m = e->args + ((size_t)tid * e->count + i) * 4;
-    if (!x->a_kept || s.kept[i] != x->a)
-        e->pack(x->a, x->ta ? x->k : x->m, x->ta ? x->m : x->k, x->lda,
-                s.a16 + i * e->a_len);
-    s.kept[i] = x->a;
+    uint16_t *a = s.a16 + i * e->a_len;
+    if (!x->a16 && (!x->a_kept || s.kept[i] != x->a))
+        e->pack(x->a, x->ta ? x->k : x->m, x->ta ? x->m : x->k, x->lda, a);
+    s.kept[i] = x->a16 ? NULL : x->a;
+    dnnl_memory_set_data_handle(m[0], x->a16 ? (void *)x->a16 : (void *)a);
     uint16_t *b = s.b16 + i * e->b_len;
     if (!x->b16)
         e->pack(x->b, x->tb ? x->n : x->k, x->tb ? x->k : x->n, x->ldb, b);

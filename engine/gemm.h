@@ -24,6 +24,10 @@ typedef struct {
     const uint16_t *b16; /* op(B) already packed in bf16 as a bf16 product
                             packs it (bf16.h: ra_mm16_pack), or NULL;
                             sgemm and emulated products ignore it */
+    const uint16_t *a16; /* op(A) (not transposed) already in bf16, its
+                            m x k values in rows of k, or NULL; a bf16
+                            product then reads it instead of a (emulated
+                            products too); sgemm ignores it */
 } ra_mm;
 
 /* The engine RA_GEMM_AUTO stands for in this build: oneDNN when the

@@ -12,7 +12,8 @@
  * accumulator only where the row max moved), pass 4 adds P V with sgemm;
  * at the end of the block the normalised partial is merged into (o, lse). With bf16
  * precision (blk->mm16) the two products run in bf16 with fp32 sums
- * (bf16.h: P is rounded as it is packed); everything else stays fp32. */
+ * (the softmax writes P rounded to bf16, fused with its exp and the row
+ * max: ra_exp2_shift_sum_bf16); everything else stays fp32. */
 #include <math.h>
 #include <sched.h>
 #include <stdint.h>
@@ -69,10 +70,13 @@ typedef struct {
 
 /* Scratch of one thread: scores (block_q x block_kv), accumulator
  * (block_q x Dv), running max and sum (block_q each), a per-key term
- * (block_kv), a masked tile's visible columns (2 x block_q). */
+ * (block_kv), a masked tile's visible columns (2 x block_q), the weights
+ * of a bf16 tile in bf16 (block_q x block_kv halves, rows of the tile's
+ * width). */
 typedef struct {
     float *s, *acc, *mx, *sum, *kterm;
     int32_t *vis; /* row r sees columns [vis[2r], vis[2r + 1]) */
+    uint16_t *p16;
     int tid; /* the thread's number, for its bf16 products' scratch */
     const uint16_t *kv16; /* the call's staged k, v (stage_kv), or NULL */
     kv_rows kv;           /* the current rows' keys */
@@ -114,7 +118,8 @@ ra_workspace *ra_workspace_create(int threads, int64_t block_q,
     const size_t floats = round16((size_t)(block_q * block_kv)) +
                           round16((size_t)(block_q * Dv)) +
                           4 * round16((size_t)block_q) +
-                          round16((size_t)block_kv);
+                          round16((size_t)block_kv) +
+                          round16((size_t)(block_q * block_kv + 1) / 2);
     const size_t per = (floats + PAGE_FLOATS - 1) / PAGE_FLOATS * PAGE_FLOATS;
     const size_t scratch = PAGE_FLOATS + (size_t)threads * per;
     const size_t busy = (size_t)threads * BUSY_STRIDE; /* doubles */
@@ -201,6 +206,8 @@ static tile_scratch scratch_of(const ra_workspace *ws, int tid)
     t.sum = t.mx + round16((size_t)ws->block_q);
     t.kterm = t.sum + round16((size_t)ws->block_q);
     t.vis = (int32_t *)(t.kterm + round16((size_t)ws->block_kv));
+    t.p16 = (uint16_t *)(t.mx + 4 * round16((size_t)ws->block_q) +
+                         round16((size_t)ws->block_kv));
     t.tid = tid;
     t.kv16 = NULL;
     t.band = NULL;
@@ -562,18 +569,72 @@ static void groups_products(const ra_block *blk, const band_group *g,
     }
 }
 
+/* Row r's running sum and accumulator moved to a new max mnew > t.mx[r]
+ * (from -inf: both become 0). */
+static void row_rescale(const ra_block *blk, int64_t r, float mnew,
+                        tile_scratch t)
+{
+    const float c = exp2f(t.mx[r] - mnew); /* 0 when mx was -inf */
+    float *a = t.acc + r * blk->Dv;
+    t.sum[r] *= c;
+    for (int64_t d = 0; d < blk->Dv && !blk->nan_check; d++)
+        a[d] *= c;
+    for (int64_t d = 0; d < blk->Dv && blk->nan_check; d++)
+        a[d] = merge_entry(c, a[d], 0.0f, 0.0f);
+    t.mx[r] = mnew;
+}
+
+/* How far (base 2) a bf16 row's scores may rise above its running max
+ * before the max moves: weights up to 2^8, which fp32 sums and bf16 hold
+ * as well as weights up to 1. */
+#define LAZY_MAX 8.0f
+
+/* One row of a bf16 tile (row, len entries; P into row16): one fused pass
+ * from the running max when the row has one and no score rises LAZY_MAX
+ * above it, else the max first, the rescale, then the pass. */
+static void softmax_row16(const ra_block *blk, int64_t r, const float *row,
+                          int64_t len, uint16_t *row16, tile_scratch t)
+{
+    float top;
+    if (t.mx[r] > -INFINITY) {
+        const float sum = ra_exp2_shift_sum_bf16(row, len, t.mx[r], row16,
+                                                 &top);
+        if (!(top > t.mx[r] + LAZY_MAX)) {
+            t.sum[r] += sum;
+            return;
+        }
+    } else {
+        top = ra_max(row, len);
+    }
+    if (top == -INFINITY) { /* nothing visible yet */
+        memset(row16, 0, (size_t)len * sizeof *row16);
+        return;
+    }
+    row_rescale(blk, r, top, t);
+    t.sum[r] += ra_exp2_shift_sum_bf16(row, len, top, row16, &top);
+}
+
 /* Pass 3, the online softmax of one bq x bk tile of base-2 scores: each
  * row's running max and sum, the accumulator rescaled only where the max
- * moved; the scores become the unnormalised weights 2^(s - max). With vis
- * (ra_mask_tile) only each row's visible run is read; the rest is 0. */
+ * moved; the scores become the unnormalised weights 2^(s - max), in place,
+ * or with t.p16 (a bf16 call) rounded to bf16 into it (rows of bk) by
+ * softmax_row16. With vis (ra_mask_tile) only each row's visible run is
+ * read; the rest is 0. */
 static void softmax_tile(const ra_block *blk, int64_t bq, int64_t bk,
                          const int32_t *vis, tile_scratch t)
 {
-    const int64_t Dv = blk->Dv, bkv = blk->block_kv;
     for (int64_t r = 0; r < bq; r++) {
         const int64_t c0 = vis ? vis[2 * r] : 0;
         const int64_t len = vis ? vis[2 * r + 1] - c0 : bk;
-        float *row = t.s + r * bkv + c0;
+        float *row = t.s + r * blk->block_kv + c0;
+        if (t.p16) { /* the hidden entries: bf16 0 is all zero bits */
+            uint16_t *row16 = t.p16 + r * bk;
+            memset(row16, 0, (size_t)c0 * sizeof *row16);
+            memset(row16 + c0 + len, 0,
+                   (size_t)(bk - c0 - len) * sizeof *row16);
+            softmax_row16(blk, r, row, len, row16 + c0, t);
+            continue;
+        }
         if (blk->nan_check)
             for (int64_t c = 0; c < len; c++)
                 if (isnan(row[c]))
@@ -585,16 +646,8 @@ static void softmax_tile(const ra_block *blk, int64_t bq, int64_t bk,
             memset(row, 0, (size_t)len * sizeof *row);
             continue;
         }
-        if (mnew > t.mx[r]) {
-            float c = exp2f(t.mx[r] - mnew); /* 0 when mx was -inf */
-            t.sum[r] *= c;
-            float *a = t.acc + r * Dv;
-            for (int64_t d = 0; d < Dv && !blk->nan_check; d++)
-                a[d] *= c;
-            for (int64_t d = 0; d < Dv && blk->nan_check; d++)
-                a[d] = merge_entry(c, a[d], 0.0f, 0.0f);
-            t.mx[r] = mnew;
-        }
+        if (mnew > t.mx[r])
+            row_rescale(blk, r, mnew, t);
         t.sum[r] += ra_exp2_shift_sum(row, len, mnew);
     }
 }
@@ -682,9 +735,10 @@ static int pv_nonfinite(const ra_block *blk, const tile_rules *rl,
 }
 
 /* Pass 4 of tile x: acc += P V (P rounded to bf16 with bf16 precision,
- * v16 the tile's values staged in bf16 or NULL); by groups when there
- * are ng, each over its span (P is 0 outside it); in nonfinite mode, a
- * tile whose values hold NaN or inf by pv_nonfinite. */
+ * t.p16 that P in bf16 (softmax_tile) or NULL, v16 the tile's values
+ * staged in bf16 or NULL); by groups when there are ng, each over its
+ * span (P is 0 outside it); in nonfinite mode, a tile whose values hold
+ * NaN or inf by pv_nonfinite. */
 static void tile_values(const ra_block *blk, const tile_rules *rl,
                         tile_box x, int need_mask, const band_group *grp,
                         int ng, const uint16_t *v16, tile_scratch t)
@@ -697,7 +751,8 @@ static void tile_values(const ra_block *blk, const tile_rules *rl,
                             .alpha = 1.0f, .beta = 1.0f, .a = t.s,
                             .lda = blk->block_kv,
                             .b = value_row(&t.kv, x.j0), .ldb = t.kv.ldv,
-                            .c = t.acc, .ldc = blk->Dv, .b16 = v16});
+                            .c = t.acc, .ldc = blk->Dv, .b16 = v16,
+                            .a16 = t.p16});
     groups_products(blk, grp, ng, NULL, x.j0, t);
 }
 
@@ -814,6 +869,8 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
     const uint16_t *k16 = t.kv16 ? t.kv16 + (b * G + g) * m * (D + Dv)
                                  : NULL;
     const uint16_t *v16 = k16 ? k16 + m * D : NULL;
+    if (!blk->mm16 || blk->nan_check)
+        t.p16 = NULL; /* P stays fp32 (pv_nonfinite reads it so) */
 
     for (int64_t r = 0; r < bq; r++) {
         t.mx[r] = -INFINITY;
@@ -851,7 +908,7 @@ static void rows_forward(const ra_block *blk, const tile_rules *rlp,
         int32_t *vis = need_mask && !rl.q_seg ? t.vis : NULL;
         if (need_mask)
             ra_mask_tile(mk, &rl, i0, bq, j0, bk, t.s, bkv, vis);
-        /* pass 3: online softmax */
+        /* pass 3: online softmax (P in bf16 for a bf16 P V) */
         softmax_tile(blk, bq, bk, vis, t);
         /* pass 4: acc += P V */
         tile_values(blk, &rl, (tile_box){i0, bq, j0, bk}, need_mask, grp, ng,

@@ -12,10 +12,22 @@ struct ra_products {
     void *mem;      /* every operand, one allocation */
 };
 
-/* Floats of shape x's A, B and C, and bf16 values of its staged B. */
+/* Floats of shape x's A, B and C. */
 static int64_t shape_floats(const ra_mm_shape *x)
 {
     return x->m * x->k + x->k * x->n + x->m * x->ldc;
+}
+
+/* Whether the forward kernel hands shape x its A in bf16 already: P V
+ * (the product that adds to C), whose P the softmax rounds as it makes
+ * it (kernel.c, ra_exp2_shift_sum_bf16). */
+static int a_staged(const ra_mm_shape *x) { return x->beta != 0 && !x->ta; }
+
+/* op(B) (rows x cols) of product mm packed in bf16 into h. */
+static void stage_b(const ra_mm16 *e, const ra_mm *mm, uint16_t *h)
+{
+    ra_mm16_pack(e, mm->b, mm->tb ? mm->n : mm->k, mm->tb ? mm->k : mm->n,
+                 mm->ldb, h);
 }
 
 /* Lays out product i's operands at f (floats) and b16 (staged op(B)). */
@@ -37,7 +49,7 @@ ra_status ra_products_open(ra_gemm gemm, int bf16, int stage,
     int64_t floats = 0, halves = 0;
     for (int i = 0; i < count; i++) {
         floats += shape_floats(&shapes[i]);
-        halves += shapes[i].k * shapes[i].n;
+        halves += shapes[i].k * (shapes[i].n + shapes[i].m);
     }
     if (x)
         x->mem = malloc(sizeof(float) * (size_t)floats +
@@ -58,12 +70,15 @@ ra_status ra_products_open(ra_gemm gemm, int bf16, int stage,
         const int staged = stage && x->mm16 && ra_mm16_native(x->mm16);
         x->mm[i] = lay_out(&shapes[i], f, staged ? h : NULL);
         if (staged)
-            ra_mm16_pack(x->mm16, x->mm[i].b, shapes[i].tb ? shapes[i].n
-                                                            : shapes[i].k,
-                         shapes[i].tb ? shapes[i].k : shapes[i].n,
-                         x->mm[i].ldb, h);
-        f += shape_floats(&shapes[i]);
+            stage_b(x->mm16, &x->mm[i], h);
         h += shapes[i].k * shapes[i].n;
+        if (staged && a_staged(&shapes[i])) {
+            ra_mm16_pack(x->mm16, x->mm[i].a, shapes[i].m, shapes[i].k,
+                         x->mm[i].lda, h);
+            x->mm[i].a16 = h;
+            h += shapes[i].m * shapes[i].k;
+        }
+        f += shape_floats(&shapes[i]);
     }
     if (st != RA_OK) {
         ra_products_close(x);

@@ -83,20 +83,21 @@ float ra_exp2_shift_sum(float *x, int64_t len, float shift);
 /* The portable path, exposed for tests. */
 float ra_exp2_shift_sum_scalar(float *x, int64_t len, float shift);
 
-/* The same pass for a bf16 call: p[j] = 2^(x[j] - shift) rounded to
- * bf16 (nearest even) for j < len, x unchanged, returning the sum of the
- * unrounded values; 2^f within 3e-6 relative (bf16 keeps 2^-8), every
- * path the same bits (vexp.c). Inputs of -inf give 0. */
+/* The same pass for a bf16 call, fused with the row's max: p[j] =
+ * 2^(x[j] - shift) rounded to bf16 (nearest even) for j < len, x
+ * unchanged, *mx = the largest x[j] (-inf for len 0), returning the sum
+ * of the unrounded values; 2^f within 3e-6 relative (bf16 keeps 2^-8),
+ * every path the same bits (vexp.c). Inputs of -inf give 0; an
+ * x[j] - shift above 127 gives a meaningless p and sum (the caller
+ * checks *mx and runs the pass again from a larger shift). */
 float ra_exp2_shift_sum_bf16(const float *x, int64_t len, float shift,
-                             uint16_t *p);
+                             uint16_t *p, float *mx);
 /* The paths, exposed for tests. */
 float ra_exp2_shift_sum_bf16_scalar(const float *x, int64_t len,
-                                    float shift, uint16_t *p);
+                                    float shift, uint16_t *p, float *mx);
 #ifdef RA_HAVE_X86
 float ra_exp2_shift_sum_bf16_avx2(const float *x, int64_t len, float shift,
-                                  uint16_t *p);
-float ra_exp2_shift_sum_bf16_avx512(const float *x, int64_t len, float shift,
-                                    uint16_t *p);
+                                  uint16_t *p, float *mx);
 #endif
 
 /* The additive score of one (query, key) pair from their projections:

@@ -20,6 +20,7 @@
 
 #include "bf16.h"
 #include "internal.h"
+#include "simd.h"
 #include "support.h"
 
 /* Round to nearest, ties to even, on the values around 1 whose 9th
@@ -42,12 +43,59 @@ static void test_bf16_rounding(void **state)
     }
 }
 
-/* One case: shape s, masks of params (causal, window) and lens. */
+/* The bf16 softmax pass (ra_exp2_shift_sum_bf16) on every path this core
+ * has (ra_simd_cap: the widest, AVX2, scalar): the same bits on all;
+ * each weight within bf16's unit roundoff (and the polynomial's 3e-6)
+ * of 2^t;
+ * the sum within 3e-6 of fp64's; the max exact; -inf and t < -126
+ * give 0. Lengths cover every path's tail. */
+static void test_bf16_exp(void **state)
+{
+    (void)state;
+    static const int64_t lens[8] = {1, 7, 8, 15, 16, 17, 33, 1001};
+    static const char *caps[3] = {NULL, "avx2", "scalar"};
+    float x[1001];
+    uint16_t p[3][1001];
+    for (int li = 0; li < 8; li++) {
+        const int64_t len = lens[li];
+        ra_random_normal(44, (uint64_t)li, 0, len, x);
+        for (int64_t j = 0; j < len; j++)
+            x[j] = j % 9 == 4 ? -INFINITY : 20.0f * x[j] - (j % 13 ? 0 : 140);
+        const float shift = 3.25f;
+        float sum[3], mx[3];
+        for (int ci = 0; ci < 3; ci++) {
+            ra_simd_cap(caps[ci]);
+            sum[ci] = ra_exp2_shift_sum_bf16(x, len, shift, p[ci], &mx[ci]);
+        }
+        ra_simd_cap(NULL);
+        double ref = 0.0, top = -INFINITY;
+        for (int64_t j = 0; j < len; j++) {
+            const double t = (double)(x[j] - shift), e = t >= -126 ? exp2(t) : 0;
+            const double got = ra_bf16_to_f32(p[0][j]);
+            assert_true(fabs(got - e) <= (RA_BF16_UNIT + 4e-6) * e);
+            assert_true(memcmp(p[0] + j, p[1] + j, 2) == 0 &&
+                        memcmp(p[0] + j, p[2] + j, 2) == 0);
+            ref += e;
+            top = x[j] > top ? x[j] : top;
+        }
+        for (int ci = 0; ci < 3; ci++) {
+            assert_true(fabs(sum[ci] - ref) <= 3e-6 * ref + 1e-30);
+            assert_true(mx[ci] == (float)top);
+        }
+    }
+    printf("# bf16 softmax pass: every path the same bits, within bf16 "
+           "rounding of fp64\n");
+}
+
+/* One case: shape s, masks of params (causal, window) and lens; with
+ * grow, key j scaled by 1 + 9 j / M, so that a row's max rises by more
+ * than the fused pass lets it (kernel.c, LAZY_MAX) from tile to tile. */
 typedef struct {
     ra_shape s;
     int causal, window;
     int64_t left, right;
     int lens;
+    int grow;
 } bf16_case;
 
 /* Folds the case's problem in bf16 on engine gemm; checks it. */
@@ -56,6 +104,9 @@ static void expect_case(const bf16_case *k, ra_gemm gemm, uint64_t seed)
     const ra_shape *s = &k->s;
     problem p;
     problem_make(&p, s, seed);
+    for (int64_t j = 0; k->grow && j < s->M * s->G; j++)
+        for (int64_t d = 0; d < s->D; d++)
+            p.k[j * s->D + d] *= 1.0f + 9.0f * (float)(j / s->G) / (float)s->M;
     ra_params prm;
     ra_params_default(&prm);
     prm.num.causal = k->causal;
@@ -142,6 +193,10 @@ static void test_bf16_kernel(void **state)
          * padding's too */
         {{1, 1001, 1001, 2, 1, 64, 64, 0}, 1, 1, 511, 0, 0},
         {{1, 1001, 1001, 4, 2, 64, 64, 0}, 1, 1, 250, 3, 1},
+        /* scores that rise along the keys: the max moves past the fused
+         * pass's slack, and the row's pass runs again */
+        {{1, 300, 1001, 2, 1, 64, 64, 0}, 0, 0, 0, 0, 0, 1},
+        {{1, 1001, 1001, 2, 2, 128, 128, 0}, 1, 0, 0, 0, 0, 1},
     };
     uint64_t seed = 900;
     for (ra_gemm g = RA_GEMM_OPENBLAS; g <= RA_GEMM_ONEDNN; g++)
@@ -155,6 +210,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_rounding),
+        cmocka_unit_test(test_bf16_exp),
         cmocka_unit_test(test_bf16_kernel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL) ? 1 : 0;
