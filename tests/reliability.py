@@ -33,7 +33,11 @@ load: issue 39, class 9: a backward under 2 busy loops per core completes
 Needs /usr/bin/python3 with h5py and numpy (python3-h5py).
 """
 import concurrent.futures
+import contextlib
+import functools
 import glob
+import io
+import multiprocessing
 import os
 import re
 import shutil
@@ -91,6 +95,13 @@ def load_factor():
     bounds that catch a hang grow with it, so that a busy machine is not
     taken for a hung job."""
     return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def hang_bound(seconds=120):
+    """How long a job may run before it is taken for hung: `seconds` on a
+    machine loaded once, times load_factor() beyond, so that a busy machine
+    is not taken for a hang."""
+    return seconds * load_factor()
 
 
 def mpirun(args, np_=None, env=None, **kw):
@@ -1501,18 +1512,14 @@ def run_cases(table=False):
 # ---- faults ------------------------------------------------------------------
 
 def fault_kill(work, during_write=False):
-    """kill -9 one rank of a 4-rank run mid-way: while computing, or while
-    the temporary output file is being written."""
-    if not os.path.exists(os.path.join(work, "big.h5")):
-        subprocess.run([RINGATTN, "gen", "--out", "big.h5", "--seq", "16384",
-                        "--heads", "8", "--dim", "64"], env=ENV, cwd=work,
-                       check=True, capture_output=True)
+    """kill -9 one rank of a 4-rank run of big.h5 mid-way: while computing,
+    or while the temporary output file is being written."""
     cmd = ["mpirun", "-np", "4", "--oversubscribe", RINGATTN, "run", "--in",
            "big.h5", "--out", "killed.h5", "--block-q", "64"]
     p = subprocess.Popen(cmd, env=SIG_ENV, cwd=work, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     # wait until the ranks are computing (the parameter table is printed)
-    deadline = time.time() + 60
+    deadline = time.time() + hang_bound(60)
     first = p.stdout.readline()
     while time.time() < deadline and "threads" not in first:
         first = p.stdout.readline()
@@ -1534,11 +1541,13 @@ def fault_kill(work, during_write=False):
     victim = ranks[2]
     t0 = time.time()
     os.kill(victim, signal.SIGKILL)
+    bound = hang_bound()
     try:
-        _, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=bound)
     except subprocess.TimeoutExpired:
         p.kill()
-        return ["kill: mpirun still running 120 s after a rank was killed"]
+        return [f"kill: mpirun still running {bound:.0f} s after a rank was "
+                "killed"]
     secs = time.time() - t0
     problems = []
     if p.returncode == 0:
@@ -1565,16 +1574,16 @@ def fault_kill(work, during_write=False):
     return problems
 
 
+def fault_kill_writing(work):
+    return fault_kill(work, during_write=True)
+
+
 def fault_enospc(work):
     """outputs larger than the file system, at several sizes of both: the
     write fails on every rank, every HDF5 handle is closed (no crash in
     MPI_Finalize), exit 1, one line, nothing left."""
     small = os.path.join(work, "small")
     os.mkdir(small)
-    for seq in (4096, 16384):
-        subprocess.run([RINGATTN, "gen", "--out", f"mid{seq}.h5", "--seq",
-                        str(seq), "--heads", "4", "--dim", "32"], env=ENV,
-                       cwd=work, check=True, capture_output=True)
     # (tmpfs size, command): /o is seq x 4 x 32 x 4 B (2 or 8 MiB), /lse
     # 1/32 of it; 8200k holds /o of 8 MiB but not /lse; gen writes 3 tensors
     trials = [("256k", ["run", "--in", "mid4096.h5", "--out", "small/out.h5"]),
@@ -1591,7 +1600,7 @@ def fault_enospc(work):
             print("SKIP enospc: mount -t tmpfs not permitted")
             return []
         try:
-            res = mpirun(argv, cwd=work, timeout=120)
+            res = mpirun(argv, cwd=work, timeout=hang_bound())
         finally:
             left = os.listdir(small)
             subprocess.run(["umount", small])
@@ -1624,7 +1633,7 @@ def fault_probe_full(work):
     try:
         res = mpirun(["probe", "--dir", "probe-small", "--dim", "16",
                       "--seconds", "0.5", "--out", "p.json"], cwd=work,
-                     timeout=120)
+                     timeout=hang_bound())
     finally:
         left = os.listdir(small)
         subprocess.run(["umount", small])
@@ -1648,7 +1657,7 @@ def start_job(work, argv, name):
     cmd = ["mpirun", "-np", str(NP), "--oversubscribe", RINGATTN] + argv
     p = subprocess.Popen(cmd, env=SIG_ENV, cwd=work, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
+    deadline = time.time() + hang_bound(60)
     while time.time() < deadline and p.poll() is None:
         if glob.glob(os.path.join(work, f".{name}.tmp.*")):
             time.sleep(0.3)  # well inside the write
@@ -1679,7 +1688,7 @@ def fault_signals(work):
         t0 = time.time()
         hung = False
         try:  # a bound for a hang, far above a loaded machine's seconds
-            p.communicate(timeout=120)
+            p.communicate(timeout=hang_bound())
         except subprocess.TimeoutExpired:
             hung = True
             p.kill()
@@ -1729,7 +1738,7 @@ def fault_stale(work):
     for kid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
                               text=True).stdout.split():
         os.kill(int(kid), signal.SIGKILL)
-    p.communicate(timeout=120)
+    p.communicate(timeout=hang_bound())
     stale = leftovers(here)
     host, ns, pid, start = self_owner()
     live = f".live.h5.tmp.{host}.{ns}.{pid}.{start}.0000abcd"
@@ -1764,7 +1773,7 @@ def fault_locked(work):
     try:
         holder.stdout.readline()
         r = mpirun(["run", "--in", "lk.h5", "--out", "lk_out.h5"], cwd=work,
-                   timeout=120)
+                   timeout=hang_bound())
     finally:
         holder.kill()
         holder.wait()
@@ -1781,7 +1790,7 @@ def fault_long_command_line(work):
     fits the output's command_line attribute (dense attribute storage)."""
     value = "0" * 100000 + "64"
     r = mpirun(["run", "--in", "mid4096.h5", "--out", "long.h5", "--block-q",
-                value], cwd=work, timeout=120)
+                value], cwd=work, timeout=hang_bound())
     size, whole = 0, False
     if r.returncode == 0:
         with h5py.File(os.path.join(work, "long.h5"), "r") as f:
@@ -1813,7 +1822,7 @@ def fault_large_scores(work):
         if os.path.exists(os.path.join(work, "loud_out.h5")):
             os.unlink(os.path.join(work, "loud_out.h5"))
         r = mpirun(["run", "--in", "loud.h5", "--out", "loud_out.h5"] + flags,
-                   cwd=work, timeout=120)
+                   cwd=work, timeout=hang_bound())
         if r.returncode != 0:
             problems.append(f"large scores {flags}: exit {r.returncode}: {r.stderr[:300]}")
             continue
@@ -1848,7 +1857,7 @@ def fault_allow_nonfinite(work):
         make(src, edit=set_value(name, where, np.nan))
         r = mpirun(["run", "--in", f"nan_{name}.h5", "--out",
                     f"nan_{name}_out.h5", "--allow-nonfinite"], cwd=work,
-                   timeout=120)
+                   timeout=hang_bound())
         if r.returncode != 0:
             problems.append(f"allow-nonfinite /{name}: exit {r.returncode}: "
                             f"{r.stderr[:300]}")
@@ -1869,10 +1878,12 @@ def fault_bench_few_tokens(work):
     collective must match, so the job ends, with exit 0 and PASS rows."""
     args = ["bench", "--seq", "1,2,3", "--heads", "2", "--dim", "8", "--reps",
             "1", "--warmup", "0", "--no-yardsticks"]
+    bound = hang_bound(90)
     try:
-        r = mpirun(args, np_=4, cwd=work, timeout=90)
+        r = mpirun(args, np_=4, cwd=work, timeout=bound)
     except subprocess.TimeoutExpired:
-        print("FAIL bench-few-tokens: 4 ranks, N = 1..3: still running after 90 s")
+        print("FAIL bench-few-tokens: 4 ranks, N = 1..3: still running after "
+              f"{bound:.0f} s")
         return ["bench with more ranks than tokens hangs"]
     lines = r.stdout.splitlines()
     rows = [l for l in lines if l.strip() and not l.startswith("#")]
@@ -1901,7 +1912,7 @@ def fault_verify_nan(work):
         with h5py.File(os.path.join(work, "vn_nan.h5"), "r+") as f:
             set_value(name, index, np.nan)(f)
         r = mpirun(["verify", "--in", "vn_in.h5", "--out", "vn_nan.h5", "--sample",
-                    "1", "--seed", "3"], cwd=work, timeout=120)
+                    "1", "--seed", "3"], cwd=work, timeout=hang_bound())
         ok = r.returncode == 1 and "NaN values in all rows 1," in r.stdout \
             and r.stdout.rstrip().endswith("FAIL")
         print(f"{'ok' if ok else 'FAIL':4} verify-nan-/{name}: a NaN outside the "
@@ -1960,7 +1971,7 @@ def fault_stall(work, strategy="ring", timeout="load", delay=None,
     choice, for this job alone. timeout "load": 1 s on a machine loaded
     once, a second more per load of the cores beyond (a rank of a job that
     is not stopped can wait that long for a core)."""
-    limit = 120 * load_factor()
+    limit = hang_bound()
     if timeout == "load":
         timeout = str(round(load_factor()))
     if not os.path.exists(os.path.join(work, "stall.h5")):
@@ -2064,7 +2075,8 @@ def full_trial(work, np_, size, extra, want):
         return None
     try:
         r = mpirun(extra + ["run", "--in", "mid4096.h5", "--out",
-                            "full/out.h5"], np_=np_, cwd=work, timeout=120)
+                            "full/out.h5"], np_=np_, cwd=work,
+                   timeout=hang_bound())
         left = sorted(os.listdir(small))
         complete = ""
         if r.returncode == 0 and left == ["out.h5"]:
@@ -2101,10 +2113,6 @@ def fault_full_any_ranks(work):
     Open MPI reported these writes as done (exit 0, a sparse file without
     data and attributes). A tmpfs that holds the file (2400k) gives a
     complete one."""
-    if not os.path.exists(os.path.join(work, "mid4096.h5")):
-        subprocess.run([RINGATTN, "gen", "--out", "mid4096.h5", "--seq",
-                        "4096", "--heads", "4", "--dim", "32"], env=ENV,
-                       cwd=work, check=True, capture_output=True)
     align = ["--align", "1048576"]
     hint = ["--mpiio-hint", "cb_buffer_size=1048576"]
     # P = 3 and 4, where Open MPI lost the error, meet every place of the
@@ -2144,7 +2152,7 @@ def side_trial(work, argv, names):
             except OSError:
                 pass
         before = md5s(small)
-        r = mpirun(argv, cwd=work, timeout=120)
+        r = mpirun(argv, cwd=work, timeout=hang_bound())
         after = md5s(small)
     finally:
         subprocess.run(["umount", small])
@@ -2233,21 +2241,53 @@ def run_stalls():
         shutil.rmtree(work, ignore_errors=True)
 
 
+# The faults of run_faults(): fault i runs on the engine on_engine(i) picks.
+FAULTS = [fault_bench_few_tokens, fault_verify_nan, fault_enospc,
+          fault_locked, fault_long_command_line, fault_large_scores,
+          fault_allow_nonfinite, fault_signals, fault_stale, fault_kill,
+          fault_kill_writing, fault_probe_full, fault_full_any_ranks,
+          fault_side_files_full]
+# Their shared inputs (name, seq, heads, dim), made once and linked into
+# each fault's folder.
+FAULT_INPUTS = [("mid4096.h5", 4096, 4, 32), ("mid16384.h5", 16384, 4, 32),
+                ("big.h5", 16384, 8, 64)]
+
+
+def fault_alone(work, i):
+    """FAULTS[i] in a folder of its own under work, the shared inputs
+    linked in, on the engine on_engine(i) picks; run in a process of its
+    own (on_engine sets the process's environments). Returns what it
+    printed, its failures and its seconds."""
+    own = os.path.join(work, str(i))
+    os.mkdir(own)
+    for name, *_ in FAULT_INPUTS:
+        os.symlink(os.path.join(work, name), os.path.join(own, name))
+    on_engine(i)
+    t0 = time.time()
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        problems = FAULTS[i](own)
+    return out.getvalue(), problems, time.time() - t0
+
+
 def run_faults():
     """The other faults: full disks, signals, kills, locks, large scores;
-    none of them depends on how fast a rank runs."""
+    none of them depends on how fast a rank runs, so two run at a time,
+    each in a forked process and a folder of its own (leftovers() looks at
+    the whole folder); their reports are printed in order, whole."""
     work = tempfile.mkdtemp(prefix="ra_fault_")
     try:
-        faults = [fault_bench_few_tokens, fault_verify_nan, fault_enospc,
-                  fault_locked, fault_long_command_line, fault_large_scores,
-                  fault_allow_nonfinite, fault_signals, fault_stale,
-                  fault_kill, lambda w: fault_kill(w, during_write=True),
-                  fault_probe_full, fault_full_any_ranks,
-                  fault_side_files_full]
+        for name, seq, heads, dim in FAULT_INPUTS:
+            subprocess.run([RINGATTN, "gen", "--out", name, "--seq", str(seq),
+                            "--heads", str(heads), "--dim", str(dim)],
+                           env=ENV, cwd=work, check=True, capture_output=True)
         failures = []
-        for i, fault in enumerate(faults):
-            on_engine(i)
-            failures += fault(work)
+        with concurrent.futures.ProcessPoolExecutor(
+                2, mp_context=multiprocessing.get_context("fork")) as pool:
+            for i, (text, problems, secs) in enumerate(pool.map(
+                    functools.partial(fault_alone, work), range(len(FAULTS)))):
+                print(f"{text}     ({FAULTS[i].__name__}: {secs:.0f} s)",
+                      flush=True)
+                failures += problems
         return failures
     finally:
         shutil.rmtree(work, ignore_errors=True)
