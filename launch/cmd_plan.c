@@ -171,7 +171,7 @@ static ra_status plan_platform(plan_opts *o, plan_state *w)
 static void plan_links(const plan_opts *o, plan_state *w)
 {
     if (w->pl.nodes > 0)
-        platform_link(&w->pl, &w->pf.inter);
+        platform_link(&w->pl, &w->pf);
     if (o->link_rate > 0)
         w->pf.inter.bandwidth = o->link_rate / 8.0;
     if (o->link_latency > 0)

@@ -386,6 +386,16 @@ static void bytes_hybrid_ring(const model_ctx *m, sent *x, int u,
 
 /* ---- times ----------------------------------------------------------------- */
 
+/* The bandwidth of one flow between nodes while every node of the job
+ * sends one (a ring step, a collective's round): the node's link, or its
+ * share of a backbone they all cross. */
+static double inter_bandwidth(const model_ctx *m)
+{
+    const double bw = m->pf->inter.bandwidth;
+    const double share = m->pf->backbone / m->nodes;
+    return m->pf->backbone > 0 && m->nodes > 1 && share < bw ? share : bw;
+}
+
 /* Seconds to move b bytes once over the link between ranks a and b. */
 static double link_time(const model_ctx *m, int from, int to, double b)
 {
@@ -393,7 +403,8 @@ static double link_time(const model_ctx *m, int from, int to, double b)
         return 0.0;
     const int cross = m->node[from] != m->node[to];
     const profile_link *l = cross ? &m->pf->inter : &m->pf->intra;
-    const double bw = l->bandwidth > 0 ? l->bandwidth : m->pf->intra.bandwidth;
+    const double lb = cross ? inter_bandwidth(m) : l->bandwidth;
+    const double bw = lb > 0 ? lb : m->pf->intra.bandwidth;
     return b > 0 ? l->latency + b / bw : 0.0;
 }
 
@@ -402,7 +413,7 @@ static double link_time(const model_ctx *m, int from, int to, double b)
 static double ring_link_time(const model_ctx *m, double b)
 {
     const profile_link *in = &m->pf->intra, *out = &m->pf->inter;
-    const double bw = out->bandwidth > 0 ? out->bandwidth : in->bandwidth;
+    const double bw = out->bandwidth > 0 ? inter_bandwidth(m) : in->bandwidth;
     const double t_in = m->ring_intra && b > 0 ? in->latency + b / in->bandwidth
                                                : 0.0;
     const double t_out = m->ring_inter && b > 0 ? out->latency + b / bw : 0.0;
@@ -418,7 +429,7 @@ static double coll_time(const model_ctx *m, const sent *x, double intra,
 {
     const int nodes = m->al->nodes > 0 ? m->al->nodes : 1;
     const int per = (m->P + nodes - 1) / nodes;
-    const double link = m->pf->inter.bandwidth > 0 ? m->pf->inter.bandwidth
+    const double link = m->pf->inter.bandwidth > 0 ? inter_bandwidth(m)
                                                    : intra * per;
     const double out = inter > 0 ? inter : link / per;
     double t = 0;

@@ -295,18 +295,25 @@ int platform_read(const char *path, ra_platform *pl, char *err, size_t n)
     return rc;
 }
 
-void platform_link(const ra_platform *pl, profile_link *inter)
+/* SMPI's default network model (its smpi/bw-factor and smpi/lat-factor
+ * for messages of 64 KiB and more, as a ring step's blocks are), which
+ * ringattn-sim runs: a flow reaches this share of its route's bandwidth,
+ * and pays this many times its route's latency. */
+#define SMPI_BW_FACTOR 0.940694
+#define SMPI_LAT_FACTOR 11.6436
+
+void platform_link(const ra_platform *pl, ra_profile *pf)
 {
     /* the route between nodes i and i+1: up to their switch and down (a
      * torus: the one link between them), and the backbone of a flat
-     * cluster that has one */
+     * cluster that has one, which all those routes share (the model
+     * divides it among the nodes that send at once) */
     const int torus = strcmp(pl->topology, "TORUS") == 0;
     const int backbone =
         pl->backbone_bandwidth > 0 && strcmp(pl->topology, "FLAT") == 0;
-    double bw = pl->bandwidth / (pl->shared ? 2.0 : 1.0);
-    if (backbone && pl->backbone_bandwidth < bw)
-        bw = pl->backbone_bandwidth;
-    *inter = (profile_link){.latency = pl->latency * (torus ? 1 : 2) +
-                                       (backbone ? pl->backbone_latency : 0.0),
-                            .bandwidth = bw};
+    pf->inter = (profile_link){
+        .latency = SMPI_LAT_FACTOR * (pl->latency * (torus ? 1 : 2) +
+                                      (backbone ? pl->backbone_latency : 0)),
+        .bandwidth = SMPI_BW_FACTOR * pl->bandwidth / (pl->shared ? 2 : 1)};
+    pf->backbone = backbone ? SMPI_BW_FACTOR * pl->backbone_bandwidth : 0.0;
 }

@@ -27,9 +27,11 @@ typedef struct {
  * 0, or -1 with a one-line reason naming the file and the problem. */
 int platform_read(const char *path, ra_platform *pl, char *err, size_t n);
 
-/* The platform's link between nodes as the model sees one: the route
- * between neighbouring nodes (its links' latencies, the narrowest link; a
- * SHARED link halved, as a ring step sends both ways). */
-void platform_link(const ra_platform *pl, profile_link *inter);
+/* The platform's links as the model sees them: pf->inter, the route
+ * between neighbouring nodes (its links' latencies, the node's link; a
+ * SHARED link halved, as a ring step sends both ways), and pf->backbone,
+ * the flat cluster's backbone that every flow between nodes crosses
+ * (0: none). */
+void platform_link(const ra_platform *pl, ra_profile *pf);
 
 #endif /* RA_PERF_PLATFORM_H */

@@ -70,6 +70,10 @@ typedef struct {
                                       (a step's hand-over, tiny blocks);
                                       0: not measured (one rank) */
     profile_link intra, inter;     /* same node; across nodes */
+    double backbone;               /* bytes/s that every flow between
+                                      nodes shares (a flat cluster's
+                                      backbone: plan --platform); 0: no
+                                      such bound */
     double alltoall_intra, alltoall_inter;   /* bytes/s per rank sent */
     double allgather_intra, allgather_inter; /* bytes/s per rank received */
     /* MPI_Ireduce_scatter with a non-commutative operation (as the tree
