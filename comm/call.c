@@ -686,6 +686,31 @@ static const ra_additive *additive_given(const ra_params *p)
     return ad && ad->w_q && ad->w_k && ad->w_v ? ad : NULL;
 }
 
+/* params saturated into p, with a stand-in for additive weights not yet
+ * read (the call checks them, and agrees their values); its row. */
+static const strat_row *check_view(const ra_params *params, ra_params *p)
+{
+    static const float zero;
+    static const ra_additive stand_in = {1, &zero, &zero, &zero};
+    *p = *params;
+    ra_params_saturate(p);
+    const strat_row *row = strat_row_of(p->exec.strategy);
+    if (row->additive && p->num.score == RA_SCORE_ADDITIVE &&
+        !additive_given(p))
+        p->num.additive = &stand_in;
+    return row;
+}
+
+ra_status ra_call_check_local(const ra_shape *shape, const ra_params *params)
+{
+    ra_error_clear();
+    ra_params p;
+    const strat_row *row = check_view(params, &p);
+    const strat_call c = {.shape = shape, .params = &p,
+                          .name = ra_strategy_name(row->id)};
+    return call_check(row, &c);
+}
+
 ra_status ra_call_strategy_check(MPI_Comm comm, const ra_shape *shape,
                                  const ra_params *params, int segments)
 {
@@ -693,17 +718,8 @@ ra_status ra_call_strategy_check(MPI_Comm comm, const ra_shape *shape,
     ra_status st = ra_comm_usable(comm, "ra_strategy_check");
     if (st != RA_OK)
         return st;
-    ra_params p = *params;
-    ra_params_saturate(&p);
-    const strat_row *row = strat_row_of(p.exec.strategy);
-    /* a row that takes the additive score needs its weights, which the
-     * caller may not have read yet: the call checks them (and agrees
-     * their values), the check here everything else */
-    static const float zero;
-    static const ra_additive stand_in = {1, &zero, &zero, &zero};
-    if (row->additive && p.num.score == RA_SCORE_ADDITIVE &&
-        !additive_given(&p))
-        p.num.additive = &stand_in;
+    ra_params p;
+    const strat_row *row = check_view(params, &p);
     const strat_call c = {.shape = shape, .params = &p,
                           .name = ra_strategy_name(row->id)};
     st = call_check(row, &c);

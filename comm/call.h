@@ -26,6 +26,11 @@ ra_status ra_call_backward(MPI_Comm comm, const ra_shape *shape,
 ra_status ra_call_strategy_check(MPI_Comm comm, const ra_shape *shape,
                                  const ra_params *params, int segments);
 
+/* What ra_call_strategy_check refuses before agreeing, on this rank
+ * alone and without MPI (additive weights not yet read are not looked
+ * at): the command line's check before it reads anything. */
+ra_status ra_call_check_local(const ra_shape *shape, const ra_params *params);
+
 ra_status ra_call_mha(MPI_Comm comm, const ra_shape *shape,
                       const ra_params *params, const ra_masks *masks,
                       const ra_mha *layer, const ra_mha_io *io,

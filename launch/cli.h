@@ -343,9 +343,12 @@ ra_status cli_params_finish(ra_params *p);
  * named by the option). Not collective. */
 ra_status cli_ulysses_check(const ra_params *p, const ra_shape *s, int P);
 
-/* The parameters of a run checked as one rule, for run (file NULL: they
- * came from options, named by flag, and a NaN scale means the default) and
- * for verify (they came from the attributes of file, named so). */
+/* The parameters of a run checked before anything is read: by the
+ * library's rules (ra_call_check_local), plus what only the command line
+ * knows (RINGATTN_GEMM, --strategy all/auto where one must be named), for
+ * run (file NULL: they came from options) and for verify (they came from
+ * the attributes of file, named so; a NaN scale or a window beyond the
+ * options' range there is a damaged file). */
 ra_status cli_params_check(const ra_params *p, const ra_shape *s,
                            const char *file);
 
@@ -398,9 +401,13 @@ typedef struct {
     ra_additive additive;
 } cli_score_inputs;
 
-/* Checks the score against the input (keys of another dim need the
- * additive score) and reads /additive/w_q, w_k, w_v into p->additive
- * (the reader refuses non-finite weights, whatever p->nonfinite says). */
+/* Keys of another dim than the queries need the additive score
+ * (ra_shape_dk_allowed), refused naming the input file. */
+ra_status cli_score_dims(const char *in, const ra_shape *s,
+                         const ra_params *p);
+
+/* cli_score_dims, then /additive/w_q, w_k, w_v into p->additive (the
+ * reader refuses non-finite weights, whatever p->nonfinite says). */
 ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
                           cli_score_inputs *si);
 void cli_score_free(cli_score_inputs *si);

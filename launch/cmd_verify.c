@@ -224,6 +224,7 @@ static ra_status run_params(const char *in, const char *out, check_ctx *c)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute score: unknown score "
                             "'%s'", out, r->score);
     if ((st = run_posenc(in, out, c, p)) != RA_OK ||
+        (st = cli_score_dims(in, c->v.s, p)) != RA_OK ||
         (st = cli_params_check(p, c->v.s, out)) != RA_OK ||
         (st = cli_score_setup(in, c->v.s, p, &c->weights)) != RA_OK)
         return st;

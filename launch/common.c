@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include "agree.h"
+#include "call.h"
 #include "cli.h"
 #include "gemm_env.h"
 #include "h5io.h"
@@ -138,53 +139,37 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
     ra_gemm env_gemm; /* --gemm auto (or none): RINGATTN_GEMM must name one */
     if (p->exec.gemm == RA_GEMM_AUTO && ra_gemm_env(&env_gemm) != RA_OK)
         return RA_ERR_ARG;
-    if (p->num.score == RA_SCORE_DOT &&
-        (isnan(p->num.scale) ? file != NULL : !isfinite(p->num.scale)))
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
-                            "%s: %g is not a finite number",
+    ra_status st = strategy_named(p);
+    if (st != RA_OK)
+        return st;
+    /* a file's record: values no option could have given (a NaN scale, a
+     * window beyond the parser's range) mean a damaged file */
+    if (file && p->num.score == RA_SCORE_DOT && !isfinite(p->num.scale))
+        return ra_error_set(RA_ERR_INPUT, "%s: %g is not a finite number",
                             param_name(name, sizeof name, file, "--scale",
                                        "scale"),
                             p->num.scale);
-    if (p->num.window && (p->num.window_left < 0 || p->num.window_left > limit))
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
-                            "%s: %lld is outside [0, %lld]",
-                            param_name(name, sizeof name, file, "--window",
-                                       "window_left"),
-                            (long long)p->num.window_left, (long long)limit);
-    if (p->num.window &&
-        (p->num.window_right < 0 || p->num.window_right > limit))
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
-                            "%s: %lld is outside [0, %lld]",
-                            param_name(name, sizeof name, file, "--window",
-                                       "window_right"),
-                            (long long)p->num.window_right, (long long)limit);
-    if (p->num.score == RA_SCORE_GAUSSIAN &&
-        !(p->num.sigma > 0 && isfinite(p->num.sigma)))
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
-                            "%s: %g is not a finite number > 0",
-                            param_name(name, sizeof name, file, "--sigma",
-                                       "sigma"),
-                            p->num.sigma);
-    if (p->num.rope != RA_ROPE_NONE && s->D % 2 != 0)
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: the head "
-                            "dim D=%lld must be even", param_name(name, sizeof
-                            name, file, "--rope", "rope"), (long long)s->D);
-    if (p->num.rope != RA_ROPE_NONE && p->num.score == RA_SCORE_ADDITIVE)
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG, "%s: applies to "
-                            "the dot and gaussian scores, not additive",
-                            param_name(name, sizeof name, file, "--rope",
-                                       "rope"));
-    if (p->num.rope != RA_ROPE_NONE &&
-        !(p->num.rope_base > 0 && isfinite(p->num.rope_base)))
-        return ra_error_set(file ? RA_ERR_INPUT : RA_ERR_ARG,
-                            "%s: %g is not a finite number > 0",
-                            param_name(name, sizeof name, file, "--rope-base",
-                                       "rope_base"),
-                            p->num.rope_base);
-    const ra_status st = strategy_named(p);
-    if (st != RA_OK)
-        return st;
-    return ra_shape_check(s);
+    for (int side = 0; file && p->num.window && side < 2; side++) {
+        const int64_t w = side ? p->num.window_right : p->num.window_left;
+        if (w < 0 || w > limit)
+            return ra_error_set(RA_ERR_INPUT, "%s: %lld is outside "
+                                "[0, %lld]",
+                                param_name(name, sizeof name, file,
+                                           "--window",
+                                           side ? "window_right"
+                                                : "window_left"),
+                                (long long)w, (long long)limit);
+    }
+    /* every other rule is the library's, checked here before anything is
+     * read; a file's record is named */
+    st = ra_call_check_local(s, p);
+    if (st != RA_OK && file) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", ra_error_message());
+        st = ra_error_set(RA_ERR_INPUT, "%s: the recorded options: %s", file,
+                          why);
+    }
+    return st;
 }
 
 ra_status cli_output_agree(const cli_ctx *ctx, const char *out, int force,

@@ -88,7 +88,10 @@ static ra_status pass_profile_check(const cli_pass_data *d)
 
 ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p)
 {
-    ra_status st = cli_params_check(p, &d->s, NULL);
+    /* the keys' dim first: its refusal names the file */
+    ra_status st = cli_score_dims(in, &d->s, p);
+    if (st == RA_OK)
+        st = cli_params_check(p, &d->s, NULL);
     if (st == RA_OK)
         st = pass_profile_check(d);
     if (st == RA_OK)

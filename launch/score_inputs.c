@@ -46,15 +46,23 @@ static ra_status weights_read(const char *in, const ra_shape *s, int64_t A,
     return RA_OK;
 }
 
+ra_status cli_score_dims(const char *in, const ra_shape *s, const ra_params *p)
+{
+    if (ra_shape_dk_allowed(s, p->num.score))
+        return RA_OK;
+    return ra_error_set(RA_ERR_INPUT, "%s: dataset /k: head dim Dk = %lld "
+                        "differs from /q (D = %lld); only --score additive "
+                        "takes keys of another dim", in,
+                        (long long)ra_shape_dk(s), (long long)s->D);
+}
+
 ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
                           cli_score_inputs *si)
 {
     const int64_t Dk = ra_shape_dk(s);
-    if (!ra_shape_dk_allowed(s, p->num.score))
-        return ra_error_set(RA_ERR_INPUT, "%s: dataset /k: head dim Dk = %lld "
-                            "differs from /q (D = %lld); only --score "
-                            "additive takes keys of another dim", in,
-                            (long long)Dk, (long long)s->D);
+    ra_status allowed = cli_score_dims(in, s, p);
+    if (allowed != RA_OK)
+        return allowed;
     if (p->num.score != RA_SCORE_ADDITIVE)
         return RA_OK;
     int rank, present;
