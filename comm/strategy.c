@@ -49,7 +49,7 @@ void strat_block_init(const strat_call *c, int64_t n, const int64_t *qpos,
                           .q_seg = q_seg,
                           .qalign = c->qalign};
     blk->alibi = c->slopes;
-    blk->features = ra_features_on(&p->num) ? &p->num : NULL;
+    blk->features = ra_features_of(&p->num);
 }
 
 int64_t strat_slice_pos(const strat_call *c, int64_t len, int j,

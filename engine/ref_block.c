@@ -50,9 +50,9 @@ static void scores(const ra_ref_block *x, int64_t h)
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)kb,
                 (int)D, gauss ? inv2 : x->scale, x->q + h * D, (int)(H * D),
                 x->k + g * Dk, (int)(G * Dk), 0.0, x->sc, (int)kb);
-    for (int64_t i = 0; !gauss && ra_features_on(&x->p->num) && i < nr * kb;
-         i++)
-        ra_features_ref(&x->p->num, &x->sc[i], NULL);
+    const ra_numerics *mapped = gauss ? NULL : ra_features_of(&x->p->num);
+    for (int64_t i = 0; mapped && i < nr * kb; i++)
+        ra_features_ref(mapped, &x->sc[i], NULL);
     if (!gauss)
         return;
     for (int64_t r = 0; r < nr; r++) { /* -(|q|^2 + |k|^2) / (2 sigma^2) */

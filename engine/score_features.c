@@ -63,12 +63,22 @@ void ra_feature_set(ra_numerics *num, int i, double value)
     *(double *)((char *)num + ra_score_features[i].offset) = value;
 }
 
-int ra_features_on(const ra_numerics *num)
+const ra_score_feature *ra_features_first(const ra_numerics *num)
 {
     for (int i = 0; num && i < ra_score_feature_count; i++)
         if (ra_feature_get(num, i) != 0)
-            return 1;
-    return 0;
+            return &ra_score_features[i];
+    return NULL;
+}
+
+int ra_features_on(const ra_numerics *num)
+{
+    return ra_features_first(num) != NULL;
+}
+
+const ra_numerics *ra_features_of(const ra_numerics *num)
+{
+    return ra_features_on(num) ? num : NULL;
 }
 
 void ra_features_copy(ra_numerics *dst, const ra_numerics *src)

@@ -39,8 +39,15 @@ extern const int ra_score_feature_count;
 double ra_feature_get(const ra_numerics *num, int i);
 void ra_feature_set(ra_numerics *num, int i, double value);
 
+/* The first feature of num that is on (table order), or NULL. */
+const ra_score_feature *ra_features_first(const ra_numerics *num);
+
 /* 1 if any feature of num is on. */
 int ra_features_on(const ra_numerics *num);
+
+/* num when a feature of it is on, else NULL: what ra_block.features and
+ * ra_ref_score.features take. */
+const ra_numerics *ra_features_of(const ra_numerics *num);
 
 /* Every feature's value from src into dst (the other fields untouched);
  * src NULL: every feature off. */

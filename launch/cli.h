@@ -210,6 +210,7 @@ typedef struct {
     int npositional;       /* at most this many; 0: none */
     size_t pos_offset;
     const char *epilog;    /* text after the options (details), or NULL */
+    void (*epilog_fn)(FILE *out); /* or the function that prints it */
     int globals;           /* CLI_GLOBAL_* it honours, listed in --help */
 } cli_spec;
 
@@ -270,9 +271,10 @@ extern const cli_opt cli_seq_opts[];
  * --sigma --rope --rope-base --alibi --align-per-sequence --block-q
  * --block-kv --layout --threads --strategy --mem-limit --ulysses-size. */
 extern const cli_opt cli_forward_opts[];
-/* The footer of the --help of a command that takes cli_forward_opts: the
- * scores, strategies and layouts in brief. */
-extern const char cli_forward_details[];
+/* The footer of the --help of a command that takes cli_forward_opts (a
+ * spec's epilog_fn): the strategies by the library's names, the layout
+ * and engine auto rules in brief. */
+void cli_forward_details(FILE *out);
 /* What only a command that runs passes takes (into ra_params):
  * --stall-timeout. */
 extern const cli_opt cli_pass_opts[];
@@ -406,7 +408,7 @@ typedef struct {
 ra_status cli_score_dims(const char *in, const ra_shape *s,
                          const ra_params *p);
 
-/* cli_score_dims, then /additive/w_q, w_k, w_v into p->additive (the
+/* After cli_score_dims: /additive/w_q, w_k, w_v into p->additive (the
  * reader refuses non-finite weights, whatever p->nonfinite says). */
 ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
                           cli_score_inputs *si);

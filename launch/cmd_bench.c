@@ -321,13 +321,6 @@ static ra_shape config_shape(const bench_opts *o, int i)
     return s;
 }
 
-/* The first score feature that is on in num, or NULL. */
-static const ra_score_feature *feature_on(const ra_numerics *num)
-{
-    const ra_numerics off = {0};
-    return ra_features_differ(num, &off);
-}
-
 /* What --mode naive/both cannot run (issue 39, class 20): the
  * materialising baseline (comm/perf/baseline.c) computes the dot score in
  * fp32 on the contiguous layout, causal at most; any other option is
@@ -335,7 +328,7 @@ static const ra_score_feature *feature_on(const ra_numerics *num)
 static ra_status naive_check(const bench_opts *o)
 {
     const ra_params *p = &o->p;
-    const ra_score_feature *f = feature_on(&p->num);
+    const ra_score_feature *f = ra_features_first(&p->num);
     const char *opt = p->exec.layout != RA_LAYOUT_CONTIGUOUS  ? "--layout"
                       : p->num.window                         ? "--window"
                       : o->rm.lens                            ? "--lens"
@@ -418,7 +411,7 @@ static ra_status plain_beside(const cli_ctx *ctx, const bench_opts *one,
                               const ra_shape *s, const bench_yard *yard,
                               const bench_result *with)
 {
-    const ra_score_feature *f = feature_on(&one->p.num);
+    const ra_score_feature *f = ra_features_first(&one->p.num);
     if (!f && !one->p.num.sinks)
         return RA_OK;
     bench_opts plain = *one;

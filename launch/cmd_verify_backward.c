@@ -481,7 +481,9 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
     if (c->p.num.score == RA_SCORE_DOT && !(r->scale > 0 && isfinite(r->scale)))
         return ra_error_set(RA_ERR_INPUT, "%s: attribute scale: %g is not a "
                             "finite number > 0", o->out, r->scale);
-    ra_status st = cli_score_setup(o->in, &c->s, &c->p, &c->score_in);
+    ra_status st = cli_score_dims(o->in, &c->s, &c->p);
+    if (st == RA_OK)
+        st = cli_score_setup(o->in, &c->s, &c->p, &c->score_in);
     if (st == RA_OK)
         st = cli_sinks_setup(o->in, r->sinks_dataset[0] ? r->sinks_dataset
                                                         : NULL,
@@ -506,9 +508,7 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
                               .additive = c->p.num.additive,
                               .Dk = ra_shape_dk(&c->s),
                               .alibi = c->p.num.alibi,
-                              .features = ra_features_on(&c->p.num)
-                                              ? &c->p.num
-                                              : NULL};
+                              .features = ra_features_of(&c->p.num)};
     return st;
 }
 

@@ -435,22 +435,16 @@ static void md_values(FILE *out, const cli_opt *o)
     }
 }
 
-/* The epilog; cli_forward_details opens with the strategies, by the
- * library's names. */
+/* The spec's epilog, text or printed. */
 static void epilog_help(const cli_spec *spec, FILE *out)
 {
-    if (!spec->epilog)
+    if (!spec->epilog && !spec->epilog_fn)
         return;
     fputc('\n', out);
-    if (spec->epilog != cli_forward_details) {
+    if (spec->epilog_fn)
+        spec->epilog_fn(out);
+    else
         fputs(spec->epilog, out);
-        return;
-    }
-    fputs("Strategies:", out);
-    for (int k = 0; k < RA_STRATEGY_COUNT; k++)
-        fprintf(out, " %s,", ra_strategy_name((ra_strategy)k));
-    fputs(" auto (plan's).\n", out);
-    fputs(spec->epilog, out);
 }
 
 /* One subcommand's section of docs/REFERENCE.md. */
@@ -876,9 +870,16 @@ const cli_opt cli_forward_opts[] = {
     {0},
 };
 
-const char cli_forward_details[] =
-    "Layout auto: balanced with a window, else striped with segments, else zigzag\n"
-    "when causal. Engine auto: RINGATTN_GEMM's, else onednn. docs/REFERENCE.md.\n";
+void cli_forward_details(FILE *out)
+{
+    fputs("Strategies:", out);
+    for (int k = 0; k < RA_STRATEGY_COUNT; k++)
+        fprintf(out, " %s,", ra_strategy_name((ra_strategy)k));
+    fputs(" auto (plan's).\n"
+          "Layout auto: balanced with a window, else striped with segments, "
+          "else zigzag\nwhen causal. Engine auto: RINGATTN_GEMM's, else "
+          "onednn. docs/REFERENCE.md.\n", out);
+}
 
 const cli_opt cli_pass_opts[] = {
     {.name = "--stall-timeout",

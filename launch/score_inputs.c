@@ -60,9 +60,6 @@ ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
                           cli_score_inputs *si)
 {
     const int64_t Dk = ra_shape_dk(s);
-    ra_status allowed = cli_score_dims(in, s, p);
-    if (allowed != RA_OK)
-        return allowed;
     if (p->num.score != RA_SCORE_ADDITIVE)
         return RA_OK;
     int rank, present;

@@ -69,7 +69,7 @@ check_result check_slice(const problem *p, const ra_params *params,
                           .additive = params->num.additive,
                           .Dk = Dk,
                           .alibi = params->num.alibi,
-                          .features = &params->num};
+                          .features = ra_features_of(&params->num)};
     const int bf16 = params->num.precision == RA_PRECISION_BF16;
     const int round_kv = bf16 || params->exec.wire == RA_WIRE_BF16;
     check_result c = {.p_unit = bf16 ? RA_BF16_UNIT : 0.0};

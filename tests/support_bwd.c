@@ -70,7 +70,7 @@ static void ref_head(bwd_ref *r, const problem *p, const ra_params *prm,
                                  prm->num.alibi
                                      ? ra_params_alibi_slope(prm, s->H, h)
                                      : 0,
-                             .features = &prm->num,
+                             .features = ra_features_of(&prm->num),
                              .sink_on = prm->num.sinks != NULL,
                              .sink = prm->num.sinks ? prm->num.sinks[h] : 0.0};
     const ra_mask m = {.causal = prm->num.causal,

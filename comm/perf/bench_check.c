@@ -175,7 +175,7 @@ static void check_one(check_run *c, int64_t b, int64_t h, int64_t i)
                                 p->num.alibi,
                                 p->num.alibi ? ra_params_alibi_slope(p, s->H, h)
                                              : 0.0,
-                                ra_features_on(&p->num) ? &p->num : NULL,
+                                ra_features_of(&p->num),
                                 p->num.sinks != NULL,
                                 p->num.sinks ? p->num.sinks[h] : 0.0};
     const int64_t n = c->qs->count;
