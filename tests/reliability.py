@@ -3,9 +3,9 @@
     [ID_REGEX]
 
 Bad inputs, bad options and faults through the command line at NP ranks
-(docs/RELIABILITY.md lists every case by id; `table` prints them with their
-commands and messages as Markdown from a run of the cases; ID_REGEX keeps
-the cases whose id it matches).
+(docs/RELIABILITY.md lists the classes of cases, one list each; `table`
+prints every case with its command and message as Markdown from a run of
+the cases; ID_REGEX keeps the cases whose id it matches).
 
 cases: each bad input or option of CASES must give exactly one stderr line
   "ringattn: ..." that matches the case's pattern, the case's exit status
