@@ -16,6 +16,7 @@
 
 #include "h5io.h"
 #include "internal.h"
+#include "run_inputs.h" /* what a run reads beside q, k, v (io/) */
 
 /* Exit codes: usage and input errors, runtime failures, and a run
  * --checkpoint that saved its state and stopped as a signal asked (run
@@ -396,36 +397,6 @@ ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s,
 /* The numerics of joined options, for the public calls that take them. */
 ra_numerics cli_numerics(const ra_params *p);
 void cli_tensors_free(cli_tensors *t);
-
-/* The additive score's weights, read from an input file. */
-typedef struct {
-    float *mem; /* w_q (A, D) | w_k (A, Dk) | w_v (A) */
-    ra_additive additive;
-} cli_score_inputs;
-
-/* Keys of another dim than the queries need the additive score
- * (ra_shape_dk_allowed), refused naming the input file. */
-ra_status cli_score_dims(const char *in, const ra_shape *s,
-                         const ra_params *p);
-
-/* After cli_score_dims: /additive/w_q, w_k, w_v into p->additive (the
- * reader refuses non-finite weights, whatever p->nonfinite says). */
-ra_status cli_score_setup(const char *in, const ra_shape *s, ra_params *p,
-                          cli_score_inputs *si);
-void cli_score_free(cli_score_inputs *si);
-
-/* The attention sinks of a run: dataset path (H,) of the input file in
- * read into *sinks (the caller's to free) and p->sinks pointed at it,
- * refused (RA_ERR_INPUT, one line naming in and path) when absent, of
- * another shape or not finite; nothing when path is NULL. Not collective. */
-ra_status cli_sinks_setup(const char *in, const char *path,
-                          const ra_shape *s, ra_params *p, float **sinks);
-
-/* The ALiBi slopes of a run with p->alibi: /alibi_slopes (H,) of the input
- * when present (finite, any float type, read as float32), else none (the library's
- * standard slopes); p->alibi_slopes then points into *slopes. */
-ra_status cli_alibi_setup(const char *in, const ra_shape *s, ra_params *p,
-                          double **slopes);
 
 /* Rank 0 checks the output path (h5io_output_check with the files the run
  * reads, NULL-terminated), then every rank agrees: call it in the validate

@@ -160,7 +160,7 @@ static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
     st = ra_h5_read_masks(ctx->comm, o->in,
                           &(ra_h5_source){.tuning = &ctx->tuning}, &r->d.s,
                           o->p.exec.layout, &num, &r->d.masks);
-    return st == RA_OK ? cli_ckpt_key(&r->ckpt, &r->d.s, &o->p,
+    return st == RA_OK ? h5io_resume_key(&r->ckpt.r, &r->d.s, &o->p,
                                       &r->d.masks.view, 0)
                        : st;
 }

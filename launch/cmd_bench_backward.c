@@ -91,7 +91,7 @@ static ra_status bb_validate(const cli_ctx *ctx, bb_opts *o, bb_state *b)
         st = bench_tables_check(ctx, &o->tab, NULL);
     st = ra_agree(ctx->comm, st);
     if (st == RA_OK && o->p.num.score == RA_SCORE_ADDITIVE) {
-        cli_score_inputs *si = &b->d.score_in;
+        h5io_additive *si = &b->d.score_in;
         st = bench_additive_make(ctx->comm, (uint64_t)o->seed,
                                  o->additive_hidden, b->d.s.D, &si->mem,
                                  &si->additive);

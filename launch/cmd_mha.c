@@ -118,7 +118,7 @@ static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
     if (st == RA_OK)
         st = h5io_mha_weights_read(o->in, &r->d.s, &r->lw);
     if (st == RA_OK)
-        st = cli_alibi_setup(o->in, &r->d.s, &o->p, &r->d.slopes);
+        st = h5io_alibi_read(o->in, &r->d.s, &o->p, &r->d.slopes);
     if (st == RA_OK)
         st = h5io_segment_names(o->in, &r->q_seg, &r->kv_seg);
     r->lw.layer.pos_encoding = o->pos;

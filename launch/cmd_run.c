@@ -299,7 +299,7 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
         return st;
     mask_names(r);
     mask_record(o, r);
-    return cli_ckpt_key(&r->ckpt, s, &o->p, &r->d.masks.view, 0);
+    return h5io_resume_key(&r->ckpt.r, s, &o->p, &r->d.masks.view, 0);
 }
 
 /* Reads this rank's slices and refuses non-finite values (collective). */

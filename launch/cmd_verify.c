@@ -28,7 +28,7 @@ typedef struct {
 /* What one check needs: the recomputation's context and what it owns. */
 typedef struct {
     verify_ctx v;
-    cli_score_inputs weights;
+    h5io_additive weights;
     double *slopes;                    /* /alibi_slopes, or NULL */
     float *sinks;                      /* the run's sinks, or NULL */
     ra_h5_masks masks;                 /* lens (B) or NULL, validated */
@@ -190,11 +190,11 @@ static ra_status run_posenc(const char *in, const char *out, check_ctx *c,
                             out, r->align);
     p->num.align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
     ra_features_copy(&p->num, &r->features);
-    ra_status st = cli_sinks_setup(in, r->sinks_dataset[0] ? r->sinks_dataset
+    ra_status st = h5io_sinks_read(in, r->sinks_dataset[0] ? r->sinks_dataset
                                                           : NULL,
                                    c->v.s, p, &c->sinks);
     if (st == RA_OK)
-        st = cli_alibi_setup(in, c->v.s, p, &c->slopes);
+        st = h5io_alibi_read(in, c->v.s, p, &c->slopes);
     if (st == RA_OK && p->num.alibi &&
         (strcmp(r->alibi_slopes, "/alibi_slopes") == 0) !=
             !!p->num.alibi_slopes)
@@ -224,9 +224,9 @@ static ra_status run_params(const char *in, const char *out, check_ctx *c)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute score: unknown score "
                             "'%s'", out, r->score);
     if ((st = run_posenc(in, out, c, p)) != RA_OK ||
-        (st = cli_score_dims(in, c->v.s, p)) != RA_OK ||
+        (st = h5io_score_dims(in, c->v.s, p)) != RA_OK ||
         (st = cli_params_check(p, c->v.s, out)) != RA_OK ||
-        (st = cli_score_setup(in, c->v.s, p, &c->weights)) != RA_OK)
+        (st = h5io_additive_read(in, c->v.s, p, &c->weights)) != RA_OK)
         return st;
     c->v.score = (ra_ref_score){.score = p->num.score,
                                 .scale = p->num.scale,
@@ -389,6 +389,6 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
     free(c.slopes);
     free(c.sinks);
     ra_h5_masks_free(&c.masks);
-    cli_score_free(&c.weights);
+    h5io_additive_free(&c.weights);
     return code;
 }

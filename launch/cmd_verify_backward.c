@@ -66,7 +66,7 @@ typedef struct {
     h5io_run_attrs run;
     ra_params p;          /* score, weights, RoPE, ALiBi of the run */
     ra_ref_score score;
-    cli_score_inputs score_in;
+    h5io_additive score_in;
     double *slopes;       /* /alibi_slopes of the input, or NULL */
     float *sinks;         /* the run's sinks from the input, or NULL */
     double *dw;           /* additive: this rank's dw_q | dw_k | dw_v */
@@ -481,11 +481,11 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
     if (c->p.num.score == RA_SCORE_DOT && !(r->scale > 0 && isfinite(r->scale)))
         return ra_error_set(RA_ERR_INPUT, "%s: attribute scale: %g is not a "
                             "finite number > 0", o->out, r->scale);
-    ra_status st = cli_score_dims(o->in, &c->s, &c->p);
+    ra_status st = h5io_score_dims(o->in, &c->s, &c->p);
     if (st == RA_OK)
-        st = cli_score_setup(o->in, &c->s, &c->p, &c->score_in);
+        st = h5io_additive_read(o->in, &c->s, &c->p, &c->score_in);
     if (st == RA_OK)
-        st = cli_sinks_setup(o->in, r->sinks_dataset[0] ? r->sinks_dataset
+        st = h5io_sinks_read(o->in, r->sinks_dataset[0] ? r->sinks_dataset
                                                         : NULL,
                              &c->s, &c->p, &c->sinks);
     if (st == RA_OK && c->p.num.sinks && c->p.num.additive)
@@ -494,7 +494,7 @@ static ra_status vb_rules(const cli_check *o, vb_ctx *c)
                           "checked: its naive reference gives no /dsinks",
                           o->out);
     if (st == RA_OK && c->p.num.alibi && strcmp(r->alibi_slopes, "standard"))
-        st = cli_alibi_setup(o->in, &c->s, &c->p, &c->slopes);
+        st = h5io_alibi_read(o->in, &c->s, &c->p, &c->slopes);
     const int64_t A = c->p.num.additive ? c->p.num.additive->A : 0;
     if (st == RA_OK && A &&
         !(c->dw = calloc((size_t)(A * (c->s.D + ra_shape_dk(&c->s) + 1)),
@@ -645,7 +645,7 @@ int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv)
     free(c.dw);
     free(c.slopes);
     free(c.sinks);
-    cli_score_free(&c.score_in);
+    h5io_additive_free(&c.score_in);
     ra_h5_masks_free(&c.masks);
     return code;
 }

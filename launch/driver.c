@@ -16,7 +16,7 @@ void cli_pass_data_free(cli_pass_data *d)
     cli_tensors_free(&d->t);
     free(d->g.mem);
     d->g = (cli_grads){0};
-    cli_score_free(&d->score_in);
+    h5io_additive_free(&d->score_in);
     free(d->slopes);
     d->slopes = NULL;
     free(d->sinks);
@@ -89,17 +89,17 @@ static ra_status pass_profile_check(const cli_pass_data *d)
 ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p)
 {
     /* the keys' dim first: its refusal names the file */
-    ra_status st = cli_score_dims(in, &d->s, p);
+    ra_status st = h5io_score_dims(in, &d->s, p);
     if (st == RA_OK)
         st = cli_params_check(p, &d->s, NULL);
     if (st == RA_OK)
         st = pass_profile_check(d);
     if (st == RA_OK)
-        st = cli_score_setup(in, &d->s, p, &d->score_in);
+        st = h5io_additive_read(in, &d->s, p, &d->score_in);
     if (st == RA_OK)
-        st = cli_alibi_setup(in, &d->s, p, &d->slopes);
+        st = h5io_alibi_read(in, &d->s, p, &d->slopes);
     if (st == RA_OK)
-        st = cli_sinks_setup(in, d->sinks_path, &d->s, p, &d->sinks);
+        st = h5io_sinks_read(in, d->sinks_path, &d->s, p, &d->sinks);
     return st;
 }
 

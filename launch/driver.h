@@ -25,7 +25,7 @@ typedef struct {
     const char *in, *out;       /* the files named in the parameter table */
     cli_tensors t;
     cli_grads g;
-    cli_score_inputs score_in;  /* the additive score's weights */
+    h5io_additive score_in;  /* the additive score's weights */
     double *slopes;             /* /alibi_slopes, or NULL */
     const char *sinks_path;     /* --sinks: the sinks' dataset, or NULL */
     float *sinks;               /* the sinks read from it, or NULL */
@@ -46,8 +46,8 @@ void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented);
 /* p checked against the shape d->s (cli_params_check), d->profile read
  * (refused when it cannot be), then the additive
  * score's weights, the ALiBi slopes and the sinks (d->sinks_path) read
- * from the input file in into d (cli_score_setup, cli_alibi_setup,
- * cli_sinks_setup). Not collective. */
+ * from the input file in into d (h5io_additive_read, h5io_alibi_read,
+ * h5io_sinks_read). Not collective. */
 ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p);
 
 /* The fingerprint (h5io_fingerprint_make) of what d holds after the read:

@@ -685,15 +685,17 @@ static int named(const cli_opt *o, ra_status st)
 /* The destination of o in the group's struct at base, of enum type T. */
 #define ENUM_AT(T, o, base) ((T *)((char *)(base) + (o)->offset))
 
-static int parse_layout(const cli_opt *o, const char *val, void *base)
-{
-    return named(o, ra_layout_parse(val, ENUM_AT(ra_layout, o, base)));
-}
-
-static int parse_rope(const cli_opt *o, const char *val, void *base)
-{
-    return named(o, ra_rope_parse(val, ENUM_AT(ra_rope, o, base)));
-}
+/* A parser of an enum of type T by the library's parse. */
+#define NAMED_PARSER(fn, T, parse)                                            \
+    static int fn(const cli_opt *o, const char *val, void *base)              \
+    {                                                                         \
+        return named(o, parse(val, ENUM_AT(T, o, base)));                    \
+    }
+NAMED_PARSER(parse_layout, ra_layout, ra_layout_parse)
+NAMED_PARSER(parse_rope, ra_rope, ra_rope_parse)
+NAMED_PARSER(parse_precision, ra_precision, ra_precision_parse)
+NAMED_PARSER(parse_wire, ra_wire, ra_wire_parse)
+NAMED_PARSER(parse_score, ra_score, ra_score_parse)
 
 /* An engine this build lacks is refused here, naming the flag. */
 static int parse_gemm(const cli_opt *o, const char *val, void *base)
@@ -706,21 +708,6 @@ static int parse_gemm(const cli_opt *o, const char *val, void *base)
     ra_error_set(RA_ERR_ARG, "%s %s: this build has no oneDNN (rebuild with "
                  "libdnnl-dev installed)", o->name, val);
     return -1;
-}
-
-static int parse_precision(const cli_opt *o, const char *val, void *base)
-{
-    return named(o, ra_precision_parse(val, ENUM_AT(ra_precision, o, base)));
-}
-
-static int parse_wire(const cli_opt *o, const char *val, void *base)
-{
-    return named(o, ra_wire_parse(val, ENUM_AT(ra_wire, o, base)));
-}
-
-static int parse_score(const cli_opt *o, const char *val, void *base)
-{
-    return named(o, ra_score_parse(val, ENUM_AT(ra_score, o, base)));
 }
 
 /* "all" stores CLI_STRATEGY_ALL, which only bench accepts; "auto"
@@ -738,7 +725,6 @@ static int parse_strategy(const cli_opt *o, const char *val, void *base)
     return named(o, ra_strategy_parse(val, ENUM_AT(ra_strategy, o, base)));
 }
 
-#define P_AT(f) offsetof(ra_params, f)
 /* A field of ra_params of C type ctype (CLI_FIELD). */
 #define P_FIELD(f, ctype) CLI_FIELD(ra_params, f, ctype)
 /* A tile size: rows in [1, RA_BLOCK_MAX]; the library's choice by
@@ -755,52 +741,30 @@ static int parse_strategy(const cli_opt *o, const char *val, void *base)
      .offset = P_FIELD(num.field, double), .rlo = -DBL_MAX, .rhi = DBL_MAX,   \
      .help = help_},
 
+/* An option of ra_params with its C type checked (P_FIELD), the default
+ * the library or a rule applies (SHOWN), and what its kind needs beyond
+ * (a range, a parser). */
+#define P_OPT(nm, kind_, meta_, f, ctype, shown_, help_, ...)                 \
+    {.name = nm, .kind = kind_, .meta = meta_, .offset = P_FIELD(f, ctype),   \
+     .shown = shown_, .help = help_, __VA_ARGS__}
+
 const cli_opt cli_forward_opts[] = {
     CLI_OPT_FLAG(ra_params, "--causal", num.causal,
                  "query i sees keys j <= i + M - N"),
-    {.name = "--window",
-     .kind = CLI_CUSTOM,
-     .meta = "L[,R]",
-     .fn = parse_window,
-     .help = "keys i'-L .. i'+R of query i, i' = i + M - N"},
-    {.name = "--scale",
-     .kind = CLI_REAL,
-     .meta = "S",
-     .offset = P_FIELD(num.scale, double),
-     .rlo = -DBL_MAX,
-     .rhi = DBL_MAX,
-     .shown = "1/sqrt(D)",
-     .help = "scale of the dot score"},
-    {.name = "--score",
-     .kind = CLI_CUSTOM,
-     .meta = "NAME",
-     .offset = P_AT(num.score),
-     .fn = parse_score,
-     .shown = "dot",
-     .help = "dot, gaussian or additive (see below)"},
-    {.name = "--sigma",
-     .kind = CLI_REAL,
-     .meta = "S",
-     .offset = P_FIELD(num.sigma, double),
-     .open_lo = 1,
-     .rhi = DBL_MAX,
-     .shown = RA_XSTR(CLI_SIGMA_DEFAULT),
-     .help = "bandwidth of the gaussian score"},
-    {.name = "--rope",
-     .kind = CLI_CUSTOM,
-     .meta = "PAIRING",
-     .offset = P_AT(num.rope),
-     .fn = parse_rope,
-     .shown = "none",
-     .help = "RoPE of q and k: interleaved or half"},
-    {.name = "--rope-base",
-     .kind = CLI_REAL,
-     .meta = "B",
-     .offset = P_FIELD(num.rope_base, double),
-     .open_lo = 1,
-     .rhi = DBL_MAX,
-     .shown = RA_XSTR(RA_ROPE_BASE_DEFAULT),
-     .help = "RoPE base: theta_i = B^(-2i/D)"},
+    P_OPT("--window", CLI_CUSTOM, "L[,R]", num.window, int, NULL,
+          "keys i'-L .. i'+R of query i, i' = i + M - N", .fn = parse_window),
+    P_OPT("--scale", CLI_REAL, "S", num.scale, double, "1/sqrt(D)",
+          "scale of the dot score", .rlo = -DBL_MAX, .rhi = DBL_MAX),
+    P_OPT("--score", CLI_CUSTOM, "NAME", num.score, ra_score, "dot",
+          "dot, gaussian or additive (see below)", .fn = parse_score),
+    P_OPT("--sigma", CLI_REAL, "S", num.sigma, double,
+          RA_XSTR(CLI_SIGMA_DEFAULT), "bandwidth of the gaussian score",
+          .open_lo = 1, .rhi = DBL_MAX),
+    P_OPT("--rope", CLI_CUSTOM, "PAIRING", num.rope, ra_rope, "none",
+          "RoPE of q and k: interleaved or half", .fn = parse_rope),
+    P_OPT("--rope-base", CLI_REAL, "B", num.rope_base, double,
+          RA_XSTR(RA_ROPE_BASE_DEFAULT), "RoPE base: theta_i = B^(-2i/D)",
+          .open_lo = 1, .rhi = DBL_MAX),
     CLI_OPT_FLAG(ra_params, "--alibi", num.alibi,
                  "ALiBi: add -slope_h * |j - i'| to head h's scores"),
     RA_SCORE_FEATURES(FEATURE_OPT)
@@ -808,65 +772,26 @@ const cli_opt cli_forward_opts[] = {
                  "align causal/window/ALiBi/RoPE per sequence (varlen)"),
     TILE_OPT("--block-q", exec.block_q, "query tile rows"),
     TILE_OPT("--block-kv", exec.block_kv, "key tile rows"),
-    {.name = "--layout",
-     .kind = CLI_CUSTOM,
-     .meta = "NAME",
-     .offset = P_AT(exec.layout),
-     .fn = parse_layout,
-     .shown = "auto",
-     .help = "contiguous|balanced|zigzag|striped|auto"},
-    {.name = "--gemm",
-     .kind = CLI_CUSTOM,
-     .meta = "ENGINE",
-     .offset = P_AT(exec.gemm),
-     .fn = parse_gemm,
-     .shown = "auto",
-     .help = "tile engine: onednn, openblas or auto"},
-    {.name = "--precision",
-     .kind = CLI_CUSTOM,
-     .meta = "P",
-     .offset = P_AT(num.precision),
-     .fn = parse_precision,
-     .shown = "fp32",
-     .help = "tile products: fp32 or bf16"},
-    {.name = "--wire",
-     .kind = CLI_CUSTOM,
-     .meta = "TYPE",
-     .offset = P_AT(exec.wire),
-     .fn = parse_wire,
-     .shown = "auto",
-     .help = "K/V on the ring: fp32, bf16 or auto"},
-    {.name = "--threads",
-     .kind = CLI_INT32,
-     .meta = "T",
-     .offset = P_FIELD(exec.threads, int),
-     .lo = 1,
-     .hi = RA_THREADS_MAX,
-     .shown = "$OMP_NUM_THREADS or 1",
-     .help = "threads per rank"},
-    {.name = "--strategy",
-     .kind = CLI_CUSTOM,
-     .meta = "NAME",
-     .offset = P_AT(exec.strategy),
-     .fn = parse_strategy,
-     .shown = "ring",
-     .help = "how ranks split the work (see below)"},
-    {.name = "--mem-limit",
-     .kind = CLI_INT,
-     .meta = "BYTES",
-     .offset = P_FIELD(exec.mem_limit, int64_t),
-     .lo = 1,
-     .hi = INT64_MAX,
-     .shown = "node memory/ranks",
-     .help = "bytes a rank may allocate"},
-    {.name = "--ulysses-size",
-     .kind = CLI_INT,
-     .meta = "U",
-     .offset = P_FIELD(exec.ulysses_size, int64_t),
-     .lo = 1,
-     .hi = 1 << 20,
-     .shown = "a node's ranks",
-     .help = "hybrid: ranks per head group"},
+    P_OPT("--layout", CLI_CUSTOM, "NAME", exec.layout, ra_layout, "auto",
+          "contiguous|balanced|zigzag|striped|auto", .fn = parse_layout),
+    P_OPT("--gemm", CLI_CUSTOM, "ENGINE", exec.gemm, ra_gemm, "auto",
+          "tile engine: onednn, openblas or auto", .fn = parse_gemm),
+    P_OPT("--precision", CLI_CUSTOM, "P", num.precision, ra_precision,
+          "fp32", "tile products: fp32 or bf16", .fn = parse_precision),
+    P_OPT("--wire", CLI_CUSTOM, "TYPE", exec.wire, ra_wire, "auto",
+          "K/V on the ring: fp32, bf16 or auto", .fn = parse_wire),
+    P_OPT("--threads", CLI_INT32, "T", exec.threads, int,
+          "$OMP_NUM_THREADS or 1", "threads per rank", .lo = 1,
+          .hi = RA_THREADS_MAX),
+    P_OPT("--strategy", CLI_CUSTOM, "NAME", exec.strategy, ra_strategy,
+          "ring", "how ranks split the work (see below)",
+          .fn = parse_strategy),
+    P_OPT("--mem-limit", CLI_INT, "BYTES", exec.mem_limit, int64_t,
+          "node memory/ranks", "bytes a rank may allocate", .lo = 1,
+          .hi = INT64_MAX),
+    P_OPT("--ulysses-size", CLI_INT, "U", exec.ulysses_size, int64_t,
+          "a node's ranks", "hybrid: ranks per head group", .lo = 1,
+          .hi = 1 << 20),
     {0},
 };
 
@@ -882,13 +807,9 @@ void cli_forward_details(FILE *out)
 }
 
 const cli_opt cli_pass_opts[] = {
-    {.name = "--stall-timeout",
-     .kind = CLI_REAL,
-     .meta = "S",
-     .offset = P_FIELD(exec.stall_timeout, double),
-     .rhi = 1e9,
-     .shown = "run: from the prediction; bench: " RA_XSTR(
-         RA_STALL_TIMEOUT_DEFAULT) " s",
-     .help = "abort after S s with no progress (0: never)"},
+    P_OPT("--stall-timeout", CLI_REAL, "S", exec.stall_timeout, double,
+          "run: from the prediction; bench: "
+          RA_XSTR(RA_STALL_TIMEOUT_DEFAULT) " s",
+          "abort after S s with no progress (0: never)", .rhi = 1e9),
     {0},
 };

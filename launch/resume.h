@@ -1,14 +1,12 @@
 /* resume.h: checkpoints of run and run --backward (docs/CHECKPOINT.md):
  * the options --checkpoint DIR[,S] and --resume DIR, the signals that ask
  * for a checkpoint and a stop (SIGUSR1, SIGTERM), and the library's hooks
- * (ringattn.h, ra_checkpoint) writing and reading DIR/checkpoint.h5. The
- * library saves nothing itself: the files and signals are all here. */
+ * (ringattn.h, ra_checkpoint) on io/ckpt_pass.h, which checks, saves and
+ * loads DIR/checkpoint.h5. */
 #ifndef RA_RESUME_H
 #define RA_RESUME_H
 
-#include <limits.h>
-
-#include "checkpoint.h"
+#include "ckpt_pass.h"
 #include "cli.h"
 
 /* The default seconds between two periodic checkpoints. */
@@ -25,42 +23,20 @@ extern const cli_opt cli_ckpt_opts[];
 
 /* One run's checkpoints, from cli_ckpt_begin to cli_ckpt_end. */
 typedef struct {
-    const cli_ctx *ctx;
-    const char *pass;        /* "forward" or "backward" */
-    const char *dir;         /* where checkpoints go: --checkpoint's DIR,
-                                else --resume's; NULL: none */
-    double every;
-    char path[PATH_MAX];     /* DIR/checkpoint.h5 */
-    char from[PATH_MAX];     /* --resume's DIR/checkpoint.h5, or "" */
-    h5io_ckpt_head head;     /* its attributes (rank 0's, agreed) */
-    char key[H5IO_CKPT_KEY_LEN]; /* this run's options that change the
-                                numbers, one "name=value" line each */
-    const char *fingerprint; /* of the input read */
-    double last;             /* MPI_Wtime of the start or the last save */
-    int saved, step;         /* checkpoints written, the last one's step */
+    h5io_resume r;
     ra_checkpoint hooks;
 } cli_ckpt;
 
-/* In the validate step, before any work: the directories (checkpoints
- * are written where an output could be), --resume's checkpoint read and
- * checked against this pass and P (RA_ERR_ARG naming what differs), the
- * handlers of SIGUSR1 and SIGTERM installed (they ask for a stop at the
- * next step boundary), p->checkpoint pointed at k's hooks (the library
- * refuses what takes no checkpoints). Agreed. Nothing when neither
- * option is given. */
+/* In the validate step, before any work: h5io_resume_begin of the pass
+ * ("forward" or "backward"), the handlers of SIGUSR1 and SIGTERM
+ * installed (they ask for a stop at the next step boundary), p->checkpoint
+ * pointed at k's hooks (the library refuses what takes no checkpoints).
+ * Agreed. Nothing when neither option is given. */
 ra_status cli_ckpt_begin(const cli_ctx *ctx, const cli_ckpt_args *a,
                          const char *pass, cli_ckpt *k, ra_params *p);
 
-/* Once the options are resolved (layout) and before the input is read:
- * the key of this run; with --resume, RA_ERR_ARG "--resume DIR: the
- * checkpoint was made with NAME = X, this run has Y" for the first option
- * that differs. Agreed. */
-ra_status cli_ckpt_key(cli_ckpt *k, const ra_shape *s, const ra_params *p,
-                       const ra_masks *masks, int dw);
-
 /* After the input is read and fingerprinted (fp, kept by the caller):
- * with --resume, RA_ERR_INPUT when the checkpoint's input differs, else
- * the hooks load from it. Agreed. */
+ * h5io_resume_arm, the hooks then loading from --resume's checkpoint. */
 ra_status cli_ckpt_arm(cli_ckpt *k, const char *fp);
 
 /* After the pass: a stop (RA_STOPPED) becomes one line naming the
