@@ -256,6 +256,28 @@ int cli_parse_f64(const char *opt, const char *text, double *out);
 int cli_parse_i64_list(const char *opt, const char *text, int64_t lo,
                        int64_t hi, int64_t *out, int max, const char *what);
 
+/* The largest size (a length, a window) an option takes. */
+#define CLI_MAX_SIZE ((int64_t)1 << 40)
+/* The option's value through a library's parse of an enum (ra_*_parse, the
+ * one list of names, whose message says what it expected): 0, or -1 with
+ * the message naming the option. */
+int cli_named(const cli_opt *o, ra_status st);
+/* The destination of o in the group's struct at base, of enum type T. */
+#define CLI_ENUM_AT(T, o, base) ((T *)((char *)(base) + (o)->offset))
+/* The library's enums by its names (cli_named): an ra_layout, ra_rope,
+ * ra_precision, ra_wire, ra_score, ra_strategy at o->offset. */
+int cli_parse_layout(const cli_opt *o, const char *val, void *base);
+int cli_parse_rope(const cli_opt *o, const char *val, void *base);
+int cli_parse_precision(const cli_opt *o, const char *val, void *base);
+int cli_parse_wire(const cli_opt *o, const char *val, void *base);
+int cli_parse_score(const cli_opt *o, const char *val, void *base);
+int cli_parse_strategy(const cli_opt *o, const char *val, void *base);
+/* --window "L" or "L,R" (keys within L before and R after the aligned
+ * diagonal) into the ra_params at base. */
+int cli_parse_window(const cli_opt *o, const char *val, void *base);
+/* The usage and the option rows of spec, as cli_help prints them. */
+void cli_help_options(const cli_spec *spec, FILE *out);
+
 /* ---- groups shared by several subcommands ------------------------------- */
 
 /* Shape flags, with their defaults filled. */

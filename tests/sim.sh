@@ -69,7 +69,7 @@ refused "malformed platform" "malformed platform" -n 2 --platform "$tmp/bad.xml"
 refused "unknown host" "line 2: unknown host 'node-x'" -n 2 --hostfile "$tmp/hosts"
 refused "more ranks than cores" "9 ranks on host node-0 of 8 cores" \
   -n 9 --ranks-per-node 9
-refused "unknown option" "--sequence: unknown option" -n 2 --sequence 5
+refused "unknown option" "unknown option '--sequence'" -n 2 --sequence 5
 refused "missing profile" "--profile: $tmp/none.json: cannot open" -n 2 \
   --mode scale --profile "$tmp/none.json"
 "$sim" --program "$program" -n 9 --ranks-per-node 9 --oversubscribe --mode scale \

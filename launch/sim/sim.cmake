@@ -13,6 +13,8 @@ file(GLOB RA_SIM_LIBRARY_SOURCES CONFIGURE_DEPENDS
      ${PROJECT_SOURCE_DIR}/engine/*.c ${PROJECT_SOURCE_DIR}/comm/*.c
      ${PROJECT_SOURCE_DIR}/comm/perf/*.c)
 file(GLOB RA_SIM_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/launch/sim/*.c)
+# ringattn-sim parses its options with the registry (launch/registry.c).
+list(APPEND RA_SIM_SOURCES ${PROJECT_SOURCE_DIR}/launch/registry.c)
 # `--profile FILE` reads a probe's JSON with the planning unit's reader
 # (comm/perf/profile_json.c, jansson), and `--json FILE` writes bench's row
 # (launch/bench_json.c). Their header chain names HDF5 types, so HDF5's
