@@ -1,13 +1,13 @@
-/* bench.h: `ringattn bench`: its options and reporting; the measurements,
- * masks and check are comm/perf/'s bench_measure.h and bench_check.h. */
+/* bench.h: `ringattn bench`: its options and printing; the measurements,
+ * masks, check and the rows' JSON and CSV are comm/perf/'s bench_run.h,
+ * bench_measure.h and bench_check.h. */
 #ifndef RA_BENCH_H
 #define RA_BENCH_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-#include "bench_check.h"
-#include "bench_measure.h"
+#include "bench_run.h"
 #include "cli.h"
 #include "compare.h"
 
@@ -45,17 +45,13 @@ int parse_bench(bench_opts *o, int argc, char **argv, int *help);
 
 /* Rank 0: the yardsticks' lines of a run's echo. */
 void bench_print_yard(FILE *out, const bench_yard *y);
-/* Output sinks; rank 0 only. The writers return 0, or -1 when a write
- * failed (errno set). */
+/* The table's header and rows; rank 0 only. */
 void bench_print_header(FILE *out);
 void bench_print_row(FILE *out, const bench_result *r);
-int bench_json_write(FILE *out, const bench_result *rows, int count);
-/* One row of bench_json_write (bench_json.c), the caller's to release;
- * NULL when out of memory. */
-json_t *bench_json_row(const bench_result *r);
 /* The columns of the table, for --help. */
 extern const char bench_columns[];
-int bench_csv_write(FILE *out, const bench_result *rows, int count);
+/* Where the ranks of ctx run, as a row states it. */
+bench_place bench_place_of(const cli_ctx *ctx);
 
 /* The files of --json and --csv checked before any work (rank 0; an
  * existing file is replaced), against each other and the --profile read

@@ -1,5 +1,6 @@
-/* bench_report.c: the table, JSON and CSV of `ringattn bench` and
- * `ringattn bench --backward`. */
+/* bench_report.c: the table of `ringattn bench` and `ringattn bench
+ * --backward`, and its JSON and CSV files (comm/perf/bench_rows.c writes
+ * their text). */
 #include "bench.h"
 #include "h5io.h"
 #include "internal.h"
@@ -54,29 +55,14 @@ void bench_print_header(FILE *out)
             "core", "f_core", "prod", "f_prod");
 }
 
-/* A yardstick and the row's fraction of it as the table shows them: "n/a"
- * when the run has none (no oneDNN; --no-yardsticks), never a made-up
- * figure. */
-static void yard_cells(double gflops, double yard, char cell[16],
-                       char frac[16])
-{
-    if (yard > 0) {
-        snprintf(cell, 16, "%.1f", yard);
-        snprintf(frac, 16, "%.3f", gflops / yard);
-    } else {
-        snprintf(cell, 16, "n/a");
-        snprintf(frac, 16, "n/a");
-    }
-}
-
 void bench_print_row(FILE *out, const bench_result *r)
 {
     char sgemm[16], ratio[16], peak[16], frac[16];
     char core[16], f_core[16], prod[16], f_prod[16];
-    yard_cells(r->gflops, r->sgemm_gflops, sgemm, ratio);
-    yard_cells(r->gflops, r->peak_gflops, peak, frac);
-    yard_cells(r->gflops, r->core_gflops, core, f_core);
-    yard_cells(r->gflops, r->products_gflops, prod, f_prod);
+    bench_yard_cells(r->gflops, r->sgemm_gflops, sgemm, ratio);
+    bench_yard_cells(r->gflops, r->peak_gflops, peak, frac);
+    bench_yard_cells(r->gflops, r->core_gflops, core, f_core);
+    bench_yard_cells(r->gflops, r->products_gflops, prod, f_prod);
     fprintf(out, " %7lld %7lld %2d %2d %9s %9.4f %9.4f %9.4f %5.2f %5.2f %8.1f "
                  "%8s %6s %8s %6s %6.2f %9.2f %9.2f %9.2f %9.2f %8.1f "
                  "%8.1f %9.2e %7s %8s %6s %8s %6s\n",
@@ -92,35 +78,6 @@ void bench_print_row(FILE *out, const bench_result *r)
             r->model_bytes / 1048576.0, r->max_rel_error,
             r->pass ? "PASS" : "FAIL", core, f_core, prod, f_prod);
     fflush(out);
-}
-
-int bench_csv_write(FILE *out, const bench_result *rows, int count)
-{
-    fprintf(out, "ranks,threads,mode,batch,seq_q,seq_kv,heads,kv_heads,dim,"
-                 "dim_v,causal,layout,block_q,block_kv,seconds_median,gflops,"
-                 "sgemm_gflops,peak_gflops,comm_wait_fraction,bytes_sent,ring_gbps,"
-                 "peak_rss_bytes,model_bytes,max_rel_error,verdict\n");
-    for (int i = 0; i < count; i++) {
-        const bench_result *r = &rows[i];
-        char sgemm[16], peak[16], frac[16];
-        yard_cells(r->gflops, r->sgemm_gflops, sgemm, frac);
-        yard_cells(r->gflops, r->peak_gflops, peak, frac);
-        fprintf(out,
-                "%d,%d,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%lld,"
-                "%lld,%.6e,%.4f,%s,%s,%.6f,%.0f,%.4f,%.0f,%.0f,%.3e,"
-                "%s\n",
-                r->ranks, r->threads, r->mode, (long long)r->s.B,
-                (long long)r->s.N, (long long)r->s.M, (long long)r->s.H,
-                (long long)r->s.G, (long long)r->s.D, (long long)r->s.Dv,
-                r->p.num.causal,
-                ra_layout_name(ra_params_layout(&r->p, r->segment_avg > 0)),
-                (long long)r->block_q, (long long)r->block_kv,
-                r->seconds_median, r->gflops, sgemm, peak,
-                r->comm_wait_fraction, r->bytes_sent, r->ring_gbps,
-                r->peak_rss.max, r->model_bytes, r->max_rel_error,
-                r->pass ? "PASS" : "FAIL");
-    }
-    return ferror(out) ? -1 : 0;
 }
 
 /* The rows and the writer of one output file's format. */

@@ -17,6 +17,7 @@
 #include "h5io.h"
 #include "internal.h"
 #include "run_inputs.h" /* what a run reads beside q, k, v (io/) */
+#include "perf_json.h" /* JSON values (comm/perf/perf_json.c) */
 
 /* Exit codes: usage and input errors, runtime failures, and a run
  * --checkpoint that saved its state and stopped as a signal asked (run
@@ -479,20 +480,6 @@ typedef struct {
  * with the output; rank 0 alone; RA_ERR_IO on failure, nothing left. */
 ra_status cli_json_write(const char *path, int force,
                          const cli_run_summary *r, h5io_staged *staged);
-
-/* JSON values (json_out.c), NULL when out of memory: x as the table
- * prints it with fmt ("%.6e"), a count (an integer while it is exact), a
- * text (bytes that are not UTF-8 become '?'; NULL is null). Non-finite
- * numbers are 0. */
-json_t *cli_json_fixed(double x, const char *fmt);
-json_t *cli_json_count(double x);
-json_t *cli_json_text(const char *s);
-/* The keys of object b added to object a, b released: a, or NULL (a
- * released too) when either is NULL or out of memory. */
-json_t *cli_json_merge(json_t *a, json_t *b);
-/* Writes v (NULL: failed to build) to f, indented, reals with precision
- * significant digits, then releases v; 0, or -1 when a write failed. */
-int cli_json_dump(FILE *f, json_t *v, int precision);
 
 /* `ringattn --version`: the version and the build's BLAS, MPI, HDF5 and the
  * SIMD path of the exp, from rank 0. */

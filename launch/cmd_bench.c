@@ -1,27 +1,20 @@
 /* cmd_bench.c: `ringattn bench`: the forward pass on in-memory random
  * inputs, measured honestly: warm-up passes, barriers before each timed
  * pass, per-rank min/avg/max, the same processes' large-sgemm rate and
- * oneDNN matmul peak as the yardsticks, a comm-only ring for bandwidth, peak RSS, and a sampled fp64
- * check of every configuration's output. Rank 0 alone prints.
- * parse -> validate -> set up -> measure -> report; comm/perf/
- * bench_measure.c and bench_check.c hold the measurements and the check. */
-#include <math.h>
+ * oneDNN matmul peak as the yardsticks, a comm-only ring for bandwidth,
+ * peak RSS, and a sampled fp64 check of every configuration's output.
+ * Rank 0 alone prints. parse -> validate -> set up -> measure -> report;
+ * comm/perf/bench_run.c measures each configuration into its row. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "agree.h"
-#include "call.h"
 #include "bench.h"
+#include "call.h"
 #include "gemm_env.h"
-#include "internal.h"
-#include "band.h"
-#include "kernel.h"
-#include "model.h"
 #include "placement.h"
 #include "plan.h"
 #include "simd.h"
-#include "tally.h"
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -94,148 +87,31 @@ int parse_bench(bench_opts *o, int argc, char **argv, int *help)
 
 /* ---- one configuration ---------------------------------------------------- */
 
-/* What one configuration owns while it is measured. */
-typedef struct {
-    cli_tensors t;
-    bench_gen gen;              /* what regenerates the masks and inputs */
-    bench_masks bm;
-    bench_reps reps;
-    double pairs_max;           /* the busiest rank's visible pairs */
-} bench_run;
-
-static void bench_run_free(bench_run *r)
+/* The place of the ranks, as a row states it. */
+bench_place bench_place_of(const cli_ctx *ctx)
 {
-    cli_tensors_free(&r->t);
-    bench_masks_free(&r->bm);
-    bench_reps_free(&r->reps);
-    memset(r, 0, sizeof *r);
+    return (bench_place){ctx->nodes.nodes, ctx->nodes.ranks_per_node_max,
+                         ctx->node_aware};
 }
 
-/* Buffers and random inputs of one shape; the ranks agree. */
-static ra_status config_setup(const cli_ctx *ctx, const bench_opts *o,
-                              const ra_shape *s, bench_run *r)
-{
-    const uint64_t seed = (uint64_t)o->seed;
-    r->gen = (bench_gen){&o->p, seed, o->rm.lens, o->rm.segment_avg,
-                         o->check_rows};
-    ra_status st = cli_tensors_alloc(&r->t, s, &o->p, ctx);
-    if (st == RA_OK)
-        st = bench_reps_alloc(&r->reps, o->reps, "bench");
-    if (st == RA_OK)
-        st = bench_masks_make(&r->gen, s, &r->t.qs, &r->t.ks, &r->bm);
-    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
-        return st;
-    ra_random_slice(seed, RA_STREAM_Q, s->B, s->N, s->H * s->D, &r->t.qs, r->t.q);
-    ra_random_slice(seed, RA_STREAM_K, s->B, s->M, s->G * s->D, &r->t.ks, r->t.k);
-    ra_random_slice(seed, RA_STREAM_V, s->B, s->M, s->G * s->Dv, &r->t.ks,
-                    r->t.v);
-    return RA_OK;
-}
-
-/* Warm-up and timed passes, a barrier before each. */
-static ra_status config_measure(const cli_ctx *ctx, const bench_opts *o,
-                                const ra_shape *s, int naive, bench_run *r)
-{
-    cli_tensors *t = &r->t;
-    ra_status st = RA_OK;
-    const ra_baseline_operands x = {t->q, t->k, t->v, t->o, t->lse};
-    bench_rss_reset();
-    for (int64_t rep = -o->warmup; rep < o->reps && st == RA_OK; rep++) {
-        MPI_Barrier(ctx->comm);
-        st = naive ? ra_baseline_forward(ctx->comm, s, &o->p, &x, &r->reps.tm)
-                   : ra_call_forward(ctx->comm, s, &o->p, &r->bm.view,
-                                     &(ra_qkv){t->q, t->k, t->v},
-                                     &(ra_out){t->o, t->lse, NULL},
-                                     &r->reps.tm);
-        if (rep >= 0)
-            bench_reps_record(&r->reps, rep);
-    }
-    r->reps.rss = bench_rss_peak();
-    return st;
-}
-
-/* The bytes the rank is expected to hold: slices, plus what the strategy
- * holds (model_rank_bytes, the plan's own formula) or, naive, the gathered
- * K/V and a score row block. */
-static double model_bytes(const cli_ctx *ctx, const ra_shape *s, int naive,
-                          const bench_run *r, const bench_result *res)
-{
-    const cli_tensors *t = &r->t;
-    if (!naive)
-        return model_rank_bytes(s, &res->p, res->p.exec.layout, ctx->nranks,
-                                ctx->rank);
-    return (double)(t->nq + t->nk + t->nv + t->no + t->nl) * 4.0 +
-           4.0 * (double)(s->B * s->M * s->G * (s->D + s->Dv)) +
-           4.0 * (double)(t->qs.count * s->M);
-}
-
-/* Useful FLOPs of one pass: the visible pairs times what one costs
- * (ra_pair_flops, as ra_forward_flops counts). Collective. */
-static double config_flops(const cli_ctx *ctx, const bench_opts *o,
-                           const ra_shape *s, bench_run *r)
-{
-    double pairs = bench_local_pairs(&r->gen, s, &r->t.qs, &r->bm), all = 0;
-    MPI_Allreduce(&pairs, &all, 1, MPI_DOUBLE, MPI_SUM, ctx->comm);
-    MPI_Allreduce(&pairs, &r->pairs_max, 1, MPI_DOUBLE, MPI_MAX, ctx->comm);
-    return ra_pair_flops(s, &o->p) * all;
-}
-
-/* Everything a row says about one measured configuration. Collective. */
-static void config_result(const cli_ctx *ctx, const bench_opts *o,
-                          const ra_shape *s, int naive,
-                          const bench_yard *yard, bench_run *r,
-                          bench_result *res)
-{
-    memset(res, 0, sizeof *res);
-    res->s = *s;
-    res->p = o->p;
-    res->ranks = ctx->nranks;
-    res->threads = ra_params_threads(&o->p);
-    res->mode = naive ? "naive" : ra_strategy_name(o->p.exec.strategy);
-    ra_params_tiles(&o->p, s, &res->block_q, &res->block_kv);
-    res->flops = config_flops(ctx, o, s, r);
-    res->pairs_max = r->pairs_max;
-    bench_times(ctx->comm, o->reps, &r->reps, res);
-    res->nodes = ctx->nodes.nodes;
-    res->ranks_per_node = ctx->nodes.ranks_per_node_max;
-    res->node_aware = ctx->node_aware;
-    res->gflops = res->flops / res->seconds_median * 1e-9;
-    res->sgemm_gflops = yard->sgemm;
-    res->peak_gflops = yard->peak;
-    res->core_gflops = yard->core;
-    res->products_gflops = bench_products_rate(ctx->comm, s, &o->p, 0,
-                                               o->no_yardsticks);
-    res->model_bytes =
-        bench_spread(ctx->comm, model_bytes(ctx, s, naive, r, res)).max;
-    res->ring_gbps =
-        naive ? 0.0
-              : bench_ring_bandwidth(ctx->comm, s, &o->p, o->p.exec.layout);
-    res->steps = naive ? 1 : r->reps.tm.steps;
-    res->lens = o->rm.lens;
-    res->segment_avg = o->rm.segment_avg;
-    ra_tally mine = {0}, all = {0};
-    bench_check_output(&r->gen, s, &r->t.qs, &r->bm, r->t.o, r->t.lse,
-                       &mine);
-    if (ra_tally_allreduce(ctx->comm, &mine, &all) != RA_OK)
-        all.bad_inf = 1;
-    res->max_rel_error = all.rel_o;
-    res->max_lse_error = all.bad_inf ? INFINITY : all.max_lse;
-    res->pass = ra_tally_ok(&all, RA_TOLERANCE);
-}
-
+/* Measures one configuration (comm/perf/bench_run.c) on tensors of this
+ * rank; the ranks agree, but on a stalled ring, which ends the job. */
 static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
                             const ra_shape *s, int naive,
                             const bench_yard *yard, bench_result *res)
 {
-    bench_run r = {0};
-    ra_status st = config_setup(ctx, o, s, &r);
-    if (st == RA_OK &&
-        (st = config_measure(ctx, o, s, naive, &r)) == RA_ERR_MPI)
+    cli_tensors t;
+    ra_status st = ra_agree(ctx->comm, cli_tensors_alloc(&t, s, &o->p, ctx));
+    const bench_config c = {
+        s, {&o->p, (uint64_t)o->seed, o->rm.lens, o->rm.segment_avg,
+            o->check_rows}, o->warmup, o->reps, naive, 0, o->no_yardsticks,
+        yard, bench_place_of(ctx)};
+    const bench_operands x = {t.qs, t.ks, t.q, t.k, t.v, t.o, t.lse};
+    if (st == RA_OK && (st = bench_config_run(ctx->comm, &c, &x, res)) ==
+                       RA_ERR_MPI)
         cli_abort(ctx, ra_error_message()); /* a stalled ring: the others
                                                wait for a stopped rank */
-    if (st == RA_OK)
-        config_result(ctx, o, s, naive, yard, &r, res);
-    bench_run_free(&r);
+    cli_tensors_free(&t);
     return st;
 }
 
@@ -441,21 +317,6 @@ static ra_status bench_setup(const cli_ctx *ctx, bench_opts *o)
     return st;
 }
 
-/* Whether pass k of a shape runs: the chosen strategy once, or with
- * --strategy all each one that takes the problem (ulysses needs P <= H;
- * the additive score runs on ring only). Allgather's memory limit is the
- * library's to judge: it refuses with a message. */
-static int strategy_applies(const cli_ctx *ctx, const bench_opts *o,
-                            const ra_params *p, const ra_shape *s, int k)
-{
-    if (!o->all_strategies)
-        return k == 0;
-    if (p->exec.strategy != RA_STRATEGY_RING &&
-        p->num.score == RA_SCORE_ADDITIVE)
-        return 0;
-    return p->exec.strategy != RA_STRATEGY_ULYSSES || s->H >= ctx->nranks;
-}
-
 /* Measures every configuration; rank 0 prints the rows as they come. */
 static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
                                bench_result *rows, int *nrows)
@@ -480,7 +341,8 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
             if (!naive && o->auto_strategy)
                 one.p.exec.strategy = (ra_strategy)o->picked[i];
             if (!(naive ? o->naive : o->ring) ||
-                (!naive && !strategy_applies(ctx, o, &one.p, &s, k)))
+                (!naive && (o->all_strategies ? !bench_strategy_applies(
+                                &one.p, &s, ctx->nranks) : k > 0)))
                 continue;
             st = run_config(ctx, &one, &s, naive, &yard, &rows[*nrows]);
             if (st == RA_OK && ctx->rank == 0)

@@ -1,10 +1,10 @@
-/* plan_report.c: what `ringattn plan` prints and writes (rank 0). */
+/* plan_report.c: what `ringattn plan` prints and writes (rank 0); the
+ * predictions and their JSON and CSV are comm/perf/plan_run.c's. */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "agree.h"
-#include "internal.h"
+#include "plan.h"
 #include "plan_out.h"
 
 static const char *const no_profile =
@@ -26,10 +26,34 @@ static int plan_ties(const model_table *t, const char *sep, char *buf,
     return n;
 }
 
-static void print_echo(const plan_opts *o, const plan_state *w)
+/* The links and the kernel rate the plan was given. */
+static void print_rates(const plan_opts *o)
 {
+    const perf_plan *w = &o->w;
+    if (o->pl.nodes > 0)
+        printf("# %-10s %s: cluster '%s', %s, %d nodes of %d cores, link "
+               "%.4g GB/s, %.3g us between neighbours\n", "platform",
+               w->platform, o->pl.id, o->pl.topology, o->pl.nodes,
+               o->pl.cores, w->pf.inter.bandwidth * 1e-9,
+               w->pf.inter.latency * 1e6);
+    printf("# %-10s %s%s%s\n", "profile", w->profile ? w->profile : "built-in",
+           o->link_rate > 0 || o->link_latency > 0 || o->pl.nodes > 0
+               ? " (links between nodes: the platform or --link-*)" : "",
+           w->kernel_rate > 0 ? " (kernel rate: --kernel-rate)" : "");
+    const profile_kernel_key key = profile_key_of(&w->p, w->s.D, w->s.Dv);
+    printf("# %-10s %s %s, %s tiles: %.1f GFLOP/s per core%s\n", "kernel",
+           ra_gemm_name(key.gemm), key.precision,
+           profile_class_name(key.cls),
+           w->kernel_rate > 0 ? w->kernel_rate
+                              : profile_kernel_rate(&w->pf, &key) * 1e-9,
+           w->kernel_rate > 0 ? " (--kernel-rate)" : "");
+}
+
+static void print_echo(const plan_opts *o)
+{
+    const perf_plan *w = &o->w;
     const ra_shape *s = &w->s;
-    if (!o->profile)
+    if (!w->profile)
         printf("# %s\n", no_profile);
     printf("# ringattn plan %s\n", RA_VERSION_STRING);
     printf("# %-10s %s\n", "problem", o->in ? o->in : "shape flags");
@@ -38,37 +62,18 @@ static void print_echo(const plan_opts *o, const plan_state *w)
            (long long)s->H, (long long)s->G, (long long)s->D,
            (long long)s->Dv);
     printf("# %-10s causal %s, window %s, score %s, masks%s%s%s\n", "options",
-           o->p.num.causal ? "yes" : "no", o->p.num.window ? "yes" : "no",
-           ra_score_name(o->p.num.score), w->mk.q_lens ? " lens" : "",
+           w->p.num.causal ? "yes" : "no", w->p.num.window ? "yes" : "no",
+           ra_score_name(w->p.num.score), w->mk.q_lens ? " lens" : "",
            w->mk.q_seg ? " segments" : "",
            w->mk.q_lens || w->mk.q_seg ? "" : " none");
     printf("# %-10s %lld ranks on %lld node(s), %d thread(s) per rank, "
-           "%lld cores in all\n", "allocation", (long long)o->ranks,
-           (long long)o->nodes, ra_params_threads(&o->p),
-           (long long)(o->cores > 0 ? o->cores
-                       : (w->pl.nodes > 0 ? w->pl.cores
-                                          : sysconf(_SC_NPROCESSORS_ONLN)) *
-                             o->nodes));
-    if (w->pl.nodes > 0)
-        printf("# %-10s %s: cluster '%s', %s, %d nodes of %d cores, link "
-               "%.4g GB/s, %.3g us between neighbours\n", "platform",
-               o->platform, w->pl.id, w->pl.topology, w->pl.nodes,
-               w->pl.cores, w->pf.inter.bandwidth * 1e-9,
-               w->pf.inter.latency * 1e6);
-    printf("# %-10s %s%s%s\n", "profile", o->profile ? o->profile : "built-in",
-           o->link_rate > 0 || o->link_latency > 0 || w->pl.nodes > 0
-               ? " (links between nodes: the platform or --link-*)" : "",
-           o->kernel_rate > 0 ? " (kernel rate: --kernel-rate)" : "");
-    const profile_kernel_key key = profile_key_of(&o->p, s->D, s->Dv);
-    printf("# %-10s %s %s, %s tiles: %.1f GFLOP/s per core%s\n", "kernel",
-           ra_gemm_name(key.gemm), key.precision,
-           profile_class_name(key.cls),
-           o->kernel_rate > 0 ? o->kernel_rate
-                              : profile_kernel_rate(&w->pf, &key) * 1e-9,
-           o->kernel_rate > 0 ? " (--kernel-rate)" : "");
+           "%d cores in all\n", "allocation", (long long)w->ranks,
+           (long long)w->nodes, ra_params_threads(&w->p),
+           plan_alloc(w, w->ranks, w->nodes).cores);
+    print_rates(o);
     printf("# %-10s %s\n", "layout",
            w->layout_auto ? "auto: each tried, the best per strategy shown"
-                          : ra_layout_name(o->p.exec.layout));
+                          : ra_layout_name(w->p.exec.layout));
 }
 
 /* vs_best of a row: its time over the best's, "tie" within the model's
@@ -84,7 +89,7 @@ static const char *vs_best(const model_table *t, const model_result *r,
     return buf;
 }
 
-static void print_table(const plan_state *w)
+static void print_table(const perf_plan *w)
 {
     char vs[32];
     printf("#%9s %10s %7s %9s %12s %9s %9s %9s %8s %9s %9s %9s  %s\n",
@@ -105,7 +110,7 @@ static void print_table(const plan_state *w)
 
 /* The verdict line: the fastest, or the strategies the model cannot tell
  * apart (within its error), with the error stated. */
-static void print_fastest(const plan_state *w)
+static void print_fastest(const perf_plan *w)
 {
     const model_table *t = &w->table;
     char ties[256];
@@ -128,227 +133,77 @@ static void print_fastest(const plan_state *w)
            w->seconds);
 }
 
-static void print_sweep(const plan_opts *o, const plan_state *w)
+static void print_sweep(const perf_plan *w)
 {
     printf("# predicted scaling (ranks per node %lld; weak: N and M grow "
-           "with the nodes)\n", (long long)(o->ranks / o->nodes));
+           "with the nodes)\n", (long long)(w->ranks / w->nodes));
     printf("#%7s %6s %8s %9s %9s %10s %9s  %s\n", "scaling", "nodes",
            "ranks", "N", "best", "layout", "time_s", "within the model's "
            "error");
-    const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
-    for (int i = 0; i < 2 * o->nsweep; i++) {
-        const model_table *t = &w->sweep[i];
-        const int64_t K = o->sweep[i / 2];
-        const int64_t N = i % 2 ? w->s.N * K / o->sweep[0] : w->s.N;
+    for (int i = 0; i < 2 * w->nsweep; i++) {
+        const plan_point at = plan_point_of(w, i);
+        const model_table *t = at.table;
+        printf(" %7s %6lld %8lld %9lld", at.scaling, (long long)at.nodes,
+               (long long)at.ranks, (long long)at.s.N);
         if (t->best < 0) {
-            printf(" %7s %6lld %8lld %9lld %9s\n", i % 2 ? "weak" : "strong",
-                   (long long)K, (long long)(K * per), (long long)N, "none");
+            printf(" %9s\n", "none");
             continue;
         }
         const model_result *b = &t->row[t->best];
         char ties[256];
         const int n = plan_ties(t, ",", ties, sizeof ties);
-        printf(" %7s %6lld %8lld %9lld %9s %10s %9.4f  %s\n",
-               i % 2 ? "weak" : "strong", (long long)K, (long long)(K * per),
-               (long long)N, ra_strategy_name(b->strategy),
+        printf(" %9s %10s %9.4f  %s\n", ra_strategy_name(b->strategy),
                ra_layout_name(b->layout), b->t_total, n > 1 ? ties : "-");
     }
 }
 
-/* ---- JSON and CSV ------------------------------------------------------------ */
-
-/* Reals at 15 digits: each as the table rounds it, no digits of noise. */
-enum { PLAN_JSON_DIGITS = 15 };
-
-/* Where a row's prediction is for: the allocation and the shape. */
-typedef struct {
-    const ra_shape *s;
-    int64_t ranks, nodes;
-    const char *scaling; /* "none", "strong", "weak" */
-} plan_point;
-
-static json_t *plan_json_row_problem(const plan_opts *o, const plan_point *at,
-                                const model_result *r)
+static int json_fill(FILE *f, const void *w)
 {
-    const ra_shape *s = at->s;
-    return json_pack(
-        "{s:s, s:s, s:b, s:o, s:I, s:I, s:i, s:s, s:I, s:I, s:I, s:I, s:I, "
-        "s:I, s:I, s:b, s:o}",
-        "strategy", ra_strategy_name(r->strategy), "layout",
-        ra_layout_name(r->layout), "applies", r->applies, "why",
-        cli_json_text(r->why), "ranks", (json_int_t)at->ranks, "nodes",
-        (json_int_t)at->nodes, "threads", ra_params_threads(&o->p), "scaling",
-        at->scaling, "batch", (json_int_t)s->B, "seq_q", (json_int_t)s->N,
-        "seq_kv", (json_int_t)s->M, "heads", (json_int_t)s->H, "kv_heads",
-        (json_int_t)s->G, "dim", (json_int_t)s->D, "dim_v", (json_int_t)s->Dv,
-        "causal", o->p.num.causal, "platform", cli_json_text(o->platform));
+    return plan_json_write(f, w);
 }
 
-static json_t *plan_json_row_costs(const model_result *r)
+static int csv_fill(FILE *f, const void *w)
 {
-    return json_pack(
-        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, "
-        "s:o, s:o}",
-        "time_s", cli_json_fixed(r->t_total, "%.6e"),
-        "compute_s", cli_json_fixed(r->t_compute, "%.6e"),
-        "comm_s", cli_json_fixed(r->t_comm, "%.6e"),
-        "imbalance_s", cli_json_fixed(r->t_imbalance, "%.6e"),
-        "io_s", cli_json_fixed(r->t_io, "%.6e"),
-        "flops", cli_json_fixed(r->flops, "%.6e"),
-        "pairs_total", cli_json_count(r->pairs_total),
-        "pairs_max", cli_json_count(r->pairs_ring_max),
-        "bytes_sent", cli_json_count(r->bytes_max),
-        "bytes_sent_avg", cli_json_count(r->bytes_avg),
-        "intra_bytes", cli_json_count(r->intra_max),
-        "inter_bytes", cli_json_count(r->inter_max),
-        "cross_node_bytes", cli_json_count(r->cross_max),
-        "cross_node_bytes_total", cli_json_count(r->cross_total),
-        "model_bytes", cli_json_count(r->mem_max));
+    return plan_csv_write(f, w);
 }
 
-/* The rows of table t at point at appended to the array rows (NULL: a
- * row failed, rows released). */
-static json_t *plan_json_rows(json_t *rows, const plan_opts *o,
-                         const plan_point *at, const model_table *t)
-{
-    for (int i = 0; i < t->nrows && rows; i++) {
-        json_t *row = cli_json_merge(plan_json_row_problem(o, at, &t->row[i]),
-                                     plan_json_row_costs(&t->row[i]));
-        if (json_array_append_new(rows, row) != 0) {
-            json_decref(rows);
-            rows = NULL;
-        }
-    }
-    return rows;
-}
-
-/* The sweep's tables, strong and weak for each node count. */
-static json_t *plan_json_sweep(const plan_opts *o, const plan_state *w)
-{
-    json_t *rows = json_array();
-    const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
-    for (int i = 0; i < 2 * o->nsweep; i++) {
-        const int64_t K = o->sweep[i / 2];
-        ra_shape s = w->s;
-        if (i % 2) {
-            s.N = s.N * K / o->sweep[0];
-            s.M = s.M * K / o->sweep[0];
-        }
-        const plan_point at = {&s, K * per, K, i % 2 ? "weak" : "strong"};
-        rows = plan_json_rows(rows, o, &at, &w->sweep[i]);
-    }
-    return rows;
-}
-
-static int plan_json_write(FILE *f, const plan_opts *o, const plan_state *w)
-{
-    const model_table *t = &w->table;
-    const model_result *b = t->best >= 0 ? &t->row[t->best] : NULL;
-    const plan_point at = {&w->s, o->ranks, o->nodes, "none"};
-    json_t *best = b ? json_pack("{s:s, s:s, s:o}", "strategy",
-                                 ra_strategy_name(b->strategy), "layout",
-                                 ra_layout_name(b->layout), "time_s",
-                                 cli_json_fixed(b->t_total, "%.6e"))
-                     : json_null();
-    return cli_json_dump(f, json_pack(
-        "{s:b, s:o, s:o, s:o, s:o, s:o}", "measured_profile", w->pf.measured,
-        "profile", cli_json_text(o->profile ? o->profile : "built-in"),
-        "seconds", cli_json_fixed(w->seconds, "%.6f"), "best", best,
-        "rows", plan_json_rows(json_array(), o, &at, t),
-        "sweep", plan_json_sweep(o, w)), PLAN_JSON_DIGITS);
-}
-
-static int csv_write(FILE *f, const plan_opts *o, const plan_state *w)
-{
-    fprintf(f, "scaling,nodes,ranks,seq_q,strategy,layout,applies,time_s,"
-            "compute_s,comm_s,imbalance_s,io_s,model_bytes,bytes_sent,"
-            "intra_bytes,inter_bytes\n");
-    const int64_t per = o->ranks / o->nodes > 0 ? o->ranks / o->nodes : 1;
-    for (int i = -1; i < 2 * o->nsweep; i++) {
-        const model_table *t = i < 0 ? &w->table : &w->sweep[i];
-        const int64_t K = i < 0 ? o->nodes : o->sweep[i / 2];
-        const int64_t N = i % 2 == 1 ? w->s.N * K / o->sweep[0] : w->s.N;
-        const char *sc = i < 0 ? "none" : i % 2 ? "weak" : "strong";
-        for (int j = 0; j < t->nrows; j++) {
-            const model_result *r = &t->row[j];
-            fprintf(f, "%s,%lld,%lld,%lld,%s,%s,%d,%.6e,%.6e,%.6e,%.6e,%.6e,"
-                    "%.0f,%.0f,%.0f,%.0f\n", sc, (long long)K,
-                    (long long)(i < 0 ? o->ranks : K * per), (long long)N,
-                    ra_strategy_name(r->strategy), ra_layout_name(r->layout),
-                    r->applies, r->t_total, r->t_compute, r->t_comm,
-                    r->t_imbalance, r->t_io, r->mem_max, r->bytes_max,
-                    r->intra_max, r->inter_max);
-        }
-    }
-    return ferror(f) ? -1 : 0;
-}
-
-/* The predictions and the writer of one output file's format. */
-typedef struct {
-    const plan_opts *o;
-    const plan_state *w;
-    int (*writer)(FILE *, const plan_opts *, const plan_state *);
-} plan_file;
-
-static int plan_fill(FILE *f, const void *arg)
-{
-    const plan_file *p = arg;
-    return p->writer(f, p->o, p->w);
-}
-
-/* The whole file, atomically, or on a failed write the earlier one. */
-static ra_status write_file(const char *path, const plan_opts *o,
-                            const plan_state *w,
-                            int (*writer)(FILE *, const plan_opts *,
-                                          const plan_state *))
-{
-    const plan_file p = {o, w, writer};
-    return h5io_text_write(path, 1, plan_fill, &p);
-}
-
-ra_status plan_report(const cli_ctx *ctx, const plan_opts *o,
-                      const plan_state *w)
+ra_status plan_report(const cli_ctx *ctx, const plan_opts *o)
 {
     ra_status st = RA_OK;
     if (ctx->rank == 0) {
-        print_echo(o, w);
-        print_table(w);
-        print_fastest(w);
-        if (o->nsweep > 0)
-            print_sweep(o, w);
+        print_echo(o);
+        print_table(&o->w);
+        print_fastest(&o->w);
+        if (o->w.nsweep > 0)
+            print_sweep(&o->w);
         fflush(stdout);
+        /* each file whole, or on a failed write the earlier one */
         if (o->tab.json)
-            st = write_file(o->tab.json, o, w, plan_json_write);
+            st = h5io_text_write(o->tab.json, 1, json_fill, &o->w);
         if (st == RA_OK && o->tab.csv)
-            st = write_file(o->tab.csv, o, w, csv_write);
+            st = h5io_text_write(o->tab.csv, 1, csv_fill, &o->w);
     }
     return ra_agree(ctx->comm, st);
 }
 
-ra_status plan_report_max_seq(const cli_ctx *ctx, const plan_opts *o,
-                              const plan_state *w, const model_alloc *al)
+void plan_report_max_seq(const cli_ctx *ctx, const plan_opts *o,
+                         const model_alloc *al)
 {
+    int64_t n[RA_STRATEGY_COUNT];
+    double bytes[RA_STRATEGY_COUNT];
     if (ctx->rank != 0)
-        return RA_OK;
-    print_echo(o, w);
+        return;
+    plan_max_seq(&o->w, al, n, bytes);
+    print_echo(o);
     printf("# %-10s %.1f GB per node over %lld ranks per node\n", "memory",
-           (double)w->pf.mem_per_node / 1e9,
-           (long long)((o->ranks + o->nodes - 1) / o->nodes));
+           (double)o->w.pf.mem_per_node / 1e9,
+           (long long)((o->w.ranks + o->w.nodes - 1) / o->w.nodes));
     printf("#%9s %14s %12s\n", "strategy", "max_seq", "peak_MB");
-    for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
-        ra_params p = o->p;
-        p.exec.strategy = (ra_strategy)k;
-        const ra_layout lay = ra_params_layout(&p, 0);
-        const int64_t n = model_max_seq(&w->s, &p, lay, al, &w->pf);
-        ra_shape s = w->s;
-        s.N = s.M = n > 0 ? n : 1;
-        printf(" %9s %14lld %12.1f%s\n", ra_strategy_name(p.exec.strategy),
-               (long long)n,
-               model_rank_bytes(&s, &p, lay, al->P, 0) / 1048576.0,
-               k == RA_STRATEGY_ULYSSES && w->s.H < al->P
+    for (int k = 0; k < RA_STRATEGY_COUNT; k++)
+        printf(" %9s %14lld %12.1f%s\n", ra_strategy_name((ra_strategy)k),
+               (long long)n[k], bytes[k] / 1048576.0,
+               k == RA_STRATEGY_ULYSSES && o->w.s.H < al->P
                    ? "  (does not apply: more ranks than heads)"
                    : "");
-    }
     fflush(stdout);
-    return RA_OK;
 }

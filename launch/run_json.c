@@ -27,9 +27,10 @@ static json_t *run_rules(const cli_run_summary *r)
         p->num.score == RA_SCORE_GAUSSIAN ? json_real(p->num.sigma) : NULL,
         "layout", ra_layout_name(p->exec.layout), "qkv_layout",
         h5io_qkv_layout_name(src->axes), "q_dataset",
-        cli_json_text(src->q ? src->q : "/q"), "k_dataset",
-        cli_json_text(src->k ? src->k : "/k"), "v_dataset",
-        cli_json_text(src->v ? src->v : "/v"), "masks", cli_json_text(r->masks),
+        perf_json_text(src->q ? src->q : "/q"), "k_dataset",
+        perf_json_text(src->k ? src->k : "/k"), "v_dataset",
+        perf_json_text(src->v ? src->v : "/v"), "masks",
+        perf_json_text(r->masks),
         "out_dtype", ra_dtype_name(r->out_dtype));
 }
 
@@ -39,8 +40,8 @@ static json_t *run_summary(const cli_run_summary *r)
     const ra_shape *s = r->shape;
     json_t *v = json_pack(
         "{s:s, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
-        "version", RA_VERSION_STRING, "input", cli_json_text(r->in),
-        "output", cli_json_text(r->out), "shape", "B", (json_int_t)s->B,
+        "version", RA_VERSION_STRING, "input", perf_json_text(r->in),
+        "output", perf_json_text(r->out), "shape", "B", (json_int_t)s->B,
         "N", (json_int_t)s->N, "M", (json_int_t)s->M, "H", (json_int_t)s->H,
         "G", (json_int_t)s->G, "D", (json_int_t)s->D, "Dv",
         (json_int_t)s->Dv);
@@ -48,16 +49,16 @@ static json_t *run_summary(const cli_run_summary *r)
         "{s:[I, I], s:i, s:i, s:{s:o, s:o, s:o}, s:o}", "tiles",
         (json_int_t)r->block_q, (json_int_t)r->block_kv, "ranks", r->nranks,
         "threads", r->threads, "seconds",
-        "attention", cli_json_fixed(r->t_attention, "%.6f"),
-        "read", cli_json_fixed(r->t_read, "%.6f"),
-        "write", cli_json_fixed(r->t_write, "%.6f"),
-        "gflops", cli_json_fixed(r->gflops, "%.3f"));
-    return cli_json_merge(cli_json_merge(v, run_rules(r)), tail);
+        "attention", perf_json_fixed(r->t_attention, "%.6f"),
+        "read", perf_json_fixed(r->t_read, "%.6f"),
+        "write", perf_json_fixed(r->t_write, "%.6f"),
+        "gflops", perf_json_fixed(r->gflops, "%.3f"));
+    return perf_json_merge(perf_json_merge(v, run_rules(r)), tail);
 }
 
 static int run_fill(FILE *f, const cli_run_summary *r)
 {
-    return cli_json_dump(f, run_summary(r), RUN_JSON_DIGITS);
+    return perf_json_dump(f, run_summary(r), RUN_JSON_DIGITS);
 }
 
 ra_status cli_json_write(const char *path, int force,

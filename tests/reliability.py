@@ -895,7 +895,7 @@ CASES_TOOLS = [
      r"--dim: 0 is outside \[1, 1024\]"),
     ("probe-score", "probe --score cosine", {},
      ["probe", "--score", "dot,cosine"], 2,
-     r"--score: 'dot,cosine' is not a list of dot, gaussian, additive"),
+     r"--score: unknown score 'cosine' \(expected dot, gaussian or additive\)"),
 ]
 
 # The compute: scores out of float32 range, hangs, non-finite inputs.

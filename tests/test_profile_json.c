@@ -1,5 +1,5 @@
 /* test_profile_json.c: machine profiles as JSON (comm/perf/profile_json.c
- * reads, launch/profile_write.c writes, through jansson): what is written
+ * reads, comm/perf/profile_write.c writes, through jansson): what is written
  * reads back equal, field by field, for random profiles; the kernel rate
  * falls back as documented; every
  * malformed file is refused with one line naming the file and the key or
@@ -18,7 +18,6 @@
 #include <cmocka.h>
 
 #include "profile_json.h"
-#include "profile_write.h"
 
 static char dir[] = "/tmp/ra_profile_XXXXXX";
 

@@ -10,6 +10,9 @@
 #include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
 
 #include "internal.h"
 
@@ -65,6 +68,19 @@ typedef struct {
     double max_lse_error;
     int pass;                  /* error check verdict */
 } bench_result;
+
+/* The rows as a JSON array and as CSV written to out (bench_rows.c): 0,
+ * or -1 when a write failed (errno set). */
+int bench_json_write(FILE *out, const bench_result *rows, int count);
+int bench_csv_write(FILE *out, const bench_result *rows, int count);
+/* One row of bench_json_write, the caller's to release; NULL when out of
+ * memory. */
+json_t *bench_json_row(const bench_result *r);
+/* A yardstick and a rate's fraction of it as the table shows them: "n/a"
+ * when the run has none (no oneDNN; --no-yardsticks), never a made-up
+ * figure. */
+void bench_yard_cells(double gflops, double yard, char cell[16],
+                      char frac[16]);
 
 /* The timed passes of one configuration: per rep its wall, busy (compute)
  * and wait (exposed communication over wall) seconds, its threads' most

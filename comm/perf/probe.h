@@ -1,5 +1,7 @@
 /* probe.h: the measurements of `ringattn probe` (probe_measure.c), each
- * one filling part of a machine profile (comm/perf/profile.h). */
+ * one filling part of a machine profile (comm/perf/profile.h), the rates
+ * it is asked for, the whole run and each rate's yardsticks
+ * (probe_run.c). */
 #ifndef RA_PROBE_H
 #define RA_PROBE_H
 
@@ -49,5 +51,40 @@ void probe_collectives(const probe_comms *c, ra_profile *p);
 /* The physical memory of the smallest node, host names of every node
  * (comma-separated, on rank 0), the allocation's sizes. */
 void probe_machine(const probe_comms *c, ra_profile *p);
+
+/* What probe is asked to measure the kernel at: scores (ra_score),
+ * engines (ra_gemm, none auto) and precisions (ra_precision), each once. */
+typedef struct {
+    int score[8], engine[8], precision[8];
+    int nscores, nengines, nprec;
+} probe_kinds;
+
+/* The kernel rates of head dim D (= Dv) asked for, appended to p: every
+ * score, engine, precision and tile class of k (the additive score in
+ * fp32 only: its scores are not tile products, and bf16 does not change
+ * them). 0, or -1 when they pass PROFILE_MAX_RATES. */
+int probe_rates_ask(ra_profile *p, int64_t D, const probe_kinds *k);
+
+/* Every measurement but the I/O's into p, whose rates p->rate are those
+ * asked for, in about seconds in all: the machine, the kernel rates, the
+ * fixed costs, the links and the collectives, on the nodes of comm.
+ * RA_ERR_MPI (agreed) when the ranks could not be split by node.
+ * Collective. */
+ra_status probe_run(MPI_Comm comm, const ra_nodes *nodes, double seconds,
+                    ra_profile *p);
+
+/* A kernel rate's three yardsticks, FLOP/s per core: the core's physical
+ * peak in its precision, oneDNN's 2048^3 matmul, and its own tile
+ * products without the softmax (0: not measured); the loops of the core's
+ * peak (or why none). */
+typedef struct {
+    double core, peak, products;
+    char loop_fp32[96], loop_bf16[96];
+} probe_yard;
+
+/* The yardsticks of every kernel rate of p into y[0..p->nrates), every
+ * rank at once, per core (issue 44); the core's and oneDNN's once per
+ * precision. Collective. */
+void probe_yardsticks(MPI_Comm comm, const ra_profile *p, probe_yard *y);
 
 #endif /* RA_PROBE_H */

@@ -6,7 +6,7 @@
  * Rates are per rank unless said otherwise; a rate of 0 means "not
  * measured" (for example the links between nodes on a single node). This
  * header holds the data and what a prediction looks up in it (profile.c);
- * reading and writing JSON live in launch/. */
+ * reading and writing JSON live in profile_json.h. */
 #ifndef RA_PROFILE_H
 #define RA_PROFILE_H
 

@@ -1,5 +1,5 @@
 /* profile_json.c: machine profiles (profile.h) read from JSON files
- * (launch/profile_write.c writes them).
+ * (profile_write.c writes them).
  *
  * jansson parses the text. The keys the reader knows are
  * declared once, in tables of pj_key; a missing (unless optional),

@@ -1,10 +1,11 @@
-/* profile_json.h: machine profiles (profile.h) read from JSON files.
- * `ringattn probe` writes them (launch/profile_write.h); `ringattn plan`,
- * `--strategy auto` and ringattn-sim read them. */
+/* profile_json.h: machine profiles (profile.h) as JSON files, read
+ * (profile_json.c) and written (profile_write.c). `ringattn probe` writes
+ * them; `ringattn plan`, `--strategy auto` and ringattn-sim read them. */
 #ifndef RA_PROFILE_JSON_H
 #define RA_PROFILE_JSON_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "profile.h"
 
@@ -15,6 +16,9 @@ enum { PROFILE_JSON_SCHEMA = 3 };
 /* Reads a profile written by profile_write_json (any key order and white
  * space); 0, or -1 with a one-line reason naming the file and the key. */
 int profile_read_json(const char *path, ra_profile *p, char *err, size_t n);
+
+/* Writes p to f as JSON; 0, or -1 when a write failed (errno set). */
+int profile_write_json(FILE *f, const ra_profile *p);
 
 /* The profile of path (NULL: profile_default, this machine not probed);
  * RA_ERR_INPUT with the reader's one-line reason. */

@@ -17,10 +17,8 @@ file(GLOB RA_SIM_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/launch/sim/*.c)
 list(APPEND RA_SIM_SOURCES ${PROJECT_SOURCE_DIR}/launch/registry.c)
 # `--profile FILE` reads a probe's JSON with the planning unit's reader
 # (comm/perf/profile_json.c, jansson), and `--json FILE` writes bench's row
-# (launch/bench_json.c). Their header chain names HDF5 types, so HDF5's
-# headers are on the include path; nothing of HDF5 is linked.
-list(APPEND RA_SIM_SOURCES ${PROJECT_SOURCE_DIR}/launch/json_out.c
-     ${PROJECT_SOURCE_DIR}/launch/bench_json.c)
+# (comm/perf/bench_rows.c). launch/sim/'s header chain names HDF5 types,
+# so HDF5's headers are on the include path; nothing of HDF5 is linked.
 set(RA_HDF5_MODULE hdf5-openmpi CACHE STRING "pkg-config module of parallel HDF5")
 pkg_check_modules(RA_HDF5 REQUIRED ${RA_HDF5_MODULE})
 pkg_check_modules(RA_JANSSON REQUIRED IMPORTED_TARGET jansson)

@@ -1,4 +1,4 @@
-/* sim_report.c: ringattn-sim's --json: bench's row (launch/bench_json.c,
+/* sim_report.c: ringattn-sim's --json: bench's row (comm/perf/bench_rows.c,
  * the schema scaling-study.py reads) with what says it was simulated:
  * "simulated": true, "sim_mode", "platform", "injected_s", and the sim's
  * own verdict (at scale nothing is checked: "unchecked"). */
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bench.h"
+#include "perf_json.h"
 #include "sim.h"
 
 int sim_json_check(const char *path, char *why, size_t n)
@@ -29,14 +29,14 @@ int sim_json_write(const char *path, const bench_result *r, const sim_row *sim)
     int rc = -1;
     if (row && all && json_object_set_new(row, "simulated", json_true()) == 0 &&
         json_object_set_new(row, "sim_mode", json_string(sim->mode)) == 0 &&
-        json_object_set_new(row, "platform", cli_json_text(sim->platform)) ==
+        json_object_set_new(row, "platform", perf_json_text(sim->platform)) ==
             0 &&
         json_object_set_new(row, "injected_s",
-                            cli_json_fixed(sim->injected, "%.6e")) == 0 &&
+                            perf_json_fixed(sim->injected, "%.6e")) == 0 &&
         json_object_set_new(row, "verdict", json_string(sim->verdict)) == 0 &&
         json_array_append(all, row) == 0) {
         FILE *f = fopen(path, "w");
-        rc = f ? cli_json_dump(f, json_incref(all), 15) : -1;
+        rc = f ? perf_json_dump(f, json_incref(all), 15) : -1;
         if (f && fclose(f) != 0)
             rc = -1;
     }

@@ -1,11 +1,10 @@
-/* profile_write.c: a machine profile (comm/perf/profile.h) written as
- * the JSON file that comm/perf/profile_json.c reads back exactly. */
+/* profile_write.c: a machine profile (profile.h) written as the JSON
+ * file that profile_json.c reads back exactly (profile_json.h). */
 #include <jansson.h>
 
-#include "cli.h"
 #include "gemm.h"
+#include "perf_json.h"
 #include "profile_json.h"
-#include "profile_write.h"
 
 /* Reals at 17 digits: a profile reads back exactly. */
 enum { PROFILE_JSON_DIGITS = 17 };
@@ -35,9 +34,9 @@ int profile_write_json(FILE *f, const ra_profile *p)
         "{s:i, s:b, s:b, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:o, "
         "s:{s:f, s:f}, s:{s:f, s:f}}", "schema", PROFILE_JSON_SCHEMA,
         "measured", p->measured, "oversubscribed", p->oversubscribed,
-        "date", cli_json_text(p->date),
-        "version", cli_json_text(p->version), "hosts", cli_json_text(p->hosts),
-        "io_dir", cli_json_text(p->io_dir), "nodes", p->nodes,
+        "date", perf_json_text(p->date),
+        "version", perf_json_text(p->version),
+        "hosts", perf_json_text(p->hosts), "io_dir", perf_json_text(p->io_dir), "nodes", p->nodes,
         "ranks", p->ranks, "ranks_per_node", p->ranks_per_node,
         "threads", p->threads, "kernel", pj_kernel(p),
         "intra", "latency", p->intra.latency, "bandwidth", p->intra.bandwidth,
@@ -53,5 +52,6 @@ int profile_write_json(FILE *f, const ra_profile *p)
         "io_read", p->io_read, "io_write", p->io_write,
         "mem_per_node", (json_int_t)p->mem_per_node,
         "call_seconds", p->call_seconds, "step_seconds", p->step_seconds);
-    return cli_json_dump(f, cli_json_merge(head, rates), PROFILE_JSON_DIGITS);
+    return perf_json_dump(f, perf_json_merge(head, rates),
+                          PROFILE_JSON_DIGITS);
 }
