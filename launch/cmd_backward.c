@@ -222,14 +222,9 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
         cli_pass_stalled(ctx, &r->d);
     if (st == RA_OK) {
         char masks[64];
-        snprintf(masks, sizeof masks, "%s%s%s",
-                 r->d.masks.q_lens ? "q_lens," : "",
-                 r->d.masks.kv_lens ? "kv_lens," : "",
-                 r->d.masks.q_segments ? "segments," : "");
-        if (masks[0])
-            masks[strlen(masks) - 1] = '\0';
         const h5io_grads_meta meta = {&o->p, o->fwd ? o->fwd : "recomputed",
-                                      masks, ctx->command_line, dw,
+                                      cli_mask_names(&r->d.masks, masks),
+                                      ctx->command_line, dw,
                                       r->fp_in, &o->src,
                                       (ra_axes)(RA_AXES_BNHD + o->out_axes),
                                       &ctx->tuning, r->dsinks};

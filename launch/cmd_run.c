@@ -99,32 +99,12 @@ static const cli_spec run_spec = {
 };
 
 /* --attn-map I0:I1 and --attn-map-heads LIST, checked against the shape. */
+enum { MAP_HEADS_MAX = 64 };
 typedef struct {
     int64_t i0, i1;
-    int64_t heads[64];
+    int64_t heads[MAP_HEADS_MAX];
     int64_t nheads;
 } map_request;
-
-static ra_status map_heads_parse(const char *heads, const ra_shape *s,
-                                 map_request *m)
-{
-    char *end;
-    m->nheads = 0;
-    for (const char *p = heads; *p;) {
-        if (m->nheads == 64)
-            return ra_error_set(RA_ERR_ARG, "--attn-map-heads: at most 64");
-        long long h = strtoll(p, &end, 10);
-        if (end == p || (*end && *end != ',') || h < 0 || h >= s->H)
-            return ra_error_set(RA_ERR_ARG, "--attn-map-heads: '%s' is not a "
-                                "list of heads in [0, H=%lld)", heads,
-                                (long long)s->H);
-        m->heads[m->nheads++] = h;
-        p = *end ? end + 1 : end;
-    }
-    if (m->nheads == 0)
-        return ra_error_set(RA_ERR_ARG, "--attn-map-heads: empty list");
-    return RA_OK;
-}
 
 static ra_status map_parse(const char *rows, const char *heads,
                            const ra_shape *s, map_request *m)
@@ -142,7 +122,10 @@ static ra_status map_parse(const char *rows, const char *heads,
     if (m->i1 <= m->i0)
         return ra_error_set(RA_ERR_ARG, "--attn-map: %s is empty (need I0 < "
                             "I1 <= N = %lld)", rows, (long long)s->N);
-    return map_heads_parse(heads, s, m);
+    const int n = cli_parse_i64_list("--attn-map-heads", heads, 0, s->H - 1,
+                                     m->heads, MAP_HEADS_MAX, "query heads");
+    m->nheads = n;
+    return n < 0 ? RA_ERR_ARG : RA_OK;
 }
 
 /* Everything one run owns between validate and report. */
@@ -236,21 +219,6 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     return st;
 }
 
-/* The mask datasets in use, for the output's "masks" attribute. */
-static void mask_names(run_state *r)
-{
-    const char *names[3] = {r->d.masks.q_lens ? "q_lens" : NULL,
-                            r->d.masks.kv_lens ? "kv_lens" : NULL,
-                            r->d.masks.q_segments ? "segments" : NULL};
-    r->mask_names[0] = '\0';
-    for (int i = 0; i < 3; i++) {
-        size_t used = strlen(r->mask_names);
-        if (names[i])
-            snprintf(r->mask_names + used, sizeof r->mask_names - used,
-                     "%s%s", used ? "," : "", names[i]);
-    }
-}
-
 /* The datasets the output records: q, k, v as read, and the masks
  * actually applied (NULL for those absent), so that verify reads the
  * same. */
@@ -297,7 +265,7 @@ static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
     if ((st = ra_h5_read_masks(ctx->comm, o->in, &o->src, s, o->p.exec.layout,
                                &num, &r->d.masks)) != RA_OK)
         return st;
-    mask_names(r);
+    cli_mask_names(&r->d.masks, r->mask_names);
     mask_record(o, r);
     return h5io_resume_key(&r->ckpt.r, s, &o->p, &r->d.masks.view, 0);
 }

@@ -1,6 +1,7 @@
 /* driver.c: the phases around the pass drivers and the data they share. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,15 @@ void cli_pass_data_free(cli_pass_data *d)
     free(d->sinks);
     d->sinks = NULL;
     ra_h5_masks_free(&d->masks);
+}
+
+const char *cli_mask_names(const ra_h5_masks *m, char names[64])
+{
+    snprintf(names, 64, "%s%s%s", m->q_lens ? "q_lens," : "",
+             m->kv_lens ? "kv_lens," : "", m->q_segments ? "segments," : "");
+    if (names[0])
+        names[strlen(names) - 1] = '\0'; /* the last comma */
+    return names;
 }
 
 void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented)

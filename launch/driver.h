@@ -39,6 +39,10 @@ typedef struct {
 
 void cli_pass_data_free(cli_pass_data *d);
 
+/* The output's "masks" attribute: the mask datasets in use among
+ * q_lens, kv_lens, segments, joined by ',' into names, which it returns. */
+const char *cli_mask_names(const ra_h5_masks *m, char names[64]);
+
 /* Resolves p->layout (RA_LAYOUT_AUTO: by the segments) and records in d
  * whether it was chosen. */
 void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented);
