@@ -53,11 +53,6 @@ extern const char bench_columns[];
 /* Where the ranks of ctx run, as a row states it. */
 bench_place bench_place_of(const cli_ctx *ctx);
 
-/* The files of --json and --csv checked before any work (rank 0; an
- * existing file is replaced), against each other and the --profile read
- * (or NULL): RA_OK or the refusal. Not collective. */
-ra_status bench_tables_check(const cli_ctx *ctx, const cli_tables *tab,
-                             const char *profile);
 /* Writes the rows into the files of --json and --csv (rank 0), each
  * atomically: the whole new file or, on a failed write, the earlier one.
  * Not collective. */

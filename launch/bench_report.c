@@ -1,6 +1,6 @@
 /* bench_report.c: the table of `ringattn bench` and `ringattn bench
  * --backward`, and its JSON and CSV files (comm/perf/bench_rows.c writes
- * their text). */
+ * their text), as plan's files are checked and written too. */
 #include "bench.h"
 #include "h5io.h"
 #include "internal.h"
@@ -80,53 +80,54 @@ void bench_print_row(FILE *out, const bench_result *r)
     fflush(out);
 }
 
-/* The rows and the writer of one output file's format. */
+ra_status cli_tables_check(const cli_tables *tab, const char *in,
+                           const char *profile)
+{
+    const char *const inputs[] = {in, NULL};
+    ra_status st = h5io_paths_check((const h5io_named_path[]){
+        {"--in", in, 0}, {"--profile", profile, 0}, {"--json", tab->json, 1},
+        {"--csv", tab->csv, 1}, {NULL, NULL, 0}});
+    if (st == RA_OK && tab->json)
+        st = h5io_output_check(tab->json, 1, inputs);
+    if (st == RA_OK && tab->csv)
+        st = h5io_output_check(tab->csv, 1, inputs);
+    return st;
+}
+
+ra_status cli_tables_write(const cli_tables *tab,
+                           int (*json)(FILE *, const void *),
+                           int (*csv)(FILE *, const void *), const void *arg)
+{
+    ra_status st = RA_OK;
+    if (tab->json)
+        st = h5io_text_write(tab->json, 1, json, arg);
+    if (st == RA_OK && tab->csv)
+        st = h5io_text_write(tab->csv, 1, csv, arg);
+    return st;
+}
+
+/* Rows as cli_tables_write fills its files with them. */
 typedef struct {
     const bench_result *rows;
     int nrows;
-    int (*writer)(FILE *, const bench_result *, int);
-} rows_file;
+} rows_of;
 
-static int rows_fill(FILE *f, const void *arg)
+static int json_fill(FILE *f, const void *arg)
 {
-    const rows_file *r = arg;
-    return r->writer(f, r->rows, r->nrows);
+    const rows_of *r = arg;
+    return bench_json_write(f, r->rows, r->nrows);
 }
 
-/* Writes one output file of the rows (rank 0), atomically: the whole file
- * or, on a failed write, the earlier one (they are replaced if they
- * exist). */
-static ra_status write_rows(const char *path, const bench_result *rows,
-                            int nrows,
-                            int (*writer)(FILE *, const bench_result *, int))
+static int csv_fill(FILE *f, const void *arg)
 {
-    const rows_file r = {rows, nrows, writer};
-    return h5io_text_write(path, 1, rows_fill, &r);
-}
-
-ra_status bench_tables_check(const cli_ctx *ctx, const cli_tables *tab,
-                             const char *profile)
-{
-    ra_status st = RA_OK;
-    if (ctx->rank != 0)
-        return RA_OK;
-    st = h5io_paths_check((const h5io_named_path[]){
-        {"--profile", profile, 0}, {"--json", tab->json, 1},
-        {"--csv", tab->csv, 1}, {NULL, NULL, 0}});
-    if (st == RA_OK && tab->json)
-        st = h5io_output_check(tab->json, 1, NULL);
-    if (st == RA_OK && tab->csv)
-        st = h5io_output_check(tab->csv, 1, NULL);
-    return st;
+    const rows_of *r = arg;
+    return bench_csv_write(f, r->rows, r->nrows);
 }
 
 ra_status bench_tables_write(const cli_ctx *ctx, const cli_tables *tab,
                              const bench_result *rows, int nrows)
 {
-    ra_status st = RA_OK;
-    if (ctx->rank == 0 && tab->json)
-        st = write_rows(tab->json, rows, nrows, bench_json_write);
-    if (st == RA_OK && ctx->rank == 0 && tab->csv)
-        st = write_rows(tab->csv, rows, nrows, bench_csv_write);
-    return st;
+    const rows_of r = {rows, nrows};
+    return ctx->rank == 0 ? cli_tables_write(tab, json_fill, csv_fill, &r)
+                          : RA_OK;
 }

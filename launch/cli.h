@@ -318,6 +318,18 @@ typedef struct {
     const char *json, *csv;
 } cli_tables;
 extern const cli_opt cli_table_opts[];
+/* The files of tab checked before any work (bench_report.c): neither is
+ * an input (in, profile: the files the command reads, or NULL) nor the
+ * other, each can be written (an existing one is replaced). Not
+ * collective. */
+ra_status cli_tables_check(const cli_tables *tab, const char *in,
+                           const char *profile);
+/* --json's file filled by json, --csv's by csv (h5io_text_write, arg
+ * theirs), each atomically: the whole new file or, on a failed write, the
+ * earlier one. One rank. */
+ra_status cli_tables_write(const cli_tables *tab,
+                           int (*json)(FILE *, const void *),
+                           int (*csv)(FILE *, const void *), const void *arg);
 
 /* What a checking tool compares, and how many rows. */
 typedef struct {

@@ -246,7 +246,8 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
             cli_tensors_free(&t);
     }
     if (st == RA_OK)
-        st = bench_tables_check(ctx, &o->tab, o->profile);
+        st = ctx->rank == 0 ? cli_tables_check(&o->tab, NULL, o->profile)
+                            : RA_OK;
     st = ra_agree(ctx->comm, st);
     for (int i = 0; i < o->nseq && st == RA_OK && !o->all_strategies; i++) {
         const ra_shape s = config_shape(o, i); /* collective */
@@ -261,23 +262,6 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
             st = ra_call_strategy_check(ctx->comm, &s, &p,
                                         o->rm.segment_avg > 0);
     }
-    return st;
-}
-
-/* --sinks: H unit-normal logits of the seed, as gen --sinks writes. */
-static ra_status bench_sinks(const cli_ctx *ctx, bench_opts *o)
-{
-    const int64_t H = o->cs.shape.H;
-    if (!o->sinks)
-        return RA_OK;
-    o->sinks_mem = malloc(sizeof(float) * (size_t)H);
-    ra_status st = ra_agree(ctx->comm, o->sinks_mem ? RA_OK
-                            : ra_error_set(RA_ERR_NOMEM, "bench --sinks: out "
-                                           "of memory"));
-    if (st == RA_OK)
-        ra_random_normal((uint64_t)o->seed, RA_STREAM_SINKS, 0, H,
-                         o->sinks_mem);
-    o->p.num.sinks = o->sinks_mem;
     return st;
 }
 
@@ -304,10 +288,14 @@ static ra_status plain_beside(const cli_ctx *ctx, const bench_opts *one,
     return st;
 }
 
-/* The additive score's random weights (bench_additive_make), the sinks. */
+/* The additive score's random weights and --sinks's random sinks
+ * (comm/perf/bench_additive.c). */
 static ra_status bench_setup(const cli_ctx *ctx, bench_opts *o)
 {
-    ra_status st = bench_sinks(ctx, o);
+    ra_status st = o->sinks ? bench_sinks_make(ctx->comm, (uint64_t)o->seed,
+                                               o->cs.shape.H, &o->sinks_mem)
+                            : RA_OK;
+    o->p.num.sinks = o->sinks_mem;
     if (st != RA_OK || o->p.num.score != RA_SCORE_ADDITIVE)
         return st;
     st = bench_additive_make(ctx->comm, (uint64_t)o->seed,

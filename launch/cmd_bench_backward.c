@@ -73,7 +73,7 @@ static ra_status bb_validate(const cli_ctx *ctx, bb_opts *o,
     if (st == RA_OK)
         st = cli_params_check(&o->p, &d->s, NULL);
     if (st == RA_OK)
-        st = bench_tables_check(ctx, &o->tab, NULL);
+        st = ctx->rank == 0 ? cli_tables_check(&o->tab, NULL, NULL) : RA_OK;
     st = ra_agree(ctx->comm, st);
     if (st == RA_OK && o->p.num.score == RA_SCORE_ADDITIVE) {
         h5io_additive *si = &d->score_in;

@@ -109,8 +109,8 @@ static ra_status plan_masks(plan_opts *o)
 }
 
 /* --platform: its cluster read, the options it stands for refused beside
- * it, and by default one rank per node up to its nodes, as ringattn-sim
- * places ranks. Before the job's nodes are defaulted. */
+ * it, the job fitted to it (plan_platform_fit). Before the job's nodes
+ * are defaulted. */
 static ra_status plan_platform(plan_opts *o)
 {
     char why[512];
@@ -126,22 +126,7 @@ static ra_status plan_platform(plan_opts *o)
                             "cores; one or the other", both);
     if (platform_read(w->platform, &o->pl, why, sizeof why) != 0)
         return ra_error_set(RA_ERR_INPUT, "%s", why);
-    const ra_platform *pl = &o->pl;
-    w->node_cores = pl->cores;
-    if (w->nodes == 0)
-        w->nodes = w->ranks < pl->nodes ? w->ranks : pl->nodes;
-    int64_t most = w->nodes;
-    for (int i = 0; i < w->nsweep; i++)
-        most = w->sweep[i] > most ? w->sweep[i] : most;
-    if (most > pl->nodes)
-        return ra_error_set(RA_ERR_ARG, "--platform %s: %lld nodes asked for "
-                            "and the platform has %d", w->platform,
-                            (long long)most, pl->nodes);
-    if (w->ranks > w->nodes * pl->cores)
-        return ra_error_set(RA_ERR_ARG, "--ranks: %lld ranks on %lld nodes "
-                            "of %d cores (--platform %s)", (long long)w->ranks,
-                            (long long)w->nodes, pl->cores, w->platform);
-    return RA_OK;
+    return plan_platform_fit(w, &o->pl);
 }
 
 /* The options that go together, and the problem's shape. */
@@ -189,15 +174,7 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o)
                           "(at least one rank per node)",
                           (long long)w->nodes, (long long)w->ranks);
     if (st == RA_OK)
-        st = h5io_paths_check((const h5io_named_path[]){
-            {"--in", o->in, 0}, {"--profile", w->profile, 0},
-            {"--json", o->tab.json, 1}, {"--csv", o->tab.csv, 1},
-            {NULL, NULL, 0}});
-    const char *const inputs[] = {o->in, NULL};
-    if (st == RA_OK && o->tab.json)
-        st = h5io_output_check(o->tab.json, 1, inputs);
-    if (st == RA_OK && o->tab.csv)
-        st = h5io_output_check(o->tab.csv, 1, inputs);
+        st = cli_tables_check(&o->tab, o->in, w->profile);
     if (st == RA_OK)
         st = profile_load(w->profile, &w->pf);
     if (st == RA_OK)

@@ -177,11 +177,7 @@ ra_status plan_report(const cli_ctx *ctx, const plan_opts *o)
         if (o->w.nsweep > 0)
             print_sweep(&o->w);
         fflush(stdout);
-        /* each file whole, or on a failed write the earlier one */
-        if (o->tab.json)
-            st = h5io_text_write(o->tab.json, 1, json_fill, &o->w);
-        if (st == RA_OK && o->tab.csv)
-            st = h5io_text_write(o->tab.csv, 1, csv_fill, &o->w);
+        st = cli_tables_write(&o->tab, json_fill, csv_fill, &o->w);
     }
     return ra_agree(ctx->comm, st);
 }

@@ -34,6 +34,7 @@
 #include "model.h"
 #include "model_steps.h"
 #include "plan.h"
+#include "plan_run.h"
 
 enum { MAXB = 3, MAXLEN = 20 };
 
@@ -504,6 +505,52 @@ static void test_model_rows(void **state)
            RA_STRATEGY_COUNT);
 }
 
+/* A plan's scaling sweep (comm/perf/plan_run.c): at each node count the
+ * strong point keeps the problem and the weak one grows N and M with the
+ * nodes from the first count, both at the job's ranks per node; at the
+ * first count the two are one problem and predict alike; every table is
+ * the model's own for its point. */
+static void test_plan_sweep(void **state)
+{
+    (void)state;
+    const int64_t counts[] = {2, 3, 8};
+    perf_plan *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->s = (ra_shape){.B = 1, .N = 3001, .M = 3001, .H = 4, .G = 4,
+                      .D = 32, .Dv = 32};
+    ra_params_default(&w->p);
+    w->p.num.causal = 1;
+    profile_default(&w->pf);
+    w->ranks = 7; /* 2 per node, the rest dropped */
+    w->nodes = 3;
+    memcpy(w->sweep, counts, sizeof counts);
+    w->nsweep = 3;
+    assert_int_equal(plan_evaluate(w), RA_OK);
+    const plan_point job = plan_point_of(w, -1);
+    assert_true(job.ranks == 7 && job.nodes == 3 && job.table == &w->table);
+    for (int i = 0; i < 2 * w->nsweep; i++) {
+        const plan_point at = plan_point_of(w, i);
+        const int64_t K = counts[i / 2];
+        assert_true(at.nodes == K && at.ranks == 2 * K);
+        assert_int_equal(at.s.N, i % 2 ? 3001 * K / 2 : 3001);
+        assert_int_equal(at.s.M, at.s.N);
+        assert_string_equal(at.scaling, i % 2 ? "weak" : "strong");
+        model_table *t = malloc(sizeof *t);
+        assert_non_null(t);
+        const model_alloc al = plan_alloc(w, at.ranks, at.nodes);
+        assert_int_equal(model_evaluate(&at.s, &w->p, 0, NULL, &al, &w->pf,
+                                        0, t), RA_OK);
+        assert_true(t->best >= 0 && t->best == at.table->best);
+        assert_true(t->row[t->best].t_total ==
+                    at.table->row[at.table->best].t_total);
+        free(t);
+    }
+    const model_table *a = &w->sweeps[0], *b = &w->sweeps[1];
+    assert_true(a->row[a->best].t_total == b->row[b->best].t_total);
+    free(w->sweeps);
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -511,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_plan_brute_force),
         cmocka_unit_test(test_model_counts),
         cmocka_unit_test(test_model_rows),
+        cmocka_unit_test(test_plan_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
 /* bench_additive.c: the random weights of the additive score that both
- * benches (forward and --backward) time (bench_measure.h). */
+ * benches (forward and --backward) time, and bench's random sinks
+ * (bench_measure.h). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,4 +24,16 @@ ra_status bench_additive_make(MPI_Comm comm, uint64_t seed, int64_t A,
         w[i] *= (float)(0.5 / sqrt((double)D));
     *ad = (ra_additive){A, w, w + A * D, w + 2 * A * D};
     return RA_OK;
+}
+
+ra_status bench_sinks_make(MPI_Comm comm, uint64_t seed, int64_t H,
+                           float **mem)
+{
+    *mem = malloc(sizeof(float) * (size_t)H);
+    ra_status st = ra_agree(comm, *mem ? RA_OK
+                            : ra_error_set(RA_ERR_NOMEM, "bench --sinks: out "
+                                           "of memory"));
+    if (st == RA_OK)
+        ra_random_normal(seed, RA_STREAM_SINKS, 0, H, *mem);
+    return st;
 }

@@ -151,6 +151,11 @@ double bench_products_rate(MPI_Comm comm, const ra_shape *s,
  * caller frees); the ranks agree that it was made. */
 ra_status bench_additive_make(MPI_Comm comm, uint64_t seed, int64_t A,
                               int64_t D, float **mem, ra_additive *ad);
+/* H unit-normal sink logits of the seed, as `ringattn gen --sinks` writes
+ * them, in a new *mem (the caller frees it); the ranks agree that it was
+ * made. */
+ra_status bench_sinks_make(MPI_Comm comm, uint64_t seed, int64_t H,
+                           float **mem);
 /* GB/s per rank of a comm-only ring of the key/value blocks of a layout
  * (0 when it could not be measured). */
 double bench_ring_bandwidth(MPI_Comm comm, const ra_shape *s,

@@ -43,6 +43,25 @@ void plan_links(perf_plan *w, const ra_platform *pl, double rate,
     }
 }
 
+ra_status plan_platform_fit(perf_plan *w, const ra_platform *pl)
+{
+    w->node_cores = pl->cores;
+    if (w->nodes == 0)
+        w->nodes = w->ranks < pl->nodes ? w->ranks : pl->nodes;
+    int64_t most = w->nodes;
+    for (int i = 0; i < w->nsweep; i++)
+        most = w->sweep[i] > most ? w->sweep[i] : most;
+    if (most > pl->nodes)
+        return ra_error_set(RA_ERR_ARG, "--platform %s: %lld nodes asked for "
+                            "and the platform has %d", w->platform,
+                            (long long)most, pl->nodes);
+    if (w->ranks > w->nodes * pl->cores)
+        return ra_error_set(RA_ERR_ARG, "--ranks: %lld ranks on %lld nodes "
+                            "of %d cores (--platform %s)", (long long)w->ranks,
+                            (long long)w->nodes, pl->cores, w->platform);
+    return RA_OK;
+}
+
 ra_status plan_profile_fits(const perf_plan *w)
 {
     const profile_kernel_key key = profile_key_of(&w->p, w->s.D, w->s.Dv);

@@ -47,6 +47,12 @@ model_alloc plan_alloc(const perf_plan *w, int64_t P, int64_t K);
 void plan_links(perf_plan *w, const ra_platform *pl, double rate,
                 double latency);
 
+/* A plan on platform pl (its file w->platform): its nodes' cores, and by
+ * default (w->nodes 0) one rank per node up to its nodes, as ringattn-sim
+ * places ranks; RA_ERR_ARG when the job or the sweep asks for more nodes
+ * than it has, or the ranks for more cores. */
+ra_status plan_platform_fit(perf_plan *w, const ra_platform *pl);
+
 /* Whether w's profile can time every allocation the plan predicts, the
  * job's and each of the sweep: RA_OK, or RA_ERR_INPUT naming the file. */
 ra_status plan_profile_fits(const perf_plan *w);

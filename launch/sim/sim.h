@@ -79,7 +79,7 @@ typedef struct {
 
 /* --json's folder is writable (rank 0 checks; one line in why). */
 int sim_json_check(const char *path, char *why, size_t n);
-/* Writes bench's row of r (launch/bench_json.c) with the keys of sim
+/* Writes bench's row of r (comm/perf/bench_rows.c) with the keys of sim
  * ("simulated": true, "sim_mode", "platform", "injected_s") and its
  * verdict into path as a one-row array, as `bench --json` writes; 0, or -1
  * with errno set. Rank 0. */
