@@ -1,7 +1,9 @@
 /* ref_block.c: see ref_block.h. */
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernel.h"
 #include "ref_block.h"
@@ -147,4 +149,48 @@ void ra_ref_block_fold(const ra_ref_block *x, int64_t h)
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr,
                     (int)Dv, (int)kb, 1.0, x->sc, (int)kb, x->va + g * Dv,
                     (int)(G * Dv), 1.0, x->acc_abs + h * nr * Dv, (int)Dv);
+}
+
+/* This thread's CPU seconds (the rates are per core, whatever else the
+ * machine runs). */
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The rates are those of a check's typical product: the scores of
+ * RATE_M rows against RATE_N keys of dim RATE_K (packing and all). */
+enum { RATE_M = 512, RATE_N = 2048, RATE_K = 64, RATE_EXP = 1 << 18,
+       RATE_REPS = 5 };
+
+void ra_ref_rates(double *madd, double *exps)
+{
+    const size_t m = RATE_M, n = RATE_N, k = RATE_K;
+    const double work = (double)(m * n * k);
+    double *a = malloc(sizeof(double) * (m * k + n * k + m * n));
+    *madd = *exps = 0.0;
+    for (size_t i = 0; a && i < m * k + n * k; i++)
+        a[i] = (double)(i % 7) * 0.125 - 0.375;
+    double *c = a ? a + m * k + n * k : NULL;
+    const int blas = ra_blas_enter(1);
+    for (int r = 0; a && r < RATE_REPS; r++) {
+        double t = now();
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
+                    (int)k, 1.0, a, (int)k, a + m * k, (int)k, 0.0, c,
+                    (int)n);
+        t = now() - t;
+        if (t > 0 && work / t > *madd)
+            *madd = work / t;
+        for (size_t i = 0; i < RATE_EXP; i++)
+            c[i] = -(double)(i & 1023) * 0x1p-6;
+        t = now();
+        ra_ref_exp(c, RATE_EXP);
+        t = now() - t;
+        if (t > 0 && RATE_EXP / t > *exps)
+            *exps = RATE_EXP / t;
+    }
+    ra_blas_leave(blas);
+    free(a);
 }

@@ -43,6 +43,11 @@ void ra_ref_block_scores(const ra_ref_block *x, int64_t h);
  * (ref_exp.c). */
 void ra_ref_exp(double *x, int64_t n);
 
+/* This core's fp64 multiply-adds per second of CPU time (dgemm of a
+ * check's shape, one thread) and exp per second (ra_ref_exp): the best
+ * of a few runs of a few milliseconds. */
+void ra_ref_rates(double *madd, double *exps);
+
 /* out (n, A) = rows (n, D) W^T in fp64, W (A, D): the additive score's
  * projections W_q q and W_k k of n head rows. */
 void ra_ref_project(const float *W, int64_t A, int64_t D, const double *rows,

@@ -69,6 +69,13 @@ void ra_ref_block_backward(const ra_ref_block *x, int64_t h,
     if (mapped) /* the features' derivative, in dp for now */
         cap_slopes(x, q, k, g->dp);
     block_probs(x, h, g->lse);
+    for (int64_t r = 0; g->pv && r < nr; r++)
+        for (int64_t j = 0; j < kb; j++)
+            g->psum[h * nr + r] += x->sc[r * kb + j];
+    if (g->pv)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, (int)Dv,
+                    kb, 1.0, x->sc, kb, x->v + gh * Dv, (int)(G * Dv), 1.0,
+                    g->pv + h * Dv, (int)(H * Dv));
     /* pass 3: dv += P^T do; P times the cap's derivative; dP = do V^T;
      * dS = P (dP - Drow) */
     if (g->dv)

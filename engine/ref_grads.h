@@ -13,10 +13,16 @@
 
 /* The block's rows' statistics and the gradients it adds to. lse, drow
  * (H, nr); dout (nr, H, Dv); dq (nr, H, D) or NULL; dk (kb, G, Dk) and
- * dv (kb, G, Dv), both or neither (NULL); dp (nr, kb) scratch. */
+ * dv (kb, G, Dv), both or neither (NULL); dp (nr, kb) scratch. With psum
+ * (H, nr) and pv (nr, H, Dv) (else NULL) also the forward they imply:
+ * psum += sum_j P, pv += P V, so that psum = exp(lse' - lse) and
+ * o' = pv / psum are the rows' exact LSE and o (sinks aside) whatever
+ * lse was, as long as exp(score - lse) neither overflows nor vanishes:
+ * a check of the forward that gave lse at the cost of P V. */
 typedef struct {
     const double *lse, *drow, *dout;
     double *dq, *dk, *dv, *dp;
+    double *psum, *pv;
 } ra_ref_bgrads;
 
 /* Adds head h's share of the block x (q, k, v, mask as for the fold; its

@@ -297,6 +297,25 @@ static ra_status dsinks_write(hid_t file, MPI_Comm comm, const grads_ctx *c)
                            c->meta->dsinks);
 }
 
+/* The recomputed forward's /o (B, N, H, Dv) and /lse (B, H, N), float32,
+ * tokens first: what the gradients were computed from. */
+static ra_status forward_write(hid_t file, MPI_Comm comm, const grads_ctx *c)
+{
+    const ra_shape *s = c->shape;
+    const hsize_t od[4] = {(hsize_t)s->B, (hsize_t)s->N, (hsize_t)s->H,
+                           (hsize_t)s->Dv};
+    const hsize_t ld[3] = {(hsize_t)s->B, (hsize_t)s->H, (hsize_t)s->N};
+    const h5io_storage plain = {0, 0, 0};
+    ra_status st = h5io_dset_write_stored(
+        comm, file, c->path, "/o", H5T_IEEE_F32LE,
+        &(h5io_region){H5T_NATIVE_FLOAT, 4, od, 1, &c->qs}, c->meta->o,
+        &plain);
+    return st != RA_OK ? st : h5io_dset_write_stored(
+        comm, file, c->path, "/lse", H5T_IEEE_F32LE,
+        &(h5io_region){H5T_NATIVE_FLOAT, 3, ld, 2, &c->qs}, c->meta->lse,
+        &plain);
+}
+
 static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)
 {
     const grads_ctx *c = arg;
@@ -320,7 +339,8 @@ static ra_status grads_write(hid_t file, MPI_Comm comm, void *arg)
         (st = h5io_dset_write_stored(comm, file, c->path, "/dv", f32, &rv,
                                      c->dv, &order)) != RA_OK ||
         (c->meta->dw && (st = weights_write(file, comm, c)) != RA_OK) ||
-        (c->meta->dsinks && (st = dsinks_write(file, comm, c)) != RA_OK))
+        (c->meta->dsinks && (st = dsinks_write(file, comm, c)) != RA_OK) ||
+        (c->meta->o && (st = forward_write(file, comm, c)) != RA_OK))
         return st;
     return grads_attrs(file, comm, c);
 }
@@ -341,8 +361,11 @@ ra_status h5io_write_grads(MPI_Comm comm, const char *path, int force,
     const int64_t dq4[4] = {shape->B, shape->N, shape->H, shape->D};
     const int64_t dkv[4] = {shape->B, shape->M, shape->G,
                             ra_shape_dk(shape) + shape->Dv};
+    const int64_t o4[4] = {shape->B, shape->N, shape->H, shape->Dv + 1};
     const h5io_job job = {path, force, 4 * (uint64_t)(ra_count_checked(4, dq4)
-                                              + ra_count_checked(4, dkv)),
+                                              + ra_count_checked(4, dkv)
+                                              + (meta->o ? ra_count_checked(
+                                                     4, o4) : 0)),
                           grads_write, &c, meta->tuning};
     h5io_quiet quiet;
     h5io_quiet_begin(&quiet);

@@ -145,6 +145,9 @@ typedef struct {
     char mask_sets[5][256]; /* mask datasets applied: q_lens, kv_lens,
                                segments, q_segments, kv_segments; "" when
                                not recorded (then the default names) */
+    char forward[256];    /* a gradient file's: the forward output its o
+                             and lse came from, "recomputed" (then /o and
+                             /lse are in the file), "" when absent */
 } h5io_run_attrs;
 
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a);
@@ -270,12 +273,18 @@ typedef struct {
                                  attribute axes says which */
     const ra_h5_tuning *tuning; /* the write's MPI-IO tuning, or NULL */
     const float *dsinks;      /* (H) the sinks' gradient, or NULL */
+    const float *o, *lse;     /* the recomputed forward's, this rank's
+                                 query rows as for dq (NULL: read from the
+                                 file named by forward), written as /o
+                                 (B, N, H, Dv) and /lse (B, H, N) for
+                                 verify --backward */
 } h5io_grads_meta;
 
 /* Collective and atomic like ra_h5_write_outputs: /dq (B, N, H, D),
  * /dk (B, M, G, Dk), /dv (B, M, G, Dv) float32 from each rank's layout
  * slices, with meta->dw also /dw_q (A, D), /dw_k (A, Dk), /dw_v (A,),
- * with meta->dsinks /dsinks (H,) (rank 0's), and root attributes:
+ * with meta->dsinks /dsinks (H,) (rank 0's), with meta->o /o and /lse,
+ * and root attributes:
  * h5io_record's (kind = "gradients": the forward pass's rules, score,
  * RoPE, ALiBi, masks, sinks_dataset), pass = "backward", forward, seq_q,
  * seq_kv. */

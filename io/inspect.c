@@ -527,7 +527,9 @@ static ra_status run_attrs_data(hid_t file, const char *path,
         (st = h5io_attr_read_string(file, path, "qkv_layout", a->qkv_layout,
                                     sizeof a->qkv_layout)) != RA_OK ||
         (st = h5io_attr_read_string(file, path, "out_dtype", a->out_dtype,
-                                    sizeof a->out_dtype)) != RA_OK)
+                                    sizeof a->out_dtype)) != RA_OK ||
+        (st = h5io_attr_read_string(file, path, "forward", a->forward,
+                                    sizeof a->forward)) != RA_OK)
         return st;
     for (int i = 0; i < 3 && st == RA_OK; i++)
         st = h5io_attr_read_string(file, path, names[i], a->names[i],

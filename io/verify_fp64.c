@@ -155,26 +155,55 @@ static ra_status batch_centre(const char *in, const verify_ctx *c, int64_t b,
     return st;
 }
 
+/* Reads tokens [t0, t0 + n) of batch b of one dataset (see
+ * verify_read_runs) into out. */
+static ra_status read_span(const char *path, const char *name,
+                           verify_run_kind kind, const verify_ctx *c,
+                           int64_t b, int64_t t0, int64_t n, void *out)
+{
+    int present;
+    return kind == VERIFY_IDS
+               ? h5io_read_segments(path, name, b, t0, n, out, &present)
+           : kind == VERIFY_O
+               ? h5io_read_o_rows(path, b, t0, n, out)
+               : h5io_read_rows_as(path, name, kind == VERIFY_GRAD
+                                   ? RA_AXES_BNHD : verify_qkv_axes(c), b,
+                                   t0, n, out);
+}
+
+/* Tokens read at once when scattered: a sample's tokens are read with
+ * the span that holds them (each read opens the file; one read of a span
+ * costs less than many of its tokens), at most SPAN_VALUES doubles. */
+enum { SPAN_VALUES = 1 << 21 };
+
 ra_status verify_read_runs(const char *path, const char *name,
                            verify_run_kind kind, const verify_ctx *c,
                            verify_tokens tok, int64_t width, void *out)
 {
-    ra_status st = RA_OK;
-    int present;
     const int64_t b = tok.b, *idx = tok.idx, n = tok.n;
+    const size_t size = kind == VERIFY_IDS ? sizeof(int64_t) : sizeof(double);
+    const int64_t span = SPAN_VALUES / width > 1 ? SPAN_VALUES / width : 1;
+    char *tmp = NULL;
+    ra_status st = RA_OK;
     for (int64_t r = 0, z = 0; r < n && st == RA_OK; r = z) {
-        for (z = r + 1; z < n && idx[z] == idx[r] + (z - r); z++)
+        for (z = r + 1; z < n && idx[z] - idx[r] < span; z++)
             ;
-        double *x = (double *)out + r * width;
-        st = kind == VERIFY_IDS
-                 ? h5io_read_segments(path, name, b, idx[r], z - r,
-                                      (int64_t *)out + r, &present)
-             : kind == VERIFY_O
-                 ? h5io_read_o_rows(path, b, idx[r], z - r, x)
-                 : h5io_read_rows_as(path, name, kind == VERIFY_GRAD
-                                     ? RA_AXES_BNHD : verify_qkv_axes(c), b,
-                                     idx[r], z - r, x);
+        const int64_t len = idx[z - 1] - idx[r] + 1;
+        char *x = (char *)out + (size_t)(r * width) * size;
+        if (len == z - r) { /* consecutive: straight into out */
+            st = read_span(path, name, kind, c, b, idx[r], len, x);
+            continue;
+        }
+        if (!tmp && !(tmp = malloc(size * (size_t)(span * width))))
+            st = ra_error_set(RA_ERR_NOMEM, "verify: out of memory");
+        if (st == RA_OK)
+            st = read_span(path, name, kind, c, b, idx[r], len, tmp);
+        for (int64_t y = r; y < z && st == RA_OK; y++)
+            memcpy(x + (size_t)((y - r) * width) * size,
+                   tmp + (size_t)((idx[y] - idx[r]) * width) * size,
+                   size * (size_t)width);
     }
+    free(tmp);
     return st;
 }
 
@@ -242,8 +271,7 @@ ra_status verify_rows_load(const char *in, const char *out,
     return st;
 }
 
-/* Which (row, key) pairs of batch b the block's kb keys in w show. */
-static void keys_visible(const verify_ctx *c, int64_t b, int64_t kb,
+void verify_keys_visible(const verify_ctx *c, int64_t b, int64_t kb,
                          vwork *w)
 {
     const ra_shape *s = c->s;
@@ -295,7 +323,7 @@ ra_status verify_keys_load(const char *in, const verify_ctx *c, int64_t b,
     if (w->ka)
         ra_ref_project(c->p.num.additive->w_k, c->p.num.additive->A, Dk, w->k,
                        kb * G, w->ka);
-    keys_visible(c, b, kb, w);
+    verify_keys_visible(c, b, kb, w);
     return RA_OK;
 }
 

@@ -78,6 +78,11 @@ ra_status verify_keys_load(const char *in, const verify_ctx *c, int64_t b,
                            int64_t j0, const int64_t *keys, int64_t kb,
                            vwork *w);
 
+/* Which (row, key) pairs of batch b the kb keys in w show, for the rows
+ * in w now (verify_keys_load does it for the rows then). */
+void verify_keys_visible(const verify_ctx *c, int64_t b, int64_t kb,
+                         vwork *w);
+
 /* Whether any row of w sees any of the block's kb keys (a block nobody
  * sees changes no state and is skipped). */
 int verify_block_seen(const vwork *w, int64_t kb);

@@ -227,7 +227,9 @@ static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
                                       ctx->command_line, dw,
                                       r->fp_in, &o->src,
                                       (ra_axes)(RA_AXES_BNHD + o->out_axes),
-                                      &ctx->tuning, r->dsinks};
+                                      &ctx->tuning, r->dsinks,
+                                      o->recompute ? t->o : NULL,
+                                      o->recompute ? t->lse : NULL};
         st = h5io_write_grads(ctx->comm, o->out, o->force, &r->d.s, &meta,
                               r->d.g.dq, r->d.g.dk, r->d.g.dv);
     }

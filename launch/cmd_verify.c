@@ -1,8 +1,8 @@
-/* cmd_verify.c: `ringattn verify`: an output file against the fp64
- * reference, on every query row or on a seeded random sample of rows. The
- * checked rows are split over the ranks; each rank recomputes its share
- * with blocked fp64 BLAS (io/verify_fp64.c), reading K and V in blocks, and
- * scans its share of all rows for NaN. */
+/* cmd_verify.c: `ringattn verify` and `verify --backward`: their options,
+ * the recorded parameters read into the check (the same setup of scores,
+ * ALiBi slopes and sinks as run), the predicted cost and the verdict
+ * printed, the exit code. The checks themselves are the library's
+ * (io/verify.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,112 +10,7 @@
 
 #include "agree.h"
 #include "cli.h"
-#include "h5io.h"
-#include "internal.h"
-#include "compare.h"
-#include "kernel.h"
-#include "tally.h"
 #include "verify.h"
-#include "verify_cost.h"
-
-/* This rank's comparison with the reference (the one error tally) and the
- * NaN values of /o and /lse in any row, checked or not. */
-typedef struct {
-    ra_tally cmp;
-    double nans;
-} tally;
-
-/* What one check needs: the recomputation's context and what it owns. */
-typedef struct {
-    verify_ctx v;
-    h5io_additive weights;
-    double *slopes;                    /* /alibi_slopes, or NULL */
-    float *sinks;                      /* the run's sinks, or NULL */
-    ra_h5_masks masks;                 /* lens (B) or NULL, validated */
-} check_ctx;
-
-/* Query rows to check, as flat indices b * N + i, ascending. */
-static int64_t *pick_rows(const ra_shape *s, int64_t want, uint64_t seed,
-                          int64_t *count)
-{
-    const int64_t total = s->B * s->N;
-    if (want <= 0 || want >= total) {
-        int64_t *all = malloc(sizeof(int64_t) * (size_t)total);
-        for (int64_t r = 0; all && r < total; r++)
-            all[r] = r;
-        *count = total;
-        return all;
-    }
-    /* Selection sampling (Knuth's algorithm S): sorted, distinct, seeded. */
-    int64_t *rows = malloc(sizeof(int64_t) * (size_t)want);
-    int64_t taken = 0;
-    for (int64_t r = 0; rows && r < total && taken < want; r++) {
-        double u = (double)(ra_random_u64(seed, RA_STREAM_SAMPLE, (uint64_t)r) >> 11) *
-                   0x1.0p-53;
-        if ((double)(total - r) * u < (double)(want - taken))
-            rows[taken++] = r;
-    }
-    *count = taken;
-    return rows;
-}
-
-/* Query rows per read of the NaN scan, and the most values of o read at
- * once. */
-enum { SCAN_ROWS = 4096, SCAN_VALUES = 1 << 22 };
-
-/* The datasets the run read, as its output records them (names point
- * into run), read under tuning. */
-static ra_h5_source verify_source(const h5io_run_attrs *run,
-                                  const ra_h5_tuning *tuning)
-{
-    const char *const *m = (const char *const[]){
-        run->mask_sets[0], run->mask_sets[1], run->mask_sets[2],
-        run->mask_sets[3], run->mask_sets[4]};
-    return (ra_h5_source){
-        .q = run->names[0], .k = run->names[1], .v = run->names[2],
-        .axes = h5io_qkv_layout_parse(run->qkv_layout),
-        .q_lens = m[0][0] ? m[0] : NULL,
-        .kv_lens = m[1][0] ? m[1] : NULL, .segments = m[2][0] ? m[2] : NULL,
-        .q_segments = m[3][0] ? m[3] : NULL,
-        .kv_segments = m[4][0] ? m[4] : NULL, .tuning = tuning};
-}
-
-/* Counts the NaN values of /o and /lse in the query rows mine (flat
- * indices b * N + i), every one of them whether checked or not: a NaN fails
- * the output even where the sample does not look. */
-static ra_status nan_scan(const char *out, const ra_shape *s, ra_range mine,
-                          tally *t)
-{
-    /* rows per read: SCAN_ROWS, fewer for wide rows (about 32 MiB of o) */
-    const int64_t width = s->H * s->Dv;
-    const int64_t rows = width * SCAN_ROWS > SCAN_VALUES
-                             ? (SCAN_VALUES / width > 0 ? SCAN_VALUES / width : 1)
-                             : SCAN_ROWS;
-    double *o = malloc(sizeof(double) * (size_t)(rows * width));
-    double *l = malloc(sizeof(double) * (size_t)rows);
-    ra_status st = o && l ? RA_OK
-                          : ra_error_set(RA_ERR_NOMEM, "verify: out of memory");
-    const int64_t end = mine.start + mine.count;
-    for (int64_t a = mine.start; a < end && st == RA_OK;) {
-        const int64_t b = a / s->N, i0 = a % s->N;
-        int64_t len = s->N - i0 < rows ? s->N - i0 : rows;
-        len = end - a < len ? end - a : len;
-        st = h5io_read_o_rows(out, b, i0, len, o);
-        for (int64_t x = 0; st == RA_OK && x < len * s->H * s->Dv; x++)
-            t->nans += isnan(o[x]);
-        for (int64_t h = 0; st == RA_OK && h < s->H; h++) {
-            st = h5io_read_lse(out, b, h, i0, len, l);
-            for (int64_t x = 0; st == RA_OK && x < len; x++)
-                t->nans += isnan(l[x]);
-        }
-        a += len;
-    }
-    free(o);
-    free(l);
-    return st;
-}
-
-/* ---- the driver ---------------------------------------------------------- */
 
 static const cli_spec verify_spec = {
     .name = "verify",
@@ -123,7 +18,7 @@ static const cli_spec verify_spec = {
     "usage: [mpirun -np P] ringattn verify --in IN.h5 --out OUT.h5 [options]\n"
     "\n"
     "Recomputes attention in fp64 for the query rows of OUT.h5 (all of them\n"
-    "when that costs under 2^32 multiply-adds, else a random sample of 1024\n"
+    "when that costs under 2^32 multiply-adds, else a random sample of 256\n"
     "rows) with the causal flag, window, score, scale, RoPE and ALiBi\n"
     "recorded in OUT.h5 and the mask datasets of IN.h5 (lens, segments), and\n"
     "compares /o and /lse. Under mpirun each rank checks a share of the rows\n"
@@ -134,7 +29,8 @@ static const cli_spec verify_spec = {
     "Exit 0 when the relative error ||o - ref|| / ||ref|| and the LSE error\n"
     "max |lse - ref| / max(1, |ref|) are both below the tolerance, there is\n"
     "no bad row and no value of /o or /lse is NaN (every row is scanned for\n"
-    "NaN, sampled or not), 1 if not.\n"
+    "NaN, sampled or not), 1 if not. A wrong row outside the sample is found\n"
+    "with the chance it is sampled, K / (B N).\n"
     "\n"
     "bad rows: the checked (row, head) pairs whose /lse is -inf, +inf or NaN\n"
     "where the reference is finite, or not -inf where the reference is -inf\n"
@@ -144,74 +40,99 @@ static const cli_spec verify_spec = {
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
-/* The output must be run's: /o and /lse. Others are refused by name. */
-static ra_status output_kind(const char *out)
+/* verify --backward's options: the shared ones and --independent. */
+typedef struct {
+    cli_check c;
+    int independent;
+} vb_args;
+
+static const cli_opt vb_own[] = {
+    CLI_OPT_FLAG(vb_args, "--independent", independent,
+                 "rows' LSE, Drow from fp64, not the recorded forward"),
+    {0},
+};
+
+static const cli_spec vb_spec = {
+    .name = "verify --backward",
+    .usage =
+    "usage: [mpirun -np P] ringattn verify --backward --in IN.h5 --out G.h5\n"
+    "                          [--sample K | --all] [--independent]\n"
+    "\n"
+    "Recomputes dq, dk, dv in fp64 with the rules G.h5 records and the\n"
+    "masks, /additive weights and /alibi_slopes of IN.h5, and compares the\n"
+    "sampled rows (default 256 query rows and 256 keys; for the additive\n"
+    "score /dw_q, /dw_k, /dw_v whole, with sinks /dsinks whole): exit 0 when\n"
+    "every relative error ||g - ref|| / ||ref|| is below the tolerance and\n"
+    "no checked value is NaN or infinite. The predicted cost is printed\n"
+    "before the check starts.\n"
+    "By default the rows' LSE and Drow = do . o are those of the forward the\n"
+    "gradients were computed from (run --backward --fwd FILE, or the /o and\n"
+    "/lse --recompute wrote into G.h5), itself checked in fp64 at the\n"
+    "sampled query rows; the check costs the samples' pairs, about K / N of\n"
+    "the backward. A wrong gradient entry is found with the chance its row\n"
+    "is sampled: K / (B N) for dq, K / (B M) for dk and dv; a wrong forward\n"
+    "row with K / (B N) (unsampled, the gradients are judged against it).\n"
+    "--independent (and --all) recompute every row's statistics in fp64\n"
+    "instead: the cost of one fp64 forward, independent of that forward.\n"
+    "The additive score is checked independently, in units of every pair.\n",
+    .groups = {{cli_check_opts, 0}, {vb_own, 0}},
+    .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
+};
+
+/* What the recorded parameters own: the score's weights, the ALiBi slopes
+ * and the sinks read from the input. */
+typedef struct {
+    h5io_additive weights;
+    double *slopes;
+    float *sinks;
+} held;
+
+static void held_free(held *h)
 {
-    static const struct {
-        const char *dset, *what;
-    } known[] = {
-        {"/y", "an output of run --mha (/y); verify checks the attention "
-               "outputs /o and /lse of run, not the layer"},
-        {"/dq", "a backward output (/dq); verify checks forward outputs "
-                "(/o, /lse): check gradients with verify --backward"},
-    };
-    int rank, present;
-    int64_t dims[4], ldims[3];
-    ra_status st = h5io_dataset_dims(out, "/o", &rank, dims, &present);
-    if (st != RA_OK || present ||
-        h5io_read_out_shape(out, dims, ldims) == RA_OK) /* under a group */
-        return st;
-    ra_error_clear();
-    for (size_t i = 0; i < sizeof known / sizeof *known; i++) {
-        if ((st = h5io_dataset_dims(out, known[i].dset, &rank, dims,
-                                    &present)) != RA_OK)
-            return st;
-        if (present)
-            return ra_error_set(RA_ERR_INPUT, "%s: %s", out, known[i].what);
-    }
-    return ra_error_set(RA_ERR_INPUT, "%s: no dataset /o: not an output of "
-                        "ringattn run, which verify checks", out);
+    h5io_additive_free(&h->weights);
+    free(h->slopes);
+    free(h->sinks);
 }
 
-/* RoPE, ALiBi, score features and sinks as OUT.h5 records them; the slopes and
- * sinks from IN.h5 when the run took them from there. */
-static ra_status run_posenc(const char *in, const char *out, check_ctx *c,
-                            ra_params *p)
+/* RoPE, ALiBi, score features and sinks as the output records them; the
+ * slopes and sinks from the input when the run took them from there. */
+static ra_status recorded_posenc(verify_job *j, held *h)
 {
-    const h5io_run_attrs *r = &c->v.run;
+    const h5io_run_attrs *r = &j->v.run;
+    const char *in = j->rq.in, *out = j->rq.out;
+    ra_params *p = &j->v.p;
     if (ra_rope_parse(r->rope, &p->num.rope) != RA_OK)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute rope: unknown "
                             "pairing '%s'", out, r->rope);
-    p->num.rope_base = r->rope_base;
-    p->num.alibi = r->alibi;
     if (strcmp(r->align, "tensor") != 0 && strcmp(r->align, "sequence") != 0)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute align: unknown "
                             "alignment '%s' (expected tensor or sequence)",
                             out, r->align);
     p->num.align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
+    p->num.rope_base = r->rope_base;
+    p->num.alibi = r->alibi;
     ra_features_copy(&p->num, &r->features);
     ra_status st = h5io_sinks_read(in, r->sinks_dataset[0] ? r->sinks_dataset
                                                           : NULL,
-                                   c->v.s, p, &c->sinks);
+                                   &j->s, p, &h->sinks);
     if (st == RA_OK)
-        st = h5io_alibi_read(in, c->v.s, p, &c->slopes);
+        st = h5io_alibi_read(in, &j->s, p, &h->slopes);
     if (st == RA_OK && p->num.alibi &&
         (strcmp(r->alibi_slopes, "/alibi_slopes") == 0) !=
             !!p->num.alibi_slopes)
-        st = ra_error_set(RA_ERR_INPUT,
-                          "%s: attribute alibi_slopes: the run "
-                          "used %s slopes, but %s %s /alibi_slopes",
-                          out, r->alibi_slopes, in,
+        st = ra_error_set(RA_ERR_INPUT, "%s: attribute alibi_slopes: the run "
+                          "used %s slopes, but %s %s /alibi_slopes", out,
+                          r->alibi_slopes, in,
                           p->num.alibi_slopes ? "has" : "has no");
     return st;
 }
 
-/* The run's parameters as OUT.h5 records them, checked as run checks its
- * options, and the score's inputs. */
-static ra_status run_params(const char *in, const char *out, check_ctx *c)
+/* The run's parameters as the output records them, checked as run checks
+ * its options, and the score's inputs. Not collective. */
+static ra_status recorded_params(verify_job *j, held *h)
 {
-    ra_params *p = &c->v.p;
-    const h5io_run_attrs *r = &c->v.run;
+    const h5io_run_attrs *r = &j->v.run;
+    ra_params *p = &j->v.p;
     ra_params_default(p);
     p->num.causal = r->causal;
     p->num.window = r->window;
@@ -219,147 +140,68 @@ static ra_status run_params(const char *in, const char *out, check_ctx *c)
     p->num.window_right = r->window_right;
     p->num.scale = r->scale;
     p->num.sigma = r->sigma;
-    ra_status st = ra_score_parse(r->score, &p->num.score);
-    if (st != RA_OK)
+    if (ra_score_parse(r->score, &p->num.score) != RA_OK)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute score: unknown score "
-                            "'%s'", out, r->score);
-    if ((st = run_posenc(in, out, c, p)) != RA_OK ||
-        (st = h5io_score_dims(in, c->v.s, p)) != RA_OK ||
-        (st = cli_params_check(p, c->v.s, out)) != RA_OK ||
-        (st = h5io_additive_read(in, c->v.s, p, &c->weights)) != RA_OK)
-        return st;
-    c->v.score = (ra_ref_score){.score = p->num.score,
-                                .scale = p->num.scale,
-                                .sigma = p->num.sigma,
-                                .additive = p->num.additive,
-                                .Dk = ra_shape_dk(c->v.s)};
-    return RA_OK;
-}
-
-/* The run's arithmetic as OUT.h5 records it (precision, wire) or as
- * --precision says: bf16 precision rounds q, k, v and P; a bf16 wire
- * rounds k and v. */
-static ra_status run_numerics(const cli_check *o, check_ctx *c)
-{
-    const h5io_run_attrs *r = &c->v.run;
-    ra_precision prec;
-    if (ra_precision_parse(r->precision, &prec) != RA_OK)
-        return ra_error_set(RA_ERR_INPUT, "%s: attribute precision: unknown "
-                            "precision '%s' (expected fp32 or bf16)", o->out,
-                            r->precision);
-    if (strcmp(r->wire, "fp32") != 0 && strcmp(r->wire, "bf16") != 0)
-        return ra_error_set(RA_ERR_INPUT, "%s: attribute wire: unknown wire "
-                            "type '%s' (expected fp32 or bf16)", o->out,
-                            r->wire);
-    if (o->precision_set)
-        prec = (ra_precision)o->precision;
-    c->v.p.num.precision = prec;
-    c->v.round_q = c->v.round_p = prec == RA_PRECISION_BF16;
-    c->v.round_kv = c->v.round_q || strcmp(r->wire, "bf16") == 0;
-    return RA_OK;
-}
-
-/* Everything before the check: the shapes of both files agree, the run's
- * parameters and the masks pass run's checks. Collective. */
-static ra_status verify_validate(const cli_ctx *ctx, const cli_check *o,
-                                 ra_shape *s, check_ctx *c)
-{
-    int64_t dims_o[4], dims_l[3];
-    ra_status st = ra_agree(ctx->comm, output_kind(o->out));
+                            "'%s'", j->rq.out, r->score);
+    ra_status st = recorded_posenc(j, h);
     if (st == RA_OK)
-        st = ra_agree(ctx->comm, h5io_read_run_attrs(o->out, &c->v.run));
-    if (st != RA_OK)
-        return st;
-    const ra_h5_source src = verify_source(&c->v.run, &ctx->tuning);
-    if ((st = ra_h5_read_shape(ctx->comm, o->in, &src, s, NULL)) != RA_OK)
-        return st;
-    if ((st = run_params(o->in, o->out, c)) == RA_OK &&
-        (st = run_numerics(o, c)) == RA_OK &&
-        (st = h5io_read_out_shape(o->out, dims_o, dims_l)) == RA_OK &&
-        (dims_o[0] != s->B || dims_o[1] != s->N || dims_o[2] != s->H ||
-         dims_o[3] != s->Dv || dims_l[0] != s->B || dims_l[1] != s->H ||
-         dims_l[2] != s->N))
-        st = ra_error_set(RA_ERR_INPUT, "%s: /o and /lse do not match the "
-                          "shape of %s", o->out, o->in);
+        st = h5io_score_dims(j->rq.in, &j->s, p);
     if (st == RA_OK)
-        st = h5io_segment_names_from(o->in, &src, &c->v.q_seg_name,
-                                     &c->v.kv_seg_name);
-    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
-        return st;
-    st = ra_h5_read_masks(ctx->comm, o->in, &src, s, RA_LAYOUT_CONTIGUOUS,
-                          NULL, &c->masks);
-    c->v.q_lens = c->masks.q_lens;
-    c->v.kv_lens = c->masks.kv_lens;
-    return st;
+        st = cli_params_check(p, &j->s, j->rq.out);
+    return st == RA_OK ? h5io_additive_read(j->rq.in, &j->s, p, &h->weights)
+                       : st;
 }
 
-static int verify_report(const cli_ctx *ctx, const cli_check *o,
-                         const check_ctx *c, int64_t nrows, const tally *t)
+/* Rank 0 prints the check's predicted cost. */
+static void print_cost(const verify_req *rq, const verify_cost *c)
 {
-    const ra_shape *s = c->v.s;
-    const h5io_run_attrs *r = &c->v.run;
-    ra_tally g;
-    double nans = 0;
-    if (ra_tally_allreduce(ctx->comm, &t->cmp, &g) != RA_OK ||
-        MPI_Allreduce(&t->nans, &nans, 1, MPI_DOUBLE, MPI_SUM, ctx->comm) !=
-            MPI_SUCCESS)
-        return cli_fail(ctx, CLI_EXIT_RUNTIME, "verify: summing the errors "
-                                               "over the ranks failed");
-    /* a 16-bit /o holds o rounded to its type: the check accepts that
-     * rounding (half an ulp relative), never less than --tol */
-    ra_dtype stored = RA_DTYPE_F32;
-    (void)ra_dtype_parse(r->out_dtype, &stored); /* unknown: no rounding */
-    const double ulp = stored == RA_DTYPE_F16    ? 0x1p-11
-                       : stored == RA_DTYPE_BF16 ? 0x1p-8
-                                                 : 0;
-    const double tol = o->tol > ulp ? o->tol : ulp;
-    const int pass = ra_tally_ok(&g, tol) && nans == 0;
-    const double tol_o = ra_tally_tol_o(&g, tol);
-    const int gauss = strcmp(r->score, "gaussian") == 0;
+    if (((const cli_ctx *)rq->user)->rank != 0)
+        return;
+    printf("# %s: predicted cost per rank %.3g fp64 multiply-adds and %.3g "
+           "exp, about %.2f CPU s at the %.2f G multiply-adds/s and %.2f G "
+           "exp/s this core measures now\n", c->what, c->madds, c->exps,
+           c->seconds, c->madd_rate * 1e-9, c->exp_rate * 1e-9);
+    fflush(stdout);
+}
+
+/* Opens the check of o and reads its recorded parameters. Collective. */
+static ra_status check_open(const cli_ctx *ctx, const cli_check *o,
+                            int backward, int independent, verify_job *j,
+                            held *h)
+{
+    const verify_req rq = {ctx->comm, o->in, o->out, &ctx->tuning,
+                           o->sample, o->all, independent,
+                           (uint64_t)o->seed, o->tol, o->precision_set,
+                           (ra_precision)o->precision, print_cost,
+                           (void *)ctx};
+    ra_status st = verify_open(&rq, backward, j);
+    return st == RA_OK ? ra_agree(ctx->comm, recorded_params(j, h)) : st;
+}
+
+static int fwd_report(const cli_ctx *ctx, const verify_job *j,
+                      const verify_fwd_result *r)
+{
+    const h5io_run_attrs *run = &j->v.run;
+    const int gauss = j->v.p.num.score == RA_SCORE_GAUSSIAN;
     if (ctx->rank == 0)
         printf("ringattn verify: %s: %lld rows x %lld heads (%s), causal %s, "
                "window %s, masks %s, score %s, %s %.6g, rope %s, alibi %s: "
                "max abs err %.3e, rel err %.3e, lse err %.3e, bad rows %.0f, "
                "NaN values in all rows %.0f, tolerance %.1e%s, on o %.1e "
                "(precision %s, K/V %s): %s\n",
-               o->out, (long long)nrows, (long long)s->H,
-               nrows == s->B * s->N ? "all" : "sampled",
-               r->causal ? "yes" : "no", r->window ? "yes" : "no",
-               r->masks[0] ? r->masks : "none", r->score,
-               gauss ? "sigma" : "scale", gauss ? r->sigma : r->scale, r->rope,
-               r->alibi ? r->alibi_slopes : "no", g.max_abs_o, g.rel_o,
-               g.max_lse, (double)g.bad_inf, nans, tol,
-               ulp > o->tol ? " (the rounding of a 16-bit /o)" : "", tol_o,
-               ra_precision_name(c->v.p.num.precision),
-               c->v.round_kv ? "rounded to bf16" : "fp32",
-               pass ? "PASS" : "FAIL");
-    return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
-}
-
-/* This rank's share of the sampled rows, then of all rows for NaN. */
-static ra_status verify_share(const cli_ctx *ctx, const cli_check *o,
-                              const check_ctx *c, const int64_t *rows,
-                              int64_t nrows, tally *t)
-{
-    const ra_shape *s = c->v.s;
-    const ra_range mine = ra_shard_range(nrows, ctx->rank, ctx->nranks);
-    /* consecutive rows skip the key blocks none of them sees; a sample's
-     * rows are spread over them */
-    const double f = nrows < s->B * s->N ? 1.0
-                     : verify_pair_fraction(c->v.run.causal, c->v.run.window,
-                                            c->v.run.window_left,
-                                            c->v.run.window_right, s->M);
-    const double pairs = (double)mine.count * s->M * s->H * f;
-    verify_cost_print(ctx, "verify", pairs * (double)(s->D + s->Dv), pairs);
-    const int blas = ra_blas_enter(1); /* one rank per core */
-    t->cmp.p_unit = c->v.round_p ? RA_BF16_UNIT : 0.0;
-    ra_status st = verify_rows(o->in, o->out, &c->v, rows + mine.start,
-                               mine.count, &t->cmp);
-    ra_blas_leave(blas);
-    if (st == RA_OK)
-        st = nan_scan(o->out, s, ra_shard_range(s->B * s->N, ctx->rank,
-                                                ctx->nranks), t);
-    return ra_agree(ctx->comm, st);
+               j->rq.out, (long long)r->rows, (long long)j->s.H,
+               r->rows == j->s.B * j->s.N ? "all" : "sampled",
+               run->causal ? "yes" : "no", run->window ? "yes" : "no",
+               run->masks[0] ? run->masks : "none", run->score,
+               gauss ? "sigma" : "scale", gauss ? run->sigma : run->scale,
+               run->rope, run->alibi ? run->alibi_slopes : "no",
+               r->err.max_abs_o, r->err.rel_o, r->err.max_lse,
+               (double)r->err.bad_inf, r->nans, r->tol,
+               r->rounding ? " (the rounding of a 16-bit /o)" : "", r->tol_o,
+               ra_precision_name(j->v.p.num.precision),
+               j->v.round_kv ? "rounded to bf16" : "fp32",
+               r->pass ? "PASS" : "FAIL");
+    return r->pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
 }
 
 int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
@@ -368,27 +210,60 @@ int cmd_verify(const cli_ctx *ctx, int argc, char **argv)
     int code = cli_check_parse(ctx, &verify_spec, &o, argc, argv);
     if (code >= 0)
         return code;
-    ra_shape s;
-    check_ctx c = {.v.s = &s};
-    int64_t *rows = NULL, nrows = 0;
-    tally t = {0};
-    ra_status st = verify_validate(ctx, &o, &s, &c);
-    if (st == RA_OK) {
-        const double cost = (double)s.B * s.N * s.H * s.M * (s.D + s.Dv);
-        const int64_t want = o.all ? 0 : o.sample ? o.sample
-                             : cost <= 4294967296.0 ? 0 : 1024;
-        if (!(rows = pick_rows(&s, want, (uint64_t)o.seed, &nrows)))
-            st = ra_error_set(RA_ERR_NOMEM, "verify: cannot allocate the row "
-                                            "list");
-    }
-    if ((st = ra_agree(ctx->comm, st)) == RA_OK)
-        st = verify_share(ctx, &o, &c, rows, nrows, &t);
-    code = st == RA_OK ? verify_report(ctx, &o, &c, nrows, &t)
-                       : cli_fail_status(ctx, st);
-    free(rows);
-    free(c.slopes);
-    free(c.sinks);
-    ra_h5_masks_free(&c.masks);
-    h5io_additive_free(&c.weights);
+    verify_job j;
+    held h = {0};
+    verify_fwd_result r;
+    ra_status st = check_open(ctx, &o, 0, 0, &j, &h);
+    if (st == RA_OK)
+        st = verify_forward(&j, &r);
+    code = st == RA_OK ? fwd_report(ctx, &j, &r) : cli_fail_status(ctx, st);
+    verify_close(&j);
+    held_free(&h);
+    return code;
+}
+
+static int bwd_report(const cli_ctx *ctx, const verify_job *j,
+                      const verify_bwd_result *r)
+{
+    const h5io_run_attrs *run = &j->v.run;
+    char more[80] = "", fwd[400] = "";
+    if (r->has[VERIFY_DW])
+        snprintf(more, sizeof more, ", weights %.3e", r->err[VERIFY_DW]);
+    if (r->has[VERIFY_DSINKS])
+        snprintf(more + strlen(more), sizeof more - strlen(more),
+                 ", dsinks %.3e", r->err[VERIFY_DSINKS]);
+    if (r->forward[0])
+        snprintf(fwd, sizeof fwd, "; recorded forward %s at %lld rows: rel "
+                 "err %.3e, lse err %.3e, bad rows %.0f", r->forward,
+                 (long long)r->fwd.rows, r->fwd.err.rel_o, r->fwd.err.max_lse,
+                 (double)r->fwd.err.bad_inf);
+    if (ctx->rank == 0)
+        printf("ringattn verify --backward: %s: %s rows, causal %s, window "
+               "%s, masks %s, score %s, rope %s, alibi %s: rel err dq %.3e, "
+               "dk %.3e, dv %.3e%s, non-finite %.0f, tolerance %.1e%s: %s\n",
+               j->rq.out, j->rq.all ? "all" : "sampled",
+               run->causal ? "yes" : "no", run->window ? "yes" : "no",
+               run->masks[0] ? run->masks : "none", run->score, run->rope,
+               run->alibi ? "yes" : "no", r->err[VERIFY_DQ],
+               r->err[VERIFY_DK], r->err[VERIFY_DV], more, r->nonfinite,
+               j->rq.tol, fwd, r->pass ? "PASS" : "FAIL");
+    return r->pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;
+}
+
+int cmd_verify_backward(const cli_ctx *ctx, int argc, char **argv)
+{
+    vb_args a = {0};
+    int code = cli_check_parse(ctx, &vb_spec, &a.c, argc, argv);
+    if (code >= 0)
+        return code;
+    verify_job j;
+    held h = {0};
+    verify_bwd_result r;
+    ra_status st = check_open(ctx, &a.c, 1, a.independent, &j, &h);
+    if (st == RA_OK)
+        st = verify_backward(&j, &r);
+    code = st == RA_OK ? bwd_report(ctx, &j, &r) : cli_fail_status(ctx, st);
+    verify_close(&j);
+    held_free(&h);
     return code;
 }

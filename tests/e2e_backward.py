@@ -197,6 +197,40 @@ def corrupted_cases(grads, fwd):
     return ok and good
 
 
+def recorded_cases():
+    """verify --backward's default path takes every row's LSE and Drow from
+    the forward the gradients were computed from (here the /o and /lse that
+    --recompute wrote), checked in fp64 at the sampled rows: one wrong /lse
+    or /o entry fails when its row is sampled (every row: --sample B N), a
+    wrong value in every row fails a sample of 5, and --independent, which
+    does not read that forward, passes the same gradients. A gradient file
+    without a forward is refused by name."""
+    ok = True
+    with h5py.File("in.h5", "r") as f:
+        rows = str(f["q"].shape[0] * f["q"].shape[1])
+    for name in ("lse", "o"):
+        for extra, every in ((["--sample", rows], False),
+                             (["--sample", "40"], True)):
+            shutil.copy("g_win.h5", "bad.h5")
+            with h5py.File("bad.h5", "r+") as f:
+                x = f[name][...]
+                live = np.isfinite(x) & (x != 0)
+                if every:
+                    x[live] += 1e-2 * np.abs(x[live]) + 1e-3
+                else:
+                    i = np.flatnonzero(live)[live.sum() // 2]
+                    x.flat[i] += 1e-2 * abs(x.flat[i]) + 1e-3
+                f[name][...] = x
+            ok &= verify("bad.h5", extra, 1)
+    ok &= verify("bad.h5", ["--independent", "--sample", "5"], 0)
+    shutil.copy("g_win.h5", "bad.h5")
+    with h5py.File("bad.h5", "r+") as f:
+        del f["o"]
+    ok &= verify("bad.h5", [], 2)
+    ok &= verify("bad.h5", ["--independent"], 0)
+    return ok
+
+
 def main():
     work = tempfile.mkdtemp(prefix="ra_e2e_bwd_")
     try:
@@ -254,11 +288,14 @@ def cases():
          "g_win.h5", "--window", "30,7", "--layout", "contiguous"])
     ok &= check("window 30,7, --recompute", "g_win.h5",
                 reference("in.h5", 0, (30, 7)))
+    ok &= verify("g_win.h5", ["--sample", "23"], 0)
+    ok &= recorded_cases()
     for lay in ("zigzag", "striped"):
         run(["run", "--backward", "--in", "seg.h5", "--recompute", "--out",
              f"g_{lay}.h5", "--causal", "--layout", lay])
         ok &= check(f"causal segments, {lay}", f"g_{lay}.h5",
                     reference("seg.h5", 1, None))
+        ok &= verify(f"g_{lay}.h5", ["--sample", "31"], 0, inp="seg.h5")
     return 0 if (ok and encoded_cases() and check_cases()) else 1
 
 
@@ -302,6 +339,8 @@ def check_cases():
          "--out", "g_us.h5", "--causal", "--layout", "zigzag"])
     ok &= check("segments with unseen ids, --fwd of P = 1", "g_us.h5",
                 reference("us.h5", 1, None))
+    ok &= verify("g_us.h5", ["--sample", "30"], 0, inp="us.h5")
+    ok &= verify("g_bhnd.h5", [], 0, inp="hd_bhnd.h5")
     return ok
 
 
