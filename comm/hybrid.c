@@ -92,13 +92,13 @@ static int64_t group_order(const hyb_state *h, const strat_call *c,
 ra_status hybrid_group_check(const ra_shape *s, int P, int u)
 {
     if (u < 1 || P % u != 0)
-        return ra_error_set(RA_ERR_ARG, "hybrid: groups of %d ranks do not "
-                            "divide %d ranks", u, P);
+        return ra_error_set(RA_ERR_ARG, "hybrid: groups of %d ranks "
+                            "(ulysses_size) do not divide %d ranks", u, P);
     if (s->H < u)
         return ra_error_set(RA_ERR_ARG, "hybrid: %lld query heads cannot be "
-                            "split over groups of %d ranks; groups of 1 to "
-                            "%lld ranks work", (long long)s->H, u,
-                            (long long)s->H);
+                            "split over groups of %d ranks (ulysses_size); "
+                            "groups of 1 to %lld ranks work", (long long)s->H,
+                            u, (long long)s->H);
     return RA_OK;
 }
 

@@ -377,8 +377,8 @@ ra_status cli_params_finish(ra_params *p);
 #define CLI_SIGMA_DEFAULT 1.0
 
 /* --ulysses-size U of strategy hybrid against the job's P ranks and the
- * query heads: U must divide P and not exceed H (the library's own check,
- * named by the option). Not collective. */
+ * query heads, by the library's rule (hybrid_group_check), for a command
+ * that checks before ra_call_strategy_check would. Not collective. */
 ra_status cli_ulysses_check(const ra_params *p, const ra_shape *s, int P);
 
 /* The parameters of a run checked before anything is read: by the

@@ -203,8 +203,6 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
         return st;
     o->p.num.nonfinite = o->allow_nonfinite;
     st = cli_pass_params(o->in, &r->d, &o->p);
-    if (st == RA_OK)
-        st = cli_ulysses_check(&o->p, &r->d.s, ctx->nranks);
     if (st == RA_OK && o->map_rows)
         st = map_parse(o->map_rows, o->map_heads ? o->map_heads : "0",
                        &r->d.s, &r->mreq);

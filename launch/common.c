@@ -17,6 +17,7 @@
 #include "gemm_env.h"
 #include "h5io.h"
 #include "internal.h"
+#include "strategy.h"
 #include "watchdog.h"
 
 /* in ra_axes order, from RA_AXES_BNHD */
@@ -81,16 +82,7 @@ ra_status cli_ulysses_check(const ra_params *p, const ra_shape *s, int P)
     const int64_t u = p->exec.ulysses_size;
     if (u == 0 || p->exec.strategy != RA_STRATEGY_HYBRID)
         return RA_OK; /* the plan checks what auto may pick */
-    if (P % u != 0)
-        return ra_error_set(RA_ERR_ARG, "--ulysses-size: groups of %lld "
-                            "ranks do not divide the %d ranks of the job",
-                            (long long)u, P);
-    if (u > s->H)
-        return ra_error_set(RA_ERR_ARG, "--ulysses-size: groups of %lld "
-                            "ranks outnumber the %lld query heads (groups of "
-                            "1 to %lld ranks work)", (long long)u,
-                            (long long)s->H, (long long)s->H);
-    return RA_OK;
+    return hybrid_group_check(s, P, (int)u);
 }
 
 /* The name of a parameter in a message: the option, or the file's

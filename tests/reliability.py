@@ -1165,7 +1165,7 @@ CASES_OPTIONS = [
      r"--ulysses-size: the ring strategy has no head-parallel groups"),
     ("ulysses-size-not-dividing", "--strategy hybrid --ulysses-size 5 (divides no P of 1..4)", {},
      RUN + ["good.h5", "--strategy", "hybrid", "--ulysses-size", "5"], 2,
-     r"--ulysses-size: groups of 5 ranks do not divide the \d ranks of the job"),
+     r"hybrid: groups of 5 ranks \(ulysses_size\) do not divide \d ranks"),
     ("mem-limit-ring", "--mem-limit 1000 with the ring strategy: bounds its tensors too", {},
      RUN + ["good.h5", "--mem-limit", "1000"], 2,
      r"shape: the tensors \(q, k, v, o, lse\) of rank \d need \d+ bytes \([0-9.e+-]+ GB\), "
