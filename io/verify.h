@@ -165,6 +165,10 @@ ra_status verify_backward(verify_job *j, verify_bwd_result *r);
 
 /* ---- shared by the checks (internal to io/) ---- */
 
+/* /o and /lse of the forward output out have the dims of the input in's
+ * shape s. Not collective. */
+ra_status verify_out_dims(const char *out, const ra_shape *s, const char *in);
+
 /* After the caller set the parameters: the reference score, the segment
  * datasets and the masks. Collective. */
 ra_status verify_job_masks(verify_job *j);

@@ -163,11 +163,11 @@ static ra_status recorded_forward(verify_job *j, verify_bwd_result *r)
     snprintf(r->forward, sizeof r->forward, "%s",
              strcmp(f, "recomputed") == 0 ? out : f);
     if (strcmp(f, "recomputed") == 0)
-        return RA_OK;
+        return verify_out_dims(out, &j->s, j->rq.in);
     char *mine = malloc(H5IO_FP_LEN), *theirs = malloc(H5IO_FP_LEN);
     ra_status st = mine && theirs ? RA_OK
                    : ra_error_set(RA_ERR_NOMEM, "verify: out of memory");
-    if (st == RA_OK)
+    if (st == RA_OK && (st = verify_out_dims(f, &j->s, j->rq.in)) == RA_OK)
         st = h5io_fwd_check(f, &j->s, &j->v.p);
     if (st == RA_OK &&
         (st = h5io_fingerprint_read(out, mine, H5IO_FP_LEN)) == RA_OK &&
@@ -175,6 +175,12 @@ static ra_status recorded_forward(verify_job *j, verify_bwd_result *r)
         st = h5io_fingerprint_compare(f, theirs, mine);
     free(mine);
     free(theirs);
+    if (st != RA_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", ra_error_message());
+        st = ra_error_set(st, "%s (the forward %s records; or pass "
+                          "--independent)", why, out);
+    }
     return st;
 }
 

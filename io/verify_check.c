@@ -101,8 +101,7 @@ static ra_status output_kind(const char *out)
                         "ringattn run, which verify checks", out);
 }
 
-/* /o and /lse of out have the dims of the input's shape. */
-static ra_status out_dims(const char *out, const ra_shape *s, const char *in)
+ra_status verify_out_dims(const char *out, const ra_shape *s, const char *in)
 {
     int64_t o[4], l[3];
     ra_status st = h5io_read_out_shape(out, o, l);
@@ -336,7 +335,7 @@ ra_status verify_forward(verify_job *j, verify_fwd_result *r)
     *r = (verify_fwd_result){0};
     ra_status st = run_numerics(j);
     if (st == RA_OK)
-        st = out_dims(j->rq.out, s, j->rq.in);
+        st = verify_out_dims(j->rq.out, s, j->rq.in);
     if ((st = ra_agree(j->rq.comm, st)) == RA_OK)
         st = verify_job_masks(j);
     if (st != RA_OK)
