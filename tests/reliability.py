@@ -2209,11 +2209,12 @@ def fault_side_files_full(work):
 
 
 def run_stalls():
-    """The timing-sensitive faults: a stopped rank in every strategy, two
-    jobs at a time, each in a folder of its own. Once its rank is stopped a
-    job keeps one core busy (the other rank's own tiles), so two of them
-    fill the two cores ctest gives the test (PROCESSORS 2); the longest
-    (the derived timeout's) starts first."""
+    """The timing-sensitive faults: a stopped rank in every strategy, each
+    job in a folder of its own. Once its rank is stopped a job keeps at
+    most one core busy (the other rank's own tiles) for a few seconds, then
+    waits for its stall timeout: the derived timeout's job (over a minute,
+    the floor's 30 s twice, almost all of it waiting) runs beside the
+    others, which run two at a time."""
     work = tempfile.mkdtemp(prefix="ra_stall_")
     try:
         subprocess.run([RINGATTN, "gen", "--out", "stall.h5", "--seq",
@@ -2235,8 +2236,11 @@ def run_stalls():
             os.symlink(os.path.join(work, "stall.h5"),
                        os.path.join(own, "stall.h5"))
             return fault_stall(own, **cases[i])
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            return sum(pool.map(one, range(len(cases))), [])
+        with concurrent.futures.ThreadPoolExecutor(1) as waiting, \
+                concurrent.futures.ThreadPoolExecutor(2) as pool:
+            default = waiting.submit(one, 0)
+            rest = pool.map(one, range(1, len(cases)))
+            return default.result() + sum(rest, [])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

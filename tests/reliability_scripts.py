@@ -703,9 +703,11 @@ def ab_rounds_text(work):
 
 @case("ab-alternates", "bench-ab.sh -a X -b X -n 2 -r 1 (one binary twice)")
 def ab_alternates(work):
-    """two rounds, each A then B, and the median of B/A"""
+    """two rounds, each A then B, and the median of B/A (the benches
+    without their yardsticks, which bench-ab.sh does not read: a few
+    seconds each)"""
     r = ab(work, "-a", RINGATTN, "-b", RINGATTN, "-n", "2", "-r", "1", "--",
-           *TINY)
+           *TINY, "--no-yardsticks", "--reps", "1")
     check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-300:]}")
     rounds = [l for l in r.stdout.splitlines() if l.startswith("round ")]
     check(len(rounds) == 2, f"not two rounds: {r.stdout!r}")
@@ -784,11 +786,17 @@ def slurm_interrupt(work):
     return err.strip().splitlines()[-1]
 
 
+# The bench options of every study here: its points' yardsticks (seconds
+# each) are no part of what a study does with its points (issue 45).
+STUDY_BENCH = ["--no-yardsticks"]
+
+
 def study(work, *args):
     return sh([PY, script("scaling-study.py"), "--launcher", "local",
                "--nodes", "1", "--ranks-per-node", "1", "--scaling", "strong",
                "--seq", "128", "--repeats", "1", "--reps", "1", "--build",
-               BUILD, *args, "--", "--heads", "2", "--dim", "16"], work)
+               BUILD, *args, "--", *STUDY_BENCH, "--heads", "2", "--dim",
+               "16"], work)
 
 
 @case("study-timeout", "scaling-study.py --timeout=-1")
@@ -842,8 +850,9 @@ def study_root(work):
                         "local", "--nodes", "1", "--ranks-per-node", "1,2",
                         "--scaling", "strong", "--seq", "128", "--repeats",
                         "1", "--reps", "1", "--build", BUILD, "--out-dir",
-                        "st", "--", "--heads", "2", "--dim", "16"], cwd=work,
-                       env=env, capture_output=True, text=True, timeout=300)
+                        "st", "--", *STUDY_BENCH, "--heads", "2", "--dim",
+                        "16"], cwd=work, env=env, capture_output=True,
+                       text=True, timeout=300)
     check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-500:]}")
     status = [p["status"] for p in study_json(work)]
     check(status == ["ok", "ok"], f"points: {status}")
@@ -865,8 +874,8 @@ def study_failed_point(work):
     r = sh([PY, script("scaling-study.py"), "--launcher", "local", "--nodes",
             "1", "--ranks-per-node", "1,2", "--scaling", "strong", "--seq",
             "128", "--repeats", "1", "--reps", "1", "--build", BUILD,
-            "--out-dir", "st", "--", "--heads", "1", "--dim", "16",
-            "--strategy", "ulysses"], work, timeout=300)
+            "--out-dir", "st", "--", *STUDY_BENCH, "--heads", "1", "--dim",
+            "16", "--strategy", "ulysses"], work, timeout=300)
     check(r.returncode == 1, f"exit {r.returncode}: {r.stderr[-300:]}")
     status = {p["ranks"]: p["status"] for p in study_json(work)}
     check(status == {1: "ok", 2: f"exit 2: {line[0]}"},
@@ -886,8 +895,9 @@ def study_gemm_env(work):
     r = sh([PY, script("scaling-study.py"), "--launcher", "local", "--nodes",
             "1", "--ranks-per-node", "1,2", "--scaling", "strong", "--seq",
             "128", "--repeats", "1", "--reps", "1", "--build", BUILD,
-            "--out-dir", "st", "--", "--heads", "1", "--dim", "16",
-            "--strategy", "ulysses"], work, env={"RINGATTN_GEMM": "openblas"},
+            "--out-dir", "st", "--", *STUDY_BENCH, "--heads", "1", "--dim",
+            "16", "--strategy", "ulysses"], work,
+           env={"RINGATTN_GEMM": "openblas"},
            timeout=300)
     check(r.returncode == 1, f"exit {r.returncode}: {r.stderr[-300:]}")
     rows = {p["ranks"]: p for p in study_json(work)}
@@ -965,8 +975,8 @@ def perm_study(work):
     r = sh([PY, script("scaling-study.py"), "--launcher", "local", "--nodes",
             "1", "--ranks-per-node", "1", "--scaling", "strong", "--seq",
             "128", "--repeats", "1", "--reps", "1", "--build", BUILD,
-            "--out-dir", "st", "--", "--heads", "2", "--dim", "16"], work,
-           umask=0o027)
+            "--out-dir", "st", "--", *STUDY_BENCH, "--heads", "2", "--dim",
+            "16"], work, umask=0o027)
     check(r.returncode == 0, f"study: exit {r.returncode}: {r.stderr}")
     outs = sorted(glob.glob(os.path.join(work, "st", "*")))
     check(len(outs) >= 3, f"outputs: {outs}")
