@@ -118,26 +118,21 @@ struct cli_opt {
 #define CLI_OPT_TEXT(T, NAME, META, FIELD, DEF, HELP)                         \
     {.name = NAME, .kind = CLI_TEXT, .meta = META,                            \
      .offset = CLI_FIELD(T, FIELD, const char *), .def = DEF, .help = HELP}
-/* A CLI_TEXT refused when absent. */
 #define CLI_OPT_REQUIRED(T, NAME, META, FIELD, HELP)                          \
     {.name = NAME, .kind = CLI_TEXT, .meta = META, .required = 1,             \
      .offset = CLI_FIELD(T, FIELD, const char *), .help = HELP}
-/* An int64_t within [LO, HI]. */
 #define CLI_OPT_INT(T, NAME, META, FIELD, LO, HI, DEF, HELP)                  \
     {.name = NAME, .kind = CLI_INT, .meta = META,                             \
      .offset = CLI_FIELD(T, FIELD, int64_t), .lo = LO, .hi = HI, .def = DEF,  \
      .help = HELP}
-/* An int within [LO, HI]. */
 #define CLI_OPT_INT32(T, NAME, META, FIELD, LO, HI, DEF, HELP)                \
     {.name = NAME, .kind = CLI_INT32, .meta = META,                           \
      .offset = CLI_FIELD(T, FIELD, int), .lo = LO, .hi = HI, .def = DEF,      \
      .help = HELP}
-/* A double within [LO, HI]. */
 #define CLI_OPT_REAL(T, NAME, META, FIELD, LO, HI, DEF, HELP)                 \
     {.name = NAME, .kind = CLI_REAL, .meta = META,                            \
      .offset = CLI_FIELD(T, FIELD, double), .rlo = LO, .rhi = HI,             \
      .def = DEF, .help = HELP}
-/* A double within (0, HI]. */
 #define CLI_OPT_POSITIVE(T, NAME, META, FIELD, HI, DEF, HELP)                 \
     {.name = NAME, .kind = CLI_REAL, .meta = META,                            \
      .offset = CLI_FIELD(T, FIELD, double), .rlo = 0, .open_lo = 1,           \
@@ -291,9 +286,7 @@ typedef struct {
  * --seq alone (bench takes a list instead). */
 extern const cli_opt cli_shape_opts[];
 extern const cli_opt cli_seq_opts[];
-/* The forward pass (into ra_params): --causal --window --scale --score
- * --sigma --rope --rope-base --alibi --align-per-sequence --block-q
- * --block-kv --layout --threads --strategy --mem-limit --ulysses-size. */
+/* The forward pass's options (into ra_params). */
 extern const cli_opt cli_forward_opts[];
 /* The footer of the --help of a command that takes cli_forward_opts (a
  * spec's epilog_fn): the strategies by the library's names, the layout
@@ -523,8 +516,6 @@ extern const cli_mode cli_modes[]; /* ends with a NULL command */
 /* Runs the subcommand argv[1] names, or its mode, or --version and --help
  * of the whole command: the exit code. */
 int cli_dispatch(const cli_ctx *ctx, int argc, char **argv);
-/* `ringattn --help`: the subcommands, their modes, the global options. */
-void cli_usage(FILE *out);
 /* The "modes" section of a subcommand's --help (nothing when it has none). */
 void cli_modes_help(const char *command, FILE *out);
 

@@ -47,7 +47,8 @@ const cli_mode cli_modes[] = {
     {0},
 };
 
-void cli_usage(FILE *out)
+/* `ringattn --help`: the subcommands, their modes, the global options. */
+static void cli_usage(FILE *out)
 {
     fputs(usage_head, out);
     for (int i = 0; i < NCOMMANDS; i++) {
