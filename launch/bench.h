@@ -9,7 +9,6 @@
 
 #include "bench_run.h"
 #include "cli.h"
-#include "compare.h"
 
 enum { MAX_SEQS = 64 };
 

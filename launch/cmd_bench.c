@@ -298,9 +298,8 @@ static ra_status bench_setup(const cli_ctx *ctx, bench_opts *o)
     o->p.num.sinks = o->sinks_mem;
     if (st != RA_OK || o->p.num.score != RA_SCORE_ADDITIVE)
         return st;
-    st = bench_additive_make(ctx->comm, (uint64_t)o->seed,
-                                       o->additive_hidden, o->cs.shape.D,
-                                       &o->additive_mem, &o->additive);
+    st = bench_additive_make(ctx->comm, (uint64_t)o->seed, o->additive_hidden,
+                             o->cs.shape.D, &o->additive_mem, &o->additive);
     o->p.num.additive = &o->additive;
     return st;
 }
