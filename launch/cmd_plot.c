@@ -3,6 +3,8 @@
  * here, the output path too, before the script runs; the script is run
  * directly (fork and execvp, no shell), from rank 0, and its exit status
  * (2 bad input, 1 failure) is the command's. */
+#include <float.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,72 +17,32 @@
 
 typedef struct {
     const char *files[2]; /* OUT.h5, MAP.png */
-    const char *batch, *head, *width, *reduce, *vmax;
-    int64_t batch_v, head_v, width_v;
-    int reduce_v, force, log;
+    int64_t batch, head, width;
+    double vmax;          /* 0: not given */
+    int head_set, reduce, force, log;
 } plot_opts;
 
 static const char *const reductions[] = {"max", "mean", NULL};
 
-/* The value is kept as text for the script once it has been checked. */
-static int keep_int(const cli_opt *o, const char *val, void *base)
-{
-    plot_opts *p = base;
-    const int is_width = strcmp(o->name, "--width") == 0;
-    int64_t *dst = is_width ? &p->width_v
-                   : strcmp(o->name, "--head") == 0 ? &p->head_v : &p->batch_v;
-    if (cli_parse_i64(o->name, val, is_width ? 1 : 0,
-                      is_width ? 100000 : INT32_MAX, dst) != 0)
-        return -1;
-    *(const char **)((char *)base + o->offset) = val;
-    return 0;
-}
-
-static int keep_reduce(const cli_opt *o, const char *val, void *base)
-{
-    plot_opts *p = base;
-    for (int i = 0; reductions[i]; i++)
-        if (strcmp(val, reductions[i]) == 0) {
-            p->reduce = val;
-            return 0;
-        }
-    ra_error_set(RA_ERR_ARG, "%s: '%s' is not max or mean", o->name, val);
-    return -1;
-}
-
-/* --vmax: a finite number > 0, kept as text for the script. */
-static int keep_vmax(const cli_opt *o, const char *val, void *base)
-{
-    double v;
-    if (cli_parse_f64(o->name, val, &v) != 0)
-        return -1;
-    if (!(v > 0)) {
-        ra_error_set(RA_ERR_ARG, "%s: %s is not a number > 0", o->name, val);
-        return -1;
-    }
-    ((plot_opts *)base)->vmax = val;
-    return 0;
-}
-
 static const cli_opt plot_own[] = {
     CLI_OPT_FORCE(plot_opts, force),
-    {.name = "--batch", .kind = CLI_CUSTOM, .meta = "B", .fn = keep_int,
-     .offset = offsetof(plot_opts, batch), .def = "0",
-     .help = "batch of the map"},
-    {.name = "--head", .kind = CLI_CUSTOM, .meta = "I", .fn = keep_int,
-     .offset = offsetof(plot_opts, head),
-     .shown = "the map's first", .help = "model head number, one the map "
-     "holds"},
-    {.name = "--width", .kind = CLI_CUSTOM, .meta = "W", .fn = keep_int,
-     .offset = offsetof(plot_opts, width), .def = "1000",
-     .help = "at most W pixel columns (runs of keys reduced)"},
-    {.name = "--reduce", .kind = CLI_CUSTOM, .meta = "max|mean",
-     .fn = keep_reduce, .def = "max",
-     .help = "how a pixel column reduces its keys (peaks or mass)"},
+    CLI_OPT_INT(plot_opts, "--batch", "B", batch, 0, INT32_MAX, "0",
+                "batch of the map"),
+    {.name = "--head", .kind = CLI_INT, .meta = "I",
+     .offset = CLI_FIELD(plot_opts, head, int64_t), .lo = 0, .hi = INT32_MAX,
+     .seen = CLI_SEEN(plot_opts, head_set), .shown = "the map's first",
+     .help = "model head number, one the map holds"},
+    CLI_OPT_INT(plot_opts, "--width", "W", width, 1, 100000, "1000",
+                "at most W pixel columns (runs of keys reduced)"),
+    CLI_OPT_CHOICE(plot_opts, "--reduce", "max|mean", reduce, reductions,
+                   NULL, "max",
+                   "how a pixel column reduces its keys (peaks or mass)"),
     CLI_OPT_FLAG(plot_opts, "--log", log,
                  "logarithmic colour scale over six decades"),
-    {.name = "--vmax", .kind = CLI_CUSTOM, .meta = "V", .fn = keep_vmax,
-     .shown = "the largest weight", .help = "top of the colour scale"},
+    {.name = "--vmax", .kind = CLI_REAL, .meta = "V",
+     .offset = CLI_FIELD(plot_opts, vmax, double), .open_lo = 1,
+     .rhi = DBL_MAX, .shown = "the largest weight",
+     .help = "top of the colour scale"},
     {0},
 };
 
@@ -121,18 +83,22 @@ static int plot_run(const plot_opts *o, const char *script)
     if (!py)
         py = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3"
                                                    : "python3";
+    char batch[24], width[24], head[24], vmax[32];
+    snprintf(batch, sizeof batch, "%lld", (long long)o->batch);
+    snprintf(width, sizeof width, "%lld", (long long)o->width);
+    snprintf(head, sizeof head, "%lld", (long long)o->head);
+    snprintf(vmax, sizeof vmax, "%.17g", o->vmax);
     char *args[16] = {(char *)py, (char *)script, (char *)o->files[0],
-                      (char *)o->files[1], "--batch", (char *)o->batch,
-                      "--width", (char *)o->width, "--reduce",
-                      (char *)o->reduce};
+                      (char *)o->files[1], "--batch", batch, "--width", width,
+                      "--reduce", (char *)reductions[o->reduce]};
     int n = 10;
-    if (o->head) {
+    if (o->head_set) {
         args[n++] = "--head";
-        args[n++] = (char *)o->head;
+        args[n++] = head;
     }
-    if (o->vmax) {
+    if (o->vmax > 0) {
         args[n++] = "--vmax";
-        args[n++] = (char *)o->vmax;
+        args[n++] = vmax;
     }
     if (o->log)
         args[n++] = "--log";

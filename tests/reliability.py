@@ -1082,7 +1082,7 @@ CASES_COMPUTE = [
      RUN + ["good.h5", "--out-group", "layer3"], 2,
      r"--out-group: 'layer3': it must be absolute and below the root, like /layer3"),
     ("plot-vmax", "plot-map --vmax -1", {}, ["plot-map", "out_old.h5", "map.png", "--vmax", "-1"], 2,
-     r"--vmax: -1 is not a number > 0"),
+     r"--vmax: must be > 0, got -1"),
 ]
 
 
