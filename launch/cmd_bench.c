@@ -95,17 +95,19 @@ bench_place bench_place_of(const cli_ctx *ctx)
 }
 
 /* Measures one configuration (comm/perf/bench_run.c) on tensors of this
- * rank; the ranks agree, but on a stalled ring, which ends the job. */
+ * rank, and the plain one beside into *plain (NULL: none); the ranks
+ * agree, but on a stalled ring, which ends the job. */
 static ra_status run_config(const cli_ctx *ctx, const bench_opts *o,
                             const ra_shape *s, int naive,
-                            const bench_yard *yard, bench_result *res)
+                            const bench_yard *yard, bench_result *res,
+                            bench_result *plain)
 {
     cli_tensors t;
     ra_status st = ra_agree(ctx->comm, cli_tensors_alloc(&t, s, &o->p, ctx));
     const bench_config c = {
         s, {&o->p, (uint64_t)o->seed, o->rm.lens, o->rm.segment_avg,
             o->check_rows}, o->warmup, o->reps, naive, 0, o->no_yardsticks,
-        yard, bench_place_of(ctx)};
+        yard, bench_place_of(ctx), plain};
     const bench_operands x = {t.qs, t.ks, t.q, t.k, t.v, t.o, t.lse};
     if (st == RA_OK && (st = bench_config_run(ctx->comm, &c, &x, res)) ==
                        RA_ERR_MPI)
@@ -265,27 +267,19 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o)
     return st;
 }
 
-/* With score features or sinks, the same configuration without them,
- * after the row: both rates in one run. Collective. */
-static ra_status plain_beside(const cli_ctx *ctx, const bench_opts *one,
-                              const ra_shape *s, const bench_yard *yard,
-                              const bench_result *with)
+/* With score features or sinks, the rate of the same configuration
+ * without them (bench_config.plain) beside the row's. */
+static void print_plain(const bench_opts *one, const bench_result *with,
+                        const bench_result *plain)
 {
     const ra_score_feature *f = ra_features_first(&one->p.num);
-    if (!f && !one->p.num.sinks)
-        return RA_OK;
-    bench_opts plain = *one;
-    ra_features_copy(&plain.p.num, NULL);
-    plain.p.num.sinks = NULL;
-    bench_result res;
-    ra_status st = run_config(ctx, &plain, s, 0, yard, &res);
-    if (st == RA_OK && ctx->rank == 0)
+    if (f || one->p.num.sinks)
         printf("# plain: %s N=%lld %.1f GFLOP/s; with %s%s %.1f GFLOP/s "
                "(%.2f of plain)%s\n",
-               with->mode, (long long)s->N, res.gflops, f ? f->name : "",
-               one->p.num.sinks ? " sinks" : "", with->gflops,
-               with->gflops / res.gflops, res.pass ? "" : ", plain FAIL");
-    return st;
+               with->mode, (long long)with->s.N, plain->gflops,
+               f ? f->name : "", one->p.num.sinks ? " sinks" : "",
+               with->gflops, with->gflops / plain->gflops,
+               plain->pass ? "" : ", plain FAIL");
 }
 
 /* The additive score's random weights and --sinks's random sinks
@@ -331,11 +325,13 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
                 (!naive && (o->all_strategies ? !bench_strategy_applies(
                                 &one.p, &s, ctx->nranks) : k > 0)))
                 continue;
-            st = run_config(ctx, &one, &s, naive, &yard, &rows[*nrows]);
+            bench_result plain;
+            st = run_config(ctx, &one, &s, naive, &yard, &rows[*nrows],
+                            naive ? NULL : &plain);
             if (st == RA_OK && ctx->rank == 0)
                 bench_print_row(stdout, &rows[*nrows]);
-            if (st == RA_OK && !naive)
-                st = plain_beside(ctx, &one, &s, &yard, &rows[*nrows]);
+            if (st == RA_OK && ctx->rank == 0 && !naive)
+                print_plain(&one, &rows[*nrows], &plain);
             if (st == RA_OK && ctx->rank == 0 && !naive && o->auto_strategy &&
                 o->predicted[i] > 0)
                 printf("# plan: %s predicted %.4f s, measured %.4f s "

@@ -8,6 +8,7 @@
 #include "bench_run.h"
 #include "call.h"
 #include "model.h"
+#include "score_features.h"
 #include "tally.h"
 
 /* The random inputs of the seed, as `ringattn gen` writes them. */
@@ -187,7 +188,17 @@ ra_status bench_config_run(MPI_Comm comm, const bench_config *c,
         row_fill(comm, c, x, &bm, &reps, res);
     bench_masks_free(&bm);
     bench_reps_free(&reps);
-    return st;
+    const ra_params *p = c->gen.p;
+    if (st != RA_OK || !c->plain ||
+        (!ra_features_first(&p->num) && !p->num.sinks))
+        return st;
+    ra_params q = *p; /* the plain pass beside */
+    ra_features_copy(&q.num, NULL);
+    q.num.sinks = NULL;
+    bench_config plain = *c;
+    plain.gen.p = &q;
+    plain.plain = NULL;
+    return bench_config_run(comm, &plain, x, c->plain);
 }
 
 int bench_strategy_applies(const ra_params *p, const ra_shape *s, int P)

@@ -32,7 +32,9 @@ typedef struct {
  * materialising baseline in place of the call; backward: ra_backward
  * after one forward pass for o and lse; warmup untimed and reps timed
  * passes; the run's yardsticks (the products-only rate measured too
- * unless no_yardsticks). */
+ * unless no_yardsticks). plain: with score features or sinks in gen.p,
+ * the same configuration without them is measured after it, on the same
+ * operands, into *plain (both rates in one run); NULL: not. */
 typedef struct {
     const ra_shape *s;
     bench_gen gen;
@@ -40,6 +42,7 @@ typedef struct {
     int naive, backward, no_yardsticks;
     const bench_yard *yard;
     bench_place place;
+    bench_result *plain;
 } bench_config;
 
 /* Measures c on x into *res (every field; a backward row's verdict is
