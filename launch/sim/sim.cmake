@@ -47,12 +47,12 @@ endif()
 # simulated build"): the linker sends comm/'s calls of the kernels and of
 # the block allocator to launch/sim/sim_hooks.c, which runs them for real
 # (exact mode) or injects their time and folds their buffers (at scale),
-# and its non-blocking collectives to sim_collectives.c. No source file of
-# engine/ or comm/ knows.
+# its non-blocking collectives to sim_collectives.c, and its polls to
+# sim_waits.c. No source file of engine/ or comm/ knows.
 set(RA_SIM_WRAPPED ra_kernel_forward_block ra_kernel_backward_block
     ra_carve ra_carve_alloc ra_carve_free
     MPI_Iallreduce MPI_Ibcast MPI_Ireduce_scatter
-    MPI_Comm_idup MPI_Isend MPI_Irecv)
+    MPI_Comm_idup MPI_Isend MPI_Irecv MPI_Testall strat_wait)
 foreach(fn ${RA_SIM_WRAPPED})
   target_link_options(ringattn_sim PRIVATE -Wl,--wrap=${fn})
 endforeach()

@@ -57,9 +57,12 @@ ra_status sim_hooks_set(const sim_cost *cost);
 void sim_hooks_call_begin(void);
 /* Seconds this rank's hooks injected since the process started. */
 double sim_hooks_injected(void);
-/* Frees the hooks' state; once, by one rank, after every transfer ended
- * (all ranks past a barrier). */
+/* Whether the hooks run at scale (sim_hooks_set's cost.at_scale). */
+int sim_hooks_at_scale(void);
+/* Frees the hooks' state (and sim_waits.c's); once, by one rank, after
+ * every transfer ended (all ranks past a barrier). */
 void sim_hooks_release(void);
+void sim_waits_release(void);
 
 /* The driver's tensor slot (0 .. SIM_SLOTS - 1) of bytes: private and
  * zeroed in exact mode; folded at scale, one block per slot shared by

@@ -5,14 +5,17 @@
  *   at scale:   a kernel call becomes the time this machine's measured
  *               rate gives for its visible pairs (smpi_execute), and the
  *               float arrays of 1 MiB or more in a carved block are folded
- *               (SMPI_PARTIAL_SHARED_MALLOC: all ranks share their pages,
- *               their contents are meaningless), so that 1024 ranks fit in
- *               one machine's memory. Positions, ids and plans stay
+ *               (mapped onto one file that all ranks share, touched pages
+ *               only; their contents are meaningless), so that 1024 ranks
+ *               fit in one machine's memory. Positions, ids and plans stay
  *               private: the ring's control flow is the real one. */
+#define _GNU_SOURCE /* memfd_create */
 #include <mpi.h>
 #include <smpi/smpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "backward.h"
 #include "band.h"
@@ -58,6 +61,7 @@ ra_status sim_hooks_set(const sim_cost *c)
 }
 
 void sim_hooks_call_begin(void) { mine()->calls_in_call = 0; }
+int sim_hooks_at_scale(void) { return cost.at_scale; }
 double sim_hooks_injected(void) { return mine()->injected; }
 
 /* ---- visible pairs of one kernel call ------------------------------------ */
@@ -198,6 +202,62 @@ void *__wrap_ra_carve(ra_carver *c, int64_t count, size_t elem)
     return out;
 }
 
+/* The file folded arrays are mapped onto, window after window: SMPI's own
+ * folding (SMPI_PARTIAL_SHARED_MALLOC) maps with MAP_POPULATE, a page-table
+ * entry for every page of every rank's block when it is allocated (the
+ * all-gather's whole K/V on each rank: most of its simulation's time, and
+ * terabytes of mappings at 1024 ranks); here a page is mapped when touched.
+ * Touched pages of the file are all the memory folded arrays take. */
+enum { SIM_FOLD_FILE = 256 << 20 };
+static int fold_fd = -1;
+
+static int fold_file(void)
+{
+    if (fold_fd < 0) {
+        fold_fd = memfd_create("ringattn-sim-fold", MFD_CLOEXEC);
+        if (fold_fd >= 0 && ftruncate(fold_fd, SIM_FOLD_FILE) != 0) {
+            close(fold_fd);
+            fold_fd = -1;
+        }
+    }
+    return fold_fd;
+}
+
+/* Maps [at, stop) of block (page-aligned) onto the fold file; 0 or -1. */
+static int fold_map(char *block, size_t at, size_t stop)
+{
+    for (; at < stop; at += SIM_FOLD_FILE) {
+        const size_t len = stop - at < SIM_FOLD_FILE ? stop - at
+                                                     : SIM_FOLD_FILE;
+        if (fold_file() < 0 ||
+            mmap(block + at, len, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_FIXED, fold_fd, 0) == MAP_FAILED)
+            return -1;
+    }
+    return 0;
+}
+
+/* A block of bytes, reserved but backed only where touched, its recorded
+ * arrays (their whole pages) folded; its mapping's length is kept in the
+ * page before it. NULL when mapping failed. */
+static void *lazy_block(size_t bytes)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t total = page + bytes;
+    char *map = mmap(NULL, total, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED)
+        return NULL;
+    *(size_t *)map = total;
+    for (int i = 0; i < fold.count; i++)
+        if (fold_map(map + page, (fold.off[2 * i] + page - 1) / page * page,
+                     fold.off[2 * i + 1] / page * page) != 0) {
+            munmap(map, total);
+            return NULL;
+        }
+    return map + page;
+}
+
 void *__wrap_ra_carve_alloc(void (*fill)(void *ctx, ra_carver *c), void *ctx)
 {
     if (!cost.at_scale)
@@ -209,12 +269,7 @@ void *__wrap_ra_carve_alloc(void (*fill)(void *ctx, ra_carver *c), void *ctx)
     fold.recording = 0;
     if (c.used < 0)
         return NULL;
-    const size_t bytes = (size_t)(c.used ? c.used : RA_CARVE_ALIGN);
-    void *block = NULL;
-    if (fold.count > 0)
-        block = SMPI_PARTIAL_SHARED_MALLOC(bytes, fold.off, fold.count);
-    else if (posix_memalign(&block, RA_CARVE_ALIGN, bytes) != 0)
-        block = NULL;
+    void *block = lazy_block((size_t)(c.used ? c.used : RA_CARVE_ALIGN));
     if (!block)
         return NULL;
     c = (ra_carver){block, 0};
@@ -222,13 +277,14 @@ void *__wrap_ra_carve_alloc(void (*fill)(void *ctx, ra_carver *c), void *ctx)
     return block;
 }
 
-/* SMPI's free takes folded blocks and, for any other, calls free(). */
 void __wrap_ra_carve_free(void *block)
 {
-    if (cost.at_scale)
-        SMPI_SHARED_FREE(block);
-    else
+    if (!cost.at_scale) {
         __real_ra_carve_free(block);
+    } else if (block) {
+        char *map = (char *)block - sysconf(_SC_PAGESIZE);
+        munmap(map, *(size_t *)map);
+    }
 }
 
 /* ---- folded transfers ------------------------------------------------------ */
@@ -315,8 +371,12 @@ void sim_hooks_release(void)
             if (scratch[p].block[i])
                 SMPI_SHARED_FREE(scratch[p].block[i]);
     memset(scratch, 0, sizeof scratch);
+    if (fold_fd >= 0)
+        close(fold_fd);
+    fold_fd = -1;
     free(ranks);
     ranks = NULL;
+    sim_waits_release();
 }
 
 void *sim_buffer_alloc(size_t bytes, int slot, int folded)
