@@ -2212,9 +2212,9 @@ def run_stalls():
     """The timing-sensitive faults: a stopped rank in every strategy, each
     job in a folder of its own. Once its rank is stopped a job keeps at
     most one core busy (the other rank's own tiles) for a few seconds, then
-    waits for its stall timeout: the derived timeout's job (over a minute,
-    the floor's 30 s twice, almost all of it waiting) runs beside the
-    others, which run two at a time."""
+    waits for its stall timeout: the derived timeout's job (the floor's
+    30 s, up to the phase watchdog's twice that when loaded, almost all
+    of it waiting) runs beside the others, which run two at a time."""
     work = tempfile.mkdtemp(prefix="ra_stall_")
     try:
         subprocess.run([RINGATTN, "gen", "--out", "stall.h5", "--seq",
