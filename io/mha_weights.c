@@ -29,12 +29,31 @@ static ra_status weight(const char *in, const char *name, int rank,
     return RA_OK;
 }
 
+/* Heads not given (0) from in's root attributes heads and kv_heads (G: H
+ * without it). */
+static ra_status heads_of(const char *in, int64_t *H, int64_t *G)
+{
+    int present;
+    ra_status st = RA_OK;
+    if (!*H && (st = h5io_read_int_attr(in, "heads", H, &present)) ==
+                   RA_OK && !present)
+        st = ra_error_set(RA_ERR_ARG, "%s: no root attribute heads; pass "
+                          "--heads H", in);
+    if (st == RA_OK && !*G &&
+        (st = h5io_read_int_attr(in, "kv_heads", G, &present)) == RA_OK &&
+        !present)
+        *G = *H;
+    return st;
+}
+
 ra_status h5io_mha_shape(const char *in, int64_t H, int64_t G, int *self,
                              ra_shape *s, ra_mha *L)
 {
     int rank, present;
     int64_t xq[4], xkv[4], wq[4], wk[4], wv[4], wo[4];
-    ra_status st = h5io_dataset_dims(in, "/x", &rank, xq, &present);
+    ra_status st = heads_of(in, &H, &G);
+    if (st == RA_OK)
+        st = h5io_dataset_dims(in, "/x", &rank, xq, &present);
     if (st != RA_OK)
         return st;
     *self = present;

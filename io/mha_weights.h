@@ -16,7 +16,8 @@ typedef struct {
 } h5io_mha_weights;
 
 /* The shape from in's datasets (/x, or /x_q and /x_kv; /w_q, /w_k, /w_v,
- * /w_o) with H heads and G kv heads: fills s (B, N, M, H, G, D, Dv), *self
+ * /w_o) with H heads and G kv heads (0: in's root attributes heads and
+ * kv_heads; G is H without it): fills s (B, N, M, H, G, D, Dv), *self
  * (in has /x) and L's widths (Eq, Ekv, Eout). RA_ERR_INPUT naming the file
  * and the dataset that does not fit. */
 ra_status h5io_mha_shape(const char *in, int64_t H, int64_t G, int *self,

@@ -79,22 +79,6 @@ static void mha_release(mha_state *r)
     free(r->mem);
 }
 
-/* Heads from the options or the file's attributes. */
-static ra_status mha_heads(mha_opts *o)
-{
-    int present;
-    ra_status st = RA_OK;
-    if (!o->H && (st = h5io_read_int_attr(o->in, "heads", &o->H, &present)) ==
-                     RA_OK && !present)
-        st = ra_error_set(RA_ERR_ARG, "%s: no root attribute heads; pass "
-                          "--heads H", o->in);
-    if (st == RA_OK && !o->G &&
-        (st = h5io_read_int_attr(o->in, "kv_heads", &o->G, &present)) ==
-            RA_OK && !present)
-        o->G = o->H;
-    return st;
-}
-
 /* Every check that needs no compute; the ranks agree on the verdict. */
 static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
 {
@@ -107,10 +91,7 @@ static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
                               (const char *const[]){o->in, NULL});
     if (st != RA_OK)
         return st;
-    st = mha_heads(o);
-    if (st == RA_OK)
-        st = h5io_mha_shape(o->in, o->H, o->G, &r->self, &r->d.s,
-                            &r->lw.layer);
+    st = h5io_mha_shape(o->in, o->H, o->G, &r->self, &r->d.s, &r->lw.layer);
     if (st == RA_OK)
         st = cli_params_check(&o->p, &r->d.s, NULL);
     if (st == RA_OK)
