@@ -66,8 +66,9 @@ double sim_hooks_injected(void) { return mine()->injected; }
 
 /* ---- visible pairs of one kernel call ------------------------------------ */
 
-/* Keys at first + stride * t, t in [0, len): the layouts give each rank at
- * most two such runs (ra_layout_slice); a gathered set may hold more. */
+/* Positions (of keys, or queries) first + stride * t, t in [0, len): the
+ * layouts give each rank at most two such runs (ra_layout_slice); a
+ * gathered set may hold more. */
 typedef struct {
     int64_t first, stride, len;
 } key_run;
@@ -102,28 +103,100 @@ static int64_t run_count(const key_run *r, int64_t x, int64_t y)
     return hi >= lo ? hi - lo + 1 : 0;
 }
 
+/* Sum of floor((a i + b) / m) over i in [0, n), for a, b >= 0, m > 0:
+ * the whole parts of a / m and b / m summed directly, then the same sum
+ * with the axes swapped, until the line stays below m. */
+static double floor_sum(int64_t n, int64_t m, int64_t a, int64_t b)
+{
+    double sum = 0;
+    while (n > 0) {
+        if (a >= m) {
+            sum += (double)(a / m) * (double)n * (double)(n - 1) / 2;
+            a %= m;
+        }
+        if (b >= m) {
+            sum += (double)(b / m) * (double)n;
+            b %= m;
+        }
+        const int64_t top = a * n + b;
+        if (top < m)
+            break;
+        n = top / m;
+        b = top % m;
+        const int64_t swap = m;
+        m = a;
+        a = swap;
+    }
+    return sum;
+}
+
+/* The first t in [0, n) with x0 + t s >= v, or n. */
+static int64_t first_at_least(int64_t x0, int64_t s, int64_t v, int64_t n)
+{
+    if (x0 >= v)
+        return 0;
+    const int64_t t = (v - x0 + s - 1) / s;
+    return t < n ? t : n;
+}
+
+/* Keys of run r at or below p + c, summed over the positions p of query
+ * run q: none below r's first key, all from its last, and between them
+ * floor((p + c - first) / stride) + 1, a floor_sum. */
+static double run_sum(const key_run *q, int64_t c, const key_run *r)
+{
+    const int64_t x0 = q->first + c, s = q->stride;
+    const int64_t last = r->first + r->stride * (r->len - 1);
+    const int64_t t0 = first_at_least(x0, s, r->first, q->len);
+    const int64_t t1 = first_at_least(x0, s, last, q->len);
+    double sum = (double)r->len * (double)(q->len - t1);
+    if (t1 > t0)
+        sum += (double)(t1 - t0) +
+               floor_sum(t1 - t0, r->stride, s, x0 + t0 * s - r->first);
+    return sum;
+}
+
+/* positions (NULL: 0 .. n - 1) as increasing runs into r; their count, or
+ * -1 when they are not (more than SIM_RUNS, or not increasing). */
+static int pos_runs(const int64_t *pos, int64_t n, key_run *r)
+{
+    if (!pos) {
+        r[0] = (key_run){0, 1, n};
+        return n > 0;
+    }
+    const int count = key_runs(pos, n, r);
+    for (int k = 0; k < count; k++)
+        if (r[k].stride < 1)
+            return -1;
+    return count;
+}
+
 /* Visible (query, key) pairs of one batch and head of blk under its causal
- * and window rules (the sim's inputs have no lengths nor segments). */
+ * and window rules (the sim's inputs have no lengths nor segments): keys
+ * in [p + lo, p + hi] for each query p, counted run by run in closed form
+ * when positions run (the layouts'), else query by query. */
 static double block_pairs(const ra_block *blk)
 {
     const ra_mask *mk = &blk->mask;
     const ra_band band =
         ra_band_make(mk->causal, mk->window, mk->left, mk->right, mk->diag);
-    key_run runs[SIM_RUNS];
-    const int nr = mk->kpos ? key_runs(mk->kpos, blk->m, runs) : 0;
-    if (!mk->kpos)
-        runs[0] = (key_run){0, 1, blk->m};
+    key_run qr[SIM_RUNS], kr[SIM_RUNS];
+    const int nq = pos_runs(mk->qpos, blk->n, qr);
+    const int nk = pos_runs(mk->kpos, blk->m, kr);
     double pairs = 0;
-    for (int64_t i = 0; i < blk->n; i++) {
+    if (band.lo > band.hi)
+        return 0;
+    for (int i = 0; i < nq && nk >= 0; i++)
+        for (int k = 0; k < nk; k++)
+            pairs += run_sum(&qr[i], band.hi, &kr[k]) -
+                     run_sum(&qr[i], band.lo - 1, &kr[k]);
+    for (int64_t i = 0; (nq < 0 || nk < 0) && i < blk->n; i++) {
         const int64_t p = mk->qpos ? mk->qpos[i] : i;
         const int64_t x = p + band.lo, y = p + band.hi;
-        if (nr >= 0 || !mk->kpos) {
-            for (int k = 0; k < (mk->kpos ? nr : 1); k++)
-                pairs += (double)run_count(&runs[k], x, y);
-        } else {
+        for (int k = 0; k < nk; k++)
+            pairs += (double)run_count(&kr[k], x, y);
+        if (nk < 0)
             pairs += (double)(ra_lower_bound(mk->kpos, blk->m, y + 1) -
                               ra_lower_bound(mk->kpos, blk->m, x));
-        }
     }
     return pairs;
 }
