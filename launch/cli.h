@@ -55,9 +55,6 @@ void cli_print_job(const cli_ctx *ctx, int width);
  * rank's time of each; into buf (128 bytes), which it returns. */
 const char *cli_io_rates(const ra_shape *s, double read_s, double write_s,
                          char *buf);
-/* Sets the MPI library's parameters the command line relies on; call
- * before MPI_Init. */
-void cli_mpi_env(void);
 
 /* ---- the options registry ---------------------------------------------- */
 

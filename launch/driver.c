@@ -113,6 +113,21 @@ ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p)
     return st;
 }
 
+ra_status cli_fingerprint(const cli_ctx *ctx, const cli_pass_data *d,
+                          const ra_params *p, const ra_h5_source *src,
+                          const char *q_seg, const char *kv_seg, char *text)
+{
+    const h5io_fp_source fp = {
+        .in = d->in, .shape = &d->s, .params = p, .q = d->t.q, .k = d->t.k,
+        .v = d->t.v, .masks = &d->masks, .qs = d->t.qs, .ks = d->t.ks,
+        .names = {src && src->q ? src->q : "/q", src && src->k ? src->k : "/k",
+                  src && src->v ? src->v : "/v", q_seg ? q_seg : "",
+                  kv_seg ? kv_seg : "",
+                  src && src->q_lens ? src->q_lens : "/q_lens",
+                  src && src->kv_lens ? src->kv_lens : "/kv_lens"}};
+    return h5io_fingerprint_make(ctx->comm, &fp, text, H5IO_FP_LEN);
+}
+
 /* Seconds a rank may spend moving its share of the tensors at the
  * slowest file system rate the watchdog allows (CLI_IO_FLOOR bytes/s). */
 #define CLI_IO_FLOOR 20e6

@@ -39,11 +39,21 @@ static char *join_args(int argc, char **argv)
     return s;
 }
 
+/* Open MPI's MPI-IO (OMPIO), when the ranks of a job span nodes, opens
+ * every file with a shared file pointer kept in a lock file beside it
+ * ("FILE-JOB-PID.lock"). ringattn never uses shared file pointers, and a
+ * killed job would leave that file next to the user's input. The user's
+ * own setting wins. Before MPI_Init. */
+static void mpi_env(void)
+{
+    setenv("OMPI_MCA_sharedfp", "^lockedfile", 0);
+}
+
 int main(int argc, char **argv)
 {
     int provided;
     cli_streams_open(); /* before anything opens a file */
-    cli_mpi_env();
+    mpi_env();
     cli_watchdog_start_mpi();
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     cli_signals_install();
