@@ -11,16 +11,14 @@
 #include "score_features.h"
 #include "tally.h"
 
-/* The random inputs of the seed, as `ringattn gen` writes them. */
-static void inputs_make(const bench_config *c, const bench_operands *x)
+void bench_inputs_make(uint64_t seed, const ra_shape *s, int backward,
+                       const bench_operands *x)
 {
-    const ra_shape *s = c->s;
-    const uint64_t seed = c->gen.seed;
     ra_random_slice(seed, RA_STREAM_Q, s->B, s->N, s->H * s->D, &x->qs, x->q);
     ra_random_slice(seed, RA_STREAM_K, s->B, s->M, s->G * ra_shape_dk(s),
                     &x->ks, x->k);
     ra_random_slice(seed, RA_STREAM_V, s->B, s->M, s->G * s->Dv, &x->ks, x->v);
-    if (c->backward)
+    if (backward)
         ra_random_slice(seed, RA_STREAM_DO, s->B, s->N, s->H * s->Dv, &x->qs,
                         x->dout);
 }
@@ -179,7 +177,7 @@ ra_status bench_config_run(MPI_Comm comm, const bench_config *c,
     if (st == RA_OK && !c->backward)
         st = bench_masks_make(&c->gen, c->s, &x->qs, &x->ks, &bm);
     if ((st = ra_agree(comm, st)) == RA_OK) {
-        inputs_make(c, x);
+        bench_inputs_make(c->gen.seed, c->s, c->backward, x);
         bench_rss_reset();
         st = passes_run(comm, c, x, &bm, &reps);
         reps.rss = bench_rss_peak();

@@ -21,6 +21,11 @@ typedef struct {
     ra_additive_grads *dw;
 } bench_operands;
 
+/* The seed's random inputs in x's slices, as `ringattn gen` writes them:
+ * q, k, v, and dout for a backward pass (bench and ringattn-sim). */
+void bench_inputs_make(uint64_t seed, const ra_shape *s, int backward,
+                       const bench_operands *x);
+
 /* Where the ranks run, as a row states it. */
 typedef struct {
     int nodes, ranks_per_node; /* ranks_per_node: the most on any node */

@@ -19,6 +19,7 @@
 #include "agree.h"
 #include "band.h"
 #include "bench_check.h"
+#include "bench_run.h"
 #include "call.h"
 #include "model.h"
 #include "profile.h"
@@ -105,15 +106,10 @@ static ra_status tensors_make(const sim_ctx *x, const sim_opts *o,
                   sim_buffer_alloc(sizeof(float) * (size_t)c[i], i, t->folded)))
             return ra_error_set(RA_ERR_NOMEM, "the rank's slices (%lld floats)",
                                 (long long)c[i]);
-    if (t->folded)
-        return RA_OK;
-    const uint64_t seed = (uint64_t)o->seed;
-    ra_random_slice(seed, RA_STREAM_Q, s->B, s->N, s->H * s->D, &t->qs, t->q);
-    ra_random_slice(seed, RA_STREAM_K, s->B, s->M, s->G * s->D, &t->ks, t->k);
-    ra_random_slice(seed, RA_STREAM_V, s->B, s->M, s->G * s->Dv, &t->ks, t->v);
-    if (o->backward)
-        ra_random_slice(seed, RA_STREAM_DO, s->B, s->N, s->H * s->Dv, &t->qs,
-                        t->dout);
+    const bench_operands in = {t->qs, t->ks, t->q, t->k, t->v,
+                               t->o, t->lse, t->dout};
+    if (!t->folded) /* folded buffers hold nothing meaningful */
+        bench_inputs_make((uint64_t)o->seed, s, o->backward, &in);
     return RA_OK;
 }
 
