@@ -1451,7 +1451,8 @@ def run_case(work, case):
     before = md5s(here)
     t0 = time.time()
     try:
-        r = mpirun(argv, env=env[0] if env else None, cwd=here, timeout=120)
+        r = mpirun(argv, env=env[0] if env else None, cwd=here,
+                   timeout=hang_bound(120))
     except subprocess.TimeoutExpired as e:  # a hang is a failure, not a crash
         r = subprocess.CompletedProcess(argv, -1, "", f"timed out after "
                                         f"{e.timeout} s")
@@ -2336,14 +2337,14 @@ def class13_pipe_closed(work, np_):
     args = ["run", "--in", "pipe.h5", "--force", "--progress",
             "--progress-every", "0.000001", "--out"]
     ref = subprocess.run(launched(np_, args + ["ref.h5"]), env=ENV, cwd=work,
-                         capture_output=True, timeout=300)
+                         capture_output=True, timeout=hang_bound(300))
     p = subprocess.Popen(launched(np_, args + ["piped.h5"]), env=SIG_ENV,
                          cwd=work, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT)
     first = p.stdout.readline()
     p.stdout.close()  # `| head -1`
     try:
-        rc = p.wait(timeout=300)
+        rc = p.wait(timeout=hang_bound(300))
     except subprocess.TimeoutExpired:
         p.kill()
         rc = p.wait()
@@ -2419,7 +2420,8 @@ def class14_progress_by_clock(work):
         f.write(FAST_PROFILE)
     base = ["run", "--in", "pipe.h5", "--out", "pg.h5", "--force",
             "--profile", "fast.json", "--progress-every", "0.000001"]
-    r = mpirun(base + ["--progress-after", "0.000001"], cwd=work, timeout=300)
+    r = mpirun(base + ["--progress-after", "0.000001"], cwd=work,
+               timeout=hang_bound(300))
     steps = [tuple(map(int, m.groups())) for m in
              map(STEP_LINE.match, r.stderr.splitlines()) if m]
     bad = []
@@ -2429,7 +2431,8 @@ def class14_progress_by_clock(work):
         bad.append(f"step lines {steps}, expected up to {NP}/{NP}")
     if "# progress   off for the first 1e-06 s" not in r.stdout:
         bad.append("the table does not say when the lines start")
-    quiet = mpirun(base + ["--progress-after", "1e9"], cwd=work, timeout=300)
+    quiet = mpirun(base + ["--progress-after", "1e9"], cwd=work,
+                   timeout=hang_bound(300))
     if quiet.returncode != 0 or \
             any(STEP_LINE.match(l) for l in quiet.stderr.splitlines()):
         bad.append(f"--progress-after 1e9: exit {quiet.returncode}, lines "
@@ -2445,9 +2448,9 @@ def class20_auto_takes_options(work):
     output equals that of --strategy ring --wire bf16."""
     base = ["run", "--in", "auto.h5", "--force", "--wire", "bf16", "--out"]
     r = mpirun(base + ["auto_o.h5", "--strategy", "auto"], cwd=work,
-               timeout=300)
+               timeout=hang_bound(300))
     ref = mpirun(base + ["ring_o.h5", "--strategy", "ring"], cwd=work,
-                 timeout=300)
+                 timeout=hang_bound(300))
     bad = []
     if r.returncode != 0 or ref.returncode != 0:
         bad.append(f"exit {r.returncode}: {our_lines(r.stderr)}")
@@ -2517,9 +2520,9 @@ def class9_backward_loaded(work):
     loops = busy_loops(2 * (os.cpu_count() or 1))
     try:
         r = mpirun(base + ["--out", "g.h5", "--profile", "fast.json"],
-                   cwd=work, timeout=600)
+                   cwd=work, timeout=hang_bound(600))
         given = mpirun(base + ["--out", "g600.h5", "--stall-timeout", "600"],
-                       cwd=work, timeout=600)
+                       cwd=work, timeout=hang_bound(600))
     finally:
         for p in loops:
             p.kill()
@@ -2571,7 +2574,7 @@ def run_determinism():
             for rep in range(2):
                 name = f"o{rep}.h5"
                 r = mpirun(["run", "--in", "in.h5", "--out", name, "--force"] + flags,
-                           cwd=work, timeout=300)
+                           cwd=work, timeout=hang_bound(300))
                 if r.returncode != 0:
                     problems.append(f"determinism {flags}: exit {r.returncode}")
                     break
@@ -2587,7 +2590,7 @@ def run_determinism():
         for threads in ("1", "2"):
             r = mpirun(["run", "--in", "in.h5", "--out", f"t{threads}.h5",
                         "--causal", "--threads", threads], cwd=work,
-                       timeout=300)
+                       timeout=hang_bound(300))
             with h5py.File(os.path.join(work, f"t{threads}.h5"), "r") as f:
                 outs.append((f["o"][...].tobytes(), f["lse"][...].tobytes()))
         same = outs[0] == outs[1]
