@@ -64,10 +64,18 @@ def script(name):
     return os.path.join(LAUNCH, name)
 
 
+def bound(seconds):
+    """How long a command may run before it is taken for hung: seconds on
+    a machine loaded once, times the load per core beyond."""
+    return seconds * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
 def sh(cmd, cwd, env=None, timeout=120, umask=None):
-    """Runs cmd in cwd with ENV (and env on top) under umask."""
+    """Runs cmd in cwd with ENV (and env on top) under umask, for at most
+    bound(timeout) seconds."""
     return subprocess.run(cmd, cwd=cwd, env={**ENV, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout,
+                          capture_output=True, text=True,
+                          timeout=bound(timeout),
                           umask=-1 if umask is None else umask)
 
 
@@ -197,7 +205,7 @@ def interrupt_up(work, how):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, preexec_fn=ignore,
                          start_new_session=how == "INT to the process group")
-    deadline = time.time() + 30
+    deadline = time.time() + bound(30)
     while len(namespaces()) < 2 and p.poll() is None and time.time() < deadline:
         time.sleep(0.005)
     if how == "INT to the process group":
@@ -205,7 +213,7 @@ def interrupt_up(work, how):
     else:
         os.kill(p.pid, signal.SIGTERM if how.startswith("TERM")
                 else signal.SIGINT)
-    _, err = p.communicate(timeout=60)
+    _, err = p.communicate(timeout=bound(60))
     if p.returncode == 0 and len(namespaces()) == 16:
         return None
     nothing_up(state)
@@ -301,7 +309,7 @@ def interrupt_at_end(work, sig):
         p.send_signal(sig)
     finally:
         drain(r)
-    _, err = p.communicate(timeout=60)
+    _, err = p.communicate(timeout=bound(60))
     nothing_up(state)
     return p.returncode, err
 
@@ -530,7 +538,7 @@ def interrupt_run_step(work, cmd, env):
             time.sleep(0.01)
         step = int(open(pid_file).read())
         p.send_signal(signal.SIGTERM)
-        p.wait(timeout=60)
+        p.wait(timeout=bound(60))
         alive = running(step)
     finally:
         if p.poll() is None:
@@ -734,7 +742,7 @@ def sweep_interrupt(work):
     t0 = time.time()
     p.send_signal(signal.SIGTERM)
     try:
-        _, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=bound(120))
     except subprocess.TimeoutExpired:
         # the point's mpirun holds the pipes open: it goes first
         subprocess.run(["pkill", "-KILL", "-f", tmp])
@@ -760,7 +768,7 @@ def slurm_outside(work):
     """refused, no unbound-variable error"""
     env = {k: v for k, v in ENV.items() if not k.startswith("SLURM_")}
     r = subprocess.run(["bash", script("ringattn.slurm")], cwd=work, env=env,
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=bound(60))
     return refused(r, "ringattn.slurm:", {}, work)
 
 
@@ -852,7 +860,7 @@ def study_root(work):
                         "1", "--reps", "1", "--build", BUILD, "--out-dir",
                         "st", "--", *STUDY_BENCH, "--heads", "2", "--dim",
                         "16"], cwd=work, env=env, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=bound(300))
     check(r.returncode == 0, f"exit {r.returncode}: {r.stderr[-500:]}")
     status = [p["status"] for p in study_json(work)]
     check(status == ["ok", "ok"], f"points: {status}")
