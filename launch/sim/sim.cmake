@@ -52,7 +52,7 @@ endif()
 set(RA_SIM_WRAPPED ra_kernel_forward_block ra_kernel_backward_block
     ra_carve ra_carve_alloc ra_carve_free
     MPI_Iallreduce MPI_Ibcast MPI_Ireduce_scatter
-    MPI_Comm_idup MPI_Isend MPI_Irecv MPI_Testall strat_wait)
+    MPI_Comm_idup MPI_Isend MPI_Irecv MPI_Testall strat_wait ring_poll)
 foreach(fn ${RA_SIM_WRAPPED})
   target_link_options(ringattn_sim PRIVATE -Wl,--wrap=${fn})
 endforeach()
