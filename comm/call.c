@@ -48,6 +48,15 @@ static ra_status check_score(const ra_shape *s, const ra_params *p)
         !isfinite(p->num.scale))
         return ra_error_set(RA_ERR_ARG, "scale: %g is not a finite number",
                             p->num.scale);
+    /* a value the score does not apply is refused, never ignored */
+    if (p->num.score != RA_SCORE_DOT && !isnan(p->num.scale))
+        return ra_error_set(RA_ERR_ARG, "scale: the %s score takes no scale "
+                            "(it applies to the dot score only)",
+                            ra_score_name(p->num.score));
+    if (p->num.score != RA_SCORE_GAUSSIAN && p->num.sigma != RA_SIGMA_DEFAULT)
+        return ra_error_set(RA_ERR_ARG, "sigma: the %s score takes no "
+                            "bandwidth (it applies to the gaussian score only)",
+                            ra_score_name(p->num.score));
     return RA_OK;
 }
 
@@ -66,6 +75,15 @@ static ra_status check_posenc(const ra_shape *s, const ra_params *p)
         !(p->num.rope_base > 0 && isfinite(p->num.rope_base)))
         return ra_error_set(RA_ERR_ARG, "rope: the base must be a finite "
                             "number > 0");
+    if (p->num.rope == RA_ROPE_NONE &&
+        p->num.rope_base != RA_ROPE_BASE_DEFAULT)
+        return ra_error_set(RA_ERR_ARG, "rope_base: no rotary embedding to "
+                            "apply it to (it needs rope interleaved or half)");
+    if (p->num.align == RA_ALIGN_SEQUENCE && !p->num.causal &&
+        !p->num.window && !p->num.alibi && p->num.rope == RA_ROPE_NONE)
+        return ra_error_set(RA_ERR_ARG, "align per sequence: no rule to align "
+                            "(it moves the queries of causal, window, alibi "
+                            "and rope)");
     for (int64_t h = 0; p->num.alibi && p->num.alibi_slopes && h < s->H; h++)
         if (!isfinite(p->num.alibi_slopes[h]))
             return ra_error_set(RA_ERR_ARG, "alibi: slope %lld is not a "
@@ -138,6 +156,10 @@ ra_status strat_takes(const strat_row *row, const ra_params *p)
     if (!row->additive && p->num.score == RA_SCORE_ADDITIVE)
         return ra_error_set(RA_ERR_ARG, "strategy %s: the additive score "
                             "runs on strategy ring only", name);
+    if (p->exec.strategy != RA_STRATEGY_HYBRID && p->exec.ulysses_size)
+        return ra_error_set(RA_ERR_ARG, "ulysses_size: the %s strategy has "
+                            "no head-parallel groups (it applies to strategy "
+                            "hybrid)", ra_strategy_name(p->exec.strategy));
     if (row->id != RA_STRATEGY_RING && p->num.align == RA_ALIGN_SEQUENCE)
         return ra_error_set(RA_ERR_ARG, "strategy %s does not support "
                             "--align-per-sequence (per-sequence alignment "

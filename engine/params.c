@@ -15,7 +15,7 @@ void ra_numerics_default(ra_numerics *num)
     memset(num, 0, sizeof *num);
     num->scale = NAN;
     num->score = RA_SCORE_DOT;
-    num->sigma = 1.0;
+    num->sigma = RA_SIGMA_DEFAULT;
     num->rope = RA_ROPE_NONE;
     num->rope_base = RA_ROPE_BASE_DEFAULT;
     num->align = RA_ALIGN_TENSOR;

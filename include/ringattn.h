@@ -167,8 +167,9 @@ typedef enum {
     RA_ROPE_HALF = 2,
 } ra_rope;
 
-/* The default RoPE base. */
+/* The default RoPE base and gaussian bandwidth. */
 #define RA_ROPE_BASE_DEFAULT 10000.0
+#define RA_SIGMA_DEFAULT 1.0
 
 /* What ra_rope_apply rotates: x (B, n, heads, D), token t at position
  * pos[t] + offset, by the pairing rope and base. */
@@ -271,9 +272,16 @@ typedef struct {
                           i' - window_left <= j <= i' + window_right,
                           i' aligned as causal (align) */
     int64_t window_left, window_right; /* >= 0 when window is set */
-    double scale;      /* dot score scale s; NAN means 1/sqrt(D) */
+    double scale;      /* dot score scale s; NAN means 1/sqrt(D). An
+                          option a call does not apply is refused, never
+                          ignored: a scale with another score, a sigma
+                          other than RA_SIGMA_DEFAULT with another score,
+                          a rope_base other than its default without
+                          rope, per-sequence align with no rule to move,
+                          ra_exec.ulysses_size with another strategy */
     ra_score score;    /* dot (default), gaussian or additive */
-    double sigma;      /* gaussian bandwidth, > 0. A call moves its
+    double sigma;      /* gaussian bandwidth, > 0 (RA_SIGMA_DEFAULT).
+                          A call moves its
                           copies of q and k (after RoPE, before any bf16
                           rounding) by a centre of the keys per batch, kv
                           head and dim, which changes no score: inputs far

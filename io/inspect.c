@@ -550,7 +550,7 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
     memset(a, 0, sizeof *a);
     snprintf(a->layout, sizeof a->layout, "contiguous");
     snprintf(a->score, sizeof a->score, "dot");
-    a->sigma = 1.0;
+    a->sigma = RA_SIGMA_DEFAULT;
     a->scale = NAN; /* absent: a score without a scale */
     h5io_quiet_begin(&quiet);
     if ((st = h5io_file_open(path, H5P_DEFAULT, &file)) != RA_OK ||

@@ -351,20 +351,14 @@ void cli_shape_default(cli_shape *cs);
 /* Resolves unset flags: M = N, G = H, Dv = D. */
 void cli_shape_finish(cli_shape *cs);
 
-/* ra_params_default() with the gaussian bandwidth and the RoPE base marked
- * "not given", so that cli_params_finish() can tell --sigma 1 from no
- * --sigma. */
-void cli_params_default(ra_params *p);
-
 /* After parsing: threads come from the parameters only, an unset --threads
- * resolved from OMP_NUM_THREADS (1 when that is unset); an option that
- * would not apply is refused (RA_ERR_ARG): --scale with a score other than
- * dot, --sigma with one other than gaussian, --rope-base without --rope,
- * --ulysses-size with a strategy other than hybrid (or auto, all); an
- * unset sigma becomes 1 and an unset RoPE base the library's. */
-ra_status cli_params_finish(ra_params *p);
-/* The gaussian bandwidth without --sigma. */
-#define CLI_SIGMA_DEFAULT 1.0
+ * resolved from OMP_NUM_THREADS (1 when that is unset). An option that
+ * would not apply is the library's to refuse (cli_params_check). */
+void cli_params_finish(ra_params *p);
+/* The strategy that a choice of bench or plan (--strategy all, auto) is
+ * checked as before it tries each: hybrid when --ulysses-size is given
+ * (the size is hybrid's), else the ring. */
+ra_strategy cli_choice_checked_as(const ra_params *p);
 
 /* --ulysses-size U of strategy hybrid against the job's P ranks and the
  * query heads, by the library's rule (hybrid_group_check), for a command
@@ -383,7 +377,7 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
 /* ---- what the drivers share --------------------------------------------- */
 
 /* The parse of a driver of one pass (run, run --mha, run --backward,
- * bench --backward): cli_params_default(p) (p lies in opts), the tables,
+ * bench --backward): ra_params_default(p) (p lies in opts), the tables,
  * then cli_params_finish(p); p->stall_timeout is NaN when --stall-timeout
  * was not given (cli_pass_begin resolves it). Returns -1 when the caller
  * goes on, else the

@@ -318,9 +318,9 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_opts *o,
             const int naive = k == RA_STRATEGY_COUNT;
             bench_opts one = *o;
             if (!naive && o->all_strategies)
-                one.p.exec.strategy = (ra_strategy)k;
+                model_use_strategy(&one.p, (ra_strategy)k);
             if (!naive && o->auto_strategy)
-                one.p.exec.strategy = (ra_strategy)o->picked[i];
+                model_use_strategy(&one.p, (ra_strategy)o->picked[i]);
             if (!(naive ? o->naive : o->ring) ||
                 (!naive && (o->all_strategies ? !bench_strategy_applies(
                                 &one.p, &s, ctx->nranks) : k > 0)))
@@ -360,7 +360,7 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     bench_opts o = {0};
     int help = 0, nrows = 0, pass = 0;
     cli_shape_default(&o.cs);
-    cli_params_default(&o.p);
+    ra_params_default(&o.p);
     if (parse_bench(&o, argc, argv, &help) != 0)
         return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
     if (help) {
@@ -369,13 +369,12 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
         return CLI_EXIT_OK;
     }
     cli_shape_finish(&o.cs);
-    if (cli_params_finish(&o.p) != RA_OK)
-        return cli_fail_status(ctx, RA_ERR_ARG);
+    cli_params_finish(&o.p);
     if ((int)o.p.exec.strategy == CLI_STRATEGY_ALL ||
         (int)o.p.exec.strategy == CLI_STRATEGY_AUTO) {
         o.all_strategies = (int)o.p.exec.strategy == CLI_STRATEGY_ALL;
         o.auto_strategy = !o.all_strategies;
-        o.p.exec.strategy = RA_STRATEGY_RING;
+        o.p.exec.strategy = cli_choice_checked_as(&o.p);
     }
     bench_result *rows = calloc((size_t)((1 + RA_STRATEGY_COUNT) * o.nseq),
                                 sizeof *rows);

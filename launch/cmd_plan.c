@@ -194,16 +194,15 @@ static int plan_parse(const cli_ctx *ctx, plan_opts *o, int argc,
                       char **argv)
 {
     cli_shape_default(&o->cs);
-    cli_params_default(&o->w.p);
+    ra_params_default(&o->w.p);
     const int code = cli_parse_or_exit(ctx, &plan_spec, o, argc, argv);
     if (code >= 0)
         return code;
     cli_shape_finish(&o->cs);
-    if (cli_params_finish(&o->w.p) != RA_OK)
-        return cli_fail_status(ctx, RA_ERR_ARG);
+    cli_params_finish(&o->w.p);
     if ((int)o->w.p.exec.strategy == CLI_STRATEGY_AUTO ||
-        (int)o->w.p.exec.strategy == CLI_STRATEGY_ALL)
-        o->w.p.exec.strategy = RA_STRATEGY_RING; /* the plan tries each */
+        (int)o->w.p.exec.strategy == CLI_STRATEGY_ALL) /* it tries each */
+        o->w.p.exec.strategy = cli_choice_checked_as(&o->w.p);
     o->w.layout_auto = o->w.p.exec.layout == RA_LAYOUT_AUTO;
     o->w.with_io = o->in != NULL;
     return -1;

@@ -23,58 +23,15 @@
 /* in ra_axes order, from RA_AXES_BNHD */
 const char *const cli_out_axes[] = {"B,N,H,D", "B,H,N,D", NULL};
 
-void cli_params_default(ra_params *p)
-{
-    ra_params_default(p);
-    p->num.sigma = NAN;     /* "not given", told apart from an explicit 1 */
-    p->num.rope_base = NAN; /* likewise from an explicit 10000 */
-}
-
-/* Whether --strategy (p->strategy as parsed) may run strategy s: it is s,
- * or a choice (auto, bench's all) that may pick s. */
-static int strategy_may_be(const ra_params *p, ra_strategy s)
-{
-    return p->exec.strategy == s ||
-           (int)p->exec.strategy == CLI_STRATEGY_AUTO ||
-           (int)p->exec.strategy == CLI_STRATEGY_ALL;
-}
-
-ra_status cli_params_finish(ra_params *p)
+void cli_params_finish(ra_params *p)
 {
     if (p->exec.threads == 0)
         p->exec.threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
-    /* an option that the chosen score, encoding or strategy does not use is
-     * refused, never recorded as if it had been applied */
-    if (p->num.score != RA_SCORE_DOT && !isnan(p->num.scale))
-        return ra_error_set(RA_ERR_ARG,
-                            "--scale: the %s score takes no "
-                            "scale (it applies to --score dot only)",
-                            ra_score_name(p->num.score));
-    if (p->num.score != RA_SCORE_GAUSSIAN && !isnan(p->num.sigma))
-        return ra_error_set(RA_ERR_ARG,
-                            "--sigma: the %s score takes no "
-                            "bandwidth (it applies to --score gaussian only)",
-                            ra_score_name(p->num.score));
-    if (p->num.rope == RA_ROPE_NONE && !isnan(p->num.rope_base))
-        return ra_error_set(RA_ERR_ARG, "--rope-base: no rotary embedding "
-                            "to apply it to (it needs --rope interleaved or "
-                            "half)");
-    if (p->num.align == RA_ALIGN_SEQUENCE && !p->num.causal && !p->num.window &&
-        !p->num.alibi && p->num.rope == RA_ROPE_NONE)
-        return ra_error_set(RA_ERR_ARG, "--align-per-sequence: no rule to "
-                            "align (it moves the queries of --causal, "
-                            "--window, --alibi and --rope)");
-    if (p->exec.ulysses_size && !strategy_may_be(p, RA_STRATEGY_HYBRID))
-        return ra_error_set(RA_ERR_ARG,
-                            "--ulysses-size: the %s strategy "
-                            "has no head-parallel groups (it applies to "
-                            "--strategy hybrid, or auto)",
-                            ra_strategy_name(p->exec.strategy));
-    if (isnan(p->num.sigma))
-        p->num.sigma = CLI_SIGMA_DEFAULT;
-    if (isnan(p->num.rope_base))
-        p->num.rope_base = RA_ROPE_BASE_DEFAULT;
-    return RA_OK;
+}
+
+ra_strategy cli_choice_checked_as(const ra_params *p)
+{
+    return p->exec.ulysses_size ? RA_STRATEGY_HYBRID : RA_STRATEGY_RING;
 }
 
 ra_status cli_ulysses_check(const ra_params *p, const ra_shape *s, int P)
@@ -291,13 +248,13 @@ void cli_tensors_free(cli_tensors *t)
 int cli_parse_pass(const cli_ctx *ctx, const cli_spec *spec, void *opts,
                    ra_params *p, int argc, char **argv)
 {
-    cli_params_default(p);
+    ra_params_default(p);
     p->exec.stall_timeout = NAN; /* "not given" until cli_pass_begin */
     const int code = cli_parse_or_exit(ctx, spec, opts, argc, argv);
     if (code >= 0)
         return code;
-    return cli_params_finish(p) == RA_OK ? -1
-                                          : cli_fail_status(ctx, RA_ERR_ARG);
+    cli_params_finish(p);
+    return -1;
 }
 
 int cli_fail(const cli_ctx *ctx, int code, const char *what)

@@ -323,7 +323,7 @@ const cli_opt cli_forward_opts[] = {
     P_OPT("--score", CLI_CUSTOM, "NAME", num.score, ra_score, "dot",
           "dot, gaussian or additive (see below)", .fn = cli_parse_score),
     P_OPT("--sigma", CLI_REAL, "S", num.sigma, double,
-          RA_XSTR(CLI_SIGMA_DEFAULT), "bandwidth of the gaussian score",
+          RA_XSTR(RA_SIGMA_DEFAULT), "bandwidth of the gaussian score",
           .open_lo = 1, .rhi = DBL_MAX),
     P_OPT("--rope", CLI_CUSTOM, "PAIRING", num.rope, ra_rope, "none",
           "RoPE of q and k: interleaved or half", .fn = cli_parse_rope),

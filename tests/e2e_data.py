@@ -192,9 +192,9 @@ def score_options(tmp):
     inp, out = os.path.join(tmp, "g.h5"), os.path.join(tmp, "s.h5")
     run([RINGATTN, "gen", "--out", inp, "--seq", "16", "--heads", "1", "--dim", "4"])
     refused(MPI + [RINGATTN, "run", "--in", inp, "--out", out, "--score", "gaussian",
-                   "--scale", "2"], r"--scale: the gaussian score takes no scale")
+                   "--scale", "2"], r"scale: the gaussian score takes no scale")
     refused(MPI + [RINGATTN, "run", "--in", inp, "--out", out, "--sigma", "2"],
-            r"--sigma: the dot score takes no bandwidth")
+            r"sigma: the dot score takes no bandwidth")
     assert not os.path.exists(out)
 
 

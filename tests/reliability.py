@@ -564,9 +564,13 @@ def copy_with(src, edit):
 
 
 def set_attrs(**attrs):
+    """Sets the root attributes given; a value of None deletes one."""
     def edit(f):
         for name, value in attrs.items():
-            f.attrs[name] = value
+            if value is None:
+                del f.attrs[name]
+            else:
+                f.attrs[name] = value
     return edit
 
 
@@ -672,7 +676,7 @@ CASES_TOOLS = [
      r"verify --backward: --all and --sample exclude each other"),
     ("backward-sigma-dot", "run --backward --sigma 2 with the dot score",
      {}, RUN_B + ["good.h5", "--recompute", "--sigma", "2"], 2,
-     r"--sigma: the dot score takes no bandwidth"),
+     r"sigma: the dot score takes no bandwidth \(it applies to the gaussian score only\)"),
     ("verify-backward-no-in", "verify --backward without --in",
      {}, ["verify", "--backward", "--out", "good.h5"], 2,
      r"verify --backward: --in and --out are required \(see ringattn verify --backward --help\)"),
@@ -755,7 +759,8 @@ CASES_TOOLS = [
      r"sbad\.h5: dataset /q_segments: expected shape \(B, N\) = \(2, 40\), found \(2, 39\)"),
     ("verify-additive-nan", "verify: NaN in /additive/w_k of an additive run",
      {"addnan.h5": copy_with("good.h5", additive_nan),
-      "addout.h5": copy_with("out_old.h5", set_attrs(score="additive"))},
+      "addout.h5": copy_with("out_old.h5", set_attrs(score="additive",
+                                                     scale=None))},
      ["verify", "--in", "addnan.h5", "--out", "addout.h5"], 2,
      r"addnan\.h5: dataset /additive/w_k: non-finite value \(nan\) at index \(i, j\) = \(2, 5\)$"),
     ("run-additive-nan", "run --score additive with NaN in /additive/w_k",
@@ -1075,9 +1080,9 @@ CASES_COMPUTE = [
      r"good\.h5: the output is the input file good\.h5"),
     ("scale-gaussian", "--scale with --score gaussian", {},
      RUN + ["good.h5", "--score", "gaussian", "--scale", "2"], 2,
-     r"--scale: the gaussian score takes no scale"),
+     r"scale: the gaussian score takes no scale \(it applies to the dot score only\)"),
     ("sigma-dot", "--sigma with the dot score", {}, RUN + ["good.h5", "--sigma", "2"], 2,
-     r"--sigma: the dot score takes no bandwidth"),
+     r"sigma: the dot score takes no bandwidth \(it applies to the gaussian score only\)"),
     ("out-group-relative", "--out-group without a leading /", {},
      RUN + ["good.h5", "--out-group", "layer3"], 2,
      r"--out-group: 'layer3': it must be absolute and below the root, like /layer3"),
@@ -1159,10 +1164,10 @@ CASES_OPTIONS = [
     # 6: an option that would not apply, or a value given twice
     ("rope-base-without-rope", "--rope-base 500 without --rope", {},
      RUN + ["good.h5", "--rope-base", "500"], 2,
-     r"--rope-base: no rotary embedding to apply it to \(it needs --rope interleaved or half\)"),
+     r"rope_base: no rotary embedding to apply it to \(it needs rope interleaved or half\)"),
     ("ulysses-size-ring", "--ulysses-size 2 with the ring strategy", {},
      RUN + ["good.h5", "--ulysses-size", "2"], 2,
-     r"--ulysses-size: the ring strategy has no head-parallel groups"),
+     r"ulysses_size: the ring strategy has no head-parallel groups \(it applies to strategy hybrid\)"),
     ("ulysses-size-not-dividing", "--strategy hybrid --ulysses-size 5 (divides no P of 1..4)", {},
      RUN + ["good.h5", "--strategy", "hybrid", "--ulysses-size", "5"], 2,
      r"hybrid: groups of 5 ranks \(ulysses_size\) do not divide \d ranks"),
@@ -1276,7 +1281,7 @@ CASES_BACKWARD = [
      r"strategy ring-q does not support --align-per-sequence"),
     ("align-nothing", "--align-per-sequence without causal, window, ALiBi or RoPE", {},
      RUN + ["good.h5", "--align-per-sequence"], 2,
-     r"--align-per-sequence: no rule to align \(it moves the queries of --causal, --window, --alibi and --rope\)"),
+     r"align per sequence: no rule to align \(it moves the queries of causal, window, alibi and rope\)"),
     ("backward-fwd-align", "run --backward --causal --align-per-sequence --fwd of a tensor-aligned causal forward",
      dict(GDO, **{"fwd_c.h5": fwd_of("good.h5", "--causal")}),
      RUN_B + ["gdx.h5", "--fwd", "fwd_c.h5", "--causal", "--align-per-sequence"], 2,

@@ -452,7 +452,8 @@ static const char *differ_numerics(int which, int mine, fixture *f)
     case 9: n->alibi = 1; n->alibi_slopes = slopes[mine];
             return "num.alibi_slopes";
     case 10: n->alibi = mine; return "num.alibi";
-    case 11: n->align = mine ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
+    case 11: n->causal = 1; /* a rule for the alignment to move */
+             n->align = mine ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
              return "num.align";
     case 12: n->nonfinite = mine; return "num.nonfinite";
     case 13: n->precision = mine ? RA_PRECISION_BF16 : RA_PRECISION_FP32;

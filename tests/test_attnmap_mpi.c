@@ -143,6 +143,7 @@ static void test_maps(void **state)
         prm.num.score = RA_SCORE_GAUSSIAN;
         prm.num.sigma = 3.0;
         run_map(&s, prm, 0, 100, 157, 820 + l, 0.0);
+        prm.num.sigma = RA_SIGMA_DEFAULT; /* the gaussian's alone */
         prm.num.score = RA_SCORE_ADDITIVE;
         prm.num.additive = &ad;
         prm.num.causal = 1;

@@ -50,12 +50,14 @@ static ra_params params_of(const bcase *c)
     prm.num.window_left = c->left;
     prm.num.window_right = c->right;
     prm.num.score = c->score;
-    prm.num.sigma = 1.7;
+    if (c->score == RA_SCORE_GAUSSIAN) /* refused with another score */
+        prm.num.sigma = 1.7;
     prm.exec.block_q = 32;
     prm.exec.block_kv = c->bkv ? c->bkv : 48;
     prm.exec.threads = c->threads;
     prm.num.rope = c->rope;
-    prm.num.rope_base = 300.0;
+    if (c->rope != RA_ROPE_NONE) /* refused without a rotation */
+        prm.num.rope_base = 300.0;
     prm.num.alibi = c->alibi;
     prm.num.additive = c->additive;
     return prm;

@@ -127,7 +127,8 @@ static void setup_make(setup *u, const ckpt_case *k, uint64_t seed)
     ra_params_default(&u->prm);
     u->prm.exec.layout = k->layout;
     u->prm.exec.strategy = k->strategy;
-    u->prm.exec.ulysses_size = nranks > 2 && nranks % 2 == 0 ? 2 : 1;
+    if (k->strategy == RA_STRATEGY_HYBRID)
+        u->prm.exec.ulysses_size = nranks > 2 && nranks % 2 == 0 ? 2 : 1;
     u->prm.num.causal = k->causal;
     u->prm.num.window = k->window;
     u->prm.num.window_left = 13;

@@ -181,7 +181,7 @@ static void test_no_steps(void **unused)
     assert_true(all(code == CLI_EXIT_OK && releases == 0));
     code = run_pass((const char *[]){"test", "--no-such-option", NULL});
     assert_true(all(code == CLI_EXIT_USAGE && releases == 0));
-    code = run_pass((const char *[]){"test", "--sigma", "2", NULL});
+    code = run_pass((const char *[]){"test", "--sigma", "0", NULL});
     assert_true(all(code == CLI_EXIT_USAGE && releases == 0));
 }
 

@@ -229,6 +229,23 @@ static int case_allowed(const int *lev, unsigned set)
              H < (u ? u : nranks));
 }
 
+/* c with only the options its score, encoding and masks apply (the library
+ * refuses the others): a scale for the dot score, a bandwidth for the
+ * gaussian, a RoPE base with a rotation, per-sequence alignment with a
+ * rule to move. */
+static mx_case applicable(mx_case c)
+{
+    if (c.score != RA_SCORE_DOT)
+        c.scale = NAN;
+    if (c.score != RA_SCORE_GAUSSIAN)
+        c.sigma = RA_SIGMA_DEFAULT;
+    if (c.rope == RA_ROPE_NONE)
+        c.rope_base = RA_ROPE_BASE_DEFAULT;
+    if (!c.causal && !c.window && !c.alibi && c.rope == RA_ROPE_NONE)
+        c.align = 0;
+    return c;
+}
+
 static mx_case case_of_levels(int idx, const int *lev, uint64_t seed)
 {
     mx_case c = case_blank();
@@ -258,7 +275,7 @@ static mx_case case_of_levels(int idx, const int *lev, uint64_t seed)
     c.block_q = tiles[lev[F_TILES]][0];
     c.block_kv = tiles[lev[F_TILES]][1];
     c.align = lev[F_ALIGN];
-    return c;
+    return applicable(c);
 }
 
 /* A word the refusal message must hold, or NULL when the strategy must run
@@ -301,6 +318,7 @@ static mx_case refusal_case(int r, int idx, const int *base, uint64_t seed)
         c.rope = RA_ROPE_NONE;
     } else if (r < 10) {
         c.strategy = strategies[r - 4];
+        c.causal = 1; /* a rule for the alignment to move */
         c.align = 1;
     } else if (r == 10) {
         c.strategy = RA_STRATEGY_HYBRID;
@@ -310,7 +328,7 @@ static mx_case refusal_case(int r, int idx, const int *base, uint64_t seed)
         c.s.H = nranks - 1;
         c.s.G = 1;
     }
-    return c;
+    return applicable(c);
 }
 
 static int strategy_index(ra_strategy st)

@@ -86,7 +86,8 @@ static void case_params(ra_params *prm, ra_strategy strategy)
     prm->exec.layout = RA_LAYOUT_CONTIGUOUS;
     prm->exec.strategy = strategy;
     prm->num.causal = 1;
-    prm->exec.ulysses_size = nranks % 2 ? 1 : 2;
+    if (strategy == RA_STRATEGY_HYBRID)
+        prm->exec.ulysses_size = nranks % 2 ? 1 : 2;
 }
 
 /* One forward call with and without the callback; 1 when all is well on

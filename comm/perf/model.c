@@ -961,7 +961,8 @@ int model_predict_all(const ra_shape *s, const ra_params *p, ra_layout lay,
     for (int i = 0; i < RA_STRATEGY_COUNT && rc == 0; i++) {
         m.row = &strat_table[i];
         m.cost = model_cost_of(m.row->id);
-        m.p.exec.strategy = m.row->id;
+        m.p.exec.ulysses_size = p->exec.ulysses_size;
+        model_use_strategy(&m.p, m.row->id);
         rc = predict_one(&m, with_io, &res[m.row->id]);
     }
     model_free(&m);
@@ -993,4 +994,11 @@ int64_t model_max_seq(const ra_shape *s, const ra_params *p, ra_layout lay,
             hi = mid - 1;
     }
     return lo;
+}
+
+void model_use_strategy(ra_params *p, ra_strategy k)
+{
+    p->exec.strategy = k;
+    if (k != RA_STRATEGY_HYBRID)
+        p->exec.ulysses_size = 0;
 }

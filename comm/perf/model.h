@@ -75,6 +75,11 @@ double model_slice_pairs(ra_band band, const ra_slice *qs, const ra_slice *ks,
 double model_rank_bytes(const ra_shape *s, const ra_params *p, ra_layout lay,
                         int P, int r);
 
+/* p set to run strategy k, as a choice among strategies (plan, bench
+ * --strategy all or auto) tries it: the ulysses size given is hybrid's,
+ * so any other strategy runs without one (the library refuses it). */
+void model_use_strategy(ra_params *p, ra_strategy k);
+
 /* Predicts every strategy at once (res[k] for ra_strategy k) under layout
  * lay (resolved), sharing the counts that pair ranks with ranks
  * (model_steps.h). with_io: add reading q, k, v and writing o, lse at the

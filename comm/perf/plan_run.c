@@ -117,7 +117,7 @@ void plan_max_seq(const perf_plan *w, const model_alloc *al,
 {
     for (int k = 0; k < RA_STRATEGY_COUNT; k++) {
         ra_params p = w->p;
-        p.exec.strategy = (ra_strategy)k;
+        model_use_strategy(&p, (ra_strategy)k);
         const ra_layout lay = ra_params_layout(&p, 0);
         n[k] = model_max_seq(&w->s, &p, lay, al, &w->pf);
         ra_shape s = w->s;
@@ -207,14 +207,14 @@ ra_status plan_job_pick(const plan_job *j, const ra_shape *s, ra_params *p,
     ra_status st = job_table(j, s, p, masks, profile, &t, unusable);
     if (*unusable) { /* run on the ring, never on a prediction of NaN */
         memset(pick, 0, sizeof *pick);
-        p->exec.strategy = pick->strategy = RA_STRATEGY_RING;
+        model_use_strategy(p, pick->strategy = RA_STRATEGY_RING);
         st = RA_OK;
     } else if (st == RA_OK && t->best < 0) {
         st = ra_error_set(RA_ERR_ARG, "--strategy auto: no strategy takes "
                           "this problem (ring: %s)", t->row[0].why);
     } else if (st == RA_OK) {
         *pick = t->row[t->best];
-        p->exec.strategy = pick->strategy;
+        model_use_strategy(p, pick->strategy);
     }
     free(t);
     return st;

@@ -113,7 +113,8 @@ static void kernel_problem(const profile_rate *r, kernel_arg *a)
                       .D = r->D, .Dv = r->Dv};
     ra_params_default(&a->p);
     a->p.num.score = r->score;
-    a->p.num.sigma = 4.0;
+    if (r->score == RA_SCORE_GAUSSIAN) /* the gaussian's alone */
+        a->p.num.sigma = 4.0;
     a->p.exec.gemm = r->gemm;
     a->p.num.precision = strcmp(r->precision, "bf16") == 0 ? RA_PRECISION_BF16
                                                            : RA_PRECISION_FP32;

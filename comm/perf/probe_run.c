@@ -65,7 +65,8 @@ void probe_yardsticks(MPI_Comm comm, const ra_profile *p, probe_yard *y)
         ra_params q;
         ra_params_default(&q);
         q.num.score = r->score;
-        q.num.sigma = 4.0;
+        if (r->score == RA_SCORE_GAUSSIAN) /* the gaussian's alone */
+            q.num.sigma = 4.0;
         q.exec.gemm = r->gemm;
         q.num.precision = bf16 ? RA_PRECISION_BF16 : RA_PRECISION_FP32;
         y[i].core = by[bf16].core / cores * 1e9; /* FLOP/s, as the rate */

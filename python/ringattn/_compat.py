@@ -149,8 +149,10 @@ def _varlen_options(args, comm, layout):
                          args["alibi_slopes"], args["deterministic"],
                          args["H"])
     opts.update(scale=args["softmax_scale"], causal=args["causal"],
-                align="sequence", **_window_options(
-                    _window(args["window_size"]), int(cq[-1] + ck[-1])))
+                **_window_options(_window(args["window_size"]),
+                                  int(cq[-1] + ck[-1])))
+    if opts["causal"] or opts.get("window") or "alibi" in opts:
+        opts["align"] = "sequence"  # only a rule has something to align
     opts["segments"] = _segments("cu_seqlens_q", cq, args["n"], layout,
                                  comm, opts)
     opts["kv_segments"] = _segments("cu_seqlens_k", ck, args["m"], layout,

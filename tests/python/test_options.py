@@ -36,6 +36,10 @@ VALID = {
     "ulysses_size": 1, "wire": "fp32", "softcap": np.float64(2.5),
     "on_step": lambda done, total: None, "on_tick": lambda share: None,
 }
+# What a keyword applies to (without it the keyword is refused:
+# test_unused_refused).
+NEEDS = {"align": {"causal": True}, "sigma": {"score": "gaussian"},
+         "rope_base": {"rope": "half"}, "ulysses_size": {"strategy": "hybrid"}}
 # ra_exec's fields that change how a call runs, not its numbers: the
 # output is the default's within float32 rounding.
 EXEC_ONLY = ("block_q", "block_kv", "gemm", "threads", "stall_timeout",
@@ -136,8 +140,7 @@ def test_keyword_accepted_class22(rng, key):
     leaves the output as it was (beyond float32 rounding)."""
     q, k, v = slices(rng, D=8)
     options = {"layout": "contiguous", key: VALID[key]}
-    if key == "align":
-        options["causal"] = True
+    options.update(NEEDS.get(key, {}))
     if key == "mem_limit":
         options["strategy"] = "allgather"
     if key == "layout":
@@ -149,6 +152,32 @@ def test_keyword_accepted_class22(rng, key):
         want, _ = ringattn.forward(q, k, v, COMM, order="bnhd",
                                    layout="contiguous")
         close(key, o, want, 2e-5)
+
+
+@pytest.mark.at_p(2)
+@pytest.mark.parametrize("options,message", [
+    ({"score": "gaussian", "scale": 0.5},
+     "scale: the gaussian score takes no scale"),
+    ({"sigma": 2.0}, "sigma: the dot score takes no bandwidth"),
+    ({"causal": True, "alibi": True, "rope_base": 20.0},
+     "rope_base: no rotary embedding"),
+    ({"rope_base": 500.0}, "rope_base: no rotary embedding"),
+    ({"align": "sequence"}, "align per sequence: no rule to align"),
+    ({"ulysses_size": 1}, "ulysses_size: the ring strategy has no"),
+    ({"ulysses_size": 2, "strategy": "ulysses"},
+     "ulysses_size: the ulysses strategy has no")])
+def test_unused_refused(rng, options, message):
+    """A keyword the call would not apply is refused on every rank by the
+    library (an ArgumentError naming it), never accepted and ignored."""
+    q, k, v = slices(rng)
+    raised(lambda: ringattn.forward(q, k, v, COMM, order="bnhd",
+                                    layout="contiguous", **options),
+           ringattn.ArgumentError, message)
+    o, lse = ringattn.forward(q, k, v, COMM, order="bnhd",
+                              layout="contiguous")
+    raised(lambda: ringattn.backward(q, k, v, o, lse, o, COMM, order="bnhd",
+                                     layout="contiguous", **options),
+           ringattn.ArgumentError, message)
 
 
 def kind_of(key):
