@@ -169,12 +169,19 @@ ra_status cli_ckpt_end(cli_ckpt *k, ra_status st)
 {
     if (!k->r.dir)
         return st;
+    if (st == RA_OK) {
+        /* the outputs are whole and the checkpoint goes: a stop asked from
+         * now until the process exits has nothing left to stop, and stays
+         * caught (it killed a finished run, whose --resume then found no
+         * checkpoint) */
+        h5io_resume_end(&k->r, st);
+        return st;
+    }
     signals_release();
     if (st == RA_STOPPED)
         return ra_error_set(RA_STOPPED, "run: stopped as a signal asked, "
                             "checkpoint of the %s pass at step %d in %s; "
                             "continue with --resume %s", k->r.pass, k->r.step,
                             k->r.path, k->r.dir);
-    h5io_resume_end(&k->r, st);
     return st;
 }

@@ -41,8 +41,10 @@ ra_status cli_ckpt_arm(cli_ckpt *k, const char *fp);
 
 /* After the pass: a stop (RA_STOPPED) becomes one line naming the
  * checkpoint and how to continue (exit CLI_EXIT_CHECKPOINTED); on success
- * (st RA_OK, the outputs published) the checkpoint file is removed. The
- * signals get their usual handlers back. Returns st. */
+ * (st RA_OK, the outputs published) the checkpoint file is removed and a
+ * stop signal is caught and ignored until the process exits (the run is
+ * done); otherwise the signals get their usual handlers back. Returns
+ * st. */
 ra_status cli_ckpt_end(cli_ckpt *k, ra_status st);
 
 #endif /* RA_RESUME_H */
