@@ -84,7 +84,7 @@ typedef struct {
 
 /* The yardsticks of every kernel rate of p into y[0..p->nrates), every
  * rank at once, per core (issue 44); the core's and oneDNN's once per
- * precision. Collective. */
+ * precision that a rate has. Collective. */
 void probe_yardsticks(MPI_Comm comm, const ra_profile *p, probe_yard *y);
 
 #endif /* RA_PROBE_H */

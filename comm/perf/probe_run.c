@@ -55,8 +55,15 @@ void probe_yardsticks(MPI_Comm comm, const ra_profile *p, probe_yard *y)
     int P;
     MPI_Comm_size(comm, &P);
     const double cores = (double)P * (p->threads > 0 ? p->threads : 1);
-    for (int bf16 = 0; bf16 < 2; bf16++)
-        bench_yardsticks(comm, p->threads, bf16, 0, &by[bf16]);
+    int asked[2] = {0, 0}; /* a precision no rate has costs nothing */
+    for (int i = 0; i < p->nrates; i++)
+        asked[strcmp(p->rate[i].precision, "bf16") == 0] = 1;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        bench_yardsticks(comm, p->threads, bf16, !asked[bf16], &by[bf16]);
+        if (!asked[bf16])
+            snprintf(by[bf16].loop, sizeof by[bf16].loop, "none (no %s rate "
+                     "asked)", bf16 ? "bf16" : "fp32");
+    }
     for (int i = 0; i < p->nrates; i++) {
         const profile_rate *r = &p->rate[i];
         const int bf16 = strcmp(r->precision, "bf16") == 0;
