@@ -607,10 +607,10 @@ static ra_status fits_hybrid(MPI_Comm comm, const ra_shape *s,
  * file and a row here; the performance model keeps its own row for it
  * (model_costs, comm/perf/model.c), which the call path never reads. */
 const strat_row strat_table[RA_STRATEGY_COUNT] = {
-    {RA_STRATEGY_RING, 1, NULL, ring_forward, ring_backward},
-    {RA_STRATEGY_ALLGATHER, 0, allgather_fits, allgather_forward, NULL},
+    {RA_STRATEGY_RING, 1, NULL, ring_forward, ring_backward, 1},
+    {RA_STRATEGY_ALLGATHER, 0, allgather_fits, allgather_forward, NULL, 1},
     {RA_STRATEGY_TREE, 0, NULL, tree_forward, NULL},
-    {RA_STRATEGY_RING_Q, 0, NULL, ringq_forward, NULL},
+    {RA_STRATEGY_RING_Q, 0, NULL, ringq_forward, NULL, 1},
     {RA_STRATEGY_ULYSSES, 0, fits_ulysses, ulysses_forward, NULL},
     {RA_STRATEGY_HYBRID, 0, fits_hybrid, hybrid_forward, NULL},
 };
@@ -623,6 +623,27 @@ static const strat_row *strat_row_of(ra_strategy id)
         if (strat_table[i].id == id)
             return &strat_table[i];
     return &strat_table[0];
+}
+
+int ra_call_steps(const ra_params *params, int P)
+{
+    const ra_strategy id = params->exec.strategy;
+    return id >= 0 && id < RA_STRATEGY_COUNT && strat_row_of(id)->stepped
+               ? P : 1;
+}
+
+ra_strategy ra_call_choice_strategy(const ra_params *params)
+{
+    return params->exec.ulysses_size ? RA_STRATEGY_HYBRID : RA_STRATEGY_RING;
+}
+
+ra_status ra_call_check_ranks(const ra_shape *shape, const ra_params *params,
+                              int P)
+{
+    const int64_t u = params->exec.ulysses_size;
+    if (u == 0 || params->exec.strategy != RA_STRATEGY_HYBRID)
+        return RA_OK; /* the plan checks what auto may pick */
+    return hybrid_group_check(shape, P, (int)u);
 }
 
 /* The call's own communicator (c->comm, with c->r and c->P): a duplicate

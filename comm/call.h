@@ -31,6 +31,21 @@ ra_status ra_call_strategy_check(MPI_Comm comm, const ra_shape *shape,
  * at): the command line's check before it reads anything. */
 ra_status ra_call_check_local(const ra_shape *shape, const ra_params *params);
 
+/* What ra_call_strategy_check refuses of P ranks alone, without MPI: the
+ * group of hybrid's ulysses_size (hybrid_group_check), for a caller that
+ * checks before any collective. */
+ra_status ra_call_check_ranks(const ra_shape *shape, const ra_params *params,
+                              int P);
+
+/* The strategy a choice among several (bench's `--strategy all`, the
+ * plan's auto) is checked as before each is tried: hybrid when
+ * ulysses_size is given (the size is hybrid's), else the ring. */
+ra_strategy ra_call_choice_strategy(const ra_params *params);
+
+/* The steps a pass of params' strategy reports on P ranks (its row's
+ * stepped: one per block, P; else 1). */
+int ra_call_steps(const ra_params *params, int P);
+
 ra_status ra_call_mha(MPI_Comm comm, const ra_shape *shape,
                       const ra_params *params, const ra_masks *masks,
                       const ra_mha *layer, const ra_mha_io *io,

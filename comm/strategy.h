@@ -62,7 +62,8 @@ typedef struct {
 /* A strategy, one row of the table in call.c: whether it takes the
  * additive score, what it refuses before any work beyond the shared
  * checks (NULL: nothing more; collective over comm), its forward and its
- * backward (NULL: none). The performance model keeps its own row per
+ * backward (NULL: none), and whether a pass on P ranks reports P steps
+ * (one per block; else one). The performance model keeps its own row per
  * strategy (comm/perf/model.h); nothing here points into it. */
 typedef struct {
     ra_strategy id;
@@ -71,6 +72,7 @@ typedef struct {
                       int segs);
     ra_status (*forward)(strat_call *c);
     ra_status (*backward)(strat_call *c);
+    int stepped;
 } strat_row;
 
 /* Every strategy, one row each, in the order of ra_strategy (call.c). */

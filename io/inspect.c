@@ -540,12 +540,32 @@ static ra_status run_attrs_data(hid_t file, const char *path,
     return st;
 }
 
+/* Values no run records (a scale not finite, a window beyond the
+ * options' range [0, 2^40]) mean a damaged file: refused naming it. */
+static ra_status run_attrs_range(const char *path, const h5io_run_attrs *a,
+                                 int scale_present)
+{
+    const int64_t limit = (int64_t)1 << 40;
+    if (scale_present && !isfinite(a->scale))
+        return ra_error_set(RA_ERR_INPUT, "%s: attribute scale: %g is not a "
+                            "finite number", path, a->scale);
+    for (int side = 0; a->window && side < 2; side++) {
+        const int64_t w = side ? a->window_right : a->window_left;
+        if (w < 0 || w > limit)
+            return ra_error_set(RA_ERR_INPUT, "%s: attribute %s: %lld is "
+                                "outside [0, %lld]", path,
+                                side ? "window_right" : "window_left",
+                                (long long)w, (long long)limit);
+    }
+    return RA_OK;
+}
+
 ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
 {
     hid_t file = H5I_INVALID_HID;
     h5io_quiet quiet;
     ra_status st;
-    int present;
+    int present, scale_present;
 
     memset(a, 0, sizeof *a);
     snprintf(a->layout, sizeof a->layout, "contiguous");
@@ -557,7 +577,7 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
         (st = attr_read(file, path, "causal", H5T_INTEGER, H5T_NATIVE_INT,
                         &a->causal, NULL)) != RA_OK ||
         (st = attr_read(file, path, "scale", H5T_FLOAT, H5T_NATIVE_DOUBLE,
-                        &a->scale, &present)) != RA_OK ||
+                        &a->scale, &scale_present)) != RA_OK ||
         (st = attr_read(file, path, "seq_q", H5T_INTEGER, H5T_NATIVE_INT64,
                         &a->seq_q, NULL)) != RA_OK ||
         (st = attr_read(file, path, "seq_kv", H5T_INTEGER, H5T_NATIVE_INT64,
@@ -577,7 +597,9 @@ ra_status h5io_read_run_attrs(const char *path, h5io_run_attrs *a)
         (st = attr_read(file, path, "sigma", H5T_FLOAT, H5T_NATIVE_DOUBLE,
                         &a->sigma, &present)) != RA_OK)
         goto cleanup;
-    st = run_attrs_data(file, path, a);
+    st = run_attrs_range(path, a, scale_present);
+    if (st == RA_OK)
+        st = run_attrs_data(file, path, a);
     if (st == RA_OK)
         st = posenc_attrs_read(file, path, a);
     if (st == RA_OK)

@@ -14,9 +14,10 @@
 
 #include <jansson.h>
 
+#include "call.h"
 #include "h5io.h"
 #include "internal.h"
-#include "run_inputs.h" /* what a run reads beside q, k, v (io/) */
+#include "run_pass.h" /* a pass from files to files (io/) */
 #include "perf_json.h" /* JSON values (comm/perf/perf_json.c) */
 
 /* Exit codes: usage and input errors, runtime failures, and a run
@@ -355,22 +356,19 @@ void cli_shape_finish(cli_shape *cs);
  * resolved from OMP_NUM_THREADS (1 when that is unset). An option that
  * would not apply is the library's to refuse (cli_params_check). */
 void cli_params_finish(ra_params *p);
-/* The strategy that a choice of bench or plan (--strategy all, auto) is
- * checked as before it tries each: hybrid when --ulysses-size is given
- * (the size is hybrid's), else the ring. */
-ra_strategy cli_choice_checked_as(const ra_params *p);
+/* The library's rules of a choice (bench, plan) and of P ranks alone
+ * (comm/call.h), by the names bench and plan call them. */
+#define cli_choice_checked_as ra_call_choice_strategy
+#define cli_ulysses_check(p, s, P) ra_call_check_ranks(s, p, P)
 
-/* --ulysses-size U of strategy hybrid against the job's P ranks and the
- * query heads, by the library's rule (hybrid_group_check), for a command
- * that checks before ra_call_strategy_check would. Not collective. */
-ra_status cli_ulysses_check(const ra_params *p, const ra_shape *s, int P);
-
-/* The parameters of a run checked before anything is read: by the
- * library's rules (ra_call_check_local), plus what only the command line
- * knows (RINGATTN_GEMM, --strategy all/auto where one must be named), for
- * run (file NULL: they came from options) and for verify (they came from
- * the attributes of file, named so; a NaN scale or a window beyond the
- * options' range there is a damaged file). */
+/* What only the command line knows of the parameters of a run: --gemm
+ * auto needs a valid RINGATTN_GEMM, and --strategy all/auto is refused
+ * where one strategy must be named. */
+ra_status cli_options_check(const ra_params *p);
+/* The parameters of a run checked before anything is read: by
+ * cli_options_check, then by the library's rules (ra_call_check_local),
+ * for a command whose options give them (file NULL) and for verify (they
+ * came from the attributes of file, named so). */
 ra_status cli_params_check(const ra_params *p, const ra_shape *s,
                            const char *file);
 
@@ -385,37 +383,20 @@ ra_status cli_params_check(const ra_params *p, const ra_shape *s,
 int cli_parse_pass(const cli_ctx *ctx, const cli_spec *spec, void *opts,
                    ra_params *p, int argc, char **argv);
 
-/* A rank's local tensors under a resolved layout, one allocation:
- * q (B, n, H, D)  k (B, m, G, Dk)  v (B, m, G, Dv)  o (B, n, H, Dv)
- * lse (B, H, n), n = qs.count, m = ks.count. */
-typedef struct {
-    ra_slice qs, ks;
-    size_t nq, nk, nv, no, nl; /* element counts */
-    float *mem, *q, *k, *v, *o, *lse;
-} cli_tensors;
+/* A rank's local tensors (io/run_pass.h). */
+typedef h5io_tensors cli_tensors;
+#define cli_tensors_free h5io_tensors_free
 
-/* Refuses (RA_ERR_ARG, "shape: WHAT of rank R need X bytes, more than the
- * Y bytes a rank may use (...)") need bytes of this rank above what one
- * rank may allocate: limit when > 0 (--mem-limit), else this node's
- * physical memory (sysconf) shared evenly by the ranks of ctx on it; or a
- * need that overflowed (negative). Call it before allocating: the shape
- * alone says it cannot fit. Not collective. */
+/* h5io_mem_check of this rank of ctx: need bytes against limit when > 0
+ * (--mem-limit), else this node's physical memory shared evenly by the
+ * ranks of ctx on it. Call it before allocating. Not collective. */
 ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
                         const char *what);
 
-/* What cli_tensors_alloc() allocates, in cli_mem_check()'s message. */
-#define CLI_TENSORS_WHAT "the tensors (q, k, v, o, lse)"
-
-/* Allocates the tensors of this rank of ctx under p's layout (resolved),
- * after cli_mem_check() of their bytes against p->mem_limit (--mem-limit,
- * or 0); RA_ERR_ARG (the shape does not fit, or a size overflows) or
- * RA_ERR_NOMEM with a message otherwise. Not collective. */
+/* h5io_tensors_alloc of this rank of ctx, against p->mem_limit as
+ * cli_mem_check. Not collective. */
 ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s,
                             const ra_params *p, const cli_ctx *ctx);
-
-/* The numerics of joined options, for the public calls that take them. */
-ra_numerics cli_numerics(const ra_params *p);
-void cli_tensors_free(cli_tensors *t);
 
 /* Rank 0 checks the output path (h5io_output_check with the files the run
  * reads, NULL-terminated), then every rank agrees: call it in the validate

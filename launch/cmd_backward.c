@@ -64,44 +64,14 @@ static const cli_spec bwd_spec = {
 /* Everything one run owns between validate and report. */
 typedef struct {
     cli_pass_data d;
-    const char *q_seg, *kv_seg;
-    char fp_fwd[H5IO_FP_LEN];  /* the --fwd file's fingerprint */
-    char fp_in[H5IO_FP_LEN];   /* this run's, from --in */
-    char fwd_sinks[256];       /* the --fwd run's sinks_dataset ("": none) */
-    float *dsinks;             /* (H) with sinks, else NULL */
-    ra_timing tm_fwd, tm;
+    h5io_pass j;               /* the pass from files to files */
     double t_total;
     cli_ckpt ckpt;             /* --checkpoint, --resume */
 } bwd_state;
 
-/* The sinks' dataset: --sinks, else the one the --fwd run recorded (the
- * forward's sinks); a --sinks other than that run's is refused. Not
- * collective. */
-static ra_status bwd_sinks(bwd_opts *o, bwd_state *r)
-{
-    h5io_run_attrs a;
-    ra_status st = o->fwd ? h5io_read_run_attrs(o->fwd, &a) : RA_OK;
-    if (st != RA_OK)
-        return st;
-    if (o->fwd) {
-        snprintf(r->fwd_sinks, sizeof r->fwd_sinks, "%s", a.sinks_dataset);
-        if (o->sinks && strcmp(o->sinks, r->fwd_sinks) != 0)
-            return ra_error_set(RA_ERR_INPUT, "--sinks %s: the forward %s "
-                                "was run with %s (attribute sinks_dataset)",
-                                o->sinks, o->fwd, r->fwd_sinks[0]
-                                    ? r->fwd_sinks : "no sinks");
-        if (!o->sinks && r->fwd_sinks[0])
-            o->sinks = r->fwd_sinks;
-    }
-    r->d.sinks_path = o->sinks;
-    o->src.sinks = o->sinks; /* recorded in the gradients' file */
-    return RA_OK;
-}
-
 static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
 {
     r->d.in = o->in;
-    o->src.tuning = &ctx->tuning; /* every read of --in */
     r->d.out = o->out;
     r->d.profile = o->profile;
     r->d.backward = 1;
@@ -121,118 +91,35 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
         inputs[n++] = o->profile;
     if (st == RA_OK)
         st = cli_output_agree(ctx, o->out, o->force, inputs);
+    h5io_pass_req rq = cli_pass_req(ctx, H5IO_PASS_BACKWARD, o->in, o->out,
+                                    o->force, &o->p);
+    rq.src = o->src;
+    rq.src.sinks = o->sinks; /* recorded in the gradients' file */
+    rq.out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes);
+    rq.fwd = o->fwd;
+    rq.recompute = o->recompute;
     if (st == RA_OK)
-        st = ra_h5_read_shape(ctx->comm, o->in, &o->src, &r->d.s, NULL);
-    if (st != RA_OK)
-        return st;
-    st = bwd_sinks(o, r);
+        st = h5io_pass_open(&rq, &r->j);
     if (st == RA_OK)
-        st = cli_pass_params(o->in, &r->d, &o->p);
-    if (st == RA_OK && o->fwd)
-        st = h5io_fwd_check(o->fwd, &r->d.s, &o->p);
-    if (st == RA_OK && o->fwd)
-        st = h5io_fingerprint_read(o->fwd, r->fp_fwd, sizeof r->fp_fwd);
-    if (st == RA_OK)
-        st = h5io_segment_names(o->in, &r->q_seg, &r->kv_seg);
-    st = ra_agree(ctx->comm, st);
+        st = cli_pass_inputs(ctx, &r->d, &r->j, &o->p, RA_OK);
     return st == RA_OK ? cli_ckpt_begin(ctx, &o->ck, "backward", &r->ckpt,
                                         &o->p)
                        : st;
 }
 
-/* The layout, this rank's buffers (agreed) and the masks. */
-static ra_status bwd_setup(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
-{
-    cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
-    ra_status st = cli_tensors_alloc(&r->d.t, &r->d.s, &o->p, ctx);
-    const int64_t A =
-        o->p.num.score == RA_SCORE_ADDITIVE ? o->p.num.additive->A : 0;
-    if (st == RA_OK)
-        st = cli_grads_alloc(&r->d, A, "run --backward", ctx,
-                             o->p.exec.mem_limit);
-    if (st == RA_OK && o->p.num.sinks &&
-        !(r->dsinks = malloc(sizeof(float) * (size_t)r->d.s.H)))
-        st = ra_error_set(RA_ERR_NOMEM, "run --backward: out of memory for "
-                          "the sinks' gradient");
-    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
-        return st;
-    const ra_numerics num = cli_numerics(&o->p);
-    st = ra_h5_read_masks(ctx->comm, o->in,
-                          &(ra_h5_source){.tuning = &ctx->tuning}, &r->d.s,
-                          o->p.exec.layout, &num, &r->d.masks);
-    return st == RA_OK ? h5io_resume_key(&r->ckpt.r, &r->d.s, &o->p,
-                                      &r->d.masks.view, 0)
-                       : st;
-}
-
 /* Reads the inputs (and the forward state from --fwd), refusing
- * non-finite values, and a forward output that does not match the input
- * (fingerprint) or the masks (lse); collective. */
-static ra_status bwd_read(const cli_ctx *ctx, const bwd_opts *o, bwd_state *r)
-{
-    cli_tensors *t = &r->d.t;
-    h5io_nonfinite bad;
-    const h5io_bwd_files files = {o->in, o->fwd, o->src.axes, &ctx->tuning};
-    const ra_slice rows[2] = {t->qs, t->ks};
-    ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
-                                     rows, t->q, t->k, t->v);
-    const h5io_inputs in =
-        {&o->src, &r->d.s, o->p.exec.layout, ra_cut_band(&o->p), t->q,
-         t->k,    t->v};
-    if (st == RA_OK)
-        st = h5io_scan_nonfinite(ctx->comm, o->in, &in, &bad);
-    if (st == RA_OK)
-        st = h5io_read_backward(ctx->comm, &files, &r->d.s, &o->p,
-                                r->d.g.dout, t->o, t->lse);
-    if (st == RA_OK)
-        st = cli_fingerprint(ctx, &r->d, &o->p, NULL, r->q_seg, r->kv_seg,
-                             r->fp_in);
-    if (st == RA_OK && o->fwd)
-        st = ra_agree(ctx->comm, h5io_fingerprint_compare(o->fwd, r->fp_fwd,
-                                                          r->fp_in));
-    if (st == RA_OK && o->fwd)
-        st = h5io_lse_check(ctx->comm, o->fwd, &r->d.s, &o->p,
-                            &r->d.masks.view, t->lse);
-    return st == RA_OK ? cli_ckpt_arm(&r->ckpt, r->fp_in) : st;
-}
-
+ * non-finite values and a forward output of another input, then the
+ * backward and the gradients' file (collective). */
 static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
                              bwd_state *r)
 {
-    const cli_tensors *t = &r->d.t;
-    const cli_grads *g = &r->d.g;
-    const int additive = o->p.num.score == RA_SCORE_ADDITIVE;
-    const ra_additive_grads *dw = additive ? &g->dw_grads : NULL;
-    const ra_qkv in = {t->q, t->k, t->v};
     const double t0 = MPI_Wtime();
-    ra_status st = bwd_read(ctx, o, r);
-    const int ran = st == RA_OK;
-    ra_params fwd = o->p; /* checkpoints are the backward's */
-    fwd.exec.checkpoint = NULL;
-    if (st == RA_OK && o->recompute)
-        st = ra_call_forward(ctx->comm, &r->d.s, &fwd, &r->d.masks.view,
-                             &in, &(ra_out){t->o, t->lse, NULL}, &r->tm_fwd);
+    ra_status st = h5io_pass_read(&r->j, &o->p);
     if (st == RA_OK)
-        st = ra_call_backward(ctx->comm, &r->d.s, &o->p, &r->d.masks.view,
-                              &in,
-                              &(ra_grads){t->o, t->lse, g->dout, g->dq, g->dk,
-                                          g->dv, dw, r->dsinks},
-                              &r->tm);
-    if (ran && st == RA_ERR_MPI) /* a stalled ring */
+        st = cli_ckpt_arm(&r->ckpt, r->j.fingerprint);
+    if (st == RA_OK && (st = h5io_pass_call(&r->j, &o->p)) != RA_OK &&
+        r->j.stalled) /* a stalled ring */
         cli_pass_stalled(ctx, &r->d);
-    if (st == RA_OK) {
-        char masks[64];
-        const h5io_grads_meta meta = {&o->p, o->fwd ? o->fwd : "recomputed",
-                                      cli_mask_names(&r->d.masks, masks),
-                                      ctx->command_line, dw,
-                                      r->fp_in, &o->src,
-                                      (ra_axes)(RA_AXES_BNHD + o->out_axes),
-                                      &ctx->tuning, r->dsinks,
-                                      o->recompute ? t->o : NULL,
-                                      o->recompute ? t->lse : NULL};
-        st = h5io_write_grads(ctx->comm, o->out, o->force, &r->d.s, &meta,
-                              r->d.g.dq, r->d.g.dk, r->d.g.dv);
-    }
     r->t_total = MPI_Wtime() - t0;
     return st;
 }
@@ -241,8 +128,8 @@ static ra_status bwd_report(const cli_ctx *ctx, const bwd_opts *o,
                             const bwd_state *r)
 {
     const double flops = ra_params_backward_flops(&r->d.s, &o->p,
-                                                  &r->d.masks.view);
-    double mine[3] = {r->tm.total, r->tm.comm_wait, r->tm_fwd.total};
+                                                  &r->j.masks.view);
+    double mine[3] = {r->j.tm.total, r->j.tm.comm_wait, r->j.tm_fwd.total};
     double worst[3];
     MPI_Reduce(mine, worst, 3, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
     if (ctx->rank != 0)
@@ -265,7 +152,9 @@ int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
     cli_pass_begin(ctx, &r.d, &o.p);
     ra_status st = bwd_validate(ctx, &o, &r);
     if (st == RA_OK)
-        st = bwd_setup(ctx, &o, &r);
+        st = cli_pass_setup(&r.d, &r.j, &o.p);
+    if (st == RA_OK)
+        st = h5io_resume_key(&r.ckpt.r, &r.j.s, &o.p, &r.j.masks.view, 0);
     if (st == RA_OK) {
         cli_pass_echo(ctx, &r.d, &o.p);
         st = bwd_compute(ctx, &o, &r);
@@ -274,6 +163,6 @@ int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
     if (st == RA_OK)
         st = bwd_report(ctx, &o, &r);
     st = cli_ckpt_end(&r.ckpt, st);
-    free(r.dsinks);
+    h5io_pass_free(&r.j);
     return cli_pass_end(ctx, &r.d, st);
 }

@@ -131,27 +131,13 @@ static ra_status map_parse(const char *rows, const char *heads,
 /* Everything one run owns between validate and report. */
 typedef struct {
     cli_pass_data d;
+    h5io_pass j;                /* the pass from files to files */
     map_request mreq;
-    ra_attn_map map;
-    const char *q_seg, *kv_seg; /* segment datasets, or NULL */
-    ra_axes axes[3];            /* the order q, k, v were read in */
-    ra_h5_source recorded;      /* the datasets used, for the output */
-    char mask_names[64];        /* the "masks" attribute of the output */
-    char fingerprint[H5IO_FP_LEN]; /* what was read, for the output */
-    ra_timing tm;
-    h5io_staged staged;         /* the output, complete, not yet renamed */
     cli_ckpt ckpt;              /* --checkpoint, --resume */
-    double t_read, t_write, t_total;
+    double t_read;
     int picked;                 /* --strategy auto chose pick.strategy */
     model_result pick;
 } run_state;
-
-/* What run owns beyond the shared data. */
-static void run_release(run_state *r)
-{
-    free(r->map.out);
-    r->map.out = NULL;
-}
 
 /* The output options that need no file: the same verdict on every rank. */
 static ra_status out_opts_check(const run_opts *o)
@@ -171,15 +157,29 @@ static ra_status out_opts_check(const run_opts *o)
     return RA_OK;
 }
 
+/* The pass's request from the options. */
+static h5io_pass_req run_req(const cli_ctx *ctx, const run_opts *o)
+{
+    h5io_pass_req rq = cli_pass_req(ctx, H5IO_PASS_FORWARD, o->in, o->out,
+                                    o->force, &o->p);
+    rq.src = o->src;
+    rq.src.sinks = o->sinks;
+    rq.allow_nonfinite = o->allow_nonfinite;
+    rq.out_dtype = o->out_dtype;
+    rq.out_chunk = o->out_chunk;
+    rq.out_compress = o->out_compress;
+    rq.out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes);
+    rq.out_group = o->out_group;
+    return rq;
+}
+
 /* Every check that needs no compute, before the first collective of the
  * work; the ranks agree on the verdict. */
 static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
     r->d.in = o->in;
-    o->src.tuning = &ctx->tuning; /* every read of --in */
     r->d.out = o->out;
     r->d.profile = o->profile;
-    r->d.sinks_path = o->sinks;
     ra_status st = out_opts_check(o);
     if (st == RA_OK)
         st = progress_check(&o->prog);
@@ -187,157 +187,52 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
         st = cli_paths_agree(ctx, (const h5io_named_path[]){
             {"--in", o->in, 0}, {"--profile", o->profile, 0},
             {"--out", o->out, 1}, {"--json", o->json, 1}, {NULL, NULL, 0}});
+    const char *const inputs[] = {o->in, NULL};
     if (st == RA_OK)
-        st = cli_output_agree(ctx, o->out, o->force,
-                              (const char *const[]){o->in, NULL});
+        st = cli_output_agree(ctx, o->out, o->force, inputs);
     if (st == RA_OK && o->json)
-        st = cli_output_agree(ctx, o->json, o->force,
-                              (const char *const[]){o->in, NULL});
+        st = cli_output_agree(ctx, o->json, o->force, inputs);
+    const h5io_pass_req rq = run_req(ctx, o);
     if (st == RA_OK)
-        st = ra_h5_read_shape(ctx->comm, o->in, &o->src, &r->d.s, r->axes);
+        st = h5io_pass_open(&rq, &r->j);
     if (st == RA_OK && (int)o->p.exec.strategy == CLI_STRATEGY_AUTO &&
-        (st = plan_pick(ctx, &r->d.s, &o->p, NULL, o->profile, &r->pick)) ==
+        (st = plan_pick(ctx, &r->j.s, &o->p, NULL, o->profile, &r->pick)) ==
             RA_OK)
         r->picked = r->pick.applies; /* 0: the ring, after a warning */
     if (st != RA_OK)
         return st;
     o->p.num.nonfinite = o->allow_nonfinite;
-    st = cli_pass_params(o->in, &r->d, &o->p);
-    if (st == RA_OK && o->map_rows)
-        st = map_parse(o->map_rows, o->map_heads ? o->map_heads : "0",
-                       &r->d.s, &r->mreq);
-    if (st == RA_OK)
-        st = h5io_segment_names_from(o->in, &o->src, &r->q_seg, &r->kv_seg);
-    st = ra_agree(ctx->comm, st);
-    if (st == RA_OK)
-        st = cli_ckpt_begin(ctx, &o->ck, "forward", &r->ckpt, &o->p);
-    if (st == RA_OK) /* collective */
-        st = ra_call_strategy_check(ctx->comm, &r->d.s, &o->p,
-                                    r->q_seg != NULL);
-    return st;
+    const ra_status map = !o->map_rows ? RA_OK
+        : map_parse(o->map_rows, o->map_heads ? o->map_heads : "0", &r->j.s,
+                    &r->mreq);
+    r->j.rq.map = (ra_attn_map){r->mreq.i0, r->mreq.i1, r->mreq.heads,
+                                r->mreq.nheads, NULL};
+    st = cli_pass_inputs(ctx, &r->d, &r->j, &o->p, map);
+    return st == RA_OK ? cli_ckpt_begin(ctx, &o->ck, "forward", &r->ckpt,
+                                        &o->p)
+                       : st;
 }
 
-/* The datasets the output records: q, k, v as read, and the masks
- * actually applied (NULL for those absent), so that verify reads the
- * same. */
-static void mask_record(const run_opts *o, run_state *r)
-{
-    const ra_h5_source *src = &o->src;
-    r->recorded = (ra_h5_source){.q = src->q, .k = src->k, .v = src->v,
-                                 .axes = src->axes, .sinks = o->sinks};
-    if (r->d.masks.q_lens)
-        r->recorded.q_lens = src->q_lens ? src->q_lens : "/q_lens";
-    if (r->d.masks.kv_lens)
-        r->recorded.kv_lens = src->kv_lens ? src->kv_lens : "/kv_lens";
-    if (r->q_seg && r->q_seg == r->kv_seg)
-        r->recorded.segments = r->q_seg;
-    else if (r->q_seg) {
-        r->recorded.q_segments = r->q_seg;
-        r->recorded.kv_segments = r->kv_seg;
-    }
-}
-
-/* The layout, this rank's buffers (agreed) and the masks. */
-static ra_status run_setup(const cli_ctx *ctx, run_opts *o, run_state *r)
-{
-    const ra_shape *s = &r->d.s;
-    cli_pass_layout(&r->d, &o->p, r->q_seg != NULL);
-    ra_status st = cli_tensors_alloc(&r->d.t, s, &o->p, ctx);
-    r->map = (ra_attn_map){r->mreq.i0, r->mreq.i1, r->mreq.heads,
-                           r->mreq.nheads, NULL};
-    if (st == RA_OK && o->map_rows) {
-        const ra_numerics num = cli_numerics(&o->p);
-        const ra_range rows = ra_attn_map_rows(o->p.exec.layout, &num, s->N,
-                                               ctx->rank, ctx->nranks, &r->map);
-        const int64_t n = ra_mul_checked(ra_mul_checked(s->B, r->map.nheads),
-                                         ra_mul_checked(rows.count, s->M));
-        r->map.out = n >= 0 && (uint64_t)n < SIZE_MAX / sizeof(float)
-                         ? malloc(sizeof(float) * (size_t)(n + 1)) : NULL;
-        if (!r->map.out)
-            st = ra_error_set(RA_ERR_NOMEM, "run: cannot allocate the "
-                              "attention map rows of rank %d", ctx->rank);
-    }
-    if ((st = ra_agree(ctx->comm, st)) != RA_OK)
-        return st;
-    const ra_numerics num = cli_numerics(&o->p);
-    if ((st = ra_h5_read_masks(ctx->comm, o->in, &o->src, s, o->p.exec.layout,
-                               &num, &r->d.masks)) != RA_OK)
-        return st;
-    cli_mask_names(&r->d.masks, r->mask_names);
-    mask_record(o, r);
-    return h5io_resume_key(&r->ckpt.r, s, &o->p, &r->d.masks.view, 0);
-}
-
-/* Reads this rank's slices and refuses non-finite values (collective). */
-static ra_status run_read(const cli_ctx *ctx, const run_opts *o, run_state *r)
-{
-    cli_tensors *t = &r->d.t;
-    const ra_slice rows[2] = {t->qs, t->ks};
-    ra_status st = ra_h5_read_inputs(ctx->comm, o->in, &o->src, &r->d.s,
-                                     rows, t->q, t->k, t->v);
-    const h5io_inputs in =
-        {&o->src, &r->d.s, o->p.exec.layout, ra_cut_band(&o->p), t->q,
-         t->k,    t->v};
-    h5io_nonfinite bad;
-    if (st != RA_OK || o->allow_nonfinite ||
-        h5io_scan_nonfinite(ctx->comm, o->in, &in, &bad) == RA_OK)
-        return st;
-    char why[512];
-    snprintf(why, sizeof why, "%s", ra_error_message());
-    return ra_error_set(bad.dataset ? RA_ERR_INPUT : RA_ERR_MPI, "%s%s", why,
-                        bad.dataset ? "; pass --allow-nonfinite to let it "
-                                      "through" : "");
-}
-
+/* Reads this rank's slices, refusing non-finite values, then the call and
+ * the output, staged (collective). */
 static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
                              run_state *r)
 {
-    cli_tensors *t = &r->d.t;
     const double t0 = MPI_Wtime();
-    ra_status st = run_read(ctx, o, r);
+    ra_status st = h5io_pass_read(&r->j, &o->p);
+    if (st != RA_OK && r->j.bad.dataset) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", ra_error_message());
+        st = ra_error_set(st, "%s; pass --allow-nonfinite to let it through",
+                          why);
+    }
     if (st == RA_OK)
-        st = cli_fingerprint(ctx, &r->d, &o->p, &r->recorded, r->q_seg,
-                             r->kv_seg, r->fingerprint);
-    if (st == RA_OK)
-        st = cli_ckpt_arm(&r->ckpt, r->fingerprint);
-    const double t1 = MPI_Wtime();
-    const int ran = st == RA_OK;
+        st = cli_ckpt_arm(&r->ckpt, r->j.fingerprint);
+    r->t_read = MPI_Wtime() - t0;
     progress_start(&o->p);
-    const ra_qkv in = {t->q, t->k, t->v};
-    if (st == RA_OK && o->map_rows) {
-        st = ra_call_forward(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, &in,
-                             &(ra_out){t->o, t->lse, &r->map}, NULL);
-        r->tm.total = MPI_Wtime() - t1; /* forward and map passes together */
-    } else if (st == RA_OK) {
-        st = ra_call_forward(ctx->comm, &r->d.s, &o->p, &r->d.masks.view, &in,
-                             &(ra_out){t->o, t->lse, NULL}, &r->tm);
-    }
-    if (ran && st == RA_ERR_MPI) /* a stalled ring: the others wait for a
-                                    stopped rank */
+    if (st == RA_OK && (st = h5io_pass_call(&r->j, &o->p)) != RA_OK &&
+        r->j.stalled) /* the others wait for a stopped rank */
         cli_pass_stalled(ctx, &r->d);
-    const double t2 = MPI_Wtime();
-    if (st == RA_OK) {
-        int64_t bq, bkv;
-        ra_numerics num;
-        ra_exec exec;
-        ra_params_tiles(&o->p, &r->d.s, &bq, &bkv);
-        ra_params_split(&o->p, &num, &exec);
-        const ra_run_meta meta = {
-            .num = &num, .exec = &exec,
-            .scale = ra_params_scale(&o->p, &r->d.s),
-            .block_q = bq, .block_kv = bkv,
-            .command_line = ctx->command_line, .masks = r->mask_names,
-            .map = o->map_rows ? &r->map : NULL, .source = &r->recorded,
-            .out_dtype = o->out_dtype, .out_chunk = o->out_chunk,
-            .out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes),
-            .out_compress = o->out_compress, .out_group = o->out_group,
-            .fingerprint = r->fingerprint, .tuning = &ctx->tuning};
-        st = h5io_write_outputs_staged(ctx->comm, o->out, o->force, &r->d.s,
-                                       &meta, t->o, t->lse, &r->staged);
-    }
-    r->t_read = t1 - t0;
-    r->t_write = MPI_Wtime() - t2;
-    r->t_total = MPI_Wtime() - t0;
     return st;
 }
 
@@ -351,10 +246,10 @@ static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
     const cli_run_summary sum = {
         .in = o->in, .out = o->out, .shape = &r->d.s, .params = &o->p,
         .scale = ra_params_scale(&o->p, &r->d.s), .source = &o->src,
-        .masks = r->mask_names, .out_dtype = o->out_dtype,
+        .masks = r->j.mask_names, .out_dtype = o->out_dtype,
         .block_q = bq, .block_kv = bkv, .nranks = ctx->nranks,
         .threads = ra_params_threads(&o->p), .t_attention = attention,
-        .t_read = r->t_read, .t_write = r->t_write,
+        .t_read = r->t_read, .t_write = r->j.t_write,
         .gflops = flops / attention * 1e-9};
     return cli_json_write(o->json, o->force, &sum, json);
 }
@@ -368,9 +263,9 @@ static void run_result_print(const cli_ctx *ctx, const run_opts *o,
     if (ctx->rank != 0)
         return;
     const char *note = "";
-    if (strstr(r->mask_names, "segments"))
+    if (strstr(r->j.mask_names, "segments"))
         note = " (useful: visible pairs, segments not discounted)";
-    else if (o->p.num.causal || o->p.num.window || r->mask_names[0])
+    else if (o->p.num.causal || o->p.num.window || r->j.mask_names[0])
         note = " (useful: visible pairs only)";
     printf("ringattn run: attention %.3f s, %.1f GFLOP/s%s on %d ranks x "
            "%d threads (comm wait max %.3f s); %s; wrote %s\n", worst[0],
@@ -384,7 +279,6 @@ static void run_result_print(const cli_ctx *ctx, const run_opts *o,
                worst[0] / r->pick.t_total);
 }
 
-
 /* Stages --json (rank 0), then renames the output and the summary onto
  * their names together: a summary that cannot be written leaves neither,
  * the earlier files kept. Prints the result line from rank 0; every rank
@@ -393,10 +287,11 @@ static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
                             run_state *r)
 {
     const double flops = ra_params_forward_flops(&r->d.s, &o->p,
-                                                 &r->d.masks.view);
-    double mine[4] = {r->tm.total, r->tm.comm_wait, r->t_read, r->t_write};
+                                                 &r->j.masks.view);
+    double mine[4] = {r->j.tm.total, r->j.tm.comm_wait, r->t_read,
+                      r->j.t_write};
     double worst[4];
-    h5io_staged json = {.f = NULL}, *files[2] = {&r->staged, &json};
+    h5io_staged json = {.f = NULL}, *files[2] = {&r->j.staged, &json};
     MPI_Reduce(mine, worst, 4, MPI_DOUBLE, MPI_MAX, 0, ctx->comm);
     ra_status st = RA_OK;
     if (ctx->rank == 0 && o->json)
@@ -404,7 +299,7 @@ static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
     if ((st = ra_agree(ctx->comm, st)) == RA_OK)
         st = h5io_publish(ctx->comm, files, 2);
     else
-        h5io_discard(ctx->comm, &r->staged);
+        h5io_discard(ctx->comm, &r->j.staged);
     if (st == RA_OK)
         run_result_print(ctx, o, r, worst, flops);
     return st;
@@ -413,7 +308,7 @@ static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
 /* What run prints after the parameter table. */
 static ra_status run_print(const cli_ctx *ctx, run_opts *o, run_state *r)
 {
-    cli_print_source(ctx, &o->src, r->axes);
+    cli_print_source(ctx, &o->src, r->j.axes);
     if (r->picked)
         plan_pick_print(ctx, &r->pick, o->profile);
     progress_setup(ctx, &o->prog, &r->d.s, &o->p, o->profile);
@@ -431,7 +326,9 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     cli_pass_begin(ctx, &r.d, &o.p);
     ra_status st = run_validate(ctx, &o, &r);
     if (st == RA_OK)
-        st = run_setup(ctx, &o, &r);
+        st = cli_pass_setup(&r.d, &r.j, &o.p);
+    if (st == RA_OK)
+        st = h5io_resume_key(&r.ckpt.r, &r.j.s, &o.p, &r.j.masks.view, 0);
     if (st == RA_OK) {
         cli_pass_echo(ctx, &r.d, &o.p);
         st = run_print(ctx, &o, &r);
@@ -442,6 +339,6 @@ int cmd_run(const cli_ctx *ctx, int argc, char **argv)
     if (st == RA_OK)
         st = run_report(ctx, &o, &r);
     st = cli_ckpt_end(&r.ckpt, st);
-    run_release(&r);
+    h5io_pass_free(&r.j);
     return cli_pass_end(ctx, &r.d, st);
 }

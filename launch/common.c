@@ -1,6 +1,6 @@
 /* common.c: what the drivers share: the one output check with agreement,
- * the one allocator of a rank's tensors, the one check of a run's
- * parameters, the score's weights, failure reporting and the parameter
+ * the command line's checks of a run's parameters, a rank's tensors and
+ * memory by the context's ranks, failure reporting and the parameter
  * echo. */
 #include <math.h>
 #include <stdio.h>
@@ -27,30 +27,6 @@ void cli_params_finish(ra_params *p)
 {
     if (p->exec.threads == 0)
         p->exec.threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : 1;
-}
-
-ra_strategy cli_choice_checked_as(const ra_params *p)
-{
-    return p->exec.ulysses_size ? RA_STRATEGY_HYBRID : RA_STRATEGY_RING;
-}
-
-ra_status cli_ulysses_check(const ra_params *p, const ra_shape *s, int P)
-{
-    const int64_t u = p->exec.ulysses_size;
-    if (u == 0 || p->exec.strategy != RA_STRATEGY_HYBRID)
-        return RA_OK; /* the plan checks what auto may pick */
-    return hybrid_group_check(s, P, (int)u);
-}
-
-/* The name of a parameter in a message: the option, or the file's
- * attribute. */
-static const char *param_name(char *buf, size_t len, const char *file,
-                              const char *option, const char *attr)
-{
-    if (!file)
-        return option;
-    snprintf(buf, len, "%s: attribute %s", file, attr);
-    return buf;
 }
 
 /* The library's strategy names, in enum order, joined by ", ". */
@@ -80,35 +56,20 @@ static ra_status strategy_named(const ra_params *p)
     return RA_OK;
 }
 
-ra_status cli_params_check(const ra_params *p, const ra_shape *s,
-                           const char *file)
+ra_status cli_options_check(const ra_params *p)
 {
-    char name[512];
-    const int64_t limit = (int64_t)1 << 40;
     ra_gemm env_gemm; /* --gemm auto (or none): RINGATTN_GEMM must name one */
     if (p->exec.gemm == RA_GEMM_AUTO && ra_gemm_env(&env_gemm) != RA_OK)
         return RA_ERR_ARG;
-    ra_status st = strategy_named(p);
+    return strategy_named(p);
+}
+
+ra_status cli_params_check(const ra_params *p, const ra_shape *s,
+                           const char *file)
+{
+    ra_status st = cli_options_check(p);
     if (st != RA_OK)
         return st;
-    /* a file's record: values no option could have given (a NaN scale, a
-     * window beyond the parser's range) mean a damaged file */
-    if (file && p->num.score == RA_SCORE_DOT && !isfinite(p->num.scale))
-        return ra_error_set(RA_ERR_INPUT, "%s: %g is not a finite number",
-                            param_name(name, sizeof name, file, "--scale",
-                                       "scale"),
-                            p->num.scale);
-    for (int side = 0; file && p->num.window && side < 2; side++) {
-        const int64_t w = side ? p->num.window_right : p->num.window_left;
-        if (w < 0 || w > limit)
-            return ra_error_set(RA_ERR_INPUT, "%s: %lld is outside "
-                                "[0, %lld]",
-                                param_name(name, sizeof name, file,
-                                           "--window",
-                                           side ? "window_right"
-                                                : "window_left"),
-                                (long long)w, (long long)limit);
-    }
     /* every other rule is the library's, checked here before anything is
      * read; a file's record is named */
     st = ra_call_check_local(s, p);
@@ -138,111 +99,19 @@ ra_status cli_paths_agree(const cli_ctx *ctx, const h5io_named_path *list)
     return ra_agree(ctx->comm, st);
 }
 
-/* n0 * n1 * n2 * n3 as a size_t count, or 0 (with a message) on overflow. */
-static int count_of(size_t *out, int64_t n0, int64_t n1, int64_t n2,
-                    int64_t n3)
-{
-    int64_t c = ra_mul_checked(ra_mul_checked(n0, n1), ra_mul_checked(n2, n3));
-    if (c < 0 || n0 < 0 || n1 < 0 || n2 < 0 || n3 < 0)
-        return -1;
-    *out = (size_t)c;
-    return 0;
-}
-
-/* The bytes one rank may allocate: limit when > 0 (--mem-limit), else
- * this node's physical memory shared evenly by the *on_node ranks of ctx
- * on it (*on_node 0: the limit was given). */
-static int64_t mem_share(const cli_ctx *ctx, int64_t limit, int *on_node)
-{
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    *on_node = limit > 0 ? 0 : ctx->nodes.ranks_on_node > 0
-                                   ? ctx->nodes.ranks_on_node : 1;
-    if (limit > 0)
-        return limit;
-    return pages > 0 && page > 0
-               ? (int64_t)((double)pages * (double)page / *on_node)
-               : INT64_MAX;
-}
-
 ra_status cli_mem_check(const cli_ctx *ctx, int64_t need, int64_t limit,
                         const char *what)
 {
-    int on_node;
-    const int64_t share = mem_share(ctx, limit, &on_node);
-    if (need >= 0 && need <= share)
-        return RA_OK;
-    char why[160] = "--mem-limit";
-    if (on_node)
-        snprintf(why, sizeof why, "this node's physical memory shared by "
-                 "its %d ranks", on_node);
-    if (need < 0)
-        return ra_error_set(RA_ERR_ARG, "shape: %s of rank %d need more "
-                            "than 2^63 bytes", what, ctx->rank);
-    return ra_error_set(RA_ERR_ARG, "shape: %s of rank %d need %lld bytes "
-                        "(%.3g GB), more than the %lld bytes (%.3g GB) a rank "
-                        "may use (%s)", what, ctx->rank, (long long)need,
-                        (double)need * 1e-9, (long long)share,
-                        (double)share * 1e-9, why);
-}
-
-/* The slices of rank and the element counts of cli_tensors in t (mem
- * NULL) and its bytes in *total; -1 when a count overflows. */
-static int tensors_size(cli_tensors *t, const ra_shape *s, const ra_params *p,
-                        int rank, int nranks, size_t *total)
-{
-    memset(t, 0, sizeof *t);
-    t->qs = ra_params_slice(p, p->exec.layout, s->N, rank, nranks);
-    t->ks = ra_params_slice(p, p->exec.layout, s->M, rank, nranks);
-    const int64_t n = t->qs.count, m = t->ks.count;
-    *total = 1; /* one spare element: empty slices still allocate */
-    if (count_of(&t->nq, s->B, n, s->H, s->D) ||
-        count_of(&t->nk, s->B, m, s->G, ra_shape_dk(s)) ||
-        count_of(&t->nv, s->B, m, s->G, s->Dv) ||
-        count_of(&t->no, s->B, n, s->H, s->Dv) ||
-        count_of(&t->nl, s->B, s->H, n, 1) ||
-        __builtin_add_overflow(*total, t->nq + t->nk, total) ||
-        __builtin_add_overflow(*total, t->nv + t->no + t->nl, total) ||
-        __builtin_mul_overflow(*total, sizeof(float), total) ||
-        *total > INT64_MAX)
-        return -1;
-    return 0;
-}
-
-ra_numerics cli_numerics(const ra_params *p)
-{
-    ra_numerics num;
-    ra_exec exec;
-    ra_params_split(p, &num, &exec);
-    return num;
+    const h5io_mem m = {ctx->rank, limit, ctx->nodes.ranks_on_node};
+    return h5io_mem_check(&m, need, what);
 }
 
 ra_status cli_tensors_alloc(cli_tensors *t, const ra_shape *s,
                             const ra_params *p, const cli_ctx *ctx)
 {
-    size_t total;
-    if (tensors_size(t, s, p, ctx->rank, ctx->nranks, &total))
-        return ra_error_set(RA_ERR_ARG, "shape: the local tensors of rank %d "
-                            "overflow the address space", ctx->rank);
-    ra_status st =
-        cli_mem_check(ctx, (int64_t)total, p->exec.mem_limit, CLI_TENSORS_WHAT);
-    if (st != RA_OK)
-        return st;
-    if (!(t->mem = malloc(total)))
-        return ra_error_set(RA_ERR_NOMEM, "cannot allocate the local tensors "
-                            "(%.3g GB on rank %d)", (double)total * 1e-9,
-                            ctx->rank);
-    t->q = t->mem;
-    t->k = t->q + t->nq;
-    t->v = t->k + t->nk;
-    t->o = t->v + t->nv;
-    t->lse = t->o + t->no;
-    return RA_OK;
-}
-
-void cli_tensors_free(cli_tensors *t)
-{
-    free(t->mem);
-    memset(t, 0, sizeof *t);
+    const h5io_mem m = {ctx->rank, p->exec.mem_limit,
+                        ctx->nodes.ranks_on_node};
+    return h5io_tensors_alloc(t, s, p, &m, ctx->nranks);
 }
 
 int cli_parse_pass(const cli_ctx *ctx, const cli_spec *spec, void *opts,

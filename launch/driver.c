@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agree.h"
+#include "call.h"
 #include "driver.h"
 #include "internal.h"
 #include "placement.h"
@@ -18,20 +20,6 @@ void cli_pass_data_free(cli_pass_data *d)
     free(d->g.mem);
     d->g = (cli_grads){0};
     h5io_additive_free(&d->score_in);
-    free(d->slopes);
-    d->slopes = NULL;
-    free(d->sinks);
-    d->sinks = NULL;
-    ra_h5_masks_free(&d->masks);
-}
-
-const char *cli_mask_names(const ra_h5_masks *m, char names[64])
-{
-    snprintf(names, 64, "%s%s%s", m->q_lens ? "q_lens," : "",
-             m->kv_lens ? "kv_lens," : "", m->q_segments ? "segments," : "");
-    if (names[0])
-        names[strlen(names) - 1] = '\0'; /* the last comma */
-    return names;
 }
 
 void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented)
@@ -40,46 +28,22 @@ void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented)
     p->exec.layout = ra_params_layout(p, segmented);
 }
 
-/* Floats after each part of the gradients: every part, even an empty one,
- * has an address of its own. */
-enum { GRADS_SPARE = 16 };
-
 ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
                           const cli_ctx *ctx, int64_t limit)
 {
-    const ra_shape *s = &d->s;
-    const int64_t n = d->t.qs.count, m = d->t.ks.count, Dk = ra_shape_dk(s);
-    const int64_t f[5][4] = {{s->B, n, s->H, s->Dv}, {s->B, n, s->H, s->D},
-                             {s->B, m, s->G, Dk}, {s->B, m, s->G, s->Dv},
-                             {A, s->D + Dk + 1, 1, 1}};
-    int64_t cnt[5], total = 0;
-    for (int i = 0; i < 5; i++) {
-        cnt[i] = ra_count_checked(4, f[i]);
-        total = ra_add_checked(total,
-                               ra_add_checked(cnt[i], GRADS_SPARE));
-    }
-    const cli_tensors *t = &d->t;
-    const int64_t held = (int64_t)(t->nq + t->nk + t->nv + t->no + t->nl + 1);
-    const int64_t need = ra_mul_checked(ra_add_checked(total, held),
-                                        (int64_t)sizeof(float));
-    ra_status st = cli_mem_check(ctx, need, limit, "the tensors and their "
-                                 "gradients");
-    if (st != RA_OK)
-        return st;
-    cli_grads *g = &d->g;
-    g->mem = total > 0 && (uint64_t)total < SIZE_MAX / sizeof(float)
-                 ? malloc(sizeof(float) * (size_t)total) : NULL;
-    if (!g->mem)
-        return ra_error_set(RA_ERR_NOMEM, "%s: cannot allocate the "
-                            "gradients of rank %d", command, ctx->rank);
-    g->dout = g->mem;
-    g->dq = g->dout + cnt[0] + GRADS_SPARE;
-    g->dk = g->dq + cnt[1] + GRADS_SPARE;
-    g->dv = g->dk + cnt[2] + GRADS_SPARE;
-    g->dw = g->dv + cnt[3] + GRADS_SPARE;
-    g->dw_grads = (ra_additive_grads){g->dw, g->dw + A * s->D,
-                                      g->dw + A * (s->D + Dk)};
-    return RA_OK;
+    const h5io_mem m = {ctx->rank, limit, ctx->nodes.ranks_on_node};
+    return h5io_grads_alloc(&d->g, &d->s, &d->t, A, &m, command);
+}
+
+h5io_pass_req cli_pass_req(const cli_ctx *ctx, h5io_pass_kind kind,
+                           const char *in, const char *out, int force,
+                           const ra_params *p)
+{
+    return (h5io_pass_req){
+        .comm = ctx->comm, .rank = ctx->rank, .nranks = ctx->nranks,
+        .mem = {ctx->rank, p->exec.mem_limit, ctx->nodes.ranks_on_node},
+        .tuning = &ctx->tuning, .command_line = ctx->command_line,
+        .kind = kind, .in = in, .out = out, .force = force};
 }
 
 /* d->profile, when given, read as a prediction would read it: a file that
@@ -96,36 +60,24 @@ static ra_status pass_profile_check(const cli_pass_data *d)
     return st;
 }
 
-ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p)
+ra_status cli_pass_inputs(const cli_ctx *ctx, cli_pass_data *d, h5io_pass *j,
+                          ra_params *p, ra_status mine)
 {
-    /* the keys' dim first: its refusal names the file */
-    ra_status st = h5io_score_dims(in, &d->s, p);
-    if (st == RA_OK)
-        st = cli_params_check(p, &d->s, NULL);
+    ra_status st = cli_options_check(p);
     if (st == RA_OK)
         st = pass_profile_check(d);
     if (st == RA_OK)
-        st = h5io_additive_read(in, &d->s, p, &d->score_in);
-    if (st == RA_OK)
-        st = h5io_alibi_read(in, &d->s, p, &d->slopes);
-    if (st == RA_OK)
-        st = h5io_sinks_read(in, d->sinks_path, &d->s, p, &d->sinks);
-    return st;
+        st = mine;
+    st = ra_agree(ctx->comm, st);
+    return st == RA_OK ? h5io_pass_inputs(j, p) : st;
 }
 
-ra_status cli_fingerprint(const cli_ctx *ctx, const cli_pass_data *d,
-                          const ra_params *p, const ra_h5_source *src,
-                          const char *q_seg, const char *kv_seg, char *text)
+ra_status cli_pass_setup(cli_pass_data *d, h5io_pass *j, ra_params *p)
 {
-    const h5io_fp_source fp = {
-        .in = d->in, .shape = &d->s, .params = p, .q = d->t.q, .k = d->t.k,
-        .v = d->t.v, .masks = &d->masks, .qs = d->t.qs, .ks = d->t.ks,
-        .names = {src && src->q ? src->q : "/q", src && src->k ? src->k : "/k",
-                  src && src->v ? src->v : "/v", q_seg ? q_seg : "",
-                  kv_seg ? kv_seg : "",
-                  src && src->q_lens ? src->q_lens : "/q_lens",
-                  src && src->kv_lens ? src->kv_lens : "/kv_lens"}};
-    return h5io_fingerprint_make(ctx->comm, &fp, text, H5IO_FP_LEN);
+    const ra_status st = h5io_pass_setup(j, p);
+    d->s = j->s;
+    d->layout_auto = j->layout_auto;
+    return st;
 }
 
 /* Seconds a rank may spend moving its share of the tensors at the
@@ -166,15 +118,12 @@ cli_stall_basis cli_pass_basis(const ra_shape *s, const ra_params *p,
                                int nranks, double forward_s, int backward,
                                const char *profile)
 {
-    const int stepped = p->exec.strategy == RA_STRATEGY_RING ||
-                        p->exec.strategy == RA_STRATEGY_RING_Q ||
-                        p->exec.strategy == RA_STRATEGY_ALLGATHER;
     const double ff = ra_params_forward_flops(s, p, NULL);
     const double bf = ra_params_backward_flops(s, p, NULL);
     const double ratio = !backward ? 1.0
                          : CLI_BWD_RATE_LOSS * (ff > 0 ? bf / ff : 2.5);
     return (cli_stall_basis){backward ? "backward" : "forward",
-                             forward_s * ratio, stepped ? nranks : 1,
+                             forward_s * ratio, ra_call_steps(p, nranks),
                              profile};
 }
 

@@ -8,28 +8,19 @@
 #include "h5io.h"
 #include "watchdog.h"
 
-/* A rank's gradient buffers, one allocation:
- * dout (B, n, H, Dv)  dq (B, n, H, D)  dk (B, m, G, Dk)  dv (B, m, G, Dv)
- * dw: w_q (A, D) | w_k (A, Dk) | w_v (A), A = 0 without the additive
- * score; n, m the counts of the tensors' slices. */
-typedef struct {
-    float *mem, *dout, *dq, *dk, *dv, *dw;
-    ra_additive_grads dw_grads; /* the three parts of dw */
-} cli_grads;
+/* A rank's gradient buffers (io/run_pass.h). */
+typedef h5io_grads cli_grads;
 
 /* What every pass driver owns between validate and report, freed by
- * cli_pass_data_free. */
+ * cli_pass_data_free; a driver of a pass from files keeps its buffers in
+ * an h5io_pass (io/run_pass.h) and copies the shape here once set up. */
 typedef struct {
     ra_shape s;
     int layout_auto;            /* p.layout was chosen by the library */
     const char *in, *out;       /* the files named in the parameter table */
     cli_tensors t;
     cli_grads g;
-    h5io_additive score_in;  /* the additive score's weights */
-    double *slopes;             /* /alibi_slopes, or NULL */
-    const char *sinks_path;     /* --sinks: the sinks' dataset, or NULL */
-    float *sinks;               /* the sinks read from it, or NULL */
-    ra_h5_masks masks;
+    h5io_additive score_in;     /* the additive score's weights */
     int backward;               /* the pass computes gradients (set before
                                    cli_pass_echo) */
     const char *profile;        /* the run's --profile, or NULL */
@@ -39,35 +30,31 @@ typedef struct {
 
 void cli_pass_data_free(cli_pass_data *d);
 
-/* The output's "masks" attribute: the mask datasets in use among
- * q_lens, kv_lens, segments, joined by ',' into names, which it returns. */
-const char *cli_mask_names(const ra_h5_masks *m, char names[64]);
-
 /* Resolves p->layout (RA_LAYOUT_AUTO: by the segments) and records in d
  * whether it was chosen. */
 void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented);
 
-/* p checked against the shape d->s (cli_params_check), d->profile read
- * (refused when it cannot be), then the additive
- * score's weights, the ALiBi slopes and the sinks (d->sinks_path) read
- * from the input file in into d (h5io_additive_read, h5io_alibi_read,
- * h5io_sinks_read). Not collective. */
-ra_status cli_pass_params(const char *in, cli_pass_data *d, ra_params *p);
-
-/* The fingerprint (h5io_fingerprint_make) of what d holds after the read:
- * d->in, q, k, v, the masks, p's weights and slopes; dataset names from
- * src (NULL: the defaults) and the segment datasets q_seg, kv_seg.
- * text has H5IO_FP_LEN characters. Collective. */
-ra_status cli_fingerprint(const cli_ctx *ctx, const cli_pass_data *d,
-                          const ra_params *p, const ra_h5_source *src,
-                          const char *q_seg, const char *kv_seg, char *text);
-
-/* Allocates d->g for d->t's slices with A additive hidden units (0: none),
- * after cli_mem_check() of the tensors and gradients together against
- * limit (--mem-limit, or 0); RA_ERR_ARG (they cannot fit) or RA_ERR_NOMEM
- * naming the command otherwise. Not collective. */
+/* Allocates d->g for d->t's slices with A additive hidden units (0: none)
+ * (h5io_grads_alloc, against limit: --mem-limit, or 0). Not collective. */
 ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
                           const cli_ctx *ctx, int64_t limit);
+
+/* The request of a pass of kind from the files in and out (force: replace
+ * out) on the ranks of ctx under p's memory limit (io/run_pass.h); the
+ * caller adds what its kind takes. */
+h5io_pass_req cli_pass_req(const cli_ctx *ctx, h5io_pass_kind kind,
+                           const char *in, const char *out, int force,
+                           const ra_params *p);
+
+/* After h5io_pass_open: p's checks that are the command line's (those of
+ * cli_params_check but the library's) and d->profile read (refused when
+ * it cannot be), then mine (the driver's own checks), agreed, then
+ * h5io_pass_inputs. */
+ra_status cli_pass_inputs(const cli_ctx *ctx, cli_pass_data *d, h5io_pass *j,
+                          ra_params *p, ra_status mine);
+
+/* h5io_pass_setup, then j's shape and layout choice copied into d. */
+ra_status cli_pass_setup(cli_pass_data *d, h5io_pass *j, ra_params *p);
 
 /* The phases of a pass driver, each watched (watchdog.h). A driver is
  * plain code: parse (cli_parse_pass), cli_pass_begin, validate, set up,
@@ -97,8 +84,8 @@ void cli_pass_begin(const cli_ctx *ctx, cli_pass_data *d, ra_params *p);
 void cli_pass_echo(const cli_ctx *ctx, cli_pass_data *d, ra_params *p);
 
 /* A stalled pass (RA_ERR_MPI from the library: transfers still in
- * flight): the library's message and how the timeout was found, then the
- * job ended (cli_abort). */
+ * flight; h5io_pass.stalled): the library's message and how the timeout
+ * was found, then the job ended (cli_abort). */
 void cli_pass_stalled(const cli_ctx *ctx, const cli_pass_data *d);
 
 /* Before the report: the write of the output watched. */

@@ -76,7 +76,7 @@ static ra_status t_validate(const cli_ctx *ctx, t_opts *o, t_state *r)
 /* Allocates what cli_pass_data_free releases, and a gradient buffer. */
 static ra_status t_setup(const cli_ctx *ctx, t_opts *o, t_state *r)
 {
-    r->d.slopes = malloc(sizeof(double));
+    r->d.score_in.mem = malloc(sizeof(float));
     ra_params prm;
     ra_params_default(&prm);
     prm.exec.layout = RA_LAYOUT_CONTIGUOUS;
