@@ -1,40 +1,31 @@
-/* bench.h: `ringattn bench`: its options and printing; the measurements,
- * masks, check and the rows' JSON and CSV are comm/perf/'s bench_run.h,
- * bench_measure.h and bench_check.h. */
+/* bench.h: `ringattn bench`'s options and what bench --backward shares
+ * with it; the measurements, the printed text, the check and the rows'
+ * JSON and CSV are comm/perf/'s (bench_sweep.h, bench_run.h). */
 #ifndef RA_BENCH_H
 #define RA_BENCH_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-#include "bench_run.h"
+#include "bench_sweep.h"
 #include "cli.h"
-
-enum { MAX_SEQS = 64 };
-
 
 /* The options of `ringattn bench`. */
 typedef struct {
     cli_shape cs;
     ra_params p;
-    int64_t seqs[MAX_SEQS];
+    int64_t seqs[BENCH_MAX_SEQS];
     int nseq;
     int64_t warmup, reps, check_rows, seed;
     int no_yardsticks;       /* --no-yardsticks */
     cli_random_masks rm;     /* --lens, --segments */
-    int layout_auto;         /* the layout was chosen, not given */
     int64_t additive_hidden; /* A of the random additive weights */
     float *additive_mem;     /* w_q (A, D) | w_k (A, D) | w_v (A) */
     int sinks;               /* --sinks: random sinks, as gen --sinks */
     float *sinks_mem;        /* their H values (p.sinks), or NULL */
     ra_additive additive;
     int mode;                /* 0 ring, 1 naive, 2 both */
-    int ring, naive;
-    int all_strategies;      /* --strategy all: every applicable one */
-    int auto_strategy;       /* --strategy auto: the plan picks per N */
-    const char *profile;     /* the machine profile of that pick */
-    int picked[MAX_SEQS];    /* the pick's strategy, per N */
-    double predicted[MAX_SEQS]; /* and its predicted seconds */
+    const char *profile;     /* the machine profile of --strategy auto */
     cli_tables tab;          /* --json, --csv */
 } bench_opts;
 
@@ -42,13 +33,6 @@ typedef struct {
  * --help. Returns 0, or -1 with a message set. */
 int parse_bench(bench_opts *o, int argc, char **argv, int *help);
 
-/* Rank 0: the yardsticks' lines of a run's echo. */
-void bench_print_yard(FILE *out, const bench_yard *y);
-/* The table's header and rows; rank 0 only. */
-void bench_print_header(FILE *out);
-void bench_print_row(FILE *out, const bench_result *r);
-/* The columns of the table, for --help. */
-extern const char bench_columns[];
 /* Where the ranks of ctx run, as a row states it. */
 bench_place bench_place_of(const cli_ctx *ctx);
 

@@ -8,10 +8,26 @@
 #include <stdlib.h>
 
 #include "agree.h"
+#include "bench_check.h"
 #include "plan.h"
-#include "plan_out.h"
-#include "profile_json.h"
 
+typedef struct {
+    cli_shape cs;
+    ra_axes qkv_layout;     /* --qkv-layout: --in's order without axes */
+    cli_tables tab;         /* --json, --csv */
+    double link_rate;       /* bits/s between nodes; 0: the profile's */
+    double link_latency;    /* s per message between nodes; 0: same */
+    cli_random_masks rm;
+    int64_t seed, additive_hidden;
+    int max_seq;
+    perf_plan w;            /* p, ranks, nodes, cores, kernel_rate, sweep,
+                               profile, platform, in: options; 0 not
+                               given */
+    ra_h5_source src;       /* the default dataset names */
+    ra_h5_masks h5m;        /* masks of --in */
+    bench_masks bm;         /* or bench's random ones */
+    ra_additive additive;   /* A only: the model needs no weights */
+} plan_opts;
 
 /* Parses "1,2,4" into o->sweep. */
 static int parse_nodes_list(const cli_opt *opt, const char *text, void *base)
@@ -24,7 +40,7 @@ static int parse_nodes_list(const cli_opt *opt, const char *text, void *base)
 }
 
 static const cli_opt plan_own[] = {
-    CLI_OPT_TEXT(plan_opts, "--in", "FILE", in, NULL,
+    CLI_OPT_TEXT(plan_opts, "--in", "FILE", w.in, NULL,
                  "the problem of an input file (its shapes and masks)"),
     CLI_OPT_QKV_LAYOUT(plan_opts, qkv_layout),
     {.name = "--ranks", .kind = CLI_INT, .meta = "P",
@@ -93,8 +109,8 @@ static ra_status plan_masks(plan_opts *o)
     const ra_slice qall = {1, {{0, s->N, 1}}, s->N};
     const ra_slice kall = {1, {{0, s->M, 1}}, s->M};
     ra_status st = RA_OK;
-    if (o->in) {
-        st = ra_h5_read_masks(MPI_COMM_SELF, o->in, &o->src, s,
+    if (o->w.in) {
+        st = ra_h5_read_masks(MPI_COMM_SELF, o->w.in, &o->src, s,
                               RA_LAYOUT_CONTIGUOUS, NULL, &o->h5m);
         o->w.mk = (model_masks){o->h5m.q_lens, o->h5m.kv_lens,
                                 o->h5m.q_segments, o->h5m.kv_segments};
@@ -108,12 +124,11 @@ static ra_status plan_masks(plan_opts *o)
     return st;
 }
 
-/* --platform: its cluster read, the options it stands for refused beside
- * it, the job fitted to it (plan_platform_fit). Before the job's nodes
- * are defaulted. */
+/* --platform: the options it stands for refused beside it, its cluster
+ * read and the job fitted to it (plan_platform_fit). Before the job's
+ * nodes are defaulted. */
 static ra_status plan_platform(plan_opts *o)
 {
-    char why[512];
     perf_plan *w = &o->w;
     const char *both = o->link_rate > 0      ? "--link-rate"
                        : o->link_latency > 0 ? "--link-latency"
@@ -124,29 +139,27 @@ static ra_status plan_platform(plan_opts *o)
     if (both)
         return ra_error_set(RA_ERR_ARG, "%s: --platform gives the links and "
                             "cores; one or the other", both);
-    if (platform_read(w->platform, &o->pl, why, sizeof why) != 0)
-        return ra_error_set(RA_ERR_INPUT, "%s", why);
-    return plan_platform_fit(w, &o->pl);
+    return plan_platform_fit(w);
 }
 
 /* The options that go together, and the problem's shape. */
 static ra_status plan_problem(const cli_ctx *ctx, plan_opts *o)
 {
     ra_status st = RA_OK;
-    if (o->in && (o->rm.lens || o->rm.segment_avg))
+    if (o->w.in && (o->rm.lens || o->rm.segment_avg))
         st = ra_error_set(RA_ERR_ARG, "--lens and --segments make random "
                           "masks; with --in the file's masks are used");
     if (st == RA_OK && o->max_seq && (o->tab.json || o->tab.csv ||
                                       o->w.nsweep))
         st = ra_error_set(RA_ERR_ARG, "--max-seq prints its own table; "
                           "--json, --csv and --sweep-nodes go without it");
-    if (st == RA_OK && !o->in && o->qkv_layout != RA_AXES_NONE)
+    if (st == RA_OK && !o->w.in && o->qkv_layout != RA_AXES_NONE)
         st = ra_error_set(RA_ERR_ARG, "--qkv-layout: applies to the datasets "
                           "of --in, and none is given");
     o->src = (ra_h5_source){.axes = o->qkv_layout, .tuning = &ctx->tuning};
-    if (st == RA_OK && o->in)
-        st = ra_h5_read_shape(MPI_COMM_SELF, o->in, &o->src, &o->w.s, NULL);
-    if (st == RA_OK && !o->in)
+    if (st == RA_OK && o->w.in)
+        st = ra_h5_read_shape(MPI_COMM_SELF, o->w.in, &o->src, &o->w.s, NULL);
+    if (st == RA_OK && !o->w.in)
         o->w.s = o->cs.shape;
     if (st == RA_OK)
         st = cli_params_check(&o->w.p, &o->w.s, NULL);
@@ -174,12 +187,11 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o)
                           "(at least one rank per node)",
                           (long long)w->nodes, (long long)w->ranks);
     if (st == RA_OK)
-        st = cli_tables_check(&o->tab, o->in, w->profile);
+        st = cli_tables_check(&o->tab, o->w.in, w->profile);
     if (st == RA_OK)
         st = profile_load(w->profile, &w->pf);
     if (st == RA_OK)
-        plan_links(w, o->pl.nodes > 0 ? &o->pl : NULL, o->link_rate,
-                   o->link_latency);
+        plan_links(w, o->link_rate, o->link_latency);
     if (st == RA_OK && !o->max_seq) /* --max-seq times nothing */
         st = plan_profile_fits(w);
     if (st == RA_OK && !o->max_seq)
@@ -204,8 +216,23 @@ static int plan_parse(const cli_ctx *ctx, plan_opts *o, int argc,
         (int)o->w.p.exec.strategy == CLI_STRATEGY_ALL) /* it tries each */
         o->w.p.exec.strategy = cli_choice_checked_as(&o->w.p);
     o->w.layout_auto = o->w.p.exec.layout == RA_LAYOUT_AUTO;
-    o->w.with_io = o->in != NULL;
+    o->w.with_io = o->w.in != NULL;
     return -1;
+}
+
+/* Rank 0 prints the plan (or --max-seq's table) and writes --json and
+ * --csv; every rank returns the same status. */
+static ra_status plan_report(const cli_ctx *ctx, const plan_opts *o)
+{
+    ra_status st = RA_OK;
+    if (ctx->rank == 0 && o->max_seq)
+        plan_print_max_seq(stdout, &o->w);
+    else if (ctx->rank == 0) {
+        plan_print(stdout, &o->w);
+        st = cli_tables_write(&o->tab, plan_json_write, plan_csv_write,
+                              &o->w);
+    }
+    return ra_agree(ctx->comm, st);
 }
 
 int cmd_plan(const cli_ctx *ctx, int argc, char **argv)
@@ -216,11 +243,11 @@ int cmd_plan(const cli_ctx *ctx, int argc, char **argv)
     int code = plan_parse(ctx, o, argc, argv);
     ra_status st = code >= 0 ? RA_OK : plan_setup(ctx, o);
     if (code < 0 && st == RA_OK) {
-        plan_profile_warn(ctx, o->w.profile, &o->w.pf);
-        const model_alloc al = plan_alloc(&o->w, o->w.ranks, o->w.nodes);
-        if (o->max_seq)
-            plan_report_max_seq(ctx, o, &al);
-        else if ((st = plan_evaluate(&o->w)) == RA_OK)
+        if (ctx->rank == 0)
+            plan_profile_warning(stderr, o->w.profile, &o->w.pf);
+        if (!o->max_seq) /* --max-seq times nothing */
+            st = plan_evaluate(&o->w);
+        if (st == RA_OK)
             st = plan_report(ctx, o);
     }
     if (code < 0)

@@ -199,111 +199,6 @@ static ra_status probe_measure(const cli_ctx *ctx, const probe_opts *o,
     return st;
 }
 
-/* A rate in units of scale, or "-" when not measured. */
-static const char *cell(double x, double scale, char *buf)
-{
-    if (x > 0)
-        snprintf(buf, 32, "%.2f", x / scale);
-    else
-        snprintf(buf, 32, "-");
-    return buf;
-}
-
-/* A line of the table: what, and rates a and b in units of sa and sb. */
-static void pair(const char *what, double a, double sa, double b, double sb)
-{
-    char x[32], y[32];
-    printf("  %-26s %8s %8s\n", what, cell(a, sa, x), cell(b, sb, y));
-}
-
-/* The head line of a part of the table and its two columns. */
-static void part(const char *what, const char *a, const char *b)
-{
-    printf("%-28s %8s %8s\n", what, a, b);
-}
-
-/* A kernel rate's name in the tables: score, engine (with it), precision
- * and tile class. */
-static void rate_name(const profile_rate *r, int engine, char what[64])
-{
-    snprintf(what, 64, "%s%s%s %s %s", ra_score_name(r->score),
-             engine ? " " : "", !engine ? ""
-             : r->gemm == RA_GEMM_AUTO ? "(engine not recorded)"
-                                       : ra_gemm_name(r->gemm),
-             r->precision[0] ? r->precision : "fp32",
-             profile_class_name(r->cls));
-}
-
-/* Rank 0: the profile as a table. */
-static void probe_print(const ra_profile *p)
-{
-    char a[32], what[64];
-    printf("# ringattn probe: %s\n# %d ranks on %d node%s (at most %d per "
-           "node), %d thread%s per rank%s; %s\n# %s\n# hosts: %s\n",
-           p->measured ? "measured" : "built-in default, not measured",
-           p->ranks, p->nodes, p->nodes == 1 ? "" : "s", p->ranks_per_node,
-           p->threads, p->threads == 1 ? "" : "s",
-           p->oversubscribed ? ", oversubscribed" : "", p->date, p->version,
-           p->hosts);
-    part("kernel (per core)", "D = Dv", "GFLOP/s");
-    for (int i = 0; i < p->nrates; i++) {
-        rate_name(&p->rate[i], 1, what);
-        printf("  %-26s %8lld %8s\n", what, (long long)p->rate[i].D,
-               cell(p->rate[i].flops_per_core, 1e9, a));
-    }
-    part("fixed costs (ms)", "call", "step");
-    pair("forward", p->call_seconds, 1e-3, p->step_seconds, 1e-3);
-    part("ring step (per rank)", "lat us", "GB/s");
-    pair("within a node", p->intra.latency, 1e-6, p->intra.bandwidth, 1e9);
-    pair("between nodes", p->inter.latency, 1e-6, p->inter.bandwidth, 1e9);
-    part("collectives (GB/s per rank)", "node", "across");
-    pair("all-to-all (sent)", p->alltoall_intra, 1e9, p->alltoall_inter,
-         1e9);
-    pair("all-gather (received)", p->allgather_intra, 1e9,
-         p->allgather_inter, 1e9);
-    pair("reduce-scatter (sent)", p->reduce_scatter_intra, 1e9,
-         p->reduce_scatter_inter, 1e9);
-    part("parallel HDF5 (GB/s, all)", "write", "read");
-    pair(p->io_dir, p->io_write, 1e9, p->io_read, 1e9);
-    part("memory per node", "", cell((double)p->mem_per_node, 1073741824.0,
-                                     a));
-    printf("  (GiB)\n");
-}
-
-/* x / of as a cell ("-" when of is not measured). */
-static const char *fraction(double x, double of, char *buf)
-{
-    if (of > 0)
-        snprintf(buf, 32, "%.3f", x / of);
-    else
-        snprintf(buf, 32, "-");
-    return buf;
-}
-
-/* Rank 0: each kernel rate as a fraction of its three yardsticks. */
-static void probe_yards_print(const ra_profile *p, const probe_yard *y)
-{
-    char v[6][32], what[64];
-    printf("%-28s %8s %8s %8s %8s %6s %6s %6s\n", "yardsticks (per core)",
-           "D = Dv", "core", "peak", "prod", "f_core", "f_peak", "f_prod");
-    for (int i = 0; i < p->nrates; i++) {
-        const double k = p->rate[i].flops_per_core;
-        rate_name(&p->rate[i], 0, what);
-        printf("  %-26s %8lld %8s %8s %8s %6s %6s %6s\n", what,
-               (long long)p->rate[i].D, cell(y[i].core, 1e9, v[0]),
-               cell(y[i].peak, 1e9, v[1]), cell(y[i].products, 1e9, v[2]),
-               fraction(k, y[i].core, v[3]), fraction(k, y[i].peak, v[4]),
-               fraction(k, y[i].products, v[5]));
-    }
-    printf("  (core: %s loop for fp32, %s for bf16)\n", y[0].loop_fp32,
-           y[0].loop_bf16);
-}
-
-static int profile_fill(FILE *f, const void *p)
-{
-    return profile_write_json(f, p);
-}
-
 /* --show: rank 0 reads the profile; every rank agrees on the verdict. */
 static ra_status probe_show(const cli_ctx *ctx, const probe_opts *o,
                             ra_profile *p)
@@ -338,13 +233,11 @@ int cmd_probe(const cli_ctx *ctx, int argc, char **argv)
     if (yards)
         probe_yardsticks(ctx->comm, &p, yard);
     if (st == RA_OK && ctx->rank == 0)
-        probe_print(&p);
-    if (yards && ctx->rank == 0)
-        probe_yards_print(&p, yard);
+        probe_print(stdout, &p, yards ? yard : NULL);
     /* rank 0 writes the profile whole (the earlier file kept on a failure) */
     if (st == RA_OK && o.out)
         st = ra_agree(ctx->comm, ctx->rank != 0 ? RA_OK
-                      : h5io_text_write(o.out, o.force, profile_fill, &p));
+                      : h5io_text_write(o.out, o.force, profile_write_json, &p));
     if (st == RA_OK && ctx->rank == 0 && o.out)
         printf("ringattn probe: wrote %s\n", o.out);
     return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);

@@ -9,11 +9,6 @@
 #include "plan_run.h"
 #include "profile_json.h"
 
-/* Rank 0: one warning line on stderr when the profile read from path was
- * probed oversubscribed (nothing for the built-in one). */
-void plan_profile_warn(const cli_ctx *ctx, const char *path,
-                       const ra_profile *pf);
-
 /* `--strategy auto` for the job of ctx (plan_job_pick); a profile that
  * cannot predict it: rank 0 warns on stderr in one line and the ring runs
  * (pick->applies 0). Collective. */

@@ -5,18 +5,6 @@
 #include "placement.h"
 #include "plan.h"
 
-void plan_profile_warn(const cli_ctx *ctx, const char *path,
-                       const ra_profile *pf)
-{
-    if (ctx->rank != 0 || !path || !pf->oversubscribed)
-        return;
-    fprintf(stderr, "ringattn: warning: %s: probed oversubscribed (more ranks "
-            "x threads than cores on a machine): its rates are shares of a "
-            "core, so the predictions run slow; probe again with a rank per "
-            "core\n", path);
-    fflush(stderr);
-}
-
 /* The job of ctx as the model sees it. */
 static plan_job job_of(const cli_ctx *ctx)
 {
@@ -49,13 +37,6 @@ ra_status plan_predict(const cli_ctx *ctx, const ra_shape *s,
 void plan_pick_print(const cli_ctx *ctx, const model_result *pick,
                      const char *profile)
 {
-    if (ctx->rank != 0)
-        return;
-    printf("# %-10s %s, chosen by the plan (--strategy auto)\n", "auto",
-           ra_strategy_name(pick->strategy));
-    printf("# %-10s %.3f s (compute %.3f, comm %.3f, imbalance %.3f), "
-           "%s\n", "predicted", pick->t_total, pick->t_compute, pick->t_comm,
-           pick->t_imbalance,
-           profile ? profile : "built-in profile of this machine, not probed");
-    fflush(stdout);
+    if (ctx->rank == 0)
+        plan_pick_write(stdout, pick, profile);
 }

@@ -61,8 +61,9 @@ static json_t *json_rows(const perf_plan *w, int from, int to)
     return rows;
 }
 
-int plan_json_write(FILE *f, const perf_plan *w)
+int plan_json_write(FILE *f, const void *plan)
 {
+    const perf_plan *w = plan;
     const model_table *t = &w->table;
     const model_result *b = t->best >= 0 ? &t->row[t->best] : NULL;
     json_t *best = b ? json_pack("{s:s, s:s, s:o}", "strategy",
@@ -78,8 +79,9 @@ int plan_json_write(FILE *f, const perf_plan *w)
         "sweep", json_rows(w, 0, 2 * w->nsweep)), PLAN_JSON_DIGITS);
 }
 
-int plan_csv_write(FILE *f, const perf_plan *w)
+int plan_csv_write(FILE *f, const void *plan)
 {
+    const perf_plan *w = plan;
     fprintf(f, "scaling,nodes,ranks,seq_q,strategy,layout,applies,time_s,"
             "compute_s,comm_s,imbalance_s,io_s,model_bytes,bytes_sent,"
             "intra_bytes,inter_bytes\n");

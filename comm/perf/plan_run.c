@@ -28,11 +28,11 @@ model_alloc plan_alloc(const perf_plan *w, int64_t P, int64_t K)
                          .core_rate = rate};
 }
 
-void plan_links(perf_plan *w, const ra_platform *pl, double rate,
-                double latency)
+void plan_links(perf_plan *w, double rate, double latency)
 {
+    const int pl = w->pl.nodes > 0;
     if (pl)
-        platform_link(pl, &w->pf);
+        platform_link(&w->pl, &w->pf);
     if (rate > 0)
         w->pf.inter.bandwidth = rate / 8.0;
     if (latency > 0)
@@ -41,10 +41,15 @@ void plan_links(perf_plan *w, const ra_platform *pl, double rate,
         w->pf.alltoall_inter = w->pf.allgather_inter = 0;
         w->pf.reduce_scatter_inter = 0;
     }
+    w->links_given = pl || rate > 0 || latency > 0;
 }
 
-ra_status plan_platform_fit(perf_plan *w, const ra_platform *pl)
+ra_status plan_platform_fit(perf_plan *w)
 {
+    char why[512];
+    const ra_platform *pl = &w->pl;
+    if (platform_read(w->platform, &w->pl, why, sizeof why) != 0)
+        return ra_error_set(RA_ERR_INPUT, "%s", why);
     w->node_cores = pl->cores;
     if (w->nodes == 0)
         w->nodes = w->ranks < pl->nodes ? w->ranks : pl->nodes;

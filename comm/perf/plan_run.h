@@ -1,8 +1,8 @@
 /* plan_run.h: the plans of `ringattn plan` and `--strategy auto` beside
- * the model (plan_run.c, plan_rows.c): the allocation a plan predicts
- * for, the links it is given, the job's table and its scaling sweep, the
- * longest sequence per strategy, their rows as JSON and CSV; and the pick
- * for a running job. */
+ * the model (plan_run.c, plan_rows.c, plan_text.c): the allocation a plan
+ * predicts for, the links it is given, the job's table and its scaling
+ * sweep, the longest sequence per strategy, their rows as JSON and CSV
+ * and as the printed tables; and the pick for a running job. */
 #ifndef RA_PLAN_RUN_H
 #define RA_PLAN_RUN_H
 
@@ -32,6 +32,10 @@ typedef struct {
     int nsweep;
     const char *profile;     /* the profile's file, NULL: built in */
     const char *platform;    /* the platform's file, or NULL */
+    ra_platform pl;          /* its cluster; pl.nodes 0: no platform */
+    int links_given;         /* the links between nodes are not the
+                                profile's (plan_links) */
+    const char *in;          /* the problem's file; NULL: shape flags */
     model_table table;       /* the job's predictions */
     model_table *sweeps;     /* 2 per node count: strong, weak (free) */
     double seconds;          /* what predicting the job's table took */
@@ -40,18 +44,18 @@ typedef struct {
 /* The allocation of P ranks on K nodes (fake nodes share w->cores). */
 model_alloc plan_alloc(const perf_plan *w, int64_t P, int64_t K);
 
-/* The links between nodes: the platform's (pl, or NULL), or rate (bits/s)
- * and latency (s) in place of the profile's (0: kept); the collectives
- * between nodes then share that link (their measured rates are another
- * machine's). */
-void plan_links(perf_plan *w, const ra_platform *pl, double rate,
-                double latency);
+/* The links between nodes: w->pl's when w->pl.nodes > 0, or rate
+ * (bits/s) and latency (s) in place of the profile's (0: kept); the
+ * collectives between nodes then share that link (their measured rates
+ * are another machine's). */
+void plan_links(perf_plan *w, double rate, double latency);
 
-/* A plan on platform pl (its file w->platform): its nodes' cores, and by
- * default (w->nodes 0) one rank per node up to its nodes, as ringattn-sim
- * places ranks; RA_ERR_ARG when the job or the sweep asks for more nodes
- * than it has, or the ranks for more cores. */
-ra_status plan_platform_fit(perf_plan *w, const ra_platform *pl);
+/* A plan on the platform of file w->platform, read into w->pl: its
+ * nodes' cores, and by default (w->nodes 0) one rank per node up to its
+ * nodes, as ringattn-sim places ranks; RA_ERR_INPUT when the file cannot
+ * be read, RA_ERR_ARG when the job or the sweep asks for more nodes than
+ * it has, or the ranks for more cores. */
+ra_status plan_platform_fit(perf_plan *w);
 
 /* Whether w's profile can time every allocation the plan predicts, the
  * job's and each of the sweep: RA_OK, or RA_ERR_INPUT naming the file. */
@@ -78,10 +82,24 @@ void plan_max_seq(const perf_plan *w, const model_alloc *al,
                   int64_t n[RA_STRATEGY_COUNT],
                   double bytes[RA_STRATEGY_COUNT]);
 
-/* The predictions of w as JSON and as CSV (plan_rows.c): 0, or -1 when a
- * write failed (errno set). */
-int plan_json_write(FILE *f, const perf_plan *w);
-int plan_csv_write(FILE *f, const perf_plan *w);
+/* The predictions of plan w (a perf_plan, as a file's writer takes it)
+ * as JSON and as CSV (plan_rows.c): 0, or -1 when a write failed (errno
+ * set). */
+int plan_json_write(FILE *f, const void *w);
+int plan_csv_write(FILE *f, const void *w);
+
+/* The text of plan_evaluate's plan (plan_text.c): the echo, a row per
+ * strategy (its best layout), the fastest or the tie, the sweep. */
+void plan_print(FILE *out, const perf_plan *w);
+/* The echo and --max-seq's table: per strategy the longest N (= M) that
+ * fits a rank's memory at the job's allocation (plan_max_seq). */
+void plan_print_max_seq(FILE *out, const perf_plan *w);
+/* The parameter table's lines of `--strategy auto`'s pick. */
+void plan_pick_write(FILE *out, const model_result *pick,
+                     const char *profile);
+/* One warning line when the profile read from path (NULL: the built-in
+ * one, no warning) was probed oversubscribed. */
+void plan_profile_warning(FILE *err, const char *path, const ra_profile *pf);
 
 /* A running job as `--strategy auto` sees it: its communicator, this
  * rank's node, how many nodes, and a number naming this rank's machine

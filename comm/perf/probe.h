@@ -1,11 +1,12 @@
 /* probe.h: the measurements of `ringattn probe` (probe_measure.c), each
  * one filling part of a machine profile (comm/perf/profile.h), the rates
  * it is asked for, the whole run and each rate's yardsticks
- * (probe_run.c). */
+ * (probe_run.c), and the printed table (probe_text.c). */
 #ifndef RA_PROBE_H
 #define RA_PROBE_H
 
 #include <mpi.h>
+#include <stdio.h>
 
 #include "profile.h"
 
@@ -86,5 +87,9 @@ typedef struct {
  * rank at once, per core (issue 44); the core's and oneDNN's once per
  * precision that a rate has. Collective. */
 void probe_yardsticks(MPI_Comm comm, const ra_profile *p, probe_yard *y);
+
+/* The profile p as a table, then with y (NULL: not measured) each
+ * kernel rate beside its yardsticks. */
+void probe_print(FILE *out, const ra_profile *p, const probe_yard *y);
 
 #endif /* RA_PROBE_H */

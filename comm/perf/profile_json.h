@@ -17,8 +17,9 @@ enum { PROFILE_JSON_SCHEMA = 3 };
  * space); 0, or -1 with a one-line reason naming the file and the key. */
 int profile_read_json(const char *path, ra_profile *p, char *err, size_t n);
 
-/* Writes p to f as JSON; 0, or -1 when a write failed (errno set). */
-int profile_write_json(FILE *f, const ra_profile *p);
+/* Writes profile (a ra_profile, as a file's writer takes it) to f as
+ * JSON; 0, or -1 when a write failed (errno set). */
+int profile_write_json(FILE *f, const void *profile);
 
 /* The profile of path (NULL: profile_default, this machine not probed);
  * RA_ERR_INPUT with the reader's one-line reason. */

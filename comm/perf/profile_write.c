@@ -28,8 +28,9 @@ static json_t *pj_kernel(const ra_profile *p)
     return rates;
 }
 
-int profile_write_json(FILE *f, const ra_profile *p)
+int profile_write_json(FILE *f, const void *profile)
 {
+    const ra_profile *p = profile;
     json_t *head = json_pack(
         "{s:i, s:b, s:b, s:o, s:o, s:o, s:o, s:i, s:i, s:i, s:i, s:o, "
         "s:{s:f, s:f}, s:{s:f, s:f}}", "schema", PROFILE_JSON_SCHEMA,

@@ -121,7 +121,7 @@ static void parse_bench_style(int argc, char **argv)
         return;
     }
     check_params(&o.p);
-    if (o.nseq < 1 || o.nseq > MAX_SEQS || o.reps < 1 || o.warmup < 0)
+    if (o.nseq < 1 || o.nseq > BENCH_MAX_SEQS || o.reps < 1 || o.warmup < 0)
         abort();
     for (int i = 0; i < o.nseq; i++)
         if (o.seqs[i] < 1)
