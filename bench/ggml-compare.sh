@@ -12,8 +12,10 @@
 # ggml is not packaged in Debian: its prebuilt shared libraries come from
 # the npm package @node-llama-cpp/linux-x64@3.22.1, fetched with `npm pack`
 # into ${XDG_CACHE_HOME:-~/.cache}/ringattn-ggml/ when missing (GGML_LIB_DIR
-# names another folder holding libggml-base.so and libggml-cpu-*.so); when
-# they cannot be had, ggml's columns are skipped by name (n/a).
+# names another folder holding libggml-base.so and libggml-cpu-*.so); where
+# npm's registry cannot be reached, bench/ggml-build.sh compiles them from
+# the ggml that PyPI's llama-cpp-python sdist vendors (into the same
+# cache); when neither works, ggml's columns are skipped by name (n/a).
 # bench/ggml_fa.c is compiled against them with cc (into a scratch folder),
 # checked at a small size against fp64 (it fails the script past 1e-2), and
 # picks the CPU variant library as ggml's loader does (highest score).
@@ -76,11 +78,14 @@ else
         --wildcards 'package/bins/linux-x64/libggml-*' \
         'package/bins/linux-x64/_nlcBuildMetadata.json' package/package.json
       rm -f "$cache/$tgz"
+    else
+      lib=${cache%/*}/pypi-build
+      [ -f "$lib/libggml-base.so" ] || bench/ggml-build.sh "$lib" || true
     fi
   fi
 fi
 if [ ! -f "$lib/libggml-base.so" ]; then
-  ggml_skip="no libggml-base.so in $lib (npm pack $PKG failed)"
+  ggml_skip="no libggml-base.so in $lib (npm pack $PKG and ggml-build.sh failed)"
   echo "+ ggml: skipped: $ggml_skip"
 fi
 torch_skip=""
