@@ -61,16 +61,9 @@ static const cli_spec bwd_spec = {
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
-/* Everything one run owns between validate and report. */
-typedef struct {
-    cli_pass_data d;
-    h5io_pass j;               /* the pass from files to files */
-    double t_total;
-    cli_ckpt ckpt;             /* --checkpoint, --resume */
-} bwd_state;
-
-static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
+static ra_status bwd_validate(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
+    bwd_opts *o = opts;
     r->d.in = o->in;
     r->d.out = o->out;
     r->d.profile = o->profile;
@@ -107,26 +100,9 @@ static ra_status bwd_validate(const cli_ctx *ctx, bwd_opts *o, bwd_state *r)
                        : st;
 }
 
-/* Reads the inputs (and the forward state from --fwd), refusing
- * non-finite values and a forward output of another input, then the
- * backward and the gradients' file (collective). */
-static ra_status bwd_compute(const cli_ctx *ctx, const bwd_opts *o,
-                             bwd_state *r)
+static ra_status bwd_report(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
-    const double t0 = MPI_Wtime();
-    ra_status st = h5io_pass_read(&r->j, &o->p);
-    if (st == RA_OK)
-        st = cli_ckpt_arm(&r->ckpt, r->j.fingerprint);
-    if (st == RA_OK && (st = h5io_pass_call(&r->j, &o->p)) != RA_OK &&
-        r->j.stalled) /* a stalled ring */
-        cli_pass_stalled(ctx, &r->d);
-    r->t_total = MPI_Wtime() - t0;
-    return st;
-}
-
-static ra_status bwd_report(const cli_ctx *ctx, const bwd_opts *o,
-                            const bwd_state *r)
-{
+    const bwd_opts *o = opts;
     const double flops = ra_params_backward_flops(&r->d.s, &o->p,
                                                   &r->j.masks.view);
     double mine[3] = {r->j.tm.total, r->j.tm.comm_wait, r->j.tm_fwd.total};
@@ -144,25 +120,9 @@ static ra_status bwd_report(const cli_ctx *ctx, const bwd_opts *o,
 
 int cmd_run_backward(const cli_ctx *ctx, int argc, char **argv)
 {
+    static const cli_pass_driver drv = {&bwd_spec, bwd_validate, NULL,
+                                        bwd_report};
     bwd_opts o = {0};
-    bwd_state r = {0};
-    const int code = cli_parse_pass(ctx, &bwd_spec, &o, &o.p, argc, argv);
-    if (code >= 0)
-        return code;
-    cli_pass_begin(ctx, &r.d, &o.p);
-    ra_status st = bwd_validate(ctx, &o, &r);
-    if (st == RA_OK)
-        st = cli_pass_setup(&r.d, &r.j, &o.p);
-    if (st == RA_OK)
-        st = h5io_resume_key(&r.ckpt.r, &r.j.s, &o.p, &r.j.masks.view, 0);
-    if (st == RA_OK) {
-        cli_pass_echo(ctx, &r.d, &o.p);
-        st = bwd_compute(ctx, &o, &r);
-    }
-    cli_pass_writing(ctx, &r.d, &o.p);
-    if (st == RA_OK)
-        st = bwd_report(ctx, &o, &r);
-    st = cli_ckpt_end(&r.ckpt, st);
-    h5io_pass_free(&r.j);
-    return cli_pass_end(ctx, &r.d, st);
+    cli_pass r = {0};
+    return cli_pass_main(ctx, &drv, &o, &o.p, &r, argc, argv);
 }

@@ -61,16 +61,10 @@ static const cli_spec mha_spec = {
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
-/* Everything one layer run owns between validate and report. */
-typedef struct {
-    cli_pass_data d;
-    h5io_pass j;               /* the pass from files to files */
-    double t_read;
-} mha_state;
-
 /* Every check that needs no compute; the ranks agree on the verdict. */
-static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
+static ra_status mha_validate(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
+    mha_opts *o = opts;
     r->d.in = o->in;
     r->d.out = o->out;
     ra_status st = cli_paths_agree(ctx, (const h5io_named_path[]){
@@ -89,23 +83,9 @@ static ra_status mha_validate(const cli_ctx *ctx, mha_opts *o, mha_state *r)
                        : st;
 }
 
-/* Reads this rank's tokens (the reader refuses non-finite ones), then the
- * layer and its output (collective). */
-static ra_status mha_compute(const cli_ctx *ctx, const mha_opts *o,
-                             mha_state *r)
+static ra_status mha_report(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
-    const double t0 = MPI_Wtime();
-    ra_status st = h5io_pass_read(&r->j, &o->p);
-    r->t_read = MPI_Wtime() - t0;
-    if (st == RA_OK && (st = h5io_pass_call(&r->j, &o->p)) != RA_OK &&
-        r->j.stalled)
-        cli_pass_stalled(ctx, &r->d); /* a stalled ring */
-    return st;
-}
-
-static ra_status mha_report(const cli_ctx *ctx, const mha_opts *o,
-                            const mha_state *r)
-{
+    const mha_opts *o = opts;
     const ra_shape *s = &r->d.s;
     const ra_mha *L = &r->j.lw.layer;
     if (ctx->rank == 0)
@@ -122,22 +102,9 @@ static ra_status mha_report(const cli_ctx *ctx, const mha_opts *o,
 
 int cmd_run_mha(const cli_ctx *ctx, int argc, char **argv)
 {
+    static const cli_pass_driver drv = {&mha_spec, mha_validate, NULL,
+                                        mha_report};
     mha_opts o = {0};
-    mha_state r = {0};
-    const int code = cli_parse_pass(ctx, &mha_spec, &o, &o.p, argc, argv);
-    if (code >= 0)
-        return code;
-    cli_pass_begin(ctx, &r.d, &o.p);
-    ra_status st = mha_validate(ctx, &o, &r);
-    if (st == RA_OK)
-        st = cli_pass_setup(&r.d, &r.j, &o.p);
-    if (st == RA_OK) {
-        cli_pass_echo(ctx, &r.d, &o.p);
-        st = mha_compute(ctx, &o, &r);
-    }
-    cli_pass_writing(ctx, &r.d, &o.p);
-    if (st == RA_OK)
-        st = mha_report(ctx, &o, &r);
-    h5io_pass_free(&r.j);
-    return cli_pass_end(ctx, &r.d, st);
+    cli_pass r = {0};
+    return cli_pass_main(ctx, &drv, &o, &o.p, &r, argc, argv);
 }

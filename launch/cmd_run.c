@@ -18,6 +18,14 @@
 #include "progress.h"
 #include "resume.h"
 
+/* --attn-map I0:I1 and --attn-map-heads LIST, checked against the shape. */
+enum { MAP_HEADS_MAX = 64 };
+typedef struct {
+    int64_t i0, i1;
+    int64_t heads[MAP_HEADS_MAX];
+    int64_t nheads;
+} map_request;
+
 typedef struct {
     ra_params p;
     ra_h5_source src;
@@ -31,6 +39,9 @@ typedef struct {
     cli_progress prog;
     const char *profile;        /* --strategy auto: the machine profile */
     cli_ckpt_args ck;           /* --checkpoint, --resume */
+    map_request mreq;           /* --attn-map's, against the shape */
+    int picked;                 /* --strategy auto chose pick.strategy */
+    model_result pick;
 } run_opts;
 
 static const cli_opt run_own[] = {
@@ -98,14 +109,6 @@ static const cli_spec run_spec = {
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
-/* --attn-map I0:I1 and --attn-map-heads LIST, checked against the shape. */
-enum { MAP_HEADS_MAX = 64 };
-typedef struct {
-    int64_t i0, i1;
-    int64_t heads[MAP_HEADS_MAX];
-    int64_t nheads;
-} map_request;
-
 static ra_status map_parse(const char *rows, const char *heads,
                            const ra_shape *s, map_request *m)
 {
@@ -127,17 +130,6 @@ static ra_status map_parse(const char *rows, const char *heads,
     m->nheads = n;
     return n < 0 ? RA_ERR_ARG : RA_OK;
 }
-
-/* Everything one run owns between validate and report. */
-typedef struct {
-    cli_pass_data d;
-    h5io_pass j;                /* the pass from files to files */
-    map_request mreq;
-    cli_ckpt ckpt;              /* --checkpoint, --resume */
-    double t_read;
-    int picked;                 /* --strategy auto chose pick.strategy */
-    model_result pick;
-} run_state;
 
 /* The output options that need no file: the same verdict on every rank. */
 static ra_status out_opts_check(const run_opts *o)
@@ -175,8 +167,9 @@ static h5io_pass_req run_req(const cli_ctx *ctx, const run_opts *o)
 
 /* Every check that needs no compute, before the first collective of the
  * work; the ranks agree on the verdict. */
-static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
+static ra_status run_validate(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
+    run_opts *o = opts;
     r->d.in = o->in;
     r->d.out = o->out;
     r->d.profile = o->profile;
@@ -196,49 +189,26 @@ static ra_status run_validate(const cli_ctx *ctx, run_opts *o, run_state *r)
     if (st == RA_OK)
         st = h5io_pass_open(&rq, &r->j);
     if (st == RA_OK && (int)o->p.exec.strategy == CLI_STRATEGY_AUTO &&
-        (st = plan_pick(ctx, &r->j.s, &o->p, NULL, o->profile, &r->pick)) ==
+        (st = plan_pick(ctx, &r->j.s, &o->p, NULL, o->profile, &o->pick)) ==
             RA_OK)
-        r->picked = r->pick.applies; /* 0: the ring, after a warning */
+        o->picked = o->pick.applies; /* 0: the ring, after a warning */
     if (st != RA_OK)
         return st;
     o->p.num.nonfinite = o->allow_nonfinite;
     const ra_status map = !o->map_rows ? RA_OK
         : map_parse(o->map_rows, o->map_heads ? o->map_heads : "0", &r->j.s,
-                    &r->mreq);
-    r->j.rq.map = (ra_attn_map){r->mreq.i0, r->mreq.i1, r->mreq.heads,
-                                r->mreq.nheads, NULL};
+                    &o->mreq);
+    r->j.rq.map = (ra_attn_map){o->mreq.i0, o->mreq.i1, o->mreq.heads,
+                                o->mreq.nheads, NULL};
     st = cli_pass_inputs(ctx, &r->d, &r->j, &o->p, map);
     return st == RA_OK ? cli_ckpt_begin(ctx, &o->ck, "forward", &r->ckpt,
                                         &o->p)
                        : st;
 }
 
-/* Reads this rank's slices, refusing non-finite values, then the call and
- * the output, staged (collective). */
-static ra_status run_compute(const cli_ctx *ctx, const run_opts *o,
-                             run_state *r)
-{
-    const double t0 = MPI_Wtime();
-    ra_status st = h5io_pass_read(&r->j, &o->p);
-    if (st != RA_OK && r->j.bad.dataset) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", ra_error_message());
-        st = ra_error_set(st, "%s; pass --allow-nonfinite to let it through",
-                          why);
-    }
-    if (st == RA_OK)
-        st = cli_ckpt_arm(&r->ckpt, r->j.fingerprint);
-    r->t_read = MPI_Wtime() - t0;
-    progress_start(&o->p);
-    if (st == RA_OK && (st = h5io_pass_call(&r->j, &o->p)) != RA_OK &&
-        r->j.stalled) /* the others wait for a stopped rank */
-        cli_pass_stalled(ctx, &r->d);
-    return st;
-}
-
 /* The --json summary, staged by rank 0. */
 static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
-                          const run_state *r, double attention, double flops,
+                          const cli_pass *r, double attention, double flops,
                           h5io_staged *json)
 {
     int64_t bq, bkv;
@@ -256,7 +226,7 @@ static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
 
 /* The result line, from rank 0, over the slowest rank's times worst. */
 static void run_result_print(const cli_ctx *ctx, const run_opts *o,
-                             const run_state *r, const double worst[4],
+                             const cli_pass *r, const double worst[4],
                              double flops)
 {
     char rates[128];
@@ -272,20 +242,20 @@ static void run_result_print(const cli_ctx *ctx, const run_opts *o,
            flops / worst[0] * 1e-9, note, ctx->nranks,
            ra_params_threads(&o->p), worst[1],
            cli_io_rates(&r->d.s, worst[2], worst[3], rates), o->out);
-    if (r->picked)
+    if (o->picked)
         printf("ringattn run: strategy %s by the plan: attention predicted "
                "%.3f s, measured %.3f s (measured/predicted %.2f)\n",
-               ra_strategy_name(r->pick.strategy), r->pick.t_total, worst[0],
-               worst[0] / r->pick.t_total);
+               ra_strategy_name(o->pick.strategy), o->pick.t_total, worst[0],
+               worst[0] / o->pick.t_total);
 }
 
 /* Stages --json (rank 0), then renames the output and the summary onto
  * their names together: a summary that cannot be written leaves neither,
  * the earlier files kept. Prints the result line from rank 0; every rank
  * returns the same status. */
-static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
-                            run_state *r)
+static ra_status run_report(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
+    const run_opts *o = opts;
     const double flops = ra_params_forward_flops(&r->d.s, &o->p,
                                                  &r->j.masks.view);
     double mine[4] = {r->j.tm.total, r->j.tm.comm_wait, r->t_read,
@@ -306,11 +276,12 @@ static ra_status run_report(const cli_ctx *ctx, const run_opts *o,
 }
 
 /* What run prints after the parameter table. */
-static ra_status run_print(const cli_ctx *ctx, run_opts *o, run_state *r)
+static ra_status run_print(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
+    run_opts *o = opts;
     cli_print_source(ctx, &o->src, r->j.axes);
-    if (r->picked)
-        plan_pick_print(ctx, &r->pick, o->profile);
+    if (o->picked)
+        plan_pick_print(ctx, &o->pick, o->profile);
     progress_setup(ctx, &o->prog, &r->d.s, &o->p, o->profile);
     progress_print_param(ctx, &o->prog);
     return RA_OK;
@@ -318,27 +289,9 @@ static ra_status run_print(const cli_ctx *ctx, run_opts *o, run_state *r)
 
 int cmd_run(const cli_ctx *ctx, int argc, char **argv)
 {
+    static const cli_pass_driver drv = {&run_spec, run_validate, run_print,
+                                        run_report};
     run_opts o = {0};
-    run_state r = {0};
-    const int code = cli_parse_pass(ctx, &run_spec, &o, &o.p, argc, argv);
-    if (code >= 0)
-        return code;
-    cli_pass_begin(ctx, &r.d, &o.p);
-    ra_status st = run_validate(ctx, &o, &r);
-    if (st == RA_OK)
-        st = cli_pass_setup(&r.d, &r.j, &o.p);
-    if (st == RA_OK)
-        st = h5io_resume_key(&r.ckpt.r, &r.j.s, &o.p, &r.j.masks.view, 0);
-    if (st == RA_OK) {
-        cli_pass_echo(ctx, &r.d, &o.p);
-        st = run_print(ctx, &o, &r);
-    }
-    if (st == RA_OK)
-        st = run_compute(ctx, &o, &r);
-    cli_pass_writing(ctx, &r.d, &o.p);
-    if (st == RA_OK)
-        st = run_report(ctx, &o, &r);
-    st = cli_ckpt_end(&r.ckpt, st);
-    h5io_pass_free(&r.j);
-    return cli_pass_end(ctx, &r.d, st);
+    cli_pass r = {0};
+    return cli_pass_main(ctx, &drv, &o, &o.p, &r, argc, argv);
 }

@@ -72,14 +72,6 @@ ra_status cli_pass_inputs(const cli_ctx *ctx, cli_pass_data *d, h5io_pass *j,
     return st == RA_OK ? h5io_pass_inputs(j, p) : st;
 }
 
-ra_status cli_pass_setup(cli_pass_data *d, h5io_pass *j, ra_params *p)
-{
-    const ra_status st = h5io_pass_setup(j, p);
-    d->s = j->s;
-    d->layout_auto = j->layout_auto;
-    return st;
-}
-
 /* Seconds a rank may spend moving its share of the tensors at the
  * slowest file system rate the watchdog allows (CLI_IO_FLOOR bytes/s). */
 #define CLI_IO_FLOOR 20e6
@@ -199,4 +191,57 @@ int cli_pass_end(const cli_ctx *ctx, cli_pass_data *d, ra_status st)
     cli_watchdog_phase(ctx, NULL, 0.0, 0.0);
     cli_pass_data_free(d);
     return st == RA_OK ? CLI_EXIT_OK : cli_fail_status(ctx, st);
+}
+
+/* The read, the checkpoint armed, the call and the output; a stalled ring
+ * ends the job (the others wait for a stopped rank). */
+static ra_status pass_compute(const cli_ctx *ctx, cli_pass *r,
+                              const ra_params *p)
+{
+    const double t0 = MPI_Wtime();
+    ra_status st = h5io_pass_read(&r->j, p);
+    if (st != RA_OK && r->j.bad.dataset &&
+        r->j.rq.kind == H5IO_PASS_FORWARD) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", ra_error_message());
+        st = ra_error_set(st, "%s; pass --allow-nonfinite to let it through",
+                          why);
+    }
+    if (st == RA_OK)
+        st = cli_ckpt_arm(&r->ckpt, r->j.fingerprint);
+    r->t_read = MPI_Wtime() - t0;
+    progress_start(p);
+    if (st == RA_OK && (st = h5io_pass_call(&r->j, p)) != RA_OK &&
+        r->j.stalled)
+        cli_pass_stalled(ctx, &r->d);
+    r->t_total = MPI_Wtime() - t0;
+    return st;
+}
+
+int cli_pass_main(const cli_ctx *ctx, const cli_pass_driver *drv, void *opts,
+                  ra_params *p, cli_pass *r, int argc, char **argv)
+{
+    const int code = cli_parse_pass(ctx, drv->spec, opts, p, argc, argv);
+    if (code >= 0)
+        return code;
+    cli_pass_begin(ctx, &r->d, p);
+    ra_status st = drv->validate(ctx, opts, r);
+    if (st == RA_OK)
+        st = h5io_pass_setup(&r->j, p);
+    r->d.s = r->j.s;
+    r->d.layout_auto = r->j.layout_auto;
+    if (st == RA_OK)
+        st = h5io_resume_key(&r->ckpt.r, &r->j.s, p, &r->j.masks.view, 0);
+    if (st == RA_OK) {
+        cli_pass_echo(ctx, &r->d, p);
+        st = drv->print ? drv->print(ctx, opts, r) : RA_OK;
+    }
+    if (st == RA_OK)
+        st = pass_compute(ctx, r, p);
+    cli_pass_writing(ctx, &r->d, p);
+    if (st == RA_OK)
+        st = drv->report(ctx, opts, r);
+    st = cli_ckpt_end(&r->ckpt, st);
+    h5io_pass_free(&r->j);
+    return cli_pass_end(ctx, &r->d, st);
 }

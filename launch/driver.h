@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "h5io.h"
+#include "resume.h"
 #include "watchdog.h"
 
 /* A rank's gradient buffers (io/run_pass.h). */
@@ -53,13 +54,40 @@ h5io_pass_req cli_pass_req(const cli_ctx *ctx, h5io_pass_kind kind,
 ra_status cli_pass_inputs(const cli_ctx *ctx, cli_pass_data *d, h5io_pass *j,
                           ra_params *p, ra_status mine);
 
-/* h5io_pass_setup, then j's shape and layout choice copied into d. */
-ra_status cli_pass_setup(cli_pass_data *d, h5io_pass *j, ra_params *p);
+/* A pass from files to files (run, run --backward, run --mha): what
+ * cli_pass_main runs between the shared phases. */
+typedef struct {
+    cli_pass_data d;
+    h5io_pass j;
+    cli_ckpt ckpt;              /* --checkpoint, --resume (none: zeroed) */
+    double t_read, t_total;     /* the read (with the checkpoint's check),
+                                   the read to the output written */
+} cli_pass;
+
+/* Its steps: validate (every check that needs no compute, ending with
+ * h5io_pass_open and cli_pass_inputs; agreed), print after the parameter
+ * table (or NULL), report after the output is written (rank 0 prints). */
+typedef struct {
+    const cli_spec *spec;
+    ra_status (*validate)(const cli_ctx *ctx, void *opts, cli_pass *r);
+    ra_status (*print)(const cli_ctx *ctx, void *opts, cli_pass *r);
+    ra_status (*report)(const cli_ctx *ctx, void *opts, cli_pass *r);
+} cli_pass_driver;
+
+/* The driver of drv on the options opts (whose ra_params is p) and its
+ * state r (zeroed): parse, cli_pass_begin, validate, the set-up (
+ * h5io_pass_setup, the checkpoint's key), cli_pass_echo, print, the read
+ * (a non-finite value of run's refused naming --allow-nonfinite), the
+ * call (a stall ends the job), cli_pass_writing, report, the checkpoint's
+ * end, cli_pass_end: the exit code. */
+int cli_pass_main(const cli_ctx *ctx, const cli_pass_driver *drv, void *opts,
+                  ra_params *p, cli_pass *r, int argc, char **argv);
 
 /* The phases of a pass driver, each watched (watchdog.h). A driver is
- * plain code: parse (cli_parse_pass), cli_pass_begin, validate, set up,
- * cli_pass_echo, compute, cli_pass_writing, report, its own release, then
- * cli_pass_end with the first failure. */
+ * plain code (cli_pass_main's, or bench --backward's): parse
+ * (cli_parse_pass), cli_pass_begin, validate, set up, cli_pass_echo,
+ * compute, cli_pass_writing, report, its own release, then cli_pass_end
+ * with the first failure. */
 
 /* What the stall timeout of a pass rests on (cli_stall_timeout): the
  * predicted forward_s seconds of a forward pass of s under p on nranks

@@ -109,7 +109,7 @@ static void t_release(t_state *r)
     releases++;
 }
 
-/* A pass driver written as the command's are (cmd_run.c): plain steps
+/* A pass driver written as cli_pass_main is (driver.c): plain steps
  * between the shared phases of driver.h, one cleanup path. */
 static int t_driver(const cli_ctx *ctx, int argc, char **argv)
 {
