@@ -438,26 +438,6 @@ void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
 void cli_print_source(const cli_ctx *ctx, const ra_h5_source *src,
                       const ra_axes used[3]);
 
-/* What `run --json FILE` writes: one run, once its output is complete. */
-typedef struct {
-    const char *in, *out;
-    const ra_shape *shape;
-    const ra_params *params;     /* layout resolved */
-    double scale;                /* the dot score's scale actually used */
-    const ra_h5_source *source;
-    const char *masks;
-    ra_dtype out_dtype;
-    int64_t block_q, block_kv;
-    int nranks, threads;
-    double t_attention, t_read, t_write, gflops;
-} cli_run_summary;
-
-/* Writes the summary as JSON under a temporary name for path (checked
- * before the run with cli_output_agree) into *staged, for h5io_publish()
- * with the output; rank 0 alone; RA_ERR_IO on failure, nothing left. */
-ra_status cli_json_write(const char *path, int force,
-                         const cli_run_summary *r, h5io_staged *staged);
-
 /* `ringattn --version`: the version and the build's BLAS, MPI, HDF5 and the
  * SIMD path of the exp, from rank 0. */
 int cli_version(const cli_ctx *ctx);

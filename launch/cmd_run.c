@@ -206,22 +206,71 @@ static ra_status run_validate(const cli_ctx *ctx, void *opts, cli_pass *r)
                        : st;
 }
 
-/* The --json summary, staged by rank 0. */
+/* Reals at 17 digits: the scale and sigma read back exactly. */
+enum { RUN_JSON_DIGITS = 17 };
+
+/* The options that changed the result; a window not set is null, and a
+ * parameter the score does not take is left out. */
+static json_t *json_rules(const run_opts *o, const cli_pass *r)
+{
+    const ra_params *p = &o->p;
+    const ra_h5_source *src = &o->src;
+    return json_pack(
+        "{s:b, s:o, s:s, s:o*, s:o*, s:s, s:s, s:o, s:o, s:o, s:o, s:s}",
+        "causal", p->num.causal, "window",
+        p->num.window ? json_pack("[I, I]", (json_int_t)p->num.window_left,
+                                  (json_int_t)p->num.window_right)
+                      : json_null(),
+        "score", ra_score_name(p->num.score), "scale",
+        p->num.score == RA_SCORE_DOT ? json_real(ra_params_scale(p, &r->d.s))
+                                     : NULL,
+        "sigma",
+        p->num.score == RA_SCORE_GAUSSIAN ? json_real(p->num.sigma) : NULL,
+        "layout", ra_layout_name(p->exec.layout), "qkv_layout",
+        h5io_qkv_layout_name(src->axes), "q_dataset",
+        perf_json_text(src->q ? src->q : "/q"), "k_dataset",
+        perf_json_text(src->k ? src->k : "/k"), "v_dataset",
+        perf_json_text(src->v ? src->v : "/v"), "masks",
+        perf_json_text(r->j.mask_names),
+        "out_dtype", ra_dtype_name(o->out_dtype));
+}
+
+/* `run --json`'s summary of one run (the shape, every option that changed
+ * the result, the timings; attention the slowest rank's), keys in the
+ * order they are written, staged by rank 0 under a temporary name into
+ * *staged for h5io_publish with the output; RA_ERR_IO on failure, nothing
+ * left. */
 static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
                           const cli_pass *r, double attention, double flops,
-                          h5io_staged *json)
+                          h5io_staged *staged)
 {
+    const ra_shape *s = &r->d.s;
     int64_t bq, bkv;
-    ra_params_tiles(&o->p, &r->d.s, &bq, &bkv);
-    const cli_run_summary sum = {
-        .in = o->in, .out = o->out, .shape = &r->d.s, .params = &o->p,
-        .scale = ra_params_scale(&o->p, &r->d.s), .source = &o->src,
-        .masks = r->j.mask_names, .out_dtype = o->out_dtype,
-        .block_q = bq, .block_kv = bkv, .nranks = ctx->nranks,
-        .threads = ra_params_threads(&o->p), .t_attention = attention,
-        .t_read = r->t_read, .t_write = r->j.t_write,
-        .gflops = flops / attention * 1e-9};
-    return cli_json_write(o->json, o->force, &sum, json);
+    ra_params_tiles(&o->p, s, &bq, &bkv);
+    ra_status st = h5io_text_begin(staged, o->json, o->force);
+    if (st != RA_OK)
+        return st;
+    json_t *v = json_pack(
+        "{s:s, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+        "version", RA_VERSION_STRING, "input", perf_json_text(o->in),
+        "output", perf_json_text(o->out), "shape", "B", (json_int_t)s->B,
+        "N", (json_int_t)s->N, "M", (json_int_t)s->M, "H", (json_int_t)s->H,
+        "G", (json_int_t)s->G, "D", (json_int_t)s->D, "Dv",
+        (json_int_t)s->Dv);
+    json_t *tail = json_pack(
+        "{s:[I, I], s:i, s:i, s:{s:o, s:o, s:o}, s:o}", "tiles",
+        (json_int_t)bq, (json_int_t)bkv, "ranks", ctx->nranks, "threads",
+        ra_params_threads(&o->p), "seconds",
+        "attention", perf_json_fixed(attention, "%.6f"),
+        "read", perf_json_fixed(r->t_read, "%.6f"),
+        "write", perf_json_fixed(r->j.t_write, "%.6f"),
+        "gflops", perf_json_fixed(flops / attention * 1e-9, "%.3f"));
+    json_t *all = perf_json_merge(perf_json_merge(v, json_rules(o, r)), tail);
+    if (perf_json_dump(staged->f, all, RUN_JSON_DIGITS) == 0)
+        return h5io_text_end(staged);
+    h5io_staged_discard(staged);
+    return ra_error_set(RA_ERR_IO, "%s: writing the JSON summary failed",
+                        o->json);
 }
 
 /* The result line, from rank 0, over the slowest rank's times worst. */
