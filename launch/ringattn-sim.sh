@@ -97,7 +97,7 @@ if [ "$mode" = scale ]; then
         --cfg=contexts/stack-size:2048
         --cfg=smpi/shared-malloc-blocksize:16777216)
   # ringattn-sim charges a test itself, 1 us per MPI_Testall rather than
-  # per request, and blocks where comm/ polls (launch/sim/sim_waits.c)
+  # per request, and blocks where comm/ polls (comm/sim/sim_waits.c)
   cfg+=(--cfg=smpi/test:0)
 else
   # The kernels' OpenMP regions poll MPI between tiles: each rank needs a

@@ -5,6 +5,7 @@
 #ifndef RA_BENCH_CHECK_H
 #define RA_BENCH_CHECK_H
 
+#include <mpi.h>
 #include <stdint.h>
 
 #include "compare.h"
@@ -47,5 +48,24 @@ double bench_local_pairs(const bench_gen *gen, const ra_shape *s,
 void bench_check_output(const bench_gen *gen, const ra_shape *s,
                         const ra_slice *qs, const bench_masks *bm,
                         const float *out, const float *lse, ra_tally *t);
+
+/* The exact check of a backward pass (bench_check_bwd.c; ringattn-sim's
+ * exact mode): this rank's dq, dk, dv slices (B, n, H, D), (B, m, G, D),
+ * (B, m, G, Dv) of the seed's inputs under layout, gathered on rank 0 and
+ * compared with the reference gradients; the largest relative Frobenius
+ * error of the three in *err (INFINITY when the check could not run) on
+ * every rank; 1 when below RA_TOLERANCE. Dot score, fp32 products and
+ * wire; it holds all of q, k, v, dO and the gradients on rank 0.
+ * Collective over comm. */
+typedef struct {
+    MPI_Comm comm;
+    int rank, P;
+    const ra_shape *s;
+    const ra_params *p;
+    ra_layout layout;
+    uint64_t seed;
+    const float *dq, *dk, *dv;
+} bench_bwd_check;
+int bench_check_backward(const bench_bwd_check *c, double *err);
 
 #endif /* RA_BENCH_CHECK_H */

@@ -90,11 +90,9 @@ static int all_finite(const float *x, double n)
     return 1;
 }
 
-/* The verdict: a forward row's sampled fp64 check, a backward row's
- * finite gradients. Collective. */
-static void row_verdict(MPI_Comm comm, const bench_config *c,
-                        const bench_operands *x, const bench_masks *bm,
-                        bench_result *r)
+void bench_row_verdict(MPI_Comm comm, const bench_config *c,
+                       const bench_operands *x, const bench_masks *bm,
+                       bench_result *r)
 {
     const ra_shape *s = c->s;
     if (c->backward) {
@@ -133,10 +131,8 @@ static void row_flops(MPI_Comm comm, const bench_config *c,
     r->flops = ra_pair_flops(c->s, p) * all;
 }
 
-/* Everything a row says about one measured configuration. Collective. */
-static void row_fill(MPI_Comm comm, const bench_config *c,
-                     const bench_operands *x, const bench_masks *bm,
-                     bench_reps *reps, bench_result *r)
+void bench_row_begin(MPI_Comm comm, const bench_config *c, bench_reps *reps,
+                     bench_result *r)
 {
     const ra_params *p = c->gen.p;
     memset(r, 0, sizeof *r);
@@ -147,11 +143,23 @@ static void row_fill(MPI_Comm comm, const bench_config *c,
     r->mode = c->backward ? "backward" : c->naive ? "naive"
                           : ra_strategy_name(p->exec.strategy);
     ra_params_tiles(p, c->s, &r->block_q, &r->block_kv);
-    row_flops(comm, c, x, bm, r);
     bench_times(comm, c->reps, reps, r);
     r->nodes = c->place.nodes;
     r->ranks_per_node = c->place.ranks_per_node;
     r->node_aware = c->place.node_aware;
+    r->steps = c->naive ? 1 : reps->tm.steps;
+    r->lens = c->gen.lens;
+    r->segment_avg = c->gen.segment_avg;
+}
+
+/* Everything a row says about one measured configuration. Collective. */
+static void row_fill(MPI_Comm comm, const bench_config *c,
+                     const bench_operands *x, const bench_masks *bm,
+                     bench_reps *reps, bench_result *r)
+{
+    const ra_params *p = c->gen.p;
+    bench_row_begin(comm, c, reps, r);
+    row_flops(comm, c, x, bm, r);
     r->gflops = r->flops / r->seconds_median * 1e-9;
     r->sgemm_gflops = c->yard->sgemm;
     r->peak_gflops = c->yard->peak;
@@ -161,10 +169,7 @@ static void row_fill(MPI_Comm comm, const bench_config *c,
     r->model_bytes = bench_spread(comm, rank_bytes(comm, c, x)).max;
     r->ring_gbps = c->naive ? 0.0 : bench_ring_bandwidth(comm, c->s, p,
                                                          p->exec.layout);
-    r->steps = c->naive ? 1 : reps->tm.steps;
-    r->lens = c->gen.lens;
-    r->segment_avg = c->gen.segment_avg;
-    row_verdict(comm, c, x, bm, r);
+    bench_row_verdict(comm, c, x, bm, r);
 }
 
 ra_status bench_config_run(MPI_Comm comm, const bench_config *c,

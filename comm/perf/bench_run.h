@@ -58,6 +58,19 @@ typedef struct {
 ra_status bench_config_run(MPI_Comm comm, const bench_config *c,
                            const bench_operands *x, bench_result *res);
 
+/* What every row of c states alike into r (the rest zeroed): the
+ * problem, ranks, threads, mode, tiles, the times of the recorded passes
+ * over the ranks (bench_times), where the ranks run, the steps and the
+ * random masks. Collective (bench and ringattn-sim). */
+void bench_row_begin(MPI_Comm comm, const bench_config *c, bench_reps *reps,
+                     bench_result *r);
+/* The verdict of c's pass on x into r (pass, max_rel_error,
+ * max_lse_error): a forward's sampled fp64 check (bench_check_output), a
+ * backward's finite gradients. Collective (bench and ringattn-sim). */
+void bench_row_verdict(MPI_Comm comm, const bench_config *c,
+                       const bench_operands *x, const bench_masks *bm,
+                       bench_result *r);
+
 /* Whether strategy p->exec.strategy takes problem s on P ranks under
  * `--strategy all` (ulysses needs P <= H; the additive score runs on the
  * ring only). Allgather's memory limit is the library's to judge: it

@@ -11,10 +11,10 @@
 /* A size of the shape; SHOWN: the default when another size applies. */
 #define SIM_SIZE(NAME, META, F, DEF, SHOWN, HELP)                             \
     {.name = NAME, .kind = CLI_INT, .meta = META,                             \
-     .offset = CLI_FIELD(sim_opts, s.F, int64_t), .lo = 1,                    \
+     .offset = CLI_FIELD(sim_opts, run.s.F, int64_t), .lo = 1,                \
      .hi = CLI_MAX_SIZE, .def = DEF, .shown = SHOWN, .help = HELP}
 #define SIM_COUNT(NAME, META, F, LO, DEF, HELP)                               \
-    CLI_OPT_INT(sim_opts, NAME, META, F, LO, CLI_MAX_SIZE, DEF, HELP)
+    CLI_OPT_INT(sim_opts, NAME, META, run.F, LO, CLI_MAX_SIZE, DEF, HELP)
 
 static const char *const modes[] = {"exact", "scale", NULL}; /* sim_mode */
 static const char *const orders[] = {"mpirun", "node", NULL}; /* node_aware */
@@ -27,20 +27,20 @@ static const cli_opt sim_own[] = {
     SIM_SIZE("--kv-heads", "G", G, NULL, "H", "kv heads"),
     SIM_SIZE("--dim", "D", D, "64", NULL, "head dim of q and k"),
     SIM_SIZE("--dim-v", "Dv", Dv, NULL, "D", "head dim of v"),
-    CLI_OPT_FLAG(sim_opts, "--backward", backward,
+    CLI_OPT_FLAG(sim_opts, "--backward", run.backward,
                  "the backward pass (after one forward)"),
     SIM_COUNT("--reps", "R", reps, 1, "1", "timed passes"),
     SIM_COUNT("--seed", "S", seed, 0, "1", "input seed"),
     SIM_COUNT("--check-rows", "K", check_rows, 0, "3",
               "rows per rank checked in fp64, exact mode"),
-    CLI_OPT_CHOICE(sim_opts, "--mode", "M", mode, modes, "mode", "exact",
+    CLI_OPT_CHOICE(sim_opts, "--mode", "M", run.mode, modes, "mode", "exact",
                    "exact (kernels run, fp64 check) or scale (time injected)"),
-    CLI_OPT_POSITIVE(sim_opts, "--rate", "GFLOPS", rate, 1e6, NULL,
+    CLI_OPT_POSITIVE(sim_opts, "--rate", "GFLOPS", run.rate, 1e6, NULL,
                      "kernel rate per core at scale (the profile's)"),
     {.name = "--profile", .kind = CLI_TEXT, .meta = "FILE",
-     .offset = CLI_FIELD(sim_opts, profile, const char *),
+     .offset = CLI_FIELD(sim_opts, run.profile, const char *),
      .shown = "built-in", .help = "machine profile of `ringattn probe`"},
-    CLI_OPT_CHOICE(sim_opts, "--ring-order", "O", node_aware, orders,
+    CLI_OPT_CHOICE(sim_opts, "--ring-order", "O", run.node_aware, orders,
                    "order", "node", "node by node, or mpirun (as launched)"),
     CLI_OPT_TEXT(sim_opts, "--platform", "FILE", platform, "(smpirun's)",
                  "the platform (echoed; ringattn-sim.sh gives smpirun it)"),
@@ -73,7 +73,7 @@ static const cli_spec sim_spec = {
     .name = "ringattn-sim",
     .usage = "usage: ringattn-sim [options] (under smpirun: "
              "launch/ringattn-sim.sh)\n",
-    .groups = {{sim_own, 0}, {sim_params, offsetof(sim_opts, p)}},
+    .groups = {{sim_own, 0}, {sim_params, offsetof(sim_opts, run.p)}},
 };
 
 void sim_options_usage(void)
@@ -84,12 +84,13 @@ void sim_options_usage(void)
 int sim_options_parse(int argc, char **argv, sim_opts *o, char *why, size_t n)
 {
     memset(o, 0, sizeof *o);
-    ra_params_default(&o->p);
-    o->p.exec.threads = 1; /* one thread per simulated rank */
+    sim_config *c = &o->run;
+    ra_params_default(&c->p);
+    c->p.exec.threads = 1; /* one thread per simulated rank */
     /* No stall watchdog: SimGrid reports a deadlock itself, and the
      * watchdog's polling wait (strat_wait) would cost a context switch per
      * MPI_Test; 0 makes the waits MPI_Waitall. */
-    o->p.exec.stall_timeout = 0;
+    c->p.exec.stall_timeout = 0;
     /* smpirun keeps --help for itself: ringattn-sim.sh passes --usage */
     for (int a = 1; a < argc; a++)
         if (strcmp(argv[a], "--usage") == 0)
@@ -105,9 +106,9 @@ int sim_options_parse(int argc, char **argv, sim_opts *o, char *why, size_t n)
         snprintf(why, n, "%s", m);
         return 2;
     }
-    o->rate *= 1e9; /* GFLOP/s given */
-    o->s.M = o->s.M ? o->s.M : o->s.N;
-    o->s.G = o->s.G ? o->s.G : o->s.H;
-    o->s.Dv = o->s.Dv ? o->s.Dv : o->s.D;
+    c->rate *= 1e9; /* GFLOP/s given */
+    c->s.M = c->s.M ? c->s.M : c->s.N;
+    c->s.G = c->s.G ? c->s.G : c->s.H;
+    c->s.Dv = c->s.Dv ? c->s.Dv : c->s.D;
     return 0;
 }

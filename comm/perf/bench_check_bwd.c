@@ -1,30 +1,20 @@
-/* sim_check_bwd.c: exact mode's check of a backward pass. Every rank's
- * rows of dq, dk and dv are gathered on rank 0, which regenerates the
- * seed's inputs whole and compares them with the fp64 reference gradients
- * (ra_reference_backward, engine/reference_bwd.c) as relative Frobenius
- * errors, the test suite's rule (< 1e-5, tests/test_backward_mpi.c).
- * For fp32 products and wire; collective. */
+/* bench_check_bwd.c: the exact check of a backward pass (bench_check.h;
+ * ringattn-sim's exact mode). Every rank's rows of dq, dk and dv are
+ * gathered on rank 0, which regenerates the seed's inputs whole (as bench
+ * makes them, bench_inputs_make) and compares them with the fp64 reference
+ * gradients (ra_reference_backward, engine/reference_bwd.c) by the one
+ * tally (compare.h): relative Frobenius errors under RA_TOLERANCE, the
+ * test suite's rule (tests/test_backward_mpi.c). For fp32 products and
+ * wire; collective. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backward.h"
+#include "bench_run.h"
 #include "kernel.h"
-#include "sim.h"
 
 enum { BWD_DQ = 0, BWD_DK = 1, BWD_DV = 2, BWD_N = 3 };
-#define SIM_BWD_TOL 1e-5
-
-/* The global token of local row i of slice s. */
-static int64_t slice_pos(const ra_slice *s, int64_t i)
-{
-    for (int k = 0; k < s->nruns; k++) {
-        if (i < s->run[k].count)
-            return s->run[k].start + i * s->run[k].stride;
-        i -= s->run[k].count;
-    }
-    return -1;
-}
 
 /* One gradient (B, len, heads, dim): this rank's rows and, on rank 0, the
  * whole tensor they are gathered into at their global rows. */
@@ -34,7 +24,7 @@ typedef struct {
     float *whole;
 } grad_view;
 
-static int gather_grad(const sim_bwd_check *r, grad_view *g)
+static int gather_grad(const bench_bwd_check *r, grad_view *g)
 {
     const int P = r->P, root = r->rank == 0;
     const int64_t B = r->s->B, row = g->heads * g->dim;
@@ -57,7 +47,7 @@ static int gather_grad(const sim_bwd_check *r, grad_view *g)
         const float *src = all + cnt[P + p];
         for (int64_t b = 0; b < B; b++)
             for (int64_t i = 0; i < sl.count; i++)
-                memcpy(g->whole + (b * g->len + slice_pos(&sl, i)) * row,
+                memcpy(g->whole + (b * g->len + ra_slice_pos(&sl, i)) * row,
                        src + (b * sl.count + i) * row,
                        sizeof(float) * (size_t)row);
     }
@@ -82,22 +72,21 @@ typedef struct {
     double *qd, *kd, *vd, *dod, *dq, *dk, *dv, *scores;
 } ref_work;
 
+/* Column block [c0, c0 + w) of rows of got (rows, ld) against ref
+ * (rows, w), into t. */
 static void tally(const float *got, int64_t rows, int64_t ld, int64_t c0,
-                  int64_t w, const double *ref, double err[2])
+                  int64_t w, const double *ref, ra_tally *t)
 {
     for (int64_t i = 0; i < rows; i++)
-        for (int64_t d = 0; d < w; d++) {
-            const double x = got[i * ld + c0 + d], y = ref[i * w + d];
-            err[0] += (x - y) * (x - y);
-            err[1] += y * y;
-        }
+        for (int64_t d = 0; d < w; d++)
+            ra_tally_o(t, got[i * ld + c0 + d], ref[i * w + d]);
 }
 
 /* Batch b, kv head g: the reference gradients of its query heads into
  * w->dq (per head, tallied at once) and w->dk, w->dv (summed over the
  * group), tallied against the gathered whole gradients. */
-static void ref_group(const sim_bwd_check *r, ref_work *w, int64_t b, int64_t g,
-                      const grad_view gv[BWD_N], double err[][2])
+static void ref_group(const bench_bwd_check *r, ref_work *w, int64_t b, int64_t g,
+                      const grad_view gv[BWD_N], ra_tally err[BWD_N])
 {
     const ra_shape *s = r->s;
     const ra_params *p = r->p;
@@ -121,17 +110,17 @@ static void ref_group(const sim_bwd_check *r, ref_work *w, int64_t b, int64_t g,
                                  Dv,    w->dq, w->dk, w->dv,  D, D, Dv};
         ra_reference_backward(&sc, N, M, D, Dv, &mk, &rg, w->scores);
         tally(gv[BWD_DQ].whole + b * N * s->H * D, N, s->H * D, h * D, D, w->dq,
-              err[BWD_DQ]);
+              &err[BWD_DQ]);
     }
     tally(gv[BWD_DK].whole + b * M * s->G * D, M, s->G * D, g * D, D, w->dk,
-          err[BWD_DK]);
+          &err[BWD_DK]);
     tally(gv[BWD_DV].whole + b * M * s->G * Dv, M, s->G * Dv, g * Dv, Dv, w->dv,
-          err[BWD_DV]);
+          &err[BWD_DV]);
 }
 
 /* Rank 0: the seed's whole inputs and the reference of every batch and
  * head; the largest relative error, or INFINITY when memory ran out. */
-static double ref_all(const sim_bwd_check *r, const grad_view gv[BWD_N])
+static double ref_all(const bench_bwd_check *r, const grad_view gv[BWD_N])
 {
     const ra_shape *s = r->s;
     const int64_t N = s->N, M = s->M, D = s->D, Dv = s->Dv, B = s->B;
@@ -142,22 +131,24 @@ static double ref_all(const sim_bwd_check *r, const grad_view gv[BWD_N])
                   malloc(sizeof(float) * (size_t)(B * M * s->G * Dv)),
                   malloc(sizeof(float) * (size_t)(B * N * s->H * Dv))};
     double *block = malloc(sizeof(double) * (size_t)(7 * L * W + M));
-    double err[BWD_N][2] = {{0}}, worst = INFINITY;
+    ra_tally err[BWD_N] = {{0}};
+    double worst = INFINITY;
     if (w.q && w.k && w.v && w.dout && block) {
         double **at[] = {&w.qd, &w.kd, &w.vd, &w.dod, &w.dq, &w.dk, &w.dv};
         for (int i = 0; i < 7; i++)
             *at[i] = block + i * L * W;
         w.scores = block + 7 * L * W;
-        ra_random_slice(r->seed, RA_STREAM_Q, B, N, s->H * D, &qs, w.q);
-        ra_random_slice(r->seed, RA_STREAM_K, B, M, s->G * D, &ks, w.k);
-        ra_random_slice(r->seed, RA_STREAM_V, B, M, s->G * Dv, &ks, w.v);
-        ra_random_slice(r->seed, RA_STREAM_DO, B, N, s->H * Dv, &qs, w.dout);
+        const bench_operands whole = {.qs = qs, .ks = ks, .q = w.q, .k = w.k,
+                                      .v = w.v, .dout = w.dout};
+        bench_inputs_make(r->seed, s, 1, &whole);
         for (int64_t b = 0; b < B; b++)
             for (int64_t g = 0; g < s->G; g++)
                 ref_group(r, &w, b, g, gv, err);
         worst = 0;
         for (int i = 0; i < BWD_N; i++) {
-            const double e = sqrt(err[i][0] / (err[i][1] > 0 ? err[i][1] : 1));
+            ra_tally t = {0};
+            ra_tally_merge(&t, &err[i]); /* its rel_o */
+            const double e = t.rel_o;
             worst = isfinite(e) && e > worst ? e
                     : isfinite(e)            ? worst
                                              : INFINITY;
@@ -171,7 +162,7 @@ static double ref_all(const sim_bwd_check *r, const grad_view gv[BWD_N])
     return worst;
 }
 
-int sim_check_backward(const sim_bwd_check *r, double *err)
+int bench_check_backward(const bench_bwd_check *r, double *err)
 {
     const ra_shape *s = r->s;
     grad_view gv[BWD_N] = {{r->dq, s->N, s->H, s->D, NULL},
@@ -195,5 +186,5 @@ int sim_check_backward(const sim_bwd_check *r, double *err)
     MPI_Bcast(err, 1, MPI_DOUBLE, 0, r->comm);
     for (int i = 0; i < BWD_N; i++)
         free(gv[i].whole);
-    return *err < SIM_BWD_TOL;
+    return *err < RA_TOLERANCE;
 }

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <xbt/config.h>
 
-#include "sim.h"
+#include "sim_hooks.h"
 #include "strategy.h"
 
 int __real_MPI_Testall(int count, MPI_Request req[], int *flag,

@@ -20,7 +20,7 @@
 #include "backward.h"
 #include "band.h"
 #include "kernel.h"
-#include "sim.h"
+#include "sim_hooks.h"
 
 void __real_ra_kernel_forward_block(const ra_block *blk, const ra_fwd_ops *ops,
                                     ra_workspace *ws);

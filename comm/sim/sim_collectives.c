@@ -13,8 +13,6 @@
  * project's limit of eight. */
 #include <mpi.h>
 
-#include "sim.h"
-
 int __wrap_MPI_Iallreduce(const void *send, void *recv, int count,
                           MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                           MPI_Request *req)
