@@ -20,10 +20,8 @@ typedef struct {
     int no_yardsticks;       /* --no-yardsticks */
     cli_random_masks rm;     /* --lens, --segments */
     int64_t additive_hidden; /* A of the random additive weights */
-    float *additive_mem;     /* w_q (A, D) | w_k (A, D) | w_v (A) */
     int sinks;               /* --sinks: random sinks, as gen --sinks */
-    float *sinks_mem;        /* their H values (p.sinks), or NULL */
-    ra_additive additive;
+    bench_logits logits;     /* the sinks and weights p points into */
     int mode;                /* 0 ring, 1 naive, 2 both */
     const char *profile;     /* the machine profile of --strategy auto */
     cli_tables tab;          /* --json, --csv */

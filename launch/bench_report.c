@@ -31,28 +31,11 @@ ra_status cli_tables_write(const cli_tables *tab,
     return st;
 }
 
-/* Rows as cli_tables_write fills its files with them. */
-typedef struct {
-    const bench_result *rows;
-    int nrows;
-} rows_of;
-
-static int json_fill(FILE *f, const void *arg)
-{
-    const rows_of *r = arg;
-    return bench_json_write(f, r->rows, r->nrows);
-}
-
-static int csv_fill(FILE *f, const void *arg)
-{
-    const rows_of *r = arg;
-    return bench_csv_write(f, r->rows, r->nrows);
-}
-
 ra_status bench_tables_write(const cli_ctx *ctx, const cli_tables *tab,
                              const bench_result *rows, int nrows)
 {
-    const rows_of r = {rows, nrows};
-    return ctx->rank == 0 ? cli_tables_write(tab, json_fill, csv_fill, &r)
+    const bench_table t = {rows, nrows};
+    return ctx->rank == 0 ? cli_tables_write(tab, bench_table_json,
+                                             bench_table_csv, &t)
                           : RA_OK;
 }

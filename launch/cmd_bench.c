@@ -168,36 +168,10 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o,
         st = ctx->rank == 0 ? cli_tables_check(&o->tab, NULL, o->profile)
                             : RA_OK;
     st = ra_agree(ctx->comm, st);
-    for (int i = 0; i < o->nseq && st == RA_OK && w->which != BENCH_ALL;
-         i++) {
-        const ra_shape s = bench_sweep_shape(w, i); /* collective */
-        ra_params p = o->p;
-        model_result pick;
-        if (w->which == BENCH_AUTO &&
-            (st = plan_pick(ctx, &s, &p, NULL, o->profile, &pick)) == RA_OK) {
-            w->picked[i] = (int)pick.strategy;
-            w->predicted[i] = pick.t_total;
-        }
-        if (st == RA_OK)
-            st = ra_call_strategy_check(ctx->comm, &s, &p,
-                                        o->rm.segment_avg > 0);
+    if (st == RA_OK) {
+        const plan_job j = plan_job_of(ctx);
+        st = bench_sweep_plan(&j, w, ctx->rank == 0 ? stderr : NULL);
     }
-    return st;
-}
-
-/* The additive score's random weights and --sinks's random sinks
- * (comm/perf/bench_additive.c). */
-static ra_status bench_setup(const cli_ctx *ctx, bench_opts *o)
-{
-    ra_status st = o->sinks ? bench_sinks_make(ctx->comm, (uint64_t)o->seed,
-                                               o->cs.shape.H, &o->sinks_mem)
-                            : RA_OK;
-    o->p.num.sinks = o->sinks_mem;
-    if (st != RA_OK || o->p.num.score != RA_SCORE_ADDITIVE)
-        return st;
-    st = bench_additive_make(ctx->comm, (uint64_t)o->seed, o->additive_hidden,
-                             o->cs.shape.D, &o->additive_mem, &o->additive);
-    o->p.num.additive = &o->additive;
     return st;
 }
 
@@ -259,7 +233,8 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
         st = bench_validate(ctx, &o, &w);
     if (st == RA_OK) {
         cli_placement_warn(ctx, ra_params_threads(&o.p));
-        st = bench_setup(ctx, &o);
+        st = bench_logits_make(ctx->comm, &w, o.additive_hidden, &o.p,
+                               &o.logits);
     }
     if (st == RA_OK)
         st = bench_measure(ctx, &w, rows, &nrows);
@@ -269,8 +244,7 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
         st = bench_report(ctx, &o, rows, nrows, &pass);
     }
     free(rows);
-    free(o.additive_mem);
-    free(o.sinks_mem);
+    bench_logits_free(&o.logits);
     if (st != RA_OK)
         return cli_fail_status(ctx, st);
     return pass ? CLI_EXIT_OK : CLI_EXIT_RUNTIME;

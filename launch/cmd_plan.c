@@ -124,22 +124,17 @@ static ra_status plan_masks(plan_opts *o)
     return st;
 }
 
-/* --platform: the options it stands for refused beside it, its cluster
- * read and the job fitted to it (plan_platform_fit). Before the job's
- * nodes are defaulted. */
-static ra_status plan_platform(plan_opts *o)
+/* The options --platform stands for, refused beside it. */
+static ra_status plan_platform(const plan_opts *o)
 {
-    perf_plan *w = &o->w;
     const char *both = o->link_rate > 0      ? "--link-rate"
                        : o->link_latency > 0 ? "--link-latency"
-                       : w->cores > 0        ? "--cores"
+                       : o->w.cores > 0      ? "--cores"
                                              : NULL;
-    if (!w->platform)
+    if (!o->w.platform || !both)
         return RA_OK;
-    if (both)
-        return ra_error_set(RA_ERR_ARG, "%s: --platform gives the links and "
-                            "cores; one or the other", both);
-    return plan_platform_fit(w);
+    return ra_error_set(RA_ERR_ARG, "%s: --platform gives the links and "
+                        "cores; one or the other", both);
 }
 
 /* The options that go together, and the problem's shape. */
@@ -176,24 +171,13 @@ static ra_status plan_setup(const cli_ctx *ctx, plan_opts *o)
 {
     perf_plan *w = &o->w;
     ra_status st = plan_problem(ctx, o);
-    if (st == RA_OK && w->ranks == 0)
-        w->ranks = ctx->nranks;
     if (st == RA_OK)
         st = plan_platform(o);
-    if (st == RA_OK && w->nodes == 0)
-        w->nodes = w->ranks == ctx->nranks ? ctx->nodes.nodes : 1;
-    if (st == RA_OK && w->nodes > w->ranks)
-        st = ra_error_set(RA_ERR_ARG, "--nodes: %lld nodes for %lld ranks "
-                          "(at least one rank per node)",
-                          (long long)w->nodes, (long long)w->ranks);
     if (st == RA_OK)
         st = cli_tables_check(&o->tab, o->w.in, w->profile);
-    if (st == RA_OK)
-        st = profile_load(w->profile, &w->pf);
-    if (st == RA_OK)
-        plan_links(w, o->link_rate, o->link_latency);
-    if (st == RA_OK && !o->max_seq) /* --max-seq times nothing */
-        st = plan_profile_fits(w);
+    if (st == RA_OK) /* --max-seq times nothing */
+        st = plan_fit(w, ctx->nranks, ctx->nodes.nodes, o->link_rate,
+                      o->link_latency, !o->max_seq);
     if (st == RA_OK && !o->max_seq)
         st = plan_masks(o);
     return ra_agree(ctx->comm, st);

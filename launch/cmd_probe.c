@@ -4,13 +4,11 @@
  * probe_run.c, and the I/O rates here) -> report; `--show FILE` reads a
  * profile back instead of measuring. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "agree.h"
 #include "cli.h"
-#include "gemm_env.h"
 #include "h5probe.h"
 #include "placement.h"
 #include "probe.h"
@@ -22,10 +20,22 @@ enum {
 };
 
 typedef struct {
-    const char *out, *dir, *dims, *scores, *gemms, *precisions, *show;
+    const char *out, *dir, *scores, *gemms, *precisions, *show;
+    int64_t dims[PROBE_MAX_DIMS];
+    int ndims;
     double seconds;
     int force;
 } probe_opts;
+
+/* Parses "64,128" into o->dims. */
+static int parse_dims(const cli_opt *opt, const char *text, void *base)
+{
+    probe_opts *o = base;
+    const int n = cli_parse_i64_list(opt->name, text, 1, 1024, o->dims,
+                                     PROBE_MAX_DIMS, "head dims");
+    o->ndims = n > 0 ? n : 0;
+    return n > 0 ? 0 : -1;
+}
 
 static const cli_opt probe_own[] = {
     CLI_OPT_TEXT(probe_opts, "--out", "FILE", out, NULL,
@@ -34,8 +44,9 @@ static const cli_opt probe_own[] = {
                  "replace an existing --out file"),
     CLI_OPT_TEXT(probe_opts, "--dir", "DIR", dir, ".",
                  "directory whose parallel HDF5 rates are measured"),
-    CLI_OPT_TEXT(probe_opts, "--dim", "LIST", dims, "64,128",
-                 "head dims (D = Dv) whose kernel rates are measured"),
+    {.name = "--dim", .kind = CLI_CUSTOM, .meta = "LIST", .fn = parse_dims,
+     .def = "64,128",
+     .help = "head dims (D = Dv) whose kernel rates are measured"},
     CLI_OPT_TEXT(probe_opts, "--score", "LIST", scores, "dot",
                  "scores whose kernel rates are measured"),
     CLI_OPT_TEXT(probe_opts, "--gemm", "LIST", gemms, "auto",
@@ -68,99 +79,13 @@ static const cli_spec probe_spec = {
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 
-/* One item of a list as the library names it: its value, or -1 with the
- * library's message (-2: a message that stands alone). */
-static int score_of(const char *t)
-{
-    ra_score v;
-    return ra_score_parse(t, &v) == RA_OK ? (int)v : -1;
-}
-
-static int precision_of(const char *t)
-{
-    ra_precision v;
-    return ra_precision_parse(t, &v) == RA_OK ? (int)v : -1;
-}
-
-/* An engine of this build; auto: RINGATTN_GEMM's, else this build's. */
-static int engine_of(const char *t)
-{
-    ra_gemm v;
-    if (ra_gemm_parse(t, &v) != RA_OK)
-        return -1;
-    if (!ra_gemm_available(v)) {
-        ra_error_set(RA_ERR_ARG, "%s: this build has no oneDNN (rebuild "
-                     "with libdnnl-dev installed)", t);
-        return -1;
-    }
-    return v != RA_GEMM_AUTO || ra_gemm_env(&v) == RA_OK ? (int)v : -2;
-}
-
-/* The values of option opt's comma list text (each by item_of), each
- * once, into out (room for 8); how many, or -1 with a message. */
-static int parse_list(const char *opt, const char *text,
-                      int (*item_of)(const char *), int out[8],
-                      const char *noun)
-{
-    char buf[256], why[256];
-    int n = 0;
-    snprintf(buf, sizeof buf, "%s", text);
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        const int v = item_of(t);
-        if (v == -1) {
-            snprintf(why, sizeof why, "%s", ra_error_message());
-            ra_error_set(RA_ERR_ARG, "%s: %s", opt, why);
-        }
-        if (v < 0)
-            return -1;
-        int seen = 0;
-        for (int i = 0; i < n; i++)
-            seen |= out[i] == v;
-        if (!seen && n < 8)
-            out[n++] = v;
-    }
-    if (n == 0)
-        ra_error_set(RA_ERR_ARG, "%s: '%s' names no %s", opt, text, noun);
-    return n > 0 ? n : -1;
-}
-
-/* The asked kernel rates: every dim with every score, engine, precision
- * and tile class (comm/perf/probe_run.c, probe_rates_ask). */
-static ra_status rates_parse(const probe_opts *o, ra_profile *p)
-{
-    probe_kinds k;
-    int64_t dims[PROBE_MAX_DIMS];
-    const int ndims = cli_parse_i64_list("--dim", o->dims, 1, 1024, dims,
-                                         PROBE_MAX_DIMS, "head dims");
-    if (ndims < 0 ||
-        (k.nscores = parse_list("--score", o->scores, score_of, k.score,
-                                "score")) < 0 ||
-        (k.nengines = parse_list("--gemm", o->gemms, engine_of, k.engine,
-                                 "engine")) < 0 ||
-        (k.nprec = parse_list("--precision", o->precisions, precision_of,
-                              k.precision, "precision")) < 0)
-        return RA_ERR_ARG;
-    p->nrates = 0;
-    for (int i = 0; i < ndims; i++)
-        if (probe_rates_ask(p, dims[i], &k) != 0)
-            return ra_error_set(RA_ERR_ARG, "--dim, --score, --gemm, "
-                                "--precision: at most %d kernel rates "
-                                "(%d tile classes each)",
-                                PROFILE_MAX_RATES, PROFILE_CLASSES);
-    if (p->nrates > 0)
-        return RA_OK;
-    return ra_error_set(RA_ERR_ARG, "--precision: %s alone measures nothing "
-                        "for --score %s: the additive score is measured in "
-                        "fp32 only (its scores are not tile products); add "
-                        "fp32", o->precisions, o->scores);
-}
-
 /* The options and the paths, agreed over the ranks. */
 static ra_status probe_validate(const cli_ctx *ctx, const probe_opts *o,
                                 ra_profile *p)
 {
     char scratch[4200];
-    ra_status st = rates_parse(o, p);
+    ra_status st = probe_rates_parse(p, o->dims, o->ndims, o->scores,
+                                     o->gemms, o->precisions);
     if (st == RA_OK && strlen(o->dir) + 32 > sizeof scratch)
         st = ra_error_set(RA_ERR_ARG, "--dir: the path is too long");
     st = ra_agree(ctx->comm, st);

@@ -9,6 +9,9 @@
 #include "plan_run.h"
 #include "profile_json.h"
 
+/* The job of ctx as the model sees it. */
+plan_job plan_job_of(const cli_ctx *ctx);
+
 /* `--strategy auto` for the job of ctx (plan_job_pick); a profile that
  * cannot predict it: rank 0 warns on stderr in one line and the ring runs
  * (pick->applies 0). Collective. */

@@ -5,8 +5,7 @@
 #include "placement.h"
 #include "plan.h"
 
-/* The job of ctx as the model sees it. */
-static plan_job job_of(const cli_ctx *ctx)
+plan_job plan_job_of(const cli_ctx *ctx)
 {
     return (plan_job){ctx->comm, ctx->nodes.node, ctx->nodes.nodes,
                       cli_machine_id()};
@@ -16,13 +15,12 @@ ra_status plan_pick(const cli_ctx *ctx, const ra_shape *s, ra_params *p,
                     const model_masks *masks, const char *profile,
                     model_result *pick)
 {
-    const plan_job j = job_of(ctx);
+    const plan_job j = plan_job_of(ctx);
     int unusable;
     const ra_status st = plan_job_pick(&j, s, p, masks, profile, pick,
                                        &unusable);
     if (unusable && ctx->rank == 0) /* run on the ring, never on a NaN */
-        fprintf(stderr, "ringattn: warning: --strategy auto: %s; running "
-                "the ring\n", ra_error_message());
+        plan_auto_warning(stderr);
     return st;
 }
 
@@ -30,7 +28,7 @@ ra_status plan_predict(const cli_ctx *ctx, const ra_shape *s,
                        const ra_params *p, const model_masks *masks,
                        const char *profile, model_result *out)
 {
-    const plan_job j = job_of(ctx);
+    const plan_job j = plan_job_of(ctx);
     return plan_job_predict(&j, s, p, masks, profile, out);
 }
 

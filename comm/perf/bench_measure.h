@@ -73,6 +73,13 @@ typedef struct {
  * or -1 when a write failed (errno set). */
 int bench_json_write(FILE *out, const bench_result *rows, int count);
 int bench_csv_write(FILE *out, const bench_result *rows, int count);
+/* The same for a table (a bench_table, as a file's writer takes it). */
+typedef struct {
+    const bench_result *rows;
+    int nrows;
+} bench_table;
+int bench_table_json(FILE *out, const void *table);
+int bench_table_csv(FILE *out, const void *table);
 /* One row of bench_json_write, the caller's to release; NULL when out of
  * memory. */
 json_t *bench_json_row(const bench_result *r);

@@ -144,3 +144,15 @@ int bench_csv_write(FILE *out, const bench_result *rows, int count)
     }
     return ferror(out) ? -1 : 0;
 }
+
+int bench_table_json(FILE *out, const void *table)
+{
+    const bench_table *t = table;
+    return bench_json_write(out, t->rows, t->nrows);
+}
+
+int bench_table_csv(FILE *out, const void *table)
+{
+    const bench_table *t = table;
+    return bench_csv_write(out, t->rows, t->nrows);
+}

@@ -1,7 +1,10 @@
 /* bench_sweep.c: the configurations of `ringattn bench` measured in
  * order (bench_sweep.h). */
+#include <stdlib.h>
+
 #include "agree.h"
 #include "bench_sweep.h"
+#include "call.h"
 #include "model.h"
 #include "score_features.h"
 
@@ -12,6 +15,51 @@ ra_shape bench_sweep_shape(const bench_sweep *w, int i)
     if (!w->seq_kv_fixed)
         s.M = s.N;
     return s;
+}
+
+ra_status bench_logits_make(MPI_Comm comm, const bench_sweep *w, int64_t A,
+                            ra_params *p, bench_logits *m)
+{
+    ra_status st = w->sinks ? bench_sinks_make(comm, w->gen.seed,
+                                               w->shape.H, &m->sinks)
+                            : RA_OK;
+    p->num.sinks = m->sinks;
+    if (st != RA_OK || p->num.score != RA_SCORE_ADDITIVE)
+        return st;
+    st = bench_additive_make(comm, w->gen.seed, A, w->shape.D,
+                             &m->additive_mem, &m->additive);
+    p->num.additive = &m->additive;
+    return st;
+}
+
+void bench_logits_free(bench_logits *m)
+{
+    free(m->sinks);
+    free(m->additive_mem);
+}
+
+ra_status bench_sweep_plan(const plan_job *j, bench_sweep *w, FILE *err)
+{
+    ra_status st = RA_OK;
+    for (int i = 0; i < w->nseq && st == RA_OK && w->which != BENCH_ALL;
+         i++) {
+        const ra_shape s = bench_sweep_shape(w, i);
+        ra_params p = *w->gen.p;
+        model_result pick;
+        int unusable = 0;
+        if (w->which == BENCH_AUTO &&
+            (st = plan_job_pick(j, &s, &p, NULL, w->profile, &pick,
+                                &unusable)) == RA_OK) {
+            w->picked[i] = (int)pick.strategy;
+            w->predicted[i] = pick.t_total;
+        }
+        if (unusable && err)
+            plan_auto_warning(err);
+        if (st == RA_OK)
+            st = ra_call_strategy_check(j->comm, &s, &p,
+                                        w->gen.segment_avg > 0);
+    }
+    return st;
 }
 
 ra_status bench_naive_check(const bench_sweep *w)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "bench_run.h"
+#include "plan_run.h"
 
 enum { BENCH_MAX_SEQS = 64 };
 
@@ -45,6 +46,28 @@ typedef struct {
     bench_place place;
     bench_alloc ops;
 } bench_sweep;
+
+/* The random logits inputs of a run: H sinks (as gen --sinks), the
+ * additive score's weights (bench_additive_make). */
+typedef struct {
+    float *sinks, *additive_mem;
+    ra_additive additive;
+} bench_logits;
+
+/* w's random inputs besides q, k, v, from w->gen.seed: its sinks when
+ * w->sinks, the additive score's weights of A hidden units when p's score
+ * is additive; into *m, with p->num.sinks and p->num.additive pointing
+ * into it (bench_logits_free releases it). Collective. */
+ra_status bench_logits_make(MPI_Comm comm, const bench_sweep *w, int64_t A,
+                            ra_params *p, bench_logits *m);
+void bench_logits_free(bench_logits *m);
+
+/* BENCH_AUTO: the plan's pick per length for job j (plan_job_pick) into
+ * w->picked and w->predicted; a profile that cannot predict the job: the
+ * ring, and one warning line on err (NULL: none, on ranks but 0). Unless
+ * BENCH_ALL, the ranks then agree that each length's strategy takes its
+ * problem (ra_call_strategy_check). Collective. */
+ra_status bench_sweep_plan(const plan_job *j, bench_sweep *w, FILE *err);
 
 /* The problem of length i. */
 ra_shape bench_sweep_shape(const bench_sweep *w, int i);

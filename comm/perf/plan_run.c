@@ -28,7 +28,10 @@ model_alloc plan_alloc(const perf_plan *w, int64_t P, int64_t K)
                          .core_rate = rate};
 }
 
-void plan_links(perf_plan *w, double rate, double latency)
+/* The links between nodes: w->pl's when w->pl.nodes > 0, or rate
+ * (bits/s) and latency (s) in place of the profile's (0: kept); the
+ * collectives between nodes then share that link. */
+static void plan_links(perf_plan *w, double rate, double latency)
 {
     const int pl = w->pl.nodes > 0;
     if (pl)
@@ -44,7 +47,10 @@ void plan_links(perf_plan *w, double rate, double latency)
     w->links_given = pl || rate > 0 || latency > 0;
 }
 
-ra_status plan_platform_fit(perf_plan *w)
+/* A plan on the platform of file w->platform, read into w->pl: its
+ * nodes' cores, and by default (w->nodes 0) one rank per node up to its
+ * nodes. */
+static ra_status plan_platform_fit(perf_plan *w)
 {
     char why[512];
     const ra_platform *pl = &w->pl;
@@ -67,18 +73,6 @@ ra_status plan_platform_fit(perf_plan *w)
     return RA_OK;
 }
 
-ra_status plan_profile_fits(const perf_plan *w)
-{
-    const profile_kernel_key key = profile_key_of(&w->p, w->s.D, w->s.Dv);
-    ra_status st = RA_OK;
-    for (int i = -1; i < 2 * w->nsweep && st == RA_OK; i += i < 0 ? 1 : 2) {
-        const plan_point at = plan_point_of(w, i);
-        const model_alloc al = plan_alloc(w, at.ranks, at.nodes);
-        st = model_profile_check(w->profile, &w->pf, &al, &key, w->with_io);
-    }
-    return st;
-}
-
 plan_point plan_point_of(const perf_plan *w, int i)
 {
     if (i < 0)
@@ -92,6 +86,40 @@ plan_point plan_point_of(const perf_plan *w, int i)
         at.s.M = at.s.M * K / w->sweep[0];
     }
     return at;
+}
+
+/* Whether w's profile can time every allocation the plan predicts. */
+static ra_status plan_profile_fits(const perf_plan *w)
+{
+    const profile_kernel_key key = profile_key_of(&w->p, w->s.D, w->s.Dv);
+    ra_status st = RA_OK;
+    for (int i = -1; i < 2 * w->nsweep && st == RA_OK; i += i < 0 ? 1 : 2) {
+        const plan_point at = plan_point_of(w, i);
+        const model_alloc al = plan_alloc(w, at.ranks, at.nodes);
+        st = model_profile_check(w->profile, &w->pf, &al, &key, w->with_io);
+    }
+    return st;
+}
+
+ra_status plan_fit(perf_plan *w, int64_t P, int64_t K, double rate,
+                   double latency, int timed)
+{
+    ra_status st = RA_OK;
+    if (w->ranks == 0)
+        w->ranks = P;
+    if (w->platform)
+        st = plan_platform_fit(w);
+    if (st == RA_OK && w->nodes == 0)
+        w->nodes = w->ranks == P ? K : 1;
+    if (st == RA_OK && w->nodes > w->ranks)
+        st = ra_error_set(RA_ERR_ARG, "--nodes: %lld nodes for %lld ranks "
+                          "(at least one rank per node)",
+                          (long long)w->nodes, (long long)w->ranks);
+    if (st == RA_OK)
+        st = profile_load(w->profile, &w->pf);
+    if (st == RA_OK)
+        plan_links(w, rate, latency);
+    return st == RA_OK && timed ? plan_profile_fits(w) : st;
 }
 
 ra_status plan_evaluate(perf_plan *w)

@@ -44,22 +44,20 @@ typedef struct {
 /* The allocation of P ranks on K nodes (fake nodes share w->cores). */
 model_alloc plan_alloc(const perf_plan *w, int64_t P, int64_t K);
 
-/* The links between nodes: w->pl's when w->pl.nodes > 0, or rate
- * (bits/s) and latency (s) in place of the profile's (0: kept); the
- * collectives between nodes then share that link (their measured rates
- * are another machine's). */
-void plan_links(perf_plan *w, double rate, double latency);
-
-/* A plan on the platform of file w->platform, read into w->pl: its
- * nodes' cores, and by default (w->nodes 0) one rank per node up to its
- * nodes, as ringattn-sim places ranks; RA_ERR_INPUT when the file cannot
- * be read, RA_ERR_ARG when the job or the sweep asks for more nodes than
- * it has, or the ranks for more cores. */
-ra_status plan_platform_fit(perf_plan *w);
-
-/* Whether w's profile can time every allocation the plan predicts, the
- * job's and each of the sweep: RA_OK, or RA_ERR_INPUT naming the file. */
-ra_status plan_profile_fits(const perf_plan *w);
+/* The job and the rates of plan w, whose options are set (0: not
+ * given): by default the ranks P of the running job and, when they are
+ * P, its K nodes (else 1); on platform w->platform, its cluster read into
+ * w->pl, its nodes' cores, and by default one rank per node up to its
+ * nodes, as ringattn-sim places ranks; the profile w->profile loaded, the
+ * links between nodes the platform's or rate (bits/s) and latency (s) in
+ * place of the profile's (0: kept), and the collectives between nodes
+ * then sharing that link (their measured rates are another machine's).
+ * With timed, whether the profile can time every allocation the plan
+ * predicts, the job's and each of the sweep. RA_ERR_ARG naming the
+ * option (more nodes than ranks, or than the platform has; more ranks
+ * than its cores), RA_ERR_INPUT naming the file. Not collective. */
+ra_status plan_fit(perf_plan *w, int64_t P, int64_t K, double rate,
+                   double latency, int timed);
 
 /* Point i of a plan: -1 the job, else the sweep's (i / 2: its node count;
  * odd: weak scaling, N and M grown with the nodes from the first count). */
@@ -100,6 +98,9 @@ void plan_pick_write(FILE *out, const model_result *pick,
 /* One warning line when the profile read from path (NULL: the built-in
  * one, no warning) was probed oversubscribed. */
 void plan_profile_warning(FILE *err, const char *path, const ra_profile *pf);
+/* The warning line of plan_job_pick's unusable profile (its message):
+ * `--strategy auto` runs the ring. */
+void plan_auto_warning(FILE *err);
 
 /* A running job as `--strategy auto` sees it: its communicator, this
  * rank's node, how many nodes, and a number naming this rank's machine

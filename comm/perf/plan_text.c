@@ -209,3 +209,9 @@ void plan_profile_warning(FILE *err, const char *path, const ra_profile *pf)
             "core\n", path);
     fflush(err);
 }
+
+void plan_auto_warning(FILE *err)
+{
+    fprintf(err, "ringattn: warning: --strategy auto: %s; running the "
+            "ring\n", ra_error_message());
+}

@@ -53,18 +53,17 @@ void probe_collectives(const probe_comms *c, ra_profile *p);
  * (comma-separated, on rank 0), the allocation's sizes. */
 void probe_machine(const probe_comms *c, ra_profile *p);
 
-/* What probe is asked to measure the kernel at: scores (ra_score),
- * engines (ra_gemm, none auto) and precisions (ra_precision), each once. */
-typedef struct {
-    int score[8], engine[8], precision[8];
-    int nscores, nengines, nprec;
-} probe_kinds;
-
-/* The kernel rates of head dim D (= Dv) asked for, appended to p: every
- * score, engine, precision and tile class of k (the additive score in
- * fp32 only: its scores are not tile products, and bf16 does not change
- * them). 0, or -1 when they pass PROFILE_MAX_RATES. */
-int probe_rates_ask(ra_profile *p, int64_t D, const probe_kinds *k);
+/* The kernel rates probe is asked for, into p->rate (probe_ask.c): every
+ * head dim of dims (D = Dv) with every score, engine and precision of the
+ * comma lists scores, gemms and precisions (the library's names, each
+ * once; the engine auto: RINGATTN_GEMM's, else this build's) and every
+ * tile class; the additive score in fp32 only (its scores are not tile
+ * products, and bf16 does not change them). RA_ERR_ARG naming the
+ * option: an unknown name, an engine this build lacks, more than
+ * PROFILE_MAX_RATES rates, or none. */
+ra_status probe_rates_parse(ra_profile *p, const int64_t *dims, int ndims,
+                            const char *scores, const char *gemms,
+                            const char *precisions);
 
 /* Every measurement but the I/O's into p, whose rates p->rate are those
  * asked for, in about seconds in all: the machine, the kernel rates, the

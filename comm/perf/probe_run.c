@@ -1,5 +1,5 @@
-/* probe_run.c: the rates `ringattn probe` is asked for, its measurements
- * in order and each kernel rate's yardsticks (probe.h). */
+/* probe_run.c: the measurements of `ringattn probe` in order and each
+ * kernel rate's yardsticks (probe.h). */
 #include <string.h>
 
 #include "bench_measure.h"
@@ -9,27 +9,6 @@ enum {
     PROBE_COMM_ITEMS = 10, /* two links, six collectives, the I/O, the
                               fixed costs */
 };
-
-int probe_rates_ask(ra_profile *p, int64_t D, const probe_kinds *k)
-{
-    const int per = k->nengines * k->nprec * PROFILE_CLASSES;
-    for (int i = 0; i < k->nscores * per; i++) {
-        const ra_score sc = (ra_score)k->score[i / per];
-        const ra_precision pr =
-            (ra_precision)k->precision[i / PROFILE_CLASSES % k->nprec];
-        const int e = i / (k->nprec * PROFILE_CLASSES) % k->nengines;
-        if (sc == RA_SCORE_ADDITIVE && pr != RA_PRECISION_FP32)
-            continue;
-        if (p->nrates == PROFILE_MAX_RATES)
-            return -1;
-        profile_rate *r = &p->rate[p->nrates++];
-        *r = (profile_rate){D, D, sc, (ra_gemm)k->engine[e], "",
-                            (profile_class)(i % PROFILE_CLASSES), 0.0};
-        snprintf(r->precision, sizeof r->precision, "%s",
-                 ra_precision_name(pr));
-    }
-    return 0;
-}
 
 ra_status probe_run(MPI_Comm comm, const ra_nodes *nodes, double seconds,
                     ra_profile *p)
