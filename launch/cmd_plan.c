@@ -1,14 +1,14 @@
 /* cmd_plan.c: `ringattn plan`: what a forward pass would cost before it
  * runs. The problem comes from an input file's schema (and its masks) or
  * from gen's shape flags; the allocation from --ranks, --nodes, --threads
- * (or the running mpirun's); the rates from a machine profile. Prints, per
- * strategy, whether it applies, the predicted time in parts, peak memory
- * and bytes per rank, and names the fastest. parse -> validate -> set up
- * -> predict -> report; rank 0 alone prints. */
+ * (or the running mpirun's); the rates from a machine profile. Rank 0
+ * alone prints (comm/perf/plan_text.c), per strategy, whether it applies,
+ * the predicted time in parts, peak memory and bytes per rank, and names
+ * the fastest. parse -> validate -> set up (comm/perf/plan_run.c) ->
+ * predict -> report. */
 #include <stdlib.h>
 
 #include "agree.h"
-#include "bench_check.h"
 #include "plan.h"
 
 typedef struct {
@@ -105,22 +105,14 @@ static const cli_spec plan_spec = {
  * bench makes them. */
 static ra_status plan_masks(plan_opts *o)
 {
-    const ra_shape *s = &o->w.s;
-    const ra_slice qall = {1, {{0, s->N, 1}}, s->N};
-    const ra_slice kall = {1, {{0, s->M, 1}}, s->M};
-    ra_status st = RA_OK;
-    if (o->w.in) {
-        st = ra_h5_read_masks(MPI_COMM_SELF, o->w.in, &o->src, s,
-                              RA_LAYOUT_CONTIGUOUS, NULL, &o->h5m);
-        o->w.mk = (model_masks){o->h5m.q_lens, o->h5m.kv_lens,
-                                o->h5m.q_segments, o->h5m.kv_segments};
-        return st;
-    }
-    const bench_gen gen = {.seed = (uint64_t)o->seed, .lens = o->rm.lens,
-                           .segment_avg = o->rm.segment_avg};
-    st = bench_masks_make(&gen, s, &qall, &kall, &o->bm);
-    o->w.mk = (model_masks){o->bm.q_lens, o->bm.kv_lens, o->bm.q_seg,
-                            o->bm.kv_seg};
+    if (!o->w.in)
+        return plan_masks_random(&o->w, (uint64_t)o->seed, o->rm.lens,
+                                 o->rm.segment_avg, &o->bm);
+    const ra_status st = ra_h5_read_masks(MPI_COMM_SELF, o->w.in, &o->src,
+                                          &o->w.s, RA_LAYOUT_CONTIGUOUS, NULL,
+                                          &o->h5m);
+    o->w.mk = (model_masks){o->h5m.q_lens, o->h5m.kv_lens, o->h5m.q_segments,
+                            o->h5m.kv_segments};
     return st;
 }
 

@@ -1,6 +1,7 @@
 /* cmd_probe.c: `ringattn probe`: measure the machine profile the
  * performance model predicts from (comm/perf/profile.h), print it as a
- * table and write it as JSON. parse -> validate -> measure (comm/perf/
+ * table (comm/perf/probe_text.c) and write it as JSON. parse -> validate
+ * (the rates asked, comm/perf/probe_ask.c) -> measure (comm/perf/
  * probe_run.c, and the I/O rates here) -> report; `--show FILE` reads a
  * profile back instead of measuring. */
 #include <stdio.h>

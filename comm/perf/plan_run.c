@@ -122,6 +122,19 @@ ra_status plan_fit(perf_plan *w, int64_t P, int64_t K, double rate,
     return st == RA_OK && timed ? plan_profile_fits(w) : st;
 }
 
+ra_status plan_masks_random(perf_plan *w, uint64_t seed, int lens,
+                            int64_t segment_avg, bench_masks *bm)
+{
+    const ra_shape *s = &w->s;
+    const ra_slice qall = {1, {{0, s->N, 1}}, s->N};
+    const ra_slice kall = {1, {{0, s->M, 1}}, s->M};
+    const bench_gen gen = {.seed = seed, .lens = lens,
+                           .segment_avg = segment_avg};
+    const ra_status st = bench_masks_make(&gen, s, &qall, &kall, bm);
+    w->mk = (model_masks){bm->q_lens, bm->kv_lens, bm->q_seg, bm->kv_seg};
+    return st;
+}
+
 ra_status plan_evaluate(perf_plan *w)
 {
     const double t0 = MPI_Wtime();

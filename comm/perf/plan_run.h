@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 
+#include "bench_check.h"
 #include "model.h"
 #include "platform.h"
 
@@ -58,6 +59,13 @@ model_alloc plan_alloc(const perf_plan *w, int64_t P, int64_t K);
  * than its cores), RA_ERR_INPUT naming the file. Not collective. */
 ra_status plan_fit(perf_plan *w, int64_t P, int64_t K, double rate,
                    double latency, int timed);
+
+/* The random masks of plan w's problem in natural order, as bench makes
+ * them from seed (padding lengths with lens, packed sequences of mean
+ * length segment_avg, 0: none), into *bm (the caller frees it with
+ * bench_masks_free) and w->mk. RA_ERR_NOMEM when out of memory. */
+ra_status plan_masks_random(perf_plan *w, uint64_t seed, int lens,
+                            int64_t segment_avg, bench_masks *bm);
 
 /* Point i of a plan: -1 the job, else the sweep's (i / 2: its node count;
  * odd: weak scaling, N and M grown with the nodes from the first count). */
