@@ -44,6 +44,48 @@ static ra_status head_share(h5io_resume *k, ra_status st)
     return RA_OK;
 }
 
+/* ra_checkpoint.ask: a stop once the caller says one was asked, a save
+ * once the period has passed. */
+static int resume_ask(void *arg, int done, int total)
+{
+    const h5io_resume *k = arg;
+    (void)done;
+    (void)total;
+    if (k->stop && k->stop())
+        return RA_CKPT_STOP;
+    return MPI_Wtime() - k->last >= k->every ? RA_CKPT_SAVE : RA_CKPT_GO_ON;
+}
+
+/* ra_checkpoint.save: state to DIR/checkpoint.h5, the caller told before
+ * and after. */
+static ra_status resume_save(void *arg, const ra_state *state)
+{
+    h5io_resume *k = arg;
+    const h5io_ckpt_meta meta = {k->key, k->fingerprint, k->tuning};
+    const double t0 = MPI_Wtime();
+    if (k->saving)
+        k->saving(k, NULL, 0.0, 0.0);
+    const ra_status st = h5io_ckpt_write(k->comm, k->path, &meta, state);
+    k->last = MPI_Wtime();
+    double bytes = 0;
+    for (int i = 0; i < state->nparts; i++)
+        bytes += 4.0 * (double)state->part[i].count;
+    if (st == RA_OK) {
+        k->saved++;
+        k->step = state->step;
+    }
+    if (k->saving)
+        k->saving(k, st == RA_OK ? state : NULL, bytes, k->last - t0);
+    return st;
+}
+
+/* ra_checkpoint.load: state from the resumed checkpoint. */
+static ra_status resume_load(void *arg, ra_state *state)
+{
+    h5io_resume *k = arg;
+    return h5io_ckpt_read(k->comm, k->from, k->tuning, state);
+}
+
 ra_status h5io_resume_begin(h5io_resume *k, const char *dir, double every,
                             const char *resume)
 {
@@ -61,6 +103,7 @@ ra_status h5io_resume_begin(h5io_resume *k, const char *dir, double every,
         st = resume_check(k, resume);
     st = resume ? head_share(k, st) : ra_agree(k->comm, st);
     k->last = MPI_Wtime();
+    k->hooks = (ra_checkpoint){resume_ask, resume_save, NULL, k};
     return st;
 }
 
@@ -120,9 +163,8 @@ ra_status h5io_resume_key(h5io_resume *k, const ra_shape *s,
     return ra_agree(k->comm, st);
 }
 
-ra_status h5io_resume_arm(h5io_resume *k, const char *fp, int *load)
+ra_status h5io_resume_arm(h5io_resume *k, const char *fp)
 {
-    *load = 0;
     if (!k->dir)
         return RA_OK;
     k->fingerprint = fp;
@@ -135,34 +177,9 @@ ra_status h5io_resume_arm(h5io_resume *k, const char *fp, int *load)
         st = ra_error_set(RA_ERR_INPUT, "--resume %s: the checkpoint is of "
                           "other input data: %s", k->dir, why);
     }
-    *load = k->head.key[0] != '\0';
+    if (k->head.key[0])
+        k->hooks.load = resume_load;
     return ra_agree(k->comm, st);
-}
-
-int h5io_resume_due(const h5io_resume *k)
-{
-    return MPI_Wtime() - k->last >= k->every;
-}
-
-ra_status h5io_resume_save(h5io_resume *k, const ra_state *state,
-                           double *bytes)
-{
-    const h5io_ckpt_meta meta = {k->key, k->fingerprint, k->tuning};
-    const ra_status st = h5io_ckpt_write(k->comm, k->path, &meta, state);
-    k->last = MPI_Wtime();
-    *bytes = 0;
-    for (int i = 0; i < state->nparts; i++)
-        *bytes += 4.0 * (double)state->part[i].count;
-    if (st == RA_OK) {
-        k->saved++;
-        k->step = state->step;
-    }
-    return st;
-}
-
-ra_status h5io_resume_load(h5io_resume *k, ra_state *state)
-{
-    return h5io_ckpt_read(k->comm, k->from, k->tuning, state);
 }
 
 void h5io_resume_end(const h5io_resume *k, ra_status st)

@@ -13,7 +13,7 @@
 #include "checkpoint.h"
 
 /* One pass's checkpoints, from h5io_resume_begin to h5io_resume_end. */
-typedef struct {
+typedef struct h5io_resume {
     MPI_Comm comm;
     int rank, nranks;
     const ra_h5_tuning *tuning;
@@ -28,12 +28,21 @@ typedef struct {
     const char *fingerprint; /* of the input read (the caller's) */
     double last;             /* MPI_Wtime of the start or the last save */
     int saved, step;         /* checkpoints written, the last one's step */
+    ra_checkpoint hooks;     /* the library's, on this pass (arg: k) */
+    /* the caller's: whether a stop was asked (NULL: never); told of a
+     * save before it (state NULL) and after it (state NULL when it
+     * failed), or NULL */
+    int (*stop)(void);
+    void (*saving)(const struct h5io_resume *k, const ra_state *state,
+                   double bytes, double seconds);
 } h5io_resume;
 
-/* Before any work, k's comm, rank, nranks, tuning and pass filled: saves
- * go to dir, else to resume's directory (NULL both: nothing to do); the
- * directory checked as an output's, resume's checkpoint read and checked
- * against the pass and P (RA_ERR_ARG naming what differs). Agreed. */
+/* Before any work, k's comm, rank, nranks, tuning, pass, stop and saving
+ * filled: saves go to dir, else to resume's directory (NULL both: nothing
+ * to do); the directory checked as an output's, resume's checkpoint read
+ * and checked against the pass and P (RA_ERR_ARG naming what differs).
+ * k->hooks then ask for a stop when k->stop says so and for a save every
+ * `every` seconds, and save. Agreed. */
 ra_status h5io_resume_begin(h5io_resume *k, const char *dir, double every,
                             const char *resume);
 
@@ -44,18 +53,9 @@ ra_status h5io_resume_key(h5io_resume *k, const ra_shape *s,
                           const ra_params *p, const ra_masks *masks, int dw);
 
 /* After the input is read and fingerprinted (fp, kept by the caller):
- * RA_ERR_INPUT when the resumed checkpoint's input differs; *load is 1
- * when the hooks load from it. Agreed. */
-ra_status h5io_resume_arm(h5io_resume *k, const char *fp, int *load);
-
-/* Whether the period since the start or the last save has passed. */
-int h5io_resume_due(const h5io_resume *k);
-
-/* The hooks' save and load: state to DIR/checkpoint.h5 (its bytes per
- * rank in *bytes), or state from the resumed one. Collective. */
-ra_status h5io_resume_save(h5io_resume *k, const ra_state *state,
-                           double *bytes);
-ra_status h5io_resume_load(h5io_resume *k, ra_state *state);
+ * RA_ERR_INPUT when the resumed checkpoint's input differs; the hooks
+ * then load from it. Agreed. */
+ra_status h5io_resume_arm(h5io_resume *k, const char *fp);
 
 /* After a pass that succeeded (its outputs published): the checkpoint
  * removed (rank 0), nothing being left to resume. */

@@ -208,7 +208,7 @@ static ra_status pass_compute(const cli_ctx *ctx, cli_pass *r,
                           why);
     }
     if (st == RA_OK)
-        st = cli_ckpt_arm(&r->ckpt, r->j.fingerprint);
+        st = h5io_resume_arm(&r->ckpt, r->j.fingerprint);
     r->t_read = MPI_Wtime() - t0;
     progress_start(p);
     if (st == RA_OK && (st = h5io_pass_call(&r->j, p)) != RA_OK &&
@@ -231,7 +231,7 @@ int cli_pass_main(const cli_ctx *ctx, const cli_pass_driver *drv, void *opts,
     r->d.s = r->j.s;
     r->d.layout_auto = r->j.layout_auto;
     if (st == RA_OK)
-        st = h5io_resume_key(&r->ckpt.r, &r->j.s, p, &r->j.masks.view, 0);
+        st = h5io_resume_key(&r->ckpt, &r->j.s, p, &r->j.masks.view, 0);
     if (st == RA_OK) {
         cli_pass_echo(ctx, &r->d, p);
         st = drv->print ? drv->print(ctx, opts, r) : RA_OK;

@@ -59,7 +59,7 @@ ra_status cli_pass_inputs(const cli_ctx *ctx, cli_pass_data *d, h5io_pass *j,
 typedef struct {
     cli_pass_data d;
     h5io_pass j;
-    cli_ckpt ckpt;              /* --checkpoint, --resume (none: zeroed) */
+    h5io_resume ckpt;           /* --checkpoint, --resume (none: zeroed) */
     double t_read, t_total;     /* the read (with the checkpoint's check),
                                    the read to the output written */
 } cli_pass;

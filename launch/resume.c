@@ -1,6 +1,6 @@
 /* resume.c: checkpoints of run and run --backward (resume.h): the
- * options, the signals that ask for a stop, and the library's hooks on
- * io/ckpt_pass.c. */
+ * options, the signals that ask for a stop, and what is printed of each
+ * save (the hooks are io/ckpt_pass.c's). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -104,84 +104,53 @@ static void signals_release(void)
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
-/* ra_checkpoint.ask: a stop once a signal came, a save once the period
- * has passed. */
-static int hook_ask(void *arg, int done, int total)
+/* Told of a save by the hooks: the write is progress of its own; rank 0
+ * prints each one that worked (its part stands for all). */
+static void ckpt_saving(const h5io_resume *k, const ra_state *state,
+                        double bytes, double sec)
 {
-    const cli_ckpt *k = arg;
-    (void)done;
-    (void)total;
-    if (stop_asked())
-        return RA_CKPT_STOP;
-    return h5io_resume_due(&k->r) ? RA_CKPT_SAVE : RA_CKPT_GO_ON;
-}
-
-static ra_status hook_save(void *arg, const ra_state *state)
-{
-    cli_ckpt *k = arg;
-    const double t0 = MPI_Wtime();
-    double bytes;
-    cli_watchdog_beat(); /* the write is progress of its own */
-    const ra_status st = h5io_resume_save(&k->r, state, &bytes);
     cli_watchdog_beat();
-    const double sec = k->r.last - t0;
-    if (st == RA_OK && k->r.rank == 0) /* rank 0's part stands for all */
+    if (state && k->rank == 0)
         printf("# checkpoint at step %d of %d: %.1f MB per rank in %.3f s "
                "(%.2f GB/s over %d ranks), %s\n", state->step, state->steps,
-               bytes * 1e-6, sec, bytes * k->r.nranks / sec * 1e-9,
-               k->r.nranks, k->r.path);
-    return st;
-}
-
-static ra_status hook_load(void *arg, ra_state *state)
-{
-    cli_ckpt *k = arg;
-    return h5io_resume_load(&k->r, state);
+               bytes * 1e-6, sec, bytes * k->nranks / sec * 1e-9, k->nranks,
+               k->path);
 }
 
 ra_status cli_ckpt_begin(const cli_ctx *ctx, const cli_ckpt_args *a,
-                         const char *pass, cli_ckpt *k, ra_params *p)
+                         const char *pass, h5io_resume *k, ra_params *p)
 {
-    *k = (cli_ckpt){.r = {.comm = ctx->comm, .rank = ctx->rank,
-                          .nranks = ctx->nranks, .tuning = &ctx->tuning,
-                          .pass = pass}};
+    *k = (h5io_resume){.comm = ctx->comm, .rank = ctx->rank,
+                       .nranks = ctx->nranks, .tuning = &ctx->tuning,
+                       .pass = pass, .stop = stop_asked,
+                       .saving = ckpt_saving};
     const ra_status st = h5io_resume_begin(
-        &k->r, a->dir, a->dir ? a->every : CLI_CKPT_EVERY_DEFAULT, a->resume);
-    if (st == RA_OK && k->r.dir) {
+        k, a->dir, a->dir ? a->every : CLI_CKPT_EVERY_DEFAULT, a->resume);
+    if (st == RA_OK && k->dir) {
         ckpt_signal = 0;
         signals_catch();
-        k->hooks = (ra_checkpoint){hook_ask, hook_save, NULL, k};
         p->exec.checkpoint = &k->hooks;
     }
     return st;
 }
 
-ra_status cli_ckpt_arm(cli_ckpt *k, const char *fp)
+ra_status cli_ckpt_end(h5io_resume *k, ra_status st)
 {
-    int load;
-    const ra_status st = h5io_resume_arm(&k->r, fp, &load);
-    if (load)
-        k->hooks.load = hook_load;
-    return st;
-}
-
-ra_status cli_ckpt_end(cli_ckpt *k, ra_status st)
-{
-    if (!k->r.dir)
+    if (!k->dir)
         return st;
     if (st == RA_OK) {
         /* the outputs are whole and the checkpoint goes: a stop asked from
          * now until the process exits has nothing left to stop, and stays
          * caught (it killed a finished run, whose --resume then found no
          * checkpoint) */
-        h5io_resume_end(&k->r, st);
+        h5io_resume_end(k, st);
         return st;
     }
     signals_release();
     if (st == RA_STOPPED)
         return ra_error_set(RA_STOPPED, "run: stopped as a signal asked, "
                             "checkpoint of the %s pass at step %d in %s; "
-                            "continue with --resume %s", k->r.pass, k->r.step,
-                            k->r.path, k->r.dir);
+                            "continue with --resume %s", k->pass, k->step,
+                            k->path, k->dir);
     return st;
 }

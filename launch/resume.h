@@ -1,8 +1,8 @@
 /* resume.h: checkpoints of run and run --backward (docs/CHECKPOINT.md):
  * the options --checkpoint DIR[,S] and --resume DIR, the signals that ask
  * for a checkpoint and a stop (SIGUSR1, SIGTERM), and the library's hooks
- * (ringattn.h, ra_checkpoint) on io/ckpt_pass.h, which checks, saves and
- * loads DIR/checkpoint.h5. */
+ * (ringattn.h, ra_checkpoint) of io/ckpt_pass.h, which check, save and
+ * load DIR/checkpoint.h5. */
 #ifndef RA_RESUME_H
 #define RA_RESUME_H
 
@@ -21,23 +21,14 @@ typedef struct {
 } cli_ckpt_args;
 extern const cli_opt cli_ckpt_opts[];
 
-/* One run's checkpoints, from cli_ckpt_begin to cli_ckpt_end. */
-typedef struct {
-    h5io_resume r;
-    ra_checkpoint hooks;
-} cli_ckpt;
-
 /* In the validate step, before any work: h5io_resume_begin of the pass
- * ("forward" or "backward"), the handlers of SIGUSR1 and SIGTERM
- * installed (they ask for a stop at the next step boundary), p->checkpoint
- * pointed at k's hooks (the library refuses what takes no checkpoints).
- * Agreed. Nothing when neither option is given. */
+ * ("forward" or "backward") into k (a stop asked by a signal, each save
+ * printed), the handlers of SIGUSR1 and SIGTERM installed (they ask for a
+ * stop at the next step boundary), p->checkpoint pointed at k's hooks
+ * (the library refuses what takes no checkpoints). Agreed. Nothing when
+ * neither option is given. */
 ra_status cli_ckpt_begin(const cli_ctx *ctx, const cli_ckpt_args *a,
-                         const char *pass, cli_ckpt *k, ra_params *p);
-
-/* After the input is read and fingerprinted (fp, kept by the caller):
- * h5io_resume_arm, the hooks then loading from --resume's checkpoint. */
-ra_status cli_ckpt_arm(cli_ckpt *k, const char *fp);
+                         const char *pass, h5io_resume *k, ra_params *p);
 
 /* After the pass: a stop (RA_STOPPED) becomes one line naming the
  * checkpoint and how to continue (exit CLI_EXIT_CHECKPOINTED); on success
@@ -45,6 +36,6 @@ ra_status cli_ckpt_arm(cli_ckpt *k, const char *fp);
  * stop signal is caught and ignored until the process exits (the run is
  * done); otherwise the signals get their usual handlers back. Returns
  * st. */
-ra_status cli_ckpt_end(cli_ckpt *k, ra_status st);
+ra_status cli_ckpt_end(h5io_resume *k, ra_status st);
 
 #endif /* RA_RESUME_H */
