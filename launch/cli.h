@@ -426,18 +426,6 @@ int cli_fail_status(const cli_ctx *ctx, ra_status st);
 /* Maps a library status to an exit code. */
 int cli_exit_code(ra_status st);
 
-/* Prints the parameter table of a forward pass from rank 0, '#'-commented;
- * p->layout is the resolved one, layout_auto says it was chosen. */
-void cli_print_params(const cli_ctx *ctx, const ra_shape *s,
-                      const ra_params *p, int layout_auto, const char *in,
-                      const char *out);
-
-/* Continues the parameter table: the datasets q, k, v were read from, the
- * axis order each was read in (used), and the order of datasets without
- * an axes attribute (src->axes). */
-void cli_print_source(const cli_ctx *ctx, const ra_h5_source *src,
-                      const ra_axes used[3]);
-
 /* `ringattn --version`: the version and the build's BLAS, MPI, HDF5 and the
  * SIMD path of the exp, from rank 0. */
 int cli_version(const cli_ctx *ctx);

@@ -324,11 +324,29 @@ static ra_status run_report(const cli_ctx *ctx, void *opts, cli_pass *r)
     return st;
 }
 
+/* Continues the parameter table: the datasets q, k, v were read from, the
+ * axis order each was read in (used), and the order of datasets without
+ * an axes attribute (src->axes). */
+static void print_source(const cli_ctx *ctx, const ra_h5_source *src,
+                         const ra_axes used[3])
+{
+    if (ctx->rank != 0)
+        return;
+    const char *names[3] = {src->q ? src->q : "/q", src->k ? src->k : "/k",
+                            src->v ? src->v : "/v"};
+    printf("# %-10s %s (%s), %s (%s), %s (%s)\n", "inputs", names[0],
+           ra_axes_name(used[0]), names[1], ra_axes_name(used[1]), names[2],
+           ra_axes_name(used[2]));
+    printf("# %-10s %s (datasets without an axes attribute)\n",
+           "qkv-layout", h5io_qkv_layout_name(src->axes));
+    fflush(stdout);
+}
+
 /* What run prints after the parameter table. */
 static ra_status run_print(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
     run_opts *o = opts;
-    cli_print_source(ctx, &o->src, r->j.axes);
+    print_source(ctx, &o->src, r->j.axes);
     if (o->picked)
         plan_pick_print(ctx, &o->pick, o->profile);
     progress_setup(ctx, &o->prog, &r->d.s, &o->p, o->profile);

@@ -1,4 +1,5 @@
-/* driver.c: the phases around the pass drivers and the data they share. */
+/* driver.c: the phases around the pass drivers, the parameter table they
+ * print, and the one driver of a pass from files (cli_pass_main). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include "agree.h"
 #include "call.h"
 #include "driver.h"
+#include "gemm_env.h"
 #include "internal.h"
 #include "placement.h"
 #include "plan.h"
@@ -70,6 +72,78 @@ ra_status cli_pass_inputs(const cli_ctx *ctx, cli_pass_data *d, h5io_pass *j,
         st = mine;
     st = ra_agree(ctx->comm, st);
     return st == RA_OK ? h5io_pass_inputs(j, p) : st;
+}
+
+static void print_score(const ra_shape *s, const ra_params *p)
+{
+    if (p->num.score == RA_SCORE_DOT)
+        printf("# %-10s dot, scale %.9g%s\n", "score", ra_params_scale(p, s),
+               isnan(p->num.scale) ? " (1/sqrt(D))" : "");
+    else if (p->num.score == RA_SCORE_GAUSSIAN)
+        printf("# %-10s gaussian, -||q - k||^2 / (2 sigma^2), sigma %.9g\n",
+               "score", p->num.sigma);
+    else
+        printf("# %-10s additive, w_v . tanh(W_q q + W_k k), A = %lld\n",
+               "score", (long long)(p->num.additive ? p->num.additive->A : 0));
+}
+
+/* The parameter table of a pass from rank 0, '#'-commented; p->layout is
+ * the resolved one, layout_auto says it was chosen. */
+static void print_params(const cli_ctx *ctx, const ra_shape *s,
+                         const ra_params *p, int layout_auto, const char *in,
+                         const char *out)
+{
+    if (ctx->rank != 0)
+        return;
+    int64_t bq, bkv;
+    ra_params_tiles(p, s, &bq, &bkv);
+    printf("# ringattn %s\n", RA_VERSION_STRING);
+    if (in)
+        printf("# %-10s %s\n", "input", in);
+    if (out)
+        printf("# %-10s %s\n", "output", out);
+    printf("# %-10s B=%lld N=%lld M=%lld H=%lld G=%lld D=%lld Dv=%lld\n",
+           "shape", (long long)s->B, (long long)s->N, (long long)s->M,
+           (long long)s->H, (long long)s->G, (long long)s->D,
+           (long long)s->Dv);
+    const int seq = p->num.align == RA_ALIGN_SEQUENCE;
+    printf("# %-10s %s\n", "causal",
+           !p->num.causal ? "no"
+           : seq          ? "yes (j <= i')"
+                          : "yes (j <= i + M - N)");
+    if (seq)
+        printf("# %-10s i' = i + kv_len - q_len per sequence (or segment)\n",
+               "align");
+    if (p->num.rope != RA_ROPE_NONE)
+        printf("# %-10s %s pairs, base %g\n", "rope", ra_rope_name(p->num.rope),
+               p->num.rope_base);
+    if (p->num.alibi)
+        printf("# %-10s %s slopes\n", "alibi",
+               p->num.alibi_slopes ? "/alibi_slopes" : "standard");
+    if (p->num.window)
+        printf("# %-10s i' - %lld <= j <= i' + %lld%s\n", "window",
+               (long long)p->num.window_left, (long long)p->num.window_right,
+               seq ? "" : " (i' = i + M - N)");
+    print_score(s, p);
+    printf("# %-10s %s%s\n", "layout", ra_layout_name(p->exec.layout),
+           layout_auto ? " (auto)" : "");
+    printf("# %-10s %s\n", "strategy", ra_strategy_name(p->exec.strategy));
+    printf("# %-10s %s, K/V as %s between ranks\n", "precision",
+           ra_precision_name(p->num.precision),
+           ra_params_wire_bf16(p) ? "bf16" : "fp32");
+    printf("# %-10s %s\n", "gemm", ra_gemm_name(ra_gemm_pick(p->exec.gemm)));
+    const char *rule =
+        p->num.window && p->num.window_left + p->num.window_right + 1 <=
+                             RA_WINDOW_TILE_SPAN
+            ? "window rule"
+            : "default for D";
+    printf("# %-10s %lld x %lld (queries: %s, keys: %s)\n", "tiles",
+           (long long)bq, (long long)bkv, p->exec.block_q ? "--block-q" : rule,
+           p->exec.block_kv ? "--block-kv" : rule);
+    printf("# %-10s %d\n", "ranks", ctx->nranks);
+    cli_print_job(ctx, 10);
+    printf("# %-10s %d per rank\n", "threads", ra_params_threads(p));
+    fflush(stdout);
 }
 
 /* Seconds a rank may spend moving its share of the tensors at the
@@ -165,7 +239,7 @@ void cli_pass_echo(const cli_ctx *ctx, cli_pass_data *d, ra_params *p)
 {
     pass_watch(ctx, d, p);
     cli_placement_warn(ctx, ra_params_threads(p));
-    cli_print_params(ctx, &d->s, p, d->layout_auto, d->in, d->out);
+    print_params(ctx, &d->s, p, d->layout_auto, d->in, d->out);
     if (ctx->rank == 0)
         printf("# %-10s %.3g s without progress ends the job (%s)\n", "stall",
                p->exec.stall_timeout, d->stall_how);
