@@ -180,10 +180,7 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_sweep *w,
                                bench_result *rows, int *nrows)
 {
     bench_yard yard;
-    const ra_params *p = w->gen.p; /* the peak in the kernels' precision */
-    bench_yardsticks(ctx->comm, ra_params_threads(p),
-                     p->num.precision == RA_PRECISION_BF16,
-                     w->no_yardsticks, &yard);
+    bench_run_yardsticks(ctx->comm, w->gen.p, w->no_yardsticks, &yard);
     if (ctx->rank == 0) {
         print_echo(ctx, w, &yard);
         bench_print_header(stdout);
@@ -196,6 +193,7 @@ static ra_status bench_measure(const cli_ctx *ctx, const bench_sweep *w,
         cli_abort(ctx, ra_error_message());
     return st;
 }
+
 /* The JSON and CSV files and the verdict: exit 1 when a row failed. */
 static ra_status bench_report(const cli_ctx *ctx, const bench_opts *o,
                               const bench_result *rows, int nrows, int *pass)

@@ -105,9 +105,7 @@ static ra_status bb_measure(const cli_ctx *ctx, const bb_opts *o,
 {
     const cli_tensors *t = &d->t;
     cli_grads *g = &d->g;
-    bench_yardsticks(ctx->comm, ra_params_threads(&o->p),
-                     o->p.num.precision == RA_PRECISION_BF16, o->no_yardsticks,
-                     yard);
+    bench_run_yardsticks(ctx->comm, &o->p, o->no_yardsticks, yard);
     const bench_config c = {&d->s, {&o->p, (uint64_t)o->seed, 0, 0, 0},
                             o->warmup, o->reps, 0, 1, o->no_yardsticks, yard,
                             bench_place_of(ctx)};

@@ -8,6 +8,13 @@
 #include "model.h"
 #include "score_features.h"
 
+void bench_run_yardsticks(MPI_Comm comm, const ra_params *p, int skip,
+                          bench_yard *y)
+{
+    bench_yardsticks(comm, ra_params_threads(p),
+                     p->num.precision == RA_PRECISION_BF16, skip, y);
+}
+
 ra_shape bench_sweep_shape(const bench_sweep *w, int i)
 {
     ra_shape s = w->shape;

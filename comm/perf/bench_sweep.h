@@ -69,6 +69,12 @@ void bench_logits_free(bench_logits *m);
  * problem (ra_call_strategy_check). Collective. */
 ra_status bench_sweep_plan(const plan_job *j, bench_sweep *w, FILE *err);
 
+/* The yardsticks of a run under p (bench_yardsticks): p's threads on
+ * every rank, the peak in the kernels' precision; none when skip.
+ * Collective. */
+void bench_run_yardsticks(MPI_Comm comm, const ra_params *p, int skip,
+                          bench_yard *y);
+
 /* The problem of length i. */
 ra_shape bench_sweep_shape(const bench_sweep *w, int i);
 
