@@ -69,9 +69,7 @@ static ra_status bb_validate(const cli_ctx *ctx, bb_opts *o,
     d->out = "(none)";
     d->backward = 1;
     cli_pass_layout(d, &o->p, 0);
-    ra_status st = ra_shape_check(&d->s);
-    if (st == RA_OK)
-        st = cli_params_check(&o->p, &d->s, NULL);
+    ra_status st = cli_params_check(&o->p, &d->s, NULL); /* the shape too */
     if (st == RA_OK)
         st = ctx->rank == 0 ? cli_tables_check(&o->tab, NULL, NULL) : RA_OK;
     st = ra_agree(ctx->comm, st);
