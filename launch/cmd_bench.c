@@ -210,16 +210,12 @@ int cmd_bench(const cli_ctx *ctx, int argc, char **argv)
     bench_opts o = {0};
     bench_sweep w;
     bench_mem m = {0};
-    int help = 0, nrows = 0, pass = 0;
+    int nrows = 0, pass = 0;
     cli_shape_default(&o.cs);
     ra_params_default(&o.p);
-    if (parse_bench(&o, argc, argv, &help) != 0)
-        return cli_fail(ctx, CLI_EXIT_USAGE, ra_error_message());
-    if (help) {
-        if (ctx->rank == 0)
-            cli_help(&bench_spec, stdout);
-        return CLI_EXIT_OK;
-    }
+    const int code = cli_parse_or_exit(ctx, &bench_spec, &o, argc, argv);
+    if (code >= 0)
+        return code;
     cli_shape_finish(&o.cs);
     cli_params_finish(&o.p);
     sweep_of(ctx, &o, &m, &w);
