@@ -36,8 +36,10 @@ def instances(ctest, build):
 
 
 def ranks(text):
-    """'1-4' or '1, 3' as a set of rank counts."""
+    """'1-4' or '1, 3' as a set of rank counts; '-' none."""
     got = set()
+    if text == "-":
+        return got
     for part in text.split(","):
         lo, _, hi = part.strip().partition("-")
         got |= set(range(int(lo), int(hi or lo) + 1))

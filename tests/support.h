@@ -23,10 +23,11 @@ void problem_free(problem *p);
 typedef ra_tally check_result;
 
 /* Checks query rows [n0, n0 + n) of every (b, h): o (B, n, H, Dv) and
- * lse (B, H, n) as laid out by ra_forward on a slice starting at n0. */
+ * lse (B, H, n) as laid out by ra_forward on a slice starting at n0; of
+ * them the rows check_slice_every(..., every) picks (1: all). */
 check_result check_rows(const problem *p, int causal, double scale,
                         int64_t n0, int64_t n, const float *o,
-                        const float *lse);
+                        const float *lse, int64_t every);
 
 /* Global masks of a test problem (any pointer NULL: rule off):
  * q_lens, kv_lens (B); q_seg (B, N); kv_seg (B, M). */
@@ -55,6 +56,15 @@ void test_segment_ids(uint64_t seed, uint64_t stream, int64_t B, int64_t len,
 check_result check_slice(const problem *p, const ra_params *params,
                          const test_masks *masks, const ra_slice *qs,
                          const float *o, const float *lse);
+/* check_slice on the rows whose global position is a multiple of every,
+ * and the last row: the same rows at any P. A stride prime to the tile
+ * sizes meets every position within a tile in some tile, and each row is
+ * still checked against all its keys (the long tests' fp64 reference,
+ * O(N M D), costs more than the call it checks). */
+check_result check_slice_every(const problem *p, const ra_params *params,
+                               const test_masks *masks, const ra_slice *qs,
+                               const float *o, const float *lse,
+                               int64_t every);
 
 /* Copies the tokens of a slice out of a full (B, len, row) tensor into
  * (B, slice->count, row); elem is the element size in bytes. */
