@@ -242,6 +242,8 @@ static int bytes_ring(const model_ctx *m, sent *x, double *step_bytes)
     const double elt = ra_params_wire_bf16(&m->p) ? 2.0 : 4.0;
     const double row = elt * (double)(s->G * ((A ? A : s->D) + s->Dv)) +
                        (m->segs ? 8.0 : 0.0);
+    for (int r = 0; r < m->P; r++)
+        m->grp[r] = 0; /* scratch: model_ring_sends adds into it */
     if (model_ring_sends(&pb, row, m->grp, step_bytes) != 0)
         return -1;
     for (int r = 0; r < m->P; r++)
