@@ -2223,23 +2223,29 @@ def run_stalls():
     of it waiting) runs beside the others, which run two at a time."""
     work = tempfile.mkdtemp(prefix="ra_stall_")
     try:
-        subprocess.run([RINGATTN, "gen", "--out", "stall.h5", "--seq",
-                        "32768", "--heads", "8", "--dim", "32"], env=ENV,
-                       cwd=work, check=True, capture_output=True)
+        for name, seq in (("stall.h5", "32768"), ("short.h5", "16384")):
+            subprocess.run([RINGATTN, "gen", "--out", name, "--seq", seq,
+                            "--heads", "8", "--dim", "32"], env=ENV,
+                           cwd=work, check=True, capture_output=True)
         # mid-pass with the stall timeout derived from the predicted step
         # of a fast machine's profile (the wait allowed: twice the timeout
         # the table states, plus half the hang bound); in the collective
-        # read, right after the table; mid-pass in each strategy
+        # read, right after the table; mid-pass in each strategy.
+        # The derived timeout's job runs on 16384 tokens: the ring's 2 steps
+        # still outlast its delay (1 s) several times over, and the other
+        # rank's own tiles before its 30 s wait are a quarter of 32768's
+        # (its job: 63 -> about 40 s, no longer the longest of the eight).
         cases = [dict(timeout=None, delay=1.0, pattern=STALL_ANY,
                       tag="stall default:", engine=1),
                  dict(delay=0.0, pattern=STALL_ANY, tag="stall read:")]
         cases += [dict(strategy=strategy, engine=i)
                   for i, strategy in enumerate(STALL_MESSAGES)]
+        inputs = ["short.h5"] + ["stall.h5"] * (len(cases) - 1)
 
         def one(i):
             own = os.path.join(work, str(i))
             os.mkdir(own)
-            os.symlink(os.path.join(work, "stall.h5"),
+            os.symlink(os.path.join(work, inputs[i]),
                        os.path.join(own, "stall.h5"))
             return fault_stall(own, **cases[i])
         with concurrent.futures.ThreadPoolExecutor(1) as waiting, \
