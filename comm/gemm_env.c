@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gemm.h"
 #include "gemm_env.h"
@@ -35,11 +36,18 @@ ra_status ra_gemm_env_parse(const char *env, ra_gemm *out)
     *out = ra_gemm_resolve(RA_GEMM_AUTO);
     if (!env || !env[0])
         return RA_OK;
-    if (ra_gemm_parse(env, &g) != RA_OK || !ra_gemm_available(g))
+    if (ra_gemm_parse(env, &g) != RA_OK || !ra_gemm_available(g)) {
+        char built[128] = "";
+        size_t at = 0;
+        for (int k = 0; strcmp(ra_gemm_name((ra_gemm)k), "unknown") != 0 &&
+                        at < sizeof built; k++)
+            if (ra_gemm_available((ra_gemm)k))
+                at += (size_t)snprintf(built + at, sizeof built - at, "%s%s",
+                                       at ? ", " : "",
+                                       ra_gemm_name((ra_gemm)k));
         return ra_error_set(RA_ERR_ARG, "%s=%s: not an engine this build "
-                            "has (auto, openblas%s)", RA_GEMM_ENV, env,
-                            ra_gemm_available(RA_GEMM_ONEDNN) ? ", onednn"
-                                                              : "");
+                            "has (%s)", RA_GEMM_ENV, env, built);
+    }
     *out = ra_gemm_resolve(g);
     return RA_OK;
 }

@@ -105,7 +105,6 @@ static const cli_spec run_spec = {
                {cli_pass_opts, offsetof(run_opts, p)},
                {cli_progress_opts, offsetof(run_opts, prog)},
                {cli_ckpt_opts, offsetof(run_opts, ck)}},
-    .epilog_fn = cli_forward_details,
     .globals = CLI_GLOBAL_RING | CLI_GLOBAL_FILES,
 };
 

@@ -57,16 +57,21 @@ static void md_values(FILE *out, const cli_opt *o)
     }
 }
 
-/* The spec's epilog, text or printed. */
+/* The spec's epilog, text or printed, and the names the forward
+ * options' rows point to (cli_forward_details) when it takes them. */
 static void epilog_help(const cli_spec *spec, FILE *out)
 {
-    if (!spec->epilog && !spec->epilog_fn)
-        return;
-    fputc('\n', out);
+    int forward = 0;
+    for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
+        forward |= spec->groups[g].opts == cli_forward_opts;
+    if (spec->epilog || spec->epilog_fn || forward)
+        fputc('\n', out);
     if (spec->epilog_fn)
         spec->epilog_fn(out);
-    else
+    else if (spec->epilog)
         fputs(spec->epilog, out);
+    if (forward)
+        cli_forward_details(out);
 }
 
 /* One subcommand's section of docs/REFERENCE.md. */
@@ -269,8 +274,8 @@ static int parse_gemm(const cli_opt *o, const char *val, void *base)
         return -1;
     if (ra_gemm_available(*g))
         return 0;
-    ra_error_set(RA_ERR_ARG, "%s %s: this build has no oneDNN (rebuild with "
-                 "libdnnl-dev installed)", o->name, val);
+    ra_error_set(RA_ERR_ARG, "%s %s: this build has no such engine (see "
+                 "--help)", o->name, val);
     return -1;
 }
 
@@ -338,9 +343,9 @@ const cli_opt cli_forward_opts[] = {
     TILE_OPT("--block-q", exec.block_q, "query tile rows"),
     TILE_OPT("--block-kv", exec.block_kv, "key tile rows"),
     P_OPT("--layout", CLI_CUSTOM, "NAME", exec.layout, ra_layout, "auto",
-          "contiguous|balanced|zigzag|striped|auto", .fn = cli_parse_layout),
+          "which tokens a rank holds (see below)", .fn = cli_parse_layout),
     P_OPT("--gemm", CLI_CUSTOM, "ENGINE", exec.gemm, ra_gemm, "auto",
-          "tile engine: onednn, openblas or auto", .fn = parse_gemm),
+          "engine of the tile products (see below)", .fn = parse_gemm),
     P_OPT("--precision", CLI_CUSTOM, "P", num.precision, ra_precision,
           "fp32", "tile products: fp32 or bf16", .fn = cli_parse_precision),
     P_OPT("--wire", CLI_CUSTOM, "TYPE", exec.wire, ra_wire, "auto",
@@ -360,15 +365,55 @@ const cli_opt cli_forward_opts[] = {
     {0},
 };
 
+enum { NAMES_MAX = 16, HELP_WIDTH = 79 };
+
+/* Writes the words of text after column *col, wrapped at HELP_WIDTH. */
+static void words_wrapped(FILE *out, int *col, const char *text)
+{
+    while (*text) {
+        const size_t len = strcspn(text, " ");
+        if (*col && *col + 1 + (int)len > HELP_WIDTH) {
+            fputc('\n', out);
+            *col = 0;
+        }
+        *col += fprintf(out, "%s%.*s", *col ? " " : "", (int)len, text);
+        text += len + (text[len] == ' ');
+    }
+}
+
+/* head, the library's names of an enum from 0 to the first it calls
+ * "unknown" (ra_name_of; those of this build only when avail is given),
+ * then tail, wrapped at HELP_WIDTH. */
+static void names_wrapped(FILE *out, const char *head,
+                          const char *(*name)(int), int (*avail)(int),
+                          const char *tail)
+{
+    int col = 0;
+    words_wrapped(out, &col, head);
+    for (int k = 0; k < NAMES_MAX && strcmp(name(k), "unknown") != 0; k++) {
+        char word[64];
+        snprintf(word, sizeof word, "%s,", name(k));
+        if (!avail || avail(k))
+            words_wrapped(out, &col, word);
+    }
+    words_wrapped(out, &col, tail);
+    fputc('\n', out);
+}
+
+static const char *strategy_at(int k) { return ra_strategy_name(k); }
+static const char *layout_at(int k) { return ra_layout_name(k); }
+static const char *gemm_at(int k) { return ra_gemm_name(k); }
+static int gemm_built(int k) { return ra_gemm_available(k); }
+
 void cli_forward_details(FILE *out)
 {
-    fputs("Strategies:", out);
-    for (int k = 0; k < RA_STRATEGY_COUNT; k++)
-        fprintf(out, " %s,", ra_strategy_name((ra_strategy)k));
-    fputs(" auto (plan's).\n"
-          "Layout auto: balanced with a window, else striped with segments, "
-          "else zigzag\nwhen causal. Engine auto: RINGATTN_GEMM's, else "
-          "onednn. docs/REFERENCE.md.\n", out);
+    names_wrapped(out, "Strategies:", strategy_at, NULL, "auto (plan's).");
+    names_wrapped(out, "Layouts:", layout_at, NULL,
+                  "where auto is balanced with a window, else striped with "
+                  "segments, else zigzag when causal.");
+    names_wrapped(out, "Engines of this build:", gemm_at, gemm_built,
+                  "where auto is RINGATTN_GEMM's, else onednn. "
+                  "docs/REFERENCE.md.");
 }
 
 const cli_opt cli_pass_opts[] = {
