@@ -18,27 +18,26 @@
 
 typedef struct {
     ra_params p;
-    ra_h5_source src; /* /q /k /v, in src.axes without an axes attribute */
-    const char *in, *out, *fwd, *profile;
-    const char *sinks; /* --sinks, or the one --fwd's run recorded */
-    int force, recompute, out_axes;
+    h5io_pass_req rq; /* the files, q/k/v's order, the sinks (or --fwd's) */
+    const char *profile;
+    int out_axes;     /* an index of cli_out_axes */
     cli_ckpt_args ck; /* --checkpoint, --resume */
 } bwd_opts;
 
 static const cli_opt bwd_own[] = {
-    CLI_OPT_REQUIRED(bwd_opts, "--in", "FILE", in,
+    CLI_OPT_REQUIRED(bwd_opts, "--in", "FILE", rq.in,
                      "input with /q /k /v and the output gradient /do"),
-    CLI_OPT_REQUIRED(bwd_opts, "--out", "FILE", out,
+    CLI_OPT_REQUIRED(bwd_opts, "--out", "FILE", rq.out,
                      "output /dq /dk /dv (renamed into place when complete)"),
-    CLI_OPT_FORCE(bwd_opts, force),
+    CLI_OPT_FORCE(bwd_opts, rq.force),
     CLI_OPT_OUT_AXES(bwd_opts, out_axes),
-    CLI_OPT_TEXT(bwd_opts, "--fwd", "FILE", fwd, NULL,
+    CLI_OPT_TEXT(bwd_opts, "--fwd", "FILE", rq.fwd, NULL,
                  "read /o, /lse from this run of the same problem"),
-    CLI_OPT_FLAG(bwd_opts, "--recompute", recompute,
+    CLI_OPT_FLAG(bwd_opts, "--recompute", rq.recompute,
                  "recompute /o and /lse with a forward pass instead"),
-    CLI_OPT_TEXT(bwd_opts, "--sinks", "PATH", sinks, NULL,
+    CLI_OPT_TEXT(bwd_opts, "--sinks", "PATH", rq.src.sinks, NULL,
                  "attention sinks (H,) of IN.h5 (with --fwd: its run's)"),
-    CLI_OPT_QKV_LAYOUT(bwd_opts, src.axes),
+    CLI_OPT_QKV_LAYOUT(bwd_opts, rq.src.axes),
     CLI_OPT_PROFILE(bwd_opts, profile),
     {0},
 };
@@ -64,35 +63,29 @@ static const cli_spec bwd_spec = {
 static ra_status bwd_validate(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
     bwd_opts *o = opts;
-    r->d.in = o->in;
-    r->d.out = o->out;
     r->d.profile = o->profile;
     r->d.backward = 1;
-    if (!o->fwd == !o->recompute)
+    if (!o->rq.fwd == !o->rq.recompute)
         return ra_agree(ctx->comm,
                         ra_error_set(RA_ERR_ARG, "run --backward: give "
                                      "exactly one of --fwd FILE and "
                                      "--recompute"));
     ra_status st = cli_paths_agree(ctx, (const h5io_named_path[]){
-        {"--in", o->in, 0}, {"--fwd", o->fwd, 0}, {"--profile", o->profile, 0},
-        {"--out", o->out, 1}, {NULL, NULL, 0}});
-    const char *inputs[4] = {o->in, NULL, NULL, NULL}; /* those given */
+        {"--in", o->rq.in, 0}, {"--fwd", o->rq.fwd, 0},
+        {"--profile", o->profile, 0}, {"--out", o->rq.out, 1},
+        {NULL, NULL, 0}});
+    const char *inputs[4] = {o->rq.in, NULL, NULL, NULL}; /* those given */
     int n = 1;
-    if (o->fwd)
-        inputs[n++] = o->fwd;
+    if (o->rq.fwd)
+        inputs[n++] = o->rq.fwd;
     if (o->profile)
         inputs[n++] = o->profile;
     if (st == RA_OK)
-        st = cli_output_agree(ctx, o->out, o->force, inputs);
-    h5io_pass_req rq = cli_pass_req(ctx, H5IO_PASS_BACKWARD, o->in, o->out,
-                                    o->force, &o->p);
-    rq.src = o->src;
-    rq.src.sinks = o->sinks; /* recorded in the gradients' file */
-    rq.out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes);
-    rq.fwd = o->fwd;
-    rq.recompute = o->recompute;
+        st = cli_output_agree(ctx, o->rq.out, o->rq.force, inputs);
+    cli_pass_ctx(ctx, &o->rq, H5IO_PASS_BACKWARD, &o->p);
+    o->rq.out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes);
     if (st == RA_OK)
-        st = h5io_pass_open(&rq, &r->j);
+        st = h5io_pass_open(&o->rq, &r->j);
     if (st == RA_OK)
         st = cli_pass_inputs(ctx, &r->d, &r->j, &o->p, RA_OK);
     return st == RA_OK ? cli_ckpt_begin(ctx, &o->ck, "backward", &r->ckpt,
@@ -114,7 +107,8 @@ static ra_status bwd_report(const cli_ctx *ctx, void *opts, cli_pass *r)
            "ranks x %d threads (comm wait max %.3f s)%s; total %.3f s; "
            "wrote %s\n", worst[0], flops / worst[0] * 1e-9, ctx->nranks,
            ra_params_threads(&o->p), worst[1],
-           o->recompute ? ", forward recomputed" : "", r->t_total, o->out);
+           o->rq.recompute ? ", forward recomputed" : "", r->t_total,
+           o->rq.out);
     return RA_OK;
 }
 

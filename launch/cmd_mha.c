@@ -20,28 +20,28 @@
 
 typedef struct {
     ra_params p;
-    const char *in, *out;
-    int force, pos, pos_kind;
-    int64_t H, G;
+    h5io_pass_req rq; /* the files, the heads, the positions */
+    int pos_kind;
 } mha_opts;
 
 static const char *const encodings[] = {"sinusoidal", NULL};
 
 static const cli_opt mha_own[] = {
-    CLI_OPT_REQUIRED(mha_opts, "--in", "FILE", in,
+    CLI_OPT_REQUIRED(mha_opts, "--in", "FILE", rq.in,
         "input: /x (or /x_q, /x_kv) and the weights (see below)"),
-    CLI_OPT_REQUIRED(mha_opts, "--out", "FILE", out,
+    CLI_OPT_REQUIRED(mha_opts, "--out", "FILE", rq.out,
                      "output /y (B,N,Eout), renamed into place when complete"),
-    CLI_OPT_FORCE(mha_opts, force),
+    CLI_OPT_FORCE(mha_opts, rq.force),
     {.name = "--heads", .kind = CLI_INT, .meta = "H",
-     .offset = CLI_FIELD(mha_opts, H, int64_t), .lo = 1, .hi = 1 << 20,
+     .offset = CLI_FIELD(mha_opts, rq.heads, int64_t), .lo = 1, .hi = 1 << 20,
      .shown = "attribute heads", .help = "heads of the projections"},
     {.name = "--kv-heads", .kind = CLI_INT, .meta = "G",
-     .offset = CLI_FIELD(mha_opts, G, int64_t), .lo = 1, .hi = 1 << 20,
+     .offset = CLI_FIELD(mha_opts, rq.kv_heads, int64_t), .lo = 1,
+     .hi = 1 << 20,
      .shown = "attribute kv_heads, else H", .help = "kv heads"},
     {.name = "--pos-encoding", .kind = CLI_CHOICE, .meta = "sinusoidal",
      .offset = CLI_FIELD(mha_opts, pos_kind, int), .choices = encodings,
-     .seen = CLI_SEEN(mha_opts, pos),
+     .seen = CLI_SEEN(mha_opts, rq.pos),
      .help = "add sinusoidal positions to x_q and x_kv first"},
     {0},
 };
@@ -65,20 +65,15 @@ static const cli_spec mha_spec = {
 static ra_status mha_validate(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
     mha_opts *o = opts;
-    r->d.in = o->in;
-    r->d.out = o->out;
     ra_status st = cli_paths_agree(ctx, (const h5io_named_path[]){
-        {"--in", o->in, 0}, {"--out", o->out, 1}, {NULL, NULL, 0}});
+        {"--in", o->rq.in, 0}, {"--out", o->rq.out, 1},
+        {NULL, NULL, 0}});
     if (st == RA_OK)
-        st = cli_output_agree(ctx, o->out, o->force,
-                              (const char *const[]){o->in, NULL});
-    h5io_pass_req rq = cli_pass_req(ctx, H5IO_PASS_MHA, o->in, o->out,
-                                    o->force, &o->p);
-    rq.heads = o->H;
-    rq.kv_heads = o->G;
-    rq.pos = o->pos;
+        st = cli_output_agree(ctx, o->rq.out, o->rq.force,
+                              (const char *const[]){o->rq.in, NULL});
+    cli_pass_ctx(ctx, &o->rq, H5IO_PASS_MHA, &o->p);
     if (st == RA_OK)
-        st = h5io_pass_open(&rq, &r->j);
+        st = h5io_pass_open(&o->rq, &r->j);
     return st == RA_OK ? cli_pass_inputs(ctx, &r->d, &r->j, &o->p, RA_OK)
                        : st;
 }
@@ -95,8 +90,8 @@ static ra_status mha_report(const cli_ctx *ctx, void *opts, cli_pass *r)
                r->j.t_call, ctx->nranks, (long long)s->H, (long long)s->G,
                (long long)s->D, (long long)s->Dv, (long long)L->Eq,
                (long long)L->Ekv, (long long)L->Eout,
-               o->pos ? ", sinusoidal positions" : "", r->t_read, r->j.t_write,
-               o->out);
+               o->rq.pos ? ", sinusoidal positions" : "", r->t_read,
+               r->j.t_write, o->rq.out);
     return RA_OK;
 }
 

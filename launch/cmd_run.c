@@ -28,14 +28,10 @@ typedef struct {
 
 typedef struct {
     ra_params p;
-    ra_h5_source src;
-    const char *in, *out, *json, *out_group;
-    ra_dtype out_dtype;
-    int out_compress, out_axes;
-    int64_t out_chunk;
-    int force, allow_nonfinite;
+    h5io_pass_req rq;           /* the files, datasets and output's form */
+    const char *json;
+    int out_axes;               /* an index of cli_out_axes */
     const char *map_rows, *map_heads;
-    const char *sinks;          /* --sinks: their dataset, or NULL */
     cli_progress prog;
     const char *profile;        /* --strategy auto: the machine profile */
     cli_ckpt_args ck;           /* --checkpoint, --resume */
@@ -45,40 +41,49 @@ typedef struct {
 } run_opts;
 
 static const cli_opt run_own[] = {
-    CLI_OPT_REQUIRED(run_opts, "--in", "FILE", in,
+    CLI_OPT_REQUIRED(run_opts, "--in", "FILE", rq.in,
                      "input with /q (B,N,H,D) /k (B,M,G,D) /v (B,M,G,Dv)"),
-    CLI_OPT_REQUIRED(run_opts, "--out", "FILE", out,
+    CLI_OPT_REQUIRED(run_opts, "--out", "FILE", rq.out,
                      "output /o, /lse (renamed into place when complete)"),
-    CLI_OPT_FORCE(run_opts, force),
-    CLI_OPT_QKV_LAYOUT(run_opts, src.axes),
-    CLI_OPT_TEXT(run_opts, "--q", "PATH", src.q, "/q", "dataset of queries"),
-    CLI_OPT_TEXT(run_opts, "--k", "PATH", src.k, "/k", "dataset of keys"),
-    CLI_OPT_TEXT(run_opts, "--v", "PATH", src.v, "/v", "dataset of values"),
+    CLI_OPT_FORCE(run_opts, rq.force),
+    CLI_OPT_QKV_LAYOUT(run_opts, rq.src.axes),
+    CLI_OPT_TEXT(run_opts, "--q", "PATH", rq.src.q, "/q",
+                 "dataset of queries"),
+    CLI_OPT_TEXT(run_opts, "--k", "PATH", rq.src.k, "/k",
+                 "dataset of keys"),
+    CLI_OPT_TEXT(run_opts, "--v", "PATH", rq.src.v, "/v",
+                 "dataset of values"),
     {.name = "--q-lens", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.q_lens, const char *),
+     .offset = CLI_FIELD(run_opts, rq.src.q_lens,
+                                const char *),
      .shown = "/q_lens", .help = "query padding lengths (B,)"},
     {.name = "--kv-lens", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.kv_lens, const char *),
+     .offset = CLI_FIELD(run_opts, rq.src.kv_lens,
+                                const char *),
      .shown = "/kv_lens", .help = "key padding lengths (B,)"},
     {.name = "--segments", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.segments, const char *),
+     .offset = CLI_FIELD(run_opts, rq.src.segments,
+                                const char *),
      .shown = "/segments", .help = "packed ids of both sides (B,N)"},
     {.name = "--q-segments", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.q_segments, const char *),
+     .offset = CLI_FIELD(run_opts, rq.src.q_segments,
+                                const char *),
      .shown = "/q_segments", .help = "packed ids of queries (B,N)"},
     {.name = "--kv-segments", .kind = CLI_TEXT, .meta = "PATH",
-     .offset = CLI_FIELD(run_opts, src.kv_segments, const char *),
+     .offset = CLI_FIELD(run_opts, rq.src.kv_segments,
+                                const char *),
      .shown = "/kv_segments", .help = "packed ids of keys (B,M)"},
     {.name = "--out-dtype", .kind = CLI_CUSTOM, .meta = "T",
-     .offset = CLI_FIELD(run_opts, out_dtype, ra_dtype),
+     .offset = CLI_FIELD(run_opts, rq.out_dtype, ra_dtype),
      .noun = "output type", .fn = cli_parse_dtype, .def = "fp32",
      .help = "type of /o: fp32, fp16, bf16 or fp64"},
     CLI_OPT_OUT_AXES(run_opts, out_axes),
-    CLI_OPT_INT(run_opts, "--out-chunk", "ROWS", out_chunk, 1,
+    CLI_OPT_INT(run_opts, "--out-chunk", "ROWS", rq.out_chunk, 1,
                 (int64_t)1 << 40, NULL, "store /o, /lse in chunks of ROWS"),
-    CLI_OPT_INT32(run_opts, "--out-compress", "LEVEL", out_compress, 1, 9,
+    CLI_OPT_INT32(run_opts, "--out-compress", "LEVEL",
+                  rq.out_compress, 1, 9,
                   NULL, "gzip the chunks at LEVEL 1..9 (needs --out-chunk)"),
-    CLI_OPT_TEXT(run_opts, "--out-group", "GROUP", out_group, NULL,
+    CLI_OPT_TEXT(run_opts, "--out-group", "GROUP", rq.out_group, NULL,
                  "write /o, /lse, /attn_map under GROUP, e.g. /layer3"),
     CLI_OPT_TEXT(run_opts, "--json", "FILE", json, NULL,
                  "also write a JSON summary (shape, options, timings)"),
@@ -87,9 +92,10 @@ static const cli_opt run_own[] = {
     {.name = "--attn-map-heads", .kind = CLI_TEXT, .meta = "LIST",
      .offset = CLI_FIELD(run_opts, map_heads, const char *), .shown = "0",
      .help = "query heads of the map, e.g. 0,3"},
-    CLI_OPT_TEXT(run_opts, "--sinks", "PATH", sinks, NULL,
+    CLI_OPT_TEXT(run_opts, "--sinks", "PATH", rq.src.sinks, NULL,
                  "attention sinks: one logit per head (H,), e.g. /sinks"),
-    CLI_OPT_FLAG(run_opts, "--allow-nonfinite", allow_nonfinite,
+    CLI_OPT_FLAG(run_opts, "--allow-nonfinite",
+                 rq.allow_nonfinite,
                  "let NaN and inf inputs through (refused otherwise)"),
     CLI_OPT_PROFILE(run_opts, profile),
     {0},
@@ -133,35 +139,19 @@ static ra_status map_parse(const char *rows, const char *heads,
 /* The output options that need no file: the same verdict on every rank. */
 static ra_status out_opts_check(const run_opts *o)
 {
-    if (o->out_compress && !o->out_chunk)
+    if (o->rq.out_compress && !o->rq.out_chunk)
         return ra_error_set(RA_ERR_ARG, "--out-compress: needs --out-chunk "
                             "(gzip works on chunks)");
-    const char *bad_group = o->out_group
-                                ? h5io_out_group_problem(o->out_group)
+    const char *bad_group = o->rq.out_group
+                                ? h5io_out_group_problem(o->rq.out_group)
                                 : NULL;
     if (bad_group)
         return ra_error_set(RA_ERR_ARG, "--out-group: '%s': %s",
-                            o->out_group, bad_group);
+                            o->rq.out_group, bad_group);
     if (o->map_heads && !o->map_rows)
         return ra_error_set(RA_ERR_ARG, "--attn-map-heads: applies to the "
                             "map of --attn-map, which is not given");
     return RA_OK;
-}
-
-/* The pass's request from the options. */
-static h5io_pass_req run_req(const cli_ctx *ctx, const run_opts *o)
-{
-    h5io_pass_req rq = cli_pass_req(ctx, H5IO_PASS_FORWARD, o->in, o->out,
-                                    o->force, &o->p);
-    rq.src = o->src;
-    rq.src.sinks = o->sinks;
-    rq.allow_nonfinite = o->allow_nonfinite;
-    rq.out_dtype = o->out_dtype;
-    rq.out_chunk = o->out_chunk;
-    rq.out_compress = o->out_compress;
-    rq.out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes);
-    rq.out_group = o->out_group;
-    return rq;
 }
 
 /* Every check that needs no compute, before the first collective of the
@@ -169,31 +159,31 @@ static h5io_pass_req run_req(const cli_ctx *ctx, const run_opts *o)
 static ra_status run_validate(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
     run_opts *o = opts;
-    r->d.in = o->in;
-    r->d.out = o->out;
     r->d.profile = o->profile;
     ra_status st = out_opts_check(o);
     if (st == RA_OK)
         st = progress_check(&o->prog);
     if (st == RA_OK)
         st = cli_paths_agree(ctx, (const h5io_named_path[]){
-            {"--in", o->in, 0}, {"--profile", o->profile, 0},
-            {"--out", o->out, 1}, {"--json", o->json, 1}, {NULL, NULL, 0}});
-    const char *const inputs[] = {o->in, NULL};
+            {"--in", o->rq.in, 0}, {"--profile", o->profile, 0},
+            {"--out", o->rq.out, 1}, {"--json", o->json, 1},
+            {NULL, NULL, 0}});
+    const char *const inputs[] = {o->rq.in, NULL};
     if (st == RA_OK)
-        st = cli_output_agree(ctx, o->out, o->force, inputs);
+        st = cli_output_agree(ctx, o->rq.out, o->rq.force, inputs);
     if (st == RA_OK && o->json)
-        st = cli_output_agree(ctx, o->json, o->force, inputs);
-    const h5io_pass_req rq = run_req(ctx, o);
+        st = cli_output_agree(ctx, o->json, o->rq.force, inputs);
+    cli_pass_ctx(ctx, &o->rq, H5IO_PASS_FORWARD, &o->p);
+    o->rq.out_axes = (ra_axes)(RA_AXES_BNHD + o->out_axes);
     if (st == RA_OK)
-        st = h5io_pass_open(&rq, &r->j);
+        st = h5io_pass_open(&o->rq, &r->j);
     if (st == RA_OK && (int)o->p.exec.strategy == CLI_STRATEGY_AUTO &&
         (st = plan_pick(ctx, &r->j.s, &o->p, NULL, o->profile, &o->pick)) ==
             RA_OK)
         o->picked = o->pick.applies; /* 0: the ring, after a warning */
     if (st != RA_OK)
         return st;
-    o->p.num.nonfinite = o->allow_nonfinite;
+    o->p.num.nonfinite = o->rq.allow_nonfinite;
     const ra_status map = !o->map_rows ? RA_OK
         : map_parse(o->map_rows, o->map_heads ? o->map_heads : "0", &r->j.s,
                     &o->mreq);
@@ -213,7 +203,7 @@ enum { RUN_JSON_DIGITS = 17 };
 static json_t *json_rules(const run_opts *o, const cli_pass *r)
 {
     const ra_params *p = &o->p;
-    const ra_h5_source *src = &o->src;
+    const ra_h5_source *src = &o->rq.src;
     return json_pack(
         "{s:b, s:o, s:s, s:o*, s:o*, s:s, s:s, s:o, s:o, s:o, s:o, s:s}",
         "causal", p->num.causal, "window",
@@ -231,7 +221,7 @@ static json_t *json_rules(const run_opts *o, const cli_pass *r)
         perf_json_text(src->k ? src->k : "/k"), "v_dataset",
         perf_json_text(src->v ? src->v : "/v"), "masks",
         perf_json_text(r->j.mask_names),
-        "out_dtype", ra_dtype_name(o->out_dtype));
+        "out_dtype", ra_dtype_name(o->rq.out_dtype));
 }
 
 /* `run --json`'s summary of one run (the shape, every option that changed
@@ -246,13 +236,13 @@ static ra_status run_json(const cli_ctx *ctx, const run_opts *o,
     const ra_shape *s = &r->d.s;
     int64_t bq, bkv;
     ra_params_tiles(&o->p, s, &bq, &bkv);
-    ra_status st = h5io_text_begin(staged, o->json, o->force);
+    ra_status st = h5io_text_begin(staged, o->json, o->rq.force);
     if (st != RA_OK)
         return st;
     json_t *v = json_pack(
         "{s:s, s:o, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
-        "version", RA_VERSION_STRING, "input", perf_json_text(o->in),
-        "output", perf_json_text(o->out), "shape", "B", (json_int_t)s->B,
+        "version", RA_VERSION_STRING, "input", perf_json_text(o->rq.in),
+        "output", perf_json_text(o->rq.out), "shape", "B", (json_int_t)s->B,
         "N", (json_int_t)s->N, "M", (json_int_t)s->M, "H", (json_int_t)s->H,
         "G", (json_int_t)s->G, "D", (json_int_t)s->D, "Dv",
         (json_int_t)s->Dv);
@@ -289,7 +279,7 @@ static void run_result_print(const cli_ctx *ctx, const run_opts *o,
            "%d threads (comm wait max %.3f s); %s; wrote %s\n", worst[0],
            flops / worst[0] * 1e-9, note, ctx->nranks,
            ra_params_threads(&o->p), worst[1],
-           cli_io_rates(&r->d.s, worst[2], worst[3], rates), o->out);
+           cli_io_rates(&r->d.s, worst[2], worst[3], rates), o->rq.out);
     if (o->picked)
         printf("ringattn run: strategy %s by the plan: attention predicted "
                "%.3f s, measured %.3f s (measured/predicted %.2f)\n",
@@ -345,7 +335,7 @@ static void print_source(const cli_ctx *ctx, const ra_h5_source *src,
 static ra_status run_print(const cli_ctx *ctx, void *opts, cli_pass *r)
 {
     run_opts *o = opts;
-    print_source(ctx, &o->src, r->j.axes);
+    print_source(ctx, &o->rq.src, r->j.axes);
     if (o->picked)
         plan_pick_print(ctx, &o->pick, o->profile);
     progress_setup(ctx, &o->prog, &r->d.s, &o->p, o->profile);

@@ -37,15 +37,17 @@ ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
     return h5io_grads_alloc(&d->g, &d->s, &d->t, A, &m, command);
 }
 
-h5io_pass_req cli_pass_req(const cli_ctx *ctx, h5io_pass_kind kind,
-                           const char *in, const char *out, int force,
-                           const ra_params *p)
+void cli_pass_ctx(const cli_ctx *ctx, h5io_pass_req *rq, h5io_pass_kind kind,
+                  const ra_params *p)
 {
-    return (h5io_pass_req){
-        .comm = ctx->comm, .rank = ctx->rank, .nranks = ctx->nranks,
-        .mem = {ctx->rank, p->exec.mem_limit, ctx->nodes.ranks_on_node},
-        .tuning = &ctx->tuning, .command_line = ctx->command_line,
-        .kind = kind, .in = in, .out = out, .force = force};
+    rq->comm = ctx->comm;
+    rq->rank = ctx->rank;
+    rq->nranks = ctx->nranks;
+    rq->mem = (h5io_mem){ctx->rank, p->exec.mem_limit,
+                         ctx->nodes.ranks_on_node};
+    rq->tuning = &ctx->tuning;
+    rq->command_line = ctx->command_line;
+    rq->kind = kind;
 }
 
 /* d->profile, when given, read as a prediction would read it: a file that
@@ -300,6 +302,8 @@ int cli_pass_main(const cli_ctx *ctx, const cli_pass_driver *drv, void *opts,
         return code;
     cli_pass_begin(ctx, &r->d, p);
     ra_status st = drv->validate(ctx, opts, r);
+    r->d.in = r->j.rq.in;
+    r->d.out = r->j.rq.out;
     if (st == RA_OK)
         st = h5io_pass_setup(&r->j, p);
     r->d.s = r->j.s;

@@ -40,12 +40,10 @@ void cli_pass_layout(cli_pass_data *d, ra_params *p, int segmented);
 ra_status cli_grads_alloc(cli_pass_data *d, int64_t A, const char *command,
                           const cli_ctx *ctx, int64_t limit);
 
-/* The request of a pass of kind from the files in and out (force: replace
- * out) on the ranks of ctx under p's memory limit (io/run_pass.h); the
- * caller adds what its kind takes. */
-h5io_pass_req cli_pass_req(const cli_ctx *ctx, h5io_pass_kind kind,
-                           const char *in, const char *out, int force,
-                           const ra_params *p);
+/* The request rq (io/run_pass.h; the options fill the rest) of a pass of
+ * kind on the ranks of ctx under p's memory limit. */
+void cli_pass_ctx(const cli_ctx *ctx, h5io_pass_req *rq, h5io_pass_kind kind,
+                  const ra_params *p);
 
 /* After h5io_pass_open: p's checks that are the command line's (those of
  * cli_params_check but the library's) and d->profile read (refused when
