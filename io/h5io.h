@@ -96,6 +96,11 @@ ra_status h5io_read_rows_as(const char *path, const char *dset,
  * attn_map (the names readers look for at the root). The writer and the
  * readers apply this one rule; the message is a clause ("it has ..."). */
 const char *h5io_out_group_problem(const char *group);
+/* The one rule for how an output's tensors are stored (--out-chunk,
+ * --out-compress; the writer's check): NULL when chunk (rows, 0: not
+ * chunked) and compress (a gzip level, 0: none) can be written, else the
+ * problem, a phrase. */
+const char *h5io_storage_problem(int64_t chunk, int compress);
 
 /* The path of an output dataset (leaf "o", "lse", "attn_map") under the
  * file's recorded out_group (root when none) into name[len]. */

@@ -155,6 +155,20 @@ static ra_status outputs_write(hid_t file, MPI_Comm comm, void *arg)
     return m->map ? map_write(file, comm, c) : RA_OK;
 }
 
+const char *h5io_storage_problem(int64_t chunk, int compress)
+{
+    if (chunk < 0)
+        return "a chunk of fewer than 0 rows";
+    if (compress < 0 || compress > 9)
+        return "a gzip level outside 0..9";
+    if (compress && !chunk)
+        return "needs a chunk size, since gzip works on chunks";
+    if (compress && !H5_VERSION_GE(1, 10, 2))
+        return "this parallel HDF5 cannot write compressed datasets "
+               "collectively (1.10.2 or later can)";
+    return NULL;
+}
+
 /* The arguments of an output write, the same verdict on every rank. */
 static ra_status outputs_check(const char *path, const ra_shape *shape,
                                const ra_run_meta *meta,
@@ -164,25 +178,21 @@ static ra_status outputs_check(const char *path, const ra_shape *shape,
 
     if ((st = ra_shape_check(shape)) != RA_OK)
         return st;
-    if ((unsigned)meta->out_dtype > RA_DTYPE_F64 || meta->out_chunk < 0 ||
-        meta->out_compress < 0 || meta->out_compress > 9 ||
-        (meta->out_compress && !meta->out_chunk))
-        return ra_error_set(RA_ERR_ARG, "%s: output type %d, chunk %lld, "
-                            "compression %d: want a known type, a chunk >= 0 "
-                            "and a gzip level 0..9 (above 0 only with chunks)",
-                            path, (int)meta->out_dtype,
-                            (long long)meta->out_chunk, meta->out_compress);
+    if ((unsigned)meta->out_dtype > RA_DTYPE_F64)
+        return ra_error_set(RA_ERR_ARG, "%s: unknown output type %d", path,
+                            (int)meta->out_dtype);
+    const char *bad_storage =
+        h5io_storage_problem(meta->out_chunk, meta->out_compress);
+    if (bad_storage)
+        return ra_error_set(RA_ERR_ARG, "%s: chunk %lld, gzip level %d: %s",
+                            path, (long long)meta->out_chunk,
+                            meta->out_compress, bad_storage);
     const char *bad_group = meta->out_group
                                 ? h5io_out_group_problem(meta->out_group)
                                 : NULL;
     if (bad_group)
         return ra_error_set(RA_ERR_ARG, "%s: output group '%s': %s", path,
                             meta->out_group, bad_group);
-    if (meta->out_compress && !H5_VERSION_GE(1, 10, 2))
-        return ra_error_set(RA_ERR_ARG, "%s: this parallel HDF5 (%d.%d.%d) "
-                            "cannot write compressed datasets collectively "
-                            "(1.10.2 or later can)", path, H5_VERS_MAJOR,
-                            H5_VERS_MINOR, H5_VERS_RELEASE);
     if ((unsigned)ra_params_layout(params, 0) > RA_LAYOUT_BALANCED)
         return ra_error_set(RA_ERR_ARG, "%s: unknown layout %d", path,
                             (int)ra_params_layout(params, 0));

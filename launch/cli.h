@@ -356,10 +356,6 @@ void cli_shape_finish(cli_shape *cs);
  * resolved from OMP_NUM_THREADS (1 when that is unset). An option that
  * would not apply is the library's to refuse (cli_params_check). */
 void cli_params_finish(ra_params *p);
-/* The library's rules of a choice (bench, plan) and of P ranks alone
- * (comm/call.h), by the names bench and plan call them. */
-#define cli_choice_checked_as ra_call_choice_strategy
-#define cli_ulysses_check(p, s, P) ra_call_check_ranks(s, p, P)
 
 /* What only the command line knows of the parameters of a run: --gemm
  * auto needs a valid RINGATTN_GEMM, and --strategy all/auto is refused

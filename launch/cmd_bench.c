@@ -128,7 +128,7 @@ static void sweep_of(const cli_ctx *ctx, bench_opts *o, bench_mem *m,
     w->ops = (bench_alloc){operands_alloc, operands_release, m};
     m->ctx = ctx;
     if (w->which != BENCH_GIVEN)
-        o->p.exec.strategy = cli_choice_checked_as(&o->p);
+        o->p.exec.strategy = ra_call_choice_strategy(&o->p);
 }
 
 static void print_echo(const cli_ctx *ctx, const bench_sweep *w,
@@ -157,7 +157,7 @@ static ra_status bench_validate(const cli_ctx *ctx, bench_opts *o,
         bench_operands x;
         st = cli_params_check(&o->p, &s, NULL);
         if (st == RA_OK)
-            st = cli_ulysses_check(&o->p, &s, ctx->nranks);
+            st = ra_call_check_ranks(&s, &o->p, ctx->nranks);
         /* before the yardsticks and every config: the tensors fit the
          * limit and the address space (allocated untouched, then freed) */
         if (st == RA_OK)

@@ -190,7 +190,7 @@ static int plan_parse(const cli_ctx *ctx, plan_opts *o, int argc,
     cli_params_finish(&o->w.p);
     if ((int)o->w.p.exec.strategy == CLI_STRATEGY_AUTO ||
         (int)o->w.p.exec.strategy == CLI_STRATEGY_ALL) /* it tries each */
-        o->w.p.exec.strategy = cli_choice_checked_as(&o->w.p);
+        o->w.p.exec.strategy = ra_call_choice_strategy(&o->w.p);
     o->w.layout_auto = o->w.p.exec.layout == RA_LAYOUT_AUTO;
     o->w.with_io = o->w.in != NULL;
     return -1;

@@ -139,9 +139,11 @@ static ra_status map_parse(const char *rows, const char *heads,
 /* The output options that need no file: the same verdict on every rank. */
 static ra_status out_opts_check(const run_opts *o)
 {
-    if (o->rq.out_compress && !o->rq.out_chunk)
-        return ra_error_set(RA_ERR_ARG, "--out-compress: needs --out-chunk "
-                            "(gzip works on chunks)");
+    const char *bad_storage =
+        h5io_storage_problem(o->rq.out_chunk, o->rq.out_compress);
+    if (bad_storage)
+        return ra_error_set(RA_ERR_ARG, "--out-compress: %s (--out-chunk "
+                            "ROWS)", bad_storage);
     const char *bad_group = o->rq.out_group
                                 ? h5io_out_group_problem(o->rq.out_group)
                                 : NULL;

@@ -137,7 +137,7 @@ def storage(tmp, t):
     r = subprocess.run(MPI + [RINGATTN, "run", "--in", inp, "--out", os.path.join(tmp, "x.h5"),
                               "--out-compress", "3"], env=ENV, capture_output=True, text=True)
     ours = [l for l in r.stderr.splitlines() if l.startswith("ringattn:")]
-    assert r.returncode == 2 and len(ours) == 1 and re.search("needs --out-chunk", ours[0]), r.stderr
+    assert r.returncode == 2 and len(ours) == 1 and re.search("needs a chunk size", ours[0]), r.stderr
     assert not os.path.exists(os.path.join(tmp, "x.h5"))
 
 

@@ -1067,7 +1067,7 @@ CASES_COMPUTE = [
     ("mask-dataset-missing", "--segments names a dataset that is not there", {},
      RUN + ["good.h5", "--segments", "/ids"], 2, r"good\.h5: dataset /ids: not found"),
     ("compress-no-chunk", "--out-compress without --out-chunk", {},
-     RUN + ["good.h5", "--out-compress", "4"], 2, r"--out-compress: needs --out-chunk"),
+     RUN + ["good.h5", "--out-compress", "4"], 2, r"--out-compress: needs a chunk size"),
     ("compress-level", "--out-compress 10", {},
      RUN + ["good.h5", "--out-chunk", "8", "--out-compress", "10"], 2,
      r"--out-compress: 10 is outside \[1, 9\]"),
