@@ -104,11 +104,18 @@ static ra_status recorded_posenc(verify_job *j, held *h)
     if (ra_rope_parse(r->rope, &p->num.rope) != RA_OK)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute rope: unknown "
                             "pairing '%s'", out, r->rope);
-    if (strcmp(r->align, "tensor") != 0 && strcmp(r->align, "sequence") != 0)
+    const ra_align aligns[] = {RA_ALIGN_TENSOR, RA_ALIGN_SEQUENCE};
+    int known = 0;
+    for (int i = 0; i < 2; i++)
+        if (strcmp(r->align, ra_align_name(aligns[i])) == 0) {
+            p->num.align = aligns[i];
+            known = 1;
+        }
+    if (!known)
         return ra_error_set(RA_ERR_INPUT, "%s: attribute align: unknown "
-                            "alignment '%s' (expected tensor or sequence)",
-                            out, r->align);
-    p->num.align = r->align[0] == 's' ? RA_ALIGN_SEQUENCE : RA_ALIGN_TENSOR;
+                            "alignment '%s' (expected %s or %s)", out,
+                            r->align, ra_align_name(aligns[0]),
+                            ra_align_name(aligns[1]));
     p->num.rope_base = r->rope_base;
     p->num.alibi = r->alibi;
     ra_features_copy(&p->num, &r->features);
