@@ -263,7 +263,7 @@ print(f"\nggml {out['ggml_version'] or 'skipped: ' + ggml_skip}; torch "
 print("| case | ggml s | torch fp32 s | torch bf16 s | ringattn P2 fp32 s | "
       "P2 bf16 s | P1x2 fp32 s | P1x2 bf16 s | ggml/P2 fp32 | ggml/P2 bf16 "
       "| torch/P1x2 fp32 | torch/P1x2 bf16 |")
-print("|---" * 13 + "|")
+print("|---" * 12 + "|")
 for c in cases:
     print(f"| {c['case']} | {sec(c['ggml'])} | {sec(c['torch_fp32'])} | "
           f"{sec(c['torch_bf16'])} | {sec(c['ringattn_fp32'])} | "
