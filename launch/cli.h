@@ -287,7 +287,7 @@ extern const cli_opt cli_seq_opts[];
 /* The forward pass's options (into ra_params). */
 extern const cli_opt cli_forward_opts[];
 /* The footer of the --help of every command that takes cli_forward_opts
- * (options.c adds it): the strategies, layouts and this build's engines
+ * (options.c adds it): the strategies, layouts and engines
  * by the library's names, and what auto means for each. */
 void cli_forward_details(FILE *out);
 /* What only a command that runs passes takes (into ra_params):

@@ -382,19 +382,17 @@ static void words_wrapped(FILE *out, int *col, const char *text)
 }
 
 /* head, the library's names of an enum from 0 to the first it calls
- * "unknown" (ra_name_of; those of this build only when avail is given),
- * then tail, wrapped at HELP_WIDTH. */
+ * "unknown" (ra_name_of), then tail, wrapped at HELP_WIDTH: the same text
+ * in every build, as docs/REFERENCE.md holds it. */
 static void names_wrapped(FILE *out, const char *head,
-                          const char *(*name)(int), int (*avail)(int),
-                          const char *tail)
+                          const char *(*name)(int), const char *tail)
 {
     int col = 0;
     words_wrapped(out, &col, head);
     for (int k = 0; k < NAMES_MAX && strcmp(name(k), "unknown") != 0; k++) {
         char word[64];
         snprintf(word, sizeof word, "%s,", name(k));
-        if (!avail || avail(k))
-            words_wrapped(out, &col, word);
+        words_wrapped(out, &col, word);
     }
     words_wrapped(out, &col, tail);
     fputc('\n', out);
@@ -403,17 +401,16 @@ static void names_wrapped(FILE *out, const char *head,
 static const char *strategy_at(int k) { return ra_strategy_name(k); }
 static const char *layout_at(int k) { return ra_layout_name(k); }
 static const char *gemm_at(int k) { return ra_gemm_name(k); }
-static int gemm_built(int k) { return ra_gemm_available(k); }
 
 void cli_forward_details(FILE *out)
 {
-    names_wrapped(out, "Strategies:", strategy_at, NULL, "auto (plan's).");
-    names_wrapped(out, "Layouts:", layout_at, NULL,
+    names_wrapped(out, "Strategies:", strategy_at, "auto (plan's).");
+    names_wrapped(out, "Layouts:", layout_at,
                   "where auto is balanced with a window, else striped with "
                   "segments, else zigzag when causal.");
-    names_wrapped(out, "Engines of this build:", gemm_at, gemm_built,
-                  "where auto is RINGATTN_GEMM's, else onednn. "
-                  "docs/REFERENCE.md.");
+    names_wrapped(out, "Engines:", gemm_at,
+                  "where auto is RINGATTN_GEMM's, else onednn (a build "
+                  "without it refuses it by name). docs/REFERENCE.md.");
 }
 
 const cli_opt cli_pass_opts[] = {
