@@ -10,31 +10,20 @@ usage: e2e_align.py RINGATTN NP
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
 
+from e2e_util import launch, mpi, rope_half, run, softmax, visible
+
 RINGATTN = os.path.abspath(sys.argv[1])
 NP = sys.argv[2]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
-           OPENBLAS_NUM_THREADS="1")
 TOL = 1e-5
 
 
-def ringattn(args, mpi=True):
-    cmd = (["mpirun", "-np", NP, "--oversubscribe"] if mpi else []) + \
-          [RINGATTN] + args
-    return subprocess.run(cmd, env=ENV, capture_output=True, text=True)
-
-
-def must(args, mpi=True):
-    r = ringattn(args, mpi)
-    if r.returncode != 0:
-        raise RuntimeError(" ".join(args) + ": " + r.stderr.strip()[-400:])
+RA = mpi(NP) + [RINGATTN]  # the command line at NP ranks
 
 
 def ids(f, b):
@@ -63,35 +52,6 @@ def aligned(f, b, N, M):
     return at
 
 
-def seen(f, b, at, opt):
-    """(N, M): which key each query sees."""
-    N, M = at.size, f["k"].shape[1]
-    j = np.arange(M)[None, :]
-    a = at[:, None]
-    vis = np.ones((N, M), bool)
-    if opt["causal"]:
-        vis &= j <= a
-    if opt["window"]:
-        vis &= (j >= a - opt["window"][0]) & (j <= a + opt["window"][1])
-    if "q_lens" in f:
-        vis &= (np.arange(N) < f["q_lens"][b])[:, None]
-    if "kv_lens" in f:
-        vis &= j < f["kv_lens"][b]
-    qs, ks = ids(f, b)
-    if qs is not None:
-        vis &= qs[:, None] == ks[None, :]
-    return vis
-
-
-def turn(x, pos, base):
-    """RoPE with the half pairing of rows x (len, D) at positions pos."""
-    half = x.shape[1] // 2
-    ang = pos[:, None] * base ** (-np.arange(half) / half)
-    c, s = np.cos(ang), np.sin(ang)
-    return np.concatenate([x[:, :half] * c - x[:, half:] * s,
-                           x[:, half:] * c + x[:, :half] * s], axis=1)
-
-
 def head(f, b, h, at, opt):
     """One head: q, k (rotated), v, do, the probabilities, o and lse."""
     q = f["q"][b, :, h].astype(np.float64)
@@ -101,17 +61,13 @@ def head(f, b, h, at, opt):
     v = f["v"][b, :, g].astype(np.float64)
     kpos = np.arange(k.shape[0])
     if opt["rope"]:
-        q, k = turn(q, at, opt["rope"]), turn(k, kpos, opt["rope"])
+        q, k = rope_half(q, at, opt["rope"]), rope_half(k, kpos, opt["rope"])
     sc = q @ k.T / np.sqrt(q.shape[1])
     if opt["alibi"]:
         sc -= 2.0 ** (-8.0 * (h + 1) / H) * np.abs(kpos[None, :] - at[:, None])
-    sc = np.where(seen(f, b, at, opt), sc, -np.inf)
-    mx = np.max(sc, axis=1, initial=-np.inf)
-    safe = np.where(np.isfinite(mx), mx, 0.0)
-    w = np.exp(sc - safe[:, None])
-    tot = w.sum(axis=1)
-    p = np.divide(w, tot[:, None], out=np.zeros_like(w), where=tot[:, None] > 0)
-    lse = np.where(tot > 0, safe + np.log(np.where(tot > 0, tot, 1.0)), -np.inf)
+    vis = visible(f, b, at.size, k.shape[0], opt["causal"], opt["window"],
+                  at)
+    p, lse = softmax(np.where(vis, sc, -np.inf))
     return q, k, v, p, p @ v, lse
 
 
@@ -124,8 +80,8 @@ def grads(f, b, h, at, opt):
     c = 1.0 / np.sqrt(q.shape[1])
     dq, dk = c * ds @ k, c * ds.T @ q
     if opt["rope"]:
-        dq = turn(dq, -at, opt["rope"])
-        dk = turn(dk, -np.arange(k.shape[0]), opt["rope"])
+        dq = rope_half(dq, -at, opt["rope"])
+        dk = rope_half(dk, -np.arange(k.shape[0]), opt["rope"])
     return dq, dk, p.T @ do
 
 
@@ -199,24 +155,24 @@ def case(name, inp, opt):
     base = ["--in", inp, "--layout", opt["layout"]] + flags(opt)
     with h5py.File(inp, "r") as f:
         n = f["q"].shape[1]
-    must(["run", "--out", "a.h5", "--force", "--align-per-sequence",
-          "--attn-map", f"0:{n}", "--attn-map-heads", "0,1"] + base)
-    must(["run", "--out", "t.h5", "--force"] + base)
+    run(RA + ["run", "--out", "a.h5", "--force", "--align-per-sequence",
+              "--attn-map", f"0:{n}", "--attn-map-heads", "0,1"] + base)
+    run(RA + ["run", "--out", "t.h5", "--force"] + base)
     err, same = check_forward(inp, "a.h5", opt)
     merr = check_map(inp, "a.h5", opt)
-    v = ringattn(["verify", "--in", inp, "--out", "a.h5", "--all"])
-    must(["run", "--backward", "--fwd", "a.h5", "--out", "g.h5", "--force",
-          "--align-per-sequence"] + base)
+    v = launch(RA + ["verify", "--in", inp, "--out", "a.h5", "--all"])
+    run(RA + ["run", "--backward", "--fwd", "a.h5", "--out", "g.h5",
+              "--force", "--align-per-sequence"] + base)
     gerr = check_backward(inp, "g.h5", opt)
-    vb = ringattn(["verify", "--backward", "--in", inp, "--out", "g.h5",
-                   "--all"])
+    vb = launch(RA + ["verify", "--backward", "--in", inp, "--out", "g.h5",
+                      "--all"])
     # the same outputs read as tensor-aligned runs must fail verification
     for out in ("a.h5", "g.h5"):
         shutil.copy(out, "x" + out)
         with h5py.File("x" + out, "r+") as x:
             x.attrs["align"] = "tensor"
-    wrong = [ringattn(["verify"] + extra + ["--in", inp, "--out", "x" + out,
-                                            "--all"]).returncode
+    wrong = [launch(RA + ["verify"] + extra + ["--in", inp, "--out",
+                                               "x" + out, "--all"]).returncode
              for out, extra in (("a.h5", []), ("g.h5", ["--backward"]))]
     with h5py.File("a.h5", "r") as x, h5py.File("t.h5", "r") as y:
         differ = float(np.max(np.abs(x["o"][...] - y["o"][...])))
@@ -239,10 +195,10 @@ def main():
         os.chdir(work)
         shape = ["--batch", "2", "--heads", "4", "--kv-heads", "2", "--dim",
                  "16", "--backward", "--seed", "7"]
-        must(["gen", "--out", "lens.h5", "--seq", "97", "--seq-kv", "131",
-              "--lens", "random"] + shape, mpi=False)
-        must(["gen", "--out", "seg.h5", "--seq", "150", "--seq-kv", "113",
-              "--segments", "25"] + shape, mpi=False)
+        run([RINGATTN, "gen", "--out", "lens.h5", "--seq", "97", "--seq-kv",
+             "131", "--lens", "random"] + shape)
+        run([RINGATTN, "gen", "--out", "seg.h5", "--seq", "150", "--seq-kv",
+             "113", "--segments", "25"] + shape)
         plain = {"causal": 0, "window": None, "rope": 0, "alibi": 0,
                  "layout": "contiguous"}
         ok = case("lens, causal+window 9,3, zigzag", "lens.h5",

@@ -9,58 +9,18 @@ usage: e2e_backward.py RINGATTN NP [checks]
 """
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
 
+from e2e_util import launch, mpi, rope_half, run, softmax, visible
+
 RINGATTN = os.path.abspath(sys.argv[1])
 NP = sys.argv[2]
 ONLY_CHECKS = len(sys.argv) > 3 and sys.argv[3] == "checks"
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
-           OPENBLAS_NUM_THREADS="1")
-
-
-def run(args, mpi=True):
-    cmd = (["mpirun", "-np", NP, "--oversubscribe"] if mpi else []) + \
-          [RINGATTN] + args
-    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(" ".join(args) + ": " + r.stderr.strip()[-400:])
-    return r
-
-
-def visible(N, M, causal, window, b, f):
-    """(N, M) booleans: which keys each query sees in batch b."""
-    i = np.arange(N)[:, None] + (M - N)
-    j = np.arange(M)[None, :]
-    vis = np.ones((N, M), bool)
-    if causal:
-        vis &= j <= i
-    if window:
-        vis &= (j >= i - window[0]) & (j <= i + window[1])
-    if "q_lens" in f:
-        vis &= (np.arange(N) < f["q_lens"][b])[:, None]
-    if "kv_lens" in f:
-        vis &= j < f["kv_lens"][b]
-    if "segments" in f:
-        seg = f["segments"][b]
-        vis &= seg[:, None] == seg[None, :]
-    if "q_segments" in f:
-        vis &= f["q_segments"][b][:, None] == f["kv_segments"][b][None, :]
-    return vis
-
-
-def rope_half(x, pos, base):
-    """RoPE, half pairing, of rows x (len, D) at positions pos (fp64)."""
-    D = x.shape[1]
-    ang = pos[:, None] * base ** (-2.0 * np.arange(D // 2) / D)
-    a, b = x[:, :D // 2], x[:, D // 2:]
-    return np.concatenate([a * np.cos(ang) - b * np.sin(ang),
-                           b * np.cos(ang) + a * np.sin(ang)], axis=1)
+RA = mpi(NP) + [RINGATTN]  # the command line at NP ranks
 
 
 def head_grads(q, k, v, do, vis, opt):
@@ -77,12 +37,7 @@ def head_grads(q, k, v, do, vis, opt):
     if "slope" in opt:
         i = np.arange(N)[:, None] + (M - N)
         sc = sc - opt["slope"] * np.abs(np.arange(M)[None, :] - i)
-    sc = np.where(vis, sc, -np.inf)
-    mx = sc.max(axis=1, keepdims=True)
-    mx[~np.isfinite(mx)] = 0
-    p = np.exp(sc - mx)
-    tot = p.sum(axis=1, keepdims=True)
-    p = np.divide(p, tot, out=np.zeros_like(p), where=tot > 0)
+    p, _ = softmax(np.where(vis, sc, -np.inf))
     dp = do @ v.T
     ds = p * (dp - (p * dp).sum(axis=1, keepdims=True))
     if not add:
@@ -111,7 +66,7 @@ def reference(path, causal, window, **opt):
         dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
         dw = None
         for b in range(B):
-            vis = visible(N, M, causal, window, b, f)
+            vis = visible(f, b, N, M, causal, window)
             for h in range(H):
                 g = h // (H // G)
                 if opt.get("alibi"):
@@ -147,9 +102,8 @@ def check(name, grads, ref):
 
 
 def verify(grads, extra, want, inp="in.h5"):
-    cmd = ["mpirun", "-np", NP, "--oversubscribe", RINGATTN, "verify",
-           "--backward", "--in", inp, "--out", grads] + extra
-    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
+    r = launch(RA + ["verify", "--backward", "--in", inp, "--out",
+               grads] + extra)
     ok = r.returncode == want
     print(f"{'PASS' if ok else 'FAIL'} verify --backward {' '.join(extra)} "
           f"exits {r.returncode} (want {want}): {r.stdout.strip()[-120:]}")
@@ -163,7 +117,7 @@ def corrupted_cases(grads, fwd):
     entry alone is found with the chance its row is sampled). verify and
     verify --backward print their predicted cost before the verdict."""
     ok = True
-    cmd = ["mpirun", "-np", NP, "--oversubscribe", RINGATTN, "verify"]
+    cmd = RA + ["verify"]
     for name in ("dq", "dk", "dv"):
         for extra, every in ((["--all"], False), (["--sample", "5"], True)):
             shutil.copy(grads, "bad.h5")
@@ -175,9 +129,8 @@ def corrupted_cases(grads, fwd):
                 else:
                     x[np.unravel_index(np.argmax(np.abs(x)), x.shape)] *= 1.01
                 f[name][...] = x
-            r = subprocess.run(cmd + ["--backward", "--in", "in.h5", "--out",
-                                      "bad.h5"] + extra, env=ENV,
-                               capture_output=True, text=True)
+            r = launch(cmd + ["--backward", "--in", "in.h5", "--out",
+                              "bad.h5"] + extra)
             lines = r.stdout.strip().splitlines()
             good = (r.returncode == 1 and len(lines) == 2 and
                     "predicted cost per rank" in lines[0] and
@@ -187,8 +140,7 @@ def corrupted_cases(grads, fwd):
                   f"({'every row' if every else 'one entry'}): exit "
                   f"{r.returncode}, cost printed first")
             ok &= good
-    r = subprocess.run(cmd + ["--in", "in.h5", "--out", fwd], env=ENV,
-                       capture_output=True, text=True)
+    r = launch(cmd + ["--in", "in.h5", "--out", fwd])
     lines = r.stdout.strip().splitlines()
     good = (r.returncode == 0 and len(lines) == 2 and
             lines[0].startswith("# verify: predicted cost per rank"))
@@ -245,20 +197,20 @@ def main():
 def cases():
     shape = ["--batch", "2", "--seq", "203", "--seq-kv", "171", "--heads",
              "4", "--kv-heads", "2", "--dim", "16", "--dim-v", "12"]
-    run(["gen", "--out", "in.h5", "--backward", "--lens", "random"] + shape,
-        mpi=False)
-    run(["gen", "--out", "seg.h5", "--backward", "--segments", "20", "--seq",
-         "150", "--dim", "8"])
+    run([RINGATTN, "gen", "--out", "in.h5", "--backward", "--lens",
+        "random"] + shape)
+    run(RA + ["gen", "--out", "seg.h5", "--backward", "--segments", "20",
+        "--seq", "150", "--dim", "8"])
     ok = True
-    run(["run", "--in", "in.h5", "--out", "fwd.h5", "--causal"])
-    run(["run", "--backward", "--in", "in.h5", "--fwd", "fwd.h5", "--out",
-         "g_fwd.h5", "--causal"])
+    run(RA + ["run", "--in", "in.h5", "--out", "fwd.h5", "--causal"])
+    run(RA + ["run", "--backward", "--in", "in.h5", "--fwd", "fwd.h5", "--out",
+        "g_fwd.h5", "--causal"])
     ok &= check("causal lens, --fwd", "g_fwd.h5", reference("in.h5", 1, None))
     # a forward output written heads-first is read through its axes
-    run(["run", "--in", "in.h5", "--out", "fwd_h.h5", "--causal",
-         "--out-axes", "B,H,N,D"])
-    run(["run", "--backward", "--in", "in.h5", "--fwd", "fwd_h.h5", "--out",
-         "g_fwd_h.h5", "--causal"])
+    run(RA + ["run", "--in", "in.h5", "--out", "fwd_h.h5", "--causal",
+        "--out-axes", "B,H,N,D"])
+    run(RA + ["run", "--backward", "--in", "in.h5", "--fwd", "fwd_h.h5",
+        "--out", "g_fwd_h.h5", "--causal"])
     with h5py.File("g_fwd.h5", "r") as a, h5py.File("g_fwd_h.h5", "r") as b:
         same = all(np.array_equal(a[n][...], b[n][...])
                    for n in ("dq", "dk", "dv"))
@@ -266,8 +218,8 @@ def cases():
           "gradients as of a tokens-first one")
     ok &= same
     # gradients written heads-first: the same values, their order said
-    run(["run", "--backward", "--in", "in.h5", "--fwd", "fwd.h5", "--out",
-         "g_heads.h5", "--causal", "--out-axes", "B,H,N,D"])
+    run(RA + ["run", "--backward", "--in", "in.h5", "--fwd", "fwd.h5", "--out",
+        "g_heads.h5", "--causal", "--out-axes", "B,H,N,D"])
     with h5py.File("g_fwd.h5", "r") as a, h5py.File("g_heads.h5", "r") as b:
         same = all(b[n].attrs["axes"] == "B,H,N,D" and a[n].attrs["axes"] ==
                    "B,N,H,D" and np.array_equal(
@@ -284,15 +236,15 @@ def cases():
     with h5py.File("g_fwd.h5", "r+") as f:
         f.attrs["causal"] = 0
     ok &= verify("g_fwd.h5", ["--all"], 1)
-    run(["run", "--backward", "--in", "in.h5", "--recompute", "--out",
-         "g_win.h5", "--window", "30,7", "--layout", "contiguous"])
+    run(RA + ["run", "--backward", "--in", "in.h5", "--recompute", "--out",
+        "g_win.h5", "--window", "30,7", "--layout", "contiguous"])
     ok &= check("window 30,7, --recompute", "g_win.h5",
                 reference("in.h5", 0, (30, 7)))
     ok &= verify("g_win.h5", ["--sample", "23"], 0)
     ok &= recorded_cases()
     for lay in ("zigzag", "striped"):
-        run(["run", "--backward", "--in", "seg.h5", "--recompute", "--out",
-             f"g_{lay}.h5", "--causal", "--layout", lay])
+        run(RA + ["run", "--backward", "--in", "seg.h5", "--recompute",
+            "--out", f"g_{lay}.h5", "--causal", "--layout", lay])
         ok &= check(f"causal segments, {lay}", f"g_{lay}.h5",
                     reference("seg.h5", 1, None))
         ok &= verify(f"g_{lay}.h5", ["--sample", "31"], 0, inp="seg.h5")
@@ -325,18 +277,18 @@ def check_cases():
     backward at NP (the fingerprint does not depend on P or layout); rows
     that see no key (-inf lse) accepted by the lse check."""
     ok = True
-    run(["gen", "--out", "hd.h5", "--backward", "--seq", "4", "--heads",
-         "4", "--kv-heads", "2", "--dim", "8"], mpi=False)
+    run([RINGATTN, "gen", "--out", "hd.h5", "--backward", "--seq", "4",
+        "--heads", "4", "--kv-heads", "2", "--dim", "8"])
     to_heads_first("hd.h5", "hd_bhnd.h5")
-    run(["run", "--backward", "--in", "hd_bhnd.h5", "--recompute", "--out",
-         "g_bhnd.h5"])
+    run(RA + ["run", "--backward", "--in", "hd_bhnd.h5", "--recompute",
+        "--out", "g_bhnd.h5"])
     ok &= check("/do (B,H,N,D) with axes, N = H = 4", "g_bhnd.h5",
                 reference("hd.h5", 0, None))
     unseen_segments("us.h5")
-    run(["run", "--in", "us.h5", "--out", "fwd_us.h5", "--causal",
-         "--layout", "striped"], mpi=False)
-    run(["run", "--backward", "--in", "us.h5", "--fwd", "fwd_us.h5",
-         "--out", "g_us.h5", "--causal", "--layout", "zigzag"])
+    run([RINGATTN, "run", "--in", "us.h5", "--out", "fwd_us.h5", "--causal",
+        "--layout", "striped"])
+    run(RA + ["run", "--backward", "--in", "us.h5", "--fwd", "fwd_us.h5",
+        "--out", "g_us.h5", "--causal", "--layout", "zigzag"])
     ok &= check("segments with unseen ids, --fwd of P = 1", "g_us.h5",
                 reference("us.h5", 1, None))
     ok &= verify("g_us.h5", ["--sample", "30"], 0, inp="us.h5")
@@ -347,9 +299,9 @@ def check_cases():
 def encoded_cases():
     """RoPE with ALiBi, and the additive score with its weights."""
     ok = True
-    run(["run", "--backward", "--in", "in.h5", "--recompute", "--out",
-         "g_pos.h5", "--causal", "--rope", "half", "--rope-base", "500",
-         "--alibi", "--layout", "zigzag"])
+    run(RA + ["run", "--backward", "--in", "in.h5", "--recompute", "--out",
+        "g_pos.h5", "--causal", "--rope", "half", "--rope-base", "500",
+        "--alibi", "--layout", "zigzag"])
     ok &= check("causal rope half + alibi", "g_pos.h5",
                 reference("in.h5", 1, None, rope=500.0, alibi=True))
     ok &= verify("g_pos.h5", ["--sample", "40"], 0)
@@ -359,10 +311,10 @@ def encoded_cases():
         D = f["q"].shape[3]
         for n, shape in (("w_q", (8, D)), ("w_k", (8, D)), ("w_v", (8,))):
             f["additive/" + n] = (0.3 * rng.standard_normal(shape)).astype("f4")
-    run(["run", "--in", "add.h5", "--out", "fwd_add.h5", "--score",
-         "additive", "--window", "40,3"])
-    run(["run", "--backward", "--in", "add.h5", "--fwd", "fwd_add.h5",
-         "--out", "g_add.h5", "--score", "additive", "--window", "40,3"])
+    run(RA + ["run", "--in", "add.h5", "--out", "fwd_add.h5", "--score",
+        "additive", "--window", "40,3"])
+    run(RA + ["run", "--backward", "--in", "add.h5", "--fwd", "fwd_add.h5",
+        "--out", "g_add.h5", "--score", "additive", "--window", "40,3"])
     ok &= check("additive window, --fwd", "g_add.h5",
                 reference("add.h5", 0, (40, 3), additive=True))
     ok &= verify("g_add.h5", ["--sample", "25"], 0, inp="add.h5")

@@ -19,26 +19,16 @@ command line at NP ranks (NP >= 2):
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
 
-from e2e_util import bf16_round, bf16_type  # the 16-bit type, the rounding
+from e2e_util import bf16_round, bf16_type, mpi, run
 
 RINGATTN, NP = sys.argv[1], int(sys.argv[2])
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-MPI = ["mpirun", "-np", str(NP), "--oversubscribe", RINGATTN]
-
-
-def run(args, code=0):
-    print("+", " ".join(args), flush=True)
-    p = subprocess.run(args, env=ENV, capture_output=True, text=True)
-    print(p.stdout + p.stderr, end="")
-    assert p.returncode == code, f"exit {p.returncode}, expected {code}"
-    return p.stdout
+MPI = mpi(NP) + [RINGATTN]
 
 
 def write_file(path, tensors, bf16):

@@ -32,9 +32,12 @@ import time
 import h5py
 import numpy as np
 
+import e2e_util
+from e2e_util import launch, mpi, ours
+
 RINGATTN, NP, MODE = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 # signalled runs keep Open MPI's default grace between SIGTERM and SIGKILL
-ENV = {k: v for k, v in os.environ.items()
+ENV = {k: v for k, v in e2e_util.ENV.items()
        if k != "OMPI_MCA_odls_base_sigkill_timeout"}
 FAILED = []
 
@@ -46,17 +49,12 @@ def check(ok, what):
 
 
 def mpirun(np_, args):
-    return ["mpirun", "-np", str(np_), "--oversubscribe", RINGATTN,
-            "run"] + args
+    return mpi(np_) + [RINGATTN, "run"] + args
 
 
 def run(args, np_=NP):
-    return subprocess.run(mpirun(np_, args), capture_output=True, text=True,
-                          env=ENV, timeout=600)
-
-
-def lines(r):
-    return [l for l in r.stderr.splitlines() if l.startswith("ringattn:")]
+    """ringattn run args at np_ ranks; the CompletedProcess, unchecked."""
+    return launch(mpirun(np_, args), env=ENV, timeout=600)
 
 
 def same(a, b, names):
@@ -123,8 +121,7 @@ def stop_after_first(args, ck):
         for pid in catching_usr1(p):
             kill(pid, signal.SIGUSR1)
     _, err = p.communicate(timeout=600)
-    return p.returncode, [l for l in err.splitlines()
-                          if l.startswith("ringattn:")]
+    return p.returncode, ours(err)
 
 
 def resume_case(d, name, args, outs):
@@ -161,25 +158,26 @@ def refusals(d, args, ck):
     for what, a, np_, word in cases:
         r = run(a + ["--out", os.path.join(d, "y.h5"), "--force",
                      "--resume", ck], np_)
-        check(r.returncode == 2 and len(lines(r)) == 1 and
-              word in lines(r)[0], f"refused, {what}: {lines(r)[:1]}")
+        said = ours(r.stderr)
+        check(r.returncode == 2 and len(said) == 1 and word in said[0],
+              f"refused, {what}: {said[:1]}")
     with h5py.File(path, "r+") as f:
         f["state_o"][3] += 1.0
     r = run(args + ["--out", os.path.join(d, "y.h5"), "--force", "--resume",
                     ck])
-    check(r.returncode == 2 and "corrupt" in " ".join(lines(r)),
-          f"refused, corrupt checkpoint: {lines(r)[:1]}")
+    check(r.returncode == 2 and "corrupt" in " ".join(ours(r.stderr)),
+          f"refused, corrupt checkpoint: {ours(r.stderr)[:1]}")
     shutil.copy(keep, path)
     with h5py.File(path, "r+") as f:  # as another hybrid group size makes
         f.attrs["steps"] = f.attrs["steps"] + 2
     r = run(args + ["--out", os.path.join(d, "y.h5"), "--force", "--resume",
                     ck])
-    check(r.returncode == 2 and "steps" in " ".join(lines(r)),
-          f"refused, a pass of other steps: {lines(r)[:1]}")
+    check(r.returncode == 2 and "steps" in " ".join(ours(r.stderr)),
+          f"refused, a pass of other steps: {ours(r.stderr)[:1]}")
     r = run(args + ["--out", os.path.join(d, "y.h5"), "--force", "--resume",
                     d])
-    check(r.returncode == 2 and "no checkpoint" in " ".join(lines(r)),
-          f"refused, no checkpoint: {lines(r)[:1]}")
+    check(r.returncode == 2 and "no checkpoint" in " ".join(ours(r.stderr)),
+          f"refused, no checkpoint: {ours(r.stderr)[:1]}")
     shutil.copy(keep, path)
     return code
 
@@ -231,13 +229,14 @@ def full_disk(d, args, ref, size):
     finally:
         if subprocess.run(["umount", full]).returncode != 0:
             subprocess.run(["umount", "-l", full])
-    said = " ".join(lines(r))
-    stopped = r.returncode == 1 and len(lines(r)) == 1 and "checkpoint" in said
+    said = ours(r.stderr)
+    stopped = (r.returncode == 1 and len(said) == 1 and
+               "checkpoint" in said[0])
     r2 = run(args + ["--out", out, "--force", "--resume", kept])
     check((stopped or r.returncode == 0) and left == ["checkpoint.h5"] and
           step == 1 and r2.returncode == 0 and same(ref, out, ["o", "lse"]),
           f"a full disk in the second checkpoint (exit {r.returncode}, "
-          f"{lines(r)[:1]}): the first alone ({left}, step {step}), "
+          f"{said[:1]}): the first alone ({left}, step {step}), "
           f"resumed bitwise")
 
 

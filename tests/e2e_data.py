@@ -27,10 +27,10 @@ import h5py
 import numpy as np
 import matplotlib.image as mpimg
 
-from e2e_util import attention, refused, run
+from e2e_util import attention, mpi, refused, run
 
 RINGATTN, NP = sys.argv[1], int(sys.argv[2])
-MPI = ["mpirun", "-np", str(NP), "--oversubscribe"]
+MPI = mpi(NP)
 TOL = 1e-5
 
 

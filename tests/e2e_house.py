@@ -31,17 +31,16 @@ import tempfile
 import h5py
 import numpy as np
 
+from e2e_util import ENV, mpi, ours
+
 RINGATTN = os.path.abspath(sys.argv[1])
 NP = int(sys.argv[2])
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
-           OPENBLAS_NUM_THREADS="1")
 SHAPE = ["--seq", "96", "--heads", "2", "--dim", "16"]
 
 
 def ringattn(work, *args, env=ENV):
     """Runs ringattn at NP ranks in work; exits 1 unless it exits 0."""
-    cmd = ["mpirun", "--oversubscribe", "-np", str(NP), RINGATTN, *args]
+    cmd = mpi(NP) + [RINGATTN, *args]
     r = subprocess.run(cmd, cwd=work, env=env, capture_output=True,
                        text=True, timeout=240)
     if r.returncode != 0:
@@ -257,14 +256,14 @@ def check_gemm_mixed(work):
                        [":", "-np", str(NP - 1), "-x",
                         "RINGATTN_GEMM=openblas"] + argv,
                        cwd=work, env=env, capture_output=True, text=True)
-    ours = [l for l in r.stderr.splitlines() if l.startswith("ringattn:")]
+    said = ours(r.stderr)
     want = ("ringattn: RINGATTN_GEMM: the ranks run different tile engines "
             "(openblas on some, onednn on others): set it alike on every "
             "node (mpirun -x RINGATTN_GEMM)")
     # before any work: no parameter table (printed before the read)
-    if r.returncode != 2 or ours != [want] or r.stdout.strip() or \
+    if r.returncode != 2 or said != [want] or r.stdout.strip() or \
             os.path.exists(os.path.join(work, "mixed_out.h5")):
-        fail(f"gemm-mixed: exit {r.returncode}, lines {ours}, stdout "
+        fail(f"gemm-mixed: exit {r.returncode}, lines {said}, stdout "
              f"{r.stdout[:200]!r}, files {os.listdir(work)}")
     print("ok   gemm-mixed: ranks on different engines refused before any "
           "work, exit 2, one line, no output")

@@ -30,13 +30,12 @@ import subprocess
 import sys
 import tempfile
 
+from e2e_util import ENV
+
 SKIP = 77
 RINGATTN = os.path.abspath(sys.argv[1])
 NP = int(sys.argv[2])
 MODE = sys.argv[3]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
-           OPENBLAS_NUM_THREADS="1")
 STEP = re.compile(r"^ringattn run: step (\d+)/(\d+), ([\d.]+) s elapsed, "
                   r"ETA ([\d.]+) s$")
 TICK = re.compile(r"^ringattn run: in step (\d+)/(\d+|\?), (\d+)% of its "

@@ -11,7 +11,6 @@ line on files at NP ranks, each checked by numpy in fp64:
    of the expected size that decodes.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -19,23 +18,11 @@ import h5py
 import numpy as np
 import matplotlib.image as mpimg
 
+from e2e_util import mpi, run, softmax, visible
+
 RINGATTN, NP = sys.argv[1], int(sys.argv[2])
 HERE = os.path.dirname(os.path.abspath(__file__))
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-MPI = ["mpirun", "-np", str(NP), "--oversubscribe"]
-
-
-def run(args):
-    print("+", " ".join(args), flush=True)
-    subprocess.run(args, check=True, env=ENV)
-
-
-def softmax_rows(s):
-    mx = np.max(s, axis=-1, keepdims=True)
-    seen = np.isfinite(mx)
-    p = np.where(seen, np.exp(s - np.where(seen, mx, 0)), 0.0)
-    l = p.sum(axis=-1, keepdims=True)
-    return p / np.where(l > 0, l, 1), np.where(seen[..., 0], (mx + np.log(np.where(l > 0, l, 1)))[..., 0], -np.inf)
+MPI = mpi(NP)
 
 
 def check_png(path, width, height):
@@ -77,9 +64,8 @@ def additive(tmp):
     qp = np.einsum("bnhd,ad->bnha", q, wq)
     kp = np.einsum("bmhd,ad->bmha", kh, wk)
     s = np.einsum("bnhma,a->bhnm", np.tanh(qp[:, :, :, None, :] + kp.transpose(0, 2, 1, 3)[:, None]), wv)
-    i, j = np.arange(N)[:, None], np.arange(M)[None, :]
-    s = np.where(j <= i + (M - N), s, -np.inf)
-    p, lse_ref = softmax_rows(s)
+    s = np.where(visible({}, 0, N, M, causal=True), s, -np.inf)
+    p, lse_ref = softmax(s)
     o_ref = np.einsum("bhnm,bmhd->bnhd", p, vh)
     with h5py.File(out, "r") as f:
         o, lse = f["o"][...], f["lse"][...]
@@ -109,10 +95,9 @@ def attention_map(tmp):
     assert m.shape == (B, 2, 200, M), m.shape
     kh = np.repeat(k, H // G, axis=2)
     s = np.einsum("bnhd,bmhd->bhnm", q, kh) / np.sqrt(D)
-    qi = np.arange(N)[None, None, :, None]
-    kj = np.arange(M)[None, None, None, :]
-    visible = (qi < q_lens[:, None, None, None]) & (kj < kv_lens[:, None, None, None])
-    p, _ = softmax_rows(np.where(visible, s, -np.inf))
+    lens = {"q_lens": q_lens, "kv_lens": kv_lens}
+    seen = np.stack([visible(lens, b, N, M) for b in range(B)])[:, None]
+    p, _ = softmax(np.where(seen, s, -np.inf))
     ref = p[:, [1, 3], 50:250, :]
     err = np.max(np.abs(m - ref))
     sums = m.sum(axis=-1)
@@ -168,8 +153,8 @@ def layer(tmp, cross):
     v = np.repeat(v.reshape(B, M, G, Dv), H // G, axis=2)
     s = np.einsum("bnhd,bmhd->bhnm", q, k) / np.sqrt(D)
     if not cross:
-        s = np.where(np.arange(M)[None, :] <= np.arange(N)[:, None], s, -np.inf)
-    p, _ = softmax_rows(s)
+        s = np.where(visible({}, 0, N, M, causal=True), s, -np.inf)
+    p, _ = softmax(s)
     o = np.einsum("bhnm,bmhd->bnhd", p, v).reshape(B, N, H * Dv)
     y_ref = o @ wo.T + bo
     rel = np.linalg.norm(y - y_ref) / np.linalg.norm(y_ref)

@@ -1,7 +1,8 @@
 """e2e_util.py: what the end-to-end scripts share: the environment of a
-run, running the command line (and its refusals), and the fp64 attention
-reference they judge the outputs by. Imported by tests/e2e_*.py (from the
-folder of the script, which Python puts on the path)."""
+run, running the command line (and its refusals), the keys each query
+sees, and the fp64 attention reference they judge the outputs by.
+Imported by tests/e2e_*.py (from the folder of the script, which Python
+puts on the path)."""
 import os
 import re
 import subprocess
@@ -20,22 +21,85 @@ def mpi(np_):
     return ["mpirun", "-np", str(np_), "--oversubscribe"]
 
 
-def run(args):
-    """Runs args (printed first); their stdout; an exception on failure."""
+class Failed(RuntimeError):
+    """A command that exited with another status than the one wanted."""
+
+
+def launch(args, env=ENV, **kw):
+    """Runs args; the CompletedProcess (text stdout, stderr), unchecked."""
+    return subprocess.run(args, env=env, capture_output=True, text=True, **kw)
+
+
+def run(args, code=0, **kw):
+    """Runs args (printed first); their stdout; Failed, naming the command,
+    its status and the end of its stderr, unless they exit code."""
     print("+", " ".join(args), flush=True)
-    return subprocess.run(args, check=True, env=ENV, capture_output=True,
-                          text=True).stdout
+    r = launch(args, **kw)
+    if r.returncode != code:
+        raise Failed(f"{' '.join(args)}: exit {r.returncode} (want {code}): "
+                     f"{r.stderr.strip()[-400:]}")
+    return r.stdout
+
+
+def ours(stderr):
+    """The lines of stderr that ringattn wrote (mpirun adds its own)."""
+    return [l for l in stderr.splitlines() if l.startswith("ringattn:")]
 
 
 def refused(args, pattern):
     """args exit 2 with exactly one stderr line of ours (mpirun adds its
     own notice), matching pattern, and no traceback."""
     print("+", " ".join(args), "(must be refused)", flush=True)
-    r = subprocess.run(args, env=ENV, capture_output=True, text=True)
-    lines = [l for l in r.stderr.splitlines() if l.startswith("ringattn:")]
+    r = launch(args)
+    lines = ours(r.stderr)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert re.search(pattern, lines[0]), (pattern, lines[0])
+
+
+def visible(f, b, N, M, causal=False, window=None, at=None):
+    """(N, M) booleans: which keys each query of batch b sees. f: the input
+    file (or a dict) whose q_lens, kv_lens, segments or q_segments and
+    kv_segments apply; at: each query's aligned position (default the
+    ends aligned, i + M - N); window (left, right) around it."""
+    at = (np.arange(N) + (M - N) if at is None else at)[:, None]
+    j = np.arange(M)[None, :]
+    vis = np.ones((N, M), bool)
+    if causal:
+        vis &= j <= at
+    if window:
+        vis &= (j >= at - window[0]) & (j <= at + window[1])
+    if "q_lens" in f:
+        vis &= (np.arange(N) < f["q_lens"][b])[:, None]
+    if "kv_lens" in f:
+        vis &= j < f["kv_lens"][b]
+    if "segments" in f:
+        vis &= f["segments"][b][:, None] == f["segments"][b][None, :]
+    if "q_segments" in f:
+        vis &= f["q_segments"][b][:, None] == f["kv_segments"][b][None, :]
+    return vis
+
+
+def softmax(s):
+    """Softmax over the last axis of scores s (-inf: not seen) and the
+    log-sum-exp: a row that sees nothing has probabilities 0, lse -inf."""
+    mx = np.max(s, axis=-1, keepdims=True, initial=-np.inf)
+    safe = np.where(np.isfinite(mx), mx, 0.0)
+    p = np.exp(s - safe)
+    tot = p.sum(axis=-1, keepdims=True)
+    p = np.divide(p, tot, out=np.zeros_like(p), where=tot > 0)
+    lse = np.where(tot > 0, safe + np.log(np.where(tot > 0, tot, 1.0)),
+                   -np.inf)
+    return p, lse[..., 0]
+
+
+def rope_half(x, pos, base):
+    """RoPE with the half pairing of rows x (len, D) at positions pos."""
+    half = x.shape[1] // 2
+    ang = pos[:, None] * base ** (-np.arange(half) / half)
+    c, s = np.cos(ang), np.sin(ang)
+    return np.concatenate([x[:, :half] * c - x[:, half:] * s,
+                           x[:, half:] * c + x[:, :half] * s], axis=1)
 
 
 def attention(q, k, v, causal=False, order="bnhd"):
@@ -54,10 +118,7 @@ def attention(q, k, v, causal=False, order="bnhd"):
         N, M = q.shape[2], k.shape[2]
         s = np.where(np.arange(M)[None, :] <= np.arange(N)[:, None] + M - N,
                      s, -np.inf)
-    mx = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - mx)
-    lse = (mx + np.log(p.sum(axis=-1, keepdims=True)))[..., 0]
-    p /= p.sum(axis=-1, keepdims=True)
+    p, lse = softmax(s)
     return np.einsum("bhnm,bhmd->bnhd", p, v), lse
 
 

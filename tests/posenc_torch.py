@@ -29,8 +29,9 @@ except ImportError as e:
     print(f"posenc_torch.py: {e}; install python3-torch (launch/setup.sh)")
     sys.exit(1)
 
+from e2e_util import ENV, launch, mpi
+
 TOL = 1e-5
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
 
 def hf_rotate_half(x):
@@ -108,8 +109,8 @@ def case(tmp, np_ranks, ringattn, name, shape, args, rope=None, base=10000.0,
             f[n].attrs["axes"] = "B,N,H,D"
         if given is not None:
             f["alibi_slopes"] = np.asarray(given, dtype=np.float32)
-    mpi = ["mpirun", "-np", str(np_ranks), "--oversubscribe"]
-    subprocess.run(mpi + [ringattn, "run", "--in", inp, "--out", out] + args,
+    ra = mpi(np_ranks) + [ringattn]
+    subprocess.run(ra + ["run", "--in", inp, "--out", out] + args,
                    check=True, env=ENV, stdout=subprocess.DEVNULL)
     with h5py.File(out, "r") as f:
         o, lse = f["o"][()], f["lse"][()]
@@ -120,8 +121,7 @@ def case(tmp, np_ranks, ringattn, name, shape, args, rope=None, base=10000.0,
     ro, rl = attention(q, k, v, "--causal" in args, rope, base, slopes)
     rel = np.linalg.norm(o - ro) / np.linalg.norm(ro)
     lerr = np.max(np.abs(lse - rl) / np.maximum(1, np.abs(rl)))
-    ver = subprocess.run(mpi + [ringattn, "verify", "--in", inp, "--out", out],
-                         env=ENV, capture_output=True, text=True)
+    ver = launch(ra + ["verify", "--in", inp, "--out", out])
     ok = rel < TOL and lerr < TOL and ver.returncode == 0
     if rope or alibi:  # verify follows the attributes: a wrong one fails it
         with h5py.File(out, "r+") as f:
@@ -129,8 +129,7 @@ def case(tmp, np_ranks, ringattn, name, shape, args, rope=None, base=10000.0,
                 f.attrs["rope"] = "interleaved" if rope == "half" else "half"
             else:
                 f.attrs["alibi"] = 0
-        wrong = subprocess.run(mpi + [ringattn, "verify", "--in", inp, "--out", out],
-                               env=ENV, capture_output=True, text=True)
+        wrong = launch(ra + ["verify", "--in", inp, "--out", out])
         ok = ok and wrong.returncode == 1 and "FAIL" in wrong.stdout
     print(f"{name:24s} P={np_ranks} seed={seed:10d} rel_o={rel:.2e} lse={lerr:.2e} "
           f"verify={'PASS' if ver.returncode == 0 else 'FAIL'} "
