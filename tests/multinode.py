@@ -55,6 +55,7 @@ sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
 if len(sys.argv) > 2:  # the fake cluster's lock, as the scripts take it
     sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[2])))
 from ra_script import FakeClusterLock, lock_holders  # noqa: E402
+from e2e_util import ours  # noqa: E402
 
 
 class Failure(Exception):
@@ -559,7 +560,7 @@ def check_options(ringattn, work):
     for flags, env, want in bad:
         r = local_run(ringattn, work, ["run", "--in", "in.h5", "--out",
                                        "bad.h5", *flags], env)
-        lines = [x for x in r.stderr.splitlines() if x.startswith("ringattn:")]
+        lines = ours(r.stderr)
         check(r.returncode == 2 and len(lines) == 1 and want in lines[0],
               f"{flags} {env}: exit {r.returncode}, stderr {r.stderr!r}")
         check(sorted(os.listdir(work)) == ["in.h5"],

@@ -53,14 +53,12 @@ import numpy as np
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the tests
 from tree_md5 import md5s  # noqa: E402
+from e2e_util import ENV, ours  # noqa: E402
 
 RINGATTN = os.path.abspath(sys.argv[1])
 NP = int(sys.argv[2])
 MODE = sys.argv[3] if len(sys.argv) > 3 else "cases"
 ONLY = sys.argv[4] if len(sys.argv) > 4 else ""  # cases: the ids to run (regex)
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
-           OPENBLAS_NUM_THREADS="1")
 # signals, killed and stopped ranks as users meet them: with Open MPI's own
 # second between SIGTERM and SIGKILL, which tests/CMakeLists.txt drops for
 # the other runs (their refusals end a second sooner)
@@ -1425,10 +1423,6 @@ def leftovers(root):
             glob.glob(os.path.join(root, "**", ".*.tmp.*"), recursive=True)]
 
 
-def our_lines(stderr):
-    return [l for l in stderr.splitlines() if l.startswith("ringattn:")]
-
-
 def setup_common(work):
     subprocess.run([RINGATTN, "gen", "--out", "good.h5", "--batch", "2",
                     "--seq", "40", "--seq-kv", "24", "--heads", "4",
@@ -1462,7 +1456,7 @@ def run_case(work, case):
         r = subprocess.CompletedProcess(argv, -1, "", f"timed out after "
                                         f"{e.timeout} s")
     secs = time.time() - t0
-    lines = our_lines(r.stderr)
+    lines = ours(r.stderr)
     problems = []
     if r.returncode != code:
         problems.append(f"exit {r.returncode}, expected {code}")
@@ -1610,7 +1604,7 @@ def fault_enospc(work):
         finally:
             left = os.listdir(small)
             subprocess.run(["umount", small])
-        lines = our_lines(res.stderr)
+        lines = ours(res.stderr)
         bad = []
         if res.returncode != 1:
             bad.append(f"exit {res.returncode}, expected 1")
@@ -1643,7 +1637,7 @@ def fault_probe_full(work):
     finally:
         left = os.listdir(small)
         subprocess.run(["umount", small])
-    lines = our_lines(res.stderr)
+    lines = ours(res.stderr)
     bad = []
     if res.returncode != 1:
         bad.append(f"exit {res.returncode}, expected 1")
@@ -1783,7 +1777,7 @@ def fault_locked(work):
     finally:
         holder.kill()
         holder.wait()
-    lines = our_lines(r.stderr)
+    lines = ours(r.stderr)
     ok = (r.returncode == 2 and len(lines) == 1 and
           "lk.h5: locked by another process" in lines[0])
     print(f"{'ok' if ok else 'FAIL':4} locked input: exit {r.returncode}: "
@@ -2033,7 +2027,7 @@ def fault_stall(work, strategy="ring", timeout="load", delay=None,
         return [f"{tag} the job still runs {limit + 30:.0f} s after a rank "
                 "was stopped"]
     secs = time.time() - t0
-    lines = our_lines(err)
+    lines = ours(err)
     problems = []
     if p.returncode == 0:
         problems.append(f"{tag} mpirun exited 0")
@@ -2093,7 +2087,7 @@ def full_trial(work, np_, size, extra, want):
                             f["o"][0, -1].any())
     finally:
         subprocess.run(["umount", small])
-    lines = our_lines(r.stderr)
+    lines = ours(r.stderr)
     bad = []
     if r.returncode != want:
         bad.append(f"exit {r.returncode}, expected {want}")
@@ -2162,7 +2156,7 @@ def side_trial(work, argv, names):
         after = md5s(small)
     finally:
         subprocess.run(["umount", small])
-    lines = our_lines(r.stderr)
+    lines = ours(r.stderr)
     bad = []
     if r.returncode != 1 or len(lines) != 1:
         bad.append(f"exit {r.returncode}, {len(lines)} lines: "
@@ -2464,7 +2458,7 @@ def class20_auto_takes_options(work):
                  timeout=hang_bound(300))
     bad = []
     if r.returncode != 0 or ref.returncode != 0:
-        bad.append(f"exit {r.returncode}: {our_lines(r.stderr)}")
+        bad.append(f"exit {r.returncode}: {ours(r.stderr)}")
     elif not same_outputs(work, "auto_o.h5", "ring_o.h5"):
         bad.append("auto's output differs from the ring's")
     return verdict("class 20 auto takes --wire bf16", bad,

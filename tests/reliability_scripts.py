@@ -35,6 +35,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the tests
 from tree_md5 import md5s  # noqa: E402
+import e2e_util  # noqa: E402
 
 RINGATTN = os.path.abspath(sys.argv[1])
 LAUNCH = os.path.abspath(sys.argv[2])
@@ -43,9 +44,7 @@ from ra_script import FakeClusterLock, FAKE_CLUSTER_LOCK  # noqa: E402
 MODE = sys.argv[3] if len(sys.argv) > 3 else "cases"
 BUILD = os.path.dirname(RINGATTN)
 PY = "/usr/bin/python3"
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1",
-           OPENBLAS_NUM_THREADS="1")
+ENV = dict(e2e_util.ENV)
 # the scripts' signals as users meet them: Open MPI's default SIGKILL grace
 ENV.pop("OMPI_MCA_odls_base_sigkill_timeout", None)
 TINY = ["--seq", "128", "--heads", "2", "--dim", "16"]
@@ -876,7 +875,7 @@ def study_failed_point(work):
     bench = ["bench", "--seq", "128", "--threads", "1", "--reps", "1",
              "--heads", "1", "--dim", "16", "--strategy", "ulysses"]
     own = sh(["mpirun", "-np", "2", RINGATTN, *bench], work)
-    line = [l for l in own.stderr.splitlines() if l.startswith("ringattn:")]
+    line = e2e_util.ours(own.stderr)
     check(own.returncode == 2 and len(line) == 1,
           f"bench at P = 2 is refused: {own.stderr[-300:]}")
     r = sh([PY, script("scaling-study.py"), "--launcher", "local", "--nodes",
