@@ -46,11 +46,9 @@ ra_status h5io_mem_check(const h5io_mem *m, int64_t need, const char *what)
 static int count_of(size_t *out, int64_t n0, int64_t n1, int64_t n2,
                     int64_t n3)
 {
-    int64_t c = ra_mul_checked(ra_mul_checked(n0, n1), ra_mul_checked(n2, n3));
-    if (c < 0 || n0 < 0 || n1 < 0 || n2 < 0 || n3 < 0)
-        return -1;
-    *out = (size_t)c;
-    return 0;
+    const int64_t c = ra_count_checked(4, (const int64_t[]){n0, n1, n2, n3});
+    *out = c < 0 ? 0 : (size_t)c;
+    return c < 0 ? -1 : 0;
 }
 
 /* The slices of rank and the element counts of t (mem NULL) and its bytes
@@ -261,10 +259,12 @@ static ra_status layer_alloc(h5io_pass *j, const ra_params *p)
                              j->rq.nranks);
     j->xks = ra_params_slice(p, p->exec.layout, s->M, j->rq.rank,
                              j->rq.nranks);
-    const int64_t nxq = ra_mul_checked(s->B * j->xqs.count, L->Eq);
-    const int64_t nxk = j->self ? 0 : ra_mul_checked(s->B * j->xks.count,
-                                                     L->Ekv);
-    const int64_t ny = ra_mul_checked(s->B * j->xqs.count, L->Eout);
+    const int64_t nxq = ra_count_checked(3, (const int64_t[]){
+                            s->B, j->xqs.count, L->Eq});
+    const int64_t nxk = j->self ? 0 : ra_count_checked(3, (const int64_t[]){
+                                          s->B, j->xks.count, L->Ekv});
+    const int64_t ny = ra_count_checked(3, (const int64_t[]){
+                           s->B, j->xqs.count, L->Eout});
     const int64_t fq[4] = {s->B, j->xqs.count, s->H, s->D + s->Dv + 1};
     const int64_t fk[4] = {s->B, j->xks.count, s->G, s->D + s->Dv};
     const int64_t heads = ra_add_checked(ra_count_checked(4, fq),

@@ -137,7 +137,7 @@ typedef struct {
     ra_timing tm, tm_fwd;       /* the call's, the recomputed forward's */
     int stalled;                /* the call returned RA_ERR_MPI: a stalled
                                    ring, the other ranks wait for this one */
-    double t_read, t_call, t_write;
+    double t_call, t_write;     /* the call's and the write's seconds */
 } h5io_pass;
 
 /* The shape of rq->in (and, backward, the --fwd run's sinks dataset taken

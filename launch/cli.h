@@ -205,7 +205,6 @@ typedef struct {
     int npositional;       /* at most this many; 0: none */
     size_t pos_offset;
     const char *epilog;    /* text after the options (details), or NULL */
-    void (*epilog_fn)(FILE *out); /* or the function that prints it */
     int globals;           /* CLI_GLOBAL_* it honours, listed in --help */
 } cli_spec;
 
@@ -286,10 +285,6 @@ extern const cli_opt cli_shape_opts[];
 extern const cli_opt cli_seq_opts[];
 /* The forward pass's options (into ra_params). */
 extern const cli_opt cli_forward_opts[];
-/* The footer of the --help of every command that takes cli_forward_opts
- * (options.c adds it): the strategies, layouts and engines
- * by the library's names, and what auto means for each. */
-void cli_forward_details(FILE *out);
 /* What only a command that runs passes takes (into ra_params):
  * --stall-timeout. */
 extern const cli_opt cli_pass_opts[];

@@ -57,18 +57,21 @@ static void md_values(FILE *out, const cli_opt *o)
     }
 }
 
-/* The spec's epilog, text or printed, and the names the forward
+/* The footer of the --help of every command that takes cli_forward_opts:
+ * the strategies, layouts and engines by the library's names, and what
+ * auto means for each. */
+static void cli_forward_details(FILE *out);
+
+/* The spec's epilog, and the names the forward
  * options' rows point to (cli_forward_details) when it takes them. */
 static void epilog_help(const cli_spec *spec, FILE *out)
 {
     int forward = 0;
     for (int g = 0; g < CLI_MAX_GROUPS && spec->groups[g].opts; g++)
         forward |= spec->groups[g].opts == cli_forward_opts;
-    if (spec->epilog || spec->epilog_fn || forward)
+    if (spec->epilog || forward)
         fputc('\n', out);
-    if (spec->epilog_fn)
-        spec->epilog_fn(out);
-    else if (spec->epilog)
+    if (spec->epilog)
         fputs(spec->epilog, out);
     if (forward)
         cli_forward_details(out);
@@ -402,7 +405,7 @@ static const char *strategy_at(int k) { return ra_strategy_name(k); }
 static const char *layout_at(int k) { return ra_layout_name(k); }
 static const char *gemm_at(int k) { return ra_gemm_name(k); }
 
-void cli_forward_details(FILE *out)
+static void cli_forward_details(FILE *out)
 {
     names_wrapped(out, "Strategies:", strategy_at, "auto (plan's).");
     names_wrapped(out, "Layouts:", layout_at,
